@@ -1,0 +1,231 @@
+"""Which raw metric key means which canonical metric.
+
+One table for every ingester, built from the key names real frameworks write
+(shared/research/anchors.md section d). Within a canonical metric the keys are
+in order of preference: when a log carries several (a run logging both
+`loss_metrics/global_avg_loss` and `loss`), the earlier one wins and the
+others stay available under their raw names.
+"""
+
+from __future__ import annotations
+
+import re
+
+# canonical metric -> raw keys, most preferred first. Keys are compared after
+# `normalise_key` (lower case, single spaces).
+METRIC_ALIASES: dict[str, tuple[str, ...]] = {
+    "loss": (
+        "loss",
+        "train/loss",
+        "train_loss",
+        "training_loss",
+        "train/loss_step",
+        "train_loss_step",
+        "loss_step",
+        "lm loss",
+        "lm_loss",
+        "lm-loss",
+        "trl",  # llm.c main.log
+        "loss_metrics/global_avg_loss",  # torchtitan
+        "train/ce loss",  # OLMo-core
+        "train/crossentropyloss",  # OLMo (legacy)
+        "loss/train/total",  # Composer / LLM Foundry
+        "train/samples/train_loss",  # DeepSpeed monitor
+        "trainer/loss",
+        "train/lm_loss",
+        "train/lm loss",
+    ),
+    "eval_loss": (
+        "eval_loss",
+        "eval/loss",
+        "val_loss",
+        "val/loss",
+        "validation_loss",
+        "validation/loss",
+        "valid/loss",
+        "lm loss value",  # Megatron validation line
+        "tel",  # llm.c validation
+    ),
+    "grad_norm": (
+        "grad_norm",
+        "grad norm",
+        "grad-norm",
+        "gradnorm",
+        "train/grad_norm",
+        "norm",  # llm.c main.log
+        "optim/total grad norm",  # OLMo-core
+        "optim/total_grad_norm",  # OLMo (legacy)
+        "grad/norm/total",  # Levanter
+        "l2_norm/grad/global",  # Composer (may be post-clip)
+        "train/grad-norm",
+        "gradient_norm",
+        "total_norm",
+    ),
+    "lr": (
+        "lr",
+        "learning_rate",
+        "learning rate",
+        "learning-rate",
+        "train/lr",
+        "train/learning_rate",
+        "optim/learning_rate",
+        "optim/lr",
+        "train/samples/lr",
+        "optim/learning_rate_group0",
+        "optim/lr (group 0)",
+    ),
+    "loss_scale": (
+        "loss_scale",
+        "loss scale",
+        "loss-scale",
+        "train/loss_scale",
+        "train/samples/loss_scale",
+        "scaler/scale",
+        "grad_scale",
+        "amp/loss_scale",
+    ),
+    "param_norm": (
+        "param_norm",
+        "params norm",
+        "params-norm",
+        "params_norm",
+        "weight_norm",
+        "params/norm/total",
+        "optim/param_norm",
+    ),
+    "adam_v_norm": ("adam_v_norm", "optim/exp_avg_sq_norm"),
+    "tokens_per_s": (
+        "tokens_per_s",
+        "tokens_per_sec",
+        "tokens_per_second",
+        "tok/s",
+        "tok_per_sec",
+        "throughput(tps)",  # torchtitan
+        "throughput/tokens_per_sec",
+        "throughput/tokens_per_second",
+        "throughput/device/tokens_per_sec",
+        "throughput/device/tokens_per_second",
+        "throughput/device/tps",
+        "tokens_per_sec_per_gpu",
+        "train_tokens_per_second",
+        "samples per second",
+        "throughput",
+    ),
+    "step_time_ms": (
+        "step_time_ms",
+        "elapsed time per iteration (ms)",
+        "iteration-time",
+        "iteration_time_ms",
+    ),
+    "tflops": (
+        "tflops",
+        "tflops_per_gpu",
+        "throughput per gpu (tflop/s/gpu)",
+        "model_tflops_per_gpu",
+    ),
+    "tokens": (
+        "tokens",
+        "num_tokens",
+        "consumed_tokens",
+        "consumed tokens",
+        "n_tokens_seen",
+        "throughput/total tokens",
+        "num_input_tokens_seen",
+        "tokens_seen",
+    ),
+    "samples": ("consumed samples", "consumed_samples", "global_samples", "samples"),
+    "batch_id": ("batch_id", "batch_idx", "batch_index", "batch_hash", "data_index"),
+    "skipped_steps": (
+        "skipped_steps",
+        "number of skipped iterations",
+        "optim/step skipped",
+        "optim/skipped_step",
+        "skipped",
+    ),
+    "nan_steps": ("nan_steps", "number of nan iterations"),
+    "overflow": ("overflow", "found_inf", "grad_overflow"),
+}
+
+STEP_KEYS: tuple[str, ...] = (
+    "step",
+    "global_step",
+    "trainer/global_step",
+    "iteration",
+    "iter",
+    "_step",
+    "train/step",
+    "steps",
+)
+
+RANK_KEYS: tuple[str, ...] = ("rank", "global_rank", "dp_rank", "data_parallel_rank")
+
+# Families whose member name follows a prefix: `act_norm/<layer>`, `lr-AdamW`...
+# The first group of each pattern is the suffix kept in the canonical name.
+_PREFIX_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(?:act_norm|activation_norm|activations?/norm)[/.](.+)$", re.I), "act_norm/{}"),
+    (re.compile(r"^(?:grad_norm|grad/norm|optim/grad)[/.](.+?)(?:\.norm)?$", re.I), "grad_norm/{}"),
+    (re.compile(r"^(?:param_norm|params/norm|optim/param)[/.](.+?)(?:\.norm)?$", re.I), "param_norm/{}"),
+    (re.compile(r"^l2_norm/grad/(.+)$", re.I), "grad_norm/{}"),
+    (re.compile(r"^l2_norm/param/(.+)$", re.I), "param_norm/{}"),
+)
+# Learning rates named after the optimizer (`lr-AdamW`, `lr/AdamW/0`).
+_LR_PATTERN = re.compile(r"^(?:lr[-/][a-z0-9_]+(?:/group)?[/ ]?0?|optim/lr \(group 0\))$")
+
+
+def normalise_key(key: str) -> str:
+    return " ".join(str(key).strip().lower().split())
+
+
+_LOOKUP: dict[str, tuple[str, int]] = {}
+for _canonical, _keys in METRIC_ALIASES.items():
+    for _priority, _key in enumerate(_keys):
+        _LOOKUP.setdefault(normalise_key(_key), (_canonical, _priority))
+
+
+def canonical_for(raw_key: str) -> tuple[str, int] | None:
+    """(canonical name, preference) for a raw key, or None when it is not known."""
+    key = normalise_key(raw_key)
+    hit = _LOOKUP.get(key)
+    if hit is not None:
+        return hit
+    if _LR_PATTERN.match(key):
+        return "lr", 50
+    for pattern, template in _PREFIX_PATTERNS:
+        # match the raw spelling so the layer name is kept as the log wrote it
+        match = pattern.match(str(raw_key).strip())
+        if match and match.group(1).lower() not in ("total", "global"):
+            return template.format(match.group(1)), 0
+    return None
+
+
+def resolve(raw_keys: list[str], overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """Map canonical metric -> the one raw key used for it.
+
+    `overrides` (canonical -> raw key, from `--metric loss=KEY`) always win.
+    """
+    overrides = overrides or {}
+    chosen: dict[str, tuple[int, str]] = {}
+    taken = set(overrides.values())
+    for raw in raw_keys:
+        if raw in taken:
+            continue
+        hit = canonical_for(raw)
+        if hit is None:
+            continue
+        canonical, priority = hit
+        if canonical in overrides:
+            continue
+        if canonical not in chosen or priority < chosen[canonical][0]:
+            chosen[canonical] = (priority, raw)
+    mapping = {canonical: raw for canonical, (_, raw) in chosen.items()}
+    mapping.update(overrides)
+    return mapping
+
+
+def find_key(raw_keys: list[str], candidates: tuple[str, ...]) -> str | None:
+    """The first raw key (by preference of `candidates`) present in `raw_keys`."""
+    by_norm = {normalise_key(k): k for k in raw_keys}
+    for candidate in candidates:
+        if candidate in by_norm:
+            return by_norm[candidate]
+    return None

@@ -1,0 +1,171 @@
+"""Every threshold `stab` uses, in one place, with its unit and its source.
+
+Defaults are the seeds' numbers (shared/spec/stability-tree.md); a user changes
+them in `[tool.stab]` of a pyproject.toml, in a stab.toml, or with
+`--set name=value` on the command line. Unknown names are refused.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import StabUsageError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    # --- windows (spec 0) ---
+    min_points_per_window: int = 8
+    """A step window needs this many logged points; fewer and it widens (spec 0)."""
+    widened_window_points: int = 20
+    """A too-sparse window widens to this many trailing logged points (spec 0)."""
+
+    # --- §2 spikes ---
+    spike_window_steps: int = 100
+    """Trailing baseline window [t-100, t) in steps (Q2.1)."""
+    spike_sigma: float = 3.0
+    """A point above mu + spike_sigma * sigma is flagged (Q2.1)."""
+    sigma_floor_frac: float = 0.01
+    """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
+    spike_large_z: float = 6.0
+    """Materiality (c): an isolated point is a spike at z >= this (OLMo-core's threshold)..."""
+    spike_large_ratio: float = 1.5
+    """...and a peak at least this multiple of the baseline mean (seed 002: 2-100x)."""
+    recovery_window_steps: int = 50
+    """Recovered if the loss returns to <= mu + recovery_sigma * sigma within this many steps (Q2.2)."""
+    recovery_sigma: float = 0.5
+    """Recovery level in baseline sigmas above mu (Q2.2)."""
+    cause_lead_steps: int = 3
+    """Causes are looked for in [t - cause_lead_steps, t]: grad norm leads the loss by 1-3 steps."""
+    grad_norm_spike_ratio: float = 30.0
+    """Pre-clip grad norm at least this multiple of its trailing mean -> long-tail batch (Q2.3)."""
+    lr_jump_ratio: float = 0.5
+    """An upward LR change of more than this fraction between logged points is a jump (Q2.3)."""
+    restart_spike_steps: int = 10
+    """A spike within this many steps after a restart points at unrestored state (seeds 000, 003)."""
+    duplicate_batch_window_steps: int = 100
+    """A batch id repeated within this many steps is a duplicate batch (Q2.3)."""
+
+    # --- §3 mixed precision ---
+    min_loss_scale: float = 1.0
+    """A dynamic loss scale below this has collapsed (Q3.2)."""
+    overflow_rate_unabsorbed: float = 0.01
+    """Overflows on more than this fraction of steps with no scaler evidence -> fp16-overflow (Q3.2)."""
+    static_scale_min_overflows: int = 2
+    """This many overflows under a constant scale means dynamic scaling is off (Q3.2)."""
+
+    # --- §4 silent divergence ---
+    divergence_window_steps: int = 200
+    """Trend window in steps (Q4.1)."""
+    divergence_z: float = 3.0
+    """Mann-Kendall z at or above which a window's rise is significant (Q4.1)."""
+    divergence_min_rise_frac: float = 0.05
+    """A rise smaller than this fraction of the window's starting level is a plateau, not divergence."""
+    trend_points: int = 64
+    """Long windows are binned to about this many medians before the trend test (cost, and noise)."""
+    warmup_frac: float = 0.1
+    """LR rising in the first this-fraction of the run is warmup, not a schedule bug (Q4.2)."""
+    lr_rise_frac: float = 0.05
+    """LR up by more than this fraction over a window counts as rising (Q4.2)."""
+    weight_norm_ratio: float = 2.0
+    """A weight norm changing more than this factor within the window (Q4.3)."""
+    grad_norm_rise_frac: float = 0.25
+    """Grad-norm moving average up by more than this fraction over the window is rising (Q4.4)."""
+
+    # --- ranks (spec 5) ---
+    rank_z: float = 6.0
+    """A rank this many robust sigmas from the cohort median is deviating."""
+    rank_persist_steps: int = 10
+    """...for at least this many logged steps in a row to be an outlier, not noise."""
+    rank_rel_floor: float = 0.01
+    """MAD floor as a fraction of |median|: identical all-reduced values do not make every rank an outlier."""
+    straggler_ratio: float = 0.8
+    """A rank whose throughput sits below this fraction of the cohort median is a straggler."""
+    throughput_drop_frac: float = 0.2
+    """Run throughput this fraction below its trailing median is a throughput drop."""
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise StabUsageError(f"thresholds.{spec.name} must be a number >= 0, got {value!r}")
+        for name in ("spike_window_steps", "divergence_window_steps", "min_points_per_window"):
+            if getattr(self, name) <= 0:
+                raise StabUsageError(f"thresholds.{name} must be > 0")
+
+    def with_overrides(self, values: dict[str, Any], origin: str) -> Thresholds:
+        known = {spec.name: spec for spec in fields(self)}
+        typed: dict[str, Any] = {}
+        for key, raw in values.items():
+            name = key.replace("-", "_")
+            if name not in known:
+                raise StabUsageError(f"{origin}: unknown threshold {key!r}")
+            kind = int if isinstance(getattr(self, name), int) else float
+            try:
+                typed[name] = kind(raw)
+            except (TypeError, ValueError):
+                raise StabUsageError(f"{origin}: threshold {key} must be a {kind.__name__}, got {raw!r}") from None
+        return replace(self, **typed)
+
+    @staticmethod
+    def describe(name: str) -> str:
+        """The docstring line under a field, for `stab explain` and the README."""
+        return _FIELD_DOCS.get(name, "")
+
+
+def _field_docs() -> dict[str, str]:
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(Thresholds))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = str(nxt.value.value)  # type: ignore[attr-defined]
+    return docs
+
+
+try:
+    _FIELD_DOCS = _field_docs()
+except (OSError, TypeError):  # source not available (zipped install): docs are optional
+    _FIELD_DOCS = {}
+
+
+def load_config(start: Path | None = None, cli_values: dict[str, str] | None = None) -> Thresholds:
+    """Defaults <- [tool.stab] / stab.toml found from `start` upwards <- --set values."""
+    thresholds = Thresholds()
+    found = _find_config_file(start or Path.cwd())
+    if found is not None:
+        path, table = found
+        thresholds = thresholds.with_overrides(table, str(path))
+    if cli_values:
+        thresholds = thresholds.with_overrides(cli_values, "--set")
+    return thresholds
+
+
+def _find_config_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    folder = start if start.is_dir() else start.parent
+    for candidate in [folder, *folder.resolve().parents]:
+        stab_toml = candidate / "stab.toml"
+        if stab_toml.is_file():
+            return stab_toml, _load_table(stab_toml, section=None)
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            table = _load_table(pyproject, section="stab")
+            if table:
+                return pyproject, table
+    return None
+
+
+def _load_table(path: Path, section: str | None) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise StabUsageError(f"{path}: cannot read config: {err}") from None
+    if section is None:
+        return data.get("thresholds", data)
+    return data.get("tool", {}).get(section, {}).get("thresholds", data.get("tool", {}).get(section, {}))

@@ -1,0 +1,235 @@
+"""The canonical run frame every ingester produces and every detector reads.
+
+Shape (a polars DataFrame, Arrow-backed):
+
+* `step`  Int64, the optimizer step;
+* `rank`  Int64, only when the log has per-rank values;
+* one Float64 column per metric. Canonical names (`loss`, `grad_norm`, `lr`,
+  `loss_scale`, `act_norm/<layer>`, ...; see `aliases.py`) for known keys,
+  the raw key for anything else. NaN/+Inf/-Inf are data and kept exactly;
+  null means "not logged at this step" (a sparse eval column).
+
+Rows are unique per (rank, step) and sorted. An ingester hands `finalize` a raw
+table (one row per record, a `_row` column with the 1-based line or record
+number) and `finalize` does the rest once for every format: key aliasing,
+casting, restarts, merging of sparse rows, and the row accounting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from . import aliases
+from .errors import StabInputError, StabUsageError
+from .model import Restart, SourceInfo
+
+ROW = "_row"
+SEGMENT = "_segment"
+REPLACED_REASON = "rewritten by a resume (kept aside to compare trajectories)"
+
+
+@dataclass
+class RunData:
+    """One run: the canonical frame plus everything known about where it came from."""
+
+    frame: pl.DataFrame
+    source: SourceInfo
+    # Rows a resume rewrote: the abandoned trajectory, same columns plus `_segment`.
+    abandoned: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+    @property
+    def has_ranks(self) -> bool:
+        return "rank" in self.frame.columns and self.frame["rank"].n_unique() > 1
+
+    @property
+    def metric_columns(self) -> list[str]:
+        return [c for c in self.frame.columns if c not in ("step", "rank")]
+
+
+def _to_float(name: str, dtype: pl.DataType) -> pl.Expr | None:
+    """A Float64 expression for a raw column, or None when it holds no numbers."""
+    col = pl.col(name)
+    if dtype.is_numeric():
+        return col.cast(pl.Float64)
+    if dtype == pl.Boolean:
+        return col.cast(pl.Float64)
+    if dtype in (pl.String, pl.Utf8):
+        # numbers written as strings ("2.31", "NaN", "inf") are numbers
+        return col.str.strip_chars().cast(pl.Float64, strict=False)
+    return None  # lists, structs (a config dump), nulls
+
+
+def finalize(
+    raw: pl.DataFrame,
+    source: SourceInfo,
+    *,
+    step_key: str | None,
+    rank_key: str | None = None,
+    overrides: dict[str, str] | None = None,
+) -> RunData:
+    """Turn one ingester's raw records into the canonical frame (see module doc)."""
+    overrides = dict(overrides or {})
+    source.rows_read = max(source.rows_read, raw.height + source.rows_rejected)
+    if ROW not in raw.columns:
+        raw = raw.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
+    # the step and rank columns, and any other spelling of them, are axes, not metrics
+    axis_names = set(aliases.STEP_KEYS) | set(aliases.RANK_KEYS) | {"epoch", "_runtime", "_timestamp", "timestamp"}
+    skip_cols = {ROW, step_key, rank_key} | {c for c in raw.columns if aliases.normalise_key(c) in axis_names}
+
+    # 1. Every other column as Float64; columns with no number anywhere are not metrics.
+    exprs: dict[str, pl.Expr] = {}
+    for name, dtype in raw.schema.items():
+        if name in skip_cols:
+            continue
+        expr = _to_float(name, dtype)
+        if expr is not None:
+            exprs[name] = expr
+    numeric = raw.select([ROW, *[e.alias(n) for n, e in exprs.items()]]) if exprs else raw.select(ROW)
+    counts = numeric.select([pl.col(n).is_not_null().sum().alias(n) for n in exprs]) if exprs else None
+    metric_keys = [n for n in exprs if counts is not None and counts[n][0] > 0]
+
+    # 2. Aliases: overrides must name a key that exists.
+    for canonical, raw_key in overrides.items():
+        if raw_key not in metric_keys:
+            shown = ", ".join(sorted(metric_keys)[:20]) or "none"
+            raise StabUsageError(
+                f"--metric {canonical}={raw_key}: no numeric key {raw_key!r} in {source.path} "
+                f"(numeric keys: {shown})"
+            )
+    mapping = aliases.resolve(metric_keys, overrides)
+    rename = {raw_key: canonical for canonical, raw_key in mapping.items()}
+    out_cols: list[pl.Expr] = []
+    used_names: set[str] = set()
+    for key in metric_keys:
+        name = rename.get(key, key)
+        if name in used_names or (key not in rename and name in mapping):
+            continue  # a raw key spelled like a canonical one that another key already fills
+        used_names.add(name)
+        out_cols.append(pl.col(key).alias(name))
+    source.metrics = {c: r for c, r in sorted(mapping.items())}
+
+    # 3. Step and rank.
+    if step_key is not None:
+        step_expr = raw[step_key]
+        if step_expr.dtype in (pl.String, pl.Utf8):
+            step_expr = step_expr.str.strip_chars().cast(pl.Float64, strict=False)
+        step_series = step_expr.cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
+    else:
+        step_series = None
+    table = numeric.select([pl.col(ROW), *out_cols])
+    metric_names = [c for c in table.columns if c != ROW]
+    has_metric = pl.any_horizontal([pl.col(c).is_not_null() for c in metric_names]) if metric_names else pl.lit(False)
+    table = table.with_columns(has_metric.alias("_has_metric"))
+    if step_series is not None:
+        table = table.with_columns(step_series.alias("step"))
+    else:
+        # no step key at all: the metric records are numbered in file order
+        source.warnings.append("no step key found: steps are the order of metric records (0, 1, 2, ...)")
+        table = table.with_columns(
+            (pl.col("_has_metric").cast(pl.Int64).cum_sum() - 1).alias("step")
+        )
+    if rank_key is not None:
+        rank_raw = raw[rank_key]
+        if rank_raw.dtype in (pl.String, pl.Utf8):
+            rank_raw = rank_raw.str.extract(r"(\d+)", 1)
+        table = table.with_columns(rank_raw.cast(pl.Int64, strict=False).alias("rank"))
+
+    # 4. Account for rows that cannot be used.
+    no_metric = table.filter(~pl.col("_has_metric"))
+    _reject_rows(source, no_metric, "not a metric record (no numeric metric value)")
+    table = table.filter(pl.col("_has_metric"))
+    no_step = table.filter(pl.col("step").is_null())
+    _reject_rows(source, no_step, "metric record without a usable step")
+    table = table.filter(pl.col("step").is_not_null()).drop("_has_metric")
+    if rank_key is not None:
+        no_rank = table.filter(pl.col("rank").is_null())
+        _reject_rows(source, no_rank, "per-rank record without a usable rank")
+        table = table.filter(pl.col("rank").is_not_null())
+    if table.height == 0:
+        raise StabInputError(source.path, "no usable metric rows (nothing with a step and a number)")
+    if "loss" not in metric_names:
+        source.warnings.append(
+            "no loss metric recognised; use --metric loss=KEY "
+            f"(numeric keys: {', '.join(sorted(metric_keys)[:12])})"
+        )
+
+    return _merge_and_resume(table, source, metric_names, has_rank=rank_key is not None)
+
+
+def _reject_rows(source: SourceInfo, rows: pl.DataFrame, reason: str) -> None:
+    if rows.height == 0:
+        return
+    for line in rows[ROW].head(5).to_list():
+        source.reject(line, reason)
+    # the rest are counted without keeping their line numbers
+    extra = rows.height - min(rows.height, 5)
+    source.rows_rejected += extra
+    source.rejection_counts[reason] = source.rejection_counts.get(reason, 0) + extra
+
+
+def _merge_and_resume(
+    table: pl.DataFrame, source: SourceInfo, metric_names: list[str], *, has_rank: bool
+) -> RunData:
+    """Restarts, then one row per (rank, step) where the resumed trajectory wins (spec 0)."""
+    keys = ["rank"] if has_rank else []
+
+    def per_rank(expr: pl.Expr) -> pl.Expr:
+        return expr.over(keys) if keys else expr
+
+    table = table.sort([*keys, ROW])
+    prev_max = per_rank(pl.col("step").cum_max().shift(1))
+    table = table.with_columns(prev_max.alias("_prev_max")).with_columns(
+        # a restart is where the step drops below the row before it
+        (pl.col("step") < per_rank(pl.col("step").shift(1))).fill_null(False).alias("_back")
+    )
+    table = table.with_columns(per_rank(pl.col("_back").cast(pl.Int64).cum_sum()).alias(SEGMENT))
+    restart_rows = table.filter(pl.col("_back"))
+    source.restarts = [
+        Restart(
+            at_row=int(r[ROW]),
+            resumed_from_step=int(r["step"]),
+            last_step_before=int(r["_prev_max"]),
+            rank=int(r["rank"]) if has_rank else None,
+        )
+        for r in restart_rows.head(1000).iter_rows(named=True)
+    ]
+    table = table.drop("_back", "_prev_max")
+
+    # sparse rows of one step (train line + eval line) become one row; NaN is a
+    # value, so `drop_nulls().last()` keeps a logged NaN over an absent value
+    group = [*keys, SEGMENT, "step"]
+    merged = table.group_by(group, maintain_order=True).agg(
+        [pl.col(ROW).min(), pl.col(ROW).count().alias("_n_rows")]
+        + [pl.col(c).drop_nulls().last().alias(c) for c in metric_names]
+    )
+    latest = pl.col(SEGMENT) == pl.col(SEGMENT).max().over([*keys, "step"])
+    kept = merged.filter(latest)
+    abandoned = merged.filter(~latest)
+    if abandoned.height:
+        replaced = int(abandoned["_n_rows"].sum())
+        source.rows_rejected += replaced
+        source.rejection_counts[REPLACED_REASON] = replaced
+    source.rows_used = int(kept["_n_rows"].sum())
+    frame = kept.sort([*keys, "step"]).select(
+        ["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]]
+    )
+    source.first_step = int(frame["step"].min())
+    source.last_step = int(frame["step"].max())
+    if has_rank:
+        source.ranks = int(frame["rank"].n_unique())
+    if source.dtype is None and "loss_scale" in metric_names:
+        source.dtype = "fp16"
+        source.dtype_origin = "inferred: a loss_scale series exists (fp16 with dynamic scaling)"
+    abandoned = abandoned.sort([*keys, SEGMENT, "step"]).drop("_n_rows", ROW)
+    return RunData(frame=frame, source=source, abandoned=abandoned)
+
+
+def from_wide(
+    frame: pl.DataFrame, source: SourceInfo, *, overrides: dict[str, str] | None = None
+) -> RunData:
+    """A frame a user built in Python (`analyze(frame)`): `step` plus metric columns."""
+    step_key = aliases.find_key(frame.columns, aliases.STEP_KEYS)
+    rank_key = aliases.find_key(frame.columns, aliases.RANK_KEYS)
+    return finalize(frame, source, step_key=step_key, rank_key=rank_key, overrides=overrides)

@@ -1,0 +1,110 @@
+"""Every input format, and the one entry point that picks the right reader.
+
+Each reader module exposes `NAME`, `sniff(path, head) -> bool` and
+`read(path, options) -> RunData`. Readers are imported lazily so that
+`stab --help` does not pay for polars.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import StabInputError
+from .options import ReadOptions
+
+# Order matters: the first reader whose `sniff` accepts the path wins, so more
+# specific layouts come before generic ones.
+READERS: tuple[str, ...] = (
+    "jsonl",
+)
+
+SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst)"
+
+_DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
+
+
+def reader(name: str) -> ModuleType:
+    return importlib.import_module(f".{name}", __name__)
+
+
+def detect_format(path: Path) -> str:
+    head = b""
+    if path.is_file():
+        with open(path, "rb") as handle:
+            head = handle.read(8192)
+    for name in READERS:
+        module = reader(name)
+        if module.sniff(path, head):
+            return name
+    raise StabInputError(str(path), f"unrecognised input format; supported: {SUPPORTED}")
+
+
+def read(target: str | Path, options: ReadOptions | None = None):
+    """Read one run from a path or URI into the canonical `RunData`."""
+    options = options or ReadOptions()
+    text = str(target)
+    path = Path(text)
+    is_uri = "://" in text
+    if not is_uri and not path.exists():
+        raise StabInputError(text, "no such file or directory")
+    if options.format_in:
+        if options.format_in not in READERS:
+            raise StabInputError(text, f"unknown --format-in {options.format_in!r}; choose one of {', '.join(READERS)}")
+        name = options.format_in
+    else:
+        name = detect_format(path) if not is_uri else _detect_uri(text)
+    try:
+        run = reader(name).read(path if not is_uri else text, options)
+    except StabInputError:
+        raise
+    except (OSError, UnicodeDecodeError) as err:
+        raise StabInputError(text, f"cannot read: {err}") from None
+    _apply_dtype(run, path, options)
+    return run
+
+
+def _detect_uri(text: str) -> str:
+    for name in READERS:
+        module = reader(name)
+        sniff_uri = getattr(module, "sniff_uri", None)
+        if sniff_uri is not None and sniff_uri(text):
+            return name
+    raise StabInputError(text, f"unrecognised URI; supported: {SUPPORTED}")
+
+
+def _apply_dtype(run, path: Path, options: ReadOptions) -> None:
+    """dtype regime, in order: the flag, a manifest.json beside the log, the reader's own."""
+    source = run.source
+    if options.dtype:
+        source.dtype, source.dtype_origin = normalise_dtype(options.dtype), "--dtype flag"
+        return
+    folder = path if path.is_dir() else path.parent
+    manifest = folder / "manifest.json"
+    if manifest.is_file():
+        try:
+            meta = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            source.warnings.append(f"{manifest}: not readable JSON; dtype not taken from it")
+            return
+        for key in _DTYPE_KEYS:
+            if isinstance(meta, dict) and meta.get(key):
+                source.dtype = normalise_dtype(str(meta[key]))
+                source.dtype_origin = f"{manifest.name} key {key!r}"
+                if isinstance(meta.get("vocab_size"), int):
+                    source.vocab_size = meta["vocab_size"]
+                return
+
+
+def normalise_dtype(text: str) -> str:
+    """'bf16-mixed', 'torch.bfloat16', '16-mixed', 'fp16' ... -> fp32 / fp16 / bf16."""
+    value = text.strip().lower()
+    if "bf16" in value or "bfloat16" in value:
+        return "bf16"
+    if "16" in value or "half" in value:
+        return "fp16"
+    if "32" in value or value in ("float", "full", "no", "false"):
+        return "fp32"
+    return value

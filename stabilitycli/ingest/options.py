@@ -1,0 +1,22 @@
+"""What the user told us about how to read the input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    format_in: str | None = None
+    # canonical metric -> raw key, from `--metric loss=KEY`
+    metric_overrides: dict[str, str] = field(default_factory=dict)
+    step_key: str | None = None
+    rank_key: str | None = None
+    # regex with one group capturing the rank in a per-rank file name
+    rank_pattern: str | None = None
+    # run / experiment selection for stores holding many runs (MLflow, TensorBoard dirs)
+    run: str | None = None
+    experiment: str | None = None
+    tracking_uri: str | None = None
+    include_deleted: bool = False
+    dtype: str | None = None

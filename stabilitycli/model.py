@@ -1,0 +1,228 @@
+"""Result types shared by ingesters, detectors, the classifier and renderers.
+
+Everything here is plain data: no I/O, no polars. `to_dict()` methods produce
+exactly the shapes of `shared/spec/output-contract.md`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class Severity(IntEnum):
+    """Ordered so that `max()` over findings gives the worst one."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+
+    @classmethod
+    def parse(cls, name: str) -> Severity:
+        try:
+            return cls[name.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {name!r} (use info, warning or error)") from None
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a rule saw in the run, with the numbers behind it."""
+
+    code: str
+    severity: Severity
+    message: str
+    step: int | None = None
+    end_step: int | None = None
+    rank: int | None = None
+    metric: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": str(self.severity),
+            "step": self.step,
+            "end_step": self.end_step,
+            "rank": self.rank,
+            "metric": self.metric,
+            "message": self.message,
+            "evidence": _jsonable(self.evidence),
+        }
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A rule that could not answer: said out loud, never a silent pass."""
+
+    code: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The step went backwards: the run was resumed from a checkpoint."""
+
+    at_row: int
+    resumed_from_step: int
+    last_step_before: int
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "at_row": self.at_row,
+            "resumed_from_step": self.resumed_from_step,
+            "last_step_before": self.last_step_before,
+        }
+        if self.rank is not None:
+            out["rank"] = self.rank
+        return out
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A row that was read but not used, and why (line/record number 1-based)."""
+
+    line: int | None
+    reason: str
+
+
+@dataclass
+class SourceInfo:
+    """What was read, how, and how every row was accounted for."""
+
+    path: str
+    format: str
+    run: str | None = None
+    dtype: str | None = None
+    dtype_origin: str = "unknown"
+    metrics: dict[str, str] = field(default_factory=dict)
+    rows_read: int = 0
+    rows_used: int = 0
+    rows_rejected: int = 0
+    rejections: list[Rejection] = field(default_factory=list)
+    rejection_counts: dict[str, int] = field(default_factory=dict)
+    restarts: list[Restart] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    first_step: int | None = None
+    last_step: int | None = None
+    ranks: int | None = None
+    vocab_size: int | None = None
+
+    def reject(self, line: int | None, reason: str, keep_first: int = 5) -> None:
+        self.rows_rejected += 1
+        self.rejection_counts[reason] = self.rejection_counts.get(reason, 0) + 1
+        if len(self.rejections) < keep_first:
+            self.rejections.append(Rejection(line, reason))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "run": self.run,
+            "rows": self.rows_read,
+            "rows_used": self.rows_used,
+            "rows_rejected": self.rows_rejected,
+            "rejected": [asdict(r) for r in self.rejections],
+            "rejection_counts": dict(self.rejection_counts),
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "ranks": self.ranks,
+            "dtype": self.dtype,
+            "dtype_origin": self.dtype_origin,
+            "metrics": dict(self.metrics),
+            "restarts": [r.to_dict() for r in self.restarts],
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One question of the tree, its answer and the numbers it rests on."""
+
+    question: str
+    answer: str
+    evidence: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"question": self.question, "answer": self.answer, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: str
+    cause: str | None
+    section: str | None
+    summary: str
+    path: list[PathStep]
+    remediation: list[str]
+    severity: Severity
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "cause": self.cause,
+            "section": self.section,
+            "severity": str(self.severity),
+            "summary": self.summary,
+            "path": [p.to_dict() for p in self.path],
+            "remediation": list(self.remediation),
+        }
+
+
+@dataclass
+class Analysis:
+    """The whole answer for one run: what `stabilitycli.analyze` returns."""
+
+    source: SourceInfo
+    verdict: Verdict
+    findings: list[Finding]
+    skipped: list[Skip]
+    rank_report: Any = None
+    loss_preview: list[float] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def worst_severity(self) -> Severity | None:
+        levels = [f.severity for f in self.findings]
+        return max(levels) if levels else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "schema": "stab.analysis/1",
+            "source": self.source.to_dict(),
+            "verdict": self.verdict.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+            "skipped": [s.to_dict() for s in self.skipped],
+        }
+        if self.rank_report is not None:
+            out["ranks"] = self.rank_report.to_dict()
+        for key, value in self.extras.items():
+            out[key] = _jsonable(value)
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    """Numbers that JSON cannot hold (NaN, Inf) become the strings 'NaN'/'Infinity'."""
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        return _jsonable(value.item())
+    return value
