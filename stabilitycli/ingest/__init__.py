@@ -18,10 +18,11 @@ from .options import ReadOptions
 # Order matters: the first reader whose `sniff` accepts the path wins, so more
 # specific layouts come before generic ones.
 READERS: tuple[str, ...] = (
+    "rank_dir",
     "jsonl",
 )
 
-SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst)"
+SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl)"
 
 _DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
 
