@@ -1,0 +1,109 @@
+"""The tree's questions, verdicts, causes and remedies as data (spec §1-§5).
+
+Renderers and `stab explain` read these; `tree.py` holds the branching code.
+"""
+
+from __future__ import annotations
+
+QUESTIONS: dict[str, str] = {
+    "R": "Does one rank sit away from the cohort (the mean hides it)?",
+    "Q1.1": "Is any logged loss NaN or Inf (or a NaN the logger hid)?",
+    "Q1.2": "What dtype regime was the run in, and what does that make of the NaN?",
+    "Q1.3": "Which layer went non-finite first (forward order)?",
+    "Q2.1": "Is there a loss spike above mu + 3 sigma of the trailing 100 steps?",
+    "Q2.2": "Did the loss come back to mu + 0.5 sigma within 50 steps?",
+    "Q2.3": "What caused the recoverable spike (grad norm, LR, batch, restart)?",
+    "Q2.4": "Persistent elevation: what caused it?",
+    "Q3.1": "Did fp16 gradients overflow (inf/NaN grad norm, skipped steps, overflow messages)?",
+    "Q3.2": "What did the loss scale do (halve and recover, stay static, collapse)?",
+    "Q4.1": "Has the loss risen over a 200-step window and never come back?",
+    "Q4.2": "Did the LR rise in that window (outside warmup)?",
+    "Q4.3": "Did a weight norm change more than 2x in that window?",
+    "Q4.4": "Is the grad-norm moving average rising?",
+}
+
+# verdict code -> (section, severity name, what it means)
+VERDICTS: dict[str, tuple[str | None, str, str]] = {
+    "nan": ("1", "error", "The loss went NaN or Inf: training stopped being useful at the first such step."),
+    "rank-outlier": ("5", "error", "One or more data-parallel ranks disagree with the cohort; the mean hides them."),
+    "spike-persistent": ("2", "error", "A loss spike that did not come back within 50 steps: optimizer state is suspect."),
+    "loss-scale-collapsed": ("3", "error", "The fp16 loss scale fell below 1: overflow on nearly every step."),
+    "loss-scale-static": ("3", "error", "Overflows under a constant loss scale: dynamic loss scaling is off."),
+    "fp16-overflow": ("3", "error", "fp16 overflows the scaler does not absorb."),
+    "divergence": ("4", "error", "The loss rose for good (silent divergence): no NaN, no overflow, just no way back."),
+    "spike-recoverable": ("2", "warning", "A loss spike that recovered within 50 steps: find its cause before it recurs."),
+    "plateau": ("4", "warning", "The loss drifted up slightly with no cause: a plateau; check eval metrics and consider stopping."),
+    "healthy": (None, "info", "No instability found by any rule."),
+    "insufficient-data": (None, "info", "The log is too short for the rules' windows; what it shows is listed as findings."),
+}
+
+# the verdict order of spec 0b: the first that applies names the run
+VERDICT_ORDER: tuple[str, ...] = (
+    "nan", "rank-outlier", "spike-persistent", "loss-scale-collapsed", "loss-scale-static",
+    "fp16-overflow", "divergence", "spike-recoverable", "plateau",
+)
+
+REMEDIES: dict[str, list[str]] = {
+    "log-of-zero": [
+        "compute the loss with log_softmax (or cross_entropy on logits), never log(softmax(x)); or add an epsilon",
+        "clip gradients by value (+-100) in addition to clip-by-norm if an embedding gradient went infinite",
+        "reload the last checkpoint before the first NaN step and re-run one step with anomaly detection",
+    ],
+    "activation-overflow": [
+        "enable dynamic loss scaling (or check it is active), or move fp16 -> bf16",
+        "halve the learning rate if the loss scale keeps collapsing",
+        "check init and residual-stream magnitude: activations above 65504 overflow fp16",
+    ],
+    "nan-unknown": [
+        "reload the last checkpoint before the first NaN step",
+        "re-run that step in fp32 with per-layer isnan checks to find the first non-finite op",
+        "if log_softmax, value clipping and loss scaling are already in and NaN persists, the bug is structural",
+    ],
+    "long-tail-token": [
+        "write the post-mortem (`stab postmortem`) and inspect the batch at the spike for rare/long-tail tokens",
+        "enable stratified batching; lower the grad-clip threshold",
+    ],
+    "lr-discontinuity": ["fix the LR schedule (the LR jumped at the spike); check scheduler state on resume"],
+    "duplicate-batch": ["fix the data loader: a batch id repeated a recent one"],
+    "optimizer-reset": [
+        "the spike follows a restart: make the checkpoint restore optimizer moments, scheduler and data cursor",
+        "resume again from the checkpoint with full state and confirm the trajectory matches (`stab compare`)",
+    ],
+    "spike-persistent": [
+        "reload the last checkpoint before the spike (optimizer moments are now corrupt)",
+        "lower the grad-clip threshold to 0.5 and enable stratified batching, then restart",
+    ],
+    "spike-recoverable": ["find the spike's cause (grad-norm panel, LR panel, batch composition) and fix it; re-run"],
+    "loss-scale-collapsed": [
+        "activations are systematically too large: check init and residual-stream magnitude",
+        "halve the learning rate, or move fp16 -> bf16",
+    ],
+    "loss-scale-static": ["enable a dynamic loss scaler (overflows happen under a constant scale)", "or move fp16 -> bf16"],
+    "fp16-overflow": ["enable a dynamic loss scaler, halve the LR if the scale keeps collapsing, or move fp16 -> bf16"],
+    "lr-increasing": ["fix the schedule: the LR rises after warmup (inverse cosine, or warmup that never ends)"],
+    "weight-norm": ["adjust weight decay 2x (norm grows: too low; collapses: too high) and re-run from the checkpoint"],
+    "grad-norm-rising": [
+        "halve the learning rate and resume from the checkpoint before the divergence",
+        "check the data stream and init drift (the loss landscape is getting harder)",
+    ],
+    "divergence": ["resume from the checkpoint before the divergence began, with a lower LR"],
+    "plateau": ["check the eval metrics: if they have plateaued too, stop training"],
+    "rank-outlier": [
+        "inspect the named rank(s): its data shard, its GPU/node health, and its last checkpoint shard",
+        "exclude or replace the node, then resume from the checkpoint before the onset step",
+    ],
+    "healthy": [],
+    "insufficient-data": ["log more steps (or the full log) so the 100- and 200-step windows can be judged"],
+}
+
+CAUSE_TEXT: dict[str, str] = {
+    "long-tail-token": "pre-clip grad norm far above its trailing mean just before the spike: a long-tail / rare-token batch",
+    "lr-discontinuity": "the learning rate jumped just before the spike: a schedule bug",
+    "duplicate-batch": "the batch at the spike repeats a recent batch id: a data-loader bug",
+    "optimizer-reset": "the spike began right after a restart: optimizer/scheduler/data state was not restored",
+    "lr-increasing": "the learning rate rises after warmup: schedule misconfigured",
+    "weight-norm": "a weight norm changed more than 2x: weight decay too low or too high",
+    "grad-norm-rising": "the grad-norm moving average rises: the landscape is getting harder (data, init drift, LR too high)",
+    "log-of-zero": "fp32 NaN: almost always log(0) in the loss (a probability driven to exactly 0) or 0/0 in the reduction",
+    "activation-overflow": "fp16: an activation exceeded 65504",
+}

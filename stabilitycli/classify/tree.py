@@ -1,0 +1,183 @@
+"""Walk §1 -> §2 -> §3 -> §4 over the rules' facts and name the verdict.
+
+Post-hoc, every section is answered (spec 0b); the verdict is the first code
+of `VERDICT_ORDER` that applies, and the path lists every question with the
+numbers behind its answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
+from .questions import CAUSE_TEXT, REMEDIES, VERDICT_ORDER, VERDICTS
+
+
+def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts: dict[str, Any]) -> Verdict:
+    path: list[PathStep] = []
+    applies: dict[str, tuple[str | None, str]] = {}  # verdict code -> (cause, summary)
+    by_code: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_code.setdefault(finding.code, []).append(finding)
+    skipped_codes = {s.code: s.reason for s in skipped}
+
+    # R) ranks first: an outlier rank explains what the mean shows (spec 5)
+    rank_findings = [f for f in findings if f.code in ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")]
+    if source.ranks:
+        errors = [f for f in rank_findings if f.severity >= Severity.ERROR]
+        path.append(PathStep("R", "yes" if rank_findings else "no",
+                             "; ".join(f.message for f in rank_findings[:3]) or f"{source.ranks} ranks agree"))
+        if errors:
+            ranks = sorted({f.rank for f in errors if f.rank is not None})
+            applies["rank-outlier"] = (None, f"rank {', '.join(map(str, ranks))}: {errors[0].message}")
+
+    # 1) §1 NaN
+    nan = facts.get("nan") or {}
+    if "nan" in by_code:
+        f = by_code["nan"][0]
+        ev = f.evidence
+        path.append(PathStep("Q1.1", "yes", f.message))
+        cause, reading = _nan_reading(source, facts)
+        path.append(PathStep("Q1.2", source.dtype or "unknown", reading))
+        if ev.get("origin"):
+            path.append(PathStep("Q1.3", ev["origin"], f"first non-finite layer at step {ev['first_step']} "
+                                 f"(input {ev['origin_evidence'].get('input_layer') or 'none'} finite)"))
+        applies["nan"] = (cause, f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
+                          + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
+                          + (f"; {CAUSE_TEXT[cause]}" if cause else ""))
+    else:
+        path.append(PathStep("Q1.1", "no" if "nan" not in skipped_codes else "unknown",
+                             skipped_codes.get("nan") or f"0 non-finite of {nan.get('points', 0)} loss points"))
+
+    # 2) §2 spikes
+    spikes = facts.get("spikes", [])
+    blips = facts.get("blips", [])
+    if "spike" in skipped_codes:
+        path.append(PathStep("Q2.1", "insufficient data", skipped_codes["spike"]))
+    elif not spikes:
+        path.append(PathStep("Q2.1", "no", f"no spike ({len(blips)} isolated blip(s) below the materiality bar; "
+                             f"{facts.get('spike_window', '')})"))
+    else:
+        first = spikes[0]
+        path.append(PathStep("Q2.1", "yes", f"{len(spikes)} spike(s); first at step {first.onset_step}: "
+                             f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} (z = {first.z:.1f})"))
+        persistent = [s for s in spikes if not s.recovered]
+        recoverable = [s for s in spikes if s.recovered]
+        lead = persistent[0] if persistent else recoverable[0]
+        path.append(PathStep("Q2.2", "no" if persistent else "yes", _recovery_text(lead)))
+        question = "Q2.4" if persistent else "Q2.3"
+        path.append(PathStep(question, lead.cause or "no evident cause", _cause_text(lead)))
+        for spike in persistent[:1]:
+            applies["spike-persistent"] = (spike.cause, f"loss spike at step {spike.onset_step} "
+                                           f"({spike.mu:.4g} -> {spike.peak:.4g}) did not recover within 50 steps "
+                                           f"(type {spike.spike_type})")
+        for spike in recoverable[:1]:
+            applies["spike-recoverable"] = (spike.cause, f"loss spike at step {spike.onset_step} "
+                                            f"({spike.mu:.4g} -> {spike.peak:.4g}) recovered in {spike.recovery_steps} steps")
+
+    # 3) §3 mixed precision
+    overflow = facts.get("overflow")
+    if "loss-scale" in skipped_codes:
+        path.append(PathStep("Q3.1", "not applicable", skipped_codes["loss-scale"]))
+    elif overflow is not None:
+        path.append(PathStep("Q3.1", "yes" if overflow["overflows"] else "no",
+                             f"{overflow['overflows']} overflow step(s) in {overflow['span_steps']} steps"))
+        scale_text = "no loss-scale series"
+        if overflow.get("has_scale"):
+            scale_text = (f"scale {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
+                          f"final {overflow.get('scale_final', 0):g}, {overflow.get('scale_drops', 0)} drop(s)")
+        answer = "healthy backoff"
+        for code in ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow"):
+            if code in by_code:
+                answer = code
+                applies[code] = ("activation-overflow" if code != "loss-scale-static" else None,
+                                 by_code[code][0].message)
+                break
+        path.append(PathStep("Q3.2", answer, scale_text))
+
+    # 4) §4 silent divergence
+    div = facts.get("divergence")
+    if "divergence" in skipped_codes:
+        path.append(PathStep("Q4.1", "insufficient data", skipped_codes["divergence"]))
+    elif "divergence" in by_code or "plateau" in by_code:
+        f = (by_code.get("divergence") or by_code["plateau"])[0]
+        ev = f.evidence
+        path.append(PathStep("Q4.1", "yes", f"steps {ev['start_step']}-{ev['end_step']}: "
+                             f"{ev['start_level']:.4g} -> {ev['end_level']:.4g}, Mann-Kendall z = {ev['z']}, "
+                             f"strictly monotone: {ev['strictly_monotone']}; never back below the start level"))
+        causes = {c["cause"]: c for c in ev.get("causes", [])}
+        path.append(PathStep("Q4.2", "yes" if "lr-increasing" in causes else "no", _kv(causes.get("lr-increasing"))))
+        path.append(PathStep("Q4.3", "yes" if "weight-norm" in causes else "no", _kv(causes.get("weight-norm"))))
+        path.append(PathStep("Q4.4", "yes" if "grad-norm-rising" in causes else "no",
+                             _kv(causes.get("grad-norm-rising"))))
+        cause = next(iter(causes), None)
+        code = "divergence" if "divergence" in by_code else "plateau"
+        applies[code] = (cause, f.message)
+    else:
+        max_z = div.get("max_z", 0.0) if div else 0.0
+        path.append(PathStep("Q4.1", "no", f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
+                             f"({div.get('window', '') if div else ''}; max Mann-Kendall z = {max_z:.1f})"))
+
+    return _verdict(applies, path, findings, facts)
+
+
+def _verdict(applies, path, findings, facts) -> Verdict:
+    for code in VERDICT_ORDER:
+        if code in applies:
+            cause, summary = applies[code]
+            section, severity, _ = VERDICTS[code]
+            remedy = list(REMEDIES.get(cause or "", [])) if cause else []
+            if code == "nan" and cause is None:
+                remedy = list(REMEDIES["nan-unknown"])
+            remedy += [r for r in REMEDIES.get(code, []) if r not in remedy]
+            return Verdict(code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity))
+    insufficient = facts.get("spike_insufficient") and facts.get("divergence_insufficient", True)
+    if insufficient:
+        seen = [f.message for f in findings if f.severity >= Severity.WARNING]
+        summary = "log too short for the spike and divergence windows" + (
+            f"; it does show: {seen[0]}" if seen else "; nothing abnormal in what it holds")
+        return Verdict("insufficient-data", None, None, _sentence(summary), path,
+                       list(REMEDIES["insufficient-data"]), Severity.INFO)
+    notes = [f for f in findings if f.severity == Severity.WARNING]
+    summary = "no instability found" + (f" ({len(notes)} warning(s) worth a look)" if notes else "")
+    return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO)
+
+
+def _nan_reading(source: SourceInfo, facts: dict) -> tuple[str | None, str]:
+    dtype = source.dtype
+    overflow = (facts.get("overflow") or {}).get("overflows", 0)
+    if dtype == "fp16" or overflow:
+        return "activation-overflow", f"fp16 ({source.dtype_origin}): an activation exceeded 65504 -> see §3"
+    if dtype == "fp32":
+        return "log-of-zero", "fp32: almost always log(0) in the loss or 0/0 in its reduction"
+    if dtype == "bf16":
+        return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed"
+    return None, "dtype unknown (no manifest, run parameter or loss-scale series): pass --dtype to refine"
+
+
+def _recovery_text(spike) -> str:
+    level = f"{spike.mu + 0.5 * spike.sigma:.4g}"
+    if spike.recovered:
+        return f"back to <= {level} at step {spike.recovery_step} ({spike.recovery_steps} steps after onset)"
+    if spike.recovery_step is not None:
+        return f"not within 50 steps; back to <= {level} only at step {spike.recovery_step}"
+    return f"never back to <= {level} (type {spike.spike_type})"
+
+
+def _cause_text(spike) -> str:
+    if not spike.causes:
+        return "grad norm, LR, batch id and restarts show no evident cause"
+    c = spike.causes[0]
+    details = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items() if k != "cause")
+    return f"{CAUSE_TEXT.get(c['cause'], c['cause'])} ({details})"
+
+
+def _kv(item: dict | None) -> str:
+    if not item:
+        return "no"
+    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in item.items() if k != "cause")
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")

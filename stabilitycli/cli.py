@@ -1,0 +1,172 @@
+"""The `stab` command line: parse arguments, call the library, render, exit.
+
+No thresholds and no detection logic here; polars is never imported at module
+level so `stab --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import StabInputError, StabUsageError
+from .exit_codes import ExitCode
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="stab: read an ML training run's metric logs and say what went wrong.\n\n"
+    "Exit status: 0 nothing at/above --fail-on, 1 instability found, 2 bad input or usage.",
+)
+
+
+class OutputFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+class FailOn(str, Enum):
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> typer.Exit:
+    """Print one line to stderr and return the Exit to raise."""
+    typer.echo(f"stab: error: {message}", err=True)
+    return typer.Exit(int(code))
+
+
+def parse_pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in values or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise StabUsageError(f"{flag} expects NAME=VALUE, got {item!r}")
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def split_codes(values: list[str] | None) -> list[str]:
+    return [c.strip() for v in values or [] for c in v.split(",") if c.strip()]
+
+
+MetricOpt = Annotated[Optional[list[str]], typer.Option(
+    "--metric", "-m", help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Override a threshold, e.g. spike_sigma=4 (repeatable; see `stab explain thresholds`).")]
+
+
+@app.command()
+def analyze(
+    path: Annotated[str, typer.Argument(help="Log file, directory or URI (JSONL, ...).")],
+    output: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.terminal,
+    fail_on: Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")] = FailOn.error,
+    metric: MetricOpt = None,
+    step_key: Annotated[Optional[str], typer.Option(help="Log key holding the step.")] = None,
+    rank_key: Annotated[Optional[str], typer.Option(help="Log key holding the rank.")] = None,
+    format_in: Annotated[Optional[str], typer.Option(help="Input format, when detection guesses wrong.")] = None,
+    dtype: Annotated[Optional[str], typer.Option(help="dtype regime: fp32, fp16 or bf16.")] = None,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule/finding codes (comma list).")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule/finding codes (comma list).")] = None,
+    set_values: SetOpt = None,
+    run: Annotated[Optional[str], typer.Option(help="Run id or name inside a store with several runs.")] = None,
+    experiment: Annotated[Optional[str], typer.Option(help="Experiment name or id (MLflow).")] = None,
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking server URI.")] = None,
+    rank_pattern: Annotated[Optional[str], typer.Option(help="Regex with one group: the rank in a file name.")] = None,
+) -> None:
+    """Walk the §1-§4 stability tree over one run and print the verdict."""
+    from .ingest.options import ReadOptions
+
+    try:
+        thresholds = _thresholds(path, set_values)
+        options = ReadOptions(
+            format_in=format_in, metric_overrides=parse_pairs(metric, "--metric"), step_key=step_key,
+            rank_key=rank_key, dtype=dtype, run=run, experiment=experiment, tracking_uri=tracking_uri,
+            rank_pattern=rank_pattern,
+        )
+        from . import pipeline
+
+        result = pipeline.analyze(path, thresholds, options=options, select=split_codes(select),
+                                  ignore=split_codes(ignore))
+    except (StabInputError, StabUsageError) as err:
+        raise fail(str(err)) from None
+    except Exception as err:  # noqa: BLE001 - never a traceback for the user
+        raise _internal(err, path) from None
+    _render(result, output)
+    from .exit_codes import exit_code_for
+    from .model import Severity
+
+    raise typer.Exit(int(exit_code_for(result.worst_severity, Severity.parse(fail_on.value))))
+
+
+def _thresholds(path: str, set_values: list[str] | None):
+    from .config import load_config
+
+    start = Path(path) if "://" not in path and Path(path).exists() else Path.cwd()
+    return load_config(start, parse_pairs(set_values, "--set"))
+
+
+def _render(result, output: OutputFormat) -> None:
+    if output is OutputFormat.json:
+        from .report import json_report
+
+        typer.echo(json_report.render(result))
+        return
+    from rich.console import Console
+
+    from .report import terminal
+
+    terminal.render(result, Console())
+
+
+def _internal(err: Exception, path: str) -> typer.Exit:
+    if os.environ.get("STAB_DEBUG"):
+        raise err
+    return fail(f"{path}: internal error {type(err).__name__}: {err} (set STAB_DEBUG=1 for a traceback)")
+
+
+@app.command()
+def explain(
+    code: Annotated[Optional[str], typer.Argument(help="A rule, finding or verdict code; 'thresholds'; or nothing for the list.")] = None,
+) -> None:
+    """Print the documentation of a rule, finding code or verdict."""
+    from .explain import explain_text
+
+    try:
+        typer.echo(explain_text(code))
+    except StabUsageError as err:
+        raise fail(str(err)) from None
+
+
+def _register_commands() -> None:
+    """Sub-commands that live in `stabilitycli/commands/` (each exposes `command`)."""
+    import importlib
+
+    for name in ("ranks", "compare", "postmortem", "report"):
+        try:
+            module = importlib.import_module(f".commands.{name}", __package__)
+        except ModuleNotFoundError as err:
+            if err.name and err.name.endswith(f"commands.{name}"):
+                continue  # not built yet
+            raise
+        app.command(name)(module.command)
+
+
+_register_commands()
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""§4: silent divergence - a loss that rises for good, and why."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..config import Thresholds
+from ..model import Finding, Severity, Skip
+from .registry import RuleResult, rule
+from .series import SeriesView
+from .trend import bin_medians, mann_kendall_windows, suffix_min_after, window_means
+from .windows import median_interval
+
+
+@rule(
+    "divergence",
+    "4",
+    "loss rising for good over 200-step windows (Mann-Kendall), with its cause",
+    emits=("divergence", "plateau", "loss-rise", "grad-norm-rising"),
+)
+def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """A loss that keeps rising and never comes back, and which §4 cause fits.
+
+    What it detects: every 200-step window of the run is tested for a rising
+    trend with the Mann-Kendall statistic on bin medians (tolerant of
+    heavy-tailed noise; the literal strictly-monotone check is reported
+    beside it) (Q4.1). A significant rise counts as divergence only when the
+    loss after the window never returns to the window's starting level; a rise
+    the run later undoes is `loss-rise` (info). For the first diverging
+    window it asks Q4.2 (LR rising outside warmup -> `lr-increasing`), Q4.3
+    (a weight norm changing more than 2x -> `weight-norm`) and Q4.4 (grad-norm
+    moving average rising -> `grad-norm-rising`). A rise below 5% of the
+    starting level with none of those causes is the seed's plateau.
+
+    Why it matters: silent divergence raises no NaN and no overflow; the loss
+    just stops coming back. Caught early it costs a checkpoint reload and an LR
+    or schedule fix; caught late it costs the run.
+    """
+    result = RuleResult()
+    if not view.has("loss"):
+        result.skipped.append(Skip("divergence", "no loss series in the log"))
+        return result
+    steps, loss = view.points("loss")
+    ok = np.isfinite(loss)
+    steps, loss = steps[ok], loss[ok]
+    window_points, description, shortened = _window_points(steps, thresholds)
+    if window_points is None:
+        result.skipped.append(Skip("divergence", description))
+        result.facts["divergence_insufficient"] = True
+        return result
+    bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
+    binned = bin_medians(steps, loss, bin_points)
+    m = max(3, int(round(window_points / bin_points)))
+    if binned.values.size < m:
+        result.skipped.append(Skip("divergence", f"insufficient data: {binned.values.size} bins < {m}"))
+        result.facts["divergence_insufficient"] = True
+        return result
+    z = mann_kendall_windows(binned.values, m)
+    part = max(1, m // 4)
+    first_mean, last_mean = window_means(binned.values, m, part)
+    after_min = suffix_min_after(binned.values, m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_rise = (last_mean - first_mean) / np.abs(first_mean)
+    rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
+    never_back = after_min > first_mean
+    facts = {"window": description, "windows": int(z.size), "max_z": float(z.max()) if z.size else 0.0,
+             "shortened": shortened}
+    result.facts["divergence"] = facts
+
+    undone = np.flatnonzero(rising & ~never_back)
+    if undone.size:
+        worst = int(undone[np.argmax(z[undone])])
+        result.findings.append(Finding(
+            "loss-rise", Severity.INFO,
+            f"{undone.size} window(s) where the loss rose and the run later undid it "
+            f"(largest: z = {z[worst]:.1f} from step {binned.steps[worst]}, "
+            f"+{last_mean[worst] - first_mean[worst]:.3g}): not divergence",
+            step=int(binned.steps[worst]), end_step=int(binned.end_steps[worst + m - 1]), metric="loss",
+            evidence={"windows": int(undone.size), "z": round(float(z[worst]), 2),
+                      "rise": float(last_mean[worst] - first_mean[worst])},
+        ))
+    candidates = np.flatnonzero(rising & never_back)
+    if not candidates.size:
+        return result
+    j = int(candidates[0])
+    start_step, end_step = int(binned.steps[j]), int(binned.end_steps[j + m - 1])
+    causes = _causes(view, start_step, end_step, thresholds, result)
+    rise = float(rel_rise[j])
+    in_window = (steps >= start_step) & (steps <= end_step)
+    strictly = bool(np.all(np.diff(loss[in_window]) > 0))
+    evidence = {
+        "start_step": start_step, "end_step": end_step, "z": round(float(z[j]), 2),
+        "start_level": float(first_mean[j]), "end_level": float(last_mean[j]),
+        "relative_rise": round(rise, 4), "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
+        "final_loss": float(loss[-1]), "strictly_monotone": strictly, "window": description,
+        "bin_points": bin_points, "causes": causes, "window_shortened": shortened,
+    }
+    facts.update(evidence)
+    cause = causes[0]["cause"] if causes else None
+    if rise < thresholds.divergence_min_rise_frac and cause is None:
+        result.findings.append(Finding(
+            "plateau", Severity.WARNING,
+            f"loss drifted up {rise:.1%} from step {start_step} (z = {z[j]:.1f}) and never came back, "
+            "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
+            step=start_step, end_step=end_step, metric="loss", evidence=evidence,
+        ))
+        return result
+    note = f" ({description})" if shortened else ""
+    result.findings.append(Finding(
+        "divergence", Severity.ERROR,
+        f"silent divergence from step {start_step}: loss {first_mean[j]:.4g} -> {last_mean[j]:.4g} "
+        f"by step {end_step} (Mann-Kendall z = {z[j]:.1f}), never back below {first_mean[j]:.4g}"
+        + (f"; cause: {cause}" if cause else "") + note,
+        step=start_step, end_step=int(steps[-1]), metric="loss", evidence=evidence,
+    ))
+    return result
+
+
+def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | None, str, bool]:
+    """Points per trend window, its description, and whether the log forced it shorter."""
+    n = steps.size
+    interval = median_interval(steps)
+    window = thresholds.divergence_window_steps
+    per_window = window / interval if interval and interval > 0 else 0
+    if per_window >= thresholds.min_points_per_window:
+        points, text = int(round(per_window)), f"{window}-step windows ({int(round(per_window))} points)"
+    else:
+        points = thresholds.widened_window_points
+        text = (f"window widened to {points} points = {points * interval:,.0f} steps: "
+                f"one point per {interval:,.0f} steps")
+    if n >= points:
+        return points, text, False
+    if n >= thresholds.widened_window_points:
+        shorter = max(thresholds.widened_window_points, n // 2)
+        span = int(steps[-1] - steps[0])
+        return shorter, (f"log too short for a {window}-step window ({n} points over {span} steps): "
+                         f"trend tested over {shorter}-point windows instead"), True
+    return None, (f"insufficient data: {n} finite loss points; a trend window needs "
+                  f"{min(points, thresholds.widened_window_points)}"), False
+
+
+def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds, result: RuleResult) -> list[dict]:
+    """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the seed's order."""
+    causes: list[dict] = []
+    first_step = int(view.steps[0])
+    span = int(view.steps[-1]) - first_step
+    if view.has("lr"):
+        s, lr = view.points("lr")
+        inside = (s >= start) & (s <= end) & np.isfinite(lr)
+        if inside.sum() >= 2:
+            lr_start, lr_end = float(lr[inside][0]), float(lr[inside][-1])
+            past_warmup = start >= first_step + thresholds.warmup_frac * span
+            if past_warmup and lr_end > lr_start * (1 + thresholds.lr_rise_frac):
+                causes.append({"cause": "lr-increasing", "lr_start": lr_start, "lr_end": lr_end})
+    for name in view.param_norm_columns():
+        s, norm = view.points(name)
+        inside = (s >= start) & (s <= end) & np.isfinite(norm) & (norm > 0)
+        if inside.sum() >= 2:
+            low, high = float(norm[inside].min()), float(norm[inside].max())
+            if high / low > thresholds.weight_norm_ratio:
+                causes.append({"cause": "weight-norm", "series": name, "min": low, "max": high,
+                               "direction": "grows" if norm[inside][-1] > norm[inside][0] else "collapses"})
+                break
+    if view.has("grad_norm"):
+        s, grad = view.points("grad_norm")
+        inside = (s >= start) & (s <= end) & np.isfinite(grad)
+        values = grad[inside]
+        if values.size >= 4:
+            quarter = max(1, values.size // 4)
+            early, late = float(np.mean(values[:quarter])), float(np.mean(values[-quarter:]))
+            if early > 0 and late > early * (1 + thresholds.grad_norm_rise_frac):
+                causes.append({"cause": "grad-norm-rising", "grad_norm_start": early, "grad_norm_end": late})
+                result.findings.append(Finding(
+                    "grad-norm-rising", Severity.WARNING,
+                    f"grad-norm moving average rose {early:.3g} -> {late:.3g} over steps {start}-{end}",
+                    step=start, end_step=end, metric="grad_norm",
+                    evidence={"start": early, "end": late},
+                ))
+    return causes

@@ -1,0 +1,145 @@
+"""§3: fp16 overflows and the loss-scale history."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import Thresholds
+from ..model import Finding, Severity, Skip
+from .registry import RuleResult, rule
+from .series import SeriesView
+
+
+def overflow_per_step(view: SeriesView) -> np.ndarray:
+    """How many overflows each logged row stands for (0 where none).
+
+    Evidence, any of: an overflow message (DeepSpeed `OVERFLOW!`), a skipped
+    iteration counter (Megatron counts per log interval), a non-finite grad
+    norm, or a loss scale lower than at the previous logged point.
+    """
+    n = view.steps.size
+    counts = np.zeros(n)
+    for name in ("overflow", "skipped_steps"):
+        if view.has(name):
+            counts = np.maximum(counts, np.nan_to_num(view.columns[name], nan=0.0, posinf=1.0))
+    if view.has("grad_norm"):
+        grad = view.columns["grad_norm"]
+        counts = np.maximum(counts, (view.logged["grad_norm"] & ~np.isfinite(grad)).astype(float))
+    if view.has("loss_scale"):
+        scale_steps, scale = view.points("loss_scale")
+        drops = np.zeros(scale.size, dtype=bool)
+        drops[1:] = scale[1:] < scale[:-1]
+        idx = np.searchsorted(view.steps, scale_steps)
+        counts[idx] = np.maximum(counts[idx], drops.astype(float))
+    return counts
+
+
+@rule(
+    "loss-scale",
+    "3",
+    "fp16 overflows and the dynamic loss scale's history",
+    emits=("fp16-overflow", "loss-scale-halving", "loss-scale-static", "loss-scale-collapsed"),
+)
+def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """fp16 overflow steps and what the loss scaler did about them.
+
+    What it detects: steps where the gradients overflowed (a non-finite grad
+    norm, a skipped-step counter, an `OVERFLOW!` message, or a loss-scale
+    drop; Q3.1), and the loss-scale history (Q3.2): an overflow followed by a
+    halving is the scaler working (info, however often); a scale that stays
+    constant while overflows happen means dynamic scaling is off
+    (`loss-scale-static`); a scale below 1 has collapsed
+    (`loss-scale-collapsed`); overflows with no scaler evidence on more than
+    1% of steps, or overflows at a loss spike, are `fp16-overflow`.
+
+    Why it matters: fp16 tops out at 65504. A working dynamic scaler skips
+    the overflowing step and halves its scale, and training goes on; a static
+    or collapsing scale means activations are systematically too large and
+    updates are being lost or poisoned (Q3.4: dynamic scaler, halve the LR,
+    or move to bf16).
+    """
+    result = RuleResult()
+    has_scale = view.has("loss_scale")
+    has_messages = view.has("overflow")
+    regime = view.dtype
+    if regime == "fp32" and not has_scale and not has_messages:
+        result.skipped.append(Skip("loss-scale", "fp32 run: mixed-precision checks do not apply"))
+        return result
+    counts = overflow_per_step(view)
+    overflow_rows = np.flatnonzero(counts > 0)
+    total = float(counts.sum())
+    span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
+    facts = {"overflows": int(total), "overflow_steps": view.steps[overflow_rows][:50].tolist(),
+             "span_steps": span_steps, "has_scale": has_scale, "has_messages": has_messages}
+    result.facts["overflow"] = facts
+    if regime not in ("fp16", "bf16") and not has_scale and not has_messages:
+        if total == 0:
+            result.skipped.append(Skip("loss-scale", "dtype unknown and no loss-scale or overflow series"))
+            return result
+    if has_scale:
+        _scale_history(view, thresholds, facts, result)
+    rate = total / span_steps if span_steps else 0.0
+    facts["rate"] = rate
+    spikes = context.get("spikes", [])
+    at_spike = [
+        s for s in spikes
+        if np.any((view.steps[overflow_rows] >= s.onset_step - thresholds.cause_lead_steps)
+                  & (view.steps[overflow_rows] <= s.end_step))
+    ]
+    unabsorbed = not has_scale and not has_messages and rate > thresholds.overflow_rate_unabsorbed
+    if total and (unabsorbed or at_spike):
+        why = (
+            f"{int(total)} overflow(s) on {rate:.1%} of {span_steps} steps with no loss-scale series or messages"
+            if unabsorbed else
+            f"overflow at the loss spike of step {at_spike[0].onset_step}"
+        )
+        first = int(view.steps[overflow_rows[0]])
+        result.findings.append(Finding(
+            "fp16-overflow", Severity.ERROR, f"fp16 overflow not absorbed by the scaler: {why}",
+            step=first, metric="grad_norm",
+            evidence={"overflows": int(total), "rate": round(rate, 5), "first_step": first,
+                      "spike_step": at_spike[0].onset_step if at_spike else None},
+        ))
+    return result
+
+
+def _scale_history(view: SeriesView, thresholds: Thresholds, facts: dict, result: RuleResult) -> None:
+    steps, scale = view.points("loss_scale")
+    ok = np.isfinite(scale)
+    steps, scale = steps[ok], scale[ok]
+    if not scale.size:
+        return
+    drops = np.flatnonzero(scale[1:] < scale[:-1]) + 1
+    rises = np.flatnonzero(scale[1:] > scale[:-1]) + 1
+    facts.update({"scale_min": float(scale.min()), "scale_max": float(scale.max()),
+                  "scale_final": float(scale[-1]), "scale_drops": int(drops.size)})
+    total = facts["overflows"]
+    if scale.min() < thresholds.min_loss_scale:
+        at = int(np.argmax(scale < thresholds.min_loss_scale))
+        result.findings.append(Finding(
+            "loss-scale-collapsed", Severity.ERROR,
+            f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
+            f"(from {scale.max():g} down to {scale.min():g}): overflow on nearly every step",
+            step=int(steps[at]), metric="loss_scale",
+            evidence={"scale_min": float(scale.min()), "scale_max": float(scale.max()),
+                      "first_step_below": int(steps[at]), "overflows": total},
+        ))
+    elif np.all(scale == scale[0]) and total >= thresholds.static_scale_min_overflows:
+        result.findings.append(Finding(
+            "loss-scale-static", Severity.ERROR,
+            f"loss scale constant at {scale[0]:g} while {total} overflow(s) happened: dynamic loss scaling is not active",
+            step=int(facts["overflow_steps"][0]) if facts["overflow_steps"] else None, metric="loss_scale",
+            evidence={"scale": float(scale[0]), "overflows": total},
+        ))
+    if drops.size:
+        chain = " -> ".join(f"{v:g}" for v in scale[np.concatenate(([drops[0] - 1], drops))][:6])
+        result.findings.append(Finding(
+            "loss-scale-halving", Severity.INFO,
+            f"the loss scaler backed off {drops.size} time(s) ({chain}{' ...' if drops.size > 5 else ''}); "
+            f"final scale {scale[-1]:g}, minimum {scale.min():g}, regrew {rises.size} time(s): "
+            "overflow followed by a halving is the scaler doing its job",
+            step=int(steps[drops[0]]), end_step=int(steps[drops[-1]]), metric="loss_scale",
+            evidence={"drops": int(drops.size), "rises": int(rises.size), "first_drop_step": int(steps[drops[0]]),
+                      "scale_min": float(scale.min()), "scale_final": float(scale[-1]),
+                      "drop_steps": steps[drops][:20].tolist()},
+        ))

@@ -1,0 +1,167 @@
+"""§1: is the loss NaN or Inf, when did it start, and where in the network."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..config import Thresholds
+from ..model import Finding, Severity, Skip
+from .registry import RuleResult, rule
+from .series import SeriesView
+
+# Forward order of a transformer's layers (spec Q1.3); a layer name is placed by
+# the first of these words it contains, then by its block index.
+_FORWARD_STAGES: tuple[tuple[str, ...], ...] = (
+    ("embed", "wte", "wpe", "tok_emb"),
+    ("attn", "attention", "self_attn", "q_proj", "k_proj", "v_proj", "o_proj"),
+    ("mlp", "ffn", "feed_forward", "fc", "up_proj", "down_proj", "gate_proj"),
+    ("ln_f", "final_norm", "norm_f", "final_layernorm"),
+    ("lm_head", "logits", "output"),
+    ("log_softmax", "logsoftmax"),
+    ("softmax",),
+    ("loss",),
+)
+_BLOCK_INDEX = re.compile(r"(?:^|[._/-])(?:h|layers?|blocks?|block)[._/-]?(\d+)", re.I)
+
+
+def forward_order_key(layer: str) -> tuple[int, int, int]:
+    """Sort key: (before/within/after the blocks, block index, stage within block)."""
+    name = layer.lower()
+    stage = next((i for i, words in enumerate(_FORWARD_STAGES) if any(w in name for w in words)), 3)
+    if "log_softmax" in name or "logsoftmax" in name:
+        stage = 5
+    block = _BLOCK_INDEX.search(name)
+    if stage == 0:
+        return (0, 0, 0)
+    if block is not None:
+        return (1, int(block.group(1)), stage)
+    if stage in (1, 2):
+        return (1, 0, stage)
+    return (2, 0, stage)
+
+
+def _nonfinite_summary(values: np.ndarray) -> dict[str, int]:
+    return {
+        "nan": int(np.isnan(values).sum()),
+        "pos_inf": int(np.isposinf(values).sum()),
+        "neg_inf": int(np.isneginf(values).sum()),
+    }
+
+
+@rule("nan", "1", "loss is NaN or Inf (or a logger hid it)", emits=("nan",))
+def detect_nan(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """Non-finite loss: the first step, how many follow, and the layer it started in.
+
+    What it detects: any logged step whose loss is NaN, +Inf or -Inf (Q1.1);
+    and a NaN the logger hid - the Hugging Face Trainer averages NaN losses
+    away, Megatron drops a non-finite `lm loss` field - when the grad norm
+    (outside fp16, where an infinite grad norm is a routine overflow) or a
+    NaN-iteration counter shows it. With per-layer series (`act_norm/<layer>`,
+    `grad_norm/<layer>`) it walks the layers in forward order at the first
+    non-finite step and names the first one that is non-finite while the one
+    before it is finite (Q1.3).
+
+    Why it matters: a NaN loss ends useful training; every update after it is
+    garbage. The first step and the origin layer are what the fix depends on
+    (log_softmax vs log(softmax), clip-by-value, loss scaling; Q1.4).
+    """
+    result = RuleResult()
+    if not view.has("loss"):
+        result.skipped.append(Skip("nan", "no loss series in the log"))
+        return result
+    steps, loss = view.points("loss")
+    bad = ~np.isfinite(loss)
+    evidence_series = "loss"
+    hidden_by = None
+    if not bad.any():
+        steps, bad, hidden_by = _hidden_nan(view)
+        if hidden_by is None:
+            result.facts["nan"] = {"count": 0, "points": int(loss.size)}
+            return result
+        evidence_series = hidden_by
+    first = int(np.argmax(bad))
+    first_step = int(steps[first])
+    count = int(bad.sum())
+    values = loss[bad] if hidden_by is None else np.array([np.nan])
+    origin = _origin_layer(view, first_step)
+    evidence = {
+        "first_step": first_step,
+        "count": count,
+        "following": count - 1,
+        "points": int(steps.size),
+        "series": evidence_series,
+        **_nonfinite_summary(values),
+        "last_finite_loss": _last_finite_before(view, first_step),
+        "dtype": view.dtype,
+    }
+    if origin is not None:
+        evidence["origin"] = origin["layer"]
+        evidence["origin_evidence"] = origin
+    where = f" (hidden in the loss; seen in {hidden_by})" if hidden_by else ""
+    message = (
+        f"loss non-finite from step {first_step}{where}: {count} of {steps.size} points"
+        + (f"; first non-finite layer: {origin['layer']}" if origin else "")
+    )
+    result.findings.append(
+        Finding("nan", Severity.ERROR, message, step=first_step, end_step=int(steps[bad][-1]),
+                metric="loss", evidence=evidence)
+    )
+    result.facts["nan"] = evidence
+    return result
+
+
+def _hidden_nan(view: SeriesView) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """A NaN the loss series does not show but another series does."""
+    fp16 = view.dtype == "fp16" or view.has("loss_scale")
+    if view.has("nan_steps"):
+        steps, counts = view.points("nan_steps")
+        hit = np.nan_to_num(counts, nan=1.0) > 0
+        if hit.any():
+            return steps, hit, "nan_steps (NaN-iteration counter)"
+    if view.has("grad_norm") and not fp16:
+        steps, grad = view.points("grad_norm")
+        hit = ~np.isfinite(grad)
+        if hit.any():
+            return steps, hit, "grad_norm"
+    if view.has("skipped_steps") and not fp16:
+        steps, counts = view.points("skipped_steps")
+        hit = np.nan_to_num(counts, nan=0.0) > 0
+        if hit.any():
+            return steps, hit, "skipped_steps (skipped-step counter outside fp16)"
+    return view.steps, np.zeros(view.steps.size, dtype=bool), None
+
+
+def _last_finite_before(view: SeriesView, step: int) -> float | None:
+    steps, loss = view.points("loss")
+    ok = np.isfinite(loss) & (steps < step)
+    return float(loss[ok][-1]) if ok.any() else None
+
+
+def _origin_layer(view: SeriesView, nan_step: int) -> dict | None:
+    layers = view.layer_columns()
+    if not layers:
+        return None
+    # the earliest step at which any layer (or the loss) goes non-finite
+    first_step = nan_step
+    for name in layers:
+        steps, values = view.points(name)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            first_step = min(first_step, int(steps[np.argmax(bad)]))
+    ordered = sorted(layers, key=lambda n: (n.startswith("grad_norm/"), forward_order_key(n.split("/", 1)[1])))
+    previous = None
+    for name in ordered:
+        steps, values = view.points(name)
+        at = np.searchsorted(steps, first_step)
+        if at < steps.size and steps[at] == first_step and not np.isfinite(values[at]):
+            return {
+                "layer": name.split("/", 1)[1],
+                "series": name,
+                "step": first_step,
+                "input_layer": previous.split("/", 1)[1] if previous else None,
+                "order": [n.split("/", 1)[1] for n in ordered if n.startswith(name.split("/")[0])],
+            }
+        previous = name
+    return None

@@ -1,0 +1,175 @@
+"""Per-step cohort statistics over the long per-rank frame, and deviation runs.
+
+The machinery behind `ranks.find_rank_outliers`, kept apart so the public
+module reads as the rule. Everything is a polars expression over the whole
+long frame (rank, step, value): two group-bys by step, two joins back, one
+division. No Python loop touches a rank or a step, so the cost is linear in
+rows. Only rows that deviate (few, in a healthy run) are ever looked at
+individually, and then still as frames.
+
+Robust z of rank r at step t:
+
+    z = (x[r,t] - median_t) / sigma_t
+    sigma_t = max(1.4826 * MAD_t,                   the cohort's spread at t
+                  rolling median of that over ~51 steps,  so one tight step is not a hair trigger
+                  rank_rel_floor * |median_t|,       identical all-reduced values: MAD = 0
+                  rank_rel_floor * typical |median|) a metric sitting at 0
+
+A cohort needs 3 finite values for a median to outvote one bad rank; steps
+with fewer are not judged by z (2-rank runs go through `rank_pair`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its sigma
+MIN_COHORT = 3  # fewer finite values at a step and the median cannot outvote a bad rank
+POOL_WINDOW = 51  # cohort steps in the rolling median of the per-step spread
+# a rank stride is only used to align steps when ranks mostly log at different steps
+MISALIGNED_FRACTION = 0.5
+
+
+@dataclass
+class Cohort:
+    """A metric's rows with their cohort statistics.
+
+    `rows`: rank, step, t (the step the cohort is taken at), x, med, sigma, n,
+    n_fin, hi, z, i (row index in (rank, step) order). `steps`: one row per t
+    with med, mad, sigma, n, n_fin, hi.
+    """
+
+    rows: pl.DataFrame
+    steps: pl.DataFrame
+    column: str
+    stride: int | None  # steps were bucketed by this stride to align ranks
+
+
+def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.DataFrame:
+    """rank, step, x for the rows where `column` was logged, sorted by (rank, step)."""
+    x = pl.col(column).cast(pl.Float64)
+    if invert:  # a time per step becomes a rate, so "low" means "slow" for both
+        x = 1.0 / x
+    return (
+        frame.lazy()
+        .filter(pl.col(column).is_not_null())
+        .select(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x"))
+        .sort(["rank", "step"])
+        .collect()
+    )
+
+
+def _stride(rows: pl.DataFrame) -> int | None:
+    """The typical step interval at which one rank logs (median positive difference)."""
+    same_rank = pl.col("rank") == pl.col("rank").shift(1)
+    diffs = rows.select(
+        pl.when(same_rank).then(pl.col("step") - pl.col("step").shift(1)).alias("d")
+    ).filter(pl.col("d") > 0)
+    if diffs.height == 0:
+        return None
+    return int(diffs["d"].median())
+
+
+def _alignment(rows: pl.DataFrame, notes: list[str]) -> tuple[pl.Expr, int | None]:
+    """The cohort key: the step itself, or a stride bucket when ranks log at offset steps."""
+    n_ranks = rows["rank"].n_unique()
+    if n_ranks < 2:
+        return pl.col("step"), None
+    typical = rows.group_by("step").len()["len"].median()
+    if typical is None or typical >= MISALIGNED_FRACTION * n_ranks:
+        return pl.col("step"), None
+    stride = _stride(rows)
+    if stride is None or stride <= 1:
+        notes.append(
+            f"ranks log at different steps (typically {typical:.0f} of {n_ranks} per step) "
+            "and no common stride aligns them: steps with fewer than 3 ranks are not judged"
+        )
+        return pl.col("step"), None
+    notes.append(
+        f"ranks log at different steps (typically {typical:.0f} of {n_ranks} per step): "
+        f"compared within buckets of {stride} steps"
+    )
+    return (pl.col("step") // stride) * stride, stride
+
+
+def build_cohort(
+    frame: pl.DataFrame, column: str, rel_floor: float, notes: list[str], *, invert: bool = False
+) -> Cohort:
+    """Median, MAD, sigma and each row's robust z, per cohort step (module doc)."""
+    rows = long_rows(frame, column, invert=invert)
+    key, stride = _alignment(rows, notes)
+    rows = rows.with_columns(key.alias("t")).with_row_index("i")
+    fin = pl.col("x").is_finite()
+    # n counts ranks, not rows: a bucket may hold two rows of one rank
+    count = pl.col("rank").n_unique() if stride else pl.len()
+    steps = rows.group_by("t").agg(
+        pl.col("x").filter(fin).median().alias("med"),
+        pl.col("x").filter(fin).max().alias("hi"),
+        count.cast(pl.Int64).alias("n"),
+        fin.sum().cast(pl.Int64).alias("n_fin"),
+    )
+    rows = rows.join(steps.select("t", "med"), on="t", how="left", maintain_order="left")
+    mad = rows.group_by("t").agg((pl.col("x") - pl.col("med")).abs().filter(fin).median().alias("mad"))
+    steps = steps.join(mad, on="t", how="left").sort("t")
+    typical = steps["med"].abs().median()
+    abs_floor = rel_floor * (float(typical) if typical else 1.0)
+    abs_floor = abs_floor if abs_floor > 0 else 1e-12
+    raw_sigma = pl.col("mad") * MAD_TO_SIGMA
+    steps = steps.with_columns(
+        pl.max_horizontal(
+            raw_sigma,
+            raw_sigma.rolling_median(POOL_WINDOW, center=True, min_samples=1),
+            pl.col("med").abs() * rel_floor,
+            pl.lit(abs_floor),
+        ).alias("sigma")
+    )
+    rows = rows.join(
+        steps.select("t", "sigma", "n", "n_fin", "hi"), on="t", how="left", maintain_order="left"
+    ).with_columns(((pl.col("x") - pl.col("med")) / pl.col("sigma")).alias("z"))
+    return Cohort(rows=rows, steps=steps, column=column, stride=stride)
+
+
+def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int) -> pl.DataFrame:
+    """Runs of consecutive logged rows of one rank where `flag` holds, at least `min_len` long.
+
+    `flagged` holds only candidate rows (with their row index `i`), so this
+    costs nothing on a healthy run: two rows are consecutive for the rank when
+    their indexes are, since the full frame is in (rank, step) order.
+    """
+    part = flagged.filter(pl.col(flag))
+    if part.height == 0:
+        return part.select("rank").clear().with_columns(
+            pl.lit(0, pl.Int64).alias("start"), pl.lit(0, pl.Int64).alias("length")
+        )
+    breaks = (pl.col("i") != pl.col("i").shift(1) + 1) | (pl.col("rank") != pl.col("rank").shift(1))
+    runs = (
+        part.with_columns(breaks.fill_null(True).cum_sum().alias("run"))
+        .group_by("run")
+        .agg(pl.col("rank").first(), pl.col("step").min().alias("start"), pl.len().alias("length"))
+        .filter(pl.col("length") >= min_len)
+    )
+    return runs.group_by("rank").agg(pl.col("start").min(), pl.col("length").max()).sort("rank")
+
+
+def next_steps(rows: pl.DataFrame, last_i: np.ndarray, ranks: np.ndarray) -> list[int | None]:
+    """The step of the row after each `last_i` when it belongs to the same rank, else None."""
+    out: list[int | None] = []
+    height = rows.height
+    if len(last_i) == 0:
+        return out
+    nxt = np.minimum(last_i + 1, height - 1)
+    steps = rows["step"].gather(nxt).to_numpy()
+    owner = rows["rank"].gather(nxt).to_numpy()
+    for i, step, rank, want in zip(last_i, steps, owner, ranks):
+        out.append(int(step) if i + 1 < height and rank == want else None)
+    return out
+
+
+def cohort_steps_after(steps: np.ndarray, after: np.ndarray, upto: float) -> np.ndarray:
+    """How many cohort steps fall in (after, upto] for each value of `after` (sorted `steps`)."""
+    hi = np.searchsorted(steps, upto, side="right")
+    lo = np.searchsorted(steps, after, side="right")
+    return np.maximum(hi - lo, 0)

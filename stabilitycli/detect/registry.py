@@ -1,0 +1,88 @@
+"""The rule registry: every rule's code, section, the finding codes it emits,
+and its documentation, in one table that `stab explain` and `--select/--ignore`
+read, so the docs cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..model import Finding, Skip
+
+
+@dataclass
+class RuleResult:
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    # structured facts for the classifier (spike events, overflow counts...)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    section: str
+    summary: str
+    emits: tuple[str, ...]
+    run: Callable[..., RuleResult]
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.run.__doc__ or "")
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(code: str, section: str, summary: str, emits: tuple[str, ...] = ()):
+    """Register a rule function `(view, thresholds, context) -> RuleResult`."""
+
+    def register(func: Callable[..., RuleResult]) -> Callable[..., RuleResult]:
+        if code in RULES:
+            raise ValueError(f"rule code {code!r} registered twice")
+        doc = func.__doc__ or ""
+        for heading in ("What it detects", "Why it matters"):
+            if heading not in doc:
+                raise ValueError(f"rule {code!r}: docstring lacks a '{heading}' section")
+        RULES[code] = Rule(code, section, summary, emits or (code,), func)
+        return func
+
+    return register
+
+
+def load_rules() -> dict[str, Rule]:
+    """Import every rule module (registration happens at import)."""
+    from . import divergence, mixed_precision, nan, restarts, schedule, spike, throughput  # noqa: F401
+
+    return RULES
+
+
+def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[list[Rule], set[str]]:
+    """Rules to run, and finding codes to drop.
+
+    A code names either a rule or a finding code a rule emits, or a section
+    (`S2` / `2`); unknown codes are refused.
+    """
+    rules = load_rules()
+    finding_codes = {c for r in rules.values() for c in r.emits}
+
+    def matches(code: str, r: Rule) -> bool:
+        code = code.strip()
+        section = code.upper().removeprefix("S").removeprefix("§")
+        return code == r.code or code in r.emits or section == r.section
+
+    for code in [*(select or []), *(ignore or [])]:
+        if not any(matches(code, r) for r in rules.values()):
+            from ..errors import StabUsageError
+
+            raise StabUsageError(f"unknown rule or finding code {code!r} (see `stab explain`)")
+    chosen = [r for r in rules.values() if not select or any(matches(c, r) for c in select)]
+    dropped: set[str] = set()
+    for code in ignore or []:
+        if code in finding_codes and code not in rules:
+            dropped.add(code)
+        else:
+            chosen = [r for r in chosen if not matches(code, r)]
+    return chosen, dropped

@@ -1,0 +1,32 @@
+"""Restarts: every resume from a checkpoint, shown on every report (spec 0)."""
+
+from __future__ import annotations
+
+from ..config import Thresholds
+from ..model import Finding, Severity
+from .registry import RuleResult, rule
+from .series import SeriesView
+
+
+@rule("restart", "0", "the run was resumed from a checkpoint (step went backwards)", emits=("restart",))
+def detect_restarts(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """Every resume from a checkpoint, as an event.
+
+    What it detects: places where the logged step goes backwards in the
+    order the log was written. The resumed trajectory replaces the abandoned
+    one for the steps it rewrites; the abandoned rows are kept aside.
+
+    Why it matters: a spike within 10 steps after a restart points at state
+    the checkpoint did not restore (optimizer moments, scheduler, data
+    cursor), not at the data (seeds 000 and 003: the optimizer-reset pattern).
+    """
+    result = RuleResult()
+    for restart in view.restarts:
+        result.findings.append(Finding(
+            "restart", Severity.INFO,
+            f"resumed from step {restart.resumed_from_step} after the log had reached step "
+            f"{restart.last_step_before} (row {restart.at_row})",
+            step=restart.resumed_from_step, rank=restart.rank,
+            evidence=restart.to_dict(),
+        ))
+    return result

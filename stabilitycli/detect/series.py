@@ -1,0 +1,62 @@
+"""The single-series view the §1–§4 rules read: numpy columns over logged steps.
+
+Per-rank logs are reduced to the per-step mean over ranks first (what an
+all-reduced logger would have written); a NaN on any rank makes that step's
+mean NaN, as it would in training. Rules never see which format the data came
+from, only this view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from ..frame import RunData
+from ..model import Restart, SourceInfo
+
+
+@dataclass
+class SeriesView:
+    steps: np.ndarray  # int64, sorted, unique
+    columns: dict[str, np.ndarray]  # float64 per metric; NaN where not logged
+    logged: dict[str, np.ndarray]  # bool per metric: was it logged at this step
+    source: SourceInfo
+    restarts: list[Restart] = field(default_factory=list)
+
+    def has(self, metric: str) -> bool:
+        return metric in self.columns and bool(self.logged[metric].any())
+
+    def points(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) at the steps where `metric` was logged; values keep NaN/Inf."""
+        mask = self.logged[metric]
+        return self.steps[mask], self.columns[metric][mask]
+
+    @property
+    def dtype(self) -> str | None:
+        return self.source.dtype
+
+    def layer_columns(self) -> list[str]:
+        return [c for c in self.columns if c.startswith(("act_norm/", "grad_norm/"))]
+
+    def param_norm_columns(self) -> list[str]:
+        return [c for c in self.columns if c == "param_norm" or c.startswith("param_norm/")]
+
+
+def build_view(run: RunData) -> SeriesView:
+    frame = run.frame
+    metrics = run.metric_columns
+    if "rank" in frame.columns:
+        # the mean over ranks per step; `mean` would skip nulls (a rank not
+        # reporting) but keeps NaN, which is what training would have seen
+        frame = frame.group_by("step").agg([pl.col(c).mean() for c in metrics]).sort("step")
+    steps = frame["step"].to_numpy().astype(np.int64)
+    columns: dict[str, np.ndarray] = {}
+    logged: dict[str, np.ndarray] = {}
+    for name in metrics:
+        series = frame[name]
+        logged[name] = series.is_not_null().to_numpy()
+        columns[name] = series.fill_null(np.nan).to_numpy().astype(np.float64)
+    restarts = [r for r in run.source.restarts]
+    return SeriesView(steps=steps, columns=columns, logged=logged, source=run.source, restarts=restarts)

@@ -1,0 +1,305 @@
+"""§2: loss spikes - onset, frozen baseline, recovery, type and cause."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..config import Thresholds
+from ..model import Finding, Severity, Skip
+from .registry import RuleResult, rule
+from .series import SeriesView
+from .windows import median_interval, trailing_stats
+
+_SCAN_CHUNK_POINTS = 256  # extent/recovery scans look ahead in chunks, never over the whole tail
+
+
+@dataclass
+class SpikeEvent:
+    onset_step: int
+    end_step: int
+    peak_step: int
+    points: int
+    mu: float
+    sigma: float
+    threshold: float
+    peak: float
+    z: float
+    recovered: bool
+    recovery_step: int | None
+    recovery_steps: int | None
+    spike_type: int
+    material: bool
+    causes: list[dict] = field(default_factory=list)
+    window: str = ""
+    after_peak_50: float | None = None
+
+    @property
+    def cause(self) -> str | None:
+        return self.causes[0]["cause"] if self.causes else None
+
+
+def _first_index(mask: np.ndarray, start: int) -> int | None:
+    """Index of the first True in mask[start:], scanning in chunks (linear overall)."""
+    n = mask.size
+    pos = start
+    while pos < n:
+        chunk = mask[pos : pos + _SCAN_CHUNK_POINTS]
+        if chunk.any():
+            return pos + int(np.argmax(chunk))
+        pos += _SCAN_CHUNK_POINTS
+    return None
+
+
+@rule("spike", "2", "loss spike above mu + 3 sigma of the trailing 100 steps", emits=("spike", "blip", "loss-jump", "grad-norm-jump"))
+def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """Loss spikes, whether they recovered, their type and their cause.
+
+    What it detects: a step t where loss[t] > mu + 3*sigma of the loss over
+    the steps [t-100, t) (Q2.1). Consecutive flagged points are one event with
+    the baseline frozen at its onset; sigma has a floor of 1% of |mu|. An
+    event is a spike when it spans more than one point, has an evident cause
+    (pre-clip grad norm >= 30x its trailing mean within the 3 steps before, an
+    LR jump, a repeated batch id, a restart within 10 steps), or is large
+    (z >= 6 and peak >= 1.5x the baseline); anything else is a blip (info).
+    Recovered when the loss is back to <= mu + 0.5*sigma within 50 steps
+    (Q2.2); type 1 recoverable, 2 persistent, 3 divergent (seed 002).
+
+    Why it matters: a recoverable spike names a data or schedule problem to
+    fix before it recurs; a persistent one has corrupted the optimizer moments
+    and the run must go back to the last checkpoint before it (Q2.4).
+    """
+    result = RuleResult()
+    if not view.has("loss"):
+        result.skipped.append(Skip("spike", "no loss series in the log"))
+        return result
+    steps, loss = view.points("loss")
+    window = thresholds.spike_window_steps
+    finite_steps = steps[np.isfinite(loss)]
+    interval = median_interval(finite_steps)
+    sparse = not (interval > 0 and window / interval >= thresholds.min_points_per_window)
+    span = int(finite_steps[-1] - finite_steps[0]) if finite_steps.size else 0
+    too_short = (finite_steps.size <= thresholds.widened_window_points) if sparse else (
+        span <= window or finite_steps.size <= thresholds.min_points_per_window)
+    if too_short:
+        result.skipped.append(Skip(
+            "spike",
+            f"insufficient data: {finite_steps.size} finite loss points over {span} steps; "
+            f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} points "
+            f"before it (or {thresholds.widened_window_points} points in a sparse log)",
+        ))
+        result.facts["spike_insufficient"] = True
+        _short_log_jumps(view, result)
+        return result
+
+    stats = trailing_stats(steps, loss, window, thresholds.min_points_per_window,
+                           thresholds.widened_window_points)
+    sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thresholds.sigma_floor_frac * np.abs(stats.mean))
+    threshold = stats.mean + thresholds.spike_sigma * sigma
+    enough = stats.count >= thresholds.min_points_per_window
+    eligible = enough & (steps > steps[0] + (0 if stats.widened else window)) & np.isfinite(stats.mean)
+    with np.errstate(invalid="ignore"):
+        flagged = eligible & np.isfinite(loss) & (loss > threshold)
+    causes_ctx = _CauseContext.build(view, steps, thresholds)
+
+    events: list[SpikeEvent] = []
+    candidates = np.flatnonzero(flagged)
+    next_free = 0
+    for idx in candidates:  # loop over flagged points only (a few per thousand), not rows
+        if idx < next_free:
+            continue
+        event = _build_event(int(idx), steps, loss, stats.mean, sigma, threshold, thresholds, causes_ctx)
+        event.window = stats.description
+        events.append(event)
+        next_free = int(np.searchsorted(steps, event.end_step, side="right"))
+
+    spikes = [e for e in events if e.material]
+    blips = [e for e in events if not e.material]
+    for event in spikes:
+        result.findings.append(_spike_finding(event))
+    if blips:
+        result.findings.append(Finding(
+            "blip", Severity.INFO,
+            f"{len(blips)} isolated single-point loss bump(s) above mu + {thresholds.spike_sigma:g} sigma "
+            f"with no cause and below the materiality bar (heavy-tailed mini-batch noise)",
+            step=blips[0].onset_step, metric="loss",
+            evidence={"count": len(blips), "steps": [b.onset_step for b in blips[:20]],
+                      "largest_z": round(max(b.z for b in blips), 2)},
+        ))
+    result.facts["spikes"] = spikes
+    result.facts["blips"] = blips
+    result.facts["spike_window"] = stats.description
+    return result
+
+
+@dataclass
+class _CauseContext:
+    grad_ratio: np.ndarray | None  # grad norm / its trailing mean, at loss steps
+    grad_norm: np.ndarray | None
+    grad_baseline: np.ndarray | None
+    lr_rel_jump: np.ndarray | None
+    lr: np.ndarray | None
+    batch_id: np.ndarray | None
+    restart_steps: np.ndarray
+
+    @staticmethod
+    def build(view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds) -> "_CauseContext":
+        grad_ratio = grad = grad_base = lr_jump = lr = batch = None
+        if view.has("grad_norm"):
+            g_steps, g = view.points("grad_norm")
+            g_stats = trailing_stats(g_steps, g, thresholds.spike_window_steps,
+                                     thresholds.min_points_per_window, thresholds.widened_window_points)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(np.isfinite(g), g / g_stats.mean, np.inf)
+            grad_ratio = _align(g_steps, ratio, loss_steps)
+            grad = _align(g_steps, g, loss_steps)
+            grad_base = _align(g_steps, g_stats.mean, loss_steps)
+        if view.has("lr"):
+            l_steps, l_values = view.points("lr")
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.concatenate(([0.0], np.diff(l_values) / np.abs(l_values[:-1])))
+            lr_jump = _align(l_steps, rel, loss_steps)
+            lr = _align(l_steps, l_values, loss_steps)
+        if view.has("batch_id"):
+            b_steps, b = view.points("batch_id")
+            batch = _align(b_steps, b, loss_steps)
+        restarts = np.array([r.resumed_from_step for r in view.restarts], dtype=np.int64)
+        return _CauseContext(grad_ratio, grad, grad_base, lr_jump, lr, batch, restarts)
+
+
+def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> np.ndarray:
+    """values of a series at `at_steps` (NaN where it was not logged at that step)."""
+    idx = np.searchsorted(src_steps, at_steps)
+    idx_clip = np.minimum(idx, src_steps.size - 1)
+    hit = (idx < src_steps.size) & (src_steps[idx_clip] == at_steps)
+    return np.where(hit, values[idx_clip], np.nan)
+
+
+def _build_event(idx, steps, loss, mean, sigma, threshold, thresholds: Thresholds, ctx: _CauseContext) -> SpikeEvent:
+    mu, sd, thr = float(mean[idx]), float(sigma[idx]), float(threshold[idx])
+    onset = int(steps[idx])
+    # extent: consecutive points still above the frozen threshold (non-finite counts as above)
+    with np.errstate(invalid="ignore"):
+        below = np.isfinite(loss) & (loss <= thr)
+    first_below = _first_index(below, idx + 1)
+    end_idx = (first_below - 1) if first_below is not None else loss.size - 1
+    segment = loss[idx : end_idx + 1]
+    finite_segment = segment[np.isfinite(segment)]
+    peak = float(finite_segment.max()) if finite_segment.size else float("inf")
+    peak_idx = idx + (int(np.nanargmax(np.where(np.isfinite(segment), segment, -np.inf))) if finite_segment.size else 0)
+    z = (peak - mu) / sd if sd > 0 else float("inf")
+    recovery_level = mu + thresholds.recovery_sigma * sd
+    with np.errstate(invalid="ignore"):
+        recovered_mask = np.isfinite(loss) & (loss <= recovery_level)
+    rec_idx = _first_index(recovered_mask, idx + 1)
+    recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
+    next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
+    # a sparse log may have no point within 50 steps: then the next logged point decides
+    horizon = max(thresholds.recovery_window_steps, (next_step - onset) if next_step else 0)
+    recovered = recovery_step is not None and recovery_step - onset <= horizon
+    after_nonfinite = not np.all(np.isfinite(loss[idx : (rec_idx if rec_idx is not None else loss.size)]))
+    spike_type = 1 if recovered else 2
+    if not recovered and (after_nonfinite or _keeps_rising(steps, loss, idx, peak, thresholds)):
+        spike_type = 3
+    after_50 = _value_after(steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps)
+    causes = _causes(idx, steps, ctx, thresholds, onset)
+    points = end_idx - idx + 1
+    material = points > 1 or bool(causes) or (
+        z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu
+    ) or not np.isfinite(peak)
+    return SpikeEvent(
+        onset_step=onset, end_step=int(steps[end_idx]), peak_step=int(steps[peak_idx]), points=points,
+        mu=mu, sigma=sd, threshold=thr, peak=peak, z=float(z), recovered=recovered,
+        recovery_step=recovery_step, recovery_steps=(recovery_step - onset) if recovery_step is not None else None,
+        spike_type=spike_type, material=material, causes=causes, after_peak_50=after_50,
+    )
+
+
+def _keeps_rising(steps, loss, idx, peak, thresholds: Thresholds) -> bool:
+    later = steps > steps[idx] + thresholds.recovery_window_steps
+    tail = loss[later]
+    tail = tail[np.isfinite(tail)]
+    return bool(tail.size) and float(np.max(tail)) > peak
+
+
+def _value_after(steps, loss, at_step: int) -> float | None:
+    idx = int(np.searchsorted(steps, at_step))
+    if idx >= steps.size:
+        return None
+    return float(loss[idx])
+
+
+def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int) -> list[dict]:
+    """Evident causes, most specific first (Q2.3 and the restart pattern)."""
+    lead = (steps >= onset - thresholds.cause_lead_steps) & (steps <= onset)
+    causes: list[dict] = []
+    recent = ctx.restart_steps[(ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)]
+    if recent.size:
+        causes.append({"cause": "optimizer-reset", "restart_step": int(recent[-1]),
+                       "steps_after_restart": int(onset - recent[-1])})
+    if ctx.batch_id is not None and np.isfinite(ctx.batch_id[idx]):
+        prior = (steps < onset) & (steps >= onset - thresholds.duplicate_batch_window_steps)
+        same = prior & (ctx.batch_id == ctx.batch_id[idx])
+        if same.any():
+            causes.append({"cause": "duplicate-batch", "batch_id": float(ctx.batch_id[idx]),
+                           "repeat_of_step": int(steps[same][-1])})
+    if ctx.lr_rel_jump is not None:
+        jumps = np.where(lead, np.nan_to_num(ctx.lr_rel_jump, nan=0.0), 0.0)
+        if jumps.max() > thresholds.lr_jump_ratio:
+            at = int(np.argmax(jumps))
+            causes.append({"cause": "lr-discontinuity", "lr_step": int(steps[at]),
+                           "lr": float(ctx.lr[at]), "lr_before": float(ctx.lr[at] / (1 + jumps[at])),
+                           "relative_jump": round(float(jumps[at]), 3)})
+    if ctx.grad_ratio is not None:
+        ratios = np.where(lead, np.nan_to_num(ctx.grad_ratio, nan=0.0), 0.0)
+        if ratios.max() >= thresholds.grad_norm_spike_ratio:
+            at = int(np.argmax(ratios))
+            causes.append({"cause": "long-tail-token", "grad_norm_step": int(steps[at]),
+                           "grad_norm": float(ctx.grad_norm[at]), "grad_norm_baseline": float(ctx.grad_baseline[at]),
+                           "ratio": float(ratios[at]), "lead_steps": int(onset - steps[at])})
+    return causes
+
+
+def _spike_finding(event: SpikeEvent) -> Finding:
+    kind = {1: "recoverable", 2: "persistent", 3: "divergent"}[event.spike_type]
+    recovery = (
+        f"recovered by step {event.recovery_step} ({event.recovery_steps} steps)"
+        if event.recovered else
+        ("did not recover" + (f" (back to baseline only at step {event.recovery_step})" if event.recovery_step else ""))
+    )
+    message = (
+        f"loss spike at step {event.onset_step}: {event.peak:.4g} (peak at {event.peak_step}) > "
+        f"{event.mu:.4g} + 3*{event.sigma:.3g}; type {event.spike_type} ({kind}), {recovery}"
+        + (f"; cause: {event.cause}" if event.cause else "")
+    )
+    evidence = {k: v for k, v in asdict(event).items() if k not in ("material",)}
+    return Finding("spike", Severity.WARNING if event.recovered else Severity.ERROR, message,
+                   step=event.onset_step, end_step=event.end_step, metric="loss", evidence=evidence)
+
+
+def _short_log_jumps(view: SeriesView, result: RuleResult) -> None:
+    """What a log too short for a baseline still shows: its largest step-over-step jumps."""
+    for metric in ("loss", "grad_norm"):
+        if not view.has(metric):
+            continue
+        steps, values = view.points(metric)
+        finite = np.isfinite(values)
+        if finite.sum() < 2:
+            continue
+        s, v = steps[finite], values[finite]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = v[1:] / np.abs(v[:-1])
+        if not ratio.size:
+            continue
+        at = int(np.nanargmax(ratio))
+        if ratio[at] < 1.5:
+            continue
+        result.findings.append(Finding(
+            f"{metric.replace('_', '-')}-jump", Severity.WARNING,
+            f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) to {v[at + 1]:.4g} "
+            f"(step {s[at + 1]}); too few points for the spike baseline, so not judged as a spike",
+            step=int(s[at + 1]), metric=metric,
+            evidence={"from_step": int(s[at]), "to_step": int(s[at + 1]), "before": float(v[at]),
+                      "after": float(v[at + 1]), "ratio": float(ratio[at])},
+        ))

@@ -1,0 +1,72 @@
+"""Throughput drops of the whole run (per-rank stragglers live in ranks.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from ..config import Thresholds
+from ..model import Finding, Severity, Skip
+from .registry import RuleResult, rule
+from .series import SeriesView
+
+_PERSIST_POINTS = 3  # one slow step (a checkpoint save, an eval) is not a drop
+
+
+def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
+    for name in ("tokens_per_s", "tflops"):
+        if view.has(name):
+            steps, values = view.points(name)
+            return name, steps, values
+    if view.has("step_time_ms"):
+        steps, values = view.points("step_time_ms")
+        with np.errstate(divide="ignore"):
+            return "1/step_time_ms", steps, 1000.0 / values
+    return None
+
+
+@rule("throughput-drop", "5", "the run's throughput fell below its recent level", emits=("throughput-drop",))
+def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """Throughput that falls and stays below its trailing median.
+
+    What it detects: tokens/s (or TFLOPs, or 1/step time) below
+    (1 - `throughput_drop_frac`) of the median of the previous 100 steps for
+    at least 3 logged points in a row.
+
+    Why it matters: a sustained slowdown of the whole job is usually one slow
+    GPU or node holding every rank back (seed 000: stragglers); it costs
+    tokens per hour long before it shows in the loss.
+    """
+    result = RuleResult()
+    found = _throughput(view)
+    if found is None:
+        result.skipped.append(Skip("throughput-drop", "no throughput or step-time series in the log"))
+        return result
+    name, steps, values = found
+    ok = np.isfinite(values) & (values > 0)
+    steps, values = steps[ok], values[ok]
+    if values.size < thresholds.min_points_per_window + _PERSIST_POINTS:
+        result.skipped.append(Skip("throughput-drop", f"insufficient data: {values.size} throughput points"))
+        return result
+    frame = pl.DataFrame({"step": steps, "v": values})
+    baseline = frame.select(
+        pl.col("v").rolling_median_by("step", window_size=f"{thresholds.spike_window_steps}i", closed="left")
+    )["v"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        low = values < (1 - thresholds.throughput_drop_frac) * baseline
+    run = pl.Series(low).rle()
+    lengths, flags = run.struct.field("len").to_numpy(), run.struct.field("value").to_numpy()
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    hits = np.flatnonzero(flags & (lengths >= _PERSIST_POINTS))
+    for h in hits[:10]:
+        begin, length = int(starts[h]), int(lengths[h])
+        level = float(np.median(values[begin : begin + length]))
+        base = float(baseline[begin])
+        result.findings.append(Finding(
+            "throughput-drop", Severity.WARNING,
+            f"{name} fell {1 - level / base:.1%} ({base:.4g} -> {level:.4g}) from step {steps[begin]} "
+            f"for {length} points",
+            step=int(steps[begin]), end_step=int(steps[begin + length - 1]), metric=name,
+            evidence={"baseline": base, "level": level, "drop_frac": 1 - level / base, "points": length},
+        ))
+    return result

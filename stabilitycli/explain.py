@@ -1,0 +1,43 @@
+"""`stab explain`: documentation straight from the rule registry and the tree's data."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from .classify.questions import CAUSE_TEXT, REMEDIES, VERDICTS
+from .config import Thresholds
+from .detect.registry import load_rules
+from .errors import StabUsageError
+
+
+def explain_text(code: str | None) -> str:
+    rules = load_rules()
+    if not code:
+        lines = ["Rules (run `stab explain CODE`):"]
+        for rule in rules.values():
+            emits = ", ".join(c for c in rule.emits if c != rule.code)
+            lines.append(f"  {rule.code:<20} §{rule.section}  {rule.summary}" + (f"  [emits: {emits}]" if emits else ""))
+        lines.append("\nVerdicts:")
+        for verdict, (section, severity, text) in VERDICTS.items():
+            lines.append(f"  {verdict:<20} {severity:<8} {text}")
+        lines.append("\nThresholds: `stab explain thresholds`")
+        return "\n".join(lines)
+    if code == "thresholds":
+        defaults = Thresholds()
+        return "\n".join(
+            f"{f.name} = {getattr(defaults, f.name)!r}\n    {Thresholds.describe(f.name)}" for f in fields(Thresholds)
+        )
+    for rule in rules.values():
+        if code == rule.code or code in rule.emits:
+            header = f"{rule.code} (§{rule.section}): {rule.summary}"
+            if code != rule.code:
+                header = f"{code}: a finding of rule {header}"
+            return f"{header}\n\n{rule.doc}"
+    if code in VERDICTS:
+        section, severity, text = VERDICTS[code]
+        remedy = "\n".join(f"  - {r}" for r in REMEDIES.get(code, []))
+        return f"verdict {code} (section {section or '-'}, {severity}): {text}" + (f"\n\nRemedy:\n{remedy}" if remedy else "")
+    if code in CAUSE_TEXT:
+        remedy = "\n".join(f"  - {r}" for r in REMEDIES.get(code, []))
+        return f"cause {code}: {CAUSE_TEXT[code]}\n\nRemedy:\n{remedy}"
+    raise StabUsageError(f"unknown code {code!r}; `stab explain` lists them all")

@@ -1,0 +1,12 @@
+"""The `stab.analysis/1` JSON document (shared/spec/output-contract.md)."""
+
+from __future__ import annotations
+
+import json
+
+from ..model import Analysis
+
+
+def render(analysis: Analysis) -> str:
+    # allow_nan=False: any NaN that slipped past `_jsonable` is a bug, not output
+    return json.dumps(analysis.to_dict(), indent=2, allow_nan=False)

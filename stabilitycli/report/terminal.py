@@ -1,0 +1,72 @@
+"""The rich terminal rendering of an `Analysis`: headline, path, remedy, findings."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..model import Analysis, Severity
+from .sparkline import sparkline
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+_VERDICT_STYLE = {"healthy": "bold green", "insufficient-data": "bold yellow"}
+
+
+def build(analysis: Analysis) -> Group:
+    v = analysis.verdict
+    src = analysis.source
+    parts = []
+    style = _VERDICT_STYLE.get(v.code, _STYLE.get(v.severity, "bold"))
+    headline = Text.assemble((f"{v.code}", style), (f"  {v.summary}", ""))
+    if v.cause:
+        headline.append(f"  [cause: {v.cause}]", style="cyan")
+    parts.append(Panel(headline, title=f"stab · {src.run or src.path}", subtitle=_source_line(analysis)))
+    if analysis.loss_preview:
+        parts.append(_loss_line(analysis))
+    path = Table(title="Questions asked", show_lines=False, expand=False)
+    path.add_column("Q", style="bold")
+    path.add_column("answer")
+    path.add_column("evidence", overflow="fold")
+    for step in v.path:
+        path.add_row(step.question, step.answer, step.evidence)
+    parts.append(path)
+    if v.remediation:
+        parts.append(Text("Remedy:\n" + "\n".join(f"  • {r}" for r in v.remediation), style="green"))
+    if analysis.findings:
+        table = Table(title=f"Findings ({len(analysis.findings)})")
+        table.add_column("severity")
+        table.add_column("code")
+        table.add_column("step", justify="right")
+        table.add_column("message", overflow="fold")
+        for f in analysis.findings[:40]:
+            step = "" if f.step is None else str(f.step)
+            table.add_row(Text(str(f.severity), style=_STYLE[f.severity]), f.code, step, f.message)
+        parts.append(table)
+    notes = [*src.warnings, *src.notes, *(f"{s.code}: {s.reason}" for s in analysis.skipped)]
+    if notes:
+        parts.append(Text("Notes:\n" + "\n".join(f"  - {n}" for n in notes), style="dim"))
+    return Group(*parts)
+
+
+def _source_line(analysis: Analysis) -> str:
+    s = analysis.source
+    metrics = ", ".join(f"{k}←{v}" for k, v in s.metrics.items() if k in ("loss", "grad_norm", "lr", "loss_scale"))
+    ranks = f", {s.ranks} ranks" if s.ranks else ""
+    return (f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected} rejected; "
+            f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}; {metrics}")
+
+
+def _loss_line(analysis: Analysis) -> Text:
+    line = sparkline(analysis.loss_preview)
+    text = Text("loss ")
+    text.append(line, style="cyan")
+    markers = analysis.extras.get("spike_markers") or []
+    if markers:
+        text.append(f"  spike(s) at step {', '.join(map(str, markers[:5]))}", style="bold red")
+    return text
+
+
+def render(analysis: Analysis, console: Console) -> None:
+    console.print(build(analysis))
