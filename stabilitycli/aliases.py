@@ -108,7 +108,7 @@ METRIC_ALIASES: dict[str, tuple[str, ...]] = {
         "throughput/device/tps",
         "tokens_per_sec_per_gpu",
         "train_tokens_per_second",
-        "samples per second",
+        # not "samples per second" (Megatron forks): samples are not tokens
         "throughput",
     ),
     "step_time_ms": (

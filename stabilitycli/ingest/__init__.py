@@ -19,10 +19,12 @@ from .options import ReadOptions
 # specific layouts come before generic ones.
 READERS: tuple[str, ...] = (
     "rank_dir",
+    "megatron",
+    "deepspeed",
     "jsonl",
 )
 
-SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl)"
+SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout"
 
 _DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
 

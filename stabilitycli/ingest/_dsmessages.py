@@ -1,0 +1,277 @@
+"""DeepSpeed's fp16 loss-scale messages, turned into one event per overflow.
+
+DeepSpeed reports an fp16 overflow in several ways, depending on version and
+optimizer, and usually *without* the step number:
+
+* ZeRO / loss_scaler: `[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted
+  loss scale: 65536, reducing to 32768` (or `..., but hysteresis is 2.
+  Reducing hysteresis to 1`: a skipped step that keeps the scale);
+* fused FP16 optimizer: `Grad overflow on iteration N` and `Reducing dynamic
+  loss scale from A to B`, printed by EVERY rank, plus once `[Rank 0] Overflow
+  detected. Skipping step. Attempted loss scale: A, reducing to B`;
+* unfused optimizer: `[deepspeed] fp16 dynamic loss scale overflow! Skipping
+  step. Attempted loss scale: A, reducing to B`, by every rank;
+* scale growth: `Increasing dynamic loss scale from A to B`, by every rank.
+
+How a step is given to each event (the caller supplies "anchors": the lines of
+its format that carry a step, e.g. `step=N, skipped=K` or a Megatron iteration
+line; an anchor is printed after its step finished, so a message printed
+before an anchor belongs to a step in (previous anchor, that anchor]):
+
+1. `Grad overflow on iteration N` names the step: DeepSpeed counts optimizer
+   calls from 0 there, while `step=` and Megatron's iteration count from 1, so
+   it is placed at step N+1 (iterations 0-9 are steps 1-10, which is what the
+   following `step=10, skipped=10` line says).
+2. A message without a step that repeats an event already placed by rule 1 in
+   the same interval (same attempted and reduced scale) is that event.
+3. Otherwise, when the two anchors around it are consecutive steps, the step is
+   the later anchor's; when they are further apart and both carry a logger
+   timestamp, the step is interpolated linearly in time between them (an
+   estimate, good to a step or two: skipped steps run faster); without
+   timestamps it is the later anchor's. Before the first anchor events are
+   numbered 1, 2, 3... in order (warm-up overflows are consecutive); after the
+   last anchor they follow it in order.
+
+Copies of one message from several ranks are ONE event: messages that name no
+rank fold when they repeat the same scales within a second (or with no
+timestamp, with no anchor between them); a message that names a rank (`Rank
+0`) and repeats is a new event (two engines - DeepSpeed-Chat's actor and
+critic - overflowing one after the other).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+_NUM = r"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|inf|nan))(?![\d.])"
+_SKIP_STEP = re.compile(
+    r"(?:OVERFLOW!\s*Rank\s+(?P<rank>\d+)\s+Skipping step"
+    r"|(?:\[Rank\s+(?P<rank2>\d+)\]\s*)?Overflow detected\.\s*Skipping step"
+    r"|fp16 dynamic loss scale overflow!\s*Skipping step)"
+    r"\.?\s*Attempted loss scale:\s*" + _NUM +
+    r"(?:,\s*reducing to\s*" + _NUM + r"|,\s*but hysteresis is\s*\d+)",
+    re.I,
+)
+_GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:?\s*(\d+)")
+_REDUCING = re.compile(r"Reducing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
+_INCREASING = re.compile(r"Increasing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
+# cheap substring test before any regex: most lines of a log are none of these
+MARKERS = ("verflow", "loss scale")
+
+SAME_BURST_S = 1.0  # rank copies of one message are printed within milliseconds
+
+
+@dataclass
+class Mention:
+    """One message line (or one message inside a torn line)."""
+
+    row: int
+    kind: str  # "overflow" or "grow"
+    step: int | None
+    attempted: float | None
+    reduced: float | None
+    rank: int | None
+    time: float | None
+    hysteresis: bool = False
+
+
+@dataclass
+class Event:
+    step: int
+    kind: str
+    attempted: float | None
+    reduced: float | None
+    hysteresis: bool
+    placed_by: str
+    rows: list[int] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    time: float | None = None
+
+    @property
+    def scale_after(self) -> float | None:
+        return self.attempted if self.hysteresis else self.reduced
+
+
+@dataclass
+class Anchor:
+    row: int
+    step: int
+    time: float | None
+
+
+def scan_line(row: int, line: str, time: float | None, state: dict) -> list[Mention]:
+    """The loss-scale messages in one line (a torn line can hold two)."""
+    out: list[Mention] = []
+    for match in _SKIP_STEP.finditer(line):
+        rank = match.group("rank") or match.group("rank2")
+        attempted = float(match.group(3))
+        reduced_text = match.group(4)
+        hysteresis = reduced_text is None
+        out.append(Mention(row, "overflow", None, attempted,
+                           attempted if hysteresis else float(reduced_text),
+                           int(rank) if rank is not None else None, time, hysteresis))
+    for match in _GRAD_OVERFLOW.finditer(line):
+        step = int(match.group(1)) + 1
+        state["iteration_step"] = step
+        out.append(Mention(row, "overflow", step, None, None, None, time))
+    for match in _REDUCING.finditer(line):
+        out.append(Mention(row, "overflow", state.get("iteration_step"),
+                           float(match.group(1)), float(match.group(2)), None, time))
+    for match in _INCREASING.finditer(line):
+        out.append(Mention(row, "grow", None, float(match.group(1)), float(match.group(2)), None, time))
+    return out
+
+
+def _signature(m: Mention | Event) -> tuple:
+    return (m.kind, m.attempted, m.reduced, m.hysteresis)
+
+
+def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
+    """Group mentions into events and give every event a step (module doc)."""
+    anchors = sorted(anchors, key=lambda a: a.row)
+    anchor_rows = [a.row for a in anchors]
+
+    def interval(row: int) -> int:
+        return bisect.bisect_left(anchor_rows, row)  # index of the next anchor
+
+    # Rule 1: events named by an iteration number.
+    explicit: dict[tuple, Event] = {}
+    bare: list[Mention] = []  # `Grad overflow on iteration N` without its scales
+    stepless: list[Mention] = []
+    for m in mentions:
+        if m.step is None:
+            stepless.append(m)
+        elif m.attempted is None:
+            bare.append(m)
+        else:
+            key = (m.step, *_signature(m))
+            event = explicit.get(key)
+            if event is None:
+                event = explicit[key] = Event(m.step, m.kind, m.attempted, m.reduced,
+                                              m.hysteresis, "iteration number", time=m.time)
+            event.rows.append(m.row)
+    by_step: dict[int, list[Event]] = {}
+    for event in explicit.values():
+        by_step.setdefault(event.step, []).append(event)
+    for m in bare:
+        hits = [e for e in by_step.get(m.step, []) if e.kind == "overflow"]
+        if hits:
+            hits[0].rows.append(m.row)
+        else:
+            event = Event(m.step, "overflow", None, None, False, "iteration number", [m.row], time=m.time)
+            by_step.setdefault(m.step, []).append(event)
+            explicit[(m.step, "overflow", None, None, False)] = event
+
+    # Rank copies of step-less messages become one group each.
+    groups: list[tuple[int, Event]] = []  # (interval index, event)
+    for m in stepless:
+        where = interval(m.row)
+        joined = False
+        for where_g, group in reversed(groups[-64:]):
+            if where_g != where or _signature(group) != _signature(m):
+                continue
+            if m.rank is not None and m.rank in group.ranks:
+                continue  # the same rank again: a second event
+            if m.time is not None and group.time is not None and abs(m.time - group.time) > SAME_BURST_S:
+                continue
+            group.rows.append(m.row)
+            if m.rank is not None:
+                group.ranks.add(m.rank)
+            joined = True
+            break
+        if not joined:
+            group = Event(-1, m.kind, m.attempted, m.reduced, m.hysteresis, "", [m.row], time=m.time)
+            if m.rank is not None:
+                group.ranks.add(m.rank)
+            groups.append((where, group))
+
+    # Rules 2 and 3.
+    events = list(explicit.values())
+    last_in_interval: dict[int, tuple[int, int]] = {}  # interval -> (order, last step)
+    for where, group in groups:
+        prev = anchors[where - 1] if where > 0 else None
+        nxt = anchors[where] if where < len(anchors) else None
+        lo_row = prev.row if prev else 0
+        hi_row = nxt.row if nxt else 1 << 62
+        twin = next((e for e in explicit.values()
+                     if lo_row < e.rows[0] < hi_row and _signature(e) == _signature(group)), None)
+        if twin is not None:
+            twin.rows.extend(group.rows)
+            continue
+        order, last = last_in_interval.get(where, (0, -1))
+        order += 1
+        if prev is None and nxt is None:
+            step, how = order, "order in the file (no step-carrying line)"
+        elif prev is None:
+            step, how = min(nxt.step, order), "order before the first step line"
+        elif nxt is None:
+            step, how = prev.step + order, "order after the last step line"
+        elif nxt.step - prev.step <= 1:
+            step, how = nxt.step, "the step line that follows"
+        elif prev.time is not None and nxt.time is not None and group.time is not None and nxt.time > prev.time:
+            frac = (group.time - prev.time) / (nxt.time - prev.time)
+            step = prev.step + round(frac * (nxt.step - prev.step))
+            step = min(max(step, prev.step + 1), nxt.step)
+            if step <= last < nxt.step:
+                step = last + 1  # two events cannot share a step of one engine
+            how = "timestamp between the surrounding step lines"
+        else:
+            step, how = nxt.step, "the step line that follows"
+        last_in_interval[where] = (order, max(step, last))
+        group.step, group.placed_by = step, how
+        events.append(group)
+    events.sort(key=lambda e: (e.step, e.rows[0]))
+    return events
+
+
+def summary(mentions: list[Mention], events: list[Event]) -> list[str]:
+    """Notes saying how many messages made how many events, and how they were placed."""
+    notes: list[str] = []
+    overflow = [e for e in events if e.kind == "overflow"]
+    n_msgs = sum(len(e.rows) for e in overflow)
+    if overflow:
+        hyst = sum(e.hysteresis for e in overflow)
+        folded = n_msgs - len(overflow)
+        text = (f"{len(overflow)} fp16 overflow (skipped-step) events read from {n_msgs} DeepSpeed messages"
+                + (f"; {folded} repeated copies of the same message (one per rank) folded" if folded else "")
+                + (f"; {hyst} of them kept the scale (hysteresis)" if hyst else ""))
+        notes.append(text)
+        how: dict[str, int] = {}
+        for e in overflow:
+            how[e.placed_by] = how.get(e.placed_by, 0) + 1
+        if set(how) != {"iteration number"}:
+            parts = ", ".join(f"{n} by {k}" for k, n in sorted(how.items(), key=lambda kv: -kv[1]))
+            notes.append(f"overflow messages carry no step; steps inferred: {parts}")
+    grow = [e for e in events if e.kind == "grow"]
+    if grow:
+        notes.append(f"{len(grow)} loss-scale increases read from {sum(len(e.rows) for e in grow)} messages")
+    return notes
+
+
+def frame_rows(events: list[Event], scale_key: str, overflow_key: str = "overflow") -> list[dict]:
+    """One raw row per message line: every copy is a row used, merged by step later.
+
+    `overflow` on each row is the number of overflow events at that step (1
+    normally, 2 when two engines overflowed in the same step), and the scale
+    is the one in force after the step's last event, so that merging the rows
+    of one step gives the same answer whichever row comes last.
+    """
+    count: dict[int, int] = {}
+    scale: dict[int, float | None] = {}
+    for e in events:  # sorted by (step, first row)
+        if e.kind == "overflow":
+            count[e.step] = count.get(e.step, 0) + 1
+        if e.scale_after is not None:
+            scale[e.step] = e.scale_after
+    rows = []
+    for e in events:
+        for row in e.rows:
+            rows.append({
+                "_row": row,
+                "_step": e.step,
+                overflow_key: float(count[e.step]) if e.kind == "overflow" else None,
+                scale_key: scale.get(e.step),
+            })
+    return rows

@@ -1,0 +1,115 @@
+"""Helpers shared by the readers of plain-text training logs (Megatron, DeepSpeed, llm.c).
+
+Text logs are what a launcher captured from stdout: lines may carry launcher
+prefixes (`[default7]:`, `[rank3]:`, `0: `, `[1,0]<stdout>:`), logger
+timestamps (`[2023-04-18 01:46:52,554]`), and the last line may be cut off
+because the job died while writing it. Nothing here knows a log format; it
+only reads bytes, finds a format's marker in a file's first megabytes, and
+turns logged numbers (`NAN`, `inf`, `1.0E+00`) into floats.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import StabInputError
+
+# Extensions a captured stdout usually has; other names are still read when
+# their content matches (slurm's `slurm-1234.out`, `main.log`, no extension...).
+TEXT_SUFFIXES = (".log", ".out", ".txt", ".err", ".stdout", "")
+# How far `peek` reads into a text file to find a format's marker: a Megatron
+# log can open with several hundred KB of banners and argument dumps.
+PEEK_BYTES = 8 << 20
+
+# `[2023-04-18 01:46:52,554]` (Python logging) or `2023-04-18 01:46:52.554` / ISO `T`.
+_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
+
+_peek_cache: dict[tuple[str, int, int], str] = {}
+
+
+def looks_textual(path: Path, head: bytes) -> bool:
+    """A regular file whose first bytes decode as text (no NUL byte)."""
+    if path.is_dir() or not head:
+        return False
+    return b"\x00" not in head[:4096]
+
+
+def peek(path: Path, head: bytes) -> str:
+    """The first `PEEK_BYTES` of a text file, decoded (cached: every reader sniffs)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return head.decode("utf-8", "replace")
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    cached = _peek_cache.get(key)
+    if cached is not None:
+        return cached
+    if stat.st_size <= len(head):
+        text = head.decode("utf-8", "replace")
+    else:
+        with open(path, "rb") as handle:
+            text = handle.read(PEEK_BYTES).decode("utf-8", "replace")
+    _peek_cache.clear()  # keep one file only: sniffing goes file by file
+    _peek_cache[key] = text
+    return text
+
+
+def read_lines(path: Path) -> tuple[list[str], bool]:
+    """All lines of a text log, and whether the file ends without a newline.
+
+    Bytes that are not UTF-8 (a log cut in the middle of a multi-byte
+    character, binary noise from a crashing process) are replaced, never fatal.
+    """
+    data = path.read_bytes()
+    if not data.strip():
+        raise StabInputError(str(path), "the file is empty")
+    text = data.decode("utf-8", "replace")
+    no_final_newline = not text.endswith("\n")
+    lines = text.split("\n")
+    if not no_final_newline:
+        lines.pop()  # the empty string after the final newline
+    return [line.rstrip("\r") for line in lines], no_final_newline
+
+
+def number(text: str) -> float:
+    """A logged number: `2.3E+00`, `nan`, `NAN`, `inf`, `-INF`, `Infinity` all read.
+
+    Raises ValueError for anything else (a value cut in half by a wrapped line).
+    """
+    value = text.strip().rstrip(",")
+    return float(value)
+
+
+def timestamp(line: str) -> float | None:
+    """Seconds since the epoch of the first timestamp on a line, or None."""
+    match = _TIMESTAMP.search(line[:64])
+    if match is None:
+        return None
+    day, clock, frac = match.groups()
+    try:
+        moment = datetime.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    return moment.timestamp() + (float("0." + frac) if frac else 0.0)
+
+
+def truncation_warning(line_number: int, what: str) -> str:
+    return (
+        f"line {line_number}: {what} cut off mid-write (no newline at the end of the file; "
+        "the job died while writing); kept everything before it"
+    )
+
+
+# Structured files have their own readers; a text-log reader never claims them.
+_STRUCTURED = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".arrow", ".feather",
+               ".ipc", ".yaml", ".yml", ".toml", ".wandb", ".gz", ".zst", ".db", ".sqlite")
+
+
+def is_text_log(path: Path, head: bytes) -> bool:
+    """A regular text file that is not a structured format (JSON, CSV, ...)."""
+    name = path.name.lower()
+    if any(name.endswith(ext) for ext in _STRUCTURED):
+        return False
+    return looks_textual(path, head)

@@ -1,0 +1,270 @@
+"""DeepSpeed stdout logs (DeepSpeed-Chat and any script trained by a DeepSpeed engine).
+
+What is read, line by line (everything else - banners, config dumps,
+launcher chatter - is not a row):
+
+* `step=N, skipped=K, lr=[...]` progress lines (every `steps_per_print`):
+  `lr` is the first param group's; `skipped=` is DeepSpeed's CUMULATIVE count,
+  turned here into the number of skipped steps since the previous progress
+  line so that `skipped_steps` means the same as Megatron's per-interval
+  counter. When two engines log the same step (DeepSpeed-Chat's RLHF step:
+  actor, then critic), the second one's values are kept as `engine2/...`;
+* the timer line `epoch=E/micro_step=M/global_step=N, ..., CurrSamplesPerSec=X`;
+* fp16 loss-scale messages (overflow / skipped step, scale growth), turned
+  into one event per overflow by `_dsmessages` (see there for how a message
+  without a step gets one);
+* DeepSpeed-Chat's own lines: the PPO step line `epoch: 0|step: N|ppo_ep: 1|
+  act_loss: ...|cri_loss: ...` (its `step` counts from 0; placed at engine step
+  N+1, where the engines' `step=` lines put it), `average reward score: X`,
+  evaluation lines (`ppl: X`, `chosen_last_scores ...: X, acc ...: Y`,
+  `chosen: X, rejected: Y, loss: Z`), `Epoch 1/1 with loss X` (a mean over the
+  epoch, kept as `epoch_mean_loss`, never as a per-step loss), and the
+  per-micro-batch throughput line `Model Parameters: ..., TFLOPs: X,
+  Samples/sec: Y, ...` (averaged over the micro-batches before each step line).
+
+Lines printed after an evaluation or a PPO step (reward, eval, epoch loss)
+belong to the step before them; messages printed while a step runs (overflow,
+throughput) belong to the step line after them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import StabInputError
+from ..model import SourceInfo
+from . import _dsmessages as dsm
+from . import _textlog as tl
+from .options import ReadOptions
+
+NAME = "deepspeed"
+
+_PROGRESS = re.compile(r"\bstep=(\d+),\s*skipped=(\d+),\s*lr=\[([^\]]*)\]")
+_TIMER = re.compile(r"global_step=(\d+),\s*RunningAvgSamplesPerSec=(\S+?),\s*CurrSamplesPerSec=(\S+?),")
+_PPO = re.compile(r"epoch:\s*(\d+)\s*\|\s*step:\s*(\d+)\s*\|(.*)$")
+_REWARD = re.compile(r"average reward score:\s*(\S+)")
+_PPL = re.compile(r"^\s*ppl:\s*(\S+)\s*$")
+_RM_EVAL = re.compile(r"chosen_last_scores \(higher is better\)\s*:\s*(\S+?),\s*acc \(higher is better\)\s*:\s*(\S+)")
+_DPO_EVAL = re.compile(r"^\s*chosen:\s*(\S+?),\s*rejected:\s*(\S+?),\s*loss:\s*(\S+)\s*$")
+_EPOCH_LOSS = re.compile(r"^\s*Epoch\s+(\d+)/(\d+) with loss\s+(\S+)\s*$")
+_THROUGHPUT = re.compile(r"Model Parameters:.*?TFLOPs:\s*(\S+?),\s*Samples/sec:\s*(\S+?),")
+_DTYPE = re.compile(r"\b(fp16_enabled|bfloat16_enabled|bf16_enabled)\s*\.+\s*True")
+
+_SNIFF = re.compile(
+    r"\bstep=\d+,\s*skipped=\d+|OVERFLOW!\s*Rank\s+\d+|Grad overflow on iteration"
+    r"|fp16 dynamic loss scale overflow|epoch:\s*\d+\|step:\s*\d+\|"
+    r"|global_step=\d+,\s*RunningAvgSamplesPerSec"
+)
+# lines worth a regex at all (a cheap substring test first keeps big logs fast)
+_CANDIDATE = ("step", "verflow", "loss scale", "reward", "ppl:", "chosen", "with loss", "TFLOPs")
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if not tl.is_text_log(path, head):
+        return False
+    return _SNIFF.search(tl.peek(path, head)) is not None
+
+
+def read(path: Path, options: ReadOptions):
+    lines, cut = tl.read_lines(path)
+    source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
+    return parse_lines(lines, cut, source, options)
+
+
+def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOptions):
+    import polars as pl
+
+    from ..frame import finalize
+
+    if cut and lines:
+        source.warnings.append(tl.truncation_warning(len(lines), "the last line"))
+        source.reject(len(lines), "last line cut off mid-write")
+        lines = lines[:-1]
+    records: list[dict] = []  # rows with their own step
+    after: list[dict] = []  # rows that belong to the step line before them
+    before: list[dict] = []  # rows that belong to the step line after them
+    anchors: list[dsm.Anchor] = []
+    mentions: list[dsm.Mention] = []
+    state: dict = {}
+    engine_step: tuple[int, int] | None = None  # (step, engine index) of the last progress line
+    skipped_prev: dict[int, int] = {}
+    last_skipped: dict[int, int] = {}
+    for index, line in enumerate(lines):
+        if not any(token in line for token in _CANDIDATE):
+            continue
+        row = index + 1
+        if source.dtype is None and (m := _DTYPE.search(line)):
+            source.dtype = "fp16" if m.group(1) == "fp16_enabled" else "bf16"
+            source.dtype_origin = f"DeepSpeed config dump: {m.group(1)} True (line {row})"
+        found = False
+        if "verflow" in line or "loss scale" in line:
+            time = tl.timestamp(line)
+            new = dsm.scan_line(row, line, time, state)
+            mentions.extend(new)
+            found = bool(new)
+        if (m := _PROGRESS.search(line)) is not None:
+            step, skipped = int(m.group(1)), int(m.group(2))
+            engine = engine_step[1] + 1 if engine_step and engine_step[0] == step else 1
+            engine_step = (step, engine)
+            prefix = "" if engine == 1 else f"engine{engine}/"
+            lrs = [x for x in m.group(3).split(",") if x.strip()]
+            rec = {"_row": row, "_step": step, f"{prefix}skipped": float(skipped - skipped_prev.get(engine, 0))
+                   if skipped >= skipped_prev.get(engine, 0) else float(skipped)}
+            skipped_prev[engine] = skipped
+            last_skipped[engine] = skipped
+            if lrs:
+                rec[f"{prefix}lr"] = _num(lrs[0])
+            records.append(rec)
+            anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
+            continue
+        if (m := _TIMER.search(line)) is not None:
+            step = int(m.group(1))
+            records.append({"_row": row, "_step": step, "CurrSamplesPerSec": _num(m.group(3))})
+            anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
+            continue
+        if (m := _PPO.search(line)) is not None:
+            step = int(m.group(2)) + 1
+            rec = {"_row": row, "_step": step}
+            for part in m.group(3).split("|"):
+                key, sep, value = part.partition(":")
+                if sep and key.strip() not in ("ppo_ep",):
+                    rec[key.strip()] = _num(value)
+            records.append(rec)
+            anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
+            continue
+        if (m := _REWARD.search(line)) is not None:
+            after.append({"_row": row, "reward_score": _num(m.group(1))})
+        elif (m := _PPL.search(line)) is not None:
+            after.append({"_row": row, "eval_ppl": _num(m.group(1))})
+        elif (m := _RM_EVAL.search(line)) is not None:
+            after.append({"_row": row, "eval_chosen_score": _num(m.group(1)), "eval_reward_acc": _num(m.group(2))})
+        elif (m := _DPO_EVAL.search(line)) is not None:
+            after.append({"_row": row, "eval_chosen_reward": _num(m.group(1)),
+                          "eval_rejected_reward": _num(m.group(2)), "eval_loss": _num(m.group(3))})
+        elif (m := _EPOCH_LOSS.search(line)) is not None:
+            after.append({"_row": row, "epoch_mean_loss": _num(m.group(3))})
+        elif (m := _THROUGHPUT.search(line)) is not None:
+            before.append({"_row": row, "TFLOPs": _num(m.group(1)), "Samples/sec": _num(m.group(2))})
+        elif not found:
+            continue
+    n_rows = len(records) + len(after) + len(before) + len(mentions)
+    if n_rows == 0:
+        raise StabInputError(source.path, "no DeepSpeed progress, loss-scale or DeepSpeed-Chat lines found")
+
+    anchors.sort(key=lambda a: a.row)
+    _attach(after, anchors, source, later=False)
+    _attach(before, anchors, source, later=True)
+    events = dsm.place(mentions, anchors)
+    event_rows = dsm.frame_rows(events, "loss_scale")
+    fixed = [(a.row, a.step) for a in anchors] + [(r["_row"], r["_step"]) for r in event_rows]
+    _make_monotone(after + before, fixed)
+    _average_throughput(before)
+    source.notes.extend(dsm.summary(mentions, events))
+    if engine_step is not None and len(skipped_prev) > 1:
+        source.notes.append(
+            f"{len(skipped_prev)} DeepSpeed engines log `step=` lines (DeepSpeed-Chat RLHF: actor, then critic); "
+            "the second engine's values are kept as engine2/..., and the loss-scale messages of both "
+            "engines cannot be told apart"
+        )
+    elif 1 in last_skipped:
+        n_over = sum(e.kind == "overflow" for e in events)
+        said = last_skipped[1]
+        source.notes.append(
+            f"DeepSpeed's `skipped=` is cumulative (last: {said}); kept as skipped steps per progress "
+            f"interval. Overflow events read: {n_over}"
+            + ("" if n_over == said else f" (the counter says {said}: "
+               + ("some skips printed no message" if n_over < said else "some messages are not skips") + ")")
+        )
+    if mentions and source.dtype is None:
+        source.dtype = "fp16"
+        source.dtype_origin = "inferred: DeepSpeed fp16 dynamic loss-scale messages"
+    rows = records + after + before + event_rows
+    raw = pl.DataFrame(rows, infer_schema_length=None).rename({"_step": "step"})
+    source.rows_read = raw.height + source.rows_rejected
+    return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
+
+
+def _num(text: str) -> float | None:
+    try:
+        return tl.number(text)
+    except ValueError:
+        return None
+
+
+def _attach(rows: list[dict], anchors: list[dsm.Anchor], source: SourceInfo, *, later: bool) -> None:
+    """Give step-less rows a step from the step lines around them.
+
+    `later=False`: the step of the line before (evaluation and reward lines
+    are printed after their step). `later=True`: rows printed while the
+    steps between two step lines ran (per-micro-batch throughput) are spread
+    evenly over (previous step, next step] in the order they were printed.
+    """
+    import bisect
+
+    rows_of = [a.row for a in anchors]
+    by_interval: dict[int, list[dict]] = {}
+    for rec in rows:
+        at = bisect.bisect_left(rows_of, rec["_row"])
+        if not later:
+            rec["_step"] = anchors[at - 1].step if at > 0 else 0
+        else:
+            by_interval.setdefault(at, []).append(rec)
+    for at, group in by_interval.items():
+        nxt = anchors[at].step if at < len(anchors) else None
+        prev = anchors[at - 1].step if at > 0 else None
+        if nxt is None:
+            base = prev if prev is not None else 0
+            for rec in group:
+                rec["_step"] = base  # after the last step line: the last step
+            continue
+        lo = prev if prev is not None and prev < nxt else max(nxt - 1, 0)
+        span, m = nxt - lo, len(group)
+        for k, rec in enumerate(group, start=1):
+            rec["_step"] = lo + max(1, -(-k * span // m))
+
+
+def _make_monotone(rows: list[dict], fixed: list[tuple[int, int]]) -> None:
+    """Inferred steps never go backwards against the steps around them.
+
+    `fixed` are (line, step) pairs that are not moved: the step lines and the
+    overflow events (all copies of one event keep one step, so the event count
+    per step stays right). Estimates made by different rules (order, time)
+    could disagree by a step, and `finalize` would read a step going
+    backwards as a resumed run: only step lines may show a real restart. So
+    each inferred row is clamped between the fixed step before it and the
+    fixed step after it.
+    """
+    import bisect
+
+    fixed = sorted(fixed)
+    lines = [f[0] for f in fixed]
+    last = None
+    for rec in sorted(rows, key=lambda r: r["_row"]):
+        at = bisect.bisect_left(lines, rec["_row"])
+        before = fixed[at - 1][1] if at > 0 else None
+        after = fixed[at][1] if at < len(fixed) else None
+        step = rec["_step"]
+        if last is not None and last[0] == at:
+            step = max(step, last[1])
+        if before is not None and (after is None or before <= after):
+            step = max(step, before)
+        if after is not None and (before is None or before <= after):
+            step = min(step, after)
+        rec["_step"] = step
+        last = (at, step)
+
+
+def _average_throughput(rows: list[dict]) -> None:
+    """Per-micro-batch throughput: every row of a step carries that step's mean."""
+    sums: dict[int, list[float]] = {}
+    for rec in rows:
+        acc = sums.setdefault(rec["_step"], [0.0, 0.0, 0])
+        if rec["TFLOPs"] is not None and rec["Samples/sec"] is not None:
+            acc[0] += rec["TFLOPs"]
+            acc[1] += rec["Samples/sec"]
+            acc[2] += 1
+    for rec in rows:
+        total_tflops, total_sps, n = sums[rec["_step"]]
+        if n:
+            rec["TFLOPs"], rec["Samples/sec"] = total_tflops / n, total_sps / n

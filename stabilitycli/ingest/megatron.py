@@ -1,0 +1,254 @@
+"""Megatron-LM stdout (also Megatron-DeepSpeed, GPT-NeoX and other Megatron forks).
+
+The training line, printed every `--log-interval` iterations:
+
+    iteration     1200/  500000 | consumed samples: 614400 | elapsed time per iteration (ms): 1234.5 |
+    learning rate: 1.5E-04 | global batch size: 512 | lm loss: 2.3456E+00 | loss scale: 1.0 |
+    grad norm: 0.876 | number of skipped iterations: 0 | number of nan iterations: 0 |
+
+(one line in a real log). How real logs differ from that, and what is done:
+
+* launcher prefixes (`[default7]:`, `[rank3]:`, `0: `, timestamps): the record
+  is found with a search, not at the line start;
+* hard-wrapped records (a captured terminal, a copy into Markdown): a record
+  that does not end with `|` is joined with up to three following lines until
+  it does; one that never does is rejected as cut off, never half-read;
+* `nan`/`inf`/`NAN`/`INF` are numbers (Python `float` reads all of them);
+* a missing `lm loss`: Megatron prints a loss only when its interval mean is
+  >= 0 (older code: > 0), so a complete record without it - while other
+  records have it - means the mean was NaN/Inf: the loss is recorded as NaN
+  and a note names the iteration. Exception: when every iteration of the
+  interval was skipped (`number of skipped iterations` equals the interval),
+  there is no mean at all, and the loss is left empty (also noted);
+* validation lines `validation loss at iteration N | lm loss value: X |` give
+  `eval_loss` (the test-set variant keeps a `test ` prefix);
+* `elapsed time per iteration (s)` (BLOOM's fork) is converted to ms;
+* DeepSpeed's loss-scale messages in the same log (Megatron-DeepSpeed prints
+  `[deepscale] OVERFLOW! Rank 0 Skipping step...`) become overflow events
+  (see `_dsmessages`), placed at the iteration line that follows them;
+* the argument dump gives the dtype (`fp16 .... True`), `seq_length` (tokens =
+  consumed samples x seq_length when the log has no `consumed tokens`) and
+  `log_interval`; a `loss scale` other than 1 also means fp16;
+* everything else (`time (ms)` timer tables, `[Rank N] memory (MB)` lines,
+  banners, warnings) is not a row.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from .. import aliases
+from ..errors import StabInputError
+from ..model import SourceInfo
+from . import _dsmessages as dsm
+from . import _textlog as tl
+from .options import ReadOptions
+
+NAME = "megatron"
+
+ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+_VALIDATION = re.compile(r"validation loss at (?:iteration\s+(\d+)|the end of training)([^|]*)\|")
+_ARG = re.compile(r"(?:^|[\s:])(fp16|bf16|seq_length|log_interval)\s+\.{3,}\s+(\S+)\s*$")
+_USING_DTYPE = re.compile(r"using torch\.(float16|bfloat16|float32) for parameters")
+# a line that begins another record, so a wrapped record cannot swallow it
+_RECORD_START = re.compile(r"\biteration\s+\d+\s*/|validation loss at|^\s*\[\d{4}-\d{2}-\d{2}|\[Rank \d+\]")
+MAX_CONTINUATION_LINES = 3
+NOTE_LIMIT = 5  # iterations named one by one in a note; the rest are counted
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if not tl.is_text_log(path, head):
+        return False
+    return ITERATION.search(tl.peek(path, head)) is not None
+
+
+def read(path: Path, options: ReadOptions):
+    lines, cut = tl.read_lines(path)
+    source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
+    return parse_lines(lines, cut, source, options)
+
+
+def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOptions):
+    import polars as pl
+
+    from ..frame import finalize
+
+    args: dict[str, str] = {}
+    records: list[dict] = []
+    validation: list[dict] = []
+    mentions: list[dsm.Mention] = []
+    state: dict = {}
+    memory_lines = 0
+    last_line = len(lines)
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        row = index + 1
+        index += 1
+        if "iteration" in line and (m := ITERATION.search(line)) is not None:
+            text = line[m.end():]
+            joined = 0
+            while not text.rstrip().endswith("|") and joined < MAX_CONTINUATION_LINES and index < len(lines):
+                follow = lines[index]
+                if _RECORD_START.search(follow):
+                    break
+                text += " " + follow
+                index += 1
+                joined += 1
+            complete = text.rstrip().endswith("|")
+            if not complete:
+                if cut and index == last_line:
+                    source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
+                    source.reject(row, "last iteration record cut off mid-write")
+                else:
+                    source.reject(row, "iteration record without its closing `|` (cut or wrapped)")
+                continue
+            record = _fields(text, row, source)
+            if record is not None:
+                record["_row"], record["_step"] = row, int(m.group(1))
+                record["_time"] = tl.timestamp(line)
+                records.append(record)
+            continue
+        if "validation loss at" in line and (m := _VALIDATION.search(line)) is not None:
+            fields = _fields(line[m.end():], row, source)
+            if fields is None:
+                continue
+            step = int(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
+            prefix = "test " if "test" in m.group(2) else ""
+            rec = {f"{prefix}{k}": v for k, v in fields.items()}
+            rec["_row"], rec["_step"] = row, step
+            validation.append(rec)
+            continue
+        if "verflow" in line or "loss scale" in line:
+            mentions.extend(dsm.scan_line(row, line, tl.timestamp(line), state))
+            continue
+        if "...." in line and (m := _ARG.search(line)) is not None:
+            args.setdefault(m.group(1), m.group(2))
+            if m.group(1) in ("fp16", "bf16") and m.group(2) == "True" and source.dtype is None:
+                source.dtype = m.group(1)
+                source.dtype_origin = f"Megatron argument dump: {m.group(1)} True (line {row})"
+            continue
+        if "memory (MB)" in line:
+            memory_lines += 1
+        elif source.dtype is None and "using torch." in line and (m := _USING_DTYPE.search(line)):
+            source.dtype = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[m.group(1)]
+            source.dtype_origin = f"Megatron banner: using torch.{m.group(1)} for parameters (line {row})"
+
+    if not records and not validation:
+        if source.rows_rejected:
+            first = source.rejections[0]
+            raise StabInputError(source.path, f"no iteration record could be read ({first.reason})",
+                                 line=first.line)
+        raise StabInputError(source.path, "no Megatron `iteration N/ T |` line found")
+    _missing_loss(records, args, source)
+    _tokens_and_time(records, args, source)
+    anchors = [dsm.Anchor(r["_row"], r["_step"], r.pop("_time", None)) for r in records]
+    events = dsm.place(mentions, anchors)
+    event_rows = dsm.frame_rows(events, "loss scale")
+    source.notes.extend(dsm.summary(mentions, events))
+    _dtype_from_scale(records, events, source)
+    interval = args.get("log_interval")
+    source.notes.append(
+        "Megatron's `lm loss` is the mean over the iterations of each log interval"
+        + (f" (log_interval {interval})" if interval else "")
+        + ", skipped iterations excluded; a one-iteration spike is diluted by the interval"
+    )
+    if memory_lines:
+        source.notes.append(f"{memory_lines} `[Rank N] memory (MB)` lines not read (memory is not a stability metric)")
+    for r in records:
+        r.pop("_time", None)
+    rows = records + validation + event_rows
+    raw = pl.DataFrame(rows, infer_schema_length=None).rename({"_step": "step"})
+    source.rows_read = raw.height + source.rows_rejected
+    return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
+
+
+def _fields(text: str, row: int, source: SourceInfo) -> dict | None:
+    """`key: value |` pairs as floats; None (and a rejection) when a value is not a number."""
+    out: dict = {}
+    for part in text.split("|"):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.rpartition(":")
+        key = " ".join(key.split())
+        if not sep or not key:
+            source.reject(row, f"unreadable field {part[:40]!r}")
+            return None
+        try:
+            out[key] = tl.number(value)
+        except ValueError:
+            source.reject(row, f"field {key!r}: {value.strip()[:30]!r} is not a number")
+            return None
+    if "elapsed time per iteration (s)" in out:
+        out["elapsed time per iteration (ms)"] = out.pop("elapsed time per iteration (s)") * 1000.0
+    return out
+
+
+def _loss_key(records: list[dict]) -> str | None:
+    for rec in records:
+        for key in rec:
+            if not key.startswith("_") and (aliases.canonical_for(key) or ("", 0))[0] == "loss":
+                return key
+    return None
+
+
+def _missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo) -> None:
+    """A record without the loss while others have it: NaN, or empty if all was skipped."""
+    key = _loss_key(records)
+    if key is None:
+        return
+    nan_at: list[int] = []
+    skipped_at: list[int] = []
+    prev_step: int | None = None
+    for rec in records:
+        step = rec["_step"]
+        if prev_step is not None and prev_step < step:
+            span = step - prev_step
+        elif args.get("log_interval", "").isdigit():
+            span = int(args["log_interval"])
+        else:
+            span = step  # the first record of a run that started at 0
+        prev_step = step
+        if key in rec:
+            continue
+        skipped = rec.get("number of skipped iterations")
+        if skipped is not None and math.isfinite(skipped) and span > 0 and skipped >= span:
+            skipped_at.append(step)
+            continue
+        rec[key] = float("nan")
+        nan_at.append(step)
+    for steps, why in (
+        (nan_at, f"no `{key}` field (Megatron omits a non-finite interval mean); read as NaN"),
+        (skipped_at, f"no `{key}` field: every iteration of the interval was skipped, so there "
+                     "is no mean; left empty, not NaN"),
+    ):
+        for step in steps[:NOTE_LIMIT]:
+            source.notes.append(f"iteration {step}: {why}")
+        if len(steps) > NOTE_LIMIT:
+            source.notes.append(f"... and {len(steps) - NOTE_LIMIT} more iterations with {why}")
+
+
+def _tokens_and_time(records: list[dict], args: dict[str, str], source: SourceInfo) -> None:
+    if any("consumed tokens" in r for r in records):
+        return
+    seq = args.get("seq_length", "")
+    if seq.isdigit() and any("consumed samples" in r for r in records):
+        for rec in records:
+            if "consumed samples" in rec:
+                rec["consumed tokens"] = rec["consumed samples"] * int(seq)
+        source.notes.append(f"tokens = consumed samples x seq_length {seq} (from the argument dump)")
+
+
+def _dtype_from_scale(records: list[dict], events: list, source: SourceInfo) -> None:
+    if source.dtype is not None:
+        return
+    scales = [r["loss scale"] for r in records if "loss scale" in r]
+    if any(s != 1.0 for s in scales):
+        source.dtype = "fp16"
+        source.dtype_origin = "inferred: Megatron prints a `loss scale` other than 1 (fp16 dynamic scaling)"
+    elif events:
+        source.dtype = "fp16"
+        source.dtype_origin = "inferred: DeepSpeed fp16 loss-scale messages"
