@@ -30,6 +30,10 @@ class Thresholds:
     """A point above mu + spike_sigma * sigma is flagged (Q2.1)."""
     sigma_floor_frac: float = 0.01
     """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
+    spike_sustained_z_sum: float = 9.0
+    """Materiality (a): a multi-point event must add up to this many sigmas (two noise points at 3-4 sigma do not)."""
+    noise_level_windows: int = 10
+    """sigma is at least the median window std over this many trailing windows (stable in sparse logs)."""
     spike_large_z: float = 6.0
     """Materiality (c): an isolated point is a spike at z >= this (OLMo-core's threshold)..."""
     spike_large_ratio: float = 1.5
@@ -79,9 +83,11 @@ class Thresholds:
     rank_z: float = 6.0
     """A rank this many robust sigmas from the cohort median is deviating."""
     rank_persist_steps: int = 10
-    """...for at least this many logged steps in a row to be an outlier, not noise."""
+    """...for at least this many logged steps in a row to be an outlier, not noise (one step back in line inside the run is tolerated)."""
     rank_rel_floor: float = 0.01
     """MAD floor as a fraction of |median|: identical all-reduced values do not make every rank an outlier."""
+    rank_nonfinite_steps: int = 1
+    """A rank reporting NaN/Inf for this many logged steps in a row while the cohort is finite is named (1: a NaN is never noise)."""
     straggler_ratio: float = 0.8
     """A rank whose throughput sits below this fraction of the cohort median is a straggler."""
     throughput_drop_frac: float = 0.2

@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its sigma
+MAX_GAP = 1  # unflagged logged steps tolerated inside a run of deviating steps
 MIN_COHORT = 3  # fewer finite values at a step and the median cannot outvote a bad rank
 POOL_WINDOW = 51  # cohort steps in the rolling median of the per-step spread
 # a rank stride is only used to align steps when ranks mostly log at different steps
@@ -133,18 +134,21 @@ def build_cohort(
 
 
 def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int) -> pl.DataFrame:
-    """Runs of consecutive logged rows of one rank where `flag` holds, at least `min_len` long.
+    """Per rank, the first run of at least `min_len` logged rows where `flag` holds.
 
-    `flagged` holds only candidate rows (with their row index `i`), so this
-    costs nothing on a healthy run: two rows are consecutive for the rank when
-    their indexes are, since the full frame is in (rank, step) order.
+    A run tolerates `MAX_GAP` unflagged rows inside it: one noisy step can no
+    more hide an outlier than make one. `flagged` holds only candidate rows
+    (with their row index `i`), so this costs nothing on a healthy run: rows
+    of a rank are neighbours when their indexes are, since the full frame is
+    in (rank, step) order.
     """
     part = flagged.filter(pl.col(flag))
     if part.height == 0:
         return part.select("rank").clear().with_columns(
             pl.lit(0, pl.Int64).alias("start"), pl.lit(0, pl.Int64).alias("length")
         )
-    breaks = (pl.col("i") != pl.col("i").shift(1) + 1) | (pl.col("rank") != pl.col("rank").shift(1))
+    gap = pl.col("i").cast(pl.Int64) - pl.col("i").shift(1).cast(pl.Int64) - 1
+    breaks = (gap > MAX_GAP) | (pl.col("rank") != pl.col("rank").shift(1))
     runs = (
         part.with_columns(breaks.fill_null(True).cum_sum().alias("run"))
         .group_by("run")

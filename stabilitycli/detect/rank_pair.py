@@ -1,0 +1,110 @@
+"""Two ranks: a median of two cannot outvote the bad one, so compare the pair.
+
+With two ranks each sits exactly one MAD from their midpoint, so a cohort z is
+always 0.67 and says nothing. Instead:
+
+1. the pair's difference d = x_b - x_a is compared with its usual noise. The
+   noise comes from each rank's own step-to-step changes (1.4826 * MAD of the
+   first differences / sqrt(2)), which a level shift barely moves, so a rank
+   that is wrong for most of the run does not hide itself by inflating the
+   scale. z_pair = d / sqrt(sigma_a^2 + sigma_b^2), floored at
+   rank_rel_floor * |midpoint|.
+2. once |z_pair| >= rank_z for rank_persist_steps logged steps in a row, each
+   rank's own history names the culprit: the one whose level moved from its
+   last 50 points before the onset, at least three times as far as the
+   other's. When neither stands out (or the pair disagrees from the first
+   step), the disagreement is reported without a culprit (rank None).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from .rank_cohort import MAD_TO_SIGMA
+
+HISTORY_POINTS = 50  # points of a rank's own past that give its level before the onset
+CULPRIT_RATIO = 3.0  # the culprit's own level moved at least this many times the other's
+
+
+def _own_noise(x: np.ndarray) -> float:
+    diffs = np.diff(x[np.isfinite(x)])
+    if diffs.size == 0:
+        return 0.0
+    return float(MAD_TO_SIGMA * np.median(np.abs(diffs - np.median(diffs))) / np.sqrt(2.0))
+
+
+def pair_level(rows: pl.DataFrame, rank_z: float, persist: int, rel_floor: float) -> dict | None:
+    """The pair's persistent disagreement, or None. `rows`: rank, t, x (two ranks)."""
+    ranks = sorted(rows["rank"].unique().to_list())
+    if len(ranks) != 2:
+        return None
+    a, b = ranks
+    wide = (
+        rows.filter(pl.col("rank") == a).select("t", pl.col("x").alias("xa"))
+        .join(rows.filter(pl.col("rank") == b).select("t", pl.col("x").alias("xb")), on="t")
+        .filter(pl.col("xa").is_finite() & pl.col("xb").is_finite())
+        .sort("t")
+    )
+    if wide.height < persist:
+        return None
+    t = wide["t"].to_numpy()
+    xa = wide["xa"].to_numpy()
+    xb = wide["xb"].to_numpy()
+    noise = float(np.hypot(_own_noise(xa), _own_noise(xb)))
+    mid = (xa + xb) / 2.0
+    scale = np.maximum(noise, rel_floor * np.abs(mid))
+    scale = np.where(scale > 0, scale, 1e-12)
+    z = (xb - xa) / scale
+    flag = np.abs(z) >= rank_z
+    onset_index = _first_run(flag, persist)
+    if onset_index is None:
+        return None
+    episode = np.flatnonzero(flag[onset_index:]) + onset_index
+    last = int(episode[-1])
+    recovered = int(t[last + 1]) if last + 1 < t.size else None
+    before = slice(max(0, onset_index - HISTORY_POINTS), onset_index)
+    culprit = None
+    if onset_index > 0:
+        moved_a = abs(np.median(xa[episode]) - np.median(xa[before]))
+        moved_b = abs(np.median(xb[episode]) - np.median(xb[before]))
+        if moved_a >= CULPRIT_RATIO * moved_b and moved_a > 0:
+            culprit = a
+        elif moved_b >= CULPRIT_RATIO * moved_a and moved_b > 0:
+            culprit = b
+    if culprit is None:
+        return {
+            "rank": None, "pair": (a, b), "onset_step": int(t[onset_index]), "end_step": int(t[last]),
+            "recovered_step": recovered, "value": None,
+            "cohort_median": float(np.median(mid[episode])),
+            "robust_z": float(np.median(np.abs(z[episode]))), "mean_shift": None,
+            "values": (float(np.median(xa[episode])), float(np.median(xb[episode]))),
+        }
+    mine, other, sign = (xa, xb, -1.0) if culprit == a else (xb, xa, 1.0)
+    return {
+        "rank": culprit, "pair": (a, b), "onset_step": int(t[onset_index]), "end_step": int(t[last]),
+        "recovered_step": recovered,
+        "value": float(np.median(mine[episode])),
+        # the healthy rank's level is the reference a median of more ranks would give
+        "cohort_median": float(np.median(other[episode])),
+        "robust_z": float(np.median(sign * z[episode])),
+        "mean_shift": float(np.median((mine[episode] - other[episode]) / 2.0)),
+    }
+
+
+def _first_run(flag: np.ndarray, length: int) -> int | None:
+    """Index where the first run of at least `length` True values starts.
+
+    As in `rank_cohort.flag_runs`, one False between two Trues does not break a run.
+    """
+    if length <= 1:
+        hits = np.flatnonzero(flag)
+        return int(hits[0]) if hits.size else None
+    filled = flag.copy()
+    filled[1:-1] |= flag[:-2] & flag[2:]
+    padded = np.concatenate(([0], filled.astype(np.int8), [0]))
+    edges = np.diff(padded)
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    long_enough = np.flatnonzero(ends - starts >= length)
+    return int(starts[long_enough[0]]) if long_enough.size else None

@@ -1,0 +1,591 @@
+"""Per-rank telemetry (spec 5, seed 000): find the rank that the mean hides.
+
+One failed rank among 64 (40.0 while the others sit at 2.0) moves the global
+mean by (40 - 2) / 64 = 0.59 nats; among 1024 ranks, by 0.04. The mean is a
+low-pass filter over exactly this signal, so `find_rank_outliers` compares
+each rank with its cohort at every step instead:
+
+* **level**: robust z = (x - cohort median) / (1.4826 * MAD, floored; see
+  `rank_cohort`) at least `rank_z` for `rank_persist_steps` logged steps in a
+  row. One noisy step, or a rank drifting by mini-batch noise, is not an
+  outlier: a healthy 64-rank run reports none.
+* **nonfinite**: the rank reports NaN/Inf while at least half of the other
+  ranks are finite, for `rank_nonfinite_steps` steps (default 1: a NaN is not
+  noise). When the whole cohort goes NaN together, that is spec 1, not a rank.
+* **silent**: the rank's last logged step is at least `rank_persist_steps`
+  cohort steps before the cohort's last step (the median over ranks).
+* **straggler**: throughput (`tokens_per_s`, or `step_time_ms` inverted) below
+  `straggler_ratio` times the cohort median and `rank_z` robust sigmas under
+  it, persistently.
+
+Small cohorts: with 3 ranks the median still outvotes one bad rank (the
+spread is pooled over ~51 steps, so one tight step is not a hair trigger).
+With 2 ranks a median cannot tell which one is wrong: `rank_pair` compares the
+pair's difference with each rank's own step-to-step noise and names a culprit
+only when one rank's own history moved; otherwise it reports the
+disagreement with `rank` None. One rank: nothing to compare, said in the notes.
+
+`mean_shift` is the seed's arithmetic, (x_rank - cohort median) / N with N the
+ranks reporting at that step, as a median over the outlier's steps.
+`explained_mean_shift` says how much of a move in the global mean the outlier
+ranks account for, so that `analyze` does not blame the mean for a spike that
+one rank explains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from ..errors import StabInputError, StabUsageError
+from ..model import Finding, Severity, _jsonable
+from .rank_cohort import (
+    MIN_COHORT,
+    Cohort,
+    build_cohort,
+    cohort_steps_after,
+    flag_runs,
+    next_steps,
+)
+from .rank_pair import pair_level
+
+if TYPE_CHECKING:
+    from ..config import Thresholds
+    from ..frame import RunData
+
+SCHEMA = "stab.ranks/1"
+LEVEL, NONFINITE, SILENT, STRAGGLER = "level", "nonfinite", "silent", "straggler"
+KINDS = (NONFINITE, LEVEL, STRAGGLER, SILENT)  # also the order in which reports list them
+FINDING_CODES = {
+    LEVEL: ("rank-outlier", Severity.ERROR),
+    NONFINITE: ("rank-nonfinite", Severity.ERROR),
+    SILENT: ("rank-silent", Severity.WARNING),
+    STRAGGLER: ("straggler", Severity.WARNING),
+}
+THROUGHPUT = (("tokens_per_s", False), ("step_time_ms", True))  # (column, invert to a rate)
+PICTURE_BUCKETS = 60
+BASELINE_POINTS = 50  # logged steps before a window that give the mean's level "before"
+
+
+@dataclass(frozen=True)
+class RankOutlier:
+    """One rank that disagrees with its cohort, and by how much."""
+
+    rank: int | None  # None: two ranks disagree and neither can be blamed
+    kind: str
+    onset_step: int
+    value: float | None  # its typical level after onset (the value for nonfinite/silent)
+    cohort_median: float | None
+    robust_z: float | None
+    mean_shift: float | None
+    metric: str
+    ranks_reporting: int
+    end_step: int | None = None  # last step it deviated (its last step when silent)
+    recovered_step: int | None = None  # first step back in line after end_step
+    pair: tuple[int, int] | None = None
+    # nonfinite: the first step at which most of the cohort is non-finite too (it spread)
+    cohort_nonfinite_step: int | None = None
+    message: str = ""
+
+    @property
+    def severity(self) -> Severity:
+        return FINDING_CODES[self.kind][1]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "rank": self.rank,
+            "kind": self.kind,
+            "onset_step": self.onset_step,
+            "value": _num(self.value),
+            "cohort_median": _num(self.cohort_median),
+            "robust_z": _num(self.robust_z),
+            "mean_shift": _num(self.mean_shift),
+            "metric": self.metric,
+            "ranks_reporting": self.ranks_reporting,
+            "end_step": self.end_step,
+            "recovered_step": self.recovered_step,
+            "severity": str(self.severity),
+            "message": self.message,
+        }
+        if self.pair is not None:
+            out["pair"] = list(self.pair)
+        if self.kind == NONFINITE:
+            out["cohort_nonfinite_step"] = self.cohort_nonfinite_step
+        return _jsonable(out)
+
+    def finding(self) -> Finding:
+        code, severity = FINDING_CODES[self.kind]
+        evidence = {
+            k: v for k, v in self.to_dict().items()
+            if k not in ("rank", "kind", "onset_step", "end_step", "metric", "message", "severity")
+        }
+        evidence["kind"] = self.kind
+        return Finding(
+            code=code, severity=severity, message=self.message, step=self.onset_step,
+            end_step=self.end_step, rank=self.rank, metric=self.metric, evidence=evidence,
+        )
+
+
+@dataclass(frozen=True)
+class MeanShift:
+    """How far the all-rank mean moved over a window, and how much of it the outliers explain."""
+
+    start_step: int
+    end_step: int
+    baseline_steps: tuple[int, int] | None  # the logged steps the "before" level comes from
+    ranks: tuple[int, ...]  # outlier ranks left out for the clean mean
+    n_ranks: int
+    mean_before: float | None
+    mean_during: float | None
+    clean_before: float | None
+    clean_during: float | None
+
+    @property
+    def shift(self) -> float | None:
+        return _diff(self.mean_during, self.mean_before)
+
+    @property
+    def clean_shift(self) -> float | None:
+        return _diff(self.clean_during, self.clean_before)
+
+    @property
+    def explained(self) -> float | None:
+        """The part of the mean's move that disappears when the outlier ranks are left out."""
+        return _diff(self.shift, self.clean_shift)
+
+    @property
+    def fraction(self) -> float | None:
+        shift, explained = self.shift, self.explained
+        if shift is None or explained is None or not np.isfinite(shift) or abs(shift) < 1e-12:
+            return None
+        return explained / shift
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable({
+            "start_step": self.start_step, "end_step": self.end_step,
+            "baseline_steps": list(self.baseline_steps) if self.baseline_steps else None,
+            "ranks_left_out": list(self.ranks), "ranks": self.n_ranks,
+            "mean_before": _num(self.mean_before), "mean_during": _num(self.mean_during),
+            "shift": _num(self.shift), "clean_before": _num(self.clean_before),
+            "clean_during": _num(self.clean_during), "clean_shift": _num(self.clean_shift),
+            "explained": _num(self.explained), "fraction": _num(self.fraction),
+        })
+
+
+@dataclass(frozen=True)
+class RankPicture:
+    """Deviation of every rank over ~60 step buckets, for the terminal heatmap.
+
+    `deviation[i, j]` is the median robust z of rank `ranks[i]` in bucket j
+    (steps `step_edges[j]` to `step_edges[j+1]`); +inf where the rank reported
+    NaN/Inf there, NaN where it did not report at all.
+    """
+
+    ranks: np.ndarray
+    step_edges: np.ndarray
+    deviation: np.ndarray
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """Everything `stab ranks` says about one run and one metric."""
+
+    metric: str
+    ranks: int
+    steps: tuple[int, int]
+    outliers: tuple[RankOutlier, ...]
+    throughput_metric: str | None = None
+    notes: tuple[str, ...] = ()
+    mean_effect: MeanShift | None = None
+    picture: RankPicture | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def worst_severity(self) -> Severity | None:
+        return max((o.severity for o in self.outliers), default=None)
+
+    def findings(self) -> list[Finding]:
+        return [o.finding() for o in self.outliers]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `stab.ranks/1` contract (output-contract.md), plus extra fields."""
+        return {
+            "schema": SCHEMA,
+            "metric": self.metric,
+            "ranks": self.ranks,
+            "steps": [self.steps[0], self.steps[1]],
+            "outliers": [o.to_dict() for o in self.outliers],
+            "throughput_metric": self.throughput_metric,
+            "mean_effect": self.mean_effect.to_dict() if self.mean_effect else None,
+            "notes": list(self.notes),
+        }
+
+
+def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> RankReport:
+    """Compare every rank with its cohort at every step (module doc); one pass, vectorised."""
+    frame = run.frame
+    if "rank" not in frame.columns:
+        raise StabInputError(
+            run.source.path,
+            "no per-rank values (no rank key such as 'rank' or 'global_rank', and not a "
+            "directory of per-rank files)",
+        )
+    if metric not in frame.columns:
+        shown = ", ".join(c for c in frame.columns if c not in ("step", "rank"))
+        raise StabUsageError(f"--metric {metric}: not in {run.source.path} (metrics: {shown})")
+    notes: list[str] = []
+    cohort = build_cohort(frame, metric, thresholds.rank_rel_floor, notes)
+    rows = cohort.rows
+    if rows.height == 0:
+        raise StabInputError(run.source.path, f"no logged {metric} values")
+    n_ranks = int(rows["rank"].n_unique())
+    typical = int(cohort.steps["n"].median() or 0)
+    throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
+    flagged = _flags(cohort, thresholds)
+    outliers: list[RankOutlier] = []
+    if n_ranks < 2:
+        notes.append("one rank only: nothing to compare it with")
+    elif metric in (c for c, _ in THROUGHPUT):
+        notes.append(f"{metric} is throughput: ranks below the cohort are stragglers")
+    elif typical >= MIN_COHORT:
+        outliers += _level(cohort, flagged, thresholds)
+    else:
+        outliers += _pair(cohort, thresholds, notes)
+    if n_ranks >= 2:
+        outliers += _nonfinite(cohort, flagged, thresholds)
+        outliers += _silent(cohort, thresholds)
+        if throughput is not None:
+            column, invert = throughput
+            tp = cohort if column == metric and not invert else build_cohort(
+                frame, column, thresholds.rank_rel_floor, [], invert=invert
+            )
+            outliers += _straggler(tp, thresholds, invert)
+    outliers.sort(key=_order)
+    report = RankReport(
+        metric=metric,
+        ranks=n_ranks,
+        steps=(int(rows["step"].min()), int(rows["step"].max())),
+        outliers=tuple(outliers),
+        throughput_metric=throughput[0] if throughput else None,
+        notes=tuple(notes),
+        picture=_picture(cohort),
+    )
+    return replace(report, mean_effect=explained_mean_shift(report, frame))
+
+
+def _order(o: RankOutlier) -> tuple:
+    z = abs(o.robust_z) if o.robust_z is not None and np.isfinite(o.robust_z) else np.inf
+    return (-int(o.severity), KINDS.index(o.kind), -z, o.rank if o.rank is not None else -1)
+
+
+# --- the four kinds -------------------------------------------------------------------
+
+def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
+    """Only the rows that deviate (level) or are non-finite against a finite cohort."""
+    fin = pl.col("x").is_finite()
+    level = fin & (pl.col("n") >= MIN_COHORT) & (pl.col("z").abs() >= thresholds.rank_z)
+    # at least half of the *other* ranks finite: the cohort is finite, this rank is not
+    lone_nonfinite = ~fin & (pl.col("n_fin") >= 1) & (2 * pl.col("n_fin") >= pl.col("n") - 1)
+    return cohort.rows.filter(level | lone_nonfinite).with_columns(
+        level.alias("lvl"), lone_nonfinite.alias("nf"), (level | lone_nonfinite).alias("bad")
+    )
+
+
+def _episodes(
+    cohort: Cohort, flagged: pl.DataFrame, flag: str, persist: int, stats: list[pl.Expr]
+) -> list[dict]:
+    """Per outlier rank: onset (first qualifying run), stats over its flagged rows after it,
+    the last bad row (`bad`) and the step at which it came back, if it did."""
+    runs = flag_runs(flagged, flag, max(1, persist))
+    if runs.height == 0:
+        return []
+    episode = flagged.join(runs.select("rank", pl.col("start").alias("onset")), on="rank").filter(
+        pl.col("step") >= pl.col("onset")
+    )
+    ends = episode.filter(pl.col("bad")).group_by("rank").agg(
+        pl.col("i").max().alias("last_i"), pl.col("step").max().alias("end_step")
+    )
+    summary = (
+        episode.filter(pl.col(flag)).sort(["rank", "step"]).group_by("rank")
+        .agg(pl.col("onset").first(), pl.col("n").first().alias("n_onset"), *stats)
+        .join(ends, on="rank").sort("rank")
+    )
+    recovered = next_steps(
+        cohort.rows, summary["last_i"].to_numpy().astype(np.int64), summary["rank"].to_numpy()
+    )
+    out = summary.drop("last_i").to_dicts()
+    for item, step in zip(out, recovered):
+        item["recovered_step"] = step
+    return out
+
+
+_LEVEL_STATS = [
+    pl.col("x").median().alias("value"),
+    pl.col("med").median().alias("cohort_median"),
+    pl.col("z").median().alias("robust_z"),
+    ((pl.col("x") - pl.col("med")) / pl.col("n")).median().alias("mean_shift"),
+]
+
+
+def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> list[RankOutlier]:
+    out = []
+    for e in _episodes(cohort, flagged, "lvl", thresholds.rank_persist_steps, _LEVEL_STATS):
+        out.append(_outlier(LEVEL, e, cohort.column))
+    return out
+
+
+def _nonfinite(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> list[RankOutlier]:
+    stats = [
+        pl.col("x").first().alias("value"),
+        pl.col("med").first().alias("cohort_median"),
+        (pl.col("x").first() / pl.col("n").first()).alias("mean_shift"),
+    ]
+    # steps where most of the cohort is non-finite: the NaN spread (or was everywhere)
+    spread = cohort.steps.filter(2 * pl.col("n_fin") < pl.col("n"))["t"].to_numpy()
+    out = []
+    for e in _episodes(cohort, flagged, "nf", thresholds.rank_nonfinite_steps, stats):
+        e["robust_z"] = None
+        later = spread[np.searchsorted(spread, e["onset"]):]
+        e["cohort_nonfinite_step"] = int(later[0]) if later.size else None
+        out.append(_outlier(NONFINITE, e, cohort.column))
+    return out
+
+
+def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[RankOutlier]:
+    """Throughput below straggler_ratio x the cohort median (x the faster rank with 2 ranks)."""
+    fin = pl.col("x").is_finite()
+    ref = pl.when(pl.col("n") >= MIN_COHORT).then(pl.col("med")).otherwise(pl.col("hi"))
+    slow = (
+        fin & (pl.col("x") < thresholds.straggler_ratio * ref)
+        & (((pl.col("n") >= MIN_COHORT) & (pl.col("z") <= -thresholds.rank_z)) | (pl.col("n") == 2))
+    )
+    flagged = cohort.rows.filter(slow).with_columns(
+        pl.lit(True).alias("slow"), pl.lit(True).alias("bad"), ref.alias("ref")
+    )
+    original = (1.0 / pl.col("x")) if invert else pl.col("x")
+    original_ref = (1.0 / pl.col("ref")) if invert else pl.col("ref")
+    stats = [
+        original.median().alias("value"),
+        original_ref.median().alias("cohort_median"),
+        pl.col("z").median().alias("robust_z"),
+        ((original - original_ref) / pl.col("n")).median().alias("mean_shift"),
+        (pl.col("x") / pl.col("ref")).median().alias("ratio"),
+    ]
+    column = cohort.column
+    return [
+        _outlier(STRAGGLER, e, column)
+        for e in _episodes(cohort, flagged, "slow", thresholds.rank_persist_steps, stats)
+    ]
+
+
+def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
+    """Ranks whose last report is rank_persist_steps cohort steps before the cohort's last."""
+    last = cohort.rows.group_by("rank").agg(pl.col("t").max().alias("last_t"), pl.col("i").max()).sort("rank")
+    cohort_t = cohort.steps["t"].to_numpy()
+    last_t = last["last_t"].to_numpy()
+    reference = float(np.quantile(last_t, 0.5, method="higher"))
+    missed = cohort_steps_after(cohort_t, last_t, reference)
+    silent = np.flatnonzero(missed >= max(1, thresholds.rank_persist_steps))
+    if silent.size == 0:
+        return []
+    at = cohort.rows[last["i"].to_numpy()[silent].astype(np.int64)]
+    onsets = cohort_t[np.searchsorted(cohort_t, last_t[silent], side="right")]
+    out = []
+    for row, onset, count in zip(at.to_dicts(), onsets, missed[silent]):
+        z = row["z"] if row["z"] is not None and np.isfinite(row["z"]) else None
+        entry = {
+            "rank": row["rank"], "onset": int(onset), "end_step": int(row["step"]),
+            "value": row["x"], "cohort_median": row["med"], "robust_z": z,
+            # it no longer contributes to the mean after it falls silent
+            "mean_shift": 0.0, "n_onset": row["n"], "recovered_step": None,
+            "missed": int(count), "reference": int(reference),
+        }
+        out.append(_outlier(SILENT, entry, cohort.column))
+    return out
+
+
+def _pair(cohort: Cohort, thresholds: Thresholds, notes: list[str]) -> list[RankOutlier]:
+    notes.append(
+        "two ranks: compared with each other and with their own history "
+        "(a median of two cannot say which one is wrong)"
+    )
+    hit = pair_level(
+        cohort.rows.select("rank", "t", "x"), thresholds.rank_z, thresholds.rank_persist_steps,
+        thresholds.rank_rel_floor,
+    )
+    if hit is None:
+        return []
+    entry = dict(hit, onset=hit["onset_step"], n_onset=2)
+    return [_outlier(LEVEL, entry, cohort.column)]
+
+
+# --- messages ----------------------------------------------------------------------------
+
+def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
+    rank = e["rank"]
+    onset = int(e["onset"])
+    n = int(e.get("n_onset") or 0)
+    value, median = _f(e.get("value")), _f(e.get("cohort_median"))
+    z, shift = _f(e.get("robust_z")), _f(e.get("mean_shift"))
+    back = e.get("recovered_step")
+    tail = f"; back in line from step {back}" if back is not None else ""
+    if kind == LEVEL and rank is None:
+        a, b = e["pair"]
+        va, vb = e["values"]
+        message = (
+            f"ranks {a} and {b} disagree from step {onset} on ({_fmt(va)} vs {_fmt(vb)}, "
+            f"{_fmt(z)} times their usual difference); with two ranks neither can be blamed{tail}"
+        )
+    elif kind == LEVEL:
+        message = (
+            f"rank {rank} sits at {_fmt(value)} against a cohort median of {_fmt(median)} "
+            f"from step {onset} on (robust z {_fmt(z)}); it moves the {n}-rank mean of {metric} "
+            f"by {_fmt(shift, sign=True)}{tail}"
+        )
+    elif kind == NONFINITE:
+        spread = e.get("cohort_nonfinite_step")
+        message = (
+            f"rank {rank} reports {_fmt(value)} {metric} at step {onset} while the cohort is finite "
+            f"(median {_fmt(median)}, {n} ranks); it alone makes the mean non-finite{tail}"
+            + (f"; most of the cohort is non-finite from step {spread} on" if spread is not None else "")
+        )
+    elif kind == SILENT:
+        message = (
+            f"rank {rank} stops reporting {metric} after step {e['end_step']} while the cohort "
+            f"goes on to step {e['reference']} ({e['missed']} more logged steps)"
+        )
+    else:
+        message = (
+            f"rank {rank} runs at {_fmt(e.get('ratio'))}x the cohort's {metric} "
+            f"({_fmt(value)} vs a median of {_fmt(median)}) from step {onset} on{tail}"
+        )
+    return RankOutlier(
+        rank=None if rank is None else int(rank), kind=kind, onset_step=onset, value=value,
+        cohort_median=median, robust_z=z, mean_shift=shift, metric=metric, ranks_reporting=n,
+        end_step=None if e.get("end_step") is None else int(e["end_step"]),
+        recovered_step=None if back is None else int(back),
+        pair=tuple(e["pair"]) if e.get("pair") and rank is None else None,
+        cohort_nonfinite_step=e.get("cohort_nonfinite_step"),
+        message=message,
+    )
+
+
+def _f(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _num(value: float | None) -> float | None:
+    """Six significant digits: enough to read, stable to compare."""
+    if value is None or not np.isfinite(value):
+        return value
+    return float(f"{value:.6g}")
+
+
+def _fmt(value: float | None, sign: bool = False) -> str:
+    if value is None:
+        return "?"
+    if not np.isfinite(value):
+        return "NaN" if np.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    text = f"{value:+.3g}" if sign else f"{value:.4g}"
+    return text
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+# --- the mean, and what the outliers do to it ---------------------------------------------
+
+def global_mean(frame: pl.DataFrame, metric: str, exclude_ranks: tuple[int, ...] = ()) -> pl.DataFrame:
+    """The all-rank mean per step (step, mean, n) as an all-reduced logger would show it.
+
+    NaN on any rank makes the step's mean NaN; a rank not reporting is left out.
+    """
+    lazy = frame.lazy().filter(pl.col(metric).is_not_null())
+    if exclude_ranks and "rank" in frame.columns:
+        lazy = lazy.filter(~pl.col("rank").is_in(list(exclude_ranks)))
+    return (
+        lazy.group_by("step")
+        .agg(pl.col(metric).mean().alias("mean"), pl.len().alias("n"))
+        .sort("step")
+        .collect()
+    )
+
+
+def explained_mean_shift(
+    report: RankReport,
+    frame: pl.DataFrame,
+    metric: str | None = None,
+    start_step: int | None = None,
+    end_step: int | None = None,
+    baseline_points: int = BASELINE_POINTS,
+) -> MeanShift | None:
+    """How much of the mean's move over [start_step, end_step] the outlier ranks explain.
+
+    The "before" level is the mean over the `baseline_points` logged steps just
+    before `start_step`; the "during" level is the mean over the window. The
+    same two numbers without the level/nonfinite outlier ranks give the clean
+    shift; `explained = shift - clean_shift`. Without a window, the window is
+    the earliest outlier onset to the last step; None when there is nothing to
+    explain.
+    """
+    metric = metric or report.metric
+    culprits = [
+        o for o in report.outliers
+        if o.kind in (LEVEL, NONFINITE) and o.rank is not None and o.metric == metric
+    ]
+    if start_step is None:
+        if not culprits:
+            return None
+        start_step = min(o.onset_step for o in culprits)
+    if end_step is None:
+        end_step = report.steps[1]
+    ranks = tuple(sorted({int(o.rank) for o in culprits if o.rank is not None}))
+    full = global_mean(frame, metric)
+    clean = global_mean(frame, metric, ranks) if ranks else full
+
+    def levels(series: pl.DataFrame) -> tuple[float | None, float | None, tuple[int, int] | None]:
+        before = series.filter(pl.col("step") < start_step).tail(baseline_points)
+        during = series.filter(pl.col("step").is_between(start_step, end_step))
+        span = (int(before["step"][0]), int(before["step"][-1])) if before.height else None
+        return _mean(before["mean"]), _mean(during["mean"]), span
+
+    before, during, span = levels(full)
+    clean_before, clean_during, _ = levels(clean)
+    return MeanShift(
+        start_step=int(start_step), end_step=int(end_step), baseline_steps=span, ranks=ranks,
+        n_ranks=report.ranks, mean_before=before, mean_during=during,
+        clean_before=clean_before, clean_during=clean_during,
+    )
+
+
+def _mean(series: pl.Series) -> float | None:
+    if series.len() == 0:
+        return None
+    return float(np.mean(series.to_numpy()))
+
+
+def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | None:
+    """Median robust z per rank and step bucket (see `RankPicture`)."""
+    rows = cohort.rows
+    first, last = int(rows["t"].min()), int(rows["t"].max())
+    span = last - first + 1
+    buckets = max(1, min(buckets, span))
+    fin = pl.col("x").is_finite()
+    cells = (
+        rows.lazy()
+        .with_columns(((pl.col("t") - first) * buckets // span).alias("b"))
+        .group_by("rank", "b")
+        .agg(pl.col("z").filter(fin).median().alias("dev"), (~fin).any().alias("nonfinite"))
+        .collect()
+    )
+    ranks = np.sort(rows["rank"].unique().to_numpy())
+    matrix = np.full((ranks.size, buckets), np.nan, dtype=np.float32)
+    ri = np.searchsorted(ranks, cells["rank"].to_numpy())
+    bi = cells["b"].to_numpy()
+    matrix[ri, bi] = cells["dev"].fill_null(np.nan).to_numpy()
+    matrix[ri[cells["nonfinite"].to_numpy()], bi[cells["nonfinite"].to_numpy()]] = np.inf
+    edges = first + (np.arange(buckets + 1) * span) // buckets
+    return RankPicture(ranks=ranks, step_edges=edges.astype(np.int64), deviation=matrix)
