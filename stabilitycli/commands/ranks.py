@@ -1,0 +1,104 @@
+"""`stab ranks`: find the rank that the mean hides (spec 5, seed 000).
+
+Registered by `cli.py` as `app.command("ranks")(command)`. polars is imported
+only inside the function, so `stab --help` stays instant.
+
+Exit status: 0 when no outlier at or above `--fail-on` (default error: a
+level or non-finite rank), 1 when there is one, 2 for unreadable input or a
+bad option (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import StabInputError, StabUsageError
+
+
+class RanksFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+class RanksFailOn(str, Enum):
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def command(
+    run: Annotated[str, typer.Option("--run", help="The run: a log file, a directory of per-rank files, or a URI.")],
+    metric: Annotated[str, typer.Option(
+        "--metric", "-m", help="Metric to compare across ranks (canonical name, or NAME=LOGKEY).")] = "loss",
+    output: Annotated[RanksFormat, typer.Option("--format", "-f", help="Output format.")] = RanksFormat.terminal,
+    rank_pattern: Annotated[str | None, typer.Option(
+        help="Regex with one group: the rank in a per-rank file name, e.g. 'gpu(\\d+)'.")] = None,
+    fail_on: Annotated[RanksFailOn, typer.Option(
+        help="Lowest outlier severity that exits 1 (level/nonfinite: error; silent/straggler: warning).")]
+    = RanksFailOn.error,
+    rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
+    step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
+    set_values: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a threshold, e.g. rank_z=8 (repeatable).")] = None,
+) -> None:
+    """Compare every rank with its cohort: name outlier, non-finite, silent and straggling ranks."""
+    try:
+        report = _report(run, metric, rank_pattern, rank_key, step_key, set_values)
+    except (StabInputError, StabUsageError) as err:
+        typer.echo(f"stab: error: {err}", err=True)
+        raise typer.Exit(2) from None
+    except Exception as err:
+        if os.environ.get("STAB_DEBUG"):
+            raise
+        typer.echo(f"stab: error: {run}: internal error {type(err).__name__}: {err} "
+                   "(set STAB_DEBUG=1 for a traceback)", err=True)
+        raise typer.Exit(2) from None
+    if output is RanksFormat.json:
+        import json
+
+        typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
+    else:
+        from rich.console import Console
+
+        from ..report.ranks_terminal import render
+
+        render(report, Console())
+    from ..exit_codes import exit_code_for
+    from ..model import Severity
+
+    raise typer.Exit(int(exit_code_for(report.worst_severity, Severity.parse(fail_on.value))))
+
+
+def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values):
+    from ..config import load_config
+    from ..detect.ranks import find_rank_outliers
+    from ..ingest import read
+    from ..ingest.options import ReadOptions
+
+    name, sep, key = metric.partition("=")
+    name = name.strip()
+    if not name or (sep and not key.strip()):
+        raise StabUsageError(f"--metric expects NAME or NAME=LOGKEY, got {metric!r}")
+    overrides = {name: key.strip()} if sep else {}
+    options = ReadOptions(
+        metric_overrides=overrides, rank_pattern=rank_pattern, rank_key=rank_key, step_key=step_key,
+    )
+    start = Path(run) if "://" not in run and Path(run).exists() else Path.cwd()
+    thresholds = load_config(start, _pairs(set_values))
+    data = read(run, options)
+    return find_rank_outliers(data, name, thresholds)
+
+
+def _pairs(values: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise StabUsageError(f"--set expects NAME=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out

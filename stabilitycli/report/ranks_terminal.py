@@ -1,0 +1,199 @@
+"""The rich terminal rendering of a `RankReport`: outlier table, heatmap, effect on the mean.
+
+`build(report)` returns a renderable (so `stab analyze` can embed it) and
+`render(report, console)` prints it. The heatmap shows every rank for small
+jobs; for large ones the outliers plus a few typical ranks, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..model import Severity
+
+if TYPE_CHECKING:
+    from ..detect.ranks import RankOutlier, RankReport
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+ALL_RANKS_UP_TO = 16  # show every rank in the heatmap up to this many
+TYPICAL_SHOWN = 4  # typical ranks shown beside the outliers in larger jobs
+# |robust z| bands for heatmap cells: (upper bound, glyph)
+_BANDS = ((3.0, "·"), (6.0, "▪"), (20.0, "▆"), (math.inf, "█"))
+_BIG_JOB = 1024  # the seed's comparison: the same failure among this many ranks
+
+
+def fmt(value: float | None, sign: bool = False) -> str:
+    """A number for people: 4 significant digits, NaN/Inf spelled out."""
+    if value is None:
+        return "–"
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    text = f"{value:+.3g}" if sign else f"{value:.4g}"
+    if text.lstrip("+-").isdigit():
+        text += ".0"  # 40.0, not 40: a loss, not a count
+    return text
+
+
+def build(report: RankReport) -> Group:
+    parts: list = [
+        Text.assemble(
+            ("stab ranks", "bold"),
+            f" · {report.metric} · {report.ranks} ranks · steps {report.steps[0]}–{report.steps[1]}",
+        )
+    ]
+    if not report.outliers:
+        parts.append(Text(
+            f"every rank agrees with its cohort: no rank outlier in {report.metric}"
+            + (f" or {report.throughput_metric}" if report.throughput_metric else ""),
+            style="bold green",
+        ))
+    else:
+        parts.append(_table(report))
+        effect = mean_effect_text(report)
+        if effect:
+            parts.append(Text(effect))
+    heat = _heatmap(report)
+    if heat is not None:
+        parts.extend(heat)
+    if report.notes:
+        parts.append(Text("Notes:\n" + "\n".join(f"  - {n}" for n in report.notes), style="dim"))
+    return Group(*parts)
+
+
+def render(report: RankReport, console: Console | None = None) -> None:
+    (console or Console()).print(build(report))
+
+
+def _table(report: RankReport) -> Table:
+    table = Table(title=f"Outlier ranks ({len(report.outliers)}), most serious first")
+    for name, justify in (
+        ("rank", "right"), ("kind", "left"), ("onset", "right"), ("value", "right"),
+        ("cohort median", "right"), ("robust z", "right"), ("mean shift", "right"),
+        ("recovered", "right"),
+    ):
+        table.add_column(name, justify=justify)
+    for o in report.outliers:
+        rank = str(o.rank) if o.rank is not None else "/".join(map(str, o.pair or ()))
+        kind = o.kind if o.metric == report.metric else f"{o.kind} ({o.metric})"
+        recovered = "–" if o.recovered_step is None else f"step {o.recovered_step}"
+        if o.kind == "silent":
+            recovered = f"silent after {o.end_step}"
+        table.add_row(
+            Text(rank, style=_STYLE[o.severity]), kind, str(o.onset_step), fmt(o.value),
+            fmt(o.cohort_median), fmt(o.robust_z), fmt(o.mean_shift, sign=True), recovered,
+        )
+    return table
+
+
+def mean_effect_text(report: RankReport) -> str:
+    """The seed's arithmetic in words: where the rank sits, and what it does to the mean."""
+    culprits = [
+        o for o in report.outliers
+        if o.kind in ("level", "nonfinite") and o.rank is not None and o.metric == report.metric
+    ]
+    if not culprits:
+        return ""
+    effect = report.mean_effect
+    lines = []
+    for o in culprits[:3]:
+        lines.append(_one_rank(o, report))
+    finite = effect is not None and all(
+        v is not None and math.isfinite(v)
+        for v in (effect.mean_before, effect.mean_during, effect.clean_before, effect.clean_during)
+    )
+    if effect is not None and finite:
+        move = f"{fmt(effect.mean_before)} → {fmt(effect.mean_during)}"
+        if len(culprits) == 1 and culprits[0].kind == "level":
+            lines[0] += f" ({move} over steps {effect.start_step}–{effect.end_step})"
+        else:
+            lines.append(
+                f"the {report.ranks}-rank mean goes {move} over steps {effect.start_step}–{effect.end_step}; "
+                f"without rank{'s' if len(effect.ranks) > 1 else ''} "
+                f"{', '.join(map(str, effect.ranks))} it would go "
+                f"{fmt(effect.clean_before)} → {fmt(effect.clean_during)}"
+            )
+    level = next((o for o in culprits if o.kind == "level" and o.value is not None), None)
+    if level is not None and report.ranks < _BIG_JOB and level.cohort_median is not None:
+        hidden = (level.value - level.cohort_median) / _BIG_JOB
+        lines.append(
+            f"among {_BIG_JOB} ranks the same failure of rank {level.rank} would move the mean by only "
+            f"{fmt(hidden, sign=True)}: the bigger the job, the better the mean hides it"
+        )
+    return "\n".join(lines)
+
+
+def _one_rank(o: RankOutlier, report: RankReport) -> str:
+    if o.kind == "nonfinite":
+        return (
+            f"rank {o.rank} reports {fmt(o.value)} at step {o.onset_step} while the cohort median is "
+            f"{fmt(o.cohort_median)}: the {o.ranks_reporting}-rank mean becomes {fmt(o.mean_shift)}"
+        )
+    back = f", back in line from step {o.recovered_step}" if o.recovered_step is not None else ""
+    return (
+        f"rank {o.rank} sits at {fmt(o.value)} against a cohort median of {fmt(o.cohort_median)} "
+        f"from step {o.onset_step} on{back}; it moves the {o.ranks_reporting}-rank mean by "
+        f"{fmt(o.mean_shift, sign=True)}"
+    )
+
+
+def _cell(z: float) -> Text:
+    if math.isnan(z):
+        return Text(" ")
+    if math.isinf(z):
+        return Text("×", style="bold red")
+    glyph = next(g for bound, g in _BANDS if abs(z) < bound)
+    if abs(z) < _BANDS[0][0]:
+        return Text(glyph, style="dim")
+    return Text(glyph, style="red" if z > 0 else "blue")
+
+
+def _heatmap(report: RankReport) -> list | None:
+    picture = report.picture
+    if picture is None or picture.ranks.size == 0:
+        return None
+    import numpy as np
+
+    ranks = [int(r) for r in picture.ranks]
+    flagged = [o.rank for o in report.outliers if o.rank is not None and o.rank in ranks]
+    for o in report.outliers:
+        if o.pair:
+            flagged.extend(r for r in o.pair if r in ranks)
+    flagged = list(dict.fromkeys(flagged))
+    if len(ranks) <= ALL_RANKS_UP_TO:
+        shown, caption = ranks, f"all {len(ranks)} ranks"
+    else:
+        # typical ranks: the ones closest to the cohort over the whole run
+        with np.errstate(all="ignore"):
+            spread = np.nanmedian(np.abs(np.where(np.isinf(picture.deviation), np.nan, picture.deviation)), axis=1)
+        order = [ranks[i] for i in np.argsort(np.nan_to_num(spread, nan=np.inf)) if ranks[i] not in flagged]
+        typical = sorted(order[:TYPICAL_SHOWN])
+        shown = flagged + typical
+        caption = (
+            f"{len(shown)} of {len(ranks)} ranks: the {len(flagged)} outlier(s) and "
+            f"{len(typical)} typical ones"
+        )
+    index = {r: i for i, r in enumerate(ranks)}
+    edges = picture.step_edges
+    first, last = str(int(edges[0])), str(int(edges[-1]) - 1)
+    width = picture.deviation.shape[1]
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(justify="right", style="bold")
+    table.add_column(no_wrap=True)
+    for rank in shown:
+        row = picture.deviation[index[rank]]
+        line = Text()
+        for z in row:
+            line.append_text(_cell(float(z)))
+        table.add_row(f"rank {rank}", line)
+    table.add_row("step", Text(first + last.rjust(max(1, width - len(first))), style="dim"))
+    title = Text(f"{report.metric}: robust z of each rank against the cohort ({caption})", style="bold")
+    legend = Text(
+        "· |z|<3  ▪ 3–6  ▆ 6–20  █ ≥20 (red above the cohort, blue below)  × NaN/Inf  blank: not reported",
+        style="dim",
+    )
+    return [title, table, legend]
