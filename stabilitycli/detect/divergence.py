@@ -61,9 +61,11 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     part = max(1, m // 4)
     first_mean, last_mean = window_means(binned.values, m, part)
     after_min = suffix_min_after(binned.values, m)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel_rise = (last_mean - first_mean) / np.abs(first_mean)
     rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
+    # a window that holds a spike's onset is that spike's story (§2), not a trend
+    for spike in context.get("spikes", []):
+        holds = (binned.steps[: z.size] <= spike.onset_step) & (binned.end_steps[m - 1 :] >= spike.onset_step)
+        rising &= ~holds
     never_back = after_min > first_mean
     facts = {"window": description, "windows": int(z.size), "max_z": float(z.max()) if z.size else 0.0,
              "shortened": shortened}
@@ -86,15 +88,25 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
         return result
     j = int(candidates[0])
     start_step, end_step = int(binned.steps[j]), int(binned.end_steps[j + m - 1])
-    causes = _causes(view, start_step, end_step, thresholds, result)
-    rise = float(rel_rise[j])
+    # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
+    causes = _causes(view, start_step, end_step, thresholds) or _causes(
+        view, start_step, int(steps[-1]), thresholds)
+    for c in causes:
+        if c["cause"] == "grad-norm-rising":
+            result.findings.append(Finding(
+                "grad-norm-rising", Severity.WARNING,
+                f"grad-norm moving average rose {c['grad_norm_start']:.3g} -> {c['grad_norm_end']:.3g} "
+                f"from step {start_step}", step=start_step, metric="grad_norm", evidence=dict(c),
+            ))
+    final_level = float(np.mean(binned.values[-part:]))
+    rise = (max(final_level, float(last_mean[j])) - float(first_mean[j])) / abs(float(first_mean[j]))
     in_window = (steps >= start_step) & (steps <= end_step)
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
     evidence = {
         "start_step": start_step, "end_step": end_step, "z": round(float(z[j]), 2),
         "start_level": float(first_mean[j]), "end_level": float(last_mean[j]),
         "relative_rise": round(rise, 4), "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
-        "final_loss": float(loss[-1]), "strictly_monotone": strictly, "window": description,
+        "final_loss": float(loss[-1]), "final_level": final_level, "strictly_monotone": strictly, "window": description,
         "bin_points": bin_points, "causes": causes, "window_shortened": shortened,
     }
     facts.update(evidence)
@@ -141,7 +153,7 @@ def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | Non
                   f"{min(points, thresholds.widened_window_points)}"), False
 
 
-def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds, result: RuleResult) -> list[dict]:
+def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[dict]:
     """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the seed's order."""
     causes: list[dict] = []
     first_step = int(view.steps[0])
@@ -172,10 +184,4 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds, resu
             early, late = float(np.mean(values[:quarter])), float(np.mean(values[-quarter:]))
             if early > 0 and late > early * (1 + thresholds.grad_norm_rise_frac):
                 causes.append({"cause": "grad-norm-rising", "grad_norm_start": early, "grad_norm_end": late})
-                result.findings.append(Finding(
-                    "grad-norm-rising", Severity.WARNING,
-                    f"grad-norm moving average rose {early:.3g} -> {late:.3g} over steps {start}-{end}",
-                    step=start, end_step=end, metric="grad_norm",
-                    evidence={"start": early, "end": late},
-                ))
     return causes

@@ -73,9 +73,11 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -
              "span_steps": span_steps, "has_scale": has_scale, "has_messages": has_messages}
     result.facts["overflow"] = facts
     if regime not in ("fp16", "bf16") and not has_scale and not has_messages:
-        if total == 0:
-            result.skipped.append(Skip("loss-scale", "dtype unknown and no loss-scale or overflow series"))
-            return result
+        # a non-finite grad norm alone, dtype unknown, is not evidence of fp16: §1 reads it
+        result.skipped.append(Skip("loss-scale", "dtype unknown and no loss-scale or overflow series "
+                                   f"({int(total)} non-finite grad-norm step(s) left to §1)"))
+        result.facts.pop("overflow", None)
+        return result
     if has_scale:
         _scale_history(view, thresholds, facts, result)
     rate = total / span_steps if span_steps else 0.0

@@ -56,7 +56,16 @@ def load_rules() -> dict[str, Rule]:
     """Import every rule module (registration happens at import)."""
     from . import divergence, mixed_precision, nan, restarts, schedule, spike, throughput  # noqa: F401
 
-    return RULES
+    # rules run in the tree's order: later sections read earlier facts (§3 and
+    # §4 need the spike events of §2)
+    order = {code: i for i, code in enumerate(RUN_ORDER)}
+    return dict(sorted(RULES.items(), key=lambda item: order.get(item[0], len(order))))
+
+
+RUN_ORDER: tuple[str, ...] = (
+    "restart", "nan", "spike", "loss-scale", "divergence", "lr-jump", "lr-increasing",
+    "weight-norm-change", "throughput-drop",
+)
 
 
 def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[list[Rule], set[str]]:

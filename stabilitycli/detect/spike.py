@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import polars as pl
 
 from ..config import Thresholds
 from ..model import Finding, Severity, Skip
@@ -12,7 +13,9 @@ from .registry import RuleResult, rule
 from .series import SeriesView
 from .windows import median_interval, trailing_stats
 
-_SCAN_CHUNK_POINTS = 256  # extent/recovery scans look ahead in chunks, never over the whole tail
+_SCAN_CHUNK_POINTS = 256
+_RECOVERY_MEDIAN_POINTS = 5
+_STABLE_STD_POINTS = 30  # a window with this many points has a std stable enough on its own  # extent/recovery scans look ahead in chunks, never over the whole tail
 
 
 @dataclass
@@ -38,6 +41,21 @@ class SpikeEvent:
     @property
     def cause(self) -> str | None:
         return self.causes[0]["cause"] if self.causes else None
+
+
+def _noise_level(steps: np.ndarray, window_std: np.ndarray, horizon_steps: int) -> np.ndarray:
+    """Median of the trailing-window std over a longer horizon.
+
+    A 100-step window of a sparse log (every 10 steps) holds 10 points, and
+    its std is a noisy estimate: a lucky low one turns ordinary noise into a
+    "spike". The median over the last several windows is stable, and is not
+    inflated by one spike the way the window's own std is.
+    """
+    frame = pl.DataFrame({"step": steps, "std": window_std}).with_columns(pl.col("std").fill_nan(None))
+    level = frame.select(
+        pl.col("std").rolling_median_by("step", window_size=f"{int(horizon_steps)}i", closed="left")
+    )["std"]
+    return level.fill_null(0.0).to_numpy()
 
 
 def _first_index(mask: np.ndarray, start: int) -> int | None:
@@ -96,12 +114,20 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     stats = trailing_stats(steps, loss, window, thresholds.min_points_per_window,
                            thresholds.widened_window_points)
     sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thresholds.sigma_floor_frac * np.abs(stats.mean))
+    if interval > 0 and window / interval < _STABLE_STD_POINTS:
+        sigma = np.maximum(sigma, _noise_level(steps, stats.std, window * thresholds.noise_level_windows))
     threshold = stats.mean + thresholds.spike_sigma * sigma
     enough = stats.count >= thresholds.min_points_per_window
     eligible = enough & (steps > steps[0] + (0 if stats.widened else window)) & np.isfinite(stats.mean)
     with np.errstate(invalid="ignore"):
         flagged = eligible & np.isfinite(loss) & (loss > threshold)
     causes_ctx = _CauseContext.build(view, steps, thresholds)
+    # "back to baseline" is judged on a 5-point rolling median in dense logs, so
+    # one lucky low mini-batch inside a still-elevated stretch is not a recovery
+    smooth = loss if stats.widened else (
+        pl.Series(loss).fill_nan(None).rolling_median(_RECOVERY_MEDIAN_POINTS, min_samples=1)
+        .fill_null(np.nan).to_numpy()
+    )
 
     events: list[SpikeEvent] = []
     candidates = np.flatnonzero(flagged)
@@ -109,7 +135,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     for idx in candidates:  # loop over flagged points only (a few per thousand), not rows
         if idx < next_free:
             continue
-        event = _build_event(int(idx), steps, loss, stats.mean, sigma, threshold, thresholds, causes_ctx)
+        event = _build_event(int(idx), steps, loss, smooth, stats.mean, sigma, threshold, thresholds, causes_ctx)
         event.window = stats.description
         events.append(event)
         next_free = int(np.searchsorted(steps, event.end_step, side="right"))
@@ -151,7 +177,8 @@ class _CauseContext:
             g_stats = trailing_stats(g_steps, g, thresholds.spike_window_steps,
                                      thresholds.min_points_per_window, thresholds.widened_window_points)
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(np.isfinite(g), g / g_stats.mean, np.inf)
+                # a non-finite grad norm is an overflow (§3) or a NaN (§1), not a long-tail batch
+                ratio = np.where(np.isfinite(g), g / g_stats.mean, np.nan)
             grad_ratio = _align(g_steps, ratio, loss_steps)
             grad = _align(g_steps, g, loss_steps)
             grad_base = _align(g_steps, g_stats.mean, loss_steps)
@@ -176,7 +203,8 @@ def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> n
     return np.where(hit, values[idx_clip], np.nan)
 
 
-def _build_event(idx, steps, loss, mean, sigma, threshold, thresholds: Thresholds, ctx: _CauseContext) -> SpikeEvent:
+def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: Thresholds,
+                 ctx: _CauseContext) -> SpikeEvent:
     mu, sd, thr = float(mean[idx]), float(sigma[idx]), float(threshold[idx])
     onset = int(steps[idx])
     # extent: consecutive points still above the frozen threshold (non-finite counts as above)
@@ -191,7 +219,7 @@ def _build_event(idx, steps, loss, mean, sigma, threshold, thresholds: Threshold
     z = (peak - mu) / sd if sd > 0 else float("inf")
     recovery_level = mu + thresholds.recovery_sigma * sd
     with np.errstate(invalid="ignore"):
-        recovered_mask = np.isfinite(loss) & (loss <= recovery_level)
+        recovered_mask = np.isfinite(smooth) & (smooth <= recovery_level)
     rec_idx = _first_index(recovered_mask, idx + 1)
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
@@ -205,7 +233,10 @@ def _build_event(idx, steps, loss, mean, sigma, threshold, thresholds: Threshold
     after_50 = _value_after(steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps)
     causes = _causes(idx, steps, ctx, thresholds, onset)
     points = end_idx - idx + 1
-    material = points > 1 or bool(causes) or (
+    with np.errstate(invalid="ignore", divide="ignore"):
+        event_z = np.where(np.isfinite(segment), (segment - mu) / sd, thresholds.spike_large_z)
+    sustained = points > 1 and float(event_z.sum()) >= thresholds.spike_sustained_z_sum
+    material = sustained or bool(causes) or (
         z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu
     ) or not np.isfinite(peak)
     return SpikeEvent(

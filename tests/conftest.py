@@ -1,0 +1,46 @@
+"""Shared test helpers: where fixtures live, and running the CLI like a user."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+RUNS = FIXTURES / "runs"
+REAL_LOGS = ROOT.parent / "shared" / "real-logs"
+
+
+def run_fixture(name: str) -> Path:
+    folder = RUNS / name
+    matches = sorted(folder.glob("run.jsonl*"))
+    assert matches, f"no run.jsonl in {folder}"
+    return matches[0]
+
+
+def expected(name: str) -> dict:
+    return json.loads((RUNS / name / "expected.json").read_text())
+
+
+def all_runs() -> list[str]:
+    return sorted(p.parent.name for p in RUNS.glob("*/expected.json"))
+
+
+@pytest.fixture
+def cli():
+    """Invoke `stab` in-process; a crash must never masquerade as exit 1."""
+    from typer.testing import CliRunner
+
+    from stabilitycli.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        result = runner.invoke(app, [str(a) for a in args])
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+    return invoke
