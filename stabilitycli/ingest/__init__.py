@@ -19,12 +19,18 @@ from .options import ReadOptions
 # specific layouts come before generic ones.
 READERS: tuple[str, ...] = (
     "rank_dir",
+    "hf_trainer",
+    "wandb_offline",
+    "lightning",
+    "wandb_csv",
+    "llmc",
     "megatron",
     "deepspeed",
+    "tabular",
     "jsonl",
 )
 
-SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout"
+SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout, llm.c main.log, Hugging Face trainer_state.json (or a checkpoint / output dir), Lightning CSVLogger metrics.csv (or lightning_logs/ with version_N), W&B offline run (.wandb, its run dir, or wandb/), W&B chart CSV export, CSV / TSV / Parquet / Arrow IPC tables"
 
 _DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
 

@@ -52,7 +52,7 @@ _SKIP_STEP = re.compile(
     r"|fp16 dynamic loss scale overflow!\s*Skipping step)"
     r"\.?\s*Attempted loss scale:\s*" + _NUM +
     r"(?:,\s*reducing to\s*" + _NUM + r"|,\s*but hysteresis is\s*\d+)",
-    re.I,
+    re.IGNORECASE,
 )
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:?\s*(\d+)")
 _REDUCING = re.compile(r"Reducing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)

@@ -222,8 +222,8 @@ def _missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo)
         nan_at.append(step)
     for steps, why in (
         (nan_at, f"no `{key}` field (Megatron omits a non-finite interval mean); read as NaN"),
-        (skipped_at, f"no `{key}` field: every iteration of the interval was skipped, so there "
-                     "is no mean; left empty, not NaN"),
+        (skipped_at, (f"no `{key}` field: every iteration of the interval was skipped, so there "
+                     "is no mean; left empty, not NaN")),
     ):
         for step in steps[:NOTE_LIMIT]:
             source.notes.append(f"iteration {step}: {why}")

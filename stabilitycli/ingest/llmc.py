@@ -1,0 +1,81 @@
+"""llm.c `main.log`: one short record per line, written by `train_gpt2.cu`.
+
+    s:0 tel:11.0095                           validation loss   -> eval_loss
+    s:0 trl:11.0116 lr:0.000001 norm:14.96    train loss, lr, grad norm
+    s:250 eval:0.2437                         HellaSwag accuracy -> hellaswag_acc
+
+The writer ends every record with a newline and flushes, so a last line
+without one was cut off while the job died: it is dropped with a warning (its
+number could be a prefix of the real one: `3.2` of `3.2813`). Lines are parsed
+with one vectorised regex over the whole file; a line that is not a record is
+rejected with its number.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import StabInputError
+from ..model import SourceInfo
+from . import _textlog as tl
+from .options import ReadOptions
+
+NAME = "llmc"
+_SNIFF = re.compile(r"(?m)^s:\d+ (?:trl|tel):\S+")
+_RECORD = (
+    r"^s:(?P<step>\d+)\s+(?:trl:(?P<trl>\S+)(?:\s+lr:(?P<lr>\S+))?(?:\s+norm:(?P<norm>\S+))?"
+    r"|tel:(?P<tel>\S+)|eval:(?P<eval>\S+))\s*$"
+)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if not tl.is_text_log(path, head):
+        return False
+    return _SNIFF.search(head.decode("utf-8", "replace")) is not None
+
+
+def read(path: Path, options: ReadOptions):
+    import polars as pl
+
+    from ..frame import ROW, finalize
+
+    lines, cut = tl.read_lines(path)
+    source = SourceInfo(path=str(path), format=NAME, run=path.parent.name or None)
+    if cut:
+        source.warnings.append(tl.truncation_warning(len(lines), "the last record"))
+        source.reject(len(lines), "last line cut off mid-write")
+        lines = lines[:-1]
+    table = pl.DataFrame({"line": lines}).with_row_index(ROW, offset=1)
+    table = table.with_columns(pl.col(ROW).cast(pl.Int64)).filter(pl.col("line").str.strip_chars() != "")
+    parts = table.with_columns(pl.col("line").str.extract_groups(_RECORD).alias("m")).unnest("m")
+    bad = parts.filter(pl.col("step").is_null())
+    for row in bad[ROW].head(5).to_list():
+        source.reject(row, "not an llm.c record (s:N trl:/tel:/eval:)")
+    if bad.height > 5:
+        reason = "not an llm.c record (s:N trl:/tel:/eval:)"
+        source.rows_rejected += bad.height - 5
+        source.rejection_counts[reason] += bad.height - 5
+    good = parts.filter(pl.col("step").is_not_null())
+    if good.height == 0:
+        raise StabInputError(source.path, "no llm.c record (`s:N trl:X` / `s:N tel:X`) found")
+    raw = good.select(
+        pl.col(ROW),
+        pl.col("step").cast(pl.Int64),
+        pl.col("trl"), pl.col("lr"), pl.col("norm"), pl.col("tel"),
+        pl.col("eval").alias("hellaswag_acc"),
+    )
+    # a field present but not a number (`trl:abc`) is a bad record, not a missing value
+    unreadable = raw.filter(pl.any_horizontal(
+        [pl.col(c).is_not_null() & pl.col(c).cast(pl.Float64, strict=False).is_null()
+         for c in ("trl", "lr", "norm", "tel", "hellaswag_acc")]
+    ))
+    for row in unreadable[ROW].to_list():
+        source.reject(row, "a field of the record is not a number")
+    raw = raw.filter(~pl.col(ROW).is_in(unreadable[ROW].implode()))
+    if bad.height:
+        first = bad[ROW][0]
+        source.warnings.append(f"{bad.height} line(s) are not llm.c records; first at line {first}")
+    source.notes.append("llm.c `trl` is the loss of one step (no averaging); `tel` is the validation loss")
+    source.rows_read = raw.height + source.rows_rejected
+    return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
