@@ -18,6 +18,8 @@ from .options import ReadOptions
 # Order matters: the first reader whose `sniff` accepts the path wins, so more
 # specific layouts come before generic ones.
 READERS: tuple[str, ...] = (
+    "mlflow_file",
+    "mlflow_db",
     "rank_dir",
     "hf_trainer",
     "wandb_offline",
@@ -30,7 +32,7 @@ READERS: tuple[str, ...] = (
     "jsonl",
 )
 
-SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout, llm.c main.log, Hugging Face trainer_state.json (or a checkpoint / output dir), Lightning CSVLogger metrics.csv (or lightning_logs/ with version_N), W&B offline run (.wandb, its run dir, or wandb/), W&B chart CSV export, CSV / TSV / Parquet / Arrow IPC tables"
+SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout, llm.c main.log, Hugging Face trainer_state.json (or a checkpoint / output dir), Lightning CSVLogger metrics.csv (or lightning_logs/ with version_N), W&B offline run (.wandb, its run dir, or wandb/), W&B chart CSV export, CSV / TSV / Parquet / Arrow IPC tables, MLflow file store (mlruns/, an experiment or run folder), MLflow sqlite (mlflow.db, sqlite:///path)"
 
 _DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
 

@@ -1,0 +1,214 @@
+"""What the three MLflow readers share: which run(s) to read, its rank and its dtype.
+
+The selection rules are the same whether runs sit in `mlruns/`, a sqlite file
+or behind a tracking server:
+
+1. `--experiment` keeps the runs of the experiment with that name or id;
+2. `--run` keeps the runs with that id (or a unique id prefix) or run name;
+3. deleted runs are left out unless `--include-deleted`;
+4. one run left: read it. Several: when each carries its own rank (a `rank`
+   tag or param, or a name like `rank-3`) they are one per-rank run;
+   otherwise the user must choose, and the error lists the candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import aliases
+from ..errors import StabInputError
+from ..frame import RunData
+from ..model import SourceInfo
+from . import normalise_dtype
+from ._points import rank_from_name
+from .options import ReadOptions
+
+# param/tag names (last path component, lower case) that state the training dtype,
+# strongest first: the mixed-precision setting says what the matmuls ran in
+_DTYPE_NAMES = (
+    "mixed_precision",
+    "precision",
+    "amp_dtype",
+    "dtype",
+    "compute_dtype",
+    "train_dtype",
+    "torch_dtype",
+)
+# boolean switches (HF TrainingArguments, Lightning/DeepSpeed configs)
+_DTYPE_FLAGS = {"bf16": "bf16", "fp16": "fp16", "half": "fp16"}
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_KNOWN_DTYPES = {"fp32", "fp16", "bf16"}
+
+
+@dataclass
+class MlflowRun:
+    """One run as listed by a store: enough to select it and describe it."""
+
+    run_id: str
+    name: str
+    experiment_id: str
+    experiment_name: str = ""
+    deleted: bool = False
+    # a handle the reader uses to fetch metrics (a folder, nothing for sqlite/REST)
+    location: object = None
+    params: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.run_id} ({self.name})" if self.name else self.run_id
+
+
+def rank_of(run: MlflowRun, options: ReadOptions) -> int | None:
+    """The rank a run stands for: a rank tag, a rank param, then its name."""
+    for table in (run.tags, run.params):
+        for key in (options.rank_key, *aliases.RANK_KEYS):
+            if key and key in table:
+                text = table[key].strip()
+                if text.lstrip("-").isdigit():
+                    return int(text)
+    return rank_from_name(run.name, options.rank_pattern) if run.name else None
+
+
+def filter_experiments(experiments: dict[str, str], options: ReadOptions, where: str) -> set[str]:
+    """Experiment ids to keep, given `{id: name}`; all of them without `--experiment`."""
+    if not options.experiment:
+        return set(experiments)
+    wanted = options.experiment.strip()
+    hits = {eid for eid, name in experiments.items() if wanted in (eid, name)}
+    if not hits:
+        shown = ", ".join(f"{name!r} (id {eid})" for eid, name in sorted(experiments.items())[:20])
+        raise StabInputError(where, f"no experiment {wanted!r}; experiments here: {shown or 'none'}")
+    return hits
+
+
+def select_runs(
+    runs: list[MlflowRun], options: ReadOptions, where: str, fetch_rank_info=None
+) -> tuple[list[MlflowRun], dict[str, int] | None]:
+    """The run(s) to read and, for a per-rank set, run id -> rank.
+
+    `fetch_rank_info(run)` fills `run.tags`/`run.params` lazily when a store
+    lists runs without them (the file store), so that only candidates pay.
+    """
+    if not options.include_deleted:
+        live = [r for r in runs if not r.deleted]
+        if not live and runs:
+            raise StabInputError(
+                where, f"only deleted runs here ({_listing(runs)}); add --include-deleted to read them"
+            )
+        runs = live
+    if options.run:
+        runs = _match_run(runs, options.run.strip(), where)
+    if not runs:
+        raise StabInputError(where, "no MLflow runs found")
+    if len(runs) == 1:
+        return runs, None
+    if fetch_rank_info is not None:
+        for run in runs:
+            fetch_rank_info(run)
+    ranks = {r.run_id: rank_of(r, options) for r in runs}
+    values = list(ranks.values())
+    if None not in values and len(set(values)) == len(values):
+        return runs, {k: int(v) for k, v in ranks.items() if v is not None}
+    raise StabInputError(
+        where, f"{len(runs)} runs found; choose one with --run ID or --run NAME: {_listing(runs)}"
+    )
+
+
+def _match_run(runs: list[MlflowRun], wanted: str, where: str) -> list[MlflowRun]:
+    exact = [r for r in runs if wanted in (r.run_id, r.name)]
+    if exact:
+        return exact
+    # an id prefix, as people copy the first characters from the UI
+    prefixed = [r for r in runs if len(wanted) >= 6 and r.run_id.startswith(wanted)]
+    if prefixed:
+        return prefixed
+    raise StabInputError(where, f"no run with id or name {wanted!r}; runs here: {_listing(runs)}")
+
+
+def _listing(runs: list[MlflowRun], limit: int = 12) -> str:
+    shown = ", ".join(r.label for r in runs[:limit])
+    if len(runs) > limit:
+        shown += f", ... ({len(runs) - limit} more)"
+    return shown
+
+
+def dtype_from(params: dict[str, str], tags: dict[str, str]) -> tuple[str, str] | None:
+    """(dtype, origin) stated by the run's params or tags, or None.
+
+    A named setting (`mixed_precision=bf16`, `precision=16-mixed`) wins over a
+    switch (`bf16=True`); `fp16=False` and `bf16=False` together mean fp32 (the
+    Hugging Face Trainer default), which is the weakest evidence of all.
+    """
+    entries = [("param", k, v) for k, v in params.items()] + [("tag", k, v) for k, v in tags.items()]
+    by_leaf: dict[str, tuple[str, str, str]] = {}
+    for kind, key, value in entries:
+        leaf = key.strip().lower().replace(".", "/").rsplit("/", 1)[-1]
+        by_leaf.setdefault(leaf, (kind, key, value))
+    for name in _DTYPE_NAMES:
+        if name in by_leaf:
+            kind, key, value = by_leaf[name]
+            dtype = normalise_dtype(value)
+            if dtype in _KNOWN_DTYPES:
+                return dtype, f"MLflow {kind} {key!r}={value!r}"
+    flags = {name: by_leaf[name] for name in _DTYPE_FLAGS if name in by_leaf}
+    for name, (kind, key, value) in flags.items():
+        if value.strip().lower() in _TRUE:
+            return _DTYPE_FLAGS[name], f"MLflow {kind} {key!r}={value!r}"
+    if {"bf16", "fp16"} <= flags.keys() and all(
+        flags[n][2].strip().lower() in _FALSE for n in ("bf16", "fp16")
+    ):
+        return "fp32", "MLflow params fp16=False and bf16=False"
+    return None
+
+
+def order_points(points):
+    """Add `_order`: time order across keys that never reorders a key's own points.
+
+    Each key is ordered by its running-max timestamp, so a clock step
+    backwards (or user-supplied timestamps) cannot shuffle one series.
+    """
+    import polars as pl
+
+    points = points.with_columns(pl.col("timestamp").fill_null(0).cum_max().over("key").alias("_t"))
+    points = points.sort(["_t", "_key_index", "_line"]).with_row_index("_order")
+    return points.select(
+        "key", "step", "value", pl.col("_order").cast(pl.Int64)
+    )
+
+
+def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_points) -> RunData:
+    """Shared tail of the MLflow readers: metrics of the chosen run(s) -> RunData."""
+    import polars as pl
+
+    from ._points import points_to_run
+
+    label = chosen[0].label if len(chosen) == 1 else f"{len(chosen)} per-rank runs"
+    source = SourceInfo(path=str(target), format=fmt, run=label)
+    parts = []
+    for run in chosen:
+        if not run.params and not run.tags:
+            load_meta(run)
+        points = load_points(run, source)
+        if points is None or points.height == 0:
+            if len(chosen) == 1:
+                raise StabInputError(str(target), f"run {run.label} has no metrics logged")
+            source.warnings.append(f"run {run.label} has no metrics logged")
+            continue
+        if ranks is not None:
+            points = points.with_columns(pl.lit(ranks[run.run_id], dtype=pl.Int64).alias("rank"))
+        parts.append(points)
+    if not parts:
+        raise StabInputError(str(target), "none of the runs has metrics logged")
+    if ranks is not None:
+        source.notes.append(
+            "per-rank runs: " + ", ".join(f"rank {ranks[r.run_id]} = {r.label}" for r in chosen)
+        )
+    for run in chosen:
+        found = dtype_from(run.params, run.tags)
+        if found is not None:
+            source.dtype, source.dtype_origin = found
+            break
+    points = pl.concat(parts, how="vertical")
+    return points_to_run(points, source, options, per_rank=ranks is not None)

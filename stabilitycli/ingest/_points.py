@@ -1,0 +1,85 @@
+"""Per-key metric series (MLflow, TensorBoard) turned into the raw table `finalize` wants.
+
+Trackers store one series per metric key: `(key, step, value)` points, each key
+written on its own. JSONL logs, by contrast, hold one line per step with every
+metric. To share `finalize` (aliases, restarts, sparse-row merging, accounting)
+the points are pivoted into one row per step, with the metric keys as columns.
+
+A restart (step going backwards) is decided per key and then carried across
+keys in time order. Deciding it on the interleaved rows would turn an
+`eval_loss` logged late at an earlier step into a fake restart; deciding it per
+key only would split a metric first logged after a resume from its siblings.
+
+One raw row is one `(rank, step)` of one trajectory, like a JSONL line; a point
+re-logged at the same step becomes a second row, and `finalize` keeps the later
+value.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from ..errors import StabInputError
+from ..frame import ROW, RunData, finalize
+from ..model import SourceInfo
+from .options import ReadOptions
+
+# internal index names that no metric key can collide with
+STEP_COL = "__step"
+RANK_COL = "__rank"
+_SEGMENT = "__seg"
+_DUP = "__dup"
+
+# `rank-3`, `rank_3`, `rank3`, `worker-3`, `gpu_3`, `train-rank-3` ...
+RANK_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc|process|gpu|device)[-_ ]?(\d+)$", re.IGNORECASE)
+
+
+def rank_from_name(name: str, pattern: str | None = None) -> int | None:
+    """The rank a run/folder name encodes (`--rank-pattern` regex first), or None."""
+    if pattern:
+        match = re.search(pattern, name)
+        if match and match.groups() and match.group(1) and match.group(1).isdigit():
+            return int(match.group(1))
+        return None
+    match = RANK_NAME.search(name.strip())
+    return int(match.group(1)) if match else None
+
+
+def points_to_run(
+    points: pl.DataFrame, source: SourceInfo, options: ReadOptions, *, per_rank: bool
+) -> RunData:
+    """Pivot long points into the canonical frame.
+
+    `points` columns: `key` (String), `step` (Int64), `value` (Float64),
+    `_order` (Int64, the order the points were written in: file order, or
+    timestamp order across keys) and, when `per_rank`, `rank` (Int64).
+    """
+    if points.height == 0:
+        raise StabInputError(source.path, "no metric points to read (the run logged no metrics)")
+    # index columns get names no metric key uses, so a key called "step" stays a column
+    rename = {"step": STEP_COL, "rank": RANK_COL} if per_rank else {"step": STEP_COL}
+    points = points.rename(rename)
+    keys = [RANK_COL] if per_rank else []
+    by_key = [*keys, "key"]
+    points = points.sort([*keys, "_order"])
+    # 1. restarts within each key's own series, carried forward in time across keys
+    went_back = (pl.col(STEP_COL) < pl.col(STEP_COL).shift(1)).fill_null(False).over(by_key)
+    points = points.with_columns(went_back.cast(pl.Int64).alias("_back"))
+    points = points.with_columns(pl.col("_back").cum_sum().over(by_key).alias("_kseg"))
+    seg = pl.col("_kseg").cum_max()
+    points = points.with_columns((seg.over(keys) if keys else seg).alias(_SEGMENT))
+    # 2. a point re-logged at the same step of the same trajectory gets its own row
+    index = [*keys, _SEGMENT, STEP_COL]
+    points = points.with_columns(pl.int_range(pl.len()).over([*index, "key"]).alias(_DUP))
+    wide = points.pivot(on="key", index=[*index, _DUP], values="value")
+    wide = wide.sort([*index, _DUP]).drop(_SEGMENT, _DUP)
+    wide = wide.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
+    return finalize(
+        wide,
+        source,
+        step_key=STEP_COL,
+        rank_key=RANK_COL if per_rank else None,
+        overrides=options.metric_overrides,
+    )

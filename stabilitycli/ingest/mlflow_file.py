@@ -1,0 +1,261 @@
+"""MLflow file store (`mlruns/`), read straight from disk without importing mlflow.
+
+Layout (MLflow 1.x-3.x):
+
+    mlruns/<experiment_id>/meta.yaml                  name, lifecycle_stage
+    mlruns/<experiment_id>/<run_id>/meta.yaml         run_name, lifecycle_stage
+    mlruns/<experiment_id>/<run_id>/metrics/<key>     "timestamp value step" lines
+    mlruns/<experiment_id>/<run_id>/params|tags/<key> the raw value, no newline
+    mlruns/.trash/<experiment_id>/                    deleted experiments
+
+A key holding `/` is a sub-folder (`metrics/train/loss`). Values are Python
+`str(float)`, so `nan`, `inf` and `-inf` are exact. Each metric file is parsed
+in one polars call: going through `MlflowClient` re-parses the whole file for
+every 25,000-point page (O(n^2), minutes at 1M points), and MLflow >= 3.13
+refuses to open a file store at all without `MLFLOW_ALLOW_FILE_STORE=true`.
+
+The path may be the `mlruns` root, one experiment folder or one run folder.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from ..errors import StabInputError
+from ..frame import RunData
+from ..model import SourceInfo
+from ._mlflow_common import MlflowRun, build_run, filter_experiments, order_points, select_runs
+from .options import ReadOptions
+
+NAME = "mlflow_file"
+TRASH = ".trash"
+TRUNCATED_REASON = "last line cut off mid-write (the job died while logging)"
+MALFORMED_REASON = "not a 'timestamp value step' line"
+
+
+# --- meta.yaml ------------------------------------------------------------------
+
+
+def parse_meta(text: str) -> dict[str, str]:
+    """The top-level `key: scalar` pairs of an MLflow meta.yaml, as strings.
+
+    MLflow writes these files with PyYAML's `safe_dump`: flat, one key per
+    line, strings quoted only when YAML needs it, long strings folded onto
+    indented continuation lines. Nested values (`tags: []`) are kept as text.
+    """
+    out: dict[str, str] = {}
+    last: str | None = None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line[0] in " \t" and last is not None:
+            out[last] = (out[last] + " " + line.strip()).strip()  # folded continuation
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        last = key.strip()
+        out[last] = value.strip()
+    return {k: _unquote(v) for k, v in out.items()}
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1].replace("''", "'")
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        inner = value[1:-1]
+        return inner.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in inner else inner
+    return "" if value in ("null", "~") else value
+
+
+def _read_meta(folder: Path) -> dict[str, str] | None:
+    meta = folder / "meta.yaml"
+    try:
+        return parse_meta(meta.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+
+
+def _kind(folder: Path) -> str | None:
+    """'run', 'experiment', 'root' or None, from the meta.yaml files."""
+    meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
+    if meta is not None:
+        if "run_id" in meta or "run_uuid" in meta:
+            return "run"
+        if "experiment_id" in meta:
+            return "experiment"
+        return None
+    try:
+        children = [c for c in folder.iterdir() if c.is_dir() and c.name != TRASH]
+    except OSError:
+        return None
+    for child in children:
+        if (child / "meta.yaml").is_file():
+            child_meta = _read_meta(child) or {}
+            if "experiment_id" in child_meta and "run_id" not in child_meta:
+                return "root"
+    return None
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return path.is_dir() and _kind(path) is not None
+
+
+# --- listing runs ----------------------------------------------------------------
+
+
+def _experiments(path: Path, kind: str, options: ReadOptions) -> list[tuple[Path, dict[str, str], bool]]:
+    """(folder, meta, deleted) of each experiment under the given path."""
+    if kind == "experiment":
+        meta = _read_meta(path) or {}
+        return [(path, meta, meta.get("lifecycle_stage") == "deleted" or path.parent.name == TRASH)]
+    folders = [(c, False) for c in sorted(path.iterdir()) if c.is_dir() and c.name != TRASH]
+    trash = path / TRASH
+    if options.include_deleted and trash.is_dir():
+        folders += [(c, True) for c in sorted(trash.iterdir()) if c.is_dir()]
+    out = []
+    for folder, trashed in folders:
+        meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
+        if meta is None or "experiment_id" not in meta or "run_id" in meta:
+            continue
+        out.append((folder, meta, trashed or meta.get("lifecycle_stage") == "deleted"))
+    return out
+
+
+def _run_from(folder: Path, experiment: dict[str, str], experiment_deleted: bool) -> MlflowRun | None:
+    meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
+    if meta is None or not (meta.get("run_id") or meta.get("run_uuid")):
+        return None
+    name = meta.get("run_name") or _read_small(folder / "tags" / "mlflow.runName") or ""
+    return MlflowRun(
+        run_id=meta.get("run_id") or meta.get("run_uuid", folder.name),
+        name=name,
+        experiment_id=meta.get("experiment_id", experiment.get("experiment_id", "")),
+        experiment_name=experiment.get("name", ""),
+        deleted=experiment_deleted or meta.get("lifecycle_stage") == "deleted",
+        location=folder,
+    )
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _key_files(folder: Path) -> dict[str, Path]:
+    """`{key: file}` for every file below `folder`; nested folders join with `/`."""
+    out: dict[str, Path] = {}
+    if not folder.is_dir():
+        return out
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            full = Path(root) / name
+            out[full.relative_to(folder).as_posix()] = full
+    return out
+
+
+def _load_params_tags(run: MlflowRun) -> None:
+    folder: Path = run.location  # type: ignore[assignment]
+    run.params = {k: _read_small(p) or "" for k, p in _key_files(folder / "params").items()}
+    run.tags = {k: _read_small(p) or "" for k, p in _key_files(folder / "tags").items()}
+
+
+def list_runs(path: Path, options: ReadOptions) -> list[MlflowRun]:
+    kind = _kind(path)
+    if kind is None:
+        raise StabInputError(str(path), "not an MLflow file store (no meta.yaml found)")
+    if kind == "run":
+        parent = _read_meta(path.parent) if (path.parent / "meta.yaml").is_file() else {}
+        parent = parent or {}
+        run = _run_from(path, parent, parent.get("lifecycle_stage") == "deleted")
+        return [run] if run else []
+    experiments = _experiments(path, kind, options)
+    keep = filter_experiments(
+        {m.get("experiment_id", f.name): m.get("name", "") for f, m, _ in experiments}, options, str(path)
+    )
+    runs: list[MlflowRun] = []
+    for folder, meta, deleted in experiments:
+        if meta.get("experiment_id", folder.name) not in keep:
+            continue
+        for child in sorted(folder.iterdir()):
+            if child.is_dir():
+                run = _run_from(child, meta, deleted)
+                if run is not None:
+                    runs.append(run)
+    return runs
+
+
+# --- reading metrics -------------------------------------------------------------
+
+
+def read_metric_file(path: Path, key: str, source: SourceInfo):
+    """One metric file as a polars frame (timestamp, value, step, _line).
+
+    Accepts the 2-field (very old MLflow: step 0), 3-field and 5-field
+    (logged with a dataset) line shapes. A last line without its newline was
+    cut off mid-write: it is dropped with a warning, everything before it kept.
+    """
+    import polars as pl
+
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        line_no = data.count(b"\n", 0, cut) + 1
+        data = data[:cut]
+        source.reject(line_no, f"metric {key!r}: {TRUNCATED_REASON}")
+        source.warnings.append(f"{path}:{line_no}: {TRUNCATED_REASON}; kept the lines before it")
+    schema = {"timestamp": pl.Int64, "value": pl.Float64, "step": pl.Int64}
+    if not data.strip():
+        return pl.DataFrame(schema={**schema, "_line": pl.Int64})
+    frame = pl.read_csv(
+        io.BytesIO(data),
+        separator=" ",
+        has_header=False,
+        schema=schema,
+        truncate_ragged_lines=True,
+        ignore_errors=True,
+        missing_columns="insert",
+        extra_columns="ignore",
+    ).with_row_index("_line", offset=1)
+    frame = frame.with_columns(pl.col("_line").cast(pl.Int64))
+    blank = pl.all_horizontal(pl.col(c).is_null() for c in schema)
+    bad = frame.filter(pl.col("value").is_null() & ~blank)
+    if bad.height:
+        for line in bad["_line"].head(5).to_list():
+            source.reject(line, f"metric {key!r}: {MALFORMED_REASON}")
+        extra = bad.height - min(bad.height, 5)
+        source.rows_rejected += extra
+        reason = f"metric {key!r}: {MALFORMED_REASON}"
+        source.rejection_counts[reason] = source.rejection_counts.get(reason, 0) + extra
+        source.warnings.append(
+            f"{path}: {bad.height} line(s) are not 'timestamp value step'; first at line {bad['_line'][0]}"
+        )
+    return frame.filter(pl.col("value").is_not_null()).with_columns(pl.col("step").fill_null(0))
+
+
+def run_points(run: MlflowRun, source: SourceInfo):
+    """All metric points of a file-store run: key, step, value, timestamp, per-key order."""
+    import polars as pl
+
+    folder: Path = run.location  # type: ignore[assignment]
+    parts = []
+    for index, (key, file) in enumerate(sorted(_key_files(folder / "metrics").items())):
+        frame = read_metric_file(file, key, source)
+        if frame.height:
+            parts.append(frame.with_columns(pl.lit(key).alias("key"), pl.lit(index).alias("_key_index")))
+    if not parts:
+        return None
+    return order_points(pl.concat(parts, how="vertical"))
+
+
+def read(path: Path, options: ReadOptions) -> RunData:
+    """Read the selected run(s) of a file store into the canonical frame."""
+    runs = list_runs(path, options)
+    chosen, ranks = select_runs(runs, options, str(path), fetch_rank_info=_load_params_tags)
+    return build_run(
+        path, NAME, chosen, ranks, options, load_meta=_load_params_tags, load_points=run_points
+    )
