@@ -54,13 +54,17 @@ def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.D
     x = pl.col(column).cast(pl.Float64)
     if invert:  # a time per step becomes a rate, so "low" means "slow" for both
         x = 1.0 / x
-    return (
-        frame.lazy()
-        .filter(pl.col(column).is_not_null())
-        .select(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x"))
-        .sort(["rank", "step"])
-        .collect()
-    )
+    rows = frame.lazy().filter(pl.col(column).is_not_null()).select(
+        pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x")
+    ).collect()
+    # `finalize` already sorts by (rank, step): checking is one pass, sorting is several
+    ordered = rows.select(
+        (
+            (pl.col("rank").diff() > 0)
+            | ((pl.col("rank").diff() == 0) & (pl.col("step").diff() > 0))
+        ).fill_null(True).all()
+    ).item()
+    return rows if ordered else rows.sort(["rank", "step"])
 
 
 def _stride(rows: pl.DataFrame) -> int | None:
@@ -74,46 +78,63 @@ def _stride(rows: pl.DataFrame) -> int | None:
     return int(diffs["d"].median())
 
 
-def _alignment(rows: pl.DataFrame, notes: list[str]) -> tuple[pl.Expr, int | None]:
-    """The cohort key: the step itself, or a stride bucket when ranks log at offset steps."""
+def _step_stats(rows: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
+    """Per cohort step t: median and max of the finite values, ranks reporting, finite count."""
+    fin = pl.col("x").is_finite()
+    # n counts ranks, not rows, when a stride bucket may hold two rows of one rank
+    count = pl.col("rank").n_unique() if distinct_ranks else pl.len()
+    return rows.group_by("t").agg(
+        pl.col("x").filter(fin).median().alias("med"),
+        pl.col("x").filter(fin).max().alias("hi"),
+        count.cast(pl.Int64).alias("n"),
+        fin.sum().cast(pl.Int64).alias("n_fin"),
+    ).sort("t")
+
+
+def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
+    """Re-key the cohort by stride buckets when ranks mostly log at different steps."""
     n_ranks = rows["rank"].n_unique()
-    if n_ranks < 2:
-        return pl.col("step"), None
-    typical = rows.group_by("step").len()["len"].median()
-    if typical is None or typical >= MISALIGNED_FRACTION * n_ranks:
-        return pl.col("step"), None
+    typical = steps["n"].median()
+    if n_ranks < 2 or typical is None or typical >= MISALIGNED_FRACTION * n_ranks:
+        return rows, steps, None
     stride = _stride(rows)
     if stride is None or stride <= 1:
         notes.append(
             f"ranks log at different steps (typically {typical:.0f} of {n_ranks} per step) "
             "and no common stride aligns them: steps with fewer than 3 ranks are not judged"
         )
-        return pl.col("step"), None
+        return rows, steps, None
     notes.append(
         f"ranks log at different steps (typically {typical:.0f} of {n_ranks} per step): "
         f"compared within buckets of {stride} steps"
     )
-    return (pl.col("step") // stride) * stride, stride
+    rows = rows.with_columns(((pl.col("step") // stride) * stride).alias("t"))
+    return rows, _step_stats(rows, distinct_ranks=True), stride
 
 
 def build_cohort(
     frame: pl.DataFrame, column: str, rel_floor: float, notes: list[str], *, invert: bool = False
 ) -> Cohort:
-    """Median, MAD, sigma and each row's robust z, per cohort step (module doc)."""
-    rows = long_rows(frame, column, invert=invert)
-    key, stride = _alignment(rows, notes)
-    rows = rows.with_columns(key.alias("t")).with_row_index("i")
-    fin = pl.col("x").is_finite()
-    # n counts ranks, not rows: a bucket may hold two rows of one rank
-    count = pl.col("rank").n_unique() if stride else pl.len()
-    steps = rows.group_by("t").agg(
-        pl.col("x").filter(fin).median().alias("med"),
-        pl.col("x").filter(fin).max().alias("hi"),
-        count.cast(pl.Int64).alias("n"),
-        fin.sum().cast(pl.Int64).alias("n_fin"),
+    """Median, MAD, sigma and each row's robust z, per cohort step (module doc).
+
+    Two group-bys (median, then MAD); the per-step numbers go back to the rows
+    by position (`searchsorted` into the sorted step table), not by join.
+    """
+    rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
+    steps = _step_stats(rows, distinct_ranks=False)
+    rows, steps, stride = _align(rows, steps, notes)
+    step_t = steps["t"].to_numpy()
+    pos = np.searchsorted(step_t, rows["t"].to_numpy())
+    x = rows["x"].to_numpy()
+    med = steps["med"].fill_null(np.nan).to_numpy()
+    med_row = med[pos]
+    dev = np.abs(x - med_row)
+    mad = (
+        pl.DataFrame({"t": rows["t"], "dev": dev})
+        .filter(pl.col("dev").is_finite())
+        .group_by("t").agg(pl.col("dev").median().alias("mad"))
     )
-    rows = rows.join(steps.select("t", "med"), on="t", how="left", maintain_order="left")
-    mad = rows.group_by("t").agg((pl.col("x") - pl.col("med")).abs().filter(fin).median().alias("mad"))
+    del dev
     steps = steps.join(mad, on="t", how="left").sort("t")
     typical = steps["med"].abs().median()
     abs_floor = rel_floor * (float(typical) if typical else 1.0)
@@ -127,8 +148,13 @@ def build_cohort(
             pl.lit(abs_floor),
         ).alias("sigma")
     )
-    rows = rows.join(
-        steps.select("t", "sigma", "n", "n_fin", "hi"), on="t", how="left", maintain_order="left"
+    sigma = steps["sigma"].fill_null(np.nan).to_numpy()
+    rows = rows.with_row_index("i").with_columns(
+        pl.Series("med", med_row),
+        pl.Series("sigma", sigma[pos]),
+        pl.Series("n", steps["n"].to_numpy()[pos]),
+        pl.Series("n_fin", steps["n_fin"].to_numpy()[pos]),
+        pl.Series("hi", steps["hi"].fill_null(np.nan).to_numpy()[pos]),
     ).with_columns(((pl.col("x") - pl.col("med")) / pl.col("sigma")).alias("z"))
     return Cohort(rows=rows, steps=steps, column=column, stride=stride)
 

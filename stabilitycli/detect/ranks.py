@@ -67,6 +67,7 @@ FINDING_CODES = {
 }
 THROUGHPUT = (("tokens_per_s", False), ("step_time_ms", True))  # (column, invert to a rate)
 PICTURE_BUCKETS = 60
+PICTURE_CLIP_Z = 50.0  # one wild step cannot paint a whole bucket
 BASELINE_POINTS = 50  # logged steps before a window that give the mean's level "before"
 
 
@@ -179,7 +180,7 @@ class MeanShift:
 class RankPicture:
     """Deviation of every rank over ~60 step buckets, for the terminal heatmap.
 
-    `deviation[i, j]` is the median robust z of rank `ranks[i]` in bucket j
+    `deviation[i, j]` is the mean robust z (each clipped to +-50) of rank `ranks[i]` in bucket j
     (steps `step_edges[j]` to `step_edges[j+1]`); +inf where the rank reported
     NaN/Inf there, NaN where it did not report at all.
     """
@@ -568,24 +569,25 @@ def _mean(series: pl.Series) -> float | None:
 
 
 def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | None:
-    """Median robust z per rank and step bucket (see `RankPicture`)."""
+    """Mean clipped robust z per rank and step bucket (see `RankPicture`); numpy bincounts."""
     rows = cohort.rows
-    first, last = int(rows["t"].min()), int(rows["t"].max())
+    t = rows["t"].to_numpy()
+    first, last = int(t.min()), int(t.max())
     span = last - first + 1
     buckets = max(1, min(buckets, span))
-    fin = pl.col("x").is_finite()
-    cells = (
-        rows.lazy()
-        .with_columns(((pl.col("t") - first) * buckets // span).alias("b"))
-        .group_by("rank", "b")
-        .agg(pl.col("z").filter(fin).median().alias("dev"), (~fin).any().alias("nonfinite"))
-        .collect()
-    )
     ranks = np.sort(rows["rank"].unique().to_numpy())
-    matrix = np.full((ranks.size, buckets), np.nan, dtype=np.float32)
-    ri = np.searchsorted(ranks, cells["rank"].to_numpy())
-    bi = cells["b"].to_numpy()
-    matrix[ri, bi] = cells["dev"].fill_null(np.nan).to_numpy()
-    matrix[ri[cells["nonfinite"].to_numpy()], bi[cells["nonfinite"].to_numpy()]] = np.inf
+    key = np.searchsorted(ranks, rows["rank"].to_numpy()) * buckets + ((t - first) * buckets) // span
+    cells = ranks.size * buckets
+    x = rows["x"].to_numpy()
+    z = rows["z"].to_numpy()
+    finite = np.isfinite(x) & np.isfinite(z)
+    total = np.bincount(key[finite], weights=np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z), minlength=cells)
+    count = np.bincount(key[finite], minlength=cells)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        deviation = np.where(count > 0, total / count, np.nan)
+    deviation[np.bincount(key[~np.isfinite(x)], minlength=cells) > 0] = np.inf
     edges = first + (np.arange(buckets + 1) * span) // buckets
-    return RankPicture(ranks=ranks, step_edges=edges.astype(np.int64), deviation=matrix)
+    return RankPicture(
+        ranks=ranks, step_edges=edges.astype(np.int64),
+        deviation=deviation.reshape(ranks.size, buckets).astype(np.float32),
+    )
