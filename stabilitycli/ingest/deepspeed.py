@@ -57,7 +57,7 @@ _SNIFF = re.compile(
     r"|global_step=\d+,\s*RunningAvgSamplesPerSec"
 )
 # lines worth a regex at all (a cheap substring test first keeps big logs fast)
-_CANDIDATE = ("step", "verflow", "loss scale", "reward", "ppl:", "chosen", "with loss", "TFLOPs")
+_CANDIDATE = ("step", "verflow", "loss scale", "reward", "ppl:", "chosen", "with loss", "TFLOPs", "_enabled")
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -97,12 +97,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         if source.dtype is None and (m := _DTYPE.search(line)):
             source.dtype = "fp16" if m.group(1) == "fp16_enabled" else "bf16"
             source.dtype_origin = f"DeepSpeed config dump: {m.group(1)} True (line {row})"
-        found = False
         if "verflow" in line or "loss scale" in line:
-            time = tl.timestamp(line)
-            new = dsm.scan_line(row, line, time, state)
-            mentions.extend(new)
-            found = bool(new)
+            mentions.extend(dsm.scan_line(row, line, tl.timestamp(line), state))
         if (m := _PROGRESS.search(line)) is not None:
             step, skipped = int(m.group(1)), int(m.group(2))
             engine = engine_step[1] + 1 if engine_step and engine_step[0] == step else 1
@@ -125,30 +121,40 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             continue
         if (m := _PPO.search(line)) is not None:
             step = int(m.group(2)) + 1
-            rec = {"_row": row, "_step": step}
+            fields = {}
             for part in m.group(3).split("|"):
                 key, sep, value = part.partition(":")
                 if sep and key.strip() not in ("ppo_ep",):
-                    rec[key.strip()] = _num(value)
-            records.append(rec)
-            anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
+                    fields[key.strip()] = value
+            rec = _numbers(row, fields, source)
+            if rec is not None:
+                rec["_step"] = step
+                records.append(rec)
+                anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
             continue
+        rec = None
         if (m := _REWARD.search(line)) is not None:
-            after.append({"_row": row, "reward_score": _num(m.group(1))})
+            rec, where = _numbers(row, {"reward_score": m.group(1)}, source), after
         elif (m := _PPL.search(line)) is not None:
-            after.append({"_row": row, "eval_ppl": _num(m.group(1))})
+            rec, where = _numbers(row, {"eval_ppl": m.group(1)}, source), after
         elif (m := _RM_EVAL.search(line)) is not None:
-            after.append({"_row": row, "eval_chosen_score": _num(m.group(1)), "eval_reward_acc": _num(m.group(2))})
+            rec, where = _numbers(row, {"eval_chosen_score": m.group(1), "eval_reward_acc": m.group(2)},
+                                  source), after
         elif (m := _DPO_EVAL.search(line)) is not None:
-            after.append({"_row": row, "eval_chosen_reward": _num(m.group(1)),
-                          "eval_rejected_reward": _num(m.group(2)), "eval_loss": _num(m.group(3))})
+            rec, where = _numbers(row, {"eval_chosen_reward": m.group(1), "eval_rejected_reward": m.group(2),
+                                        "eval_loss": m.group(3)}, source), after
         elif (m := _EPOCH_LOSS.search(line)) is not None:
-            after.append({"_row": row, "epoch_mean_loss": _num(m.group(3))})
+            rec, where = _numbers(row, {"epoch_mean_loss": m.group(3)}, source), after
         elif (m := _THROUGHPUT.search(line)) is not None:
-            before.append({"_row": row, "TFLOPs": _num(m.group(1)), "Samples/sec": _num(m.group(2))})
-        elif not found:
-            continue
+            rec, where = _numbers(row, {"TFLOPs": m.group(1), "Samples/sec": m.group(2)}, source), before
+        if rec is not None:
+            where.append(rec)
     n_rows = len(records) + len(after) + len(before) + len(mentions)
+    if source.rows_rejected:
+        first = source.rejections[0]
+        source.warnings.append(
+            f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: {first.reason}"
+        )
     if n_rows == 0:
         raise StabInputError(source.path, "no DeepSpeed progress, loss-scale or DeepSpeed-Chat lines found")
 
@@ -190,6 +196,18 @@ def _num(text: str) -> float | None:
         return tl.number(text)
     except ValueError:
         return None
+
+
+def _numbers(row: int, fields: dict[str, str], source: SourceInfo) -> dict | None:
+    """A row of floats, or None (and the line rejected) when a value is not a number."""
+    out: dict = {"_row": row}
+    for key, text in fields.items():
+        value = _num(text)
+        if value is None:
+            source.reject(row, f"{key!r}: {text.strip()[:30]!r} is not a number")
+            return None
+        out[key] = value
+    return out
 
 
 def _attach(rows: list[dict], anchors: list[dsm.Anchor], source: SourceInfo, *, later: bool) -> None:

@@ -98,6 +98,10 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
                 index += 1
                 joined += 1
             complete = text.rstrip().endswith("|")
+            # a record on the unfinished last line is cut even when it stops after a `|`:
+            # Megatron ends every record with a newline, and the fields after the cut are lost
+            if cut and index == last_line:
+                complete = False
             if not complete:
                 if cut and index == last_line:
                     source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
@@ -142,6 +146,11 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             raise StabInputError(source.path, f"no iteration record could be read ({first.reason})",
                                  line=first.line)
         raise StabInputError(source.path, "no Megatron `iteration N/ T |` line found")
+    if source.rows_rejected:
+        first = source.rejections[0]
+        source.warnings.append(
+            f"{source.rows_rejected} record(s) could not be read; first at line {first.line}: {first.reason}"
+        )
     _missing_loss(records, args, source)
     _tokens_and_time(records, args, source)
     anchors = [dsm.Anchor(r["_row"], r["_step"], r.pop("_time", None)) for r in records]
