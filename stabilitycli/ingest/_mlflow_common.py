@@ -134,7 +134,9 @@ def _listing(runs: list[MlflowRun], limit: int = 12) -> str:
     return shown
 
 
-def dtype_from(params: dict[str, str], tags: dict[str, str]) -> tuple[str, str] | None:
+def dtype_from(
+    params: dict[str, str], tags: dict[str, str], where: str = "MLflow"
+) -> tuple[str, str] | None:
     """(dtype, origin) stated by the run's params or tags, or None.
 
     A named setting (`mixed_precision=bf16`, `precision=16-mixed`) wins over a
@@ -151,15 +153,15 @@ def dtype_from(params: dict[str, str], tags: dict[str, str]) -> tuple[str, str] 
             kind, key, value = by_leaf[name]
             dtype = normalise_dtype(value)
             if dtype in _KNOWN_DTYPES:
-                return dtype, f"MLflow {kind} {key!r}={value!r}"
+                return dtype, f"{where} {kind} {key!r}={value!r}"
     flags = {name: by_leaf[name] for name in _DTYPE_FLAGS if name in by_leaf}
     for name, (kind, key, value) in flags.items():
         if value.strip().lower() in _TRUE:
-            return _DTYPE_FLAGS[name], f"MLflow {kind} {key!r}={value!r}"
+            return _DTYPE_FLAGS[name], f"{where} {kind} {key!r}={value!r}"
     if {"bf16", "fp16"} <= flags.keys() and all(
         flags[n][2].strip().lower() in _FALSE for n in ("bf16", "fp16")
     ):
-        return "fp32", "MLflow params fp16=False and bf16=False"
+        return "fp32", f"{where} fp16=False and bf16=False"
     return None
 
 
