@@ -32,7 +32,10 @@ _PRECISION = re.compile(r"""(?m)^precision:\s*['"]?([^'"\s#]+)""")
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return bool(metric_files(path))
-    return path.name == FILE_NAME
+    # a metrics.csv elsewhere is a plain table (tabular reads it the same way)
+    return path.name == FILE_NAME and (
+        _VERSION.match(path.parent.name) is not None or (path.parent / "hparams.yaml").is_file()
+    )
 
 
 def metric_files(folder: Path) -> list[Path]:

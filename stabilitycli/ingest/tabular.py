@@ -73,10 +73,10 @@ def load_table(path: Path, source: SourceInfo):
 def _read_ipc(path: Path):
     import polars as pl
 
-    try:
-        return pl.read_ipc(path, memory_map=False)
-    except Exception:  # noqa: BLE001 - an IPC *stream* (not file) has no footer
-        return pl.read_ipc_stream(path)
+    with open(path, "rb") as handle:
+        is_file_format = handle.read(6) == ARROW_MAGIC
+    # the IPC *file* format opens with ARROW1 and has a footer; a *stream* has neither
+    return pl.read_ipc(path) if is_file_format else pl.read_ipc_stream(path)
 
 
 def _binary(path: Path, source: SourceInfo, kind: str, reader):
