@@ -67,7 +67,7 @@ FINDING_CODES = {
 }
 THROUGHPUT = (("tokens_per_s", False), ("step_time_ms", True))  # (column, invert to a rate)
 PICTURE_BUCKETS = 60
-PICTURE_CLIP_Z = 50.0  # one wild step cannot paint a whole bucket
+PICTURE_CLIP_Z = 10.0  # one wild step cannot paint a whole bucket
 BASELINE_POINTS = 50  # logged steps before a window that give the mean's level "before"
 
 
@@ -180,7 +180,7 @@ class MeanShift:
 class RankPicture:
     """Deviation of every rank over ~60 step buckets, for the terminal heatmap.
 
-    `deviation[i, j]` is the mean robust z (each clipped to +-50) of rank `ranks[i]` in bucket j
+    `deviation[i, j]` is the mean robust z (each clipped to +-10) of rank `ranks[i]` in bucket j
     (steps `step_edges[j]` to `step_edges[j+1]`); +inf where the rank reported
     NaN/Inf there, NaN where it did not report at all.
     """

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 ALL_RANKS_UP_TO = 16  # show every rank in the heatmap up to this many
 TYPICAL_SHOWN = 4  # typical ranks shown beside the outliers in larger jobs
-# |robust z| bands for heatmap cells: (upper bound, glyph)
-_BANDS = ((3.0, "·"), (6.0, "▪"), (20.0, "▆"), (math.inf, "█"))
+# bands of a cell's mean |robust z| (each step's z clipped at 10): (upper bound, glyph)
+_BANDS = ((3.0, "·"), (6.0, "▪"), (9.5, "▆"), (math.inf, "█"))
 _BIG_JOB = 1024  # the seed's comparison: the same failure among this many ranks
 
 
@@ -193,7 +193,8 @@ def _heatmap(report: RankReport) -> list | None:
     table.add_row("step", Text(first + last.rjust(max(1, width - len(first))), style="dim"))
     title = Text(f"{report.metric}: robust z of each rank against the cohort ({caption})", style="bold")
     legend = Text(
-        "· |z|<3  ▪ 3–6  ▆ 6–20  █ ≥20 (red above the cohort, blue below)  × NaN/Inf  blank: not reported",
+        "· |z|<3  ▪ 3–6  ▆ 6–10  █ ≥10 throughout (red above the cohort, blue below)  × NaN/Inf  "
+        "blank: not reported",
         style="dim",
     )
     return [title, table, legend]

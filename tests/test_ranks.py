@@ -1,0 +1,473 @@
+"""`stab ranks` (spec 5, seed 000): the rank the mean hides, and nothing on healthy runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import numpy as np
+import polars as pl
+import pytest
+
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.ranks import (
+    explained_mean_shift,
+    find_rank_outliers,
+    global_mean,
+)
+from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.frame import RunData
+from stabilitycli.ingest import read
+from stabilitycli.model import Severity, SourceInfo
+
+from .conftest import FIXTURES, ROOT
+
+RANKS = FIXTURES / "ranks"
+TH = Thresholds()
+
+
+def _stories():
+    spec = importlib.util.spec_from_file_location("make_rank_fixtures", ROOT / "scripts" / "make_rank_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mk = _stories()
+
+
+def memory_run(steps: np.ndarray, values: np.ndarray, **extra: np.ndarray) -> RunData:
+    """A per-rank frame built like `finalize` builds it (sorted by rank, step)."""
+    ranks, n = values.shape
+    data = {"step": np.tile(steps, ranks), "rank": np.repeat(np.arange(ranks), n), "loss": values.ravel()}
+    data.update({k: v.ravel() for k, v in extra.items()})
+    return RunData(frame=pl.DataFrame(data), source=SourceInfo(path="memory", format="test"))
+
+
+def fixture_report(name: str, metric: str = "loss", **options):
+    return find_rank_outliers(read(RANKS / name), metric, Thresholds(**options) if options else TH)
+
+
+def kinds(report) -> list[tuple]:
+    return [(o.rank, o.kind) for o in report.outliers]
+
+
+# --- the seed's story --------------------------------------------------------------------
+
+def test_seed_story_names_rank_41_and_its_mean_shift():
+    report = fixture_report("seed_64")
+    assert report.ranks == 64
+    assert kinds(report) == [(41, "level")]
+    rank41 = report.outliers[0]
+    assert rank41.onset_step == 1200
+    assert rank41.value == pytest.approx(40.0)
+    assert rank41.cohort_median == pytest.approx(2.0, abs=0.05)
+    # (40 - 2) / 64 = 0.59: the seed's arithmetic
+    assert rank41.mean_shift == pytest.approx(0.59, abs=0.02)
+    assert rank41.recovered_step is None and rank41.severity is Severity.ERROR
+    assert rank41.robust_z > 100
+
+
+def test_seed_story_mean_is_explained_by_rank_41():
+    run = read(RANKS / "seed_64")
+    report = find_rank_outliers(run, "loss", TH)
+    effect = report.mean_effect
+    assert effect is not None and effect.ranks == (41,)
+    assert effect.mean_during == pytest.approx(2.6, abs=0.03)  # what the dashboard showed
+    assert effect.shift == pytest.approx(0.59, abs=0.03)
+    assert effect.explained == pytest.approx(0.59, abs=0.02)
+    assert abs(effect.clean_shift) < 0.02  # the other 63 ranks did not move
+    # a window before the onset: nothing to explain
+    quiet = explained_mean_shift(report, run.frame, start_step=600, end_step=900)
+    assert abs(quiet.explained) < 0.01
+
+
+def test_global_mean_matches_the_logged_all_rank_mean():
+    run = read(RANKS / "seed_64")
+    logged = pl.read_ndjson(RANKS / "seed_64" / "global.jsonl")
+    mine = global_mean(run.frame, "loss")
+    assert mine["step"].to_list() == logged["step"].to_list()
+    # per-rank values were written with 3 decimals, the logged mean with 4
+    np.testing.assert_allclose(mine["mean"].to_numpy(), logged["loss"].to_numpy(), atol=1e-3)
+    assert set(mine["n"].to_list()) == {64}
+
+
+def test_the_same_failure_hides_better_in_a_bigger_job():
+    rng = np.random.default_rng(3)
+    steps = np.arange(400)
+    values = mk.per_rank_losses(rng, steps, 256, np.full(steps.size, 2.0), rel_noise=0.02)
+    values[100, 200:] = 40.0
+    (outlier,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert outlier.rank == 100 and outlier.onset_step == 200
+    assert outlier.mean_shift == pytest.approx(38 / 256, abs=0.005)
+
+
+# --- nothing on healthy runs -------------------------------------------------------------
+
+def test_healthy_64_rank_fixture_reports_nothing():
+    report = fixture_report("healthy_64.jsonl.gz")
+    assert report.ranks == 64 and report.throughput_metric == "tokens_per_s"
+    assert report.outliers == ()
+    assert report.findings() == [] and report.worst_severity is None
+    assert report.mean_effect is None
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8, 64])
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_healthy_runs_of_every_size_report_nothing(ranks, seed):
+    """Heavy-tailed mini-batch noise and one-step hard batches are not outliers."""
+    steps, values, speed = mk.healthy_story(np.random.default_rng(seed), ranks=ranks, n_steps=600)
+    report = find_rank_outliers(memory_run(steps, values, tokens_per_s=speed), "loss", TH)
+    assert report.outliers == ()
+
+
+def test_all_reduced_loss_with_mad_zero_reports_nothing():
+    report = fixture_report("allreduced_8.jsonl.gz")
+    run = read(RANKS / "allreduced_8.jsonl.gz")
+    # every rank logs the very same value: the cohort's MAD is 0 at every step
+    assert run.frame.group_by("step").agg(pl.col("loss").n_unique())["loss"].max() == 1
+    assert report.outliers == ()
+
+
+def test_all_reduced_loss_still_shows_one_rank_that_differs():
+    steps, values = mk.allreduced_story(np.random.default_rng(5))
+    values = values.copy()
+    values[6, 150:] *= 1.2  # a rank whose logged copy of the loss is off by 20%
+    (outlier,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert (outlier.rank, outlier.kind, outlier.onset_step) == (6, "level", 150)
+
+
+def test_a_metric_that_sits_at_zero_does_not_divide_by_zero():
+    steps = np.arange(100)
+    values = np.zeros((8, 100))
+    report = find_rank_outliers(memory_run(steps, values), "loss", TH)
+    assert report.outliers == ()
+
+
+# --- persistence -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("length, found", [(1, False), (5, False), (9, False), (10, True), (40, True)])
+def test_a_rank_must_deviate_for_rank_persist_steps(length, found):
+    steps, values, _ = mk.healthy_story(np.random.default_rng(21), ranks=16, n_steps=300)
+    values = values.copy()
+    values[4, 150:150 + length] = 40.0
+    report = find_rank_outliers(memory_run(steps, values), "loss", TH)
+    assert kinds(report) == ([(4, "level")] if found else [])
+    if found:
+        assert report.outliers[0].recovered_step == 150 + length
+
+
+def test_one_step_back_in_line_does_not_split_an_outlier():
+    steps, values, _ = mk.healthy_story(np.random.default_rng(22), ranks=16, n_steps=300)
+    values = values.copy()
+    values[4, 150:156] = 40.0
+    values[4, 157:163] = 40.0  # step 156 looks normal
+    (outlier,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert outlier.onset_step == 150 and outlier.end_step == 162
+
+
+# --- each kind fires on its fixture and only there --------------------------------------
+
+def test_nonfinite_rank_is_named_before_the_nan_spreads():
+    report = fixture_report("nan_rank.jsonl.gz")
+    assert kinds(report) == [(5, "nonfinite")]
+    (o,) = report.outliers
+    assert o.onset_step == 150 and np.isnan(o.value) and o.robust_z is None
+    assert o.cohort_nonfinite_step == 152  # every rank NaN from there: not blamed on any rank
+    assert o.finding().code == "rank-nonfinite" and o.finding().severity is Severity.ERROR
+
+
+def test_infinite_rank_found_with_a_rank_pattern():
+    run = read(RANKS / "custom_names", _options(rank_pattern=r"gpu(\d+)"))
+    report = find_rank_outliers(run, "loss", TH)
+    assert kinds(report) == [(1, "nonfinite")]
+    assert report.outliers[0].value == np.inf and report.outliers[0].onset_step == 120
+
+
+def test_silent_rank():
+    report = fixture_report("silent_rank.jsonl.gz")
+    assert kinds(report) == [(9, "silent")]
+    (o,) = report.outliers
+    assert (o.end_step, o.onset_step, o.mean_shift) == (180, 181, 0.0)
+    assert o.severity is Severity.WARNING and o.finding().code == "rank-silent"
+
+
+def test_a_job_that_ends_for_everyone_has_no_silent_rank():
+    steps, values, _ = mk.healthy_story(np.random.default_rng(8), ranks=8, n_steps=200)
+    run = memory_run(steps, values)
+    # ranks flush their last lines a step or two apart when the job is killed
+    frame = run.frame.filter(pl.col("step") <= 195 + pl.col("rank") % 3)
+    assert find_rank_outliers(RunData(frame, run.source), "loss", TH).outliers == ()
+
+
+def test_straggler_on_tokens_per_s():
+    report = fixture_report("straggler.jsonl.gz")
+    assert kinds(report) == [(17, "straggler")]
+    (o,) = report.outliers
+    assert o.metric == "tokens_per_s" and o.onset_step == 100
+    assert o.value / o.cohort_median == pytest.approx(0.6, abs=0.03)
+    assert o.finding().code == "straggler" and o.severity is Severity.WARNING
+
+
+def test_straggler_from_step_time_is_reported_in_milliseconds():
+    steps, values, speed = mk.healthy_story(np.random.default_rng(9), ranks=16, n_steps=300)
+    step_time = 4096 * 1000.0 / speed  # ms per step of a 4096-token batch
+    step_time[3, 120:] *= 1.6
+    report = find_rank_outliers(memory_run(steps, values, step_time_ms=step_time), "loss", TH)
+    assert kinds(report) == [(3, "straggler")]
+    (o,) = report.outliers
+    assert o.metric == "step_time_ms" and o.onset_step == 120
+    assert o.value / o.cohort_median == pytest.approx(1.6, abs=0.05)  # slower: more ms
+
+
+def test_two_outlier_ranks_at_once_and_one_comes_back():
+    report = fixture_report("two_outliers.jsonl.gz")
+    assert sorted(kinds(report)) == [(3, "level"), (28, "level")]
+    by_rank = {o.rank: o for o in report.outliers}
+    assert by_rank[3].onset_step == 200 and by_rank[3].recovered_step is None
+    assert by_rank[28].onset_step == 250 and by_rank[28].recovered_step == 320
+    assert by_rank[3].robust_z > 0 > by_rank[28].robust_z
+    assert report.mean_effect.ranks == (3, 28)
+
+
+def test_three_ranks_the_median_outvotes_the_bad_one():
+    report = fixture_report("trio_3.jsonl")
+    assert kinds(report) == [(2, "level")]
+    assert report.outliers[0].onset_step == 220
+
+
+def test_two_ranks_blame_the_one_whose_own_history_moved():
+    report = fixture_report("pair_2.jsonl")
+    assert kinds(report) == [(1, "level")]
+    (o,) = report.outliers
+    assert o.onset_step == 200
+    assert o.value / o.cohort_median == pytest.approx(3.0, abs=0.2)
+    assert any("two ranks" in n for n in report.notes)
+
+
+def test_two_ranks_that_disagree_from_the_start_have_no_culprit():
+    steps, values = mk.pair_story(np.random.default_rng(4))
+    values = values.copy()
+    values[1] *= 3.0  # different from step 0: no history tells which one is right
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert o.rank is None and o.pair == (0, 1) and o.mean_shift is None
+    assert o.to_dict()["pair"] == [0, 1]
+
+
+def test_ranks_logging_at_offset_steps_are_aligned_by_stride():
+    report = fixture_report("mixed_names")
+    assert kinds(report) == [(4, "level")]
+    assert 600 <= report.outliers[0].onset_step <= 610
+    assert any("buckets of 10 steps" in n for n in report.notes)
+
+
+def test_a_cohort_split_in_two_is_not_one_outlier():
+    steps, values, _ = mk.healthy_story(np.random.default_rng(31), ranks=16, n_steps=200)
+    values = values.copy()
+    values[8:, 100:] += 1.0  # half the ranks move together: no single rank to name
+    assert find_rank_outliers(memory_run(steps, values), "loss", TH).outliers == ()
+
+
+# --- errors --------------------------------------------------------------------------------
+
+def test_a_log_without_ranks_is_bad_input():
+    run = RunData(pl.DataFrame({"step": [0, 1], "loss": [2.0, 1.9]}), SourceInfo(path="x.jsonl", format="jsonl"))
+    with pytest.raises(StabInputError, match="no per-rank values"):
+        find_rank_outliers(run, "loss", TH)
+
+
+def test_an_unknown_metric_is_a_usage_error():
+    with pytest.raises(StabUsageError, match="grad_norm"):
+        fixture_report("pair_2.jsonl", metric="grad_norm")
+
+
+# --- the vectorised z against a naive per-step oracle ------------------------------------
+
+def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], float]:
+    """Robust z, one step at a time with numpy (the formula of rank_cohort's docstring)."""
+    from stabilitycli.detect.rank_cohort import MAD_TO_SIGMA, POOL_WINDOW
+
+    steps = sorted(set(frame["step"].to_list()))
+    med, raw = {}, {}
+    for s in steps:
+        x = frame.filter(pl.col("step") == s)["loss"].to_numpy()
+        fin = x[np.isfinite(x)]
+        med[s] = float(np.median(fin)) if fin.size else None
+        raw[s] = float(MAD_TO_SIGMA * np.median(np.abs(fin - med[s]))) if fin.size else None
+    meds = [abs(m) for m in med.values() if m is not None]
+    abs_floor = rel_floor * (float(np.median(meds)) or 1.0) if meds else rel_floor
+    half = POOL_WINDOW // 2
+    out = {}
+    for j, s in enumerate(steps):
+        near = [raw[t] for t in steps[max(0, j - half): j + half + 1] if raw[t] is not None]
+        candidates = [np.median(near) if near else None, raw[s], abs_floor]
+        if med[s] is not None:
+            candidates.append(rel_floor * abs(med[s]))
+        sigma = max(c for c in candidates if c is not None)
+        for r, x in frame.filter(pl.col("step") == s).select("rank", "loss").iter_rows():
+            out[(r, s)] = (x - med[s]) / sigma if med[s] is not None and np.isfinite(x) else np.nan
+    return out
+
+
+def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from stabilitycli.detect.rank_cohort import build_cohort
+
+    @hypothesis.settings(max_examples=40, deadline=None)
+    @hypothesis.given(
+        ranks=st.integers(3, 7), steps=st.integers(3, 70), seed=st.integers(0, 2**16),
+        holes=st.floats(0.0, 0.3), nans=st.floats(0.0, 0.2), ties=st.booleans(),
+    )
+    def check(ranks, steps, seed, holes, nans, ties):
+        rng = np.random.default_rng(seed)
+        values = 2.0 + rng.standard_t(3, size=(ranks, steps))
+        if ties:  # all-reduced stretches: MAD 0
+            values[:, : steps // 2] = 2.0
+        values[rng.random(values.shape) < nans] = np.nan
+        frame = memory_run(np.arange(steps) * 10, values).frame
+        # missing rows: ranks that did not log every step
+        frame = frame.filter(pl.Series(rng.random(frame.height) >= holes))
+        if frame.height == 0:
+            return
+        cohort = build_cohort(frame, "loss", 0.01, [])
+        got = {(r, s): z for r, s, z in cohort.rows.select("rank", "step", "z").iter_rows()}
+        want = _oracle_z(frame, 0.01)
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            if np.isnan(value):
+                assert got[key] is None or np.isnan(got[key])
+            else:
+                assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9)
+
+    check()
+
+
+# --- JSON contract, findings, picture ----------------------------------------------------
+
+CONTRACT_OUTLIER_KEYS = {"rank", "kind", "onset_step", "value", "cohort_median", "robust_z", "mean_shift"}
+
+
+@pytest.mark.parametrize("name", ["seed_64", "nan_rank.jsonl.gz", "silent_rank.jsonl.gz", "straggler.jsonl.gz",
+                                  "healthy_64.jsonl.gz"])
+def test_json_follows_the_stab_ranks_contract(name):
+    d = fixture_report(name).to_dict()
+    text = json.dumps(d, allow_nan=False)  # NaN/Inf travel as strings, never bare tokens
+    assert json.loads(text) == d
+    assert d["schema"] == "stab.ranks/1" and d["metric"] == "loss"
+    assert isinstance(d["ranks"], int) and len(d["steps"]) == 2 and d["steps"][0] <= d["steps"][1]
+    for o in d["outliers"]:
+        assert CONTRACT_OUTLIER_KEYS <= o.keys()
+        assert o["kind"] in ("level", "nonfinite", "silent", "straggler")
+    if name == "healthy_64.jsonl.gz":
+        assert d["outliers"] == []
+
+
+def test_findings_carry_codes_severities_and_evidence():
+    report = fixture_report("two_outliers.jsonl.gz")
+    findings = report.findings()
+    assert [(f.code, f.severity, f.rank) for f in findings] == [
+        ("rank-outlier", Severity.ERROR, o.rank) for o in report.outliers
+    ]
+    evidence = findings[0].evidence
+    assert {"value", "cohort_median", "robust_z", "mean_shift"} <= evidence.keys()
+    assert findings[0].to_dict()["step"] == report.outliers[0].onset_step
+
+
+def test_picture_marks_the_outlier_rank():
+    report = fixture_report("seed_64")
+    pic = report.picture
+    assert pic.deviation.shape == (64, 60) and list(pic.ranks) == list(range(64))
+    assert pic.step_edges[0] == 0 and pic.step_edges[-1] == 1996  # last step + 1
+    late = pic.step_edges[1:] > 1200
+    assert np.all(pic.deviation[41, late] >= 9.5)
+    others = np.delete(pic.deviation, 41, axis=0)
+    assert np.nanmax(np.abs(others)) < 3
+
+
+# --- the command ---------------------------------------------------------------------------
+
+@pytest.fixture
+def ranks_cli():
+    typer = pytest.importorskip("typer")
+    from typer.testing import CliRunner
+
+    from stabilitycli.commands.ranks import command
+
+    app = typer.Typer()
+    app.command()(command)
+    runner = CliRunner()
+
+    def invoke(*args):
+        result = runner.invoke(app, [str(a) for a in args])
+        # CliRunner turns a crash into exit 1, our "instability found": never accept that
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        return result
+
+    return invoke
+
+
+def test_cli_json_seed_story(ranks_cli):
+    result = ranks_cli("--run", RANKS / "seed_64", "--format", "json")
+    assert result.exit_code == 1
+    d = json.loads(result.stdout)
+    assert d["schema"] == "stab.ranks/1" and d["ranks"] == 64 and d["steps"] == [0, 1995]
+    (o,) = d["outliers"]
+    assert (o["rank"], o["kind"], o["onset_step"], o["value"]) == (41, "level", 1200, 40.0)
+    assert o["mean_shift"] == pytest.approx(0.59, abs=0.02)
+
+
+def test_cli_terminal_says_it_in_words(ranks_cli):
+    result = ranks_cli("--run", RANKS / "seed_64")
+    assert result.exit_code == 1
+    out = " ".join(result.stdout.split())
+    assert "rank 41 sits at 40.0 against a cohort median of 2.009 from step 1200 on" in out
+    assert "64-rank mean by +0.594" in out
+    assert "among 1024 ranks" in out and "typical ones" in out
+
+
+def test_cli_healthy_exits_0(ranks_cli):
+    result = ranks_cli("--run", RANKS / "healthy_64.jsonl.gz")
+    assert result.exit_code == 0
+    assert "every rank agrees" in result.stdout
+
+
+def test_cli_fail_on_decides_whether_a_warning_fails(ranks_cli):
+    assert ranks_cli("--run", RANKS / "silent_rank.jsonl.gz").exit_code == 0
+    assert ranks_cli("--run", RANKS / "silent_rank.jsonl.gz", "--fail-on", "warning").exit_code == 1
+
+
+def test_cli_rank_pattern_and_metric_mapping(ranks_cli):
+    assert ranks_cli("--run", RANKS / "custom_names").exit_code == 2
+    result = ranks_cli("--run", RANKS / "custom_names", "--rank-pattern", r"gpu(\d+)", "-f", "json")
+    assert result.exit_code == 1
+    assert [(o["rank"], o["kind"]) for o in json.loads(result.stdout)["outliers"]] == [(1, "nonfinite")]
+    result = ranks_cli("--run", RANKS / "pair_2.jsonl", "--metric", "loss=loss", "-f", "json")
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--run", "/nonexistent/run.jsonl"), "no such file"),
+    (("--run", RANKS / "pair_2.jsonl", "--metric", "grad_norm"), "grad_norm"),
+    (("--run", RANKS / "custom_names", "--rank-pattern", "gpu\\d+"), "capture group"),
+    (("--run", RANKS / "pair_2.jsonl", "--set", "rank_z=abc"), "rank_z"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(ranks_cli, args, needle):
+    result = ranks_cli(*args)
+    assert result.exit_code == 2
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_command_module_does_not_import_polars():
+    code = "import sys, stabilitycli.commands.ranks; print('polars' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _options(**kw):
+    from stabilitycli.ingest.options import ReadOptions
+
+    return ReadOptions(**kw)
