@@ -61,6 +61,7 @@ _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*" + _NUM + r"\s*
 MARKERS = ("verflow", "loss scale")
 
 SAME_BURST_S = 1.0  # rank copies of one message are printed within milliseconds
+TWIN_WINDOW_S = 5.0  # a rank-0 summary line and the per-rank lines of the same overflow
 
 
 @dataclass
@@ -195,8 +196,10 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
         nxt = anchors[where] if where < len(anchors) else None
         lo_row = prev.row if prev else 0
         hi_row = nxt.row if nxt else 1 << 62
-        twin = next((e for e in explicit.values()
-                     if lo_row < e.rows[0] < hi_row and _signature(e) == _signature(group)), None)
+        twins = [e for e in explicit.values()
+                 if lo_row < e.rows[0] < hi_row and _signature(e) == _signature(group)
+                 and (e.time is None or group.time is None or abs(e.time - group.time) <= TWIN_WINDOW_S)]
+        twin = min(twins, key=lambda e: abs(e.rows[0] - group.rows[0]), default=None)
         if twin is not None:
             twin.rows.extend(group.rows)
             continue
