@@ -106,9 +106,12 @@ def sniff(path: Path, head: bytes) -> bool:
     files = _candidates(path)
     if any(default_rank(f, path) is not None for f in files):
         return True
-    # several JSONL files each numbered: probably per-rank under a custom name
-    numbered = [f for f in files if re.search(r"\d", f.relative_to(path).as_posix())]
-    return len(numbered) >= 2
+    # several JSONL files named alike but for a number (node0_gpu0, node0_gpu1, ...):
+    # per-rank logs under a custom name; `read` then asks for --rank-pattern
+    names = [f.relative_to(path).as_posix() for f in files]
+    numbered = [n for n in names if re.search(r"\d", n)]
+    shapes = {re.sub(r"\d+", "#", n) for n in numbered}
+    return len(numbered) >= 2 and len(shapes) == 1
 
 
 def _compile(pattern: str) -> re.Pattern[str]:

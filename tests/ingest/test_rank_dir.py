@@ -150,3 +150,14 @@ def test_rank_keys_of_one_jsonl_file(tmp_path, key):
     assert run.source.ranks == 4
     nan_row = run.frame.filter((pl.col("rank") == 2) & (pl.col("step") == 3))
     assert np.isnan(nan_row["loss"][0])
+
+
+def test_numbered_files_alike_are_sniffed_unlike_ones_are_not(tmp_path):
+    from stabilitycli.ingest import rank_dir
+
+    write(tmp_path / "alike" / "node0_gpu0.jsonl", ['{"step": 1, "loss": 2.0}'])
+    write(tmp_path / "alike" / "node0_gpu1.jsonl", ['{"step": 1, "loss": 2.0}'])
+    write(tmp_path / "unlike" / "run1.jsonl", ['{"step": 1, "loss": 2.0}'])
+    write(tmp_path / "unlike" / "eval_2024.jsonl", ['{"step": 1, "loss": 2.0}'])
+    assert rank_dir.sniff(tmp_path / "alike", b"")
+    assert not rank_dir.sniff(tmp_path / "unlike", b"")
