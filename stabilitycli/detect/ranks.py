@@ -250,10 +250,13 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         notes.append("one rank only: nothing to compare it with")
     elif metric in (c for c, _ in THROUGHPUT):
         notes.append(f"{metric} is throughput: ranks below the cohort are stragglers")
-    elif typical >= MIN_COHORT:
-        outliers += _level(cohort, flagged, thresholds)
+    elif n_ranks == 2 or typical < 2:
+        outliers += _pair(cohort, thresholds, notes) if n_ranks == 2 else []
+        if n_ranks > 2:
+            notes.append(f"typically {typical} rank(s) per step: too few to compare levels")
     else:
-        outliers += _pair(cohort, thresholds, notes)
+        # steps with fewer than MIN_COHORT finite values are simply not judged
+        outliers += _level(cohort, flagged, thresholds)
     if n_ranks >= 2:
         outliers += _nonfinite(cohort, flagged, thresholds)
         outliers += _silent(cohort, thresholds)
