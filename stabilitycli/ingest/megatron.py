@@ -81,6 +81,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     mentions: list[dsm.Mention] = []
     state: dict = {}
     memory_lines = 0
+    layouts = _Layouts()
     last_line = len(lines)
     index = 0
     while index < len(lines):
@@ -109,10 +110,10 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
                 else:
                     source.reject(row, "iteration record without its closing `|` (cut or wrapped)")
                 continue
-            record = _fields(text, row, source)
+            record = layouts.parse(text, row, source)
             if record is not None:
                 record["_row"], record["_step"] = row, int(m.group(1))
-                record["_time"] = tl.timestamp(line)
+                record["_time"] = line  # turned into a timestamp only if DeepSpeed messages need it
                 records.append(record)
             continue
         if "validation loss at" in line and (m := _VALIDATION.search(line)) is not None:
@@ -153,7 +154,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         )
     _missing_loss(records, args, source)
     _tokens_and_time(records, args, source)
-    anchors = [dsm.Anchor(r["_row"], r["_step"], r.pop("_time", None)) for r in records]
+    anchors = [dsm.Anchor(r["_row"], r["_step"], tl.timestamp(r.pop("_time")) if mentions else None)
+               for r in records]
     events = dsm.place(mentions, anchors)
     event_rows = dsm.frame_rows(events, "loss scale")
     source.notes.extend(dsm.summary(mentions, events))
@@ -174,22 +176,64 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
 
 
+_KEYS: dict[str, str] = {}  # raw key text -> normalised key (keys repeat on every line)
+
+
+class _Layouts:
+    """Fast path: records of one run repeat the same keys in the same order.
+
+    The first record of a layout is read field by field (`_fields`); its keys
+    then make one regex that reads every later record of that layout in a
+    single match. A record that does not fit (another layout, a bad value)
+    goes the slow way, which also does the rejecting.
+    """
+
+    def __init__(self) -> None:
+        self.regex: re.Pattern[str] | None = None
+        self.keys: tuple[str, ...] = ()
+
+    def parse(self, text: str, row: int, source: SourceInfo) -> dict | None:
+        if self.regex is not None and (m := self.regex.fullmatch(text)) is not None:
+            try:
+                out = dict(zip(self.keys, map(float, m.groups()), strict=True))
+            except ValueError:
+                pass  # a value that is not a number: the slow path names it
+            else:
+                if "elapsed time per iteration (s)" in out:
+                    out["elapsed time per iteration (ms)"] = out.pop("elapsed time per iteration (s)") * 1000.0
+                return out
+        out = _fields(text, row, source)
+        if out is not None:
+            keys = tuple(k for k in _field_keys(text))
+            pattern = "".join(r"\s*" + r"\s+".join(map(re.escape, k.split())) + r"\s*:([^|]*)\|" for k in keys)
+            self.regex, self.keys = re.compile(pattern + r"\s*"), keys
+        return out
+
+
+def _field_keys(text: str) -> list[str]:
+    return [_KEYS[key] for key, sep, _ in (p.rpartition(":") for p in text.split("|")) if sep]
+
+
 def _fields(text: str, row: int, source: SourceInfo) -> dict | None:
     """`key: value |` pairs as floats; None (and a rejection) when a value is not a number."""
     out: dict = {}
     for part in text.split("|"):
-        part = part.strip()
-        if not part:
-            continue
         key, sep, value = part.rpartition(":")
-        key = " ".join(key.split())
-        if not sep or not key:
-            source.reject(row, f"unreadable field {part[:40]!r}")
+        if not sep:
+            if part.strip():
+                source.reject(row, f"unreadable field {part.strip()[:40]!r}")
+                return None
+            continue
+        name = _KEYS.get(key)
+        if name is None:
+            name = _KEYS[key] = " ".join(key.split())
+        if not name:
+            source.reject(row, f"unreadable field {part.strip()[:40]!r}")
             return None
         try:
-            out[key] = tl.number(value)
+            out[name] = float(value)  # float() takes the padding, `nan`, `INF`, `1.0E+00`
         except ValueError:
-            source.reject(row, f"field {key!r}: {value.strip()[:30]!r} is not a number")
+            source.reject(row, f"field {name!r}: {value.strip()[:30]!r} is not a number")
             return None
     if "elapsed time per iteration (s)" in out:
         out["elapsed time per iteration (ms)"] = out.pop("elapsed time per iteration (s)") * 1000.0
