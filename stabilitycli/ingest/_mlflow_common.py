@@ -205,7 +205,8 @@ def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_point
         raise StabInputError(str(target), "none of the runs has metrics logged")
     if ranks is not None:
         source.notes.append(
-            "per-rank runs: " + ", ".join(f"rank {ranks[r.run_id]} = {r.label}" for r in chosen)
+            "per-rank runs: "
+            + ", ".join(f"rank {ranks[r.run_id]} = {r.label}" for r in sorted(chosen, key=lambda r: ranks[r.run_id]))
         )
     for run in chosen:
         found = dtype_from(run.params, run.tags)

@@ -131,6 +131,7 @@ class _Collector:
         self.plugin_of: dict[str, str] = {}
         self.hparams: dict[str, str] = {}
         self.skipped_values = 0  # histograms, images, text, non-scalar tensors
+        self.points = None  # the polars frame, once collected
 
     def add_event(self, payload: bytes, event_cls) -> None:
         event = event_cls.FromString(payload)
@@ -242,8 +243,8 @@ def read_event_file(path: Path, collector: _Collector, source: SourceInfo, verif
     return count
 
 
-def _run_points(files: list[Path], source: SourceInfo):
-    """One run's scalar points (key, step, value, _order) from its event files."""
+def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector | None, str | None]:
+    """One run's scalar points (key, step, value, _order), or None and why there are none."""
     import polars as pl
 
     collector = _Collector()
@@ -254,15 +255,13 @@ def _run_points(files: list[Path], source: SourceInfo):
         )
     if not collector.tags:
         names = ", ".join(f.name for f in files[:3])
-        raise StabInputError(
-            source.path,
-            f"no scalar summaries in {len(files)} event file(s) ({names}; {records} record(s) read)",
-        )
+        return None, f"no scalar summaries in {len(files)} event file(s) ({names}; {records} record(s) read)"
     points = pl.DataFrame(
         {"key": collector.tags, "step": collector.steps, "value": collector.values},
         schema={"key": pl.String, "step": pl.Int64, "value": pl.Float64},
     )
-    return points.with_row_index("_order").with_columns(pl.col("_order").cast(pl.Int64)), collector
+    collector.points = points.with_row_index("_order").with_columns(pl.col("_order").cast(pl.Int64))
+    return collector, None
 
 
 def read(path: Path, options: ReadOptions) -> RunData:
@@ -278,13 +277,22 @@ def read(path: Path, options: ReadOptions) -> RunData:
     parts = []
     hparams: dict[str, str] = {}
     for name, files in runs.items():
-        points, collector = _run_points(files, source)
+        collector, empty = _run_points(files, source)
+        if collector is None:
+            if ranks is None:
+                raise StabInputError(str(path), empty)
+            source.warnings.append(f"run {name}: {empty}")
+            continue
         hparams = hparams or collector.hparams
+        points = collector.points
         if ranks is not None:
             points = points.with_columns(pl.lit(ranks[name], dtype=pl.Int64).alias("rank"))
         parts.append(points)
+    if not parts:
+        raise StabInputError(str(path), "none of the runs holds scalar summaries")
     if ranks is not None:
-        source.notes.append("per-rank runs: " + ", ".join(f"rank {r} = {n}" for n, r in ranks.items()))
+        listed = sorted(ranks.items(), key=lambda item: item[1])
+        source.notes.append("per-rank runs: " + ", ".join(f"rank {r} = {n}" for n, r in listed))
     if hparams:
         found = dtype_from(hparams, {}, where="TensorBoard hparams")
         if found is not None:
