@@ -1,11 +1,13 @@
 """Per-step cohort statistics over the long per-rank frame, and deviation runs.
 
 The machinery behind `ranks.find_rank_outliers`, kept apart so the public
-module reads as the rule. Everything is a polars expression over the whole
-long frame (rank, step, value): two group-bys by step, two joins back, one
+module reads as the rule. Everything is columnar over the whole long frame
+(rank, step, value): two polars group-bys by step (median, then MAD), the
+per-step numbers gathered back to the rows through a lookup table, one
 division. No Python loop touches a rank or a step, so the cost is linear in
-rows. Only rows that deviate (few, in a healthy run) are ever looked at
-individually, and then still as frames.
+rows (measured: user CPU x4.3 for x4 rows, benchmarks/bench_ranks.py). Only
+rows that deviate (few, in a healthy run) are looked at further, still as
+frames.
 
 Robust z of rank r at step t:
 
@@ -112,19 +114,36 @@ def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
     return rows, _step_stats(rows, distinct_ranks=True), stride
 
 
+LOOKUP_MAX_SPAN = 1 << 26  # a step span up to this size is indexed by a lookup table (<= 256 MiB)
+
+
+def positions(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Index of each key in the sorted unique `table` (every key is in it).
+
+    Steps are integers in a bounded span, so a lookup table is one linear
+    gather; a binary search per row is kept for absurd spans only.
+    """
+    first = int(table[0])
+    span = int(table[-1]) - first + 1
+    if span > LOOKUP_MAX_SPAN:
+        return np.searchsorted(table, keys)
+    lookup = np.zeros(span, dtype=np.int32)
+    lookup[table - first] = np.arange(table.size, dtype=np.int32)
+    return lookup[keys - first]
+
+
 def build_cohort(
     frame: pl.DataFrame, column: str, rel_floor: float, notes: list[str], *, invert: bool = False
 ) -> Cohort:
     """Median, MAD, sigma and each row's robust z, per cohort step (module doc).
 
     Two group-bys (median, then MAD); the per-step numbers go back to the rows
-    by position (`searchsorted` into the sorted step table), not by join.
+    by position (a lookup table over the sorted step table), not by join.
     """
     rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
     steps = _step_stats(rows, distinct_ranks=False)
     rows, steps, stride = _align(rows, steps, notes)
-    step_t = steps["t"].to_numpy()
-    pos = np.searchsorted(step_t, rows["t"].to_numpy())
+    pos = positions(steps["t"].to_numpy(), rows["t"].to_numpy())
     x = rows["x"].to_numpy()
     med = steps["med"].fill_null(np.nan).to_numpy()
     med_row = med[pos]

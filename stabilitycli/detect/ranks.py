@@ -578,8 +578,14 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     first, last = int(t.min()), int(t.max())
     span = last - first + 1
     buckets = max(1, min(buckets, span))
-    ranks = np.sort(rows["rank"].unique().to_numpy())
-    key = np.searchsorted(ranks, rows["rank"].to_numpy()) * buckets + ((t - first) * buckets) // span
+    rank = rows["rank"].to_numpy()
+    # rows are in (rank, step) order: a rank's index is the count of rank changes before it
+    change = np.empty(rank.size, dtype=bool)
+    change[0] = False
+    np.not_equal(rank[1:], rank[:-1], out=change[1:])
+    index = np.cumsum(change)
+    ranks = rank[np.concatenate(([0], np.flatnonzero(change)))]
+    key = index * buckets + ((t - first) * buckets) // span
     cells = ranks.size * buckets
     x = rows["x"].to_numpy()
     z = rows["z"].to_numpy()
