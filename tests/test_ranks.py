@@ -493,3 +493,29 @@ def test_real_64_rank_memory_block_is_not_an_outlier():
     run = RunData(frame, SourceInfo(path=str(path), format="megatron"))
     report = find_rank_outliers(run, "reserved_mb", TH)
     assert report.ranks == len(found) and report.outliers == ()
+
+
+def _rendered(report) -> str:
+    import io
+
+    from rich.console import Console
+
+    from stabilitycli.report.ranks_terminal import render
+
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    render(report, console)
+    return " ".join(console.file.getvalue().split())
+
+
+def test_terminal_renders_every_kind_in_words():
+    text = _rendered(fixture_report("nan_rank.jsonl.gz"))
+    assert "rank 5 reports NaN at step 150" in text and "mean becomes NaN" in text and "×" in text
+    text = _rendered(fixture_report("two_outliers.jsonl.gz"))
+    assert "back in line from step 320" in text and "without ranks 3, 28 it would go" in text
+    text = _rendered(fixture_report("straggler.jsonl.gz"))
+    assert "straggler (tokens_per_s)" in text
+    steps, values = mk.pair_story(np.random.default_rng(4))
+    text = _rendered(find_rank_outliers(memory_run(steps, values * [[1.0], [3.0]]), "loss", TH))
+    assert "ranks 0 and 1 disagree from step 0" in text and "neither can be blamed" in text
+    steps, values, _ = mk.healthy_story(np.random.default_rng(4), ranks=1)
+    assert "one rank only" in _rendered(find_rank_outliers(memory_run(steps, values), "loss", TH))

@@ -46,7 +46,9 @@ def build(report: RankReport) -> Group:
             f" · {report.metric} · {report.ranks} ranks · steps {report.steps[0]}–{report.steps[1]}",
         )
     ]
-    if not report.outliers:
+    if report.ranks < 2:
+        parts.append(Text("one rank only: nothing to compare it with", style="yellow"))
+    elif not report.outliers:
         parts.append(Text(
             f"every rank agrees with its cohort: no rank outlier in {report.metric}"
             + (f" or {report.throughput_metric}" if report.throughput_metric else ""),
@@ -57,6 +59,9 @@ def build(report: RankReport) -> Group:
         effect = mean_effect_text(report)
         if effect:
             parts.append(Text(effect))
+        for o in report.outliers:
+            if o.rank is None:  # a pair that disagrees: its message is the whole story
+                parts.append(Text(o.message, style="yellow"))
     heat = _heatmap(report)
     if heat is not None:
         parts.extend(heat)
@@ -154,7 +159,8 @@ def _cell(z: float) -> Text:
 
 def _heatmap(report: RankReport) -> list | None:
     picture = report.picture
-    if picture is None or picture.ranks.size == 0:
+    # with fewer than 3 ranks a cohort z says nothing (two ranks sit at +-0.67 by construction)
+    if picture is None or picture.ranks.size < 3:
         return None
     import numpy as np
 
