@@ -82,7 +82,7 @@ def log_mlflow(
     """Log the run with the real MLflow client, one `log_batch` per step; returns the run id."""
     if tracking_uri.startswith(("file:", "/")):
         os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow >= 3.13 refuses file stores otherwise
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
