@@ -30,8 +30,10 @@ class Thresholds:
     """A point above mu + spike_sigma * sigma is flagged (Q2.1)."""
     sigma_floor_frac: float = 0.01
     """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
-    spike_sustained_z_sum: float = 9.0
-    """Materiality (a): a multi-point event must add up to this many sigmas (two noise points at 3-4 sigma do not)."""
+    spike_chance_budget: float = 0.05
+    """Materiality (a): a multi-point event must be longer than noise would produce this often per log."""
+    spike_max_sustained_points: int = 4
+    """...but never needs more than this many consecutive points."""
     noise_level_windows: int = 10
     """sigma is at least the median window std over this many trailing windows (stable in sparse logs)."""
     spike_large_z: float = 6.0
@@ -44,6 +46,8 @@ class Thresholds:
     """Recovery level in baseline sigmas above mu (Q2.2)."""
     cause_lead_steps: int = 3
     """Causes are looked for in [t - cause_lead_steps, t]: grad norm leads the loss by 1-3 steps."""
+    grad_norm_outlier_ratio: float = 10.0
+    """A pre-clip grad norm this multiple of its trailing median is noted (info) even with no loss spike."""
     grad_norm_spike_ratio: float = 30.0
     """Pre-clip grad norm at least this multiple of its trailing mean -> long-tail batch (Q2.3)."""
     lr_jump_ratio: float = 0.5
@@ -70,8 +74,8 @@ class Thresholds:
     """A rise smaller than this fraction of the window's starting level is a plateau, not divergence."""
     trend_points: int = 64
     """Long windows are binned to about this many medians before the trend test (cost, and noise)."""
-    warmup_frac: float = 0.1
-    """LR rising in the first this-fraction of the run is warmup, not a schedule bug (Q4.2)."""
+    warmup_frac: float = 0.5
+    """LR rising before its first decrease and within this fraction of the run is warmup (Q4.2)."""
     lr_rise_frac: float = 0.05
     """LR up by more than this fraction over a window counts as rising (Q4.2)."""
     weight_norm_ratio: float = 2.0
@@ -90,7 +94,7 @@ class Thresholds:
     """A rank reporting NaN/Inf for this many logged steps in a row while the cohort is finite is named (1: a NaN is never noise)."""
     straggler_ratio: float = 0.8
     """A rank whose throughput sits below this fraction of the cohort median is a straggler."""
-    throughput_drop_frac: float = 0.2
+    throughput_drop_frac: float = 0.05
     """Run throughput this fraction below its trailing median is a throughput drop."""
 
     def __post_init__(self) -> None:

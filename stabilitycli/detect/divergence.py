@@ -9,6 +9,7 @@ import numpy as np
 from ..config import Thresholds
 from ..model import Finding, Severity, Skip
 from .registry import RuleResult, rule
+from .schedule import warmup_end
 from .series import SeriesView
 from .trend import bin_medians, mann_kendall_windows, suffix_min_after, window_means
 from .windows import median_interval
@@ -87,7 +88,10 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     if not candidates.size:
         return result
     j = int(candidates[0])
-    start_step, end_step = int(binned.steps[j]), int(binned.end_steps[j + m - 1])
+    # the rise begins at the window's trough, not at its first bin (a window may
+    # open on the tail of an earlier fall)
+    trough = j + int(np.argmin(binned.values[j : j + m - part]))
+    start_step, end_step = int(binned.steps[trough]), int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
     causes = _causes(view, start_step, end_step, thresholds) or _causes(
         view, start_step, int(steps[-1]), thresholds)
@@ -104,6 +108,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
     evidence = {
         "start_step": start_step, "end_step": end_step, "z": round(float(z[j]), 2),
+        "window_start_step": int(binned.steps[j]), "trough": float(binned.values[trough]),
         "start_level": float(first_mean[j]), "end_level": float(last_mean[j]),
         "relative_rise": round(rise, 4), "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
         "final_loss": float(loss[-1]), "final_level": final_level, "strictly_monotone": strictly, "window": description,
@@ -122,8 +127,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     note = f" ({description})" if shortened else ""
     result.findings.append(Finding(
         "divergence", Severity.ERROR,
-        f"silent divergence from step {start_step}: loss {first_mean[j]:.4g} -> {last_mean[j]:.4g} "
-        f"by step {end_step} (Mann-Kendall z = {z[j]:.1f}), never back below {first_mean[j]:.4g}"
+        f"silent divergence from step {start_step}: loss {binned.values[trough]:.4g} there, "
+        f"{final_level:.4g} at the end of the log (Mann-Kendall z = {z[j]:.1f} over steps "
+        f"{binned.steps[j]}-{end_step}; never back below {first_mean[j]:.4g})"
         + (f"; cause: {cause}" if cause else "") + note,
         step=start_step, end_step=int(steps[-1]), metric="loss", evidence=evidence,
     ))
@@ -153,17 +159,21 @@ def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | Non
                   f"{min(points, thresholds.widened_window_points)}"), False
 
 
+def _finite(points: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    steps, values = points
+    ok = np.isfinite(values)
+    return steps[ok], values[ok]
+
+
 def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[dict]:
     """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the seed's order."""
     causes: list[dict] = []
-    first_step = int(view.steps[0])
-    span = int(view.steps[-1]) - first_step
     if view.has("lr"):
         s, lr = view.points("lr")
         inside = (s >= start) & (s <= end) & np.isfinite(lr)
         if inside.sum() >= 2:
             lr_start, lr_end = float(lr[inside][0]), float(lr[inside][-1])
-            past_warmup = start >= first_step + thresholds.warmup_frac * span
+            past_warmup = start >= warmup_end(*_finite(view.points("lr")), thresholds)
             if past_warmup and lr_end > lr_start * (1 + thresholds.lr_rise_frac):
                 causes.append({"cause": "lr-increasing", "lr_start": lr_start, "lr_end": lr_end})
     for name in view.param_norm_columns():

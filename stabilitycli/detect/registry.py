@@ -63,7 +63,7 @@ def load_rules() -> dict[str, Rule]:
 
 
 RUN_ORDER: tuple[str, ...] = (
-    "restart", "nan", "spike", "loss-scale", "divergence", "lr-jump", "lr-increasing",
+    "restart", "nan", "spike", "grad-norm-spike", "loss-scale", "divergence", "lr-jump", "lr-increasing",
     "weight-norm-change", "throughput-drop",
 )
 

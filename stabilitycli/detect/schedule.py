@@ -57,8 +57,8 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, context: dict
     """A learning rate that keeps rising past the warmup.
 
     What it detects: the LR at step t more than 5% above its value 200 steps
-    earlier, for windows that start after the first 10% of the run
-    (`warmup_frac`) (Q4.2).
+    earlier, for windows that start after warmup: after the schedule first
+    decreased, or after `warmup_frac` (half) of the run (Q4.2).
 
     Why it matters: a schedule that rises after warmup (cosine implemented as
     inverse cosine, a warmup that never ends) drives silent divergence; it is
@@ -75,9 +75,9 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, context: dict
         result.skipped.append(Skip("lr-increasing", f"insufficient data: {lr.size} LR points"))
         return result
     window = thresholds.divergence_window_steps
-    warmup_end = steps[0] + thresholds.warmup_frac * (steps[-1] - steps[0])
+    warmup_over = warmup_end(steps, lr, thresholds)
     before = value_at_or_before(steps, lr, steps - window)
-    eligible = (steps - window >= warmup_end) & np.isfinite(before) & (before > 0)
+    eligible = (steps - window >= warmup_over) & np.isfinite(before) & (before > 0)
     rising = eligible & (lr > before * (1 + thresholds.lr_rise_frac))
     if rising.any():
         at = int(np.argmax(rising))
@@ -86,9 +86,23 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, context: dict
             f"learning rate still rising after warmup: {before[at]:.3g} at step {steps[at] - window} -> "
             f"{lr[at]:.3g} at step {steps[at]} (rising in {int(rising.sum())} of {int(eligible.sum())} windows)",
             step=int(steps[at] - window), end_step=int(steps[at]), metric="lr",
-            evidence={"lr_before": float(before[at]), "lr_after": float(lr[at]), "warmup_end_step": float(warmup_end)},
+            evidence={"lr_before": float(before[at]), "lr_after": float(lr[at]), "warmup_end_step": float(warmup_over)},
         ))
     return result
+
+
+def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> float:
+    """Where warmup is over: the first scheduled LR decrease, or `warmup_frac` of the run.
+
+    A schedule that has started to decay and then rises again is a bug (or a
+    deliberate restart worth a warning); one that has not decayed by
+    `warmup_frac` of the run is a warmup that never ends.
+    """
+    if steps.size < 2:
+        return float(steps[0]) if steps.size else 0.0
+    decreases = np.flatnonzero(np.diff(lr) < 0)
+    by_fraction = steps[0] + thresholds.warmup_frac * (steps[-1] - steps[0])
+    return float(min(steps[decreases[0] + 1], by_fraction)) if decreases.size else float(by_fraction)
 
 
 @rule("weight-norm-change", "4", "a parameter norm changed more than 2x within 200 steps",
@@ -129,4 +143,47 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, context:
                 step=int(steps[at]), metric=name,
                 evidence={"ratio": float(ratio[at]), "before": float(before[at]), "after": float(norm[at])},
             ))
+    return result
+
+
+@rule("grad-norm-spike", "2", "pre-clip grad norm far above its trailing median (info)", emits=("grad-norm-spike",))
+def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """A pre-clip grad-norm outlier, noted even when the loss did not spike.
+
+    What it detects: a finite grad norm at least `grad_norm_outlier_ratio`
+    (10x) its median over the previous 100 steps. Informational: clipping
+    usually absorbs such a step; the spike rule uses grad norm as a cause
+    only when the loss spikes with it (30x, Q2.3).
+
+    Why it matters: a grad-norm spike is the leading indicator of a loss
+    spike (it leads by 1-3 steps); a run with several is one bad batch away
+    from one, and the post-mortem wants the batch index.
+    """
+    result = RuleResult()
+    if not view.has("grad_norm"):
+        result.skipped.append(Skip("grad-norm-spike", "no grad-norm series in the log"))
+        return result
+    steps, grad = view.points("grad_norm")
+    ok = np.isfinite(grad)
+    steps, grad = steps[ok], grad[ok]
+    if grad.size < thresholds.min_points_per_window + 1:
+        result.skipped.append(Skip("grad-norm-spike", f"insufficient data: {grad.size} finite grad-norm points"))
+        return result
+    baseline = pl.DataFrame({"step": steps, "g": grad}).select(
+        pl.col("g").rolling_median_by("step", window_size=f"{thresholds.spike_window_steps}i", closed="left")
+    )["g"].fill_null(np.nan).to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = grad / baseline
+    hits = np.flatnonzero(np.isfinite(ratio) & (ratio >= thresholds.grad_norm_outlier_ratio))
+    if hits.size:
+        worst = hits[np.argmax(ratio[hits])]
+        result.findings.append(Finding(
+            "grad-norm-spike", Severity.INFO,
+            f"{hits.size} grad-norm outlier(s) >= {thresholds.grad_norm_outlier_ratio:g}x the trailing median; "
+            f"largest {grad[worst]:.4g} at step {steps[worst]} ({ratio[worst]:.1f}x {baseline[worst]:.3g})",
+            step=int(steps[hits[0]]), metric="grad_norm",
+            evidence={"count": int(hits.size), "steps": steps[hits][:20].tolist(), "largest_step": int(steps[worst]),
+                      "largest": float(grad[worst]), "baseline_median": float(baseline[worst]),
+                      "ratio": float(ratio[worst])},
+        ))
     return result

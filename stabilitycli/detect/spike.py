@@ -43,6 +43,25 @@ class SpikeEvent:
         return self.causes[0]["cause"] if self.causes else None
 
 
+def _sustained_points(flagged: int, eligible: int, thresholds: Thresholds) -> int:
+    """How many consecutive flagged points make an event sustained (materiality a).
+
+    The literal rule ("more than one point") fires on healthy heavy-tailed
+    runs: with 1% of points above mu + 3 sigma, two in a row happen about once
+    in 10,000 steps. So the run's own exceedance rate p decides: the smallest
+    k >= 2 for which k noise exceedances in a row are expected less than
+    `spike_chance_budget` times over the whole log (n * p**k), capped so that
+    a very spiky run still gets its spikes named.
+    """
+    if eligible == 0 or flagged == 0:
+        return 2
+    rate = flagged / eligible
+    needed = 2
+    while needed < thresholds.spike_max_sustained_points and eligible * rate**needed > thresholds.spike_chance_budget:
+        needed += 1
+    return needed
+
+
 def _noise_level(steps: np.ndarray, window_std: np.ndarray, horizon_steps: int) -> np.ndarray:
     """Median of the trailing-window std over a longer horizon.
 
@@ -58,14 +77,20 @@ def _noise_level(steps: np.ndarray, window_std: np.ndarray, horizon_steps: int) 
     return level.fill_null(0.0).to_numpy()
 
 
-def _first_index(mask: np.ndarray, start: int) -> int | None:
-    """Index of the first True in mask[start:], scanning in chunks (linear overall)."""
-    n = mask.size
+def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | None:
+    """Index of the first finite value <= level in values[start:], scanned in chunks.
+
+    Chunked so that each event costs what it scans, not the whole log: the
+    scan is linear over all events together because events do not overlap.
+    """
+    n = values.size
     pos = start
     while pos < n:
-        chunk = mask[pos : pos + _SCAN_CHUNK_POINTS]
-        if chunk.any():
-            return pos + int(np.argmax(chunk))
+        chunk = values[pos : pos + _SCAN_CHUNK_POINTS]
+        with np.errstate(invalid="ignore"):
+            hit = np.isfinite(chunk) & (chunk <= level)
+        if hit.any():
+            return pos + int(np.argmax(hit))
         pos += _SCAN_CHUNK_POINTS
     return None
 
@@ -81,6 +106,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     (pre-clip grad norm >= 30x its trailing mean within the 3 steps before, an
     LR jump, a repeated batch id, a restart within 10 steps), or is large
     (z >= 6 and peak >= 1.5x the baseline); anything else is a blip (info).
+    "More than one point" is read against the run's own noise: the event
+    must be longer than noise makes likely (see `_sustained_points`).
     Recovered when the loss is back to <= mu + 0.5*sigma within 50 steps
     (Q2.2); type 1 recoverable, 2 persistent, 3 divergent (seed 002).
 
@@ -129,13 +156,17 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
         .fill_null(np.nan).to_numpy()
     )
 
+    # points before any baseline exists (the first 100 steps) can still show a jump
+    _short_log_jumps(view, result, before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None)
+    min_points = _sustained_points(int(flagged.sum()), int(eligible.sum()), thresholds)
     events: list[SpikeEvent] = []
     candidates = np.flatnonzero(flagged)
     next_free = 0
     for idx in candidates:  # loop over flagged points only (a few per thousand), not rows
         if idx < next_free:
             continue
-        event = _build_event(int(idx), steps, loss, smooth, stats.mean, sigma, threshold, thresholds, causes_ctx)
+        event = _build_event(int(idx), steps, loss, smooth, stats.mean, sigma, threshold, thresholds,
+                             causes_ctx, min_points)
         event.window = stats.description
         events.append(event)
         next_free = int(np.searchsorted(steps, event.end_step, side="right"))
@@ -168,6 +199,7 @@ class _CauseContext:
     lr: np.ndarray | None
     batch_id: np.ndarray | None
     restart_steps: np.ndarray
+    suffix_max: np.ndarray  # max finite loss from each index to the end
 
     @staticmethod
     def build(view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds) -> "_CauseContext":
@@ -192,7 +224,13 @@ class _CauseContext:
             b_steps, b = view.points("batch_id")
             batch = _align(b_steps, b, loss_steps)
         restarts = np.array([r.resumed_from_step for r in view.restarts], dtype=np.int64)
-        return _CauseContext(grad_ratio, grad, grad_base, lr_jump, lr, batch, restarts)
+        return _CauseContext(grad_ratio, grad, grad_base, lr_jump, lr, batch, restarts,
+                             _suffix_max(view.points("loss")[1]))
+
+
+def _suffix_max(loss: np.ndarray) -> np.ndarray:
+    finite = np.where(np.isfinite(loss), loss, -np.inf)
+    return np.maximum.accumulate(finite[::-1])[::-1]
 
 
 def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> np.ndarray:
@@ -204,13 +242,11 @@ def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> n
 
 
 def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: Thresholds,
-                 ctx: _CauseContext) -> SpikeEvent:
+                 ctx: _CauseContext, min_points: int) -> SpikeEvent:
     mu, sd, thr = float(mean[idx]), float(sigma[idx]), float(threshold[idx])
     onset = int(steps[idx])
     # extent: consecutive points still above the frozen threshold (non-finite counts as above)
-    with np.errstate(invalid="ignore"):
-        below = np.isfinite(loss) & (loss <= thr)
-    first_below = _first_index(below, idx + 1)
+    first_below = _first_at_or_below(loss, thr, idx + 1)
     end_idx = (first_below - 1) if first_below is not None else loss.size - 1
     segment = loss[idx : end_idx + 1]
     finite_segment = segment[np.isfinite(segment)]
@@ -218,24 +254,20 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     peak_idx = idx + (int(np.nanargmax(np.where(np.isfinite(segment), segment, -np.inf))) if finite_segment.size else 0)
     z = (peak - mu) / sd if sd > 0 else float("inf")
     recovery_level = mu + thresholds.recovery_sigma * sd
-    with np.errstate(invalid="ignore"):
-        recovered_mask = np.isfinite(smooth) & (smooth <= recovery_level)
-    rec_idx = _first_index(recovered_mask, idx + 1)
+    rec_idx = _first_at_or_below(smooth, recovery_level, idx + 1)
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within 50 steps: then the next logged point decides
     horizon = max(thresholds.recovery_window_steps, (next_step - onset) if next_step else 0)
     recovered = recovery_step is not None and recovery_step - onset <= horizon
-    after_nonfinite = not np.all(np.isfinite(loss[idx : (rec_idx if rec_idx is not None else loss.size)]))
+    after_nonfinite = not np.all(np.isfinite(segment))  # the event runs on into NaN/Inf
     spike_type = 1 if recovered else 2
-    if not recovered and (after_nonfinite or _keeps_rising(steps, loss, idx, peak, thresholds)):
+    if not recovered and (after_nonfinite or _keeps_rising(steps, ctx.suffix_max, idx, peak, thresholds)):
         spike_type = 3
     after_50 = _value_after(steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps)
     causes = _causes(idx, steps, ctx, thresholds, onset)
     points = end_idx - idx + 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        event_z = np.where(np.isfinite(segment), (segment - mu) / sd, thresholds.spike_large_z)
-    sustained = points > 1 and float(event_z.sum()) >= thresholds.spike_sustained_z_sum
+    sustained = points >= min_points
     material = sustained or bool(causes) or (
         z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu
     ) or not np.isfinite(peak)
@@ -247,11 +279,10 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     )
 
 
-def _keeps_rising(steps, loss, idx, peak, thresholds: Thresholds) -> bool:
-    later = steps > steps[idx] + thresholds.recovery_window_steps
-    tail = loss[later]
-    tail = tail[np.isfinite(tail)]
-    return bool(tail.size) and float(np.max(tail)) > peak
+def _keeps_rising(steps, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
+    """Does the loss, past the recovery window, go above the spike's own peak (type 3)?"""
+    later = int(np.searchsorted(steps, steps[idx] + thresholds.recovery_window_steps, side="right"))
+    return later < steps.size and bool(suffix_max[later] > peak)
 
 
 def _value_after(steps, loss, at_step: int) -> float | None:
@@ -263,29 +294,33 @@ def _value_after(steps, loss, at_step: int) -> float | None:
 
 def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int) -> list[dict]:
     """Evident causes, most specific first (Q2.3 and the restart pattern)."""
-    lead = (steps >= onset - thresholds.cause_lead_steps) & (steps <= onset)
+    # index ranges by binary search: an event looks at a few rows, never the whole log
+    lo = int(np.searchsorted(steps, onset - thresholds.cause_lead_steps))
+    hi = idx + 1
     causes: list[dict] = []
     recent = ctx.restart_steps[(ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)]
     if recent.size:
         causes.append({"cause": "optimizer-reset", "restart_step": int(recent[-1]),
                        "steps_after_restart": int(onset - recent[-1])})
     if ctx.batch_id is not None and np.isfinite(ctx.batch_id[idx]):
-        prior = (steps < onset) & (steps >= onset - thresholds.duplicate_batch_window_steps)
-        same = prior & (ctx.batch_id == ctx.batch_id[idx])
-        if same.any():
+        first = int(np.searchsorted(steps, onset - thresholds.duplicate_batch_window_steps))
+        same = np.flatnonzero(ctx.batch_id[first:idx] == ctx.batch_id[idx])
+        if same.size:
             causes.append({"cause": "duplicate-batch", "batch_id": float(ctx.batch_id[idx]),
-                           "repeat_of_step": int(steps[same][-1])})
+                           "repeat_of_step": int(steps[first + same[-1]])})
     if ctx.lr_rel_jump is not None:
-        jumps = np.where(lead, np.nan_to_num(ctx.lr_rel_jump, nan=0.0), 0.0)
-        if jumps.max() > thresholds.lr_jump_ratio:
-            at = int(np.argmax(jumps))
+        jumps = np.nan_to_num(ctx.lr_rel_jump[lo:hi], nan=0.0)
+        if jumps.size and jumps.max() > thresholds.lr_jump_ratio:
+            at = lo + int(np.argmax(jumps))
+            jumps = ctx.lr_rel_jump
             causes.append({"cause": "lr-discontinuity", "lr_step": int(steps[at]),
                            "lr": float(ctx.lr[at]), "lr_before": float(ctx.lr[at] / (1 + jumps[at])),
                            "relative_jump": round(float(jumps[at]), 3)})
     if ctx.grad_ratio is not None:
-        ratios = np.where(lead, np.nan_to_num(ctx.grad_ratio, nan=0.0), 0.0)
-        if ratios.max() >= thresholds.grad_norm_spike_ratio:
-            at = int(np.argmax(ratios))
+        ratios = np.nan_to_num(ctx.grad_ratio[lo:hi], nan=0.0)
+        if ratios.size and ratios.max() >= thresholds.grad_norm_spike_ratio:
+            at = lo + int(np.argmax(ratios))
+            ratios = ctx.grad_ratio
             causes.append({"cause": "long-tail-token", "grad_norm_step": int(steps[at]),
                            "grad_norm": float(ctx.grad_norm[at]), "grad_norm_baseline": float(ctx.grad_baseline[at]),
                            "ratio": float(ratios[at]), "lead_steps": int(onset - steps[at])})
@@ -309,27 +344,35 @@ def _spike_finding(event: SpikeEvent) -> Finding:
                    step=event.onset_step, end_step=event.end_step, metric="loss", evidence=evidence)
 
 
-def _short_log_jumps(view: SeriesView, result: RuleResult) -> None:
-    """What a log too short for a baseline still shows: its largest step-over-step jumps."""
+def _short_log_jumps(view: SeriesView, result: RuleResult, before_step: int | None = None) -> None:
+    """What a log too short for a baseline still shows: its largest step-over-step jumps.
+
+    With `before_step`, only the stretch before the first step that has a
+    baseline is looked at (the start of a run the spike rule cannot judge).
+    """
     for metric in ("loss", "grad_norm"):
         if not view.has(metric):
             continue
         steps, values = view.points(metric)
         finite = np.isfinite(values)
+        if before_step is not None:
+            finite &= steps < before_step
         if finite.sum() < 2:
             continue
         s, v = steps[finite], values[finite]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = v[1:] / np.abs(v[:-1])
+        ratio = np.where(np.isfinite(ratio), ratio, 0.0)  # 0/0 (a grad norm logged as 0.000) says nothing
         if not ratio.size:
             continue
-        at = int(np.nanargmax(ratio))
+        at = int(np.argmax(ratio))
         if ratio[at] < 1.5:
             continue
         result.findings.append(Finding(
             f"{metric.replace('_', '-')}-jump", Severity.WARNING,
             f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) to {v[at + 1]:.4g} "
-            f"(step {s[at + 1]}); too few points for the spike baseline, so not judged as a spike",
+            f"(step {s[at + 1]}); " + ("before the spike baseline exists" if before_step is not None
+                                        else "too few points for the spike baseline") + ", so not judged as a spike",
             step=int(s[at + 1]), metric=metric,
             evidence={"from_step": int(s[at]), "to_step": int(s[at + 1]), "before": float(v[at]),
                       "after": float(v[at + 1]), "ratio": float(ratio[at])},

@@ -46,7 +46,9 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: di
     ok = np.isfinite(values) & (values > 0)
     steps, values = steps[ok], values[ok]
     if values.size < thresholds.min_points_per_window + _PERSIST_POINTS:
-        result.skipped.append(Skip("throughput-drop", f"insufficient data: {values.size} throughput points"))
+        result.skipped.append(Skip("throughput-drop", f"insufficient data: {values.size} throughput points "
+                                   "for a trailing baseline"))
+        _short_log_drop(name, steps, values, thresholds, result)
         return result
     frame = pl.DataFrame({"step": steps, "v": values})
     baseline = frame.select(
@@ -70,3 +72,21 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: di
             evidence={"baseline": base, "level": level, "drop_frac": 1 - level / base, "points": length},
         ))
     return result
+
+
+def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleResult) -> None:
+    """In a log too short for a baseline: do its last points sit below its first ones?"""
+    if values.size < 2 * _PERSIST_POINTS - 2:
+        return
+    head = float(np.median(values[:2]))
+    tail = float(values[-1])
+    # the last point is where the run now sits; the one before must agree it dropped
+    if tail < (1 - thresholds.throughput_drop_frac) * head and values[-2] < (1 - thresholds.throughput_drop_frac / 2) * head:
+        drop_at = int(np.argmax(values < (1 - thresholds.throughput_drop_frac / 2) * head))
+        result.findings.append(Finding(
+            "throughput-drop", Severity.WARNING,
+            f"{name} fell {1 - tail / head:.1%} ({head:.4g} -> {tail:.4g}) from step {steps[drop_at]} "
+            f"to the end of this short log",
+            step=int(steps[drop_at]), end_step=int(steps[-1]), metric=name,
+            evidence={"baseline": head, "level": tail, "drop_frac": 1 - tail / head, "short_log": True},
+        ))
