@@ -91,15 +91,17 @@ def _rank_check(run: RunData, thresholds: Thresholds):
         return None, []
     metric = "loss" if "loss" in run.frame.columns else run.metric_columns[0]
     report = find_rank_outliers(run, metric, thresholds)
-    findings = list(report.findings()) if hasattr(report, "findings") else []
-    if "tokens_per_s" in run.frame.columns and metric != "tokens_per_s":
-        throughput = find_rank_outliers(run, "tokens_per_s", thresholds)
-        findings.extend(f for f in throughput.findings() if f.code == "straggler")
-    return report, findings
+    # the loss report already carries throughput stragglers when tokens/s is logged
+    return report, list(report.findings())
+
+
+def _named_outliers(report) -> list:
+    """Outliers that move the mean: a level shift or a non-finite rank, with a named rank."""
+    return [o for o in report.outliers if o.kind in ("level", "nonfinite") and o.rank is not None]
 
 
 def _after_rank_onset(step: int | None, report) -> bool:
-    onsets = [o.onset_step for o in getattr(report, "outliers", []) if getattr(o, "kind", "") == "level"]
+    onsets = [o.onset_step for o in _named_outliers(report)]
     return step is not None and bool(onsets) and step >= min(onsets) - 3
 
 
@@ -108,7 +110,7 @@ def _explain_by_ranks(findings: list[Finding], report) -> list[Finding]:
     out = []
     for f in findings:
         if f.code in ("spike", "divergence", "plateau") and _after_rank_onset(f.step, report):
-            ranks = sorted({o.rank for o in report.outliers})
+            ranks = sorted({o.rank for o in _named_outliers(report)})
             out.append(Finding(
                 f.code, Severity.INFO,
                 f"{f.message} - explained by rank outlier(s) {', '.join(map(str, ranks))}, not an optimisation problem",

@@ -29,7 +29,9 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
                              "; ".join(f.message for f in rank_findings[:3]) or f"{source.ranks} ranks agree"))
         if errors:
             ranks = sorted({f.rank for f in errors if f.rank is not None})
-            applies["rank-outlier"] = (None, f"rank {', '.join(map(str, ranks))}: {errors[0].message}")
+            others = [r for r in ranks if r != errors[0].rank]
+            applies["rank-outlier"] = (None, errors[0].message + (
+                f"; also rank(s) {', '.join(map(str, others))}" if others else ""))
 
     # 1) §1 NaN
     nan = facts.get("nan") or {}
@@ -42,7 +44,9 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
         if ev.get("origin"):
             path.append(PathStep("Q1.3", ev["origin"], f"first non-finite layer at step {ev['first_step']} "
                                  f"(input {ev['origin_evidence'].get('input_layer') or 'none'} finite)"))
+        first_rank = next((r.rank for r in rank_findings if r.code == "rank-nonfinite" and r.rank is not None), None)
         applies["nan"] = (cause, f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
+                          + (f", first on rank {first_rank}" if first_rank is not None else "")
                           + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
                           + (f"; {CAUSE_TEXT[cause]}" if cause else ""))
     else:
