@@ -151,9 +151,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     causes_ctx = _CauseContext.build(view, steps, thresholds)
     # "back to baseline" is judged on a 5-point rolling median in dense logs, so
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
+    # (a forward-looking median: point t and the 4 after it, so the pre-spike
+    # points never count as "back")
     smooth = loss if stats.widened else (
-        pl.Series(loss).fill_nan(None).rolling_median(_RECOVERY_MEDIAN_POINTS, min_samples=1)
-        .fill_null(np.nan).to_numpy()
+        pl.Series(loss[::-1]).fill_nan(None).rolling_median(_RECOVERY_MEDIAN_POINTS, min_samples=1)
+        .fill_null(np.nan).to_numpy()[::-1]
     )
 
     # points before any baseline exists (the first 100 steps) can still show a jump
