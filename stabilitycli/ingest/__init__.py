@@ -16,12 +16,13 @@ from ..errors import StabInputError
 from .options import ReadOptions
 
 # Order matters: the first reader whose `sniff` accepts the path wins, so more
-# specific layouts come before generic ones.
+# specific layouts come before generic ones. `tensorboard` accepts any directory
+# with event files below it (HF output dirs and lightning_logs often have some),
+# so it comes after the specific directory layouts.
 READERS: tuple[str, ...] = (
     "mlflow_file",
     "mlflow_db",
     "mlflow_server",
-    "tensorboard",
     "rank_dir",
     "hf_trainer",
     "wandb_offline",
@@ -30,6 +31,7 @@ READERS: tuple[str, ...] = (
     "llmc",
     "megatron",
     "deepspeed",
+    "tensorboard",
     "tabular",
     "jsonl",
 )

@@ -47,6 +47,16 @@ def rank_from_name(name: str, pattern: str | None = None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def reject_many(source: SourceInfo, lines: list[int], reason: str, keep_first: int = 5) -> None:
+    """Count every rejected line; name only the first few (like `finalize` does)."""
+    for line in lines[:keep_first]:
+        source.reject(line, reason)
+    extra = max(0, len(lines) - keep_first)
+    if extra:
+        source.rows_rejected += extra
+        source.rejection_counts[reason] = source.rejection_counts.get(reason, 0) + extra
+
+
 def points_to_run(
     points: pl.DataFrame, source: SourceInfo, options: ReadOptions, *, per_rank: bool
 ) -> RunData:
@@ -70,10 +80,18 @@ def points_to_run(
     points = points.with_columns(pl.col("_back").cum_sum().over(by_key).alias("_kseg"))
     seg = pl.col("_kseg").cum_max()
     points = points.with_columns((seg.over(keys) if keys else seg).alias(_SEGMENT))
-    # 2. a point re-logged at the same step of the same trajectory gets its own row
+    # 2. a point re-logged at the same step of the same trajectory gets its own row:
+    # number the repeats by position after a sort (a window per step is 30x slower)
     index = [*keys, _SEGMENT, STEP_COL]
-    points = points.with_columns(pl.int_range(pl.len()).over([*index, "key"]).alias(_DUP))
-    wide = points.pivot(on="key", index=[*index, _DUP], values="value")
+    points = points.sort([*index, "key", "_order"]).with_row_index("_pos")
+    repeat = pl.all_horizontal(pl.col(c) == pl.col(c).shift(1) for c in [*index, "key"]).fill_null(False)
+    first_pos = pl.when(~repeat).then(pl.col("_pos")).forward_fill()
+    points = points.with_columns((pl.col("_pos") - first_pos).cast(pl.Int64).alias(_DUP))
+    names = points["key"].unique(maintain_order=True).to_list()
+    if len(names) == 1:  # one metric: nothing to pivot
+        wide = points.select([*index, _DUP, pl.col("value").alias(names[0])])
+    else:
+        wide = points.pivot(on="key", index=[*index, _DUP], values="value")
     wide = wide.sort([*index, _DUP]).drop(_SEGMENT, _DUP)
     wide = wide.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
     return finalize(

@@ -24,6 +24,7 @@ from urllib.request import pathname2url
 from ..errors import StabInputError
 from ..frame import RunData
 from ._mlflow_common import MlflowRun, build_run, filter_experiments, order_points, select_runs
+from ._points import reject_many
 from .options import ReadOptions
 
 NAME = "mlflow_db"
@@ -115,22 +116,16 @@ def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
     """All metric points of one run, NaN rebuilt from `is_nan` and the Inf clamp undone."""
     import polars as pl
 
-    cursor = conn.execute(
-        "SELECT key, value, timestamp, step, is_nan, rowid FROM metrics WHERE run_uuid = ?",
-        (run.run_id,),
-    )
-    rows = cursor.fetchall()
-    if not rows:
+    keys = [k for (k,) in conn.execute(
+        "SELECT DISTINCT key FROM metrics WHERE run_uuid = ? ORDER BY key", (run.run_id,)
+    )]
+    if not keys:
         return None
-    schema = {
-        "key": pl.String,
-        "value": pl.Float64,
-        "timestamp": pl.Int64,
-        "step": pl.Int64,
-        "is_nan": pl.Int64,
-        "_line": pl.Int64,
-    }
-    points = pl.DataFrame(rows, schema=schema, orient="row")
+    parts = [_key_points(conn, run.run_id, key, index) for index, key in enumerate(keys)]
+    points = pl.concat(parts, how="vertical")
+    missing = points.filter(pl.col("value").is_null())
+    reject_many(source, missing["_line"].to_list(), "metrics row with a NULL value (sqlite rowid)")
+    points = points.filter(pl.col("value").is_not_null())
     bound = sys.float_info.max
     clamped = points.filter(pl.col("value").abs() == bound).height
     if clamped:
@@ -144,11 +139,28 @@ def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
         .then(float("-inf"))
         .otherwise(pl.col("value"))
     )
-    key_index = pl.col("key").rank("dense").cast(pl.Int64)
-    points = points.with_columns(
-        value.alias("value"), pl.col("step").fill_null(0), key_index.alias("_key_index")
-    )
+    points = points.with_columns(value.alias("value"), pl.col("step").fill_null(0))
     return order_points(points)
+
+
+_COLUMNS = (("value", "f8"), ("timestamp", "i8"), ("step", "i8"), ("is_nan", "i8"), ("_line", "i8"))
+
+
+def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int):
+    """One metric's rows, streamed into numpy rather than a list of Python tuples."""
+    import numpy as np
+    import polars as pl
+
+    query = "SELECT value, timestamp, step, is_nan, rowid FROM metrics WHERE run_uuid = ? AND key = ?"
+    try:
+        array = np.fromiter(conn.execute(query, (run_id, key)), dtype=np.dtype(list(_COLUMNS)))
+        columns = {name: array[name] for name, _ in _COLUMNS}
+    except TypeError:  # a NULL where MLflow's schema says NOT NULL: take the slow, tolerant path
+        rows = conn.execute(query, (run_id, key)).fetchall()
+        columns = {name: [row[i] for row in rows] for i, (name, _) in enumerate(_COLUMNS)}
+    schema = {name: pl.Float64 if kind == "f8" else pl.Int64 for name, kind in _COLUMNS}
+    frame = pl.DataFrame(columns, schema=schema)
+    return frame.with_columns(pl.lit(key).alias("key"), pl.lit(index, dtype=pl.Int64).alias("_key_index"))
 
 
 def read(target, options: ReadOptions) -> RunData:

@@ -14,7 +14,8 @@ in one polars call: going through `MlflowClient` re-parses the whole file for
 every 25,000-point page (O(n^2), minutes at 1M points), and MLflow >= 3.13
 refuses to open a file store at all without `MLFLOW_ALLOW_FILE_STORE=true`.
 
-The path may be the `mlruns` root, one experiment folder or one run folder.
+The path may be the `mlruns` root, one experiment folder or one run folder
+(or the `file:///.../mlruns` tracking URI).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..errors import StabInputError
 from ..frame import RunData
 from ..model import SourceInfo
 from ._mlflow_common import MlflowRun, build_run, filter_experiments, order_points, select_runs
+from ._points import reject_many
 from .options import ReadOptions
 
 NAME = "mlflow_file"
@@ -101,6 +103,20 @@ def _kind(folder: Path) -> str | None:
 
 def sniff(path: Path, head: bytes) -> bool:
     return path.is_dir() and _kind(path) is not None
+
+
+def sniff_uri(text: str) -> bool:
+    """`file:///abs/mlruns`, the tracking URI form of a file store."""
+    return text.startswith("file:") and sniff(_local_path(text), b"")
+
+
+def _local_path(target) -> Path:
+    text = str(target)
+    if text.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return Path(unquote(urlparse(text).path))
+    return Path(text)
 
 
 # --- listing runs ----------------------------------------------------------------
@@ -225,12 +241,7 @@ def read_metric_file(path: Path, key: str, source: SourceInfo):
     blank = pl.all_horizontal(pl.col(c).is_null() for c in schema)
     bad = frame.filter(pl.col("value").is_null() & ~blank)
     if bad.height:
-        for line in bad["_line"].head(5).to_list():
-            source.reject(line, f"metric {key!r}: {MALFORMED_REASON}")
-        extra = bad.height - min(bad.height, 5)
-        source.rows_rejected += extra
-        reason = f"metric {key!r}: {MALFORMED_REASON}"
-        source.rejection_counts[reason] = source.rejection_counts.get(reason, 0) + extra
+        reject_many(source, bad["_line"].to_list(), f"metric {key!r}: {MALFORMED_REASON}")
         source.warnings.append(
             f"{path}: {bad.height} line(s) are not 'timestamp value step'; first at line {bad['_line'][0]}"
         )
@@ -254,6 +265,7 @@ def run_points(run: MlflowRun, source: SourceInfo):
 
 def read(path: Path, options: ReadOptions) -> RunData:
     """Read the selected run(s) of a file store into the canonical frame."""
+    path = _local_path(path)
     runs = list_runs(path, options)
     chosen, ranks = select_runs(runs, options, str(path), fetch_rank_info=_load_params_tags)
     return build_run(
