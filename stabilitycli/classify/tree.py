@@ -55,7 +55,7 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
 
     # 2) §2 spikes
     spikes = facts.get("spikes", [])
-    blips = facts.get("blips", [])
+    blips = facts.get("blips", [])  # steps of the blips
     if "spike" in skipped_codes:
         path.append(PathStep("Q2.1", "insufficient data", skipped_codes["spike"]))
     elif not spikes:

@@ -43,6 +43,35 @@ class SpikeEvent:
         return self.causes[0]["cause"] if self.causes else None
 
 
+def _lone_blips(candidates, steps, loss, mean, sigma, threshold, thresholds: Thresholds,
+                ctx: "_CauseContext", min_points: int) -> np.ndarray:
+    """Which flagged points are plainly lone noise: one point, not large, no possible cause."""
+    if candidates.size == 0:
+        return np.zeros(0, dtype=bool)
+    nxt = np.minimum(candidates + 1, loss.size - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        single = (candidates == loss.size - 1) | (np.isfinite(loss[nxt]) & (loss[nxt] <= threshold[candidates]))
+        z = (loss[candidates] - mean[candidates]) / sigma[candidates]
+        large = (z >= thresholds.spike_large_z) & (loss[candidates] >= thresholds.spike_large_ratio * mean[candidates])
+    maybe_cause = ctx.maybe_cause(candidates, steps, thresholds)
+    return single & ~large & ~maybe_cause & (min_points > 1)
+
+
+def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.ndarray]:
+    """Lone points outside every event, plus events that fell short of a spike."""
+    inside = np.zeros(lone.size, dtype=bool)
+    for event in events:  # events are few
+        inside |= (steps[lone] >= event.onset_step) & (steps[lone] <= event.end_step)
+    lone = lone[~inside]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (loss[lone] - mean[lone]) / sigma[lone]
+    weak = [e for e in events if not e.material]
+    all_steps = np.concatenate([steps[lone], np.array([e.onset_step for e in weak], dtype=np.int64)])
+    all_z = np.concatenate([z, np.array([e.z for e in weak], dtype=float)])
+    order = np.argsort(all_steps, kind="stable")
+    return all_steps[order], all_z[order]
+
+
 def _sustained_points(flagged: int, eligible: int, thresholds: Thresholds) -> int:
     """How many consecutive flagged points make an event sustained (materiality a).
 
@@ -161,10 +190,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     # points before any baseline exists (the first 100 steps) can still show a jump
     _short_log_jumps(view, result, before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None)
     min_points = _sustained_points(int(flagged.sum()), int(eligible.sum()), thresholds)
-    events: list[SpikeEvent] = []
     candidates = np.flatnonzero(flagged)
+    # most flagged points are lone noise (about 1% of a healthy run): settle those
+    # vectorised, and build full events only where something more might be going on
+    lone = _lone_blips(candidates, steps, loss, stats.mean, sigma, threshold, thresholds, causes_ctx, min_points)
+    events: list[SpikeEvent] = []
     next_free = 0
-    for idx in candidates:  # loop over flagged points only (a few per thousand), not rows
+    for idx in candidates[~lone]:  # a handful of real candidates, not rows
         if idx < next_free:
             continue
         event = _build_event(int(idx), steps, loss, smooth, stats.mean, sigma, threshold, thresholds,
@@ -174,20 +206,20 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
         next_free = int(np.searchsorted(steps, event.end_step, side="right"))
 
     spikes = [e for e in events if e.material]
-    blips = [e for e in events if not e.material]
+    blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, stats.mean, sigma)
     for event in spikes:
         result.findings.append(_spike_finding(event))
-    if blips:
+    if blip_steps.size:
         result.findings.append(Finding(
             "blip", Severity.INFO,
-            f"{len(blips)} isolated single-point loss bump(s) above mu + {thresholds.spike_sigma:g} sigma "
+            f"{blip_steps.size} isolated single-point loss bump(s) above mu + {thresholds.spike_sigma:g} sigma "
             f"with no cause and below the materiality bar (heavy-tailed mini-batch noise)",
-            step=blips[0].onset_step, metric="loss",
-            evidence={"count": len(blips), "steps": [b.onset_step for b in blips[:20]],
-                      "largest_z": round(max(b.z for b in blips), 2)},
+            step=int(blip_steps[0]), metric="loss",
+            evidence={"count": int(blip_steps.size), "steps": blip_steps[:20].tolist(),
+                      "largest_z": round(float(blip_z.max()), 2)},
         ))
     result.facts["spikes"] = spikes
-    result.facts["blips"] = blips
+    result.facts["blips"] = blip_steps.tolist()
     result.facts["spike_window"] = stats.description
     return result
 
@@ -202,6 +234,25 @@ class _CauseContext:
     batch_id: np.ndarray | None
     restart_steps: np.ndarray
     suffix_max: np.ndarray  # max finite loss from each index to the end
+
+    def maybe_cause(self, candidates: np.ndarray, steps: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+        """Vectorised pre-screen: could any Q2.3 cause (or a restart) apply at these points?"""
+        maybe = np.zeros(candidates.size, dtype=bool)
+        lead = thresholds.cause_lead_steps
+        grad_max = _lead_max(steps, self.grad_ratio, lead)
+        if grad_max is not None:
+            maybe |= grad_max[candidates] >= thresholds.grad_norm_spike_ratio
+        lr_max = _lead_max(steps, self.lr_rel_jump, lead)
+        if lr_max is not None:
+            maybe |= lr_max[candidates] > thresholds.lr_jump_ratio
+        if self.batch_id is not None:
+            maybe |= True  # a repeated batch id needs the per-event check
+        if self.restart_steps.size:
+            restarts = np.sort(self.restart_steps)
+            at = steps[candidates]
+            first_after = np.searchsorted(restarts, at - thresholds.restart_spike_steps, side="left")
+            maybe |= (first_after < restarts.size) & (restarts[np.minimum(first_after, restarts.size - 1)] <= at)
+        return maybe
 
     @staticmethod
     def build(view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds) -> "_CauseContext":
@@ -228,6 +279,16 @@ class _CauseContext:
         restarts = np.array([r.resumed_from_step for r in view.restarts], dtype=np.int64)
         return _CauseContext(grad_ratio, grad, grad_base, lr_jump, lr, batch, restarts,
                              _suffix_max(view.points("loss")[1]))
+
+
+def _lead_max(steps: np.ndarray, values: np.ndarray | None, lead_steps: int) -> np.ndarray | None:
+    """max of values over [t - lead_steps, t] at every point."""
+    if values is None:
+        return None
+    frame = pl.DataFrame({"step": steps, "v": np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)})
+    return frame.select(
+        pl.col("v").rolling_max_by("step", window_size=f"{lead_steps + 1}i", closed="right")
+    )["v"].to_numpy()
 
 
 def _suffix_max(loss: np.ndarray) -> np.ndarray:
