@@ -36,9 +36,12 @@ _MASK_DELTA = 0xA282EAD8
 
 def masked_crc(data: bytes) -> int:
     """CRC-32C, rotated and offset the way TFRecord stores it."""
-    import google_crc32c
+    from google_crc32c import value as crc32c
 
-    crc = google_crc32c.value(data)
+    return _mask(crc32c(data))
+
+
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
@@ -74,9 +77,12 @@ class RecordReader:
     problems: list[Problem] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        from google_crc32c import value as crc32c
+
         data, size = self.data, len(self.data)
         unpack_header, unpack_crc = HEADER.unpack_from, CRC.unpack_from
         verify = self.verify_data
+        delta = _MASK_DELTA
         pos, number = 0, 0
         while pos < size:
             number += 1
@@ -84,7 +90,9 @@ class RecordReader:
                 self.problems.append(Problem("truncated", number, pos, size - pos))
                 return
             length, length_crc = unpack_header(data, pos)
-            if masked_crc(data[pos:pos + 8]) != length_crc:
+            # the masking is inlined: this loop runs once per scalar
+            crc = crc32c(data[pos:pos + 8])
+            if (((crc >> 15) | (crc << 17)) + delta) & 0xFFFFFFFF != length_crc:
                 resume = self._resync(pos + 1)
                 skipped = (resume if resume is not None else size) - pos
                 self.problems.append(Problem("length_crc", number, pos, skipped))
@@ -98,7 +106,12 @@ class RecordReader:
                 self.problems.append(Problem("truncated", number, pos, size - pos))
                 return
             payload = data[start:end]
-            if verify and masked_crc(payload) != unpack_crc(data, end)[0]:
+            if verify:
+                crc = crc32c(payload)
+                valid = (((crc >> 15) | (crc << 17)) + delta) & 0xFFFFFFFF == unpack_crc(data, end)[0]
+            else:
+                valid = True
+            if not valid:
                 self.problems.append(Problem("data_crc", number, pos, end + FOOTER_BYTES - pos))
             else:
                 yield number, payload

@@ -135,10 +135,11 @@ class _Collector:
 
     def add_event(self, payload: bytes, event_cls) -> None:
         event = event_cls.FromString(payload)
-        if not event.HasField("summary"):
+        values = event.summary.value  # empty for file_version, graph and log events
+        if not values:
             return
         step = event.step
-        for value in event.summary.value:
+        for value in values:
             kind = value.WhichOneof("value")
             if kind == "simple_value":
                 self.tags.append(value.tag)
