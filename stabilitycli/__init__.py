@@ -18,7 +18,7 @@ __all__ = ["analyze", "ranks", "read"]
 __version__ = "0.1.0"
 
 
-def analyze(source: Any, config: Any = None, **kwargs: Any) -> "Analysis":
+def analyze(source: Any, config: Any = None, **kwargs: Any) -> Analysis:
     """Read a run (path, URI, `RunData` or polars frame) and walk the §1–§4 tree."""
     from .pipeline import analyze as _analyze
 

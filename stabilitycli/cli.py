@@ -10,7 +10,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -56,9 +56,9 @@ def split_codes(values: list[str] | None) -> list[str]:
     return [c.strip() for v in values or [] for c in v.split(",") if c.strip()]
 
 
-MetricOpt = Annotated[Optional[list[str]], typer.Option(
+MetricOpt = Annotated[list[str] | None, typer.Option(
     "--metric", "-m", help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).")]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
+SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Override a threshold, e.g. spike_sigma=4 (repeatable; see `stab explain thresholds`).")]
 
 
@@ -68,17 +68,17 @@ def analyze(
     output: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.terminal,
     fail_on: Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")] = FailOn.error,
     metric: MetricOpt = None,
-    step_key: Annotated[Optional[str], typer.Option(help="Log key holding the step.")] = None,
-    rank_key: Annotated[Optional[str], typer.Option(help="Log key holding the rank.")] = None,
-    format_in: Annotated[Optional[str], typer.Option(help="Input format, when detection guesses wrong.")] = None,
-    dtype: Annotated[Optional[str], typer.Option(help="dtype regime: fp32, fp16 or bf16.")] = None,
-    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule/finding codes (comma list).")] = None,
-    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule/finding codes (comma list).")] = None,
+    step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
+    rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
+    format_in: Annotated[str | None, typer.Option(help="Input format, when detection guesses wrong.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")] = None,
+    select: Annotated[list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Skip these rule/finding codes (comma list).")] = None,
     set_values: SetOpt = None,
-    run: Annotated[Optional[str], typer.Option(help="Run id or name inside a store with several runs.")] = None,
-    experiment: Annotated[Optional[str], typer.Option(help="Experiment name or id (MLflow).")] = None,
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking server URI.")] = None,
-    rank_pattern: Annotated[Optional[str], typer.Option(help="Regex with one group: the rank in a file name.")] = None,
+    run: Annotated[str | None, typer.Option(help="Run id or name inside a store with several runs.")] = None,
+    experiment: Annotated[str | None, typer.Option(help="Experiment name or id (MLflow).")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking server URI.")] = None,
+    rank_pattern: Annotated[str | None, typer.Option(help="Regex with one group: the rank in a file name.")] = None,
 ) -> None:
     """Walk the §1-§4 stability tree over one run and print the verdict."""
     from .ingest.options import ReadOptions
@@ -133,7 +133,7 @@ def _internal(err: Exception, path: str) -> typer.Exit:
 
 @app.command()
 def explain(
-    code: Annotated[Optional[str], typer.Argument(help="A rule, finding or verdict code; 'thresholds'; or nothing for the list.")] = None,
+    code: Annotated[str | None, typer.Argument(help="A rule, finding or verdict code; 'thresholds'; or nothing for the list.")] = None,
 ) -> None:
     """Print the documentation of a rule, finding code or verdict."""
     from .explain import explain_text

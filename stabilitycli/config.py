@@ -7,6 +7,7 @@ them in `[tool.stab]` of a pyproject.toml, in a stab.toml, or with
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -133,7 +134,7 @@ def _field_docs() -> dict[str, str]:
     tree = ast.parse(inspect.getsource(Thresholds))
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:]):
+    for node, nxt in itertools.pairwise(body):
         if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
             docs[node.target.id] = str(nxt.value.value)  # type: ignore[attr-defined]
     return docs

@@ -6,6 +6,7 @@ exactly the shapes of `shared/spec/output-contract.md`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -214,7 +215,7 @@ class Analysis:
 def _jsonable(value: Any) -> Any:
     """Numbers that JSON cannot hold (NaN, Inf) become the strings 'NaN'/'Infinity'."""
     if isinstance(value, float):
-        if value != value:
+        if math.isnan(value):
             return "NaN"
         if value in (float("inf"), float("-inf")):
             return "Infinity" if value > 0 else "-Infinity"

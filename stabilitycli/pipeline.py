@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def _preview(view, points: int = 60) -> list[float]:
         return [float(v) for v in loss]
     edges = np.linspace(0, loss.size, points + 1).astype(int)
     out = []
-    for a, b in zip(edges[:-1], edges[1:]):  # loop over 60 buckets, not rows
+    for a, b in itertools.pairwise(edges):  # loop over 60 buckets, not rows
         chunk = loss[a:b]
         finite = chunk[np.isfinite(chunk)]
         out.append(float(finite.max()) if finite.size == chunk.size else float("nan"))

@@ -59,12 +59,13 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
     if "spike" in skipped_codes:
         path.append(PathStep("Q2.1", "insufficient data", skipped_codes["spike"]))
     elif not spikes:
-        path.append(PathStep("Q2.1", "no", f"no spike ({len(blips)} isolated blip(s) below the materiality bar; "
-                             f"{facts.get('spike_window', '')})"))
+        path.append(PathStep("Q2.1", "no", (f"no spike ({len(blips)} isolated blip(s) below the materiality "
+                                             f"bar; {facts.get('spike_window', '')})")))
     else:
         first = spikes[0]
-        path.append(PathStep("Q2.1", "yes", f"{len(spikes)} spike(s); first at step {first.onset_step}: "
-                             f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} (z = {first.z:.1f})"))
+        path.append(PathStep("Q2.1", "yes", (f"{len(spikes)} spike(s); first at step {first.onset_step}: "
+                                              f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} "
+                                              f"(z = {first.z:.1f})")))
         persistent = [s for s in spikes if not s.recovered]
         recoverable = [s for s in spikes if s.recovered]
         lead = persistent[0] if persistent else recoverable[0]
@@ -72,12 +73,13 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
         question = "Q2.4" if persistent else "Q2.3"
         path.append(PathStep(question, lead.cause or "no evident cause", _cause_text(lead)))
         for spike in persistent[:1]:
-            applies["spike-persistent"] = (spike.cause, f"loss spike at step {spike.onset_step} "
-                                           f"({spike.mu:.4g} -> {spike.peak:.4g}) did not recover within 50 steps "
-                                           f"(type {spike.spike_type})")
+            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}) "
+                       f"did not recover within 50 steps (type {spike.spike_type})")
+            applies["spike-persistent"] = (spike.cause, summary)
         for spike in recoverable[:1]:
-            applies["spike-recoverable"] = (spike.cause, f"loss spike at step {spike.onset_step} "
-                                            f"({spike.mu:.4g} -> {spike.peak:.4g}) recovered in {spike.recovery_steps} steps")
+            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}) "
+                       f"recovered in {spike.recovery_steps} steps")
+            applies["spike-recoverable"] = (spike.cause, summary)
 
     # 3) §3 mixed precision
     overflow = facts.get("overflow")

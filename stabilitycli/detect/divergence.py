@@ -53,7 +53,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
         return result
     bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
     binned = bin_medians(steps, loss, bin_points)
-    m = max(3, int(round(window_points / bin_points)))
+    m = max(3, round(window_points / bin_points))
     if binned.values.size < m:
         result.skipped.append(Skip("divergence", f"insufficient data: {binned.values.size} bins < {m}"))
         result.facts["divergence_insufficient"] = True
@@ -143,7 +143,7 @@ def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | Non
     window = thresholds.divergence_window_steps
     per_window = window / interval if interval and interval > 0 else 0
     if per_window >= thresholds.min_points_per_window:
-        points, text = int(round(per_window)), f"{window}-step windows ({int(round(per_window))} points)"
+        points, text = round(per_window), f"{window}-step windows ({round(per_window)} points)"
     else:
         points = thresholds.widened_window_points
         text = (f"window widened to {points} points = {points * interval:,.0f} steps: "

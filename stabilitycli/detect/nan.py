@@ -23,7 +23,7 @@ _FORWARD_STAGES: tuple[tuple[str, ...], ...] = (
     ("softmax",),
     ("loss",),
 )
-_BLOCK_INDEX = re.compile(r"(?:^|[._/-])(?:h|layers?|blocks?|block)[._/-]?(\d+)", re.I)
+_BLOCK_INDEX = re.compile(r"(?:^|[._/-])(?:h|layers?|blocks?|block)[._/-]?(\d+)", re.IGNORECASE)
 
 
 def forward_order_key(layer: str) -> tuple[int, int, int]:

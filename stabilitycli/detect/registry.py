@@ -6,8 +6,9 @@ read, so the docs cannot drift from the code.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..model import Finding, Skip
 

@@ -44,7 +44,7 @@ class SpikeEvent:
 
 
 def _lone_blips(candidates, steps, loss, mean, sigma, threshold, thresholds: Thresholds,
-                ctx: "_CauseContext", min_points: int) -> np.ndarray:
+                ctx: _CauseContext, min_points: int) -> np.ndarray:
     """Which flagged points are plainly lone noise: one point, not large, no possible cause."""
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
@@ -255,7 +255,7 @@ class _CauseContext:
         return maybe
 
     @staticmethod
-    def build(view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds) -> "_CauseContext":
+    def build(view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds) -> _CauseContext:
         grad_ratio = grad = grad_base = lr_jump = lr = batch = None
         if view.has("grad_norm"):
             g_steps, g = view.points("grad_norm")

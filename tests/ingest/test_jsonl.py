@@ -124,7 +124,7 @@ def test_gzip_and_zstd_by_magic_bytes(tmp_path) -> None:
 
 
 def test_resume_from_checkpoint_the_resumed_trajectory_wins(tmp_path) -> None:
-    rows = [{"step": s, "loss": 3.0} for s in range(0, 6)] + [{"step": s, "loss": 2.0} for s in range(3, 8)]
+    rows = [{"step": s, "loss": 3.0} for s in range(6)] + [{"step": s, "loss": 2.0} for s in range(3, 8)]
     run = read(write(tmp_path, "\n".join(json.dumps(r) for r in rows) + "\n"))
     loss = values(run, "loss")
     assert [loss[s] for s in range(8)] == [3.0, 3.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0]
