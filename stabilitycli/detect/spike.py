@@ -15,6 +15,7 @@ from .windows import median_interval, trailing_stats
 
 _SCAN_CHUNK_POINTS = 256
 _RECOVERY_MEDIAN_POINTS = 5
+_JUMP_RATIO = {"loss": 1.5, "grad_norm": 2.0}  # step-over-step rises worth reporting in short logs
 _STABLE_STD_POINTS = 30  # a window with this many points has a std stable enough on its own  # extent/recovery scans look ahead in chunks, never over the whole tail
 
 
@@ -413,7 +414,10 @@ def _short_log_jumps(view: SeriesView, result: RuleResult, before_step: int | No
     With `before_step`, only the stretch before the first step that has a
     baseline is looked at (the start of a run the spike rule cannot judge).
     """
-    for metric in ("loss", "grad_norm"):
+    # early in training the grad norm is jumpy by nature: before a baseline exists
+    # only the loss is watched; in a log that is all too short, both are
+    metrics = ("loss",) if before_step is not None else ("loss", "grad_norm")
+    for metric in metrics:
         if not view.has(metric):
             continue
         steps, values = view.points(metric)
@@ -429,7 +433,7 @@ def _short_log_jumps(view: SeriesView, result: RuleResult, before_step: int | No
         if not ratio.size:
             continue
         at = int(np.argmax(ratio))
-        if ratio[at] < 1.5:
+        if ratio[at] < _JUMP_RATIO[metric]:
             continue
         result.findings.append(Finding(
             f"{metric.replace('_', '-')}-jump", Severity.WARNING,
