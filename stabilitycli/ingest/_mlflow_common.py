@@ -79,7 +79,9 @@ def filter_experiments(experiments: dict[str, str], options: ReadOptions, where:
     hits = {eid for eid, name in experiments.items() if wanted in (eid, name)}
     if not hits:
         shown = ", ".join(f"{name!r} (id {eid})" for eid, name in sorted(experiments.items())[:20])
-        raise StabInputError(where, f"no experiment {wanted!r}; experiments here: {shown or 'none'}")
+        raise StabInputError(
+            where, f"no experiment {wanted!r}; experiments here: {shown or 'none'}"
+        )
     return hits
 
 
@@ -95,7 +97,8 @@ def select_runs(
         live = [r for r in runs if not r.deleted]
         if not live and runs:
             raise StabInputError(
-                where, f"only deleted runs here ({_listing(runs)}); add --include-deleted to read them"
+                where,
+                f"only deleted runs here ({_listing(runs)}); add --include-deleted to read them",
             )
         runs = live
     if options.run:
@@ -143,7 +146,9 @@ def dtype_from(
     switch (`bf16=True`); `fp16=False` and `bf16=False` together mean fp32 (the
     Hugging Face Trainer default), which is the weakest evidence of all.
     """
-    entries = [("param", k, v) for k, v in params.items()] + [("tag", k, v) for k, v in tags.items()]
+    entries = [("param", k, v) for k, v in params.items()] + [
+        ("tag", k, v) for k, v in tags.items()
+    ]
     by_leaf: dict[str, tuple[str, str, str]] = {}
     for kind, key, value in entries:
         leaf = key.strip().lower().replace(".", "/").rsplit("/", 1)[-1]
@@ -175,9 +180,7 @@ def order_points(points):
 
     points = points.with_columns(pl.col("timestamp").fill_null(0).cum_max().over("key").alias("_t"))
     points = points.sort(["_t", "_key_index", "_line"]).with_row_index("_order")
-    return points.select(
-        "key", "step", "value", pl.col("_order").cast(pl.Int64)
-    )
+    return points.select("key", "step", "value", pl.col("_order").cast(pl.Int64))
 
 
 def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_points) -> RunData:
@@ -206,7 +209,10 @@ def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_point
     if ranks is not None:
         source.notes.append(
             "per-rank runs: "
-            + ", ".join(f"rank {ranks[r.run_id]} = {r.label}" for r in sorted(chosen, key=lambda r: ranks[r.run_id]))
+            + ", ".join(
+                f"rank {ranks[r.run_id]} = {r.label}"
+                for r in sorted(chosen, key=lambda r: ranks[r.run_id])
+            )
         )
     for run in chosen:
         found = dtype_from(run.params, run.tags)

@@ -33,7 +33,9 @@ _SEGMENT = "__seg"
 _DUP = "__dup"
 
 # `rank-3`, `rank_3`, `rank3`, `worker-3`, `gpu_3`, `train-rank-3` ...
-RANK_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc|process|gpu|device)[-_ ]?(\d+)$", re.IGNORECASE)
+RANK_NAME = re.compile(
+    r"(?:^|[^a-z])(?:rank|worker|proc|process|gpu|device)[-_ ]?(\d+)$", re.IGNORECASE
+)
 
 
 def rank_from_name(name: str, pattern: str | None = None) -> int | None:
@@ -84,7 +86,9 @@ def points_to_run(
     # number the repeats by position after a sort (a window per step is 30x slower)
     index = [*keys, _SEGMENT, STEP_COL]
     points = points.sort([*index, "key", "_order"]).with_row_index("_pos")
-    repeat = pl.all_horizontal(pl.col(c) == pl.col(c).shift(1) for c in [*index, "key"]).fill_null(False)
+    repeat = pl.all_horizontal(pl.col(c) == pl.col(c).shift(1) for c in [*index, "key"]).fill_null(
+        False
+    )
     first_pos = pl.when(~repeat).then(pl.col("_pos")).forward_fill()
     points = points.with_columns((pl.col("_pos") - first_pos).cast(pl.Int64).alias(_DUP))
     names = points["key"].unique(maintain_order=True).to_list()

@@ -91,7 +91,7 @@ class RecordReader:
                 return
             length, length_crc = unpack_header(data, pos)
             # the masking is inlined: this loop runs once per scalar
-            crc = crc32c(data[pos:pos + 8])
+            crc = crc32c(data[pos : pos + 8])
             if (((crc >> 15) | (crc << 17)) + delta) & 0xFFFFFFFF != length_crc:
                 resume = self._resync(pos + 1)
                 skipped = (resume if resume is not None else size) - pos
@@ -108,7 +108,9 @@ class RecordReader:
             payload = data[start:end]
             if verify:
                 crc = crc32c(payload)
-                valid = (((crc >> 15) | (crc << 17)) + delta) & 0xFFFFFFFF == unpack_crc(data, end)[0]
+                valid = (((crc >> 15) | (crc << 17)) + delta) & 0xFFFFFFFF == unpack_crc(data, end)[
+                    0
+                ]
             else:
                 valid = True
             if not valid:
@@ -122,11 +124,11 @@ class RecordReader:
         data, size = self.data, len(self.data)
         for pos in range(start, size - HEADER_BYTES - FOOTER_BYTES + 1):
             length, length_crc = HEADER.unpack_from(data, pos)
-            if masked_crc(data[pos:pos + 8]) != length_crc:
+            if masked_crc(data[pos : pos + 8]) != length_crc:
                 continue
             end = pos + HEADER_BYTES + length
             if end + FOOTER_BYTES > size:
                 continue
-            if masked_crc(data[pos + HEADER_BYTES:end]) == CRC.unpack_from(data, end)[0]:
+            if masked_crc(data[pos + HEADER_BYTES : end]) == CRC.unpack_from(data, end)[0]:
                 return pos
         return None

@@ -59,7 +59,7 @@ def db_path(target: str | Path) -> Path:
     """The file behind `sqlite:///relative.db`, `sqlite:////abs/mlflow.db` or a plain path."""
     text = str(target)
     if text.startswith(URI_PREFIX):
-        text = text[len(URI_PREFIX):].split("?", 1)[0]
+        text = text[len(URI_PREFIX) :].split("?", 1)[0]
     return Path(text)
 
 
@@ -106,7 +106,9 @@ def list_runs(conn: sqlite3.Connection, options: ReadOptions, where: str) -> lis
 
 
 def _load_params_tags(conn: sqlite3.Connection, run: MlflowRun) -> None:
-    run.params = dict(conn.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run.run_id,)))
+    run.params = dict(
+        conn.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run.run_id,))
+    )
     run.tags = dict(conn.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run.run_id,)))
     if not run.name:
         run.name = run.tags.get("mlflow.runName", "")
@@ -116,9 +118,12 @@ def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
     """All metric points of one run, NaN rebuilt from `is_nan` and the Inf clamp undone."""
     import polars as pl
 
-    keys = [k for (k,) in conn.execute(
-        "SELECT DISTINCT key FROM metrics WHERE run_uuid = ? ORDER BY key", (run.run_id,)
-    )]
+    keys = [
+        k
+        for (k,) in conn.execute(
+            "SELECT DISTINCT key FROM metrics WHERE run_uuid = ? ORDER BY key", (run.run_id,)
+        )
+    ]
     if not keys:
         return None
     parts = [_key_points(conn, run.run_id, key, index) for index, key in enumerate(keys)]
@@ -151,7 +156,9 @@ def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int):
     import numpy as np
     import polars as pl
 
-    query = "SELECT value, timestamp, step, is_nan, rowid FROM metrics WHERE run_uuid = ? AND key = ?"
+    query = (
+        "SELECT value, timestamp, step, is_nan, rowid FROM metrics WHERE run_uuid = ? AND key = ?"
+    )
     try:
         array = np.fromiter(conn.execute(query, (run_id, key)), dtype=np.dtype(list(_COLUMNS)))
         columns = {name: array[name] for name, _ in _COLUMNS}
@@ -160,7 +167,9 @@ def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int):
         columns = {name: [row[i] for row in rows] for i, (name, _) in enumerate(_COLUMNS)}
     schema = {name: pl.Float64 if kind == "f8" else pl.Int64 for name, kind in _COLUMNS}
     frame = pl.DataFrame(columns, schema=schema)
-    return frame.with_columns(pl.lit(key).alias("key"), pl.lit(index, dtype=pl.Int64).alias("_key_index"))
+    return frame.with_columns(
+        pl.lit(key).alias("key"), pl.lit(index, dtype=pl.Int64).alias("_key_index")
+    )
 
 
 def read(target, options: ReadOptions) -> RunData:

@@ -68,7 +68,11 @@ def _unquote(value: str) -> str:
         return value[1:-1].replace("''", "'")
     if len(value) >= 2 and value[0] == value[-1] == '"':
         inner = value[1:-1]
-        return inner.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in inner else inner
+        return (
+            inner.encode("latin-1", "backslashreplace").decode("unicode_escape")
+            if "\\" in inner
+            else inner
+        )
     return "" if value in ("null", "~") else value
 
 
@@ -122,7 +126,9 @@ def _local_path(target) -> Path:
 # --- listing runs ----------------------------------------------------------------
 
 
-def _experiments(path: Path, kind: str, options: ReadOptions) -> list[tuple[Path, dict[str, str], bool]]:
+def _experiments(
+    path: Path, kind: str, options: ReadOptions
+) -> list[tuple[Path, dict[str, str], bool]]:
     """(folder, meta, deleted) of each experiment under the given path."""
     if kind == "experiment":
         meta = _read_meta(path) or {}
@@ -140,7 +146,9 @@ def _experiments(path: Path, kind: str, options: ReadOptions) -> list[tuple[Path
     return out
 
 
-def _run_from(folder: Path, experiment: dict[str, str], experiment_deleted: bool) -> MlflowRun | None:
+def _run_from(
+    folder: Path, experiment: dict[str, str], experiment_deleted: bool
+) -> MlflowRun | None:
     meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
     if meta is None or not (meta.get("run_id") or meta.get("run_uuid")):
         return None
@@ -191,7 +199,9 @@ def list_runs(path: Path, options: ReadOptions) -> list[MlflowRun]:
         return [run] if run else []
     experiments = _experiments(path, kind, options)
     keep = filter_experiments(
-        {m.get("experiment_id", f.name): m.get("name", "") for f, m, _ in experiments}, options, str(path)
+        {m.get("experiment_id", f.name): m.get("name", "") for f, m, _ in experiments},
+        options,
+        str(path),
     )
     runs: list[MlflowRun] = []
     for folder, meta, deleted in experiments:
@@ -257,7 +267,9 @@ def run_points(run: MlflowRun, source: SourceInfo):
     for index, (key, file) in enumerate(sorted(_key_files(folder / "metrics").items())):
         frame = read_metric_file(file, key, source)
         if frame.height:
-            parts.append(frame.with_columns(pl.lit(key).alias("key"), pl.lit(index).alias("_key_index")))
+            parts.append(
+                frame.with_columns(pl.lit(key).alias("key"), pl.lit(index).alias("_key_index"))
+            )
     if not parts:
         return None
     return order_points(pl.concat(parts, how="vertical"))

@@ -76,7 +76,9 @@ class _Client:
         if params:
             url += "?" + urllib.parse.urlencode(params)
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, headers=self.headers, method="POST" if data else "GET")
+        request = urllib.request.Request(
+            url, data=data, headers=self.headers, method="POST" if data else "GET"
+        )
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
                 return json.loads(response.read() or b"{}")
@@ -86,7 +88,9 @@ class _Client:
             reason = getattr(err, "reason", err)
             raise StabInputError(self.where, f"cannot reach the MLflow server: {reason}") from None
         except ValueError as err:
-            raise StabInputError(self.where, f"{endpoint}: the server did not answer JSON ({err})") from None
+            raise StabInputError(
+                self.where, f"{endpoint}: the server did not answer JSON ({err})"
+            ) from None
 
 
 class _ApiError(Exception):
@@ -180,7 +184,11 @@ def list_runs(client: _Client, options: ReadOptions) -> list[MlflowRun]:
     for start in range(0, len(ids), 100):  # the server takes at most 100 experiment ids per search
         token = None
         while True:
-            body = {"experiment_ids": ids[start:start + 100], "max_results": SEARCH_PAGE_RUNS, "run_view_type": view}
+            body = {
+                "experiment_ids": ids[start : start + 100],
+                "max_results": SEARCH_PAGE_RUNS,
+                "run_view_type": view,
+            }
             if token:
                 body["page_token"] = token
             page = client.call("runs/search", body=body)
@@ -219,7 +227,14 @@ def run_points(client: _Client, run: MlflowRun, source):
 
     keys: list[str] = list(run.location or [])  # type: ignore[arg-type]
     bound = sys.float_info.max
-    columns: dict[str, list] = {"key": [], "value": [], "timestamp": [], "step": [], "_key_index": [], "_line": []}
+    columns: dict[str, list] = {
+        "key": [],
+        "value": [],
+        "timestamp": [],
+        "step": [],
+        "_key_index": [],
+        "_line": [],
+    }
     clamped = 0
     for index, key in enumerate(sorted(keys)):
         for line, point in enumerate(metric_history(client, run.run_id, key), start=1):
@@ -238,8 +253,12 @@ def run_points(client: _Client, run: MlflowRun, source):
     if clamped:
         source.notes.append(INF_NOTE.replace("sqlite store", "server") + f" ({clamped} point(s))")
     schema = {
-        "key": pl.String, "value": pl.Float64, "timestamp": pl.Int64,
-        "step": pl.Int64, "_key_index": pl.Int64, "_line": pl.Int64,
+        "key": pl.String,
+        "value": pl.Float64,
+        "timestamp": pl.Int64,
+        "step": pl.Int64,
+        "_key_index": pl.Int64,
+        "_line": pl.Int64,
     }
     return order_points(pl.DataFrame(columns, schema=schema))
 

@@ -95,7 +95,8 @@ def select_runs(
     if options.run:
         wanted = options.run.strip().strip("/")
         chosen = {
-            name: files for name, files in runs.items()
+            name: files
+            for name, files in runs.items()
             if name == wanted or name.rsplit("/", 1)[-1] == wanted or name.startswith(wanted + "/")
         }
         if not chosen:
@@ -147,7 +148,10 @@ class _Collector:
                 self.values.append(value.simple_value)
             elif kind == "tensor":
                 self._add_tensor(value, step)
-            elif value.tag.startswith(HPARAMS_PREFIX) or value.metadata.plugin_data.plugin_name == "hparams":
+            elif (
+                value.tag.startswith(HPARAMS_PREFIX)
+                or value.metadata.plugin_data.plugin_name == "hparams"
+            ):
                 self._add_hparams(value)
             else:
                 self.skipped_values += 1
@@ -219,7 +223,9 @@ def _tensor_scalar(tensor, plugin: str) -> float | None:
     return None
 
 
-def read_event_file(path: Path, collector: _Collector, source: SourceInfo, verify_data: bool = True) -> int:
+def read_event_file(
+    path: Path, collector: _Collector, source: SourceInfo, verify_data: bool = True
+) -> int:
     """Add one event file's scalars to `collector`; returns the number of records read."""
     from google.protobuf.message import DecodeError
 
@@ -256,7 +262,10 @@ def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector | Non
         )
     if not collector.tags:
         names = ", ".join(f.name for f in files[:3])
-        return None, f"no scalar summaries in {len(files)} event file(s) ({names}; {records} record(s) read)"
+        return (
+            None,
+            f"no scalar summaries in {len(files)} event file(s) ({names}; {records} record(s) read)",
+        )
     points = pl.DataFrame(
         {"key": collector.tags, "step": collector.steps, "value": collector.values},
         schema={"key": pl.String, "step": pl.Int64, "value": pl.Float64},
@@ -273,7 +282,9 @@ def read(path: Path, options: ReadOptions) -> RunData:
 
     runs, ranks = select_runs(find_runs(path), path, options)
     first = next(iter(runs))
-    label = (first if first != "." else path.name) if len(runs) == 1 else f"{len(runs)} per-rank runs"
+    label = (
+        (first if first != "." else path.name) if len(runs) == 1 else f"{len(runs)} per-rank runs"
+    )
     source = SourceInfo(path=str(path), format=NAME, run=label)
     parts = []
     hparams: dict[str, str] = {}
