@@ -104,13 +104,22 @@ def select_runs(
         runs = chosen
     if len(runs) == 1:
         return runs, None
-    ranks = {name: rank_from_name(name.rsplit("/", 1)[-1], options.rank_pattern) for name in runs}
+    ranks = {name: _rank_of_run(name, options.rank_pattern) for name in runs}
     values = list(ranks.values())
     if None not in values and len(set(values)) == len(values):
         return runs, {name: int(rank) for name, rank in ranks.items() if rank is not None}
     raise StabInputError(
         where, f"{len(runs)} TensorBoard runs found; choose one with --run FOLDER: {_listing(runs)}"
     )
+
+
+def _rank_of_run(name: str, pattern: str | None) -> int | None:
+    """The rank a run folder names: its own name first, then its parents (`rank_3/tb`)."""
+    for part in reversed(name.split("/")):
+        rank = rank_from_name(part, pattern)
+        if rank is not None:
+            return rank
+    return None
 
 
 def _listing(runs: dict[str, list[Path]], limit: int = 12) -> str:

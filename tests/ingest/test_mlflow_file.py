@@ -80,6 +80,11 @@ def test_run_folder_and_experiment_folder_are_accepted():
     assert by_folder.source.run.endswith("(spike)")
 
 
+def test_file_uri_is_the_same_store():
+    by_uri = ingest.read(MLRUNS.as_uri(), ReadOptions(run="spike"))
+    assert by_uri.source.format == "mlflow_file" and by_uri.frame["loss"][30] == 9.5
+
+
 def test_run_id_and_id_prefix_select_the_same_run():
     run_id = _run_folder("nan").name
     full = ingest.read(MLRUNS, ReadOptions(run=run_id))

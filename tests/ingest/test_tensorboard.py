@@ -271,3 +271,11 @@ def test_event_bytes_helper_round_trips_through_the_reader():
     data = event_bytes(None)
     records = list(RecordReader(data))
     assert len(records) == 1
+
+
+def test_rank_named_parent_folders_count_as_ranks(tmp_path):
+    for rank in range(2):
+        folder = tmp_path / f"worker-{rank}" / "tb"
+        write_events(folder / "events.out.tfevents.1.h", training_run(seed=rank), "simple")
+    run = ingest.read(tmp_path)
+    assert run.source.ranks == 2 and sorted(run.frame["rank"].unique().to_list()) == [0, 1]
