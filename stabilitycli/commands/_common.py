@@ -1,0 +1,74 @@
+"""What `stab postmortem` and `stab report` share: read one run, analyse it, fail cleanly.
+
+Heavy modules (polars, the pipeline) are imported inside the functions so that
+`stab --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import StabInputError, StabUsageError
+
+MetricOpt = Annotated[list[str] | None, typer.Option(
+    "--metric", "-m", help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="Override a threshold, e.g. spike_sigma=4 (repeatable).")]
+StepKeyOpt = Annotated[str | None, typer.Option(help="Log key holding the step.")]
+FormatInOpt = Annotated[str | None, typer.Option(help="Input format, when detection guesses wrong.")]
+DtypeOpt = Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")]
+RunOpt = Annotated[str | None, typer.Option(help="Run id or name inside a store with several runs.")]
+
+
+def pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise StabUsageError(f"{flag} expects NAME=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def fail(message: str) -> typer.Exit:
+    typer.echo(f"stab: error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def load_and_analyze(path: str, *, metric=None, step_key=None, format_in=None, dtype=None, run=None,
+                     set_values=None):
+    """(RunData, Analysis, Thresholds) for one run; raises typer.Exit(2) with one line on bad input."""
+    try:
+        from .. import pipeline
+        from ..config import load_config
+        from ..ingest.options import ReadOptions
+
+        start = Path(path) if "://" not in path and Path(path).exists() else Path.cwd()
+        thresholds = load_config(start, pairs(set_values, "--set"))
+        options = ReadOptions(format_in=format_in, metric_overrides=pairs(metric, "--metric"),
+                              step_key=step_key, dtype=dtype, run=run)
+        data = pipeline.load_run(path, options)
+        analysis = pipeline.analyze(data, thresholds)
+        return data, analysis, thresholds
+    except (StabInputError, StabUsageError) as err:
+        raise fail(str(err)) from None
+    except Exception as err:
+        if os.environ.get("STAB_DEBUG"):
+            raise
+        raise fail(f"{path}: internal error {type(err).__name__}: {err} (set STAB_DEBUG=1 for a traceback)") from None
+
+
+def write_output(text: str, output: Path | None) -> None:
+    """To the file when given (one line on stderr says where), else to stdout."""
+    if output is None:
+        typer.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise fail(f"{output}: cannot write: {err.strerror or err}") from None
+    typer.echo(f"wrote {output}", err=True)

@@ -1,0 +1,348 @@
+"""The numbers a post-mortem needs (seed 003, spec 7), computed from a run.
+
+`build(analysis, run, thresholds)` returns a `Postmortem`: plain data that the
+Markdown renderer (`report/postmortem.py`) only formats. Everything here comes
+from the `Analysis` (findings and their evidence) and the run's series; what
+the data cannot say (which tokens were in the batch, the lesson) is left as
+`None` and rendered as "needs a human", never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .classify.questions import CAUSE_TEXT
+from .config import Thresholds
+from .detect.series import SeriesView, build_view
+from .detect.windows import median_interval, trailing_stats, value_at_or_before
+from .frame import RunData
+from .model import Analysis, Finding
+from .postmortem_hypotheses import Hypothesis, nan_hypotheses, spike_hypotheses
+
+EMA_STEPS = 50  # the template's "pre-spike loss (50-step EMA)"
+
+
+@dataclass
+class Cost:
+    steps: int | None
+    until_end_of_log: bool  # True: the damage lasted to the last logged step
+    tokens: float | None = None
+    samples: float | None = None
+
+
+@dataclass
+class Incident:
+    """One section of the post-mortem: a spike, a NaN, or a divergence."""
+
+    kind: str  # "spike" | "nan" | "divergence"
+    title: str
+    symptoms: list[tuple[str, Any]]  # (label, value); a None value is "needs a human"
+    hypotheses: list[Hypothesis]
+    root_cause: str | None
+    remediation: list[str]
+    verification: list[str]  # human-readable bounds
+    expects: list[str]  # the same bounds as `stab compare --expect` expressions
+    cost: Cost
+
+
+@dataclass
+class Postmortem:
+    run: str
+    path: str
+    verdict: str
+    cause: str | None
+    summary: str
+    dtype: str | None
+    dtype_origin: str
+    first_step: int | None
+    last_step: int | None
+    incidents: list[Incident] = field(default_factory=list)
+    remediation: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None) -> Postmortem:
+    """Fill every section the data can fill, one incident per spike / NaN / divergence."""
+    thresholds = thresholds or Thresholds()
+    view = build_view(run)
+    src = analysis.source
+    pm = Postmortem(
+        run=src.run or src.path, path=src.path, verdict=analysis.verdict.code, cause=analysis.verdict.cause,
+        summary=analysis.verdict.summary, dtype=src.dtype, dtype_origin=src.dtype_origin,
+        first_step=src.first_step, last_step=src.last_step, remediation=list(analysis.verdict.remediation),
+    )
+    for finding in analysis.findings:
+        if finding.code == "nan":
+            pm.incidents.append(_nan_incident(finding, view, analysis, thresholds))
+    for finding in sorted((f for f in analysis.findings if f.code == "spike"), key=lambda f: f.step or 0):
+        pm.incidents.append(_spike_incident(finding, view, analysis, thresholds))
+    for finding in analysis.findings:
+        if finding.code == "divergence":
+            pm.incidents.append(_divergence_incident(finding, view, thresholds))
+    pm.notes = [*src.warnings, *(f"{s.code}: {s.reason}" for s in analysis.skipped)]
+    return pm
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def series_at(view: SeriesView, metric: str, step: int) -> float | None:
+    """The value logged at `step`, or at the last logged step before it; None if never logged."""
+    if not view.has(metric):
+        return None
+    steps, values = view.points(metric)
+    value = float(value_at_or_before(steps, values, np.array([step]))[0])
+    return None if math.isnan(value) and not np.any(steps <= step) else value
+
+
+def ema_before(view: SeriesView, step: int, span_steps: int = EMA_STEPS) -> float | None:
+    """Exponential moving average of the finite loss before `step`, span in steps.
+
+    A log every k steps has span_steps / k points per span, so the smoothing
+    covers the same stretch of training whatever the logging interval.
+    """
+    steps, loss = view.points("loss")
+    keep = (steps < step) & np.isfinite(loss)
+    if not keep.any():
+        return None
+    s, v = steps[keep], loss[keep]
+    interval = median_interval(s)
+    points = max(1.0, span_steps / interval) if interval and interval > 0 else 1.0
+    import polars as pl
+
+    # the recursive EMA (s0 = v0, s = a*v + (1-a)*s) over every finite point before the step
+    ema = pl.Series(v).ewm_mean(alpha=2.0 / (points + 1.0), adjust=False)
+    return float(ema[-1])
+
+
+def first_logged_at_or_after(view: SeriesView, metric: str, step: int) -> tuple[int, float] | None:
+    steps, values = view.points(metric)
+    idx = int(np.searchsorted(steps, step))
+    if idx >= steps.size:
+        return None
+    return int(steps[idx]), float(values[idx])
+
+
+def round_up(value: float, digits: int = 3) -> float:
+    """A bound a little above `value`, written with `digits` significant digits."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    exponent = math.floor(math.log10(abs(value))) - digits + 1
+    scale = 10.0 ** exponent
+    return round(math.ceil(value / scale) * scale, max(0, -exponent))
+
+
+def fmt(value: float) -> str:
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Inf" if value > 0 else "-Inf")
+    return f"{value:.4g}"
+
+
+def _cost(view: SeriesView, start: int, end: int | None) -> Cost:
+    last = int(view.steps[-1])
+    stop = last if end is None else end
+    cost = Cost(steps=stop - start, until_end_of_log=end is None)
+    for metric in ("tokens", "samples"):
+        a, b = series_at(view, metric, start), series_at(view, metric, stop)
+        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
+            setattr(cost, metric, b - a)
+    return cost
+
+
+def _dtype_symptom(view: SeriesView) -> str | None:
+    src = view.source
+    return f"{src.dtype} ({src.dtype_origin})" if src.dtype else None
+
+
+def _batch_symptom(view: SeriesView, step: int) -> Any:
+    if not view.has("batch_id"):
+        return None
+    value = series_at(view, "batch_id", step)
+    return int(value) if value is not None and math.isfinite(value) and value == int(value) else value
+
+
+# ---------------------------------------------------------------- spikes
+
+
+def _spike_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds) -> Incident:
+    ev = finding.evidence
+    onset, peak_step = int(ev["onset_step"]), int(ev["peak_step"])
+    mu, sigma = float(ev["mu"]), float(ev["sigma"])
+    hyps = spike_hypotheses(finding, view, analysis, thr)
+    grad = next((h.numbers for h in hyps if h.code == "long-tail-token" and h.numbers), {})
+    after = first_logged_at_or_after(view, "loss", peak_step + thr.recovery_window_steps)
+    recovered = bool(ev.get("recovered"))
+    if after is None:
+        recovery: Any = "did not recover (the log ends within 50 steps of the peak)"
+    elif recovered:
+        recovery = f"{fmt(after[1])} (step {after[0]})"
+    else:
+        recovery = f"did not recover ({fmt(after[1])} at step {after[0]})"
+    ema = ema_before(view, onset)
+    lr = series_at(view, "lr", onset)
+    symptoms: list[tuple[str, Any]] = [
+        ("step where the spike began", onset),
+        ("pre-spike loss (50-step EMA)", fmt(ema) if ema is not None else "no loss before the onset"),
+        ("baseline mu / sigma (trailing 100 steps)", f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(mu + thr.spike_sigma * sigma)})"),
+        (f"peak loss (step {peak_step})", f"{fmt(float(ev['peak']))} (z = {float(ev['z']):.1f})"),
+        ("loss 50 steps after the peak", recovery),
+        ("pre-clip grad norm at the spike", _grad_text(grad) if grad else ("not logged" if not view.has("grad_norm") else None)),
+        ("LR at the spike", f"{lr:.4g}" if lr is not None else "not logged"),
+        ("dtype regime", _dtype_symptom(view)),
+        ("batch index at the spike", _batch_symptom(view, onset)),
+        ("unusual tokens in that batch", None),
+    ]
+    if view.has("tokens"):
+        tokens = series_at(view, "tokens", onset)
+        symptoms.insert(1, ("tokens consumed at the onset", f"{tokens:,.0f}" if tokens is not None else None))
+    supported = [h for h in hyps if h.status == "supported"]
+    root = next((h.root_sentence for h in supported if h.root_sentence), None)
+    remediation = next((list(h.remediation) for h in supported if h.remediation), [])
+    if not recovered:
+        remediation.insert(0, f"reload the last checkpoint before step {onset} (optimizer moments after it are suspect)")
+    if not remediation:
+        remediation = [f"inspect the batch at step {onset} (no cause in the logged series); then decide"]
+    verification, expects = _spike_checks(view, ev, grad, thr, after, recovered)
+    end = ev.get("recovery_step") if recovered else None
+    return Incident(
+        kind="spike",
+        title=f"Loss spike at step {onset} (type {ev['spike_type']}, {'recovered' if recovered else 'did not recover'})"
+        + (" - explained by a rank outlier" if ev.get("explained_by_ranks") else ""),
+        symptoms=symptoms, hypotheses=hyps, root_cause=root, remediation=remediation,
+        verification=verification, expects=expects, cost=_cost(view, onset, end),
+    )
+
+
+def _grad_text(grad: dict) -> str:
+    return (f"{fmt(grad['grad_norm'])} at step {grad['grad_norm_step']} "
+            f"(baseline {fmt(grad['grad_norm_baseline'])}, {grad['ratio']:.1f}x)")
+
+
+def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[list[str], list[str]]:
+    onset = int(ev["onset_step"])
+    bound = round_up(float(ev["threshold"]))
+    text = [f"loss at step {onset} < {bound:g} (the pre-spike mu + {thr.spike_sigma:g} sigma; it was {fmt(float(ev['peak']))})"]
+    expects = [f"loss@{onset}<{bound:g}"]
+    if grad and math.isfinite(grad.get("grad_norm_baseline", float("nan"))):
+        lo, hi = onset - thr.cause_lead_steps, onset + thr.recovery_window_steps
+        g_bound = round_up(thr.grad_norm_outlier_ratio * grad["grad_norm_baseline"])
+        text.append(f"max grad norm in [{lo}, {hi}] < {g_bound:g} ({thr.grad_norm_outlier_ratio:g}x its "
+                    f"pre-spike mean; it was {fmt(grad['grad_norm'])})")
+        expects.append(f"max(grad_norm)[{lo}:{hi}]<{g_bound:g}")
+    if not recovered and after is not None:
+        level = round_up(float(ev["mu"]) + thr.recovery_sigma * float(ev["sigma"]))
+        text.append(f"loss at step {after[0]} < {level:g} (back to baseline within 50 steps; it was {fmt(after[1])})")
+        expects.append(f"loss@{after[0]}<{level:g}")
+    return text, expects
+
+
+# ---------------------------------------------------------------- NaN
+
+
+def _nan_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds) -> Incident:
+    ev = finding.evidence
+    first = int(ev["first_step"])
+    hyps = nan_hypotheses(finding, view, analysis, thr)
+    grad = series_at(view, "grad_norm", first)
+    scale = series_at(view, "loss_scale", first)
+    origin = ev.get("origin_evidence") or {}
+    symptoms: list[tuple[str, Any]] = [
+        ("first non-finite step", first),
+        ("non-finite points", f"{ev['count']} of {ev['points']} ({ev.get('nan', 0)} NaN, {ev.get('pos_inf', 0)} +Inf, "
+                              f"{ev.get('neg_inf', 0)} -Inf)" + (f"; seen in {ev['series']}" if ev.get("series") != "loss" else "")),
+        ("pre-NaN loss (50-step EMA)", fmt(e) if (e := ema_before(view, first)) is not None else "no finite loss before it"),
+        ("last finite loss", fmt(ev["last_finite_loss"]) if ev.get("last_finite_loss") is not None else "none"),
+        ("recovery", "did not recover" if not _finite_after(view, first) else "the loss is finite again later"),
+        ("pre-clip grad norm at that step", fmt(grad) if grad is not None else "not logged"),
+        ("LR at that step", f"{lr:.4g}" if (lr := series_at(view, "lr", first)) is not None else "not logged"),
+        ("dtype regime", _dtype_symptom(view)),
+        ("first non-finite layer", f"{origin['layer']} (input {origin.get('input_layer') or 'none'} finite)"
+         if origin else "no per-layer series logged"),
+        ("batch index at that step", _batch_symptom(view, first)),
+        ("unusual tokens in that batch", None),
+    ]
+    if scale is not None:
+        symptoms.insert(6, ("loss scale at that step", f"{scale:g}"))
+    supported = [h for h in hyps if h.status == "supported"]
+    cause = analysis.verdict.cause if analysis.verdict.code == "nan" else None
+    root = next((h.root_sentence for h in supported if h.root_sentence), None)
+    if root is None and cause:
+        root = CAUSE_TEXT[cause][:1].upper() + CAUSE_TEXT[cause][1:] + "."
+    remediation = [f"revert to the most recent checkpoint before step {first}"]
+    remediation += next((list(h.remediation) for h in supported if h.remediation), [])
+    verification, expects = _nan_checks(view, first, thr)
+    return Incident(
+        kind="nan", title=f"Non-finite loss from step {first}", symptoms=symptoms, hypotheses=hyps,
+        root_cause=root, remediation=remediation, verification=verification, expects=expects,
+        cost=_cost(view, first, None if not _finite_after(view, first) else _finite_after(view, first)),
+    )
+
+
+def _finite_after(view: SeriesView, step: int) -> int | None:
+    """The first step after `step` whose loss is finite again (None: never)."""
+    steps, loss = view.points("loss")
+    ok = (steps > step) & np.isfinite(loss)
+    return int(steps[ok][0]) if ok.any() else None
+
+
+def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str], list[str]]:
+    steps, loss = view.points("loss")
+    stats = trailing_stats(steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points)
+    idx = int(np.searchsorted(steps, first))
+    mean = stats.mean[idx] if idx < steps.size else float("nan")
+    std = stats.std[idx] if idx < steps.size else float("nan")
+    if not (math.isfinite(mean) and math.isfinite(std)):
+        return ([f"loss finite at step {first} and after (no baseline before it to bound it)"], [])
+    bound = round_up(mean + thr.spike_sigma * max(std, thr.sigma_floor_frac * abs(mean)))
+    last = int(view.steps[-1])
+    return (
+        [f"loss at step {first} < {bound:g} (finite, within the pre-NaN mu + {thr.spike_sigma:g} sigma)",
+         f"max loss in [{first}, {last}] < {bound:g} (no NaN/Inf and no blow-up to the end of the log)"],
+        [f"loss@{first}<{bound:g}", f"max(loss)[{first}:{last}]<{bound:g}"],
+    )
+
+
+# ---------------------------------------------------------------- divergence
+
+
+def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) -> Incident:
+    ev = finding.evidence
+    start, end = int(ev["start_step"]), int(ev["end_step"])
+    causes = ev.get("causes") or []
+    lr_a, lr_b = series_at(view, "lr", start), series_at(view, "lr", int(view.steps[-1]))
+    symptoms: list[tuple[str, Any]] = [
+        ("rise began at step", start),
+        ("loss level at the start / end of the rising window", (f"{fmt(ev['start_level'])} -> {fmt(ev['end_level'])} "
+                                                               f"(step {end}; Mann-Kendall z = {ev['z']})")),
+        ("final loss", fmt(ev["final_loss"]) if ev.get("final_loss") is not None else None),
+        ("strictly monotone", ev.get("strictly_monotone")),
+        ("LR at the start / end of the log", f"{lr_a:.4g} -> {lr_b:.4g}" if lr_a is not None and lr_b is not None else "not logged"),
+        ("dtype regime", _dtype_symptom(view)),
+    ]
+    hyps = [
+        Hypothesis(
+            code=c["cause"], title=CAUSE_TEXT.get(c["cause"], c["cause"]), status="supported",
+            evidence=", ".join(f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in c.items() if k != "cause"),
+            series=c["cause"].replace("-rising", "").replace("-increasing", "").replace("-", "_"),
+            root_sentence=f"From step {start} the loss rose from {fmt(ev['start_level'])} and never came back; "
+                          f"{CAUSE_TEXT.get(c['cause'], c['cause'])}.",
+        )
+        for c in causes
+    ]
+    from .classify.questions import REMEDIES
+
+    remediation = [f"resume from the checkpoint before step {start}"]
+    if causes:
+        remediation += REMEDIES.get(causes[0]["cause"], [])[:1]
+    bound = round_up(float(ev["start_level"]))
+    last = int(view.steps[-1])
+    return Incident(
+        kind="divergence", title=f"Silent divergence from step {start}", symptoms=symptoms, hypotheses=hyps,
+        root_cause=hyps[0].root_sentence if hyps else None, remediation=remediation,
+        verification=[f"loss at step {last} < {bound:g} (below the level where the rise began)"],
+        expects=[f"loss@{last}<{bound:g}"], cost=_cost(view, start, None),
+    )
