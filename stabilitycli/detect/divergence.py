@@ -43,9 +43,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     if not view.has("loss"):
         result.skipped.append(Skip("divergence", "no loss series in the log"))
         return result
-    steps, loss = view.points("loss")
-    ok = np.isfinite(loss)
-    steps, loss = steps[ok], loss[ok]
+    steps, loss = view.finite_points("loss")
     window_points, description, shortened = _window_points(steps, thresholds)
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
@@ -159,12 +157,6 @@ def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | Non
                   f"{min(points, thresholds.widened_window_points)}"), False
 
 
-def _finite(points: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    steps, values = points
-    ok = np.isfinite(values)
-    return steps[ok], values[ok]
-
-
 def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[dict]:
     """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the seed's order."""
     causes: list[dict] = []
@@ -173,7 +165,7 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
         inside = (s >= start) & (s <= end) & np.isfinite(lr)
         if inside.sum() >= 2:
             lr_start, lr_end = float(lr[inside][0]), float(lr[inside][-1])
-            past_warmup = start >= warmup_end(*_finite(view.points("lr")), thresholds)
+            past_warmup = start >= warmup_end(*view.finite_points("lr"), thresholds)
             if past_warmup and lr_end > lr_start * (1 + thresholds.lr_rise_frac):
                 causes.append({"cause": "lr-increasing", "lr_start": lr_start, "lr_end": lr_end})
     for name in view.param_norm_columns():

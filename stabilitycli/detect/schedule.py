@@ -28,15 +28,10 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, context: dict) -> R
     cause when a loss spike follows within 3 steps.
     """
     result = RuleResult()
-    if not view.has("lr"):
-        result.skipped.append(Skip("lr-jump", "no learning-rate series in the log"))
+    found = view.finite_or_skip("lr", "lr-jump", 3, result.skipped)
+    if found is None:
         return result
-    steps, lr = view.points("lr")
-    ok = np.isfinite(lr)
-    steps, lr = steps[ok], lr[ok]
-    if lr.size < 3:
-        result.skipped.append(Skip("lr-jump", f"insufficient data: {lr.size} LR points"))
-        return result
+    steps, lr = found
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(lr[:-1] > 0, np.diff(lr) / lr[:-1], 0.0)
     local = pl.Series(np.abs(rel)).shift(1).rolling_median(10, min_samples=3).fill_null(np.inf).to_numpy()
@@ -65,15 +60,10 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, context: dict
     the first cause §4 checks.
     """
     result = RuleResult()
-    if not view.has("lr"):
-        result.skipped.append(Skip("lr-increasing", "no learning-rate series in the log"))
+    found = view.finite_or_skip("lr", "lr-increasing", 3, result.skipped)
+    if found is None:
         return result
-    steps, lr = view.points("lr")
-    ok = np.isfinite(lr)
-    steps, lr = steps[ok], lr[ok]
-    if lr.size < 3:
-        result.skipped.append(Skip("lr-increasing", f"insufficient data: {lr.size} LR points"))
-        return result
+    steps, lr = found
     window = thresholds.divergence_window_steps
     warmup_over = warmup_end(steps, lr, thresholds)
     before = value_at_or_before(steps, lr, steps - window)
@@ -160,15 +150,10 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, context: di
     from one, and the post-mortem wants the batch index.
     """
     result = RuleResult()
-    if not view.has("grad_norm"):
-        result.skipped.append(Skip("grad-norm-spike", "no grad-norm series in the log"))
+    found = view.finite_or_skip("grad_norm", "grad-norm-spike", thresholds.min_points_per_window + 1, result.skipped)
+    if found is None:
         return result
-    steps, grad = view.points("grad_norm")
-    ok = np.isfinite(grad)
-    steps, grad = steps[ok], grad[ok]
-    if grad.size < thresholds.min_points_per_window + 1:
-        result.skipped.append(Skip("grad-norm-spike", f"insufficient data: {grad.size} finite grad-norm points"))
-        return result
+    steps, grad = found
     baseline = pl.DataFrame({"step": steps, "g": grad}).select(
         pl.col("g").rolling_median_by("step", window_size=f"{thresholds.spike_window_steps}i", closed="left")
     )["g"].fill_null(np.nan).to_numpy()

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from ..frame import RunData
-from ..model import Restart, SourceInfo
+from ..model import Restart, Skip, SourceInfo
 
 
 @dataclass
@@ -32,6 +32,23 @@ class SeriesView:
         """(steps, values) at the steps where `metric` was logged; values keep NaN/Inf."""
         mask = self.logged[metric]
         return self.steps[mask], self.columns[metric][mask]
+
+    def finite_points(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) where `metric` was logged with a finite value."""
+        steps, values = self.points(metric)
+        ok = np.isfinite(values)
+        return steps[ok], values[ok]
+
+    def finite_or_skip(self, metric: str, code: str, min_points: int, skipped: list) -> tuple | None:
+        """Finite points of `metric`, or None after noting why the rule `code` cannot run."""
+        if not self.has(metric):
+            skipped.append(Skip(code, f"no {metric} series in the log"))
+            return None
+        steps, values = self.finite_points(metric)
+        if values.size < min_points:
+            skipped.append(Skip(code, f"insufficient data: {values.size} finite {metric} points"))
+            return None
+        return steps, values
 
     @property
     def dtype(self) -> str | None:
