@@ -69,10 +69,12 @@ def analyze(
     findings = [f for f in findings if f.code not in dropped_codes]
     findings.sort(key=lambda f: (-int(f.severity), f.step if f.step is not None else -1))
     verdict = walk(run.source, findings, skipped, facts)
+    preview, preview_steps = _preview(view)
     return Analysis(
         source=run.source, verdict=verdict, findings=findings, skipped=skipped,
-        rank_report=rank_report, loss_preview=_preview(view),
-        extras={"spike_markers": [s.onset_step for s in facts.get("spikes", [])]},
+        rank_report=rank_report, loss_preview=preview,
+        extras={"spike_markers": [s.onset_step for s in facts.get("spikes", [])],
+                "preview_steps": preview_steps},
     )
 
 
@@ -123,17 +125,17 @@ def _explain_by_ranks(findings: list[Finding], report) -> list[Finding]:
     return out
 
 
-def _preview(view, points: int = 60) -> list[float]:
-    """A downsampled loss curve for sparklines (max per bucket, so spikes show)."""
+def _preview(view, points: int = 60) -> tuple[list[float], list[int]]:
+    """A downsampled loss curve for sparklines (max per bucket, so spikes show), and each bucket's first step."""
     if not view.has("loss"):
-        return []
-    _, loss = view.points("loss")
+        return [], []
+    steps, loss = view.points("loss")
     if loss.size <= points:
-        return [float(v) for v in loss]
+        return [float(v) for v in loss], [int(s) for s in steps]
     edges = np.linspace(0, loss.size, points + 1).astype(int)
     out = []
     for a, b in itertools.pairwise(edges):  # loop over 60 buckets, not rows
         chunk = loss[a:b]
         finite = chunk[np.isfinite(chunk)]
         out.append(float(finite.max()) if finite.size == chunk.size else float("nan"))
-    return out
+    return out, [int(s) for s in steps[edges[:-1]]]

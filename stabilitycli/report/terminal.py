@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -20,7 +22,7 @@ def build(analysis: Analysis) -> Group:
     parts = []
     style = _VERDICT_STYLE.get(v.code, _STYLE.get(v.severity, "bold"))
     headline = Text.assemble((f"{v.code}", style), (f"  {v.summary}", ""))
-    if v.cause:
+    if v.cause and v.cause not in v.summary:
         headline.append(f"  [cause: {v.cause}]", style="cyan")
     parts.append(Panel(headline, title=f"stab · {src.run or src.path}", subtitle=_source_line(analysis)))
     if analysis.loss_preview:
@@ -59,12 +61,19 @@ def _source_line(analysis: Analysis) -> str:
 
 
 def _loss_line(analysis: Analysis) -> Text:
+    """The loss sparkline, with a ▲ under each bucket where a spike began."""
     line = sparkline(analysis.loss_preview)
     text = Text("loss ")
     text.append(line, style="cyan")
     markers = analysis.extras.get("spike_markers") or []
-    if markers:
-        text.append(f"  spike(s) at step {', '.join(map(str, markers[:5]))}", style="bold red")
+    bucket_steps = analysis.extras.get("preview_steps") or []
+    if markers and bucket_steps:
+        under = [" "] * len(line)
+        for step in markers:
+            bucket = max(0, bisect.bisect_right(bucket_steps, step) - 1)
+            under[min(bucket, len(under) - 1)] = "▲"
+        text.append("\n     " + "".join(under), style="bold red")
+        text.append(f" spike(s) at step {', '.join(map(str, markers[:5]))}", style="bold red")
     return text
 
 
