@@ -63,6 +63,13 @@ def read(target: str | Path, options: ReadOptions | None = None):
     text = str(target)
     path = Path(text)
     is_uri = "://" in text
+    if options.tracking_uri and not is_uri and not path.exists():
+        # `stab analyze RUN --tracking-uri URI`: the target names a run of that store
+        from dataclasses import replace
+
+        options = replace(options, run=options.run or text)
+        text = options.tracking_uri
+        path, is_uri = Path(text), "://" in text
     if not is_uri and not path.exists():
         raise StabInputError(text, "no such file or directory")
     if options.format_in:

@@ -43,6 +43,11 @@ def test_spike_run_from_a_path_and_from_a_uri():
     assert by_path.source.notes == []  # no clamped value, no Inf note
 
 
+def test_tracking_uri_option_with_the_run_as_target():
+    run = ingest.read("spike", ReadOptions(tracking_uri=f"sqlite:///{DB}"))
+    assert run.source.format == "mlflow_db" and run.source.run.endswith("(spike)")
+
+
 def test_nan_rebuilt_from_is_nan_and_the_inf_clamp_undone():
     raw = sqlite3.connect(f"file:{DB}?mode=ro", uri=True)
     stored = raw.execute(
