@@ -1,0 +1,356 @@
+"""The numbers behind `stab report`'s plots, downsampled for display.
+
+`build(analysis, run, thresholds, x_axis=...)` returns `Plots`: panels of
+plain lists (x, y, hover text) that any plotting front end can draw; the HTML
+renderer (`report/html.py`) only turns them into plotly traces. Series longer
+than `buckets * 2` points are cut to the min and max of each bucket, which
+keeps the shape of a curve (spikes included), and every flagged point (spike
+onsets and peaks, NaN steps, overflows, finding steps) is always kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import Thresholds
+from .detect.series import SeriesView, build_view
+from .detect.windows import trailing_stats, value_at_or_before
+from .errors import StabUsageError
+from .frame import RunData
+from .model import Analysis
+
+DISPLAY_BUCKETS = 1500  # per series: at most ~3000 drawn points plus flagged ones
+LAYER_WINDOW_STEPS = 100  # per-layer norms are drawn over this many steps before the first NaN
+
+
+@dataclass
+class Line:
+    name: str
+    x: list[float]
+    y: list[float | None]  # None: a gap (not logged, or non-finite: drawn as a marker instead)
+    role: str = "series"  # series | band-low | band-high | layer
+
+
+@dataclass
+class Markers:
+    name: str
+    x: list[float]
+    y: list[float | None]
+    text: list[str]
+    role: str  # spike | blip | nonfinite | overflow | cause | jump
+
+
+@dataclass
+class Heatmap:
+    x: list[float]
+    y: list[int]
+    z: list[list[float | None]]
+    text: list[list[str]]
+
+
+@dataclass
+class Panel:
+    key: str
+    title: str
+    y_title: str
+    log_y: bool = False
+    lines: list[Line] = field(default_factory=list)
+    markers: list[Markers] = field(default_factory=list)
+    heatmap: Heatmap | None = None
+
+
+@dataclass
+class Plots:
+    x_title: str
+    panels: list[Panel]
+    restarts: list[tuple[float, str]]  # (x, label) drawn on every panel
+    points_in: int = 0  # logged values read
+    points_drawn: int = 0  # values written to the page
+
+
+def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None, *, x_axis: str = "steps",
+          buckets: int = DISPLAY_BUCKETS) -> Plots:
+    thr = thresholds or Thresholds()
+    view = build_view(run)
+    to_x, x_title = _x_mapping(view, x_axis)
+    flagged = _flagged_steps(analysis)
+    plots = Plots(x_title=x_title, panels=[], restarts=[])
+    for r in view.restarts:
+        plots.restarts.append((float(to_x(np.array([r.resumed_from_step]))[0]),
+                               f"restart: resumed from step {r.resumed_from_step} (was at {r.last_step_before})"))
+    builders = (_loss_panel, _grad_panel, _lr_panel, _scale_panel, _layer_panel)
+    for make in builders:
+        panel = make(view, analysis, thr, to_x, flagged, buckets, plots)
+        if panel is not None:
+            plots.panels.append(panel)
+    heat = _rank_panel(analysis, to_x)
+    if heat is not None:
+        plots.panels.append(heat)
+    return plots
+
+
+# ---------------------------------------------------------------- x axis and flags
+
+
+def _x_mapping(view: SeriesView, x_axis: str):
+    if x_axis == "steps":
+        return (lambda steps: np.asarray(steps, dtype=np.float64)), "step"
+    if x_axis != "tokens":
+        raise StabUsageError(f"--x must be steps or tokens, got {x_axis!r}")
+    for metric in ("tokens", "samples"):
+        if view.has(metric):
+            steps, values = view.points(metric)
+            ok = np.isfinite(values)
+            if ok.sum() >= 2:
+                s, v = steps[ok].astype(np.float64), values[ok]
+                # consumed tokens grow linearly between logged points; extrapolate at the same rate
+                return (lambda at, s=s, v=v: _interp_linear(np.asarray(at, dtype=np.float64), s, v)), metric
+    raise StabUsageError(f"{view.source.path}: --x tokens needs a tokens or samples series in the log; use --x steps")
+
+
+def _interp_linear(at: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    out = np.interp(at, xs, ys)
+    lo_slope = (ys[1] - ys[0]) / (xs[1] - xs[0]) if xs[1] != xs[0] else 0.0
+    hi_slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if xs[-1] != xs[-2] else 0.0
+    out = np.where(at < xs[0], ys[0] + (at - xs[0]) * lo_slope, out)
+    return np.where(at > xs[-1], ys[-1] + (at - xs[-1]) * hi_slope, out)
+
+
+def _flagged_steps(analysis: Analysis) -> np.ndarray:
+    steps: set[int] = set()
+    for f in analysis.findings:
+        for value in (f.step, f.end_step):
+            if value is not None:
+                steps.add(int(value))
+        for key in ("onset_step", "peak_step", "recovery_step", "first_step", "start_step", "end_step"):
+            value = f.evidence.get(key)
+            if isinstance(value, (int, np.integer)):
+                steps.add(int(value))
+        for cause in f.evidence.get("causes") or []:
+            for key in ("grad_norm_step", "lr_step", "repeat_of_step", "restart_step"):
+                if isinstance(cause.get(key), (int, np.integer)):
+                    steps.add(int(cause[key]))
+        if f.code == "blip":
+            steps.update(int(s) for s in f.evidence.get("steps", []))
+    return np.array(sorted(steps), dtype=np.int64)
+
+
+# ---------------------------------------------------------------- downsampling
+
+
+def keep_indices(values: np.ndarray, buckets: int, must_keep: np.ndarray | None = None) -> np.ndarray:
+    """Indices to draw: min and max of each of `buckets` equal-count buckets, ends, and `must_keep`.
+
+    Non-finite values take part as the first non-finite point of each bucket,
+    so a run of NaNs stays visible however long the log.
+    """
+    n = values.size
+    if n <= 2 * buckets:
+        return np.arange(n)
+    bucket = (np.arange(n, dtype=np.int64) * buckets) // n
+    finite = np.isfinite(values)
+    starts = np.searchsorted(bucket, np.arange(buckets))
+    low_first = np.lexsort((np.where(finite, values, np.inf), bucket))
+    high_first = np.lexsort((np.where(finite, -values, np.inf), bucket))
+    keep = np.zeros(n, dtype=bool)
+    keep[low_first[starts]] = True
+    keep[high_first[starts]] = True
+    keep[[0, n - 1]] = True
+    bad = np.flatnonzero(~finite)
+    if bad.size:
+        _, first_per_bucket = np.unique(bucket[bad], return_index=True)
+        keep[bad[first_per_bucket]] = True
+    if must_keep is not None:
+        keep |= must_keep
+    return np.flatnonzero(keep)
+
+
+def _series(view: SeriesView, metric: str, flagged: np.ndarray, buckets: int, plots: Plots):
+    steps, values = view.points(metric)
+    must = np.isin(steps, flagged)
+    idx = keep_indices(values, buckets, must)
+    plots.points_in += int(steps.size)
+    plots.points_drawn += int(idx.size)
+    return steps, values, idx
+
+
+def _clean(values: np.ndarray) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in values.tolist()]
+
+
+def _nonfinite_markers(name: str, steps, values, idx, to_x, at_y: float | None) -> Markers | None:
+    sel = idx[~np.isfinite(values[idx])]
+    if not sel.size:
+        return None
+    labels = ["NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf") for v in values[sel].tolist()]
+    return Markers(f"{name} non-finite", to_x(steps[sel]).tolist(), [at_y] * sel.size,
+                   [f"{name} = {lab} at step {int(s)}" for lab, s in zip(labels, steps[sel].tolist())], "nonfinite")
+
+
+def _top(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else None
+
+
+# ---------------------------------------------------------------- panels
+
+
+def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) -> Panel | None:
+    if not view.has("loss"):
+        return None
+    steps, loss, idx = _series(view, "loss", flagged, buckets, plots)
+    x = to_x(steps[idx]).tolist()
+    panel = Panel("loss", "Loss", "loss")
+    stats = trailing_stats(steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points)
+    sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thr.sigma_floor_frac * np.abs(stats.mean))
+    band_label = f"trailing mu + {thr.spike_sigma:g} sigma ({stats.description})"
+    panel.lines.append(Line("trailing mean mu", x, _clean(stats.mean[idx]), "band-low"))
+    panel.lines.append(Line(band_label, x, _clean((stats.mean + thr.spike_sigma * sigma)[idx]), "band-high"))
+    panel.lines.append(Line("loss", x, _clean(loss[idx])))
+    top = _top(loss)
+    bad = _nonfinite_markers("loss", steps, loss, idx, to_x, top)
+    if bad:
+        panel.markers.append(bad)
+    spikes = [f for f in analysis.findings if f.code == "spike"]
+    if spikes:
+        xs, ys, texts = [], [], []
+        for f in spikes:
+            ev = f.evidence
+            onset, peak_step = int(ev["onset_step"]), int(ev["peak_step"])
+            peak = float(ev["peak"])
+            cause = (ev.get("causes") or [{}])[0].get("cause", "no evident cause")
+            text = (f"spike at step {onset}: peak {peak:.4g} at step {peak_step} > mu {float(ev['mu']):.4g} + "
+                    f"{thr.spike_sigma:g} sigma; type {ev['spike_type']}, "
+                    f"{'recovered' if ev.get('recovered') else 'did not recover'}; cause: {cause}")
+            xs.append(float(to_x(np.array([peak_step]))[0]))
+            ys.append(peak if math.isfinite(peak) else top)
+            texts.append(text)
+        panel.markers.append(Markers("spike", xs, ys, texts, "spike"))
+    blip = next((f for f in analysis.findings if f.code == "blip"), None)
+    if blip is not None:
+        bs = np.array(blip.evidence.get("steps", []), dtype=np.int64)
+        vals = value_at_or_before(steps, loss, bs) if bs.size else np.array([])
+        panel.markers.append(Markers("blip (noise, not a spike)", to_x(bs).tolist(), _clean(vals),
+                                     [f"blip at step {int(s)}" for s in bs.tolist()], "blip"))
+    return panel
+
+
+def _grad_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
+    if not view.has("grad_norm"):
+        return None
+    steps, grad, idx = _series(view, "grad_norm", flagged, buckets, plots)
+    panel = Panel("grad_norm", "Pre-clip grad norm (log scale)", "grad norm", log_y=True)
+    panel.lines.append(Line("grad_norm", to_x(steps[idx]).tolist(), _clean(grad[idx])))
+    bad = _nonfinite_markers("grad_norm", steps, grad, idx, to_x, _top(grad))
+    if bad:
+        panel.markers.append(bad)
+    xs, ys, texts = [], [], []
+    for f in analysis.findings:
+        for cause in f.evidence.get("causes") or []:
+            if cause.get("cause") == "long-tail-token":
+                xs.append(float(to_x(np.array([cause["grad_norm_step"]]))[0]))
+                ys.append(float(cause["grad_norm"]))
+                texts.append(f"grad norm {cause['grad_norm']:.4g} at step {cause['grad_norm_step']} = "
+                             f"{cause['ratio']:.1f}x its trailing mean {cause['grad_norm_baseline']:.4g}")
+    if xs:
+        panel.markers.append(Markers("grad-norm spike (spike cause)", xs, ys, texts, "cause"))
+    return panel
+
+
+def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
+    if not view.has("lr"):
+        return None
+    steps, lr, idx = _series(view, "lr", flagged, buckets, plots)
+    panel = Panel("lr", "Learning rate", "LR")
+    panel.lines.append(Line("lr", to_x(steps[idx]).tolist(), _clean(lr[idx])))
+    jumps = [f for f in analysis.findings if f.code in ("lr-jump", "lr-increasing") and f.step is not None]
+    if jumps:
+        at = np.array([f.step for f in jumps], dtype=np.int64)
+        panel.markers.append(Markers("LR finding", to_x(at).tolist(), _clean(value_at_or_before(steps, lr, at)),
+                                     [f.message for f in jumps], "jump"))
+    return panel
+
+
+def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
+    from .detect.mixed_precision import overflow_per_step
+
+    counts = overflow_per_step(view)
+    has_scale = view.has("loss_scale")
+    fp16 = view.dtype == "fp16" or has_scale or view.has("overflow")
+    if not has_scale and not (fp16 and counts.any()):
+        return None
+    panel = Panel("loss_scale", "Loss scale (log scale) and overflows", "loss scale", log_y=True)
+    over = np.flatnonzero(counts > 0)
+    top = None
+    if has_scale:
+        steps, scale, idx = _series(view, "loss_scale", np.concatenate([flagged, view.steps[over]]), buckets, plots)
+        panel.lines.append(Line("loss_scale", to_x(steps[idx]).tolist(), _clean(scale[idx])))
+        top = _top(scale)
+    if over.size:
+        # one marker per overflow step, thinned to the display budget (the count says how many)
+        shown = over if over.size <= 2 * DISPLAY_BUCKETS else over[keep_indices(over.astype(float), DISPLAY_BUCKETS)]
+        at = view.steps[shown]
+        ys = _clean(value_at_or_before(*view.points("loss_scale"), at)) if has_scale else [1.0] * at.size
+        panel.markers.append(Markers(f"overflow ({over.size} steps)", to_x(at).tolist(),
+                                     [y if y is not None else top for y in ys],
+                                     [f"overflow at step {int(s)}" for s in at.tolist()], "overflow"))
+    return panel
+
+
+def _layer_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
+    nan = next((f for f in analysis.findings if f.code == "nan"), None)
+    layers = view.layer_columns()
+    if nan is None or not layers:
+        return None
+    first = int(nan.evidence["first_step"])
+    origin = nan.evidence.get("origin")
+    from .detect.nan import forward_order_key
+
+    panel = Panel("layers", f"Per-layer norms before the first NaN (step {first})", "norm", log_y=True)
+    ordered = sorted(layers, key=lambda n: (n.split("/", 1)[0], forward_order_key(n.split("/", 1)[1])))
+    for name in ordered:
+        steps, values = view.points(name)
+        a = np.searchsorted(steps, first - LAYER_WINDOW_STEPS)
+        b = np.searchsorted(steps, first + thr.cause_lead_steps, side="right")
+        s, v = steps[a:b], values[a:b]
+        if not s.size:
+            continue
+        label = name + ("  (first non-finite)" if origin and name.endswith("/" + origin) else "")
+        panel.lines.append(Line(label, to_x(s).tolist(), _clean(v), "layer"))
+        bad = _nonfinite_markers(name, s, v, np.arange(s.size), to_x, _top(v))
+        if bad:
+            panel.markers.append(bad)
+    return panel if panel.lines else None
+
+
+def _rank_panel(analysis: Analysis, to_x) -> Panel | None:
+    report = analysis.rank_report
+    picture = getattr(report, "picture", None) if report is not None else None
+    if picture is None or picture.deviation.size == 0:
+        return None
+    edges = np.asarray(picture.step_edges, dtype=np.float64)
+    centres = to_x((edges[:-1] + edges[1:]) / 2.0).tolist()
+    dev = np.asarray(picture.deviation, dtype=np.float64)
+    z: list[list[float | None]] = []
+    text: list[list[str]] = []
+    for i, rank in enumerate(np.asarray(picture.ranks).tolist()):
+        row, labels = [], []
+        for j, value in enumerate(dev[i].tolist()):
+            span = f"rank {rank}, steps {edges[j]:.0f}-{edges[j + 1]:.0f}"
+            if math.isnan(value):
+                row.append(None)
+                labels.append(f"{span}: not reporting")
+            elif math.isinf(value):
+                row.append(11.0)  # above the +-10 clip: its own colour
+                labels.append(f"{span}: non-finite")
+            else:
+                row.append(value)
+                labels.append(f"{span}: robust z {value:+.1f}")
+        z.append(row)
+        text.append(labels)
+    panel = Panel("ranks", f"Per-rank deviation from the cohort ({report.metric}, robust z)", "rank")
+    panel.heatmap = Heatmap(centres, [int(r) for r in np.asarray(picture.ranks).tolist()], z, text)
+    return panel

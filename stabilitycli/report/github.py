@@ -1,0 +1,43 @@
+"""GitHub Actions workflow-command annotations: one line per finding.
+
+`::error file=runs/x.jsonl,title=stab spike at step 900::loss spike ...`
+shows up on the job summary and, for files in the repository, on the file.
+Severity maps error -> error, warning -> warning, info -> notice. The verdict
+comes first, so the headline is readable without opening the log. Steps are
+not line numbers, so annotations are file-level (no `line=`).
+"""
+
+from __future__ import annotations
+
+from ..model import Analysis, Finding, Severity
+
+LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def escape_data(text: str) -> str:
+    """The message part: GitHub unescapes %25, %0D and %0A."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A property value (file=, title=) additionally cannot hold ':' or ','."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(level: str, file: str, title: str, message: str) -> str:
+    return f"::{level} file={escape_property(file)},title={escape_property(title)}::{escape_data(message)}"
+
+
+def render(analysis: Analysis) -> str:
+    path = analysis.source.path
+    v = analysis.verdict
+    level = "notice" if v.code in ("healthy", "insufficient-data") else LEVEL[v.severity]
+    lines = [annotation(level, path, f"stab verdict: {v.code}" + (f" ({v.cause})" if v.cause else ""), v.summary)]
+    lines += [_finding(f, path) for f in analysis.findings]
+    return "\n".join(lines) + "\n"
+
+
+def _finding(f: Finding, path: str) -> str:
+    where = f" at step {f.step}" if f.step is not None else ""
+    rank = f" on rank {f.rank}" if f.rank is not None else ""
+    return annotation(LEVEL[f.severity], path, f"stab {f.code}{where}{rank}", f.message)

@@ -1,0 +1,241 @@
+"""`stab report`: one self-contained HTML file (plotly.js inlined, works offline).
+
+`render(analysis, plots)` is pure: the plot numbers come from
+`stabilitycli.plotdata`, the verdict from the `Analysis`. plotly (the optional
+`report` extra) is needed only for its bundled plotly.min.js, read from the
+installed wheel, so the page loads nothing from the network.
+
+Every string that came from a log (run name, path, metric keys, layer names,
+messages) is escaped: HTML-escaped in the page, and in the JSON that feeds
+the plots `<`, `>` and `&` are written as \\u escapes so that nothing can close
+the script element; plotly displays the HTML-escaped labels as text.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from ..model import Analysis, Severity
+from ..plotdata import Line, Markers, Panel, Plots
+
+PLOTLY_MISSING = "stab report needs plotly: pip install 'stabilitycli[report]'"
+
+_MARKER_STYLE = {
+    "spike": {"symbol": "triangle-up", "size": 13, "color": "#d62728", "line": {"width": 1, "color": "#000"}},
+    "cause": {"symbol": "star", "size": 13, "color": "#d62728", "line": {"width": 1, "color": "#000"}},
+    "nonfinite": {"symbol": "x", "size": 10, "color": "#b00000"},
+    "overflow": {"symbol": "diamond", "size": 7, "color": "#ff7f0e"},
+    "blip": {"symbol": "circle-open", "size": 7, "color": "#7f7f7f"},
+    "jump": {"symbol": "triangle-down", "size": 11, "color": "#9467bd"},
+}
+_LINE_STYLE = {
+    "series": {"color": "#1f77b4", "width": 1.2},
+    "band-low": {"color": "rgba(120,120,120,0.8)", "width": 1, "dash": "dot"},
+    "band-high": {"color": "rgba(214,39,40,0.6)", "width": 1, "dash": "dot"},
+}
+_SEVERITY_CLASS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
+
+
+def plotly_js() -> str:
+    """The plotly.js bundle shipped in the plotly wheel; ImportError when the extra is missing."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def render(analysis: Analysis, plots: Plots, *, js: str | None = None) -> str:
+    """The whole page. `js` replaces the inlined plotly.js (tests pass a stub to stay fast)."""
+    figures = [_figure(panel, plots) for panel in plots.panels]
+    data = _script_json({"figures": figures})
+    src, v = analysis.source, analysis.verdict
+    title = f"stab report — {src.run or src.path}"
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        _verdict_block(analysis),
+        _source_block(analysis, plots),
+        '<section id="plots">',
+        *(f'<div class="plot" id="plot-{i}" data-panel="{_e(p.key)}"></div>' for i, p in enumerate(plots.panels)),
+        "</section>",
+        _path_table(v.path),
+        _remedy_block(v.remediation),
+        _findings_table(analysis),
+        _notes_block(analysis),
+    ]
+    return _PAGE.format(
+        title=_e(title), css=_CSS, body="\n".join(b for b in body if b), data=data,
+        plotly=(js if js is not None else plotly_js()).replace("</script", "<\\/script"), boot=_BOOT,
+    )
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _p(text: str) -> str:
+    """A label for plotly: HTML-escaped, which plotly displays as the original characters."""
+    return html.escape(str(text), quote=True)
+
+
+def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
+    traces: list[dict[str, Any]] = []
+    for line in panel.lines:
+        traces.append(_line_trace(line))
+    for markers in panel.markers:
+        traces.append(_marker_trace(markers))
+    if panel.heatmap is not None:
+        h = panel.heatmap
+        traces.append({
+            "type": "heatmap", "x": h.x, "y": h.y, "z": h.z, "text": [[_p(t) for t in row] for row in h.text],
+            "hovertemplate": "%{text}<extra></extra>", "zmin": -10, "zmax": 11,
+            "colorscale": [[0, "#2166ac"], [0.476, "#f7f7f7"], [0.95, "#b2182b"], [0.953, "#000000"], [1, "#000000"]],
+            "colorbar": {"title": {"text": "robust z"}}, "hoverongaps": False,
+        })
+    shapes, notes = [], []
+    for x, label in plots.restarts:
+        shapes.append({"type": "line", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1,
+                       "line": {"color": "#2ca02c", "width": 1.5, "dash": "dash"}})
+        notes.append({"x": x, "yref": "paper", "y": 1, "text": _p(label), "showarrow": False,
+                      "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": "#2ca02c"}})
+    layout = {
+        "title": {"text": _p(panel.title), "font": {"size": 15}},
+        "height": 440 if panel.heatmap is not None else 350,
+        "margin": {"l": 70, "r": 20, "t": 40, "b": 80},
+        "xaxis": {"title": {"text": _p(plots.x_title)}},
+        "yaxis": {"title": {"text": _p(panel.y_title)}, **({"type": "log"} if panel.log_y else {})},
+        "legend": {"orientation": "h", "y": -0.3},
+        "shapes": shapes, "annotations": notes, "hovermode": "closest",
+    }
+    return {"data": traces, "layout": layout}
+
+
+def _line_trace(line: Line) -> dict[str, Any]:
+    trace = {"type": "scatter", "mode": "lines", "name": _p(line.name), "x": line.x, "y": line.y,
+             "connectgaps": False, "hovertemplate": f"{_p(line.name)}<br>%{{x}}: %{{y:.4g}}<extra></extra>"}
+    if line.role in _LINE_STYLE:
+        trace["line"] = _LINE_STYLE[line.role]
+    if line.role == "band-high":
+        trace["fill"] = "tonexty"
+        trace["fillcolor"] = "rgba(214,39,40,0.08)"
+    return trace
+
+
+def _marker_trace(markers: Markers) -> dict[str, Any]:
+    return {"type": "scatter", "mode": "markers", "name": _p(markers.name), "x": markers.x, "y": markers.y,
+            "text": [_p(t) for t in markers.text], "hovertemplate": "%{text}<extra></extra>",
+            "marker": _MARKER_STYLE.get(markers.role, {})}
+
+
+def _script_json(value: Any) -> str:
+    """JSON that cannot end the <script> element it sits in, whatever the strings hold."""
+    text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return text
+
+
+# ---------------------------------------------------------------- text blocks
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _verdict_block(analysis: Analysis) -> str:
+    v = analysis.verdict
+    cls = "healthy" if v.code in ("healthy", "insufficient-data") else _SEVERITY_CLASS[v.severity]
+    cause = f' <span class="cause">cause: {_e(v.cause)}</span>' if v.cause else ""
+    return (f'<div class="verdict {cls}"><span class="code">{_e(v.code)}</span>{cause}'
+            f'<p>{_e(v.summary)}</p></div>')
+
+
+def _source_block(analysis: Analysis, plots: Plots) -> str:
+    s = analysis.source
+    metrics = ", ".join(f"{k} &larr; {_e(val)}" for k, val in s.metrics.items()
+                        if k in ("loss", "grad_norm", "lr", "loss_scale", "tokens"))
+    ranks = f"; {s.ranks} ranks" if s.ranks else ""
+    drawn = (f"; plots draw {plots.points_drawn:,} of {plots.points_in:,} logged values "
+             "(min/max per bucket, every flagged point kept)") if plots.points_in else ""
+    return (f'<p class="source"><b>{_e(s.path)}</b> ({_e(s.format)}): {s.rows_read:,} rows read, {s.rows_used:,} used, '
+            f"{s.rows_rejected:,} rejected; steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
+            f"dtype {_e(s.dtype or 'unknown')}; {metrics}{drawn}</p>")
+
+
+def _path_table(path) -> str:
+    if not path:
+        return ""
+    rows = "".join(f"<tr><td>{_e(p.question)}</td><td>{_e(p.answer)}</td><td>{_e(p.evidence)}</td></tr>"
+                   for p in path)
+    return ('<h2>Questions asked</h2><table class="path"><tr><th>Q</th><th>answer</th><th>evidence</th></tr>'
+            f"{rows}</table>")
+
+
+def _remedy_block(remedies: list[str]) -> str:
+    if not remedies:
+        return ""
+    return "<h2>Remedy</h2><ul>" + "".join(f"<li>{_e(r)}</li>" for r in remedies) + "</ul>"
+
+
+def _findings_table(analysis: Analysis, limit: int = 200) -> str:
+    if not analysis.findings:
+        return "<h2>Findings</h2><p>none</p>"
+    rows = []
+    for f in analysis.findings[:limit]:
+        step = "" if f.step is None else f.step
+        rank = "" if f.rank is None else f.rank
+        rows.append(f'<tr class="{_SEVERITY_CLASS[f.severity]}"><td>{f.severity}</td><td>{_e(f.code)}</td>'
+                    f"<td>{_e(step)}</td><td>{_e(rank)}</td><td>{_e(f.message)}</td></tr>")
+    more = f"<p>{len(analysis.findings) - limit} more findings not shown.</p>" if len(analysis.findings) > limit else ""
+    return (f"<h2>Findings ({len(analysis.findings)})</h2><table><tr><th>severity</th><th>code</th><th>step</th>"
+            f"<th>rank</th><th>message</th></tr>{''.join(rows)}</table>{more}")
+
+
+def _notes_block(analysis: Analysis) -> str:
+    s = analysis.source
+    notes = [*s.warnings, *s.notes, *(f"{k.code}: {k.reason}" for k in analysis.skipped)]
+    if not notes:
+        return ""
+    return '<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;color:#222;padding:0 1em}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
+.verdict{border-left:6px solid #888;padding:.5em 1em;background:#f6f6f6}
+.verdict.error{border-color:#d62728}.verdict.warning{border-color:#ff9800}.verdict.healthy{border-color:#2ca02c}
+.verdict .code{font-weight:bold;font-size:1.2em}.verdict .cause{color:#1565c0;margin-left:1em}
+.source{color:#555;font-size:.9em}
+table{border-collapse:collapse;font-size:.88em;width:100%}td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+tr.error td:first-child{color:#d62728;font-weight:bold}tr.warning td:first-child{color:#e65100}tr.info td:first-child{color:#888}
+.plot{margin:.6em 0}.notes{color:#666;font-size:.88em}
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>{title}</title>
+<style>{css}</style>
+</head>
+<body>
+{body}
+<script type="application/json" id="stab-data">{data}</script>
+<script>{plotly}</script>
+<script>{boot}</script>
+</body>
+</html>
+"""
+
+_BOOT = """
+(function () {
+  var figures = JSON.parse(document.getElementById("stab-data").textContent).figures;
+  var config = {displaylogo: false, responsive: true};
+  figures.forEach(function (fig, i) {
+    Plotly.newPlot("plot-" + i, fig.data, fig.layout, config);
+  });
+  document.body.setAttribute("data-plots-rendered", String(figures.length));
+})();
+"""
