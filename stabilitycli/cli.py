@@ -28,6 +28,9 @@ app = typer.Typer(
 class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
+    github = "github"
+    junit = "junit"
+    markdown = "markdown"
 
 
 class FailOn(str, Enum):
@@ -64,7 +67,8 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 
 @app.command()
 def analyze(
-    path: Annotated[str, typer.Argument(help="Log file, directory or URI (JSONL, ...).")],
+    path: Annotated[list[str], typer.Argument(
+        help="Log file(s), directories or URIs (JSONL, ...); several runs are analysed in parallel.")],
     output: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.terminal,
     fail_on: Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")] = FailOn.error,
     metric: MetricOpt = None,
@@ -79,10 +83,20 @@ def analyze(
     experiment: Annotated[str | None, typer.Option(help="Experiment name or id (MLflow).")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking server URI.")] = None,
     rank_pattern: Annotated[str | None, typer.Option(help="Regex with one group: the rank in a file name.")] = None,
+    recursive: Annotated[bool, typer.Option(
+        "--recursive", "-r", help="Find every run inside the directories given (a run directory is one run).")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, help="Worker processes for several runs (default: all cores).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Walk the §1-§4 stability tree over one run and print the verdict."""
+    """Walk the §1-§4 stability tree over one run (or many) and print the verdict."""
     from .ingest.options import ReadOptions
 
+    if len(path) > 1 or recursive:
+        raise typer.Exit(_analyze_many(path, recursive, jobs, quiet, output, fail_on, metric, step_key, rank_key,
+                                       format_in, dtype, select, ignore, set_values, run, experiment,
+                                       tracking_uri, rank_pattern))
+    path = path[0]
     try:
         thresholds = _thresholds(path, set_values)
         options = ReadOptions(
@@ -98,7 +112,7 @@ def analyze(
         raise fail(str(err)) from None
     except Exception as err:  # noqa: BLE001 - never a traceback for the user
         raise _internal(err, path) from None
-    _render(result, output)
+    _render(result, output, fail_on)
     from .exit_codes import exit_code_for
     from .model import Severity
 
@@ -112,17 +126,85 @@ def _thresholds(path: str, set_values: list[str] | None):
     return load_config(start, parse_pairs(set_values, "--set"))
 
 
-def _render(result, output: OutputFormat) -> None:
+def _render(result, output: OutputFormat, fail_on: FailOn = FailOn.error) -> None:
     if output is OutputFormat.json:
         from .report import json_report
 
         typer.echo(json_report.render(result))
+        return
+    if output in (OutputFormat.github, OutputFormat.markdown):
+        from .report import github, markdown
+
+        typer.echo((github if output is OutputFormat.github else markdown).render(result), nl=False)
+        return
+    if output is OutputFormat.junit:
+        from .model import Severity
+        from .report import junit
+
+        typer.echo(junit.render(result, Severity.parse(fail_on.value)), nl=False)
         return
     from rich.console import Console
 
     from .report import terminal
 
     terminal.render(result, Console())
+
+
+def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, metric, step_key, rank_key, format_in, dtype,
+                  select, ignore, set_values, run, experiment, tracking_uri, rank_pattern) -> int:
+    """Several runs: the library finds and analyses them (stabilitycli.batch); here only output."""
+    from . import batch
+    from .ingest.options import ReadOptions
+
+    try:
+        options = ReadOptions(
+            format_in=format_in, metric_overrides=parse_pairs(metric, "--metric"), step_key=step_key,
+            rank_key=rank_key, dtype=dtype, run=run, experiment=experiment, tracking_uri=tracking_uri,
+            rank_pattern=rank_pattern,
+        )
+        settings = batch.BatchSettings(
+            options=options, set_values=parse_pairs(set_values, "--set"), select=tuple(split_codes(select)),
+            ignore=tuple(split_codes(ignore)), fail_on=fail_on.value,
+            fragment=output.value if output in (OutputFormat.github, OutputFormat.junit, OutputFormat.markdown)
+            else None,
+        )
+        from .detect.registry import select_rules
+
+        select_rules(list(settings.select), list(settings.ignore))  # a bad code is a usage error, not N failures
+    except StabUsageError as err:
+        raise fail(str(err)) from None
+    paths = batch.discover(targets, recursive)
+    if not paths:
+        raise fail(f"no runs found in {', '.join(targets)}")
+    results = _with_progress(paths, settings, jobs, quiet)
+    from .report import batch_report
+
+    if output is OutputFormat.json:
+        typer.echo(batch_report.jsonl(results), nl=False)
+    elif output is OutputFormat.terminal:
+        from rich.console import Console
+
+        Console().print(batch_report.terminal_table(results))
+    else:
+        typer.echo(getattr(batch_report, output.value)(results), nl=False)
+    for r in results:
+        if not r.ok:
+            typer.echo(f"stab: error: {r.error}", err=True)
+    return batch.exit_status(results, fail_on.value)
+
+
+def _with_progress(paths, settings, jobs, quiet):
+    from . import batch
+
+    if quiet or not sys.stderr.isatty():
+        return batch.analyze_many(paths, settings, jobs)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("runs", total=len(paths))
+        return batch.analyze_many(paths, settings, jobs, on_done=lambda _r: progress.advance(task))
 
 
 def _internal(err: Exception, path: str) -> typer.Exit:

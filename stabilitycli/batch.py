@@ -1,0 +1,220 @@
+"""Many runs at once: find them, analyse them in parallel, summarise, pick the exit status.
+
+`stab analyze a.jsonl b.jsonl` or `stab analyze --recursive runs/` come here;
+one path keeps the single-run code path in `cli.py`. Each run is analysed in
+a worker process (`concurrent.futures.ProcessPoolExecutor`, forkserver start:
+no fork of a parent that already holds polars' threads); the worker imports
+the library itself and sends back the `Analysis.to_dict()` document - plus,
+for the CI formats, the run's rendered fragment - or a failure record. A run
+that cannot be read is reported and the others go on.
+
+Nothing here imports polars at module level: the CLI imports this module only
+when it has several runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import StabInputError
+
+# directories that are themselves one run (a store, a log dir) are not descended
+# into; a TensorBoard sniff accepts any tree with event files somewhere below, so
+# only event files this close to the directory make it one run
+_TB_MAX_DEPTH = 2
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """Everything a worker needs besides the path (picklable)."""
+
+    options: Any = None  # ReadOptions
+    set_values: dict[str, str] = field(default_factory=dict)
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    fragment: str | None = None  # "github" | "junit" | "markdown": rendered in the worker
+    fail_on: str = "error"
+
+
+@dataclass
+class RunResult:
+    path: str
+    doc: dict[str, Any] | None = None  # the stab.analysis/1 document
+    fragment: str | None = None
+    error: str | None = None
+    worst: int | None = None  # worst finding severity (Severity value), None when no findings
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def failure_record(self) -> dict[str, Any]:
+        return {"schema": "stab.error/1", "source": {"path": self.path}, "error": self.error}
+
+
+# ---------------------------------------------------------------- discovery
+
+
+def discover(targets: Iterable[str], recursive: bool) -> list[str]:
+    """The runs named by `targets`, in order, without duplicates.
+
+    Without `recursive` every target is one run (a file, a run directory or a
+    URI), read or failed as given. With it, a directory that is not itself a
+    run is walked, and every file or directory a reader accepts is one run.
+    """
+    runs: list[str] = []
+    for target in targets:
+        path = Path(target)
+        if "://" in target or not recursive or not path.is_dir():
+            runs.append(target)
+        else:
+            _walk(path, runs)
+    seen: set[str] = set()
+    return [r for r in runs if not (r in seen or seen.add(r))]
+
+
+def _walk(folder: Path, runs: list[str]) -> None:
+    if _is_run(folder):
+        runs.append(str(folder))
+        return
+    try:
+        children = sorted(folder.iterdir())
+    except OSError:
+        return
+    for child in children:
+        if child.name.startswith("."):
+            continue
+        if child.is_dir():
+            _walk(child, runs)
+        elif child.is_file() and _is_run(child):
+            runs.append(str(child))
+
+
+def _is_run(path: Path) -> bool:
+    from .ingest import detect_format
+
+    try:
+        name = detect_format(path)
+    except (StabInputError, OSError):
+        return False
+    if name == "tensorboard" and path.is_dir():
+        return _events_within(path, _TB_MAX_DEPTH)
+    return True
+
+
+def _events_within(folder: Path, depth: int) -> bool:
+    if any(p.name.startswith("events.out.tfevents") for p in folder.iterdir() if p.is_file()):
+        return True
+    return depth > 0 and any(_events_within(p, depth - 1) for p in folder.iterdir() if p.is_dir())
+
+
+# ---------------------------------------------------------------- analysis
+
+
+def analyze_one(path: str, settings: BatchSettings) -> RunResult:
+    """One run, in a worker: the document, the fragment, or the reason it failed."""
+    from .config import load_config
+    from .errors import StabUsageError
+    from .pipeline import analyze
+
+    try:
+        start = Path(path) if "://" not in path and Path(path).exists() else Path.cwd()
+        thresholds = load_config(start, settings.set_values)
+        analysis = analyze(path, thresholds, options=settings.options, select=list(settings.select),
+                           ignore=list(settings.ignore))
+    except (StabInputError, StabUsageError) as err:
+        return RunResult(path, error=str(err))
+    except Exception as err:  # noqa: BLE001 - one broken run must not stop the batch
+        return RunResult(path, error=f"{path}: internal error {type(err).__name__}: {err}")
+    worst = analysis.worst_severity
+    return RunResult(path, doc=analysis.to_dict(), fragment=_fragment(analysis, settings),
+                     worst=None if worst is None else int(worst))
+
+
+def _fragment(analysis, settings: BatchSettings) -> str | None:
+    if settings.fragment == "github":
+        from .report import github
+
+        return github.render(analysis)
+    if settings.fragment == "markdown":
+        from .report import markdown
+
+        return markdown.render(analysis, heading_level=3)
+    if settings.fragment == "junit":
+        import xml.etree.ElementTree as ET
+
+        from .model import Severity
+        from .report import junit
+
+        return ET.tostring(junit.testsuite(analysis, Severity.parse(settings.fail_on)), encoding="unicode")
+    return None
+
+
+def analyze_many(paths: list[str], settings: BatchSettings, jobs: int | None = None,
+                 on_done: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+    """Every run, in input order. `jobs` workers (default: all cores); 1 runs in this process."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths) or 1))
+    results: list[RunResult | None] = [None] * len(paths)
+    if jobs == 1:
+        for i, path in enumerate(paths):
+            results[i] = analyze_one(path, settings)
+            if on_done:
+                on_done(results[i])
+        return [r for r in results if r is not None]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(analyze_one, path, settings): i for i, path in enumerate(paths)}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                results[i] = future.result()
+            except Exception as err:  # noqa: BLE001 - a worker that died (out of memory, killed)
+                results[i] = RunResult(paths[i], error=f"{paths[i]}: worker failed: {type(err).__name__}: {err}")
+            if on_done:
+                on_done(results[i])
+    return [r for r in results if r is not None]
+
+
+# ---------------------------------------------------------------- summary and exit
+
+
+def exit_status(results: list[RunResult], fail_on: str = "error") -> int:
+    """2 only when every run failed to read; else 1 when any run is at/above `fail_on`, else 0."""
+    from .exit_codes import exit_code_for
+    from .model import Severity
+
+    readable = [r for r in results if r.ok]
+    if not readable:
+        return 2
+    threshold = Severity.parse(fail_on)
+    return max(int(exit_code_for(None if r.worst is None else Severity(r.worst), threshold)) for r in readable)
+
+
+def first_bad_step(doc: dict[str, Any]) -> int | None:
+    """The earliest step of a warning or error finding (what a person looks at first)."""
+    steps = [f["step"] for f in doc.get("findings", [])
+             if f.get("severity") in ("warning", "error") and isinstance(f.get("step"), int)]
+    return min(steps) if steps else None
+
+
+def summary_rows(results: list[RunResult]) -> list[dict[str, Any]]:
+    """One row per run: run, verdict, cause, first bad step, rows (or the error)."""
+    rows = []
+    for r in results:
+        if not r.ok:
+            rows.append({"path": r.path, "run": r.path, "verdict": "unreadable", "cause": None,
+                         "first_bad_step": None, "rows": None, "severity": None, "error": r.error})
+            continue
+        doc = r.doc or {}
+        source, verdict = doc.get("source", {}), doc.get("verdict", {})
+        rows.append({"path": r.path, "run": source.get("run") or r.path, "verdict": verdict.get("code"),
+                     "cause": verdict.get("cause"), "first_bad_step": first_bad_step(doc),
+                     "rows": source.get("rows"), "severity": verdict.get("severity"), "error": None})
+    return rows

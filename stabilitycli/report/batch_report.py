@@ -1,0 +1,77 @@
+"""Rendering many runs at once (`stab analyze a b c`, `--recursive`).
+
+Each run's own rendering (a CI fragment) was made in its worker by the
+single-run renderers; this module only puts them together with a summary.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..batch import RunResult, summary_rows
+from . import github as gh
+from . import mdtext
+
+_VERDICT_STYLE = {"error": "bold red", "warning": "yellow", "info": "green"}
+
+
+def jsonl(results: list[RunResult]) -> str:
+    """JSON Lines: one stab.analysis/1 document per run, or a stab.error/1 record."""
+    lines = [json.dumps(r.doc if r.ok else r.failure_record(), allow_nan=False) for r in results]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def github(results: list[RunResult]) -> str:
+    out = []
+    for r in results:
+        out.append(r.fragment.rstrip("\n") if r.ok and r.fragment else
+                   gh.annotation("error", r.path, "stab: unreadable run", r.error or ""))
+    return "\n".join(out) + "\n"
+
+
+def junit(results: list[RunResult]) -> str:
+    import xml.etree.ElementTree as ET
+
+    from . import junit as ju
+
+    suites = [ET.fromstring(r.fragment) if r.ok and r.fragment else ju.error_suite(r.path, r.error or "")
+              for r in results]
+    return ju.wrap(suites)
+
+
+def markdown(results: list[RunResult]) -> str:
+    rows = summary_rows(results)
+    lines = [f"## stab: {len(results)} runs", "", "| run | verdict | cause | first bad step | rows |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {mdtext.cell(row['run'])} | `{row['verdict']}` | {row['cause'] or ''} | "
+                     f"{'' if row['first_bad_step'] is None else row['first_bad_step']} | "
+                     f"{'' if row['rows'] is None else row['rows']} |")
+    lines.append("")
+    for r in results:
+        if r.ok and r.fragment:
+            lines += [r.fragment.rstrip("\n"), ""]
+        elif not r.ok:
+            lines += [f"### ⛔ unreadable — {mdtext.text(r.path)}", "", mdtext.text(r.error or ""), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def terminal_table(results: list[RunResult]):
+    """A rich Table: run, verdict, cause, first bad step, rows; unreadable runs with their reason."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"stab: {len(results)} runs")
+    for name, justify, wrap in (("run", "left", True), ("verdict", "left", False), ("cause", "left", True),
+                                ("first bad step", "right", False), ("rows", "right", False)):
+        table.add_column(name, justify=justify, overflow="fold", no_wrap=not wrap)
+    for row in summary_rows(results):
+        if row["error"]:
+            table.add_row(Text(row["path"]), Text("unreadable", style="bold magenta"), Text(row["error"], style="dim"),
+                          "", "")
+            continue
+        style = "green" if row["verdict"] in ("healthy", "insufficient-data") else _VERDICT_STYLE.get(row["severity"], "")
+        table.add_row(Text(str(row["run"])), Text(str(row["verdict"]), style=style), Text(row["cause"] or ""),
+                      "" if row["first_bad_step"] is None else str(row["first_bad_step"]),
+                      "" if row["rows"] is None else f"{row['rows']:,}")
+    return table
