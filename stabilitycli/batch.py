@@ -154,6 +154,10 @@ def _fragment(analysis, settings: BatchSettings) -> str | None:
     return None
 
 
+def _analyze_chunk(paths: list[str], settings: BatchSettings) -> list[RunResult]:
+    return [analyze_one(path, settings) for path in paths]
+
+
 def analyze_many(paths: list[str], settings: BatchSettings, jobs: int | None = None,
                  on_done: Callable[[RunResult], None] | None = None) -> list[RunResult]:
     """Every run, in input order. `jobs` workers (default: all cores); 1 runs in this process."""
@@ -168,17 +172,24 @@ def analyze_many(paths: list[str], settings: BatchSettings, jobs: int | None = N
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    # a few runs per task: one small run costs ~15 ms, about what a round trip
+    # to a worker costs, so single-run tasks would spend half the time on IPC
+    per_task = max(1, min(8, len(paths) // (jobs * 4)))
+    chunks = [list(range(i, min(i + per_task, len(paths)))) for i in range(0, len(paths), per_task)]
     context = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(analyze_one, path, settings): i for i, path in enumerate(paths)}
+        futures = {pool.submit(_analyze_chunk, [paths[i] for i in chunk], settings): chunk for chunk in chunks}
         for future in as_completed(futures):
-            i = futures[future]
+            chunk = futures[future]
             try:
-                results[i] = future.result()
+                done = future.result()
             except Exception as err:  # noqa: BLE001 - a worker that died (out of memory, killed)
-                results[i] = RunResult(paths[i], error=f"{paths[i]}: worker failed: {type(err).__name__}: {err}")
-            if on_done:
-                on_done(results[i])
+                done = [RunResult(paths[i], error=f"{paths[i]}: worker failed: {type(err).__name__}: {err}")
+                        for i in chunk]
+            for i, result in zip(chunk, done):
+                results[i] = result
+                if on_done:
+                    on_done(result)
     return [r for r in results if r is not None]
 
 
