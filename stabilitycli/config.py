@@ -98,12 +98,23 @@ class Thresholds:
     throughput_drop_frac: float = 0.05
     """Run throughput this fraction below its trailing median is a throughput drop."""
 
+    # --- restart replays and `stab compare` (seeds 000, 003) ---
+    replay_noise_steps: int = 100
+    """A restart replay is judged against the loss noise over this many steps before the restart."""
+    noise_band_sigmas: float = 3.0
+    """Default tolerance: this many noise sigmas of the difference of two runs as noisy as the baseline."""
+    smoothed_noise_band_sigmas: float = 5.0
+    """...on smoothed curves, where one heavy-tailed mini-batch outlier is spread over many points."""
+    judge_points: int = 5
+    """A deviation counts when the median of this many neighbouring points is outside the band (1: each point)."""
+
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise StabUsageError(f"thresholds.{spec.name} must be a number >= 0, got {value!r}")
-        for name in ("spike_window_steps", "divergence_window_steps", "min_points_per_window"):
+        for name in ("spike_window_steps", "divergence_window_steps", "min_points_per_window",
+                     "replay_noise_steps", "judge_points"):
             if getattr(self, name) <= 0:
                 raise StabUsageError(f"thresholds.{name} must be > 0")
 

@@ -55,7 +55,16 @@ def rule(code: str, section: str, summary: str, emits: tuple[str, ...] = ()):
 
 def load_rules() -> dict[str, Rule]:
     """Import every rule module (registration happens at import)."""
-    from . import divergence, mixed_precision, nan, restarts, schedule, spike, throughput  # noqa: F401
+    from . import (  # noqa: F401
+        divergence,
+        mixed_precision,
+        nan,
+        restart_replay,
+        restarts,
+        schedule,
+        spike,
+        throughput,
+    )
 
     # rules run in the tree's order: later sections read earlier facts (§3 and
     # §4 need the spike events of §2)
@@ -64,8 +73,8 @@ def load_rules() -> dict[str, Rule]:
 
 
 RUN_ORDER: tuple[str, ...] = (
-    "restart", "nan", "spike", "grad-norm-spike", "loss-scale", "divergence", "lr-jump", "lr-increasing",
-    "weight-norm-change", "throughput-drop",
+    "restart", "restart-replay", "nan", "spike", "grad-norm-spike", "loss-scale", "divergence", "lr-jump",
+    "lr-increasing", "weight-norm-change", "throughput-drop",
 )
 
 

@@ -24,6 +24,8 @@ class SeriesView:
     logged: dict[str, np.ndarray]  # bool per metric: was it logged at this step
     source: SourceInfo
     restarts: list[Restart] = field(default_factory=list)
+    # rows a resume rewrote (`RunData.abandoned`, with `_segment`), for the replay rule
+    abandoned: pl.DataFrame | None = None
 
     def has(self, metric: str) -> bool:
         return metric in self.columns and bool(self.logged[metric].any())
@@ -76,4 +78,6 @@ def build_view(run: RunData) -> SeriesView:
         logged[name] = series.is_not_null().to_numpy()
         columns[name] = series.fill_null(np.nan).to_numpy().astype(np.float64)
     restarts = [r for r in run.source.restarts]
-    return SeriesView(steps=steps, columns=columns, logged=logged, source=run.source, restarts=restarts)
+    abandoned = run.abandoned if run.abandoned.height else None
+    return SeriesView(steps=steps, columns=columns, logged=logged, source=run.source, restarts=restarts,
+                      abandoned=abandoned)

@@ -1,0 +1,151 @@
+"""`stab compare`: a fix against the broken run, a rerun against its baseline,
+or a resume against the trajectory it abandoned; plus `--expect` checks.
+
+Registered by `cli.py` as `app.command("compare")(command)`. polars/numpy are
+imported only inside the function, so `stab --help` stays instant.
+
+Exit status: 0 every metric within its band and every check holds; 1 one does
+not (or a run stops before --until); 2 unreadable input or a bad option,
+including a malformed --expect (one line on stderr naming it and the column).
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import StabInputError, StabUsageError
+from ._common import FormatInOpt, SetOpt, StepKeyOpt, fail, pairs
+
+
+class CompareFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+class XAxis(str, Enum):
+    step = "step"
+    tokens = "tokens"
+
+
+def command(
+    runs: Annotated[list[str], typer.Argument(
+        help="BASELINE CANDIDATE; or one RUN with --expect (checks only) or with --restart N.",
+        show_default=False)],
+    expect: Annotated[list[str] | None, typer.Option(
+        "--expect", "-e", help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
+        "on the candidate unless prefixed 'baseline:' (repeatable).")] = None,
+    restart: Annotated[int | None, typer.Option(
+        help="Compare restart N (1-based) of one log: the abandoned trajectory against the resumed one.")] = None,
+    tolerance: Annotated[list[str] | None, typer.Option(
+        "--tolerance", "-t", help="Absolute band: VALUE (for loss) or METRIC=VALUE (repeatable). "
+        "Default: the noise measured in the baseline.")] = None,
+    rel_tolerance: Annotated[list[str] | None, typer.Option(
+        help="Relative band: FRAC (every metric) or METRIC=FRAC, times |baseline| (repeatable).")] = None,
+    until: Annotated[int | None, typer.Option(help="Compare up to this step (tokens with --x tokens); "
+                                                   "a run that stops before it fails.")] = None,
+    since: Annotated[int | None, typer.Option(help="Compare from this step (tokens with --x tokens).")] = None,
+    x: Annotated[XAxis, typer.Option("--x", help="Align on optimizer steps or on consumed tokens.")] = XAxis.step,
+    smooth: Annotated[str | None, typer.Option(
+        help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) or window:N (trailing mean of N points).")] = None,
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", "-m", help="Metric to compare (NAME, or NAME=LOGKEY to map a key in both runs); repeatable. "
+        "Default: loss, grad_norm, eval_loss, lr where both runs log them.")] = None,
+    strict: Annotated[bool, typer.Option(
+        help="Judge every point on its own (default: the median of 5 neighbouring points, so one noisy "
+             "mini-batch never fails a comparison).")] = False,
+    output: Annotated[CompareFormat, typer.Option("--format", "-f", help="Output format.")] = CompareFormat.terminal,
+    step_key: StepKeyOpt = None,
+    format_in: FormatInOpt = None,
+    set_values: SetOpt = None,
+) -> None:
+    """Compare two runs (or a resume with what it replaced) and check --expect bounds."""
+    try:
+        result = _compare(runs, expect, restart, tolerance, rel_tolerance, until, since, x.value, smooth,
+                          metric, strict, step_key, format_in, set_values)
+    except (StabInputError, StabUsageError) as err:
+        raise fail(str(err)) from None
+    except Exception as err:
+        if os.environ.get("STAB_DEBUG"):
+            raise
+        raise fail(f"{' '.join(runs)}: internal error {type(err).__name__}: {err} "
+                   "(set STAB_DEBUG=1 for a traceback)") from None
+    if output is CompareFormat.json:
+        import json
+
+        typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+    else:
+        from rich.console import Console
+
+        from ..report.compare_terminal import render
+
+        render(result, Console())
+    raise typer.Exit(0 if result.passed else 1)
+
+
+def _compare(runs, expect, restart, tolerance, rel_tolerance, until, since, x, smooth, metric, strict,
+             step_key, format_in, set_values):
+    from ..compare import CompareOptions, check_run, compare, compare_restart
+    from ..config import load_config
+    from ..deviation import Smoothing
+    from ..expect import parse_expect
+    from ..ingest import read
+    from ..ingest.options import ReadOptions
+
+    if not 1 <= len(runs) <= 2:
+        raise StabUsageError(f"give BASELINE CANDIDATE, or one RUN with --expect or --restart (got {len(runs)} paths)")
+    if restart is not None and len(runs) != 1:
+        raise StabUsageError("--restart N compares within one log: give exactly one RUN")
+    checks = tuple(parse_expect(e) for e in expect or [])  # malformed: a usage error before any reading
+    names, overrides = _metrics(metric)
+    start = Path(runs[0]) if "://" not in runs[0] and Path(runs[0]).exists() else Path.cwd()
+    options = CompareOptions(
+        metrics=names, tolerance=_numbers(tolerance, "--tolerance", bare="loss"),
+        rel_tolerance=_numbers(rel_tolerance, "--rel-tolerance", bare="*"), since=since, until=until, x=x,
+        smoothing=Smoothing.parse(smooth) if smooth else None, strict=strict, expects=checks,
+        thresholds=load_config(start, pairs(set_values, "--set")),
+    )
+    read_options = ReadOptions(metric_overrides=overrides, step_key=step_key, format_in=format_in)
+    loaded = [read(path, read_options) for path in runs]
+    if restart is not None:
+        return compare_restart(loaded[0], restart, options)
+    if len(loaded) == 1:
+        return check_run(loaded[0], options)
+    return compare(loaded[0], loaded[1], options)
+
+
+def _metrics(values: list[str] | None) -> tuple[tuple[str, ...], dict[str, str]]:
+    names: list[str] = []
+    overrides: dict[str, str] = {}
+    for item in values or []:
+        name, sep, key = item.partition("=")
+        name = name.strip()
+        if not name or (sep and not key.strip()):
+            raise StabUsageError(f"--metric expects NAME or NAME=LOGKEY, got {item!r}")
+        names.append(name)
+        if sep:
+            overrides[name] = key.strip()
+    return tuple(names), overrides
+
+
+def _numbers(values: list[str] | None, flag: str, bare: str) -> dict[str, float]:
+    """VALUE or METRIC=VALUE items; a bare VALUE applies to `bare` ('loss', or '*' for every metric)."""
+    import math
+
+    out: dict[str, float] = {}
+    for item in values or []:
+        name, sep, raw = item.rpartition("=")
+        name = name.strip() if sep else bare
+        try:
+            number = float(raw)
+        except ValueError:
+            number = math.nan
+        if not sep and "=" in item or not name or not math.isfinite(number) or number < 0:
+            raise StabUsageError(f"{flag} expects VALUE or METRIC=VALUE with a number >= 0, got {item!r}")
+        out[name] = number
+    return out
+

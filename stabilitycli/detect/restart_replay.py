@@ -1,0 +1,77 @@
+"""Restart replays: after a resume, is the run back on the path it was on? (seeds 000, 003)"""
+
+from __future__ import annotations
+
+from ..config import Thresholds
+from ..model import Finding, Severity, Skip
+from .registry import RuleResult, rule
+from .series import SeriesView
+
+
+@rule("restart-replay", "0", "a resume's replay of the steps it rewrote departs from the abandoned trajectory",
+      emits=("restart-replay",))
+def detect_restart_replay(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+    """The resumed loss against the abandoned loss, over the steps a restart logged twice.
+
+    What it detects: for every resume, the steps between the checkpoint it
+    resumed from and the step the log had reached are logged twice. The
+    deviation between the two loss trajectories is held to the noise of
+    the `replay_noise_steps` (100) steps before the restart: the band is
+    `noise_band_sigmas` (3) x sqrt(2) x that sigma, and a step counts as
+    outside when the median of it and its `judge_points` (5) neighbours is.
+    A replay that stays inside is info; one that leaves is a warning that
+    says how far, for how long, and after how many steps it came back.
+
+    Why it matters: a resume that restored weights, optimizer moments,
+    scheduler and data cursor replays the abandoned trajectory within noise
+    (exactly, when kernels are deterministic). One that lost the optimizer
+    state jumps off it and needs tens of steps to come back, or never does:
+    the evidence for the `optimizer-reset` pattern, and the proof a fixed
+    resume is back on its path (`stab compare --restart N`).
+    """
+    from ..compare import replay_judgement
+    from ..replay import replay_from_view, restart_events
+
+    result = RuleResult()
+    events = restart_events(view.restarts)
+    if not events:
+        return result
+    if view.abandoned is None:
+        result.skipped.append(Skip("restart-replay", "the abandoned rows of the restart(s) were not kept"))
+        return result
+    replays = []
+    for index in range(1, len(events) + 1):
+        replay = replay_from_view(view, index)
+        numbers = replay_judgement(replay, "loss", thresholds)
+        lo, hi = replay.window
+        if numbers is None or numbers["points"] < 3:
+            result.skipped.append(Skip("restart-replay", f"restart {index} (resumed from step {lo}): fewer than "
+                                       "3 loss points logged both before and after it; nothing to compare"))
+            continue
+        evidence = {"restart": index, "resumed_from_step": lo, "last_step_before": hi,
+                    **{k: v for k, v in numbers.items() if k != "worst_band_ratio"}}
+        # 0: never left the band; None: left it and was still outside at the end of the replay
+        back = numbers["within_from"]
+        evidence["steps_to_return"] = 0 if not numbers["departed"] else (back - lo if back is not None else None)
+        replays.append(evidence)
+        result.findings.append(Finding(
+            "restart-replay", Severity.WARNING if numbers["departed"] else Severity.INFO,
+            _message(index, lo, hi, numbers), step=lo, end_step=hi, metric="loss", evidence=evidence,
+        ))
+    result.facts["restart_replays"] = replays
+    return result
+
+
+def _message(index: int, lo: int, hi: int, n: dict) -> str:
+    head = f"restart {index} (resumed from step {lo}, the log had reached {hi}): "
+    numbers = (f"mean |Δloss| {n['mean_abs_deviation']:.3g}, max {n['max_deviation']:+.3g} at step "
+               f"{n['max_deviation_at']}; band ±{n['tolerance']:.3g} = 3·√2·σ, σ {n['noise_sigma']:.3g} "
+               f"over steps {n['noise_steps'][0]}-{n['noise_steps'][1]}")
+    if not n["departed"]:
+        return head + f"the replay of {n['points']} point(s) tracks the abandoned trajectory within noise ({numbers})"
+    if n["within_from"] is None:
+        back = f"and did not come back within the {n['points']} replayed point(s)"
+    else:
+        back = f"and came back within noise after {n['within_from'] - lo} steps (step {n['within_from']})"
+    return (head + f"the resumed loss left the abandoned trajectory at step {n['first_outside']} {back} ({numbers}); "
+            "state the checkpoint did not restore (optimizer moments, scheduler, data cursor)")

@@ -1,0 +1,193 @@
+"""The rich terminal rendering of a `Comparison`: verdict, both loss curves, per-metric table, checks."""
+
+from __future__ import annotations
+
+import math
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..compare import Comparison, MetricComparison
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def build(result: Comparison) -> Group:
+    parts = [Panel(_headline(result), title=f"stab compare · {_title(result)}", subtitle=_settings(result))]
+    if result.preview:
+        parts.append(_curves(result))
+    if result.metrics:
+        parts.append(_metric_table(result))
+    if result.checks:
+        parts.append(_check_table(result))
+    if result.problems:
+        parts.append(Text("Problems:\n" + "\n".join(f"  • {p}" for p in result.problems), style="bold red"))
+    notes = list(result.notes)
+    if result.not_compared:
+        notes.append(f"not compared (name them with --metric): {', '.join(result.not_compared)}")
+    if notes:
+        parts.append(Text("Notes:\n" + "\n".join(f"  - {n}" for n in notes), style="dim"))
+    return Group(*parts)
+
+
+def _title(result: Comparison) -> str:
+    name = result.candidate.get("run") or result.candidate["path"]
+    if result.mode == "restart":
+        return f"{name}, restart {result.restart['index']}"
+    return name
+
+
+def _headline(result: Comparison) -> Text:
+    verdict = Text("PASS" if result.passed else "FAIL", style="bold green" if result.passed else "bold red")
+    if result.mode == "checks":
+        held = sum(c.holds for c in result.checks)
+        return verdict + Text(f"  {held} of {len(result.checks)} check(s) hold on {result.candidate['path']}")
+    if result.mode == "restart":
+        r = result.restart
+        return verdict + Text(
+            f"  resumed from step {r['resumed_from_step']} after the log had reached {r['last_step_before']}: "
+            + _restart_sentence(result.metrics[0], r))
+    first = result.metrics[0]
+    return verdict + Text(f"  candidate {result.candidate['path']} against baseline {result.baseline['path']}: "
+                          + _metric_sentence(first, result.x))
+
+
+def _restart_sentence(m: MetricComparison, restart: dict) -> str:
+    s = m.stats
+    if m.passed:
+        return f"the replay of {m.points} point(s) tracks the abandoned {m.metric} within the band"
+    if s["within_from"] is None:
+        return f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} and did not come back"
+    steps = s["within_from"] - restart["resumed_from_step"]
+    return (f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} and came back "
+            f"within the band after {steps} steps (step {s['within_from']})")
+
+
+def _metric_sentence(m: MetricComparison, x: str) -> str:
+    s = m.stats
+    if m.passed:
+        return f"{m.metric} stays within the band over {m.points} points"
+    if s["diverged_at"] is not None:
+        earlier = (f" (first outside at {x} {s['first_outside']}, {s['points_outside']} of {m.points} points)"
+                   if s["first_outside"] != s["diverged_at"] else "")
+        return f"{m.metric} leaves the band for good at {x} {s['diverged_at']}{earlier}"
+    return f"{m.metric} is outside the band at {s['points_outside']} point(s), first at {x} {s['first_outside']}"
+
+
+def _settings(result: Comparison) -> str:
+    if result.mode == "checks":
+        return "checks read the raw logged values at optimizer steps"
+    lo = "start" if result.since is None else f"{result.since:g}"
+    hi = "end" if result.until is None else f"{result.until:g}"
+    judged = "each point on its own" if result.judge_points == 1 else f"median of {result.judge_points} points"
+    return (f"x = {result.x}, range {lo}–{hi}; smoothing {result.smoothing or 'none'}; "
+            f"a point is outside when the {judged} is")
+
+
+def _curves(result: Comparison) -> Text:
+    pv = result.preview
+    values = [v for v in pv["baseline"] + pv["candidate"] if v is not None and math.isfinite(v)]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    names = ("abandoned", "resumed") if result.mode == "restart" else ("baseline", "candidate")
+    width = max(len(n) for n in names)
+    text = Text()
+    for name, key, style in ((names[0], "baseline", "cyan"), (names[1], "candidate", "magenta")):
+        text.append(f"{pv['metric']} {name:<{width}} ", style="bold")
+        text.append(_spark(pv[key], low, high), style=style)
+        text.append("\n")
+    marks = "".join("▲" if o else " " for o in pv["outside"])
+    if "▲" in marks:
+        text.append(" " * (len(pv["metric"]) + width + 2))
+        text.append(marks, style="bold red")
+        text.append(f"  outside the band ({result.x} {pv['x'][0]}–{pv['x'][-1]}, same scale {low:.3g}–{high:.3g})")
+    else:
+        text.append(f"{'':{len(pv['metric']) + width + 2}}same scale {low:.3g}–{high:.3g}, {result.x} "
+                    f"{pv['x'][0]}–{pv['x'][-1]}", style="dim")
+    return text
+
+
+def _spark(values: list[float], low: float, high: float) -> str:
+    """One character per bucket on a scale shared by both curves; non-finite buckets as '×'."""
+    span = high - low or 1.0
+    out = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append("×")
+        else:
+            out.append(_BARS[min(len(_BARS) - 1, max(0, int((v - low) / span * (len(_BARS) - 1) + 0.5)))])
+    return "".join(out)
+
+
+def _metric_table(result: Comparison) -> Group:
+    title = ("Deviation of the resumed trajectory from the abandoned one" if result.mode == "restart"
+             else "Deviation of the candidate from the baseline")
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1))
+    for name, justify in (("metric", "left"), ("pts", "right"), ("band±", "right"), ("max|Δ|", "right"),
+                          ("@", "right"), ("mean|Δ|", "right"), ("out", "right"), ("parted", "right"),
+                          ("back", "right"), ("", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    origins: list[str] = []
+    for m in result.metrics:
+        s = m.stats
+        if m.tolerance["origin"] not in origins:
+            origins.append(m.tolerance["origin"])
+        mark = "*" * (origins.index(m.tolerance["origin"]) + 1)
+        table.add_row(
+            m.metric, f"{m.points}", _band(m.tolerance) + mark,
+            _g(s["max_abs_deviation"]), _opt(s["max_deviation_at"]), _g(s["mean_abs_deviation"]),
+            f"{s['points_outside']}" + ("!" if s["nonfinite_mismatches"] else ""),
+            _opt(s["diverged_at"]), _opt(s["within_from"]),
+            Text("ok" if m.passed else "FAIL", style="green" if m.passed else "bold red"),
+        )
+    legend = [f"{'*' * (i + 1)} band: {origin}" for i, origin in enumerate(origins)]
+    legend += [f"{m.metric}: band {_band_range(m.tolerance)} along the compared range"
+               for m in result.metrics if _band_range(m.tolerance)]
+    legend += [f"{m.metric}: {m.stats['nonfinite_mismatches']} point(s) non-finite in one run only (!)"
+               for m in result.metrics if m.stats["nonfinite_mismatches"]]
+    legend.append("out: points outside the band; parted: outside from there to the end; back: inside from there on")
+    interp = [f"{m.metric}: {m.interpolated_points} of {m.points} points interpolated onto the {m.grid}'s grid"
+              for m in result.metrics if m.interpolated_points]
+    return Group(table, Text("\n".join(legend + interp), style="dim"))
+
+
+def _band(tol: dict) -> str:
+    return f"{tol['value']:.3g}" if tol["kind"] == "absolute" else f"{tol['median']:.3g}"
+
+
+def _band_range(tol: dict) -> str:
+    """'0.29–1.08' when a relative or noise band varies along the run, else ''."""
+    if tol["kind"] == "absolute" or tol["max"] <= 1.05 * tol["min"]:
+        return ""
+    return f"{tol['min']:.3g}–{tol['max']:.3g} (median {tol['median']:.3g})"
+
+
+def _check_table(result: Comparison) -> Table:
+    table = Table(title="Checks (--expect)")
+    table.add_column("check")
+    table.add_column("on")
+    table.add_column("value", justify="right")
+    table.add_column("result")
+    for c in result.checks:
+        value = "—" if c.value is None else _g(c.value)
+        outcome = Text("holds" if c.holds else "FAILS", style="green" if c.holds else "bold red")
+        if c.reason:
+            outcome.append(f" ({c.reason})", style="dim")
+        table.add_row(c.check.text, c.check.side, value, outcome)
+    return table
+
+
+def _g(value) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3g}" if math.isfinite(value) else str(value)
+
+
+def _opt(value) -> str:
+    return "—" if value is None else str(value)
+
+
+def render(result: Comparison, console: Console) -> None:
+    console.print(build(result))
