@@ -1,0 +1,199 @@
+"""`stab postmortem`: every number traced to the log, nothing invented."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from stabilitycli.postmortem_data import build, ema_before, round_up
+from stabilitycli.report.postmortem import render
+
+from ..conftest import run_fixture
+from .helpers import analyse_path, analysed, loss_rows, write_jsonl
+
+
+def _pm(name: str):
+    data, analysis = analysed(name)
+    return build(analysis, data)
+
+
+def _symptoms(incident) -> dict:
+    return dict(incident.symptoms)
+
+
+def test_long_tail_spike_numbers_come_from_the_log() -> None:
+    pm = _pm("spike-long-tail")
+    assert [i.kind for i in pm.incidents] == ["spike"]
+    inc = pm.incidents[0]
+    rows = loss_rows("spike-long-tail")
+    by_step = {r["step"]: r for r in rows}
+    s = _symptoms(inc)
+    assert s["step where the spike began"] == 900
+    # the 50-step EMA, recomputed here by the textbook recursion over the raw log
+    ema = None
+    for r in rows:
+        if r["step"] >= 900:
+            break
+        ema = r["train/loss"] if ema is None else ema + (2 / 51) * (r["train/loss"] - ema)
+    assert s["pre-spike loss (50-step EMA)"] == f"{ema:.4g}"
+    assert s["peak loss (step 900)"].startswith(f"{by_step[900]['train/loss']:.4g}")
+    assert s["loss 50 steps after the peak"] == f"{by_step[950]['train/loss']:.4g} (step 950)"
+    assert s["pre-clip grad norm at the spike"].startswith(f"{by_step[899]['train/grad_norm']:.4g} at step 899")
+    assert s["LR at the spike"] == f"{by_step[900]['train/lr']:.4g}"
+    # what the log cannot say is left to a person
+    assert s["unusual tokens in that batch"] is None
+    assert s["batch index at the spike"] is None  # no batch id in this log
+    assert s["dtype regime"] is None
+
+
+def test_long_tail_hypotheses_ranked_with_the_discriminating_numbers() -> None:
+    inc = _pm("spike-long-tail").incidents[0]
+    first = inc.hypotheses[0]
+    assert (first.code, first.status, first.series) == ("long-tail-token", "supported", "grad_norm")
+    assert first.numbers["ratio"] >= 30
+    status = {h.code: h.status for h in inc.hypotheses}
+    assert status["lr-discontinuity"] == "ruled out"
+    assert status["optimizer-reset"] == "ruled out"
+    assert status["duplicate-batch"] == "not testable"  # no batch id logged
+    assert "899" in inc.root_cause and "26.13" in inc.root_cause
+    assert "needs a human" in inc.root_cause  # which tokens: not in the log
+
+
+def test_verification_bounds_and_compare_arguments() -> None:
+    data, analysis = analysed("spike-long-tail")
+    spike = next(f for f in analysis.findings if f.code == "spike")
+    inc = build(analysis, data).incidents[0]
+    thr = round_up(spike.evidence["threshold"])
+    assert thr >= spike.evidence["threshold"] and thr < spike.evidence["peak"]
+    assert inc.expects[0] == f"loss@900<{thr:g}"
+    grad = spike.evidence["causes"][0]
+    g_bound = round_up(10 * grad["grad_norm_baseline"])
+    assert inc.expects[1] == f"max(grad_norm)[897:950]<{g_bound:g}"
+    assert g_bound < grad["grad_norm"]  # the broken run fails its own check
+    text = render(build(analysis, data))
+    assert f'--expect "loss@900<{thr:g}" --expect "max(grad_norm)[897:950]<{g_bound:g}"' in text
+    assert inc.cost.steps == spike.evidence["recovery_steps"] and not inc.cost.until_end_of_log
+
+
+@pytest.mark.parametrize(("fixture", "cause"), [
+    ("spike-lr-jump", "lr-discontinuity"),
+    ("spike-duplicate-batch", "duplicate-batch"),
+    ("spike-after-restart", "optimizer-reset"),
+])
+def test_each_cause_is_the_top_hypothesis(fixture: str, cause: str) -> None:
+    inc = _pm(fixture).incidents[0]
+    assert inc.hypotheses[0].code == cause and inc.hypotheses[0].status == "supported"
+    others = [h for h in inc.hypotheses[1:] if h.status == "supported"]
+    assert not others, [h.code for h in others]
+    assert inc.root_cause
+
+
+def test_duplicate_batch_shows_the_batch_index() -> None:
+    s = _symptoms(_pm("spike-duplicate-batch").incidents[0])
+    assert s["batch index at the spike"] == 6063
+
+
+def test_persistent_spike_did_not_recover_and_reloads_first() -> None:
+    inc = _pm("spike-persistent").incidents[0]
+    s = _symptoms(inc)
+    assert s["loss 50 steps after the peak"].startswith("did not recover")
+    assert inc.remediation[0].startswith("reload the last checkpoint before step 800")
+    assert any(e.startswith("loss@850<") for e in inc.expects)
+    assert inc.cost.until_end_of_log is False or inc.cost.steps > 50
+
+
+def test_two_spikes_two_sections(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    rows = []
+    for step in range(1200):
+        loss = 3.0 + 0.03 * rng.standard_normal()
+        if step in (400, 401):
+            loss = 6.0
+        if step in (900, 901, 902):
+            loss = 5.5
+        rows.append({"step": step, "loss": round(loss, 5), "grad_norm": 0.5})
+    data, analysis = analyse_path(write_jsonl(tmp_path / "two" / "run.jsonl", rows))
+    text = render(build(analysis, data))
+    assert "## 1. Loss spike at step 400" in text and "## 2. Loss spike at step 900" in text
+    assert text.count("### 1. Symptoms") == 2
+
+
+def test_healthy_run_says_so_and_invents_nothing() -> None:
+    text = render(_pm("healthy-low-noise"), date="2025-01-02")
+    assert text.startswith("# Run post-mortem — 2025-01-02 — healthy-low-noise")
+    assert "No loss spike, NaN or divergence" in text and "**healthy**" in text
+    assert "Root cause" not in text and "--expect" not in text
+
+
+def test_nan_fp32_names_the_layer_and_the_wasted_steps() -> None:
+    pm = _pm("nan-fp32-origin")
+    inc = next(i for i in pm.incidents if i.kind == "nan")
+    s = _symptoms(inc)
+    assert s["first non-finite step"] == 1200
+    assert s["recovery"] == "did not recover"
+    assert s["first non-finite layer"].startswith("h.1.mlp")
+    assert inc.hypotheses[0].code == "layer-origin"
+    status = {h.code: h.status for h in inc.hypotheses}
+    assert "activation-overflow" not in status  # fp32: no fp16 hypothesis at all
+    assert status["poisoned-weights"] == "supported"
+    assert inc.remediation[0] == "revert to the most recent checkpoint before step 1200"
+    assert inc.cost.until_end_of_log and inc.cost.steps == 1499 - 1200
+    assert inc.expects[0].startswith("loss@1200<") and inc.expects[1].startswith("max(loss)[1200:1499]<")
+
+
+def test_nan_fp16_points_at_overflow() -> None:
+    inc = next(i for i in _pm("nan-fp16-overflow").incidents if i.kind == "nan")
+    assert inc.hypotheses[0].code == "activation-overflow" and inc.hypotheses[0].status == "supported"
+    assert "loss scale at that step" in _symptoms(inc)
+
+
+def test_divergence_section() -> None:
+    data, analysis = analysed("divergence-grad-norm")
+    div = next(f for f in analysis.findings if f.code == "divergence")
+    inc = next(i for i in build(analysis, data).incidents if i.kind == "divergence")
+    assert inc.hypotheses[0].code == "grad-norm-rising"
+    assert inc.expects == [f"loss@{data.source.last_step}<{round_up(div.evidence['start_level']):g}"]
+
+
+def test_cost_in_tokens_when_logged(tmp_path) -> None:
+    rows = loss_rows("spike-long-tail")
+    for r in rows:
+        r["tokens"] = 4096 * (r["step"] + 1)
+    data, analysis = analyse_path(write_jsonl(tmp_path / "tok" / "run.jsonl", rows))
+    inc = build(analysis, data).incidents[0]
+    assert inc.cost.tokens == 4096 * inc.cost.steps
+    assert f"{inc.cost.tokens:,.0f} tokens" in render(build(analysis, data))
+
+
+def test_ema_follows_the_logging_interval(tmp_path) -> None:
+    # a log every 10 steps: 50 steps = 5 points, alpha = 2 / 6
+    rows = [{"step": s, "loss": 1.0 if s < 500 else 2.0} for s in range(0, 600, 10)]
+    data, _ = analyse_path(write_jsonl(tmp_path / "sparse" / "run.jsonl", rows))
+    from stabilitycli.detect.series import build_view
+
+    view = build_view(data)
+    expected = 1.0
+    for _ in range(5):  # five points at 2.0 (steps 500..540) before step 550
+        expected += (2 / 6) * (2.0 - expected)
+    assert math.isclose(ema_before(view, 550), expected, rel_tol=1e-12)
+
+
+def test_strings_from_the_log_stay_text(tmp_path) -> None:
+    rows = loss_rows("spike-long-tail")
+    folder = tmp_path / "<img src=x onerror=alert(1)>"
+    data, analysis = analyse_path(write_jsonl(folder / "run.jsonl", rows))
+    text = render(build(analysis, data))
+    # inside a code span it is shown literally (safe); everywhere else it is escaped
+    prose = re.sub(r"`[^`]*`", "", text)
+    assert "<img" not in prose and "&lt;img src=x onerror=alert(1)>" in prose
+
+
+def test_cli_writes_the_file(cli, tmp_path) -> None:
+    out = tmp_path / "pm.md"
+    result = cli("postmortem", run_fixture("spike-long-tail"), "-o", out)
+    assert result.exit_code == 0 and out.read_text().startswith("# Loss spike post-mortem")
+    missing = cli("postmortem", tmp_path / "nope.jsonl")
+    assert missing.exit_code == 2 and len(missing.stderr.strip().splitlines()) == 1
