@@ -100,10 +100,11 @@ def align(base: tuple[np.ndarray, np.ndarray, np.ndarray], cand: tuple[np.ndarra
     cx, cs, cv = (a[(cand[0] >= lo) & (cand[0] <= hi)] for a in cand)
     if bx.size == cx.size and np.array_equal(bx, cx):
         return Aligned(bx, bs, bv, cv, "both", 0)
+    # the finer series is interpolated from all its points: its neighbours may lie just outside [lo, hi]
     if bx.size <= cx.size:
-        values, exact = _resample(cx, cv, bx)
+        values, exact = _resample(cand[0], cand[2], bx)
         return Aligned(bx, bs, bv, values, "baseline", int((~exact).sum()))
-    values, exact = _resample(bx, bv, cx)
+    values, exact = _resample(base[0], base[2], cx)
     return Aligned(cx, cs, values, cv, "candidate", int((~exact).sum()))
 
 

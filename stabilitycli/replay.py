@@ -80,10 +80,13 @@ def build_replay(steps: np.ndarray, columns: dict[str, np.ndarray], logged: dict
     for metric, values in columns.items():
         mask = logged[metric]
         k_steps, k_vals = steps[mask], values[mask]
-        # abandoned: the highest earlier segment at each replayed step
-        old = _metric_rows(ab, metric, (pl.col(SEGMENT) < index) & pl.col("step").is_between(lo, hi))
+        # what the log said last before this restart, from where a later resume rewrote it on:
+        # the highest earlier segment at each step
+        old = _metric_rows(ab, metric, (pl.col(SEGMENT) < index) & pl.col("step").is_between(own_min, hi))
         old = old.sort([SEGMENT, "step"]).group_by("step", maintain_order=True).last().sort("step")
-        a_steps, a_vals = old["step"].to_numpy(), old[metric].to_numpy()
+        o_steps, o_vals = old["step"].to_numpy(), old[metric].to_numpy()
+        in_window = o_steps >= lo
+        a_steps, a_vals = o_steps[in_window], o_vals[in_window]
         # resumed: segment `index` itself, from the abandoned rows first, else the kept frame
         mine = _metric_rows(ab, metric, (pl.col(SEGMENT) == index) & pl.col("step").is_between(lo, hi))
         m_steps, m_vals = mine["step"].to_numpy(), mine[metric].to_numpy()
@@ -91,10 +94,10 @@ def build_replay(steps: np.ndarray, columns: dict[str, np.ndarray], logged: dict
         r_steps = np.concatenate([m_steps, k_steps[kept]])
         r_vals = np.concatenate([m_vals, k_vals[kept]])
         order = np.argsort(r_steps, kind="stable")
-        # before: kept frame below every resume point from this one on, then the abandoned values
+        # before: the kept frame below every resume point from this one on, then the rewritten values
         early = k_steps < own_min
-        b_steps = np.concatenate([k_steps[early], a_steps])
-        b_vals = np.concatenate([k_vals[early], a_vals])
+        b_steps = np.concatenate([k_steps[early], o_steps])
+        b_vals = np.concatenate([k_vals[early], o_vals])
         b_order = np.argsort(b_steps, kind="stable")
         if a_steps.size:
             out_ab[metric] = (a_steps.astype(np.int64), a_vals.astype(np.float64))

@@ -16,7 +16,8 @@ _BARS = "▁▂▃▄▅▆▇█"
 
 
 def build(result: Comparison) -> Group:
-    parts = [Panel(_headline(result), title=f"stab compare · {_title(result)}", subtitle=_settings(result))]
+    parts = [Panel(_headline(result), title=f"stab compare · {_title(result)}"),
+             Text(_settings(result), style="dim")]
     if result.preview:
         parts.append(_curves(result))
     if result.metrics:
