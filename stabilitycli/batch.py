@@ -24,8 +24,9 @@ from .errors import StabInputError
 
 # directories that are themselves one run (a store, a log dir) are not descended
 # into; a TensorBoard sniff accepts any tree with event files somewhere below, so
-# only event files this close to the directory make it one run
-_TB_MAX_DEPTH = 2
+# here, as in TensorBoard's own logdir convention, a directory holding event
+# files is one run and its parent is a folder of runs
+_TB_MAX_DEPTH = 0
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,26 @@ def _is_run(path: Path) -> bool:
         return False
     if name == "tensorboard" and path.is_dir():
         return _events_within(path, _TB_MAX_DEPTH)
+    if name == "rank_dir":
+        return _ranks_here(path)
     return True
+
+
+def _ranks_here(folder: Path) -> bool:
+    """A per-rank directory itself, not a parent one level above one (the sniff looks that deep).
+
+    Only rank files it can name without --rank-pattern count (rank_7.jsonl,
+    rank_7/metrics.jsonl): numbered files of one shape could as well be
+    separate runs, and are analysed one by one.
+    """
+    from .ingest import rank_dir
+
+    for f in rank_dir._candidates(folder):
+        if rank_dir.default_rank(f, folder) is None:
+            continue
+        if f.parent == folder or rank_dir._RANK_FOLDER.match(f.parent.name):
+            return True
+    return False
 
 
 def _events_within(folder: Path, depth: int) -> bool:

@@ -57,18 +57,18 @@ def markdown(results: list[RunResult]) -> str:
 
 
 def terminal_table(results: list[RunResult]):
-    """A rich Table: run, verdict, cause, first bad step, rows; unreadable runs with their reason."""
+    """A rich Table: run, verdict, cause, first bad step, rows (unreadable runs marked as such)."""
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title=f"stab: {len(results)} runs")
-    for name, justify, wrap in (("run", "left", True), ("verdict", "left", False), ("cause", "left", True),
+    for name, justify, wrap in (("run", "left", True), ("verdict", "left", False), ("cause", "left", False),
                                 ("first bad step", "right", False), ("rows", "right", False)):
         table.add_column(name, justify=justify, overflow="fold", no_wrap=not wrap)
     for row in summary_rows(results):
         if row["error"]:
-            table.add_row(Text(row["path"]), Text("unreadable", style="bold magenta"), Text(row["error"], style="dim"),
-                          "", "")
+            # the reason goes to stderr, one line per run: it would not fit a cell
+            table.add_row(Text(row["path"]), Text("unreadable", style="bold magenta"), "", "", "")
             continue
         style = "green" if row["verdict"] in ("healthy", "insufficient-data") else _VERDICT_STYLE.get(row["severity"], "")
         table.add_row(Text(str(row["run"])), Text(str(row["verdict"]), style=style), Text(row["cause"] or ""),
