@@ -40,6 +40,7 @@ SCHEMA = "stab.compare/1"
 # step time and loss-scale history legitimately differ between two healthy runs)
 DEFAULT_METRICS = ("loss", "grad_norm", "eval_loss", "lr")
 PREVIEW_POINTS = 60
+MIN_NOISE_POINTS = 20  # fewer logged baseline points: the noise cannot be told from the trend
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,11 @@ def _tolerance(metric: str, grid: Aligned, base_v: np.ndarray, base_raw: tuple[n
         tol = np.where(np.isfinite(tol), tol, 0.0)
         return tol, {"kind": "relative", "value": rel, **_spread(tol),
                      "origin": f"--rel-tolerance {rel:g} x |baseline|"}
+    if noise is None and np.isfinite(base_raw[1]).sum() < MIN_NOISE_POINTS:
+        # a sparse series (eval loss every 500 steps) has too few points to tell noise from trend
+        return np.full(n, np.inf), {"kind": "none", "points": int(np.isfinite(base_raw[1]).sum()),
+                                    "origin": f"not judged: too few baseline points to measure its noise "
+                                              f"(fewer than {MIN_NOISE_POINTS}); give --tolerance {metric}=VALUE"}
     factor = options.smoothing.noise_factor(n) if options.smoothing is not None else np.ones(n)
     sigmas = thr.smoothed_noise_band_sigmas if options.smoothing is not None else thr.noise_band_sigmas
     if noise is not None:

@@ -53,7 +53,9 @@ def baseline():
 
 
 def frame_run(steps, **metrics):
-    return load_run(pl.DataFrame({"step": np.asarray(steps), **{k: np.asarray(v) for k, v in metrics.items()}}))
+    """A run from arrays (NaN is a logged NaN) or polars Series (null: not logged at that step)."""
+    columns = {k: v if isinstance(v, pl.Series) else np.asarray(v) for k, v in metrics.items()}
+    return load_run(pl.DataFrame({"step": np.asarray(steps), **columns}))
 
 
 # ---------------------------------------------------------------- the --expect grammar
@@ -279,6 +281,28 @@ def test_one_nan_fails_even_though_single_points_are_tolerated():
     bumped[200] += 5.0
     assert compare(base, frame_run(a["step"], loss=bumped)).passed
     assert not compare(base, frame_run(a["step"], loss=bumped), CompareOptions(strict=True)).passed
+
+
+def test_a_sparse_metric_is_reported_not_judged():
+    """Eval loss every 100 steps (15 points): too few to tell noise from trend, so no band is invented."""
+    a, b = base_run(100), base_run(101)
+
+    def every_100(values):  # logged every 100 steps, absent (null) elsewhere
+        return pl.Series([float(v) if i % 100 == 0 else None for i, v in enumerate(values)], dtype=pl.Float64)
+
+    base = frame_run(a["step"], loss=a["loss"], eval_loss=every_100(a["loss"]))
+    cand = frame_run(b["step"], loss=b["loss"], eval_loss=every_100(b["loss"] + 0.3))
+    ev = compare(base, cand).metric("eval_loss")
+    assert ev.points == 15 and ev.passed and ev.tolerance["kind"] == "none"
+    assert "--tolerance eval_loss=VALUE" in ev.tolerance["origin"]
+    assert ev.stats["mean_abs_deviation"] > 0.25  # still measured and reported
+    named = compare(base, cand, CompareOptions(tolerance={"eval_loss": 0.1})).metric("eval_loss")
+    assert not named.passed and named.stats["points_outside"] == 15
+    # a NaN fails even where no band is judged
+    broken = b["loss"] + 0.3
+    broken[700] = np.nan
+    nan_run = frame_run(b["step"], loss=b["loss"], eval_loss=every_100(broken))
+    assert not compare(base, nan_run).metric("eval_loss").passed
 
 
 # ---------------------------------------------------------------- a fix that removes a spike

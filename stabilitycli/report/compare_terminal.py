@@ -141,7 +141,7 @@ def _metric_table(result: Comparison) -> Group:
             _g(s["max_abs_deviation"]), _opt(s["max_deviation_at"]), _g(s["mean_abs_deviation"]),
             f"{s['points_outside']}" + ("!" if s["nonfinite_mismatches"] else ""),
             _opt(s["diverged_at"]), _opt(s["within_from"]),
-            Text("ok" if m.passed else "FAIL", style="green" if m.passed else "bold red"),
+            _verdict(m),
         )
     legend = [f"{'*' * (i + 1)} band: {origin}" for i, origin in enumerate(origins)]
     legend += [f"{m.metric}: band {_band_range(m.tolerance)} along the compared range"
@@ -154,13 +154,21 @@ def _metric_table(result: Comparison) -> Group:
     return Group(table, Text("\n".join(legend + interp), style="dim"))
 
 
+def _verdict(m: MetricComparison) -> Text:
+    if not m.passed:
+        return Text("FAIL", style="bold red")
+    return Text("n/a", style="dim") if m.tolerance["kind"] == "none" else Text("ok", style="green")
+
+
 def _band(tol: dict) -> str:
+    if tol["kind"] == "none":
+        return "—"
     return f"{tol['value']:.3g}" if tol["kind"] == "absolute" else f"{tol['median']:.3g}"
 
 
 def _band_range(tol: dict) -> str:
     """'0.29–1.08' when a relative or noise band varies along the run, else ''."""
-    if tol["kind"] == "absolute" or tol["max"] <= 1.05 * tol["min"]:
+    if tol["kind"] in ("absolute", "none") or tol["max"] <= 1.05 * tol["min"]:
         return ""
     return f"{tol['min']:.3g}–{tol['max']:.3g} (median {tol['median']:.3g})"
 
