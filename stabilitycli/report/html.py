@@ -88,7 +88,9 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
         traces.append({
             "type": "heatmap", "x": h.x, "y": h.y, "z": h.z, "text": [[_p(t) for t in row] for row in h.text],
             "hovertemplate": "%{text}<extra></extra>", "zmin": -10, "zmax": 11,
-            "colorscale": [[0, "#2166ac"], [0.476, "#f7f7f7"], [0.95, "#b2182b"], [0.953, "#000000"], [1, "#000000"]],
+            # z runs -10..+10 (clipped robust z) blue-white-red; 11 (non-finite) alone is black
+            "colorscale": [[0, "#2166ac"], [10 / 21, "#f7f7f7"], [20 / 21, "#b2182b"], [20.5 / 21, "#000000"],
+                           [1, "#000000"]],
             "colorbar": {"title": {"text": "robust z"}}, "hoverongaps": False,
         })
     shapes, notes = [], []
