@@ -165,7 +165,8 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
         raise StabUsageError(f"--restart {index}: {run.source.path} has no restart (its steps never go back)")
     if not 1 <= index <= len(events):
         raise StabUsageError(f"--restart {index}: {run.source.path} has {len(events)} restart(s); choose 1-{len(events)}")
-    rep = replay_from_view(view, index)
+    wanted = list(options.metrics) or [m for m in DEFAULT_METRICS if view.has(m)]
+    rep = replay_from_view(view, index, wanted)
     lo, hi = rep.window
     src = _source(run)
     kept = {m: view.points(m) for m in view.columns if view.has(m)}

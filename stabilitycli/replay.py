@@ -66,8 +66,14 @@ def restart_events(restarts: list[Restart]) -> list[Restart]:
 
 
 def build_replay(steps: np.ndarray, columns: dict[str, np.ndarray], logged: dict[str, np.ndarray],
-                 abandoned: pl.DataFrame | None, restarts: list[Restart], index: int) -> Replay:
-    """The replay of restart `index` from a kept series (steps, columns, logged) and the abandoned rows."""
+                 abandoned: pl.DataFrame | None, restarts: list[Restart], index: int,
+                 metrics: list[str] | None = None) -> Replay:
+    """The replay of restart `index` from a kept series (steps, columns, logged) and the abandoned rows.
+
+    `metrics` limits the work to those columns (a log may carry hundreds of per-layer series).
+    """
+    if metrics is not None:
+        columns = {m: columns[m] for m in metrics if m in columns}
     events = restart_events(restarts)
     if not 1 <= index <= len(events):
         raise IndexError(index)
@@ -107,10 +113,10 @@ def build_replay(steps: np.ndarray, columns: dict[str, np.ndarray], logged: dict
     return Replay(index=index, restart=event, abandoned=out_ab, resumed=out_res, before=out_before)
 
 
-def replay_from_view(view, index: int) -> Replay:
+def replay_from_view(view, index: int, metrics: list[str] | None = None) -> Replay:
     """`build_replay` over a `SeriesView` (which carries the abandoned rows)."""
     return build_replay(view.steps, view.columns, view.logged, getattr(view, "abandoned", None),
-                        view.restarts, index)
+                        view.restarts, index, metrics)
 
 
 def _per_step(abandoned: pl.DataFrame | None, metrics: list[str]) -> pl.DataFrame:

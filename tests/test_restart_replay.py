@@ -185,3 +185,14 @@ def test_analyze_json_carries_the_evidence(cli):
 def test_explain_documents_the_rule(cli):
     out = cli("explain", "restart-replay")
     assert out.exit_code == 0 and "What it detects" in out.output and "optimizer-reset" in out.output
+
+
+def test_a_resume_that_goes_nan_is_a_departure_that_never_returns():
+    rows = _segments_log([(0, 599), (400, 799)]).with_columns(
+        # a smooth healthy loss before; the resumed segment turns NaN from step 450
+        pl.when(pl.int_range(pl.len()) >= 600 + 50).then(float("nan")).otherwise(3.0 + 0.001 * pl.col("step") % 1)
+        .alias("loss"))
+    found, _ = replays(rows)
+    ev = found[0].evidence
+    assert found[0].severity is Severity.WARNING and ev["first_outside"] == 450
+    assert ev["steps_to_return"] is None and ev["nonfinite_mismatches"] == 150

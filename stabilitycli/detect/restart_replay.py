@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..config import Thresholds
 from ..model import Finding, Severity, Skip
 from .registry import RuleResult, rule
@@ -41,12 +43,16 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, context: dic
         return result
     replays = []
     for index in range(1, len(events) + 1):
-        replay = replay_from_view(view, index)
+        replay = replay_from_view(view, index, ["loss"])
         numbers = replay_judgement(replay, "loss", thresholds)
         lo, hi = replay.window
         if numbers is None or numbers["points"] < 3:
             result.skipped.append(Skip("restart-replay", f"restart {index} (resumed from step {lo}): fewer than "
                                        "3 loss points logged both before and after it; nothing to compare"))
+            continue
+        if not math.isfinite(numbers["noise_sigma"]):
+            result.skipped.append(Skip("restart-replay", f"restart {index} (resumed from step {lo}): no finite "
+                                       "loss before it to measure the noise against"))
             continue
         evidence = {"restart": index, "resumed_from_step": lo, "last_step_before": hi,
                     **{k: v for k, v in numbers.items() if k != "worst_band_ratio"}}
