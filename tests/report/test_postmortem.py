@@ -197,3 +197,19 @@ def test_cli_writes_the_file(cli, tmp_path) -> None:
     assert result.exit_code == 0 and out.read_text().startswith("# Loss spike post-mortem")
     missing = cli("postmortem", tmp_path / "nope.jsonl")
     assert missing.exit_code == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fixture", ["spike-long-tail", "spike-persistent", "spike-lr-jump", "nan-fp32-origin",
+                                     "nan-fp16-overflow", "divergence-grad-norm", "spike-after-restart"])
+def test_expect_strings_parse_for_stab_compare(fixture: str) -> None:
+    expect = pytest.importorskip("stabilitycli.expect")
+    for incident in _pm(fixture).incidents:
+        for text in incident.expects:
+            assert expect.parse_expect(text).text == text
+
+
+def test_verification_fails_on_the_broken_run_and_holds_on_a_healthy_one(cli) -> None:
+    pytest.importorskip("stabilitycli.expect")
+    args = [a for e in _pm("spike-long-tail").incidents[0].expects for a in ("--expect", e)]
+    assert cli("compare", run_fixture("spike-long-tail"), *args).exit_code == 1
+    assert cli("compare", run_fixture("healthy-low-noise"), *args).exit_code == 0
