@@ -27,6 +27,9 @@ from .errors import StabInputError
 # here, as in TensorBoard's own logdir convention, a directory holding event
 # files is one run and its parent is a folder of runs
 _TB_MAX_DEPTH = 0
+# documents that sit beside logs and that a text sniffer may take for one (a README
+# quoting DeepSpeed output): never a training log, so a walk does not offer them
+_NOT_LOGS = (".md", ".rst", ".html", ".htm", ".py", ".ipynb", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".sh")
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def _walk(folder: Path, runs: list[str]) -> None:
             continue
         if child.is_dir():
             _walk(child, runs)
-        elif child.is_file() and _is_run(child):
+        elif child.is_file() and not child.name.lower().endswith(_NOT_LOGS) and _is_run(child):
             runs.append(str(child))
 
 
