@@ -62,9 +62,12 @@ def terminal_table(results: list[RunResult]):
     from rich.text import Text
 
     table = Table(title=f"stab: {len(results)} runs")
-    for name, justify, wrap in (("run", "left", True), ("verdict", "left", False), ("cause", "left", False),
-                                ("first bad step", "right", False), ("rows", "right", False)):
-        table.add_column(name, justify=justify, overflow="fold", no_wrap=not wrap)
+    # the run name matters most: it keeps 20 columns; the cause is cut with an ellipsis first
+    table.add_column("run", overflow="fold", min_width=20)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("cause", no_wrap=True, overflow="ellipsis")
+    table.add_column("first bad step", justify="right", min_width=7)
+    table.add_column("rows", justify="right", min_width=7)
     for row in summary_rows(results):
         if row["error"]:
             # the reason goes to stderr, one line per run: it would not fit a cell
