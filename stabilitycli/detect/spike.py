@@ -318,7 +318,8 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     peak_idx = idx + (int(np.nanargmax(np.where(np.isfinite(segment), segment, -np.inf))) if finite_segment.size else 0)
     z = (peak - mu) / sd if sd > 0 else float("inf")
     recovery_level = mu + thresholds.recovery_sigma * sd
-    rec_idx = _first_at_or_below(smooth, recovery_level, idx + 1)
+    # back means the point itself is back and so are most of the next few
+    rec_idx = _first_at_or_below(np.maximum(smooth, loss), recovery_level, idx + 1)
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within 50 steps: then the next logged point decides

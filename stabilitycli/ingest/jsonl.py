@@ -162,7 +162,6 @@ def _fast_parse(data: bytes) -> pl.DataFrame | None:
         if not has_tokens:
             frame = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
         else:
-            import pyarrow as pa
             import pyarrow.json as pa_json
 
             block = max(1 << 20, min(len(data) + 1, 64 << 20))
