@@ -211,8 +211,16 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
     ranks = ev.get("explained_by_ranks")
     if ranks:
         names = ", ".join(map(str, ranks))
+        outliers = [f for f in analysis.findings if f.code in ("rank-outlier", "rank-nonfinite") and f.rank in ranks]
+        detail = "; ".join(
+            f"rank {f.rank} from step {f.step}: {_g(f.evidence['value'])} against a cohort median of "
+            f"{_g(f.evidence['cohort_median'])}"
+            for f in outliers[:3]
+            if isinstance(f.evidence.get("value"), float) and isinstance(f.evidence.get("cohort_median"), float))
         return Hypothesis(
-            "rank-outlier", title, "supported", f"rank(s) {names} left the cohort before the spike", "per-rank loss",
+            "rank-outlier", title, "supported",
+            f"rank(s) {names} left the cohort at or before the spike" + (f" ({detail})" if detail else ""),
+            "per-rank loss",
             root_sentence=f"Rank(s) {names} diverged from the cohort and the mean over ranks shows it as a spike.",
             remediation=[f"inspect rank(s) {names}: data shard, GPU/node health; exclude or replace it and resume"])
     if analysis.source.ranks:

@@ -213,3 +213,13 @@ def test_verification_fails_on_the_broken_run_and_holds_on_a_healthy_one(cli) ->
     args = [a for e in _pm("spike-long-tail").incidents[0].expects for a in ("--expect", e)]
     assert cli("compare", run_fixture("spike-long-tail"), *args).exit_code == 1
     assert cli("compare", run_fixture("healthy-low-noise"), *args).exit_code == 0
+
+
+def test_rank_outlier_explains_the_spike_of_the_mean() -> None:
+    from ..conftest import FIXTURES
+
+    data, analysis = analyse_path(FIXTURES / "ranks" / "seed_64")
+    inc = build(analysis, data).incidents[0]
+    assert inc.hypotheses[0].code == "rank-outlier" and inc.hypotheses[0].status == "supported"
+    assert "rank 41 from step 1200: 40 against a cohort median of 2.009" in inc.hypotheses[0].evidence
+    assert inc.root_cause.startswith("Rank(s) 41")
