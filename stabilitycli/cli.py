@@ -83,6 +83,7 @@ def analyze(
     experiment: Annotated[str | None, typer.Option(help="Experiment name or id (MLflow).")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking server URI.")] = None,
     rank_pattern: Annotated[str | None, typer.Option(help="Regex with one group: the rank in a file name.")] = None,
+    include_deleted: Annotated[bool, typer.Option(help="Also read MLflow runs marked deleted.")] = False,
     recursive: Annotated[bool, typer.Option(
         "--recursive", "-r", help="Find every run inside the directories given (a run directory is one run).")] = False,
     jobs: Annotated[int | None, typer.Option(
@@ -92,18 +93,20 @@ def analyze(
     """Walk the §1-§4 stability tree over one run (or many) and print the verdict."""
     from .ingest.options import ReadOptions
 
-    if len(path) > 1 or recursive:
-        raise typer.Exit(_analyze_many(path, recursive, jobs, quiet, output, fail_on, metric, step_key, rank_key,
-                                       format_in, dtype, select, ignore, set_values, run, experiment,
-                                       tracking_uri, rank_pattern))
-    path = path[0]
     try:
-        thresholds = _thresholds(path, set_values)
         options = ReadOptions(
             format_in=format_in, metric_overrides=parse_pairs(metric, "--metric"), step_key=step_key,
             rank_key=rank_key, dtype=dtype, run=run, experiment=experiment, tracking_uri=tracking_uri,
-            rank_pattern=rank_pattern,
+            rank_pattern=rank_pattern, include_deleted=include_deleted,
         )
+    except StabUsageError as err:
+        raise fail(str(err)) from None
+    if len(path) > 1 or recursive:
+        raise typer.Exit(_analyze_many(path, recursive, jobs, quiet, output, fail_on, options,
+                                       select, ignore, set_values))
+    path = path[0]
+    try:
+        thresholds = _thresholds(path, set_values)
         from . import pipeline
 
         result = pipeline.analyze(path, thresholds, options=options, select=split_codes(select),
@@ -150,18 +153,11 @@ def _render(result, output: OutputFormat, fail_on: FailOn = FailOn.error) -> Non
     terminal.render(result, Console())
 
 
-def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, metric, step_key, rank_key, format_in, dtype,
-                  select, ignore, set_values, run, experiment, tracking_uri, rank_pattern) -> int:
+def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values) -> int:
     """Several runs: the library finds and analyses them (stabilitycli.batch); here only output."""
     from . import batch
-    from .ingest.options import ReadOptions
 
     try:
-        options = ReadOptions(
-            format_in=format_in, metric_overrides=parse_pairs(metric, "--metric"), step_key=step_key,
-            rank_key=rank_key, dtype=dtype, run=run, experiment=experiment, tracking_uri=tracking_uri,
-            rank_pattern=rank_pattern,
-        )
         settings = batch.BatchSettings(
             options=options, set_values=parse_pairs(set_values, "--set"), select=tuple(split_codes(select)),
             ignore=tuple(split_codes(ignore)), fail_on=fail_on.value,
