@@ -45,10 +45,14 @@ def command(
     step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
     set_values: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a threshold, e.g. rank_z=8 (repeatable).")] = None,
+    experiment: Annotated[str | None, typer.Option(
+        help="MLflow experiment (name or id) whose runs are the ranks.")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(
+        help="MLflow store or server holding the run (--run is then a run id or name).")] = None,
 ) -> None:
     """Compare every rank with its cohort: name outlier, non-finite, silent and straggling ranks."""
     try:
-        report = _report(run, metric, rank_pattern, rank_key, step_key, set_values)
+        report = _report(run, metric, rank_pattern, rank_key, step_key, set_values, experiment, tracking_uri)
     except (StabInputError, StabUsageError) as err:
         typer.echo(f"stab: error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -74,7 +78,8 @@ def command(
     raise typer.Exit(int(exit_code_for(report.worst_severity, Severity.parse(fail_on.value))))
 
 
-def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values):
+def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values, experiment=None,
+            tracking_uri=None):
     from ..config import load_config
     from ..detect.ranks import find_rank_outliers
     from ..ingest import read
@@ -87,6 +92,7 @@ def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values)
     overrides = {name: key.strip()} if sep else {}
     options = ReadOptions(
         metric_overrides=overrides, rank_pattern=rank_pattern, rank_key=rank_key, step_key=step_key,
+        experiment=experiment, tracking_uri=tracking_uri,
     )
     start = Path(run) if "://" not in run and Path(run).exists() else Path.cwd()
     thresholds = load_config(start, _pairs(set_values))
