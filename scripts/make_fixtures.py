@@ -54,8 +54,9 @@ def write(name: str, run: dict[str, np.ndarray], expected: dict, *, keys: dict[s
         lines.append(json.dumps(row))  # json.dumps writes bare NaN / Infinity, as training scripts do
     text = "\n".join(lines) + "\n"
     if gz:
-        with gzip.open(folder / "run.jsonl.gz", "wt") as handle:
-            handle.write(text)
+        # mtime=0: regenerating writes the same bytes
+        with open(folder / "run.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
+            handle.write(text.encode())
     else:
         (folder / "run.jsonl").write_text(text)
     (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
@@ -161,8 +162,20 @@ def nans() -> None:
     run["grad_norm"][first:] = np.nan
     keys = {"loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr", "_keep_nan": "1"}
     keys.update({f"act_norm/{layer}": f"act_norm/{layer}" for layer in layers})
-    write("nan-fp32-origin", run, {"verdict": "nan", "cause": "log-of-zero",
+    # an fp32 NaN that starts inside a block is not log(0) in the loss: no cause is claimed
+    write("nan-fp32-origin", run, {"verdict": "nan", "cause": None,
                                    "findings": {"nan": [first]}, "origin": "h.1.mlp"},
+          keys=keys, manifest={"dtype": "fp32"})
+
+    run = base_run(24)
+    first = 1300
+    for i, layer in enumerate(layers):
+        run[f"act_norm/{layer}"] = (10 + 3 * i) * rng.lognormal(0, 0.05, STEPS)
+    # every layer finite, the loss alone non-finite: log(softmax) hit log(0)
+    run["loss"][first] = np.inf
+    run["loss"][first + 1 :] = np.nan
+    run["grad_norm"][first:] = np.nan
+    write("nan-fp32-log-zero", run, {"verdict": "nan", "cause": "log-of-zero", "findings": {"nan": [first]}},
           keys=keys, manifest={"dtype": "fp32"})
 
     run = base_run(22)

@@ -48,11 +48,13 @@ class Thresholds:
     cause_lead_steps: int = 3
     """Causes are looked for in [t - cause_lead_steps, t]: grad norm leads the loss by 1-3 steps."""
     grad_norm_outlier_ratio: float = 10.0
-    """A pre-clip grad norm this multiple of its trailing median is noted (info) even with no loss spike."""
+    """A pre-clip grad norm this multiple of its trailing level is noted (info), and explains a large spike."""
     grad_norm_spike_ratio: float = 30.0
     """Pre-clip grad norm at least this multiple of its trailing mean -> long-tail batch (Q2.3)."""
     lr_jump_ratio: float = 0.5
     """An upward LR change of more than this fraction between logged points is a jump (Q2.3)."""
+    lr_jump_cause_steps: int = 50
+    """An LR jump is a spike's cause up to this many steps later, while the LR stays up (a step change keeps acting)."""
     restart_spike_steps: int = 10
     """A spike within this many steps after a restart points at unrestored state (seeds 000, 003)."""
     duplicate_batch_window_steps: int = 100

@@ -27,30 +27,6 @@ TORCH_RUNS = FIXTURES / "torch-runs"
 
 # (run, aspect) -> why stab misses it today (numbers from the log)
 KNOWN_MISSES: dict[tuple[str, str], str] = {
-    ("lr-jump-x10", "verdict"): (
-        "a 10x LR jump lifts the loss level +0.35 nats (2.3 sigma) for 200+ steps, but only 3 isolated points "
-        "pass mu + 3 sigma (1206, 1211, 1215), the first 6 steps after the jump: outside the 3-step cause lead, "
-        "so all three are blips and the verdict is healthy"
-    ),
-    ("lr-jump-x10", "cause"): "no spike is found (see the verdict miss), so no cause",
-    ("lr-jump-x10", "findings"): "no spike finding near step 1200 (see the verdict miss)",
-    ("resume-drop-optimizer", "verdict"): (
-        "a lone z = 3.01 point at step 1105, 4 steps after the restart, is promoted to an optimizer-reset spike; "
-        "the abandoned trajectory (full optimizer state) had 1.81 at the same step against 1.83 after the reset"
-    ),
-    ("resume-drop-optimizer", "quiet"): "the same false optimizer-reset spike at step 1105",
-    ("bad-batch-rare", "cause"): (
-        "the pre-clip grad norm at the spike is 22.5x its trailing mean (14.1 vs 0.63), under the 30x "
-        "long-tail-token bar, so the spike gets no cause"
-    ),
-    ("nan-adam-eps0", "cause"): (
-        "fp32 is read as log-of-zero whatever Q1.3 found: here the first non-finite layer is the embedding and "
-        "param_norm was NaN from step 1, 1199 steps before the loss"
-    ),
-    ("weight-decay-jump", "findings"): (
-        "divergence onset is the trough of the first rising window: step 1061, a noise low 139 steps before "
-        "the weight decay changed at 1200"
-    ),
     ("repeat-batch", "findings"): (
         "a batch id repeated 30 times in a row is named only as the cause of a spike; with no spike there is "
         "no finding at all"

@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
+from ..detect.nan import forward_order_key
 from .questions import CAUSE_TEXT, REMEDIES, VERDICT_ORDER, VERDICTS
+
+_LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
 
 
 def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts: dict[str, Any]) -> Verdict:
@@ -42,8 +45,9 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
         cause, reading = _nan_reading(source, facts)
         path.append(PathStep("Q1.2", source.dtype or "unknown", reading))
         if ev.get("origin"):
-            path.append(PathStep("Q1.3", ev["origin"], f"first non-finite layer at step {ev['first_step']} "
-                                 f"(input {ev['origin_evidence'].get('input_layer') or 'none'} finite)"))
+            before = ev["origin_evidence"].get("input_layer")
+            path.append(PathStep("Q1.3", ev["origin"], f"first non-finite layer at step {ev['origin_evidence']['step']}"
+                                 + (f" (its input {before} still finite)" if before else " (the first layer)")))
         first_rank = next((r.rank for r in rank_findings if r.code == "rank-nonfinite" and r.rank is not None), None)
         applies["nan"] = (cause, f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
                           + (f", first on rank {first_rank}" if first_rank is not None else "")
@@ -155,6 +159,15 @@ def _nan_reading(source: SourceInfo, facts: dict) -> tuple[str | None, str]:
     if dtype == "fp16" or overflow:
         return "activation-overflow", f"fp16 ({source.dtype_origin}): an activation exceeded 65504 -> see §3"
     if dtype == "fp32":
+        nan = facts.get("nan") or {}
+        early = nan.get("earliest_nonfinite")
+        origin = nan.get("origin")
+        if early and early["series"].startswith("param_norm"):
+            return None, (f"fp32, but {early['series']} was non-finite from step {early['step']}, before the loss: "
+                          "the update wrote NaN into the weights (optimizer eps, LR), not log(0)")
+        if origin and forward_order_key(origin) < _LOGITS_STAGE:
+            return None, (f"fp32, but the first non-finite layer is {origin}, before the logits: "
+                          "not log(0) in the loss; look at that layer's weights and inputs")
         return "log-of-zero", "fp32: almost always log(0) in the loss or 0/0 in its reduction"
     if dtype == "bf16":
         return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed"

@@ -96,6 +96,9 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleR
         "last_finite_loss": _last_finite_before(view, first_step),
         "dtype": view.dtype,
     }
+    earliest = _earliest_nonfinite(view, first_step)
+    if earliest is not None:
+        evidence["earliest_nonfinite"] = earliest
     if origin is not None:
         evidence["origin"] = origin["layer"]
         evidence["origin_evidence"] = origin
@@ -131,6 +134,25 @@ def _hidden_nan(view: SeriesView) -> tuple[np.ndarray, np.ndarray, str | None]:
         if hit.any():
             return steps, hit, "skipped_steps (skipped-step counter outside fp16)"
     return view.steps, np.zeros(view.steps.size, dtype=bool), None
+
+
+# counters and the scaler's own series are not where a NaN starts
+_NOT_ORIGINS = ("loss", "overflow", "skipped_steps", "nan_steps", "loss_scale")
+
+
+def _earliest_nonfinite(view: SeriesView, before_step: int) -> dict | None:
+    """The series that went non-finite first, when that is before the loss did."""
+    best = None
+    for name in view.columns:
+        if name in _NOT_ORIGINS:
+            continue
+        steps, values = view.points(name)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            step = int(steps[np.argmax(bad)])
+            if step < before_step and (best is None or step < best["step"]):
+                best = {"series": name, "step": step}
+    return best
 
 
 def _last_finite_before(view: SeriesView, step: int) -> float | None:

@@ -15,6 +15,7 @@ from .windows import median_interval, trailing_stats
 
 _SCAN_CHUNK_POINTS = 256
 _RECOVERY_MEDIAN_POINTS = 5
+_LR_STILL_UP = 0.8  # an LR jump is still acting while the LR stays within 80% of its jumped value
 _JUMP_RATIO = {"loss": 1.5, "grad_norm": 2.0}  # step-over-step rises worth reporting in short logs
 _STABLE_STD_POINTS = 30  # a window with this many points has a std stable enough on its own  # extent/recovery scans look ahead in chunks, never over the whole tail
 
@@ -242,8 +243,8 @@ class _CauseContext:
         lead = thresholds.cause_lead_steps
         grad_max = _lead_max(steps, self.grad_ratio, lead)
         if grad_max is not None:
-            maybe |= grad_max[candidates] >= thresholds.grad_norm_spike_ratio
-        lr_max = _lead_max(steps, self.lr_rel_jump, lead)
+            maybe |= grad_max[candidates] >= min(thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio)
+        lr_max = _lead_max(steps, self.lr_rel_jump, thresholds.lr_jump_cause_steps)
         if lr_max is not None:
             maybe |= lr_max[candidates] > thresholds.lr_jump_ratio
         if self.batch_id is not None:
@@ -330,12 +331,14 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     if not recovered and (after_nonfinite or _keeps_rising(steps, ctx.suffix_max, idx, peak, thresholds)):
         spike_type = 3
     after_50 = _value_after(steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps)
-    causes = _causes(idx, steps, ctx, thresholds, onset)
+    large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
+    causes = _causes(idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
     sustained = points >= min_points
-    material = sustained or bool(causes) or (
-        z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu
-    ) or not np.isfinite(peak)
+    # a restart names the cause of a real spike; it does not turn one noisy
+    # point after a resume into a spike (the replay rule judges the resume itself)
+    explaining = [c for c in causes if c["cause"] != "optimizer-reset"]
+    material = sustained or bool(explaining) or large or not np.isfinite(peak)
     return SpikeEvent(
         onset_step=onset, end_step=int(steps[end_idx]), peak_step=int(steps[peak_idx]), points=points,
         mu=mu, sigma=sd, threshold=thr, peak=peak, z=float(z), recovered=recovered,
@@ -357,7 +360,7 @@ def _value_after(steps, loss, at_step: int) -> float | None:
     return float(loss[idx])
 
 
-def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int) -> list[dict]:
+def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool) -> list[dict]:
     """Evident causes, most specific first (Q2.3 and the restart pattern)."""
     # index ranges by binary search: an event looks at a few rows, never the whole log
     lo = int(np.searchsorted(steps, onset - thresholds.cause_lead_steps))
@@ -374,16 +377,23 @@ def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int) 
             causes.append({"cause": "duplicate-batch", "batch_id": float(ctx.batch_id[idx]),
                            "repeat_of_step": int(steps[first + same[-1]])})
     if ctx.lr_rel_jump is not None:
-        jumps = np.nan_to_num(ctx.lr_rel_jump[lo:hi], nan=0.0)
+        # a step change of the LR keeps acting for as long as the LR stays up, so
+        # it is looked for further back than the grad norm's 1-3 step lead
+        lr_lo = int(np.searchsorted(steps, onset - thresholds.lr_jump_cause_steps))
+        jumps = np.nan_to_num(ctx.lr_rel_jump[lr_lo:hi], nan=0.0)
         if jumps.size and jumps.max() > thresholds.lr_jump_ratio:
-            at = lo + int(np.argmax(jumps))
-            jumps = ctx.lr_rel_jump
-            causes.append({"cause": "lr-discontinuity", "lr_step": int(steps[at]),
-                           "lr": float(ctx.lr[at]), "lr_before": float(ctx.lr[at] / (1 + jumps[at])),
-                           "relative_jump": round(float(jumps[at]), 3)})
+            at = lr_lo + int(np.argmax(jumps))
+            still_up = ctx.lr[idx] >= _LR_STILL_UP * ctx.lr[at]
+            if still_up or at >= lo:
+                jumps = ctx.lr_rel_jump
+                causes.append({"cause": "lr-discontinuity", "lr_step": int(steps[at]),
+                               "lr": float(ctx.lr[at]), "lr_before": float(ctx.lr[at] / (1 + jumps[at])),
+                               "relative_jump": round(float(jumps[at]), 3), "lead_steps": int(onset - steps[at])})
     if ctx.grad_ratio is not None:
+        # a large spike needs less of a grad-norm jump to be explained by its batch
+        bar = thresholds.grad_norm_outlier_ratio if large else thresholds.grad_norm_spike_ratio
         ratios = np.nan_to_num(ctx.grad_ratio[lo:hi], nan=0.0)
-        if ratios.size and ratios.max() >= thresholds.grad_norm_spike_ratio:
+        if ratios.size and ratios.max() >= bar:
             at = lo + int(np.argmax(ratios))
             ratios = ctx.grad_ratio
             causes.append({"cause": "long-tail-token", "grad_norm_step": int(steps[at]),
