@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 from ..detect.nan import forward_order_key
+from ..model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 from .questions import CAUSE_TEXT, REMEDIES, VERDICT_ORDER, VERDICTS
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
