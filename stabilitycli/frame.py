@@ -23,11 +23,10 @@ import polars as pl
 
 from . import aliases
 from .errors import StabInputError, StabUsageError
-from .model import Restart, SourceInfo
+from .model import REPLACED_REASON, Restart, SourceInfo
 
 ROW = "_row"
 SEGMENT = "_segment"
-REPLACED_REASON = "rewritten by a resume (kept aside to compare trajectories)"
 
 
 @dataclass

@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
 
+# the rejection reason of rows a resume rewrote (they are kept aside, not bad input)
+REPLACED_REASON = "rewritten by a resume (kept aside to compare trajectories)"
+
 
 class Severity(IntEnum):
     """Ordered so that `max()` over findings gives the worst one."""

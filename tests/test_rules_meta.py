@@ -28,6 +28,7 @@ FIRES = {
     "lr-increasing": run_fixture("divergence-lr-increasing"),
     "weight-norm-change": run_fixture("divergence-weight-norm"),
     "restart": run_fixture("restart-clean"),
+    "duplicate-batch": run_fixture("spike-duplicate-batch"),
     "restart-replay": run_fixture("spike-after-restart"),
     "loss-jump": EXCERPTS / "tr1-13B-base__L161-L177.log",
     "grad-norm-jump": EXCERPTS / "tr8-104B-wide__L637-L644.log",

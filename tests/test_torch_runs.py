@@ -27,10 +27,6 @@ TORCH_RUNS = FIXTURES / "torch-runs"
 
 # (run, aspect) -> why stab misses it today (numbers from the log)
 KNOWN_MISSES: dict[tuple[str, str], str] = {
-    ("repeat-batch", "findings"): (
-        "a batch id repeated 30 times in a row is named only as the cause of a spike; with no spike there is "
-        "no finding at all"
-    ),
 }
 
 

@@ -30,7 +30,11 @@ def overflow_per_step(view: SeriesView) -> np.ndarray:
         drops = np.zeros(scale.size, dtype=bool)
         drops[1:] = scale[1:] < scale[:-1]
         idx = np.searchsorted(view.steps, scale_steps)
-        counts[idx] = np.maximum(counts[idx], drops.astype(float))
+        # a logger that records the scale a step ran with shows the backoff one
+        # row after the overflow it answers: that drop is the same overflow
+        seen_before = np.zeros(idx.size, dtype=bool)
+        seen_before[1:] = counts[idx[:-1]] > 0
+        counts[idx] = np.maximum(counts[idx], (drops & ~seen_before & (counts[idx] == 0)).astype(float))
     return counts
 
 
@@ -133,7 +137,8 @@ def _scale_history(view: SeriesView, thresholds: Thresholds, facts: dict, result
             step=int(facts["overflow_steps"][0]) if facts["overflow_steps"] else None, metric="loss_scale",
             evidence={"scale": float(scale[0]), "overflows": total},
         ))
-    if drops.size:
+    broken = any(f.code in ("loss-scale-collapsed", "loss-scale-static") for f in result.findings)
+    if drops.size and not broken:
         chain = " -> ".join(f"{v:g}" for v in scale[np.concatenate(([drops[0] - 1], drops))][:6])
         result.findings.append(Finding(
             "loss-scale-halving", Severity.INFO,

@@ -56,6 +56,7 @@ def rule(code: str, section: str, summary: str, emits: tuple[str, ...] = ()):
 def load_rules() -> dict[str, Rule]:
     """Import every rule module (registration happens at import)."""
     from . import (  # noqa: F401
+        data,
         divergence,
         mixed_precision,
         nan,
@@ -73,8 +74,8 @@ def load_rules() -> dict[str, Rule]:
 
 
 RUN_ORDER: tuple[str, ...] = (
-    "restart", "restart-replay", "nan", "spike", "grad-norm-spike", "loss-scale", "divergence", "lr-jump",
-    "lr-increasing", "weight-norm-change", "throughput-drop",
+    "restart", "restart-replay", "nan", "spike", "grad-norm-spike", "duplicate-batch", "loss-scale", "divergence",
+    "lr-jump", "lr-increasing", "weight-norm-change", "throughput-drop",
 )
 
 

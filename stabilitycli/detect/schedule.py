@@ -69,6 +69,12 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, context: dict
     before = value_at_or_before(steps, lr, steps - window)
     eligible = (steps - window >= warmup_over) & np.isfinite(before) & (before > 0)
     rising = eligible & (lr > before * (1 + thresholds.lr_rise_frac))
+    # a rise made of one jump is the lr-jump rule's finding, not a rising schedule
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step_rise = np.concatenate(([0.0], np.maximum(np.diff(lr), 0.0)))
+        biggest = pl.DataFrame({"step": steps, "r": step_rise}).select(
+            pl.col("r").rolling_max_by("step", window_size=f"{window}i", closed="right"))["r"].to_numpy()
+        rising &= biggest < 0.5 * (lr - before)
     if rising.any():
         at = int(np.argmax(rising))
         result.findings.append(Finding(

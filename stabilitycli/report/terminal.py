@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..model import Analysis, Severity
+from ..model import REPLACED_REASON, Analysis, Severity
 from .sparkline import sparkline
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
@@ -56,7 +56,10 @@ def _source_line(analysis: Analysis) -> str:
     s = analysis.source
     metrics = ", ".join(f"{k}←{v}" for k, v in s.metrics.items() if k in ("loss", "grad_norm", "lr", "loss_scale"))
     ranks = f", {s.ranks} ranks" if s.ranks else ""
-    return (f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected} rejected; "
+    replaced = s.rejection_counts.get(REPLACED_REASON, 0)
+    set_aside = f", {replaced} rewritten by a resume" if replaced else ""
+    return (f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected - replaced} rejected"
+            f"{set_aside}; "
             f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}; {metrics}")
 
 
