@@ -81,6 +81,10 @@ REMEDIES: dict[str, list[str]] = {
     "loss-scale-static": ["enable a dynamic loss scaler (overflows happen under a constant scale)", "or move fp16 -> bf16"],
     "fp16-overflow": ["enable a dynamic loss scaler, halve the LR if the scale keeps collapsing, or move fp16 -> bf16"],
     "lr-increasing": ["fix the schedule: the LR rises after warmup (inverse cosine, or warmup that never ends)"],
+    "lr-too-high": [
+        "lower the peak LR below the LR at which the loss turned up, or lengthen the warmup",
+        "add or lower gradient clipping; resume from a checkpoint before the turn",
+    ],
     "weight-norm": ["adjust weight decay 2x (norm grows: too low; collapses: too high) and re-run from the checkpoint"],
     "grad-norm-rising": [
         "halve the learning rate and resume from the checkpoint before the divergence",

@@ -122,7 +122,10 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
                              _kv(causes.get("grad-norm-rising"))))
         cause = next(iter(causes), None)
         code = "divergence" if "divergence" in by_code else "plateau"
-        applies[code] = (cause, f.message)
+        in_warmup = cause == "lr-increasing" and causes[cause].get("within_warmup")
+        applies[code] = (cause, f.message + (
+            f"; the loss turned up while warmup was still raising the LR ({causes[cause]['lr_start']:.3g} at the "
+            "turn): the peak LR is too high" if in_warmup else ""), "lr-too-high" if in_warmup else cause)
     else:
         max_z = div.get("max_z", 0.0) if div else 0.0
         path.append(PathStep("Q4.1", "no", f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
@@ -134,9 +137,10 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
 def _verdict(applies, path, findings, facts) -> Verdict:
     for code in VERDICT_ORDER:
         if code in applies:
-            cause, summary = applies[code]
+            cause, summary, *remedy_key = applies[code]
             section, severity, _ = VERDICTS[code]
-            remedy = list(REMEDIES.get(cause or "", [])) if cause else []
+            key = remedy_key[0] if remedy_key else cause
+            remedy = list(REMEDIES.get(key or "", [])) if key else []
             if code == "nan" and cause is None:
                 remedy = list(REMEDIES["nan-unknown"])
             remedy += [r for r in REMEDIES.get(code, []) if r not in remedy]

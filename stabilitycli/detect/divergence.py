@@ -203,8 +203,11 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
         if inside.sum() >= 2:
             lr_start, lr_end = float(lr[inside][0]), float(lr[inside][-1])
             past_warmup = start >= warmup_end(*view.finite_points("lr"), thresholds)
-            if past_warmup and lr_end > lr_start * (1 + thresholds.lr_rise_frac):
-                causes.append({"cause": "lr-increasing", "lr_start": lr_start, "lr_end": lr_end})
+            if lr_end > lr_start * (1 + thresholds.lr_rise_frac):
+                # outside warmup a rising LR is a schedule bug (Q4.2); inside it, the
+                # loss turning up while the LR still climbs says the peak LR is too high
+                causes.append({"cause": "lr-increasing", "lr_start": lr_start, "lr_end": lr_end,
+                               "within_warmup": not past_warmup})
     for name in view.param_norm_columns():
         s, norm = view.points(name)
         inside = (s >= start) & (s <= end) & np.isfinite(norm) & (norm > 0)
