@@ -33,6 +33,8 @@ class Thresholds:
     """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
     spike_chance_budget: float = 0.05
     """Materiality (a): a multi-point event must be longer than noise would produce this often per log."""
+    spike_sustained_min_ratio: float = 1.2
+    """...and its peak must reach this multiple of the baseline mean (noise runs reach 1.1-1.19x)."""
     spike_max_sustained_points: int = 4
     """...but never needs more than this many consecutive points."""
     noise_level_windows: int = 10

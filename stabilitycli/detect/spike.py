@@ -334,7 +334,10 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
     causes = _causes(idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
-    sustained = points >= min_points
+    # a few noise points in a row can pass 3 sigma in a 10-point window; a real
+    # sustained spike also stands clear of the loss level itself
+    clear = mu <= 0 or peak >= thresholds.spike_sustained_min_ratio * mu
+    sustained = points >= min_points and clear
     # a restart names the cause of a real spike; it does not turn one noisy
     # point after a resume into a spike (the replay rule judges the resume itself)
     explaining = [c for c in causes if c["cause"] != "optimizer-reset"]
