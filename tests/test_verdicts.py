@@ -72,3 +72,15 @@ def test_library_accepts_a_polars_frame() -> None:
     result = analyze(pl.DataFrame({"step": steps, "loss": loss}))
     assert result.verdict.code == "nan"
     assert result.findings[0].evidence["first_step"] == 400
+
+
+def test_spike_is_also_read_as_a_probability(tmp_path) -> None:
+    import json
+
+    source = run_fixture("spike-long-tail")
+    (tmp_path / "run.jsonl").write_bytes(source.read_bytes())
+    (tmp_path / "manifest.json").write_text(json.dumps({"dtype": "bf16", "vocab_size": 248320}))
+    result = analyze(tmp_path / "run.jsonl")
+    assert result.source.dtype == "bf16" and result.source.vocab_size == 248320
+    assert "geometric-mean p(correct token)" in result.verdict.summary
+    assert "12.42 nats" in result.verdict.summary  # ln 248,320 (seed 000)

@@ -7,6 +7,7 @@ numbers behind its answer.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..detect.nan import forward_order_key
@@ -77,11 +78,13 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
         question = "Q2.4" if persistent else "Q2.3"
         path.append(PathStep(question, lead.cause or "no evident cause", _cause_text(lead)))
         for spike in persistent[:1]:
-            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}) "
+            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+                       f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
                        f"did not recover within 50 steps (type {spike.spike_type})")
             applies["spike-persistent"] = (spike.cause, summary)
         for spike in recoverable[:1]:
-            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}) "
+            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+                       f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
                        f"recovered in {spike.recovery_steps} steps")
             applies["spike-recoverable"] = (spike.cause, summary)
 
@@ -176,6 +179,20 @@ def _nan_reading(source: SourceInfo, facts: dict) -> tuple[str | None, str]:
     if dtype == "bf16":
         return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed"
     return None, "dtype unknown (no manifest, run parameter or loss-scale series): pass --dtype to refine"
+
+
+def in_probability(before: float, after: float, vocab_size: int | None) -> str:
+    """A loss change read in nats (spec 6): exp(-L) is the geometric-mean probability of the right token.
+
+    Said only for losses that look like cross-entropy in nats (0 < L < 25);
+    with a vocabulary size, also how far from uniform guessing (ln V) it is.
+    """
+    if not (0 < before < 25 and 0 < after < 25):
+        return ""
+    text = f"; geometric-mean p(correct token) {math.exp(-before):.3g} -> {math.exp(-after):.3g}"
+    if vocab_size and vocab_size > 1:
+        text += f", uniform guessing over {vocab_size:,} tokens is {math.log(vocab_size):.2f} nats"
+    return text
 
 
 def _recovery_text(spike) -> str:
