@@ -84,7 +84,7 @@ def record_loop(path: Path, verify: bool) -> int:
 
     collector = _Collector()
     read_event_file(path, collector, SourceInfo(path=str(path), format="tensorboard"), verify_data=verify)
-    return len(collector.values)
+    return collector.point_count
 
 
 def main() -> None:

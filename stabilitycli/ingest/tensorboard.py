@@ -14,6 +14,8 @@ Scalars come in three encodings, all read (every point, never downsampled):
 * a scalar tensor with raw little-endian bytes in `tensor_content`: TF2
   `tf.summary.scalar` (its plugin metadata is only on a tag's first event).
 
+`simple_value` events, nearly all of a scalar log, are decoded in bulk with numpy
+(`_tbproto.decode_simple_scalars`); every other record goes through protobuf.
 Values are float32 for most writers: 1e-3 reads back as 0.0010000000474974513.
 Records failing their CRC are skipped and named (see `_tfrecord`). The dtype
 comes from hparams (`precision`, `mixed_precision`, `bf16`, ...) when logged.
@@ -128,35 +130,75 @@ def _listing(runs: dict[str, list[Path]], limit: int = 12) -> str:
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
+def _point_schema() -> dict:
+    import polars as pl
+
+    return {"key": pl.String, "step": pl.Int64, "value": pl.Float64, "seq": pl.Int64, "sub": pl.Int64}
+
+
 # --- decoding ---------------------------------------------------------------------
 
 
 class _Collector:
-    """Scalar points of one run, as column lists, plus what was not a scalar."""
+    """Scalar points of one run, plus what was not a scalar.
+
+    Points come two ways: whole arrays from the bulk decoder (`add_simple`) and
+    one by one from protobuf (`add_event`). Each point carries its record's
+    place in the run (`seq`) and its place within the record (`sub`), so the
+    two are put back in file order when the frame is built.
+    """
 
     def __init__(self) -> None:
         self.tags: list[str] = []
         self.steps: list[int] = []
         self.values: list[float] = []
+        self.seqs: list[int] = []
+        self.subs: list[int] = []
+        self.bulk: list = []  # polars frames from `add_simple`
+        self.bulk_points = 0
+        self.records_before = 0  # records of the run's earlier files: keeps `seq` rising across files
         self.plugin_of: dict[str, str] = {}
         self.hparams: dict[str, str] = {}
         self.skipped_values = 0  # histograms, images, text, non-scalar tensors
         self.points = None  # the polars frame, once collected
 
-    def add_event(self, payload: bytes, event_cls) -> None:
+    @property
+    def point_count(self) -> int:
+        return self.bulk_points + len(self.values)
+
+    def add_simple(self, scalars, seqs) -> None:
+        """Points decoded in bulk (`_tbproto.decode_simple_scalars`); `seqs` = their records' places."""
+        import polars as pl
+
+        if not scalars.index.size:
+            return
+        tags = pl.Series("key", scalars.tags, dtype=pl.String)
+        self.bulk.append(
+            pl.DataFrame(
+                {
+                    "key": tags.gather(scalars.codes),
+                    "step": scalars.steps,
+                    "value": scalars.values,
+                    "seq": seqs,
+                    "sub": 0,
+                },
+                schema=_point_schema(),
+            )
+        )
+        self.bulk_points += int(scalars.index.size)
+
+    def add_event(self, payload: bytes, event_cls, seq: int = 0) -> None:
         event = event_cls.FromString(payload)
         values = event.summary.value  # empty for file_version, graph and log events
         if not values:
             return
         step = event.step
-        for value in values:
+        for sub, value in enumerate(values):
             kind = value.WhichOneof("value")
             if kind == "simple_value":
-                self.tags.append(value.tag)
-                self.steps.append(step)
-                self.values.append(value.simple_value)
+                self._point(value.tag, step, value.simple_value, seq, sub)
             elif kind == "tensor":
-                self._add_tensor(value, step)
+                self._add_tensor(value, step, seq, sub)
             elif (
                 value.tag.startswith(HPARAMS_PREFIX)
                 or value.metadata.plugin_data.plugin_name == "hparams"
@@ -165,7 +207,32 @@ class _Collector:
             else:
                 self.skipped_values += 1
 
-    def _add_tensor(self, value, step: int) -> None:
+    def _point(self, tag: str, step: int, number: float, seq: int, sub: int) -> None:
+        self.tags.append(tag)
+        self.steps.append(step)
+        self.values.append(number)
+        self.seqs.append(seq)
+        self.subs.append(sub)
+
+    def frame(self):
+        """All points as one frame (key, step, value, _order), in the order they were written."""
+        import polars as pl
+
+        parts = list(self.bulk)
+        if self.values:
+            columns = {
+                "key": self.tags, "step": self.steps, "value": self.values,
+                "seq": self.seqs, "sub": self.subs,
+            }
+            parts.append(pl.DataFrame(columns, schema=_point_schema()))
+        points = pl.concat(parts) if len(parts) > 1 else parts[0]
+        if len(parts) > 1:
+            points = points.sort(["seq", "sub"])
+        return points.drop("seq", "sub").with_row_index("_order").with_columns(
+            pl.col("_order").cast(pl.Int64)
+        )
+
+    def _add_tensor(self, value, step: int, seq: int, sub: int) -> None:
         tag = value.tag
         if value.HasField("metadata"):
             plugin = value.metadata.plugin_data.plugin_name
@@ -178,9 +245,7 @@ class _Collector:
         if number is None:
             self.skipped_values += 1
             return
-        self.tags.append(tag)
-        self.steps.append(step)
-        self.values.append(number)
+        self._point(tag, step, number, seq, sub)
 
     def _add_hparams(self, value) -> None:
         content = value.metadata.plugin_data.content
@@ -235,33 +300,45 @@ def _tensor_scalar(tensor, plugin: str) -> float | None:
 def read_event_file(
     path: Path, collector: _Collector, source: SourceInfo, verify_data: bool = True
 ) -> int:
-    """Add one event file's scalars to `collector`; returns the number of records read."""
+    """Add one event file's scalars to `collector`; returns the number of records read.
+
+    Records of the `add_scalar` layout are decoded in bulk; every other record
+    (tensor scalars, hparams, file_version, several values per event...) goes
+    through the protobuf parser, one by one.
+    """
+    import numpy as np
     from google.protobuf.message import DecodeError
 
-    from ._tfrecord import RecordReader
+    from ._tfrecord import frame_records
 
+    data = path.read_bytes()
+    framing = frame_records(data, verify_data=verify_data)
+    simple = tbp.decode_simple_scalars(data, framing.starts, framing.ends)
+    base = collector.records_before
+    collector.add_simple(simple, framing.numbers[simple.index] + base)
+    rest = np.ones(framing.starts.size, dtype=bool)
+    rest[simple.index] = False
     event_cls = tbp.messages()["Event"]
-    reader = RecordReader(path.read_bytes(), verify_data=verify_data)
-    count = 0
-    for number, payload in reader:
-        count += 1
+    for number, start, end in zip(
+        framing.numbers[rest].tolist(), framing.starts[rest].tolist(), framing.ends[rest].tolist()
+    ):
         try:
-            collector.add_event(payload, event_cls)
+            collector.add_event(data[start:end], event_cls, seq=base + number)
         except DecodeError as err:
             source.reject(number, f"{path.name}: record is not a TensorBoard Event ({err})")
-    for problem in reader.problems:
+    for problem in framing.problems:
+        source.warnings.append(f"{path}: {problem.describe()}")
         if problem.kind == "truncated":
-            source.warnings.append(f"{path}: {problem.describe()}")
             source.reject(problem.record, f"{path.name}: last record cut off mid-write")
         else:
-            source.warnings.append(f"{path}: {problem.describe()}")
             source.reject(problem.record, f"{path.name}: {problem.describe()}")
-    return count
+    numbers = [int(framing.numbers[-1])] if framing.numbers.size else []
+    collector.records_before = base + max(numbers + [p.record for p in framing.problems], default=0)
+    return int(framing.starts.size)
 
 
 def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector | None, str | None]:
     """One run's scalar points (key, step, value, _order), or None and why there are none."""
-    import polars as pl
 
     collector = _Collector()
     records = sum(read_event_file(file, collector, source) for file in files)
@@ -269,17 +346,13 @@ def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector | Non
         source.notes.append(
             f"{collector.skipped_values} non-scalar summary value(s) ignored (histograms, images, text)"
         )
-    if not collector.tags:
+    if not collector.point_count:
         names = ", ".join(f.name for f in files[:3])
         return (
             None,
             f"no scalar summaries in {len(files)} event file(s) ({names}; {records} record(s) read)",
         )
-    points = pl.DataFrame(
-        {"key": collector.tags, "step": collector.steps, "value": collector.values},
-        schema={"key": pl.String, "step": pl.Int64, "value": pl.Float64},
-    )
-    collector.points = points.with_row_index("_order").with_columns(pl.col("_order").cast(pl.Int64))
+    collector.points = collector.frame()
     return collector, None
 
 

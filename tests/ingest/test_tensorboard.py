@@ -279,3 +279,156 @@ def test_rank_named_parent_folders_count_as_ranks(tmp_path):
         write_events(folder / "events.out.tfevents.1.h", training_run(seed=rank), "simple")
     run = ingest.read(tmp_path)
     assert run.source.ranks == 2 and sorted(run.frame["rank"].unique().to_list()) == [0, 1]
+
+
+# --- the fast paths agree with the plain ones -------------------------------------------
+
+
+def _plain_walk(data: bytes) -> tuple[list[tuple[int, int, int]], list[tuple[str, int, int]]]:
+    """A record-by-record walk with the same rules, as the reference: (number, start, end), problems."""
+    from stabilitycli.ingest._tfrecord import _resync
+
+    records, problems, pos, number = [], [], 0, 0
+    while pos < len(data):
+        number += 1
+        if len(data) - pos < 12:
+            problems.append(("truncated", number, pos))
+            break
+        length, length_crc = struct.unpack_from("<QI", data, pos)
+        if masked_crc(data[pos:pos + 8]) != length_crc:
+            problems.append(("length_crc", number, pos))
+            pos = _resync(data, pos + 1)
+            if pos is None:
+                break
+            continue
+        end = pos + 12 + length
+        if end + 4 > len(data):
+            problems.append(("truncated", number, pos))
+            break
+        if masked_crc(data[pos + 12:end]) != struct.unpack_from("<I", data, end)[0]:
+            problems.append(("data_crc", number, pos))
+        else:
+            records.append((number, pos + 12, end))
+        pos = end + 4
+    return records, problems
+
+
+def test_bulk_walk_finds_exactly_the_records_of_a_plain_walk_in_a_long_damaged_file():
+    from stabilitycli.ingest._tfrecord import frame_records
+
+    # 3 tags x 3000 steps: long repeating stretches (the bulk walk's case), the step
+    # varint growing at 128, and damage in the middle of a repeating stretch
+    data = bytearray(event_bytes(training_run(spike_at=None, steps=3000), "simple"))
+    offsets = _record_offsets(bytes(data))
+    data[offsets[2000] + 20] ^= 0x01  # a payload byte: data CRC
+    data[offsets[5000] + 3] ^= 0xFF  # a length byte: header CRC, resync
+    data[offsets[7000] + 9] ^= 0x10  # a header CRC byte
+    data = bytes(data[:-5])  # the last record cut off
+    framing = frame_records(data)
+    records, problems = _plain_walk(data)
+    assert len(records) == 3 * 3000 + 1 - 4
+    assert list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist())) == records
+    assert [(p.kind, p.record, p.offset) for p in framing.problems] == problems
+    assert [kind for kind, _, _ in problems] == ["data_crc", "length_crc", "length_crc", "truncated"]
+
+
+def test_an_irregular_file_walks_the_same_as_a_plain_walk():
+    from stabilitycli.ingest._tfrecord import frame_records
+
+    from ._synthetic_run import _frame
+
+    # an eval metric every 7th step and a long tag now and then break the pattern again and again
+    payloads = []
+    for step in range(1500):
+        payloads += [_event(step, [("train/loss", 2.0)]), _event(step, [("train/lr", 1e-3)])]
+        if step % 7 == 0:
+            payloads.append(_event(step, [("eval/loss", 2.5)]))
+        if step % 300 == 0:
+            payloads.append(_event(step, [("a/much/longer/tag/name", 1.0), ("b", 2.0)]))
+    data = b"".join(_frame(p) for p in payloads)
+    framing = frame_records(data)
+    records, problems = _plain_walk(data)
+    assert len(records) == len(payloads)
+    assert list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist())) == records
+    assert problems == [] and framing.problems == []
+
+
+def _event(step: int, values: list[tuple[str, float]], wall_time: float = 1.7e9) -> bytes:
+    from stabilitycli.ingest import _tbproto as tbp
+
+    event = tbp.messages()["Event"](wall_time=wall_time, step=step)
+    for tag, value in values:
+        event.summary.value.add(tag=tag, simple_value=value)
+    return event.SerializeToString()
+
+
+def test_bulk_decoder_reads_what_protobuf_reads_and_leaves_it_the_rest():
+    import numpy as np
+
+    from stabilitycli.ingest import _tbproto as tbp
+
+    event_cls = tbp.messages()["Event"]
+    bad_utf8 = _event(5, [("lossX", 1.0)]).replace(b"lossX", b"loss\xff")
+    payloads = [
+        _event(0, [("loss", 1.5)]),  # step 0: proto3 writes no step field
+        _event(127, [("loss", math.nan)]),
+        _event(128, [("loss", math.inf)]),  # a two-byte step varint
+        _event(2**35 - 1, [("loss", -math.inf)]),  # the longest step decoded in bulk
+        _event(2**35, [("loss", -0.0)]),  # a six-byte varint: protobuf's
+        _event(-3, [("loss", 2.0)]),  # a negative step is a ten-byte varint: protobuf's
+        _event(9, [("", 3.0)]),  # an empty tag is not written at all: protobuf's
+        _event(10, [("train/λ", 4.0)]),  # a non-ASCII tag
+        _event(11, [("a", 1.0), ("b", 2.0)]),  # two values in one event: protobuf's
+        _event(12, [("loss", 5.0)], wall_time=0.0),  # no wall_time field: protobuf's
+        event_cls(wall_time=1.7e9, file_version="brain.Event:2").SerializeToString(),
+        bad_utf8,  # protobuf rejects a string that is not UTF-8; so must the bulk path
+        _event(13, [("grad_norm", 6.0)]),
+    ]
+    data = b"".join(payloads)
+    ends = np.cumsum([len(p) for p in payloads])
+    starts = ends - [len(p) for p in payloads]
+    decoded = tbp.decode_simple_scalars(data, starts, ends)
+    assert decoded.index.tolist() == [0, 1, 2, 3, 7, 12]
+    from google.protobuf.message import DecodeError
+
+    with pytest.raises(DecodeError):
+        event_cls.FromString(bad_utf8)
+    for k, i in enumerate(decoded.index.tolist()):
+        event = event_cls.FromString(payloads[i])
+        (value,) = event.summary.value
+        assert decoded.tags[decoded.codes[k]] == value.tag
+        assert decoded.steps[k] == event.step
+        got = decoded.values[k]
+        assert (math.isnan(got) and math.isnan(value.simple_value)) or got == value.simple_value
+        assert math.copysign(1, got) == math.copysign(1, value.simple_value)
+
+
+def test_bulk_and_protobuf_points_keep_file_order(tmp_path):
+    from stabilitycli.ingest import _tbproto as tbp
+
+    from ._synthetic_run import _frame
+
+    # simple_value events (decoded in bulk) interleaved with tensor events (protobuf)
+    event_cls = tbp.messages()["Event"]
+    run = training_run(spike_at=30, nonfinite_at=45, steps=200)
+    parts = []
+    for step, (loss, lr) in enumerate(zip(run["train/loss"], run["train/lr"], strict=True)):
+        parts.append(_frame(_event(step, [("train/loss", loss)])))
+        event = event_cls(wall_time=1.7e9, step=step)
+        item = event.summary.value.add(tag="train/lr")
+        item.tensor.dtype, item.tensor.float_val[:] = tbp.DT_FLOAT, [lr]
+        item.metadata.plugin_data.plugin_name = "scalars"
+        parts.append(_frame(event.SerializeToString()))
+    # the same point logged twice, once each way: the record written later wins
+    relog = event_cls(wall_time=1.7e9, step=199)
+    item = relog.summary.value.add(tag="train/loss")
+    item.tensor.dtype, item.tensor.float_val[:] = tbp.DT_FLOAT, [7.0]
+    item.metadata.plugin_data.plugin_name = "scalars"
+    parts += [_frame(_event(199, [("train/lr", 0.5)])), _frame(relog.SerializeToString())]
+    (tmp_path / "events.out.tfevents.1.h").write_bytes(b"".join(parts))
+    read = ingest.read(tmp_path)
+    assert read.frame["step"].to_list() == list(range(200))
+    run["train/loss"][199], run["train/lr"][199] = 7.0, 0.5
+    _assert_same(_column(read, "loss"), run["train/loss"])
+    _assert_same(_column(read, "lr"), run["train/lr"])
+    assert read.source.restarts == []
