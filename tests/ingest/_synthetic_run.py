@@ -180,3 +180,13 @@ def write_events(path: Path, run: dict[str, list] | None, encoding: str = "tf2")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(event_bytes(run, encoding))
     return path
+
+
+def assert_same_values(actual: list[float], expected: list[float]) -> None:
+    """Equal point by point, NaN equal to NaN (the readers must keep it exactly)."""
+    assert len(actual) == len(expected)
+    for step, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        if math.isnan(e):
+            assert math.isnan(a), f"step {step}: {a} is not NaN"
+        else:
+            assert a == e, f"step {step}: {a} != {e}"

@@ -16,18 +16,11 @@ from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import mlflow_db
 from stabilitycli.ingest.options import ReadOptions
 
-from ._synthetic_run import log_mlflow, training_run
+from ._synthetic_run import assert_same_values, log_mlflow, training_run
 
 DB = Path(__file__).resolve().parents[2] / "fixtures" / "mlflow" / "mlflow.db"
 
 
-def _assert_same(actual: list[float], expected: list[float]) -> None:
-    assert len(actual) == len(expected)
-    for step, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        if math.isnan(e):
-            assert math.isnan(a), f"step {step}: {a} is not NaN"
-        else:
-            assert a == e, f"step {step}: {a} != {e}"
 
 
 def test_spike_run_from_a_path_and_from_a_uri():
@@ -37,7 +30,7 @@ def test_spike_run_from_a_path_and_from_a_uri():
     assert by_path.frame.equals(by_uri.frame)
     expected = training_run(spike_at=30)
     for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
-        _assert_same(by_path.frame[column].to_list(), expected[key])
+        assert_same_values(by_path.frame[column].to_list(), expected[key])
     assert by_path.frame["loss"][30] == 9.5
     assert by_path.source.dtype == "bf16"
     assert by_path.source.notes == []  # no clamped value, no Inf note
@@ -72,7 +65,7 @@ def test_rank_tags_make_one_per_rank_run():
     rank2 = frame.filter(frame["rank"] == 2)
     assert math.isnan(rank2["loss"][20]) and rank2["loss"][21] == math.inf
     rank3 = frame.filter(frame["rank"] == 3)["loss"].to_list()
-    _assert_same(rank3, training_run(spike_at=None, seed=3)["train/loss"])
+    assert_same_values(rank3, training_run(spike_at=None, seed=3)["train/loss"])
 
 
 def test_several_runs_without_a_choice_list_them_on_one_line():
@@ -120,7 +113,7 @@ def test_mlflow_client_sqlite_round_trip(tmp_path, monkeypatch):
     log_mlflow(expected, uri, experiment="e", run_name="both", params={"precision": "16-mixed"})
     run = ingest.read(uri)
     for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
-        _assert_same(run.frame[column].to_list(), expected[key])
+        assert_same_values(run.frame[column].to_list(), expected[key])
     assert math.isnan(run.frame["loss"][45]) and run.frame["loss"][46] == math.inf
     assert run.frame["grad_norm"][47] == -math.inf
     assert run.source.dtype == "fp16"

@@ -13,19 +13,12 @@ from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import mlflow_file
 from stabilitycli.ingest.options import ReadOptions
 
-from ._synthetic_run import log_mlflow, training_run
+from ._synthetic_run import assert_same_values, log_mlflow, training_run
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "mlflow"
 MLRUNS = FIXTURES / "mlruns"
 
 
-def _assert_same(actual: list[float], expected: list[float]) -> None:
-    assert len(actual) == len(expected)
-    for step, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        if math.isnan(e):
-            assert math.isnan(a), f"step {step}: {a} is not NaN"
-        else:
-            assert a == e, f"step {step}: {a} != {e}"
 
 
 def _run_folder(name: str, root: Path = MLRUNS) -> Path:
@@ -53,9 +46,9 @@ def test_spike_run_by_name_reads_every_point_and_the_dtype():
     expected = training_run(spike_at=30)
     assert run.source.format == "mlflow_file"
     assert run.frame["step"].to_list() == list(range(60))
-    _assert_same(run.frame["loss"].to_list(), expected["train/loss"])
-    _assert_same(run.frame["grad_norm"].to_list(), expected["train/grad_norm"])
-    _assert_same(run.frame["lr"].to_list(), expected["train/lr"])
+    assert_same_values(run.frame["loss"].to_list(), expected["train/loss"])
+    assert_same_values(run.frame["grad_norm"].to_list(), expected["train/grad_norm"])
+    assert_same_values(run.frame["lr"].to_list(), expected["train/lr"])
     assert run.frame["loss"][30] == 9.5 and run.frame["grad_norm"][30] == 60.5
     assert run.source.metrics == {"loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr"}
     assert run.source.dtype == "bf16" and "precision" in run.source.dtype_origin
@@ -115,7 +108,7 @@ def test_runs_named_by_rank_become_one_per_rank_run():
     assert math.isnan(rank2["loss"][20]) and rank2["loss"][21] == math.inf
     for rank in (0, 1, 3):
         values = frame.filter(frame["rank"] == rank)["loss"].to_list()
-        _assert_same(values, training_run(spike_at=None, seed=rank)["train/loss"])
+        assert_same_values(values, training_run(spike_at=None, seed=rank)["train/loss"])
     assert "rank 0 = " in run.source.notes[0]
 
 
@@ -229,7 +222,7 @@ def test_mlflow_client_file_store_round_trip(tmp_path, monkeypatch):
         log_mlflow(training_run(seed=rank), uri, experiment="r", run_name=f"job-{rank}", tags={"rank": str(rank)})
     run = ingest.read(tmp_path / "mlruns", ReadOptions(experiment="e"))
     for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
-        _assert_same(run.frame[column].to_list(), expected[key])
+        assert_same_values(run.frame[column].to_list(), expected[key])
     assert math.isnan(run.frame["loss"][45]) and run.frame["loss"][46] == math.inf
     assert run.frame["grad_norm"][47] == -math.inf
     assert run.source.dtype == "bf16"

@@ -19,7 +19,7 @@ from stabilitycli.ingest.options import ReadOptions
 
 from ._mlflow_server_proc import free_port
 from ._mlflow_server_proc import mlflow_server as start_server
-from ._synthetic_run import log_mlflow, training_run
+from ._synthetic_run import assert_same_values, log_mlflow, training_run
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +40,6 @@ def server(tmp_path_factory):
         yield url, ids
 
 
-def _assert_same(actual: list[float], expected: list[float]) -> None:
-    assert len(actual) == len(expected)
-    for step, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        if math.isnan(e):
-            assert math.isnan(a), f"step {step}: {a} is not NaN"
-        else:
-            assert a == e, f"step {step}: {a} != {e}"
 
 
 def test_spike_run_by_id(server):
@@ -55,7 +48,7 @@ def test_spike_run_by_id(server):
     assert run.source.format == "mlflow_server"
     expected = training_run(spike_at=30)
     for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
-        _assert_same(run.frame[column].to_list(), expected[key])
+        assert_same_values(run.frame[column].to_list(), expected[key])
     assert run.frame["loss"][30] == 9.5 and run.source.dtype == "bf16"
 
 

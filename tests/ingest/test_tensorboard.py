@@ -15,7 +15,13 @@ from stabilitycli.ingest import tensorboard
 from stabilitycli.ingest._tfrecord import RecordReader, masked_crc
 from stabilitycli.ingest.options import ReadOptions
 
-from ._synthetic_run import event_bytes, training_run, write_events, write_tensorboardx
+from ._synthetic_run import (
+    assert_same_values,
+    event_bytes,
+    training_run,
+    write_events,
+    write_tensorboardx,
+)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tensorboard"
 
@@ -24,13 +30,6 @@ def _column(run, name: str) -> list[float]:
     return run.frame[name].to_list()
 
 
-def _assert_same(actual: list[float], expected: list[float]) -> None:
-    assert len(actual) == len(expected)
-    for step, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        if math.isnan(e):
-            assert math.isnan(a), f"step {step}: {a} is not NaN"
-        else:
-            assert a == e, f"step {step}: {a} != {e}"
 
 
 def _record_offsets(data: bytes) -> list[int]:
@@ -50,9 +49,9 @@ def test_spike_fixture_reads_every_step_and_the_dtype_from_hparams():
     expected = training_run(spike_at=30)
     assert run.source.format == "tensorboard"
     assert run.frame["step"].to_list() == list(range(60))
-    _assert_same(_column(run, "loss"), expected["train/loss"])
-    _assert_same(_column(run, "grad_norm"), expected["train/grad_norm"])
-    _assert_same(_column(run, "lr"), expected["train/lr"])
+    assert_same_values(_column(run, "loss"), expected["train/loss"])
+    assert_same_values(_column(run, "grad_norm"), expected["train/grad_norm"])
+    assert_same_values(_column(run, "lr"), expected["train/lr"])
     assert run.frame["loss"][30] == 9.5
     assert (run.source.dtype, run.source.dtype_origin) == ("fp16", "TensorBoard hparams param 'precision'='fp16'")
     assert run.source.rows_read == run.source.rows_used == 60 and run.source.rows_rejected == 0
@@ -78,7 +77,7 @@ def test_rank_folders_become_one_per_rank_run():
     assert math.isnan(rank2["loss"][20]) and math.isinf(rank2["loss"][21])
     rank0 = frame.filter(frame["rank"] == 0)
     assert all(math.isfinite(v) for v in rank0["loss"].to_list())
-    _assert_same(rank0["loss"].to_list(), training_run(spike_at=None, seed=0)["train/loss"])
+    assert_same_values(rank0["loss"].to_list(), training_run(spike_at=None, seed=0)["train/loss"])
 
 
 def test_several_runs_without_a_choice_is_one_line_naming_them():
@@ -117,7 +116,7 @@ def test_every_scalar_encoding_reads_the_same_values(tmp_path, encoding):
     write_events(tmp_path / "events.out.tfevents.1700000000.host", expected, encoding)
     run = ingest.read(tmp_path)
     for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
-        _assert_same(_column(run, column), expected[key])
+        assert_same_values(_column(run, column), expected[key])
     assert math.isinf(run.frame["loss"][46]) and run.frame["loss"][46] > 0
     assert math.isinf(run.frame["grad_norm"][47]) and run.frame["grad_norm"][47] < 0
 
@@ -240,7 +239,7 @@ def test_several_event_files_are_read_in_name_order_and_a_resume_is_a_restart(tm
     run = ingest.read(tmp_path)
     assert run.frame["step"].to_list() == list(range(60))
     assert [(r.resumed_from_step, r.last_step_before) for r in run.source.restarts] == [(30, 39)]
-    _assert_same(run.frame["loss"].to_list()[30:], resumed["train/loss"])
+    assert_same_values(run.frame["loss"].to_list()[30:], resumed["train/loss"])
     assert run.abandoned.height == 10  # steps 30..39 of the first attempt, kept aside
 
 
@@ -262,7 +261,7 @@ def test_tensorboardx_writer_nan_and_inf_survive(tmp_path):
     write_tensorboardx(expected, tmp_path / "run")
     run = ingest.read(tmp_path / "run")
     for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
-        _assert_same(_column(run, column), expected[key])
+        assert_same_values(_column(run, column), expected[key])
     assert math.isnan(run.frame["loss"][45]) and run.frame["loss"][46] == math.inf
     assert run.frame["grad_norm"][47] == -math.inf
 
@@ -429,6 +428,6 @@ def test_bulk_and_protobuf_points_keep_file_order(tmp_path):
     read = ingest.read(tmp_path)
     assert read.frame["step"].to_list() == list(range(200))
     run["train/loss"][199], run["train/lr"][199] = 7.0, 0.5
-    _assert_same(_column(read, "loss"), run["train/loss"])
-    _assert_same(_column(read, "lr"), run["train/lr"])
+    assert_same_values(_column(read, "loss"), run["train/loss"])
+    assert_same_values(_column(read, "lr"), run["train/lr"])
     assert read.source.restarts == []
