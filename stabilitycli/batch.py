@@ -145,8 +145,7 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
     from .pipeline import analyze
 
     try:
-        start = Path(path) if "://" not in path and Path(path).exists() else Path.cwd()
-        thresholds = load_config(start, settings.set_values)
+        thresholds = load_config(path, settings.set_values)
         analysis = analyze(path, thresholds, options=settings.options, select=list(settings.select),
                            ignore=list(settings.ignore))
     except (StabInputError, StabUsageError) as err:

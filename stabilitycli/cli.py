@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .commands._common import fail, pairs
 from .errors import StabInputError, StabUsageError
-from .exit_codes import ExitCode
 
 app = typer.Typer(
     add_completion=False,
@@ -37,22 +36,6 @@ class FailOn(str, Enum):
     info = "info"
     warning = "warning"
     error = "error"
-
-
-def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> typer.Exit:
-    """Print one line to stderr and return the Exit to raise."""
-    typer.echo(f"stab: error: {message}", err=True)
-    return typer.Exit(int(code))
-
-
-def parse_pairs(values: list[str] | None, flag: str) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in values or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise StabUsageError(f"{flag} expects NAME=VALUE, got {item!r}")
-        pairs[name.strip()] = value.strip()
-    return pairs
 
 
 def split_codes(values: list[str] | None) -> list[str]:
@@ -95,7 +78,7 @@ def analyze(
 
     try:
         options = ReadOptions(
-            format_in=format_in, metric_overrides=parse_pairs(metric, "--metric"), step_key=step_key,
+            format_in=format_in, metric_overrides=pairs(metric, "--metric"), step_key=step_key,
             rank_key=rank_key, dtype=dtype, run=run, experiment=experiment, tracking_uri=tracking_uri,
             rank_pattern=rank_pattern, include_deleted=include_deleted,
         )
@@ -125,8 +108,7 @@ def analyze(
 def _thresholds(path: str, set_values: list[str] | None):
     from .config import load_config
 
-    start = Path(path) if "://" not in path and Path(path).exists() else Path.cwd()
-    return load_config(start, parse_pairs(set_values, "--set"))
+    return load_config(path, pairs(set_values, "--set"))
 
 
 def _render(result, output: OutputFormat, fail_on: FailOn = FailOn.error) -> None:
@@ -159,7 +141,7 @@ def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, options, sel
 
     try:
         settings = batch.BatchSettings(
-            options=options, set_values=parse_pairs(set_values, "--set"), select=tuple(split_codes(select)),
+            options=options, set_values=pairs(set_values, "--set"), select=tuple(split_codes(select)),
             ignore=tuple(split_codes(ignore)), fail_on=fail_on.value,
             fragment=output.value if output in (OutputFormat.github, OutputFormat.junit, OutputFormat.markdown)
             else None,

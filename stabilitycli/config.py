@@ -161,10 +161,16 @@ except (OSError, TypeError):  # source not available (zipped install): docs are 
     _FIELD_DOCS = {}
 
 
-def load_config(start: Path | None = None, cli_values: dict[str, str] | None = None) -> Thresholds:
-    """Defaults <- [tool.stab] / stab.toml found from `start` upwards <- --set values."""
+def load_config(near: str | Path | None = None, cli_values: dict[str, str] | None = None) -> Thresholds:
+    """Defaults <- [tool.stab] / stab.toml found from the run's folder upwards <- --set values.
+
+    `near` is the run's path (a URI or a missing path searches from the
+    working directory).
+    """
     thresholds = Thresholds()
-    found = _find_config_file(start or Path.cwd())
+    text = str(near) if near is not None else ""
+    start = Path(text) if text and "://" not in text and Path(text).exists() else Path.cwd()
+    found = _find_config_file(start)
     if found is not None:
         path, table = found
         thresholds = thresholds.with_overrides(table, str(path))

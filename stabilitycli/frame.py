@@ -192,7 +192,7 @@ def _merge_and_resume(
             last_step_before=int(r["_prev_max"]),
             rank=int(r["rank"]) if has_rank else None,
         )
-        for r in restart_rows.head(1000).iter_rows(named=True)
+        for r in restart_rows.iter_rows(named=True)  # one per restart (and rank), a handful
     ]
     table = table.drop("_back", "_prev_max")
 

@@ -47,8 +47,7 @@ def load_and_analyze(path: str, *, metric=None, step_key=None, format_in=None, d
         from ..config import load_config
         from ..ingest.options import ReadOptions
 
-        start = Path(path) if "://" not in path and Path(path).exists() else Path.cwd()
-        thresholds = load_config(start, pairs(set_values, "--set"))
+        thresholds = load_config(path, pairs(set_values, "--set"))
         options = ReadOptions(format_in=format_in, metric_overrides=pairs(metric, "--metric"),
                               step_key=step_key, dtype=dtype, run=run)
         data = pipeline.load_run(path, options)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -102,12 +101,11 @@ def _compare(runs, expect, restart, tolerance, rel_tolerance, until, since, x, s
         raise StabUsageError("--restart N compares within one log: give exactly one RUN")
     checks = tuple(parse_expect(e) for e in expect or [])  # malformed: a usage error before any reading
     names, overrides = _metrics(metric)
-    start = Path(runs[0]) if "://" not in runs[0] and Path(runs[0]).exists() else Path.cwd()
     options = CompareOptions(
         metrics=names, tolerance=_numbers(tolerance, "--tolerance", bare="loss"),
         rel_tolerance=_numbers(rel_tolerance, "--rel-tolerance", bare="*"), since=since, until=until, x=x,
         smoothing=Smoothing.parse(smooth) if smooth else None, strict=strict, expects=checks,
-        thresholds=load_config(start, pairs(set_values, "--set")),
+        thresholds=load_config(runs[0], pairs(set_values, "--set")),
     )
     read_options = ReadOptions(metric_overrides=overrides, step_key=step_key, format_in=format_in)
     loaded = [read(path, read_options) for path in runs]

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ..errors import StabInputError, StabUsageError
+from ._common import pairs
 
 
 class RanksFormat(str, Enum):
@@ -94,17 +94,6 @@ def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values,
         metric_overrides=overrides, rank_pattern=rank_pattern, rank_key=rank_key, step_key=step_key,
         experiment=experiment, tracking_uri=tracking_uri,
     )
-    start = Path(run) if "://" not in run and Path(run).exists() else Path.cwd()
-    thresholds = load_config(start, _pairs(set_values))
+    thresholds = load_config(run, pairs(set_values, "--set"))
     data = read(run, options)
     return find_rank_outliers(data, name, thresholds)
-
-
-def _pairs(values: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise StabUsageError(f"--set expects NAME=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out

@@ -248,7 +248,7 @@ class _CauseContext:
         if lr_max is not None:
             maybe |= lr_max[candidates] > thresholds.lr_jump_ratio
         if self.batch_id is not None:
-            maybe |= True  # a repeated batch id needs the per-event check
+            maybe |= _recently_seen(steps, self.batch_id, thresholds.duplicate_batch_window_steps)[candidates]
         if self.restart_steps.size:
             restarts = np.sort(self.restart_steps)
             at = steps[candidates]
@@ -291,6 +291,14 @@ def _lead_max(steps: np.ndarray, values: np.ndarray | None, lead_steps: int) -> 
     return frame.select(
         pl.col("v").rolling_max_by("step", window_size=f"{lead_steps + 1}i", closed="right")
     )["v"].to_numpy()
+
+
+def _recently_seen(steps: np.ndarray, batch_id: np.ndarray, window_steps: int) -> np.ndarray:
+    """Per point: was the same batch id logged within `window_steps` before it?"""
+    previous = pl.DataFrame({"step": steps, "batch": batch_id}).select(
+        pl.col("step").shift(1).over("batch")
+    )["step"].fill_null(np.iinfo(np.int64).min // 2).to_numpy()
+    return np.isfinite(batch_id) & (steps - previous <= window_steps)
 
 
 def _suffix_max(loss: np.ndarray) -> np.ndarray:
@@ -388,20 +396,19 @@ def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, 
             at = lr_lo + int(np.argmax(jumps))
             still_up = ctx.lr[idx] >= _LR_STILL_UP * ctx.lr[at]
             if still_up or at >= lo:
-                jumps = ctx.lr_rel_jump
+                jump = float(ctx.lr_rel_jump[at])
                 causes.append({"cause": "lr-discontinuity", "lr_step": int(steps[at]),
-                               "lr": float(ctx.lr[at]), "lr_before": float(ctx.lr[at] / (1 + jumps[at])),
-                               "relative_jump": round(float(jumps[at]), 3), "lead_steps": int(onset - steps[at])})
+                               "lr": float(ctx.lr[at]), "lr_before": float(ctx.lr[at] / (1 + jump)),
+                               "relative_jump": round(jump, 3), "lead_steps": int(onset - steps[at])})
     if ctx.grad_ratio is not None:
         # a large spike needs less of a grad-norm jump to be explained by its batch
         bar = thresholds.grad_norm_outlier_ratio if large else thresholds.grad_norm_spike_ratio
         ratios = np.nan_to_num(ctx.grad_ratio[lo:hi], nan=0.0)
         if ratios.size and ratios.max() >= bar:
             at = lo + int(np.argmax(ratios))
-            ratios = ctx.grad_ratio
             causes.append({"cause": "long-tail-token", "grad_norm_step": int(steps[at]),
                            "grad_norm": float(ctx.grad_norm[at]), "grad_norm_baseline": float(ctx.grad_baseline[at]),
-                           "ratio": float(ratios[at]), "lead_steps": int(onset - steps[at])})
+                           "ratio": float(ctx.grad_ratio[at]), "lead_steps": int(onset - steps[at])})
     return causes
 
 
