@@ -1,0 +1,5 @@
+"""`python -m stabilitycli` is `stab`."""
+
+from .cli import main
+
+main()
