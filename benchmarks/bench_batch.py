@@ -5,7 +5,7 @@
 Copies the committed fixture runs (`fixtures/runs/*`, 1,500-2,000 steps each,
 every verdict) round-robin into a temporary directory until there are
 `--runs` of them, then analyses them all with 1 worker (in-process) and with
-`--jobs` worker processes, through `stabilitycli.batch` (what
+`--jobs` worker processes, through `stabilitycli.pipeline.batch` (what
 `stab analyze --recursive DIR` runs), and prints both times and the speed-up.
 With `--rows N` the runs are synthetic logs of N steps each instead (large
 runs, where the ~0.5 s it takes to start the workers and import polars in
@@ -36,7 +36,7 @@ def make_runs(target: Path, count: int) -> list[str]:
         for item in src.iterdir():
             if item.name.startswith(("run.", "manifest")):
                 shutil.copy(item, dst / item.name)
-    from stabilitycli.batch import discover
+    from stabilitycli.pipeline.batch import discover
 
     return discover([str(target)], recursive=True)
 
@@ -60,7 +60,7 @@ def make_large_runs(target: Path, count: int, rows: int) -> list[str]:
 
 def timed(paths: list[str], jobs: int, repeats: int) -> tuple[float, int]:
     """Best wall time of `repeats` (the least disturbed by other jobs on the machine)."""
-    from stabilitycli.batch import BatchSettings, analyze_many
+    from stabilitycli.pipeline.batch import BatchSettings, analyze_many
 
     best, ok = float("inf"), 0
     for _ in range(repeats):
@@ -86,7 +86,7 @@ def main() -> None:
         rows = sum(Path(p).read_bytes().count(b"\n") for p in paths if p.endswith(".jsonl"))
         print(f"{len(paths)} runs ({rows:,} JSONL rows in total), {os.cpu_count()} cores, "
               f"load average {os.getloadavg()[0]:.2f}")
-        from stabilitycli.batch import BatchSettings, analyze_many
+        from stabilitycli.pipeline.batch import BatchSettings, analyze_many
 
         analyze_many(paths[:2], BatchSettings(), jobs=1)  # imports and file cache, not timed
         one, ok1 = timed(paths, 1, args.repeats)

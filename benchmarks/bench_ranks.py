@@ -36,7 +36,7 @@ def one(ranks: int, steps: int) -> dict:
 
     sys.path.insert(0, str(ROOT))
     from stabilitycli.config import Thresholds
-    from stabilitycli.detect.ranks import find_rank_outliers
+    from stabilitycli.detect.ranks.check import find_rank_outliers
     from stabilitycli.frame import RunData
     from stabilitycli.model import SourceInfo
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .model import Analysis
+    from stabilitycli.model import Analysis
 
 __all__ = ["analyze", "ranks", "read"]
 __version__ = "0.1.0"
@@ -20,20 +20,20 @@ __version__ = "0.1.0"
 
 def analyze(source: Any, config: Any = None, **kwargs: Any) -> Analysis:
     """Read a run (path, URI, `RunData` or polars frame) and walk the §1–§4 tree."""
-    from .pipeline import analyze as _analyze
+    from stabilitycli.pipeline.run import analyze as _analyze
 
     return _analyze(source, config, **kwargs)
 
 
 def ranks(source: Any, config: Any = None, **kwargs: Any):
     """Per-rank outlier report for a run that has ranks (spec section 5)."""
-    from .pipeline import ranks as _ranks
+    from stabilitycli.pipeline.run import ranks as _ranks
 
     return _ranks(source, config, **kwargs)
 
 
 def read(source: Any, options: Any = None):
     """The canonical `RunData` for a path or URI."""
-    from .ingest import read as _read
+    from stabilitycli.ingest import read as _read
 
     return _read(source, options)

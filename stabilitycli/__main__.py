@@ -1,5 +1,5 @@
 """`python -m stabilitycli` is `stab`."""
 
-from .cli import main
+from stabilitycli.cli import main
 
 main()

@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from .commands._common import fail, pairs
-from .errors import StabInputError, StabUsageError
+from stabilitycli.commands._common import fail, pairs
+from stabilitycli.errors import StabInputError, StabUsageError
 
 app = typer.Typer(
     add_completion=False,
@@ -74,7 +74,7 @@ def analyze(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Walk the §1-§4 stability tree over one run (or many) and print the verdict."""
-    from .ingest.options import ReadOptions
+    from stabilitycli.ingest.options import ReadOptions
 
     try:
         options = ReadOptions(
@@ -90,7 +90,7 @@ def analyze(
     path = path[0]
     try:
         thresholds = _thresholds(path, set_values)
-        from . import pipeline
+        from stabilitycli.pipeline import run as pipeline
 
         result = pipeline.analyze(path, thresholds, options=options, select=split_codes(select),
                                   ignore=split_codes(ignore))
@@ -99,45 +99,45 @@ def analyze(
     except Exception as err:  # noqa: BLE001 - never a traceback for the user
         raise _internal(err, path) from None
     _render(result, output, fail_on)
-    from .exit_codes import exit_code_for
-    from .model import Severity
+    from stabilitycli.exit_codes import exit_code_for
+    from stabilitycli.model import Severity
 
     raise typer.Exit(int(exit_code_for(result.worst_severity, Severity.parse(fail_on.value))))
 
 
 def _thresholds(path: str, set_values: list[str] | None):
-    from .config import load_config
+    from stabilitycli.config import load_config
 
     return load_config(path, pairs(set_values, "--set"))
 
 
 def _render(result, output: OutputFormat, fail_on: FailOn = FailOn.error) -> None:
     if output is OutputFormat.json:
-        from .report import json_report
+        from stabilitycli.report import json_report
 
         typer.echo(json_report.render(result))
         return
     if output in (OutputFormat.github, OutputFormat.markdown):
-        from .report import github, markdown
+        from stabilitycli.report import github, markdown
 
         typer.echo((github if output is OutputFormat.github else markdown).render(result), nl=False)
         return
     if output is OutputFormat.junit:
-        from .model import Severity
-        from .report import junit
+        from stabilitycli.model import Severity
+        from stabilitycli.report import junit
 
         typer.echo(junit.render(result, Severity.parse(fail_on.value)), nl=False)
         return
     from rich.console import Console
 
-    from .report import terminal
+    from stabilitycli.report import terminal
 
     terminal.render(result, Console())
 
 
 def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values) -> int:
-    """Several runs: the library finds and analyses them (stabilitycli.batch); here only output."""
-    from . import batch
+    """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only output."""
+    from stabilitycli.pipeline import batch
 
     try:
         settings = batch.BatchSettings(
@@ -146,7 +146,7 @@ def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, options, sel
             fragment=output.value if output in (OutputFormat.github, OutputFormat.junit, OutputFormat.markdown)
             else None,
         )
-        from .detect.registry import select_rules
+        from stabilitycli.detect.registry import select_rules
 
         select_rules(list(settings.select), list(settings.ignore))  # a bad code is a usage error, not N failures
     except StabUsageError as err:
@@ -155,7 +155,7 @@ def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, options, sel
     if not paths:
         raise fail(f"no runs found in {', '.join(targets)}")
     results = _with_progress(paths, settings, jobs, quiet)
-    from .report import batch_report
+    from stabilitycli.report import batch_report
 
     if output is OutputFormat.json:
         typer.echo(batch_report.jsonl(results), nl=False)
@@ -172,7 +172,7 @@ def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, options, sel
 
 
 def _with_progress(paths, settings, jobs, quiet):
-    from . import batch
+    from stabilitycli.pipeline import batch
 
     if quiet or not sys.stderr.isatty():
         return batch.analyze_many(paths, settings, jobs)
@@ -196,7 +196,7 @@ def explain(
     code: Annotated[str | None, typer.Argument(help="A rule, finding or verdict code; 'thresholds'; or nothing for the list.")] = None,
 ) -> None:
     """Print the documentation of a rule, finding code or verdict."""
-    from .explain import explain_text
+    from stabilitycli.commands.explain import explain_text
 
     try:
         typer.echo(explain_text(code))
@@ -210,7 +210,7 @@ def _register_commands() -> None:
 
     for name in ("ranks", "compare", "postmortem", "report"):
         try:
-            module = importlib.import_module(f".commands.{name}", __package__)
+            module = importlib.import_module(f"stabilitycli.commands.{name}")
         except ModuleNotFoundError as err:
             if err.name and err.name.endswith(f"commands.{name}"):
                 continue  # not built yet

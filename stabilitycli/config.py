@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import StabUsageError
+from stabilitycli.errors import StabUsageError
 
 
 @dataclass(frozen=True, kw_only=True)

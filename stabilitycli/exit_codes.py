@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from .model import Severity
+from stabilitycli.model import Severity
 
 
 class ExitCode(IntEnum):

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from . import aliases
-from .errors import StabInputError, StabUsageError
-from .model import REPLACED_REASON, Restart, SourceInfo
+from stabilitycli import aliases
+from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.model import REPLACED_REASON, Restart, SourceInfo
 
 ROW = "_row"
 SEGMENT = "_segment"

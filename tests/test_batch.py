@@ -7,10 +7,9 @@ import shutil
 
 import pytest
 
-from stabilitycli import batch
-from stabilitycli.batch import BatchSettings, analyze_many, discover, exit_status
-
-from .conftest import FIXTURES, RUNS, all_runs, expected, run_fixture
+from stabilitycli.pipeline import batch
+from stabilitycli.pipeline.batch import BatchSettings, analyze_many, discover, exit_status
+from tests.conftest import FIXTURES, RUNS, all_runs, expected, run_fixture
 
 
 def _tree(tmp_path):
@@ -44,7 +43,7 @@ def test_without_recursive_every_target_is_one_run(tmp_path) -> None:
 
 
 def test_parallel_results_equal_single_run_results(tmp_path) -> None:
-    from stabilitycli import pipeline
+    from stabilitycli.pipeline import run as pipeline
 
     names = ["spike-persistent", "healthy-low-noise", "nan-fp32-origin"]
     broken = tmp_path / "broken.jsonl"

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from .conftest import run_fixture
+from tests.conftest import run_fixture
 
 
 def test_exit_codes_follow_fail_on(cli) -> None:

@@ -16,14 +16,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from stabilitycli.compare import CompareOptions, check_run, compare, compare_restart
-from stabilitycli.deviation import Smoothing
+from stabilitycli.compare.expect import ExpectSyntaxError, parse_expect
+from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
+from stabilitycli.detect.deviation import Smoothing
 from stabilitycli.errors import StabUsageError
-from stabilitycli.expect import ExpectSyntaxError, parse_expect
 from stabilitycli.ingest import read
-from stabilitycli.pipeline import load_run
-
-from .conftest import FIXTURES, ROOT, RUNS
+from stabilitycli.pipeline.run import load_run
+from tests.conftest import FIXTURES, ROOT, RUNS
 
 COMPARE = FIXTURES / "compare"
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import all_runs, run_fixture
+from tests.conftest import all_runs, run_fixture
 
 VERDICTS = {"healthy", "insufficient-data", "nan", "spike-recoverable", "spike-persistent", "fp16-overflow",
             "loss-scale-static", "loss-scale-collapsed", "divergence", "plateau", "rank-outlier"}

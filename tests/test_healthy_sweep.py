@@ -15,8 +15,7 @@ import pytest
 
 from stabilitycli import analyze
 from stabilitycli.model import Severity
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from make_fixtures import base_run

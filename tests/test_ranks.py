@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from stabilitycli.config import Thresholds
-from stabilitycli.detect.ranks import (
+from stabilitycli.detect.ranks.check import (
     explained_mean_shift,
     find_rank_outliers,
     global_mean,
@@ -21,8 +21,7 @@ from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import read
 from stabilitycli.model import Severity, SourceInfo
-
-from .conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT
 
 RANKS = FIXTURES / "ranks"
 TH = Thresholds()
@@ -287,7 +286,7 @@ def test_an_unknown_metric_is_a_usage_error():
 
 def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], float]:
     """Robust z, one step at a time with numpy (the formula of rank_cohort's docstring)."""
-    from stabilitycli.detect.rank_cohort import MAD_TO_SIGMA, POOL_WINDOW
+    from stabilitycli.detect.ranks.cohort import MAD_TO_SIGMA, POOL_WINDOW
 
     steps = sorted(set(frame["step"].to_list()))
     med, raw = {}, {}
@@ -315,7 +314,7 @@ def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
     hypothesis = pytest.importorskip("hypothesis")
     from hypothesis import strategies as st
 
-    from stabilitycli.detect.rank_cohort import build_cohort
+    from stabilitycli.detect.ranks.cohort import build_cohort
 
     @hypothesis.settings(max_examples=40, deadline=None)
     @hypothesis.given(
@@ -478,7 +477,7 @@ def test_real_64_rank_memory_block_is_not_an_outlier():
     spread 17.5-24.4 GB. A one-step difference between ranks is not a persistent outlier."""
     import re
 
-    from .conftest import REAL_LOGS
+    from tests.conftest import REAL_LOGS
 
     path = REAL_LOGS / "bigscience-perf-runs" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
     if not path.exists():

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from stabilitycli import analyze
-
-from .conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 RANKS = FIXTURES / "ranks"
 

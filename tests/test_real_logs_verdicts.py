@@ -11,8 +11,7 @@ import pytest
 
 from stabilitycli import analyze
 from stabilitycli.model import Severity
-
-from .conftest import REAL_LOGS
+from tests.conftest import REAL_LOGS
 
 pytestmark = pytest.mark.skipif(not REAL_LOGS.is_dir(), reason=f"real logs not present at {REAL_LOGS}")
 EXCERPTS = REAL_LOGS / "bigscience-chronicles-excerpts"

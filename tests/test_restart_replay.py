@@ -18,14 +18,13 @@ import pytest
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.registry import RUN_ORDER, load_rules
+from stabilitycli.detect.replay import replay_from_view
 from stabilitycli.detect.series import build_view
 from stabilitycli.frame import SEGMENT
 from stabilitycli.ingest import read
 from stabilitycli.model import Severity
-from stabilitycli.pipeline import analyze, load_run
-from stabilitycli.replay import replay_from_view
-
-from .conftest import FIXTURES, RUNS
+from stabilitycli.pipeline.run import analyze, load_run
+from tests.conftest import FIXTURES, RUNS
 
 COMPARE = FIXTURES / "compare"
 

@@ -6,8 +6,7 @@ import pytest
 
 from stabilitycli import analyze
 from stabilitycli.detect.registry import load_rules
-
-from .conftest import REAL_LOGS, RUNS, run_fixture
+from tests.conftest import REAL_LOGS, RUNS, run_fixture
 
 EXCERPTS = REAL_LOGS / "bigscience-chronicles-excerpts"
 

@@ -15,9 +15,8 @@ import polars as pl
 import pytest
 
 from stabilitycli import analyze, read
-
-from .conftest import run_fixture
-from .ingest._synthetic_run import write_events
+from tests.conftest import run_fixture
+from tests.ingest._synthetic_run import write_events
 
 SPIKE = "spike-long-tail"
 

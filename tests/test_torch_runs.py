@@ -20,8 +20,7 @@ import pytest
 from stabilitycli import analyze
 from stabilitycli.ingest import read
 from stabilitycli.model import Severity
-
-from .conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 TORCH_RUNS = FIXTURES / "torch-runs"
 

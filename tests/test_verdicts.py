@@ -6,8 +6,7 @@ import pytest
 
 from stabilitycli import analyze
 from stabilitycli.model import Severity
-
-from .conftest import all_runs, expected, run_fixture
+from tests.conftest import all_runs, expected, run_fixture
 
 
 @pytest.mark.parametrize("name", all_runs())

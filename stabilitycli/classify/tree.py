@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..detect.nan import forward_order_key
-from ..model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
-from .questions import CAUSE_TEXT, REMEDIES, VERDICT_ORDER, VERDICTS
+from stabilitycli.classify.questions import CAUSE_TEXT, REMEDIES, VERDICT_ORDER, VERDICTS
+from stabilitycli.detect.nan import forward_order_key
+from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import StabInputError, StabUsageError
+from stabilitycli.errors import StabInputError, StabUsageError
 
 MetricOpt = Annotated[list[str] | None, typer.Option(
     "--metric", "-m", help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).")]
@@ -43,9 +43,9 @@ def load_and_analyze(path: str, *, metric=None, step_key=None, format_in=None, d
                      set_values=None):
     """(RunData, Analysis, Thresholds) for one run; raises typer.Exit(2) with one line on bad input."""
     try:
-        from .. import pipeline
-        from ..config import load_config
-        from ..ingest.options import ReadOptions
+        from stabilitycli.config import load_config
+        from stabilitycli.ingest.options import ReadOptions
+        from stabilitycli.pipeline import run as pipeline
 
         thresholds = load_config(path, pairs(set_values, "--set"))
         options = ReadOptions(format_in=format_in, metric_overrides=pairs(metric, "--metric"),

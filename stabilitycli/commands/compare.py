@@ -17,8 +17,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import StabInputError, StabUsageError
-from ._common import FormatInOpt, SetOpt, StepKeyOpt, fail, pairs
+from stabilitycli.commands._common import FormatInOpt, SetOpt, StepKeyOpt, fail, pairs
+from stabilitycli.errors import StabInputError, StabUsageError
 
 
 class CompareFormat(str, Enum):
@@ -80,7 +80,7 @@ def command(
     else:
         from rich.console import Console
 
-        from ..report.compare_terminal import render
+        from stabilitycli.report.compare_terminal import render
 
         render(result, Console())
     raise typer.Exit(0 if result.passed else 1)
@@ -88,12 +88,12 @@ def command(
 
 def _compare(runs, expect, restart, tolerance, rel_tolerance, until, since, x, smooth, metric, strict,
              step_key, format_in, set_values):
-    from ..compare import CompareOptions, check_run, compare, compare_restart
-    from ..config import load_config
-    from ..deviation import Smoothing
-    from ..expect import parse_expect
-    from ..ingest import read
-    from ..ingest.options import ReadOptions
+    from stabilitycli.compare.expect import parse_expect
+    from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
+    from stabilitycli.config import load_config
+    from stabilitycli.detect.deviation import Smoothing
+    from stabilitycli.ingest import read
+    from stabilitycli.ingest.options import ReadOptions
 
     if not 1 <= len(runs) <= 2:
         raise StabUsageError(f"give BASELINE CANDIDATE, or one RUN with --expect or --restart (got {len(runs)} paths)")

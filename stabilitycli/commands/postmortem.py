@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import (
+from stabilitycli.commands._common import (
     DtypeOpt,
     FormatInOpt,
     MetricOpt,
@@ -36,8 +36,8 @@ def command(
     """Write a Markdown post-mortem: symptoms, ranked hypotheses, root cause, fix, verification, cost."""
     import datetime
 
-    from ..postmortem_data import build
-    from ..report.postmortem import render
+    from stabilitycli.postmortem.data import build
+    from stabilitycli.report.postmortem import render
 
     data, analysis, thresholds = load_and_analyze(
         path, metric=metric, step_key=step_key, format_in=format_in, dtype=dtype, run=run, set_values=set_values)

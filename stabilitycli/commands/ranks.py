@@ -16,8 +16,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import StabInputError, StabUsageError
-from ._common import pairs
+from stabilitycli.commands._common import pairs
+from stabilitycli.errors import StabInputError, StabUsageError
 
 
 class RanksFormat(str, Enum):
@@ -69,21 +69,21 @@ def command(
     else:
         from rich.console import Console
 
-        from ..report.ranks_terminal import render
+        from stabilitycli.report.ranks_terminal import render
 
         render(report, Console())
-    from ..exit_codes import exit_code_for
-    from ..model import Severity
+    from stabilitycli.exit_codes import exit_code_for
+    from stabilitycli.model import Severity
 
     raise typer.Exit(int(exit_code_for(report.worst_severity, Severity.parse(fail_on.value))))
 
 
 def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values, experiment=None,
             tracking_uri=None):
-    from ..config import load_config
-    from ..detect.ranks import find_rank_outliers
-    from ..ingest import read
-    from ..ingest.options import ReadOptions
+    from stabilitycli.config import load_config
+    from stabilitycli.detect.ranks.check import find_rank_outliers
+    from stabilitycli.ingest import read
+    from stabilitycli.ingest.options import ReadOptions
 
     name, sep, key = metric.partition("=")
     name = name.strip()

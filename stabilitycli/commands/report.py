@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import (
+from stabilitycli.commands._common import (
     DtypeOpt,
     FormatInOpt,
     MetricOpt,
@@ -46,15 +46,15 @@ def command(
     """Write one offline HTML page: verdict, loss with its mu+3 sigma band and spikes, grad norm, LR, loss scale."""
     import importlib.util
 
-    from ..report.html import PLOTLY_MISSING
+    from stabilitycli.report.html import PLOTLY_MISSING
 
     if importlib.util.find_spec("plotly") is None:
         raise fail(PLOTLY_MISSING)
     data, analysis, thresholds = load_and_analyze(
         path, metric=metric, step_key=step_key, format_in=format_in, dtype=dtype, run=run, set_values=set_values)
-    from ..errors import StabUsageError
-    from ..plotdata import build
-    from ..report.html import render
+    from stabilitycli.errors import StabUsageError
+    from stabilitycli.report.html import render
+    from stabilitycli.report.plotdata import build
 
     try:
         plots = build(analysis, data, thresholds, x_axis=x.value)

@@ -6,13 +6,18 @@ import math
 
 import numpy as np
 
-from ..config import Thresholds
-from ..model import Finding, Severity, Skip
-from .registry import RuleResult, rule
-from .schedule import warmup_end
-from .series import SeriesView
-from .trend import bin_medians, mann_kendall_windows, suffix_min_after, window_means
-from .windows import median_interval
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.schedule import warmup_end
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.trend import (
+    bin_medians,
+    mann_kendall_windows,
+    suffix_min_after,
+    window_means,
+)
+from stabilitycli.detect.windows import median_interval
+from stabilitycli.model import Finding, Severity, Skip
 
 
 @rule(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Thresholds
-from ..model import Finding, Severity, Skip
-from .registry import RuleResult, rule
-from .series import SeriesView
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.model import Finding, Severity, Skip
 
 
 def overflow_per_step(view: SeriesView) -> np.ndarray:

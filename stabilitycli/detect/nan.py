@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-from ..config import Thresholds
-from ..model import Finding, Severity, Skip
-from .registry import RuleResult, rule
-from .series import SeriesView
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.model import Finding, Severity, Skip
 
 # Forward order of a transformer's layers (spec Q1.3); a layer name is placed by
 # the first of these words it contains, then by its block index.

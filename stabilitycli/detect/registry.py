@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Finding, Skip
+from stabilitycli.model import Finding, Skip
 
 
 @dataclass
@@ -55,23 +55,22 @@ def rule(code: str, section: str, summary: str, emits: tuple[str, ...] = ()):
 
 def load_rules() -> dict[str, Rule]:
     """Import every rule module (registration happens at import)."""
-    from . import (  # noqa: F401
-        data,
-        divergence,
-        mixed_precision,
-        nan,
-        restart_replay,
-        restarts,
-        schedule,
-        spike,
-        throughput,
-    )
+    import importlib
+
+    for module in RULE_MODULES:
+        importlib.import_module(f"stabilitycli.detect.{module}")
 
     # rules run in the tree's order: later sections read earlier facts (§3 and
     # §4 need the spike events of §2)
     order = {code: i for i, code in enumerate(RUN_ORDER)}
     return dict(sorted(RULES.items(), key=lambda item: order.get(item[0], len(order))))
 
+
+# the modules whose import registers rules
+RULE_MODULES: tuple[str, ...] = (
+    "data", "divergence", "mixed_precision", "nan", "restart_replay", "restarts", "schedule", "spike",
+    "throughput",
+)
 
 RUN_ORDER: tuple[str, ...] = (
     "restart", "restart-replay", "nan", "spike", "grad-norm-spike", "duplicate-batch", "loss-scale", "divergence",
@@ -95,7 +94,7 @@ def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[li
 
     for code in [*(select or []), *(ignore or [])]:
         if not any(matches(code, r) for r in rules.values()):
-            from ..errors import StabUsageError
+            from stabilitycli.errors import StabUsageError
 
             raise StabUsageError(f"unknown rule or finding code {code!r} (see `stab explain`)")
     chosen = [r for r in rules.values() if not select or any(matches(c, r) for c in select)]

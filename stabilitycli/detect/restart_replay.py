@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from ..config import Thresholds
-from ..model import Finding, Severity, Skip
-from .registry import RuleResult, rule
-from .series import SeriesView
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.model import Finding, Severity, Skip
 
 
 @rule("restart-replay", "0", "a resume's replay of the steps it rewrote departs from the abandoned trajectory",
@@ -31,8 +31,7 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, context: dic
     the evidence for the `optimizer-reset` pattern, and the proof a fixed
     resume is back on its path (`stab compare --restart N`).
     """
-    from ..compare import replay_judgement
-    from ..replay import replay_from_view, restart_events
+    from stabilitycli.detect.replay import replay_from_view, replay_judgement, restart_events
 
     result = RuleResult()
     events = restart_events(view.restarts)

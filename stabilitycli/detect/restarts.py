@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..config import Thresholds
-from ..model import Finding, Severity
-from .registry import RuleResult, rule
-from .series import SeriesView
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.model import Finding, Severity
 
 
 @rule("restart", "0", "the run was resumed from a checkpoint (step went backwards)", emits=("restart",))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..config import Thresholds
-from ..model import Finding, Severity, Skip
-from .registry import RuleResult, rule
-from .series import SeriesView
-from .windows import value_at_or_before
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.windows import value_at_or_before
+from stabilitycli.model import Finding, Severity, Skip
 
 _JUMP_VS_LOCAL = 10.0  # a jump must also be 10x the LR's recent typical step-to-step change
 

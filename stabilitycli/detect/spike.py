@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import polars as pl
 
-from ..config import Thresholds
-from ..model import Finding, Severity, Skip
-from .registry import RuleResult, rule
-from .series import SeriesView
-from .windows import median_interval, trailing_stats
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.windows import median_interval, trailing_stats
+from stabilitycli.model import Finding, Severity, Skip
 
 _SCAN_CHUNK_POINTS = 256
 _RECOVERY_MEDIAN_POINTS = 5

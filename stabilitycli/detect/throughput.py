@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..config import Thresholds
-from ..model import Finding, Severity, Skip
-from .registry import RuleResult, rule
-from .series import SeriesView
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.model import Finding, Severity, Skip
 
 _PERSIST_POINTS = 3  # one slow step (a checkpoint save, an eval) is not a drop
 

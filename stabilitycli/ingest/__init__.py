@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from ..errors import StabInputError
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.options import ReadOptions
 
 # Order matters: the first reader whose `sniff` accepts the path wins, so more
 # specific layouts come before generic ones. `tensorboard` accepts any directory

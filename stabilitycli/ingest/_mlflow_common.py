@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import aliases
-from ..errors import StabInputError
-from ..frame import RunData
-from ..model import SourceInfo
-from . import normalise_dtype
-from ._points import rank_from_name
-from .options import ReadOptions
+from stabilitycli import aliases
+from stabilitycli.errors import StabInputError
+from stabilitycli.frame import RunData
+from stabilitycli.ingest import normalise_dtype
+from stabilitycli.ingest._points import rank_from_name
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 # param/tag names (last path component, lower case) that state the training dtype,
 # strongest first: the mixed-precision setting says what the matmuls ran in
@@ -187,7 +187,7 @@ def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_point
     """Shared tail of the MLflow readers: metrics of the chosen run(s) -> RunData."""
     import polars as pl
 
-    from ._points import points_to_run
+    from stabilitycli.ingest._points import points_to_run
 
     label = chosen[0].label if len(chosen) == 1 else f"{len(chosen)} per-rank runs"
     source = SourceInfo(path=str(target), format=fmt, run=label)

@@ -21,10 +21,10 @@ import re
 
 import polars as pl
 
-from ..errors import StabInputError
-from ..frame import ROW, RunData, finalize
-from ..model import SourceInfo
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.frame import ROW, RunData, finalize
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 # internal index names that no metric key can collide with
 STEP_COL = "__step"

@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import StabInputError
+from stabilitycli.errors import StabInputError
 
 # Extensions a captured stdout usually has; other names are still read when
 # their content matches (slurm's `slurm-1234.out`, `main.log`, no extension...).

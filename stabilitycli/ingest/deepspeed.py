@@ -32,11 +32,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..model import SourceInfo
-from . import _dsmessages as dsm
-from . import _textlog as tl
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _dsmessages as dsm
+from stabilitycli.ingest import _textlog as tl
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "deepspeed"
 
@@ -75,7 +75,7 @@ def read(path: Path, options: ReadOptions):
 def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOptions):
     import polars as pl
 
-    from ..frame import finalize
+    from stabilitycli.frame import finalize
 
     if cut and lines:
         source.warnings.append(tl.truncation_warning(len(lines), "the last line"))

@@ -24,9 +24,9 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..model import SourceInfo
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "hf_trainer"
 FILE_NAME = "trainer_state.json"
@@ -58,7 +58,7 @@ def find_state(folder: Path) -> Path | None:
 def read(path: Path, options: ReadOptions):
     import polars as pl
 
-    from ..frame import finalize
+    from stabilitycli.frame import finalize
 
     state_path = find_state(path) if path.is_dir() else path
     if state_path is None:

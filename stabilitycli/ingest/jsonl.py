@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .. import aliases
-from ..errors import StabInputError
-from ..frame import ROW, RunData, finalize
-from ..model import SourceInfo
-from .options import ReadOptions
+from stabilitycli import aliases
+from stabilitycli.errors import StabInputError
+from stabilitycli.frame import ROW, RunData, finalize
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "jsonl"
 GZIP_MAGIC = b"\x1f\x8b"

@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..model import SourceInfo
-from . import tabular
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import tabular
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "lightning"
 FILE_NAME = "metrics.csv"
@@ -59,7 +59,7 @@ def metric_files(folder: Path) -> list[Path]:
 def read(path: Path, options: ReadOptions):
     import polars as pl
 
-    from ..frame import ROW
+    from stabilitycli.frame import ROW
 
     files = metric_files(path) if path.is_dir() else [path]
     if not files:
@@ -106,7 +106,7 @@ def _run_name(file: Path) -> str | None:
 
 
 def _dtype(files: list[Path], source: SourceInfo) -> None:
-    from . import normalise_dtype
+    from stabilitycli.ingest import normalise_dtype
 
     for file in reversed(files):
         hparams = file.parent / "hparams.yaml"

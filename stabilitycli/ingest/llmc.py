@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..model import SourceInfo
-from . import _textlog as tl
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _textlog as tl
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "llmc"
 _SNIFF = re.compile(r"(?m)^s:\d+ (?:trl|tel):\S+")
@@ -38,7 +38,7 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: Path, options: ReadOptions):
     import polars as pl
 
-    from ..frame import ROW, finalize
+    from stabilitycli.frame import ROW, finalize
 
     lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.parent.name or None)

@@ -39,12 +39,12 @@ import math
 import re
 from pathlib import Path
 
-from .. import aliases
-from ..errors import StabInputError
-from ..model import SourceInfo
-from . import _dsmessages as dsm
-from . import _textlog as tl
-from .options import ReadOptions
+from stabilitycli import aliases
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _dsmessages as dsm
+from stabilitycli.ingest import _textlog as tl
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "megatron"
 
@@ -73,7 +73,7 @@ def read(path: Path, options: ReadOptions):
 def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOptions):
     import polars as pl
 
-    from ..frame import finalize
+    from stabilitycli.frame import finalize
 
     args: dict[str, str] = {}
     records: list[dict] = []

@@ -21,11 +21,17 @@ import sys
 from pathlib import Path
 from urllib.request import pathname2url
 
-from ..errors import StabInputError
-from ..frame import RunData
-from ._mlflow_common import MlflowRun, build_run, filter_experiments, order_points, select_runs
-from ._points import reject_many
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.frame import RunData
+from stabilitycli.ingest._mlflow_common import (
+    MlflowRun,
+    build_run,
+    filter_experiments,
+    order_points,
+    select_runs,
+)
+from stabilitycli.ingest._points import reject_many
+from stabilitycli.ingest.options import ReadOptions
 
 NAME = "mlflow_db"
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -24,12 +24,18 @@ import io
 import os
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..frame import RunData
-from ..model import SourceInfo
-from ._mlflow_common import MlflowRun, build_run, filter_experiments, order_points, select_runs
-from ._points import reject_many
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.frame import RunData
+from stabilitycli.ingest._mlflow_common import (
+    MlflowRun,
+    build_run,
+    filter_experiments,
+    order_points,
+    select_runs,
+)
+from stabilitycli.ingest._points import reject_many
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "mlflow_file"
 TRASH = ".trash"

@@ -31,11 +31,11 @@ import urllib.parse
 import urllib.request
 from dataclasses import replace
 
-from ..errors import StabInputError
-from ..frame import RunData
-from ._mlflow_common import MlflowRun, build_run, order_points, select_runs
-from .mlflow_db import INF_NOTE
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.frame import RunData
+from stabilitycli.ingest._mlflow_common import MlflowRun, build_run, order_points, select_runs
+from stabilitycli.ingest.mlflow_db import INF_NOTE
+from stabilitycli.ingest.options import ReadOptions
 
 NAME = "mlflow_server"
 API = "/api/2.0/mlflow/"

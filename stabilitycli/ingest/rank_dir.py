@@ -28,12 +28,12 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import aliases
-from ..errors import StabInputError, StabUsageError
-from ..frame import ROW, RunData, finalize
-from ..model import Rejection, Restart, SourceInfo
-from . import jsonl
-from .options import ReadOptions
+from stabilitycli import aliases
+from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.frame import ROW, RunData, finalize
+from stabilitycli.ingest import jsonl
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import Rejection, Restart, SourceInfo
 
 NAME = "rank_dir"
 JSONL_SUFFIXES = (

@@ -20,10 +20,10 @@ import csv
 import io
 from pathlib import Path
 
-from .. import aliases
-from ..errors import StabInputError
-from ..model import SourceInfo
-from .options import ReadOptions
+from stabilitycli import aliases
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "tabular"
 CSV_SUFFIXES = (".csv", ".tsv")
@@ -54,7 +54,7 @@ def load_table(path: Path, source: SourceInfo):
     """A raw polars frame with a `_row` column, from any of the table formats."""
     import polars as pl
 
-    from ..frame import ROW
+    from stabilitycli.frame import ROW
 
     name = path.name.lower()
     with open(path, "rb") as handle:
@@ -95,7 +95,7 @@ def read_csv(path: Path, source: SourceInfo, separator: str = ","):
     """CSV into a raw frame: cut-off last line dropped, bad lines and cells rejected by line."""
     import polars as pl
 
-    from ..frame import ROW
+    from stabilitycli.frame import ROW
 
     data = path.read_bytes()
     if not data.strip():
@@ -172,7 +172,7 @@ def reject_bad_cells(frame, source: SourceInfo, keep_text: tuple[str, ...] = ())
     """
     import polars as pl
 
-    from ..frame import ROW
+    from stabilitycli.frame import ROW
 
     bad_rows: dict[int, str] = {}
     for name, dtype in frame.schema.items():
@@ -197,7 +197,7 @@ def reject_bad_cells(frame, source: SourceInfo, keep_text: tuple[str, ...] = ())
 
 def finish(raw, source: SourceInfo, options: ReadOptions):
     """Pick the step and rank columns and hand the raw table to `finalize`."""
-    from ..frame import finalize
+    from stabilitycli.frame import finalize
 
     columns = [c for c in raw.columns if c != "_row"]
     if options.step_key and options.step_key not in columns:

@@ -28,12 +28,12 @@ import re
 import struct
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..frame import RunData
-from ..model import SourceInfo
-from . import _tbproto as tbp
-from ._points import points_to_run, rank_from_name
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.frame import RunData
+from stabilitycli.ingest import _tbproto as tbp
+from stabilitycli.ingest._points import points_to_run, rank_from_name
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "tensorboard"
 EVENT_MARK = "tfevents"
@@ -309,7 +309,7 @@ def read_event_file(
     import numpy as np
     from google.protobuf.message import DecodeError
 
-    from ._tfrecord import frame_records
+    from stabilitycli.ingest._tfrecord import frame_records
 
     data = path.read_bytes()
     framing = frame_records(data, verify_data=verify_data)
@@ -360,7 +360,7 @@ def read(path: Path, options: ReadOptions) -> RunData:
     """Read the selected TensorBoard run(s) into the canonical frame."""
     import polars as pl
 
-    from ._mlflow_common import dtype_from
+    from stabilitycli.ingest._mlflow_common import dtype_from
 
     runs, ranks = select_runs(find_runs(path), path, options)
     first = next(iter(runs))

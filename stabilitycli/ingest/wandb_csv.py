@@ -17,10 +17,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..model import SourceInfo
-from . import tabular
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import tabular
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "wandb_csv"
 SEPARATOR = " - "

@@ -31,9 +31,9 @@ import struct
 import zlib
 from pathlib import Path
 
-from ..errors import StabInputError
-from ..model import SourceInfo
-from .options import ReadOptions
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
 
 NAME = "wandb_offline"
 MAGIC = b":W&B\xe1\xbe"
@@ -82,7 +82,7 @@ def resolve(path: Path, options: ReadOptions) -> Path:
 def read(path: Path, options: ReadOptions):
     import polars as pl
 
-    from ..frame import finalize
+    from stabilitycli.frame import finalize
 
     file = resolve(path, options)
     data = file.read_bytes()
@@ -270,7 +270,7 @@ def _config(buf: bytes) -> dict[str, object]:
 
 
 def _dtype(config: dict[str, object], source: SourceInfo) -> None:
-    from . import normalise_dtype
+    from stabilitycli.ingest import normalise_dtype
 
     for key in _DTYPE_KEYS:
         value = config.get(key)

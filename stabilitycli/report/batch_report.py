@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from ..batch import RunResult, summary_rows
-from . import github as gh
-from . import mdtext
+from stabilitycli.pipeline.batch import RunResult, summary_rows
+from stabilitycli.report import github as gh
+from stabilitycli.report import mdtext
 
 _VERDICT_STYLE = {"error": "bold red", "warning": "yellow", "info": "green"}
 
@@ -32,7 +32,7 @@ def github(results: list[RunResult]) -> str:
 def junit(results: list[RunResult]) -> str:
     import xml.etree.ElementTree as ET
 
-    from . import junit as ju
+    from stabilitycli.report import junit as ju
 
     suites = [ET.fromstring(r.fragment) if r.ok and r.fragment else ju.error_suite(r.path, r.error or "")
               for r in results]

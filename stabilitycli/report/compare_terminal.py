@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..compare import Comparison, MetricComparison
+from stabilitycli.compare.runs import Comparison, MetricComparison
 
 _BARS = "▁▂▃▄▅▆▇█"
 

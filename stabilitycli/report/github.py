@@ -9,7 +9,7 @@ not line numbers, so annotations are file-level (no `line=`).
 
 from __future__ import annotations
 
-from ..model import Analysis, Finding, Severity
+from stabilitycli.model import Analysis, Finding, Severity
 
 LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 

@@ -1,7 +1,7 @@
 """`stab report`: one self-contained HTML file (plotly.js inlined, works offline).
 
 `render(analysis, plots)` is pure: the plot numbers come from
-`stabilitycli.plotdata`, the verdict from the `Analysis`. plotly (the optional
+`stabilitycli.report.plotdata`, the verdict from the `Analysis`. plotly (the optional
 `report` extra) is needed only for its bundled plotly.min.js, read from the
 installed wheel, so the page loads nothing from the network.
 
@@ -17,8 +17,8 @@ import html
 import json
 from typing import Any
 
-from ..model import Analysis, Severity
-from ..plotdata import Line, Markers, Panel, Plots
+from stabilitycli.model import Analysis, Severity
+from stabilitycli.report.plotdata import Line, Markers, Panel, Plots
 
 PLOTLY_MISSING = "stab report needs plotly: pip install 'stabilitycli[report]'"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from ..model import Analysis, Finding, Severity
+from stabilitycli.model import Analysis, Finding, Severity
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _RANK_CODES = ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
@@ -31,7 +31,7 @@ def _rule_of(codes: dict[str, str], finding: Finding) -> str:
 
 def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Element:
     """One `<testsuite>` for one run."""
-    from ..detect.registry import load_rules
+    from stabilitycli.detect.registry import load_rules
 
     rules = load_rules()
     codes = {code: r.code for r in rules.values() for code in (r.code, *r.emits)}

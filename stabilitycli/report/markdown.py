@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..model import Analysis, Severity
-from . import mdtext
+from stabilitycli.model import Analysis, Severity
+from stabilitycli.report import mdtext
 
 ICON = {Severity.ERROR: "🔴", Severity.WARNING: "🟠", Severity.INFO: "⚪"}
 MAX_FINDINGS = 50

@@ -1,13 +1,13 @@
 """The Markdown post-mortem (seed 003's template, spec 7) from a `Postmortem`.
 
-Pure formatting: every number comes from `stabilitycli.postmortem_data`.
+Pure formatting: every number comes from `stabilitycli.postmortem.data`.
 What the data cannot fill is written as *needs a human*, never invented.
 """
 
 from __future__ import annotations
 
-from ..postmortem_data import Cost, Incident, Postmortem
-from . import mdtext
+from stabilitycli.postmortem.data import Cost, Incident, Postmortem
+from stabilitycli.report import mdtext
 
 HUMAN = "*needs a human*"
 _VERB = {"supported": "favours", "possible": "leans towards", "not testable": "cannot decide", "ruled out": "rules out"}

@@ -14,10 +14,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..model import Severity
+from stabilitycli.model import Severity
 
 if TYPE_CHECKING:
-    from ..detect.ranks import RankOutlier, RankReport
+    from stabilitycli.detect.ranks.check import RankOutlier, RankReport
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 ALL_RANKS_UP_TO = 16  # show every rank in the heatmap up to this many

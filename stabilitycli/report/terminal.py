@@ -9,8 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..model import REPLACED_REASON, Analysis, Severity
-from .sparkline import sparkline
+from stabilitycli.model import REPLACED_REASON, Analysis, Severity
+from stabilitycli.report.sparkline import sparkline
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 _VERDICT_STYLE = {"healthy": "bold green", "insufficient-data": "bold yellow"}

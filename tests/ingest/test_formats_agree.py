@@ -15,8 +15,7 @@ import math
 
 from stabilitycli import ingest
 from stabilitycli.ingest.options import ReadOptions
-
-from ._synthetic_run import (
+from tests.ingest._synthetic_run import (
     log_mlflow,
     training_run,
     write_events,
@@ -64,7 +63,7 @@ def test_every_available_format_reads_the_jsonl_values(tmp_path, monkeypatch):
             db_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
             log_mlflow(truth, db_uri, experiment="agree", run_name="run")
             targets["mlflow_db"] = (db_uri, ReadOptions(experiment="agree"))
-            from ._mlflow_server_proc import mlflow_server
+            from tests.ingest._mlflow_server_proc import mlflow_server
 
             server_home = tmp_path / "server-home"
             server_home.mkdir()

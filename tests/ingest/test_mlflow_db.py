@@ -15,8 +15,7 @@ from stabilitycli import ingest
 from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import mlflow_db
 from stabilitycli.ingest.options import ReadOptions
-
-from ._synthetic_run import assert_same_values, log_mlflow, training_run
+from tests.ingest._synthetic_run import assert_same_values, log_mlflow, training_run
 
 DB = Path(__file__).resolve().parents[2] / "fixtures" / "mlflow" / "mlflow.db"
 

@@ -16,10 +16,9 @@ from stabilitycli import ingest
 from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import mlflow_server
 from stabilitycli.ingest.options import ReadOptions
-
-from ._mlflow_server_proc import free_port
-from ._mlflow_server_proc import mlflow_server as start_server
-from ._synthetic_run import assert_same_values, log_mlflow, training_run
+from tests.ingest._mlflow_server_proc import free_port
+from tests.ingest._mlflow_server_proc import mlflow_server as start_server
+from tests.ingest._synthetic_run import assert_same_values, log_mlflow, training_run
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import detect_format, read
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.rank_dir import default_rank
-
-from ..conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 RANKS = FIXTURES / "ranks"
 

@@ -14,8 +14,7 @@ from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import tensorboard
 from stabilitycli.ingest._tfrecord import RecordReader, masked_crc
 from stabilitycli.ingest.options import ReadOptions
-
-from ._synthetic_run import (
+from tests.ingest._synthetic_run import (
     assert_same_values,
     event_bytes,
     training_run,
@@ -123,8 +122,7 @@ def test_every_scalar_encoding_reads_the_same_values(tmp_path, encoding):
 
 def test_non_scalar_tensors_are_not_read_as_scalars(tmp_path):
     from stabilitycli.ingest import _tbproto as tbp
-
-    from ._synthetic_run import _frame
+    from tests.ingest._synthetic_run import _frame
 
     event_cls = tbp.messages()["Event"]
     events = []
@@ -333,8 +331,7 @@ def test_bulk_walk_finds_exactly_the_records_of_a_plain_walk_in_a_long_damaged_f
 
 def test_an_irregular_file_walks_the_same_as_a_plain_walk():
     from stabilitycli.ingest._tfrecord import frame_records
-
-    from ._synthetic_run import _frame
+    from tests.ingest._synthetic_run import _frame
 
     # an eval metric every 7th step and a long tag now and then break the pattern again and again
     payloads = []
@@ -404,8 +401,7 @@ def test_bulk_decoder_reads_what_protobuf_reads_and_leaves_it_the_rest():
 
 def test_bulk_and_protobuf_points_keep_file_order(tmp_path):
     from stabilitycli.ingest import _tbproto as tbp
-
-    from ._synthetic_run import _frame
+    from tests.ingest._synthetic_run import _frame
 
     # simple_value events (decoded in bulk) interleaved with tensor events (protobuf)
     event_cls = tbp.messages()["Event"]

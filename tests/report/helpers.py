@@ -6,22 +6,22 @@ import json
 from functools import cache
 from pathlib import Path
 
-from ..conftest import run_fixture
+from tests.conftest import run_fixture
 
 
 @cache
 def analysed(name: str):
     """(RunData, Analysis) for a committed fixture run (cached: renderers never mutate them)."""
-    from stabilitycli import pipeline
     from stabilitycli.config import Thresholds
+    from stabilitycli.pipeline import run as pipeline
 
     data = pipeline.load_run(str(run_fixture(name)))
     return data, pipeline.analyze(data, Thresholds())
 
 
 def analyse_path(path: Path):
-    from stabilitycli import pipeline
     from stabilitycli.config import Thresholds
+    from stabilitycli.pipeline import run as pipeline
 
     data = pipeline.load_run(str(path))
     return data, pipeline.analyze(data, Thresholds())

@@ -7,8 +7,7 @@ import xml.etree.ElementTree as ET
 
 from stabilitycli.model import Analysis, Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 from stabilitycli.report import github, junit, markdown
-
-from ..conftest import run_fixture
+from tests.conftest import run_fixture
 
 EVIL = '<script>alert("x")</script> & 50%, a|b: c\nsecond line\x01'
 

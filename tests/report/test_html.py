@@ -11,11 +11,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from stabilitycli.plotdata import build, keep_indices
 from stabilitycli.report import html as html_report
-
-from ..conftest import FIXTURES, run_fixture
-from .helpers import analyse_path, analysed, loss_rows, write_jsonl
+from stabilitycli.report.plotdata import build, keep_indices
+from tests.conftest import FIXTURES, run_fixture
+from tests.report.helpers import analyse_path, analysed, loss_rows, write_jsonl
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 EVIL_LAYER = "h.0.attn<img src=x onerror=\"document.title='PWNED'\">"

@@ -8,11 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from stabilitycli.postmortem_data import build, ema_before, round_up
+from stabilitycli.postmortem.data import build, ema_before, round_up
 from stabilitycli.report.postmortem import render
-
-from ..conftest import run_fixture
-from .helpers import analyse_path, analysed, loss_rows, write_jsonl
+from tests.conftest import run_fixture
+from tests.report.helpers import analyse_path, analysed, loss_rows, write_jsonl
 
 
 def _pm(name: str):
@@ -202,21 +201,21 @@ def test_cli_writes_the_file(cli, tmp_path) -> None:
 @pytest.mark.parametrize("fixture", ["spike-long-tail", "spike-persistent", "spike-lr-jump", "nan-fp32-origin",
                                      "nan-fp16-overflow", "divergence-grad-norm", "spike-after-restart"])
 def test_expect_strings_parse_for_stab_compare(fixture: str) -> None:
-    expect = pytest.importorskip("stabilitycli.expect")
+    expect = pytest.importorskip("stabilitycli.compare.expect")
     for incident in _pm(fixture).incidents:
         for text in incident.expects:
             assert expect.parse_expect(text).text == text
 
 
 def test_verification_fails_on_the_broken_run_and_holds_on_a_healthy_one(cli) -> None:
-    pytest.importorskip("stabilitycli.expect")
+    pytest.importorskip("stabilitycli.compare.expect")
     args = [a for e in _pm("spike-long-tail").incidents[0].expects for a in ("--expect", e)]
     assert cli("compare", run_fixture("spike-long-tail"), *args).exit_code == 1
     assert cli("compare", run_fixture("healthy-low-noise"), *args).exit_code == 0
 
 
 def test_rank_outlier_explains_the_spike_of_the_mean() -> None:
-    from ..conftest import FIXTURES
+    from tests.conftest import FIXTURES
 
     data, analysis = analyse_path(FIXTURES / "ranks" / "seed_64")
     inc = build(analysis, data).incidents[0]

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import Thresholds
-from .detect.series import SeriesView, build_view
-from .detect.windows import trailing_stats, value_at_or_before
-from .errors import StabUsageError
-from .frame import RunData
-from .model import Analysis
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.series import SeriesView, build_view
+from stabilitycli.detect.windows import trailing_stats, value_at_or_before
+from stabilitycli.errors import StabUsageError
+from stabilitycli.frame import RunData
+from stabilitycli.model import Analysis
 
 DISPLAY_BUCKETS = 1500  # per series: at most ~3000 drawn points plus flagged ones
 LAYER_WINDOW_STEPS = 100  # per-layer norms are drawn over this many steps before the first NaN
@@ -275,7 +275,7 @@ def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | Non
 
 
 def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
-    from .detect.mixed_precision import overflow_per_step
+    from stabilitycli.detect.mixed_precision import overflow_per_step
 
     counts = overflow_per_step(view)
     has_scale = view.has("loss_scale")
@@ -307,7 +307,7 @@ def _layer_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
         return None
     first = int(nan.evidence["first_step"])
     origin = nan.evidence.get("origin")
-    from .detect.nan import forward_order_key
+    from stabilitycli.detect.nan import forward_order_key
 
     panel = Panel("layers", f"Per-layer norms before the first NaN (step {first})", "norm", log_y=True)
     ordered = sorted(layers, key=lambda n: (n.split("/", 1)[0], forward_order_key(n.split("/", 1)[1])))

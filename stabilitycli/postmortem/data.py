@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from .classify.questions import CAUSE_TEXT
-from .config import Thresholds
-from .detect.series import SeriesView, build_view
-from .detect.windows import median_interval, trailing_stats, value_at_or_before
-from .frame import RunData
-from .model import Analysis, Finding
-from .postmortem_hypotheses import Hypothesis, nan_hypotheses, spike_hypotheses
+from stabilitycli.classify.questions import CAUSE_TEXT
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.series import SeriesView, build_view
+from stabilitycli.detect.windows import median_interval, trailing_stats, value_at_or_before
+from stabilitycli.frame import RunData
+from stabilitycli.model import Analysis, Finding
+from stabilitycli.postmortem.hypotheses import Hypothesis, nan_hypotheses, spike_hypotheses
 
 EMA_STEPS = 50  # the template's "pre-spike loss (50-step EMA)"
 
@@ -333,7 +333,7 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
         )
         for c in causes
     ]
-    from .classify.questions import REMEDIES
+    from stabilitycli.classify.questions import REMEDIES
 
     remediation = [f"resume from the checkpoint before step {start}"]
     if causes:

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from .config import Thresholds
-from .frame import RunData, from_wide
-from .ingest import read
-from .ingest.options import ReadOptions
-from .model import Analysis, Finding, Severity, SourceInfo
+from stabilitycli.config import Thresholds
+from stabilitycli.frame import RunData, from_wide
+from stabilitycli.ingest import read
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import Analysis, Finding, Severity, SourceInfo
 
 _RANK_KINDS = ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
 
@@ -40,9 +40,9 @@ def analyze(
     ignore: list[str] | None = None,
 ) -> Analysis:
     """Walk the whole §1-§4 tree (plus per-rank checks) over one run."""
-    from .classify.tree import walk
-    from .detect.registry import select_rules
-    from .detect.series import build_view
+    from stabilitycli.classify.tree import walk
+    from stabilitycli.detect.registry import select_rules
+    from stabilitycli.detect.series import build_view
 
     thresholds = config or Thresholds()
     run = load_run(source, options)
@@ -81,7 +81,7 @@ def analyze(
 def ranks(source: Any, config: Thresholds | None = None, *, metric: str = "loss",
           options: ReadOptions | None = None):
     """The per-rank outlier report (spec 5) for a run with ranks."""
-    from .detect.ranks import find_rank_outliers
+    from stabilitycli.detect.ranks.check import find_rank_outliers
 
     run = load_run(source, options)
     return find_rank_outliers(run, metric, config or Thresholds())
@@ -89,7 +89,7 @@ def ranks(source: Any, config: Thresholds | None = None, *, metric: str = "loss"
 
 def _rank_check(run: RunData, thresholds: Thresholds):
     try:
-        from .detect.ranks import find_rank_outliers
+        from stabilitycli.detect.ranks.check import find_rank_outliers
     except ImportError:  # the per-rank detector is optional until it lands
         return None, []
     metric = "loss" if "loss" in run.frame.columns else run.metric_columns[0]

@@ -19,13 +19,17 @@ their restarts (one per rank) to one event per (resumed_from, reached) pair.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from .frame import SEGMENT
-from .model import Restart
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.deviation import judge, window_noise
+from stabilitycli.frame import SEGMENT
+from stabilitycli.model import Restart
 
 
 @dataclass(frozen=True)
@@ -134,3 +138,23 @@ def _metric_rows(ab: pl.DataFrame, metric: str, where: pl.Expr) -> pl.DataFrame:
         return pl.DataFrame({SEGMENT: [], "step": [], metric: []},
                             schema={SEGMENT: pl.Int64, "step": pl.Int64, metric: pl.Float64})
     return ab.filter(where & pl.col(metric).is_not_null()).select([SEGMENT, "step", metric])
+
+
+def replay_noise(replay, metric: str, thr: Thresholds) -> tuple[float, int, int]:
+    """(sigma, first step, last step): the noise of the trajectory before the restart."""
+    steps, values = replay.before.get(metric, (np.array([], dtype=np.int64), np.array([])))
+    end = replay.restart.last_step_before
+    return window_noise(steps, values, end - thr.replay_noise_steps + 1, end)
+
+
+def replay_judgement(replay, metric: str, thresholds: Thresholds) -> dict[str, Any] | None:
+    """The restart-replay rule's numbers for one metric: same band and judging as `compare_restart`."""
+    steps, old, new = replay.pairs(metric)
+    if steps.size == 0:
+        return None
+    sigma, first, last = replay_noise(replay, metric, thresholds)
+    band = thresholds.noise_band_sigmas * math.sqrt(2.0) * sigma
+    verdict = judge(old, new, np.full(steps.size, band), thresholds.judge_points)
+    stats = verdict.stats(steps)
+    return {**stats, "noise_sigma": sigma, "noise_steps": [first, last], "tolerance": band,
+            "departed": not verdict.passed}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .rank_cohort import MAD_TO_SIGMA
+from stabilitycli.detect.ranks.cohort import MAD_TO_SIGMA
 
 HISTORY_POINTS = 50  # points of a rank's own past that give its level before the onset
 CULPRIT_RATIO = 3.0  # the culprit's own level moved at least this many times the other's

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import StabUsageError
+from stabilitycli.errors import StabUsageError
 
 AGGREGATES = ("max", "min", "mean", "last")
 SIDES = ("candidate", "baseline")
@@ -109,7 +109,7 @@ class CheckResult:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        from .model import _jsonable
+        from stabilitycli.model import _jsonable
 
         c = self.check
         return _jsonable({

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import Thresholds
-from .detect.series import SeriesView
-from .detect.windows import trailing_stats
-from .model import Analysis, Finding
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.windows import trailing_stats
+from stabilitycli.model import Analysis, Finding
 
 STATUS_ORDER = ("supported", "possible", "not testable", "ruled out")
 
@@ -181,7 +181,7 @@ def _restart_test(view, onset, thr: Thresholds) -> Hypothesis:
 
 
 def _overflow_test(view, lo, end) -> Hypothesis | None:
-    from .detect.mixed_precision import overflow_per_step
+    from stabilitycli.detect.mixed_precision import overflow_per_step
 
     title = "fp16 overflow: an activation or gradient exceeded 65504"
     dtype = view.dtype
@@ -251,7 +251,7 @@ def nan_hypotheses(finding: Finding, view: SeriesView, analysis: Analysis, thr: 
 
 
 def _nan_dtype_test(view, first, origin) -> Hypothesis:
-    from .detect.mixed_precision import overflow_per_step
+    from stabilitycli.detect.mixed_precision import overflow_per_step
 
     dtype = view.dtype
     if dtype == "fp32":

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from .classify.questions import CAUSE_TEXT, REMEDIES, VERDICTS
-from .config import Thresholds
-from .detect.registry import load_rules
-from .errors import StabUsageError
+from stabilitycli.classify.questions import CAUSE_TEXT, REMEDIES, VERDICTS
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.registry import load_rules
+from stabilitycli.errors import StabUsageError
 
 
 def explain_text(code: str | None) -> str:

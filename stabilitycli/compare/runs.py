@@ -28,12 +28,20 @@ from typing import Any
 
 import numpy as np
 
-from .config import Thresholds
-from .deviation import Aligned, Judgement, Smoothing, align, judge, local_noise, window_noise
-from .errors import StabInputError, StabUsageError
-from .expect import Check, CheckResult
-from .frame import RunData
-from .model import _jsonable
+from stabilitycli.compare.expect import Check, CheckResult
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.deviation import (
+    Aligned,
+    Judgement,
+    Smoothing,
+    align,
+    judge,
+    local_noise,
+)
+from stabilitycli.detect.replay import replay_noise
+from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.frame import RunData
+from stabilitycli.model import _jsonable
 
 SCHEMA = "stab.compare/1"
 # compared unless --metric names others: the trajectory, not the machine (throughput,
@@ -153,8 +161,8 @@ def compare(baseline: RunData, candidate: RunData, options: CompareOptions | Non
 
 def compare_restart(run: RunData, index: int, options: CompareOptions | None = None) -> Comparison:
     """Restart `index` (1-based) of one log: abandoned vs resumed over the replayed steps."""
-    from .detect.series import build_view
-    from .replay import replay_from_view, restart_events
+    from stabilitycli.detect.replay import replay_from_view, restart_events
+    from stabilitycli.detect.series import build_view
 
     options = options or CompareOptions()
     if options.x != "step":
@@ -179,7 +187,7 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
     results = []
     noise_info = {}
     for metric in metrics:
-        sigma, first, last = _replay_noise(rep, metric, options.thresholds)
+        sigma, first, last = replay_noise(rep, metric, options.thresholds)
         noise_info[metric] = (sigma, first, last)
         result = _compare_metric(base, cand, metric, window_opts, notes, noise=(sigma, first, last))
         if result is not None:
@@ -205,25 +213,12 @@ def check_run(run: RunData, options: CompareOptions) -> Comparison:
     return _result("checks", None, cand, options, [], checks, (), [], ())
 
 
-def replay_judgement(replay, metric: str, thresholds: Thresholds) -> dict[str, Any] | None:
-    """The restart-replay rule's numbers for one metric: same band and judging as `compare_restart`."""
-    steps, old, new = replay.pairs(metric)
-    if steps.size == 0:
-        return None
-    sigma, first, last = _replay_noise(replay, metric, thresholds)
-    band = thresholds.noise_band_sigmas * math.sqrt(2.0) * sigma
-    verdict = judge(old, new, np.full(steps.size, band), thresholds.judge_points)
-    stats = verdict.stats(steps)
-    return {**stats, "noise_sigma": sigma, "noise_steps": [first, last], "tolerance": band,
-            "departed": not verdict.passed}
-
-
 # ---------------------------------------------------------------- tracks
 
 
 def track_of(run: RunData, label: str) -> Track:
     """The per-metric logged points of a run (per-rank logs: the mean over ranks, as the rules see it)."""
-    from .detect.series import build_view
+    from stabilitycli.detect.series import build_view
 
     view = build_view(run)
     series = {m: view.points(m) for m in view.columns if view.has(m)}
@@ -343,12 +338,6 @@ def _tolerance(metric: str, grid: Aligned, base_v: np.ndarray, base_raw: tuple[n
 
 def _spread(tol: np.ndarray) -> dict[str, float]:
     return {"median": float(np.median(tol)), "min": float(tol.min()), "max": float(tol.max())}
-
-
-def _replay_noise(replay, metric: str, thr: Thresholds) -> tuple[float, int, int]:
-    steps, values = replay.before.get(metric, (np.array([], dtype=np.int64), np.array([])))
-    end = replay.restart.last_step_before
-    return window_noise(steps, values, end - thr.replay_noise_steps + 1, end)
 
 
 def _step_at(grid: Aligned, x_value) -> int | None:

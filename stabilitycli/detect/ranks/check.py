@@ -40,9 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from ..errors import StabInputError, StabUsageError
-from ..model import Finding, Severity, _jsonable
-from .rank_cohort import (
+from stabilitycli.detect.ranks.cohort import (
     MIN_COHORT,
     Cohort,
     build_cohort,
@@ -50,11 +48,13 @@ from .rank_cohort import (
     flag_runs,
     next_steps,
 )
-from .rank_pair import pair_level
+from stabilitycli.detect.ranks.pair import pair_level
+from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.model import Finding, Severity, _jsonable
 
 if TYPE_CHECKING:
-    from ..config import Thresholds
-    from ..frame import RunData
+    from stabilitycli.config import Thresholds
+    from stabilitycli.frame import RunData
 
 SCHEMA = "stab.ranks/1"
 LEVEL, NONFINITE, SILENT, STRAGGLER = "level", "nonfinite", "silent", "straggler"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import StabInputError
+from stabilitycli.errors import StabInputError
 
 # directories that are themselves one run (a store, a log dir) are not descended
 # into; a TensorBoard sniff accepts any tree with event files somewhere below, so
@@ -99,7 +99,7 @@ def _walk(folder: Path, runs: list[str]) -> None:
 
 
 def _is_run(path: Path) -> bool:
-    from .ingest import detect_format
+    from stabilitycli.ingest import detect_format
 
     try:
         name = detect_format(path)
@@ -119,7 +119,7 @@ def _ranks_here(folder: Path) -> bool:
     rank_7/metrics.jsonl): numbered files of one shape could as well be
     separate runs, and are analysed one by one.
     """
-    from .ingest import rank_dir
+    from stabilitycli.ingest import rank_dir
 
     for f in rank_dir._candidates(folder):
         if rank_dir.default_rank(f, folder) is None:
@@ -140,9 +140,9 @@ def _events_within(folder: Path, depth: int) -> bool:
 
 def analyze_one(path: str, settings: BatchSettings) -> RunResult:
     """One run, in a worker: the document, the fragment, or the reason it failed."""
-    from .config import load_config
-    from .errors import StabUsageError
-    from .pipeline import analyze
+    from stabilitycli.config import load_config
+    from stabilitycli.errors import StabUsageError
+    from stabilitycli.pipeline.run import analyze
 
     try:
         thresholds = load_config(path, settings.set_values)
@@ -159,18 +159,18 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
 
 def _fragment(analysis, settings: BatchSettings) -> str | None:
     if settings.fragment == "github":
-        from .report import github
+        from stabilitycli.report import github
 
         return github.render(analysis)
     if settings.fragment == "markdown":
-        from .report import markdown
+        from stabilitycli.report import markdown
 
         return markdown.render(analysis, heading_level=3)
     if settings.fragment == "junit":
         import xml.etree.ElementTree as ET
 
-        from .model import Severity
-        from .report import junit
+        from stabilitycli.model import Severity
+        from stabilitycli.report import junit
 
         return ET.tostring(junit.testsuite(analysis, Severity.parse(settings.fail_on)), encoding="unicode")
     return None
@@ -220,8 +220,8 @@ def analyze_many(paths: list[str], settings: BatchSettings, jobs: int | None = N
 
 def exit_status(results: list[RunResult], fail_on: str = "error") -> int:
     """2 only when every run failed to read; else 1 when any run is at/above `fail_on`, else 0."""
-    from .exit_codes import exit_code_for
-    from .model import Severity
+    from stabilitycli.exit_codes import exit_code_for
+    from stabilitycli.model import Severity
 
     readable = [r for r in results if r.ok]
     if not readable:
