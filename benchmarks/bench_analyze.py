@@ -31,8 +31,18 @@ def write_log(path: Path, lines: int, with_nan: bool) -> None:
         loss[lines - 1000 :] = np.nan
         grad[lines - 1000 : lines - 990] = np.inf
     with open(path, "w") as handle:
-        handle.writelines(json.dumps({"step": i, "train/loss": round(loss[i], 5), "train/grad_norm": round(grad[i], 5),
-                                     "train/lr": lr[i]}) + "\n" for i in range(lines))
+        handle.writelines(
+            json.dumps(
+                {
+                    "step": i,
+                    "train/loss": round(loss[i], 5),
+                    "train/grad_norm": round(grad[i], 5),
+                    "train/lr": lr[i],
+                }
+            )
+            + "\n"
+            for i in range(lines)
+        )
 
 
 def parse_with_stdlib(path: Path) -> list[dict]:
@@ -65,10 +75,12 @@ def main() -> None:
             t_stab = time.perf_counter() - start
             t_stdlib = timed(partial(parse_with_stdlib, path))
             verdict = analysis.verdict.code
-            print(f"{args.lines:,} lines ({size_mb:.0f} MB){' with NaN tokens' if with_nan else ''}: "
-                  f"stab analyze {t_stab:.2f} s (verdict {verdict}); "
-                  f"polars read_ndjson only {t_polars:.2f} s; stdlib json.loads loop {t_stdlib:.2f} s; "
-                  f"ratio stab/polars-read {t_stab / t_polars:.2f}, stab/stdlib-parse {t_stab / t_stdlib:.2f}")
+            print(
+                f"{args.lines:,} lines ({size_mb:.0f} MB){' with NaN tokens' if with_nan else ''}: "
+                f"stab analyze {t_stab:.2f} s (verdict {verdict}); "
+                f"polars read_ndjson only {t_polars:.2f} s; stdlib json.loads loop {t_stdlib:.2f} s; "
+                f"ratio stab/polars-read {t_stab / t_polars:.2f}, stab/stdlib-parse {t_stab / t_stdlib:.2f}"
+            )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak_mb:.0f} MB")
 

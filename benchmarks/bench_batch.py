@@ -52,8 +52,11 @@ def make_large_runs(target: Path, count: int, rows: int) -> list[str]:
         grad = 0.4 * rng.lognormal(0, 0.15, rows)
         path = target / f"run-{i:03d}.jsonl"
         with open(path, "w") as handle:
-            handle.writelines(json.dumps({"step": k, "loss": round(loss[k], 5), "grad_norm": round(grad[k], 5)}) + "\n"
-                              for k in range(rows))
+            handle.writelines(
+                json.dumps({"step": k, "loss": round(loss[k], 5), "grad_norm": round(grad[k], 5)})
+                + "\n"
+                for k in range(rows)
+            )
         paths.append(str(path))
     return paths
 
@@ -75,7 +78,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--rows", type=int, default=0, help="synthetic runs of this many steps instead of fixtures")
+    parser.add_argument(
+        "--rows", type=int, default=0, help="synthetic runs of this many steps instead of fixtures"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="best of this many timings")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,16 +89,22 @@ def main() -> None:
         else:
             paths = make_runs(Path(tmp), args.runs)
         rows = sum(Path(p).read_bytes().count(b"\n") for p in paths if p.endswith(".jsonl"))
-        print(f"{len(paths)} runs ({rows:,} JSONL rows in total), {os.cpu_count()} cores, "
-              f"load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"{len(paths)} runs ({rows:,} JSONL rows in total), {os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
         from stabilitycli.pipeline.batch import BatchSettings, analyze_many
 
         analyze_many(paths[:2], BatchSettings(), jobs=1)  # imports and file cache, not timed
         one, ok1 = timed(paths, 1, args.repeats)
-        print(f"1 worker (in-process):  {one:6.2f} s  {one / len(paths) * 1000:7.1f} ms/run  ({ok1} analysed)")
+        print(
+            f"1 worker (in-process):  {one:6.2f} s  {one / len(paths) * 1000:7.1f} ms/run  ({ok1} analysed)"
+        )
         many, ok2 = timed(paths, args.jobs, args.repeats)
-        print(f"{args.jobs} workers (processes): {many:6.2f} s  {many / len(paths) * 1000:7.1f} ms/run  "
-              f"({ok2} analysed; includes starting the workers)")
+        print(
+            f"{args.jobs} workers (processes): {many:6.2f} s  {many / len(paths) * 1000:7.1f} ms/run  "
+            f"({ok2} analysed; includes starting the workers)"
+        )
         print(f"speed-up: {one / many:.2f}x (load average now {os.getloadavg()[0]:.2f})")
 
 

@@ -70,7 +70,8 @@ def fill_sqlite(db: Path, run_id: str, values: np.ndarray) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("DELETE FROM metrics WHERE run_uuid = ?", (run_id,))
         conn.executemany(
-            "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)", rows
+            "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
         )
 
 
@@ -83,8 +84,12 @@ def timed(fn, *args):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=1_000_000)
-    parser.add_argument("--client-points", type=int, default=200_000,
-                        help="points for the MLflow client baselines (their cost is ~n^2 / n)")
+    parser.add_argument(
+        "--client-points",
+        type=int,
+        default=200_000,
+        help="points for the MLflow client baselines (their cost is ~n^2 / n)",
+    )
     args = parser.parse_args()
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     from mlflow.tracking import MlflowClient
@@ -94,10 +99,16 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="stab-bench-mlflow-"))
     os.chdir(work)  # the sqlite store drops artifact folders in the working directory
-    print(f"work dir {work}; {args.points:,} points of {KEY!r}; client baselines at {args.client_points:,}")
+    print(
+        f"work dir {work}; {args.points:,} points of {KEY!r}; client baselines at {args.client_points:,}"
+    )
     results = []
     for store in ("file", "sqlite"):
-        uri = f"file://{work / store / 'mlruns'}" if store == "file" else f"sqlite:///{work / 'mlflow.db'}"
+        uri = (
+            f"file://{work / store / 'mlruns'}"
+            if store == "file"
+            else f"sqlite:///{work / 'mlflow.db'}"
+        )
         target = work / store / "mlruns" if store == "file" else work / "mlflow.db"
         run_id, experiment = client_run(uri)
         client = MlflowClient(tracking_uri=uri)
@@ -110,7 +121,9 @@ def main() -> None:
                 fill_sqlite(target, run_id, values)
             seconds, run = timed(ingest.read, target, ReadOptions(run=run_id))
             assert run.frame.height == n, run.frame.height
-            assert math.isnan(run.frame["loss"][n // 2]) and run.frame["loss"][n // 2 + 1] == math.inf
+            assert (
+                math.isnan(run.frame["loss"][n // 2]) and run.frame["loss"][n // 2 + 1] == math.inf
+            )
             row[f"stab_{label}"] = seconds
             if label == "small":
                 seconds, history = timed(client.get_metric_history, run_id, KEY)
@@ -123,19 +136,29 @@ def main() -> None:
         power = 2 if row["store"] == "file" else 1
         measured = args.client_points == args.points
         client_full = row["client_small"] * scale**power
-        tag = "measured" if measured else f"extrapolated x{scale:g}^{power} from {args.client_points:,} points"
+        tag = (
+            "measured"
+            if measured
+            else f"extrapolated x{scale:g}^{power} from {args.client_points:,} points"
+        )
         print(f"\nMLflow {row['store']} store")
         print(f"  stab reader, {args.points:>9,} points: {row['stab_full']:8.2f} s")
         if measured:
-            print(f"  MlflowClient.get_metric_history, {args.points:,} points: {row['client_small']:8.2f} s "
-                  f"(measured); ratio {row['client_small'] / row['stab_small']:.0f}x "
-                  f"(against stab's second read of the same size, {row['stab_small']:.2f} s)")
+            print(
+                f"  MlflowClient.get_metric_history, {args.points:,} points: {row['client_small']:8.2f} s "
+                f"(measured); ratio {row['client_small'] / row['stab_small']:.0f}x "
+                f"(against stab's second read of the same size, {row['stab_small']:.2f} s)"
+            )
             continue
         print(f"  stab reader, {args.client_points:>9,} points: {row['stab_small']:8.2f} s")
-        print(f"  MlflowClient.get_metric_history, {args.client_points:,} points: {row['client_small']:8.2f} s "
-              f"(ratio {row['client_small'] / row['stab_small']:.0f}x, measured)")
-        print(f"  MlflowClient.get_metric_history, {args.points:,} points: {client_full:8.1f} s ({tag}); "
-              f"ratio {client_full / row['stab_full']:.0f}x")
+        print(
+            f"  MlflowClient.get_metric_history, {args.client_points:,} points: {row['client_small']:8.2f} s "
+            f"(ratio {row['client_small'] / row['stab_small']:.0f}x, measured)"
+        )
+        print(
+            f"  MlflowClient.get_metric_history, {args.points:,} points: {client_full:8.1f} s ({tag}); "
+            f"ratio {client_full / row['stab_full']:.0f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -48,13 +48,15 @@ def one(ranks: int, steps: int) -> dict:
     for r in range(ranks):  # row-block by row-block, to keep the generator's own peak small
         block = curve * (1.0 + 0.02 * rng.standard_t(5, size=steps) / np.sqrt(5 / 3))
         if r == bad:
-            block[steps // 2:] = 40.0
-        loss[r * steps:(r + 1) * steps] = block
-    frame = pl.DataFrame({
-        "step": np.tile(step_axis, ranks),
-        "rank": np.repeat(np.arange(ranks, dtype=np.int64), steps),
-        "loss": loss,
-    })
+            block[steps // 2 :] = 40.0
+        loss[r * steps : (r + 1) * steps] = block
+    frame = pl.DataFrame(
+        {
+            "step": np.tile(step_axis, ranks),
+            "rank": np.repeat(np.arange(ranks, dtype=np.int64), steps),
+            "loss": loss,
+        }
+    )
     del loss
     run = RunData(frame=frame, source=SourceInfo(path="memory", format="bench"))
     built = _maxrss_mib()
@@ -65,9 +67,14 @@ def one(ranks: int, steps: int) -> dict:
     after = resource.getrusage(resource.RUSAGE_SELF)
     found = [(o.rank, o.kind, o.onset_step) for o in report.outliers]
     return {
-        "ranks": ranks, "steps": steps, "rows": frame.height, "seconds": round(seconds, 2),
-        "rows_per_s": round(frame.height / seconds), "maxrss_after_build_mib": round(built),
-        "maxrss_peak_mib": round(_maxrss_mib()), "found": found,
+        "ranks": ranks,
+        "steps": steps,
+        "rows": frame.height,
+        "seconds": round(seconds, 2),
+        "rows_per_s": round(frame.height / seconds),
+        "maxrss_after_build_mib": round(built),
+        "maxrss_peak_mib": round(_maxrss_mib()),
+        "found": found,
         # CPU seconds in user code vs in the kernel (page faults on fresh memory)
         "user_s": round(after.ru_utime - before.ru_utime, 2),
         "sys_s": round(after.ru_stime - before.ru_stime, 2),
@@ -89,11 +96,17 @@ def main() -> None:
     for ranks in args.ranks:
         out = subprocess.run(
             [sys.executable, __file__, "--one", str(ranks), "--steps", str(args.steps)],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         result = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(result)
-        ok = "ok" if [tuple(f) for f in result["found"]] == [tuple(e) for e in result["expected"]] else "WRONG"
+        ok = (
+            "ok"
+            if [tuple(f) for f in result["found"]] == [tuple(e) for e in result["expected"]]
+            else "WRONG"
+        )
         print(
             f"{ranks:>5} ranks x {args.steps} steps = {result['rows']:>11,} rows: "
             f"{result['seconds']:7.2f} s wall (user {result['user_s']:.2f} s, sys {result['sys_s']:.2f} s, "

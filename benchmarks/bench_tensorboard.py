@@ -46,10 +46,17 @@ def write_own(path: Path, values: np.ndarray) -> None:
 
     def frame(payload: bytes) -> bytes:
         header = struct.pack("<Q", len(payload))
-        return header + struct.pack("<I", masked_crc(header)) + payload + struct.pack("<I", masked_crc(payload))
+        return (
+            header
+            + struct.pack("<I", masked_crc(header))
+            + payload
+            + struct.pack("<I", masked_crc(payload))
+        )
 
     with open(path, "wb") as handle:
-        handle.write(frame(event_cls(wall_time=1.7e9, file_version="brain.Event:2").SerializeToString()))
+        handle.write(
+            frame(event_cls(wall_time=1.7e9, file_version="brain.Event:2").SerializeToString())
+        )
         for step, value in enumerate(values.tolist()):
             event = event_cls(wall_time=1.7e9 + step * 0.01, step=step)
             event.summary.value.add(tag=TAG, simple_value=value)
@@ -79,7 +86,9 @@ def record_loop(path: Path, verify: bool) -> int:
     from stabilitycli.model import SourceInfo
 
     collector = _Collector()
-    read_event_file(path, collector, SourceInfo(path=str(path), format="tensorboard"), verify_data=verify)
+    read_event_file(
+        path, collector, SourceInfo(path=str(path), format="tensorboard"), verify_data=verify
+    )
     return collector.point_count
 
 
@@ -87,7 +96,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=1_000_000)
     has_tbx = importlib.util.find_spec("tensorboardX") is not None
-    parser.add_argument("--writer", choices=("own", "tensorboardX"), default="tensorboardX" if has_tbx else "own")
+    parser.add_argument(
+        "--writer", choices=("own", "tensorboardX"), default="tensorboardX" if has_tbx else "own"
+    )
     parser.add_argument("--skip-tbparse", action="store_true")
     args = parser.parse_args()
     from stabilitycli import ingest
@@ -96,12 +107,16 @@ def main() -> None:
     folder.mkdir()
     values = make_values(args.points)
     if args.writer == "own":
-        seconds, _ = timed(lambda: write_own(folder / "events.out.tfevents.1700000000.bench", values))
+        seconds, _ = timed(
+            lambda: write_own(folder / "events.out.tfevents.1700000000.bench", values)
+        )
     else:
         seconds, _ = timed(lambda: write_tensorboardx(folder, values))
     event_file = next(folder.iterdir())
     size_mb = event_file.stat().st_size / 1e6
-    print(f"{args.points:,} scalars of {TAG!r}, {size_mb:.1f} MB, written by {args.writer} in {seconds:.1f} s")
+    print(
+        f"{args.points:,} scalars of {TAG!r}, {size_mb:.1f} MB, written by {args.writer} in {seconds:.1f} s"
+    )
 
     seconds_stab, run = timed(lambda: ingest.read(folder))
     assert run.frame.height == args.points, run.frame.height
@@ -112,9 +127,11 @@ def main() -> None:
     assert count_crc == count_nocrc == n
     print(f"  stab ingest.read (data CRC checked):  {seconds_stab:7.2f} s")
     print(f"  record loop, data CRC checked:        {seconds_crc:7.2f} s")
-    print(f"  record loop, header CRC only:         {seconds_nocrc:7.2f} s "
-          f"(data CRC costs {seconds_crc - seconds_nocrc:.2f} s, "
-          f"{(seconds_crc - seconds_nocrc) / seconds_nocrc:.0%})")
+    print(
+        f"  record loop, header CRC only:         {seconds_nocrc:7.2f} s "
+        f"(data CRC costs {seconds_crc - seconds_nocrc:.2f} s, "
+        f"{(seconds_crc - seconds_nocrc) / seconds_nocrc:.0%})"
+    )
     if args.skip_tbparse:
         return
     try:
@@ -124,8 +141,10 @@ def main() -> None:
         return
     seconds_tb, frame = timed(lambda: SummaryReader(str(folder)).scalars)
     assert len(frame) == n, len(frame)
-    print(f"  tbparse SummaryReader(dir).scalars:   {seconds_tb:7.2f} s "
-          f"(stab is {seconds_tb / seconds_stab:.1f}x faster, same file, same run)")
+    print(
+        f"  tbparse SummaryReader(dir).scalars:   {seconds_tb:7.2f} s "
+        f"(stab is {seconds_tb / seconds_stab:.1f}x faster, same file, same run)"
+    )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,11 @@ def main() -> int:
         print(f"wrote {len(outputs)} outputs to {store}")
         return 0
     before = json.loads(store.read_text())
-    differing = [name for name in sorted(before.keys() | outputs.keys())
-                 if before.get(name) != outputs.get(name)]
+    differing = [
+        name
+        for name in sorted(before.keys() | outputs.keys())
+        if before.get(name) != outputs.get(name)
+    ]
     for name in differing:
         print(f"DIFFERS: {name}")
     print(f"{len(outputs) - len(differing)} of {len(outputs)} outputs identical")

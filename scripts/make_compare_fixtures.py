@@ -55,34 +55,58 @@ def reruns() -> None:
     base = with_tokens(base_run(100))
     write("baseline", _rows(base, KEYS_TOKENS, 1), {"role": "baseline"})
     write("rerun-identical", _rows(base, KEYS_TOKENS, 1), {"against": "baseline", "passes": True})
-    write("rerun-noise", _rows(with_tokens(base_run(101)), KEYS_TOKENS, 1),
-          {"against": "baseline", "passes": True, "why": "same curve, another seed's mini-batch noise"})
+    write(
+        "rerun-noise",
+        _rows(with_tokens(base_run(101)), KEYS_TOKENS, 1),
+        {
+            "against": "baseline",
+            "passes": True,
+            "why": "same curve, another seed's mini-batch noise",
+        },
+    )
 
     drift = base_run(102)
     start = 1000
     t = np.arange(STEPS) - start
-    drift["loss"] = drift["loss"] + np.where(t >= 0, 0.6 * (1 - np.exp(-np.clip(t, 0, None) / 10.0)), 0.0)
-    write("rerun-drift", _rows(with_tokens(drift), KEYS_TOKENS, 1),
-          {"against": "baseline", "passes": False, "diverges_at": start, "step_tolerance": 30})
+    drift["loss"] = drift["loss"] + np.where(
+        t >= 0, 0.6 * (1 - np.exp(-np.clip(t, 0, None) / 10.0)), 0.0
+    )
+    write(
+        "rerun-drift",
+        _rows(with_tokens(drift), KEYS_TOKENS, 1),
+        {"against": "baseline", "passes": False, "diverges_at": start, "step_tolerance": 30},
+    )
 
-    write("every-10", _rows(with_tokens(base_run(103)), KEYS_TOKENS, 10),
-          {"against": "baseline", "passes": True, "grid": "every 10 steps"})
+    write(
+        "every-10",
+        _rows(with_tokens(base_run(103)), KEYS_TOKENS, 10),
+        {"against": "baseline", "passes": True, "grid": "every 10 steps"},
+    )
 
     # twice the batch: per token the same curve (the model has seen the same data), half the steps
     big = base_run(104, steps=2 * STEPS, noise=0.02)
     run = {k: v[1::2] for k, v in big.items()}
     run["step"] = np.arange(STEPS)
-    write("double-batch", _rows(with_tokens(run, 2 * TOKENS_PER_STEP), KEYS_TOKENS, 1),
-          {"against": "baseline", "passes_on": "tokens", "fails_on": "step"})
+    write(
+        "double-batch",
+        _rows(with_tokens(run, 2 * TOKENS_PER_STEP), KEYS_TOKENS, 1),
+        {"against": "baseline", "passes_on": "tokens", "fails_on": "step"},
+    )
 
 
 def fix() -> None:
     # fixtures/runs/spike-long-tail is base_run(10) with a spike at 900 (grad norm x60 at 899):
     # the fixed re-run (same seed and data order, lower clip) is the same run without it
-    write("fix-removes-spike", _rows(base_run(10), KEYS, 1),
-          {"against": "../runs/spike-long-tail", "broken_spike_step": 900,
-           "expect_pass": ["loss@900<3.0", "max(grad_norm)[880:920]<3.0"],
-           "compare_until": 890})
+    write(
+        "fix-removes-spike",
+        _rows(base_run(10), KEYS, 1),
+        {
+            "against": "../runs/spike-long-tail",
+            "broken_spike_step": 900,
+            "expect_pass": ["loss@900<3.0", "max(grad_norm)[880:920]<3.0"],
+            "compare_until": 890,
+        },
+    )
 
 
 def restarts() -> None:
@@ -90,8 +114,15 @@ def restarts() -> None:
     # not deterministic, so the replay repeats the curve with other mini-batch noise
     first, again = base_run(110, steps=1300), base_run(111, steps=1300)
     rows = _rows(first, KEYS, 1)[:1000] + _rows(again, KEYS, 1)[800:]
-    write("restart-one-clean", rows, {"restarts": [{"resumed_from_step": 800, "last_step_before": 999,
-                                                    "replay": "within noise"}]})
+    write(
+        "restart-one-clean",
+        rows,
+        {
+            "restarts": [
+                {"resumed_from_step": 800, "last_step_before": 999, "replay": "within noise"}
+            ]
+        },
+    )
 
     # a clean resume (1000 -> 800), then one that lost the optimizer state (1500 -> 1200):
     # the data cursor was restored, so the batches (and their noise) repeat, but the first
@@ -103,14 +134,25 @@ def restarts() -> None:
     after = np.arange(steps) >= 1200
     lost["loss"][after] += 2.0 * np.exp(-k[after] / 15.0)
     lost["grad_norm"][after] *= 1 + 3.0 * np.exp(-k[after] / 5.0)
-    rows = _rows(seg0, KEYS, 1)[:1000] + _rows(seg1, KEYS, 1)[800:1500] + _rows(lost, KEYS, 1)[1200:]
-    write("restart-two-optimizer-lost", rows, {
-        "restarts": [
-            {"resumed_from_step": 800, "last_step_before": 999, "replay": "within noise"},
-            {"resumed_from_step": 1200, "last_step_before": 1499, "replay": "departs",
-             "bump": {"amplitude": 2.0, "decay_steps": 15.0},
-             "steps_to_return": "first k with 2.0 * exp(-k / 15) <= band"},
-        ]})
+    rows = (
+        _rows(seg0, KEYS, 1)[:1000] + _rows(seg1, KEYS, 1)[800:1500] + _rows(lost, KEYS, 1)[1200:]
+    )
+    write(
+        "restart-two-optimizer-lost",
+        rows,
+        {
+            "restarts": [
+                {"resumed_from_step": 800, "last_step_before": 999, "replay": "within noise"},
+                {
+                    "resumed_from_step": 1200,
+                    "last_step_before": 1499,
+                    "replay": "departs",
+                    "bump": {"amplitude": 2.0, "decay_steps": 15.0},
+                    "steps_to_return": "first k with 2.0 * exp(-k / 15) <= band",
+                },
+            ]
+        },
+    )
 
 
 def main() -> None:

@@ -45,14 +45,22 @@ def noise(rng: np.random.Generator, shape, scale: float) -> np.ndarray:
     return scale * rng.standard_t(5, size=shape) / np.sqrt(5 / 3)
 
 
-def loss_curve(steps: np.ndarray, start: float = 10.5, floor: float = 2.0, warmup: int = 50) -> np.ndarray:
+def loss_curve(
+    steps: np.ndarray, start: float = 10.5, floor: float = 2.0, warmup: int = 50
+) -> np.ndarray:
     """Fast fall during warmup, then a slow power-law decay towards `floor`."""
     s = np.maximum(steps, 0).astype(float)
     return floor + (start - floor) * (1.0 + s / warmup) ** -0.9
 
 
-def per_rank_losses(rng, steps, ranks: int, curve: np.ndarray, rel_noise: float = 0.02,
-                    hard_batch_rate: float = 0.004) -> np.ndarray:
+def per_rank_losses(
+    rng,
+    steps,
+    ranks: int,
+    curve: np.ndarray,
+    rel_noise: float = 0.02,
+    hard_batch_rate: float = 0.004,
+) -> np.ndarray:
     """ranks x steps losses: the curve plus noise scaled to the level, and rare hard batches."""
     values = curve[None, :] * (1.0 + noise(rng, (ranks, steps.size), rel_noise))
     hard = rng.random((ranks, steps.size)) < hard_batch_rate  # one-step hard batch on one rank
@@ -60,8 +68,9 @@ def per_rank_losses(rng, steps, ranks: int, curve: np.ndarray, rel_noise: float 
     return values
 
 
-def records(steps, values: np.ndarray, extra: dict[str, np.ndarray] | None = None,
-            digits: int = 4) -> list[dict]:
+def records(
+    steps, values: np.ndarray, extra: dict[str, np.ndarray] | None = None, digits: int = 4
+) -> list[dict]:
     out = []
     ranks, n = values.shape
     for r in range(ranks):
@@ -80,6 +89,7 @@ def _round(value: float, digits: int) -> float:
 
 # --- stories -------------------------------------------------------------------------
 
+
 def seed_story(rng) -> tuple[np.ndarray, np.ndarray]:
     """64 ranks x 400 logged steps (every 5); rank 41 stuck at 40.0 from step 1200."""
     steps = np.arange(0, 2000, 5)
@@ -89,7 +99,9 @@ def seed_story(rng) -> tuple[np.ndarray, np.ndarray]:
     return steps, values
 
 
-def healthy_story(rng, ranks: int = 64, n_steps: int = 250) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def healthy_story(
+    rng, ranks: int = 64, n_steps: int = 250
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps = np.arange(n_steps)
     values = per_rank_losses(rng, steps, ranks, loss_curve(steps))
     speed = 11800.0 * (1.0 + noise(rng, (ranks, n_steps), 0.015))
@@ -141,6 +153,7 @@ def trio_story(rng) -> tuple[np.ndarray, np.ndarray]:
 
 # --- writers ---------------------------------------------------------------------------
 
+
 def _dumps(rec: dict) -> str:
     return json.dumps(rec, separators=(",", ":"))
 
@@ -164,7 +177,9 @@ def write_rank_dir(folder: Path, recs: list[dict], names: dict[int, str]) -> Non
     for rank, name in names.items():
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_jsonl(target, [{k: v for k, v in r.items() if k != "rank"} for r in recs if r["rank"] == rank])
+        write_jsonl(
+            target, [{k: v for k, v in r.items() if k != "rank"} for r in recs if r["rank"] == rank]
+        )
 
 
 def main(out: Path) -> None:
@@ -175,11 +190,15 @@ def main(out: Path) -> None:
     recs = records(steps, values, digits=3)
     write_rank_dir(out / "seed_64", recs, {r: f"rank_{r:02d}.jsonl.gz" for r in range(64)})
     mean = values.mean(axis=0)
-    write_jsonl(out / "seed_64" / "global.jsonl",
-                [{"step": int(s), "loss": round(float(m), 4)} for s, m in zip(steps, mean)])
+    write_jsonl(
+        out / "seed_64" / "global.jsonl",
+        [{"step": int(s), "loss": round(float(m), 4)} for s, m in zip(steps, mean)],
+    )
 
     steps, values, speed = healthy_story(rng)
-    write_jsonl(out / "healthy_64.jsonl.gz", records(steps, values, {"tokens_per_s": speed}, digits=3))
+    write_jsonl(
+        out / "healthy_64.jsonl.gz", records(steps, values, {"tokens_per_s": speed}, digits=3)
+    )
 
     steps, values = nan_story(rng)
     write_jsonl(out / "nan_rank.jsonl.gz", records(steps, values, digits=3))
@@ -190,7 +209,9 @@ def main(out: Path) -> None:
     write_jsonl(out / "silent_rank.jsonl.gz", recs)
 
     steps, values, speed = straggler_story(rng)
-    write_jsonl(out / "straggler.jsonl.gz", records(steps, values, {"tokens_per_s": speed}, digits=3))
+    write_jsonl(
+        out / "straggler.jsonl.gz", records(steps, values, {"tokens_per_s": speed}, digits=3)
+    )
 
     steps, values = two_outliers_story(rng)
     write_jsonl(out / "two_outliers.jsonl.gz", records(steps, values, digits=3))
@@ -212,8 +233,13 @@ def _mixed_names(rng, folder: Path) -> None:
     """8 ranks logging every 10 steps at offset k (rank k logs steps 10*i + k)."""
     n = 100
     names = {
-        0: "rank_0.jsonl", 1: "rank1.jsonl", 2: "rank-002.jsonl.gz", 3: "worker_3.jsonl",
-        4: "log.rank4.jsonl", 5: "rank_5/metrics.jsonl", 6: "rank-006.jsonl.zst",
+        0: "rank_0.jsonl",
+        1: "rank1.jsonl",
+        2: "rank-002.jsonl.gz",
+        3: "worker_3.jsonl",
+        4: "log.rank4.jsonl",
+        5: "rank_5/metrics.jsonl",
+        6: "rank-006.jsonl.zst",
         7: "node0-rank07.ndjson",
     }
     recs = []
@@ -222,7 +248,10 @@ def _mixed_names(rng, folder: Path) -> None:
         values = per_rank_losses(rng, steps, 1, loss_curve(steps, start=4.0, floor=2.3))[0]
         if rank == 4:
             values[steps >= 600] = 3.1 + noise(rng, (steps >= 600).sum(), 0.02)
-        recs += [{"step": int(s), "rank": rank, "loss": round(float(v), 4)} for s, v in zip(steps, values)]
+        recs += [
+            {"step": int(s), "rank": rank, "loss": round(float(v), 4)}
+            for s, v in zip(steps, values)
+        ]
     write_rank_dir(folder, recs, names)
     # the job died while rank 0 was writing its last line
     with open(folder / "rank_0.jsonl", "ab") as handle:

@@ -162,9 +162,18 @@ RANK_KEYS: tuple[str, ...] = ("rank", "global_rank", "dp_rank", "data_parallel_r
 # Families whose member name follows a prefix: `act_norm/<layer>`, `lr-AdamW`...
 # The first group of each pattern is the suffix kept in the canonical name.
 _PREFIX_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(?:act_norm|activation_norm|activations?/norm)[/.](.+)$", re.IGNORECASE), "act_norm/{}"),
-    (re.compile(r"^(?:grad_norm|grad/norm|optim/grad)[/.](.+?)(?:\.norm)?$", re.IGNORECASE), "grad_norm/{}"),
-    (re.compile(r"^(?:param_norm|params/norm|optim/param)[/.](.+?)(?:\.norm)?$", re.IGNORECASE), "param_norm/{}"),
+    (
+        re.compile(r"^(?:act_norm|activation_norm|activations?/norm)[/.](.+)$", re.IGNORECASE),
+        "act_norm/{}",
+    ),
+    (
+        re.compile(r"^(?:grad_norm|grad/norm|optim/grad)[/.](.+?)(?:\.norm)?$", re.IGNORECASE),
+        "grad_norm/{}",
+    ),
+    (
+        re.compile(r"^(?:param_norm|params/norm|optim/param)[/.](.+?)(?:\.norm)?$", re.IGNORECASE),
+        "param_norm/{}",
+    ),
     (re.compile(r"^l2_norm/grad/(.+)$", re.IGNORECASE), "grad_norm/{}"),
     (re.compile(r"^l2_norm/param/(.+)$", re.IGNORECASE), "param_norm/{}"),
 )

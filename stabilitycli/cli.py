@@ -42,35 +42,76 @@ def split_codes(values: list[str] | None) -> list[str]:
     return [c.strip() for v in values or [] for c in v.split(",") if c.strip()]
 
 
-MetricOpt = Annotated[list[str] | None, typer.Option(
-    "--metric", "-m", help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Override a threshold, e.g. spike_sigma=4 (repeatable; see `stab explain thresholds`).")]
+MetricOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metric",
+        "-m",
+        help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).",
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a threshold, e.g. spike_sigma=4 (repeatable; see `stab explain thresholds`).",
+    ),
+]
 
 
 @app.command()
 def analyze(
-    path: Annotated[list[str], typer.Argument(
-        help="Log file(s), directories or URIs (JSONL, ...); several runs are analysed in parallel.")],
-    output: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.terminal,
-    fail_on: Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")] = FailOn.error,
+    path: Annotated[
+        list[str],
+        typer.Argument(
+            help="Log file(s), directories or URIs (JSONL, ...); several runs are analysed in parallel."
+        ),
+    ],
+    output: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = OutputFormat.terminal,
+    fail_on: Annotated[
+        FailOn, typer.Option(help="Lowest finding severity that exits 1.")
+    ] = FailOn.error,
     metric: MetricOpt = None,
     step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
     rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
-    format_in: Annotated[str | None, typer.Option(help="Input format, when detection guesses wrong.")] = None,
+    format_in: Annotated[
+        str | None, typer.Option(help="Input format, when detection guesses wrong.")
+    ] = None,
     dtype: Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")] = None,
-    select: Annotated[list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Skip these rule/finding codes (comma list).")] = None,
+    select: Annotated[
+        list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option(help="Skip these rule/finding codes (comma list).")
+    ] = None,
     set_values: SetOpt = None,
-    run: Annotated[str | None, typer.Option(help="Run id or name inside a store with several runs.")] = None,
+    run: Annotated[
+        str | None, typer.Option(help="Run id or name inside a store with several runs.")
+    ] = None,
     experiment: Annotated[str | None, typer.Option(help="Experiment name or id (MLflow).")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking server URI.")] = None,
-    rank_pattern: Annotated[str | None, typer.Option(help="Regex with one group: the rank in a file name.")] = None,
-    include_deleted: Annotated[bool, typer.Option(help="Also read MLflow runs marked deleted.")] = False,
-    recursive: Annotated[bool, typer.Option(
-        "--recursive", "-r", help="Find every run inside the directories given (a run directory is one run).")] = False,
-    jobs: Annotated[int | None, typer.Option(
-        "--jobs", "-j", min=1, help="Worker processes for several runs (default: all cores).")] = None,
+    rank_pattern: Annotated[
+        str | None, typer.Option(help="Regex with one group: the rank in a file name.")
+    ] = None,
+    include_deleted: Annotated[
+        bool, typer.Option(help="Also read MLflow runs marked deleted.")
+    ] = False,
+    recursive: Annotated[
+        bool,
+        typer.Option(
+            "--recursive",
+            "-r",
+            help="Find every run inside the directories given (a run directory is one run).",
+        ),
+    ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, help="Worker processes for several runs (default: all cores)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Walk the §1-§4 stability tree over one run (or many) and print the verdict."""
@@ -78,25 +119,40 @@ def analyze(
 
     try:
         options = ReadOptions(
-            format_in=format_in, metric_overrides=pairs(metric, "--metric"), step_key=step_key,
-            rank_key=rank_key, dtype=dtype, run=run, experiment=experiment, tracking_uri=tracking_uri,
-            rank_pattern=rank_pattern, include_deleted=include_deleted,
+            format_in=format_in,
+            metric_overrides=pairs(metric, "--metric"),
+            step_key=step_key,
+            rank_key=rank_key,
+            dtype=dtype,
+            run=run,
+            experiment=experiment,
+            tracking_uri=tracking_uri,
+            rank_pattern=rank_pattern,
+            include_deleted=include_deleted,
         )
     except StabUsageError as err:
         raise fail(str(err)) from None
     if len(path) > 1 or recursive:
-        raise typer.Exit(_analyze_many(path, recursive, jobs, quiet, output, fail_on, options,
-                                       select, ignore, set_values))
+        raise typer.Exit(
+            _analyze_many(
+                path, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values
+            )
+        )
     path = path[0]
     try:
         thresholds = _thresholds(path, set_values)
         from stabilitycli.pipeline import run as pipeline
 
-        result = pipeline.analyze(path, thresholds, options=options, select=split_codes(select),
-                                  ignore=split_codes(ignore))
+        result = pipeline.analyze(
+            path,
+            thresholds,
+            options=options,
+            select=split_codes(select),
+            ignore=split_codes(ignore),
+        )
     except (StabInputError, StabUsageError) as err:
         raise fail(str(err)) from None
-    except Exception as err:  # noqa: BLE001 - never a traceback for the user
+    except Exception as err:
         raise _internal(err, path) from None
     _render(result, output, fail_on)
     from stabilitycli.exit_codes import exit_code_for
@@ -135,20 +191,28 @@ def _render(result, output: OutputFormat, fail_on: FailOn = FailOn.error) -> Non
     terminal.render(result, Console())
 
 
-def _analyze_many(targets, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values) -> int:
+def _analyze_many(
+    targets, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values
+) -> int:
     """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only output."""
     from stabilitycli.pipeline import batch
 
     try:
         settings = batch.BatchSettings(
-            options=options, set_values=pairs(set_values, "--set"), select=tuple(split_codes(select)),
-            ignore=tuple(split_codes(ignore)), fail_on=fail_on.value,
-            fragment=output.value if output in (OutputFormat.github, OutputFormat.junit, OutputFormat.markdown)
+            options=options,
+            set_values=pairs(set_values, "--set"),
+            select=tuple(split_codes(select)),
+            ignore=tuple(split_codes(ignore)),
+            fail_on=fail_on.value,
+            fragment=output.value
+            if output in (OutputFormat.github, OutputFormat.junit, OutputFormat.markdown)
             else None,
         )
         from stabilitycli.detect.registry import select_rules
 
-        select_rules(list(settings.select), list(settings.ignore))  # a bad code is a usage error, not N failures
+        select_rules(
+            list(settings.select), list(settings.ignore)
+        )  # a bad code is a usage error, not N failures
     except StabUsageError as err:
         raise fail(str(err)) from None
     paths = batch.discover(targets, recursive)
@@ -179,8 +243,14 @@ def _with_progress(paths, settings, jobs, quiet):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
+    with Progress(
+        TextColumn("analysing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
         task = progress.add_task("runs", total=len(paths))
         return batch.analyze_many(paths, settings, jobs, on_done=lambda _r: progress.advance(task))
 
@@ -188,12 +258,19 @@ def _with_progress(paths, settings, jobs, quiet):
 def _internal(err: Exception, path: str) -> typer.Exit:
     if os.environ.get("STAB_DEBUG"):
         raise err
-    return fail(f"{path}: internal error {type(err).__name__}: {err} (set STAB_DEBUG=1 for a traceback)")
+    return fail(
+        f"{path}: internal error {type(err).__name__}: {err} (set STAB_DEBUG=1 for a traceback)"
+    )
 
 
 @app.command()
 def explain(
-    code: Annotated[str | None, typer.Argument(help="A rule, finding or verdict code; 'thresholds'; or nothing for the list.")] = None,
+    code: Annotated[
+        str | None,
+        typer.Argument(
+            help="A rule, finding or verdict code; 'thresholds'; or nothing for the list."
+        ),
+    ] = None,
 ) -> None:
     """Print the documentation of a rule, finding code or verdict."""
     from stabilitycli.commands.explain import explain_text

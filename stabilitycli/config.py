@@ -117,8 +117,13 @@ class Thresholds:
             value = getattr(self, spec.name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise StabUsageError(f"thresholds.{spec.name} must be a number >= 0, got {value!r}")
-        for name in ("spike_window_steps", "divergence_window_steps", "min_points_per_window",
-                     "replay_noise_steps", "judge_points"):
+        for name in (
+            "spike_window_steps",
+            "divergence_window_steps",
+            "min_points_per_window",
+            "replay_noise_steps",
+            "judge_points",
+        ):
             if getattr(self, name) <= 0:
                 raise StabUsageError(f"thresholds.{name} must be > 0")
 
@@ -133,7 +138,9 @@ class Thresholds:
             try:
                 typed[name] = kind(raw)
             except (TypeError, ValueError):
-                raise StabUsageError(f"{origin}: threshold {key} must be a {kind.__name__}, got {raw!r}") from None
+                raise StabUsageError(
+                    f"{origin}: threshold {key} must be a {kind.__name__}, got {raw!r}"
+                ) from None
         return replace(self, **typed)
 
     @staticmethod
@@ -150,7 +157,11 @@ def _field_docs() -> dict[str, str]:
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
     for node, nxt in itertools.pairwise(body):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+        ):
             docs[node.target.id] = str(nxt.value.value)  # type: ignore[attr-defined]
     return docs
 
@@ -161,7 +172,9 @@ except (OSError, TypeError):  # source not available (zipped install): docs are 
     _FIELD_DOCS = {}
 
 
-def load_config(near: str | Path | None = None, cli_values: dict[str, str] | None = None) -> Thresholds:
+def load_config(
+    near: str | Path | None = None, cli_values: dict[str, str] | None = None
+) -> Thresholds:
     """Defaults <- [tool.stab] / stab.toml found from the run's folder upwards <- --set values.
 
     `near` is the run's path (a URI or a missing path searches from the
@@ -200,4 +213,8 @@ def _load_table(path: Path, section: str | None) -> dict[str, Any]:
         raise StabUsageError(f"{path}: cannot read config: {err}") from None
     if section is None:
         return data.get("thresholds", data)
-    return data.get("tool", {}).get(section, {}).get("thresholds", data.get("tool", {}).get(section, {}))
+    return (
+        data.get("tool", {})
+        .get(section, {})
+        .get("thresholds", data.get("tool", {}).get(section, {}))
+    )

@@ -74,8 +74,14 @@ def finalize(
     if ROW not in raw.columns:
         raw = raw.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
     # the step and rank columns, and any other spelling of them, are axes, not metrics
-    axis_names = set(aliases.STEP_KEYS) | set(aliases.RANK_KEYS) | {"epoch", "_runtime", "_timestamp", "timestamp"}
-    skip_cols = {ROW, step_key, rank_key} | {c for c in raw.columns if aliases.normalise_key(c) in axis_names}
+    axis_names = (
+        set(aliases.STEP_KEYS)
+        | set(aliases.RANK_KEYS)
+        | {"epoch", "_runtime", "_timestamp", "timestamp"}
+    )
+    skip_cols = {ROW, step_key, rank_key} | {
+        c for c in raw.columns if aliases.normalise_key(c) in axis_names
+    }
 
     # 1. Every other column as Float64; columns with no number anywhere are not metrics.
     exprs: dict[str, pl.Expr] = {}
@@ -85,8 +91,12 @@ def finalize(
         expr = _to_float(name, dtype)
         if expr is not None:
             exprs[name] = expr
-    numeric = raw.select([ROW, *[e.alias(n) for n, e in exprs.items()]]) if exprs else raw.select(ROW)
-    counts = numeric.select([pl.col(n).is_not_null().sum().alias(n) for n in exprs]) if exprs else None
+    numeric = (
+        raw.select([ROW, *[e.alias(n) for n, e in exprs.items()]]) if exprs else raw.select(ROW)
+    )
+    counts = (
+        numeric.select([pl.col(n).is_not_null().sum().alias(n) for n in exprs]) if exprs else None
+    )
     metric_keys = [n for n in exprs if counts is not None and counts[n][0] > 0]
 
     # 2. Aliases: overrides must name a key that exists.
@@ -119,13 +129,19 @@ def finalize(
         step_series = None
     table = numeric.select([pl.col(ROW), *out_cols])
     metric_names = [c for c in table.columns if c != ROW]
-    has_metric = pl.any_horizontal([pl.col(c).is_not_null() for c in metric_names]) if metric_names else pl.lit(False)
+    has_metric = (
+        pl.any_horizontal([pl.col(c).is_not_null() for c in metric_names])
+        if metric_names
+        else pl.lit(False)
+    )
     table = table.with_columns(has_metric.alias("_has_metric"))
     if step_series is not None:
         table = table.with_columns(step_series.alias("step"))
     else:
         # no step key at all: the metric records are numbered in file order
-        source.warnings.append("no step key found: steps are the order of metric records (0, 1, 2, ...)")
+        source.warnings.append(
+            "no step key found: steps are the order of metric records (0, 1, 2, ...)"
+        )
         table = table.with_columns(
             (pl.col("_has_metric").cast(pl.Int64).cum_sum() - 1).alias("step")
         )
@@ -147,7 +163,9 @@ def finalize(
         _reject_rows(source, no_rank, "per-rank record without a usable rank")
         table = table.filter(pl.col("rank").is_not_null())
     if table.height == 0:
-        raise StabInputError(source.path, "no usable metric rows (nothing with a step and a number)")
+        raise StabInputError(
+            source.path, "no usable metric rows (nothing with a step and a number)"
+        )
     if "loss" not in metric_names:
         source.warnings.append(
             "no loss metric recognised; use --metric loss=KEY "

@@ -20,11 +20,17 @@ def _tree(tmp_path):
     (root / "a" / "notes.txt").write_text("lr sweep, seed 3\n")
     (root / "a" / "config.yaml").write_text("lr: 3e-4\n")
     # a README quoting DeepSpeed output reads like a log to the text sniffers; a walk skips documents
-    (root / "a" / "README.md").write_text("[Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]\n")
+    (root / "a" / "README.md").write_text(
+        "[Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]\n"
+    )
     (root / "deep" / "b").mkdir(parents=True)
     shutil.copy(run_fixture("nan-tokens-gz"), root / "deep" / "b" / "run.jsonl.gz")
-    shutil.copytree(FIXTURES / "ranks" / "seed_64", root / "ranked")  # a per-rank directory: one run
-    shutil.copytree(FIXTURES / "tensorboard" / "spike", root / "tb" / "spike")  # a TensorBoard log dir
+    shutil.copytree(
+        FIXTURES / "ranks" / "seed_64", root / "ranked"
+    )  # a per-rank directory: one run
+    shutil.copytree(
+        FIXTURES / "tensorboard" / "spike", root / "tb" / "spike"
+    )  # a TensorBoard log dir
     (root / ".hidden").mkdir()
     shutil.copy(run_fixture("healthy-low-noise"), root / ".hidden" / "run.jsonl")
     return root
@@ -33,8 +39,12 @@ def _tree(tmp_path):
 def test_recursive_discovery_counts_run_directories_once(tmp_path) -> None:
     root = _tree(tmp_path)
     found = discover([str(root)], recursive=True)
-    assert found == [str(root / "a" / "run.jsonl"), str(root / "deep" / "b" / "run.jsonl.gz"),
-                     str(root / "ranked"), str(root / "tb" / "spike")]
+    assert found == [
+        str(root / "a" / "run.jsonl"),
+        str(root / "deep" / "b" / "run.jsonl.gz"),
+        str(root / "ranked"),
+        str(root / "tb" / "spike"),
+    ]
 
 
 def test_without_recursive_every_target_is_one_run(tmp_path) -> None:
@@ -83,10 +93,17 @@ def test_every_fixture_through_the_cli_in_parallel(cli) -> None:
 
 def test_summary_table_and_unreadable_run(cli, tmp_path) -> None:
     missing = tmp_path / "gone.jsonl"
-    result = cli("analyze", run_fixture("spike-long-tail"), run_fixture("healthy-low-noise"), missing)
+    result = cli(
+        "analyze", run_fixture("spike-long-tail"), run_fixture("healthy-low-noise"), missing
+    )
     assert result.exit_code == 0  # worst readable run is a warning, below --fail-on error
     out = result.stdout
-    assert "stab: 3 runs" in out and "spike-recoverable" in out and "long-tail-token" in out and "900" in out
+    assert (
+        "stab: 3 runs" in out
+        and "spike-recoverable" in out
+        and "long-tail-token" in out
+        and "900" in out
+    )
     assert "unreadable" in out
     assert "gone.jsonl: no such file or directory" in result.stderr
 
@@ -101,7 +118,11 @@ def test_all_unreadable_is_exit_2(cli, tmp_path) -> None:
 def test_batch_ci_formats(cli, tmp_path) -> None:
     import xml.etree.ElementTree as ET
 
-    paths = [run_fixture("spike-persistent"), run_fixture("healthy-low-noise"), tmp_path / "gone.jsonl"]
+    paths = [
+        run_fixture("spike-persistent"),
+        run_fixture("healthy-low-noise"),
+        tmp_path / "gone.jsonl",
+    ]
     junit = ET.fromstring(cli("analyze", *paths, "--format", "junit").stdout)
     suites = junit.findall("testsuite")
     assert len(suites) == 3 and suites[2].get("errors") == "1"
@@ -112,7 +133,13 @@ def test_batch_ci_formats(cli, tmp_path) -> None:
 
 
 def test_bad_rule_code_is_a_usage_error_not_n_failures(cli) -> None:
-    result = cli("analyze", run_fixture("spike-long-tail"), run_fixture("healthy-low-noise"), "--select", "nope")
+    result = cli(
+        "analyze",
+        run_fixture("spike-long-tail"),
+        run_fixture("healthy-low-noise"),
+        "--select",
+        "nope",
+    )
     assert result.exit_code == 2 and "nope" in result.stderr
 
 
@@ -120,5 +147,8 @@ def test_bad_rule_code_is_a_usage_error_not_n_failures(cli) -> None:
 def test_jobs_do_not_change_the_answer(cli, jobs) -> None:
     paths = [run_fixture(n) for n in ("spike-lr-jump", "plateau", "loss-scale-static")]
     lines = cli("analyze", *paths, "--format", "json", "--jobs", jobs).stdout.splitlines()
-    assert [json.loads(line)["verdict"]["code"] for line in lines] == ["spike-recoverable", "plateau",
-                                                                       "loss-scale-static"]
+    assert [json.loads(line)["verdict"]["code"] for line in lines] == [
+        "spike-recoverable",
+        "plateau",
+        "loss-scale-static",
+    ]

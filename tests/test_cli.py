@@ -41,9 +41,14 @@ def test_unknown_format_lists_what_is_supported(cli, tmp_path) -> None:
 
 def test_metric_override_and_its_report(cli, tmp_path) -> None:
     log = tmp_path / "custom.jsonl"
-    rows = [{"it": i, "my_objective": 2.0 + (5.0 if i == 300 else 0.0) + 0.001 * (i % 7)} for i in range(600)]
+    rows = [
+        {"it": i, "my_objective": 2.0 + (5.0 if i == 300 else 0.0) + 0.001 * (i % 7)}
+        for i in range(600)
+    ]
     log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    result = cli("analyze", log, "--metric", "loss=my_objective", "--step-key", "it", "--format", "json")
+    result = cli(
+        "analyze", log, "--metric", "loss=my_objective", "--step-key", "it", "--format", "json"
+    )
     doc = json.loads(result.stdout)
     assert doc["source"]["metrics"]["loss"] == "my_objective"
     assert any(f["code"] == "spike" and f["step"] == 300 for f in doc["findings"])
@@ -83,10 +88,17 @@ def test_explain_reads_the_registry(cli) -> None:
 
 def test_terminal_output_has_headline_path_and_remedy(cli) -> None:
     out = cli("analyze", run_fixture("spike-long-tail")).stdout
-    assert "spike-recoverable" in out and "Q2.1" in out and "Remedy" in out and "long-tail-token" in out
+    assert (
+        "spike-recoverable" in out
+        and "Q2.1" in out
+        and "Remedy" in out
+        and "long-tail-token" in out
+    )
 
 
 def test_cli_module_does_not_import_polars() -> None:
     code = "import sys, stabilitycli.cli; print('polars' in sys.modules, 'numpy' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["False", "False"]

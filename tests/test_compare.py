@@ -29,7 +29,9 @@ COMPARE = FIXTURES / "compare"
 
 def _load_generator():
     """scripts/make_fixtures.py (a script, not a package): its loss model makes in-memory runs."""
-    spec = importlib.util.spec_from_file_location("make_fixtures", ROOT / "scripts" / "make_fixtures.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_fixtures", ROOT / "scripts" / "make_fixtures.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -62,19 +64,38 @@ def frame_run(steps, **metrics):
 
 def test_point_check_parses():
     c = parse_expect("loss@312<2.5")
-    assert (c.side, c.metric, c.aggregate, c.at, c.op, c.threshold) == ("candidate", "loss", None, 312, "<", 2.5)
+    assert (c.side, c.metric, c.aggregate, c.at, c.op, c.threshold) == (
+        "candidate",
+        "loss",
+        None,
+        312,
+        "<",
+        2.5,
+    )
     assert c.target == "loss@312"
 
 
 def test_aggregate_check_parses_with_spaces_and_exponents():
     c = parse_expect("  max ( grad_norm ) [ 300 : 400 ] <= 3e0 ")
-    assert (c.aggregate, c.metric, c.start, c.end, c.op, c.threshold) == ("max", "grad_norm", 300, 400, "<=", 3.0)
+    assert (c.aggregate, c.metric, c.start, c.end, c.op, c.threshold) == (
+        "max",
+        "grad_norm",
+        300,
+        400,
+        "<=",
+        3.0,
+    )
     assert c.target == "max(grad_norm)[300:400]"
 
 
-@pytest.mark.parametrize("text, start, end", [
-    ("mean(loss)[:400]>1", None, 400), ("min(loss)[300:]>1", 300, None), ("last(loss)>1", None, None),
-])
+@pytest.mark.parametrize(
+    "text, start, end",
+    [
+        ("mean(loss)[:400]>1", None, 400),
+        ("min(loss)[300:]>1", 300, None),
+        ("last(loss)>1", None, None),
+    ],
+)
 def test_open_ranges(text, start, end):
     c = parse_expect(text)
     assert (c.start, c.end) == (start, end)
@@ -95,24 +116,27 @@ def test_sides_raw_metric_names_and_numbers():
     assert parse_expect("max@5<1").metric == "max"
 
 
-@pytest.mark.parametrize("text, column, fragment", [
-    ("", 1, "empty expression"),
-    ("loss@31x<2.5", 8, "comparison operator"),
-    ("loss<2.5", 5, "expected '@STEP'"),
-    ("max(grad_norm[300:400]<3", 14, "')'"),
-    ("max(grad_norm)[300-400]<3", 19, "':'"),
-    ("max(grad_norm)[400:300]<3", 15, "empty step range"),
-    ("loss@312<", 10, "expected a number"),
-    ("loss@312<nan", 10, "expected a number"),
-    ("loss@312 =< 2.5", 10, "comparison operator"),
-    ("loss@312<2.5 extra", 14, "unexpected text"),
-    ("loss@312<2.5; import os", 13, "unexpected text"),
-    ("@312<2", 1, "metric name"),
-    ("baseline:@312<1", 10, "metric name after 'baseline:'"),
-    ("median(loss)[1:2]<3", 7, "expected '@STEP'"),
-    ("__import__('os').system('x')", 11, "expected '@STEP'"),
-    ("loss@abc<1", 6, "step number"),
-])
+@pytest.mark.parametrize(
+    "text, column, fragment",
+    [
+        ("", 1, "empty expression"),
+        ("loss@31x<2.5", 8, "comparison operator"),
+        ("loss<2.5", 5, "expected '@STEP'"),
+        ("max(grad_norm[300:400]<3", 14, "')'"),
+        ("max(grad_norm)[300-400]<3", 19, "':'"),
+        ("max(grad_norm)[400:300]<3", 15, "empty step range"),
+        ("loss@312<", 10, "expected a number"),
+        ("loss@312<nan", 10, "expected a number"),
+        ("loss@312 =< 2.5", 10, "comparison operator"),
+        ("loss@312<2.5 extra", 14, "unexpected text"),
+        ("loss@312<2.5; import os", 13, "unexpected text"),
+        ("@312<2", 1, "metric name"),
+        ("baseline:@312<1", 10, "metric name after 'baseline:'"),
+        ("median(loss)[1:2]<3", 7, "expected '@STEP'"),
+        ("__import__('os').system('x')", 11, "expected '@STEP'"),
+        ("loss@abc<1", 6, "step number"),
+    ],
+)
 def test_malformed_expressions_name_the_column(text, column, fragment):
     with pytest.raises(ExpectSyntaxError) as info:
         parse_expect(text)
@@ -153,17 +177,26 @@ def test_identical_rerun_passes_with_zero_deviation(baseline):
     assert result.passed and expected("rerun-identical")["passes"]
     assert [m.metric for m in result.metrics] == ["loss", "grad_norm", "lr"]
     for m in result.metrics:
-        assert m.stats["max_abs_deviation"] == 0 and m.stats["points_outside"] == 0 and m.grid == "both"
+        assert (
+            m.stats["max_abs_deviation"] == 0
+            and m.stats["points_outside"] == 0
+            and m.grid == "both"
+        )
 
 
 def test_rerun_within_noise_passes_with_the_default_noise_band(baseline):
     result = compare(baseline, run("rerun-noise"))
     loss = result.metric("loss")
     assert result.passed
-    assert loss.tolerance["kind"] == "noise" and "local sigma of the baseline" in loss.tolerance["origin"]
+    assert (
+        loss.tolerance["kind"] == "noise"
+        and "local sigma of the baseline" in loss.tolerance["origin"]
+    )
     assert 0 < loss.stats["worst_band_ratio"] < 1
     # the deviation is real (another seed's noise): a strict 0.05 band fails on it
-    strict = compare(baseline, run("rerun-noise"), CompareOptions(tolerance={"loss": 0.05}, strict=True))
+    strict = compare(
+        baseline, run("rerun-noise"), CompareOptions(tolerance={"loss": 0.05}, strict=True)
+    )
     assert not strict.metric("loss").passed and strict.metric("loss").stats["points_outside"] > 100
 
 
@@ -179,8 +212,10 @@ def test_noise_band_follows_the_noise_level(baseline):
 def test_other_seeds_within_noise_pass(seed):
     """Not one lucky seed: reruns with six more seeds pass with the default band."""
     a, b = base_run(100), base_run(seed)
-    result = compare(frame_run(a["step"], loss=a["loss"], grad_norm=a["grad_norm"]),
-                     frame_run(b["step"], loss=b["loss"], grad_norm=b["grad_norm"]))
+    result = compare(
+        frame_run(a["step"], loss=a["loss"], grad_norm=a["grad_norm"]),
+        frame_run(b["step"], loss=b["loss"], grad_norm=b["grad_norm"]),
+    )
     assert result.passed, [(m.metric, m.stats["worst_band_ratio"]) for m in result.metrics]
 
 
@@ -260,7 +295,9 @@ def test_relative_tolerance(baseline):
     result = compare(baseline, run("rerun-noise"), CompareOptions(rel_tolerance={"*": 0.5}))
     assert result.passed and result.metric("loss").tolerance["kind"] == "relative"
     tight = compare(baseline, run("rerun-noise"), CompareOptions(rel_tolerance={"grad_norm": 0.01}))
-    assert not tight.metric("grad_norm").passed and tight.metric("loss").tolerance["kind"] == "noise"
+    assert (
+        not tight.metric("grad_norm").passed and tight.metric("loss").tolerance["kind"] == "noise"
+    )
 
 
 def test_one_nan_fails_even_though_single_points_are_tolerated():
@@ -287,7 +324,9 @@ def test_a_sparse_metric_is_reported_not_judged():
     a, b = base_run(100), base_run(101)
 
     def every_100(values):  # logged every 100 steps, absent (null) elsewhere
-        return pl.Series([float(v) if i % 100 == 0 else None for i, v in enumerate(values)], dtype=pl.Float64)
+        return pl.Series(
+            [float(v) if i % 100 == 0 else None for i, v in enumerate(values)], dtype=pl.Float64
+        )
 
     base = frame_run(a["step"], loss=a["loss"], eval_loss=every_100(a["loss"]))
     cand = frame_run(b["step"], loss=b["loss"], eval_loss=every_100(b["loss"] + 0.3))
@@ -316,10 +355,14 @@ def test_fix_removes_spike():
     assert on_fixed.passed and all(c.holds for c in on_fixed.checks)
     assert not on_broken.passed and not any(c.holds for c in on_broken.checks)
     # same seed and data order: identical up to the spike, within +-0.05
-    before = compare(broken, fixed, CompareOptions(until=exp["compare_until"], tolerance={"loss": 0.05}))
+    before = compare(
+        broken, fixed, CompareOptions(until=exp["compare_until"], tolerance={"loss": 0.05})
+    )
     assert before.passed
     # through the spike it is outside the band exactly there, and back after it
-    through = compare(broken, fixed, CompareOptions(until=1000, tolerance={"loss": 0.05})).metric("loss")
+    through = compare(broken, fixed, CompareOptions(until=1000, tolerance={"loss": 0.05})).metric(
+        "loss"
+    )
     assert not through.passed
     assert abs(through.stats["first_outside"] - exp["broken_spike_step"]) <= 2
     assert through.stats["within_from"] is not None and through.stats["within_from"] < 920
@@ -372,7 +415,9 @@ def test_restart_optimizer_lost_departs_and_comes_back():
 
 def test_restart_that_never_comes_back():
     loss = compare_restart(read(RUNS / "spike-after-restart" / "run.jsonl"), 1).metric("loss")
-    assert not loss.passed and loss.stats["within_from"] is None and loss.stats["points_outside"] > 80
+    assert (
+        not loss.passed and loss.stats["within_from"] is None and loss.stats["points_outside"] > 80
+    )
 
 
 def test_restart_usage_errors(baseline):
@@ -386,19 +431,54 @@ def test_restart_usage_errors(baseline):
 
 
 def test_json_contract(baseline):
-    out = compare(baseline, run("rerun-drift"), CompareOptions(expects=(parse_expect("max(grad_norm)[300:400]<3.0"),)))
+    out = compare(
+        baseline,
+        run("rerun-drift"),
+        CompareOptions(expects=(parse_expect("max(grad_norm)[300:400]<3.0"),)),
+    )
     doc = json.loads(json.dumps(out.to_dict(), allow_nan=False))
     assert doc["schema"] == "stab.compare/1" and doc["mode"] == "runs" and doc["passed"] is False
-    assert set(doc) >= {"baseline", "candidate", "restart", "x", "range", "smoothing", "judge_points", "metrics",
-                        "checks", "not_compared", "problems", "notes", "preview"}
+    assert set(doc) >= {
+        "baseline",
+        "candidate",
+        "restart",
+        "x",
+        "range",
+        "smoothing",
+        "judge_points",
+        "metrics",
+        "checks",
+        "not_compared",
+        "problems",
+        "notes",
+        "preview",
+    }
     m = doc["metrics"][0]
-    assert set(m) >= {"metric", "passed", "points", "first", "last", "grid", "interpolated_points", "tolerance",
-                      "max_abs_deviation", "max_deviation", "max_deviation_at", "mean_abs_deviation",
-                      "worst_band_ratio", "points_outside", "nonfinite_mismatches", "first_outside",
-                      "diverged_at", "within_from"}
+    assert set(m) >= {
+        "metric",
+        "passed",
+        "points",
+        "first",
+        "last",
+        "grid",
+        "interpolated_points",
+        "tolerance",
+        "max_abs_deviation",
+        "max_deviation",
+        "max_deviation_at",
+        "mean_abs_deviation",
+        "worst_band_ratio",
+        "points_outside",
+        "nonfinite_mismatches",
+        "first_outside",
+        "diverged_at",
+        "within_from",
+    }
     assert doc["checks"][0]["holds"] is True and doc["checks"][0]["start"] == 300
     pv = doc["preview"]
-    assert pv["metric"] == "loss" and len(pv["x"]) == len(pv["baseline"]) == len(pv["outside"]) == 60
+    assert (
+        pv["metric"] == "loss" and len(pv["x"]) == len(pv["baseline"]) == len(pv["outside"]) == 60
+    )
     assert any(pv["outside"][40:]) and not any(pv["outside"][:38])  # drift from step 1000 of 1500
 
 
@@ -425,9 +505,17 @@ def test_cli_documented_seed003_line_passes(cli, monkeypatch):
 def test_cli_same_checks_on_the_broken_run_fail(cli, monkeypatch):
     monkeypatch.chdir(ROOT)
     args = _doc_command()
-    checks = [args[i + 1] for i, a in enumerate(args) if a == "--expect" and "baseline:" not in args[i + 1]]
+    checks = [
+        args[i + 1]
+        for i, a in enumerate(args)
+        if a == "--expect" and "baseline:" not in args[i + 1]
+    ]
     assert len(checks) == 2
-    result = cli("compare", *[x for c in checks for x in ("--expect", c)], "fixtures/runs/spike-long-tail/run.jsonl")
+    result = cli(
+        "compare",
+        *[x for c in checks for x in ("--expect", c)],
+        "fixtures/runs/spike-long-tail/run.jsonl",
+    )
     assert result.exit_code == 1 and "FAILS" in result.output
 
 
@@ -437,17 +525,26 @@ def test_cli_json_and_exit_codes(cli):
     assert ok.exit_code == 0 and json.loads(ok.stdout)["schema"] == "stab.compare/1"
     drift = cli("compare", base, COMPARE / "rerun-drift" / "run.jsonl", "-f", "json")
     assert drift.exit_code == 1 and json.loads(drift.stdout)["metrics"][0]["diverged_at"] == 1009
-    tokens = cli("compare", base, COMPARE / "double-batch" / "run.jsonl", "--x", "tokens", "-m", "loss")
+    tokens = cli(
+        "compare", base, COMPARE / "double-batch" / "run.jsonl", "--x", "tokens", "-m", "loss"
+    )
     assert tokens.exit_code == 0 and "x = tokens" in tokens.output
 
 
 def test_cli_terminal_shows_both_curves_and_the_band(cli):
-    out = cli("compare", COMPARE / "baseline" / "run.jsonl", COMPARE / "rerun-drift" / "run.jsonl",
-              "--smooth", "ema:0.1")
+    out = cli(
+        "compare",
+        COMPARE / "baseline" / "run.jsonl",
+        COMPARE / "rerun-drift" / "run.jsonl",
+        "--smooth",
+        "ema:0.1",
+    )
     assert out.exit_code == 1
     assert "loss baseline" in out.output and "loss candidate" in out.output and "▲" in out.output
     flat = " ".join(out.output.replace("│", " ").split())  # rich wraps long paths
-    assert "smoothing ema:0.1" in flat and re.search(r"leaves the band for good at step 10\d\d", flat)
+    assert "smoothing ema:0.1" in flat and re.search(
+        r"leaves the band for good at step 10\d\d", flat
+    )
     assert "band: noise: 5 x sqrt(2)" in flat
 
 
@@ -459,22 +556,30 @@ def test_cli_restart(cli):
     assert lost.exit_code == 1 and "came back" in lost.output and "loss abandoned" in lost.output
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--expect", "loss@31x<2.5", "RUN"], "--expect 'loss@31x<2.5': expected a comparison operator"),
-    (["RUN"], "give BASELINE CANDIDATE, --expect CHECK, or --restart N"),
-    (["RUN", "RUN", "RUN"], "got 3 paths"),
-    (["--restart", "1", "RUN", "RUN"], "exactly one RUN"),
-    (["--smooth", "ema:2", "RUN", "RUN"], "--smooth expects"),
-    (["--tolerance", "-1", "RUN", "RUN"], "--tolerance expects"),
-    (["--expect", "baseline:loss@1<2", "RUN"], "needs a baseline run"),
-    (["RUN", "/no/such/run.jsonl"], "no such file or directory"),
-    (["-m", "eval_loss", "RUN", "RUN"], "no eval_loss series"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            ["--expect", "loss@31x<2.5", "RUN"],
+            "--expect 'loss@31x<2.5': expected a comparison operator",
+        ),
+        (["RUN"], "give BASELINE CANDIDATE, --expect CHECK, or --restart N"),
+        (["RUN", "RUN", "RUN"], "got 3 paths"),
+        (["--restart", "1", "RUN", "RUN"], "exactly one RUN"),
+        (["--smooth", "ema:2", "RUN", "RUN"], "--smooth expects"),
+        (["--tolerance", "-1", "RUN", "RUN"], "--tolerance expects"),
+        (["--expect", "baseline:loss@1<2", "RUN"], "needs a baseline run"),
+        (["RUN", "/no/such/run.jsonl"], "no such file or directory"),
+        (["-m", "eval_loss", "RUN", "RUN"], "no eval_loss series"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(cli, args, needle):
     path = str(COMPARE / "baseline" / "run.jsonl")
     result = cli("compare", *[path if a == "RUN" else a for a in args])
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("stab: error:") and needle in lines[0], result.stderr
+    assert len(lines) == 1 and lines[0].startswith("stab: error:") and needle in lines[0], (
+        result.stderr
+    )
     if "31x" in needle:
         assert "column 8" in lines[0]

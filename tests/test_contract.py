@@ -8,18 +8,45 @@ import pytest
 
 from tests.conftest import all_runs, run_fixture
 
-VERDICTS = {"healthy", "insufficient-data", "nan", "spike-recoverable", "spike-persistent", "fp16-overflow",
-            "loss-scale-static", "loss-scale-collapsed", "divergence", "plateau", "rank-outlier"}
-CAUSES = {None, "long-tail-token", "lr-discontinuity", "duplicate-batch", "optimizer-reset", "lr-increasing",
-          "weight-norm", "grad-norm-rising", "log-of-zero", "activation-overflow"}
+VERDICTS = {
+    "healthy",
+    "insufficient-data",
+    "nan",
+    "spike-recoverable",
+    "spike-persistent",
+    "fp16-overflow",
+    "loss-scale-static",
+    "loss-scale-collapsed",
+    "divergence",
+    "plateau",
+    "rank-outlier",
+}
+CAUSES = {
+    None,
+    "long-tail-token",
+    "lr-discontinuity",
+    "duplicate-batch",
+    "optimizer-reset",
+    "lr-increasing",
+    "weight-norm",
+    "grad-norm-rising",
+    "log-of-zero",
+    "activation-overflow",
+}
 SEVERITIES = {"info", "warning", "error"}
 
 
 def check_analysis_contract(doc: dict) -> None:
     assert doc["schema"] == "stab.analysis/1"
     src = doc["source"]
-    for key, kind in {"path": str, "format": str, "rows": int, "rows_rejected": int, "metrics": dict,
-                      "restarts": list}.items():
+    for key, kind in {
+        "path": str,
+        "format": str,
+        "rows": int,
+        "rows_rejected": int,
+        "metrics": dict,
+        "restarts": list,
+    }.items():
         assert isinstance(src[key], kind), key
     for key in ("run", "first_step", "last_step", "ranks", "dtype"):
         assert key in src
@@ -34,7 +61,16 @@ def check_analysis_contract(doc: dict) -> None:
         assert set(step) >= {"question", "answer", "evidence"}
         assert all(isinstance(v, str) for v in step.values())
     for finding in doc["findings"]:
-        assert set(finding) >= {"code", "severity", "step", "end_step", "rank", "metric", "message", "evidence"}
+        assert set(finding) >= {
+            "code",
+            "severity",
+            "step",
+            "end_step",
+            "rank",
+            "metric",
+            "message",
+            "evidence",
+        }
         assert finding["severity"] in SEVERITIES
         assert isinstance(finding["evidence"], dict)
         if finding["code"] == "nan":

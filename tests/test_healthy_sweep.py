@@ -21,8 +21,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from make_fixtures import base_run
 
 KNOWN_FALSE_SPIKE = pytest.mark.xfail(
-    strict=True, reason="one point at 1.51x the trailing mean (z = 10) in 6% gamma noise logged every 10 steps: "
-    "materiality (c) holds by the letter")
+    strict=True,
+    reason="one point at 1.51x the trailing mean (z = 10) in 6% gamma noise logged every 10 steps: "
+    "materiality (c) holds by the letter",
+)
 SEEDS = [pytest.param(s, marks=KNOWN_FALSE_SPIKE) if s == 35 else s for s in range(60)]
 
 

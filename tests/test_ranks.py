@@ -28,7 +28,9 @@ TH = Thresholds()
 
 
 def _stories():
-    spec = importlib.util.spec_from_file_location("make_rank_fixtures", ROOT / "scripts" / "make_rank_fixtures.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_rank_fixtures", ROOT / "scripts" / "make_rank_fixtures.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -40,7 +42,11 @@ mk = _stories()
 def memory_run(steps: np.ndarray, values: np.ndarray, **extra: np.ndarray) -> RunData:
     """A per-rank frame built like `finalize` builds it (sorted by rank, step)."""
     ranks, n = values.shape
-    data = {"step": np.tile(steps, ranks), "rank": np.repeat(np.arange(ranks), n), "loss": values.ravel()}
+    data = {
+        "step": np.tile(steps, ranks),
+        "rank": np.repeat(np.arange(ranks), n),
+        "loss": values.ravel(),
+    }
     data.update({k: v.ravel() for k, v in extra.items()})
     return RunData(frame=pl.DataFrame(data), source=SourceInfo(path="memory", format="test"))
 
@@ -54,6 +60,7 @@ def kinds(report) -> list[tuple]:
 
 
 # --- the seed's story --------------------------------------------------------------------
+
 
 def test_seed_story_names_rank_41_and_its_mean_shift():
     report = fixture_report("seed_64")
@@ -105,6 +112,7 @@ def test_the_same_failure_hides_better_in_a_bigger_job():
 
 # --- nothing on healthy runs -------------------------------------------------------------
 
+
 def test_healthy_64_rank_fixture_reports_nothing():
     report = fixture_report("healthy_64.jsonl.gz")
     assert report.ranks == 64 and report.throughput_metric == "tokens_per_s"
@@ -147,11 +155,14 @@ def test_a_metric_that_sits_at_zero_does_not_divide_by_zero():
 
 # --- persistence -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("length, found", [(1, False), (5, False), (9, False), (10, True), (40, True)])
+
+@pytest.mark.parametrize(
+    "length, found", [(1, False), (5, False), (9, False), (10, True), (40, True)]
+)
 def test_a_rank_must_deviate_for_rank_persist_steps(length, found):
     steps, values, _ = mk.healthy_story(np.random.default_rng(21), ranks=16, n_steps=300)
     values = values.copy()
-    values[4, 150:150 + length] = 40.0
+    values[4, 150 : 150 + length] = 40.0
     report = find_rank_outliers(memory_run(steps, values), "loss", TH)
     assert kinds(report) == ([(4, "level")] if found else [])
     if found:
@@ -168,6 +179,7 @@ def test_one_step_back_in_line_does_not_split_an_outlier():
 
 
 # --- each kind fires on its fixture and only there --------------------------------------
+
 
 def test_nonfinite_rank_is_named_before_the_nan_spreads():
     report = fixture_report("nan_rank.jsonl.gz")
@@ -271,8 +283,12 @@ def test_a_cohort_split_in_two_is_not_one_outlier():
 
 # --- errors --------------------------------------------------------------------------------
 
+
 def test_a_log_without_ranks_is_bad_input():
-    run = RunData(pl.DataFrame({"step": [0, 1], "loss": [2.0, 1.9]}), SourceInfo(path="x.jsonl", format="jsonl"))
+    run = RunData(
+        pl.DataFrame({"step": [0, 1], "loss": [2.0, 1.9]}),
+        SourceInfo(path="x.jsonl", format="jsonl"),
+    )
     with pytest.raises(StabInputError, match="no per-rank values"):
         find_rank_outliers(run, "loss", TH)
 
@@ -283,6 +299,7 @@ def test_an_unknown_metric_is_a_usage_error():
 
 
 # --- the vectorised z against a naive per-step oracle ------------------------------------
+
 
 def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], float]:
     """Robust z, one step at a time with numpy (the formula of rank_cohort's docstring)."""
@@ -300,7 +317,7 @@ def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], fl
     half = POOL_WINDOW // 2
     out = {}
     for j, s in enumerate(steps):
-        near = [raw[t] for t in steps[max(0, j - half): j + half + 1] if raw[t] is not None]
+        near = [raw[t] for t in steps[max(0, j - half) : j + half + 1] if raw[t] is not None]
         candidates = [np.median(near) if near else None, raw[s], abs_floor]
         if med[s] is not None:
             candidates.append(rel_floor * abs(med[s]))
@@ -318,8 +335,12 @@ def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
 
     @hypothesis.settings(max_examples=40, deadline=None)
     @hypothesis.given(
-        ranks=st.integers(3, 7), steps=st.integers(3, 70), seed=st.integers(0, 2**16),
-        holes=st.floats(0.0, 0.3), nans=st.floats(0.0, 0.2), ties=st.booleans(),
+        ranks=st.integers(3, 7),
+        steps=st.integers(3, 70),
+        seed=st.integers(0, 2**16),
+        holes=st.floats(0.0, 0.3),
+        nans=st.floats(0.0, 0.2),
+        ties=st.booleans(),
     )
     def check(ranks, steps, seed, holes, nans, ties):
         rng = np.random.default_rng(seed)
@@ -347,11 +368,27 @@ def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
 
 # --- JSON contract, findings, picture ----------------------------------------------------
 
-CONTRACT_OUTLIER_KEYS = {"rank", "kind", "onset_step", "value", "cohort_median", "robust_z", "mean_shift"}
+CONTRACT_OUTLIER_KEYS = {
+    "rank",
+    "kind",
+    "onset_step",
+    "value",
+    "cohort_median",
+    "robust_z",
+    "mean_shift",
+}
 
 
-@pytest.mark.parametrize("name", ["seed_64", "nan_rank.jsonl.gz", "silent_rank.jsonl.gz", "straggler.jsonl.gz",
-                                  "healthy_64.jsonl.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "seed_64",
+        "nan_rank.jsonl.gz",
+        "silent_rank.jsonl.gz",
+        "straggler.jsonl.gz",
+        "healthy_64.jsonl.gz",
+    ],
+)
 def test_json_follows_the_stab_ranks_contract(name):
     d = fixture_report(name).to_dict()
     text = json.dumps(d, allow_nan=False)  # NaN/Inf travel as strings, never bare tokens
@@ -359,7 +396,7 @@ def test_json_follows_the_stab_ranks_contract(name):
     assert d["schema"] == "stab.ranks/1" and d["metric"] == "loss"
     assert isinstance(d["ranks"], int) and len(d["steps"]) == 2 and d["steps"][0] <= d["steps"][1]
     for o in d["outliers"]:
-        assert CONTRACT_OUTLIER_KEYS <= o.keys()
+        assert o.keys() >= CONTRACT_OUTLIER_KEYS
         assert o["kind"] in ("level", "nonfinite", "silent", "straggler")
     if name == "healthy_64.jsonl.gz":
         assert d["outliers"] == []
@@ -389,6 +426,7 @@ def test_picture_marks_the_outlier_rank():
 
 # --- the command ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def ranks_cli():
     typer = pytest.importorskip("typer")
@@ -403,7 +441,9 @@ def ranks_cli():
     def invoke(*args):
         result = runner.invoke(app, [str(a) for a in args])
         # CliRunner turns a crash into exit 1, our "instability found": never accept that
-        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            result.exception
+        )
         return result
 
     return invoke
@@ -443,17 +483,22 @@ def test_cli_rank_pattern_and_metric_mapping(ranks_cli):
     assert ranks_cli("--run", RANKS / "custom_names").exit_code == 2
     result = ranks_cli("--run", RANKS / "custom_names", "--rank-pattern", r"gpu(\d+)", "-f", "json")
     assert result.exit_code == 1
-    assert [(o["rank"], o["kind"]) for o in json.loads(result.stdout)["outliers"]] == [(1, "nonfinite")]
+    assert [(o["rank"], o["kind"]) for o in json.loads(result.stdout)["outliers"]] == [
+        (1, "nonfinite")
+    ]
     result = ranks_cli("--run", RANKS / "pair_2.jsonl", "--metric", "loss=loss", "-f", "json")
     assert result.exit_code == 1
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--run", "/nonexistent/run.jsonl"), "no such file"),
-    (("--run", RANKS / "pair_2.jsonl", "--metric", "grad_norm"), "grad_norm"),
-    (("--run", RANKS / "custom_names", "--rank-pattern", "gpu\\d+"), "capture group"),
-    (("--run", RANKS / "pair_2.jsonl", "--set", "rank_z=abc"), "rank_z"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--run", "/nonexistent/run.jsonl"), "no such file"),
+        (("--run", RANKS / "pair_2.jsonl", "--metric", "grad_norm"), "grad_norm"),
+        (("--run", RANKS / "custom_names", "--rank-pattern", "gpu\\d+"), "capture group"),
+        (("--run", RANKS / "pair_2.jsonl", "--set", "rank_z=abc"), "rank_z"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(ranks_cli, args, needle):
     result = ranks_cli(*args)
     assert result.exit_code == 2
@@ -462,7 +507,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(ranks_cli, args, needle):
 
 def test_command_module_does_not_import_polars():
     code = "import sys, stabilitycli.commands.ranks; print('polars' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -482,12 +529,17 @@ def test_real_64_rank_memory_block_is_not_an_outlier():
     path = REAL_LOGS / "bigscience-perf-runs" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
     if not path.exists():
         pytest.skip("shared real logs not present")
-    pattern = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\).*?\| reserved: ([\d.]+)")
+    pattern = re.compile(
+        r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\).*?\| reserved: ([\d.]+)"
+    )
     found = pattern.findall(path.read_text(errors="replace"))
     assert len(found) >= 60
     frame = pl.DataFrame(
-        {"rank": [int(r) for r, _, _ in found], "step": [int(s) for _, s, _ in found],
-         "reserved_mb": [float(v) for _, _, v in found]}
+        {
+            "rank": [int(r) for r, _, _ in found],
+            "step": [int(s) for _, s, _ in found],
+            "reserved_mb": [float(v) for _, _, v in found],
+        }
     ).sort("rank", "step")
     run = RunData(frame, SourceInfo(path=str(path), format="megatron"))
     report = find_rank_outliers(run, "reserved_mb", TH)

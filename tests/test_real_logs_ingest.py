@@ -67,7 +67,8 @@ def overflow_steps(name: str) -> list[int]:
 def test_every_real_file_is_covered():
     """A log added to shared/real-logs must get its expectations here."""
     present = {
-        str(p.relative_to(REAL)) for p in REAL.rglob("*")
+        str(p.relative_to(REAL))
+        for p in REAL.rglob("*")
         if p.is_file() and p.name not in ("PROVENANCE.md", "README.md")
     }
     assert present == set(EXPECTED_FORMAT)
@@ -83,6 +84,7 @@ def test_every_file_reads_with_its_format_and_full_accounting(name: str):
 
 
 # --- bigscience chronicles excerpts (Megatron-DeepSpeed) ---
+
 
 def test_tr1_13b_spike_and_loss_scale_drop():
     name = f"{CHRON}/tr1-13B-base__L161-L177.log"
@@ -113,7 +115,9 @@ def test_tr8_104b_missing_lm_loss_reads_as_nan_with_a_note():
     assert at(name, 9026, "loss") == pytest.approx(7.02458)
     assert math.isnan(at(name, 9027, "loss"))
     assert at(name, 9026, "loss_scale") == 16384.0 and at(name, 9027, "loss_scale") == 8192.0
-    assert any(n.startswith("iteration 9027: no `lm loss` field") for n in run_of(name).source.notes)
+    assert any(
+        n.startswith("iteration 9027: no `lm loss` field") for n in run_of(name).source.notes
+    )
 
 
 def test_tr8_104b_other_glitches():
@@ -135,7 +139,14 @@ def test_tr8b_six_overflows_walk_the_scale_down():
     assert sum(column(name, "overflow").values()) == 6
     scale = column(name, "loss_scale")
     assert scale[17061] == 1048576.0 and scale[17068] == 32768.0
-    assert [scale[s] for s in range(17063, 17069)] == [524288.0, 262144.0, 131072.0, 131072.0, 65536.0, 32768.0]
+    assert [scale[s] for s in range(17063, 17069)] == [
+        524288.0,
+        262144.0,
+        131072.0,
+        131072.0,
+        65536.0,
+        32768.0,
+    ]
     assert at(name, 17061, "loss") == pytest.approx(2.667121)
     assert at(name, 17062, "loss") == pytest.approx(4.374269)
     assert at(name, 17062, "tokens") == 16651845632  # `consumed tokens` is logged
@@ -154,11 +165,14 @@ def test_bloom_spike_throughput_drop_and_wrapped_lines():
     assert sorted(column(wrapped, "loss")) == [42780, 42781, 42782, 42783, 42784]
     tflops = column(wrapped, "tflops")
     assert tflops[42780] == pytest.approx(149.10) and tflops[42784] == pytest.approx(141.09)
-    assert column(wrapped, "nan_steps") == {s: 0.0 for s in range(42780, 42785)}  # `nan`+`iterations` rejoined
+    assert column(wrapped, "nan_steps") == {
+        s: 0.0 for s in range(42780, 42785)
+    }  # `nan`+`iterations` rejoined
     assert run_of(wrapped).source.rows_rejected == 0
 
 
 # --- bigscience perf runs (complete Megatron stdout) ---
+
 
 def test_perf_n16_every_iteration_and_the_explosion():
     name = f"{PERF}/meg_ds_3d_gpt2_perf_n16-ds-off.out"
@@ -172,7 +186,9 @@ def test_perf_n16_every_iteration_and_the_explosion():
     assert set(column(name, "loss_scale").values()) == {12.0}  # static scale
     src = run_of(name).source
     assert src.dtype == "fp16"
-    assert any(n.startswith("63 `[Rank N] memory (MB)`") for n in src.notes)  # 64 ranks, 2 on one line
+    assert any(
+        n.startswith("63 `[Rank N] memory (MB)`") for n in src.notes
+    )  # 64 ranks, 2 on one line
 
 
 def test_perf_n8_warmup_skips_and_scale_search():
@@ -183,12 +199,16 @@ def test_perf_n8_warmup_skips_and_scale_search():
     scale = column(name, "loss_scale")
     assert [scale[s] for s in (10, 20, 30)] == [8388608.0, 32768.0, 16384.0]
     assert at(name, 10, "loss") is None  # all 10 iterations skipped: no mean, not NaN
-    assert any(n.startswith("iteration 10: no `lm loss` field: every iteration") for n in run_of(name).source.notes)
+    assert any(
+        n.startswith("iteration 10: no `lm loss` field: every iteration")
+        for n in run_of(name).source.notes
+    )
     assert at(name, 30, "loss") == pytest.approx(26.48119)
     assert column(name, "eval_loss") == pytest.approx({100: 8.095942, 200: 7.645013})
 
 
 # --- DeepSpeed-Chat ---
+
 
 def test_sft_overflow_count():
     name = f"{CHAT}/step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log"
@@ -237,6 +257,7 @@ def test_rlhf_two_engines():
 
 
 # --- llm.c and Hugging Face ---
+
 
 def test_llmc_main_log():
     name = "llmc-gpt2-124m-a100/main.log"

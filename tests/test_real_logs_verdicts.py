@@ -13,7 +13,9 @@ from stabilitycli import analyze
 from stabilitycli.model import Severity
 from tests.conftest import REAL_LOGS
 
-pytestmark = pytest.mark.skipif(not REAL_LOGS.is_dir(), reason=f"real logs not present at {REAL_LOGS}")
+pytestmark = pytest.mark.skipif(
+    not REAL_LOGS.is_dir(), reason=f"real logs not present at {REAL_LOGS}"
+)
 EXCERPTS = REAL_LOGS / "bigscience-chronicles-excerpts"
 
 
@@ -46,12 +48,15 @@ def test_tr8_104b_missing_lm_loss_is_the_nan_at_9027() -> None:
     assert any("9027" in note for note in result.source.notes)
 
 
-@pytest.mark.parametrize("name, jump_step", [
-    ("tr8-104B-wide__L23-L32.log", 7010),
-    ("tr8-104B-wide__L922-L935.log", 8741),
-    ("tr8b-104B__L445-L461.log", 17062),
-    ("tr11-176B-ml__L201-L214.log", 31219),
-])
+@pytest.mark.parametrize(
+    "name, jump_step",
+    [
+        ("tr8-104B-wide__L23-L32.log", 7010),
+        ("tr8-104B-wide__L922-L935.log", 8741),
+        ("tr8b-104B__L445-L461.log", 17062),
+        ("tr11-176B-ml__L201-L214.log", 31219),
+    ],
+)
 def test_documented_spikes_in_short_excerpts(name: str, jump_step: int) -> None:
     result = analyze(EXCERPTS / name)
     assert result.verdict.code == "insufficient-data"
@@ -76,21 +81,32 @@ def test_perf_run_n16_is_silent_divergence_after_its_early_spike() -> None:
 
 
 def test_perf_run_n8_fp16_warmup_skips_are_the_scaler_working() -> None:
-    result = analyze(REAL_LOGS / "bigscience-perf-runs" / "meg_gpt2_base_n8_dp1_tp4_pp8-1809562.out")
+    result = analyze(
+        REAL_LOGS / "bigscience-perf-runs" / "meg_gpt2_base_n8_dp1_tp4_pp8-1809562.out"
+    )
     assert result.verdict.code == "healthy"
     halving = next(f for f in result.findings if f.code == "loss-scale-halving")
     assert halving.evidence["scale_final"] == 16384.0
     assert 30 in steps_of(result, "loss-jump")  # the transient spike at iteration 30, seen
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (REAL_LOGS / "deepspeed-chat-opt").glob("*.log")))
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in (REAL_LOGS / "deepspeed-chat-opt").glob("*.log"))
+)
 def test_deepspeed_chat_overflows_are_benign(name: str) -> None:
     result = analyze(REAL_LOGS / "deepspeed-chat-opt" / name)
     assert result.verdict.code in ("healthy", "insufficient-data")
     codes = {f.code for f in result.findings}
     assert "loss-scale-halving" in codes
-    assert not codes & {"loss-scale-collapsed", "loss-scale-static", "fp16-overflow", "rank-outlier"}
-    assert result.source.ranks is None  # 16 ranks repeating one message are one event, no rank column
+    assert not codes & {
+        "loss-scale-collapsed",
+        "loss-scale-static",
+        "fp16-overflow",
+        "rank-outlier",
+    }
+    assert (
+        result.source.ranks is None
+    )  # 16 ranks repeating one message are one event, no rank column
 
 
 def test_llmc_gpt2_is_healthy_with_one_grad_norm_note() -> None:

@@ -66,14 +66,21 @@ def test_lost_optimizer_state_departs_and_comes_back_after_k_steps():
     assert [f.severity for f in found] == [Severity.INFO, Severity.WARNING]
     first, second = (f.evidence for f in found)
     assert first["restart"] == 1 and not first["departed"]
-    bump = json.loads((COMPARE / "restart-two-optimizer-lost" / "expected.json").read_text())["restarts"][1]["bump"]
+    bump = json.loads((COMPARE / "restart-two-optimizer-lost" / "expected.json").read_text())[
+        "restarts"
+    ][1]["bump"]
     # the same batches replay (data cursor restored): the deviation is the bump 2.0 exp(-k/15) alone
     k_expected = math.ceil(bump["decay_steps"] * math.log(bump["amplitude"] / second["tolerance"]))
     assert second["departed"] and second["first_outside"] == 1200
-    assert abs(second["steps_to_return"] - k_expected) <= 2 and 20 <= second["steps_to_return"] <= 35
+    assert (
+        abs(second["steps_to_return"] - k_expected) <= 2 and 20 <= second["steps_to_return"] <= 35
+    )
     assert second["max_deviation"] == pytest.approx(bump["amplitude"], abs=0.01)
     assert f"came back within noise after {second['steps_to_return']} steps" in found[1].message
-    assert result.verdict.code in ("spike-recoverable", "spike-persistent")  # the jump is a spike too
+    assert result.verdict.code in (
+        "spike-recoverable",
+        "spike-persistent",
+    )  # the jump is a spike too
 
 
 def test_replay_that_never_comes_back():
@@ -101,7 +108,11 @@ def test_view_without_abandoned_rows_is_skipped_not_silent():
 
 def _segments_log(starts_ends: list[tuple[int, int]]) -> pl.DataFrame:
     """A log written in segments; every value is 100 * segment + step so its origin can be read back."""
-    rows = [{"step": s, "loss": 100.0 * seg + s} for seg, (a, b) in enumerate(starts_ends) for s in range(a, b + 1)]
+    rows = [
+        {"step": s, "loss": 100.0 * seg + s}
+        for seg, (a, b) in enumerate(starts_ends)
+        for s in range(a, b + 1)
+    ]
     return pl.DataFrame(rows)
 
 
@@ -116,7 +127,9 @@ def test_nested_restarts_take_each_value_from_the_right_segment():
     assert (steps[0], steps[-1]) == (400, 599)
     assert np.array_equal(old, steps + 0.0) and np.array_equal(new, steps + 100.0)  # seg 0 vs seg 1
     b_steps, b_vals = first.before["loss"]
-    assert np.array_equal(b_steps, np.arange(0, 600)) and np.array_equal(b_vals, np.arange(0, 600) + 0.0)
+    assert np.array_equal(b_steps, np.arange(0, 600)) and np.array_equal(
+        b_vals, np.arange(0, 600) + 0.0
+    )
 
     second = replay_from_view(view, 2)
     steps, old, new = second.pairs("loss")
@@ -177,20 +190,32 @@ def test_analyze_json_carries_the_evidence(cli):
     found = [f for f in doc["findings"] if f["code"] == "restart-replay"]
     assert {f["severity"] for f in found} == {"info", "warning"}
     warn = next(f for f in found if f["severity"] == "warning")
-    assert {"steps_to_return", "mean_abs_deviation", "max_abs_deviation", "noise_sigma", "tolerance",
-            "resumed_from_step", "last_step_before"} <= set(warn["evidence"])
+    assert {
+        "steps_to_return",
+        "mean_abs_deviation",
+        "max_abs_deviation",
+        "noise_sigma",
+        "tolerance",
+        "resumed_from_step",
+        "last_step_before",
+    } <= set(warn["evidence"])
 
 
 def test_explain_documents_the_rule(cli):
     out = cli("explain", "restart-replay")
-    assert out.exit_code == 0 and "What it detects" in out.output and "optimizer-reset" in out.output
+    assert (
+        out.exit_code == 0 and "What it detects" in out.output and "optimizer-reset" in out.output
+    )
 
 
 def test_a_resume_that_goes_nan_is_a_departure_that_never_returns():
     rows = _segments_log([(0, 599), (400, 799)]).with_columns(
         # a smooth healthy loss before; the resumed segment turns NaN from step 450
-        pl.when(pl.int_range(pl.len()) >= 600 + 50).then(float("nan")).otherwise(3.0 + 0.001 * pl.col("step") % 1)
-        .alias("loss"))
+        pl.when(pl.int_range(pl.len()) >= 600 + 50)
+        .then(float("nan"))
+        .otherwise(3.0 + 0.001 * pl.col("step") % 1)
+        .alias("loss")
+    )
     found, _ = replays(rows)
     ev = found[0].evidence
     assert found[0].severity is Severity.WARNING and ev["first_outside"] == 450

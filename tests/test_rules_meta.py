@@ -54,7 +54,9 @@ def test_each_finding_code_fires_somewhere(code: str) -> None:
     assert code in {f.code for f in analyze(path).findings}
 
 
-@pytest.mark.parametrize("code", [c for c in ALL_CODES if c not in ("blip", "loss-rise", "grad-norm-spike")])
+@pytest.mark.parametrize(
+    "code", [c for c in ALL_CODES if c not in ("blip", "loss-rise", "grad-norm-spike")]
+)
 def test_each_finding_code_is_quiet_on_a_healthy_run(code: str) -> None:
     assert code not in {f.code for f in analyze(QUIET).findings}
 

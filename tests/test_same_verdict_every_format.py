@@ -46,7 +46,9 @@ def write_arrow(frame, folder):
 
 def write_llmc(frame, folder):
     path = folder / "main.log"
-    lines = [f"s:{s} trl:{loss:.6f} lr:{lr:.6e} norm:{g:.4f}" for s, loss, g, lr in frame.iter_rows()]
+    lines = [
+        f"s:{s} trl:{loss:.6f} lr:{lr:.6e} norm:{g:.4f}" for s, loss, g, lr in frame.iter_rows()
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -54,7 +56,10 @@ def write_llmc(frame, folder):
 def write_megatron(frame, folder):
     path = folder / "slurm-1234.out"
     total = frame["step"].max()
-    lines = ["using world size: 8, data-parallel size: 8", "  fp16 ............................................ False"]
+    lines = [
+        "using world size: 8, data-parallel size: 8",
+        "  fp16 ............................................ False",
+    ]
     for s, loss, g, lr in frame.iter_rows():
         lines.append(
             f"[default0]: iteration {s:8d}/{total:8d} | consumed samples: {s * 512:12d} | "
@@ -67,8 +72,10 @@ def write_megatron(frame, folder):
 
 
 def write_hf(frame, folder):
-    history = [{"epoch": s / 1000, "grad_norm": g, "learning_rate": lr, "loss": loss, "step": s}
-               for s, loss, g, lr in frame.iter_rows()]
+    history = [
+        {"epoch": s / 1000, "grad_norm": g, "learning_rate": lr, "loss": loss, "step": s}
+        for s, loss, g, lr in frame.iter_rows()
+    ]
     state = {"global_step": int(frame["step"].max()), "logging_steps": 1, "log_history": history}
     path = folder / "trainer_state.json"
     path.write_text(json.dumps(state, indent=2, sort_keys=True))
@@ -79,7 +86,10 @@ def write_lightning(frame, folder):
     version = folder / "lightning_logs" / "version_0"
     version.mkdir(parents=True)
     out = frame.select(
-        pl.lit(0).alias("epoch"), pl.col("grad_norm"), pl.col("lr").alias("lr-AdamW"), pl.col("step"),
+        pl.lit(0).alias("epoch"),
+        pl.col("grad_norm"),
+        pl.col("lr").alias("lr-AdamW"),
+        pl.col("step"),
         pl.col("loss").alias("train_loss_step"),
     )
     out.write_csv(version / "metrics.csv")
@@ -87,14 +97,26 @@ def write_lightning(frame, folder):
 
 
 def write_tensorboard(frame, folder):
-    run = {"step": frame["step"].to_list(), "train/loss": frame["loss"].to_list(),
-           "train/grad_norm": frame["grad_norm"].to_list(), "train/lr": frame["lr"].to_list()}
+    run = {
+        "step": frame["step"].to_list(),
+        "train/loss": frame["loss"].to_list(),
+        "train/grad_norm": frame["grad_norm"].to_list(),
+        "train/lr": frame["lr"].to_list(),
+    }
     write_events(folder / "tb" / "events.out.tfevents.1700000000.host", run, "tf2")
     return folder / "tb"
 
 
-WRITERS = [write_csv, write_parquet, write_arrow, write_llmc, write_megatron, write_hf, write_lightning,
-           write_tensorboard]
+WRITERS = [
+    write_csv,
+    write_parquet,
+    write_arrow,
+    write_llmc,
+    write_megatron,
+    write_hf,
+    write_lightning,
+    write_tensorboard,
+]
 
 
 @pytest.mark.parametrize("writer", WRITERS, ids=lambda w: w.__name__.removeprefix("write_"))
@@ -109,4 +131,6 @@ def test_same_verdict_in_every_format(writer, truth, tmp_path) -> None:
     assert spikes == [f.step for f in reference.findings if f.code == "spike"] == [900]
     frame = read(path).frame
     assert frame.height == truth.height
-    assert math.isclose(frame.filter(pl.col("step") == 900)["loss"][0], truth["loss"][900], rel_tol=1e-5)
+    assert math.isclose(
+        frame.filter(pl.col("step") == 900)["loss"][0], truth["loss"][900], rel_tol=1e-5
+    )

@@ -25,8 +25,7 @@ from tests.conftest import FIXTURES
 TORCH_RUNS = FIXTURES / "torch-runs"
 
 # (run, aspect) -> why stab misses it today (numbers from the log)
-KNOWN_MISSES: dict[tuple[str, str], str] = {
-}
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 
 def _names() -> list[str]:
@@ -59,8 +58,15 @@ def test_the_fixture_set_is_there() -> None:
     names = _names()
     assert len(names) >= 12
     verdicts = {_expected(n)["verdict"] for n in names}
-    assert verdicts >= {"healthy", "nan", "spike-recoverable", "spike-persistent", "divergence", "loss-scale-static"}
-    for (name, _aspect) in KNOWN_MISSES:
+    assert verdicts >= {
+        "healthy",
+        "nan",
+        "spike-recoverable",
+        "spike-persistent",
+        "divergence",
+        "loss-scale-static",
+    }
+    for name, _aspect in KNOWN_MISSES:
         assert name in names, name
 
 
@@ -73,10 +79,14 @@ def test_verdict(name: str) -> None:
 @pytest.mark.parametrize("name", _params("cause", [n for n in _names() if "cause" in _expected(n)]))
 def test_cause(name: str) -> None:
     # "cause": null is part of the truth: no cause code fits, so stab should name none
-    assert _analysis(name).verdict.cause == _expected(name)["cause"], _analysis(name).verdict.summary
+    assert _analysis(name).verdict.cause == _expected(name)["cause"], _analysis(
+        name
+    ).verdict.summary
 
 
-@pytest.mark.parametrize("name", _params("findings", [n for n in _names() if _expected(n).get("findings")]))
+@pytest.mark.parametrize(
+    "name", _params("findings", [n for n in _names() if _expected(n).get("findings")])
+)
 def test_findings_at_the_true_steps(name: str) -> None:
     want = _expected(name)
     tolerance = want.get("step_tolerance", 5)
@@ -84,7 +94,11 @@ def test_findings_at_the_true_steps(name: str) -> None:
     for code, steps in want["findings"].items():
         found = [f.step for f in findings if f.code == code]
         for step in steps:
-            assert any(s is not None and abs(s - step) <= tolerance for s in found), (code, step, found)
+            assert any(s is not None and abs(s - step) <= tolerance for s in found), (
+                code,
+                step,
+                found,
+            )
 
 
 @pytest.mark.parametrize("name", [n for n in _names() if "origin" in _expected(n)])
@@ -102,7 +116,9 @@ def test_restarts(name: str) -> None:
     ]
 
 
-@pytest.mark.parametrize("name", _params("quiet", [n for n in _names() if _expected(n)["verdict"] == "healthy"]))
+@pytest.mark.parametrize(
+    "name", _params("quiet", [n for n in _names() if _expected(n)["verdict"] == "healthy"])
+)
 def test_truly_healthy_runs_raise_no_error_and_no_spike(name: str) -> None:
     findings = _analysis(name).findings
     assert not [f for f in findings if f.severity >= Severity.ERROR]

@@ -20,7 +20,11 @@ def test_fixture_verdict(name: str) -> None:
     for code, steps in want.get("findings", {}).items():
         found = [f.step for f in result.findings if f.code == code]
         for step in steps:
-            assert any(s is not None and abs(s - step) <= tolerance for s in found), (code, step, found)
+            assert any(s is not None and abs(s - step) <= tolerance for s in found), (
+                code,
+                step,
+                found,
+            )
     if "origin" in want:
         nan = next(f for f in result.findings if f.code == "nan")
         assert nan.evidence["origin"] == want["origin"]
@@ -41,12 +45,27 @@ def test_every_verdict_and_cause_of_the_contract_has_a_fixture() -> None:
     causes = {expected(n).get("cause") for n in all_runs()}
     # rank-outlier lives in the per-rank fixtures (tests/test_ranks*.py)
     assert verdicts >= {
-        "healthy", "insufficient-data", "nan", "spike-recoverable", "spike-persistent", "fp16-overflow",
-        "loss-scale-static", "loss-scale-collapsed", "divergence", "plateau",
+        "healthy",
+        "insufficient-data",
+        "nan",
+        "spike-recoverable",
+        "spike-persistent",
+        "fp16-overflow",
+        "loss-scale-static",
+        "loss-scale-collapsed",
+        "divergence",
+        "plateau",
     }
     assert causes >= {
-        "long-tail-token", "lr-discontinuity", "duplicate-batch", "optimizer-reset", "lr-increasing",
-        "weight-norm", "grad-norm-rising", "log-of-zero", "activation-overflow",
+        "long-tail-token",
+        "lr-discontinuity",
+        "duplicate-batch",
+        "optimizer-reset",
+        "lr-increasing",
+        "weight-norm",
+        "grad-norm-rising",
+        "log-of-zero",
+        "activation-overflow",
     }
 
 

@@ -49,7 +49,9 @@ VOCAB = 48
 SEP = 0  # separator of the copy task
 RARE = (44, 45, 46, 47)  # reserved: never in normal data (the long-tail tokens)
 WORDS = np.arange(1, 44)  # tokens the Markov chain emits
-LANGUAGE_SEED = 20240601  # the language is the same for every run; --seed varies init and data order
+LANGUAGE_SEED = (
+    20240601  # the language is the same for every run; --seed varies init and data order
+)
 
 
 def _transition_matrix() -> np.ndarray:
@@ -85,7 +87,10 @@ def make_batch(stream_seed: int, batch_id: int, batch: int, seq: int) -> torch.T
     """Batch number `batch_id` of the data stream: deterministic, so a resumed or
     repeated batch is bit-identical to the first time it was served."""
     rng = np.random.default_rng([stream_seed, batch_id])
-    rows = [_copy_task(rng, seq + 1) if rng.random() < 0.5 else _markov(rng, seq + 1) for _ in range(batch)]
+    rows = [
+        _copy_task(rng, seq + 1) if rng.random() < 0.5 else _markov(rng, seq + 1)
+        for _ in range(batch)
+    ]
     return torch.from_numpy(np.stack(rows))
 
 
@@ -114,7 +119,9 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = Attention(d_model, heads)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -172,9 +179,11 @@ def watch_activations(model: TinyLM, sink: dict[str, float]) -> None:
         named += [(f"blocks.{i}.attn", block.attn), (f"blocks.{i}.mlp", block.mlp)]
     named += [("ln_f", model.ln_f), ("lm_head", model.lm_head)]
     for name, module in named:
+
         def hook(_module, _inputs, output, name=name):
             with torch.no_grad():
                 sink[f"act_norm/{name}"] = float(output.detach().float().pow(2).mean().sqrt())
+
         module.register_forward_hook(hook)
 
 
@@ -187,9 +196,13 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
         lr = args.lr * step / args.warmup
     else:
         progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
-        lr = args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
-    if args.lr_jump_at and step >= args.lr_jump_at and (
-        not args.lr_jump_len or step < args.lr_jump_at + args.lr_jump_len
+        lr = args.lr * (
+            args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress))
+        )
+    if (
+        args.lr_jump_at
+        and step >= args.lr_jump_at
+        and (not args.lr_jump_len or step < args.lr_jump_at + args.lr_jump_len)
     ):
         lr *= args.lr_jump_factor  # the scheduler bug: the schedule is multiplied from this step on
     return lr
@@ -205,8 +218,13 @@ def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.Op
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(0.9, 0.95), eps=args.adam_eps,
+        [
+            {"params": decay, "weight_decay": args.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        eps=args.adam_eps,
     )
 
 
@@ -256,7 +274,10 @@ class Fp16Trainer:
             self.clean_steps = 0
             return False
         self.clean_steps += 1
-        if self.args.loss_scale_mode == "dynamic" and self.clean_steps % self.args.loss_scale_growth == 0:
+        if (
+            self.args.loss_scale_mode == "dynamic"
+            and self.clean_steps % self.args.loss_scale_growth == 0
+        ):
             self.scale *= 2
         return True
 
@@ -281,7 +302,10 @@ def evaluate(model: TinyLM, args: argparse.Namespace, autocast) -> float:
 def batch_for(step: int, args: argparse.Namespace) -> tuple[int, torch.Tensor]:
     """(batch_id, tokens) the data loader serves at `step`, with the injected faults."""
     batch_id = step  # one batch per step: the data cursor is the step
-    if args.repeat_batch_at and args.repeat_batch_at <= step < args.repeat_batch_at + args.repeat_batch_len:
+    if (
+        args.repeat_batch_at
+        and args.repeat_batch_at <= step < args.repeat_batch_at + args.repeat_batch_len
+    ):
         batch_id = args.repeat_batch_at - 1  # a stuck loader serves the previous batch again
     idx = make_batch(args.seed, batch_id, args.batch, args.seq)
     if args.bad_batch_at and args.bad_batch_at <= step < args.bad_batch_at + args.bad_batch_len:
@@ -334,21 +358,33 @@ class Run:
             loss = lm_loss(logits, idx[:, 1:])
             loss.backward()
         # clip_grad_norm_ returns the norm BEFORE clipping; an infinite max_norm measures without clipping
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), float("inf") if args.no_clip else args.clip))
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), float("inf") if args.no_clip else args.clip
+            )
+        )
         stepped = self.fp16.after_grads(math.isfinite(grad_norm)) if self.fp16 is not None else True
         if stepped:
             self.optimizer.step()
         return float(loss.detach()), grad_norm, stepped
 
     def save(self, path: Path, step: int) -> None:
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": step,
-                    "scale": self.fp16.scale if self.fp16 else None}, path)
+        torch.save(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "step": step,
+                "scale": self.fp16.scale if self.fp16 else None,
+            },
+            path,
+        )
 
     def load(self, path: Path, keep_optimizer: bool) -> None:
         state = torch.load(path)
         self.model.load_state_dict(state["model"])
-        self.optimizer = make_optimizer(self.model, self.args)  # a fresh AdamW: empty moments, step count 0
+        self.optimizer = make_optimizer(
+            self.model, self.args
+        )  # a fresh AdamW: empty moments, step count 0
         if keep_optimizer:
             self.optimizer.load_state_dict(state["optimizer"])
         if self.fp16 is not None:
@@ -365,10 +401,19 @@ def train(args: argparse.Namespace, ckpt_dir: Path) -> None:
     run = Run(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    (out.parent / "manifest.json").write_text(json.dumps({
-        "dtype": args.dtype, "seed": args.seed, "torch": torch.__version__,
-        "command": "python " + " ".join(sys.argv), "vocab_size": VOCAB,
-    }, indent=1) + "\n")
+    (out.parent / "manifest.json").write_text(
+        json.dumps(
+            {
+                "dtype": args.dtype,
+                "seed": args.seed,
+                "torch": torch.__version__,
+                "command": "python " + " ".join(sys.argv),
+                "vocab_size": VOCAB,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
     resumed = False
     nonfinite_run = 0
@@ -378,14 +423,25 @@ def train(args: argparse.Namespace, ckpt_dir: Path) -> None:
             batch_id, idx = batch_for(step, args)
             lr = lr_at(step, args)
             loss, grad_norm, stepped = run.step(step, idx, lr)
-            row = {"step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
-                   "tokens": step * args.batch * args.seq, "batch_id": batch_id, "param_norm": param_norm(run.model)}
+            row = {
+                "step": step,
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "lr": lr,
+                "tokens": step * args.batch * args.seq,
+                "batch_id": batch_id,
+                "param_norm": param_norm(run.model),
+            }
             if run.fp16 is not None:
-                row["loss_scale"] = run.fp16.scale  # after the update, as GradScaler.get_scale() reports it
+                row["loss_scale"] = (
+                    run.fp16.scale
+                )  # after the update, as GradScaler.get_scale() reports it
                 row["skipped"] = 0 if stepped else 1
             row.update(run.acts)
             # the loss scale is a power of two: written exactly, as scalers report it
-            log.write(json.dumps({k: v if k == "loss_scale" else _sig(v) for k, v in row.items()}) + "\n")
+            log.write(
+                json.dumps({k: v if k == "loss_scale" else _sig(v) for k, v in row.items()}) + "\n"
+            )
             if args.eval_every and step % args.eval_every == 0:
                 eval_loss = evaluate(run.fp16.half if run.fp16 else run.model, args, run.autocast)
                 log.write(json.dumps({"step": step, "eval_loss": _sig(eval_loss)}) + "\n")
@@ -395,15 +451,24 @@ def train(args: argparse.Namespace, ckpt_dir: Path) -> None:
 
             nonfinite_run = 0 if math.isfinite(loss) else nonfinite_run + 1
             if args.stop_after_nonfinite and nonfinite_run >= args.stop_after_nonfinite:
-                print(f"stopping: {nonfinite_run} non-finite losses in a row at step {step}", file=sys.stderr)
+                print(
+                    f"stopping: {nonfinite_run} non-finite losses in a row at step {step}",
+                    file=sys.stderr,
+                )
                 break
             if args.resume_at and step == args.resume_at and not resumed:
                 # the simulated crash: the process "dies" after logging this step, and a new
                 # one resumes from an earlier checkpoint, appending to the same log
                 resumed = True
-                run.load(ckpt_dir / f"step{args.from_checkpoint}.pt", keep_optimizer=not args.drop_optimizer_state)
-                print(f"resumed at step {step} from checkpoint {args.from_checkpoint}"
-                      f"{' WITHOUT optimizer state' if args.drop_optimizer_state else ''}", file=sys.stderr)
+                run.load(
+                    ckpt_dir / f"step{args.from_checkpoint}.pt",
+                    keep_optimizer=not args.drop_optimizer_state,
+                )
+                print(
+                    f"resumed at step {step} from checkpoint {args.from_checkpoint}"
+                    f"{' WITHOUT optimizer state' if args.drop_optimizer_state else ''}",
+                    file=sys.stderr,
+                )
                 step = args.from_checkpoint + 1
                 continue
             step += 1
@@ -423,15 +488,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--min-lr-frac", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--weight-decay-from", type=int, default=0, help="switch weight decay at this step...")
+    p.add_argument(
+        "--weight-decay-from", type=int, default=0, help="switch weight decay at this step..."
+    )
     p.add_argument("--weight-decay-late", type=float, default=0.0, help="...to this value")
-    p.add_argument("--adam-eps", type=float, default=1e-8,
-                   help="AdamW eps; 0 is the bug: a parameter whose grad is exactly 0 gets 0/0 = NaN")
+    p.add_argument(
+        "--adam-eps",
+        type=float,
+        default=1e-8,
+        help="AdamW eps; 0 is the bug: a parameter whose grad is exactly 0 gets 0/0 = NaN",
+    )
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--no-clip", action="store_true", help="measure the grad norm but do not clip")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--loss-scale-init", type=float, default=2.0**16)
-    p.add_argument("--loss-scale-growth", type=int, default=200, help="clean steps before the scale doubles")
+    p.add_argument(
+        "--loss-scale-growth", type=int, default=200, help="clean steps before the scale doubles"
+    )
     p.add_argument("--loss-scale-mode", choices=("dynamic", "static"), default="dynamic")
     p.add_argument("--act-norms", action="store_true", help="log act_norm/<layer> every step")
     p.add_argument("--eval-every", type=int, default=0)
@@ -443,17 +516,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat-batch-len", type=int, default=1)
     p.add_argument("--lr-jump-at", type=int, default=0)
     p.add_argument("--lr-jump-factor", type=float, default=10.0)
-    p.add_argument("--lr-jump-len", type=int, default=0, help="steps the jump lasts (0: to the end)")
+    p.add_argument(
+        "--lr-jump-len", type=int, default=0, help="steps the jump lasts (0: to the end)"
+    )
     p.add_argument("--ckpt-every", type=int, default=100)
-    p.add_argument("--ckpt-dir", default="", help="keep checkpoints here (default: a temporary folder)")
+    p.add_argument(
+        "--ckpt-dir", default="", help="keep checkpoints here (default: a temporary folder)"
+    )
     p.add_argument("--resume-at", type=int, default=0, help="crash after logging this step...")
-    p.add_argument("--from-checkpoint", type=int, default=0, help="...and resume from this step's checkpoint")
+    p.add_argument(
+        "--from-checkpoint", type=int, default=0, help="...and resume from this step's checkpoint"
+    )
     p.add_argument("--drop-optimizer-state", action="store_true", help="resume with a fresh AdamW")
     p.add_argument("--stop-after-nonfinite", type=int, default=50)
     args = p.parse_args(argv)
-    if args.resume_at and (args.from_checkpoint <= 0 or args.from_checkpoint % args.ckpt_every
-                           or args.from_checkpoint >= args.resume_at):
-        p.error("--from-checkpoint must be a checkpointed step (a multiple of --ckpt-every) before --resume-at")
+    if args.resume_at and (
+        args.from_checkpoint <= 0
+        or args.from_checkpoint % args.ckpt_every
+        or args.from_checkpoint >= args.resume_at
+    ):
+        p.error(
+            "--from-checkpoint must be a checkpointed step (a multiple of --ckpt-every) before --resume-at"
+        )
     return args
 
 

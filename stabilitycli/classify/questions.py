@@ -24,23 +24,66 @@ QUESTIONS: dict[str, str] = {
 
 # verdict code -> (section, severity name, what it means)
 VERDICTS: dict[str, tuple[str | None, str, str]] = {
-    "nan": ("1", "error", "The loss went NaN or Inf: training stopped being useful at the first such step."),
-    "rank-outlier": ("5", "error", "One or more data-parallel ranks disagree with the cohort; the mean hides them."),
-    "spike-persistent": ("2", "error", "A loss spike that did not come back within 50 steps: optimizer state is suspect."),
-    "loss-scale-collapsed": ("3", "error", "The fp16 loss scale fell below 1: overflow on nearly every step."),
-    "loss-scale-static": ("3", "error", "Overflows under a constant loss scale: dynamic loss scaling is off."),
+    "nan": (
+        "1",
+        "error",
+        "The loss went NaN or Inf: training stopped being useful at the first such step.",
+    ),
+    "rank-outlier": (
+        "5",
+        "error",
+        "One or more data-parallel ranks disagree with the cohort; the mean hides them.",
+    ),
+    "spike-persistent": (
+        "2",
+        "error",
+        "A loss spike that did not come back within 50 steps: optimizer state is suspect.",
+    ),
+    "loss-scale-collapsed": (
+        "3",
+        "error",
+        "The fp16 loss scale fell below 1: overflow on nearly every step.",
+    ),
+    "loss-scale-static": (
+        "3",
+        "error",
+        "Overflows under a constant loss scale: dynamic loss scaling is off.",
+    ),
     "fp16-overflow": ("3", "error", "fp16 overflows the scaler does not absorb."),
-    "divergence": ("4", "error", "The loss rose for good (silent divergence): no NaN, no overflow, just no way back."),
-    "spike-recoverable": ("2", "warning", "A loss spike that recovered within 50 steps: find its cause before it recurs."),
-    "plateau": ("4", "warning", "The loss drifted up slightly with no cause: a plateau; check eval metrics and consider stopping."),
+    "divergence": (
+        "4",
+        "error",
+        "The loss rose for good (silent divergence): no NaN, no overflow, just no way back.",
+    ),
+    "spike-recoverable": (
+        "2",
+        "warning",
+        "A loss spike that recovered within 50 steps: find its cause before it recurs.",
+    ),
+    "plateau": (
+        "4",
+        "warning",
+        "The loss drifted up slightly with no cause: a plateau; check eval metrics and consider stopping.",
+    ),
     "healthy": (None, "info", "No instability found by any rule."),
-    "insufficient-data": (None, "info", "The log is too short for the rules' windows; what it shows is listed as findings."),
+    "insufficient-data": (
+        None,
+        "info",
+        "The log is too short for the rules' windows; what it shows is listed as findings.",
+    ),
 }
 
 # the verdict order of spec 0b: the first that applies names the run
 VERDICT_ORDER: tuple[str, ...] = (
-    "nan", "rank-outlier", "spike-persistent", "loss-scale-collapsed", "loss-scale-static",
-    "fp16-overflow", "divergence", "spike-recoverable", "plateau",
+    "nan",
+    "rank-outlier",
+    "spike-persistent",
+    "loss-scale-collapsed",
+    "loss-scale-static",
+    "fp16-overflow",
+    "divergence",
+    "spike-recoverable",
+    "plateau",
 )
 
 REMEDIES: dict[str, list[str]] = {
@@ -63,7 +106,9 @@ REMEDIES: dict[str, list[str]] = {
         "write the post-mortem (`stab postmortem`) and inspect the batch at the spike for rare/long-tail tokens",
         "enable stratified batching; lower the grad-clip threshold",
     ],
-    "lr-discontinuity": ["fix the LR schedule (the LR jumped at the spike); check scheduler state on resume"],
+    "lr-discontinuity": [
+        "fix the LR schedule (the LR jumped at the spike); check scheduler state on resume"
+    ],
     "duplicate-batch": ["fix the data loader: a batch id repeated a recent one"],
     "optimizer-reset": [
         "the spike follows a restart: make the checkpoint restore optimizer moments, scheduler and data cursor",
@@ -73,19 +118,30 @@ REMEDIES: dict[str, list[str]] = {
         "reload the last checkpoint before the spike (optimizer moments are now corrupt)",
         "lower the grad-clip threshold to 0.5 and enable stratified batching, then restart",
     ],
-    "spike-recoverable": ["find the spike's cause (grad-norm panel, LR panel, batch composition) and fix it; re-run"],
+    "spike-recoverable": [
+        "find the spike's cause (grad-norm panel, LR panel, batch composition) and fix it; re-run"
+    ],
     "loss-scale-collapsed": [
         "activations are systematically too large: check init and residual-stream magnitude",
         "halve the learning rate, or move fp16 -> bf16",
     ],
-    "loss-scale-static": ["enable a dynamic loss scaler (overflows happen under a constant scale)", "or move fp16 -> bf16"],
-    "fp16-overflow": ["enable a dynamic loss scaler, halve the LR if the scale keeps collapsing, or move fp16 -> bf16"],
-    "lr-increasing": ["fix the schedule: the LR rises after warmup (inverse cosine, or warmup that never ends)"],
+    "loss-scale-static": [
+        "enable a dynamic loss scaler (overflows happen under a constant scale)",
+        "or move fp16 -> bf16",
+    ],
+    "fp16-overflow": [
+        "enable a dynamic loss scaler, halve the LR if the scale keeps collapsing, or move fp16 -> bf16"
+    ],
+    "lr-increasing": [
+        "fix the schedule: the LR rises after warmup (inverse cosine, or warmup that never ends)"
+    ],
     "lr-too-high": [
         "lower the peak LR below the LR at which the loss turned up, or lengthen the warmup",
         "add or lower gradient clipping; resume from a checkpoint before the turn",
     ],
-    "weight-norm": ["adjust weight decay 2x (norm grows: too low; collapses: too high) and re-run from the checkpoint"],
+    "weight-norm": [
+        "adjust weight decay 2x (norm grows: too low; collapses: too high) and re-run from the checkpoint"
+    ],
     "grad-norm-rising": [
         "halve the learning rate and resume from the checkpoint before the divergence",
         "check the data stream and init drift (the loss landscape is getting harder)",
@@ -97,7 +153,9 @@ REMEDIES: dict[str, list[str]] = {
         "exclude or replace the node, then resume from the checkpoint before the onset step",
     ],
     "healthy": [],
-    "insufficient-data": ["log more steps (or the full log) so the 100- and 200-step windows can be judged"],
+    "insufficient-data": [
+        "log more steps (or the full log) so the 100- and 200-step windows can be judged"
+    ],
 }
 
 CAUSE_TEXT: dict[str, str] = {

@@ -17,7 +17,9 @@ from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Ve
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
 
 
-def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts: dict[str, Any]) -> Verdict:
+def walk(
+    source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts: dict[str, Any]
+) -> Verdict:
     path: list[PathStep] = []
     applies: dict[str, tuple[str | None, str]] = {}  # verdict code -> (cause, summary)
     by_code: dict[str, list[Finding]] = {}
@@ -26,16 +28,28 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
     skipped_codes = {s.code: s.reason for s in skipped}
 
     # R) ranks first: an outlier rank explains what the mean shows (spec 5)
-    rank_findings = [f for f in findings if f.code in ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")]
+    rank_findings = [
+        f
+        for f in findings
+        if f.code in ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
+    ]
     if source.ranks:
         errors = [f for f in rank_findings if f.severity >= Severity.ERROR]
-        path.append(PathStep("R", "yes" if rank_findings else "no",
-                             "; ".join(f.message for f in rank_findings[:3]) or f"{source.ranks} ranks agree"))
+        path.append(
+            PathStep(
+                "R",
+                "yes" if rank_findings else "no",
+                "; ".join(f.message for f in rank_findings[:3]) or f"{source.ranks} ranks agree",
+            )
+        )
         if errors:
             ranks = sorted({f.rank for f in errors if f.rank is not None})
             others = [r for r in ranks if r != errors[0].rank]
-            applies["rank-outlier"] = (None, errors[0].message + (
-                f"; also rank(s) {', '.join(map(str, others))}" if others else ""))
+            applies["rank-outlier"] = (
+                None,
+                errors[0].message
+                + (f"; also rank(s) {', '.join(map(str, others))}" if others else ""),
+            )
 
     # 1) §1 NaN
     nan = facts.get("nan") or {}
@@ -47,16 +61,33 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
         path.append(PathStep("Q1.2", source.dtype or "unknown", reading))
         if ev.get("origin"):
             before = ev["origin_evidence"].get("input_layer")
-            path.append(PathStep("Q1.3", ev["origin"], f"first non-finite layer at step {ev['origin_evidence']['step']}"
-                                 + (f" (its input {before} still finite)" if before else " (the first layer)")))
-        first_rank = next((r.rank for r in rank_findings if r.code == "rank-nonfinite" and r.rank is not None), None)
-        applies["nan"] = (cause, f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
-                          + (f", first on rank {first_rank}" if first_rank is not None else "")
-                          + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
-                          + (f"; {CAUSE_TEXT[cause]}" if cause else ""))
+            path.append(
+                PathStep(
+                    "Q1.3",
+                    ev["origin"],
+                    f"first non-finite layer at step {ev['origin_evidence']['step']}"
+                    + (f" (its input {before} still finite)" if before else " (the first layer)"),
+                )
+            )
+        first_rank = next(
+            (r.rank for r in rank_findings if r.code == "rank-nonfinite" and r.rank is not None),
+            None,
+        )
+        applies["nan"] = (
+            cause,
+            f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
+            + (f", first on rank {first_rank}" if first_rank is not None else "")
+            + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
+            + (f"; {CAUSE_TEXT[cause]}" if cause else ""),
+        )
     else:
-        path.append(PathStep("Q1.1", "no" if "nan" not in skipped_codes else "unknown",
-                             skipped_codes.get("nan") or f"0 non-finite of {nan.get('points', 0)} loss points"))
+        path.append(
+            PathStep(
+                "Q1.1",
+                "no" if "nan" not in skipped_codes else "unknown",
+                skipped_codes.get("nan") or f"0 non-finite of {nan.get('points', 0)} loss points",
+            )
+        )
 
     # 2) §2 spikes
     spikes = facts.get("spikes", [])
@@ -64,13 +95,29 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
     if "spike" in skipped_codes:
         path.append(PathStep("Q2.1", "insufficient data", skipped_codes["spike"]))
     elif not spikes:
-        path.append(PathStep("Q2.1", "no", (f"no spike ({len(blips)} isolated blip(s) below the materiality "
-                                             f"bar; {facts.get('spike_window', '')})")))
+        path.append(
+            PathStep(
+                "Q2.1",
+                "no",
+                (
+                    f"no spike ({len(blips)} isolated blip(s) below the materiality "
+                    f"bar; {facts.get('spike_window', '')})"
+                ),
+            )
+        )
     else:
         first = spikes[0]
-        path.append(PathStep("Q2.1", "yes", (f"{len(spikes)} spike(s); first at step {first.onset_step}: "
-                                              f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} "
-                                              f"(z = {first.z:.1f})")))
+        path.append(
+            PathStep(
+                "Q2.1",
+                "yes",
+                (
+                    f"{len(spikes)} spike(s); first at step {first.onset_step}: "
+                    f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} "
+                    f"(z = {first.z:.1f})"
+                ),
+            )
+        )
         persistent = [s for s in spikes if not s.recovered]
         recoverable = [s for s in spikes if s.recovered]
         lead = persistent[0] if persistent else recoverable[0]
@@ -78,14 +125,18 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
         question = "Q2.4" if persistent else "Q2.3"
         path.append(PathStep(question, lead.cause or "no evident cause", _cause_text(lead)))
         for spike in persistent[:1]:
-            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
-                       f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
-                       f"did not recover within 50 steps (type {spike.spike_type})")
+            summary = (
+                f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+                f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
+                f"did not recover within 50 steps (type {spike.spike_type})"
+            )
             applies["spike-persistent"] = (spike.cause, summary)
         for spike in recoverable[:1]:
-            summary = (f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
-                       f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
-                       f"recovered in {spike.recovery_steps} steps")
+            summary = (
+                f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+                f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
+                f"recovered in {spike.recovery_steps} steps"
+            )
             applies["spike-recoverable"] = (spike.cause, summary)
 
     # 3) §3 mixed precision
@@ -93,18 +144,27 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
     if "loss-scale" in skipped_codes:
         path.append(PathStep("Q3.1", "not applicable", skipped_codes["loss-scale"]))
     elif overflow is not None:
-        path.append(PathStep("Q3.1", "yes" if overflow["overflows"] else "no",
-                             f"{overflow['overflows']} overflow step(s) in {overflow['span_steps']} steps"))
+        path.append(
+            PathStep(
+                "Q3.1",
+                "yes" if overflow["overflows"] else "no",
+                f"{overflow['overflows']} overflow step(s) in {overflow['span_steps']} steps",
+            )
+        )
         scale_text = "no loss-scale series"
         if overflow.get("has_scale"):
-            scale_text = (f"scale {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
-                          f"final {overflow.get('scale_final', 0):g}, {overflow.get('scale_drops', 0)} drop(s)")
+            scale_text = (
+                f"scale {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
+                f"final {overflow.get('scale_final', 0):g}, {overflow.get('scale_drops', 0)} drop(s)"
+            )
         answer = "healthy backoff"
         for code in ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow"):
             if code in by_code:
                 answer = code
-                applies[code] = ("activation-overflow" if code != "loss-scale-static" else None,
-                                 by_code[code][0].message)
+                applies[code] = (
+                    "activation-overflow" if code != "loss-scale-static" else None,
+                    by_code[code][0].message,
+                )
                 break
         path.append(PathStep("Q3.2", answer, scale_text))
 
@@ -115,24 +175,59 @@ def walk(source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts
     elif "divergence" in by_code or "plateau" in by_code:
         f = (by_code.get("divergence") or by_code["plateau"])[0]
         ev = f.evidence
-        path.append(PathStep("Q4.1", "yes", f"steps {ev['start_step']}-{ev['end_step']}: "
-                             f"{ev['start_level']:.4g} -> {ev['end_level']:.4g}, Mann-Kendall z = {ev['z']}, "
-                             f"strictly monotone: {ev['strictly_monotone']}; never back below the start level"))
+        path.append(
+            PathStep(
+                "Q4.1",
+                "yes",
+                f"steps {ev['start_step']}-{ev['end_step']}: "
+                f"{ev['start_level']:.4g} -> {ev['end_level']:.4g}, Mann-Kendall z = {ev['z']}, "
+                f"strictly monotone: {ev['strictly_monotone']}; never back below the start level",
+            )
+        )
         causes = {c["cause"]: c for c in ev.get("causes", [])}
-        path.append(PathStep("Q4.2", "yes" if "lr-increasing" in causes else "no", _kv(causes.get("lr-increasing"))))
-        path.append(PathStep("Q4.3", "yes" if "weight-norm" in causes else "no", _kv(causes.get("weight-norm"))))
-        path.append(PathStep("Q4.4", "yes" if "grad-norm-rising" in causes else "no",
-                             _kv(causes.get("grad-norm-rising"))))
+        path.append(
+            PathStep(
+                "Q4.2",
+                "yes" if "lr-increasing" in causes else "no",
+                _kv(causes.get("lr-increasing")),
+            )
+        )
+        path.append(
+            PathStep(
+                "Q4.3", "yes" if "weight-norm" in causes else "no", _kv(causes.get("weight-norm"))
+            )
+        )
+        path.append(
+            PathStep(
+                "Q4.4",
+                "yes" if "grad-norm-rising" in causes else "no",
+                _kv(causes.get("grad-norm-rising")),
+            )
+        )
         cause = next(iter(causes), None)
         code = "divergence" if "divergence" in by_code else "plateau"
         in_warmup = cause == "lr-increasing" and causes[cause].get("within_warmup")
-        applies[code] = (cause, f.message + (
-            f"; the loss turned up while warmup was still raising the LR ({causes[cause]['lr_start']:.3g} at the "
-            "turn): the peak LR is too high" if in_warmup else ""), "lr-too-high" if in_warmup else cause)
+        applies[code] = (
+            cause,
+            f.message
+            + (
+                f"; the loss turned up while warmup was still raising the LR ({causes[cause]['lr_start']:.3g} at the "
+                "turn): the peak LR is too high"
+                if in_warmup
+                else ""
+            ),
+            "lr-too-high" if in_warmup else cause,
+        )
     else:
         max_z = div.get("max_z", 0.0) if div else 0.0
-        path.append(PathStep("Q4.1", "no", f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
-                             f"({div.get('window', '') if div else ''}; max Mann-Kendall z = {max_z:.1f})"))
+        path.append(
+            PathStep(
+                "Q4.1",
+                "no",
+                f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
+                f"({div.get('window', '') if div else ''}; max Mann-Kendall z = {max_z:.1f})",
+            )
+        )
 
     return _verdict(applies, path, findings, facts)
 
@@ -147,14 +242,24 @@ def _verdict(applies, path, findings, facts) -> Verdict:
             if code == "nan" and cause is None:
                 remedy = list(REMEDIES["nan-unknown"])
             remedy += [r for r in REMEDIES.get(code, []) if r not in remedy]
-            return Verdict(code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity))
+            return Verdict(
+                code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity)
+            )
     insufficient = facts.get("spike_insufficient") and facts.get("divergence_insufficient", True)
     if insufficient:
         seen = [f.message for f in findings if f.severity >= Severity.WARNING]
         summary = "log too short for the spike and divergence windows" + (
-            f"; it does show: {seen[0]}" if seen else "; nothing abnormal in what it holds")
-        return Verdict("insufficient-data", None, None, _sentence(summary), path,
-                       list(REMEDIES["insufficient-data"]), Severity.INFO)
+            f"; it does show: {seen[0]}" if seen else "; nothing abnormal in what it holds"
+        )
+        return Verdict(
+            "insufficient-data",
+            None,
+            None,
+            _sentence(summary),
+            path,
+            list(REMEDIES["insufficient-data"]),
+            Severity.INFO,
+        )
     notes = [f for f in findings if f.severity == Severity.WARNING]
     summary = "no instability found" + (f" ({len(notes)} warning(s) worth a look)" if notes else "")
     return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO)
@@ -164,21 +269,31 @@ def _nan_reading(source: SourceInfo, facts: dict) -> tuple[str | None, str]:
     dtype = source.dtype
     overflow = (facts.get("overflow") or {}).get("overflows", 0)
     if dtype == "fp16" or overflow:
-        return "activation-overflow", f"fp16 ({source.dtype_origin}): an activation exceeded 65504 -> see §3"
+        return (
+            "activation-overflow",
+            f"fp16 ({source.dtype_origin}): an activation exceeded 65504 -> see §3",
+        )
     if dtype == "fp32":
         nan = facts.get("nan") or {}
         early = nan.get("earliest_nonfinite")
         origin = nan.get("origin")
         if early and early["series"].startswith("param_norm"):
-            return None, (f"fp32, but {early['series']} was non-finite from step {early['step']}, before the loss: "
-                          "the update wrote NaN into the weights (optimizer eps, LR), not log(0)")
+            return None, (
+                f"fp32, but {early['series']} was non-finite from step {early['step']}, before the loss: "
+                "the update wrote NaN into the weights (optimizer eps, LR), not log(0)"
+            )
         if origin and forward_order_key(origin) < _LOGITS_STAGE:
-            return None, (f"fp32, but the first non-finite layer is {origin}, before the logits: "
-                          "not log(0) in the loss; look at that layer's weights and inputs")
+            return None, (
+                f"fp32, but the first non-finite layer is {origin}, before the logits: "
+                "not log(0) in the loss; look at that layer's weights and inputs"
+            )
         return "log-of-zero", "fp32: almost always log(0) in the loss or 0/0 in its reduction"
     if dtype == "bf16":
         return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed"
-    return None, "dtype unknown (no manifest, run parameter or loss-scale series): pass --dtype to refine"
+    return (
+        None,
+        "dtype unknown (no manifest, run parameter or loss-scale series): pass --dtype to refine",
+    )
 
 
 def in_probability(before: float, after: float, vocab_size: int | None) -> str:
@@ -208,14 +323,20 @@ def _cause_text(spike) -> str:
     if not spike.causes:
         return "grad norm, LR, batch id and restarts show no evident cause"
     c = spike.causes[0]
-    details = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items() if k != "cause")
+    details = ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items() if k != "cause"
+    )
     return f"{CAUSE_TEXT.get(c['cause'], c['cause'])} ({details})"
 
 
 def _kv(item: dict | None) -> str:
     if not item:
         return "no"
-    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in item.items() if k != "cause")
+    return ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in item.items()
+        if k != "cause"
+    )
 
 
 def _sentence(text: str) -> str:

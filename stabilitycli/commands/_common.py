@@ -14,14 +14,26 @@ import typer
 
 from stabilitycli.errors import StabInputError, StabUsageError
 
-MetricOpt = Annotated[list[str] | None, typer.Option(
-    "--metric", "-m", help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Override a threshold, e.g. spike_sigma=4 (repeatable).")]
+MetricOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metric",
+        "-m",
+        help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).",
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a threshold, e.g. spike_sigma=4 (repeatable)."),
+]
 StepKeyOpt = Annotated[str | None, typer.Option(help="Log key holding the step.")]
-FormatInOpt = Annotated[str | None, typer.Option(help="Input format, when detection guesses wrong.")]
+FormatInOpt = Annotated[
+    str | None, typer.Option(help="Input format, when detection guesses wrong.")
+]
 DtypeOpt = Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")]
-RunOpt = Annotated[str | None, typer.Option(help="Run id or name inside a store with several runs.")]
+RunOpt = Annotated[
+    str | None, typer.Option(help="Run id or name inside a store with several runs.")
+]
 
 
 def pairs(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -39,8 +51,9 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def load_and_analyze(path: str, *, metric=None, step_key=None, format_in=None, dtype=None, run=None,
-                     set_values=None):
+def load_and_analyze(
+    path: str, *, metric=None, step_key=None, format_in=None, dtype=None, run=None, set_values=None
+):
     """(RunData, Analysis, Thresholds) for one run; raises typer.Exit(2) with one line on bad input."""
     try:
         from stabilitycli.config import load_config
@@ -48,8 +61,13 @@ def load_and_analyze(path: str, *, metric=None, step_key=None, format_in=None, d
         from stabilitycli.pipeline import run as pipeline
 
         thresholds = load_config(path, pairs(set_values, "--set"))
-        options = ReadOptions(format_in=format_in, metric_overrides=pairs(metric, "--metric"),
-                              step_key=step_key, dtype=dtype, run=run)
+        options = ReadOptions(
+            format_in=format_in,
+            metric_overrides=pairs(metric, "--metric"),
+            step_key=step_key,
+            dtype=dtype,
+            run=run,
+        )
         data = pipeline.load_run(path, options)
         analysis = pipeline.analyze(data, thresholds)
         return data, analysis, thresholds
@@ -58,7 +76,9 @@ def load_and_analyze(path: str, *, metric=None, step_key=None, format_in=None, d
     except Exception as err:
         if os.environ.get("STAB_DEBUG"):
             raise
-        raise fail(f"{path}: internal error {type(err).__name__}: {err} (set STAB_DEBUG=1 for a traceback)") from None
+        raise fail(
+            f"{path}: internal error {type(err).__name__}: {err} (set STAB_DEBUG=1 for a traceback)"
+        ) from None
 
 
 def write_output(text: str, output: Path | None) -> None:

@@ -32,47 +32,112 @@ class XAxis(str, Enum):
 
 
 def command(
-    runs: Annotated[list[str], typer.Argument(
-        help="BASELINE CANDIDATE; or one RUN with --expect (checks only) or with --restart N.",
-        show_default=False)],
-    expect: Annotated[list[str] | None, typer.Option(
-        "--expect", "-e", help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
-        "on the candidate unless prefixed 'baseline:' (repeatable).")] = None,
-    restart: Annotated[int | None, typer.Option(
-        help="Compare restart N (1-based) of one log: the abandoned trajectory against the resumed one.")] = None,
-    tolerance: Annotated[list[str] | None, typer.Option(
-        "--tolerance", "-t", help="Absolute band: VALUE (for loss) or METRIC=VALUE (repeatable). "
-        "Default: the noise measured in the baseline.")] = None,
-    rel_tolerance: Annotated[list[str] | None, typer.Option(
-        help="Relative band: FRAC (every metric) or METRIC=FRAC, times |baseline| (repeatable).")] = None,
-    until: Annotated[int | None, typer.Option(help="Compare up to this step (tokens with --x tokens); "
-                                                   "a run that stops before it fails.")] = None,
-    since: Annotated[int | None, typer.Option(help="Compare from this step (tokens with --x tokens).")] = None,
-    x: Annotated[XAxis, typer.Option("--x", help="Align on optimizer steps or on consumed tokens.")] = XAxis.step,
-    smooth: Annotated[str | None, typer.Option(
-        help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) or window:N (trailing mean of N points).")] = None,
-    metric: Annotated[list[str] | None, typer.Option(
-        "--metric", "-m", help="Metric to compare (NAME, or NAME=LOGKEY to map a key in both runs); repeatable. "
-        "Default: loss, grad_norm, eval_loss, lr where both runs log them.")] = None,
-    strict: Annotated[bool, typer.Option(
-        help="Judge every point on its own (default: the median of 5 neighbouring points, so one noisy "
-             "mini-batch never fails a comparison).")] = False,
-    output: Annotated[CompareFormat, typer.Option("--format", "-f", help="Output format.")] = CompareFormat.terminal,
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            help="BASELINE CANDIDATE; or one RUN with --expect (checks only) or with --restart N.",
+            show_default=False,
+        ),
+    ],
+    expect: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--expect",
+            "-e",
+            help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
+            "on the candidate unless prefixed 'baseline:' (repeatable).",
+        ),
+    ] = None,
+    restart: Annotated[
+        int | None,
+        typer.Option(
+            help="Compare restart N (1-based) of one log: the abandoned trajectory against the resumed one."
+        ),
+    ] = None,
+    tolerance: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tolerance",
+            "-t",
+            help="Absolute band: VALUE (for loss) or METRIC=VALUE (repeatable). "
+            "Default: the noise measured in the baseline.",
+        ),
+    ] = None,
+    rel_tolerance: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Relative band: FRAC (every metric) or METRIC=FRAC, times |baseline| (repeatable)."
+        ),
+    ] = None,
+    until: Annotated[
+        int | None,
+        typer.Option(
+            help="Compare up to this step (tokens with --x tokens); "
+            "a run that stops before it fails."
+        ),
+    ] = None,
+    since: Annotated[
+        int | None, typer.Option(help="Compare from this step (tokens with --x tokens).")
+    ] = None,
+    x: Annotated[
+        XAxis, typer.Option("--x", help="Align on optimizer steps or on consumed tokens.")
+    ] = XAxis.step,
+    smooth: Annotated[
+        str | None,
+        typer.Option(
+            help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) or window:N (trailing mean of N points)."
+        ),
+    ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="Metric to compare (NAME, or NAME=LOGKEY to map a key in both runs); repeatable. "
+            "Default: loss, grad_norm, eval_loss, lr where both runs log them.",
+        ),
+    ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            help="Judge every point on its own (default: the median of 5 neighbouring points, so one noisy "
+            "mini-batch never fails a comparison)."
+        ),
+    ] = False,
+    output: Annotated[
+        CompareFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = CompareFormat.terminal,
     step_key: StepKeyOpt = None,
     format_in: FormatInOpt = None,
     set_values: SetOpt = None,
 ) -> None:
     """Compare two runs (or a resume with what it replaced) and check --expect bounds."""
     try:
-        result = _compare(runs, expect, restart, tolerance, rel_tolerance, until, since, x.value, smooth,
-                          metric, strict, step_key, format_in, set_values)
+        result = _compare(
+            runs,
+            expect,
+            restart,
+            tolerance,
+            rel_tolerance,
+            until,
+            since,
+            x.value,
+            smooth,
+            metric,
+            strict,
+            step_key,
+            format_in,
+            set_values,
+        )
     except (StabInputError, StabUsageError) as err:
         raise fail(str(err)) from None
     except Exception as err:
         if os.environ.get("STAB_DEBUG"):
             raise
-        raise fail(f"{' '.join(runs)}: internal error {type(err).__name__}: {err} "
-                   "(set STAB_DEBUG=1 for a traceback)") from None
+        raise fail(
+            f"{' '.join(runs)}: internal error {type(err).__name__}: {err} "
+            "(set STAB_DEBUG=1 for a traceback)"
+        ) from None
     if output is CompareFormat.json:
         import json
 
@@ -86,8 +151,22 @@ def command(
     raise typer.Exit(0 if result.passed else 1)
 
 
-def _compare(runs, expect, restart, tolerance, rel_tolerance, until, since, x, smooth, metric, strict,
-             step_key, format_in, set_values):
+def _compare(
+    runs,
+    expect,
+    restart,
+    tolerance,
+    rel_tolerance,
+    until,
+    since,
+    x,
+    smooth,
+    metric,
+    strict,
+    step_key,
+    format_in,
+    set_values,
+):
     from stabilitycli.compare.expect import parse_expect
     from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
     from stabilitycli.config import load_config
@@ -96,15 +175,25 @@ def _compare(runs, expect, restart, tolerance, rel_tolerance, until, since, x, s
     from stabilitycli.ingest.options import ReadOptions
 
     if not 1 <= len(runs) <= 2:
-        raise StabUsageError(f"give BASELINE CANDIDATE, or one RUN with --expect or --restart (got {len(runs)} paths)")
+        raise StabUsageError(
+            f"give BASELINE CANDIDATE, or one RUN with --expect or --restart (got {len(runs)} paths)"
+        )
     if restart is not None and len(runs) != 1:
         raise StabUsageError("--restart N compares within one log: give exactly one RUN")
-    checks = tuple(parse_expect(e) for e in expect or [])  # malformed: a usage error before any reading
+    checks = tuple(
+        parse_expect(e) for e in expect or []
+    )  # malformed: a usage error before any reading
     names, overrides = _metrics(metric)
     options = CompareOptions(
-        metrics=names, tolerance=_numbers(tolerance, "--tolerance", bare="loss"),
-        rel_tolerance=_numbers(rel_tolerance, "--rel-tolerance", bare="*"), since=since, until=until, x=x,
-        smoothing=Smoothing.parse(smooth) if smooth else None, strict=strict, expects=checks,
+        metrics=names,
+        tolerance=_numbers(tolerance, "--tolerance", bare="loss"),
+        rel_tolerance=_numbers(rel_tolerance, "--rel-tolerance", bare="*"),
+        since=since,
+        until=until,
+        x=x,
+        smoothing=Smoothing.parse(smooth) if smooth else None,
+        strict=strict,
+        expects=checks,
         thresholds=load_config(runs[0], pairs(set_values, "--set")),
     )
     read_options = ReadOptions(metric_overrides=overrides, step_key=step_key, format_in=format_in)
@@ -142,8 +231,9 @@ def _numbers(values: list[str] | None, flag: str, bare: str) -> dict[str, float]
             number = float(raw)
         except ValueError:
             number = math.nan
-        if not sep and "=" in item or not name or not math.isfinite(number) or number < 0:
-            raise StabUsageError(f"{flag} expects VALUE or METRIC=VALUE with a number >= 0, got {item!r}")
+        if (not sep and "=" in item) or not name or not math.isfinite(number) or number < 0:
+            raise StabUsageError(
+                f"{flag} expects VALUE or METRIC=VALUE with a number >= 0, got {item!r}"
+            )
         out[name] = number
     return out
-

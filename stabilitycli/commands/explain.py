@@ -16,7 +16,10 @@ def explain_text(code: str | None) -> str:
         lines = ["Rules (run `stab explain CODE`):"]
         for rule in rules.values():
             emits = ", ".join(c for c in rule.emits if c != rule.code)
-            lines.append(f"  {rule.code:<20} §{rule.section}  {rule.summary}" + (f"  [emits: {emits}]" if emits else ""))
+            lines.append(
+                f"  {rule.code:<20} §{rule.section}  {rule.summary}"
+                + (f"  [emits: {emits}]" if emits else "")
+            )
         lines.append("\nVerdicts:")
         for verdict, (section, severity, text) in VERDICTS.items():
             lines.append(f"  {verdict:<20} {severity:<8} {text}")
@@ -25,7 +28,8 @@ def explain_text(code: str | None) -> str:
     if code == "thresholds":
         defaults = Thresholds()
         return "\n".join(
-            f"{f.name} = {getattr(defaults, f.name)!r}\n    {Thresholds.describe(f.name)}" for f in fields(Thresholds)
+            f"{f.name} = {getattr(defaults, f.name)!r}\n    {Thresholds.describe(f.name)}"
+            for f in fields(Thresholds)
         )
     for rule in rules.values():
         if code == rule.code or code in rule.emits:
@@ -36,7 +40,9 @@ def explain_text(code: str | None) -> str:
     if code in VERDICTS:
         section, severity, text = VERDICTS[code]
         remedy = "\n".join(f"  - {r}" for r in REMEDIES.get(code, []))
-        return f"verdict {code} (section {section or '-'}, {severity}): {text}" + (f"\n\nRemedy:\n{remedy}" if remedy else "")
+        return f"verdict {code} (section {section or '-'}, {severity}): {text}" + (
+            f"\n\nRemedy:\n{remedy}" if remedy else ""
+        )
     if code in CAUSE_TEXT:
         remedy = "\n".join(f"  - {r}" for r in REMEDIES.get(code, []))
         return f"cause {code}: {CAUSE_TEXT[code]}\n\nRemedy:\n{remedy}"

@@ -25,7 +25,10 @@ from stabilitycli.commands._common import (
 
 def command(
     path: Annotated[str, typer.Argument(help="Log file, directory or URI of one run.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the Markdown here (default: stdout).")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the Markdown here (default: stdout)."),
+    ] = None,
     metric: MetricOpt = None,
     step_key: StepKeyOpt = None,
     format_in: FormatInOpt = None,
@@ -40,6 +43,13 @@ def command(
     from stabilitycli.report.postmortem import render
 
     data, analysis, thresholds = load_and_analyze(
-        path, metric=metric, step_key=step_key, format_in=format_in, dtype=dtype, run=run, set_values=set_values)
+        path,
+        metric=metric,
+        step_key=step_key,
+        format_in=format_in,
+        dtype=dtype,
+        run=run,
+        set_values=set_values,
+    )
     document = render(build(analysis, data, thresholds), date=datetime.date.today().isoformat())
     write_output(document, output)

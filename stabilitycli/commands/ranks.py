@@ -32,35 +32,65 @@ class RanksFailOn(str, Enum):
 
 
 def command(
-    run: Annotated[str, typer.Option("--run", help="The run: a log file, a directory of per-rank files, or a URI.")],
-    metric: Annotated[str, typer.Option(
-        "--metric", "-m", help="Metric to compare across ranks (canonical name, or NAME=LOGKEY).")] = "loss",
-    output: Annotated[RanksFormat, typer.Option("--format", "-f", help="Output format.")] = RanksFormat.terminal,
-    rank_pattern: Annotated[str | None, typer.Option(
-        help="Regex with one group: the rank in a per-rank file name, e.g. 'gpu(\\d+)'.")] = None,
-    fail_on: Annotated[RanksFailOn, typer.Option(
-        help="Lowest outlier severity that exits 1 (level/nonfinite: error; silent/straggler: warning).")]
-    = RanksFailOn.error,
+    run: Annotated[
+        str,
+        typer.Option("--run", help="The run: a log file, a directory of per-rank files, or a URI."),
+    ],
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="Metric to compare across ranks (canonical name, or NAME=LOGKEY).",
+        ),
+    ] = "loss",
+    output: Annotated[
+        RanksFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = RanksFormat.terminal,
+    rank_pattern: Annotated[
+        str | None,
+        typer.Option(
+            help="Regex with one group: the rank in a per-rank file name, e.g. 'gpu(\\d+)'."
+        ),
+    ] = None,
+    fail_on: Annotated[
+        RanksFailOn,
+        typer.Option(
+            help="Lowest outlier severity that exits 1 (level/nonfinite: error; silent/straggler: warning)."
+        ),
+    ] = RanksFailOn.error,
     rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
     step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
-    set_values: Annotated[list[str] | None, typer.Option(
-        "--set", help="Override a threshold, e.g. rank_z=8 (repeatable).")] = None,
-    experiment: Annotated[str | None, typer.Option(
-        help="MLflow experiment (name or id) whose runs are the ranks.")] = None,
-    tracking_uri: Annotated[str | None, typer.Option(
-        help="MLflow store or server holding the run (--run is then a run id or name).")] = None,
+    set_values: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a threshold, e.g. rank_z=8 (repeatable)."),
+    ] = None,
+    experiment: Annotated[
+        str | None, typer.Option(help="MLflow experiment (name or id) whose runs are the ranks.")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            help="MLflow store or server holding the run (--run is then a run id or name)."
+        ),
+    ] = None,
 ) -> None:
     """Compare every rank with its cohort: name outlier, non-finite, silent and straggling ranks."""
     try:
-        report = _report(run, metric, rank_pattern, rank_key, step_key, set_values, experiment, tracking_uri)
+        report = _report(
+            run, metric, rank_pattern, rank_key, step_key, set_values, experiment, tracking_uri
+        )
     except (StabInputError, StabUsageError) as err:
         typer.echo(f"stab: error: {err}", err=True)
         raise typer.Exit(2) from None
     except Exception as err:
         if os.environ.get("STAB_DEBUG"):
             raise
-        typer.echo(f"stab: error: {run}: internal error {type(err).__name__}: {err} "
-                   "(set STAB_DEBUG=1 for a traceback)", err=True)
+        typer.echo(
+            f"stab: error: {run}: internal error {type(err).__name__}: {err} "
+            "(set STAB_DEBUG=1 for a traceback)",
+            err=True,
+        )
         raise typer.Exit(2) from None
     if output is RanksFormat.json:
         import json
@@ -78,8 +108,16 @@ def command(
     raise typer.Exit(int(exit_code_for(report.worst_severity, Severity.parse(fail_on.value))))
 
 
-def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values, experiment=None,
-            tracking_uri=None):
+def _report(
+    run: str,
+    metric: str,
+    rank_pattern,
+    rank_key,
+    step_key,
+    set_values,
+    experiment=None,
+    tracking_uri=None,
+):
     from stabilitycli.config import load_config
     from stabilitycli.detect.ranks.check import find_rank_outliers
     from stabilitycli.ingest import read
@@ -91,8 +129,12 @@ def _report(run: str, metric: str, rank_pattern, rank_key, step_key, set_values,
         raise StabUsageError(f"--metric expects NAME or NAME=LOGKEY, got {metric!r}")
     overrides = {name: key.strip()} if sep else {}
     options = ReadOptions(
-        metric_overrides=overrides, rank_pattern=rank_pattern, rank_key=rank_key, step_key=step_key,
-        experiment=experiment, tracking_uri=tracking_uri,
+        metric_overrides=overrides,
+        rank_pattern=rank_pattern,
+        rank_key=rank_key,
+        step_key=step_key,
+        experiment=experiment,
+        tracking_uri=tracking_uri,
     )
     thresholds = load_config(run, pairs(set_values, "--set"))
     data = read(run, options)

@@ -34,8 +34,12 @@ class XAxis(str, Enum):
 def command(
     path: Annotated[str, typer.Argument(help="Log file, directory or URI of one run.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
-    x: Annotated[XAxis, typer.Option("--x", help="x-axis: training steps, or consumed tokens (samples if no tokens).")]
-    = XAxis.steps,
+    x: Annotated[
+        XAxis,
+        typer.Option(
+            "--x", help="x-axis: training steps, or consumed tokens (samples if no tokens)."
+        ),
+    ] = XAxis.steps,
     metric: MetricOpt = None,
     step_key: StepKeyOpt = None,
     format_in: FormatInOpt = None,
@@ -51,7 +55,14 @@ def command(
     if importlib.util.find_spec("plotly") is None:
         raise fail(PLOTLY_MISSING)
     data, analysis, thresholds = load_and_analyze(
-        path, metric=metric, step_key=step_key, format_in=format_in, dtype=dtype, run=run, set_values=set_values)
+        path,
+        metric=metric,
+        step_key=step_key,
+        format_in=format_in,
+        dtype=dtype,
+        run=run,
+        set_values=set_values,
+    )
     from stabilitycli.errors import StabUsageError
     from stabilitycli.report.html import render
     from stabilitycli.report.plotdata import build

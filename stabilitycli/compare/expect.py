@@ -31,7 +31,11 @@ AGGREGATES = ("max", "min", "mean", "last")
 SIDES = ("candidate", "baseline")
 # longest first, so '<=' is not read as '<' followed by '='
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
 }
 # metric names as logged: canonical (`grad_norm`) or raw (`act_norm/h.0.attn`, `lm-loss`)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]*")
@@ -68,8 +72,13 @@ class Check:
         """The left-hand side as written canonically, e.g. `max(grad_norm)[300:400]`."""
         if self.aggregate is None:
             return f"{self.metric}@{self.at}"
-        span = "" if self.start is None and self.end is None else (
-            f"[{'' if self.start is None else self.start}:{'' if self.end is None else self.end}]")
+        span = (
+            ""
+            if self.start is None and self.end is None
+            else (
+                f"[{'' if self.start is None else self.start}:{'' if self.end is None else self.end}]"
+            )
+        )
         return f"{self.aggregate}({self.metric}){span}"
 
     def evaluate(self, steps: Any, values: Any) -> CheckResult:
@@ -88,7 +97,9 @@ class Check:
             hi = np.inf if self.end is None else self.end
             chosen = values[(steps >= lo) & (steps <= hi)]
             if chosen.size == 0:
-                return self._result(None, False, f"no {self.metric} value logged in steps {self._span_text()}")
+                return self._result(
+                    None, False, f"no {self.metric} value logged in steps {self._span_text()}"
+                )
             value = _aggregate(self.aggregate, chosen)
         holds = bool(_OPERATORS[self.op](value, self.threshold)) if not math.isnan(value) else False
         reason = "" if holds else ("the value is NaN" if math.isnan(value) else "")
@@ -112,11 +123,22 @@ class CheckResult:
         from stabilitycli.model import _jsonable
 
         c = self.check
-        return _jsonable({
-            "expression": c.text, "side": c.side, "metric": c.metric, "aggregate": c.aggregate,
-            "step": c.at, "start": c.start, "end": c.end, "op": c.op, "threshold": c.threshold,
-            "value": self.value, "holds": self.holds, "reason": self.reason or None,
-        })
+        return _jsonable(
+            {
+                "expression": c.text,
+                "side": c.side,
+                "metric": c.metric,
+                "aggregate": c.aggregate,
+                "step": c.at,
+                "start": c.start,
+                "end": c.end,
+                "op": c.op,
+                "threshold": c.threshold,
+                "value": self.value,
+                "holds": self.holds,
+                "reason": self.reason or None,
+            }
+        )
 
 
 def _aggregate(name: str, values: Any) -> float:
@@ -176,7 +198,7 @@ class _Cursor:
 
     def fail(self, reason: str) -> None:
         self.skip_space()
-        got = self.text[self.pos:self.pos + 12]
+        got = self.text[self.pos : self.pos + 12]
         suffix = f", found {got!r}" if got else ", found the end of the expression"
         raise ExpectSyntaxError(self.text, self.pos + 1, reason + suffix)
 
@@ -212,7 +234,9 @@ def parse_expect(text: str) -> Check:
             end = _optional_int(cur)
             cur.need("]", "']' to close the step range")
             if start is not None and end is not None and end < start:
-                raise ExpectSyntaxError(text, bracket, f"empty step range [{start}:{end}] (end before start)")
+                raise ExpectSyntaxError(
+                    text, bracket, f"empty step range [{start}:{end}] (end before start)"
+                )
     else:
         metric = name
         if not cur.take("@"):
@@ -226,8 +250,17 @@ def parse_expect(text: str) -> Check:
     if cur.pos != len(text):
         cur.fail("unexpected text after the number")
     assert metric is not None and number is not None
-    return Check(text=text.strip(), side=side, metric=metric, aggregate=aggregate, at=at, start=start,
-                 end=end, op=op, threshold=float(number))
+    return Check(
+        text=text.strip(),
+        side=side,
+        metric=metric,
+        aggregate=aggregate,
+        at=at,
+        start=start,
+        end=end,
+        op=op,
+        threshold=float(number),
+    )
 
 
 def _operator(cur: _Cursor) -> str:

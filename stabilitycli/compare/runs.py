@@ -98,11 +98,19 @@ class MetricComparison:
     stats: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
-            "metric": self.metric, "passed": self.passed, "points": self.points,
-            "first": self.first, "last": self.last, "grid": self.grid,
-            "interpolated_points": self.interpolated_points, "tolerance": self.tolerance, **self.stats,
-        })
+        return _jsonable(
+            {
+                "metric": self.metric,
+                "passed": self.passed,
+                "points": self.points,
+                "first": self.first,
+                "last": self.last,
+                "grid": self.grid,
+                "interpolated_points": self.interpolated_points,
+                "tolerance": self.tolerance,
+                **self.stats,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -128,31 +136,47 @@ class Comparison:
         return next(m for m in self.metrics if m.metric == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
-            "schema": SCHEMA, "mode": self.mode, "passed": self.passed,
-            "baseline": self.baseline, "candidate": self.candidate, "restart": self.restart,
-            "x": self.x, "range": {"since": self.since, "until": self.until},
-            "smoothing": self.smoothing, "judge_points": self.judge_points,
-            "metrics": [m.to_dict() for m in self.metrics],
-            "checks": [c.to_dict() for c in self.checks],
-            "not_compared": list(self.not_compared), "problems": list(self.problems),
-            "notes": list(self.notes), "preview": self.preview,
-        })
+        return _jsonable(
+            {
+                "schema": SCHEMA,
+                "mode": self.mode,
+                "passed": self.passed,
+                "baseline": self.baseline,
+                "candidate": self.candidate,
+                "restart": self.restart,
+                "x": self.x,
+                "range": {"since": self.since, "until": self.until},
+                "smoothing": self.smoothing,
+                "judge_points": self.judge_points,
+                "metrics": [m.to_dict() for m in self.metrics],
+                "checks": [c.to_dict() for c in self.checks],
+                "not_compared": list(self.not_compared),
+                "problems": list(self.problems),
+                "notes": list(self.notes),
+                "preview": self.preview,
+            }
+        )
 
 
 # ---------------------------------------------------------------- entry points
 
 
-def compare(baseline: RunData, candidate: RunData, options: CompareOptions | None = None) -> Comparison:
+def compare(
+    baseline: RunData, candidate: RunData, options: CompareOptions | None = None
+) -> Comparison:
     """Two runs, aligned on `options.x`; see the module doc."""
     options = options or CompareOptions()
     base, cand = track_of(baseline, "baseline"), track_of(candidate, "candidate")
     notes: list[str] = []
     metrics = _choose_metrics(base, cand, options)
-    results = [r for m in metrics if (r := _compare_metric(base, cand, m, options, notes)) is not None]
+    results = [
+        r for m in metrics if (r := _compare_metric(base, cand, m, options, notes)) is not None
+    ]
     if not results:
-        raise StabInputError(str(candidate.source.path), "no metric of the baseline overlaps the candidate's "
-                             "logged range; nothing to compare")
+        raise StabInputError(
+            str(candidate.source.path),
+            "no metric of the baseline overlaps the candidate's logged range; nothing to compare",
+        )
     problems = _coverage(base, cand, options)
     checks = _run_checks(options.expects, base, cand)
     skipped = sorted((set(base.series) & set(cand.series)) - set(metrics) - {"tokens"})
@@ -166,13 +190,19 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
 
     options = options or CompareOptions()
     if options.x != "step":
-        raise StabUsageError("--restart compares on steps (a replay repeats the same steps); drop --x")
+        raise StabUsageError(
+            "--restart compares on steps (a replay repeats the same steps); drop --x"
+        )
     view = build_view(run)
     events = restart_events(view.restarts)
     if not events:
-        raise StabUsageError(f"--restart {index}: {run.source.path} has no restart (its steps never go back)")
+        raise StabUsageError(
+            f"--restart {index}: {run.source.path} has no restart (its steps never go back)"
+        )
     if not 1 <= index <= len(events):
-        raise StabUsageError(f"--restart {index}: {run.source.path} has {len(events)} restart(s); choose 1-{len(events)}")
+        raise StabUsageError(
+            f"--restart {index}: {run.source.path} has {len(events)} restart(s); choose 1-{len(events)}"
+        )
     wanted = list(options.metrics) or [m for m in DEFAULT_METRICS if view.has(m)]
     rep = replay_from_view(view, index, wanted)
     lo, hi = rep.window
@@ -180,8 +210,11 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
     kept = {m: view.points(m) for m in view.columns if view.has(m)}
     base = Track(f"abandoned (before restart {index})", src, rep.before)
     cand = Track(f"resumed (restart {index})", src, rep.resumed, checked=kept)
-    window_opts = _replace(options, since=max(lo, options.since if options.since is not None else lo),
-                           until=min(hi, options.until if options.until is not None else hi))
+    window_opts = _replace(
+        options,
+        since=max(lo, options.since if options.since is not None else lo),
+        until=min(hi, options.until if options.until is not None else hi),
+    )
     notes: list[str] = []
     metrics = _choose_metrics(base, cand, options)
     results = []
@@ -193,22 +226,34 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
         if result is not None:
             results.append(result)
     if not results:
-        raise StabInputError(str(run.source.path), f"restart {index}: no metric was logged on both sides of "
-                             f"the replay (steps {lo}-{hi})")
+        raise StabInputError(
+            str(run.source.path),
+            f"restart {index}: no metric was logged on both sides of the replay (steps {lo}-{hi})",
+        )
     checks = _run_checks(options.expects, base, cand)
-    restart = {**rep.restart.to_dict(), "index": index, "replayed_steps": [lo, hi],
-               "replayed_points": results[0].points}
-    return _result("restart", base, cand, window_opts, results, checks, (), notes, (), restart=restart)
+    restart = {
+        **rep.restart.to_dict(),
+        "index": index,
+        "replayed_steps": [lo, hi],
+        "replayed_points": results[0].points,
+    }
+    return _result(
+        "restart", base, cand, window_opts, results, checks, (), notes, (), restart=restart
+    )
 
 
 def check_run(run: RunData, options: CompareOptions) -> Comparison:
     """Only the `--expect` checks, on one run (a post-mortem's verification line in CI)."""
     if not options.expects:
-        raise StabUsageError("one run and no --expect: give BASELINE CANDIDATE, --expect CHECK, or --restart N")
+        raise StabUsageError(
+            "one run and no --expect: give BASELINE CANDIDATE, --expect CHECK, or --restart N"
+        )
     cand = track_of(run, "candidate")
     for check in options.expects:
         if check.side == "baseline":
-            raise StabUsageError(f"--expect {check.text!r}: 'baseline:' needs a baseline run (give two runs)")
+            raise StabUsageError(
+                f"--expect {check.text!r}: 'baseline:' needs a baseline run (give two runs)"
+            )
     checks = _run_checks(options.expects, None, cand)
     return _result("checks", None, cand, options, [], checks, (), [], ())
 
@@ -227,9 +272,17 @@ def track_of(run: RunData, label: str) -> Track:
 
 def _source(run: RunData) -> dict[str, Any]:
     s = run.source
-    return {"path": s.path, "format": s.format, "run": s.run, "first_step": s.first_step,
-            "last_step": s.last_step, "rows": s.rows_read, "rows_used": s.rows_used,
-            "restarts": len(s.restarts), "warnings": list(s.warnings)}
+    return {
+        "path": s.path,
+        "format": s.format,
+        "run": s.run,
+        "first_step": s.first_step,
+        "last_step": s.last_step,
+        "rows": s.rows_read,
+        "rows_used": s.rows_used,
+        "restarts": len(s.restarts),
+        "warnings": list(s.warnings),
+    }
 
 
 def _choose_metrics(base: Track, cand: Track, options: CompareOptions) -> list[str]:
@@ -238,12 +291,16 @@ def _choose_metrics(base: Track, cand: Track, options: CompareOptions) -> list[s
             for side in (base, cand):
                 if m not in side.series:
                     shown = ", ".join(sorted(side.series)) or "none"
-                    raise StabUsageError(f"--metric {m}: the {side.label} has no {m} series (it has: {shown})")
+                    raise StabUsageError(
+                        f"--metric {m}: the {side.label} has no {m} series (it has: {shown})"
+                    )
         return list(dict.fromkeys(options.metrics))
     chosen = [m for m in DEFAULT_METRICS if m in base.series and m in cand.series]
     if not chosen:
-        raise StabInputError(base.source["path"], "the two runs share none of "
-                             f"{', '.join(DEFAULT_METRICS)}; name one with --metric")
+        raise StabInputError(
+            base.source["path"],
+            f"the two runs share none of {', '.join(DEFAULT_METRICS)}; name one with --metric",
+        )
     return chosen
 
 
@@ -253,8 +310,10 @@ def _axis(track: Track, metric: str, x: str) -> tuple[np.ndarray, np.ndarray, np
     if x == "step":
         return steps.astype(np.float64), steps, values
     if "tokens" not in track.series:
-        raise StabUsageError(f"--x tokens: the {track.label} ({track.source['path']}) logs no tokens "
-                             "series (consumed tokens: tokens, num_tokens, consumed_tokens, ...)")
+        raise StabUsageError(
+            f"--x tokens: the {track.label} ({track.source['path']}) logs no tokens "
+            "series (consumed tokens: tokens, num_tokens, consumed_tokens, ...)"
+        )
     t_steps, t_vals = track.points("tokens")
     ok = np.isfinite(t_vals)
     t_steps, t_vals = t_steps[ok], t_vals[ok]
@@ -262,8 +321,10 @@ def _axis(track: Track, metric: str, x: str) -> tuple[np.ndarray, np.ndarray, np
         raise StabUsageError(f"--x tokens: the {track.label} logs fewer than 2 finite token counts")
     back = np.flatnonzero(np.diff(t_vals) < 0)
     if back.size:
-        raise StabUsageError(f"--x tokens: the {track.label}'s token count goes down at step "
-                             f"{int(t_steps[back[0] + 1])}; it cannot be an x-axis")
+        raise StabUsageError(
+            f"--x tokens: the {track.label}'s token count goes down at step "
+            f"{int(t_steps[back[0] + 1])}; it cannot be an x-axis"
+        )
     inside = (steps >= t_steps[0]) & (steps <= t_steps[-1])
     # tokens logged at other steps than the metric: consumed tokens grow linearly between logs
     xs = np.interp(steps[inside], t_steps, t_vals)
@@ -273,8 +334,14 @@ def _axis(track: Track, metric: str, x: str) -> tuple[np.ndarray, np.ndarray, np
 # ---------------------------------------------------------------- one metric
 
 
-def _compare_metric(base: Track, cand: Track, metric: str, options: CompareOptions, notes: list[str],
-                    noise: tuple[float, int, int] | None = None) -> MetricComparison | None:
+def _compare_metric(
+    base: Track,
+    cand: Track,
+    metric: str,
+    options: CompareOptions,
+    notes: list[str],
+    noise: tuple[float, int, int] | None = None,
+) -> MetricComparison | None:
     bx, bs, bv = _axis(base, metric, options.x)
     cx, cs, cv = _axis(cand, metric, options.x)
     if bx.size == 0 or cx.size == 0:
@@ -296,33 +363,60 @@ def _compare_metric(base: Track, cand: Track, metric: str, options: CompareOptio
         stats["diverged_at_step"] = _step_at(grid, stats["diverged_at"])
         stats["within_from_step"] = _step_at(grid, stats["within_from"])
     return MetricComparison(
-        metric=metric, passed=verdict.passed, points=int(grid.x.size), first=_num(grid.x[0]),
-        last=_num(grid.x[-1]), grid=grid.grid_from, interpolated_points=grid.interpolated_points,
-        tolerance=tol_info, stats={**stats, "_preview": _preview(grid, base_v, cand_v, verdict)},
+        metric=metric,
+        passed=verdict.passed,
+        points=int(grid.x.size),
+        first=_num(grid.x[0]),
+        last=_num(grid.x[-1]),
+        grid=grid.grid_from,
+        interpolated_points=grid.interpolated_points,
+        tolerance=tol_info,
+        stats={**stats, "_preview": _preview(grid, base_v, cand_v, verdict)},
     )
 
 
-def _tolerance(metric: str, grid: Aligned, base_v: np.ndarray, base_raw: tuple[np.ndarray, np.ndarray],
-               options: CompareOptions, noise: tuple[float, int, int] | None) -> tuple[np.ndarray, dict]:
+def _tolerance(
+    metric: str,
+    grid: Aligned,
+    base_v: np.ndarray,
+    base_raw: tuple[np.ndarray, np.ndarray],
+    options: CompareOptions,
+    noise: tuple[float, int, int] | None,
+) -> tuple[np.ndarray, dict]:
     """The band per grid point, and how it was chosen (printed, and in the JSON)."""
     n = grid.x.size
     thr = options.thresholds
-    if metric in options.tolerance or ("*" in options.tolerance and metric not in options.rel_tolerance):
+    if metric in options.tolerance or (
+        "*" in options.tolerance and metric not in options.rel_tolerance
+    ):
         value = options.tolerance.get(metric, options.tolerance.get("*"))
-        return np.full(n, value), {"kind": "absolute", "value": value, "origin": f"--tolerance {value:g}"}
+        return np.full(n, value), {
+            "kind": "absolute",
+            "value": value,
+            "origin": f"--tolerance {value:g}",
+        }
     rel = options.rel_tolerance.get(metric, options.rel_tolerance.get("*"))
     if rel is not None:
         tol = rel * np.abs(base_v)
         tol = np.where(np.isfinite(tol), tol, 0.0)
-        return tol, {"kind": "relative", "value": rel, **_spread(tol),
-                     "origin": f"--rel-tolerance {rel:g} x |baseline|"}
+        return tol, {
+            "kind": "relative",
+            "value": rel,
+            **_spread(tol),
+            "origin": f"--rel-tolerance {rel:g} x |baseline|",
+        }
     if noise is None and np.isfinite(base_raw[1]).sum() < MIN_NOISE_POINTS:
         # a sparse series (eval loss every 500 steps) has too few points to tell noise from trend
-        return np.full(n, np.inf), {"kind": "none", "points": int(np.isfinite(base_raw[1]).sum()),
-                                    "origin": f"not judged: too few baseline points to measure its noise "
-                                              f"(fewer than {MIN_NOISE_POINTS}); give --tolerance {metric}=VALUE"}
+        return np.full(n, np.inf), {
+            "kind": "none",
+            "points": int(np.isfinite(base_raw[1]).sum()),
+            "origin": f"not judged: too few baseline points to measure its noise "
+            f"(fewer than {MIN_NOISE_POINTS}); give --tolerance {metric}=VALUE",
+        }
     factor = options.smoothing.noise_factor(n) if options.smoothing is not None else np.ones(n)
-    sigmas = thr.smoothed_noise_band_sigmas if options.smoothing is not None else thr.noise_band_sigmas
+    sigmas = (
+        thr.smoothed_noise_band_sigmas if options.smoothing is not None else thr.noise_band_sigmas
+    )
     if noise is not None:
         sigma, first, last = noise
         raw_sigma = np.full(n, sigma if math.isfinite(sigma) else 0.0)
@@ -331,9 +425,16 @@ def _tolerance(metric: str, grid: Aligned, base_v: np.ndarray, base_raw: tuple[n
         raw_sigma = local_noise(base_raw[0], base_raw[1], grid.x)
         how = "local sigma of the baseline (RMS of its residual around a rolling median)"
     tol = sigmas * math.sqrt(2.0) * raw_sigma * factor
-    smooth = f", x the {options.smoothing.label} noise shrink" if options.smoothing is not None else ""
-    return tol, {"kind": "noise", "sigmas": sigmas, "noise_sigma": float(np.median(raw_sigma)), **_spread(tol),
-                 "origin": f"noise: {sigmas:g} x sqrt(2) x {how}{smooth}"}
+    smooth = (
+        f", x the {options.smoothing.label} noise shrink" if options.smoothing is not None else ""
+    )
+    return tol, {
+        "kind": "noise",
+        "sigmas": sigmas,
+        "noise_sigma": float(np.median(raw_sigma)),
+        **_spread(tol),
+        "origin": f"noise: {sigmas:g} x sqrt(2) x {how}{smooth}",
+    }
 
 
 def _spread(tol: np.ndarray) -> dict[str, float]:
@@ -347,7 +448,9 @@ def _step_at(grid: Aligned, x_value) -> int | None:
     return int(grid.steps[min(i, grid.steps.size - 1)])
 
 
-def _preview(grid: Aligned, base_v: np.ndarray, cand_v: np.ndarray, verdict: Judgement) -> dict[str, Any]:
+def _preview(
+    grid: Aligned, base_v: np.ndarray, cand_v: np.ndarray, verdict: Judgement
+) -> dict[str, Any]:
     """Both curves in at most PREVIEW_POINTS buckets (max per bucket, so spikes show; NaN if any is)."""
     n = grid.x.size
     edges = np.linspace(0, n, min(n, PREVIEW_POINTS) + 1).astype(int)
@@ -360,8 +463,12 @@ def _preview(grid: Aligned, base_v: np.ndarray, cand_v: np.ndarray, verdict: Jud
         return [float("nan") if b else float(v) for v, b in zip(top, has_bad)]
 
     out_buckets = np.add.reduceat(verdict.outside.astype(int), starts) > 0
-    return {"x": [_num(grid.x[i]) for i in starts], "baseline": bucket(base_v), "candidate": bucket(cand_v),
-            "outside": [bool(b) for b in out_buckets]}
+    return {
+        "x": [_num(grid.x[i]) for i in starts],
+        "baseline": bucket(base_v),
+        "candidate": bucket(cand_v),
+        "outside": [bool(b) for b in out_buckets],
+    }
 
 
 # ---------------------------------------------------------------- checks and assembly
@@ -376,8 +483,10 @@ def _run_checks(expects: tuple[Check, ...], base: Track | None, cand: Track) -> 
         series = track.checked if track.checked is not None else track.series
         if check.metric not in series:
             shown = ", ".join(sorted(series)) or "none"
-            raise StabUsageError(f"--expect {check.text!r}: the {track.label} has no {check.metric} series "
-                                 f"(it has: {shown})")
+            raise StabUsageError(
+                f"--expect {check.text!r}: the {track.label} has no {check.metric} series "
+                f"(it has: {shown})"
+            )
         results.append(check.evaluate(*series[check.metric]))
     return results
 
@@ -390,11 +499,15 @@ def _coverage(base: Track, cand: Track, options: CompareOptions) -> list[str]:
     for side in (base, cand):
         last = side.source.get("last_step")
         if last is not None and last < options.until:
-            problems.append(f"the {side.label} stops at step {last}, before --until {options.until:g}")
+            problems.append(
+                f"the {side.label} stops at step {last}, before --until {options.until:g}"
+            )
     return problems
 
 
-def _result(mode, base, cand, options, results, checks, problems, notes, skipped, restart=None) -> Comparison:
+def _result(
+    mode, base, cand, options, results, checks, problems, notes, skipped, restart=None
+) -> Comparison:
     metrics = []
     preview = None
     for r in results:
@@ -402,15 +515,37 @@ def _result(mode, base, cand, options, results, checks, problems, notes, skipped
         pv = stats.pop("_preview")
         if preview is None:
             preview = {"metric": r.metric, **pv}
-        metrics.append(MetricComparison(r.metric, r.passed, r.points, r.first, r.last, r.grid,
-                                        r.interpolated_points, r.tolerance, stats))
+        metrics.append(
+            MetricComparison(
+                r.metric,
+                r.passed,
+                r.points,
+                r.first,
+                r.last,
+                r.grid,
+                r.interpolated_points,
+                r.tolerance,
+                stats,
+            )
+        )
     passed = all(m.passed for m in metrics) and all(c.holds for c in checks) and not problems
     return Comparison(
-        mode=mode, passed=passed, baseline=base.source if base else None, candidate=cand.source,
-        x=options.x, since=options.since, until=options.until,
-        smoothing=options.smoothing.label if options.smoothing else None, judge_points=options.judge_points,
-        metrics=tuple(metrics), checks=tuple(checks), restart=restart, not_compared=tuple(skipped),
-        problems=tuple(problems), notes=tuple(notes), preview=preview,
+        mode=mode,
+        passed=passed,
+        baseline=base.source if base else None,
+        candidate=cand.source,
+        x=options.x,
+        since=options.since,
+        until=options.until,
+        smoothing=options.smoothing.label if options.smoothing else None,
+        judge_points=options.judge_points,
+        metrics=tuple(metrics),
+        checks=tuple(checks),
+        restart=restart,
+        not_compared=tuple(skipped),
+        problems=tuple(problems),
+        notes=tuple(notes),
+        preview=preview,
     )
 
 

@@ -11,7 +11,12 @@ from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity
 
 
-@rule("duplicate-batch", "2", "a batch id repeated within 100 steps (data-loader bug)", emits=("duplicate-batch",))
+@rule(
+    "duplicate-batch",
+    "2",
+    "a batch id repeated within 100 steps (data-loader bug)",
+    emits=("duplicate-batch",),
+)
 def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
     """A batch id (index or hash) logged again within 100 steps of its last use.
 
@@ -30,9 +35,12 @@ def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, context: di
     if found is None:
         return result
     steps, batch = found
-    previous = pl.DataFrame({"step": steps, "batch": batch}).select(
-        pl.col("step").shift(1).over("batch").alias("previous")
-    )["previous"].fill_null(-(10**18)).to_numpy()
+    previous = (
+        pl.DataFrame({"step": steps, "batch": batch})
+        .select(pl.col("step").shift(1).over("batch").alias("previous"))["previous"]
+        .fill_null(-(10**18))
+        .to_numpy()
+    )
     repeat = steps - previous <= thresholds.duplicate_batch_window_steps
     if not repeat.any():
         return result
@@ -40,14 +48,24 @@ def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, context: di
     runs = pl.Series(repeat).rle()
     lengths = runs.struct.field("len").to_numpy()[runs.struct.field("value").to_numpy()]
     first = int(hits[0])
-    result.findings.append(Finding(
-        "duplicate-batch", Severity.WARNING,
-        f"{hits.size} step(s) reuse a batch id seen within {thresholds.duplicate_batch_window_steps} steps; "
-        f"first at step {steps[first]} (batch {batch[first]:.0f}, last used at step {int(previous[first])}); "
-        f"longest run of repeats {int(lengths.max())} steps",
-        step=int(steps[first]), end_step=int(steps[hits[-1]]), metric="batch_id",
-        evidence={"repeats": int(hits.size), "first_step": int(steps[first]), "batch_id": float(batch[first]),
-                  "previous_step": int(previous[first]), "longest_run": int(lengths.max()),
-                  "steps": steps[hits][:20].tolist()},
-    ))
+    result.findings.append(
+        Finding(
+            "duplicate-batch",
+            Severity.WARNING,
+            f"{hits.size} step(s) reuse a batch id seen within {thresholds.duplicate_batch_window_steps} steps; "
+            f"first at step {steps[first]} (batch {batch[first]:.0f}, last used at step {int(previous[first])}); "
+            f"longest run of repeats {int(lengths.max())} steps",
+            step=int(steps[first]),
+            end_step=int(steps[hits[-1]]),
+            metric="batch_id",
+            evidence={
+                "repeats": int(hits.size),
+                "first_step": int(steps[first]),
+                "batch_id": float(batch[first]),
+                "previous_step": int(previous[first]),
+                "longest_run": int(lengths.max()),
+                "steps": steps[hits][:20].tolist(),
+            },
+        )
+    )
     return result

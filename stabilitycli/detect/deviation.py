@@ -59,7 +59,9 @@ class Smoothing:
             return cls("ema", number)
         if kind == "window" and number >= 1 and number == int(number):
             return cls("window", float(int(number)))
-        raise StabUsageError(f"--smooth expects ema:ALPHA (0 < ALPHA <= 1) or window:N (N >= 1), got {text!r}")
+        raise StabUsageError(
+            f"--smooth expects ema:ALPHA (0 < ALPHA <= 1) or window:N (N >= 1), got {text!r}"
+        )
 
     def apply(self, values: np.ndarray) -> np.ndarray:
         series = pl.Series(values, dtype=pl.Float64)
@@ -93,8 +95,12 @@ class Aligned:
     interpolated_points: int  # grid points the other series did not log itself
 
 
-def align(base: tuple[np.ndarray, np.ndarray, np.ndarray], cand: tuple[np.ndarray, np.ndarray, np.ndarray],
-          lo: float, hi: float) -> Aligned:
+def align(
+    base: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cand: tuple[np.ndarray, np.ndarray, np.ndarray],
+    lo: float,
+    hi: float,
+) -> Aligned:
     """`base`/`cand` are (x, steps, values) sorted by x; compare over [lo, hi] on the coarser grid."""
     bx, bs, bv = (a[(base[0] >= lo) & (base[0] <= hi)] for a in base)
     cx, cs, cv = (a[(cand[0] >= lo) & (cand[0] <= hi)] for a in cand)
@@ -134,13 +140,22 @@ def local_noise(x: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray
     if fx.size < 5:
         return np.maximum(floor, 1e-12)
     resid = pl.Series(_residual(fv))
-    mad = (1.4826 * resid.abs().rolling_median(NOISE_WINDOW_POINTS, center=True, min_samples=1)).to_numpy()
+    mad = (
+        1.4826 * resid.abs().rolling_median(NOISE_WINDOW_POINTS, center=True, min_samples=1)
+    ).to_numpy()
     clipped = np.clip(resid.to_numpy(), -CLIP_SIGMAS * mad, CLIP_SIGMAS * mad)
-    rms = pl.Series(clipped**2).rolling_mean(NOISE_WINDOW_POINTS, center=True, min_samples=1).sqrt().to_numpy()
+    rms = (
+        pl.Series(clipped**2)
+        .rolling_mean(NOISE_WINDOW_POINTS, center=True, min_samples=1)
+        .sqrt()
+        .to_numpy()
+    )
     return np.maximum(np.interp(at, fx, rms), np.maximum(floor, 1e-12))
 
 
-def window_noise(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, min_points: int = 5) -> tuple[float, int, int]:
+def window_noise(
+    steps: np.ndarray, values: np.ndarray, lo: int, hi: int, min_points: int = 5
+) -> tuple[float, int, int]:
     """One noise sigma over steps [lo, hi] (widened back to `min_points` points); (sigma, first, last)."""
     finite = np.isfinite(values)
     fs, fv = steps[finite], values[finite]
@@ -197,7 +212,9 @@ class Judgement:
             "max_deviation": float(dev[worst]) if worst is not None else None,
             "max_deviation_at": _x(x, worst),
             "mean_abs_deviation": float(absdev[finite].mean()) if finite.any() else None,
-            "worst_band_ratio": float(np.nanmax(np.where(np.isfinite(ratio), ratio, np.inf))) if n else None,
+            "worst_band_ratio": float(np.nanmax(np.where(np.isfinite(ratio), ratio, np.inf)))
+            if n
+            else None,
             "points_outside": int(out.sum()),
             "nonfinite_mismatches": int(self.mismatches),
             "first_outside": _x(x, int(first_out[0])) if first_out.size else None,
@@ -213,7 +230,9 @@ def _x(x: np.ndarray, i: int | None):
     return int(value) if float(value).is_integer() else float(value)
 
 
-def judge(base: np.ndarray, cand: np.ndarray, tolerance: np.ndarray, judge_points: int = 5) -> Judgement:
+def judge(
+    base: np.ndarray, cand: np.ndarray, tolerance: np.ndarray, judge_points: int = 5
+) -> Judgement:
     """Hold `cand - base` to +-tolerance; see the module doc for what counts as outside."""
     if judge_points < 1:
         raise StabUsageError("judge_points must be >= 1")

@@ -58,7 +58,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     binned = bin_medians(steps, loss, bin_points)
     m = max(3, round(window_points / bin_points))
     if binned.values.size < m:
-        result.skipped.append(Skip("divergence", f"insufficient data: {binned.values.size} bins < {m}"))
+        result.skipped.append(
+            Skip("divergence", f"insufficient data: {binned.values.size} bins < {m}")
+        )
         result.facts["divergence_insufficient"] = True
         return result
     z = mann_kendall_windows(binned.values, m)
@@ -68,25 +70,39 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
     # a window that holds a spike's onset is that spike's story (§2), not a trend
     for spike in context.get("spikes", []):
-        holds = (binned.steps[: z.size] <= spike.onset_step) & (binned.end_steps[m - 1 :] >= spike.onset_step)
+        holds = (binned.steps[: z.size] <= spike.onset_step) & (
+            binned.end_steps[m - 1 :] >= spike.onset_step
+        )
         rising &= ~holds
     never_back = after_min > first_mean
-    facts = {"window": description, "windows": int(z.size), "max_z": float(z.max()) if z.size else 0.0,
-             "shortened": shortened}
+    facts = {
+        "window": description,
+        "windows": int(z.size),
+        "max_z": float(z.max()) if z.size else 0.0,
+        "shortened": shortened,
+    }
     result.facts["divergence"] = facts
 
     undone = np.flatnonzero(rising & ~never_back)
     if undone.size:
         worst = int(undone[np.argmax(z[undone])])
-        result.findings.append(Finding(
-            "loss-rise", Severity.INFO,
-            f"{undone.size} window(s) where the loss rose and the run later undid it "
-            f"(largest: z = {z[worst]:.1f} from step {binned.steps[worst]}, "
-            f"+{last_mean[worst] - first_mean[worst]:.3g}): not divergence",
-            step=int(binned.steps[worst]), end_step=int(binned.end_steps[worst + m - 1]), metric="loss",
-            evidence={"windows": int(undone.size), "z": round(float(z[worst]), 2),
-                      "rise": float(last_mean[worst] - first_mean[worst])},
-        ))
+        result.findings.append(
+            Finding(
+                "loss-rise",
+                Severity.INFO,
+                f"{undone.size} window(s) where the loss rose and the run later undid it "
+                f"(largest: z = {z[worst]:.1f} from step {binned.steps[worst]}, "
+                f"+{last_mean[worst] - first_mean[worst]:.3g}): not divergence",
+                step=int(binned.steps[worst]),
+                end_step=int(binned.end_steps[worst + m - 1]),
+                metric="loss",
+                evidence={
+                    "windows": int(undone.size),
+                    "z": round(float(z[worst]), 2),
+                    "rise": float(last_mean[worst] - first_mean[worst]),
+                },
+            )
+        )
     candidates = np.flatnonzero(rising & never_back)
     if not candidates.size:
         return result
@@ -96,46 +112,78 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     trough = j + _hinge_onset(binned.values[j : j + m])
     start_step, end_step = int(binned.steps[trough]), int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
-    causes = _causes(view, start_step, max(end_step, start_step + thresholds.divergence_window_steps),
-                     thresholds) or _causes(view, start_step, int(steps[-1]), thresholds)
+    causes = _causes(
+        view, start_step, max(end_step, start_step + thresholds.divergence_window_steps), thresholds
+    ) or _causes(view, start_step, int(steps[-1]), thresholds)
     for c in causes:
         if c["cause"] == "grad-norm-rising":
-            result.findings.append(Finding(
-                "grad-norm-rising", Severity.WARNING,
-                f"grad-norm moving average rose {c['grad_norm_start']:.3g} -> {c['grad_norm_end']:.3g} "
-                f"from step {start_step}", step=start_step, metric="grad_norm", evidence=dict(c),
-            ))
+            result.findings.append(
+                Finding(
+                    "grad-norm-rising",
+                    Severity.WARNING,
+                    f"grad-norm moving average rose {c['grad_norm_start']:.3g} -> {c['grad_norm_end']:.3g} "
+                    f"from step {start_step}",
+                    step=start_step,
+                    metric="grad_norm",
+                    evidence=dict(c),
+                )
+            )
     final_level = float(np.mean(binned.values[-part:]))
-    rise = (max(final_level, float(last_mean[j])) - float(first_mean[j])) / abs(float(first_mean[j]))
+    rise = (max(final_level, float(last_mean[j])) - float(first_mean[j])) / abs(
+        float(first_mean[j])
+    )
     in_window = (steps >= start_step) & (steps <= end_step)
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
     evidence = {
-        "start_step": start_step, "end_step": end_step, "z": round(float(z[j]), 2),
-        "window_start_step": int(binned.steps[j]), "trough": float(binned.values[trough]),
-        "start_level": float(first_mean[j]), "end_level": float(last_mean[j]),
-        "relative_rise": round(rise, 4), "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
-        "final_loss": float(loss[-1]), "final_level": final_level, "strictly_monotone": strictly, "window": description,
-        "bin_points": bin_points, "causes": causes, "window_shortened": shortened,
+        "start_step": start_step,
+        "end_step": end_step,
+        "z": round(float(z[j]), 2),
+        "window_start_step": int(binned.steps[j]),
+        "trough": float(binned.values[trough]),
+        "start_level": float(first_mean[j]),
+        "end_level": float(last_mean[j]),
+        "relative_rise": round(rise, 4),
+        "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
+        "final_loss": float(loss[-1]),
+        "final_level": final_level,
+        "strictly_monotone": strictly,
+        "window": description,
+        "bin_points": bin_points,
+        "causes": causes,
+        "window_shortened": shortened,
     }
     facts.update(evidence)
     cause = causes[0]["cause"] if causes else None
     if rise < thresholds.divergence_min_rise_frac and cause is None:
-        result.findings.append(Finding(
-            "plateau", Severity.WARNING,
-            f"loss drifted up {rise:.1%} from step {start_step} (z = {z[j]:.1f}) and never came back, "
-            "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
-            step=start_step, end_step=end_step, metric="loss", evidence=evidence,
-        ))
+        result.findings.append(
+            Finding(
+                "plateau",
+                Severity.WARNING,
+                f"loss drifted up {rise:.1%} from step {start_step} (z = {z[j]:.1f}) and never came back, "
+                "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
+                step=start_step,
+                end_step=end_step,
+                metric="loss",
+                evidence=evidence,
+            )
+        )
         return result
     note = f" ({description})" if shortened else ""
-    result.findings.append(Finding(
-        "divergence", Severity.ERROR,
-        f"silent divergence from step {start_step}: loss {binned.values[trough]:.4g} there, "
-        f"{final_level:.4g} at the end of the log (Mann-Kendall z = {z[j]:.1f} over steps "
-        f"{binned.steps[j]}-{end_step}; never back below {first_mean[j]:.4g})"
-        + (f"; cause: {cause}" if cause else "") + note,
-        step=start_step, end_step=int(steps[-1]), metric="loss", evidence=evidence,
-    ))
+    result.findings.append(
+        Finding(
+            "divergence",
+            Severity.ERROR,
+            f"silent divergence from step {start_step}: loss {binned.values[trough]:.4g} there, "
+            f"{final_level:.4g} at the end of the log (Mann-Kendall z = {z[j]:.1f} over steps "
+            f"{binned.steps[j]}-{end_step}; never back below {first_mean[j]:.4g})"
+            + (f"; cause: {cause}" if cause else "")
+            + note,
+            step=start_step,
+            end_step=int(steps[-1]),
+            metric="loss",
+            evidence=evidence,
+        )
+    )
     return result
 
 
@@ -186,17 +234,31 @@ def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | Non
         points, text = round(per_window), f"{window}-step windows ({round(per_window)} points)"
     else:
         points = thresholds.widened_window_points
-        text = (f"window widened to {points} points = {points * interval:,.0f} steps: "
-                f"one point per {interval:,.0f} steps")
+        text = (
+            f"window widened to {points} points = {points * interval:,.0f} steps: "
+            f"one point per {interval:,.0f} steps"
+        )
     if n >= points:
         return points, text, False
     if n >= thresholds.widened_window_points:
         shorter = max(thresholds.widened_window_points, n // 2)
         span = int(steps[-1] - steps[0])
-        return shorter, (f"log too short for a {window}-step window ({n} points over {span} steps): "
-                         f"trend tested over {shorter}-point windows instead"), True
-    return None, (f"insufficient data: {n} finite loss points; a trend window needs "
-                  f"{min(points, thresholds.widened_window_points)}"), False
+        return (
+            shorter,
+            (
+                f"log too short for a {window}-step window ({n} points over {span} steps): "
+                f"trend tested over {shorter}-point windows instead"
+            ),
+            True,
+        )
+    return (
+        None,
+        (
+            f"insufficient data: {n} finite loss points; a trend window needs "
+            f"{min(points, thresholds.widened_window_points)}"
+        ),
+        False,
+    )
 
 
 def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[dict]:
@@ -211,16 +273,29 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
             if lr_end > lr_start * (1 + thresholds.lr_rise_frac):
                 # outside warmup a rising LR is a schedule bug (Q4.2); inside it, the
                 # loss turning up while the LR still climbs says the peak LR is too high
-                causes.append({"cause": "lr-increasing", "lr_start": lr_start, "lr_end": lr_end,
-                               "within_warmup": not past_warmup})
+                causes.append(
+                    {
+                        "cause": "lr-increasing",
+                        "lr_start": lr_start,
+                        "lr_end": lr_end,
+                        "within_warmup": not past_warmup,
+                    }
+                )
     for name in view.param_norm_columns():
         s, norm = view.points(name)
         inside = (s >= start) & (s <= end) & np.isfinite(norm) & (norm > 0)
         if inside.sum() >= 2:
             low, high = float(norm[inside].min()), float(norm[inside].max())
             if high / low > thresholds.weight_norm_ratio:
-                causes.append({"cause": "weight-norm", "series": name, "min": low, "max": high,
-                               "direction": "grows" if norm[inside][-1] > norm[inside][0] else "collapses"})
+                causes.append(
+                    {
+                        "cause": "weight-norm",
+                        "series": name,
+                        "min": low,
+                        "max": high,
+                        "direction": "grows" if norm[inside][-1] > norm[inside][0] else "collapses",
+                    }
+                )
                 break
     if view.has("grad_norm"):
         s, grad = view.points("grad_norm")
@@ -230,5 +305,7 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
             quarter = max(1, values.size // 4)
             early, late = float(np.mean(values[:quarter])), float(np.mean(values[-quarter:]))
             if early > 0 and late > early * (1 + thresholds.grad_norm_rise_frac):
-                causes.append({"cause": "grad-norm-rising", "grad_norm_start": early, "grad_norm_end": late})
+                causes.append(
+                    {"cause": "grad-norm-rising", "grad_norm_start": early, "grad_norm_end": late}
+                )
     return causes

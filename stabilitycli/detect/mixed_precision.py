@@ -34,7 +34,9 @@ def overflow_per_step(view: SeriesView) -> np.ndarray:
         # row after the overflow it answers: that drop is the same overflow
         seen_before = np.zeros(idx.size, dtype=bool)
         seen_before[1:] = counts[idx[:-1]] > 0
-        counts[idx] = np.maximum(counts[idx], (drops & ~seen_before & (counts[idx] == 0)).astype(float))
+        counts[idx] = np.maximum(
+            counts[idx], (drops & ~seen_before & (counts[idx] == 0)).astype(float)
+        )
     return counts
 
 
@@ -73,13 +75,23 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -
     overflow_rows = np.flatnonzero(counts > 0)
     total = float(counts.sum())
     span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
-    facts = {"overflows": int(total), "overflow_steps": view.steps[overflow_rows][:50].tolist(),
-             "span_steps": span_steps, "has_scale": has_scale, "has_messages": has_messages}
+    facts = {
+        "overflows": int(total),
+        "overflow_steps": view.steps[overflow_rows][:50].tolist(),
+        "span_steps": span_steps,
+        "has_scale": has_scale,
+        "has_messages": has_messages,
+    }
     result.facts["overflow"] = facts
     if regime not in ("fp16", "bf16") and not has_scale and not has_messages:
         # a non-finite grad norm alone, dtype unknown, is not evidence of fp16: §1 reads it
-        result.skipped.append(Skip("loss-scale", "dtype unknown and no loss-scale or overflow series "
-                                   f"({int(total)} non-finite grad-norm step(s) left to §1)"))
+        result.skipped.append(
+            Skip(
+                "loss-scale",
+                "dtype unknown and no loss-scale or overflow series "
+                f"({int(total)} non-finite grad-norm step(s) left to §1)",
+            )
+        )
         result.facts.pop("overflow", None)
         return result
     if has_scale:
@@ -88,28 +100,42 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -
     facts["rate"] = rate
     spikes = context.get("spikes", [])
     at_spike = [
-        s for s in spikes
-        if np.any((view.steps[overflow_rows] >= s.onset_step - thresholds.cause_lead_steps)
-                  & (view.steps[overflow_rows] <= s.end_step))
+        s
+        for s in spikes
+        if np.any(
+            (view.steps[overflow_rows] >= s.onset_step - thresholds.cause_lead_steps)
+            & (view.steps[overflow_rows] <= s.end_step)
+        )
     ]
     unabsorbed = not has_scale and not has_messages and rate > thresholds.overflow_rate_unabsorbed
     if total and (unabsorbed or at_spike):
         why = (
             f"{int(total)} overflow(s) on {rate:.1%} of {span_steps} steps with no loss-scale series or messages"
-            if unabsorbed else
-            f"overflow at the loss spike of step {at_spike[0].onset_step}"
+            if unabsorbed
+            else f"overflow at the loss spike of step {at_spike[0].onset_step}"
         )
         first = int(view.steps[overflow_rows[0]])
-        result.findings.append(Finding(
-            "fp16-overflow", Severity.ERROR, f"fp16 overflow not absorbed by the scaler: {why}",
-            step=first, metric="grad_norm",
-            evidence={"overflows": int(total), "rate": round(rate, 5), "first_step": first,
-                      "spike_step": at_spike[0].onset_step if at_spike else None},
-        ))
+        result.findings.append(
+            Finding(
+                "fp16-overflow",
+                Severity.ERROR,
+                f"fp16 overflow not absorbed by the scaler: {why}",
+                step=first,
+                metric="grad_norm",
+                evidence={
+                    "overflows": int(total),
+                    "rate": round(rate, 5),
+                    "first_step": first,
+                    "spike_step": at_spike[0].onset_step if at_spike else None,
+                },
+            )
+        )
     return result
 
 
-def _scale_history(view: SeriesView, thresholds: Thresholds, facts: dict, result: RuleResult) -> None:
+def _scale_history(
+    view: SeriesView, thresholds: Thresholds, facts: dict, result: RuleResult
+) -> None:
     steps, scale = view.points("loss_scale")
     ok = np.isfinite(scale)
     steps, scale = steps[ok], scale[ok]
@@ -117,36 +143,64 @@ def _scale_history(view: SeriesView, thresholds: Thresholds, facts: dict, result
         return
     drops = np.flatnonzero(scale[1:] < scale[:-1]) + 1
     rises = np.flatnonzero(scale[1:] > scale[:-1]) + 1
-    facts.update({"scale_min": float(scale.min()), "scale_max": float(scale.max()),
-                  "scale_final": float(scale[-1]), "scale_drops": int(drops.size)})
+    facts.update(
+        {
+            "scale_min": float(scale.min()),
+            "scale_max": float(scale.max()),
+            "scale_final": float(scale[-1]),
+            "scale_drops": int(drops.size),
+        }
+    )
     total = facts["overflows"]
     if scale.min() < thresholds.min_loss_scale:
         at = int(np.argmax(scale < thresholds.min_loss_scale))
-        result.findings.append(Finding(
-            "loss-scale-collapsed", Severity.ERROR,
-            f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
-            f"(from {scale.max():g} down to {scale.min():g}): overflow on nearly every step",
-            step=int(steps[at]), metric="loss_scale",
-            evidence={"scale_min": float(scale.min()), "scale_max": float(scale.max()),
-                      "first_step_below": int(steps[at]), "overflows": total},
-        ))
+        result.findings.append(
+            Finding(
+                "loss-scale-collapsed",
+                Severity.ERROR,
+                f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
+                f"(from {scale.max():g} down to {scale.min():g}): overflow on nearly every step",
+                step=int(steps[at]),
+                metric="loss_scale",
+                evidence={
+                    "scale_min": float(scale.min()),
+                    "scale_max": float(scale.max()),
+                    "first_step_below": int(steps[at]),
+                    "overflows": total,
+                },
+            )
+        )
     elif np.all(scale == scale[0]) and total >= thresholds.static_scale_min_overflows:
-        result.findings.append(Finding(
-            "loss-scale-static", Severity.ERROR,
-            f"loss scale constant at {scale[0]:g} while {total} overflow(s) happened: dynamic loss scaling is not active",
-            step=int(facts["overflow_steps"][0]) if facts["overflow_steps"] else None, metric="loss_scale",
-            evidence={"scale": float(scale[0]), "overflows": total},
-        ))
+        result.findings.append(
+            Finding(
+                "loss-scale-static",
+                Severity.ERROR,
+                f"loss scale constant at {scale[0]:g} while {total} overflow(s) happened: dynamic loss scaling is not active",
+                step=int(facts["overflow_steps"][0]) if facts["overflow_steps"] else None,
+                metric="loss_scale",
+                evidence={"scale": float(scale[0]), "overflows": total},
+            )
+        )
     broken = any(f.code in ("loss-scale-collapsed", "loss-scale-static") for f in result.findings)
     if drops.size and not broken:
         chain = " -> ".join(f"{v:g}" for v in scale[np.concatenate(([drops[0] - 1], drops))][:6])
-        result.findings.append(Finding(
-            "loss-scale-halving", Severity.INFO,
-            f"the loss scaler backed off {drops.size} time(s) ({chain}{' ...' if drops.size > 5 else ''}); "
-            f"final scale {scale[-1]:g}, minimum {scale.min():g}, regrew {rises.size} time(s): "
-            "overflow followed by a halving is the scaler doing its job",
-            step=int(steps[drops[0]]), end_step=int(steps[drops[-1]]), metric="loss_scale",
-            evidence={"drops": int(drops.size), "rises": int(rises.size), "first_drop_step": int(steps[drops[0]]),
-                      "scale_min": float(scale.min()), "scale_final": float(scale[-1]),
-                      "drop_steps": steps[drops][:20].tolist()},
-        ))
+        result.findings.append(
+            Finding(
+                "loss-scale-halving",
+                Severity.INFO,
+                f"the loss scaler backed off {drops.size} time(s) ({chain}{' ...' if drops.size > 5 else ''}); "
+                f"final scale {scale[-1]:g}, minimum {scale.min():g}, regrew {rises.size} time(s): "
+                "overflow followed by a halving is the scaler doing its job",
+                step=int(steps[drops[0]]),
+                end_step=int(steps[drops[-1]]),
+                metric="loss_scale",
+                evidence={
+                    "drops": int(drops.size),
+                    "rises": int(rises.size),
+                    "first_drop_step": int(steps[drops[0]]),
+                    "scale_min": float(scale.min()),
+                    "scale_final": float(scale[-1]),
+                    "drop_steps": steps[drops][:20].tolist(),
+                },
+            )
+        )

@@ -103,13 +103,19 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleR
         evidence["origin"] = origin["layer"]
         evidence["origin_evidence"] = origin
     where = f" (hidden in the loss; seen in {hidden_by})" if hidden_by else ""
-    message = (
-        f"loss non-finite from step {first_step}{where}: {count} of {steps.size} points"
-        + (f"; first non-finite layer: {origin['layer']}" if origin else "")
+    message = f"loss non-finite from step {first_step}{where}: {count} of {steps.size} points" + (
+        f"; first non-finite layer: {origin['layer']}" if origin else ""
     )
     result.findings.append(
-        Finding("nan", Severity.ERROR, message, step=first_step, end_step=int(steps[bad][-1]),
-                metric="loss", evidence=evidence)
+        Finding(
+            "nan",
+            Severity.ERROR,
+            message,
+            step=first_step,
+            end_step=int(steps[bad][-1]),
+            metric="loss",
+            evidence=evidence,
+        )
     )
     result.facts["nan"] = evidence
     return result
@@ -172,7 +178,9 @@ def _origin_layer(view: SeriesView, nan_step: int) -> dict | None:
         bad = ~np.isfinite(values)
         if bad.any():
             first_step = min(first_step, int(steps[np.argmax(bad)]))
-    ordered = sorted(layers, key=lambda n: (n.startswith("grad_norm/"), forward_order_key(n.split("/", 1)[1])))
+    ordered = sorted(
+        layers, key=lambda n: (n.startswith("grad_norm/"), forward_order_key(n.split("/", 1)[1]))
+    )
     previous = None
     for name in ordered:
         steps, values = view.points(name)

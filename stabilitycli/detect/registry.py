@@ -68,13 +68,30 @@ def load_rules() -> dict[str, Rule]:
 
 # the modules whose import registers rules
 RULE_MODULES: tuple[str, ...] = (
-    "data", "divergence", "mixed_precision", "nan", "restart_replay", "restarts", "schedule", "spike",
+    "data",
+    "divergence",
+    "mixed_precision",
+    "nan",
+    "restart_replay",
+    "restarts",
+    "schedule",
+    "spike",
     "throughput",
 )
 
 RUN_ORDER: tuple[str, ...] = (
-    "restart", "restart-replay", "nan", "spike", "grad-norm-spike", "duplicate-batch", "loss-scale", "divergence",
-    "lr-jump", "lr-increasing", "weight-norm-change", "throughput-drop",
+    "restart",
+    "restart-replay",
+    "nan",
+    "spike",
+    "grad-norm-spike",
+    "duplicate-batch",
+    "loss-scale",
+    "divergence",
+    "lr-jump",
+    "lr-increasing",
+    "weight-norm-change",
+    "throughput-drop",
 )
 
 

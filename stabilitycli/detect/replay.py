@@ -69,9 +69,15 @@ def restart_events(restarts: list[Restart]) -> list[Restart]:
     return events
 
 
-def build_replay(steps: np.ndarray, columns: dict[str, np.ndarray], logged: dict[str, np.ndarray],
-                 abandoned: pl.DataFrame | None, restarts: list[Restart], index: int,
-                 metrics: list[str] | None = None) -> Replay:
+def build_replay(
+    steps: np.ndarray,
+    columns: dict[str, np.ndarray],
+    logged: dict[str, np.ndarray],
+    abandoned: pl.DataFrame | None,
+    restarts: list[Restart],
+    index: int,
+    metrics: list[str] | None = None,
+) -> Replay:
     """The replay of restart `index` from a kept series (steps, columns, logged) and the abandoned rows.
 
     `metrics` limits the work to those columns (a log may carry hundreds of per-layer series).
@@ -92,15 +98,21 @@ def build_replay(steps: np.ndarray, columns: dict[str, np.ndarray], logged: dict
         k_steps, k_vals = steps[mask], values[mask]
         # what the log said last before this restart, from where a later resume rewrote it on:
         # the highest earlier segment at each step
-        old = _metric_rows(ab, metric, (pl.col(SEGMENT) < index) & pl.col("step").is_between(own_min, hi))
+        old = _metric_rows(
+            ab, metric, (pl.col(SEGMENT) < index) & pl.col("step").is_between(own_min, hi)
+        )
         old = old.sort([SEGMENT, "step"]).group_by("step", maintain_order=True).last().sort("step")
         o_steps, o_vals = old["step"].to_numpy(), old[metric].to_numpy()
         in_window = o_steps >= lo
         a_steps, a_vals = o_steps[in_window], o_vals[in_window]
         # resumed: segment `index` itself, from the abandoned rows first, else the kept frame
-        mine = _metric_rows(ab, metric, (pl.col(SEGMENT) == index) & pl.col("step").is_between(lo, hi))
+        mine = _metric_rows(
+            ab, metric, (pl.col(SEGMENT) == index) & pl.col("step").is_between(lo, hi)
+        )
         m_steps, m_vals = mine["step"].to_numpy(), mine[metric].to_numpy()
-        kept = (k_steps >= lo) & (k_steps <= hi) & (k_steps < later_min) & ~np.isin(k_steps, m_steps)
+        kept = (
+            (k_steps >= lo) & (k_steps <= hi) & (k_steps < later_min) & ~np.isin(k_steps, m_steps)
+        )
         r_steps = np.concatenate([m_steps, k_steps[kept]])
         r_vals = np.concatenate([m_vals, k_vals[kept]])
         order = np.argsort(r_steps, kind="stable")
@@ -119,8 +131,15 @@ def build_replay(steps: np.ndarray, columns: dict[str, np.ndarray], logged: dict
 
 def replay_from_view(view, index: int, metrics: list[str] | None = None) -> Replay:
     """`build_replay` over a `SeriesView` (which carries the abandoned rows)."""
-    return build_replay(view.steps, view.columns, view.logged, getattr(view, "abandoned", None),
-                        view.restarts, index, metrics)
+    return build_replay(
+        view.steps,
+        view.columns,
+        view.logged,
+        getattr(view, "abandoned", None),
+        view.restarts,
+        index,
+        metrics,
+    )
 
 
 def _per_step(abandoned: pl.DataFrame | None, metrics: list[str]) -> pl.DataFrame:
@@ -135,8 +154,10 @@ def _per_step(abandoned: pl.DataFrame | None, metrics: list[str]) -> pl.DataFram
 
 def _metric_rows(ab: pl.DataFrame, metric: str, where: pl.Expr) -> pl.DataFrame:
     if metric not in ab.columns:
-        return pl.DataFrame({SEGMENT: [], "step": [], metric: []},
-                            schema={SEGMENT: pl.Int64, "step": pl.Int64, metric: pl.Float64})
+        return pl.DataFrame(
+            {SEGMENT: [], "step": [], metric: []},
+            schema={SEGMENT: pl.Int64, "step": pl.Int64, metric: pl.Float64},
+        )
     return ab.filter(where & pl.col(metric).is_not_null()).select([SEGMENT, "step", metric])
 
 
@@ -156,5 +177,10 @@ def replay_judgement(replay, metric: str, thresholds: Thresholds) -> dict[str, A
     band = thresholds.noise_band_sigmas * math.sqrt(2.0) * sigma
     verdict = judge(old, new, np.full(steps.size, band), thresholds.judge_points)
     stats = verdict.stats(steps)
-    return {**stats, "noise_sigma": sigma, "noise_steps": [first, last], "tolerance": band,
-            "departed": not verdict.passed}
+    return {
+        **stats,
+        "noise_sigma": sigma,
+        "noise_steps": [first, last],
+        "tolerance": band,
+        "departed": not verdict.passed,
+    }

@@ -10,8 +10,12 @@ from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity, Skip
 
 
-@rule("restart-replay", "0", "a resume's replay of the steps it rewrote departs from the abandoned trajectory",
-      emits=("restart-replay",))
+@rule(
+    "restart-replay",
+    "0",
+    "a resume's replay of the steps it rewrote departs from the abandoned trajectory",
+    emits=("restart-replay",),
+)
 def detect_restart_replay(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
     """The resumed loss against the abandoned loss, over the steps a restart logged twice.
 
@@ -38,7 +42,9 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, context: dic
     if not events:
         return result
     if view.abandoned is None:
-        result.skipped.append(Skip("restart-replay", "the abandoned rows of the restart(s) were not kept"))
+        result.skipped.append(
+            Skip("restart-replay", "the abandoned rows of the restart(s) were not kept")
+        )
         return result
     replays = []
     for index in range(1, len(events) + 1):
@@ -46,37 +52,68 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, context: dic
         numbers = replay_judgement(replay, "loss", thresholds)
         lo, hi = replay.window
         if numbers is None or numbers["points"] < 3:
-            result.skipped.append(Skip("restart-replay", f"restart {index} (resumed from step {lo}): fewer than "
-                                       "3 loss points logged both before and after it; nothing to compare"))
+            result.skipped.append(
+                Skip(
+                    "restart-replay",
+                    f"restart {index} (resumed from step {lo}): fewer than "
+                    "3 loss points logged both before and after it; nothing to compare",
+                )
+            )
             continue
         if not math.isfinite(numbers["noise_sigma"]):
-            result.skipped.append(Skip("restart-replay", f"restart {index} (resumed from step {lo}): no finite "
-                                       "loss before it to measure the noise against"))
+            result.skipped.append(
+                Skip(
+                    "restart-replay",
+                    f"restart {index} (resumed from step {lo}): no finite "
+                    "loss before it to measure the noise against",
+                )
+            )
             continue
-        evidence = {"restart": index, "resumed_from_step": lo, "last_step_before": hi,
-                    **{k: v for k, v in numbers.items() if k != "worst_band_ratio"}}
+        evidence = {
+            "restart": index,
+            "resumed_from_step": lo,
+            "last_step_before": hi,
+            **{k: v for k, v in numbers.items() if k != "worst_band_ratio"},
+        }
         # 0: never left the band; None: left it and was still outside at the end of the replay
         back = numbers["within_from"]
-        evidence["steps_to_return"] = 0 if not numbers["departed"] else (back - lo if back is not None else None)
+        evidence["steps_to_return"] = (
+            0 if not numbers["departed"] else (back - lo if back is not None else None)
+        )
         replays.append(evidence)
-        result.findings.append(Finding(
-            "restart-replay", Severity.WARNING if numbers["departed"] else Severity.INFO,
-            _message(index, lo, hi, numbers), step=lo, end_step=hi, metric="loss", evidence=evidence,
-        ))
+        result.findings.append(
+            Finding(
+                "restart-replay",
+                Severity.WARNING if numbers["departed"] else Severity.INFO,
+                _message(index, lo, hi, numbers),
+                step=lo,
+                end_step=hi,
+                metric="loss",
+                evidence=evidence,
+            )
+        )
     result.facts["restart_replays"] = replays
     return result
 
 
 def _message(index: int, lo: int, hi: int, n: dict) -> str:
     head = f"restart {index} (resumed from step {lo}, the log had reached {hi}): "
-    numbers = (f"mean |Δloss| {n['mean_abs_deviation']:.3g}, max {n['max_deviation']:+.3g} at step "
-               f"{n['max_deviation_at']}; band ±{n['tolerance']:.3g} = 3·√2·σ, σ {n['noise_sigma']:.3g} "
-               f"over steps {n['noise_steps'][0]}-{n['noise_steps'][1]}")
+    numbers = (
+        f"mean |Δloss| {n['mean_abs_deviation']:.3g}, max {n['max_deviation']:+.3g} at step "
+        f"{n['max_deviation_at']}; band ±{n['tolerance']:.3g} = 3·√2·σ, σ {n['noise_sigma']:.3g} "
+        f"over steps {n['noise_steps'][0]}-{n['noise_steps'][1]}"
+    )
     if not n["departed"]:
-        return head + f"the replay of {n['points']} point(s) tracks the abandoned trajectory within noise ({numbers})"
+        return (
+            head
+            + f"the replay of {n['points']} point(s) tracks the abandoned trajectory within noise ({numbers})"
+        )
     if n["within_from"] is None:
         back = f"and did not come back within the {n['points']} replayed point(s)"
     else:
         back = f"and came back within noise after {n['within_from'] - lo} steps (step {n['within_from']})"
-    return (head + f"the resumed loss left the abandoned trajectory at step {n['first_outside']} {back} ({numbers}); "
-            "state the checkpoint did not restore (optimizer moments, scheduler, data cursor)")
+    return (
+        head
+        + f"the resumed loss left the abandoned trajectory at step {n['first_outside']} {back} ({numbers}); "
+        "state the checkpoint did not restore (optimizer moments, scheduler, data cursor)"
+    )

@@ -8,7 +8,12 @@ from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity
 
 
-@rule("restart", "0", "the run was resumed from a checkpoint (step went backwards)", emits=("restart",))
+@rule(
+    "restart",
+    "0",
+    "the run was resumed from a checkpoint (step went backwards)",
+    emits=("restart",),
+)
 def detect_restarts(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
     """Every resume from a checkpoint, as an event.
 
@@ -22,11 +27,15 @@ def detect_restarts(view: SeriesView, thresholds: Thresholds, context: dict) -> 
     """
     result = RuleResult()
     for restart in view.restarts:
-        result.findings.append(Finding(
-            "restart", Severity.INFO,
-            f"resumed from step {restart.resumed_from_step} after the log had reached step "
-            f"{restart.last_step_before} (row {restart.at_row})",
-            step=restart.resumed_from_step, rank=restart.rank,
-            evidence=restart.to_dict(),
-        ))
+        result.findings.append(
+            Finding(
+                "restart",
+                Severity.INFO,
+                f"resumed from step {restart.resumed_from_step} after the log had reached step "
+                f"{restart.last_step_before} (row {restart.at_row})",
+                step=restart.resumed_from_step,
+                rank=restart.rank,
+                evidence=restart.to_dict(),
+            )
+        )
     return result

@@ -34,16 +34,30 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, context: dict) -> R
     steps, lr = found
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(lr[:-1] > 0, np.diff(lr) / lr[:-1], 0.0)
-    local = pl.Series(np.abs(rel)).shift(1).rolling_median(10, min_samples=3).fill_null(np.inf).to_numpy()
+    local = (
+        pl.Series(np.abs(rel))
+        .shift(1)
+        .rolling_median(10, min_samples=3)
+        .fill_null(np.inf)
+        .to_numpy()
+    )
     jumps = np.flatnonzero((rel > thresholds.lr_jump_ratio) & (rel > _JUMP_VS_LOCAL * local))
     for at in jumps[:20]:
-        result.findings.append(Finding(
-            "lr-jump", Severity.WARNING,
-            f"learning rate jumped {lr[at]:.3g} -> {lr[at + 1]:.3g} (+{rel[at]:.0%}) at step {steps[at + 1]}",
-            step=int(steps[at + 1]), metric="lr",
-            evidence={"lr_before": float(lr[at]), "lr_after": float(lr[at + 1]), "relative_jump": float(rel[at]),
-                      "step_before": int(steps[at])},
-        ))
+        result.findings.append(
+            Finding(
+                "lr-jump",
+                Severity.WARNING,
+                f"learning rate jumped {lr[at]:.3g} -> {lr[at + 1]:.3g} (+{rel[at]:.0%}) at step {steps[at + 1]}",
+                step=int(steps[at + 1]),
+                metric="lr",
+                evidence={
+                    "lr_before": float(lr[at]),
+                    "lr_after": float(lr[at + 1]),
+                    "relative_jump": float(rel[at]),
+                    "step_before": int(steps[at]),
+                },
+            )
+        )
     return result
 
 
@@ -72,18 +86,32 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, context: dict
     # a rise made of one jump is the lr-jump rule's finding, not a rising schedule
     with np.errstate(divide="ignore", invalid="ignore"):
         step_rise = np.concatenate(([0.0], np.maximum(np.diff(lr), 0.0)))
-        biggest = pl.DataFrame({"step": steps, "r": step_rise}).select(
-            pl.col("r").rolling_max_by("step", window_size=f"{window}i", closed="right"))["r"].to_numpy()
+        biggest = (
+            pl.DataFrame({"step": steps, "r": step_rise})
+            .select(pl.col("r").rolling_max_by("step", window_size=f"{window}i", closed="right"))[
+                "r"
+            ]
+            .to_numpy()
+        )
         rising &= biggest < 0.5 * (lr - before)
     if rising.any():
         at = int(np.argmax(rising))
-        result.findings.append(Finding(
-            "lr-increasing", Severity.WARNING,
-            f"learning rate still rising after warmup: {before[at]:.3g} at step {steps[at] - window} -> "
-            f"{lr[at]:.3g} at step {steps[at]} (rising in {int(rising.sum())} of {int(eligible.sum())} windows)",
-            step=int(steps[at] - window), end_step=int(steps[at]), metric="lr",
-            evidence={"lr_before": float(before[at]), "lr_after": float(lr[at]), "warmup_end_step": float(warmup_over)},
-        ))
+        result.findings.append(
+            Finding(
+                "lr-increasing",
+                Severity.WARNING,
+                f"learning rate still rising after warmup: {before[at]:.3g} at step {steps[at] - window} -> "
+                f"{lr[at]:.3g} at step {steps[at]} (rising in {int(rising.sum())} of {int(eligible.sum())} windows)",
+                step=int(steps[at] - window),
+                end_step=int(steps[at]),
+                metric="lr",
+                evidence={
+                    "lr_before": float(before[at]),
+                    "lr_after": float(lr[at]),
+                    "warmup_end_step": float(warmup_over),
+                },
+            )
+        )
     return result
 
 
@@ -98,12 +126,20 @@ def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> flo
         return float(steps[0]) if steps.size else 0.0
     decreases = np.flatnonzero(np.diff(lr) < 0)
     by_fraction = steps[0] + thresholds.warmup_frac * (steps[-1] - steps[0])
-    return float(min(steps[decreases[0] + 1], by_fraction)) if decreases.size else float(by_fraction)
+    return (
+        float(min(steps[decreases[0] + 1], by_fraction)) if decreases.size else float(by_fraction)
+    )
 
 
-@rule("weight-norm-change", "4", "a parameter norm changed more than 2x within 200 steps",
-      emits=("weight-norm-change",))
-def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+@rule(
+    "weight-norm-change",
+    "4",
+    "a parameter norm changed more than 2x within 200 steps",
+    emits=("weight-norm-change",),
+)
+def detect_weight_norm_change(
+    view: SeriesView, thresholds: Thresholds, context: dict
+) -> RuleResult:
     """A weight norm that grows or collapses by more than 2x within 200 steps.
 
     What it detects: for every parameter-norm series (`param_norm`,
@@ -129,20 +165,35 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, context:
         before = value_at_or_before(steps, norm, steps - window)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = norm / before
-        changed = np.isfinite(ratio) & ((ratio > thresholds.weight_norm_ratio) | (ratio < 1 / thresholds.weight_norm_ratio))
+        changed = np.isfinite(ratio) & (
+            (ratio > thresholds.weight_norm_ratio) | (ratio < 1 / thresholds.weight_norm_ratio)
+        )
         if changed.any():
             at = int(np.argmax(changed))
             direction = "grew" if ratio[at] > 1 else "collapsed"
-            result.findings.append(Finding(
-                "weight-norm-change", Severity.WARNING,
-                f"{name} {direction} {ratio[at]:.2f}x within {window} steps ({before[at]:.4g} -> {norm[at]:.4g} at step {steps[at]})",
-                step=int(steps[at]), metric=name,
-                evidence={"ratio": float(ratio[at]), "before": float(before[at]), "after": float(norm[at])},
-            ))
+            result.findings.append(
+                Finding(
+                    "weight-norm-change",
+                    Severity.WARNING,
+                    f"{name} {direction} {ratio[at]:.2f}x within {window} steps ({before[at]:.4g} -> {norm[at]:.4g} at step {steps[at]})",
+                    step=int(steps[at]),
+                    metric=name,
+                    evidence={
+                        "ratio": float(ratio[at]),
+                        "before": float(before[at]),
+                        "after": float(norm[at]),
+                    },
+                )
+            )
     return result
 
 
-@rule("grad-norm-spike", "2", "pre-clip grad norm far above its trailing median (info)", emits=("grad-norm-spike",))
+@rule(
+    "grad-norm-spike",
+    "2",
+    "pre-clip grad norm far above its trailing median (info)",
+    emits=("grad-norm-spike",),
+)
 def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
     """A pre-clip grad-norm outlier, noted even when the loss did not spike.
 
@@ -156,25 +207,43 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, context: di
     from one, and the post-mortem wants the batch index.
     """
     result = RuleResult()
-    found = view.finite_or_skip("grad_norm", "grad-norm-spike", thresholds.min_points_per_window + 1, result.skipped)
+    found = view.finite_or_skip(
+        "grad_norm", "grad-norm-spike", thresholds.min_points_per_window + 1, result.skipped
+    )
     if found is None:
         return result
     steps, grad = found
-    baseline = pl.DataFrame({"step": steps, "g": grad}).select(
-        pl.col("g").rolling_median_by("step", window_size=f"{thresholds.spike_window_steps}i", closed="left")
-    )["g"].fill_null(np.nan).to_numpy()
+    baseline = (
+        pl.DataFrame({"step": steps, "g": grad})
+        .select(
+            pl.col("g").rolling_median_by(
+                "step", window_size=f"{thresholds.spike_window_steps}i", closed="left"
+            )
+        )["g"]
+        .fill_null(np.nan)
+        .to_numpy()
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = grad / baseline
     hits = np.flatnonzero(np.isfinite(ratio) & (ratio >= thresholds.grad_norm_outlier_ratio))
     if hits.size:
         worst = hits[np.argmax(ratio[hits])]
-        result.findings.append(Finding(
-            "grad-norm-spike", Severity.INFO,
-            f"{hits.size} grad-norm outlier(s) >= {thresholds.grad_norm_outlier_ratio:g}x the trailing median; "
-            f"largest {grad[worst]:.4g} at step {steps[worst]} ({ratio[worst]:.1f}x {baseline[worst]:.3g})",
-            step=int(steps[hits[0]]), metric="grad_norm",
-            evidence={"count": int(hits.size), "steps": steps[hits][:20].tolist(), "largest_step": int(steps[worst]),
-                      "largest": float(grad[worst]), "baseline_median": float(baseline[worst]),
-                      "ratio": float(ratio[worst])},
-        ))
+        result.findings.append(
+            Finding(
+                "grad-norm-spike",
+                Severity.INFO,
+                f"{hits.size} grad-norm outlier(s) >= {thresholds.grad_norm_outlier_ratio:g}x the trailing median; "
+                f"largest {grad[worst]:.4g} at step {steps[worst]} ({ratio[worst]:.1f}x {baseline[worst]:.3g})",
+                step=int(steps[hits[0]]),
+                metric="grad_norm",
+                evidence={
+                    "count": int(hits.size),
+                    "steps": steps[hits][:20].tolist(),
+                    "largest_step": int(steps[worst]),
+                    "largest": float(grad[worst]),
+                    "baseline_median": float(baseline[worst]),
+                    "ratio": float(ratio[worst]),
+                },
+            )
+        )
     return result

@@ -41,7 +41,9 @@ class SeriesView:
         ok = np.isfinite(values)
         return steps[ok], values[ok]
 
-    def finite_or_skip(self, metric: str, code: str, min_points: int, skipped: list) -> tuple | None:
+    def finite_or_skip(
+        self, metric: str, code: str, min_points: int, skipped: list
+    ) -> tuple | None:
         """Finite points of `metric`, or None after noting why the rule `code` cannot run."""
         if not self.has(metric):
             skipped.append(Skip(code, f"no {metric} series in the log"))
@@ -79,5 +81,11 @@ def build_view(run: RunData) -> SeriesView:
         columns[name] = series.fill_null(np.nan).to_numpy().astype(np.float64)
     restarts = [r for r in run.source.restarts]
     abandoned = run.abandoned if run.abandoned.height else None
-    return SeriesView(steps=steps, columns=columns, logged=logged, source=run.source, restarts=restarts,
-                      abandoned=abandoned)
+    return SeriesView(
+        steps=steps,
+        columns=columns,
+        logged=logged,
+        source=run.source,
+        restarts=restarts,
+        abandoned=abandoned,
+    )

@@ -45,16 +45,29 @@ class SpikeEvent:
         return self.causes[0]["cause"] if self.causes else None
 
 
-def _lone_blips(candidates, steps, loss, mean, sigma, threshold, thresholds: Thresholds,
-                ctx: _CauseContext, min_points: int) -> np.ndarray:
+def _lone_blips(
+    candidates,
+    steps,
+    loss,
+    mean,
+    sigma,
+    threshold,
+    thresholds: Thresholds,
+    ctx: _CauseContext,
+    min_points: int,
+) -> np.ndarray:
     """Which flagged points are plainly lone noise: one point, not large, no possible cause."""
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
     nxt = np.minimum(candidates + 1, loss.size - 1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        single = (candidates == loss.size - 1) | (np.isfinite(loss[nxt]) & (loss[nxt] <= threshold[candidates]))
+        single = (candidates == loss.size - 1) | (
+            np.isfinite(loss[nxt]) & (loss[nxt] <= threshold[candidates])
+        )
         z = (loss[candidates] - mean[candidates]) / sigma[candidates]
-        large = (z >= thresholds.spike_large_z) & (loss[candidates] >= thresholds.spike_large_ratio * mean[candidates])
+        large = (z >= thresholds.spike_large_z) & (
+            loss[candidates] >= thresholds.spike_large_ratio * mean[candidates]
+        )
     maybe_cause = ctx.maybe_cause(candidates, steps, thresholds)
     return single & ~large & ~maybe_cause & (min_points > 1)
 
@@ -68,7 +81,9 @@ def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.n
     with np.errstate(invalid="ignore", divide="ignore"):
         z = (loss[lone] - mean[lone]) / sigma[lone]
     weak = [e for e in events if not e.material]
-    all_steps = np.concatenate([steps[lone], np.array([e.onset_step for e in weak], dtype=np.int64)])
+    all_steps = np.concatenate(
+        [steps[lone], np.array([e.onset_step for e in weak], dtype=np.int64)]
+    )
     all_z = np.concatenate([z, np.array([e.z for e in weak], dtype=float)])
     order = np.argsort(all_steps, kind="stable")
     return all_steps[order], all_z[order]
@@ -88,7 +103,10 @@ def _sustained_points(flagged: int, eligible: int, thresholds: Thresholds) -> in
         return 2
     rate = flagged / eligible
     needed = 2
-    while needed < thresholds.spike_max_sustained_points and eligible * rate**needed > thresholds.spike_chance_budget:
+    while (
+        needed < thresholds.spike_max_sustained_points
+        and eligible * rate**needed > thresholds.spike_chance_budget
+    ):
         needed += 1
     return needed
 
@@ -101,7 +119,9 @@ def _noise_level(steps: np.ndarray, window_std: np.ndarray, horizon_steps: int) 
     "spike". The median over the last several windows is stable, and is not
     inflated by one spike the way the window's own std is.
     """
-    frame = pl.DataFrame({"step": steps, "std": window_std}).with_columns(pl.col("std").fill_nan(None))
+    frame = pl.DataFrame({"step": steps, "std": window_std}).with_columns(
+        pl.col("std").fill_nan(None)
+    )
     level = frame.select(
         pl.col("std").rolling_median_by("step", window_size=f"{int(horizon_steps)}i", closed="left")
     )["std"]
@@ -126,7 +146,12 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
     return None
 
 
-@rule("spike", "2", "loss spike above mu + 3 sigma of the trailing 100 steps", emits=("spike", "blip", "loss-jump", "grad-norm-jump"))
+@rule(
+    "spike",
+    "2",
+    "loss spike above mu + 3 sigma of the trailing 100 steps",
+    emits=("spike", "blip", "loss-jump", "grad-norm-jump"),
+)
 def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
     """Loss spikes, whether they recovered, their type and their cause.
 
@@ -156,27 +181,39 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     interval = median_interval(finite_steps)
     sparse = not (interval > 0 and window / interval >= thresholds.min_points_per_window)
     span = int(finite_steps[-1] - finite_steps[0]) if finite_steps.size else 0
-    too_short = (finite_steps.size <= thresholds.widened_window_points) if sparse else (
-        span <= window or finite_steps.size <= thresholds.min_points_per_window)
+    too_short = (
+        (finite_steps.size <= thresholds.widened_window_points)
+        if sparse
+        else (span <= window or finite_steps.size <= thresholds.min_points_per_window)
+    )
     if too_short:
-        result.skipped.append(Skip(
-            "spike",
-            f"insufficient data: {finite_steps.size} finite loss points over {span} steps; "
-            f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} points "
-            f"before it (or {thresholds.widened_window_points} points in a sparse log)",
-        ))
+        result.skipped.append(
+            Skip(
+                "spike",
+                f"insufficient data: {finite_steps.size} finite loss points over {span} steps; "
+                f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} points "
+                f"before it (or {thresholds.widened_window_points} points in a sparse log)",
+            )
+        )
         result.facts["spike_insufficient"] = True
         _short_log_jumps(view, result)
         return result
 
-    stats = trailing_stats(steps, loss, window, thresholds.min_points_per_window,
-                           thresholds.widened_window_points)
-    sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thresholds.sigma_floor_frac * np.abs(stats.mean))
+    stats = trailing_stats(
+        steps, loss, window, thresholds.min_points_per_window, thresholds.widened_window_points
+    )
+    sigma = np.maximum(
+        np.nan_to_num(stats.std, nan=0.0), thresholds.sigma_floor_frac * np.abs(stats.mean)
+    )
     if interval > 0 and window / interval < _STABLE_STD_POINTS:
-        sigma = np.maximum(sigma, _noise_level(steps, stats.std, window * thresholds.noise_level_windows))
+        sigma = np.maximum(
+            sigma, _noise_level(steps, stats.std, window * thresholds.noise_level_windows)
+        )
     threshold = stats.mean + thresholds.spike_sigma * sigma
     enough = stats.count >= thresholds.min_points_per_window
-    eligible = enough & (steps > steps[0] + (0 if stats.widened else window)) & np.isfinite(stats.mean)
+    eligible = (
+        enough & (steps > steps[0] + (0 if stats.widened else window)) & np.isfinite(stats.mean)
+    )
     with np.errstate(invalid="ignore"):
         flagged = eligible & np.isfinite(loss) & (loss > threshold)
     causes_ctx = _CauseContext.build(view, steps, thresholds)
@@ -184,25 +221,46 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
     # (a forward-looking median: point t and the 4 after it, so the pre-spike
     # points never count as "back")
-    smooth = loss if stats.widened else (
-        pl.Series(loss[::-1]).fill_nan(None).rolling_median(_RECOVERY_MEDIAN_POINTS, min_samples=1)
-        .fill_null(np.nan).to_numpy()[::-1]
+    smooth = (
+        loss
+        if stats.widened
+        else (
+            pl.Series(loss[::-1])
+            .fill_nan(None)
+            .rolling_median(_RECOVERY_MEDIAN_POINTS, min_samples=1)
+            .fill_null(np.nan)
+            .to_numpy()[::-1]
+        )
     )
 
     # points before any baseline exists (the first 100 steps) can still show a jump
-    _short_log_jumps(view, result, before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None)
+    _short_log_jumps(
+        view, result, before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None
+    )
     min_points = _sustained_points(int(flagged.sum()), int(eligible.sum()), thresholds)
     candidates = np.flatnonzero(flagged)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
-    lone = _lone_blips(candidates, steps, loss, stats.mean, sigma, threshold, thresholds, causes_ctx, min_points)
+    lone = _lone_blips(
+        candidates, steps, loss, stats.mean, sigma, threshold, thresholds, causes_ctx, min_points
+    )
     events: list[SpikeEvent] = []
     next_free = 0
     for idx in candidates[~lone]:  # a handful of real candidates, not rows
         if idx < next_free:
             continue
-        event = _build_event(int(idx), steps, loss, smooth, stats.mean, sigma, threshold, thresholds,
-                             causes_ctx, min_points)
+        event = _build_event(
+            int(idx),
+            steps,
+            loss,
+            smooth,
+            stats.mean,
+            sigma,
+            threshold,
+            thresholds,
+            causes_ctx,
+            min_points,
+        )
         event.window = stats.description
         events.append(event)
         next_free = int(np.searchsorted(steps, event.end_step, side="right"))
@@ -212,14 +270,21 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     for event in spikes:
         result.findings.append(_spike_finding(event))
     if blip_steps.size:
-        result.findings.append(Finding(
-            "blip", Severity.INFO,
-            f"{blip_steps.size} isolated single-point loss bump(s) above mu + {thresholds.spike_sigma:g} sigma "
-            f"with no cause and below the materiality bar (heavy-tailed mini-batch noise)",
-            step=int(blip_steps[0]), metric="loss",
-            evidence={"count": int(blip_steps.size), "steps": blip_steps[:20].tolist(),
-                      "largest_z": round(float(blip_z.max()), 2)},
-        ))
+        result.findings.append(
+            Finding(
+                "blip",
+                Severity.INFO,
+                f"{blip_steps.size} isolated single-point loss bump(s) above mu + {thresholds.spike_sigma:g} sigma "
+                f"with no cause and below the materiality bar (heavy-tailed mini-batch noise)",
+                step=int(blip_steps[0]),
+                metric="loss",
+                evidence={
+                    "count": int(blip_steps.size),
+                    "steps": blip_steps[:20].tolist(),
+                    "largest_z": round(float(blip_z.max()), 2),
+                },
+            )
+        )
     result.facts["spikes"] = spikes
     result.facts["blips"] = blip_steps.tolist()
     result.facts["spike_window"] = stats.description
@@ -237,23 +302,33 @@ class _CauseContext:
     restart_steps: np.ndarray
     suffix_max: np.ndarray  # max finite loss from each index to the end
 
-    def maybe_cause(self, candidates: np.ndarray, steps: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    def maybe_cause(
+        self, candidates: np.ndarray, steps: np.ndarray, thresholds: Thresholds
+    ) -> np.ndarray:
         """Vectorised pre-screen: could any Q2.3 cause (or a restart) apply at these points?"""
         maybe = np.zeros(candidates.size, dtype=bool)
         lead = thresholds.cause_lead_steps
         grad_max = _lead_max(steps, self.grad_ratio, lead)
         if grad_max is not None:
-            maybe |= grad_max[candidates] >= min(thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio)
+            maybe |= grad_max[candidates] >= min(
+                thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio
+            )
         lr_max = _lead_max(steps, self.lr_rel_jump, thresholds.lr_jump_cause_steps)
         if lr_max is not None:
             maybe |= lr_max[candidates] > thresholds.lr_jump_ratio
         if self.batch_id is not None:
-            maybe |= _recently_seen(steps, self.batch_id, thresholds.duplicate_batch_window_steps)[candidates]
+            maybe |= _recently_seen(steps, self.batch_id, thresholds.duplicate_batch_window_steps)[
+                candidates
+            ]
         if self.restart_steps.size:
             restarts = np.sort(self.restart_steps)
             at = steps[candidates]
-            first_after = np.searchsorted(restarts, at - thresholds.restart_spike_steps, side="left")
-            maybe |= (first_after < restarts.size) & (restarts[np.minimum(first_after, restarts.size - 1)] <= at)
+            first_after = np.searchsorted(
+                restarts, at - thresholds.restart_spike_steps, side="left"
+            )
+            maybe |= (first_after < restarts.size) & (
+                restarts[np.minimum(first_after, restarts.size - 1)] <= at
+            )
         return maybe
 
     @staticmethod
@@ -261,8 +336,13 @@ class _CauseContext:
         grad_ratio = grad = grad_base = lr_jump = lr = batch = None
         if view.has("grad_norm"):
             g_steps, g = view.points("grad_norm")
-            g_stats = trailing_stats(g_steps, g, thresholds.spike_window_steps,
-                                     thresholds.min_points_per_window, thresholds.widened_window_points)
+            g_stats = trailing_stats(
+                g_steps,
+                g,
+                thresholds.spike_window_steps,
+                thresholds.min_points_per_window,
+                thresholds.widened_window_points,
+            )
             with np.errstate(divide="ignore", invalid="ignore"):
                 # a non-finite grad norm is an overflow (§3) or a NaN (§1), not a long-tail batch
                 ratio = np.where(np.isfinite(g), g / g_stats.mean, np.nan)
@@ -279,15 +359,25 @@ class _CauseContext:
             b_steps, b = view.points("batch_id")
             batch = _align(b_steps, b, loss_steps)
         restarts = np.array([r.resumed_from_step for r in view.restarts], dtype=np.int64)
-        return _CauseContext(grad_ratio, grad, grad_base, lr_jump, lr, batch, restarts,
-                             _suffix_max(view.points("loss")[1]))
+        return _CauseContext(
+            grad_ratio,
+            grad,
+            grad_base,
+            lr_jump,
+            lr,
+            batch,
+            restarts,
+            _suffix_max(view.points("loss")[1]),
+        )
 
 
 def _lead_max(steps: np.ndarray, values: np.ndarray | None, lead_steps: int) -> np.ndarray | None:
     """max of values over [t - lead_steps, t] at every point."""
     if values is None:
         return None
-    frame = pl.DataFrame({"step": steps, "v": np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)})
+    frame = pl.DataFrame(
+        {"step": steps, "v": np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)}
+    )
     return frame.select(
         pl.col("v").rolling_max_by("step", window_size=f"{lead_steps + 1}i", closed="right")
     )["v"].to_numpy()
@@ -295,9 +385,12 @@ def _lead_max(steps: np.ndarray, values: np.ndarray | None, lead_steps: int) -> 
 
 def _recently_seen(steps: np.ndarray, batch_id: np.ndarray, window_steps: int) -> np.ndarray:
     """Per point: was the same batch id logged within `window_steps` before it?"""
-    previous = pl.DataFrame({"step": steps, "batch": batch_id}).select(
-        pl.col("step").shift(1).over("batch")
-    )["step"].fill_null(np.iinfo(np.int64).min // 2).to_numpy()
+    previous = (
+        pl.DataFrame({"step": steps, "batch": batch_id})
+        .select(pl.col("step").shift(1).over("batch"))["step"]
+        .fill_null(np.iinfo(np.int64).min // 2)
+        .to_numpy()
+    )
     return np.isfinite(batch_id) & (steps - previous <= window_steps)
 
 
@@ -314,8 +407,18 @@ def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> n
     return np.where(hit, values[idx_clip], np.nan)
 
 
-def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: Thresholds,
-                 ctx: _CauseContext, min_points: int) -> SpikeEvent:
+def _build_event(
+    idx,
+    steps,
+    loss,
+    smooth,
+    mean,
+    sigma,
+    threshold,
+    thresholds: Thresholds,
+    ctx: _CauseContext,
+    min_points: int,
+) -> SpikeEvent:
     mu, sd, thr = float(mean[idx]), float(sigma[idx]), float(threshold[idx])
     onset = int(steps[idx])
     # extent: consecutive points still above the frozen threshold (non-finite counts as above)
@@ -324,7 +427,11 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     segment = loss[idx : end_idx + 1]
     finite_segment = segment[np.isfinite(segment)]
     peak = float(finite_segment.max()) if finite_segment.size else float("inf")
-    peak_idx = idx + (int(np.nanargmax(np.where(np.isfinite(segment), segment, -np.inf))) if finite_segment.size else 0)
+    peak_idx = idx + (
+        int(np.nanargmax(np.where(np.isfinite(segment), segment, -np.inf)))
+        if finite_segment.size
+        else 0
+    )
     z = (peak - mu) / sd if sd > 0 else float("inf")
     recovery_level = mu + thresholds.recovery_sigma * sd
     # back means the point itself is back and so are most of the next few
@@ -336,7 +443,9 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     recovered = recovery_step is not None and recovery_step - onset <= horizon
     after_nonfinite = not np.all(np.isfinite(segment))  # the event runs on into NaN/Inf
     spike_type = 1 if recovered else 2
-    if not recovered and (after_nonfinite or _keeps_rising(steps, ctx.suffix_max, idx, peak, thresholds)):
+    if not recovered and (
+        after_nonfinite or _keeps_rising(steps, ctx.suffix_max, idx, peak, thresholds)
+    ):
         spike_type = 3
     after_50 = _value_after(steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps)
     large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
@@ -351,10 +460,22 @@ def _build_event(idx, steps, loss, smooth, mean, sigma, threshold, thresholds: T
     explaining = [c for c in causes if c["cause"] != "optimizer-reset"]
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     return SpikeEvent(
-        onset_step=onset, end_step=int(steps[end_idx]), peak_step=int(steps[peak_idx]), points=points,
-        mu=mu, sigma=sd, threshold=thr, peak=peak, z=float(z), recovered=recovered,
-        recovery_step=recovery_step, recovery_steps=(recovery_step - onset) if recovery_step is not None else None,
-        spike_type=spike_type, material=material, causes=causes, after_peak_50=after_50,
+        onset_step=onset,
+        end_step=int(steps[end_idx]),
+        peak_step=int(steps[peak_idx]),
+        points=points,
+        mu=mu,
+        sigma=sd,
+        threshold=thr,
+        peak=peak,
+        z=float(z),
+        recovered=recovered,
+        recovery_step=recovery_step,
+        recovery_steps=(recovery_step - onset) if recovery_step is not None else None,
+        spike_type=spike_type,
+        material=material,
+        causes=causes,
+        after_peak_50=after_50,
     )
 
 
@@ -371,22 +492,36 @@ def _value_after(steps, loss, at_step: int) -> float | None:
     return float(loss[idx])
 
 
-def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool) -> list[dict]:
+def _causes(
+    idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool
+) -> list[dict]:
     """Evident causes, most specific first (Q2.3 and the restart pattern)."""
     # index ranges by binary search: an event looks at a few rows, never the whole log
     lo = int(np.searchsorted(steps, onset - thresholds.cause_lead_steps))
     hi = idx + 1
     causes: list[dict] = []
-    recent = ctx.restart_steps[(ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)]
+    recent = ctx.restart_steps[
+        (ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)
+    ]
     if recent.size:
-        causes.append({"cause": "optimizer-reset", "restart_step": int(recent[-1]),
-                       "steps_after_restart": int(onset - recent[-1])})
+        causes.append(
+            {
+                "cause": "optimizer-reset",
+                "restart_step": int(recent[-1]),
+                "steps_after_restart": int(onset - recent[-1]),
+            }
+        )
     if ctx.batch_id is not None and np.isfinite(ctx.batch_id[idx]):
         first = int(np.searchsorted(steps, onset - thresholds.duplicate_batch_window_steps))
         same = np.flatnonzero(ctx.batch_id[first:idx] == ctx.batch_id[idx])
         if same.size:
-            causes.append({"cause": "duplicate-batch", "batch_id": float(ctx.batch_id[idx]),
-                           "repeat_of_step": int(steps[first + same[-1]])})
+            causes.append(
+                {
+                    "cause": "duplicate-batch",
+                    "batch_id": float(ctx.batch_id[idx]),
+                    "repeat_of_step": int(steps[first + same[-1]]),
+                }
+            )
     if ctx.lr_rel_jump is not None:
         # a step change of the LR keeps acting for as long as the LR stays up, so
         # it is looked for further back than the grad norm's 1-3 step lead
@@ -397,18 +532,32 @@ def _causes(idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, 
             still_up = ctx.lr[idx] >= _LR_STILL_UP * ctx.lr[at]
             if still_up or at >= lo:
                 jump = float(ctx.lr_rel_jump[at])
-                causes.append({"cause": "lr-discontinuity", "lr_step": int(steps[at]),
-                               "lr": float(ctx.lr[at]), "lr_before": float(ctx.lr[at] / (1 + jump)),
-                               "relative_jump": round(jump, 3), "lead_steps": int(onset - steps[at])})
+                causes.append(
+                    {
+                        "cause": "lr-discontinuity",
+                        "lr_step": int(steps[at]),
+                        "lr": float(ctx.lr[at]),
+                        "lr_before": float(ctx.lr[at] / (1 + jump)),
+                        "relative_jump": round(jump, 3),
+                        "lead_steps": int(onset - steps[at]),
+                    }
+                )
     if ctx.grad_ratio is not None:
         # a large spike needs less of a grad-norm jump to be explained by its batch
         bar = thresholds.grad_norm_outlier_ratio if large else thresholds.grad_norm_spike_ratio
         ratios = np.nan_to_num(ctx.grad_ratio[lo:hi], nan=0.0)
         if ratios.size and ratios.max() >= bar:
             at = lo + int(np.argmax(ratios))
-            causes.append({"cause": "long-tail-token", "grad_norm_step": int(steps[at]),
-                           "grad_norm": float(ctx.grad_norm[at]), "grad_norm_baseline": float(ctx.grad_baseline[at]),
-                           "ratio": float(ctx.grad_ratio[at]), "lead_steps": int(onset - steps[at])})
+            causes.append(
+                {
+                    "cause": "long-tail-token",
+                    "grad_norm_step": int(steps[at]),
+                    "grad_norm": float(ctx.grad_norm[at]),
+                    "grad_norm_baseline": float(ctx.grad_baseline[at]),
+                    "ratio": float(ctx.grad_ratio[at]),
+                    "lead_steps": int(onset - steps[at]),
+                }
+            )
     return causes
 
 
@@ -416,8 +565,15 @@ def _spike_finding(event: SpikeEvent) -> Finding:
     kind = {1: "recoverable", 2: "persistent", 3: "divergent"}[event.spike_type]
     recovery = (
         f"recovered by step {event.recovery_step} ({event.recovery_steps} steps)"
-        if event.recovered else
-        ("did not recover" + (f" (back to baseline only at step {event.recovery_step})" if event.recovery_step else ""))
+        if event.recovered
+        else (
+            "did not recover"
+            + (
+                f" (back to baseline only at step {event.recovery_step})"
+                if event.recovery_step
+                else ""
+            )
+        )
     )
     message = (
         f"loss spike at step {event.onset_step}: {event.peak:.4g} (peak at {event.peak_step}) > "
@@ -425,8 +581,15 @@ def _spike_finding(event: SpikeEvent) -> Finding:
         + (f"; cause: {event.cause}" if event.cause else "")
     )
     evidence = {k: v for k, v in asdict(event).items() if k not in ("material",)}
-    return Finding("spike", Severity.WARNING if event.recovered else Severity.ERROR, message,
-                   step=event.onset_step, end_step=event.end_step, metric="loss", evidence=evidence)
+    return Finding(
+        "spike",
+        Severity.WARNING if event.recovered else Severity.ERROR,
+        message,
+        step=event.onset_step,
+        end_step=event.end_step,
+        metric="loss",
+        evidence=evidence,
+    )
 
 
 def _short_log_jumps(view: SeriesView, result: RuleResult, before_step: int | None = None) -> None:
@@ -450,18 +613,34 @@ def _short_log_jumps(view: SeriesView, result: RuleResult, before_step: int | No
         s, v = steps[finite], values[finite]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = v[1:] / np.abs(v[:-1])
-        ratio = np.where(np.isfinite(ratio), ratio, 0.0)  # 0/0 (a grad norm logged as 0.000) says nothing
+        ratio = np.where(
+            np.isfinite(ratio), ratio, 0.0
+        )  # 0/0 (a grad norm logged as 0.000) says nothing
         if not ratio.size:
             continue
         at = int(np.argmax(ratio))
         if ratio[at] < _JUMP_RATIO[metric]:
             continue
-        result.findings.append(Finding(
-            f"{metric.replace('_', '-')}-jump", Severity.WARNING,
-            f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) to {v[at + 1]:.4g} "
-            f"(step {s[at + 1]}); " + ("before the spike baseline exists" if before_step is not None
-                                        else "too few points for the spike baseline") + ", so not judged as a spike",
-            step=int(s[at + 1]), metric=metric,
-            evidence={"from_step": int(s[at]), "to_step": int(s[at + 1]), "before": float(v[at]),
-                      "after": float(v[at + 1]), "ratio": float(ratio[at])},
-        ))
+        result.findings.append(
+            Finding(
+                f"{metric.replace('_', '-')}-jump",
+                Severity.WARNING,
+                f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) to {v[at + 1]:.4g} "
+                f"(step {s[at + 1]}); "
+                + (
+                    "before the spike baseline exists"
+                    if before_step is not None
+                    else "too few points for the spike baseline"
+                )
+                + ", so not judged as a spike",
+                step=int(s[at + 1]),
+                metric=metric,
+                evidence={
+                    "from_step": int(s[at]),
+                    "to_step": int(s[at + 1]),
+                    "before": float(v[at]),
+                    "after": float(v[at + 1]),
+                    "ratio": float(ratio[at]),
+                },
+            )
+        )

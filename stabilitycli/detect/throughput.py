@@ -25,7 +25,12 @@ def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
     return None
 
 
-@rule("throughput-drop", "5", "the run's throughput fell below its recent level", emits=("throughput-drop",))
+@rule(
+    "throughput-drop",
+    "5",
+    "the run's throughput fell below its recent level",
+    emits=("throughput-drop",),
+)
 def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
     """Throughput that falls and stays below its trailing median.
 
@@ -40,19 +45,27 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: di
     result = RuleResult()
     found = _throughput(view)
     if found is None:
-        result.skipped.append(Skip("throughput-drop", "no throughput or step-time series in the log"))
+        result.skipped.append(
+            Skip("throughput-drop", "no throughput or step-time series in the log")
+        )
         return result
     name, steps, values = found
     ok = np.isfinite(values) & (values > 0)
     steps, values = steps[ok], values[ok]
     if values.size < thresholds.min_points_per_window + _PERSIST_POINTS:
-        result.skipped.append(Skip("throughput-drop", f"insufficient data: {values.size} throughput points "
-                                   "for a trailing baseline"))
+        result.skipped.append(
+            Skip(
+                "throughput-drop",
+                f"insufficient data: {values.size} throughput points for a trailing baseline",
+            )
+        )
         _short_log_drop(name, steps, values, thresholds, result)
         return result
     frame = pl.DataFrame({"step": steps, "v": values})
     baseline = frame.select(
-        pl.col("v").rolling_median_by("step", window_size=f"{thresholds.spike_window_steps}i", closed="left")
+        pl.col("v").rolling_median_by(
+            "step", window_size=f"{thresholds.spike_window_steps}i", closed="left"
+        )
     )["v"].to_numpy()
     with np.errstate(invalid="ignore"):
         low = values < (1 - thresholds.throughput_drop_frac) * baseline
@@ -64,13 +77,23 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: di
         begin, length = int(starts[h]), int(lengths[h])
         level = float(np.median(values[begin : begin + length]))
         base = float(baseline[begin])
-        result.findings.append(Finding(
-            "throughput-drop", Severity.WARNING,
-            f"{name} fell {1 - level / base:.1%} ({base:.4g} -> {level:.4g}) from step {steps[begin]} "
-            f"for {length} points",
-            step=int(steps[begin]), end_step=int(steps[begin + length - 1]), metric=name,
-            evidence={"baseline": base, "level": level, "drop_frac": 1 - level / base, "points": length},
-        ))
+        result.findings.append(
+            Finding(
+                "throughput-drop",
+                Severity.WARNING,
+                f"{name} fell {1 - level / base:.1%} ({base:.4g} -> {level:.4g}) from step {steps[begin]} "
+                f"for {length} points",
+                step=int(steps[begin]),
+                end_step=int(steps[begin + length - 1]),
+                metric=name,
+                evidence={
+                    "baseline": base,
+                    "level": level,
+                    "drop_frac": 1 - level / base,
+                    "points": length,
+                },
+            )
+        )
     return result
 
 
@@ -81,12 +104,25 @@ def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleRes
     head = float(np.median(values[:2]))
     tail = float(values[-1])
     # the last point is where the run now sits; the one before must agree it dropped
-    if tail < (1 - thresholds.throughput_drop_frac) * head and values[-2] < (1 - thresholds.throughput_drop_frac / 2) * head:
+    if (
+        tail < (1 - thresholds.throughput_drop_frac) * head
+        and values[-2] < (1 - thresholds.throughput_drop_frac / 2) * head
+    ):
         drop_at = int(np.argmax(values < (1 - thresholds.throughput_drop_frac / 2) * head))
-        result.findings.append(Finding(
-            "throughput-drop", Severity.WARNING,
-            f"{name} fell {1 - tail / head:.1%} ({head:.4g} -> {tail:.4g}) from step {steps[drop_at]} "
-            f"to the end of this short log",
-            step=int(steps[drop_at]), end_step=int(steps[-1]), metric=name,
-            evidence={"baseline": head, "level": tail, "drop_frac": 1 - tail / head, "short_log": True},
-        ))
+        result.findings.append(
+            Finding(
+                "throughput-drop",
+                Severity.WARNING,
+                f"{name} fell {1 - tail / head:.1%} ({head:.4g} -> {tail:.4g}) from step {steps[drop_at]} "
+                f"to the end of this short log",
+                step=int(steps[drop_at]),
+                end_step=int(steps[-1]),
+                metric=name,
+                evidence={
+                    "baseline": head,
+                    "level": tail,
+                    "drop_frac": 1 - tail / head,
+                    "short_log": True,
+                },
+            )
+        )

@@ -55,7 +55,9 @@ def mann_kendall_windows(values: np.ndarray, window_points: int) -> np.ndarray:
     return (s - np.sign(s)) / np.sqrt(variance)
 
 
-def window_means(values: np.ndarray, window_points: int, part_points: int) -> tuple[np.ndarray, np.ndarray]:
+def window_means(
+    values: np.ndarray, window_points: int, part_points: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the first and of the last `part_points` of every window."""
     m = int(window_points)
     n_windows = values.size - m + 1

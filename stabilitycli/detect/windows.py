@@ -43,16 +43,19 @@ def trailing_stats(
     """
     interval = median_interval(steps)
     per_window = window_steps / interval if interval and interval > 0 else 0.0
-    frame = pl.DataFrame({"step": steps, "v": np.where(np.isfinite(values), values, np.nan)}).with_columns(
-        pl.col("v").fill_nan(None)
-    )
+    frame = pl.DataFrame(
+        {"step": steps, "v": np.where(np.isfinite(values), values, np.nan)}
+    ).with_columns(pl.col("v").fill_nan(None))
     if per_window >= min_points:
         window = f"{int(window_steps)}i"
         out = frame.select(
             pl.col("v").rolling_mean_by("step", window_size=window, closed="left").alias("mean"),
             pl.col("v").rolling_std_by("step", window_size=window, closed="left").alias("std"),
-            pl.col("v").is_not_null().cast(pl.Float64)
-            .rolling_sum_by("step", window_size=window, closed="left").alias("count"),
+            pl.col("v")
+            .is_not_null()
+            .cast(pl.Float64)
+            .rolling_sum_by("step", window_size=window, closed="left")
+            .alias("count"),
         )
         description = f"{window_steps}-step window (about {per_window:.0f} points)"
         widened = False
@@ -61,7 +64,10 @@ def trailing_stats(
         out = frame.select(
             shifted.rolling_mean(widened_points, min_samples=2).alias("mean"),
             shifted.rolling_std(widened_points, min_samples=2).alias("std"),
-            shifted.is_not_null().cast(pl.Float64).rolling_sum(widened_points, min_samples=1).alias("count"),
+            shifted.is_not_null()
+            .cast(pl.Float64)
+            .rolling_sum(widened_points, min_samples=1)
+            .alias("count"),
         )
         description = (
             f"window widened to {widened_points} points = {widened_points * interval:,.0f} steps: "

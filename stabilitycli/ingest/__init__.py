@@ -74,7 +74,10 @@ def read(target: str | Path, options: ReadOptions | None = None):
         raise StabInputError(text, "no such file or directory")
     if options.format_in:
         if options.format_in not in READERS:
-            raise StabInputError(text, f"unknown --format-in {options.format_in!r}; choose one of {', '.join(READERS)}")
+            raise StabInputError(
+                text,
+                f"unknown --format-in {options.format_in!r}; choose one of {', '.join(READERS)}",
+            )
         name = options.format_in
     else:
         name = detect_format(path) if not is_uri else _detect_uri(text)

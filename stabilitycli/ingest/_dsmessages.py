@@ -50,8 +50,11 @@ _SKIP_STEP = re.compile(
     r"(?:OVERFLOW!\s*Rank\s+(?P<rank>\d+)\s+Skipping step"
     r"|(?:\[Rank\s+(?P<rank2>\d+)\]\s*)?Overflow detected\.\s*Skipping step"
     r"|fp16 dynamic loss scale overflow!\s*Skipping step)"
-    r"\.?\s*Attempted loss scale:\s*" + _NUM +
-    r"(?:,\s*reducing to\s*" + _NUM + r"|,\s*but hysteresis is\s*\d+)",
+    r"\.?\s*Attempted loss scale:\s*"
+    + _NUM
+    + r"(?:,\s*reducing to\s*"
+    + _NUM
+    + r"|,\s*but hysteresis is\s*\d+)",
     re.IGNORECASE,
 )
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:?\s*(\d+)")
@@ -110,18 +113,38 @@ def scan_line(row: int, line: str, time: float | None, state: dict) -> list[Ment
         attempted = float(match.group(3))
         reduced_text = match.group(4)
         hysteresis = reduced_text is None
-        out.append(Mention(row, "overflow", None, attempted,
-                           attempted if hysteresis else float(reduced_text),
-                           int(rank) if rank is not None else None, time, hysteresis))
+        out.append(
+            Mention(
+                row,
+                "overflow",
+                None,
+                attempted,
+                attempted if hysteresis else float(reduced_text),
+                int(rank) if rank is not None else None,
+                time,
+                hysteresis,
+            )
+        )
     for match in _GRAD_OVERFLOW.finditer(line):
         step = int(match.group(1)) + 1
         state["iteration_step"] = step
         out.append(Mention(row, "overflow", step, None, None, None, time))
     for match in _REDUCING.finditer(line):
-        out.append(Mention(row, "overflow", state.get("iteration_step"),
-                           float(match.group(1)), float(match.group(2)), None, time))
+        out.append(
+            Mention(
+                row,
+                "overflow",
+                state.get("iteration_step"),
+                float(match.group(1)),
+                float(match.group(2)),
+                None,
+                time,
+            )
+        )
     for match in _INCREASING.finditer(line):
-        out.append(Mention(row, "grow", None, float(match.group(1)), float(match.group(2)), None, time))
+        out.append(
+            Mention(row, "grow", None, float(match.group(1)), float(match.group(2)), None, time)
+        )
     return out
 
 
@@ -150,8 +173,15 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
             key = (m.step, *_signature(m))
             event = explicit.get(key)
             if event is None:
-                event = explicit[key] = Event(m.step, m.kind, m.attempted, m.reduced,
-                                              m.hysteresis, "iteration number", time=m.time)
+                event = explicit[key] = Event(
+                    m.step,
+                    m.kind,
+                    m.attempted,
+                    m.reduced,
+                    m.hysteresis,
+                    "iteration number",
+                    time=m.time,
+                )
             event.rows.append(m.row)
     by_step: dict[int, list[Event]] = {}
     for event in explicit.values():
@@ -161,7 +191,9 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
         if hits:
             hits[0].rows.append(m.row)
         else:
-            event = Event(m.step, "overflow", None, None, False, "iteration number", [m.row], time=m.time)
+            event = Event(
+                m.step, "overflow", None, None, False, "iteration number", [m.row], time=m.time
+            )
             by_step.setdefault(m.step, []).append(event)
             explicit[(m.step, "overflow", None, None, False)] = event
 
@@ -175,7 +207,11 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
                 continue
             if m.rank is not None and m.rank in group.ranks:
                 continue  # the same rank again: a second event
-            if m.time is not None and group.time is not None and abs(m.time - group.time) > SAME_BURST_S:
+            if (
+                m.time is not None
+                and group.time is not None
+                and abs(m.time - group.time) > SAME_BURST_S
+            ):
                 continue
             group.rows.append(m.row)
             if m.rank is not None:
@@ -183,7 +219,9 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
             joined = True
             break
         if not joined:
-            group = Event(-1, m.kind, m.attempted, m.reduced, m.hysteresis, "", [m.row], time=m.time)
+            group = Event(
+                -1, m.kind, m.attempted, m.reduced, m.hysteresis, "", [m.row], time=m.time
+            )
             if m.rank is not None:
                 group.ranks.add(m.rank)
             groups.append((where, group))
@@ -196,9 +234,13 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
         nxt = anchors[where] if where < len(anchors) else None
         lo_row = prev.row if prev else 0
         hi_row = nxt.row if nxt else 1 << 62
-        twins = [e for e in explicit.values()
-                 if lo_row < e.rows[0] < hi_row and _signature(e) == _signature(group)
-                 and (e.time is None or group.time is None or abs(e.time - group.time) <= TWIN_WINDOW_S)]
+        twins = [
+            e
+            for e in explicit.values()
+            if lo_row < e.rows[0] < hi_row
+            and _signature(e) == _signature(group)
+            and (e.time is None or group.time is None or abs(e.time - group.time) <= TWIN_WINDOW_S)
+        ]
         twin = min(twins, key=lambda e: abs(e.rows[0] - group.rows[0]), default=None)
         if twin is not None:
             twin.rows.extend(group.rows)
@@ -213,7 +255,12 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
             step, how = prev.step + order, "order after the last step line"
         elif nxt.step - prev.step <= 1:
             step, how = nxt.step, "the step line that follows"
-        elif prev.time is not None and nxt.time is not None and group.time is not None and nxt.time > prev.time:
+        elif (
+            prev.time is not None
+            and nxt.time is not None
+            and group.time is not None
+            and nxt.time > prev.time
+        ):
             frac = (group.time - prev.time) / (nxt.time - prev.time)
             step = prev.step + round(frac * (nxt.step - prev.step))
             step = min(max(step, prev.step + 1), nxt.step)
@@ -237,9 +284,15 @@ def summary(mentions: list[Mention], events: list[Event]) -> list[str]:
     if overflow:
         hyst = sum(e.hysteresis for e in overflow)
         folded = n_msgs - len(overflow)
-        text = (f"{len(overflow)} fp16 overflow (skipped-step) events read from {n_msgs} DeepSpeed messages"
-                + (f"; {folded} repeated copies of the same message (one per rank) folded" if folded else "")
-                + (f"; {hyst} of them kept the scale (hysteresis)" if hyst else ""))
+        text = (
+            f"{len(overflow)} fp16 overflow (skipped-step) events read from {n_msgs} DeepSpeed messages"
+            + (
+                f"; {folded} repeated copies of the same message (one per rank) folded"
+                if folded
+                else ""
+            )
+            + (f"; {hyst} of them kept the scale (hysteresis)" if hyst else "")
+        )
         notes.append(text)
         how: dict[str, int] = {}
         for e in overflow:
@@ -249,7 +302,9 @@ def summary(mentions: list[Mention], events: list[Event]) -> list[str]:
             notes.append(f"overflow messages carry no step; steps inferred: {parts}")
     grow = [e for e in events if e.kind == "grow"]
     if grow:
-        notes.append(f"{len(grow)} loss-scale increases read from {sum(len(e.rows) for e in grow)} messages")
+        notes.append(
+            f"{len(grow)} loss-scale increases read from {sum(len(e.rows) for e in grow)} messages"
+        )
     return notes
 
 
@@ -271,10 +326,12 @@ def frame_rows(events: list[Event], scale_key: str, overflow_key: str = "overflo
     rows = []
     for e in events:
         for row in e.rows:
-            rows.append({
-                "_row": row,
-                "_step": e.step,
-                overflow_key: float(count[e.step]) if e.kind == "overflow" else None,
-                scale_key: scale.get(e.step),
-            })
+            rows.append(
+                {
+                    "_row": row,
+                    "_step": e.step,
+                    overflow_key: float(count[e.step]) if e.kind == "overflow" else None,
+                    scale_key: scale.get(e.step),
+                }
+            )
     return rows

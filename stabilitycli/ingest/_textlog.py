@@ -103,8 +103,25 @@ def truncation_warning(line_number: int, what: str) -> str:
 
 
 # Structured files have their own readers; a text-log reader never claims them.
-_STRUCTURED = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".arrow", ".feather",
-               ".ipc", ".yaml", ".yml", ".toml", ".wandb", ".gz", ".zst", ".db", ".sqlite")
+_STRUCTURED = (
+    ".json",
+    ".jsonl",
+    ".ndjson",
+    ".csv",
+    ".tsv",
+    ".parquet",
+    ".arrow",
+    ".feather",
+    ".ipc",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".wandb",
+    ".gz",
+    ".zst",
+    ".db",
+    ".sqlite",
+)
 
 
 def is_text_log(path: Path, head: bytes) -> bool:

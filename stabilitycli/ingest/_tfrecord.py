@@ -249,8 +249,10 @@ class _Walk:
             for offset, header in zip(offsets.tolist(), headers):
                 # row j = the 12 header bytes of this record in cycle j, without a copy
                 view = as_strided(
-                    self.buffer[pos + offset :], shape=(cycles, HEADER_BYTES),
-                    strides=(cycle, 1), writeable=False,
+                    self.buffer[pos + offset :],
+                    shape=(cycles, HEADER_BYTES),
+                    strides=(cycle, 1),
+                    writeable=False,
                 )
                 same &= (view == header).all(axis=1)
             whole = cycles if same.all() else int(np.argmin(same))

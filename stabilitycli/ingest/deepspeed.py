@@ -41,11 +41,15 @@ from stabilitycli.model import SourceInfo
 NAME = "deepspeed"
 
 _PROGRESS = re.compile(r"\bstep=(\d+),\s*skipped=(\d+),\s*lr=\[([^\]]*)\]")
-_TIMER = re.compile(r"global_step=(\d+),\s*RunningAvgSamplesPerSec=(\S+?),\s*CurrSamplesPerSec=(\S+?),")
+_TIMER = re.compile(
+    r"global_step=(\d+),\s*RunningAvgSamplesPerSec=(\S+?),\s*CurrSamplesPerSec=(\S+?),"
+)
 _PPO = re.compile(r"epoch:\s*(\d+)\s*\|\s*step:\s*(\d+)\s*\|(.*)$")
 _REWARD = re.compile(r"average reward score:\s*(\S+)")
 _PPL = re.compile(r"^\s*ppl:\s*(\S+)\s*$")
-_RM_EVAL = re.compile(r"chosen_last_scores \(higher is better\)\s*:\s*(\S+?),\s*acc \(higher is better\)\s*:\s*(\S+)")
+_RM_EVAL = re.compile(
+    r"chosen_last_scores \(higher is better\)\s*:\s*(\S+?),\s*acc \(higher is better\)\s*:\s*(\S+)"
+)
 _DPO_EVAL = re.compile(r"^\s*chosen:\s*(\S+?),\s*rejected:\s*(\S+?),\s*loss:\s*(\S+)\s*$")
 _EPOCH_LOSS = re.compile(r"^\s*Epoch\s+(\d+)/(\d+) with loss\s+(\S+)\s*$")
 _THROUGHPUT = re.compile(r"Model Parameters:.*?TFLOPs:\s*(\S+?),\s*Samples/sec:\s*(\S+?),")
@@ -57,7 +61,17 @@ _SNIFF = re.compile(
     r"|global_step=\d+,\s*RunningAvgSamplesPerSec"
 )
 # lines worth a regex at all (a cheap substring test first keeps big logs fast)
-_CANDIDATE = ("step", "verflow", "loss scale", "reward", "ppl:", "chosen", "with loss", "TFLOPs", "_enabled")
+_CANDIDATE = (
+    "step",
+    "verflow",
+    "loss scale",
+    "reward",
+    "ppl:",
+    "chosen",
+    "with loss",
+    "TFLOPs",
+    "_enabled",
+)
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -105,8 +119,13 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             engine_step = (step, engine)
             prefix = "" if engine == 1 else f"engine{engine}/"
             lrs = [x for x in m.group(3).split(",") if x.strip()]
-            rec = {"_row": row, "_step": step, f"{prefix}skipped": float(skipped - skipped_prev.get(engine, 0))
-                   if skipped >= skipped_prev.get(engine, 0) else float(skipped)}
+            rec = {
+                "_row": row,
+                "_step": step,
+                f"{prefix}skipped": float(skipped - skipped_prev.get(engine, 0))
+                if skipped >= skipped_prev.get(engine, 0)
+                else float(skipped),
+            }
             skipped_prev[engine] = skipped
             last_skipped[engine] = skipped
             if lrs:
@@ -138,15 +157,32 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         elif (m := _PPL.search(line)) is not None:
             rec, where = _numbers(row, {"eval_ppl": m.group(1)}, source), after
         elif (m := _RM_EVAL.search(line)) is not None:
-            rec, where = _numbers(row, {"eval_chosen_score": m.group(1), "eval_reward_acc": m.group(2)},
-                                  source), after
+            rec, where = (
+                _numbers(
+                    row, {"eval_chosen_score": m.group(1), "eval_reward_acc": m.group(2)}, source
+                ),
+                after,
+            )
         elif (m := _DPO_EVAL.search(line)) is not None:
-            rec, where = _numbers(row, {"eval_chosen_reward": m.group(1), "eval_rejected_reward": m.group(2),
-                                        "eval_loss": m.group(3)}, source), after
+            rec, where = (
+                _numbers(
+                    row,
+                    {
+                        "eval_chosen_reward": m.group(1),
+                        "eval_rejected_reward": m.group(2),
+                        "eval_loss": m.group(3),
+                    },
+                    source,
+                ),
+                after,
+            )
         elif (m := _EPOCH_LOSS.search(line)) is not None:
             rec, where = _numbers(row, {"epoch_mean_loss": m.group(3)}, source), after
         elif (m := _THROUGHPUT.search(line)) is not None:
-            rec, where = _numbers(row, {"TFLOPs": m.group(1), "Samples/sec": m.group(2)}, source), before
+            rec, where = (
+                _numbers(row, {"TFLOPs": m.group(1), "Samples/sec": m.group(2)}, source),
+                before,
+            )
         if rec is not None:
             where.append(rec)
     n_rows = len(records) + len(after) + len(before) + len(mentions)
@@ -156,7 +192,9 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: {first.reason}"
         )
     if n_rows == 0:
-        raise StabInputError(source.path, "no DeepSpeed progress, loss-scale or DeepSpeed-Chat lines found")
+        raise StabInputError(
+            source.path, "no DeepSpeed progress, loss-scale or DeepSpeed-Chat lines found"
+        )
 
     anchors.sort(key=lambda a: a.row)
     _attach(after, anchors, source, later=False)
@@ -179,8 +217,17 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         source.notes.append(
             f"DeepSpeed's `skipped=` is cumulative (last: {said}); kept as skipped steps per progress "
             f"interval. Overflow events read: {n_over}"
-            + ("" if n_over == said else f" (the counter says {said}: "
-               + ("some skips printed no message" if n_over < said else "some messages are not skips") + ")")
+            + (
+                ""
+                if n_over == said
+                else f" (the counter says {said}: "
+                + (
+                    "some skips printed no message"
+                    if n_over < said
+                    else "some messages are not skips"
+                )
+                + ")"
+            )
         )
     if mentions and source.dtype is None:
         source.dtype = "fp16"
@@ -210,7 +257,9 @@ def _numbers(row: int, fields: dict[str, str], source: SourceInfo) -> dict | Non
     return out
 
 
-def _attach(rows: list[dict], anchors: list[dsm.Anchor], source: SourceInfo, *, later: bool) -> None:
+def _attach(
+    rows: list[dict], anchors: list[dsm.Anchor], source: SourceInfo, *, later: bool
+) -> None:
     """Give step-less rows a step from the step lines around them.
 
     `later=False`: the step of the line before (evaluation and reward lines

@@ -31,7 +31,9 @@ from stabilitycli.model import SourceInfo
 NAME = "hf_trainer"
 FILE_NAME = "trainer_state.json"
 SUMMARY_KEYS = ("train_runtime", "train_loss", "total_flos", "train_samples_per_second")
-SUMMARY_REASON = "final summary entry (train_loss is the mean over the whole run, not a step's loss)"
+SUMMARY_REASON = (
+    "final summary entry (train_loss is the mean over the whole run, not a step's loss)"
+)
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -50,7 +52,11 @@ def find_state(folder: Path) -> Path | None:
     best: tuple[int, Path] | None = None
     for child in folder.iterdir():
         match = _CHECKPOINT.match(child.name)
-        if match and (child / FILE_NAME).is_file() and (best is None or int(match.group(1)) > best[0]):
+        if (
+            match
+            and (child / FILE_NAME).is_file()
+            and (best is None or int(match.group(1)) > best[0])
+        ):
             best = (int(match.group(1)), child / FILE_NAME)
     return best[1] if best else None
 
@@ -62,7 +68,9 @@ def read(path: Path, options: ReadOptions):
 
     state_path = find_state(path) if path.is_dir() else path
     if state_path is None:
-        raise StabInputError(str(path), f"no {FILE_NAME} in this folder or its checkpoint-N folders")
+        raise StabInputError(
+            str(path), f"no {FILE_NAME} in this folder or its checkpoint-N folders"
+        )
     source = SourceInfo(path=str(state_path), format=NAME, run=state_path.parent.name or None)
     if path.is_dir() and state_path.parent != path:
         source.notes.append(f"read {state_path.relative_to(path)} (the latest state in {path})")
@@ -81,7 +89,11 @@ def read(path: Path, options: ReadOptions):
         if not isinstance(entry.get("step"), (int, float)):
             source.reject(number, "log entry without a step")
             continue
-        record = {k: v for k, v in entry.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        record = {
+            k: v
+            for k, v in entry.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         record["_row"] = number
         records.append(record)
     if not records:
@@ -128,7 +140,9 @@ def _salvage(text: str, err: json.JSONDecodeError, source: SourceInfo) -> list:
             break
         entries.append(entry)
     if not entries:
-        raise StabInputError(source.path, f"not valid JSON and no whole log entry ({err.msg})", line=err.lineno)
+        raise StabInputError(
+            source.path, f"not valid JSON and no whole log entry ({err.msg})", line=err.lineno
+        )
     return entries
 
 
@@ -142,8 +156,12 @@ def _notes(state: dict, records: list[dict], state_path: Path, source: SourceInf
             "grad_norm is then the visible symptom"
         )
     if state.get("global_step") is not None:
-        source.notes.append(f"global_step {state['global_step']} (max_steps {state.get('max_steps')})")
+        source.notes.append(
+            f"global_step {state['global_step']} (max_steps {state.get('max_steps')})"
+        )
     scaler = state_path.parent / "scaler.pt"
     if scaler.is_file() and source.dtype is None:
         source.dtype = "fp16"
-        source.dtype_origin = "scaler.pt beside trainer_state.json (the Trainer saves a GradScaler only for fp16)"
+        source.dtype_origin = (
+            "scaler.pt beside trainer_state.json (the Trainer saves a GradScaler only for fp16)"
+        )

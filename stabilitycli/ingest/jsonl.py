@@ -39,7 +39,9 @@ def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return False
     name = path.name.lower()
-    if any(name.endswith(ext) for ext in (".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".ndjson.gz")):
+    if any(
+        name.endswith(ext) for ext in (".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".ndjson.gz")
+    ):
         return True
     text = _maybe_decompress_head(head)
     return text.lstrip().startswith(b"{") and b"\n" in text and not name.endswith(".json")
@@ -115,7 +117,9 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
     source.rows_read = raw.height + source.rows_rejected
     step_key = options.step_key or aliases.find_key(raw.columns, aliases.STEP_KEYS)
     if options.step_key and options.step_key not in raw.columns:
-        raise StabInputError(source.path, f"--step-key {options.step_key!r} is not a key in the log")
+        raise StabInputError(
+            source.path, f"--step-key {options.step_key!r} is not a key in the log"
+        )
     rank_key = options.rank_key or aliases.find_key(raw.columns, aliases.RANK_KEYS)
     return finalize(
         raw, source, step_key=step_key, rank_key=rank_key, overrides=options.metric_overrides
@@ -169,7 +173,7 @@ def _fast_parse(data: bytes) -> pl.DataFrame | None:
                 io.BytesIO(data), read_options=pa_json.ReadOptions(block_size=block)
             )
             frame = pl.from_arrow(table)
-    except Exception:  # noqa: BLE001 - any reader failure sends us to the exact per-line pass
+    except Exception:
         return None
     if b"\n\n" in data or data.startswith(b"\n") or b"\n\r\n" in data:
         rows = _line_numbers(data)
@@ -201,8 +205,11 @@ def _slow_parse(data: bytes, source: SourceInfo) -> pl.DataFrame:
         raise StabInputError(
             source.path,
             "no JSON object could be read"
-            + (f" (first bad line {source.rejections[0].line}: {source.rejections[0].reason})"
-               if source.rejections else ""),
+            + (
+                f" (first bad line {source.rejections[0].line}: {source.rejections[0].reason})"
+                if source.rejections
+                else ""
+            ),
         )
     if source.rows_rejected:
         first = source.rejections[0]

@@ -93,7 +93,9 @@ def read(path: Path, options: ReadOptions):
         raise StabInputError(str(path), "no version's metrics.csv could be read")
     raw = pl.concat(frames, how="diagonal_relaxed")
     if len(files) > 1:
-        source.notes.append(f"{len(files)} versions read as one run, in version order ({'; '.join(spans)})")
+        source.notes.append(
+            f"{len(files)} versions read as one run, in version order ({'; '.join(spans)})"
+        )
     _dtype(files, source)
     return tabular.finish(raw, source, options)
 
@@ -101,7 +103,11 @@ def read(path: Path, options: ReadOptions):
 def _run_name(file: Path) -> str | None:
     version = file.parent
     if _VERSION.match(version.name):
-        return version.parent.name if version.parent.name != "lightning_logs" else version.parent.parent.name
+        return (
+            version.parent.name
+            if version.parent.name != "lightning_logs"
+            else version.parent.parent.name
+        )
     return version.name or None
 
 

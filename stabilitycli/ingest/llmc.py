@@ -47,7 +47,9 @@ def read(path: Path, options: ReadOptions):
         source.reject(len(lines), "last line cut off mid-write")
         lines = lines[:-1]
     table = pl.DataFrame({"line": lines}).with_row_index(ROW, offset=1)
-    table = table.with_columns(pl.col(ROW).cast(pl.Int64)).filter(pl.col("line").str.strip_chars() != "")
+    table = table.with_columns(pl.col(ROW).cast(pl.Int64)).filter(
+        pl.col("line").str.strip_chars() != ""
+    )
     parts = table.with_columns(pl.col("line").str.extract_groups(_RECORD).alias("m")).unnest("m")
     bad = parts.filter(pl.col("step").is_null())
     for row in bad[ROW].head(5).to_list():
@@ -62,20 +64,29 @@ def read(path: Path, options: ReadOptions):
     raw = good.select(
         pl.col(ROW),
         pl.col("step").cast(pl.Int64),
-        pl.col("trl"), pl.col("lr"), pl.col("norm"), pl.col("tel"),
+        pl.col("trl"),
+        pl.col("lr"),
+        pl.col("norm"),
+        pl.col("tel"),
         pl.col("eval").alias("hellaswag_acc"),
     )
     # a field present but not a number (`trl:abc`) is a bad record, not a missing value
-    unreadable = raw.filter(pl.any_horizontal(
-        [pl.col(c).is_not_null() & pl.col(c).cast(pl.Float64, strict=False).is_null()
-         for c in ("trl", "lr", "norm", "tel", "hellaswag_acc")]
-    ))
+    unreadable = raw.filter(
+        pl.any_horizontal(
+            [
+                pl.col(c).is_not_null() & pl.col(c).cast(pl.Float64, strict=False).is_null()
+                for c in ("trl", "lr", "norm", "tel", "hellaswag_acc")
+            ]
+        )
+    )
     for row in unreadable[ROW].to_list():
         source.reject(row, "a field of the record is not a number")
     raw = raw.filter(~pl.col(ROW).is_in(unreadable[ROW].implode()))
     if bad.height:
         first = bad[ROW][0]
         source.warnings.append(f"{bad.height} line(s) are not llm.c records; first at line {first}")
-    source.notes.append("llm.c `trl` is the loss of one step (no averaging); `tel` is the validation loss")
+    source.notes.append(
+        "llm.c `trl` is the loss of one step (no averaging); `tel` is the validation loss"
+    )
     source.rows_read = raw.height + source.rows_rejected
     return finalize(raw, source, step_key="step", overrides=options.metric_overrides)

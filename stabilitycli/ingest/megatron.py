@@ -53,7 +53,9 @@ _VALIDATION = re.compile(r"validation loss at (?:iteration\s+(\d+)|the end of tr
 _ARG = re.compile(r"(?:^|[\s:])(fp16|bf16|seq_length|log_interval)\s+\.{3,}\s+(\S+)\s*$")
 _USING_DTYPE = re.compile(r"using torch\.(float16|bfloat16|float32) for parameters")
 # a line that begins another record, so a wrapped record cannot swallow it
-_RECORD_START = re.compile(r"\biteration\s+\d+\s*/|validation loss at|^\s*\[\d{4}-\d{2}-\d{2}|\[Rank \d+\]")
+_RECORD_START = re.compile(
+    r"\biteration\s+\d+\s*/|validation loss at|^\s*\[\d{4}-\d{2}-\d{2}|\[Rank \d+\]"
+)
 MAX_CONTINUATION_LINES = 3
 NOTE_LIMIT = 5  # iterations named one by one in a note; the rest are counted
 
@@ -89,9 +91,13 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         row = index + 1
         index += 1
         if "iteration" in line and (m := ITERATION.search(line)) is not None:
-            text = line[m.end():]
+            text = line[m.end() :]
             joined = 0
-            while not text.rstrip().endswith("|") and joined < MAX_CONTINUATION_LINES and index < len(lines):
+            while (
+                not text.rstrip().endswith("|")
+                and joined < MAX_CONTINUATION_LINES
+                and index < len(lines)
+            ):
                 follow = lines[index]
                 if _RECORD_START.search(follow):
                     break
@@ -117,7 +123,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
                 records.append(record)
             continue
         if "validation loss at" in line and (m := _VALIDATION.search(line)) is not None:
-            fields = _fields(line[m.end():], row, source)
+            fields = _fields(line[m.end() :], row, source)
             if fields is None:
                 continue
             step = int(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
@@ -139,13 +145,16 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             memory_lines += 1
         elif source.dtype is None and "using torch." in line and (m := _USING_DTYPE.search(line)):
             source.dtype = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[m.group(1)]
-            source.dtype_origin = f"Megatron banner: using torch.{m.group(1)} for parameters (line {row})"
+            source.dtype_origin = (
+                f"Megatron banner: using torch.{m.group(1)} for parameters (line {row})"
+            )
 
     if not records and not validation:
         if source.rows_rejected:
             first = source.rejections[0]
-            raise StabInputError(source.path, f"no iteration record could be read ({first.reason})",
-                                 line=first.line)
+            raise StabInputError(
+                source.path, f"no iteration record could be read ({first.reason})", line=first.line
+            )
         raise StabInputError(source.path, "no Megatron `iteration N/ T |` line found")
     if source.rows_rejected:
         first = source.rejections[0]
@@ -154,8 +163,10 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         )
     _missing_loss(records, args, source)
     _tokens_and_time(records, args, source)
-    anchors = [dsm.Anchor(r["_row"], r["_step"], tl.timestamp(r.pop("_time")) if mentions else None)
-               for r in records]
+    anchors = [
+        dsm.Anchor(r["_row"], r["_step"], tl.timestamp(r.pop("_time")) if mentions else None)
+        for r in records
+    ]
     events = dsm.place(mentions, anchors)
     event_rows = dsm.frame_rows(events, "loss scale")
     source.notes.extend(dsm.summary(mentions, events))
@@ -167,7 +178,9 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         + ", skipped iterations excluded; a one-iteration spike is diluted by the interval"
     )
     if memory_lines:
-        source.notes.append(f"{memory_lines} `[Rank N] memory (MB)` lines not read (memory is not a stability metric)")
+        source.notes.append(
+            f"{memory_lines} `[Rank N] memory (MB)` lines not read (memory is not a stability metric)"
+        )
     for r in records:
         r.pop("_time", None)
     rows = records + validation + event_rows
@@ -200,12 +213,16 @@ class _Layouts:
                 pass  # a value that is not a number: the slow path names it
             else:
                 if "elapsed time per iteration (s)" in out:
-                    out["elapsed time per iteration (ms)"] = out.pop("elapsed time per iteration (s)") * 1000.0
+                    out["elapsed time per iteration (ms)"] = (
+                        out.pop("elapsed time per iteration (s)") * 1000.0
+                    )
                 return out
         out = _fields(text, row, source)
         if out is not None:
             keys = tuple(k for k in _field_keys(text))
-            pattern = "".join(r"\s*" + r"\s+".join(map(re.escape, k.split())) + r"\s*:([^|]*)\|" for k in keys)
+            pattern = "".join(
+                r"\s*" + r"\s+".join(map(re.escape, k.split())) + r"\s*:([^|]*)\|" for k in keys
+            )
             self.regex, self.keys = re.compile(pattern + r"\s*"), keys
         return out
 
@@ -275,8 +292,13 @@ def _missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo)
         nan_at.append(step)
     for steps, why in (
         (nan_at, f"no `{key}` field (Megatron omits a non-finite interval mean); read as NaN"),
-        (skipped_at, (f"no `{key}` field: every iteration of the interval was skipped, so there "
-                     "is no mean; left empty, not NaN")),
+        (
+            skipped_at,
+            (
+                f"no `{key}` field: every iteration of the interval was skipped, so there "
+                "is no mean; left empty, not NaN"
+            ),
+        ),
     ):
         for step in steps[:NOTE_LIMIT]:
             source.notes.append(f"iteration {step}: {why}")
@@ -292,7 +314,9 @@ def _tokens_and_time(records: list[dict], args: dict[str, str], source: SourceIn
         for rec in records:
             if "consumed samples" in rec:
                 rec["consumed tokens"] = rec["consumed samples"] * int(seq)
-        source.notes.append(f"tokens = consumed samples x seq_length {seq} (from the argument dump)")
+        source.notes.append(
+            f"tokens = consumed samples x seq_length {seq} (from the argument dump)"
+        )
 
 
 def _dtype_from_scale(records: list[dict], events: list, source: SourceInfo) -> None:
@@ -301,7 +325,9 @@ def _dtype_from_scale(records: list[dict], events: list, source: SourceInfo) -> 
     scales = [r["loss scale"] for r in records if "loss scale" in r]
     if any(s != 1.0 for s in scales):
         source.dtype = "fp16"
-        source.dtype_origin = "inferred: Megatron prints a `loss scale` other than 1 (fp16 dynamic scaling)"
+        source.dtype_origin = (
+            "inferred: Megatron prints a `loss scale` other than 1 (fp16 dynamic scaling)"
+        )
     elif events:
         source.dtype = "fp16"
         source.dtype_origin = "inferred: DeepSpeed fp16 loss-scale messages"

@@ -37,7 +37,12 @@ from stabilitycli.model import Rejection, Restart, SourceInfo
 
 NAME = "rank_dir"
 JSONL_SUFFIXES = (
-    ".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".jsonl.zst", ".ndjson.zst",
+    ".jsonl",
+    ".ndjson",
+    ".jsonl.gz",
+    ".ndjson.gz",
+    ".jsonl.zst",
+    ".ndjson.zst",
 )
 # a rank token between separators (or at either end of the name)
 _RANK_IN_NAME = re.compile(r"(?:^|[._-])(?:rank|worker)[_-]?(\d+)(?=$|[._-])", re.IGNORECASE)
@@ -118,9 +123,13 @@ def _compile(pattern: str) -> re.Pattern[str]:
     try:
         compiled = re.compile(pattern)
     except re.error as err:
-        raise StabUsageError(f"--rank-pattern {pattern!r} is not a valid regular expression: {err}") from None
+        raise StabUsageError(
+            f"--rank-pattern {pattern!r} is not a valid regular expression: {err}"
+        ) from None
     if compiled.groups < 1:
-        raise StabUsageError(f"--rank-pattern {pattern!r} needs one capture group around the rank number")
+        raise StabUsageError(
+            f"--rank-pattern {pattern!r} needs one capture group around the rank number"
+        )
     return compiled
 
 
@@ -149,8 +158,10 @@ def read(path: Path, options: ReadOptions) -> RunData:
     folder = Path(path)
     files, unranked = rank_files(folder, options.rank_pattern)
     if not files:
-        how = f"--rank-pattern {options.rank_pattern!r} matched no file" if options.rank_pattern else (
-            f"no per-rank JSONL file; recognised names: {RECOGNISED}"
+        how = (
+            f"--rank-pattern {options.rank_pattern!r} matched no file"
+            if options.rank_pattern
+            else (f"no per-rank JSONL file; recognised names: {RECOGNISED}")
         )
         raise StabInputError(str(folder), how)
     source = SourceInfo(path=str(folder), format=NAME, run=folder.name or None)
@@ -178,7 +189,9 @@ def read(path: Path, options: ReadOptions) -> RunData:
             f"{shown}; kept everything before it"
         )
     if empty:
-        source.warnings.append(f"{len(empty)} per-rank file(s) hold no rows: {', '.join(empty[:5])}")
+        source.warnings.append(
+            f"{len(empty)} per-rank file(s) hold no rows: {', '.join(empty[:5])}"
+        )
     if not parts:
         raise StabInputError(str(folder), "every per-rank file is empty")
     return _finish(parts, used, source, options)
@@ -203,7 +216,9 @@ def _reject(source: SourceInfo, rel: str, line: int | None, reason: str) -> None
         source.rejections.append(Rejection(line, f"{rel}: {reason}"))
 
 
-def _parse_file(item: RankFile, source: SourceInfo, empty: list[str], cut: list[str]) -> pl.DataFrame | None:
+def _parse_file(
+    item: RankFile, source: SourceInfo, empty: list[str], cut: list[str]
+) -> pl.DataFrame | None:
     """One file's raw rows with `rank`, `_file_row` (its own line number) columns."""
     data = jsonl.read_bytes(item.path)
     data, cut_line = jsonl._strip_truncated_tail(data)
@@ -225,7 +240,9 @@ def _parse_file(item: RankFile, source: SourceInfo, empty: list[str], cut: list[
             source.rejection_counts[reason] = source.rejection_counts.get(reason, 0) + count
         for rejection in local.rejections:
             if len(source.rejections) < 5:
-                source.rejections.append(Rejection(rejection.line, f"{item.rel}: {rejection.reason}"))
+                source.rejections.append(
+                    Rejection(rejection.line, f"{item.rel}: {rejection.reason}")
+                )
         if local.rows_rejected:
             first = local.rejections[0]
             source.warnings.append(
@@ -243,7 +260,9 @@ def _parse_file(item: RankFile, source: SourceInfo, empty: list[str], cut: list[
                 "using the name"
             )
         raw = raw.drop(key)
-    return raw.rename({ROW: "_file_row"}).with_columns(pl.lit(item.rank, dtype=pl.Int64).alias("rank"))
+    return raw.rename({ROW: "_file_row"}).with_columns(
+        pl.lit(item.rank, dtype=pl.Int64).alias("rank")
+    )
 
 
 def _finish(
@@ -258,9 +277,13 @@ def _finish(
     source.rows_read = raw.height + source.rows_rejected
     step_key = options.step_key or aliases.find_key(raw.columns, aliases.STEP_KEYS)
     if options.step_key and options.step_key not in raw.columns:
-        raise StabInputError(source.path, f"--step-key {options.step_key!r} is not a key in any per-rank file")
+        raise StabInputError(
+            source.path, f"--step-key {options.step_key!r} is not a key in any per-rank file"
+        )
     kept_before = len(source.rejections)
-    run = finalize(raw, source, step_key=step_key, rank_key="rank", overrides=options.metric_overrides)
+    run = finalize(
+        raw, source, step_key=step_key, rank_key="rank", overrides=options.metric_overrides
+    )
 
     def where(global_row: int) -> tuple[RankFile, int]:
         return used[int(file_index[global_row - 1])], int(file_rows[global_row - 1])

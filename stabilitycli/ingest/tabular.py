@@ -84,10 +84,11 @@ def _binary(path: Path, source: SourceInfo, kind: str, reader):
         raise StabInputError(str(path), "the file is empty")
     try:
         return reader(path)
-    except Exception as err:  # noqa: BLE001 - any reader failure is a bad file, said in one line
+    except Exception as err:
         raise StabInputError(
-            str(path), f"cannot read as {kind} (truncated or corrupt: its footer is missing?): "
-            f"{str(err).splitlines()[0][:200]}"
+            str(path),
+            f"cannot read as {kind} (truncated or corrupt: its footer is missing?): "
+            f"{str(err).splitlines()[0][:200]}",
         ) from None
 
 
@@ -114,13 +115,15 @@ def read_csv(path: Path, source: SourceInfo, separator: str = ","):
     try:
         frame = pl.read_csv(io.BytesIO(data), separator=separator, infer_schema_length=None)
         lines = None
-    except Exception:  # noqa: BLE001 - ragged or odd lines: the exact per-line pass names them
+    except Exception:
         frame, lines = _slow_csv(data, separator, source)
     if frame.height == 0:
         raise StabInputError(str(path), "the table has a header but no rows")
     if lines is None:
         if b"\n\n" in data or b'"' in data:
-            frame, lines = _slow_csv(data, separator, source)  # blank lines / quoted newlines shift numbers
+            frame, lines = _slow_csv(
+                data, separator, source
+            )  # blank lines / quoted newlines shift numbers
         else:
             lines = list(range(2, frame.height + 2))
     frame = frame.with_columns(pl.Series(ROW, lines, dtype=pl.Int64))
@@ -130,7 +133,9 @@ def read_csv(path: Path, source: SourceInfo, separator: str = ","):
 def _slow_csv(data: bytes, separator: str, source: SourceInfo):
     import polars as pl
 
-    reader = csv.reader(io.StringIO(data.decode("utf-8", "replace"), newline=""), delimiter=separator)
+    reader = csv.reader(
+        io.StringIO(data.decode("utf-8", "replace"), newline=""), delimiter=separator
+    )
     rows: list[list[str]] = []
     lines: list[int] = []
     header: list[str] | None = None
@@ -190,7 +195,9 @@ def reject_bad_cells(frame, source: SourceInfo, keep_text: tuple[str, ...] = ())
     for line in sorted(bad_rows):
         source.reject(line, bad_rows[line])
     if bad_rows:
-        source.warnings.append(f"{len(bad_rows)} row(s) with a non-numeric cell; first at line {min(bad_rows)}")
+        source.warnings.append(
+            f"{len(bad_rows)} row(s) with a non-numeric cell; first at line {min(bad_rows)}"
+        )
         frame = frame.filter(~pl.col(ROW).is_in(list(bad_rows)))
     return frame
 
@@ -201,9 +208,13 @@ def finish(raw, source: SourceInfo, options: ReadOptions):
 
     columns = [c for c in raw.columns if c != "_row"]
     if options.step_key and options.step_key not in columns:
-        raise StabInputError(source.path, f"--step-key {options.step_key!r} is not a column "
-                                          f"(columns: {', '.join(columns[:15])})")
+        raise StabInputError(
+            source.path,
+            f"--step-key {options.step_key!r} is not a column (columns: {', '.join(columns[:15])})",
+        )
     step_key = options.step_key or aliases.find_key(columns, aliases.STEP_KEYS)
     rank_key = options.rank_key or aliases.find_key(columns, aliases.RANK_KEYS)
     source.rows_read = raw.height + source.rows_rejected
-    return finalize(raw, source, step_key=step_key, rank_key=rank_key, overrides=options.metric_overrides)
+    return finalize(
+        raw, source, step_key=step_key, rank_key=rank_key, overrides=options.metric_overrides
+    )

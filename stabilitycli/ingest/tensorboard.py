@@ -133,7 +133,13 @@ def _listing(runs: dict[str, list[Path]], limit: int = 12) -> str:
 def _point_schema() -> dict:
     import polars as pl
 
-    return {"key": pl.String, "step": pl.Int64, "value": pl.Float64, "seq": pl.Int64, "sub": pl.Int64}
+    return {
+        "key": pl.String,
+        "step": pl.Int64,
+        "value": pl.Float64,
+        "seq": pl.Int64,
+        "sub": pl.Int64,
+    }
 
 
 # --- decoding ---------------------------------------------------------------------
@@ -156,7 +162,9 @@ class _Collector:
         self.subs: list[int] = []
         self.bulk: list = []  # polars frames from `add_simple`
         self.bulk_points = 0
-        self.records_before = 0  # records of the run's earlier files: keeps `seq` rising across files
+        self.records_before = (
+            0  # records of the run's earlier files: keeps `seq` rising across files
+        )
         self.plugin_of: dict[str, str] = {}
         self.hparams: dict[str, str] = {}
         self.skipped_values = 0  # histograms, images, text, non-scalar tensors
@@ -221,15 +229,20 @@ class _Collector:
         parts = list(self.bulk)
         if self.values:
             columns = {
-                "key": self.tags, "step": self.steps, "value": self.values,
-                "seq": self.seqs, "sub": self.subs,
+                "key": self.tags,
+                "step": self.steps,
+                "value": self.values,
+                "seq": self.seqs,
+                "sub": self.subs,
             }
             parts.append(pl.DataFrame(columns, schema=_point_schema()))
         points = pl.concat(parts) if len(parts) > 1 else parts[0]
         if len(parts) > 1:
             points = points.sort(["seq", "sub"])
-        return points.drop("seq", "sub").with_row_index("_order").with_columns(
-            pl.col("_order").cast(pl.Int64)
+        return (
+            points.drop("seq", "sub")
+            .with_row_index("_order")
+            .with_columns(pl.col("_order").cast(pl.Int64))
         )
 
     def _add_tensor(self, value, step: int, seq: int, sub: int) -> None:
@@ -253,7 +266,7 @@ class _Collector:
             return
         try:
             data = tbp.messages()["HParamsPluginData"].FromString(content)
-        except Exception:  # noqa: BLE001 - hparams are a nicety; a bad blob must not stop the read
+        except Exception:
             return
         for entry in data.session_start_info.hparams:
             kind = entry.value.WhichOneof("kind")

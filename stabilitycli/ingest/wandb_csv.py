@@ -53,7 +53,8 @@ def read(path: Path, options: ReadOptions):
         raise StabInputError(
             str(path),
             f"{len(runs)} runs in this export ({names}); choose one with --run NAME"
-            if len(chosen) > 1 or not options.run else f"no run matching --run {options.run!r} ({names})",
+            if len(chosen) > 1 or not options.run
+            else f"no run matching --run {options.run!r} ({names})",
         )
     run = chosen[0]
     source.run = run

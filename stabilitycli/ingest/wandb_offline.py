@@ -71,11 +71,16 @@ def resolve(path: Path, options: ReadOptions) -> Path:
     if options.run:
         files = [f for f in files if options.run in f.name or options.run in f.parent.name]
     if not files:
-        raise StabInputError(str(path), "no run-<id>.wandb file here"
-                             + (f" matching --run {options.run!r}" if options.run else ""))
+        raise StabInputError(
+            str(path),
+            "no run-<id>.wandb file here"
+            + (f" matching --run {options.run!r}" if options.run else ""),
+        )
     if len(files) > 1:
         names = ", ".join(f.parent.name for f in files[:10])
-        raise StabInputError(str(path), f"{len(files)} W&B runs here ({names}); choose one with --run ID")
+        raise StabInputError(
+            str(path), f"{len(files)} W&B runs here ({names}); choose one with --run ID"
+        )
     return files[0]
 
 
@@ -151,7 +156,10 @@ def records(data: bytes, source: SourceInfo):
         payload = data[start:end]
         pos = end
         if zlib.crc32(payload, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
-            source.reject(None, f"bad CRC in the chunk at byte {end - length - CHUNK_HEADER_LEN}; chunk skipped")
+            source.reject(
+                None,
+                f"bad CRC in the chunk at byte {end - length - CHUNK_HEADER_LEN}; chunk skipped",
+            )
             pending = None
             continue
         if kind == FULL:
@@ -202,12 +210,12 @@ def _fields(buf: bytes):
             if wire == 0:
                 value, pos = _varint(buf, pos)
             elif wire == 1:
-                value, pos = buf[pos:pos + 8], pos + 8
+                value, pos = buf[pos : pos + 8], pos + 8
             elif wire == 2:
                 length, pos = _varint(buf, pos)
-                value, pos = buf[pos:pos + length], pos + length
+                value, pos = buf[pos : pos + length], pos + length
             elif wire == 5:
-                value, pos = buf[pos:pos + 4], pos + 4
+                value, pos = buf[pos : pos + 4], pos + 4
             else:
                 return
         except ValueError:

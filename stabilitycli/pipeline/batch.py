@@ -29,7 +29,20 @@ from stabilitycli.errors import StabInputError
 _TB_MAX_DEPTH = 0
 # documents that sit beside logs and that a text sniffer may take for one (a README
 # quoting DeepSpeed output): never a training log, so a walk does not offer them
-_NOT_LOGS = (".md", ".rst", ".html", ".htm", ".py", ".ipynb", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".sh")
+_NOT_LOGS = (
+    ".md",
+    ".rst",
+    ".html",
+    ".htm",
+    ".py",
+    ".ipynb",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".cfg",
+    ".ini",
+    ".sh",
+)
 
 
 @dataclass(frozen=True)
@@ -146,15 +159,24 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
 
     try:
         thresholds = load_config(path, settings.set_values)
-        analysis = analyze(path, thresholds, options=settings.options, select=list(settings.select),
-                           ignore=list(settings.ignore))
+        analysis = analyze(
+            path,
+            thresholds,
+            options=settings.options,
+            select=list(settings.select),
+            ignore=list(settings.ignore),
+        )
     except (StabInputError, StabUsageError) as err:
         return RunResult(path, error=str(err))
-    except Exception as err:  # noqa: BLE001 - one broken run must not stop the batch
+    except Exception as err:
         return RunResult(path, error=f"{path}: internal error {type(err).__name__}: {err}")
     worst = analysis.worst_severity
-    return RunResult(path, doc=analysis.to_dict(), fragment=_fragment(analysis, settings),
-                     worst=None if worst is None else int(worst))
+    return RunResult(
+        path,
+        doc=analysis.to_dict(),
+        fragment=_fragment(analysis, settings),
+        worst=None if worst is None else int(worst),
+    )
 
 
 def _fragment(analysis, settings: BatchSettings) -> str | None:
@@ -172,7 +194,9 @@ def _fragment(analysis, settings: BatchSettings) -> str | None:
         from stabilitycli.model import Severity
         from stabilitycli.report import junit
 
-        return ET.tostring(junit.testsuite(analysis, Severity.parse(settings.fail_on)), encoding="unicode")
+        return ET.tostring(
+            junit.testsuite(analysis, Severity.parse(settings.fail_on)), encoding="unicode"
+        )
     return None
 
 
@@ -180,8 +204,12 @@ def _analyze_chunk(paths: list[str], settings: BatchSettings) -> list[RunResult]
     return [analyze_one(path, settings) for path in paths]
 
 
-def analyze_many(paths: list[str], settings: BatchSettings, jobs: int | None = None,
-                 on_done: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+def analyze_many(
+    paths: list[str],
+    settings: BatchSettings,
+    jobs: int | None = None,
+    on_done: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
     """Every run, in input order. `jobs` workers (default: all cores); 1 runs in this process."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths) or 1))
     results: list[RunResult | None] = [None] * len(paths)
@@ -200,14 +228,21 @@ def analyze_many(paths: list[str], settings: BatchSettings, jobs: int | None = N
     chunks = [list(range(i, min(i + per_task, len(paths)))) for i in range(0, len(paths), per_task)]
     context = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_analyze_chunk, [paths[i] for i in chunk], settings): chunk for chunk in chunks}
+        futures = {
+            pool.submit(_analyze_chunk, [paths[i] for i in chunk], settings): chunk
+            for chunk in chunks
+        }
         for future in as_completed(futures):
             chunk = futures[future]
             try:
                 done = future.result()
-            except Exception as err:  # noqa: BLE001 - a worker that died (out of memory, killed)
-                done = [RunResult(paths[i], error=f"{paths[i]}: worker failed: {type(err).__name__}: {err}")
-                        for i in chunk]
+            except Exception as err:
+                done = [
+                    RunResult(
+                        paths[i], error=f"{paths[i]}: worker failed: {type(err).__name__}: {err}"
+                    )
+                    for i in chunk
+                ]
             for i, result in zip(chunk, done):
                 results[i] = result
                 if on_done:
@@ -227,13 +262,19 @@ def exit_status(results: list[RunResult], fail_on: str = "error") -> int:
     if not readable:
         return 2
     threshold = Severity.parse(fail_on)
-    return max(int(exit_code_for(None if r.worst is None else Severity(r.worst), threshold)) for r in readable)
+    return max(
+        int(exit_code_for(None if r.worst is None else Severity(r.worst), threshold))
+        for r in readable
+    )
 
 
 def first_bad_step(doc: dict[str, Any]) -> int | None:
     """The earliest step of a warning or error finding (what a person looks at first)."""
-    steps = [f["step"] for f in doc.get("findings", [])
-             if f.get("severity") in ("warning", "error") and isinstance(f.get("step"), int)]
+    steps = [
+        f["step"]
+        for f in doc.get("findings", [])
+        if f.get("severity") in ("warning", "error") and isinstance(f.get("step"), int)
+    ]
     return min(steps) if steps else None
 
 
@@ -242,12 +283,31 @@ def summary_rows(results: list[RunResult]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         if not r.ok:
-            rows.append({"path": r.path, "run": r.path, "verdict": "unreadable", "cause": None,
-                         "first_bad_step": None, "rows": None, "severity": None, "error": r.error})
+            rows.append(
+                {
+                    "path": r.path,
+                    "run": r.path,
+                    "verdict": "unreadable",
+                    "cause": None,
+                    "first_bad_step": None,
+                    "rows": None,
+                    "severity": None,
+                    "error": r.error,
+                }
+            )
             continue
         doc = r.doc or {}
         source, verdict = doc.get("source", {}), doc.get("verdict", {})
-        rows.append({"path": r.path, "run": source.get("run") or r.path, "verdict": verdict.get("code"),
-                     "cause": verdict.get("cause"), "first_bad_step": first_bad_step(doc),
-                     "rows": source.get("rows"), "severity": verdict.get("severity"), "error": None})
+        rows.append(
+            {
+                "path": r.path,
+                "run": source.get("run") or r.path,
+                "verdict": verdict.get("code"),
+                "cause": verdict.get("cause"),
+                "first_bad_step": first_bad_step(doc),
+                "rows": source.get("rows"),
+                "severity": verdict.get("severity"),
+                "error": None,
+            }
+        )
     return rows

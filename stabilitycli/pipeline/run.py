@@ -65,21 +65,34 @@ def analyze(
 
     if rank_report is not None:
         findings = _explain_by_ranks(findings, rank_report)
-        facts["spikes"] = [s for s in facts.get("spikes", []) if not _after_rank_onset(s.onset_step, rank_report)]
+        facts["spikes"] = [
+            s for s in facts.get("spikes", []) if not _after_rank_onset(s.onset_step, rank_report)
+        ]
     findings = [f for f in findings if f.code not in dropped_codes]
     findings.sort(key=lambda f: (-int(f.severity), f.step if f.step is not None else -1))
     verdict = walk(run.source, findings, skipped, facts)
     preview, preview_steps = _preview(view)
     return Analysis(
-        source=run.source, verdict=verdict, findings=findings, skipped=skipped,
-        rank_report=rank_report, loss_preview=preview,
-        extras={"spike_markers": [s.onset_step for s in facts.get("spikes", [])],
-                "preview_steps": preview_steps},
+        source=run.source,
+        verdict=verdict,
+        findings=findings,
+        skipped=skipped,
+        rank_report=rank_report,
+        loss_preview=preview,
+        extras={
+            "spike_markers": [s.onset_step for s in facts.get("spikes", [])],
+            "preview_steps": preview_steps,
+        },
     )
 
 
-def ranks(source: Any, config: Thresholds | None = None, *, metric: str = "loss",
-          options: ReadOptions | None = None):
+def ranks(
+    source: Any,
+    config: Thresholds | None = None,
+    *,
+    metric: str = "loss",
+    options: ReadOptions | None = None,
+):
     """The per-rank outlier report (spec 5) for a run with ranks."""
     from stabilitycli.detect.ranks.check import find_rank_outliers
 
@@ -114,12 +127,17 @@ def _explain_by_ranks(findings: list[Finding], report) -> list[Finding]:
     for f in findings:
         if f.code in ("spike", "divergence", "plateau") and _after_rank_onset(f.step, report):
             ranks = sorted({o.rank for o in _named_outliers(report)})
-            out.append(Finding(
-                f.code, Severity.INFO,
-                f"{f.message} - explained by rank outlier(s) {', '.join(map(str, ranks))}, not an optimisation problem",
-                step=f.step, end_step=f.end_step, metric=f.metric,
-                evidence={**f.evidence, "explained_by_ranks": ranks},
-            ))
+            out.append(
+                Finding(
+                    f.code,
+                    Severity.INFO,
+                    f"{f.message} - explained by rank outlier(s) {', '.join(map(str, ranks))}, not an optimisation problem",
+                    step=f.step,
+                    end_step=f.end_step,
+                    metric=f.metric,
+                    evidence={**f.evidence, "explained_by_ranks": ranks},
+                )
+            )
         else:
             out.append(f)
     return out

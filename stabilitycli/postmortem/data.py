@@ -71,14 +71,23 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
     view = build_view(run)
     src = analysis.source
     pm = Postmortem(
-        run=src.run or src.path, path=src.path, verdict=analysis.verdict.code, cause=analysis.verdict.cause,
-        summary=analysis.verdict.summary, dtype=src.dtype, dtype_origin=src.dtype_origin,
-        first_step=src.first_step, last_step=src.last_step, remediation=list(analysis.verdict.remediation),
+        run=src.run or src.path,
+        path=src.path,
+        verdict=analysis.verdict.code,
+        cause=analysis.verdict.cause,
+        summary=analysis.verdict.summary,
+        dtype=src.dtype,
+        dtype_origin=src.dtype_origin,
+        first_step=src.first_step,
+        last_step=src.last_step,
+        remediation=list(analysis.verdict.remediation),
     )
     for finding in analysis.findings:
         if finding.code == "nan":
             pm.incidents.append(_nan_incident(finding, view, analysis, thresholds))
-    for finding in sorted((f for f in analysis.findings if f.code == "spike"), key=lambda f: f.step or 0):
+    for finding in sorted(
+        (f for f in analysis.findings if f.code == "spike"), key=lambda f: f.step or 0
+    ):
         pm.incidents.append(_spike_incident(finding, view, analysis, thresholds))
     for finding in analysis.findings:
         if finding.code == "divergence":
@@ -132,7 +141,7 @@ def round_up(value: float, digits: int = 3) -> float:
     if value == 0 or not math.isfinite(value):
         return value
     exponent = math.floor(math.log10(abs(value))) - digits + 1
-    scale = 10.0 ** exponent
+    scale = 10.0**exponent
     return round(math.ceil(value / scale) * scale, max(0, -exponent))
 
 
@@ -162,13 +171,17 @@ def _batch_symptom(view: SeriesView, step: int) -> Any:
     if not view.has("batch_id"):
         return None
     value = series_at(view, "batch_id", step)
-    return int(value) if value is not None and math.isfinite(value) and value == int(value) else value
+    return (
+        int(value) if value is not None and math.isfinite(value) and value == int(value) else value
+    )
 
 
 # ---------------------------------------------------------------- spikes
 
 
-def _spike_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds) -> Incident:
+def _spike_incident(
+    finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds
+) -> Incident:
     ev = finding.evidence
     onset, peak_step = int(ev["onset_step"]), int(ev["peak_step"])
     mu, sigma = float(ev["mu"]), float(ev["sigma"])
@@ -186,11 +199,20 @@ def _spike_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr:
     lr = series_at(view, "lr", onset)
     symptoms: list[tuple[str, Any]] = [
         ("step where the spike began", onset),
-        ("pre-spike loss (50-step EMA)", fmt(ema) if ema is not None else "no loss before the onset"),
-        ("baseline mu / sigma (trailing 100 steps)", f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(mu + thr.spike_sigma * sigma)})"),
+        (
+            "pre-spike loss (50-step EMA)",
+            fmt(ema) if ema is not None else "no loss before the onset",
+        ),
+        (
+            "baseline mu / sigma (trailing 100 steps)",
+            f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(mu + thr.spike_sigma * sigma)})",
+        ),
         (f"peak loss (step {peak_step})", f"{fmt(float(ev['peak']))} (z = {float(ev['z']):.1f})"),
         ("loss 50 steps after the peak", recovery),
-        ("pre-clip grad norm at the spike", _grad_text(grad) if grad else ("not logged" if not view.has("grad_norm") else None)),
+        (
+            "pre-clip grad norm at the spike",
+            _grad_text(grad) if grad else ("not logged" if not view.has("grad_norm") else None),
+        ),
         ("LR at the spike", f"{lr:.4g}" if lr is not None else "not logged"),
         ("dtype regime", _dtype_symptom(view)),
         ("batch index at the spike", _batch_symptom(view, onset)),
@@ -198,44 +220,64 @@ def _spike_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr:
     ]
     if view.has("tokens"):
         tokens = series_at(view, "tokens", onset)
-        symptoms.insert(1, ("tokens consumed at the onset", f"{tokens:,.0f}" if tokens is not None else None))
+        symptoms.insert(
+            1, ("tokens consumed at the onset", f"{tokens:,.0f}" if tokens is not None else None)
+        )
     supported = [h for h in hyps if h.status == "supported"]
     root = next((h.root_sentence for h in supported if h.root_sentence), None)
     remediation = next((list(h.remediation) for h in supported if h.remediation), [])
     if not recovered:
-        remediation.insert(0, f"reload the last checkpoint before step {onset} (optimizer moments after it are suspect)")
+        remediation.insert(
+            0,
+            f"reload the last checkpoint before step {onset} (optimizer moments after it are suspect)",
+        )
     if not remediation:
-        remediation = [f"inspect the batch at step {onset} (no cause in the logged series); then decide"]
+        remediation = [
+            f"inspect the batch at step {onset} (no cause in the logged series); then decide"
+        ]
     verification, expects = _spike_checks(view, ev, grad, thr, after, recovered)
     end = ev.get("recovery_step") if recovered else None
     return Incident(
         kind="spike",
         title=f"Loss spike at step {onset} (type {ev['spike_type']}, {'recovered' if recovered else 'did not recover'})"
         + (" - explained by a rank outlier" if ev.get("explained_by_ranks") else ""),
-        symptoms=symptoms, hypotheses=hyps, root_cause=root, remediation=remediation,
-        verification=verification, expects=expects, cost=_cost(view, onset, end),
+        symptoms=symptoms,
+        hypotheses=hyps,
+        root_cause=root,
+        remediation=remediation,
+        verification=verification,
+        expects=expects,
+        cost=_cost(view, onset, end),
     )
 
 
 def _grad_text(grad: dict) -> str:
-    return (f"{fmt(grad['grad_norm'])} at step {grad['grad_norm_step']} "
-            f"(baseline {fmt(grad['grad_norm_baseline'])}, {grad['ratio']:.1f}x)")
+    return (
+        f"{fmt(grad['grad_norm'])} at step {grad['grad_norm_step']} "
+        f"(baseline {fmt(grad['grad_norm_baseline'])}, {grad['ratio']:.1f}x)"
+    )
 
 
 def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[list[str], list[str]]:
     onset = int(ev["onset_step"])
     bound = round_up(float(ev["threshold"]))
-    text = [f"loss at step {onset} < {bound:g} (the pre-spike mu + {thr.spike_sigma:g} sigma; it was {fmt(float(ev['peak']))})"]
+    text = [
+        f"loss at step {onset} < {bound:g} (the pre-spike mu + {thr.spike_sigma:g} sigma; it was {fmt(float(ev['peak']))})"
+    ]
     expects = [f"loss@{onset}<{bound:g}"]
     if grad and math.isfinite(grad.get("grad_norm_baseline", float("nan"))):
         lo, hi = onset - thr.cause_lead_steps, onset + thr.recovery_window_steps
         g_bound = round_up(thr.grad_norm_outlier_ratio * grad["grad_norm_baseline"])
-        text.append(f"max grad norm in [{lo}, {hi}] < {g_bound:g} ({thr.grad_norm_outlier_ratio:g}x its "
-                    f"pre-spike mean; it was {fmt(grad['grad_norm'])})")
+        text.append(
+            f"max grad norm in [{lo}, {hi}] < {g_bound:g} ({thr.grad_norm_outlier_ratio:g}x its "
+            f"pre-spike mean; it was {fmt(grad['grad_norm'])})"
+        )
         expects.append(f"max(grad_norm)[{lo}:{hi}]<{g_bound:g}")
     if not recovered and after is not None:
         level = round_up(float(ev["mu"]) + thr.recovery_sigma * float(ev["sigma"]))
-        text.append(f"loss at step {after[0]} < {level:g} (back to baseline within 50 steps; it was {fmt(after[1])})")
+        text.append(
+            f"loss at step {after[0]} < {level:g} (back to baseline within 50 steps; it was {fmt(after[1])})"
+        )
         expects.append(f"loss@{after[0]}<{level:g}")
     return text, expects
 
@@ -243,7 +285,9 @@ def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[li
 # ---------------------------------------------------------------- NaN
 
 
-def _nan_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds) -> Incident:
+def _nan_incident(
+    finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds
+) -> Incident:
     ev = finding.evidence
     first = int(ev["first_step"])
     hyps = nan_hypotheses(finding, view, analysis, thr)
@@ -252,16 +296,38 @@ def _nan_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr: T
     origin = ev.get("origin_evidence") or {}
     symptoms: list[tuple[str, Any]] = [
         ("first non-finite step", first),
-        ("non-finite points", f"{ev['count']} of {ev['points']} ({ev.get('nan', 0)} NaN, {ev.get('pos_inf', 0)} +Inf, "
-                              f"{ev.get('neg_inf', 0)} -Inf)" + (f"; seen in {ev['series']}" if ev.get("series") != "loss" else "")),
-        ("pre-NaN loss (50-step EMA)", fmt(e) if (e := ema_before(view, first)) is not None else "no finite loss before it"),
-        ("last finite loss", fmt(ev["last_finite_loss"]) if ev.get("last_finite_loss") is not None else "none"),
-        ("recovery", "did not recover" if not _finite_after(view, first) else "the loss is finite again later"),
+        (
+            "non-finite points",
+            f"{ev['count']} of {ev['points']} ({ev.get('nan', 0)} NaN, {ev.get('pos_inf', 0)} +Inf, "
+            f"{ev.get('neg_inf', 0)} -Inf)"
+            + (f"; seen in {ev['series']}" if ev.get("series") != "loss" else ""),
+        ),
+        (
+            "pre-NaN loss (50-step EMA)",
+            fmt(e) if (e := ema_before(view, first)) is not None else "no finite loss before it",
+        ),
+        (
+            "last finite loss",
+            fmt(ev["last_finite_loss"]) if ev.get("last_finite_loss") is not None else "none",
+        ),
+        (
+            "recovery",
+            "did not recover"
+            if not _finite_after(view, first)
+            else "the loss is finite again later",
+        ),
         ("pre-clip grad norm at that step", fmt(grad) if grad is not None else "not logged"),
-        ("LR at that step", f"{lr:.4g}" if (lr := series_at(view, "lr", first)) is not None else "not logged"),
+        (
+            "LR at that step",
+            f"{lr:.4g}" if (lr := series_at(view, "lr", first)) is not None else "not logged",
+        ),
         ("dtype regime", _dtype_symptom(view)),
-        ("first non-finite layer", f"{origin['layer']} (input {origin.get('input_layer') or 'none'} finite)"
-         if origin else "no per-layer series logged"),
+        (
+            "first non-finite layer",
+            f"{origin['layer']} (input {origin.get('input_layer') or 'none'} finite)"
+            if origin
+            else "no per-layer series logged",
+        ),
         ("batch index at that step", _batch_symptom(view, first)),
         ("unusual tokens in that batch", None),
     ]
@@ -276,9 +342,17 @@ def _nan_incident(finding: Finding, view: SeriesView, analysis: Analysis, thr: T
     remediation += next((list(h.remediation) for h in supported if h.remediation), [])
     verification, expects = _nan_checks(view, first, thr)
     return Incident(
-        kind="nan", title=f"Non-finite loss from step {first}", symptoms=symptoms, hypotheses=hyps,
-        root_cause=root, remediation=remediation, verification=verification, expects=expects,
-        cost=_cost(view, first, None if not _finite_after(view, first) else _finite_after(view, first)),
+        kind="nan",
+        title=f"Non-finite loss from step {first}",
+        symptoms=symptoms,
+        hypotheses=hyps,
+        root_cause=root,
+        remediation=remediation,
+        verification=verification,
+        expects=expects,
+        cost=_cost(
+            view, first, None if not _finite_after(view, first) else _finite_after(view, first)
+        ),
     )
 
 
@@ -291,7 +365,9 @@ def _finite_after(view: SeriesView, step: int) -> int | None:
 
 def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str], list[str]]:
     steps, loss = view.points("loss")
-    stats = trailing_stats(steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points)
+    stats = trailing_stats(
+        steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points
+    )
     idx = int(np.searchsorted(steps, first))
     mean = stats.mean[idx] if idx < steps.size else float("nan")
     std = stats.std[idx] if idx < steps.size else float("nan")
@@ -300,8 +376,10 @@ def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str
     bound = round_up(mean + thr.spike_sigma * max(std, thr.sigma_floor_frac * abs(mean)))
     last = int(view.steps[-1])
     return (
-        [f"loss at step {first} < {bound:g} (finite, within the pre-NaN mu + {thr.spike_sigma:g} sigma)",
-         f"max loss in [{first}, {last}] < {bound:g} (no NaN/Inf and no blow-up to the end of the log)"],
+        [
+            f"loss at step {first} < {bound:g} (finite, within the pre-NaN mu + {thr.spike_sigma:g} sigma)",
+            f"max loss in [{first}, {last}] < {bound:g} (no NaN/Inf and no blow-up to the end of the log)",
+        ],
         [f"loss@{first}<{bound:g}", f"max(loss)[{first}:{last}]<{bound:g}"],
     )
 
@@ -316,20 +394,32 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
     lr_a, lr_b = series_at(view, "lr", start), series_at(view, "lr", int(view.steps[-1]))
     symptoms: list[tuple[str, Any]] = [
         ("rise began at step", start),
-        ("loss level at the start / end of the rising window", (f"{fmt(ev['start_level'])} -> {fmt(ev['end_level'])} "
-                                                               f"(step {end}; Mann-Kendall z = {ev['z']})")),
+        (
+            "loss level at the start / end of the rising window",
+            (
+                f"{fmt(ev['start_level'])} -> {fmt(ev['end_level'])} "
+                f"(step {end}; Mann-Kendall z = {ev['z']})"
+            ),
+        ),
         ("final loss", fmt(ev["final_loss"]) if ev.get("final_loss") is not None else None),
         ("strictly monotone", ev.get("strictly_monotone")),
-        ("LR at the start / end of the log", f"{lr_a:.4g} -> {lr_b:.4g}" if lr_a is not None and lr_b is not None else "not logged"),
+        (
+            "LR at the start / end of the log",
+            f"{lr_a:.4g} -> {lr_b:.4g}" if lr_a is not None and lr_b is not None else "not logged",
+        ),
         ("dtype regime", _dtype_symptom(view)),
     ]
     hyps = [
         Hypothesis(
-            code=c["cause"], title=CAUSE_TEXT.get(c["cause"], c["cause"]), status="supported",
-            evidence=", ".join(f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in c.items() if k != "cause"),
+            code=c["cause"],
+            title=CAUSE_TEXT.get(c["cause"], c["cause"]),
+            status="supported",
+            evidence=", ".join(
+                f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in c.items() if k != "cause"
+            ),
             series=c["cause"].replace("-rising", "").replace("-increasing", "").replace("-", "_"),
             root_sentence=f"From step {start} the loss rose from {fmt(ev['start_level'])} and never came back; "
-                          f"{CAUSE_TEXT.get(c['cause'], c['cause'])}.",
+            f"{CAUSE_TEXT.get(c['cause'], c['cause'])}.",
         )
         for c in causes
     ]
@@ -341,8 +431,13 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
     bound = round_up(float(ev["start_level"]))
     last = int(view.steps[-1])
     return Incident(
-        kind="divergence", title=f"Silent divergence from step {start}", symptoms=symptoms, hypotheses=hyps,
-        root_cause=hyps[0].root_sentence if hyps else None, remediation=remediation,
+        kind="divergence",
+        title=f"Silent divergence from step {start}",
+        symptoms=symptoms,
+        hypotheses=hyps,
+        root_cause=hyps[0].root_sentence if hyps else None,
+        remediation=remediation,
         verification=[f"loss at step {last} < {bound:g} (below the level where the rise began)"],
-        expects=[f"loss@{last}<{bound:g}"], cost=_cost(view, start, None),
+        expects=[f"loss@{last}<{bound:g}"],
+        cost=_cost(view, start, None),
     )

@@ -38,7 +38,9 @@ class Hypothesis:
 
 def _rank(hyps: list[Hypothesis], first: list[str] | None = None) -> list[Hypothesis]:
     preferred = {code: i for i, code in enumerate(first or [])}
-    return sorted(hyps, key=lambda h: (STATUS_ORDER.index(h.status), preferred.get(h.code, len(preferred))))
+    return sorted(
+        hyps, key=lambda h: (STATUS_ORDER.index(h.status), preferred.get(h.code, len(preferred)))
+    )
 
 
 def _g(value: float) -> str:
@@ -54,7 +56,9 @@ def _window(view: SeriesView, metric: str, lo: int, hi: int) -> tuple[np.ndarray
 # ---------------------------------------------------------------- spikes
 
 
-def spike_hypotheses(finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds) -> list[Hypothesis]:
+def spike_hypotheses(
+    finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds
+) -> list[Hypothesis]:
     ev = finding.evidence
     onset, end = int(ev["onset_step"]), int(ev.get("end_step") or ev["onset_step"])
     lo = onset - thr.cause_lead_steps
@@ -75,39 +79,74 @@ def spike_hypotheses(finding: Finding, view: SeriesView, analysis: Analysis, thr
 def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
     title = "long-tail / rare-token batch: one batch's gradient dominated the update"
     if not view.has("grad_norm"):
-        return Hypothesis("long-tail-token", title, "not testable", "no pre-clip grad norm logged", "grad_norm")
+        return Hypothesis(
+            "long-tail-token", title, "not testable", "no pre-clip grad norm logged", "grad_norm"
+        )
     steps, grad = view.points("grad_norm")
-    stats = trailing_stats(steps, grad, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points)
+    stats = trailing_stats(
+        steps, grad, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points
+    )
     a, b = np.searchsorted(steps, lo), np.searchsorted(steps, onset, side="right")
     if a == b:
-        return Hypothesis("long-tail-token", title, "not testable",
-                          f"grad norm not logged within [{lo}, {onset}]", "grad_norm")
+        return Hypothesis(
+            "long-tail-token",
+            title,
+            "not testable",
+            f"grad norm not logged within [{lo}, {onset}]",
+            "grad_norm",
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(np.isfinite(grad[a:b]), grad[a:b] / stats.mean[a:b], np.nan)
     if not np.isfinite(ratio).any():
-        return Hypothesis("long-tail-token", title, "ruled out",
-                          f"grad norm non-finite within [{lo}, {onset}]: an overflow or NaN, not a long-tail batch",
-                          "grad_norm")
+        return Hypothesis(
+            "long-tail-token",
+            title,
+            "ruled out",
+            f"grad norm non-finite within [{lo}, {onset}]: an overflow or NaN, not a long-tail batch",
+            "grad_norm",
+        )
     at = a + int(np.nanargmax(ratio))
-    numbers = {"grad_norm_step": int(steps[at]), "grad_norm": float(grad[at]),
-               "grad_norm_baseline": float(stats.mean[at]), "ratio": float(np.nanmax(ratio))}
-    text = (f"pre-clip grad norm {_g(numbers['grad_norm'])} at step {numbers['grad_norm_step']} = "
-            f"{numbers['ratio']:.1f}x its trailing mean {_g(numbers['grad_norm_baseline'])}")
+    numbers = {
+        "grad_norm_step": int(steps[at]),
+        "grad_norm": float(grad[at]),
+        "grad_norm_baseline": float(stats.mean[at]),
+        "ratio": float(np.nanmax(ratio)),
+    }
+    text = (
+        f"pre-clip grad norm {_g(numbers['grad_norm'])} at step {numbers['grad_norm_step']} = "
+        f"{numbers['ratio']:.1f}x its trailing mean {_g(numbers['grad_norm_baseline'])}"
+    )
     if numbers["ratio"] < thr.grad_norm_spike_ratio:
-        return Hypothesis("long-tail-token", title, "ruled out",
-                          f"{text} (a long-tail batch needs >= {thr.grad_norm_spike_ratio:g}x)", "grad_norm",
-                          numbers=numbers)
+        return Hypothesis(
+            "long-tail-token",
+            title,
+            "ruled out",
+            f"{text} (a long-tail batch needs >= {thr.grad_norm_spike_ratio:g}x)",
+            "grad_norm",
+            numbers=numbers,
+        )
     lead = onset - numbers["grad_norm_step"]
-    root = (f"At step {numbers['grad_norm_step']} the pre-clip grad norm reached {_g(numbers['grad_norm'])}, "
-            f"{numbers['ratio']:.0f}x its trailing mean of {_g(numbers['grad_norm_baseline'])}, "
-            f"{lead} step(s) before the loss jumped from {_g(float(ev['mu']))} to {_g(float(ev['peak']))}: "
-            f"one batch's gradient dominated the update (which tokens: needs a human).")
-    fix = (f"lower the grad-clip threshold towards the pre-clip baseline ({numbers['grad_norm_baseline']:.3g}; "
-           f"the spike's norm was {numbers['grad_norm']:.3g}) and batch stratified so no batch concentrates "
-           "rare tokens")
-    return Hypothesis("long-tail-token", title, "supported",
-                      f"{text} (>= {thr.grad_norm_spike_ratio:g}x), leading the loss by {lead} step(s)", "grad_norm",
-                      root_sentence=root, remediation=[fix], numbers=numbers)
+    root = (
+        f"At step {numbers['grad_norm_step']} the pre-clip grad norm reached {_g(numbers['grad_norm'])}, "
+        f"{numbers['ratio']:.0f}x its trailing mean of {_g(numbers['grad_norm_baseline'])}, "
+        f"{lead} step(s) before the loss jumped from {_g(float(ev['mu']))} to {_g(float(ev['peak']))}: "
+        f"one batch's gradient dominated the update (which tokens: needs a human)."
+    )
+    fix = (
+        f"lower the grad-clip threshold towards the pre-clip baseline ({numbers['grad_norm_baseline']:.3g}; "
+        f"the spike's norm was {numbers['grad_norm']:.3g}) and batch stratified so no batch concentrates "
+        "rare tokens"
+    )
+    return Hypothesis(
+        "long-tail-token",
+        title,
+        "supported",
+        f"{text} (>= {thr.grad_norm_spike_ratio:g}x), leading the loss by {lead} step(s)",
+        "grad_norm",
+        root_sentence=root,
+        remediation=[fix],
+        numbers=numbers,
+    )
 
 
 def _lr_test(view, lo, onset, thr: Thresholds) -> Hypothesis:
@@ -115,50 +154,86 @@ def _lr_test(view, lo, onset, thr: Thresholds) -> Hypothesis:
     if not view.has("lr"):
         return Hypothesis("lr-discontinuity", title, "not testable", "no LR logged", "lr")
     steps, lr = view.points("lr")
-    a, b = max(0, int(np.searchsorted(steps, lo)) - 1), int(np.searchsorted(steps, onset, side="right"))
+    a, b = (
+        max(0, int(np.searchsorted(steps, lo)) - 1),
+        int(np.searchsorted(steps, onset, side="right")),
+    )
     seg_steps, seg = steps[a:b], lr[a:b]
     if seg.size < 2:
-        return Hypothesis("lr-discontinuity", title, "not testable",
-                          f"fewer than 2 LR points around [{lo}, {onset}]", "lr")
+        return Hypothesis(
+            "lr-discontinuity",
+            title,
+            "not testable",
+            f"fewer than 2 LR points around [{lo}, {onset}]",
+            "lr",
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.nan_to_num(np.diff(seg) / np.abs(seg[:-1]), nan=0.0, posinf=np.inf)
     at = int(np.argmax(rel))
     before, after, step = float(seg[at]), float(seg[at + 1]), int(seg_steps[at + 1])
     if rel[at] <= thr.lr_jump_ratio:
-        return Hypothesis("lr-discontinuity", title, "ruled out",
-                          f"LR moved at most {rel[at]:+.1%} between logged points in [{lo}, {onset}] "
-                          f"({before:.4g} -> {after:.4g}; a jump needs > +{thr.lr_jump_ratio:.0%})", "lr")
+        return Hypothesis(
+            "lr-discontinuity",
+            title,
+            "ruled out",
+            f"LR moved at most {rel[at]:+.1%} between logged points in [{lo}, {onset}] "
+            f"({before:.4g} -> {after:.4g}; a jump needs > +{thr.lr_jump_ratio:.0%})",
+            "lr",
+        )
     return Hypothesis(
-        "lr-discontinuity", title, "supported",
-        f"LR jumped {before:.4g} -> {after:.4g} ({rel[at]:+.0%}) at step {step}", "lr",
+        "lr-discontinuity",
+        title,
+        "supported",
+        f"LR jumped {before:.4g} -> {after:.4g} ({rel[at]:+.0%}) at step {step}",
+        "lr",
         root_sentence=f"The learning rate jumped from {before:.4g} to {after:.4g} at step {step}, "
-                      f"{onset - step} step(s) before the loss spike: a schedule or scheduler-state bug.",
-        remediation=[f"fix the LR schedule so it is continuous at step {step} (check scheduler state on resume)"],
-        numbers={"lr_step": step, "lr_before": before, "lr": after})
+        f"{onset - step} step(s) before the loss spike: a schedule or scheduler-state bug.",
+        remediation=[
+            f"fix the LR schedule so it is continuous at step {step} (check scheduler state on resume)"
+        ],
+        numbers={"lr_step": step, "lr_before": before, "lr": after},
+    )
 
 
 def _batch_test(view, onset, ev, thr: Thresholds) -> Hypothesis:
     title = "data-loader bug: the same batch was served again"
     if not view.has("batch_id"):
-        return Hypothesis("duplicate-batch", title, "not testable",
-                          "no batch id logged (hash the batches at the spike and the steps before: needs a human)",
-                          "batch_id")
+        return Hypothesis(
+            "duplicate-batch",
+            title,
+            "not testable",
+            "no batch id logged (hash the batches at the spike and the steps before: needs a human)",
+            "batch_id",
+        )
     cause = next((c for c in ev.get("causes") or [] if c["cause"] == "duplicate-batch"), None)
     if cause is None:
         steps, ids = _window(view, "batch_id", onset - thr.duplicate_batch_window_steps, onset)
         current = ids[-1] if steps.size and steps[-1] == onset else float("nan")
-        return Hypothesis("duplicate-batch", title, "ruled out",
-                          f"batch id {_g(current)} at step {onset} differs from every id in the "
-                          f"{thr.duplicate_batch_window_steps} steps before", "batch_id")
+        return Hypothesis(
+            "duplicate-batch",
+            title,
+            "ruled out",
+            f"batch id {_g(current)} at step {onset} differs from every id in the "
+            f"{thr.duplicate_batch_window_steps} steps before",
+            "batch_id",
+        )
     bid = cause["batch_id"]
     bid_text = str(int(bid)) if float(bid).is_integer() else _g(bid)
     return Hypothesis(
-        "duplicate-batch", title, "supported",
-        f"batch id {bid_text} at step {onset} repeats step {cause['repeat_of_step']}", "batch_id",
+        "duplicate-batch",
+        title,
+        "supported",
+        f"batch id {bid_text} at step {onset} repeats step {cause['repeat_of_step']}",
+        "batch_id",
         root_sentence=f"The batch at step {onset} (id {bid_text}) is the batch of step {cause['repeat_of_step']} "
-                      "served again: a data-loader bug.",
-        remediation=[(f"fix the data loader so batch {bid_text} is not served twice (check the data cursor and "
-                     "sampler seed on resume)")])
+        "served again: a data-loader bug.",
+        remediation=[
+            (
+                f"fix the data loader so batch {bid_text} is not served twice (check the data cursor and "
+                "sampler seed on resume)"
+            )
+        ],
+    )
 
 
 def _restart_test(view, onset, thr: Thresholds) -> Hypothesis:
@@ -166,18 +241,34 @@ def _restart_test(view, onset, thr: Thresholds) -> Hypothesis:
     resumed = [r.resumed_from_step for r in view.restarts]
     near = [s for s in resumed if onset - thr.restart_spike_steps <= s <= onset]
     if not near:
-        where = f"restarts at step(s) {', '.join(map(str, resumed[:5]))}" if resumed else "no restart in the log"
-        return Hypothesis("optimizer-reset", title, "ruled out",
-                          f"no restart within the {thr.restart_spike_steps} steps before step {onset} ({where})",
-                          "step order (restarts)")
+        where = (
+            f"restarts at step(s) {', '.join(map(str, resumed[:5]))}"
+            if resumed
+            else "no restart in the log"
+        )
+        return Hypothesis(
+            "optimizer-reset",
+            title,
+            "ruled out",
+            f"no restart within the {thr.restart_spike_steps} steps before step {onset} ({where})",
+            "step order (restarts)",
+        )
     step = near[-1]
     return Hypothesis(
-        "optimizer-reset", title, "supported",
-        f"the run resumed at step {step}, {onset - step} step(s) before the spike", "step order (restarts)",
+        "optimizer-reset",
+        title,
+        "supported",
+        f"the run resumed at step {step}, {onset - step} step(s) before the spike",
+        "step order (restarts)",
         root_sentence=f"The run resumed from a checkpoint at step {step} and spiked {onset - step} step(s) later: "
-                      "the checkpoint did not restore the optimizer moments, scheduler or data cursor.",
-        remediation=[("save and restore optimizer moments, scheduler and data-loader state in the checkpoint; "
-                     f"resume again from step {step} and compare the trajectories with stab compare")])
+        "the checkpoint did not restore the optimizer moments, scheduler or data cursor.",
+        remediation=[
+            (
+                "save and restore optimizer moments, scheduler and data-loader state in the checkpoint; "
+                f"resume again from step {step} and compare the trajectories with stab compare"
+            )
+        ],
+    )
 
 
 def _overflow_test(view, lo, end) -> Hypothesis | None:
@@ -187,23 +278,43 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
     dtype = view.dtype
     evidence_series = [m for m in ("loss_scale", "overflow", "skipped_steps") if view.has(m)]
     if dtype in ("fp32", "bf16") and not evidence_series:
-        return Hypothesis("fp16-overflow", title, "ruled out",
-                          f"{dtype} run: no fp16 range limit (dtype from {view.source.dtype_origin})", "dtype")
+        return Hypothesis(
+            "fp16-overflow",
+            title,
+            "ruled out",
+            f"{dtype} run: no fp16 range limit (dtype from {view.source.dtype_origin})",
+            "dtype",
+        )
     if dtype is None and not evidence_series:
-        return Hypothesis("fp16-overflow", title, "not testable",
-                          "dtype unknown and no loss-scale / overflow series (pass --dtype)", "dtype")
+        return Hypothesis(
+            "fp16-overflow",
+            title,
+            "not testable",
+            "dtype unknown and no loss-scale / overflow series (pass --dtype)",
+            "dtype",
+        )
     counts = overflow_per_step(view)
     in_window = (view.steps >= lo) & (view.steps <= end) & (counts > 0)
     series = "/".join(evidence_series) or "grad_norm"
     if not in_window.any():
-        return Hypothesis("fp16-overflow", title, "ruled out",
-                          f"no overflow (non-finite grad norm, skipped step or scale drop) in [{lo}, {end}]", series)
+        return Hypothesis(
+            "fp16-overflow",
+            title,
+            "ruled out",
+            f"no overflow (non-finite grad norm, skipped step or scale drop) in [{lo}, {end}]",
+            series,
+        )
     first = int(view.steps[np.argmax(in_window)])
     return Hypothesis(
-        "fp16-overflow", title, "supported", f"overflow at step {first}, within the spike [{lo}, {end}]", series,
+        "fp16-overflow",
+        title,
+        "supported",
+        f"overflow at step {first}, within the spike [{lo}, {end}]",
+        series,
         root_sentence=f"An fp16 overflow at step {first} coincides with the spike: activations or gradients "
-                      "exceeded the fp16 range.",
-        remediation=["enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"])
+        "exceeded the fp16 range.",
+        remediation=["enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"],
+    )
 
 
 def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
@@ -211,42 +322,75 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
     ranks = ev.get("explained_by_ranks")
     if ranks:
         names = ", ".join(map(str, ranks))
-        outliers = [f for f in analysis.findings if f.code in ("rank-outlier", "rank-nonfinite") and f.rank in ranks]
+        outliers = [
+            f
+            for f in analysis.findings
+            if f.code in ("rank-outlier", "rank-nonfinite") and f.rank in ranks
+        ]
         detail = "; ".join(
             f"rank {f.rank} from step {f.step}: {_g(f.evidence['value'])} against a cohort median of "
             f"{_g(f.evidence['cohort_median'])}"
             for f in outliers[:3]
-            if isinstance(f.evidence.get("value"), float) and isinstance(f.evidence.get("cohort_median"), float))
+            if isinstance(f.evidence.get("value"), float)
+            and isinstance(f.evidence.get("cohort_median"), float)
+        )
         return Hypothesis(
-            "rank-outlier", title, "supported",
-            f"rank(s) {names} left the cohort at or before the spike" + (f" ({detail})" if detail else ""),
+            "rank-outlier",
+            title,
+            "supported",
+            f"rank(s) {names} left the cohort at or before the spike"
+            + (f" ({detail})" if detail else ""),
             "per-rank loss",
             root_sentence=f"Rank(s) {names} diverged from the cohort and the mean over ranks shows it as a spike.",
-            remediation=[f"inspect rank(s) {names}: data shard, GPU/node health; exclude or replace it and resume"])
+            remediation=[
+                f"inspect rank(s) {names}: data shard, GPU/node health; exclude or replace it and resume"
+            ],
+        )
     if analysis.source.ranks:
-        return Hypothesis("rank-outlier", title, "ruled out",
-                          f"{analysis.source.ranks} ranks agree at the spike", "per-rank loss")
+        return Hypothesis(
+            "rank-outlier",
+            title,
+            "ruled out",
+            f"{analysis.source.ranks} ranks agree at the spike",
+            "per-rank loss",
+        )
     return None
 
 
 # ---------------------------------------------------------------- NaN
 
 
-def nan_hypotheses(finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds) -> list[Hypothesis]:
+def nan_hypotheses(
+    finding: Finding, view: SeriesView, analysis: Analysis, thr: Thresholds
+) -> list[Hypothesis]:
     ev = finding.evidence
     first = int(ev["first_step"])
     origin = ev.get("origin_evidence") or {}
-    hyps = [_nan_dtype_test(view, first, origin), _nan_gradient_test(view, first, thr), _poisoned_test(view, first)]
+    hyps = [
+        _nan_dtype_test(view, first, origin),
+        _nan_gradient_test(view, first, thr),
+        _poisoned_test(view, first),
+    ]
     if origin:
         layer, before = origin["layer"], origin.get("input_layer") or "the input"
-        hyps.append(Hypothesis(
-            "layer-origin", f"the op in layer {layer} produced the first non-finite value", "supported",
-            f"{origin['series']} non-finite at step {origin['step']} while {before} was finite "
-            f"(forward order: {' -> '.join(origin.get('order', []))})", origin["series"],
-            root_sentence=f"At step {origin['step']} layer {layer} went non-finite while its input ({before}) was "
-                          f"finite: the NaN was created inside {layer}, not fed to it.",
-            remediation=[(f"re-run step {origin['step']} in fp32 with isnan checks inside {layer} "
-                         "(anomaly detection) to name the op")]))
+        hyps.append(
+            Hypothesis(
+                "layer-origin",
+                f"the op in layer {layer} produced the first non-finite value",
+                "supported",
+                f"{origin['series']} non-finite at step {origin['step']} while {before} was finite "
+                f"(forward order: {' -> '.join(origin.get('order', []))})",
+                origin["series"],
+                root_sentence=f"At step {origin['step']} layer {layer} went non-finite while its input ({before}) was "
+                f"finite: the NaN was created inside {layer}, not fed to it.",
+                remediation=[
+                    (
+                        f"re-run step {origin['step']} in fp32 with isnan checks inside {layer} "
+                        "(anomaly detection) to name the op"
+                    )
+                ],
+            )
+        )
     return _rank([h for h in hyps if h is not None], ["layer-origin"])
 
 
@@ -255,63 +399,123 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
 
     dtype = view.dtype
     if dtype == "fp32":
-        inner = origin and not any(w in origin["layer"].lower() for w in ("loss", "softmax", "lm_head", "logits"))
+        inner = origin and not any(
+            w in origin["layer"].lower() for w in ("loss", "softmax", "lm_head", "logits")
+        )
         why = "fp32: a NaN there is almost always log(0) in the loss or 0/0 in its reduction (spec Q1.2)"
         if inner:
             why += f"; but the first non-finite layer, {origin['layer']}, is upstream of the loss"
         return Hypothesis(
-            "log-of-zero", "log(0) or 0/0 in the loss", "possible" if inner else "supported", why, "dtype",
+            "log-of-zero",
+            "log(0) or 0/0 in the loss",
+            "possible" if inner else "supported",
+            why,
+            "dtype",
             root_sentence=f"In fp32 the loss went non-finite at step {first}: a probability driven to exactly 0 "
-                          "(log(0)) or a 0/0 in the loss reduction.",
-            remediation=[("compute the loss with log_softmax / cross_entropy on logits (never log(softmax)), or add "
-                         "an epsilon")])
+            "(log(0)) or a 0/0 in the loss reduction.",
+            remediation=[
+                (
+                    "compute the loss with log_softmax / cross_entropy on logits (never log(softmax)), or add "
+                    "an epsilon"
+                )
+            ],
+        )
     scaler = [m for m in ("loss_scale", "overflow", "skipped_steps") if view.has(m)]
-    overflow_before = bool(scaler) and bool(np.any((overflow_per_step(view) > 0) & (view.steps <= first)))
+    overflow_before = bool(scaler) and bool(
+        np.any((overflow_per_step(view) > 0) & (view.steps <= first))
+    )
     if dtype == "fp16" or overflow_before:
-        why = f"dtype fp16 ({view.source.dtype_origin})" if dtype == "fp16" else "overflows logged before the NaN"
+        why = (
+            f"dtype fp16 ({view.source.dtype_origin})"
+            if dtype == "fp16"
+            else "overflows logged before the NaN"
+        )
         return Hypothesis(
-            "activation-overflow", "fp16 activation overflow (a value above 65504)", "supported", why,
+            "activation-overflow",
+            "fp16 activation overflow (a value above 65504)",
+            "supported",
+            why,
             "/".join(scaler) or "dtype",
             root_sentence=f"In fp16 an activation exceeded 65504 at or before step {first} and the loss went non-finite.",
-            remediation=["enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"])
+            remediation=[
+                "enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"
+            ],
+        )
     if dtype == "bf16":
-        return Hypothesis("activation-overflow", "bf16 exponent overflow (near 3e38)", "possible",
-                          "bf16: rarer than fp16; exponent overflow or an overflowed gradient", "dtype")
-    return Hypothesis("log-of-zero", "log(0) / 0/0 in the loss, or an fp16 overflow", "not testable",
-                      "dtype unknown (no manifest, run parameter or loss-scale series; pass --dtype)", "dtype")
+        return Hypothesis(
+            "activation-overflow",
+            "bf16 exponent overflow (near 3e38)",
+            "possible",
+            "bf16: rarer than fp16; exponent overflow or an overflowed gradient",
+            "dtype",
+        )
+    return Hypothesis(
+        "log-of-zero",
+        "log(0) / 0/0 in the loss, or an fp16 overflow",
+        "not testable",
+        "dtype unknown (no manifest, run parameter or loss-scale series; pass --dtype)",
+        "dtype",
+    )
 
 
 def _nan_gradient_test(view, first, thr: Thresholds) -> Hypothesis:
     title = "an exploding gradient drove the weights non-finite"
     if not view.has("grad_norm"):
-        return Hypothesis("exploding-gradient", title, "not testable", "no grad norm logged", "grad_norm")
+        return Hypothesis(
+            "exploding-gradient", title, "not testable", "no grad norm logged", "grad_norm"
+        )
     steps, grad = view.points("grad_norm")
-    stats = trailing_stats(steps, grad, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points)
-    a, b = np.searchsorted(steps, first - thr.cause_lead_steps), np.searchsorted(steps, first, side="right")
+    stats = trailing_stats(
+        steps, grad, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points
+    )
+    a, b = (
+        np.searchsorted(steps, first - thr.cause_lead_steps),
+        np.searchsorted(steps, first, side="right"),
+    )
     seg, base = grad[a:b], stats.mean[a:b]
     if seg.size == 0:
-        return Hypothesis("exploding-gradient", title, "not testable",
-                          f"grad norm not logged within [{first - thr.cause_lead_steps}, {first}]", "grad_norm")
+        return Hypothesis(
+            "exploding-gradient",
+            title,
+            "not testable",
+            f"grad norm not logged within [{first - thr.cause_lead_steps}, {first}]",
+            "grad_norm",
+        )
     if not np.all(np.isfinite(seg)):
         at = int(steps[a + int(np.argmax(~np.isfinite(seg)))])
         # at the loss's own step it may be a consequence; before it, it led
-        return Hypothesis("exploding-gradient", title, "supported" if at < first else "possible",
-                          f"grad norm non-finite at step {at}" + (" (before the loss)" if at < first else
-                                                                  " (the same step as the loss)"), "grad_norm",
-                          root_sentence=f"The gradient went non-finite at step {at} and the update carried it into "
-                                        "the weights.",
-                          remediation=["clip gradients by value (+-100) in addition to clip-by-norm"])
+        return Hypothesis(
+            "exploding-gradient",
+            title,
+            "supported" if at < first else "possible",
+            f"grad norm non-finite at step {at}"
+            + (" (before the loss)" if at < first else " (the same step as the loss)"),
+            "grad_norm",
+            root_sentence=f"The gradient went non-finite at step {at} and the update carried it into "
+            "the weights.",
+            remediation=["clip gradients by value (+-100) in addition to clip-by-norm"],
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = seg / base
     k = int(np.nanargmax(ratio)) if np.isfinite(ratio).any() else 0
     text = f"max pre-clip grad norm {_g(float(seg[k]))} at step {int(steps[a + k])}"
     if math.isfinite(float(ratio[k])):
         text += f" = {float(ratio[k]):.1f}x its trailing mean"
-    status = "supported" if np.isfinite(ratio[k]) and ratio[k] >= thr.grad_norm_spike_ratio else "ruled out"
-    return Hypothesis("exploding-gradient", title, status,
-                      text + f" (an explosion needs >= {thr.grad_norm_spike_ratio:g}x)", "grad_norm",
-                      remediation=["lower the grad-clip threshold and clip by value (+-100)"]
-                      if status == "supported" else [])
+    status = (
+        "supported"
+        if np.isfinite(ratio[k]) and ratio[k] >= thr.grad_norm_spike_ratio
+        else "ruled out"
+    )
+    return Hypothesis(
+        "exploding-gradient",
+        title,
+        status,
+        text + f" (an explosion needs >= {thr.grad_norm_spike_ratio:g}x)",
+        "grad_norm",
+        remediation=["lower the grad-clip threshold and clip by value (+-100)"]
+        if status == "supported"
+        else [],
+    )
 
 
 def _poisoned_test(view, first) -> Hypothesis:
@@ -319,11 +523,21 @@ def _poisoned_test(view, first) -> Hypothesis:
     steps, loss = view.points("loss")
     later = (steps > first) & np.isfinite(loss)
     if later.any():
-        return Hypothesis("poisoned-weights", title, "ruled out",
-                          f"the loss is finite again at step {int(steps[later][0])}: the weights were not poisoned",
-                          "loss")
+        return Hypothesis(
+            "poisoned-weights",
+            title,
+            "ruled out",
+            f"the loss is finite again at step {int(steps[later][0])}: the weights were not poisoned",
+            "loss",
+        )
     after = int((steps > first).sum())
-    return Hypothesis("poisoned-weights", title, "supported" if after else "possible",
-                      f"every one of the {after} loss points after step {first} is non-finite"
-                      if after else f"step {first} is the last logged step", "loss",
-                      remediation=[f"checkpoint every K steps and keep the last one before step {first}"])
+    return Hypothesis(
+        "poisoned-weights",
+        title,
+        "supported" if after else "possible",
+        f"every one of the {after} loss points after step {first} is non-finite"
+        if after
+        else f"step {first} is the last logged step",
+        "loss",
+        remediation=[f"checkpoint every K steps and keep the last one before step {first}"],
+    )

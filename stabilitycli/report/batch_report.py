@@ -24,8 +24,11 @@ def jsonl(results: list[RunResult]) -> str:
 def github(results: list[RunResult]) -> str:
     out = []
     for r in results:
-        out.append(r.fragment.rstrip("\n") if r.ok and r.fragment else
-                   gh.annotation("error", r.path, "stab: unreadable run", r.error or ""))
+        out.append(
+            r.fragment.rstrip("\n")
+            if r.ok and r.fragment
+            else gh.annotation("error", r.path, "stab: unreadable run", r.error or "")
+        )
     return "\n".join(out) + "\n"
 
 
@@ -34,25 +37,38 @@ def junit(results: list[RunResult]) -> str:
 
     from stabilitycli.report import junit as ju
 
-    suites = [ET.fromstring(r.fragment) if r.ok and r.fragment else ju.error_suite(r.path, r.error or "")
-              for r in results]
+    suites = [
+        ET.fromstring(r.fragment) if r.ok and r.fragment else ju.error_suite(r.path, r.error or "")
+        for r in results
+    ]
     return ju.wrap(suites)
 
 
 def markdown(results: list[RunResult]) -> str:
     rows = summary_rows(results)
-    lines = [f"## stab: {len(results)} runs", "", "| run | verdict | cause | first bad step | rows |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"## stab: {len(results)} runs",
+        "",
+        "| run | verdict | cause | first bad step | rows |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {mdtext.cell(row['run'])} | `{row['verdict']}` | {row['cause'] or ''} | "
-                     f"{'' if row['first_bad_step'] is None else row['first_bad_step']} | "
-                     f"{'' if row['rows'] is None else row['rows']} |")
+        lines.append(
+            f"| {mdtext.cell(row['run'])} | `{row['verdict']}` | {row['cause'] or ''} | "
+            f"{'' if row['first_bad_step'] is None else row['first_bad_step']} | "
+            f"{'' if row['rows'] is None else row['rows']} |"
+        )
     lines.append("")
     for r in results:
         if r.ok and r.fragment:
             lines += [r.fragment.rstrip("\n"), ""]
         elif not r.ok:
-            lines += [f"### ⛔ unreadable — {mdtext.text(r.path)}", "", mdtext.text(r.error or ""), ""]
+            lines += [
+                f"### ⛔ unreadable — {mdtext.text(r.path)}",
+                "",
+                mdtext.text(r.error or ""),
+                "",
+            ]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -73,8 +89,16 @@ def terminal_table(results: list[RunResult]):
             # the reason goes to stderr, one line per run: it would not fit a cell
             table.add_row(Text(row["path"]), Text("unreadable", style="bold magenta"), "", "", "")
             continue
-        style = "green" if row["verdict"] in ("healthy", "insufficient-data") else _VERDICT_STYLE.get(row["severity"], "")
-        table.add_row(Text(str(row["run"])), Text(str(row["verdict"]), style=style), Text(row["cause"] or ""),
-                      "" if row["first_bad_step"] is None else str(row["first_bad_step"]),
-                      "" if row["rows"] is None else f"{row['rows']:,}")
+        style = (
+            "green"
+            if row["verdict"] in ("healthy", "insufficient-data")
+            else _VERDICT_STYLE.get(row["severity"], "")
+        )
+        table.add_row(
+            Text(str(row["run"])),
+            Text(str(row["verdict"]), style=style),
+            Text(row["cause"] or ""),
+            "" if row["first_bad_step"] is None else str(row["first_bad_step"]),
+            "" if row["rows"] is None else f"{row['rows']:,}",
+        )
     return table

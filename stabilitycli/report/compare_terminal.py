@@ -16,8 +16,10 @@ _BARS = "▁▂▃▄▅▆▇█"
 
 
 def build(result: Comparison) -> Group:
-    parts = [Panel(_headline(result), title=f"stab compare · {_title(result)}"),
-             Text(_settings(result), style="dim")]
+    parts = [
+        Panel(_headline(result), title=f"stab compare · {_title(result)}"),
+        Text(_settings(result), style="dim"),
+    ]
     if result.preview:
         parts.append(_curves(result))
     if result.metrics:
@@ -25,7 +27,9 @@ def build(result: Comparison) -> Group:
     if result.checks:
         parts.append(_check_table(result))
     if result.problems:
-        parts.append(Text("Problems:\n" + "\n".join(f"  • {p}" for p in result.problems), style="bold red"))
+        parts.append(
+            Text("Problems:\n" + "\n".join(f"  • {p}" for p in result.problems), style="bold red")
+        )
     notes = list(result.notes)
     if result.not_compared:
         notes.append(f"not compared (name them with --metric): {', '.join(result.not_compared)}")
@@ -42,18 +46,25 @@ def _title(result: Comparison) -> str:
 
 
 def _headline(result: Comparison) -> Text:
-    verdict = Text("PASS" if result.passed else "FAIL", style="bold green" if result.passed else "bold red")
+    verdict = Text(
+        "PASS" if result.passed else "FAIL", style="bold green" if result.passed else "bold red"
+    )
     if result.mode == "checks":
         held = sum(c.holds for c in result.checks)
-        return verdict + Text(f"  {held} of {len(result.checks)} check(s) hold on {result.candidate['path']}")
+        return verdict + Text(
+            f"  {held} of {len(result.checks)} check(s) hold on {result.candidate['path']}"
+        )
     if result.mode == "restart":
         r = result.restart
         return verdict + Text(
             f"  resumed from step {r['resumed_from_step']} after the log had reached {r['last_step_before']}: "
-            + _restart_sentence(result.metrics[0], r))
+            + _restart_sentence(result.metrics[0], r)
+        )
     first = result.metrics[0]
-    return verdict + Text(f"  candidate {result.candidate['path']} against baseline {result.baseline['path']}: "
-                          + _metric_sentence(first, result.x))
+    return verdict + Text(
+        f"  candidate {result.candidate['path']} against baseline {result.baseline['path']}: "
+        + _metric_sentence(first, result.x)
+    )
 
 
 def _restart_sentence(m: MetricComparison, restart: dict) -> str:
@@ -63,8 +74,10 @@ def _restart_sentence(m: MetricComparison, restart: dict) -> str:
     if s["within_from"] is None:
         return f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} and did not come back"
     steps = s["within_from"] - restart["resumed_from_step"]
-    return (f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} and came back "
-            f"within the band after {steps} steps (step {s['within_from']})")
+    return (
+        f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} and came back "
+        f"within the band after {steps} steps (step {s['within_from']})"
+    )
 
 
 def _metric_sentence(m: MetricComparison, x: str) -> str:
@@ -72,8 +85,11 @@ def _metric_sentence(m: MetricComparison, x: str) -> str:
     if m.passed:
         return f"{m.metric} stays within the band over {m.points} points"
     if s["diverged_at"] is not None:
-        earlier = (f" (first outside at {x} {s['first_outside']}, {s['points_outside']} of {m.points} points)"
-                   if s["first_outside"] != s["diverged_at"] else "")
+        earlier = (
+            f" (first outside at {x} {s['first_outside']}, {s['points_outside']} of {m.points} points)"
+            if s["first_outside"] != s["diverged_at"]
+            else ""
+        )
         return f"{m.metric} leaves the band for good at {x} {s['diverged_at']}{earlier}"
     return f"{m.metric} is outside the band at {s['points_outside']} point(s), first at {x} {s['first_outside']}"
 
@@ -83,9 +99,15 @@ def _settings(result: Comparison) -> str:
         return "checks read the raw logged values at optimizer steps"
     lo = "start" if result.since is None else f"{result.since:g}"
     hi = "end" if result.until is None else f"{result.until:g}"
-    judged = "each point on its own" if result.judge_points == 1 else f"median of {result.judge_points} points"
-    return (f"x = {result.x}, range {lo}–{hi}; smoothing {result.smoothing or 'none'}; "
-            f"a point is outside when the {judged} is")
+    judged = (
+        "each point on its own"
+        if result.judge_points == 1
+        else f"median of {result.judge_points} points"
+    )
+    return (
+        f"x = {result.x}, range {lo}–{hi}; smoothing {result.smoothing or 'none'}; "
+        f"a point is outside when the {judged} is"
+    )
 
 
 def _curves(result: Comparison) -> Text:
@@ -103,10 +125,15 @@ def _curves(result: Comparison) -> Text:
     if "▲" in marks:
         text.append(" " * (len(pv["metric"]) + width + 2))
         text.append(marks, style="bold red")
-        text.append(f"  outside the band ({result.x} {pv['x'][0]}–{pv['x'][-1]}, same scale {low:.3g}–{high:.3g})")
+        text.append(
+            f"  outside the band ({result.x} {pv['x'][0]}–{pv['x'][-1]}, same scale {low:.3g}–{high:.3g})"
+        )
     else:
-        text.append(f"{'':{len(pv['metric']) + width + 2}}same scale {low:.3g}–{high:.3g}, {result.x} "
-                    f"{pv['x'][0]}–{pv['x'][-1]}", style="dim")
+        text.append(
+            f"{'':{len(pv['metric']) + width + 2}}same scale {low:.3g}–{high:.3g}, {result.x} "
+            f"{pv['x'][0]}–{pv['x'][-1]}",
+            style="dim",
+        )
     return text
 
 
@@ -118,17 +145,33 @@ def _spark(values: list[float], low: float, high: float) -> str:
         if v is None or not math.isfinite(v):
             out.append("×")
         else:
-            out.append(_BARS[min(len(_BARS) - 1, max(0, int((v - low) / span * (len(_BARS) - 1) + 0.5)))])
+            out.append(
+                _BARS[min(len(_BARS) - 1, max(0, int((v - low) / span * (len(_BARS) - 1) + 0.5)))]
+            )
     return "".join(out)
 
 
 def _metric_table(result: Comparison) -> Group:
-    title = ("Deviation of the resumed trajectory from the abandoned one" if result.mode == "restart"
-             else "Deviation of the candidate from the baseline")
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1))
-    for name, justify in (("metric", "left"), ("pts", "right"), ("band±", "right"), ("max|Δ|", "right"),
-                          ("@", "right"), ("mean|Δ|", "right"), ("out", "right"), ("parted", "right"),
-                          ("back", "right"), ("", "left")):
+    title = (
+        "Deviation of the resumed trajectory from the abandoned one"
+        if result.mode == "restart"
+        else "Deviation of the candidate from the baseline"
+    )
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1)
+    )
+    for name, justify in (
+        ("metric", "left"),
+        ("pts", "right"),
+        ("band±", "right"),
+        ("max|Δ|", "right"),
+        ("@", "right"),
+        ("mean|Δ|", "right"),
+        ("out", "right"),
+        ("parted", "right"),
+        ("back", "right"),
+        ("", "left"),
+    ):
         table.add_column(name, justify=justify, overflow="fold")
     origins: list[str] = []
     for m in result.metrics:
@@ -137,20 +180,36 @@ def _metric_table(result: Comparison) -> Group:
             origins.append(m.tolerance["origin"])
         mark = "*" * (origins.index(m.tolerance["origin"]) + 1)
         table.add_row(
-            m.metric, f"{m.points}", _band(m.tolerance) + mark,
-            _g(s["max_abs_deviation"]), _opt(s["max_deviation_at"]), _g(s["mean_abs_deviation"]),
+            m.metric,
+            f"{m.points}",
+            _band(m.tolerance) + mark,
+            _g(s["max_abs_deviation"]),
+            _opt(s["max_deviation_at"]),
+            _g(s["mean_abs_deviation"]),
             f"{s['points_outside']}" + ("!" if s["nonfinite_mismatches"] else ""),
-            _opt(s["diverged_at"]), _opt(s["within_from"]),
+            _opt(s["diverged_at"]),
+            _opt(s["within_from"]),
             _verdict(m),
         )
     legend = [f"{'*' * (i + 1)} band: {origin}" for i, origin in enumerate(origins)]
-    legend += [f"{m.metric}: band {_band_range(m.tolerance)} along the compared range"
-               for m in result.metrics if _band_range(m.tolerance)]
-    legend += [f"{m.metric}: {m.stats['nonfinite_mismatches']} point(s) non-finite in one run only (!)"
-               for m in result.metrics if m.stats["nonfinite_mismatches"]]
-    legend.append("out: points outside the band; parted: outside from there to the end; back: inside from there on")
-    interp = [f"{m.metric}: {m.interpolated_points} of {m.points} points interpolated onto the {m.grid}'s grid"
-              for m in result.metrics if m.interpolated_points]
+    legend += [
+        f"{m.metric}: band {_band_range(m.tolerance)} along the compared range"
+        for m in result.metrics
+        if _band_range(m.tolerance)
+    ]
+    legend += [
+        f"{m.metric}: {m.stats['nonfinite_mismatches']} point(s) non-finite in one run only (!)"
+        for m in result.metrics
+        if m.stats["nonfinite_mismatches"]
+    ]
+    legend.append(
+        "out: points outside the band; parted: outside from there to the end; back: inside from there on"
+    )
+    interp = [
+        f"{m.metric}: {m.interpolated_points} of {m.points} points interpolated onto the {m.grid}'s grid"
+        for m in result.metrics
+        if m.interpolated_points
+    ]
     return Group(table, Text("\n".join(legend + interp), style="dim"))
 
 

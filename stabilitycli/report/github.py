@@ -32,7 +32,11 @@ def render(analysis: Analysis) -> str:
     path = analysis.source.path
     v = analysis.verdict
     level = "notice" if v.code in ("healthy", "insufficient-data") else LEVEL[v.severity]
-    lines = [annotation(level, path, f"stab verdict: {v.code}" + (f" ({v.cause})" if v.cause else ""), v.summary)]
+    lines = [
+        annotation(
+            level, path, f"stab verdict: {v.code}" + (f" ({v.cause})" if v.cause else ""), v.summary
+        )
+    ]
     lines += [_finding(f, path) for f in analysis.findings]
     return "\n".join(lines) + "\n"
 

@@ -23,8 +23,18 @@ from stabilitycli.report.plotdata import Line, Markers, Panel, Plots
 PLOTLY_MISSING = "stab report needs plotly: pip install 'stabilitycli[report]'"
 
 _MARKER_STYLE = {
-    "spike": {"symbol": "triangle-up", "size": 13, "color": "#d62728", "line": {"width": 1, "color": "#000"}},
-    "cause": {"symbol": "star", "size": 13, "color": "#d62728", "line": {"width": 1, "color": "#000"}},
+    "spike": {
+        "symbol": "triangle-up",
+        "size": 13,
+        "color": "#d62728",
+        "line": {"width": 1, "color": "#000"},
+    },
+    "cause": {
+        "symbol": "star",
+        "size": 13,
+        "color": "#d62728",
+        "line": {"width": 1, "color": "#000"},
+    },
     "nonfinite": {"symbol": "x", "size": 10, "color": "#b00000"},
     "overflow": {"symbol": "diamond", "size": 7, "color": "#ff7f0e"},
     "blip": {"symbol": "circle-open", "size": 7, "color": "#7f7f7f"},
@@ -56,7 +66,10 @@ def render(analysis: Analysis, plots: Plots, *, js: str | None = None) -> str:
         _verdict_block(analysis),
         _source_block(analysis, plots),
         '<section id="plots">',
-        *(f'<div class="plot" id="plot-{i}" data-panel="{_e(p.key)}"></div>' for i, p in enumerate(plots.panels)),
+        *(
+            f'<div class="plot" id="plot-{i}" data-panel="{_e(p.key)}"></div>'
+            for i, p in enumerate(plots.panels)
+        ),
         "</section>",
         _path_table(v.path),
         _remedy_block(v.remediation),
@@ -64,8 +77,12 @@ def render(analysis: Analysis, plots: Plots, *, js: str | None = None) -> str:
         _notes_block(analysis),
     ]
     return _PAGE.format(
-        title=_e(title), css=_CSS, body="\n".join(b for b in body if b), data=data,
-        plotly=(js if js is not None else plotly_js()).replace("</script", "<\\/script"), boot=_BOOT,
+        title=_e(title),
+        css=_CSS,
+        body="\n".join(b for b in body if b),
+        data=data,
+        plotly=(js if js is not None else plotly_js()).replace("</script", "<\\/script"),
+        boot=_BOOT,
     )
 
 
@@ -85,20 +102,53 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
         traces.append(_marker_trace(markers))
     if panel.heatmap is not None:
         h = panel.heatmap
-        traces.append({
-            "type": "heatmap", "x": h.x, "y": h.y, "z": h.z, "text": [[_p(t) for t in row] for row in h.text],
-            "hovertemplate": "%{text}<extra></extra>", "zmin": -10, "zmax": 11,
-            # z runs -10..+10 (clipped robust z) blue-white-red; 11 (non-finite) alone is black
-            "colorscale": [[0, "#2166ac"], [10 / 21, "#f7f7f7"], [20 / 21, "#b2182b"], [20.5 / 21, "#000000"],
-                           [1, "#000000"]],
-            "colorbar": {"title": {"text": "robust z"}}, "hoverongaps": False,
-        })
+        traces.append(
+            {
+                "type": "heatmap",
+                "x": h.x,
+                "y": h.y,
+                "z": h.z,
+                "text": [[_p(t) for t in row] for row in h.text],
+                "hovertemplate": "%{text}<extra></extra>",
+                "zmin": -10,
+                "zmax": 11,
+                # z runs -10..+10 (clipped robust z) blue-white-red; 11 (non-finite) alone is black
+                "colorscale": [
+                    [0, "#2166ac"],
+                    [10 / 21, "#f7f7f7"],
+                    [20 / 21, "#b2182b"],
+                    [20.5 / 21, "#000000"],
+                    [1, "#000000"],
+                ],
+                "colorbar": {"title": {"text": "robust z"}},
+                "hoverongaps": False,
+            }
+        )
     shapes, notes = [], []
     for x, label in plots.restarts:
-        shapes.append({"type": "line", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1,
-                       "line": {"color": "#2ca02c", "width": 1.5, "dash": "dash"}})
-        notes.append({"x": x, "yref": "paper", "y": 1, "text": _p(label), "showarrow": False,
-                      "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": "#2ca02c"}})
+        shapes.append(
+            {
+                "type": "line",
+                "x0": x,
+                "x1": x,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#2ca02c", "width": 1.5, "dash": "dash"},
+            }
+        )
+        notes.append(
+            {
+                "x": x,
+                "yref": "paper",
+                "y": 1,
+                "text": _p(label),
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "top",
+                "font": {"size": 10, "color": "#2ca02c"},
+            }
+        )
     layout = {
         "title": {"text": _p(panel.title), "font": {"size": 15}},
         "height": 440 if panel.heatmap is not None else 350,
@@ -106,14 +156,23 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
         "xaxis": {"title": {"text": _p(plots.x_title)}},
         "yaxis": {"title": {"text": _p(panel.y_title)}, **({"type": "log"} if panel.log_y else {})},
         "legend": {"orientation": "h", "y": -0.3},
-        "shapes": shapes, "annotations": notes, "hovermode": "closest",
+        "shapes": shapes,
+        "annotations": notes,
+        "hovermode": "closest",
     }
     return {"data": traces, "layout": layout}
 
 
 def _line_trace(line: Line) -> dict[str, Any]:
-    trace = {"type": "scatter", "mode": "lines", "name": _p(line.name), "x": line.x, "y": line.y,
-             "connectgaps": False, "hovertemplate": f"{_p(line.name)}<br>%{{x}}: %{{y:.4g}}<extra></extra>"}
+    trace = {
+        "type": "scatter",
+        "mode": "lines",
+        "name": _p(line.name),
+        "x": line.x,
+        "y": line.y,
+        "connectgaps": False,
+        "hovertemplate": f"{_p(line.name)}<br>%{{x}}: %{{y:.4g}}<extra></extra>",
+    }
     if line.role in _LINE_STYLE:
         trace["line"] = _LINE_STYLE[line.role]
     if line.role == "band-high":
@@ -123,16 +182,28 @@ def _line_trace(line: Line) -> dict[str, Any]:
 
 
 def _marker_trace(markers: Markers) -> dict[str, Any]:
-    return {"type": "scatter", "mode": "markers", "name": _p(markers.name), "x": markers.x, "y": markers.y,
-            "text": [_p(t) for t in markers.text], "hovertemplate": "%{text}<extra></extra>",
-            "marker": _MARKER_STYLE.get(markers.role, {})}
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": _p(markers.name),
+        "x": markers.x,
+        "y": markers.y,
+        "text": [_p(t) for t in markers.text],
+        "hovertemplate": "%{text}<extra></extra>",
+        "marker": _MARKER_STYLE.get(markers.role, {}),
+    }
 
 
 def _script_json(value: Any) -> str:
     """JSON that cannot end the <script> element it sits in, whatever the strings hold."""
     text = json.dumps(value, allow_nan=False, separators=(",", ":"))
-    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(char, escape)
     return text
 
@@ -148,29 +219,46 @@ def _verdict_block(analysis: Analysis) -> str:
     v = analysis.verdict
     cls = "healthy" if v.code in ("healthy", "insufficient-data") else _SEVERITY_CLASS[v.severity]
     cause = f' <span class="cause">cause: {_e(v.cause)}</span>' if v.cause else ""
-    return (f'<div class="verdict {cls}"><span class="code">{_e(v.code)}</span>{cause}'
-            f'<p>{_e(v.summary)}</p></div>')
+    return (
+        f'<div class="verdict {cls}"><span class="code">{_e(v.code)}</span>{cause}'
+        f"<p>{_e(v.summary)}</p></div>"
+    )
 
 
 def _source_block(analysis: Analysis, plots: Plots) -> str:
     s = analysis.source
-    metrics = ", ".join(f"{k} &larr; {_e(val)}" for k, val in s.metrics.items()
-                        if k in ("loss", "grad_norm", "lr", "loss_scale", "tokens"))
+    metrics = ", ".join(
+        f"{k} &larr; {_e(val)}"
+        for k, val in s.metrics.items()
+        if k in ("loss", "grad_norm", "lr", "loss_scale", "tokens")
+    )
     ranks = f"; {s.ranks} ranks" if s.ranks else ""
-    drawn = (f"; plots draw {plots.points_drawn:,} of {plots.points_in:,} logged values "
-             "(min/max per bucket, every flagged point kept)") if plots.points_in else ""
-    return (f'<p class="source"><b>{_e(s.path)}</b> ({_e(s.format)}): {s.rows_read:,} rows read, {s.rows_used:,} used, '
-            f"{s.rows_rejected:,} rejected; steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
-            f"dtype {_e(s.dtype or 'unknown')}; {metrics}{drawn}</p>")
+    drawn = (
+        (
+            f"; plots draw {plots.points_drawn:,} of {plots.points_in:,} logged values "
+            "(min/max per bucket, every flagged point kept)"
+        )
+        if plots.points_in
+        else ""
+    )
+    return (
+        f'<p class="source"><b>{_e(s.path)}</b> ({_e(s.format)}): {s.rows_read:,} rows read, {s.rows_used:,} used, '
+        f"{s.rows_rejected:,} rejected; steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
+        f"dtype {_e(s.dtype or 'unknown')}; {metrics}{drawn}</p>"
+    )
 
 
 def _path_table(path) -> str:
     if not path:
         return ""
-    rows = "".join(f"<tr><td>{_e(p.question)}</td><td>{_e(p.answer)}</td><td>{_e(p.evidence)}</td></tr>"
-                   for p in path)
-    return ('<h2>Questions asked</h2><table class="path"><tr><th>Q</th><th>answer</th><th>evidence</th></tr>'
-            f"{rows}</table>")
+    rows = "".join(
+        f"<tr><td>{_e(p.question)}</td><td>{_e(p.answer)}</td><td>{_e(p.evidence)}</td></tr>"
+        for p in path
+    )
+    return (
+        '<h2>Questions asked</h2><table class="path"><tr><th>Q</th><th>answer</th><th>evidence</th></tr>'
+        f"{rows}</table>"
+    )
 
 
 def _remedy_block(remedies: list[str]) -> str:
@@ -186,11 +274,19 @@ def _findings_table(analysis: Analysis, limit: int = 200) -> str:
     for f in analysis.findings[:limit]:
         step = "" if f.step is None else f.step
         rank = "" if f.rank is None else f.rank
-        rows.append(f'<tr class="{_SEVERITY_CLASS[f.severity]}"><td>{f.severity}</td><td>{_e(f.code)}</td>'
-                    f"<td>{_e(step)}</td><td>{_e(rank)}</td><td>{_e(f.message)}</td></tr>")
-    more = f"<p>{len(analysis.findings) - limit} more findings not shown.</p>" if len(analysis.findings) > limit else ""
-    return (f"<h2>Findings ({len(analysis.findings)})</h2><table><tr><th>severity</th><th>code</th><th>step</th>"
-            f"<th>rank</th><th>message</th></tr>{''.join(rows)}</table>{more}")
+        rows.append(
+            f'<tr class="{_SEVERITY_CLASS[f.severity]}"><td>{f.severity}</td><td>{_e(f.code)}</td>'
+            f"<td>{_e(step)}</td><td>{_e(rank)}</td><td>{_e(f.message)}</td></tr>"
+        )
+    more = (
+        f"<p>{len(analysis.findings) - limit} more findings not shown.</p>"
+        if len(analysis.findings) > limit
+        else ""
+    )
+    return (
+        f"<h2>Findings ({len(analysis.findings)})</h2><table><tr><th>severity</th><th>code</th><th>step</th>"
+        f"<th>rank</th><th>message</th></tr>{''.join(rows)}</table>{more}"
+    )
 
 
 def _notes_block(analysis: Analysis) -> str:
@@ -198,7 +294,9 @@ def _notes_block(analysis: Analysis) -> str:
     notes = [*s.warnings, *s.notes, *(f"{k.code}: {k.reason}" for k in analysis.skipped)]
     if not notes:
         return ""
-    return '<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>"
+    return (
+        '<h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>"
+    )
 
 
 _CSS = """

@@ -54,8 +54,15 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
     if v.code not in ("healthy", "insufficient-data") and v.severity >= fail_on:
         failures += 1
         node = ET.SubElement(verdict, "failure", message=_x(f"{v.code}: {v.summary}"), type=v.code)
-        node.text = _x("\n".join([v.summary, *(f"{p.question}: {p.answer} - {p.evidence}" for p in v.path),
-                                  *(f"remedy: {r}" for r in v.remediation)]))
+        node.text = _x(
+            "\n".join(
+                [
+                    v.summary,
+                    *(f"{p.question}: {p.answer} - {p.evidence}" for p in v.path),
+                    *(f"remedy: {r}" for r in v.remediation),
+                ]
+            )
+        )
     else:
         ET.SubElement(verdict, "system-out").text = _x(f"{v.code}: {v.summary}")
 
@@ -67,9 +74,14 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
             if f.severity >= fail_on:
                 failures += 1
                 where = f" at step {f.step}" if f.step is not None else ""
-                node = ET.SubElement(case, "failure", message=_x(f"{f.code}{where}: {f.message}"), type=_x(f.code))
-                node.text = _x(f"{f.severity} {f.code}{where}" + (f" rank {f.rank}" if f.rank is not None else "")
-                               + f"\n{f.message}")
+                node = ET.SubElement(
+                    case, "failure", message=_x(f"{f.code}{where}: {f.message}"), type=_x(f.code)
+                )
+                node.text = _x(
+                    f"{f.severity} {f.code}{where}"
+                    + (f" rank {f.rank}" if f.rank is not None else "")
+                    + f"\n{f.message}"
+                )
             else:
                 quiet.append(f"{f.severity} {f.code} step {f.step}: {f.message}")
         if not found and name in skipped:
@@ -100,7 +112,9 @@ def render(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> str:
 
 def error_suite(path: str, message: str) -> ET.Element:
     """A run that could not be read: one testcase with an `<error>` (batch mode)."""
-    suite = ET.Element("testsuite", name=_x(f"stab: {path}"), tests="1", failures="0", errors="1", skipped="0")
+    suite = ET.Element(
+        "testsuite", name=_x(f"stab: {path}"), tests="1", failures="0", errors="1", skipped="0"
+    )
     case = ET.SubElement(suite, "testcase", classname=_x(f"stab.{path}"), name="read")
     ET.SubElement(case, "error", message=_x(message), type="StabInputError")
     return suite

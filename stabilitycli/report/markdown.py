@@ -14,24 +14,36 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
     h = "#" * heading_level
     icon = "🟢" if v.code in ("healthy", "insufficient-data") else ICON[v.severity]
     lines = [
-        f"{h} {icon} stab: `{v.code}`" + (f" (cause: `{v.cause}`)" if v.cause else "") + f" — {mdtext.text(s.run or s.path)}",
+        f"{h} {icon} stab: `{v.code}`"
+        + (f" (cause: `{v.cause}`)" if v.cause else "")
+        + f" — {mdtext.text(s.run or s.path)}",
         "",
         mdtext.text(v.summary),
         "",
         f"{mdtext.code(s.path)} ({s.format}): {s.rows_read:,} rows, {s.rows_rejected:,} rejected; "
-        f"steps {s.first_step}–{s.last_step}; dtype {s.dtype or 'unknown'}" + (f"; {s.ranks} ranks" if s.ranks else ""),
+        f"steps {s.first_step}–{s.last_step}; dtype {s.dtype or 'unknown'}"
+        + (f"; {s.ranks} ranks" if s.ranks else ""),
         "",
     ]
     if v.path:
         lines += ["| Q | answer | evidence |", "|---|---|---|"]
-        lines += [f"| {p.question} | {mdtext.cell(p.answer)} | {mdtext.cell(p.evidence)} |" for p in v.path]
+        lines += [
+            f"| {p.question} | {mdtext.cell(p.answer)} | {mdtext.cell(p.evidence)} |"
+            for p in v.path
+        ]
         lines.append("")
     if analysis.findings:
-        lines += ["<details><summary>Findings (" + str(len(analysis.findings)) + ")</summary>", "",
-                  "| | severity | code | step | message |", "|---|---|---|---|---|"]
+        lines += [
+            "<details><summary>Findings (" + str(len(analysis.findings)) + ")</summary>",
+            "",
+            "| | severity | code | step | message |",
+            "|---|---|---|---|---|",
+        ]
         for f in analysis.findings[:MAX_FINDINGS]:
             step = "" if f.step is None else str(f.step)
-            lines.append(f"| {ICON[f.severity]} | {f.severity} | `{f.code}` | {step} | {mdtext.cell(f.message)} |")
+            lines.append(
+                f"| {ICON[f.severity]} | {f.severity} | `{f.code}` | {step} | {mdtext.cell(f.message)} |"
+            )
         if len(analysis.findings) > MAX_FINDINGS:
             lines.append(f"| | | | | {len(analysis.findings) - MAX_FINDINGS} more |")
         lines += ["", "</details>", ""]

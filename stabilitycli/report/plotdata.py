@@ -71,16 +71,26 @@ class Plots:
     points_drawn: int = 0  # values written to the page
 
 
-def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None, *, x_axis: str = "steps",
-          buckets: int = DISPLAY_BUCKETS) -> Plots:
+def build(
+    analysis: Analysis,
+    run: RunData,
+    thresholds: Thresholds | None = None,
+    *,
+    x_axis: str = "steps",
+    buckets: int = DISPLAY_BUCKETS,
+) -> Plots:
     thr = thresholds or Thresholds()
     view = build_view(run)
     to_x, x_title = _x_mapping(view, x_axis)
     flagged = _flagged_steps(analysis)
     plots = Plots(x_title=x_title, panels=[], restarts=[])
     for r in view.restarts:
-        plots.restarts.append((float(to_x(np.array([r.resumed_from_step]))[0]),
-                               f"restart: resumed from step {r.resumed_from_step} (was at {r.last_step_before})"))
+        plots.restarts.append(
+            (
+                float(to_x(np.array([r.resumed_from_step]))[0]),
+                f"restart: resumed from step {r.resumed_from_step} (was at {r.last_step_before})",
+            )
+        )
     builders = (_loss_panel, _grad_panel, _lr_panel, _scale_panel, _layer_panel)
     for make in builders:
         panel = make(view, analysis, thr, to_x, flagged, buckets, plots)
@@ -107,8 +117,12 @@ def _x_mapping(view: SeriesView, x_axis: str):
             if ok.sum() >= 2:
                 s, v = steps[ok].astype(np.float64), values[ok]
                 # consumed tokens grow linearly between logged points; extrapolate at the same rate
-                return (lambda at, s=s, v=v: _interp_linear(np.asarray(at, dtype=np.float64), s, v)), metric
-    raise StabUsageError(f"{view.source.path}: --x tokens needs a tokens or samples series in the log; use --x steps")
+                return (
+                    lambda at, s=s, v=v: _interp_linear(np.asarray(at, dtype=np.float64), s, v)
+                ), metric
+    raise StabUsageError(
+        f"{view.source.path}: --x tokens needs a tokens or samples series in the log; use --x steps"
+    )
 
 
 def _interp_linear(at: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
@@ -125,7 +139,14 @@ def _flagged_steps(analysis: Analysis) -> np.ndarray:
         for value in (f.step, f.end_step):
             if value is not None:
                 steps.add(int(value))
-        for key in ("onset_step", "peak_step", "recovery_step", "first_step", "start_step", "end_step"):
+        for key in (
+            "onset_step",
+            "peak_step",
+            "recovery_step",
+            "first_step",
+            "start_step",
+            "end_step",
+        ):
             value = f.evidence.get(key)
             if isinstance(value, (int, np.integer)):
                 steps.add(int(value))
@@ -141,7 +162,9 @@ def _flagged_steps(analysis: Analysis) -> np.ndarray:
 # ---------------------------------------------------------------- downsampling
 
 
-def keep_indices(values: np.ndarray, buckets: int, must_keep: np.ndarray | None = None) -> np.ndarray:
+def keep_indices(
+    values: np.ndarray, buckets: int, must_keep: np.ndarray | None = None
+) -> np.ndarray:
     """Indices to draw: min and max of each of `buckets` equal-count buckets, ends, and `must_keep`.
 
     Non-finite values take part as the first non-finite point of each bucket,
@@ -185,9 +208,16 @@ def _nonfinite_markers(name: str, steps, values, idx, to_x, at_y: float | None) 
     sel = idx[~np.isfinite(values[idx])]
     if not sel.size:
         return None
-    labels = ["NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf") for v in values[sel].tolist()]
-    return Markers(f"{name} non-finite", to_x(steps[sel]).tolist(), [at_y] * sel.size,
-                   [f"{name} = {lab} at step {int(s)}" for lab, s in zip(labels, steps[sel].tolist())], "nonfinite")
+    labels = [
+        "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf") for v in values[sel].tolist()
+    ]
+    return Markers(
+        f"{name} non-finite",
+        to_x(steps[sel]).tolist(),
+        [at_y] * sel.size,
+        [f"{name} = {lab} at step {int(s)}" for lab, s in zip(labels, steps[sel].tolist())],
+        "nonfinite",
+    )
 
 
 def _top(values: np.ndarray) -> float | None:
@@ -204,11 +234,15 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
     steps, loss, idx = _series(view, "loss", flagged, buckets, plots)
     x = to_x(steps[idx]).tolist()
     panel = Panel("loss", "Loss", "loss")
-    stats = trailing_stats(steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points)
+    stats = trailing_stats(
+        steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points
+    )
     sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thr.sigma_floor_frac * np.abs(stats.mean))
     band_label = f"trailing mu + {thr.spike_sigma:g} sigma ({stats.description})"
     panel.lines.append(Line("trailing mean mu", x, _clean(stats.mean[idx]), "band-low"))
-    panel.lines.append(Line(band_label, x, _clean((stats.mean + thr.spike_sigma * sigma)[idx]), "band-high"))
+    panel.lines.append(
+        Line(band_label, x, _clean((stats.mean + thr.spike_sigma * sigma)[idx]), "band-high")
+    )
     panel.lines.append(Line("loss", x, _clean(loss[idx])))
     top = _top(loss)
     bad = _nonfinite_markers("loss", steps, loss, idx, to_x, top)
@@ -222,9 +256,11 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
             onset, peak_step = int(ev["onset_step"]), int(ev["peak_step"])
             peak = float(ev["peak"])
             cause = (ev.get("causes") or [{}])[0].get("cause", "no evident cause")
-            text = (f"spike at step {onset}: peak {peak:.4g} at step {peak_step} > mu {float(ev['mu']):.4g} + "
-                    f"{thr.spike_sigma:g} sigma; type {ev['spike_type']}, "
-                    f"{'recovered' if ev.get('recovered') else 'did not recover'}; cause: {cause}")
+            text = (
+                f"spike at step {onset}: peak {peak:.4g} at step {peak_step} > mu {float(ev['mu']):.4g} + "
+                f"{thr.spike_sigma:g} sigma; type {ev['spike_type']}, "
+                f"{'recovered' if ev.get('recovered') else 'did not recover'}; cause: {cause}"
+            )
             xs.append(float(to_x(np.array([peak_step]))[0]))
             ys.append(peak if math.isfinite(peak) else top)
             texts.append(text)
@@ -233,8 +269,15 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
     if blip is not None:
         bs = np.array(blip.evidence.get("steps", []), dtype=np.int64)
         vals = value_at_or_before(steps, loss, bs) if bs.size else np.array([])
-        panel.markers.append(Markers("blip (noise, not a spike)", to_x(bs).tolist(), _clean(vals),
-                                     [f"blip at step {int(s)}" for s in bs.tolist()], "blip"))
+        panel.markers.append(
+            Markers(
+                "blip (noise, not a spike)",
+                to_x(bs).tolist(),
+                _clean(vals),
+                [f"blip at step {int(s)}" for s in bs.tolist()],
+                "blip",
+            )
+        )
     return panel
 
 
@@ -253,8 +296,10 @@ def _grad_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | N
             if cause.get("cause") == "long-tail-token":
                 xs.append(float(to_x(np.array([cause["grad_norm_step"]]))[0]))
                 ys.append(float(cause["grad_norm"]))
-                texts.append(f"grad norm {cause['grad_norm']:.4g} at step {cause['grad_norm_step']} = "
-                             f"{cause['ratio']:.1f}x its trailing mean {cause['grad_norm_baseline']:.4g}")
+                texts.append(
+                    f"grad norm {cause['grad_norm']:.4g} at step {cause['grad_norm_step']} = "
+                    f"{cause['ratio']:.1f}x its trailing mean {cause['grad_norm_baseline']:.4g}"
+                )
     if xs:
         panel.markers.append(Markers("grad-norm spike (spike cause)", xs, ys, texts, "cause"))
     return panel
@@ -266,11 +311,22 @@ def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | Non
     steps, lr, idx = _series(view, "lr", flagged, buckets, plots)
     panel = Panel("lr", "Learning rate", "LR")
     panel.lines.append(Line("lr", to_x(steps[idx]).tolist(), _clean(lr[idx])))
-    jumps = [f for f in analysis.findings if f.code in ("lr-jump", "lr-increasing") and f.step is not None]
+    jumps = [
+        f
+        for f in analysis.findings
+        if f.code in ("lr-jump", "lr-increasing") and f.step is not None
+    ]
     if jumps:
         at = np.array([f.step for f in jumps], dtype=np.int64)
-        panel.markers.append(Markers("LR finding", to_x(at).tolist(), _clean(value_at_or_before(steps, lr, at)),
-                                     [f.message for f in jumps], "jump"))
+        panel.markers.append(
+            Markers(
+                "LR finding",
+                to_x(at).tolist(),
+                _clean(value_at_or_before(steps, lr, at)),
+                [f.message for f in jumps],
+                "jump",
+            )
+        )
     return panel
 
 
@@ -286,17 +342,33 @@ def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
     over = np.flatnonzero(counts > 0)
     top = None
     if has_scale:
-        steps, scale, idx = _series(view, "loss_scale", np.concatenate([flagged, view.steps[over]]), buckets, plots)
+        steps, scale, idx = _series(
+            view, "loss_scale", np.concatenate([flagged, view.steps[over]]), buckets, plots
+        )
         panel.lines.append(Line("loss_scale", to_x(steps[idx]).tolist(), _clean(scale[idx])))
         top = _top(scale)
     if over.size:
         # one marker per overflow step, thinned to the display budget (the count says how many)
-        shown = over if over.size <= 2 * DISPLAY_BUCKETS else over[keep_indices(over.astype(float), DISPLAY_BUCKETS)]
+        shown = (
+            over
+            if over.size <= 2 * DISPLAY_BUCKETS
+            else over[keep_indices(over.astype(float), DISPLAY_BUCKETS)]
+        )
         at = view.steps[shown]
-        ys = _clean(value_at_or_before(*view.points("loss_scale"), at)) if has_scale else [1.0] * at.size
-        panel.markers.append(Markers(f"overflow ({over.size} steps)", to_x(at).tolist(),
-                                     [y if y is not None else top for y in ys],
-                                     [f"overflow at step {int(s)}" for s in at.tolist()], "overflow"))
+        ys = (
+            _clean(value_at_or_before(*view.points("loss_scale"), at))
+            if has_scale
+            else [1.0] * at.size
+        )
+        panel.markers.append(
+            Markers(
+                f"overflow ({over.size} steps)",
+                to_x(at).tolist(),
+                [y if y is not None else top for y in ys],
+                [f"overflow at step {int(s)}" for s in at.tolist()],
+                "overflow",
+            )
+        )
     return panel
 
 
@@ -309,8 +381,12 @@ def _layer_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
     origin = nan.evidence.get("origin")
     from stabilitycli.detect.nan import forward_order_key
 
-    panel = Panel("layers", f"Per-layer norms before the first NaN (step {first})", "norm", log_y=True)
-    ordered = sorted(layers, key=lambda n: (n.split("/", 1)[0], forward_order_key(n.split("/", 1)[1])))
+    panel = Panel(
+        "layers", f"Per-layer norms before the first NaN (step {first})", "norm", log_y=True
+    )
+    ordered = sorted(
+        layers, key=lambda n: (n.split("/", 1)[0], forward_order_key(n.split("/", 1)[1]))
+    )
     for name in ordered:
         steps, values = view.points(name)
         a = np.searchsorted(steps, first - LAYER_WINDOW_STEPS)
@@ -351,6 +427,8 @@ def _rank_panel(analysis: Analysis, to_x) -> Panel | None:
                 labels.append(f"{span}: robust z {value:+.1f}")
         z.append(row)
         text.append(labels)
-    panel = Panel("ranks", f"Per-rank deviation from the cohort ({report.metric}, robust z)", "rank")
+    panel = Panel(
+        "ranks", f"Per-rank deviation from the cohort ({report.metric}, robust z)", "rank"
+    )
     panel.heatmap = Heatmap(centres, [int(r) for r in np.asarray(picture.ranks).tolist()], z, text)
     return panel

@@ -10,7 +10,12 @@ from stabilitycli.postmortem.data import Cost, Incident, Postmortem
 from stabilitycli.report import mdtext
 
 HUMAN = "*needs a human*"
-_VERB = {"supported": "favours", "possible": "leans towards", "not testable": "cannot decide", "ruled out": "rules out"}
+_VERB = {
+    "supported": "favours",
+    "possible": "leans towards",
+    "not testable": "cannot decide",
+    "ruled out": "rules out",
+}
 
 
 def render(pm: Postmortem, date: str | None = None) -> str:
@@ -20,7 +25,8 @@ def render(pm: Postmortem, date: str | None = None) -> str:
     lines += [
         f"Written by `stab postmortem` from {mdtext.code(pm.path)} (steps {pm.first_step}–{pm.last_step}; "
         f"dtype {mdtext.text(pm.dtype) if pm.dtype else 'unknown'}). Verdict: **{pm.verdict}**"
-        + (f" (cause: {pm.cause})" if pm.cause else "") + f" — {mdtext.text(pm.summary)}",
+        + (f" (cause: {pm.cause})" if pm.cause else "")
+        + f" — {mdtext.text(pm.summary)}",
         "",
         f"Sections marked {HUMAN} hold what the log cannot tell; everything else is a number from the log.",
         "",
@@ -68,34 +74,58 @@ def _incident(inc: Incident) -> list[str]:
     if not inc.hypotheses:
         out.append(f"1. no cause is visible in the logged series — {HUMAN}")
     for n, h in enumerate(inc.hypotheses, 1):
-        out.append(f"{n}. **{mdtext.text(h.title)}** — {h.status}; panel `{h.series}`: {mdtext.text(h.evidence)}")
+        out.append(
+            f"{n}. **{mdtext.text(h.title)}** — {h.status}; panel `{h.series}`: {mdtext.text(h.evidence)}"
+        )
     out += ["", "### 3. Discriminating evidence", ""]
     for n, h in enumerate(inc.hypotheses, 1):
         out.append(f"- `{h.series}`: {mdtext.text(h.evidence)} → {_VERB[h.status]} H{n}")
     if not inc.hypotheses:
         out.append(f"- {HUMAN}")
-    out += ["", "### 4. Root cause", "", mdtext.text(inc.root_cause) if inc.root_cause else
-            f"Not reached from the data (no hypothesis is supported by a logged series): {HUMAN}."]
+    out += [
+        "",
+        "### 4. Root cause",
+        "",
+        mdtext.text(inc.root_cause)
+        if inc.root_cause
+        else f"Not reached from the data (no hypothesis is supported by a logged series): {HUMAN}.",
+    ]
     out += ["", "### 5. Remediation (the smallest change)", ""]
     out += [f"- {mdtext.text(r)}" for r in inc.remediation] or [f"- {HUMAN}"]
     out += ["", "### 6. Verification", ""]
     if inc.verification:
-        out.append("Re-run from the last checkpoint before the incident with the change (same seed and data order); "
-                   "expect:")
+        out.append(
+            "Re-run from the last checkpoint before the incident with the change (same seed and data order); "
+            "expect:"
+        )
         out += [f"- {mdtext.text(v)}" for v in inc.verification]
     else:
         out.append(f"- {HUMAN}")
     if inc.expects:
         args = " ".join(f'--expect "{e}"' for e in inc.expects)
         out += ["", "As `stab compare` checks on the re-run:", "", "```", args, "```"]
-    out += ["", "### 7. Cost", "", f"- {_cost(inc.cost, inc.kind)}", "", "### 8. Lesson", "", HUMAN, ""]
+    out += [
+        "",
+        "### 7. Cost",
+        "",
+        f"- {_cost(inc.cost, inc.kind)}",
+        "",
+        "### 8. Lesson",
+        "",
+        HUMAN,
+        "",
+    ]
     return out
 
 
 def _cost(cost: Cost, kind: str) -> str:
     if cost.steps is None:
         return HUMAN
-    until = " (to the end of the log; plus the steps to re-run from the last checkpoint)" if cost.until_end_of_log else ""
+    until = (
+        " (to the end of the log; plus the steps to re-run from the last checkpoint)"
+        if cost.until_end_of_log
+        else ""
+    )
     what = "until recovery" if kind == "spike" and not cost.until_end_of_log else "lost"
     parts = [f"{cost.steps:,} steps {what}{until}"]
     if cost.tokens is not None:

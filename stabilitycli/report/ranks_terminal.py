@@ -49,11 +49,13 @@ def build(report: RankReport) -> Group:
     if report.ranks < 2:
         parts.append(Text("one rank only: nothing to compare it with", style="yellow"))
     elif not report.outliers:
-        parts.append(Text(
-            f"every rank agrees with its cohort: no rank outlier in {report.metric}"
-            + (f" or {report.throughput_metric}" if report.throughput_metric else ""),
-            style="bold green",
-        ))
+        parts.append(
+            Text(
+                f"every rank agrees with its cohort: no rank outlier in {report.metric}"
+                + (f" or {report.throughput_metric}" if report.throughput_metric else ""),
+                style="bold green",
+            )
+        )
     else:
         parts.append(_table(report))
         effect = mean_effect_text(report)
@@ -77,8 +79,13 @@ def render(report: RankReport, console: Console | None = None) -> None:
 def _table(report: RankReport) -> Table:
     table = Table(title=f"Outlier ranks ({len(report.outliers)}), most serious first")
     for name, justify in (
-        ("rank", "right"), ("kind", "left"), ("onset", "right"), ("value", "right"),
-        ("cohort median", "right"), ("robust z", "right"), ("mean shift", "right"),
+        ("rank", "right"),
+        ("kind", "left"),
+        ("onset", "right"),
+        ("value", "right"),
+        ("cohort median", "right"),
+        ("robust z", "right"),
+        ("mean shift", "right"),
         ("recovered", "right"),
     ):
         table.add_column(name, justify=justify)
@@ -89,8 +96,14 @@ def _table(report: RankReport) -> Table:
         if o.kind == "silent":
             recovered = f"silent after {o.end_step}"
         table.add_row(
-            Text(rank, style=_STYLE[o.severity]), kind, str(o.onset_step), fmt(o.value),
-            fmt(o.cohort_median), fmt(o.robust_z), fmt(o.mean_shift, sign=True), recovered,
+            Text(rank, style=_STYLE[o.severity]),
+            kind,
+            str(o.onset_step),
+            fmt(o.value),
+            fmt(o.cohort_median),
+            fmt(o.robust_z),
+            fmt(o.mean_shift, sign=True),
+            recovered,
         )
     return table
 
@@ -98,7 +111,8 @@ def _table(report: RankReport) -> Table:
 def mean_effect_text(report: RankReport) -> str:
     """The seed's arithmetic in words: where the rank sits, and what it does to the mean."""
     culprits = [
-        o for o in report.outliers
+        o
+        for o in report.outliers
         if o.kind in ("level", "nonfinite") and o.rank is not None and o.metric == report.metric
     ]
     if not culprits:
@@ -175,8 +189,14 @@ def _heatmap(report: RankReport) -> list | None:
     else:
         # typical ranks: the ones closest to the cohort over the whole run
         with np.errstate(all="ignore"):
-            spread = np.nanmedian(np.abs(np.where(np.isinf(picture.deviation), np.nan, picture.deviation)), axis=1)
-        order = [ranks[i] for i in np.argsort(np.nan_to_num(spread, nan=np.inf)) if ranks[i] not in flagged]
+            spread = np.nanmedian(
+                np.abs(np.where(np.isinf(picture.deviation), np.nan, picture.deviation)), axis=1
+            )
+        order = [
+            ranks[i]
+            for i in np.argsort(np.nan_to_num(spread, nan=np.inf))
+            if ranks[i] not in flagged
+        ]
         typical = sorted(order[:TYPICAL_SHOWN])
         shown = flagged + typical
         caption = (
@@ -197,7 +217,9 @@ def _heatmap(report: RankReport) -> list | None:
             line.append_text(_cell(float(z)))
         table.add_row(f"rank {rank}", line)
     table.add_row("step", Text(first + last.rjust(max(1, width - len(first))), style="dim"))
-    title = Text(f"{report.metric}: robust z of each rank against the cohort ({caption})", style="bold")
+    title = Text(
+        f"{report.metric}: robust z of each rank against the cohort ({caption})", style="bold"
+    )
     legend = Text(
         "· |z|<3  ▪ 3–6  ▆ 6–10  █ ≥10 throughout (red above the cohort, blue below)  × NaN/Inf  "
         "blank: not reported",

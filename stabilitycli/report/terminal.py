@@ -24,7 +24,9 @@ def build(analysis: Analysis) -> Group:
     headline = Text.assemble((f"{v.code}", style), (f"  {v.summary}", ""))
     if v.cause and v.cause not in v.summary:
         headline.append(f"  [cause: {v.cause}]", style="cyan")
-    parts.append(Panel(headline, title=f"stab · {src.run or src.path}", subtitle=_source_line(analysis)))
+    parts.append(
+        Panel(headline, title=f"stab · {src.run or src.path}", subtitle=_source_line(analysis))
+    )
     if analysis.loss_preview:
         parts.append(_loss_line(analysis))
     path = Table(title="Questions asked", show_lines=False, expand=False)
@@ -35,7 +37,9 @@ def build(analysis: Analysis) -> Group:
         path.add_row(step.question, step.answer, step.evidence)
     parts.append(path)
     if v.remediation:
-        parts.append(Text("Remedy:\n" + "\n".join(f"  • {r}" for r in v.remediation), style="green"))
+        parts.append(
+            Text("Remedy:\n" + "\n".join(f"  • {r}" for r in v.remediation), style="green")
+        )
     if analysis.findings:
         table = Table(title=f"Findings ({len(analysis.findings)})")
         table.add_column("severity")
@@ -54,13 +58,17 @@ def build(analysis: Analysis) -> Group:
 
 def _source_line(analysis: Analysis) -> str:
     s = analysis.source
-    metrics = ", ".join(f"{k}←{v}" for k, v in s.metrics.items() if k in ("loss", "grad_norm", "lr", "loss_scale"))
+    metrics = ", ".join(
+        f"{k}←{v}" for k, v in s.metrics.items() if k in ("loss", "grad_norm", "lr", "loss_scale")
+    )
     ranks = f", {s.ranks} ranks" if s.ranks else ""
     replaced = s.rejection_counts.get(REPLACED_REASON, 0)
     set_aside = f", {replaced} rewritten by a resume" if replaced else ""
-    return (f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected - replaced} rejected"
-            f"{set_aside}; "
-            f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}; {metrics}")
+    return (
+        f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected - replaced} rejected"
+        f"{set_aside}; "
+        f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}; {metrics}"
+    )
 
 
 def _loss_line(analysis: Analysis) -> Text:

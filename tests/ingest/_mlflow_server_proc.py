@@ -43,14 +43,29 @@ def mlflow_server(workdir: Path):
     log_path = workdir / "server.log"
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     command = [
-        sys.executable, "-m", "mlflow", "server",
-        "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-        "--default-artifact-root", str(workdir / "artifacts"),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{workdir / 'mlflow.db'}",
+        "--default-artifact-root",
+        str(workdir / "artifacts"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
     ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -59,7 +74,9 @@ def mlflow_server(workdir: Path):
                 tail = log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"mlflow server exited with {proc.returncode}:\n{tail}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not answer /health within {START_TIMEOUT_S:.0f} s")
+                raise RuntimeError(
+                    f"mlflow server did not answer /health within {START_TIMEOUT_S:.0f} s"
+                )
             time.sleep(0.5)
         yield url
     finally:

@@ -26,7 +26,10 @@ def f32(value: float) -> float:
 
 
 def training_run(
-    spike_at: int | None = 30, nonfinite_at: int | None = None, steps: int = STEPS, seed: float = 0.0
+    spike_at: int | None = 30,
+    nonfinite_at: int | None = None,
+    steps: int = STEPS,
+    seed: float = 0.0,
 ) -> dict[str, list]:
     """`{"step": [...], key: [...]}`; a loss/grad-norm spike and NaN/+Inf/-Inf where asked.
 
@@ -81,7 +84,9 @@ def log_mlflow(
 ) -> str:
     """Log the run with the real MLflow client, one `log_batch` per step; returns the run id."""
     if tracking_uri.startswith(("file:", "/")):
-        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow >= 3.13 refuses file stores otherwise
+        os.environ["MLFLOW_ALLOW_FILE_STORE"] = (
+            "true"  # MLflow >= 3.13 refuses file stores otherwise
+        )
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
@@ -127,7 +132,12 @@ def _frame(payload: bytes) -> bytes:
     from stabilitycli.ingest._tfrecord import masked_crc
 
     header = struct.pack("<Q", len(payload))
-    return header + struct.pack("<I", masked_crc(header)) + payload + struct.pack("<I", masked_crc(payload))
+    return (
+        header
+        + struct.pack("<I", masked_crc(header))
+        + payload
+        + struct.pack("<I", masked_crc(payload))
+    )
 
 
 def event_bytes(run: dict[str, list] | None, encoding: str = "tf2") -> bytes:

@@ -50,24 +50,44 @@ def make_mlflow() -> None:
     # them out of the repository
     os.chdir(tempfile.mkdtemp(prefix="stab-fixture-artifacts-"))
     for kind, uri in stores.items():
-        log_mlflow(training_run(spike_at=30), uri, experiment="stab-fixtures", run_name="spike",
-                   params={"precision": "bf16-mixed"})
-        log_mlflow(training_run(spike_at=None, nonfinite_at=40), uri, experiment="stab-fixtures",
-                   run_name="nan", params={"fp16": "True", "bf16": "False"})
+        log_mlflow(
+            training_run(spike_at=30),
+            uri,
+            experiment="stab-fixtures",
+            run_name="spike",
+            params={"precision": "bf16-mixed"},
+        )
+        log_mlflow(
+            training_run(spike_at=None, nonfinite_at=40),
+            uri,
+            experiment="stab-fixtures",
+            run_name="nan",
+            params={"fp16": "True", "bf16": "False"},
+        )
         for rank in range(4):
             run = training_run(spike_at=None, nonfinite_at=20 if rank == 2 else None, seed=rank)
             if kind == "file":
                 log_mlflow(run, uri, experiment="stab-ranks", run_name=f"rank-{rank}")
             else:
-                log_mlflow(run, uri, experiment="stab-ranks", run_name=f"w{rank}",
-                           tags={"rank": str(rank)})
-        log_mlflow({"step": []}, uri, experiment="stab-empty", run_name="empty",
-                   params={"precision": "32"})
+                log_mlflow(
+                    run, uri, experiment="stab-ranks", run_name=f"w{rank}", tags={"rank": str(rank)}
+                )
+        log_mlflow(
+            {"step": []}, uri, experiment="stab-empty", run_name="empty", params={"precision": "32"}
+        )
     _trim_sqlite(out / "mlflow.db")
 
 
 # tables the reader uses, plus alembic_version (the schema revision) and latest_metrics
-KEEP_TABLES = {"alembic_version", "experiments", "runs", "metrics", "latest_metrics", "params", "tags"}
+KEEP_TABLES = {
+    "alembic_version",
+    "experiments",
+    "runs",
+    "metrics",
+    "latest_metrics",
+    "params",
+    "tags",
+}
 
 
 def _trim_sqlite(path: Path) -> None:
@@ -77,7 +97,9 @@ def _trim_sqlite(path: Path) -> None:
     """
     conn = sqlite3.connect(path)
     try:
-        names = conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchall()
+        names = conn.execute(
+            "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+        ).fetchall()
         for kind, name in names:
             if kind in ("view", "trigger"):
                 conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
@@ -100,7 +122,9 @@ def make_tensorboard() -> None:
     for rank in range(4):
         run = training_run(spike_at=None, nonfinite_at=20 if rank == 2 else None, seed=rank)
         write_tensorboardx(run, out / "ranks" / f"rank_{rank}")
-    write_events(out / "tf2" / "events.out.tfevents.1700000000.fixture.1.v2", training_run(spike_at=30))
+    write_events(
+        out / "tf2" / "events.out.tfevents.1700000000.fixture.1.v2", training_run(spike_at=30)
+    )
     write_events(out / "empty" / "events.out.tfevents.1700000000.fixture", None)
 
 

@@ -51,7 +51,10 @@ def test_every_available_format_reads_the_jsonl_values(tmp_path, monkeypatch):
         write_events(folder / "events.out.tfevents.1700000000.host", truth, encoding)
         targets[f"tensorboard/{encoding}"] = (str(folder), ReadOptions())
     if _has("tensorboardX"):
-        targets["tensorboard/tensorboardX"] = (str(write_tensorboardx(truth, tmp_path / "tbx")), ReadOptions())
+        targets["tensorboard/tensorboardX"] = (
+            str(write_tensorboardx(truth, tmp_path / "tbx")),
+            ReadOptions(),
+        )
 
     server = None
     if _has("mlflow"):

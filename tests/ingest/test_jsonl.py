@@ -25,8 +25,12 @@ def values(run, metric: str) -> dict[int, float]:
 
 
 def test_bare_nan_and_infinity_tokens_arrive_exactly(tmp_path) -> None:
-    rows = [{"step": 0, "loss": 1.5}, {"step": 1, "loss": float("nan")},
-            {"step": 2, "loss": float("inf")}, {"step": 3, "loss": float("-inf")}]
+    rows = [
+        {"step": 0, "loss": 1.5},
+        {"step": 1, "loss": float("nan")},
+        {"step": 2, "loss": float("inf")},
+        {"step": 3, "loss": float("-inf")},
+    ]
     text = "\n".join(json.dumps(r) for r in rows) + "\n"  # json.dumps writes NaN / Infinity
     assert "NaN" in text and "-Infinity" in text
     loss = values(read(write(tmp_path, text)), "loss")
@@ -35,22 +39,45 @@ def test_bare_nan_and_infinity_tokens_arrive_exactly(tmp_path) -> None:
 
 
 def test_framework_keys_map_through_the_alias_table(tmp_path) -> None:
-    text = "\n".join(json.dumps(r) for r in [
-        {"trainer/global_step": 10, "loss_metrics/global_avg_loss": 2.5, "grad_norm": 0.7, "lr/AdamW": 1e-4},
-        {"trainer/global_step": 20, "loss_metrics/global_avg_loss": 2.4, "grad_norm": 0.6, "lr/AdamW": 2e-4},
-    ]) + "\n"
+    text = (
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {
+                    "trainer/global_step": 10,
+                    "loss_metrics/global_avg_loss": 2.5,
+                    "grad_norm": 0.7,
+                    "lr/AdamW": 1e-4,
+                },
+                {
+                    "trainer/global_step": 20,
+                    "loss_metrics/global_avg_loss": 2.4,
+                    "grad_norm": 0.6,
+                    "lr/AdamW": 2e-4,
+                },
+            ]
+        )
+        + "\n"
+    )
     run = read(write(tmp_path, text))
-    assert run.source.metrics == {"grad_norm": "grad_norm", "loss": "loss_metrics/global_avg_loss", "lr": "lr/AdamW"}
+    assert run.source.metrics == {
+        "grad_norm": "grad_norm",
+        "loss": "loss_metrics/global_avg_loss",
+        "lr": "lr/AdamW",
+    }
     assert run.frame["step"].to_list() == [10, 20]
 
 
-@pytest.mark.parametrize("keys", [
-    ("iteration", "lm loss", "grad norm", "learning rate"),
-    ("global_step", "train/loss", "train/grad_norm", "train/lr"),
-    ("_step", "train/CE loss", "optim/total grad norm", "optim/LR (group 0)"),
-    ("step", "loss/train/total", "l2_norm/grad/global", "lr-AdamW"),
-    ("step", "train/CrossEntropyLoss", "optim/total_grad_norm", "optim/learning_rate_group0"),
-])
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ("iteration", "lm loss", "grad norm", "learning rate"),
+        ("global_step", "train/loss", "train/grad_norm", "train/lr"),
+        ("_step", "train/CE loss", "optim/total grad norm", "optim/LR (group 0)"),
+        ("step", "loss/train/total", "l2_norm/grad/global", "lr-AdamW"),
+        ("step", "train/CrossEntropyLoss", "optim/total_grad_norm", "optim/learning_rate_group0"),
+    ],
+)
 def test_each_frameworks_key_set(tmp_path, keys) -> None:
     step_key, loss_key, grad_key, lr_key = keys
     text = json.dumps({step_key: 5, loss_key: 2.0, grad_key: 1.0, lr_key: 3e-4}) + "\n"
@@ -62,14 +89,19 @@ def test_each_frameworks_key_set(tmp_path, keys) -> None:
 
 
 def test_null_strings_sparse_and_foreign_lines(tmp_path) -> None:
-    text = "\n".join([
-        json.dumps({"config": {"lr": 3e-4, "layers": 12}, "message": "starting"}),
-        json.dumps({"step": 0, "loss": "2.50", "lr": None}),
-        json.dumps({"event": "checkpoint saved", "path": "/ckpt/0"}),
-        json.dumps({"step": 1, "loss": 2.4}),
-        json.dumps({"step": 1, "eval_loss": 2.6}),
-        json.dumps({"step": 2, "loss": "NaN"}),
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                json.dumps({"config": {"lr": 3e-4, "layers": 12}, "message": "starting"}),
+                json.dumps({"step": 0, "loss": "2.50", "lr": None}),
+                json.dumps({"event": "checkpoint saved", "path": "/ckpt/0"}),
+                json.dumps({"step": 1, "loss": 2.4}),
+                json.dumps({"step": 1, "eval_loss": 2.6}),
+                json.dumps({"step": 2, "loss": "NaN"}),
+            ]
+        )
+        + "\n"
+    )
     run = read(write(tmp_path, text))
     loss = values(run, "loss")
     assert loss[0] == 2.5 and loss[1] == 2.4 and math.isnan(loss[2])
@@ -81,7 +113,9 @@ def test_null_strings_sparse_and_foreign_lines(tmp_path) -> None:
 
 
 def test_cut_off_last_line_is_a_warning_not_an_error(tmp_path) -> None:
-    text = "".join(json.dumps({"step": i, "loss": 2.0}) + "\n" for i in range(5)) + '{"step": 5, "lo'
+    text = (
+        "".join(json.dumps({"step": i, "loss": 2.0}) + "\n" for i in range(5)) + '{"step": 5, "lo'
+    )
     run = read(write(tmp_path, text))
     assert run.frame.height == 5
     assert any("line 6" in w and "cut off" in w for w in run.source.warnings)
@@ -110,7 +144,9 @@ def test_nothing_usable_is_an_input_error(tmp_path) -> None:
 def test_gzip_and_zstd_by_magic_bytes(tmp_path) -> None:
     import pyarrow as pa
 
-    text = "".join(json.dumps({"step": i, "loss": float("nan") if i == 2 else 1.0}) + "\n" for i in range(4))
+    text = "".join(
+        json.dumps({"step": i, "loss": float("nan") if i == 2 else 1.0}) + "\n" for i in range(4)
+    )
     gz = tmp_path / "run.log"  # no telling extension: the magic bytes decide
     with gzip.open(gz, "wt") as handle:
         handle.write(text)
@@ -124,7 +160,9 @@ def test_gzip_and_zstd_by_magic_bytes(tmp_path) -> None:
 
 
 def test_resume_from_checkpoint_the_resumed_trajectory_wins(tmp_path) -> None:
-    rows = [{"step": s, "loss": 3.0} for s in range(6)] + [{"step": s, "loss": 2.0} for s in range(3, 8)]
+    rows = [{"step": s, "loss": 3.0} for s in range(6)] + [
+        {"step": s, "loss": 2.0} for s in range(3, 8)
+    ]
     run = read(write(tmp_path, "\n".join(json.dumps(r) for r in rows) + "\n"))
     loss = values(run, "loss")
     assert [loss[s] for s in range(8)] == [3.0, 3.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0]

@@ -53,7 +53,9 @@ def test_versions_are_one_run_and_the_resume_wins():
 def test_bad_cells_counted_with_line_numbers():
     run = lightning.read(LOGS, ReadOptions())
     src = run.source
-    assert [(r.line, "oops" in r.reason and "version_1" in r.reason) for r in src.rejections] == [(4, True)]
+    assert [(r.line, "oops" in r.reason and "version_1" in r.reason) for r in src.rejections] == [
+        (4, True)
+    ]
     assert src.rows_read == src.rows_used + src.rows_rejected
 
 

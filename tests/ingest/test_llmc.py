@@ -33,7 +33,12 @@ def test_nan_and_inf_are_kept_exactly():
 
 def test_keys_map_to_canonical_names():
     run = llmc.read(LOG, ReadOptions())
-    assert run.source.metrics == {"loss": "trl", "lr": "lr", "grad_norm": "norm", "eval_loss": "tel"}
+    assert run.source.metrics == {
+        "loss": "trl",
+        "lr": "lr",
+        "grad_norm": "norm",
+        "eval_loss": "tel",
+    }
     assert _at(run, 5, "hellaswag_acc") == pytest.approx(0.2437)  # accuracy is not a loss
     assert _at(run, 0, "eval_loss") == pytest.approx(11.01)  # train and val lines of step 0 merge
 

@@ -34,7 +34,9 @@ def test_nan_and_inf_are_kept_exactly():
 def test_missing_lm_loss_is_nan_with_a_note():
     run = megatron.read(LOG, ReadOptions())
     assert math.isnan(_at(run, 5, "loss"))
-    assert any(n.startswith("iteration 5: no `lm loss` field") and "NaN" in n for n in run.source.notes)
+    assert any(
+        n.startswith("iteration 5: no `lm loss` field") and "NaN" in n for n in run.source.notes
+    )
     # the iterations that have the field are not touched
     assert not any(n.startswith("iteration 7") for n in run.source.notes)
 
@@ -107,7 +109,9 @@ def test_empty_and_recordless_files_are_clear_errors(tmp_path: Path):
     with pytest.raises(StabInputError, match="empty"):
         megatron.read(empty, ReadOptions())
     chatter = tmp_path / "chatter.log"
-    chatter.write_text("> building GPT2BPETokenizer tokenizer ...\n> initializing torch distributed ...\n")
+    chatter.write_text(
+        "> building GPT2BPETokenizer tokenizer ...\n> initializing torch distributed ...\n"
+    )
     with pytest.raises(StabInputError, match="iteration"):
         megatron.read(chatter, ReadOptions())
 

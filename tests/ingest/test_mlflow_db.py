@@ -20,15 +20,17 @@ from tests.ingest._synthetic_run import assert_same_values, log_mlflow, training
 DB = Path(__file__).resolve().parents[2] / "fixtures" / "mlflow" / "mlflow.db"
 
 
-
-
 def test_spike_run_from_a_path_and_from_a_uri():
     by_path = ingest.read(DB, ReadOptions(run="spike"))
     by_uri = ingest.read(f"sqlite:///{DB}", ReadOptions(run="spike"))
     assert by_path.source.format == by_uri.source.format == "mlflow_db"
     assert by_path.frame.equals(by_uri.frame)
     expected = training_run(spike_at=30)
-    for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
+    for key, column in (
+        ("train/loss", "loss"),
+        ("train/grad_norm", "grad_norm"),
+        ("train/lr", "lr"),
+    ):
         assert_same_values(by_path.frame[column].to_list(), expected[key])
     assert by_path.frame["loss"][30] == 9.5
     assert by_path.source.dtype == "bf16"
@@ -53,7 +55,11 @@ def test_nan_rebuilt_from_is_nan_and_the_inf_clamp_undone():
     assert math.isnan(loss[40]) and math.isnan(grad[40])
     assert math.isinf(loss[41]) and loss[41] > 0
     assert math.isinf(grad[42]) and grad[42] < 0
-    assert [s for s in range(60) if not (math.isfinite(loss[s]) and math.isfinite(grad[s]))] == [40, 41, 42]
+    assert [s for s in range(60) if not (math.isfinite(loss[s]) and math.isfinite(grad[s]))] == [
+        40,
+        41,
+        42,
+    ]
     assert any("heuristic" in note and "(2 point(s))" in note for note in run.source.notes)
 
 
@@ -111,7 +117,11 @@ def test_mlflow_client_sqlite_round_trip(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     log_mlflow(expected, uri, experiment="e", run_name="both", params={"precision": "16-mixed"})
     run = ingest.read(uri)
-    for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
+    for key, column in (
+        ("train/loss", "loss"),
+        ("train/grad_norm", "grad_norm"),
+        ("train/lr", "lr"),
+    ):
         assert_same_values(run.frame[column].to_list(), expected[key])
     assert math.isnan(run.frame["loss"][45]) and run.frame["loss"][46] == math.inf
     assert run.frame["grad_norm"][47] == -math.inf

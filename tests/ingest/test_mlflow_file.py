@@ -18,8 +18,6 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "mlflow"
 MLRUNS = FIXTURES / "mlruns"
 
 
-
-
 def _run_folder(name: str, root: Path = MLRUNS) -> Path:
     for meta in root.glob("*/*/meta.yaml"):
         if mlflow_file.parse_meta(meta.read_text()).get("run_name") == name:
@@ -49,7 +47,11 @@ def test_spike_run_by_name_reads_every_point_and_the_dtype():
     assert_same_values(run.frame["grad_norm"].to_list(), expected["train/grad_norm"])
     assert_same_values(run.frame["lr"].to_list(), expected["train/lr"])
     assert run.frame["loss"][30] == 9.5 and run.frame["grad_norm"][30] == 60.5
-    assert run.source.metrics == {"loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr"}
+    assert run.source.metrics == {
+        "loss": "train/loss",
+        "grad_norm": "train/grad_norm",
+        "lr": "train/lr",
+    }
     assert run.source.dtype == "bf16" and "precision" in run.source.dtype_origin
     assert (run.source.rows_read, run.source.rows_used, run.source.rows_rejected) == (60, 60, 0)
 
@@ -60,7 +62,11 @@ def test_nan_run_keeps_nan_and_both_infinities_at_their_steps():
     assert math.isnan(loss[40]) and math.isnan(grad[40])
     assert math.isinf(loss[41]) and loss[41] > 0
     assert math.isinf(grad[42]) and grad[42] < 0
-    assert [s for s in range(60) if not (math.isfinite(loss[s]) and math.isfinite(grad[s]))] == [40, 41, 42]
+    assert [s for s in range(60) if not (math.isfinite(loss[s]) and math.isfinite(grad[s]))] == [
+        40,
+        41,
+        42,
+    ]
     assert run.source.dtype == "fp16"  # fp16=True param (Hugging Face style)
 
 
@@ -171,7 +177,9 @@ def test_two_and_five_field_lines_and_nested_keys(tmp_path):
     (folder / "metrics" / "old").write_text("1700000000000 2.5\n")  # MLflow < 1.0: no step
     nested = folder / "metrics" / "eval" / "val"
     nested.mkdir(parents=True)
-    (nested / "loss").write_text("1700000000000 3.25 10 my_dataset abc123\n1700000000001 nan 20 my_dataset abc123\n")
+    (nested / "loss").write_text(
+        "1700000000000 3.25 10 my_dataset abc123\n1700000000001 nan 20 my_dataset abc123\n"
+    )
     run = ingest.read(folder)
     assert run.frame["old"][0] == 2.5
     # the key is "eval/val/loss"; MLflow itself reports step 0 for 5-field lines, we keep the step
@@ -218,9 +226,19 @@ def test_mlflow_client_file_store_round_trip(tmp_path, monkeypatch):
     uri = f"file://{tmp_path / 'mlruns'}"
     log_mlflow(expected, uri, experiment="e", run_name="both", params={"mixed_precision": "bf16"})
     for rank in range(2):
-        log_mlflow(training_run(seed=rank), uri, experiment="r", run_name=f"job-{rank}", tags={"rank": str(rank)})
+        log_mlflow(
+            training_run(seed=rank),
+            uri,
+            experiment="r",
+            run_name=f"job-{rank}",
+            tags={"rank": str(rank)},
+        )
     run = ingest.read(tmp_path / "mlruns", ReadOptions(experiment="e"))
-    for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
+    for key, column in (
+        ("train/loss", "loss"),
+        ("train/grad_norm", "grad_norm"),
+        ("train/lr", "lr"),
+    ):
         assert_same_values(run.frame[column].to_list(), expected[key])
     assert math.isnan(run.frame["loss"][45]) and run.frame["loss"][46] == math.inf
     assert run.frame["grad_norm"][47] == -math.inf

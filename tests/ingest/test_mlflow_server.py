@@ -9,7 +9,9 @@ import math
 
 import pytest
 
-pytest.importorskip("mlflow", reason="mlflow not installed: no tracking server to test against (pip install mlflow)")
+pytest.importorskip(
+    "mlflow", reason="mlflow not installed: no tracking server to test against (pip install mlflow)"
+)
 pytest.importorskip("sqlalchemy", reason="mlflow server needs sqlalchemy for its sqlite backend")
 
 from stabilitycli import ingest
@@ -27,10 +29,16 @@ def server(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("mlflow-server")
     with start_server(workdir) as url:
         ids = {
-            "spike": log_mlflow(training_run(spike_at=30), url, experiment="srv", run_name="spike",
-                                params={"precision": "bf16-mixed"}),
-            "nan": log_mlflow(training_run(spike_at=None, nonfinite_at=40), url, experiment="srv",
-                              run_name="nan"),
+            "spike": log_mlflow(
+                training_run(spike_at=30),
+                url,
+                experiment="srv",
+                run_name="spike",
+                params={"precision": "bf16-mixed"},
+            ),
+            "nan": log_mlflow(
+                training_run(spike_at=None, nonfinite_at=40), url, experiment="srv", run_name="nan"
+            ),
             "empty": log_mlflow({"step": []}, url, experiment="srv-empty", run_name="empty"),
         }
         for rank in range(3):
@@ -39,14 +47,16 @@ def server(tmp_path_factory):
         yield url, ids
 
 
-
-
 def test_spike_run_by_id(server):
     url, ids = server
     run = ingest.read(url, ReadOptions(run=ids["spike"]))
     assert run.source.format == "mlflow_server"
     expected = training_run(spike_at=30)
-    for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
+    for key, column in (
+        ("train/loss", "loss"),
+        ("train/grad_norm", "grad_norm"),
+        ("train/lr", "lr"),
+    ):
         assert_same_values(run.frame[column].to_list(), expected[key])
     assert run.frame["loss"][30] == 9.5 and run.source.dtype == "bf16"
 
@@ -58,7 +68,11 @@ def test_nan_and_inf_come_back_exactly(server):
     assert math.isnan(loss[40]) and math.isnan(grad[40])
     assert math.isinf(loss[41]) and loss[41] > 0
     assert math.isinf(grad[42]) and grad[42] < 0
-    assert [s for s in range(60) if not (math.isfinite(loss[s]) and math.isfinite(grad[s]))] == [40, 41, 42]
+    assert [s for s in range(60) if not (math.isfinite(loss[s]) and math.isfinite(grad[s]))] == [
+        40,
+        41,
+        42,
+    ]
     assert any("heuristic" in note for note in run.source.notes)  # the server's sqlite clamp
 
 

@@ -24,12 +24,24 @@ def write(path, lines: list[str]) -> None:
     path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
 
 
-@pytest.mark.parametrize("rel, rank", [
-    ("rank_7.jsonl", 7), ("rank7.jsonl", 7), ("rank-007.jsonl.gz", 7), ("worker_7.jsonl", 7),
-    ("log.rank7.jsonl", 7), ("metrics_rank_12.ndjson", 12), ("node1-rank07.jsonl.zst", 7),
-    ("rank_7/metrics.jsonl", 7), ("worker-3/log.jsonl.gz", 3),
-    ("metrics.jsonl", None), ("global.jsonl", None), ("cranky7.jsonl", None), ("node0_gpu3.jsonl", None),
-])
+@pytest.mark.parametrize(
+    "rel, rank",
+    [
+        ("rank_7.jsonl", 7),
+        ("rank7.jsonl", 7),
+        ("rank-007.jsonl.gz", 7),
+        ("worker_7.jsonl", 7),
+        ("log.rank7.jsonl", 7),
+        ("metrics_rank_12.ndjson", 12),
+        ("node1-rank07.jsonl.zst", 7),
+        ("rank_7/metrics.jsonl", 7),
+        ("worker-3/log.jsonl.gz", 3),
+        ("metrics.jsonl", None),
+        ("global.jsonl", None),
+        ("cranky7.jsonl", None),
+        ("node0_gpu3.jsonl", None),
+    ],
+)
 def test_recognised_file_names(tmp_path, rel, rank):
     path = tmp_path / rel
     assert default_rank(path, tmp_path) == rank
@@ -42,7 +54,9 @@ def test_mixed_name_styles_read_as_one_run():
     assert sorted(run.frame["rank"].unique().to_list()) == list(range(8))
     # 8 files x 100 lines, plus rank 0's last line cut off mid-write
     assert (src.rows_read, src.rows_used, src.rows_rejected) == (801, 800, 1)
-    assert src.rejections[0].line == 101 and src.rejections[0].reason.startswith("rank_0.jsonl: last line cut off")
+    assert src.rejections[0].line == 101 and src.rejections[0].reason.startswith(
+        "rank_0.jsonl: last line cut off"
+    )
     assert any("global.jsonl" in w and "not read" in w for w in src.warnings)
     # ranks log at their own offsets: rank k at steps 10*i + k, all kept
     steps = run.frame.group_by("rank").agg(pl.col("step").min()).sort("rank")["step"].to_list()
@@ -52,7 +66,10 @@ def test_mixed_name_styles_read_as_one_run():
 
 def test_nan_and_infinities_survive_exactly(tmp_path):
     write(tmp_path / "rank_0.jsonl", ['{"step": 1, "loss": NaN}', '{"step": 2, "loss": 2.5}'])
-    write(tmp_path / "rank_1.jsonl.gz", ['{"step": 1, "loss": Infinity}', '{"step": 2, "loss": -Infinity}'])
+    write(
+        tmp_path / "rank_1.jsonl.gz",
+        ['{"step": 1, "loss": Infinity}', '{"step": 2, "loss": -Infinity}'],
+    )
     write(tmp_path / "rank_2.jsonl", ['{"step": 1, "loss": "nan"}', '{"step": 2, "loss": 1e308}'])
     frame = read(tmp_path).frame.sort("rank", "step")
     values = frame["loss"].to_list()
@@ -63,8 +80,14 @@ def test_nan_and_infinities_survive_exactly(tmp_path):
 
 def test_bad_lines_are_named_by_file_and_line(tmp_path):
     write(tmp_path / "rank_0.jsonl", ['{"step": 1, "loss": 2.0}', '{"step": 2, "loss": 1.9}'])
-    write(tmp_path / "rank_1.jsonl", ['{"step": 1, "loss": 2.1}', '{"step": 2, "loss": ', '{"step": 3, "loss": 1.8}'])
-    write(tmp_path / "rank_2" / "metrics.jsonl", ['{"step": 1, "loss": 2.2}', '{"step": 2, "note": "eval"}'])
+    write(
+        tmp_path / "rank_1.jsonl",
+        ['{"step": 1, "loss": 2.1}', '{"step": 2, "loss": ', '{"step": 3, "loss": 1.8}'],
+    )
+    write(
+        tmp_path / "rank_2" / "metrics.jsonl",
+        ['{"step": 1, "loss": 2.2}', '{"step": 2, "note": "eval"}'],
+    )
     run = read(tmp_path)
     src = run.source
     assert (src.rows_read, src.rows_used, src.rows_rejected) == (7, 5, 2)
@@ -83,8 +106,10 @@ def test_rank_pattern_overrides_the_names():
         read(RANKS / "custom_names", ReadOptions(rank_pattern=r"rank(\d+)"))
 
 
-@pytest.mark.parametrize("pattern, needle", [("gpu(\\d+", "not a valid regular expression"),
-                                             ("gpu\\d+", "capture group")])
+@pytest.mark.parametrize(
+    "pattern, needle",
+    [("gpu(\\d+", "not a valid regular expression"), ("gpu\\d+", "capture group")],
+)
 def test_bad_rank_pattern_is_a_usage_error(pattern, needle):
     with pytest.raises(StabUsageError, match=needle):
         read(RANKS / "custom_names", ReadOptions(rank_pattern=pattern))
@@ -118,10 +143,18 @@ def test_all_empty_is_bad_input(tmp_path):
 
 def test_a_resume_inside_one_rank_file_is_a_restart_of_that_rank(tmp_path):
     write(tmp_path / "rank_0.jsonl", [f'{{"step": {s}, "loss": 2.0}}' for s in (1, 2, 3, 4)])
-    write(tmp_path / "rank_1.jsonl", [f'{{"step": {s}, "loss": 2.0}}' for s in (1, 2, 3, 4, 2, 3, 4, 5)])
+    write(
+        tmp_path / "rank_1.jsonl",
+        [f'{{"step": {s}, "loss": 2.0}}' for s in (1, 2, 3, 4, 2, 3, 4, 5)],
+    )
     run = read(tmp_path)
     (restart,) = run.source.restarts
-    assert (restart.rank, restart.at_row, restart.resumed_from_step, restart.last_step_before) == (1, 5, 2, 4)
+    assert (restart.rank, restart.at_row, restart.resumed_from_step, restart.last_step_before) == (
+        1,
+        5,
+        2,
+        4,
+    )
     assert run.frame.filter(pl.col("rank") == 1)["step"].to_list() == [1, 2, 3, 4, 5]
 
 
@@ -142,7 +175,9 @@ def test_one_jsonl_file_with_a_rank_field_is_read_by_the_jsonl_reader():
 
 @pytest.mark.parametrize("key", ["rank", "global_rank", "dp_rank"])
 def test_rank_keys_of_one_jsonl_file(tmp_path, key):
-    lines = [f'{{"step": {s}, "{key}": {r}, "loss": {2.0 + r / 10}}}' for s in range(3) for r in range(4)]
+    lines = [
+        f'{{"step": {s}, "{key}": {r}, "loss": {2.0 + r / 10}}}' for s in range(3) for r in range(4)
+    ]
     lines.append(f'{{"step": 3, "{key}": 2, "loss": NaN}}')
     write(tmp_path / "all_ranks.jsonl", lines)
     run = read(tmp_path / "all_ranks.jsonl")

@@ -29,8 +29,6 @@ def _column(run, name: str) -> list[float]:
     return run.frame[name].to_list()
 
 
-
-
 def _record_offsets(data: bytes) -> list[int]:
     offsets, pos = [], 0
     while pos < len(data):
@@ -52,7 +50,10 @@ def test_spike_fixture_reads_every_step_and_the_dtype_from_hparams():
     assert_same_values(_column(run, "grad_norm"), expected["train/grad_norm"])
     assert_same_values(_column(run, "lr"), expected["train/lr"])
     assert run.frame["loss"][30] == 9.5
-    assert (run.source.dtype, run.source.dtype_origin) == ("fp16", "TensorBoard hparams param 'precision'='fp16'")
+    assert (run.source.dtype, run.source.dtype_origin) == (
+        "fp16",
+        "TensorBoard hparams param 'precision'='fp16'",
+    )
     assert run.source.rows_read == run.source.rows_used == 60 and run.source.rows_rejected == 0
 
 
@@ -114,7 +115,11 @@ def test_every_scalar_encoding_reads_the_same_values(tmp_path, encoding):
     expected = training_run(spike_at=30, nonfinite_at=45)
     write_events(tmp_path / "events.out.tfevents.1700000000.host", expected, encoding)
     run = ingest.read(tmp_path)
-    for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
+    for key, column in (
+        ("train/loss", "loss"),
+        ("train/grad_norm", "grad_norm"),
+        ("train/lr", "lr"),
+    ):
         assert_same_values(_column(run, column), expected[key])
     assert math.isinf(run.frame["loss"][46]) and run.frame["loss"][46] > 0
     assert math.isinf(run.frame["grad_norm"][47]) and run.frame["grad_norm"][47] < 0
@@ -222,7 +227,7 @@ def test_masked_crc_matches_what_tensorboardx_wrote():
     (stored_header_crc,) = struct.unpack_from("<I", data, 8)
     (stored_data_crc,) = struct.unpack_from("<I", data, 12 + length)
     assert masked_crc(data[:8]) == stored_header_crc
-    assert masked_crc(data[12:12 + length]) == stored_data_crc
+    assert masked_crc(data[12 : 12 + length]) == stored_data_crc
 
 
 # --- runs made of several files ------------------------------------------------------------
@@ -242,8 +247,12 @@ def test_several_event_files_are_read_in_name_order_and_a_resume_is_a_restart(tm
 
 
 def test_run_flag_selects_one_folder_among_several(tmp_path):
-    write_events(tmp_path / "baseline" / "events.out.tfevents.1.h", training_run(spike_at=None), "simple")
-    write_events(tmp_path / "lr-high" / "events.out.tfevents.1.h", training_run(spike_at=30), "simple")
+    write_events(
+        tmp_path / "baseline" / "events.out.tfevents.1.h", training_run(spike_at=None), "simple"
+    )
+    write_events(
+        tmp_path / "lr-high" / "events.out.tfevents.1.h", training_run(spike_at=30), "simple"
+    )
     with pytest.raises(StabInputError, match="baseline, lr-high"):
         ingest.read(tmp_path)
     run = ingest.read(tmp_path, ReadOptions(run="lr-high"))
@@ -254,11 +263,17 @@ def test_run_flag_selects_one_folder_among_several(tmp_path):
 
 
 def test_tensorboardx_writer_nan_and_inf_survive(tmp_path):
-    pytest.importorskip("tensorboardX", reason="tensorboardX not installed (pip install tensorboardX)")
+    pytest.importorskip(
+        "tensorboardX", reason="tensorboardX not installed (pip install tensorboardX)"
+    )
     expected = training_run(spike_at=30, nonfinite_at=45)
     write_tensorboardx(expected, tmp_path / "run")
     run = ingest.read(tmp_path / "run")
-    for key, column in (("train/loss", "loss"), ("train/grad_norm", "grad_norm"), ("train/lr", "lr")):
+    for key, column in (
+        ("train/loss", "loss"),
+        ("train/grad_norm", "grad_norm"),
+        ("train/lr", "lr"),
+    ):
         assert_same_values(_column(run, column), expected[key])
     assert math.isnan(run.frame["loss"][45]) and run.frame["loss"][46] == math.inf
     assert run.frame["grad_norm"][47] == -math.inf
@@ -292,7 +307,7 @@ def _plain_walk(data: bytes) -> tuple[list[tuple[int, int, int]], list[tuple[str
             problems.append(("truncated", number, pos))
             break
         length, length_crc = struct.unpack_from("<QI", data, pos)
-        if masked_crc(data[pos:pos + 8]) != length_crc:
+        if masked_crc(data[pos : pos + 8]) != length_crc:
             problems.append(("length_crc", number, pos))
             pos = _resync(data, pos + 1)
             if pos is None:
@@ -302,7 +317,7 @@ def _plain_walk(data: bytes) -> tuple[list[tuple[int, int, int]], list[tuple[str
         if end + 4 > len(data):
             problems.append(("truncated", number, pos))
             break
-        if masked_crc(data[pos + 12:end]) != struct.unpack_from("<I", data, end)[0]:
+        if masked_crc(data[pos + 12 : end]) != struct.unpack_from("<I", data, end)[0]:
             problems.append(("data_crc", number, pos))
         else:
             records.append((number, pos + 12, end))
@@ -324,9 +339,17 @@ def test_bulk_walk_finds_exactly_the_records_of_a_plain_walk_in_a_long_damaged_f
     framing = frame_records(data)
     records, problems = _plain_walk(data)
     assert len(records) == 3 * 3000 + 1 - 4
-    assert list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist())) == records
+    assert (
+        list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist()))
+        == records
+    )
     assert [(p.kind, p.record, p.offset) for p in framing.problems] == problems
-    assert [kind for kind, _, _ in problems] == ["data_crc", "length_crc", "length_crc", "truncated"]
+    assert [kind for kind, _, _ in problems] == [
+        "data_crc",
+        "length_crc",
+        "length_crc",
+        "truncated",
+    ]
 
 
 def test_an_irregular_file_walks_the_same_as_a_plain_walk():
@@ -345,7 +368,10 @@ def test_an_irregular_file_walks_the_same_as_a_plain_walk():
     framing = frame_records(data)
     records, problems = _plain_walk(data)
     assert len(records) == len(payloads)
-    assert list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist())) == records
+    assert (
+        list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist()))
+        == records
+    )
     assert problems == [] and framing.problems == []
 
 

@@ -34,7 +34,10 @@ def test_bad_and_truncated_lines(tmp_path: Path):
     path = tmp_path / "export.csv"
     path.write_bytes(b'"Step","r - loss"\n0,2.5\n1,x\n2,Infinity\n3,2.')
     run = wandb_csv.read(path, ReadOptions())
-    assert [(r.line, "x" in r.reason or "cut" in r.reason) for r in run.source.rejections] == [(5, True), (3, True)]
+    assert [(r.line, "x" in r.reason or "cut" in r.reason) for r in run.source.rejections] == [
+        (5, True),
+        (3, True),
+    ]
     assert run.frame["loss"].to_list() == [2.5, math.inf]
     assert run.source.rows_read == run.source.rows_used + run.source.rows_rejected
 

@@ -93,7 +93,7 @@ def test_crc_is_over_type_byte_and_payload():
     data = FILE1.read_bytes()
     offset, length, kind = _chunks(data)[0]
     crc = struct.unpack_from("<I", data, offset)[0]
-    assert zlib.crc32(data[offset + 7: offset + 7 + length], zlib.crc32(bytes([kind]))) == crc
+    assert zlib.crc32(data[offset + 7 : offset + 7 + length], zlib.crc32(bytes([kind]))) == crc
 
 
 def test_empty_and_foreign_files(tmp_path: Path):

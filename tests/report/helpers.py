@@ -34,4 +34,6 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def loss_rows(fixture: str) -> list[dict]:
-    return [json.loads(line) for line in run_fixture(fixture).read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in run_fixture(fixture).read_text().splitlines() if line.strip()
+    ]

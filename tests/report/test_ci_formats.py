@@ -13,23 +13,44 @@ EVIL = '<script>alert("x")</script> & 50%, a|b: c\nsecond line\x01'
 
 
 def _analysis(path: str = "runs/a,b:c.jsonl", run: str = "exp-1") -> Analysis:
-    source = SourceInfo(path=path, format="jsonl", run=run, rows_read=100, rows_used=100, first_step=0, last_step=99)
+    source = SourceInfo(
+        path=path, format="jsonl", run=run, rows_read=100, rows_used=100, first_step=0, last_step=99
+    )
     findings = [
-        Finding("nan", Severity.ERROR, "loss non-finite from step 40: " + EVIL, step=40, metric="loss"),
-        Finding("spike", Severity.WARNING, "loss spike at step 20", step=20, end_step=22, metric="loss"),
+        Finding(
+            "nan", Severity.ERROR, "loss non-finite from step 40: " + EVIL, step=40, metric="loss"
+        ),
+        Finding(
+            "spike", Severity.WARNING, "loss spike at step 20", step=20, end_step=22, metric="loss"
+        ),
         Finding("blip", Severity.INFO, "2 isolated bumps", step=10),
         Finding("rank-outlier", Severity.ERROR, "rank 3 sits at 40.0", step=30, rank=3),
     ]
-    verdict = Verdict("nan", "log-of-zero", "1", "Loss went non-finite at step 40.",
-                      [PathStep("Q1.1", "yes", "step 40 " + EVIL)], ["use log_softmax"], Severity.ERROR)
-    return Analysis(source=source, verdict=verdict, findings=findings,
-                    skipped=[Skip("loss-scale", "fp32 run: not applicable")])
+    verdict = Verdict(
+        "nan",
+        "log-of-zero",
+        "1",
+        "Loss went non-finite at step 40.",
+        [PathStep("Q1.1", "yes", "step 40 " + EVIL)],
+        ["use log_softmax"],
+        Severity.ERROR,
+    )
+    return Analysis(
+        source=source,
+        verdict=verdict,
+        findings=findings,
+        skipped=[Skip("loss-scale", "fp32 run: not applicable")],
+    )
 
 
 def _healthy() -> Analysis:
     source = SourceInfo(path="ok.jsonl", format="jsonl", run="ok")
-    return Analysis(source=source, verdict=Verdict("healthy", None, None, "No instability found.", [], [],
-                                                   Severity.INFO), findings=[], skipped=[])
+    return Analysis(
+        source=source,
+        verdict=Verdict("healthy", None, None, "No instability found.", [], [], Severity.INFO),
+        findings=[],
+        skipped=[],
+    )
 
 
 # ---------------------------------------------------------------- github
@@ -38,7 +59,9 @@ def _healthy() -> Analysis:
 def test_github_one_annotation_per_finding_plus_the_verdict() -> None:
     lines = github.render(_analysis()).splitlines()
     assert len(lines) == 1 + 4
-    assert lines[0].startswith("::error file=runs/a%2Cb%3Ac.jsonl,title=stab verdict%3A nan (log-of-zero)::")
+    assert lines[0].startswith(
+        "::error file=runs/a%2Cb%3Ac.jsonl,title=stab verdict%3A nan (log-of-zero)::"
+    )
     levels = [line.split(" ", 1)[0] for line in lines[1:]]
     assert levels == ["::error", "::warning", "::notice", "::error"]
     assert "title=stab rank-outlier at step 30 on rank 3::" in lines[4]
@@ -52,7 +75,9 @@ def test_github_escapes_newlines_and_percent() -> None:
 
 
 def test_github_healthy_is_a_notice() -> None:
-    assert github.render(_healthy()) .startswith("::notice file=ok.jsonl,title=stab verdict%3A healthy::")
+    assert github.render(_healthy()).startswith(
+        "::notice file=ok.jsonl,title=stab verdict%3A healthy::"
+    )
 
 
 # ---------------------------------------------------------------- junit
@@ -114,15 +139,24 @@ def test_cli_github(cli) -> None:
     result = cli("analyze", run_fixture("spike-persistent"), "--format", "github")
     assert result.exit_code == 1
     assert result.stdout.splitlines()[0].startswith("::error file=")
-    assert any(line.startswith("::error") and "title=stab spike at step 800" in line for line in result.stdout.splitlines())
+    assert any(
+        line.startswith("::error") and "title=stab spike at step 800" in line
+        for line in result.stdout.splitlines()
+    )
 
 
 def test_cli_junit(cli) -> None:
-    result = cli("analyze", run_fixture("spike-long-tail"), "--format", "junit", "--fail-on", "warning")
+    result = cli(
+        "analyze", run_fixture("spike-long-tail"), "--format", "junit", "--fail-on", "warning"
+    )
     root = ET.fromstring(result.stdout)
     assert result.exit_code == 1 and int(root.get("failures")) >= 1
-    relaxed = ET.fromstring(cli("analyze", run_fixture("spike-long-tail"), "--format", "junit").stdout)
-    assert relaxed.get("failures") == "0"  # a recovered spike is a warning, below the default --fail-on
+    relaxed = ET.fromstring(
+        cli("analyze", run_fixture("spike-long-tail"), "--format", "junit").stdout
+    )
+    assert (
+        relaxed.get("failures") == "0"
+    )  # a recovered spike is a warning, below the default --fail-on
 
 
 def test_cli_markdown(cli) -> None:

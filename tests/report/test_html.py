@@ -16,7 +16,9 @@ from stabilitycli.report.plotdata import build, keep_indices
 from tests.conftest import FIXTURES, run_fixture
 from tests.report.helpers import analyse_path, analysed, loss_rows, write_jsonl
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
 EVIL_LAYER = "h.0.attn<img src=x onerror=\"document.title='PWNED'\">"
 EVIL_LAYER2 = "ln_f</script><script>document.title='PWNED'</script>"
 EVIL_DIR = "<img src=x onerror=document.title='PWNED'>"
@@ -29,7 +31,9 @@ def _page(name: str, **kwargs) -> tuple[str, object]:
 
 
 def _figures(page: str) -> list[dict]:
-    raw = re.search(r'<script type="application/json" id="stab-data">(.*?)</script>', page, re.DOTALL).group(1)
+    raw = re.search(
+        r'<script type="application/json" id="stab-data">(.*?)</script>', page, re.DOTALL
+    ).group(1)
     return json.loads(raw)["figures"]
 
 
@@ -106,7 +110,9 @@ def test_rank_heatmap(tmp_path) -> None:
     data, analysis = analyse_path(FIXTURES / "ranks" / "seed_64")
     panel = next(p for p in build(analysis, data).panels if p.key == "ranks")
     assert len(panel.heatmap.y) == 64 and len(panel.heatmap.z) == 64
-    assert max(v for row in panel.heatmap.z for v in row if v is not None) > 5  # the bad rank stands out
+    assert (
+        max(v for row in panel.heatmap.z for v in row if v is not None) > 5
+    )  # the bad rank stands out
 
 
 def test_tokens_axis(tmp_path) -> None:
@@ -122,8 +128,12 @@ def test_tokens_axis(tmp_path) -> None:
 
 def test_tokens_axis_without_tokens_is_exit_2(cli, tmp_path) -> None:
     pytest.importorskip("plotly")
-    result = cli("report", run_fixture("spike-long-tail"), "-o", tmp_path / "r.html", "--x", "tokens")
-    assert result.exit_code == 2 and "tokens" in result.stderr and not (tmp_path / "r.html").exists()
+    result = cli(
+        "report", run_fixture("spike-long-tail"), "-o", tmp_path / "r.html", "--x", "tokens"
+    )
+    assert (
+        result.exit_code == 2 and "tokens" in result.stderr and not (tmp_path / "r.html").exists()
+    )
 
 
 # ---------------------------------------------------------------- the page
@@ -159,7 +169,10 @@ def test_plot_data_stays_small_on_a_long_run(tmp_path) -> None:
     loss[30_001] = 8.0
     grad = 0.5 + 0.02 * rng.standard_normal(steps)
     grad[29_999] = 40.0
-    rows = [{"step": i, "loss": round(float(loss[i]), 4), "grad_norm": round(float(grad[i]), 4)} for i in range(steps)]
+    rows = [
+        {"step": i, "loss": round(float(loss[i]), 4), "grad_norm": round(float(grad[i]), 4)}
+        for i in range(steps)
+    ]
     data, analysis = analyse_path(write_jsonl(tmp_path / "long" / "run.jsonl", rows))
     plots = build(analysis, data)
     page = html_report.render(analysis, plots, js="")
@@ -172,10 +185,15 @@ def test_plot_data_stays_small_on_a_long_run(tmp_path) -> None:
 
 def test_missing_plotly_is_one_line_exit_2(cli, tmp_path, monkeypatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a)
+    )
     result = cli("report", run_fixture("spike-long-tail"), "-o", tmp_path / "r.html")
     assert result.exit_code == 2
-    assert result.stderr.strip() == "stab: error: stab report needs plotly: pip install 'stabilitycli[report]'"
+    assert (
+        result.stderr.strip()
+        == "stab: error: stab report needs plotly: pip install 'stabilitycli[report]'"
+    )
 
 
 def test_cli_report_writes_the_page(cli, tmp_path) -> None:
@@ -192,10 +210,23 @@ def test_cli_report_writes_the_page(cli, tmp_path) -> None:
 def _chromium(tmp_path, url: str, *extra: str) -> subprocess.CompletedProcess:
     if CHROMIUM is None:
         pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={tmp_path / 'chrome-profile'}", "--enable-logging=stderr", "--v=0",
-            "--virtual-time-budget=15000", *extra, url]
+    args = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chrome-profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=15000",
+        *extra,
+        url,
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=180, check=False)
 
 
@@ -242,5 +273,7 @@ def test_browser_does_not_run_injected_markup(tmp_path) -> None:
 def test_browser_screenshot(tmp_path) -> None:
     url = _browser_page(tmp_path, "spike-long-tail")
     shot = tmp_path / "report.png"
-    done = _chromium(tmp_path, url, f"--screenshot={shot}", "--window-size=1280,1600", "--hide-scrollbars")
+    done = _chromium(
+        tmp_path, url, f"--screenshot={shot}", "--window-size=1280,1600", "--hide-scrollbars"
+    )
     assert done.returncode == 0 and shot.stat().st_size > 50_000  # a blank page is a few kB

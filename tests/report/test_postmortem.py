@@ -40,7 +40,9 @@ def test_long_tail_spike_numbers_come_from_the_log() -> None:
     assert s["pre-spike loss (50-step EMA)"] == f"{ema:.4g}"
     assert s["peak loss (step 900)"].startswith(f"{by_step[900]['train/loss']:.4g}")
     assert s["loss 50 steps after the peak"] == f"{by_step[950]['train/loss']:.4g} (step 950)"
-    assert s["pre-clip grad norm at the spike"].startswith(f"{by_step[899]['train/grad_norm']:.4g} at step 899")
+    assert s["pre-clip grad norm at the spike"].startswith(
+        f"{by_step[899]['train/grad_norm']:.4g} at step 899"
+    )
     assert s["LR at the spike"] == f"{by_step[900]['train/lr']:.4g}"
     # what the log cannot say is left to a person
     assert s["unusual tokens in that batch"] is None
@@ -77,11 +79,14 @@ def test_verification_bounds_and_compare_arguments() -> None:
     assert inc.cost.steps == spike.evidence["recovery_steps"] and not inc.cost.until_end_of_log
 
 
-@pytest.mark.parametrize(("fixture", "cause"), [
-    ("spike-lr-jump", "lr-discontinuity"),
-    ("spike-duplicate-batch", "duplicate-batch"),
-    ("spike-after-restart", "optimizer-reset"),
-])
+@pytest.mark.parametrize(
+    ("fixture", "cause"),
+    [
+        ("spike-lr-jump", "lr-discontinuity"),
+        ("spike-duplicate-batch", "duplicate-batch"),
+        ("spike-after-restart", "optimizer-reset"),
+    ],
+)
 def test_each_cause_is_the_top_hypothesis(fixture: str, cause: str) -> None:
     inc = _pm(fixture).incidents[0]
     assert inc.hypotheses[0].code == cause and inc.hypotheses[0].status == "supported"
@@ -140,12 +145,16 @@ def test_nan_fp32_names_the_layer_and_the_wasted_steps() -> None:
     assert status["poisoned-weights"] == "supported"
     assert inc.remediation[0] == "revert to the most recent checkpoint before step 1200"
     assert inc.cost.until_end_of_log and inc.cost.steps == 1499 - 1200
-    assert inc.expects[0].startswith("loss@1200<") and inc.expects[1].startswith("max(loss)[1200:1499]<")
+    assert inc.expects[0].startswith("loss@1200<") and inc.expects[1].startswith(
+        "max(loss)[1200:1499]<"
+    )
 
 
 def test_nan_fp16_points_at_overflow() -> None:
     inc = next(i for i in _pm("nan-fp16-overflow").incidents if i.kind == "nan")
-    assert inc.hypotheses[0].code == "activation-overflow" and inc.hypotheses[0].status == "supported"
+    assert (
+        inc.hypotheses[0].code == "activation-overflow" and inc.hypotheses[0].status == "supported"
+    )
     assert "loss scale at that step" in _symptoms(inc)
 
 
@@ -154,7 +163,9 @@ def test_divergence_section() -> None:
     div = next(f for f in analysis.findings if f.code == "divergence")
     inc = next(i for i in build(analysis, data).incidents if i.kind == "divergence")
     assert inc.hypotheses[0].code == "grad-norm-rising"
-    assert inc.expects == [f"loss@{data.source.last_step}<{round_up(div.evidence['start_level']):g}"]
+    assert inc.expects == [
+        f"loss@{data.source.last_step}<{round_up(div.evidence['start_level']):g}"
+    ]
 
 
 def test_cost_in_tokens_when_logged(tmp_path) -> None:
@@ -198,8 +209,18 @@ def test_cli_writes_the_file(cli, tmp_path) -> None:
     assert missing.exit_code == 2 and len(missing.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("fixture", ["spike-long-tail", "spike-persistent", "spike-lr-jump", "nan-fp32-origin",
-                                     "nan-fp16-overflow", "divergence-grad-norm", "spike-after-restart"])
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "spike-long-tail",
+        "spike-persistent",
+        "spike-lr-jump",
+        "nan-fp32-origin",
+        "nan-fp16-overflow",
+        "divergence-grad-norm",
+        "spike-after-restart",
+    ],
+)
 def test_expect_strings_parse_for_stab_compare(fixture: str) -> None:
     expect = pytest.importorskip("stabilitycli.compare.expect")
     for incident in _pm(fixture).incidents:
@@ -220,5 +241,7 @@ def test_rank_outlier_explains_the_spike_of_the_mean() -> None:
     data, analysis = analyse_path(FIXTURES / "ranks" / "seed_64")
     inc = build(analysis, data).incidents[0]
     assert inc.hypotheses[0].code == "rank-outlier" and inc.hypotheses[0].status == "supported"
-    assert "rank 41 from step 1200: 40 against a cohort median of 2.009" in inc.hypotheses[0].evidence
+    assert (
+        "rank 41 from step 1200: 40 against a cohort median of 2.009" in inc.hypotheses[0].evidence
+    )
     assert inc.root_cause.startswith("Rank(s) 41")

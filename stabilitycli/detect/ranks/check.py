@@ -120,13 +120,20 @@ class RankOutlier:
     def finding(self) -> Finding:
         code, severity = FINDING_CODES[self.kind]
         evidence = {
-            k: v for k, v in self.to_dict().items()
+            k: v
+            for k, v in self.to_dict().items()
             if k not in ("rank", "kind", "onset_step", "end_step", "metric", "message", "severity")
         }
         evidence["kind"] = self.kind
         return Finding(
-            code=code, severity=severity, message=self.message, step=self.onset_step,
-            end_step=self.end_step, rank=self.rank, metric=self.metric, evidence=evidence,
+            code=code,
+            severity=severity,
+            message=self.message,
+            step=self.onset_step,
+            end_step=self.end_step,
+            rank=self.rank,
+            metric=self.metric,
+            evidence=evidence,
         )
 
 
@@ -165,15 +172,23 @@ class MeanShift:
         return explained / shift
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
-            "start_step": self.start_step, "end_step": self.end_step,
-            "baseline_steps": list(self.baseline_steps) if self.baseline_steps else None,
-            "ranks_left_out": list(self.ranks), "ranks": self.n_ranks,
-            "mean_before": _num(self.mean_before), "mean_during": _num(self.mean_during),
-            "shift": _num(self.shift), "clean_before": _num(self.clean_before),
-            "clean_during": _num(self.clean_during), "clean_shift": _num(self.clean_shift),
-            "explained": _num(self.explained), "fraction": _num(self.fraction),
-        })
+        return _jsonable(
+            {
+                "start_step": self.start_step,
+                "end_step": self.end_step,
+                "baseline_steps": list(self.baseline_steps) if self.baseline_steps else None,
+                "ranks_left_out": list(self.ranks),
+                "ranks": self.n_ranks,
+                "mean_before": _num(self.mean_before),
+                "mean_during": _num(self.mean_during),
+                "shift": _num(self.shift),
+                "clean_before": _num(self.clean_before),
+                "clean_during": _num(self.clean_during),
+                "clean_shift": _num(self.clean_shift),
+                "explained": _num(self.explained),
+                "fraction": _num(self.fraction),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -262,8 +277,10 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         outliers += _silent(cohort, thresholds)
         if throughput is not None:
             column, invert = throughput
-            tp = cohort if column == metric and not invert else build_cohort(
-                frame, column, thresholds.rank_rel_floor, [], invert=invert
+            tp = (
+                cohort
+                if column == metric and not invert
+                else build_cohort(frame, column, thresholds.rank_rel_floor, [], invert=invert)
             )
             outliers += _straggler(tp, thresholds, invert)
     outliers.sort(key=_order)
@@ -285,6 +302,7 @@ def _order(o: RankOutlier) -> tuple:
 
 
 # --- the four kinds -------------------------------------------------------------------
+
 
 def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
     """Only the rows that deviate (level) or are non-finite against a finite cohort."""
@@ -308,13 +326,18 @@ def _episodes(
     episode = flagged.join(runs.select("rank", pl.col("start").alias("onset")), on="rank").filter(
         pl.col("step") >= pl.col("onset")
     )
-    ends = episode.filter(pl.col("bad")).group_by("rank").agg(
-        pl.col("i").max().alias("last_i"), pl.col("step").max().alias("end_step")
+    ends = (
+        episode.filter(pl.col("bad"))
+        .group_by("rank")
+        .agg(pl.col("i").max().alias("last_i"), pl.col("step").max().alias("end_step"))
     )
     summary = (
-        episode.filter(pl.col(flag)).sort(["rank", "step"]).group_by("rank")
+        episode.filter(pl.col(flag))
+        .sort(["rank", "step"])
+        .group_by("rank")
         .agg(pl.col("onset").first(), pl.col("n").first().alias("n_onset"), *stats)
-        .join(ends, on="rank").sort("rank")
+        .join(ends, on="rank")
+        .sort("rank")
     )
     recovered = next_steps(
         cohort.rows, summary["last_i"].to_numpy().astype(np.int64), summary["rank"].to_numpy()
@@ -351,7 +374,7 @@ def _nonfinite(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) ->
     out = []
     for e in _episodes(cohort, flagged, "nf", thresholds.rank_nonfinite_steps, stats):
         e["robust_z"] = None
-        later = spread[np.searchsorted(spread, e["onset"]):]
+        later = spread[np.searchsorted(spread, e["onset"]) :]
         e["cohort_nonfinite_step"] = int(later[0]) if later.size else None
         out.append(_outlier(NONFINITE, e, cohort.column))
     return out
@@ -362,7 +385,8 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     fin = pl.col("x").is_finite()
     ref = pl.when(pl.col("n") >= MIN_COHORT).then(pl.col("med")).otherwise(pl.col("hi"))
     slow = (
-        fin & (pl.col("x") < thresholds.straggler_ratio * ref)
+        fin
+        & (pl.col("x") < thresholds.straggler_ratio * ref)
         & (((pl.col("n") >= MIN_COHORT) & (pl.col("z") <= -thresholds.rank_z)) | (pl.col("n") == 2))
     )
     flagged = cohort.rows.filter(slow).with_columns(
@@ -386,7 +410,11 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
 
 def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
     """Ranks whose last report is rank_persist_steps cohort steps before the cohort's last."""
-    last = cohort.rows.group_by("rank").agg(pl.col("t").max().alias("last_t"), pl.col("i").max()).sort("rank")
+    last = (
+        cohort.rows.group_by("rank")
+        .agg(pl.col("t").max().alias("last_t"), pl.col("i").max())
+        .sort("rank")
+    )
     cohort_t = cohort.steps["t"].to_numpy()
     last_t = last["last_t"].to_numpy()
     reference = float(np.quantile(last_t, 0.5, method="higher"))
@@ -400,11 +428,18 @@ def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
     for row, onset, count in zip(at.to_dicts(), onsets, missed[silent]):
         z = row["z"] if row["z"] is not None and np.isfinite(row["z"]) else None
         entry = {
-            "rank": row["rank"], "onset": int(onset), "end_step": int(row["step"]),
-            "value": row["x"], "cohort_median": row["med"], "robust_z": z,
+            "rank": row["rank"],
+            "onset": int(onset),
+            "end_step": int(row["step"]),
+            "value": row["x"],
+            "cohort_median": row["med"],
+            "robust_z": z,
             # it no longer contributes to the mean after it falls silent
-            "mean_shift": 0.0, "n_onset": row["n"], "recovered_step": None,
-            "missed": int(count), "reference": int(reference),
+            "mean_shift": 0.0,
+            "n_onset": row["n"],
+            "recovered_step": None,
+            "missed": int(count),
+            "reference": int(reference),
         }
         out.append(_outlier(SILENT, entry, cohort.column))
     return out
@@ -416,7 +451,9 @@ def _pair(cohort: Cohort, thresholds: Thresholds, notes: list[str]) -> list[Rank
         "(a median of two cannot say which one is wrong)"
     )
     hit = pair_level(
-        cohort.rows.select("rank", "t", "x"), thresholds.rank_z, thresholds.rank_persist_steps,
+        cohort.rows.select("rank", "t", "x"),
+        thresholds.rank_z,
+        thresholds.rank_persist_steps,
         thresholds.rank_rel_floor,
     )
     if hit is None:
@@ -426,6 +463,7 @@ def _pair(cohort: Cohort, thresholds: Thresholds, notes: list[str]) -> list[Rank
 
 
 # --- messages ----------------------------------------------------------------------------
+
 
 def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
     rank = e["rank"]
@@ -453,7 +491,11 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
         message = (
             f"rank {rank} reports {_fmt(value)} {metric} at step {onset} while the cohort is finite "
             f"(median {_fmt(median)}, {n} ranks); it alone makes the mean non-finite{tail}"
-            + (f"; most of the cohort is non-finite from step {spread} on" if spread is not None else "")
+            + (
+                f"; most of the cohort is non-finite from step {spread} on"
+                if spread is not None
+                else ""
+            )
         )
     elif kind == SILENT:
         message = (
@@ -466,8 +508,15 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
             f"({_fmt(value)} vs a median of {_fmt(median)}) from step {onset} on{tail}"
         )
     return RankOutlier(
-        rank=None if rank is None else int(rank), kind=kind, onset_step=onset, value=value,
-        cohort_median=median, robust_z=z, mean_shift=shift, metric=metric, ranks_reporting=n,
+        rank=None if rank is None else int(rank),
+        kind=kind,
+        onset_step=onset,
+        value=value,
+        cohort_median=median,
+        robust_z=z,
+        mean_shift=shift,
+        metric=metric,
+        ranks_reporting=n,
         end_step=None if e.get("end_step") is None else int(e["end_step"]),
         recovered_step=None if back is None else int(back),
         pair=tuple(e["pair"]) if e.get("pair") and rank is None else None,
@@ -502,7 +551,10 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 # --- the mean, and what the outliers do to it ---------------------------------------------
 
-def global_mean(frame: pl.DataFrame, metric: str, exclude_ranks: tuple[int, ...] = ()) -> pl.DataFrame:
+
+def global_mean(
+    frame: pl.DataFrame, metric: str, exclude_ranks: tuple[int, ...] = ()
+) -> pl.DataFrame:
     """The all-rank mean per step (step, mean, n) as an all-reduced logger would show it.
 
     NaN on any rank makes the step's mean NaN; a rank not reporting is left out.
@@ -537,7 +589,8 @@ def explained_mean_shift(
     """
     metric = metric or report.metric
     culprits = [
-        o for o in report.outliers
+        o
+        for o in report.outliers
         if o.kind in (LEVEL, NONFINITE) and o.rank is not None and o.metric == metric
     ]
     if start_step is None:
@@ -559,9 +612,15 @@ def explained_mean_shift(
     before, during, span = levels(full)
     clean_before, clean_during, _ = levels(clean)
     return MeanShift(
-        start_step=int(start_step), end_step=int(end_step), baseline_steps=span, ranks=ranks,
-        n_ranks=report.ranks, mean_before=before, mean_during=during,
-        clean_before=clean_before, clean_during=clean_during,
+        start_step=int(start_step),
+        end_step=int(end_step),
+        baseline_steps=span,
+        ranks=ranks,
+        n_ranks=report.ranks,
+        mean_before=before,
+        mean_during=during,
+        clean_before=clean_before,
+        clean_during=clean_during,
     )
 
 
@@ -590,13 +649,16 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     x = rows["x"].to_numpy()
     z = rows["z"].to_numpy()
     finite = np.isfinite(x) & np.isfinite(z)
-    total = np.bincount(key[finite], weights=np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z), minlength=cells)
+    total = np.bincount(
+        key[finite], weights=np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z), minlength=cells
+    )
     count = np.bincount(key[finite], minlength=cells)
     with np.errstate(invalid="ignore", divide="ignore"):
         deviation = np.where(count > 0, total / count, np.nan)
     deviation[np.bincount(key[~np.isfinite(x)], minlength=cells) > 0] = np.inf
     edges = first + (np.arange(buckets + 1) * span) // buckets
     return RankPicture(
-        ranks=ranks, step_edges=edges.astype(np.int64),
+        ranks=ranks,
+        step_edges=edges.astype(np.int64),
         deviation=deviation.reshape(ranks.size, buckets).astype(np.float32),
     )

@@ -56,15 +56,17 @@ def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.D
     x = pl.col(column).cast(pl.Float64)
     if invert:  # a time per step becomes a rate, so "low" means "slow" for both
         x = 1.0 / x
-    rows = frame.lazy().filter(pl.col(column).is_not_null()).select(
-        pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x")
-    ).collect()
+    rows = (
+        frame.lazy()
+        .filter(pl.col(column).is_not_null())
+        .select(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x"))
+        .collect()
+    )
     # `finalize` already sorts by (rank, step): checking is one pass, sorting is several
     ordered = rows.select(
-        (
-            (pl.col("rank").diff() > 0)
-            | ((pl.col("rank").diff() == 0) & (pl.col("step").diff() > 0))
-        ).fill_null(True).all()
+        ((pl.col("rank").diff() > 0) | ((pl.col("rank").diff() == 0) & (pl.col("step").diff() > 0)))
+        .fill_null(True)
+        .all()
     ).item()
     return rows if ordered else rows.sort(["rank", "step"])
 
@@ -85,12 +87,16 @@ def _step_stats(rows: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
     fin = pl.col("x").is_finite()
     # n counts ranks, not rows, when a stride bucket may hold two rows of one rank
     count = pl.col("rank").n_unique() if distinct_ranks else pl.len()
-    return rows.group_by("t").agg(
-        pl.col("x").filter(fin).median().alias("med"),
-        pl.col("x").filter(fin).max().alias("hi"),
-        count.cast(pl.Int64).alias("n"),
-        fin.sum().cast(pl.Int64).alias("n_fin"),
-    ).sort("t")
+    return (
+        rows.group_by("t")
+        .agg(
+            pl.col("x").filter(fin).median().alias("med"),
+            pl.col("x").filter(fin).max().alias("hi"),
+            count.cast(pl.Int64).alias("n"),
+            fin.sum().cast(pl.Int64).alias("n_fin"),
+        )
+        .sort("t")
+    )
 
 
 def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
@@ -151,7 +157,8 @@ def build_cohort(
     mad = (
         pl.DataFrame({"t": rows["t"], "dev": dev})
         .filter(pl.col("dev").is_finite())
-        .group_by("t").agg(pl.col("dev").median().alias("mad"))
+        .group_by("t")
+        .agg(pl.col("dev").median().alias("mad"))
     )
     del dev
     steps = steps.join(mad, on="t", how="left").sort("t")
@@ -168,13 +175,17 @@ def build_cohort(
         ).alias("sigma")
     )
     sigma = steps["sigma"].fill_null(np.nan).to_numpy()
-    rows = rows.with_row_index("i").with_columns(
-        pl.Series("med", med_row),
-        pl.Series("sigma", sigma[pos]),
-        pl.Series("n", steps["n"].to_numpy()[pos]),
-        pl.Series("n_fin", steps["n_fin"].to_numpy()[pos]),
-        pl.Series("hi", steps["hi"].fill_null(np.nan).to_numpy()[pos]),
-    ).with_columns(((pl.col("x") - pl.col("med")) / pl.col("sigma")).alias("z"))
+    rows = (
+        rows.with_row_index("i")
+        .with_columns(
+            pl.Series("med", med_row),
+            pl.Series("sigma", sigma[pos]),
+            pl.Series("n", steps["n"].to_numpy()[pos]),
+            pl.Series("n_fin", steps["n_fin"].to_numpy()[pos]),
+            pl.Series("hi", steps["hi"].fill_null(np.nan).to_numpy()[pos]),
+        )
+        .with_columns(((pl.col("x") - pl.col("med")) / pl.col("sigma")).alias("z"))
+    )
     return Cohort(rows=rows, steps=steps, column=column, stride=stride)
 
 
@@ -189,8 +200,10 @@ def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int) -> pl.DataFrame:
     """
     part = flagged.filter(pl.col(flag))
     if part.height == 0:
-        return part.select("rank").clear().with_columns(
-            pl.lit(0, pl.Int64).alias("start"), pl.lit(0, pl.Int64).alias("length")
+        return (
+            part.select("rank")
+            .clear()
+            .with_columns(pl.lit(0, pl.Int64).alias("start"), pl.lit(0, pl.Int64).alias("length"))
         )
     gap = pl.col("i").cast(pl.Int64) - pl.col("i").shift(1).cast(pl.Int64) - 1
     breaks = (gap > MAX_GAP) | (pl.col("rank") != pl.col("rank").shift(1))

@@ -41,7 +41,8 @@ def pair_level(rows: pl.DataFrame, rank_z: float, persist: int, rel_floor: float
         return None
     a, b = ranks
     wide = (
-        rows.filter(pl.col("rank") == a).select("t", pl.col("x").alias("xa"))
+        rows.filter(pl.col("rank") == a)
+        .select("t", pl.col("x").alias("xa"))
         .join(rows.filter(pl.col("rank") == b).select("t", pl.col("x").alias("xb")), on="t")
         .filter(pl.col("xa").is_finite() & pl.col("xb").is_finite())
         .sort("t")
@@ -74,15 +75,23 @@ def pair_level(rows: pl.DataFrame, rank_z: float, persist: int, rel_floor: float
             culprit = b
     if culprit is None:
         return {
-            "rank": None, "pair": (a, b), "onset_step": int(t[onset_index]), "end_step": int(t[last]),
-            "recovered_step": recovered, "value": None,
+            "rank": None,
+            "pair": (a, b),
+            "onset_step": int(t[onset_index]),
+            "end_step": int(t[last]),
+            "recovered_step": recovered,
+            "value": None,
             "cohort_median": float(np.median(mid[episode])),
-            "robust_z": float(np.median(np.abs(z[episode]))), "mean_shift": None,
+            "robust_z": float(np.median(np.abs(z[episode]))),
+            "mean_shift": None,
             "values": (float(np.median(xa[episode])), float(np.median(xb[episode]))),
         }
     mine, other, sign = (xa, xb, -1.0) if culprit == a else (xb, xa, 1.0)
     return {
-        "rank": culprit, "pair": (a, b), "onset_step": int(t[onset_index]), "end_step": int(t[last]),
+        "rank": culprit,
+        "pair": (a, b),
+        "onset_step": int(t[onset_index]),
+        "end_step": int(t[last]),
         "recovered_step": recovered,
         "value": float(np.median(mine[episode])),
         # the healthy rank's level is the reference a median of more ranks would give
