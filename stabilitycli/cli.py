@@ -196,6 +196,7 @@ def _analyze_many(
 ) -> int:
     """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only output."""
     from stabilitycli.pipeline import batch
+    from stabilitycli.report.batch_report import fragment_renderer
 
     try:
         settings = batch.BatchSettings(
@@ -204,7 +205,7 @@ def _analyze_many(
             select=tuple(split_codes(select)),
             ignore=tuple(split_codes(ignore)),
             fail_on=fail_on.value,
-            fragment=output.value
+            render_fragment=fragment_renderer(output.value, fail_on.value)
             if output in (OutputFormat.github, OutputFormat.junit, OutputFormat.markdown)
             else None,
         )

@@ -53,7 +53,9 @@ class BatchSettings:
     set_values: dict[str, str] = field(default_factory=dict)
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
-    fragment: str | None = None  # "github" | "junit" | "markdown": rendered in the worker
+    # a run's CI fragment (github/junit/markdown), made in the worker from the Analysis;
+    # a picklable callable from the report layer, so this layer imports no renderer
+    render_fragment: Callable[[Any], str] | None = None
     fail_on: str = "error"
 
 
@@ -174,30 +176,9 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
     return RunResult(
         path,
         doc=analysis.to_dict(),
-        fragment=_fragment(analysis, settings),
+        fragment=settings.render_fragment(analysis) if settings.render_fragment else None,
         worst=None if worst is None else int(worst),
     )
-
-
-def _fragment(analysis, settings: BatchSettings) -> str | None:
-    if settings.fragment == "github":
-        from stabilitycli.report import github
-
-        return github.render(analysis)
-    if settings.fragment == "markdown":
-        from stabilitycli.report import markdown
-
-        return markdown.render(analysis, heading_level=3)
-    if settings.fragment == "junit":
-        import xml.etree.ElementTree as ET
-
-        from stabilitycli.model import Severity
-        from stabilitycli.report import junit
-
-        return ET.tostring(
-            junit.testsuite(analysis, Severity.parse(settings.fail_on)), encoding="unicode"
-        )
-    return None
 
 
 def _analyze_chunk(paths: list[str], settings: BatchSettings) -> list[RunResult]:

@@ -7,6 +7,7 @@ single-run renderers; this module only puts them together with a summary.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 from stabilitycli.pipeline.batch import RunResult, summary_rows
 from stabilitycli.report import github as gh
@@ -33,7 +34,6 @@ def github(results: list[RunResult]) -> str:
 
 
 def junit(results: list[RunResult]) -> str:
-    import xml.etree.ElementTree as ET
 
     from stabilitycli.report import junit as ju
 
@@ -102,3 +102,26 @@ def terminal_table(results: list[RunResult]):
             "" if row["rows"] is None else f"{row['rows']:,}",
         )
     return table
+
+
+def render_fragment(analysis, fmt: str, fail_on: str) -> str:
+    """One run's CI fragment; batch workers call it through `fragment_renderer`."""
+    if fmt == "github":
+        return gh.render(analysis)
+    if fmt == "markdown":
+        from stabilitycli.report import markdown
+
+        return markdown.render(analysis, heading_level=3)
+    if fmt == "junit":
+        from stabilitycli.model import Severity
+        from stabilitycli.report import junit as ju
+
+        return ET.tostring(ju.testsuite(analysis, Severity.parse(fail_on)), encoding="unicode")
+    raise ValueError(f"no CI fragment for format {fmt!r}")
+
+
+def fragment_renderer(fmt: str, fail_on: str):
+    """A picklable `render(analysis) -> str` for `BatchSettings.render_fragment`."""
+    import functools
+
+    return functools.partial(render_fragment, fmt=fmt, fail_on=fail_on)
