@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The static checks CI makes before the tests; .ci/run, the README's test command and
+# .pre-commit-config.yaml all run these same commands. Stops at the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/ruff check stabilitycli tests benchmarks scripts
+.venv/bin/ruff format --check stabilitycli tests benchmarks scripts
+.venv/bin/mypy stabilitycli
+.venv/bin/lint-imports
