@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.util
 import math
 
+import pytest
+
 from stabilitycli import ingest
 from stabilitycli.ingest.options import ReadOptions
 from tests.ingest._synthetic_run import (
@@ -38,6 +40,7 @@ def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
+@pytest.mark.slow  # ~20 s: writes and reads back every format, the MLflow stores included
 def test_every_available_format_reads_the_jsonl_values(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow stores drop artifact folders in the working directory
     truth = training_run(spike_at=30, nonfinite_at=45)

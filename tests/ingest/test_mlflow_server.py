@@ -22,6 +22,9 @@ from tests.ingest._mlflow_server_proc import free_port
 from tests.ingest._mlflow_server_proc import mlflow_server as start_server
 from tests.ingest._synthetic_run import assert_same_values, log_mlflow, training_run
 
+# the `server` fixture starts a real `mlflow server`: ~20 s before the first test that uses it
+slow = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -47,6 +50,7 @@ def server(tmp_path_factory):
         yield url, ids
 
 
+@slow
 def test_spike_run_by_id(server):
     url, ids = server
     run = ingest.read(url, ReadOptions(run=ids["spike"]))
@@ -61,6 +65,7 @@ def test_spike_run_by_id(server):
     assert run.frame["loss"][30] == 9.5 and run.source.dtype == "bf16"
 
 
+@slow
 def test_nan_and_inf_come_back_exactly(server):
     url, _ = server
     run = ingest.read(url, ReadOptions(run="nan"))  # by name: runs/search
@@ -76,6 +81,7 @@ def test_nan_and_inf_come_back_exactly(server):
     assert any("heuristic" in note for note in run.source.notes)  # the server's sqlite clamp
 
 
+@slow
 def test_paging_reads_every_point(server, monkeypatch):
     url, ids = server
     whole = ingest.read(url, ReadOptions(run=ids["nan"]))
@@ -85,6 +91,7 @@ def test_paging_reads_every_point(server, monkeypatch):
     assert paged.source.rows_used == 60
 
 
+@slow
 def test_a_pasted_ui_link_names_the_run(server):
     url, ids = server
     link = f"{url}/#/experiments/1/runs/{ids['spike']}"
@@ -92,6 +99,7 @@ def test_a_pasted_ui_link_names_the_run(server):
     assert run.source.run == f"{ids['spike']} (spike)"
 
 
+@slow
 def test_rank_named_runs_are_one_per_rank_run(server):
     url, _ = server
     run = ingest.read(url, ReadOptions(experiment="srv-ranks"))
@@ -100,6 +108,7 @@ def test_rank_named_runs_are_one_per_rank_run(server):
     assert math.isnan(rank1["loss"][20]) and rank1["loss"][21] == math.inf
 
 
+@slow
 def test_several_runs_and_empty_run_are_one_line_errors(server):
     url, ids = server
     with pytest.raises(StabInputError) as err:
