@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from stabilitycli.compare.expect import parse_expect
 from stabilitycli.postmortem.data import build, ema_before, round_up
 from stabilitycli.report.postmortem import render
 from tests.conftest import run_fixture
@@ -222,14 +223,12 @@ def test_cli_writes_the_file(cli, tmp_path) -> None:
     ],
 )
 def test_expect_strings_parse_for_stab_compare(fixture: str) -> None:
-    expect = pytest.importorskip("stabilitycli.compare.expect")
     for incident in _pm(fixture).incidents:
         for text in incident.expects:
-            assert expect.parse_expect(text).text == text
+            assert parse_expect(text).text == text
 
 
 def test_verification_fails_on_the_broken_run_and_holds_on_a_healthy_one(cli) -> None:
-    pytest.importorskip("stabilitycli.compare.expect")
     args = [a for e in _pm("spike-long-tail").incidents[0].expects for a in ("--expect", e)]
     assert cli("compare", run_fixture("spike-long-tail"), *args).exit_code == 1
     assert cli("compare", run_fixture("healthy-low-noise"), *args).exit_code == 0
