@@ -8,7 +8,7 @@ import numpy as np
 
 
 def loss_curve(points: int) -> np.ndarray:
-    """A decaying loss with Gaussian noise; NaN and +Inf at the middle, so readers must keep them."""
+    """A decaying loss with Gaussian noise; NaN and +Inf at the middle: readers must keep them."""
     rng = np.random.default_rng(0)
     t = np.arange(points, dtype=float)
     loss = 2.2 + 8.6 * (1 + t / 4000.0) ** -0.75 + 0.04 * rng.standard_normal(points)

@@ -76,10 +76,13 @@ def main() -> None:
             t_stdlib = timed(partial(parse_with_stdlib, path))
             verdict = analysis.verdict.code
             print(
-                f"{args.lines:,} lines ({size_mb:.0f} MB){' with NaN tokens' if with_nan else ''}: "
+                f"{args.lines:,} lines ({size_mb:.0f} MB)"
+                f"{' with NaN tokens' if with_nan else ''}: "
                 f"stab analyze {t_stab:.2f} s (verdict {verdict}); "
-                f"polars read_ndjson only {t_polars:.2f} s; stdlib json.loads loop {t_stdlib:.2f} s; "
-                f"ratio stab/polars-read {t_stab / t_polars:.2f}, stab/stdlib-parse {t_stab / t_stdlib:.2f}"
+                f"polars read_ndjson only {t_polars:.2f} s; "
+                f"stdlib json.loads loop {t_stdlib:.2f} s; "
+                f"ratio stab/polars-read {t_stab / t_polars:.2f}, "
+                f"stab/stdlib-parse {t_stab / t_stdlib:.2f}"
             )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak_mb:.0f} MB")

@@ -98,12 +98,13 @@ def main() -> None:
         analyze_many(paths[:2], BatchSettings(), jobs=1)  # imports and file cache, not timed
         one, ok1 = timed(paths, 1, args.repeats)
         print(
-            f"1 worker (in-process):  {one:6.2f} s  {one / len(paths) * 1000:7.1f} ms/run  ({ok1} analysed)"
+            f"1 worker (in-process):  {one:6.2f} s  {one / len(paths) * 1000:7.1f} ms/run  "
+            f"({ok1} analysed)"
         )
         many, ok2 = timed(paths, args.jobs, args.repeats)
         print(
-            f"{args.jobs} workers (processes): {many:6.2f} s  {many / len(paths) * 1000:7.1f} ms/run  "
-            f"({ok2} analysed; includes starting the workers)"
+            f"{args.jobs} workers (processes): {many:6.2f} s  {many / len(paths) * 1000:7.1f} "
+            f"ms/run  ({ok2} analysed; includes starting the workers)"
         )
         print(f"speed-up: {one / many:.2f}x (load average now {os.getloadavg()[0]:.2f})")
 

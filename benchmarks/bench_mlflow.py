@@ -57,7 +57,9 @@ def fill_file_store(root: Path, run_id: str, experiment: str, values: np.ndarray
     ts = 1_700_000_000_000 + steps
     with open(path, "w") as handle:
         # str(float) is what the client writes: nan, inf, shortest repr
-        handle.writelines(f"{t} {float(v)!s} {s}\n" for t, v, s in zip(ts, values, steps))
+        handle.writelines(
+            f"{t} {float(v)!s} {s}\n" for t, v, s in zip(ts, values, steps, strict=True)
+        )
 
 
 def fill_sqlite(db: Path, run_id: str, values: np.ndarray) -> None:
@@ -70,7 +72,8 @@ def fill_sqlite(db: Path, run_id: str, values: np.ndarray) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("DELETE FROM metrics WHERE run_uuid = ?", (run_id,))
         conn.executemany(
-            "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             rows,
         )
 
@@ -100,7 +103,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="stab-bench-mlflow-"))
     os.chdir(work)  # the sqlite store drops artifact folders in the working directory
     print(
-        f"work dir {work}; {args.points:,} points of {KEY!r}; client baselines at {args.client_points:,}"
+        f"work dir {work}; {args.points:,} points of {KEY!r}; client baselines at "
+        f"{args.client_points:,}"
     )
     results = []
     for store in ("file", "sqlite"):
@@ -145,19 +149,21 @@ def main() -> None:
         print(f"  stab reader, {args.points:>9,} points: {row['stab_full']:8.2f} s")
         if measured:
             print(
-                f"  MlflowClient.get_metric_history, {args.points:,} points: {row['client_small']:8.2f} s "
-                f"(measured); ratio {row['client_small'] / row['stab_small']:.0f}x "
-                f"(against stab's second read of the same size, {row['stab_small']:.2f} s)"
+                f"  MlflowClient.get_metric_history, {args.points:,} points: "
+                f"{row['client_small']:8.2f} s (measured); ratio "
+                f"{row['client_small'] / row['stab_small']:.0f}x (against stab's second read of "
+                f"the same size, {row['stab_small']:.2f} s)"
             )
             continue
         print(f"  stab reader, {args.client_points:>9,} points: {row['stab_small']:8.2f} s")
         print(
-            f"  MlflowClient.get_metric_history, {args.client_points:,} points: {row['client_small']:8.2f} s "
-            f"(ratio {row['client_small'] / row['stab_small']:.0f}x, measured)"
+            f"  MlflowClient.get_metric_history, {args.client_points:,} points: "
+            f"{row['client_small']:8.2f} s (ratio {row['client_small'] / row['stab_small']:.0f}x, "
+            "measured)"
         )
         print(
-            f"  MlflowClient.get_metric_history, {args.points:,} points: {client_full:8.1f} s ({tag}); "
-            f"ratio {client_full / row['stab_full']:.0f}x"
+            f"  MlflowClient.get_metric_history, {args.points:,} points: {client_full:8.1f} s "
+            f"({tag}); ratio {client_full / row['stab_full']:.0f}x"
         )
 
 

@@ -109,18 +109,20 @@ def main() -> None:
         )
         print(
             f"{ranks:>5} ranks x {args.steps} steps = {result['rows']:>11,} rows: "
-            f"{result['seconds']:7.2f} s wall (user {result['user_s']:.2f} s, sys {result['sys_s']:.2f} s, "
-            f"{result['page_faults']:,} page faults)  ({result['rows_per_s'] / 1e6:.1f} M rows/s)  "
-            f"peak RSS {result['maxrss_peak_mib']:,} MiB (frame alone {result['maxrss_after_build_mib']:,} MiB)  "
-            f"found {result['found']} [{ok}]",
+            f"{result['seconds']:7.2f} s wall (user {result['user_s']:.2f} s, sys "
+            f"{result['sys_s']:.2f} s, {result['page_faults']:,} page faults)  "
+            f"({result['rows_per_s'] / 1e6:.1f} M rows/s)  peak RSS {result['maxrss_peak_mib']:,} "
+            f"MiB (frame alone {result['maxrss_after_build_mib']:,} MiB)  found {result['found']} "
+            f"[{ok}]",
             flush=True,
         )
     base = results[0]
     for r in results[1:]:
         print(
-            f"{r['ranks']}/{base['ranks']}: rows x{r['rows'] / base['rows']:.1f}, "
-            f"wall x{r['seconds'] / base['seconds']:.2f}, user CPU x{r['user_s'] / base['user_s']:.2f}, "
-            f"peak RSS x{r['maxrss_peak_mib'] / base['maxrss_peak_mib']:.2f}"
+            f"{r['ranks']}/{base['ranks']}: rows x{r['rows'] / base['rows']:.1f}, wall "
+            f"x{r['seconds'] / base['seconds']:.2f}, user CPU "
+            f"x{r['user_s'] / base['user_s']:.2f}, peak RSS "
+            f"x{r['maxrss_peak_mib'] / base['maxrss_peak_mib']:.2f}"
         )
 
 

@@ -1,6 +1,7 @@
-"""How fast stab reads a TensorBoard event file with 1,000,000 scalars of one tag, against tbparse.
+"""How fast stab reads a TensorBoard event file with 1,000,000 scalars of one tag,
+against tbparse.
 
-    /tmp/venv/bin/python benchmarks/bench_tensorboard.py [--points 1000000] [--writer tensorboardX|own]
+    /tmp/venv/bin/python benchmarks/bench_tensorboard.py [--points N] [--writer tensorboardX|own]
 
 The file holds `add_scalar("train/loss", v, step)` events: one `simple_value`
 per event. By default it is logged through tensorboardX's real SummaryWriter
@@ -93,7 +94,7 @@ def record_loop(path: Path, verify: bool) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--points", type=int, default=1_000_000)
     has_tbx = importlib.util.find_spec("tensorboardX") is not None
     parser.add_argument(
@@ -115,7 +116,8 @@ def main() -> None:
     event_file = next(folder.iterdir())
     size_mb = event_file.stat().st_size / 1e6
     print(
-        f"{args.points:,} scalars of {TAG!r}, {size_mb:.1f} MB, written by {args.writer} in {seconds:.1f} s"
+        f"{args.points:,} scalars of {TAG!r}, {size_mb:.1f} MB, written by {args.writer} in "
+        f"{seconds:.1f} s"
     )
 
     seconds_stab, run = timed(lambda: ingest.read(folder))

@@ -1,4 +1,5 @@
-"""Write the seeded runs under fixtures/compare/ that `stab compare` and the restart-replay rule are tested on.
+"""Write the seeded runs under fixtures/compare/ that `stab compare` and the restart-replay
+rule are tested on.
 
     python scripts/make_compare_fixtures.py
 

@@ -192,7 +192,7 @@ def main(out: Path) -> None:
     mean = values.mean(axis=0)
     write_jsonl(
         out / "seed_64" / "global.jsonl",
-        [{"step": int(s), "loss": round(float(m), 4)} for s, m in zip(steps, mean)],
+        [{"step": int(s), "loss": round(float(m), 4)} for s, m in zip(steps, mean, strict=True)],
     )
 
     steps, values, speed = healthy_story(rng)
@@ -250,7 +250,7 @@ def _mixed_names(rng, folder: Path) -> None:
             values[steps >= 600] = 3.1 + noise(rng, (steps >= 600).sum(), 0.02)
         recs += [
             {"step": int(s), "rank": rank, "loss": round(float(v), 4)}
-            for s, v in zip(steps, values)
+            for s, v in zip(steps, values, strict=True)
         ]
     write_rank_dir(folder, recs, names)
     # the job died while rank 0 was writing its last line

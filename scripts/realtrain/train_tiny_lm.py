@@ -191,7 +191,8 @@ def watch_activations(model: TinyLM, sink: dict[str, float]) -> None:
 
 
 def lr_at(step: int, args: argparse.Namespace) -> float:
-    """Linear warmup to --lr, then cosine to --min-lr-frac * --lr at --steps; plus the injected jump."""
+    """Linear warmup to --lr, then cosine to --min-lr-frac * --lr at --steps; plus the
+    injected jump."""
     if step <= args.warmup:
         lr = args.lr * step / args.warmup
     else:
@@ -357,7 +358,7 @@ class Run:
                 logits = self.model(idx[:, :-1])
             loss = lm_loss(logits, idx[:, 1:])
             loss.backward()
-        # clip_grad_norm_ returns the norm BEFORE clipping; an infinite max_norm measures without clipping
+        # clip_grad_norm_ returns the norm BEFORE clipping; an infinite max_norm only measures
         grad_norm = float(
             torch.nn.utils.clip_grad_norm_(
                 self.model.parameters(), float("inf") if args.no_clip else args.clip
@@ -536,7 +537,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         or args.from_checkpoint >= args.resume_at
     ):
         p.error(
-            "--from-checkpoint must be a checkpointed step (a multiple of --ckpt-every) before --resume-at"
+            "--from-checkpoint must be a checkpointed step (a multiple of --ckpt-every) before "
+            "--resume-at"
         )
     return args
 
