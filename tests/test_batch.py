@@ -19,7 +19,7 @@ def _tree(tmp_path):
     shutil.copy(run_fixture("spike-persistent"), root / "a" / "run.jsonl")
     (root / "a" / "notes.txt").write_text("lr sweep, seed 3\n")
     (root / "a" / "config.yaml").write_text("lr: 3e-4\n")
-    # a README quoting DeepSpeed output reads like a log to the text sniffers; a walk skips documents
+    # a README quoting DeepSpeed output reads like a log to the text sniffers: walks skip documents
     (root / "a" / "README.md").write_text(
         "[Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]\n"
     )

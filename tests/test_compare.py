@@ -320,7 +320,8 @@ def test_one_nan_fails_even_though_single_points_are_tolerated():
 
 
 def test_a_sparse_metric_is_reported_not_judged():
-    """Eval loss every 100 steps (15 points): too few to tell noise from trend, so no band is invented."""
+    """Eval loss every 100 steps (15 points): too few to tell noise from trend, so no band is
+    invented."""
     a, b = base_run(100), base_run(101)
 
     def every_100(values):  # logged every 100 steps, absent (null) elsewhere

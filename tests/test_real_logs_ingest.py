@@ -37,7 +37,9 @@ EXPECTED_FORMAT = {
     f"{CHAT}/step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log": "deepspeed",
     f"{CHAT}/step2_dpo_finetuning__opt-350M_globalBatchSize-32.log": "deepspeed",
     f"{CHAT}/step2_reward_model_finetuning__opt-350m_globalBatchSize-64.log": "deepspeed",
-    f"{CHAT}/step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": "deepspeed",
+    f"{CHAT}/step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": (
+        "deepspeed"
+    ),
     "hf-trainer-state-tinyllama-lora/trainer_state.json": "hf_trainer",
     "llmc-gpt2-124m-a100/main.log": "llmc",
 }

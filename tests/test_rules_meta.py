@@ -1,4 +1,5 @@
-"""Every rule is documented, and every finding code has a log where it fires and one where it does not."""
+"""Every rule is documented, and every finding code has a log where it fires and one where it
+does not."""
 
 from __future__ import annotations
 

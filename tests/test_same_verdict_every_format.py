@@ -63,7 +63,8 @@ def write_megatron(frame, folder):
     for s, loss, g, lr in frame.iter_rows():
         lines.append(
             f"[default0]: iteration {s:8d}/{total:8d} | consumed samples: {s * 512:12d} | "
-            f"elapsed time per iteration (ms): 1234.5 | learning rate: {lr:.6E} | global batch size:   512 | "
+            f"elapsed time per iteration (ms): 1234.5 | learning rate: {lr:.6E} | "
+            "global batch size:   512 | "
             f"lm loss: {loss:.6E} | grad norm: {g:.3f} | number of skipped iterations:   0 | "
             "number of nan iterations:   0 |"
         )

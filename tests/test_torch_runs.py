@@ -127,7 +127,7 @@ def test_truly_healthy_runs_raise_no_error_and_no_spike(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["nan-fp16-high-lr", "nan-adam-eps0", "healthy-fp16-scaler"])
 def test_nonfinite_values_survive_as_logged(name: str) -> None:
-    """Every NaN / Infinity the training wrote (bare json.dumps tokens) reaches the frame as such."""
+    """Every NaN / Infinity the training wrote (bare json.dumps tokens) reaches the frame as is."""
     with gzip.open(_log(name), "rt") as handle:
         rows = [json.loads(line) for line in handle]
     run = read(_log(name))

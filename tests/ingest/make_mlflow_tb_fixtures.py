@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _synthetic_run import (
+from _synthetic_run import (  # noqa: E402 (importable only after the sys.path line above)
     log_mlflow,
     training_run,
     write_events,

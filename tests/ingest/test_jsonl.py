@@ -21,7 +21,7 @@ def write(tmp_path, text: str, name: str = "run.jsonl"):
 
 def values(run, metric: str) -> dict[int, float]:
     frame = run.frame.drop_nulls(metric)
-    return dict(zip(frame["step"].to_list(), frame[metric].to_list()))
+    return dict(zip(frame["step"].to_list(), frame[metric].to_list(), strict=True))
 
 
 def test_bare_nan_and_infinity_tokens_arrive_exactly(tmp_path) -> None:
@@ -133,7 +133,7 @@ def test_malformed_lines_are_counted_with_line_numbers(tmp_path) -> None:
 
 
 def test_nothing_usable_is_an_input_error(tmp_path) -> None:
-    with pytest.raises(StabInputError, match="bad.jsonl"):
+    with pytest.raises(StabInputError, match=r"bad\.jsonl"):
         read(write(tmp_path, "{oops\nnot json either\n", name="bad.jsonl"))
     with pytest.raises(StabInputError, match="no usable metric rows"):
         read(write(tmp_path, json.dumps({"message": "hello"}) + "\n", name="text.jsonl"))

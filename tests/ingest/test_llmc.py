@@ -67,7 +67,7 @@ def test_empty_and_foreign_files(tmp_path: Path):
         llmc.read(empty, ReadOptions())
     other = tmp_path / "other.log"
     other.write_text("step 1 loss 2.0\n")
-    with pytest.raises(StabInputError, match="llm.c"):
+    with pytest.raises(StabInputError, match=r"llm\.c"):
         llmc.read(other, ReadOptions())
 
 

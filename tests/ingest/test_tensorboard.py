@@ -297,7 +297,9 @@ def test_rank_named_parent_folders_count_as_ranks(tmp_path):
 
 
 def _plain_walk(data: bytes) -> tuple[list[tuple[int, int, int]], list[tuple[str, int, int]]]:
-    """A record-by-record walk with the same rules, as the reference: (number, start, end), problems."""
+    """The reference: a record-by-record walk with the same rules.
+
+    Returns (number, start, end) per record, and the problems."""
     from stabilitycli.ingest._tfrecord import _resync
 
     records, problems, pos, number = [], [], 0, 0
@@ -340,7 +342,14 @@ def test_bulk_walk_finds_exactly_the_records_of_a_plain_walk_in_a_long_damaged_f
     records, problems = _plain_walk(data)
     assert len(records) == 3 * 3000 + 1 - 4
     assert (
-        list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist()))
+        list(
+            zip(
+                framing.numbers.tolist(),
+                framing.starts.tolist(),
+                framing.ends.tolist(),
+                strict=True,
+            )
+        )
         == records
     )
     assert [(p.kind, p.record, p.offset) for p in framing.problems] == problems
@@ -369,7 +378,14 @@ def test_an_irregular_file_walks_the_same_as_a_plain_walk():
     records, problems = _plain_walk(data)
     assert len(records) == len(payloads)
     assert (
-        list(zip(framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist()))
+        list(
+            zip(
+                framing.numbers.tolist(),
+                framing.starts.tolist(),
+                framing.ends.tolist(),
+                strict=True,
+            )
+        )
         == records
     )
     assert problems == [] and framing.problems == []

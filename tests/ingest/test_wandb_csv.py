@@ -26,7 +26,7 @@ def test_one_run_read_with_nan_and_inf():
 
 
 def test_several_runs_need_a_choice():
-    with pytest.raises(StabInputError, match="2 runs.*lr-sweep-3.*--run"):
+    with pytest.raises(StabInputError, match=r"2 runs.*lr-sweep-3.*--run"):
         wandb_csv.read(EXPORT, ReadOptions())
 
 

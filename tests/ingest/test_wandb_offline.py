@@ -113,7 +113,7 @@ def test_empty_and_foreign_files(tmp_path: Path):
 
 def test_folders_and_run_selection():
     assert wandb_offline.read(RUN1, ReadOptions()).source.run == "stabfix1"
-    with pytest.raises(StabInputError, match="2 W&B runs.*--run"):
+    with pytest.raises(StabInputError, match=r"2 W&B runs.*--run"):
         wandb_offline.read(WANDB_DIR, ReadOptions())
     assert wandb_offline.read(WANDB_DIR, ReadOptions(run="stabfix2")).frame.height == 120
     assert detect_format(WANDB_DIR) == "wandb_offline"
