@@ -61,6 +61,20 @@ class Thresholds:
     """A spike within this many steps after a restart points at unrestored state (seeds 000, 003)."""
     duplicate_batch_window_steps: int = 100
     """A batch id repeated within this many steps is a duplicate batch (Q2.3)."""
+    recovery_median_points: int = 5
+    """Back to baseline is judged on the median of a point and the next ones, this many in all (Q2.2)."""
+    stable_std_points: int = 30
+    """A window with fewer logged points borrows sigma from the run's recent windows (sparse logs)."""
+    lr_jump_local_ratio: float = 10.0
+    """An LR jump must also be this multiple of the LR's recent step-to-step change (warmup is no jump)."""
+    lr_jump_still_up_frac: float = 0.8
+    """An LR jump keeps acting while the LR stays within this fraction of its jumped value."""
+    short_log_loss_jump_ratio: float = 1.5
+    """In a log too short for a baseline, a loss rise of this factor between points is reported."""
+    short_log_grad_norm_jump_ratio: float = 2.0
+    """...and a grad-norm rise of this factor."""
+    ce_loss_max_nats: float = 25.0
+    """A loss in (0, this) reads as cross-entropy in nats, and is also said as a probability (spec 6)."""
 
     # --- §3 mixed precision ---
     min_loss_scale: float = 1.0
@@ -99,6 +113,20 @@ class Thresholds:
     """A rank reporting NaN/Inf for this many logged steps in a row while the cohort is finite is named (1: a NaN is never noise)."""
     straggler_ratio: float = 0.8
     """A rank whose throughput sits below this fraction of the cohort median is a straggler."""
+    rank_min_cohort: int = 3
+    """With fewer finite ranks at a step, a median cannot outvote a bad rank: the step is not judged."""
+    rank_pair_culprit_ratio: float = 3.0
+    """Two ranks: one is named only if its own level moved this many times as much as the other's."""
+    rank_history_points: int = 50
+    """Logged points of the past that give a level "before" an onset (a rank's own, or the mean's)."""
+    rank_max_gap_points: int = 1
+    """Unflagged logged steps tolerated inside a run of deviating steps (one noisy step breaks nothing)."""
+    rank_spread_pool_points: int = 51
+    """Cohort steps in the rolling median of the per-step spread (a tight step is no hair trigger)."""
+    rank_onset_lead_steps: int = 3
+    """A spike or drift of the mean from this many steps before a rank's onset on is that rank's doing."""
+    throughput_persist_points: int = 3
+    """Throughput must stay low for this many logged points: one slow step (a checkpoint) is no drop."""
     throughput_drop_frac: float = 0.05
     """Run throughput this fraction below its trailing median is a throughput drop."""
 
@@ -147,6 +175,9 @@ class Thresholds:
     def describe(name: str) -> str:
         """The docstring line under a field, for `stab explain` and the README."""
         return _FIELD_DOCS.get(name, "")
+
+
+THRESHOLD_NAMES: frozenset[str] = frozenset(spec.name for spec in fields(Thresholds))
 
 
 def _field_docs() -> dict[str, str]:

@@ -303,7 +303,9 @@ def test_an_unknown_metric_is_a_usage_error():
 
 def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], float]:
     """Robust z, one step at a time with numpy (the formula of rank_cohort's docstring)."""
-    from stabilitycli.detect.ranks.cohort import MAD_TO_SIGMA, POOL_WINDOW
+    from stabilitycli.detect.ranks.cohort import MAD_TO_SIGMA
+
+    pool_points = TH.rank_spread_pool_points
 
     steps = sorted(set(frame["step"].to_list()))
     med, raw = {}, {}
@@ -314,7 +316,7 @@ def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], fl
         raw[s] = float(MAD_TO_SIGMA * np.median(np.abs(fin - med[s]))) if fin.size else None
     meds = [abs(m) for m in med.values() if m is not None]
     abs_floor = rel_floor * (float(np.median(meds)) or 1.0) if meds else rel_floor
-    half = POOL_WINDOW // 2
+    half = pool_points // 2
     out = {}
     for j, s in enumerate(steps):
         near = [raw[t] for t in steps[max(0, j - half) : j + half + 1] if raw[t] is not None]
@@ -353,7 +355,7 @@ def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
         frame = frame.filter(pl.Series(rng.random(frame.height) >= holes))
         if frame.height == 0:
             return
-        cohort = build_cohort(frame, "loss", 0.01, [])
+        cohort = build_cohort(frame, "loss", 0.01, [], pool_points=TH.rank_spread_pool_points)
         got = {(r, s): z for r, s, z in cohort.rows.select("rank", "step", "z").iter_rows()}
         want = _oracle_z(frame, 0.01)
         assert got.keys() == want.keys()

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from stabilitycli.config import Thresholds
-from stabilitycli.detect.registry import RUN_ORDER, load_rules
+from stabilitycli.detect.registry import load_rules
 from stabilitycli.detect.replay import replay_from_view
 from stabilitycli.detect.series import build_view
 from stabilitycli.frame import SEGMENT
@@ -34,9 +34,10 @@ def replays(path):
     return [f for f in result.findings if f.code == "restart-replay"], result
 
 
-def test_registered_right_after_restart():
-    assert RUN_ORDER.index("restart-replay") == RUN_ORDER.index("restart") + 1
-    assert "restart-replay" in load_rules()
+def test_registered_and_run_before_the_tree_sections():
+    order = list(load_rules())
+    assert "restart-replay" in order
+    assert order.index("restart-replay") < order.index("nan")
 
 
 def test_identical_replay_is_info_with_zero_deviation():

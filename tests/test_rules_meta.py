@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+import stabilitycli
 from stabilitycli import analyze
-from stabilitycli.detect.registry import load_rules
-from tests.conftest import REAL_LOGS, RUNS, run_fixture
+from stabilitycli.commands.explain import explain_text
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.registry import load_rules, select_rules
+from stabilitycli.detect.series import build_view
+from tests.conftest import FIXTURES, REAL_LOGS, RUNS, run_fixture
 
 EXCERPTS = REAL_LOGS / "bigscience-chronicles-excerpts"
 
@@ -34,6 +39,10 @@ FIRES = {
     "grad-norm-jump": EXCERPTS / "tr8-104B-wide__L637-L644.log",
     "loss-rise": REAL_LOGS / "llmc-gpt2-124m-a100" / "main.log",
     "throughput-drop": EXCERPTS / "tr11-176B-ml__L256-L272.log",
+    "rank-outlier": FIXTURES / "ranks" / "seed_64",
+    "rank-nonfinite": FIXTURES / "ranks" / "nan_rank.jsonl.gz",
+    "rank-silent": FIXTURES / "ranks" / "silent_rank.jsonl.gz",
+    "straggler": FIXTURES / "ranks" / "straggler.jsonl.gz",
 }
 QUIET = run_fixture("healthy-low-noise")
 ALL_CODES = sorted({code for rule in load_rules().values() for code in rule.emits})
@@ -64,3 +73,64 @@ def test_each_finding_code_is_quiet_on_a_healthy_run(code: str) -> None:
 
 def test_fixture_folder_is_what_the_tests_expect() -> None:
     assert RUNS.is_dir() and len(list(RUNS.glob("*/expected.json"))) >= 20
+
+
+# --- rules are whole units: what they read and provide is declared, and true -------------
+
+
+class _RecordingThresholds:
+    """Thresholds that note every field a rule reads."""
+
+    def __init__(self, read: set[str]) -> None:
+        self._inner = Thresholds()
+        self._read = read
+
+    def __getattr__(self, name: str):
+        self._read.add(name)
+        return getattr(self._inner, name)
+
+
+_EVERY_KIND_OF_RUN = sorted({p for p in FIRES.values() if p.exists()}, key=str)
+
+
+@pytest.mark.parametrize("rule", list(load_rules().values()), ids=lambda r: r.code)
+def test_rule_reads_only_the_thresholds_it_declares(rule) -> None:
+    read: set[str] = set()
+    for path in _EVERY_KIND_OF_RUN:
+        view = build_view(stabilitycli.read(path))
+        facts = Facts()
+        for earlier in load_rules().values():
+            if earlier.code == rule.code:
+                break
+            facts.provide(
+                earlier.code, earlier.provides, earlier.run(view, Thresholds(), facts).facts
+            )
+        rule.run(view, _RecordingThresholds(read), facts)
+    undeclared = read - set(rule.reads)
+    assert not undeclared, f"{rule.code} reads {sorted(undeclared)} without declaring them"
+
+
+def test_run_order_puts_every_provider_before_its_readers() -> None:
+    order = list(load_rules())
+    providers = {fact: r.code for r in load_rules().values() for fact in r.provides}
+    for r in load_rules().values():
+        for fact in r.needs:
+            assert order.index(providers[fact]) < order.index(r.code), (r.code, fact)
+
+
+def test_a_fact_a_rule_did_not_declare_is_refused() -> None:
+    with pytest.raises(AssertionError, match="without declaring"):
+        Facts().provide("nan", ("nan",), {"spikes": []})
+
+
+@pytest.mark.parametrize("code", ["straggler", "rank-outlier", "rank-silent", "rank-nonfinite"])
+def test_rank_codes_are_explained_and_selectable(code: str) -> None:
+    assert code in explain_text(code)
+    rules, dropped = select_rules(None, [code])
+    assert code in dropped or all(code not in r.emits for r in rules)
+
+
+def test_ignoring_a_rank_code_drops_it_from_the_findings() -> None:
+    path = FIRES["rank-outlier"]
+    assert "rank-outlier" in {f.code for f in analyze(path).findings}
+    assert "rank-outlier" not in {f.code for f in analyze(path, ignore=["rank-outlier"]).findings}

@@ -8,234 +8,229 @@ numbers behind its answer.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.classify.questions import CAUSE_TEXT, REMEDIES, VERDICT_ORDER, VERDICTS
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.nan import forward_order_key
+from stabilitycli.detect.ranks.rule import RANK_CODES
 from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
 
 
+@dataclass
+class _Walk:
+    """What every section reads, and what they write: the path and the verdicts that apply."""
+
+    source: SourceInfo
+    findings: list[Finding]
+    facts: Facts
+    thresholds: Thresholds
+    by_code: dict[str, list[Finding]]
+    skipped: dict[str, str]  # rule code -> why it could not run
+    path: list[PathStep] = field(default_factory=list)
+    # verdict code -> (cause, summary[, remedy key when it differs from the cause])
+    applies: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def ask(self, question: str, answer: str, evidence: str) -> None:
+        self.path.append(PathStep(question, answer, evidence))
+
+
 def walk(
-    source: SourceInfo, findings: list[Finding], skipped: list[Skip], facts: dict[str, Any]
+    source: SourceInfo,
+    findings: list[Finding],
+    skipped: list[Skip],
+    facts: Facts,
+    thresholds: Thresholds,
 ) -> Verdict:
-    path: list[PathStep] = []
-    applies: dict[str, tuple[str | None, str]] = {}  # verdict code -> (cause, summary)
+    """Answer every section's questions (spec 0b: post-hoc, all of them) and name the verdict."""
     by_code: dict[str, list[Finding]] = {}
     for finding in findings:
         by_code.setdefault(finding.code, []).append(finding)
-    skipped_codes = {s.code: s.reason for s in skipped}
+    state = _Walk(source, findings, facts, thresholds, by_code, {s.code: s.reason for s in skipped})
+    # ranks first: an outlier rank explains what the mean shows (spec 5)
+    for section in (_ranks, _nan, _spikes, _mixed_precision, _divergence):
+        section(state)
+    return _verdict(state)
 
-    # R) ranks first: an outlier rank explains what the mean shows (spec 5)
-    rank_findings = [
-        f
-        for f in findings
-        if f.code in ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
-    ]
-    if source.ranks:
-        errors = [f for f in rank_findings if f.severity >= Severity.ERROR]
-        path.append(
-            PathStep(
-                "R",
-                "yes" if rank_findings else "no",
-                "; ".join(f.message for f in rank_findings[:3]) or f"{source.ranks} ranks agree",
-            )
-        )
-        if errors:
-            ranks = sorted({f.rank for f in errors if f.rank is not None})
-            others = [r for r in ranks if r != errors[0].rank]
-            applies["rank-outlier"] = (
-                None,
-                errors[0].message
-                + (f"; also rank(s) {', '.join(map(str, others))}" if others else ""),
-            )
 
-    # 1) §1 NaN
-    nan = facts.get("nan") or {}
-    if "nan" in by_code:
-        f = by_code["nan"][0]
-        ev = f.evidence
-        path.append(PathStep("Q1.1", "yes", f.message))
-        cause, reading = _nan_reading(source, facts)
-        path.append(PathStep("Q1.2", source.dtype or "unknown", reading))
-        if ev.get("origin"):
-            before = ev["origin_evidence"].get("input_layer")
-            path.append(
-                PathStep(
-                    "Q1.3",
-                    ev["origin"],
-                    f"first non-finite layer at step {ev['origin_evidence']['step']}"
-                    + (f" (its input {before} still finite)" if before else " (the first layer)"),
-                )
-            )
-        first_rank = next(
-            (r.rank for r in rank_findings if r.code == "rank-nonfinite" and r.rank is not None),
-            None,
+def _ranks(w: _Walk) -> None:
+    """R: does one rank sit away from the cohort?"""
+    rank_findings = [f for f in w.findings if f.code in RANK_CODES]
+    if not w.source.ranks:
+        return
+    errors = [f for f in rank_findings if f.severity >= Severity.ERROR]
+    w.ask(
+        "R",
+        "yes" if rank_findings else "no",
+        "; ".join(f.message for f in rank_findings[:3]) or f"{w.source.ranks} ranks agree",
+    )
+    if errors:
+        ranks = sorted({f.rank for f in errors if f.rank is not None})
+        others = [r for r in ranks if r != errors[0].rank]
+        also = f"; also rank(s) {', '.join(map(str, others))}" if others else ""
+        w.applies["rank-outlier"] = (None, errors[0].message + also)
+
+
+def _nan(w: _Walk) -> None:
+    """§1: Q1.1 non-finite loss, Q1.2 what the dtype makes of it, Q1.3 where it started."""
+    if "nan" not in w.by_code:
+        points = (w.facts.nan or {}).get("points", 0)
+        w.ask(
+            "Q1.1",
+            "no" if "nan" not in w.skipped else "unknown",
+            w.skipped.get("nan") or f"0 non-finite of {points} loss points",
         )
-        applies["nan"] = (
-            cause,
-            f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
-            + (f", first on rank {first_rank}" if first_rank is not None else "")
-            + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
-            + (f"; {CAUSE_TEXT[cause]}" if cause else ""),
+        return
+    f = w.by_code["nan"][0]
+    ev = f.evidence
+    w.ask("Q1.1", "yes", f.message)
+    cause, reading = _nan_reading(w.source, w.facts)
+    w.ask("Q1.2", w.source.dtype or "unknown", reading)
+    if ev.get("origin"):
+        before = ev["origin_evidence"].get("input_layer")
+        w.ask(
+            "Q1.3",
+            ev["origin"],
+            f"first non-finite layer at step {ev['origin_evidence']['step']}"
+            + (f" (its input {before} still finite)" if before else " (the first layer)"),
         )
-    else:
-        path.append(
-            PathStep(
-                "Q1.1",
-                "no" if "nan" not in skipped_codes else "unknown",
-                skipped_codes.get("nan") or f"0 non-finite of {nan.get('points', 0)} loss points",
-            )
+    first_rank = next(
+        (r.rank for r in w.findings if r.code == "rank-nonfinite" and r.rank is not None),
+        None,
+    )
+    w.applies["nan"] = (
+        cause,
+        f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
+        + (f", first on rank {first_rank}" if first_rank is not None else "")
+        + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
+        + (f"; {CAUSE_TEXT[cause]}" if cause else ""),
+    )
+
+
+def _spikes(w: _Walk) -> None:
+    """§2: Q2.1 a spike, Q2.2 did it recover, Q2.3/Q2.4 what caused it."""
+    spikes, blips = w.facts.spikes, w.facts.blips
+    if "spike" in w.skipped:
+        w.ask("Q2.1", "insufficient data", w.skipped["spike"])
+        return
+    if not spikes:
+        w.ask(
+            "Q2.1",
+            "no",
+            f"no spike ({len(blips)} isolated blip(s) below the materiality "
+            f"bar; {w.facts.spike_window})",
+        )
+        return
+    first = spikes[0]
+    w.ask(
+        "Q2.1",
+        "yes",
+        f"{len(spikes)} spike(s); first at step {first.onset_step}: "
+        f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} (z = {first.z:.1f})",
+    )
+    persistent = [s for s in spikes if not s.recovered]
+    recoverable = [s for s in spikes if s.recovered]
+    lead = persistent[0] if persistent else recoverable[0]
+    w.ask("Q2.2", "no" if persistent else "yes", _recovery_text(lead))
+    question = "Q2.4" if persistent else "Q2.3"
+    w.ask(question, lead.cause or "no evident cause", _cause_text(lead))
+    for spike in persistent[:1]:
+        w.applies["spike-persistent"] = (
+            spike.cause,
+            f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+            f"{_in_probability(spike.mu, spike.peak, w)}) "
+            f"did not recover within 50 steps (type {spike.spike_type})",
+        )
+    for spike in recoverable[:1]:
+        w.applies["spike-recoverable"] = (
+            spike.cause,
+            f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+            f"{_in_probability(spike.mu, spike.peak, w)}) "
+            f"recovered in {spike.recovery_steps} steps",
         )
 
-    # 2) §2 spikes
-    spikes = facts.get("spikes", [])
-    blips = facts.get("blips", [])  # steps of the blips
-    if "spike" in skipped_codes:
-        path.append(PathStep("Q2.1", "insufficient data", skipped_codes["spike"]))
-    elif not spikes:
-        path.append(
-            PathStep(
-                "Q2.1",
-                "no",
-                (
-                    f"no spike ({len(blips)} isolated blip(s) below the materiality "
-                    f"bar; {facts.get('spike_window', '')})"
-                ),
-            )
-        )
-    else:
-        first = spikes[0]
-        path.append(
-            PathStep(
-                "Q2.1",
-                "yes",
-                (
-                    f"{len(spikes)} spike(s); first at step {first.onset_step}: "
-                    f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} "
-                    f"(z = {first.z:.1f})"
-                ),
-            )
-        )
-        persistent = [s for s in spikes if not s.recovered]
-        recoverable = [s for s in spikes if s.recovered]
-        lead = persistent[0] if persistent else recoverable[0]
-        path.append(PathStep("Q2.2", "no" if persistent else "yes", _recovery_text(lead)))
-        question = "Q2.4" if persistent else "Q2.3"
-        path.append(PathStep(question, lead.cause or "no evident cause", _cause_text(lead)))
-        for spike in persistent[:1]:
-            summary = (
-                f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
-                f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
-                f"did not recover within 50 steps (type {spike.spike_type})"
-            )
-            applies["spike-persistent"] = (spike.cause, summary)
-        for spike in recoverable[:1]:
-            summary = (
-                f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
-                f"{in_probability(spike.mu, spike.peak, source.vocab_size)}) "
-                f"recovered in {spike.recovery_steps} steps"
-            )
-            applies["spike-recoverable"] = (spike.cause, summary)
 
-    # 3) §3 mixed precision
-    overflow = facts.get("overflow")
-    if "loss-scale" in skipped_codes:
-        path.append(PathStep("Q3.1", "not applicable", skipped_codes["loss-scale"]))
-    elif overflow is not None:
-        path.append(
-            PathStep(
-                "Q3.1",
-                "yes" if overflow["overflows"] else "no",
-                f"{overflow['overflows']} overflow step(s) in {overflow['span_steps']} steps",
-            )
+def _mixed_precision(w: _Walk) -> None:
+    """§3: Q3.1 did fp16 gradients overflow, Q3.2 what did the loss scale do."""
+    overflow = w.facts.overflow
+    if "loss-scale" in w.skipped:
+        w.ask("Q3.1", "not applicable", w.skipped["loss-scale"])
+        return
+    if overflow is None:
+        return
+    w.ask(
+        "Q3.1",
+        "yes" if overflow["overflows"] else "no",
+        f"{overflow['overflows']} overflow step(s) in {overflow['span_steps']} steps",
+    )
+    scale_text = "no loss-scale series"
+    if overflow.get("has_scale"):
+        scale_text = (
+            f"scale {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
+            f"final {overflow.get('scale_final', 0):g}, {overflow.get('scale_drops', 0)} drop(s)"
         )
-        scale_text = "no loss-scale series"
-        if overflow.get("has_scale"):
-            scale_text = (
-                f"scale {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
-                f"final {overflow.get('scale_final', 0):g}, {overflow.get('scale_drops', 0)} drop(s)"
-            )
-        answer = "healthy backoff"
-        for code in ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow"):
-            if code in by_code:
-                answer = code
-                applies[code] = (
-                    "activation-overflow" if code != "loss-scale-static" else None,
-                    by_code[code][0].message,
-                )
-                break
-        path.append(PathStep("Q3.2", answer, scale_text))
+    answer = "healthy backoff"
+    for code in ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow"):
+        if code in w.by_code:
+            answer = code
+            cause = "activation-overflow" if code != "loss-scale-static" else None
+            w.applies[code] = (cause, w.by_code[code][0].message)
+            break
+    w.ask("Q3.2", answer, scale_text)
 
-    # 4) §4 silent divergence
-    div = facts.get("divergence")
-    if "divergence" in skipped_codes:
-        path.append(PathStep("Q4.1", "insufficient data", skipped_codes["divergence"]))
-    elif "divergence" in by_code or "plateau" in by_code:
-        f = (by_code.get("divergence") or by_code["plateau"])[0]
-        ev = f.evidence
-        path.append(
-            PathStep(
-                "Q4.1",
-                "yes",
-                f"steps {ev['start_step']}-{ev['end_step']}: "
-                f"{ev['start_level']:.4g} -> {ev['end_level']:.4g}, Mann-Kendall z = {ev['z']}, "
-                f"strictly monotone: {ev['strictly_monotone']}; never back below the start level",
-            )
-        )
-        causes = {c["cause"]: c for c in ev.get("causes", [])}
-        path.append(
-            PathStep(
-                "Q4.2",
-                "yes" if "lr-increasing" in causes else "no",
-                _kv(causes.get("lr-increasing")),
-            )
-        )
-        path.append(
-            PathStep(
-                "Q4.3", "yes" if "weight-norm" in causes else "no", _kv(causes.get("weight-norm"))
-            )
-        )
-        path.append(
-            PathStep(
-                "Q4.4",
-                "yes" if "grad-norm-rising" in causes else "no",
-                _kv(causes.get("grad-norm-rising")),
-            )
-        )
-        cause = next(iter(causes), None)
-        code = "divergence" if "divergence" in by_code else "plateau"
-        in_warmup = cause == "lr-increasing" and causes[cause].get("within_warmup")
-        applies[code] = (
-            cause,
-            f.message
-            + (
-                f"; the loss turned up while warmup was still raising the LR ({causes[cause]['lr_start']:.3g} at the "
-                "turn): the peak LR is too high"
-                if in_warmup
-                else ""
-            ),
-            "lr-too-high" if in_warmup else cause,
-        )
-    else:
+
+def _divergence(w: _Walk) -> None:
+    """§4: Q4.1 a lasting rise, then Q4.2-Q4.4 its cause (LR, weight norm, grad norm)."""
+    div = w.facts.divergence
+    if "divergence" in w.skipped:
+        w.ask("Q4.1", "insufficient data", w.skipped["divergence"])
+        return
+    if "divergence" not in w.by_code and "plateau" not in w.by_code:
         max_z = div.get("max_z", 0.0) if div else 0.0
-        path.append(
-            PathStep(
-                "Q4.1",
-                "no",
-                f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
-                f"({div.get('window', '') if div else ''}; max Mann-Kendall z = {max_z:.1f})",
-            )
+        w.ask(
+            "Q4.1",
+            "no",
+            f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
+            f"({div.get('window', '') if div else ''}; max Mann-Kendall z = {max_z:.1f})",
         )
+        return
+    f = (w.by_code.get("divergence") or w.by_code["plateau"])[0]
+    ev = f.evidence
+    w.ask(
+        "Q4.1",
+        "yes",
+        f"steps {ev['start_step']}-{ev['end_step']}: "
+        f"{ev['start_level']:.4g} -> {ev['end_level']:.4g}, Mann-Kendall z = {ev['z']}, "
+        f"strictly monotone: {ev['strictly_monotone']}; never back below the start level",
+    )
+    causes = {c["cause"]: c for c in ev.get("causes", [])}
+    for question, cause_code in (
+        ("Q4.2", "lr-increasing"),
+        ("Q4.3", "weight-norm"),
+        ("Q4.4", "grad-norm-rising"),
+    ):
+        w.ask(question, "yes" if cause_code in causes else "no", _kv(causes.get(cause_code)))
+    cause = next(iter(causes), None)
+    code = "divergence" if "divergence" in w.by_code else "plateau"
+    in_warmup = cause == "lr-increasing" and causes[cause].get("within_warmup")
+    warmup_text = (
+        "; the loss turned up while warmup was still raising the LR "
+        f"({causes[cause]['lr_start']:.3g} at the turn): the peak LR is too high"
+        if in_warmup
+        else ""
+    )
+    w.applies[code] = (cause, f.message + warmup_text, "lr-too-high" if in_warmup else cause)
 
-    return _verdict(applies, path, findings, facts)
 
-
-def _verdict(applies, path, findings, facts) -> Verdict:
+def _verdict(w: _Walk) -> Verdict:
+    path, findings = w.path, w.findings
     for code in VERDICT_ORDER:
-        if code in applies:
-            cause, summary, *remedy_key = applies[code]
+        if code in w.applies:
+            cause, summary, *remedy_key = w.applies[code]
             section, severity, _ = VERDICTS[code]
             key = remedy_key[0] if remedy_key else cause
             remedy = list(REMEDIES.get(key or "", [])) if key else []
@@ -245,8 +240,8 @@ def _verdict(applies, path, findings, facts) -> Verdict:
             return Verdict(
                 code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity)
             )
-    insufficient = facts.get("spike_insufficient") and facts.get("divergence_insufficient", True)
-    if insufficient:
+    # the spike baseline is the shortest window: a log too short for it cannot be called healthy
+    if w.facts.spike_insufficient:
         seen = [f.message for f in findings if f.severity >= Severity.WARNING]
         summary = "log too short for the spike and divergence windows" + (
             f"; it does show: {seen[0]}" if seen else "; nothing abnormal in what it holds"
@@ -265,16 +260,16 @@ def _verdict(applies, path, findings, facts) -> Verdict:
     return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO)
 
 
-def _nan_reading(source: SourceInfo, facts: dict) -> tuple[str | None, str]:
+def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
     dtype = source.dtype
-    overflow = (facts.get("overflow") or {}).get("overflows", 0)
+    overflow = (facts.overflow or {}).get("overflows", 0)
     if dtype == "fp16" or overflow:
         return (
             "activation-overflow",
             f"fp16 ({source.dtype_origin}): an activation exceeded 65504 -> see §3",
         )
     if dtype == "fp32":
-        nan = facts.get("nan") or {}
+        nan = facts.nan or {}
         early = nan.get("earliest_nonfinite")
         origin = nan.get("origin")
         if early and early["series"].startswith("param_norm"):
@@ -296,13 +291,16 @@ def _nan_reading(source: SourceInfo, facts: dict) -> tuple[str | None, str]:
     )
 
 
-def in_probability(before: float, after: float, vocab_size: int | None) -> str:
+def _in_probability(before: float, after: float, w: _Walk) -> str:
     """A loss change read in nats (spec 6): exp(-L) is the geometric-mean probability of the right token.
 
-    Said only for losses that look like cross-entropy in nats (0 < L < 25);
-    with a vocabulary size, also how far from uniform guessing (ln V) it is.
+    Said only for losses that look like cross-entropy in nats (0 < L <
+    `ce_loss_max_nats`); with a vocabulary size, also how far from uniform
+    guessing (ln V) it is.
     """
-    if not (0 < before < 25 and 0 < after < 25):
+    top = w.thresholds.ce_loss_max_nats
+    vocab_size = w.source.vocab_size
+    if not (0 < before < top and 0 < after < top):
         return ""
     text = f"; geometric-mean p(correct token) {math.exp(-before):.3g} -> {math.exp(-after):.3g}"
     if vocab_size and vocab_size > 1:

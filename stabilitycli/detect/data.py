@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity
@@ -16,8 +17,9 @@ from stabilitycli.model import Finding, Severity
     "2",
     "a batch id repeated within 100 steps (data-loader bug)",
     emits=("duplicate-batch",),
+    reads=("duplicate_batch_window_steps",),
 )
-def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A batch id (index or hash) logged again within 100 steps of its last use.
 
     What it detects: every logged step whose `batch_id` equals the batch id

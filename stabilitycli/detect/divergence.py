@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.schedule import warmup_end
 from stabilitycli.detect.series import SeriesView
@@ -25,8 +26,22 @@ from stabilitycli.model import Finding, Severity, Skip
     "4",
     "loss rising for good over 200-step windows (Mann-Kendall), with its cause",
     emits=("divergence", "plateau", "loss-rise", "grad-norm-rising"),
+    reads=(
+        "divergence_min_rise_frac",
+        "divergence_window_steps",
+        "divergence_z",
+        "grad_norm_rise_frac",
+        "lr_rise_frac",
+        "min_points_per_window",
+        "trend_points",
+        "warmup_frac",
+        "weight_norm_ratio",
+        "widened_window_points",
+    ),
+    needs=("spikes",),
+    provides=("divergence",),
 )
-def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A loss that keeps rising and never comes back, and which §4 cause fits.
 
     What it detects: every 200-step window of the run is tested for a rising
@@ -52,7 +67,6 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     window_points, description, shortened = _window_points(steps, thresholds)
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
-        result.facts["divergence_insufficient"] = True
         return result
     bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
     binned = bin_medians(steps, loss, bin_points)
@@ -61,7 +75,6 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
         result.skipped.append(
             Skip("divergence", f"insufficient data: {binned.values.size} bins < {m}")
         )
-        result.facts["divergence_insufficient"] = True
         return result
     z = mann_kendall_windows(binned.values, m)
     part = max(1, m // 4)
@@ -69,19 +82,19 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
     after_min = suffix_min_after(binned.values, m)
     rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
     # a window that holds a spike's onset is that spike's story (§2), not a trend
-    for spike in context.get("spikes", []):
+    for spike in facts.spikes:
         holds = (binned.steps[: z.size] <= spike.onset_step) & (
             binned.end_steps[m - 1 :] >= spike.onset_step
         )
         rising &= ~holds
     never_back = after_min > first_mean
-    facts = {
+    trend = {
         "window": description,
         "windows": int(z.size),
         "max_z": float(z.max()) if z.size else 0.0,
         "shortened": shortened,
     }
-    result.facts["divergence"] = facts
+    result.facts["divergence"] = trend
 
     undone = np.flatnonzero(rising & ~never_back)
     if undone.size:
@@ -152,7 +165,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, context: dict) -
         "causes": causes,
         "window_shortened": shortened,
     }
-    facts.update(evidence)
+    trend.update(evidence)
     cause = causes[0]["cause"] if causes else None
     if rise < thresholds.divergence_min_rise_frac and cause is None:
         result.findings.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity, Skip
@@ -45,8 +46,16 @@ def overflow_per_step(view: SeriesView) -> np.ndarray:
     "3",
     "fp16 overflows and the dynamic loss scale's history",
     emits=("fp16-overflow", "loss-scale-halving", "loss-scale-static", "loss-scale-collapsed"),
+    reads=(
+        "cause_lead_steps",
+        "min_loss_scale",
+        "overflow_rate_unabsorbed",
+        "static_scale_min_overflows",
+    ),
+    needs=("spikes",),
+    provides=("overflow",),
 )
-def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """fp16 overflow steps and what the loss scaler did about them.
 
     What it detects: steps where the gradients overflowed (a non-finite grad
@@ -75,14 +84,14 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -
     overflow_rows = np.flatnonzero(counts > 0)
     total = float(counts.sum())
     span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
-    facts = {
+    overflow = {
         "overflows": int(total),
         "overflow_steps": view.steps[overflow_rows][:50].tolist(),
         "span_steps": span_steps,
         "has_scale": has_scale,
         "has_messages": has_messages,
     }
-    result.facts["overflow"] = facts
+    result.facts["overflow"] = overflow
     if regime not in ("fp16", "bf16") and not has_scale and not has_messages:
         # a non-finite grad norm alone, dtype unknown, is not evidence of fp16: §1 reads it
         result.skipped.append(
@@ -95,10 +104,10 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -
         result.facts.pop("overflow", None)
         return result
     if has_scale:
-        _scale_history(view, thresholds, facts, result)
+        _scale_history(view, thresholds, overflow, result)
     rate = total / span_steps if span_steps else 0.0
-    facts["rate"] = rate
-    spikes = context.get("spikes", [])
+    overflow["rate"] = rate
+    spikes = facts.spikes
     at_spike = [
         s
         for s in spikes
@@ -134,7 +143,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, context: dict) -
 
 
 def _scale_history(
-    view: SeriesView, thresholds: Thresholds, facts: dict, result: RuleResult
+    view: SeriesView, thresholds: Thresholds, overflow: dict, result: RuleResult
 ) -> None:
     steps, scale = view.points("loss_scale")
     ok = np.isfinite(scale)
@@ -143,7 +152,7 @@ def _scale_history(
         return
     drops = np.flatnonzero(scale[1:] < scale[:-1]) + 1
     rises = np.flatnonzero(scale[1:] > scale[:-1]) + 1
-    facts.update(
+    overflow.update(
         {
             "scale_min": float(scale.min()),
             "scale_max": float(scale.max()),
@@ -151,7 +160,7 @@ def _scale_history(
             "scale_drops": int(drops.size),
         }
     )
-    total = facts["overflows"]
+    total = overflow["overflows"]
     if scale.min() < thresholds.min_loss_scale:
         at = int(np.argmax(scale < thresholds.min_loss_scale))
         result.findings.append(
@@ -176,7 +185,7 @@ def _scale_history(
                 "loss-scale-static",
                 Severity.ERROR,
                 f"loss scale constant at {scale[0]:g} while {total} overflow(s) happened: dynamic loss scaling is not active",
-                step=int(facts["overflow_steps"][0]) if facts["overflow_steps"] else None,
+                step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
                 metric="loss_scale",
                 evidence={"scale": float(scale[0]), "overflows": total},
             )

@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity, Skip
@@ -50,8 +51,14 @@ def _nonfinite_summary(values: np.ndarray) -> dict[str, int]:
     }
 
 
-@rule("nan", "1", "loss is NaN or Inf (or a logger hid it)", emits=("nan",))
-def detect_nan(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+@rule(
+    "nan",
+    "1",
+    "loss is NaN or Inf (or a logger hid it)",
+    emits=("nan",),
+    provides=("nan",),
+)
+def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Non-finite loss: the first step, how many follow, and the layer it started in.
 
     What it detects: any logged step whose loss is NaN, +Inf or -Inf (Q1.1);

@@ -17,7 +17,8 @@ from stabilitycli.model import Finding, Skip
 class RuleResult:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
-    # structured facts for the classifier (spike events, overflow counts...)
+    # facts for later rules and the classifier, by `Facts` field name; only the
+    # names the rule declares in `provides` are accepted
     facts: dict[str, Any] = field(default_factory=dict)
 
 
@@ -28,6 +29,9 @@ class Rule:
     summary: str
     emits: tuple[str, ...]
     run: Callable[..., RuleResult]
+    reads: tuple[str, ...] = ()  # `Thresholds` fields the rule's result depends on
+    needs: tuple[str, ...] = ()  # `Facts` fields it reads (so it runs after their providers)
+    provides: tuple[str, ...] = ()  # `Facts` fields it sets
 
     @property
     def doc(self) -> str:
@@ -37,8 +41,23 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, section: str, summary: str, emits: tuple[str, ...] = ()):
-    """Register a rule function `(view, thresholds, context) -> RuleResult`."""
+def rule(
+    code: str,
+    section: str,
+    summary: str,
+    emits: tuple[str, ...] = (),
+    *,
+    reads: tuple[str, ...] = (),
+    needs: tuple[str, ...] = (),
+    provides: tuple[str, ...] = (),
+) -> Callable[[Callable[..., RuleResult]], Callable[..., RuleResult]]:
+    """Register a rule function `(view, thresholds, facts) -> RuleResult`.
+
+    Registration refuses a rule whose declarations do not check out, so a
+    wiring mistake fails at import, not on some user's log.
+    """
+    from stabilitycli.config import THRESHOLD_NAMES
+    from stabilitycli.detect.facts import FACT_NAMES
 
     def register(func: Callable[..., RuleResult]) -> Callable[..., RuleResult]:
         if code in RULES:
@@ -47,52 +66,68 @@ def rule(code: str, section: str, summary: str, emits: tuple[str, ...] = ()):
         for heading in ("What it detects", "Why it matters"):
             if heading not in doc:
                 raise ValueError(f"rule {code!r}: docstring lacks a '{heading}' section")
-        RULES[code] = Rule(code, section, summary, emits or (code,), func)
+        unknown = [name for name in reads if name not in THRESHOLD_NAMES]
+        unknown += [name for name in (*needs, *provides) if name not in FACT_NAMES]
+        if unknown:
+            raise ValueError(f"rule {code!r} declares unknown threshold(s) or fact(s): {unknown}")
+        RULES[code] = Rule(code, section, summary, emits or (code,), func, reads, needs, provides)
         return func
 
     return register
 
 
+# the modules whose import registers rules
+RULE_MODULES: tuple[str, ...] = (
+    "ranks.rule",
+    "restarts",
+    "restart_replay",
+    "nan",
+    "spike",
+    "schedule",
+    "data",
+    "mixed_precision",
+    "divergence",
+    "throughput",
+)
+
+
 def load_rules() -> dict[str, Rule]:
-    """Import every rule module (registration happens at import)."""
+    """Every rule, in run order: after the providers of what it needs, else by section."""
     import importlib
 
     for module in RULE_MODULES:
         importlib.import_module(f"stabilitycli.detect.{module}")
-
-    # rules run in the tree's order: later sections read earlier facts (§3 and
-    # §4 need the spike events of §2)
-    order = {code: i for i, code in enumerate(RUN_ORDER)}
-    return dict(sorted(RULES.items(), key=lambda item: order.get(item[0], len(order))))
+    return {r.code: r for r in _dependency_order(list(RULES.values()))}
 
 
-# the modules whose import registers rules
-RULE_MODULES: tuple[str, ...] = (
-    "data",
-    "divergence",
-    "mixed_precision",
-    "nan",
-    "restart_replay",
-    "restarts",
-    "schedule",
-    "spike",
-    "throughput",
-)
+def _dependency_order(rules: list[Rule]) -> list[Rule]:
+    """Kahn's topological sort; among the rules that are ready, the earliest section first."""
+    providers = {fact: r.code for r in rules for fact in r.provides}
+    waiting = {r.code: {providers[n] for n in r.needs if n in providers} for r in rules}
+    rank = {r.code: (_section_key(r.section), i) for i, r in enumerate(rules)}
+    by_code = {r.code: r for r in rules}
+    ordered: list[Rule] = []
+    while waiting:
+        ready = sorted((c for c, deps in waiting.items() if not deps), key=rank.__getitem__)
+        if not ready:
+            raise ValueError(f"rules need each other's facts in a cycle: {sorted(waiting)}")
+        chosen = ready[0]
+        ordered.append(by_code[chosen])
+        del waiting[chosen]
+        for deps in waiting.values():
+            deps.discard(chosen)
+    return ordered
 
-RUN_ORDER: tuple[str, ...] = (
-    "restart",
-    "restart-replay",
-    "nan",
-    "spike",
-    "grad-norm-spike",
-    "duplicate-batch",
-    "loss-scale",
-    "divergence",
-    "lr-jump",
-    "lr-increasing",
-    "weight-norm-change",
-    "throughput-drop",
-)
+
+def _section_key(section: str) -> tuple[int, str]:
+    # the per-rank check (§5) comes first: the tree asks it before §1 (spec 5)
+    return (0, section) if section == "5" else (1, section)
+
+
+def all_codes() -> set[str]:
+    """Every rule code and every finding code a rule can emit."""
+    rules = load_rules()
+    return set(rules) | {c for r in rules.values() for c in r.emits}
 
 
 def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[list[Rule], set[str]]:

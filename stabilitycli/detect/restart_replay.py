@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity, Skip
@@ -15,8 +16,10 @@ from stabilitycli.model import Finding, Severity, Skip
     "0",
     "a resume's replay of the steps it rewrote departs from the abandoned trajectory",
     emits=("restart-replay",),
+    reads=("judge_points", "noise_band_sigmas", "replay_noise_steps"),
+    provides=("restart_replays",),
 )
-def detect_restart_replay(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """The resumed loss against the abandoned loss, over the steps a restart logged twice.
 
     What it detects: for every resume, the steps between the checkpoint it

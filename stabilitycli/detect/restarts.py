@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity
@@ -14,7 +15,7 @@ from stabilitycli.model import Finding, Severity
     "the run was resumed from a checkpoint (step went backwards)",
     emits=("restart",),
 )
-def detect_restarts(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_restarts(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Every resume from a checkpoint, as an event.
 
     What it detects: places where the logged step goes backwards in the

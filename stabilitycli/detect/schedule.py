@@ -6,16 +6,21 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import value_at_or_before
 from stabilitycli.model import Finding, Severity, Skip
 
-_JUMP_VS_LOCAL = 10.0  # a jump must also be 10x the LR's recent typical step-to-step change
 
-
-@rule("lr-jump", "2", "learning rate jumped up between logged points", emits=("lr-jump",))
-def detect_lr_jump(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+@rule(
+    "lr-jump",
+    "2",
+    "learning rate jumped up between logged points",
+    emits=("lr-jump",),
+    reads=("lr_jump_local_ratio", "lr_jump_ratio"),
+)
+def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """An upward discontinuity in the learning rate.
 
     What it detects: an LR that rises by more than 50% (`lr_jump_ratio`)
@@ -41,7 +46,9 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, context: dict) -> R
         .fill_null(np.inf)
         .to_numpy()
     )
-    jumps = np.flatnonzero((rel > thresholds.lr_jump_ratio) & (rel > _JUMP_VS_LOCAL * local))
+    jumps = np.flatnonzero(
+        (rel > thresholds.lr_jump_ratio) & (rel > thresholds.lr_jump_local_ratio * local)
+    )
     for at in jumps[:20]:
         result.findings.append(
             Finding(
@@ -61,8 +68,14 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, context: dict) -> R
     return result
 
 
-@rule("lr-increasing", "4", "learning rate still rising after warmup", emits=("lr-increasing",))
-def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+@rule(
+    "lr-increasing",
+    "4",
+    "learning rate still rising after warmup",
+    emits=("lr-increasing",),
+    reads=("divergence_window_steps", "lr_rise_frac", "warmup_frac"),
+)
+def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A learning rate that keeps rising past the warmup.
 
     What it detects: the LR at step t more than 5% above its value 200 steps
@@ -136,10 +149,9 @@ def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> flo
     "4",
     "a parameter norm changed more than 2x within 200 steps",
     emits=("weight-norm-change",),
+    reads=("divergence_window_steps", "weight_norm_ratio"),
 )
-def detect_weight_norm_change(
-    view: SeriesView, thresholds: Thresholds, context: dict
-) -> RuleResult:
+def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A weight norm that grows or collapses by more than 2x within 200 steps.
 
     What it detects: for every parameter-norm series (`param_norm`,
@@ -193,8 +205,9 @@ def detect_weight_norm_change(
     "2",
     "pre-clip grad norm far above its trailing median (info)",
     emits=("grad-norm-spike",),
+    reads=("grad_norm_outlier_ratio", "min_points_per_window", "spike_window_steps"),
 )
-def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A pre-clip grad-norm outlier, noted even when the loss did not spike.
 
     What it detects: a finite grad norm at least `grad_norm_outlier_ratio`

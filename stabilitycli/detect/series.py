@@ -26,6 +26,8 @@ class SeriesView:
     restarts: list[Restart] = field(default_factory=list)
     # rows a resume rewrote (`RunData.abandoned`, with `_segment`), for the replay rule
     abandoned: pl.DataFrame | None = None
+    # the run itself, for the one rule that needs every rank (the view holds their mean)
+    run: RunData | None = None
 
     def has(self, metric: str) -> bool:
         return metric in self.columns and bool(self.logged[metric].any())
@@ -88,4 +90,5 @@ def build_view(run: RunData) -> SeriesView:
         source=run.source,
         restarts=restarts,
         abandoned=abandoned,
+        run=run,
     )

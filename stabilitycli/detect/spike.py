@@ -8,16 +8,14 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import median_interval, trailing_stats
 from stabilitycli.model import Finding, Severity, Skip
 
+# extent/recovery scans look ahead in chunks, never over the whole tail
 _SCAN_CHUNK_POINTS = 256
-_RECOVERY_MEDIAN_POINTS = 5
-_LR_STILL_UP = 0.8  # an LR jump is still acting while the LR stays within 80% of its jumped value
-_JUMP_RATIO = {"loss": 1.5, "grad_norm": 2.0}  # step-over-step rises worth reporting in short logs
-_STABLE_STD_POINTS = 30  # a window with this many points has a std stable enough on its own  # extent/recovery scans look ahead in chunks, never over the whole tail
 
 
 @dataclass
@@ -151,8 +149,36 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
     "2",
     "loss spike above mu + 3 sigma of the trailing 100 steps",
     emits=("spike", "blip", "loss-jump", "grad-norm-jump"),
+    reads=(
+        "cause_lead_steps",
+        "duplicate_batch_window_steps",
+        "grad_norm_outlier_ratio",
+        "grad_norm_spike_ratio",
+        "lr_jump_cause_steps",
+        "lr_jump_ratio",
+        "lr_jump_still_up_frac",
+        "min_points_per_window",
+        "noise_level_windows",
+        "recovery_median_points",
+        "recovery_sigma",
+        "recovery_window_steps",
+        "restart_spike_steps",
+        "short_log_grad_norm_jump_ratio",
+        "short_log_loss_jump_ratio",
+        "sigma_floor_frac",
+        "spike_chance_budget",
+        "spike_large_ratio",
+        "spike_large_z",
+        "spike_max_sustained_points",
+        "spike_sigma",
+        "spike_sustained_min_ratio",
+        "spike_window_steps",
+        "stable_std_points",
+        "widened_window_points",
+    ),
+    provides=("spikes", "blips", "spike_window", "spike_insufficient"),
 )
-def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Loss spikes, whether they recovered, their type and their cause.
 
     What it detects: a step t where loss[t] > mu + 3*sigma of the loss over
@@ -196,7 +222,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
             )
         )
         result.facts["spike_insufficient"] = True
-        _short_log_jumps(view, result)
+        _short_log_jumps(view, thresholds, result)
         return result
 
     stats = trailing_stats(
@@ -205,7 +231,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
     sigma = np.maximum(
         np.nan_to_num(stats.std, nan=0.0), thresholds.sigma_floor_frac * np.abs(stats.mean)
     )
-    if interval > 0 and window / interval < _STABLE_STD_POINTS:
+    if interval > 0 and window / interval < thresholds.stable_std_points:
         sigma = np.maximum(
             sigma, _noise_level(steps, stats.std, window * thresholds.noise_level_windows)
         )
@@ -227,7 +253,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
         else (
             pl.Series(loss[::-1])
             .fill_nan(None)
-            .rolling_median(_RECOVERY_MEDIAN_POINTS, min_samples=1)
+            .rolling_median(thresholds.recovery_median_points, min_samples=1)
             .fill_null(np.nan)
             .to_numpy()[::-1]
         )
@@ -235,7 +261,10 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, context: dict) -> Ru
 
     # points before any baseline exists (the first 100 steps) can still show a jump
     _short_log_jumps(
-        view, result, before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None
+        view,
+        thresholds,
+        result,
+        before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None,
     )
     min_points = _sustained_points(int(flagged.sum()), int(eligible.sum()), thresholds)
     candidates = np.flatnonzero(flagged)
@@ -529,7 +558,7 @@ def _causes(
         jumps = np.nan_to_num(ctx.lr_rel_jump[lr_lo:hi], nan=0.0)
         if jumps.size and jumps.max() > thresholds.lr_jump_ratio:
             at = lr_lo + int(np.argmax(jumps))
-            still_up = ctx.lr[idx] >= _LR_STILL_UP * ctx.lr[at]
+            still_up = ctx.lr[idx] >= thresholds.lr_jump_still_up_frac * ctx.lr[at]
             if still_up or at >= lo:
                 jump = float(ctx.lr_rel_jump[at])
                 causes.append(
@@ -592,7 +621,9 @@ def _spike_finding(event: SpikeEvent) -> Finding:
     )
 
 
-def _short_log_jumps(view: SeriesView, result: RuleResult, before_step: int | None = None) -> None:
+def _short_log_jumps(
+    view: SeriesView, thresholds: Thresholds, result: RuleResult, before_step: int | None = None
+) -> None:
     """What a log too short for a baseline still shows: its largest step-over-step jumps.
 
     With `before_step`, only the stretch before the first step that has a
@@ -619,7 +650,11 @@ def _short_log_jumps(view: SeriesView, result: RuleResult, before_step: int | No
         if not ratio.size:
             continue
         at = int(np.argmax(ratio))
-        if ratio[at] < _JUMP_RATIO[metric]:
+        jump_ratio = {
+            "loss": thresholds.short_log_loss_jump_ratio,
+            "grad_norm": thresholds.short_log_grad_norm_jump_ratio,
+        }[metric]
+        if ratio[at] < jump_ratio:
             continue
         result.findings.append(
             Finding(

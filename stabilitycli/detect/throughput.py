@@ -6,11 +6,10 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity, Skip
-
-_PERSIST_POINTS = 3  # one slow step (a checkpoint save, an eval) is not a drop
 
 
 def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
@@ -30,8 +29,14 @@ def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
     "5",
     "the run's throughput fell below its recent level",
     emits=("throughput-drop",),
+    reads=(
+        "min_points_per_window",
+        "spike_window_steps",
+        "throughput_drop_frac",
+        "throughput_persist_points",
+    ),
 )
-def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: dict) -> RuleResult:
+def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Throughput that falls and stays below its trailing median.
 
     What it detects: tokens/s (or TFLOPs, or 1/step time) below
@@ -52,7 +57,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: di
     name, steps, values = found
     ok = np.isfinite(values) & (values > 0)
     steps, values = steps[ok], values[ok]
-    if values.size < thresholds.min_points_per_window + _PERSIST_POINTS:
+    if values.size < thresholds.min_points_per_window + thresholds.throughput_persist_points:
         result.skipped.append(
             Skip(
                 "throughput-drop",
@@ -72,7 +77,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: di
     run = pl.Series(low).rle()
     lengths, flags = run.struct.field("len").to_numpy(), run.struct.field("value").to_numpy()
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    hits = np.flatnonzero(flags & (lengths >= _PERSIST_POINTS))
+    hits = np.flatnonzero(flags & (lengths >= thresholds.throughput_persist_points))
     for h in hits[:10]:
         begin, length = int(starts[h]), int(lengths[h])
         level = float(np.median(values[begin : begin + length]))
@@ -99,7 +104,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, context: di
 
 def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleResult) -> None:
     """In a log too short for a baseline: do its last points sit below its first ones?"""
-    if values.size < 2 * _PERSIST_POINTS - 2:
+    if values.size < 2 * thresholds.throughput_persist_points - 2:
         return
     head = float(np.median(values[:2]))
     tail = float(values[-1])

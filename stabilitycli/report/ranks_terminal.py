@@ -17,7 +17,7 @@ from rich.text import Text
 from stabilitycli.model import Severity
 
 if TYPE_CHECKING:
-    from stabilitycli.detect.ranks.check import RankOutlier, RankReport
+    from stabilitycli.detect.ranks.report import RankOutlier, RankReport
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 ALL_RANKS_UP_TO = 16  # show every rank in the heatmap up to this many

@@ -34,14 +34,13 @@ one rank explains.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.detect.ranks.cohort import (
-    MIN_COHORT,
     Cohort,
     build_cohort,
     cohort_steps_after,
@@ -49,194 +48,26 @@ from stabilitycli.detect.ranks.cohort import (
     next_steps,
 )
 from stabilitycli.detect.ranks.pair import pair_level
+from stabilitycli.detect.ranks.report import (
+    KINDS,
+    LEVEL,
+    NONFINITE,
+    SILENT,
+    STRAGGLER,
+    MeanShift,
+    RankOutlier,
+    RankPicture,
+    RankReport,
+)
 from stabilitycli.errors import StabInputError, StabUsageError
-from stabilitycli.model import Finding, Severity, _jsonable
 
 if TYPE_CHECKING:
     from stabilitycli.config import Thresholds
     from stabilitycli.frame import RunData
 
-SCHEMA = "stab.ranks/1"
-LEVEL, NONFINITE, SILENT, STRAGGLER = "level", "nonfinite", "silent", "straggler"
-KINDS = (NONFINITE, LEVEL, STRAGGLER, SILENT)  # also the order in which reports list them
-FINDING_CODES = {
-    LEVEL: ("rank-outlier", Severity.ERROR),
-    NONFINITE: ("rank-nonfinite", Severity.ERROR),
-    SILENT: ("rank-silent", Severity.WARNING),
-    STRAGGLER: ("straggler", Severity.WARNING),
-}
 THROUGHPUT = (("tokens_per_s", False), ("step_time_ms", True))  # (column, invert to a rate)
 PICTURE_BUCKETS = 60
 PICTURE_CLIP_Z = 10.0  # one wild step cannot paint a whole bucket
-BASELINE_POINTS = 50  # logged steps before a window that give the mean's level "before"
-
-
-@dataclass(frozen=True)
-class RankOutlier:
-    """One rank that disagrees with its cohort, and by how much."""
-
-    rank: int | None  # None: two ranks disagree and neither can be blamed
-    kind: str
-    onset_step: int
-    value: float | None  # its typical level after onset (the value for nonfinite/silent)
-    cohort_median: float | None
-    robust_z: float | None
-    mean_shift: float | None
-    metric: str
-    ranks_reporting: int
-    end_step: int | None = None  # last step it deviated (its last step when silent)
-    recovered_step: int | None = None  # first step back in line after end_step
-    pair: tuple[int, int] | None = None
-    # nonfinite: the first step at which most of the cohort is non-finite too (it spread)
-    cohort_nonfinite_step: int | None = None
-    message: str = ""
-
-    @property
-    def severity(self) -> Severity:
-        return FINDING_CODES[self.kind][1]
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "rank": self.rank,
-            "kind": self.kind,
-            "onset_step": self.onset_step,
-            "value": _num(self.value),
-            "cohort_median": _num(self.cohort_median),
-            "robust_z": _num(self.robust_z),
-            "mean_shift": _num(self.mean_shift),
-            "metric": self.metric,
-            "ranks_reporting": self.ranks_reporting,
-            "end_step": self.end_step,
-            "recovered_step": self.recovered_step,
-            "severity": str(self.severity),
-            "message": self.message,
-        }
-        if self.pair is not None:
-            out["pair"] = list(self.pair)
-        if self.kind == NONFINITE:
-            out["cohort_nonfinite_step"] = self.cohort_nonfinite_step
-        return _jsonable(out)
-
-    def finding(self) -> Finding:
-        code, severity = FINDING_CODES[self.kind]
-        evidence = {
-            k: v
-            for k, v in self.to_dict().items()
-            if k not in ("rank", "kind", "onset_step", "end_step", "metric", "message", "severity")
-        }
-        evidence["kind"] = self.kind
-        return Finding(
-            code=code,
-            severity=severity,
-            message=self.message,
-            step=self.onset_step,
-            end_step=self.end_step,
-            rank=self.rank,
-            metric=self.metric,
-            evidence=evidence,
-        )
-
-
-@dataclass(frozen=True)
-class MeanShift:
-    """How far the all-rank mean moved over a window, and how much of it the outliers explain."""
-
-    start_step: int
-    end_step: int
-    baseline_steps: tuple[int, int] | None  # the logged steps the "before" level comes from
-    ranks: tuple[int, ...]  # outlier ranks left out for the clean mean
-    n_ranks: int
-    mean_before: float | None
-    mean_during: float | None
-    clean_before: float | None
-    clean_during: float | None
-
-    @property
-    def shift(self) -> float | None:
-        return _diff(self.mean_during, self.mean_before)
-
-    @property
-    def clean_shift(self) -> float | None:
-        return _diff(self.clean_during, self.clean_before)
-
-    @property
-    def explained(self) -> float | None:
-        """The part of the mean's move that disappears when the outlier ranks are left out."""
-        return _diff(self.shift, self.clean_shift)
-
-    @property
-    def fraction(self) -> float | None:
-        shift, explained = self.shift, self.explained
-        if shift is None or explained is None or not np.isfinite(shift) or abs(shift) < 1e-12:
-            return None
-        return explained / shift
-
-    def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
-            {
-                "start_step": self.start_step,
-                "end_step": self.end_step,
-                "baseline_steps": list(self.baseline_steps) if self.baseline_steps else None,
-                "ranks_left_out": list(self.ranks),
-                "ranks": self.n_ranks,
-                "mean_before": _num(self.mean_before),
-                "mean_during": _num(self.mean_during),
-                "shift": _num(self.shift),
-                "clean_before": _num(self.clean_before),
-                "clean_during": _num(self.clean_during),
-                "clean_shift": _num(self.clean_shift),
-                "explained": _num(self.explained),
-                "fraction": _num(self.fraction),
-            }
-        )
-
-
-@dataclass(frozen=True)
-class RankPicture:
-    """Deviation of every rank over ~60 step buckets, for the terminal heatmap.
-
-    `deviation[i, j]` is the mean robust z (each clipped to +-10) of rank `ranks[i]` in bucket j
-    (steps `step_edges[j]` to `step_edges[j+1]`); +inf where the rank reported
-    NaN/Inf there, NaN where it did not report at all.
-    """
-
-    ranks: np.ndarray
-    step_edges: np.ndarray
-    deviation: np.ndarray
-
-
-@dataclass(frozen=True)
-class RankReport:
-    """Everything `stab ranks` says about one run and one metric."""
-
-    metric: str
-    ranks: int
-    steps: tuple[int, int]
-    outliers: tuple[RankOutlier, ...]
-    throughput_metric: str | None = None
-    notes: tuple[str, ...] = ()
-    mean_effect: MeanShift | None = None
-    picture: RankPicture | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def worst_severity(self) -> Severity | None:
-        return max((o.severity for o in self.outliers), default=None)
-
-    def findings(self) -> list[Finding]:
-        return [o.finding() for o in self.outliers]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The `stab.ranks/1` contract (output-contract.md), plus extra fields."""
-        return {
-            "schema": SCHEMA,
-            "metric": self.metric,
-            "ranks": self.ranks,
-            "steps": [self.steps[0], self.steps[1]],
-            "outliers": [o.to_dict() for o in self.outliers],
-            "throughput_metric": self.throughput_metric,
-            "mean_effect": self.mean_effect.to_dict() if self.mean_effect else None,
-            "notes": list(self.notes),
-        }
 
 
 def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> RankReport:
@@ -252,7 +83,13 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         shown = ", ".join(c for c in frame.columns if c not in ("step", "rank"))
         raise StabUsageError(f"--metric {metric}: not in {run.source.path} (metrics: {shown})")
     notes: list[str] = []
-    cohort = build_cohort(frame, metric, thresholds.rank_rel_floor, notes)
+    cohort = build_cohort(
+        frame,
+        metric,
+        thresholds.rank_rel_floor,
+        notes,
+        pool_points=thresholds.rank_spread_pool_points,
+    )
     rows = cohort.rows
     if rows.height == 0:
         raise StabInputError(run.source.path, f"no logged {metric} values")
@@ -270,7 +107,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         if n_ranks > 2:
             notes.append(f"typically {typical} rank(s) per step: too few to compare levels")
     else:
-        # steps with fewer than MIN_COHORT finite values are simply not judged
+        # steps with fewer than rank_min_cohort finite values are simply not judged
         outliers += _level(cohort, flagged, thresholds)
     if n_ranks >= 2:
         outliers += _nonfinite(cohort, flagged, thresholds)
@@ -280,7 +117,14 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
             tp = (
                 cohort
                 if column == metric and not invert
-                else build_cohort(frame, column, thresholds.rank_rel_floor, [], invert=invert)
+                else build_cohort(
+                    frame,
+                    column,
+                    thresholds.rank_rel_floor,
+                    [],
+                    pool_points=thresholds.rank_spread_pool_points,
+                    invert=invert,
+                )
             )
             outliers += _straggler(tp, thresholds, invert)
     outliers.sort(key=_order)
@@ -293,7 +137,12 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         notes=tuple(notes),
         picture=_picture(cohort),
     )
-    return replace(report, mean_effect=explained_mean_shift(report, frame))
+    return replace(
+        report,
+        mean_effect=explained_mean_shift(
+            report, frame, baseline_points=thresholds.rank_history_points
+        ),
+    )
 
 
 def _order(o: RankOutlier) -> tuple:
@@ -307,7 +156,9 @@ def _order(o: RankOutlier) -> tuple:
 def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
     """Only the rows that deviate (level) or are non-finite against a finite cohort."""
     fin = pl.col("x").is_finite()
-    level = fin & (pl.col("n") >= MIN_COHORT) & (pl.col("z").abs() >= thresholds.rank_z)
+    level = (
+        fin & (pl.col("n") >= thresholds.rank_min_cohort) & (pl.col("z").abs() >= thresholds.rank_z)
+    )
     # at least half of the *other* ranks finite: the cohort is finite, this rank is not
     lone_nonfinite = ~fin & (pl.col("n_fin") >= 1) & (2 * pl.col("n_fin") >= pl.col("n") - 1)
     return cohort.rows.filter(level | lone_nonfinite).with_columns(
@@ -316,11 +167,16 @@ def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
 
 
 def _episodes(
-    cohort: Cohort, flagged: pl.DataFrame, flag: str, persist: int, stats: list[pl.Expr]
+    cohort: Cohort,
+    flagged: pl.DataFrame,
+    flag: str,
+    persist: int,
+    stats: list[pl.Expr],
+    max_gap: int,
 ) -> list[dict]:
     """Per outlier rank: onset (first qualifying run), stats over its flagged rows after it,
     the last bad row (`bad`) and the step at which it came back, if it did."""
-    runs = flag_runs(flagged, flag, max(1, persist))
+    runs = flag_runs(flagged, flag, max(1, persist), max_gap)
     if runs.height == 0:
         return []
     episode = flagged.join(runs.select("rank", pl.col("start").alias("onset")), on="rank").filter(
@@ -358,7 +214,14 @@ _LEVEL_STATS = [
 
 def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> list[RankOutlier]:
     out = []
-    for e in _episodes(cohort, flagged, "lvl", thresholds.rank_persist_steps, _LEVEL_STATS):
+    for e in _episodes(
+        cohort,
+        flagged,
+        "lvl",
+        thresholds.rank_persist_steps,
+        _LEVEL_STATS,
+        thresholds.rank_max_gap_points,
+    ):
         out.append(_outlier(LEVEL, e, cohort.column))
     return out
 
@@ -372,7 +235,14 @@ def _nonfinite(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) ->
     # steps where most of the cohort is non-finite: the NaN spread (or was everywhere)
     spread = cohort.steps.filter(2 * pl.col("n_fin") < pl.col("n"))["t"].to_numpy()
     out = []
-    for e in _episodes(cohort, flagged, "nf", thresholds.rank_nonfinite_steps, stats):
+    for e in _episodes(
+        cohort,
+        flagged,
+        "nf",
+        thresholds.rank_nonfinite_steps,
+        stats,
+        thresholds.rank_max_gap_points,
+    ):
         e["robust_z"] = None
         later = spread[np.searchsorted(spread, e["onset"]) :]
         e["cohort_nonfinite_step"] = int(later[0]) if later.size else None
@@ -383,11 +253,18 @@ def _nonfinite(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) ->
 def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[RankOutlier]:
     """Throughput below straggler_ratio x the cohort median (x the faster rank with 2 ranks)."""
     fin = pl.col("x").is_finite()
-    ref = pl.when(pl.col("n") >= MIN_COHORT).then(pl.col("med")).otherwise(pl.col("hi"))
+    ref = (
+        pl.when(pl.col("n") >= thresholds.rank_min_cohort)
+        .then(pl.col("med"))
+        .otherwise(pl.col("hi"))
+    )
     slow = (
         fin
         & (pl.col("x") < thresholds.straggler_ratio * ref)
-        & (((pl.col("n") >= MIN_COHORT) & (pl.col("z") <= -thresholds.rank_z)) | (pl.col("n") == 2))
+        & (
+            ((pl.col("n") >= thresholds.rank_min_cohort) & (pl.col("z") <= -thresholds.rank_z))
+            | (pl.col("n") == 2)
+        )
     )
     flagged = cohort.rows.filter(slow).with_columns(
         pl.lit(True).alias("slow"), pl.lit(True).alias("bad"), ref.alias("ref")
@@ -404,7 +281,14 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     column = cohort.column
     return [
         _outlier(STRAGGLER, e, column)
-        for e in _episodes(cohort, flagged, "slow", thresholds.rank_persist_steps, stats)
+        for e in _episodes(
+            cohort,
+            flagged,
+            "slow",
+            thresholds.rank_persist_steps,
+            stats,
+            thresholds.rank_max_gap_points,
+        )
     ]
 
 
@@ -455,6 +339,8 @@ def _pair(cohort: Cohort, thresholds: Thresholds, notes: list[str]) -> list[Rank
         thresholds.rank_z,
         thresholds.rank_persist_steps,
         thresholds.rank_rel_floor,
+        history_points=thresholds.rank_history_points,
+        culprit_ratio=thresholds.rank_pair_culprit_ratio,
     )
     if hit is None:
         return []
@@ -529,13 +415,6 @@ def _f(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _num(value: float | None) -> float | None:
-    """Six significant digits: enough to read, stable to compare."""
-    if value is None or not np.isfinite(value):
-        return value
-    return float(f"{value:.6g}")
-
-
 def _fmt(value: float | None, sign: bool = False) -> str:
     if value is None:
         return "?"
@@ -543,13 +422,6 @@ def _fmt(value: float | None, sign: bool = False) -> str:
         return "NaN" if np.isnan(value) else ("+Inf" if value > 0 else "-Inf")
     text = f"{value:+.3g}" if sign else f"{value:.4g}"
     return text
-
-
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-# --- the mean, and what the outliers do to it ---------------------------------------------
 
 
 def global_mean(
@@ -576,7 +448,7 @@ def explained_mean_shift(
     metric: str | None = None,
     start_step: int | None = None,
     end_step: int | None = None,
-    baseline_points: int = BASELINE_POINTS,
+    baseline_points: int = 50,
 ) -> MeanShift | None:
     """How much of the mean's move over [start_step, end_step] the outlier ranks explain.
 

@@ -29,9 +29,6 @@ import numpy as np
 import polars as pl
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its sigma
-MAX_GAP = 1  # unflagged logged steps tolerated inside a run of deviating steps
-MIN_COHORT = 3  # fewer finite values at a step and the median cannot outvote a bad rank
-POOL_WINDOW = 51  # cohort steps in the rolling median of the per-step spread
 # a rank stride is only used to align steps when ranks mostly log at different steps
 MISALIGNED_FRACTION = 0.5
 
@@ -139,7 +136,13 @@ def positions(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 def build_cohort(
-    frame: pl.DataFrame, column: str, rel_floor: float, notes: list[str], *, invert: bool = False
+    frame: pl.DataFrame,
+    column: str,
+    rel_floor: float,
+    notes: list[str],
+    *,
+    pool_points: int,
+    invert: bool = False,
 ) -> Cohort:
     """Median, MAD, sigma and each row's robust z, per cohort step (module doc).
 
@@ -169,7 +172,7 @@ def build_cohort(
     steps = steps.with_columns(
         pl.max_horizontal(
             raw_sigma,
-            raw_sigma.rolling_median(POOL_WINDOW, center=True, min_samples=1),
+            raw_sigma.rolling_median(pool_points, center=True, min_samples=1),
             pl.col("med").abs() * rel_floor,
             pl.lit(abs_floor),
         ).alias("sigma")
@@ -189,10 +192,10 @@ def build_cohort(
     return Cohort(rows=rows, steps=steps, column=column, stride=stride)
 
 
-def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int) -> pl.DataFrame:
+def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int, max_gap: int) -> pl.DataFrame:
     """Per rank, the first run of at least `min_len` logged rows where `flag` holds.
 
-    A run tolerates `MAX_GAP` unflagged rows inside it: one noisy step can no
+    A run tolerates `max_gap` unflagged rows inside it: one noisy step can no
     more hide an outlier than make one. `flagged` holds only candidate rows
     (with their row index `i`), so this costs nothing on a healthy run: rows
     of a rank are neighbours when their indexes are, since the full frame is
@@ -206,7 +209,7 @@ def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int) -> pl.DataFrame:
             .with_columns(pl.lit(0, pl.Int64).alias("start"), pl.lit(0, pl.Int64).alias("length"))
         )
     gap = pl.col("i").cast(pl.Int64) - pl.col("i").shift(1).cast(pl.Int64) - 1
-    breaks = (gap > MAX_GAP) | (pl.col("rank") != pl.col("rank").shift(1))
+    breaks = (gap > max_gap) | (pl.col("rank") != pl.col("rank").shift(1))
     runs = (
         part.with_columns(breaks.fill_null(True).cum_sum().alias("run"))
         .group_by("run")

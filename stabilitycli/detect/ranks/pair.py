@@ -23,9 +23,6 @@ import polars as pl
 
 from stabilitycli.detect.ranks.cohort import MAD_TO_SIGMA
 
-HISTORY_POINTS = 50  # points of a rank's own past that give its level before the onset
-CULPRIT_RATIO = 3.0  # the culprit's own level moved at least this many times the other's
-
 
 def _own_noise(x: np.ndarray) -> float:
     diffs = np.diff(x[np.isfinite(x)])
@@ -34,7 +31,15 @@ def _own_noise(x: np.ndarray) -> float:
     return float(MAD_TO_SIGMA * np.median(np.abs(diffs - np.median(diffs))) / np.sqrt(2.0))
 
 
-def pair_level(rows: pl.DataFrame, rank_z: float, persist: int, rel_floor: float) -> dict | None:
+def pair_level(
+    rows: pl.DataFrame,
+    rank_z: float,
+    persist: int,
+    rel_floor: float,
+    *,
+    history_points: int,
+    culprit_ratio: float,
+) -> dict | None:
     """The pair's persistent disagreement, or None. `rows`: rank, t, x (two ranks)."""
     ranks = sorted(rows["rank"].unique().to_list())
     if len(ranks) != 2:
@@ -64,14 +69,14 @@ def pair_level(rows: pl.DataFrame, rank_z: float, persist: int, rel_floor: float
     episode = np.flatnonzero(flag[onset_index:]) + onset_index
     last = int(episode[-1])
     recovered = int(t[last + 1]) if last + 1 < t.size else None
-    before = slice(max(0, onset_index - HISTORY_POINTS), onset_index)
+    before = slice(max(0, onset_index - history_points), onset_index)
     culprit = None
     if onset_index > 0:
         moved_a = abs(np.median(xa[episode]) - np.median(xa[before]))
         moved_b = abs(np.median(xb[episode]) - np.median(xb[before]))
-        if moved_a >= CULPRIT_RATIO * moved_b and moved_a > 0:
+        if moved_a >= culprit_ratio * moved_b and moved_a > 0:
             culprit = a
-        elif moved_b >= CULPRIT_RATIO * moved_a and moved_b > 0:
+        elif moved_b >= culprit_ratio * moved_a and moved_b > 0:
             culprit = b
     if culprit is None:
         return {

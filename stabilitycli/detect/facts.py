@@ -1,0 +1,49 @@
+"""What the rules tell later rules and the classifier, as one typed object.
+
+Each field is provided by exactly one rule (its `provides` in the registry)
+and read by the rules that declare it in `needs`; the run order of the rules
+is derived from those declarations. The classifier reads the finished object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stabilitycli.detect.ranks.report import RankReport
+    from stabilitycli.detect.spike import SpikeEvent
+
+
+@dataclass
+class Facts:
+    rank_report: RankReport | None = None
+    """The per-rank comparison (rule `ranks`); None for a log without ranks."""
+    nan: dict[str, Any] | None = None
+    """§1 evidence: first step, count, origin layer... (rule `nan`); `count` 0 when clean."""
+    spikes: list[SpikeEvent] = field(default_factory=list)
+    """§2 material spikes, in step order (rule `spike`)."""
+    blips: list[int] = field(default_factory=list)
+    """Steps of flagged points below the materiality bar (rule `spike`)."""
+    spike_window: str = ""
+    """How the spike baseline window was formed, said in the Q2.1 evidence (rule `spike`)."""
+    spike_insufficient: bool = False
+    """The log is too short for the spike baseline: the run cannot be called healthy."""
+    overflow: dict[str, Any] | None = None
+    """§3 overflow counts and loss-scale history (rule `loss-scale`)."""
+    divergence: dict[str, Any] | None = None
+    """§4 trend windows scanned and their largest z (rule `divergence`)."""
+    restart_replays: list[dict[str, Any]] = field(default_factory=list)
+    """Per restart, the replayed steps judged against the pre-restart noise (rule `restart-replay`)."""
+
+    def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:
+        """Store what a rule found, refusing names it did not declare (a wiring bug, not input)."""
+        for name, value in values.items():
+            if name not in FACT_NAMES:
+                raise AssertionError(f"rule {rule_code!r} provided unknown fact {name!r}")
+            if name not in allowed:
+                raise AssertionError(f"rule {rule_code!r} provided {name!r} without declaring it")
+            setattr(self, name, value)
+
+
+FACT_NAMES: frozenset[str] = frozenset(f.name for f in fields(Facts))

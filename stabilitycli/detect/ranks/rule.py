@@ -1,0 +1,60 @@
+"""The per-rank check as a rule of `stab analyze` (spec 5): it runs before §1."""
+
+from __future__ import annotations
+
+from stabilitycli.config import Thresholds
+from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.ranks.report import FINDING_CODES
+from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.series import SeriesView
+
+RANK_CODES: tuple[str, ...] = tuple(code for code, _ in FINDING_CODES.values())
+
+
+@rule(
+    "ranks",
+    "5",
+    "one data-parallel rank sits away from its cohort, goes non-finite, falls silent or lags",
+    emits=RANK_CODES,
+    reads=(
+        "rank_z",
+        "rank_persist_steps",
+        "rank_nonfinite_steps",
+        "rank_rel_floor",
+        "rank_min_cohort",
+        "rank_max_gap_points",
+        "rank_spread_pool_points",
+        "rank_history_points",
+        "rank_pair_culprit_ratio",
+        "straggler_ratio",
+    ),
+    provides=("rank_report",),
+)
+def detect_rank_outliers(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
+    """Each rank against the median and MAD of its cohort, step by step.
+
+    What it detects: a rank whose loss sits `rank_z` robust sigmas from the
+    cohort median for `rank_persist_steps` logged steps (`rank-outlier`); a
+    rank that reports NaN/Inf while the others are finite (`rank-nonfinite`);
+    a rank that stopped logging before the others (`rank-silent`); a rank
+    whose throughput lags the cohort's (`straggler`). Logs without a rank
+    column are not checked.
+
+    Why it matters: the all-reduced mean is a low-pass filter over exactly
+    this signal. One failed rank among 64 moves the mean by 1/64 of its
+    error, so the mean shows a small bump or drift that the §2 and §4 rules
+    would blame on optimisation, while the fix is a host, a GPU or a data
+    shard (seed 000).
+    """
+    from stabilitycli.detect.ranks.check import find_rank_outliers
+
+    result = RuleResult()
+    run = view.run
+    if run is None or not run.has_ranks:
+        return result
+    metric = "loss" if "loss" in run.frame.columns else run.metric_columns[0]
+    report = find_rank_outliers(run, metric, thresholds)
+    # the loss report already carries throughput stragglers when tokens/s is logged
+    result.findings.extend(report.findings())
+    result.facts["rank_report"] = report
+    return result
