@@ -18,6 +18,9 @@ from stabilitycli.errors import StabUsageError
 
 @dataclass(frozen=True, kw_only=True)
 class Thresholds:
+    # The string under each field is its `stab explain thresholds` text, read verbatim by
+    # _field_docs: long ones are concatenated literals, since a wrapped """ block keeps its breaks.
+
     # --- windows (spec 0) ---
     min_points_per_window: int = 8
     """A step window needs this many logged points; fewer and it widens (spec 0)."""
@@ -32,41 +35,62 @@ class Thresholds:
     sigma_floor_frac: float = 0.01
     """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
     spike_chance_budget: float = 0.05
-    """Materiality (a): a multi-point event must be longer than noise would produce this often per log."""
+    (
+        "Materiality (a): a multi-point event must be longer than noise would produce this often "
+        "per log."
+    )
     spike_sustained_min_ratio: float = 1.2
-    """...and its peak must reach this multiple of the baseline mean (noise runs reach 1.1-1.19x)."""
+    "...and its peak must reach this multiple of the baseline mean (noise runs reach 1.1-1.19x)."
     spike_max_sustained_points: int = 4
     """...but never needs more than this many consecutive points."""
     noise_level_windows: int = 10
-    """sigma is at least the median window std over this many trailing windows (stable in sparse logs)."""
+    (
+        "sigma is at least the median window std over this many trailing windows (stable in sparse "
+        "logs)."
+    )
     spike_large_z: float = 6.0
     """Materiality (c): an isolated point is a spike at z >= this (OLMo-core's threshold)..."""
     spike_large_ratio: float = 1.5
     """...and a peak at least this multiple of the baseline mean (seed 002: 2-100x)."""
     recovery_window_steps: int = 50
-    """Recovered if the loss returns to <= mu + recovery_sigma * sigma within this many steps (Q2.2)."""
+    (
+        "Recovered if the loss returns to <= mu + recovery_sigma * sigma within this many steps "
+        "(Q2.2)."
+    )
     recovery_sigma: float = 0.5
     """Recovery level in baseline sigmas above mu (Q2.2)."""
     cause_lead_steps: int = 3
     """Causes are looked for in [t - cause_lead_steps, t]: grad norm leads the loss by 1-3 steps."""
     grad_norm_outlier_ratio: float = 10.0
-    """A pre-clip grad norm this multiple of its trailing level is noted (info), and explains a large spike."""
+    (
+        "A pre-clip grad norm this multiple of its trailing level is noted (info), "
+        "and explains a large spike."
+    )
     grad_norm_spike_ratio: float = 30.0
     """Pre-clip grad norm at least this multiple of its trailing mean -> long-tail batch (Q2.3)."""
     lr_jump_ratio: float = 0.5
     """An upward LR change of more than this fraction between logged points is a jump (Q2.3)."""
     lr_jump_cause_steps: int = 50
-    """An LR jump is a spike's cause up to this many steps later, while the LR stays up (a step change keeps acting)."""
+    (
+        "An LR jump is a spike's cause up to this many steps later, "
+        "while the LR stays up (a step change keeps acting)."
+    )
     restart_spike_steps: int = 10
-    """A spike within this many steps after a restart points at unrestored state (seeds 000, 003)."""
+    "A spike within this many steps after a restart points at unrestored state (seeds 000, 003)."
     duplicate_batch_window_steps: int = 100
     """A batch id repeated within this many steps is a duplicate batch (Q2.3)."""
     recovery_median_points: int = 5
-    """Back to baseline is judged on the median of a point and the next ones, this many in all (Q2.2)."""
+    (
+        "Back to baseline is judged on the median of a point and the next ones, "
+        "this many in all (Q2.2)."
+    )
     stable_std_points: int = 30
-    """A window with fewer logged points borrows sigma from the run's recent windows (sparse logs)."""
+    "A window with fewer logged points borrows sigma from the run's recent windows (sparse logs)."
     lr_jump_local_ratio: float = 10.0
-    """An LR jump must also be this multiple of the LR's recent step-to-step change (warmup is no jump)."""
+    (
+        "An LR jump must also be this multiple of the LR's recent step-to-step change (warmup is "
+        "no jump)."
+    )
     lr_jump_still_up_frac: float = 0.8
     """An LR jump keeps acting while the LR stays within this fraction of its jumped value."""
     short_log_loss_jump_ratio: float = 1.5
@@ -74,13 +98,19 @@ class Thresholds:
     short_log_grad_norm_jump_ratio: float = 2.0
     """...and a grad-norm rise of this factor."""
     ce_loss_max_nats: float = 25.0
-    """A loss in (0, this) reads as cross-entropy in nats, and is also said as a probability (spec 6)."""
+    (
+        "A loss in (0, this) reads as cross-entropy in nats, "
+        "and is also said as a probability (spec 6)."
+    )
 
     # --- §3 mixed precision ---
     min_loss_scale: float = 1.0
     """A dynamic loss scale below this has collapsed (Q3.2)."""
     overflow_rate_unabsorbed: float = 0.01
-    """Overflows on more than this fraction of steps with no scaler evidence -> fp16-overflow (Q3.2)."""
+    (
+        "Overflows on more than this fraction of steps with no scaler evidence -> fp16-overflow "
+        "(Q3.2)."
+    )
     static_scale_min_overflows: int = 2
     """This many overflows under a constant scale means dynamic scaling is off (Q3.2)."""
 
@@ -90,9 +120,12 @@ class Thresholds:
     divergence_z: float = 3.0
     """Mann-Kendall z at or above which a window's rise is significant (Q4.1)."""
     divergence_min_rise_frac: float = 0.05
-    """A rise smaller than this fraction of the window's starting level is a plateau, not divergence."""
+    (
+        "A rise smaller than this fraction of the window's starting level is a plateau, "
+        "not divergence."
+    )
     trend_points: int = 64
-    """Long windows are binned to about this many medians before the trend test (cost, and noise)."""
+    "Long windows are binned to about this many medians before the trend test (cost, and noise)."
     warmup_frac: float = 0.5
     """LR rising before its first decrease and within this fraction of the run is warmup (Q4.2)."""
     lr_rise_frac: float = 0.05
@@ -106,27 +139,51 @@ class Thresholds:
     rank_z: float = 6.0
     """A rank this many robust sigmas from the cohort median is deviating."""
     rank_persist_steps: int = 10
-    """...for at least this many logged steps in a row to be an outlier, not noise (one step back in line inside the run is tolerated)."""
+    (
+        "...for at least this many logged steps in a row to be an outlier, "
+        "not noise (one step back in line inside the run is tolerated)."
+    )
     rank_rel_floor: float = 0.01
-    """MAD floor as a fraction of |median|: identical all-reduced values do not make every rank an outlier."""
+    (
+        "MAD floor as a fraction of |median|: identical all-reduced values do not make every rank "
+        "an outlier."
+    )
     rank_nonfinite_steps: int = 1
-    """A rank reporting NaN/Inf for this many logged steps in a row while the cohort is finite is named (1: a NaN is never noise)."""
+    (
+        "A rank reporting NaN/Inf for this many logged steps in a row while the cohort is finite "
+        "is named (1: a NaN is never noise)."
+    )
     straggler_ratio: float = 0.8
     """A rank whose throughput sits below this fraction of the cohort median is a straggler."""
     rank_min_cohort: int = 3
-    """With fewer finite ranks at a step, a median cannot outvote a bad rank: the step is not judged."""
+    (
+        "With fewer finite ranks at a step, a median cannot outvote a bad rank: "
+        "the step is not judged."
+    )
     rank_pair_culprit_ratio: float = 3.0
-    """Two ranks: one is named only if its own level moved this many times as much as the other's."""
+    "Two ranks: one is named only if its own level moved this many times as much as the other's."
     rank_history_points: int = 50
-    """Logged points of the past that give a level "before" an onset (a rank's own, or the mean's)."""
+    (
+        'Logged points of the past that give a level "before" an onset (a rank\'s own, '
+        "or the mean's)."
+    )
     rank_max_gap_points: int = 1
-    """Unflagged logged steps tolerated inside a run of deviating steps (one noisy step breaks nothing)."""
+    (
+        "Unflagged logged steps tolerated inside a run of deviating steps (one noisy step breaks "
+        "nothing)."
+    )
     rank_spread_pool_points: int = 51
-    """Cohort steps in the rolling median of the per-step spread (a tight step is no hair trigger)."""
+    "Cohort steps in the rolling median of the per-step spread (a tight step is no hair trigger)."
     rank_onset_lead_steps: int = 3
-    """A spike or drift of the mean from this many steps before a rank's onset on is that rank's doing."""
+    (
+        "A spike or drift of the mean from this many steps before a rank's onset on is that rank's "
+        "doing."
+    )
     throughput_persist_points: int = 3
-    """Throughput must stay low for this many logged points: one slow step (a checkpoint) is no drop."""
+    (
+        "Throughput must stay low for this many logged points: one slow step (a checkpoint) "
+        "is no drop."
+    )
     throughput_drop_frac: float = 0.05
     """Run throughput this fraction below its trailing median is a throughput drop."""
 
@@ -134,11 +191,17 @@ class Thresholds:
     replay_noise_steps: int = 100
     """A restart replay is judged against the loss noise over this many steps before the restart."""
     noise_band_sigmas: float = 3.0
-    """Default tolerance: this many noise sigmas of the difference of two runs as noisy as the baseline."""
+    (
+        "Default tolerance: this many noise sigmas of the difference of two runs as noisy as the "
+        "baseline."
+    )
     smoothed_noise_band_sigmas: float = 5.0
-    """...on smoothed curves, where one heavy-tailed mini-batch outlier is spread over many points."""
+    "...on smoothed curves, where one heavy-tailed mini-batch outlier is spread over many points."
     judge_points: int = 5
-    """A deviation counts when the median of this many neighbouring points is outside the band (1: each point)."""
+    (
+        "A deviation counts when the median of this many neighbouring points is outside the band "
+        "(1: each point)."
+    )
 
     def __post_init__(self) -> None:
         for spec in fields(self):
