@@ -63,7 +63,10 @@ VERDICTS: dict[str, tuple[str | None, str, str]] = {
     "plateau": (
         "4",
         "warning",
-        "The loss drifted up slightly with no cause: a plateau; check eval metrics and consider stopping.",
+        (
+            "The loss drifted up slightly with no cause: a plateau; check eval metrics and "
+            "consider stopping."
+        ),
     ),
     "healthy": (None, "info", "No instability found by any rule."),
     "insufficient-data": (
@@ -86,24 +89,51 @@ VERDICT_ORDER: tuple[str, ...] = (
     "plateau",
 )
 
+# Remedies that suit only some runs. A verdict's remedy list keeps one only when the run's
+# evidence shows what REMEDY_NEEDS names (tree.py checks), so that no run is told to adopt
+# what it may already have: bf16 for a run not known to be fp16, a dynamic scaler for one
+# whose loss scale is seen moving. `stab explain` lists them all.
+ENABLE_DYNAMIC_SCALING = "enable dynamic loss scaling (or check it is active)"
+MOVE_TO_BF16 = "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)"
+REMEDY_NEEDS: dict[str, str] = {
+    ENABLE_DYNAMIC_SCALING: "no-moving-scale",
+    MOVE_TO_BF16: "fp16",
+}
+
 REMEDIES: dict[str, list[str]] = {
     "log-of-zero": [
-        "compute the loss with log_softmax (or cross_entropy on logits), never log(softmax(x)); or add an epsilon",
-        "clip gradients by value (+-100) in addition to clip-by-norm if an embedding gradient went infinite",
-        "reload the last checkpoint before the first NaN step and re-run one step with anomaly detection",
+        (
+            "compute the loss with log_softmax (or cross_entropy on logits), never "
+            "log(softmax(x)); or add an epsilon"
+        ),
+        (
+            "clip gradients by value (+-100) in addition to clip-by-norm if an embedding gradient "
+            "went infinite"
+        ),
+        (
+            "reload the last checkpoint before the first NaN step and re-run one step with anomaly "
+            "detection"
+        ),
     ],
     "activation-overflow": [
-        "enable dynamic loss scaling (or check it is active), or move fp16 -> bf16",
+        ENABLE_DYNAMIC_SCALING,
+        MOVE_TO_BF16,
         "halve the learning rate if the loss scale keeps collapsing",
         "check init and residual-stream magnitude: activations above 65504 overflow fp16",
     ],
     "nan-unknown": [
         "reload the last checkpoint before the first NaN step",
         "re-run that step in fp32 with per-layer isnan checks to find the first non-finite op",
-        "if log_softmax, value clipping and loss scaling are already in and NaN persists, the bug is structural",
+        (
+            "if log_softmax, value clipping and loss scaling are already in and NaN persists, "
+            "the bug is structural"
+        ),
     ],
     "long-tail-token": [
-        "write the post-mortem (`stab postmortem`) and inspect the batch at the spike for rare/long-tail tokens",
+        (
+            "write the post-mortem (`stab postmortem`) and inspect the batch at the spike for "
+            "rare/long-tail tokens"
+        ),
         "enable stratified batching; lower the grad-clip threshold",
     ],
     "lr-discontinuity": [
@@ -111,8 +141,14 @@ REMEDIES: dict[str, list[str]] = {
     ],
     "duplicate-batch": ["fix the data loader: a batch id repeated a recent one"],
     "optimizer-reset": [
-        "the spike follows a restart: make the checkpoint restore optimizer moments, scheduler and data cursor",
-        "resume again from the checkpoint with full state and confirm the trajectory matches (`stab compare`)",
+        (
+            "the spike follows a restart: make the checkpoint restore optimizer moments, scheduler "
+            "and data cursor"
+        ),
+        (
+            "resume again from the checkpoint with full state and confirm the trajectory matches "
+            "(`stab compare`)"
+        ),
     ],
     "spike-persistent": [
         "reload the last checkpoint before the spike (optimizer moments are now corrupt)",
@@ -123,14 +159,17 @@ REMEDIES: dict[str, list[str]] = {
     ],
     "loss-scale-collapsed": [
         "activations are systematically too large: check init and residual-stream magnitude",
-        "halve the learning rate, or move fp16 -> bf16",
+        "halve the learning rate",
+        MOVE_TO_BF16,
     ],
     "loss-scale-static": [
         "enable a dynamic loss scaler (overflows happen under a constant scale)",
-        "or move fp16 -> bf16",
+        MOVE_TO_BF16,
     ],
     "fp16-overflow": [
-        "enable a dynamic loss scaler, halve the LR if the scale keeps collapsing, or move fp16 -> bf16"
+        ENABLE_DYNAMIC_SCALING,
+        "halve the LR if the scale keeps collapsing",
+        MOVE_TO_BF16,
     ],
     "lr-increasing": [
         "fix the schedule: the LR rises after warmup (inverse cosine, or warmup that never ends)"
@@ -140,7 +179,10 @@ REMEDIES: dict[str, list[str]] = {
         "add or lower gradient clipping; resume from a checkpoint before the turn",
     ],
     "weight-norm": [
-        "adjust weight decay 2x (norm grows: too low; collapses: too high) and re-run from the checkpoint"
+        (
+            "adjust weight decay 2x (norm grows: too low; collapses: too high) and re-run from the "
+            "checkpoint"
+        )
     ],
     "grad-norm-rising": [
         "halve the learning rate and resume from the checkpoint before the divergence",
@@ -149,7 +191,10 @@ REMEDIES: dict[str, list[str]] = {
     "divergence": ["resume from the checkpoint before the divergence began, with a lower LR"],
     "plateau": ["check the eval metrics: if they have plateaued too, stop training"],
     "rank-outlier": [
-        "inspect the named rank(s): its data shard, its GPU/node health, and its last checkpoint shard",
+        (
+            "inspect the named rank(s): its data shard, its GPU/node health, and its last "
+            "checkpoint shard"
+        ),
         "exclude or replace the node, then resume from the checkpoint before the onset step",
     ],
     "healthy": [],
@@ -159,13 +204,24 @@ REMEDIES: dict[str, list[str]] = {
 }
 
 CAUSE_TEXT: dict[str, str] = {
-    "long-tail-token": "pre-clip grad norm far above its trailing mean just before the spike: a long-tail / rare-token batch",
+    "long-tail-token": (
+        "pre-clip grad norm far above its trailing mean just before the spike: a long-tail / "
+        "rare-token batch"
+    ),
     "lr-discontinuity": "the learning rate jumped just before the spike: a schedule bug",
     "duplicate-batch": "the batch at the spike repeats a recent batch id: a data-loader bug",
-    "optimizer-reset": "the spike began right after a restart: optimizer/scheduler/data state was not restored",
+    "optimizer-reset": (
+        "the spike began right after a restart: optimizer/scheduler/data state was not restored"
+    ),
     "lr-increasing": "the learning rate rises after warmup: schedule misconfigured",
     "weight-norm": "a weight norm changed more than 2x: weight decay too low or too high",
-    "grad-norm-rising": "the grad-norm moving average rises: the landscape is getting harder (data, init drift, LR too high)",
-    "log-of-zero": "fp32 NaN: almost always log(0) in the loss (a probability driven to exactly 0) or 0/0 in the reduction",
+    "grad-norm-rising": (
+        "the grad-norm moving average rises: the landscape is getting harder (data, init drift, "
+        "LR too high)"
+    ),
+    "log-of-zero": (
+        "fp32 NaN: almost always log(0) in the loss (a probability driven to exactly 0) or 0/0 in "
+        "the reduction"
+    ),
     "activation-overflow": "fp16: an activation exceeded 65504",
 }

@@ -41,6 +41,51 @@ def overflow_per_step(view: SeriesView) -> np.ndarray:
     return counts
 
 
+def _finite_scale(view: SeriesView) -> np.ndarray:
+    scale = view.points("loss_scale")[1] if view.has("loss_scale") else np.zeros(0)
+    return scale[np.isfinite(scale)]
+
+
+def runs_fp16(view: SeriesView) -> bool:
+    """fp16 by the stated dtype or, with none stated, by the scaler's own series.
+
+    The evidence then is an overflow series (what a dynamic scaler reports) or a
+    loss scale other than 1 (a scale only fp16 training applies); a scale that
+    stays at 1 is what Megatron prints for bf16 and fp32 runs too.
+    """
+    if view.dtype is not None:
+        return view.dtype == "fp16"
+    return view.has("overflow") or bool(np.any(_finite_scale(view) != 1.0))
+
+
+def _not_fp16(view: SeriesView) -> str | None:
+    """Why §3 cannot judge this run as fp16, or None when it can."""
+    if runs_fp16(view):
+        return None
+    regime = view.dtype
+    scale = _finite_scale(view)
+    grad_steps = 0
+    if view.has("grad_norm"):
+        grad = view.columns["grad_norm"]
+        grad_steps = int(np.count_nonzero(view.logged["grad_norm"] & ~np.isfinite(grad)))
+    left = f"; {grad_steps} non-finite grad-norm step(s) left to §1" if grad_steps else ""
+    if regime is None:
+        seen = (
+            f"loss scale constant at 1 over {scale.size} point(s), as bf16 and fp32 runs print it"
+            if scale.size
+            else "no loss-scale or overflow series"
+        )
+        return (
+            f"dtype unknown ({seen}): nothing shows fp16, so no overflow is read as an fp16 one"
+            f"{left}; pass --dtype to say which it was"
+        )
+    why = f"{regime} run ({view.source.dtype_origin}): no fp16 range limit or loss scaler to judge"
+    moved = int(np.count_nonzero(scale[1:] != scale[:-1])) if scale.size else 0
+    if moved:
+        why += f"; yet the loss scale changed {moved} time(s), which only an fp16 scaler does"
+    return why + left
+
+
 @rule(
     "loss-scale",
     "3",
@@ -76,9 +121,10 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     result = RuleResult()
     has_scale = view.has("loss_scale")
     has_messages = view.has("overflow")
-    regime = view.dtype
-    if regime == "fp32" and not has_scale and not has_messages:
-        result.skipped.append(Skip("loss-scale", "fp32 run: mixed-precision checks do not apply"))
+    if (not_fp16 := _not_fp16(view)) is not None:
+        # a loss scale of 1, or a non-finite grad norm, is what every regime can print:
+        # calling it an fp16 overflow would be a guess, and §1 reads the grad norm instead
+        result.skipped.append(Skip("loss-scale", not_fp16))
         return result
     counts = overflow_per_step(view)
     overflow_rows = np.flatnonzero(counts > 0)
@@ -92,17 +138,6 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "has_messages": has_messages,
     }
     result.facts["overflow"] = overflow
-    if regime not in ("fp16", "bf16") and not has_scale and not has_messages:
-        # a non-finite grad norm alone, dtype unknown, is not evidence of fp16: §1 reads it
-        result.skipped.append(
-            Skip(
-                "loss-scale",
-                "dtype unknown and no loss-scale or overflow series "
-                f"({int(total)} non-finite grad-norm step(s) left to §1)",
-            )
-        )
-        result.facts.pop("overflow", None)
-        return result
     if has_scale:
         _scale_history(view, thresholds, overflow, result)
     rate = total / span_steps if span_steps else 0.0
@@ -119,7 +154,8 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     unabsorbed = not has_scale and not has_messages and rate > thresholds.overflow_rate_unabsorbed
     if total and (unabsorbed or at_spike):
         why = (
-            f"{int(total)} overflow(s) on {rate:.1%} of {span_steps} steps with no loss-scale series or messages"
+            f"{int(total)} overflow(s) on {rate:.1%} of {span_steps} steps "
+            "with no loss-scale series or messages"
             if unabsorbed
             else f"overflow at the loss spike of step {at_spike[0].onset_step}"
         )
@@ -184,7 +220,8 @@ def _scale_history(
             Finding(
                 "loss-scale-static",
                 Severity.ERROR,
-                f"loss scale constant at {scale[0]:g} while {total} overflow(s) happened: dynamic loss scaling is not active",
+                f"loss scale constant at {scale[0]:g} while {total} overflow(s) happened: "
+                "dynamic loss scaling is not active",
                 step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
                 metric="loss_scale",
                 evidence={"scale": float(scale[0]), "overflows": total},
@@ -197,7 +234,8 @@ def _scale_history(
             Finding(
                 "loss-scale-halving",
                 Severity.INFO,
-                f"the loss scaler backed off {drops.size} time(s) ({chain}{' ...' if drops.size > 5 else ''}); "
+                f"the loss scaler backed off {drops.size} time(s) "
+                f"({chain}{' ...' if drops.size > 5 else ''}); "
                 f"final scale {scale[-1]:g}, minimum {scale.min():g}, regrew {rises.size} time(s): "
                 "overflow followed by a halving is the scaler doing its job",
                 step=int(steps[drops[0]]),

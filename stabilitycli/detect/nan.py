@@ -8,6 +8,7 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.mixed_precision import runs_fp16
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Finding, Severity, Skip
@@ -130,7 +131,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
 
 def _hidden_nan(view: SeriesView) -> tuple[np.ndarray, np.ndarray, str | None]:
     """A NaN the loss series does not show but another series does."""
-    fp16 = view.dtype == "fp16" or view.has("loss_scale")
+    fp16 = runs_fp16(view)
     if view.has("nan_steps"):
         steps, counts = view.points("nan_steps")
         hit = np.nan_to_num(counts, nan=1.0) > 0

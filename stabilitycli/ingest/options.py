@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stabilitycli.ingest._dtype import dtype_option
+
 
 @dataclass(frozen=True)
 class ReadOptions:
@@ -20,3 +22,8 @@ class ReadOptions:
     tracking_uri: str | None = None
     include_deleted: bool = False
     dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        # refused here, where every command and the library build their options, so that a
+        # misspelt `--dtype` fails at once instead of reaching the tree as a regime it is not
+        object.__setattr__(self, "dtype", dtype_option(self.dtype))

@@ -42,7 +42,6 @@ BLOCK_LEN = 32768
 CHUNK_HEADER_LEN = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 RECORD_HISTORY, RECORD_CONFIG, RECORD_RUN = 2, 5, 17
-_DTYPE_KEYS = ("precision", "dtype", "mixed_precision", "amp_dtype", "torch_dtype")
 _RUN_DIR = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-(\w+)$")
 
 
@@ -278,13 +277,8 @@ def _config(buf: bytes) -> dict[str, object]:
 
 
 def _dtype(config: dict[str, object], source: SourceInfo) -> None:
-    from stabilitycli.ingest import normalise_dtype
+    from stabilitycli.ingest._dtype import dtype_from
 
-    for key in _DTYPE_KEYS:
-        value = config.get(key)
-        if isinstance(value, dict):  # config values written as {"value": ...} by old clients
-            value = value.get("value")
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
-            source.dtype = normalise_dtype(str(value))
-            source.dtype_origin = f"W&B run config {key!r} = {value!r}"
-            return
+    found = dtype_from(("W&B run config", config))
+    if found is not None:
+        source.dtype, source.dtype_origin = found
