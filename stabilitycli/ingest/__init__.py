@@ -36,7 +36,18 @@ READERS: tuple[str, ...] = (
     "jsonl",
 )
 
-SUPPORTED = "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout, llm.c main.log, Hugging Face trainer_state.json (or a checkpoint / output dir), Lightning CSVLogger metrics.csv (or lightning_logs/ with version_N), W&B offline run (.wandb, its run dir, or wandb/), W&B chart CSV export, CSV / TSV / Parquet / Arrow IPC tables, MLflow file store (mlruns/, an experiment or run folder), MLflow sqlite (mlflow.db, sqlite:///path), MLflow tracking server (http(s)://host:port), TensorBoard event files (events.out.tfevents.* or a log dir)"
+SUPPORTED = (
+    "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, "
+    "rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), "
+    "Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout, "
+    "llm.c main.log, Hugging Face trainer_state.json (or a checkpoint / output dir), "
+    "Lightning CSVLogger metrics.csv (or lightning_logs/ with version_N), "
+    "W&B offline run (.wandb, its run dir, or wandb/), W&B chart CSV export, "
+    "CSV / TSV / Parquet / Arrow IPC tables, MLflow file store (mlruns/, "
+    "an experiment or run folder), MLflow sqlite (mlflow.db, sqlite:///path), "
+    "MLflow tracking server (http(s)://host:port), "
+    "TensorBoard event files (events.out.tfevents.* or a log dir)"
+)
 
 _DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
 

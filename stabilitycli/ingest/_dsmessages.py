@@ -285,7 +285,8 @@ def summary(mentions: list[Mention], events: list[Event]) -> list[str]:
         hyst = sum(e.hysteresis for e in overflow)
         folded = n_msgs - len(overflow)
         text = (
-            f"{len(overflow)} fp16 overflow (skipped-step) events read from {n_msgs} DeepSpeed messages"
+            f"{len(overflow)} fp16 overflow (skipped-step) "
+            f"events read from {n_msgs} DeepSpeed messages"
             + (
                 f"; {folded} repeated copies of the same message (one per rank) folded"
                 if folded

@@ -175,7 +175,8 @@ def messages() -> dict[str, type]:
 # protobuf serializer writes with the same bytes around the numbers (fields in
 # number order, proto3 omits a zero step):
 #
-#   09 <wall_time: 8 bytes>  [10 <step: varint>]  2a <S>  0a <S-2>  0a <T> <tag: T bytes>  15 <float32>
+#   09 <wall_time: 8 bytes>  [10 <step: varint>]
+#   2a <S>  0a <S-2>  0a <T> <tag: T bytes>  15 <float32>
 #
 # Parsing a million of them one by one through protobuf is most of the read
 # time; checking that layout and pulling the numbers out of all records at once
@@ -234,7 +235,9 @@ def decode_simple_scalars(data: bytes, starts, ends) -> SimpleScalars:
 
 
 def _step_varints(byte, p):
-    """The step of each Event starting at `p`: (value, varint width, decodable); width 0 = no step field."""
+    """The step of each Event starting at `p`: (value, varint width, decodable).
+
+    Width 0 means the Event has no step field."""
     import numpy as np
 
     has_step = byte(p + 9) == 0x10

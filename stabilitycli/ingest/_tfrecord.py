@@ -60,7 +60,10 @@ class Problem:
 
     def describe(self) -> str:
         if self.kind == "data_crc":
-            return f"record {self.record} at byte offset {self.offset}: data CRC mismatch; record skipped"
+            return (
+                f"record {self.record} at byte offset {self.offset}: data CRC mismatch; "
+                "record skipped"
+            )
         if self.kind == "length_crc":
             return (
                 f"record {self.record} at byte offset {self.offset}: length CRC mismatch; "
@@ -146,7 +149,8 @@ def _data_crc_ok(data: bytes, starts, ends):
     stored = buffer[ends[:, None] + np.arange(4)].copy().view("<u4").ravel().astype(np.int64)
     # one C call per payload; a comprehension is the cheapest way to make a million of them
     crc = np.array(
-        [crc32c(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())], dtype=np.int64
+        [crc32c(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)],
+        dtype=np.int64,
     )
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF == stored
 
@@ -228,7 +232,9 @@ class _Walk:
             pos = end + FOOTER_BYTES
 
     def _jump(self, pos: int) -> tuple[int, int]:
-        """Take every whole repetition of the last records' pattern from `pos`: (new pos, records taken)."""
+        """Take every whole repetition of the last records' pattern from `pos`.
+
+        Returns (new pos, records taken)."""
         import numpy as np
         from numpy.lib.stride_tricks import as_strided
 
@@ -246,7 +252,7 @@ class _Walk:
             if cycles == 0:
                 break
             same = np.ones(cycles, dtype=bool)
-            for offset, header in zip(offsets.tolist(), headers):
+            for offset, header in zip(offsets.tolist(), headers, strict=True):
                 # row j = the 12 header bytes of this record in cycle j, without a copy
                 view = as_strided(
                     self.buffer[pos + offset :],
@@ -290,7 +296,7 @@ class RecordReader:
         self.problems = framing.problems
         data = self.data
         for number, start, end in zip(
-            framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist()
+            framing.numbers.tolist(), framing.starts.tolist(), framing.ends.tolist(), strict=True
         ):
             yield number, data[start:end]
 

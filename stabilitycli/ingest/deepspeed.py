@@ -189,7 +189,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     if source.rows_rejected:
         first = source.rejections[0]
         source.warnings.append(
-            f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: {first.reason}"
+            f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: "
+            f"{first.reason}"
         )
     if n_rows == 0:
         raise StabInputError(
@@ -207,16 +208,16 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     source.notes.extend(dsm.summary(mentions, events))
     if engine_step is not None and len(skipped_prev) > 1:
         source.notes.append(
-            f"{len(skipped_prev)} DeepSpeed engines log `step=` lines (DeepSpeed-Chat RLHF: actor, then critic); "
-            "the second engine's values are kept as engine2/..., and the loss-scale messages of both "
-            "engines cannot be told apart"
+            f"{len(skipped_prev)} DeepSpeed engines log `step=` lines (DeepSpeed-Chat RLHF: "
+            "actor, then critic); the second engine's values are kept as engine2/..., "
+            "and the loss-scale messages of both engines cannot be told apart"
         )
     elif 1 in last_skipped:
         n_over = sum(e.kind == "overflow" for e in events)
         said = last_skipped[1]
         source.notes.append(
-            f"DeepSpeed's `skipped=` is cumulative (last: {said}); kept as skipped steps per progress "
-            f"interval. Overflow events read: {n_over}"
+            f"DeepSpeed's `skipped=` is cumulative (last: {said}); "
+            f"kept as skipped steps per progress interval. Overflow events read: {n_over}"
             + (
                 ""
                 if n_over == said

@@ -214,6 +214,7 @@ def _slow_parse(data: bytes, source: SourceInfo) -> pl.DataFrame:
     if source.rows_rejected:
         first = source.rejections[0]
         source.warnings.append(
-            f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: {first.reason}"
+            f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: "
+            f"{first.reason}"
         )
     return pl.DataFrame(records, infer_schema_length=None, strict=False)

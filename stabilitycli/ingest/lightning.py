@@ -5,21 +5,27 @@ of keys not logged in a row are empty), values are float32 `item()`s, and NaN
 / Inf are written `nan` / `inf`. Keys: `train_loss_step`, `train/loss_step`,
 `lr-AdamW`, `val_loss`... (aliases.py maps them).
 
-A resumed run is written into a NEW `version_<N+1>` folder, so a
-`lightning_logs/` folder (or any folder of `version_N/metrics.csv`) is read as
-one run across its versions in version order: `finalize` then sees the step
-go back where the resume started, keeps the resumed trajectory and reports
-the restart. `hparams.yaml` beside a metrics.csv gives the dtype from its
-`precision:` line (read with a one-line parser: no YAML library).
+Every `trainer.fit` writes a NEW `version_<N+1>` folder, whether it resumed a
+checkpoint or started from scratch; only the steps tell which (`_resume`): a
+version whose first step falls inside an earlier version's steps continues it
+and is read with it as one run (`finalize` sees the step go back and reports
+the restart), a version that starts from the beginning is a run of its own.
+A folder of versions (`lightning_logs/`) holding several runs is read as its
+latest run, and the notes say which versions were taken as resumes and why;
+`stab analyze -r` offers each run. A `version_N` folder is read with the
+versions it resumes. `hparams.yaml` beside a metrics.csv gives the dtype from
+its `precision:` line (read with a one-line parser: no YAML library).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import tabular
+from stabilitycli.ingest import _resume, tabular
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -56,6 +62,17 @@ def metric_files(folder: Path) -> list[Path]:
     return []
 
 
+@dataclass
+class _Version:
+    file: Path
+    frame: Any  # the raw table, rows numbered within the file
+    source: SourceInfo  # its own rejections and warnings
+
+    @property
+    def name(self) -> str:
+        return self.file.parent.name
+
+
 def read(path: Path, options: ReadOptions):
     import polars as pl
 
@@ -65,9 +82,39 @@ def read(path: Path, options: ReadOptions):
     if not files:
         raise StabInputError(str(path), "no metrics.csv here or in version_N folders")
     source = SourceInfo(path=str(path), format=NAME, run=_run_name(files[0]))
+    if _VERSION.match(path.name) and source.run:
+        source.run = f"{source.run}/{path.name}"
+    versions = _load(files, source)
+    if path.is_dir():
+        versions = _one_run(versions, path, source, options)
     frames = []
     offset = 0
     spans = []
+    for version in versions:
+        # rows are numbered across the versions so that a resume shows in file order
+        frame = version.frame.with_columns((pl.col(ROW) + offset).alias(ROW))
+        part_source = version.source
+        for rej in part_source.rejections:
+            # the line number a user can open: the file's own, named in the reason
+            source.reject(rej.line, f"{version.name}/{FILE_NAME}: {rej.reason}")
+        extra = part_source.rows_rejected - len(part_source.rejections)
+        if extra > 0:
+            source.rows_rejected += extra
+        source.warnings.extend(f"{version.name}: {w}" for w in part_source.warnings)
+        spans.append(f"{version.name}: rows {frame[ROW].min()}-{frame[ROW].max()}")
+        offset = int(frame[ROW].max()) + 1  # +1: room for a cut-off last line's number
+        frames.append(frame)
+    raw = pl.concat(frames, how="diagonal_relaxed")
+    if len(versions) > 1:
+        source.notes.append(
+            f"{len(versions)} versions read as one run, in version order ({'; '.join(spans)})"
+        )
+    _dtype([v.file for v in versions], source)
+    return tabular.finish(raw, source, options)
+
+
+def _load(files: list[Path], source: SourceInfo) -> list[_Version]:
+    versions = []
     for file in files:
         part_source = SourceInfo(path=str(file), format=NAME)
         try:
@@ -77,27 +124,79 @@ def read(path: Path, options: ReadOptions):
                 raise
             source.warnings.append(f"{file.parent.name}: {err.reason}; version skipped")
             continue
-        # rows are numbered across the versions so that a resume shows in file order
-        frame = frame.with_columns((pl.col(ROW) + offset).alias(ROW))
-        for rej in part_source.rejections:
-            # the line number a user can open: the file's own, named in the reason
-            source.reject(rej.line, f"{file.parent.name}/{FILE_NAME}: {rej.reason}")
-        extra = part_source.rows_rejected - len(part_source.rejections)
-        if extra > 0:
-            source.rows_rejected += extra
-        source.warnings.extend(f"{file.parent.name}: {w}" for w in part_source.warnings)
-        spans.append(f"{file.parent.name}: rows {frame[ROW].min()}-{frame[ROW].max()}")
-        offset = int(frame[ROW].max()) + 1  # +1: room for a cut-off last line's number
-        frames.append(frame)
-    if not frames:
-        raise StabInputError(str(path), "no version's metrics.csv could be read")
-    raw = pl.concat(frames, how="diagonal_relaxed")
-    if len(files) > 1:
-        source.notes.append(
-            f"{len(files)} versions read as one run, in version order ({'; '.join(spans)})"
+        versions.append(_Version(file, frame, part_source))
+    if not versions:
+        raise StabInputError(source.path, "no version's metrics.csv could be read")
+    return versions
+
+
+def _steps(version: _Version, options: ReadOptions) -> list[int]:
+    import polars as pl
+
+    from stabilitycli import aliases
+
+    columns = version.frame.columns
+    key = options.step_key or aliases.find_key(columns, aliases.STEP_KEYS)
+    if key is None or key not in columns:
+        return []
+    steps = version.frame[key].cast(pl.String).str.strip_chars().cast(pl.Float64, strict=False)
+    return [int(s) for s in steps.drop_nulls().drop_nans().to_list()]
+
+
+def _one_run(
+    versions: list[_Version], path: Path, source: SourceInfo, options: ReadOptions
+) -> list[_Version]:
+    """The versions that make one run: the latest run of a folder of versions, or the
+    named version with the versions it resumes."""
+    if len(versions) == 1 and _VERSION.match(path.name):
+        versions = _with_earlier(versions[0], path, source, options)
+    if len(versions) == 1:
+        return versions
+    by_name = {v.name: v for v in versions}
+    parts = [p for v in versions if (p := _resume.part_of(v.name, _steps(v, options)))]
+    if len(parts) < 2:
+        return versions
+    groups = _resume.chain(parts)
+    chosen = groups[-1]
+    if _VERSION.match(path.name):
+        chosen = _resume.group_of(groups, path.name) or chosen
+        source.notes.extend(chosen.why)
+        return [by_name[name] for name in chosen.names]
+    source.notes.extend(_resume.describe(groups))
+    if len(groups) > 1:
+        source.warnings.append(
+            f"{len(groups)} separate runs in {len(versions)} version folders; read the latest "
+            f"({chosen.label()}); to analyse every run: stab analyze -r {path}"
         )
-    _dtype(files, source)
-    return tabular.finish(raw, source, options)
+        source.run = f"{source.run}/{chosen.parts[-1].name}" if source.run else None
+    return [by_name[name] for name in chosen.names]
+
+
+def _with_earlier(
+    version: _Version, folder: Path, source: SourceInfo, options: ReadOptions
+) -> list[_Version]:
+    """A version that does not start from the beginning, with the earlier versions beside it."""
+    own = _resume.part_of(version.name, _steps(version, options))
+    if own is None or own.starts_fresh():
+        return [version]
+    number = int(_VERSION.match(folder.name).group(1))  # type: ignore[union-attr]
+    earlier = [f for f in metric_files(folder.parent) if _version_number(f) < number]
+    if not earlier:
+        return [version]
+    scratch = SourceInfo(path=str(folder.parent), format=NAME)
+    return [*_load_quietly(earlier, scratch), version]
+
+
+def _load_quietly(files: list[Path], scratch: SourceInfo) -> list[_Version]:
+    try:
+        return _load(files, scratch)
+    except StabInputError:
+        return []
+
+
+def _version_number(file: Path) -> int:
+    match = _VERSION.match(file.parent.name)
+    return int(match.group(1)) if match else -1
 
 
 def _run_name(file: Path) -> str | None:
@@ -123,3 +222,20 @@ def _dtype(files: list[Path], source: SourceInfo) -> None:
             source.dtype = normalise_dtype(match.group(1))
             source.dtype_origin = f"{file.parent.name}/hparams.yaml precision: {match.group(1)}"
             return
+
+
+def run_paths(folder: Path, options: ReadOptions | None = None) -> list[Path]:
+    """One path per run a folder of versions holds (`stab analyze -r`): the folder
+    itself when its versions make one run, else each run's last version folder,
+    which is read with the versions it resumes."""
+    files = metric_files(folder)
+    if len(files) < 2 or (folder / FILE_NAME).is_file():
+        return [folder]
+    options = options or ReadOptions()
+    versions = _load_quietly(files, SourceInfo(path=str(folder), format=NAME))
+    parts = [p for v in versions if (p := _resume.part_of(v.name, _steps(v, options)))]
+    groups = _resume.chain(parts)
+    if len(groups) < 2:
+        return [folder]
+    base = files[0].parent.parent
+    return [base / g.parts[-1].name for g in groups]

@@ -2,9 +2,10 @@
 
 The training line, printed every `--log-interval` iterations:
 
-    iteration     1200/  500000 | consumed samples: 614400 | elapsed time per iteration (ms): 1234.5 |
-    learning rate: 1.5E-04 | global batch size: 512 | lm loss: 2.3456E+00 | loss scale: 1.0 |
-    grad norm: 0.876 | number of skipped iterations: 0 | number of nan iterations: 0 |
+    iteration     1200/  500000 | consumed samples: 614400 |
+    elapsed time per iteration (ms): 1234.5 | learning rate: 1.5E-04 | global batch size: 512 |
+    lm loss: 2.3456E+00 | loss scale: 1.0 | grad norm: 0.876 | number of skipped iterations: 0 |
+    number of nan iterations: 0 |
 
 (one line in a real log). How real logs differ from that, and what is done:
 
@@ -159,7 +160,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     if source.rows_rejected:
         first = source.rejections[0]
         source.warnings.append(
-            f"{source.rows_rejected} record(s) could not be read; first at line {first.line}: {first.reason}"
+            f"{source.rows_rejected} record(s) could not be read; first at line {first.line}: "
+            f"{first.reason}"
         )
     _missing_loss(records, args, source)
     _tokens_and_time(records, args, source)
@@ -179,7 +181,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     )
     if memory_lines:
         source.notes.append(
-            f"{memory_lines} `[Rank N] memory (MB)` lines not read (memory is not a stability metric)"
+            f"{memory_lines} `[Rank N] memory (MB)` lines not read "
+            "(memory is not a stability metric)"
         )
     for r in records:
         r.pop("_time", None)

@@ -92,7 +92,8 @@ def list_runs(conn: sqlite3.Connection, options: ReadOptions, where: str) -> lis
     keep = filter_experiments({k: v[0] for k, v in experiments.items()}, options, where)
     runs = []
     rows = conn.execute(
-        "SELECT run_uuid, name, experiment_id, lifecycle_stage FROM runs ORDER BY start_time, run_uuid"
+        "SELECT run_uuid, name, experiment_id, lifecycle_stage FROM runs "
+        "ORDER BY start_time, run_uuid"
     )
     for run_id, name, eid, stage in rows:
         eid = str(eid)

@@ -259,7 +259,8 @@ def read_metric_file(path: Path, key: str, source: SourceInfo):
     if bad.height:
         reject_many(source, bad["_line"].to_list(), f"metric {key!r}: {MALFORMED_REASON}")
         source.warnings.append(
-            f"{path}: {bad.height} line(s) are not 'timestamp value step'; first at line {bad['_line'][0]}"
+            f"{path}: {bad.height} line(s) are not 'timestamp value step'; "
+            f"first at line {bad['_line'][0]}"
         )
     return frame.filter(pl.col("value").is_not_null()).with_columns(pl.col("step").fill_null(0))
 

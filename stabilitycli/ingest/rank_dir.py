@@ -204,7 +204,8 @@ def _warn_duplicate_ranks(files: list[RankFile], source: SourceInfo) -> None:
     for rank, names in seen.items():
         if len(names) > 1:
             source.warnings.append(
-                f"rank {rank} comes from {len(names)} files ({', '.join(names[:4])}); read in name order"
+                f"rank {rank} comes from {len(names)} files ({', '.join(names[:4])}); "
+                "read in name order"
             )
 
 

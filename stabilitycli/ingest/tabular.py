@@ -190,7 +190,8 @@ def reject_bad_cells(frame, source: SourceInfo, keep_text: tuple[str, ...] = ())
         wrong = present & as_float.is_null()
         if numeric == 0 or not wrong.any() or int(wrong.sum()) > numeric:
             continue
-        for line, cell in zip(frame.filter(wrong)[ROW].to_list(), values.filter(wrong).to_list()):
+        bad_lines = frame.filter(wrong)[ROW].to_list()
+        for line, cell in zip(bad_lines, values.filter(wrong).to_list(), strict=True):
             bad_rows.setdefault(line, f"cell {cell[:20]!r} in column {name!r} is not a number")
     for line in sorted(bad_rows):
         source.reject(line, bad_rows[line])

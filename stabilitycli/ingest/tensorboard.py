@@ -175,7 +175,9 @@ class _Collector:
         return self.bulk_points + len(self.values)
 
     def add_simple(self, scalars, seqs) -> None:
-        """Points decoded in bulk (`_tbproto.decode_simple_scalars`); `seqs` = their records' places."""
+        """Points decoded in bulk (`_tbproto.decode_simple_scalars`).
+
+        `seqs` are their records' places."""
         import polars as pl
 
         if not scalars.index.size:
@@ -333,7 +335,10 @@ def read_event_file(
     rest[simple.index] = False
     event_cls = tbp.messages()["Event"]
     for number, start, end in zip(
-        framing.numbers[rest].tolist(), framing.starts[rest].tolist(), framing.ends[rest].tolist()
+        framing.numbers[rest].tolist(),
+        framing.starts[rest].tolist(),
+        framing.ends[rest].tolist(),
+        strict=True,
     ):
         try:
             collector.add_event(data[start:end], event_cls, seq=base + number)
@@ -357,13 +362,15 @@ def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector | Non
     records = sum(read_event_file(file, collector, source) for file in files)
     if collector.skipped_values:
         source.notes.append(
-            f"{collector.skipped_values} non-scalar summary value(s) ignored (histograms, images, text)"
+            f"{collector.skipped_values} non-scalar summary value(s) ignored "
+            "(histograms, images, text)"
         )
     if not collector.point_count:
         names = ", ".join(f.name for f in files[:3])
         return (
             None,
-            f"no scalar summaries in {len(files)} event file(s) ({names}; {records} record(s) read)",
+            f"no scalar summaries in {len(files)} event file(s) "
+            f"({names}; {records} record(s) read)",
         )
     collector.points = collector.frame()
     return collector, None
