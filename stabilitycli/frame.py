@@ -23,7 +23,7 @@ import polars as pl
 
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError, StabUsageError
-from stabilitycli.model import REPLACED_REASON, Restart, SourceInfo
+from stabilitycli.model import Restart, SourceInfo
 
 ROW = "_row"
 SEGMENT = "_segment"
@@ -225,9 +225,7 @@ def _merge_and_resume(
     kept = merged.filter(latest)
     abandoned = merged.filter(~latest)
     if abandoned.height:
-        replaced = int(abandoned["_n_rows"].sum())
-        source.rows_rejected += replaced
-        source.rejection_counts[REPLACED_REASON] = replaced
+        source.rows_rewritten += int(abandoned["_n_rows"].sum())
     source.rows_used = int(kept["_n_rows"].sum())
     frame = kept.sort([*keys, "step"]).select(
         ["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]]

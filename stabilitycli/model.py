@@ -11,9 +11,6 @@ from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
 
-# the rejection reason of rows a resume rewrote (they are kept aside, not bad input)
-REPLACED_REASON = "rewritten by a resume (kept aside to compare trajectories)"
-
 
 class Severity(IntEnum):
     """Ordered so that `max()` over findings gives the worst one."""
@@ -111,6 +108,9 @@ class SourceInfo:
     rows_read: int = 0
     rows_used: int = 0
     rows_rejected: int = 0
+    # rows a resume rewrote: good rows of the abandoned trajectory, kept aside to compare,
+    # neither used nor rejected (rows_read = rows_used + rows_rejected + rows_rewritten)
+    rows_rewritten: int = 0
     rejections: list[Rejection] = field(default_factory=list)
     rejection_counts: dict[str, int] = field(default_factory=dict)
     restarts: list[Restart] = field(default_factory=list)
@@ -135,6 +135,7 @@ class SourceInfo:
             "rows": self.rows_read,
             "rows_used": self.rows_used,
             "rows_rejected": self.rows_rejected,
+            "rows_rewritten": self.rows_rewritten,
             "rejected": [asdict(r) for r in self.rejections],
             "rejection_counts": dict(self.rejection_counts),
             "first_step": self.first_step,

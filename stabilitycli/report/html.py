@@ -241,9 +241,10 @@ def _source_block(analysis: Analysis, plots: Plots) -> str:
         if plots.points_in
         else ""
     )
+    set_aside = f", {s.rows_rewritten:,} rewritten by a resume" if s.rows_rewritten else ""
     return (
         f'<p class="source"><b>{_e(s.path)}</b> ({_e(s.format)}): {s.rows_read:,} rows read, {s.rows_used:,} used, '
-        f"{s.rows_rejected:,} rejected; steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
+        f"{s.rows_rejected:,} rejected{set_aside}; steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
         f"dtype {_e(s.dtype or 'unknown')}; {metrics}{drawn}</p>"
     )
 

@@ -20,7 +20,9 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
         "",
         mdtext.text(v.summary),
         "",
-        f"{mdtext.code(s.path)} ({s.format}): {s.rows_read:,} rows, {s.rows_rejected:,} rejected; "
+        f"{mdtext.code(s.path)} ({s.format}): {s.rows_read:,} rows, {s.rows_rejected:,} rejected"
+        + (f", {s.rows_rewritten:,} rewritten by a resume" if s.rows_rewritten else "")
+        + "; "
         f"steps {s.first_step}–{s.last_step}; dtype {s.dtype or 'unknown'}"
         + (f"; {s.ranks} ranks" if s.ranks else ""),
         "",

@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from stabilitycli.model import REPLACED_REASON, Analysis, Severity
+from stabilitycli.model import Analysis, Severity
 from stabilitycli.report.sparkline import sparkline
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
@@ -62,10 +62,9 @@ def _source_line(analysis: Analysis) -> str:
         f"{k}←{v}" for k, v in s.metrics.items() if k in ("loss", "grad_norm", "lr", "loss_scale")
     )
     ranks = f", {s.ranks} ranks" if s.ranks else ""
-    replaced = s.rejection_counts.get(REPLACED_REASON, 0)
-    set_aside = f", {replaced} rewritten by a resume" if replaced else ""
+    set_aside = f", {s.rows_rewritten} rewritten by a resume" if s.rows_rewritten else ""
     return (
-        f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected - replaced} rejected"
+        f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected} rejected"
         f"{set_aside}; "
         f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}; {metrics}"
     )

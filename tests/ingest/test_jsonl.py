@@ -169,7 +169,11 @@ def test_resume_from_checkpoint_the_resumed_trajectory_wins(tmp_path) -> None:
     (restart,) = run.source.restarts
     assert (restart.at_row, restart.resumed_from_step, restart.last_step_before) == (7, 3, 5)
     assert run.abandoned["step"].to_list() == [3, 4, 5]
-    assert run.source.rows_read == run.source.rows_used + run.source.rows_rejected
+    # the first attempt's steps 3-5 were rewritten by the resume: set aside, not rejected
+    assert run.source.rows_rejected == 0 and run.source.rows_rewritten == 3
+    assert run.source.rows_read == (
+        run.source.rows_used + run.source.rows_rejected + run.source.rows_rewritten
+    )
 
 
 def test_rank_field_in_one_file(tmp_path) -> None:

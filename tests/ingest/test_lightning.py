@@ -56,7 +56,8 @@ def test_bad_cells_counted_with_line_numbers():
     assert [(r.line, "oops" in r.reason and "version_1" in r.reason) for r in src.rejections] == [
         (4, True)
     ]
-    assert src.rows_read == src.rows_used + src.rows_rejected
+    assert src.rows_rejected == 1 and src.rows_rewritten == 2  # version_0's steps 4-5
+    assert src.rows_read == src.rows_used + src.rows_rejected + src.rows_rewritten
 
 
 def test_truncated_file(tmp_path: Path):
