@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -24,7 +24,7 @@ app = typer.Typer(
 )
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     terminal = "terminal"
     json = "json"
     github = "github"
@@ -32,7 +32,7 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
 
 
-class FailOn(str, Enum):
+class FailOn(StrEnum):
     info = "info"
     warning = "warning"
     error = "error"
@@ -54,7 +54,8 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
-        help="Override a threshold, e.g. spike_sigma=4 (repeatable; see `stab explain thresholds`).",
+        help="Override a threshold, e.g. spike_sigma=4 (repeatable; "
+        "see `stab explain thresholds`).",
     ),
 ]
 
@@ -64,7 +65,8 @@ def analyze(
     path: Annotated[
         list[str],
         typer.Argument(
-            help="Log file(s), directories or URIs (JSONL, ...); several runs are analysed in parallel."
+            help="Log file(s), directories or URIs (JSONL, ...); "
+            "several runs are analysed in parallel."
         ),
     ],
     output: Annotated[
@@ -194,7 +196,8 @@ def _render(result, output: OutputFormat, fail_on: FailOn = FailOn.error) -> Non
 def _analyze_many(
     targets, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values
 ) -> int:
-    """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only output."""
+    """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only
+    the output."""
     from stabilitycli.pipeline import batch
     from stabilitycli.report.batch_report import fragment_renderer
 

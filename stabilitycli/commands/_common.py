@@ -54,7 +54,7 @@ def fail(message: str) -> typer.Exit:
 def load_and_analyze(
     path: str, *, metric=None, step_key=None, format_in=None, dtype=None, run=None, set_values=None
 ):
-    """(RunData, Analysis, Thresholds) for one run; raises typer.Exit(2) with one line on bad input."""
+    """(RunData, Analysis, Thresholds) for one run; typer.Exit(2) with one line on bad input."""
     try:
         from stabilitycli.config import load_config
         from stabilitycli.ingest.options import ReadOptions

@@ -12,7 +12,7 @@ including a malformed --expect (one line on stderr naming it and the column).
 from __future__ import annotations
 
 import os
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -21,12 +21,12 @@ from stabilitycli.commands._common import FormatInOpt, SetOpt, StepKeyOpt, fail,
 from stabilitycli.errors import StabInputError, StabUsageError
 
 
-class CompareFormat(str, Enum):
+class CompareFormat(StrEnum):
     terminal = "terminal"
     json = "json"
 
 
-class XAxis(str, Enum):
+class XAxis(StrEnum):
     step = "step"
     tokens = "tokens"
 
@@ -51,7 +51,8 @@ def command(
     restart: Annotated[
         int | None,
         typer.Option(
-            help="Compare restart N (1-based) of one log: the abandoned trajectory against the resumed one."
+            help="Compare restart N (1-based) of one log: "
+            "the abandoned trajectory against the resumed one."
         ),
     ] = None,
     tolerance: Annotated[
@@ -85,7 +86,8 @@ def command(
     smooth: Annotated[
         str | None,
         typer.Option(
-            help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) or window:N (trailing mean of N points)."
+            help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) "
+            "or window:N (trailing mean of N points)."
         ),
     ] = None,
     metric: Annotated[
@@ -100,8 +102,8 @@ def command(
     strict: Annotated[
         bool,
         typer.Option(
-            help="Judge every point on its own (default: the median of 5 neighbouring points, so one noisy "
-            "mini-batch never fails a comparison)."
+            help="Judge every point on its own (default: the median of 5 neighbouring points, "
+            "so one noisy mini-batch never fails a comparison)."
         ),
     ] = False,
     output: Annotated[
@@ -176,7 +178,8 @@ def _compare(
 
     if not 1 <= len(runs) <= 2:
         raise StabUsageError(
-            f"give BASELINE CANDIDATE, or one RUN with --expect or --restart (got {len(runs)} paths)"
+            "give BASELINE CANDIDATE, or one RUN with --expect or --restart "
+            f"(got {len(runs)} paths)"
         )
     if restart is not None and len(runs) != 1:
         raise StabUsageError("--restart N compares within one log: give exactly one RUN")
@@ -220,7 +223,7 @@ def _metrics(values: list[str] | None) -> tuple[tuple[str, ...], dict[str, str]]
 
 
 def _numbers(values: list[str] | None, flag: str, bare: str) -> dict[str, float]:
-    """VALUE or METRIC=VALUE items; a bare VALUE applies to `bare` ('loss', or '*' for every metric)."""
+    """VALUE or METRIC=VALUE items; a bare VALUE applies to `bare` ('loss', or '*' for all)."""
     import math
 
     out: dict[str, float] = {}

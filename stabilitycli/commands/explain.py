@@ -21,7 +21,7 @@ def explain_text(code: str | None) -> str:
                 + (f"  [emits: {emits}]" if emits else "")
             )
         lines.append("\nVerdicts:")
-        for verdict, (section, severity, text) in VERDICTS.items():
+        for verdict, (_section, severity, text) in VERDICTS.items():
             lines.append(f"  {verdict:<20} {severity:<8} {text}")
         lines.append("\nThresholds: `stab explain thresholds`")
         return "\n".join(lines)

@@ -36,7 +36,8 @@ def command(
     run: RunOpt = None,
     set_values: SetOpt = None,
 ) -> None:
-    """Write a Markdown post-mortem: symptoms, ranked hypotheses, root cause, fix, verification, cost."""
+    # typer prints this line as is in `stab --help`; a wrapped docstring would break the listing
+    """Write a Markdown post-mortem: symptoms, ranked hypotheses, root cause, fix, verification, cost."""  # noqa: E501
     import datetime
 
     from stabilitycli.postmortem.data import build

@@ -11,7 +11,7 @@ bad option (one line on stderr).
 from __future__ import annotations
 
 import os
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -20,12 +20,12 @@ from stabilitycli.commands._common import pairs
 from stabilitycli.errors import StabInputError, StabUsageError
 
 
-class RanksFormat(str, Enum):
+class RanksFormat(StrEnum):
     terminal = "terminal"
     json = "json"
 
 
-class RanksFailOn(str, Enum):
+class RanksFailOn(StrEnum):
     info = "info"
     warning = "warning"
     error = "error"
@@ -56,7 +56,8 @@ def command(
     fail_on: Annotated[
         RanksFailOn,
         typer.Option(
-            help="Lowest outlier severity that exits 1 (level/nonfinite: error; silent/straggler: warning)."
+            help="Lowest outlier severity that exits 1 "
+            "(level/nonfinite: error; silent/straggler: warning)."
         ),
     ] = RanksFailOn.error,
     rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,

@@ -7,7 +7,7 @@ without it the command exits 2 with one line naming the extra. Exit status:
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +26,7 @@ from stabilitycli.commands._common import (
 )
 
 
-class XAxis(str, Enum):
+class XAxis(StrEnum):
     steps = "steps"
     tokens = "tokens"
 
@@ -47,7 +47,8 @@ def command(
     run: RunOpt = None,
     set_values: SetOpt = None,
 ) -> None:
-    """Write one offline HTML page: verdict, loss with its mu+3 sigma band and spikes, grad norm, LR, loss scale."""
+    # typer prints this line as is in `stab --help`; a wrapped docstring would break the listing
+    """Write one offline HTML page: verdict, loss with its mu+3 sigma band and spikes, grad norm, LR, loss scale."""  # noqa: E501
     import importlib.util
 
     from stabilitycli.report.html import PLOTLY_MISSING

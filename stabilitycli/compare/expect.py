@@ -76,13 +76,16 @@ class Check:
             ""
             if self.start is None and self.end is None
             else (
-                f"[{'' if self.start is None else self.start}:{'' if self.end is None else self.end}]"
+                f"[{'' if self.start is None else self.start}"
+                f":{'' if self.end is None else self.end}]"
             )
         )
         return f"{self.aggregate}({self.metric}){span}"
 
     def evaluate(self, steps: Any, values: Any) -> CheckResult:
-        """Evaluate on one series: `steps` (int64) and `values` (float64, NaN/Inf kept) where logged."""
+        """Evaluate on one series.
+
+        `steps` (int64) and `values` (float64, NaN/Inf kept) where logged."""
         import numpy as np
 
         steps = np.asarray(steps)
@@ -106,7 +109,10 @@ class Check:
         return self._result(value, holds, reason)
 
     def _span_text(self) -> str:
-        return f"[{'start' if self.start is None else self.start}, {'end' if self.end is None else self.end}]"
+        return (
+            f"[{'start' if self.start is None else self.start}, "
+            f"{'end' if self.end is None else self.end}]"
+        )
 
     def _result(self, value: float | None, holds: bool, reason: str) -> CheckResult:
         return CheckResult(check=self, value=value, holds=holds, reason=reason)

@@ -201,7 +201,8 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
         )
     if not 1 <= index <= len(events):
         raise StabUsageError(
-            f"--restart {index}: {run.source.path} has {len(events)} restart(s); choose 1-{len(events)}"
+            f"--restart {index}: {run.source.path} has {len(events)} restart(s); "
+            f"choose 1-{len(events)}"
         )
     wanted = list(options.metrics) or [m for m in DEFAULT_METRICS if view.has(m)]
     rep = replay_from_view(view, index, wanted)
@@ -262,7 +263,7 @@ def check_run(run: RunData, options: CompareOptions) -> Comparison:
 
 
 def track_of(run: RunData, label: str) -> Track:
-    """The per-metric logged points of a run (per-rank logs: the mean over ranks, as the rules see it)."""
+    """The per-metric logged points of a run (per-rank logs: the mean over ranks, as rules do)."""
     from stabilitycli.detect.series import build_view
 
     view = build_view(run)
@@ -451,7 +452,7 @@ def _step_at(grid: Aligned, x_value) -> int | None:
 def _preview(
     grid: Aligned, base_v: np.ndarray, cand_v: np.ndarray, verdict: Judgement
 ) -> dict[str, Any]:
-    """Both curves in at most PREVIEW_POINTS buckets (max per bucket, so spikes show; NaN if any is)."""
+    """Both curves in at most PREVIEW_POINTS buckets (max per bucket so spikes show; NaN if any)."""
     n = grid.x.size
     edges = np.linspace(0, n, min(n, PREVIEW_POINTS) + 1).astype(int)
     starts = edges[:-1]
@@ -460,7 +461,7 @@ def _preview(
         bad = ~np.isfinite(values)
         top = np.maximum.reduceat(np.where(bad, -np.inf, values), starts)
         has_bad = np.add.reduceat(bad.astype(int), starts) > 0
-        return [float("nan") if b else float(v) for v, b in zip(top, has_bad)]
+        return [float("nan") if b else float(v) for v, b in zip(top, has_bad, strict=True)]
 
     out_buckets = np.add.reduceat(verdict.outside.astype(int), starts) > 0
     return {

@@ -229,7 +229,8 @@ def _spike_incident(
     if not recovered:
         remediation.insert(
             0,
-            f"reload the last checkpoint before step {onset} (optimizer moments after it are suspect)",
+            f"reload the last checkpoint before step {onset} "
+            "(optimizer moments after it are suspect)",
         )
     if not remediation:
         remediation = [
@@ -239,7 +240,8 @@ def _spike_incident(
     end = ev.get("recovery_step") if recovered else None
     return Incident(
         kind="spike",
-        title=f"Loss spike at step {onset} (type {ev['spike_type']}, {'recovered' if recovered else 'did not recover'})"
+        title=f"Loss spike at step {onset} (type {ev['spike_type']}, "
+        f"{'recovered' if recovered else 'did not recover'})"
         + (" - explained by a rank outlier" if ev.get("explained_by_ranks") else ""),
         symptoms=symptoms,
         hypotheses=hyps,
@@ -262,7 +264,8 @@ def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[li
     onset = int(ev["onset_step"])
     bound = round_up(float(ev["threshold"]))
     text = [
-        f"loss at step {onset} < {bound:g} (the pre-spike mu + {thr.spike_sigma:g} sigma; it was {fmt(float(ev['peak']))})"
+        f"loss at step {onset} < {bound:g} (the pre-spike mu + {thr.spike_sigma:g} sigma; "
+        f"it was {fmt(float(ev['peak']))})"
     ]
     expects = [f"loss@{onset}<{bound:g}"]
     if grad and math.isfinite(grad.get("grad_norm_baseline", float("nan"))):
@@ -276,7 +279,8 @@ def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[li
     if not recovered and after is not None:
         level = round_up(float(ev["mu"]) + thr.recovery_sigma * float(ev["sigma"]))
         text.append(
-            f"loss at step {after[0]} < {level:g} (back to baseline within 50 steps; it was {fmt(after[1])})"
+            f"loss at step {after[0]} < {level:g} (back to baseline within 50 steps; "
+            f"it was {fmt(after[1])})"
         )
         expects.append(f"loss@{after[0]}<{level:g}")
     return text, expects
@@ -298,8 +302,8 @@ def _nan_incident(
         ("first non-finite step", first),
         (
             "non-finite points",
-            f"{ev['count']} of {ev['points']} ({ev.get('nan', 0)} NaN, {ev.get('pos_inf', 0)} +Inf, "
-            f"{ev.get('neg_inf', 0)} -Inf)"
+            f"{ev['count']} of {ev['points']} ({ev.get('nan', 0)} NaN, "
+            f"{ev.get('pos_inf', 0)} +Inf, {ev.get('neg_inf', 0)} -Inf)"
             + (f"; seen in {ev['series']}" if ev.get("series") != "loss" else ""),
         ),
         (
@@ -377,8 +381,10 @@ def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str
     last = int(view.steps[-1])
     return (
         [
-            f"loss at step {first} < {bound:g} (finite, within the pre-NaN mu + {thr.spike_sigma:g} sigma)",
-            f"max loss in [{first}, {last}] < {bound:g} (no NaN/Inf and no blow-up to the end of the log)",
+            f"loss at step {first} < {bound:g} (finite, "
+            f"within the pre-NaN mu + {thr.spike_sigma:g} sigma)",
+            f"max loss in [{first}, {last}] < {bound:g} "
+            "(no NaN/Inf and no blow-up to the end of the log)",
         ],
         [f"loss@{first}<{bound:g}", f"max(loss)[{first}:{last}]<{bound:g}"],
     )
@@ -418,8 +424,10 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
                 f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in c.items() if k != "cause"
             ),
             series=c["cause"].replace("-rising", "").replace("-increasing", "").replace("-", "_"),
-            root_sentence=f"From step {start} the loss rose from {fmt(ev['start_level'])} and never came back; "
-            f"{CAUSE_TEXT.get(c['cause'], c['cause'])}.",
+            root_sentence=(
+                f"From step {start} the loss rose from {fmt(ev['start_level'])} and never came "
+                f"back; {CAUSE_TEXT.get(c['cause'], c['cause'])}."
+            ),
         )
         for c in causes
     ]

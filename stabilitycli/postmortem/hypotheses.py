@@ -102,7 +102,8 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
             "long-tail-token",
             title,
             "ruled out",
-            f"grad norm non-finite within [{lo}, {onset}]: an overflow or NaN, not a long-tail batch",
+            f"grad norm non-finite within [{lo}, {onset}]: an overflow or NaN, "
+            "not a long-tail batch",
             "grad_norm",
         )
     at = a + int(np.nanargmax(ratio))
@@ -127,15 +128,16 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
         )
     lead = onset - numbers["grad_norm_step"]
     root = (
-        f"At step {numbers['grad_norm_step']} the pre-clip grad norm reached {_g(numbers['grad_norm'])}, "
-        f"{numbers['ratio']:.0f}x its trailing mean of {_g(numbers['grad_norm_baseline'])}, "
-        f"{lead} step(s) before the loss jumped from {_g(float(ev['mu']))} to {_g(float(ev['peak']))}: "
-        f"one batch's gradient dominated the update (which tokens: needs a human)."
+        f"At step {numbers['grad_norm_step']} the pre-clip grad norm reached "
+        f"{_g(numbers['grad_norm'])}, {numbers['ratio']:.0f}x its trailing mean of "
+        f"{_g(numbers['grad_norm_baseline'])}, {lead} step(s) "
+        f"before the loss jumped from {_g(float(ev['mu']))} to {_g(float(ev['peak']))}: "
+        "one batch's gradient dominated the update (which tokens: needs a human)."
     )
     fix = (
-        f"lower the grad-clip threshold towards the pre-clip baseline ({numbers['grad_norm_baseline']:.3g}; "
-        f"the spike's norm was {numbers['grad_norm']:.3g}) and batch stratified so no batch concentrates "
-        "rare tokens"
+        "lower the grad-clip threshold towards the pre-clip baseline "
+        f"({numbers['grad_norm_baseline']:.3g}; the spike's norm was {numbers['grad_norm']:.3g}) "
+        "and batch stratified so no batch concentrates rare tokens"
     )
     return Hypothesis(
         "long-tail-token",
@@ -189,7 +191,8 @@ def _lr_test(view, lo, onset, thr: Thresholds) -> Hypothesis:
         root_sentence=f"The learning rate jumped from {before:.4g} to {after:.4g} at step {step}, "
         f"{onset - step} step(s) before the loss spike: a schedule or scheduler-state bug.",
         remediation=[
-            f"fix the LR schedule so it is continuous at step {step} (check scheduler state on resume)"
+            f"fix the LR schedule so it is continuous at step {step} "
+            "(check scheduler state on resume)"
         ],
         numbers={"lr_step": step, "lr_before": before, "lr": after},
     )
@@ -202,7 +205,8 @@ def _batch_test(view, onset, ev, thr: Thresholds) -> Hypothesis:
             "duplicate-batch",
             title,
             "not testable",
-            "no batch id logged (hash the batches at the spike and the steps before: needs a human)",
+            "no batch id logged (hash the batches at the spike and the steps before: "
+            "needs a human)",
             "batch_id",
         )
     cause = next((c for c in ev.get("causes") or [] if c["cause"] == "duplicate-batch"), None)
@@ -225,12 +229,12 @@ def _batch_test(view, onset, ev, thr: Thresholds) -> Hypothesis:
         "supported",
         f"batch id {bid_text} at step {onset} repeats step {cause['repeat_of_step']}",
         "batch_id",
-        root_sentence=f"The batch at step {onset} (id {bid_text}) is the batch of step {cause['repeat_of_step']} "
-        "served again: a data-loader bug.",
+        root_sentence=f"The batch at step {onset} (id {bid_text}) "
+        f"is the batch of step {cause['repeat_of_step']} served again: a data-loader bug.",
         remediation=[
             (
-                f"fix the data loader so batch {bid_text} is not served twice (check the data cursor and "
-                "sampler seed on resume)"
+                f"fix the data loader so batch {bid_text} is not served twice (check the data "
+                "cursor and sampler seed on resume)"
             )
         ],
     )
@@ -260,12 +264,16 @@ def _restart_test(view, onset, thr: Thresholds) -> Hypothesis:
         "supported",
         f"the run resumed at step {step}, {onset - step} step(s) before the spike",
         "step order (restarts)",
-        root_sentence=f"The run resumed from a checkpoint at step {step} and spiked {onset - step} step(s) later: "
-        "the checkpoint did not restore the optimizer moments, scheduler or data cursor.",
+        root_sentence=(
+            f"The run resumed from a checkpoint at step {step} and spiked {onset - step} step(s) "
+            "later: the checkpoint did not restore the optimizer moments, "
+            "scheduler or data cursor."
+        ),
         remediation=[
             (
-                "save and restore optimizer moments, scheduler and data-loader state in the checkpoint; "
-                f"resume again from step {step} and compare the trajectories with stab compare"
+                "save and restore optimizer moments, scheduler and data-loader state in the "
+                f"checkpoint; resume again from step {step} and compare the trajectories with "
+                "stab compare"
             )
         ],
     )
@@ -311,8 +319,8 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
         "supported",
         f"overflow at step {first}, within the spike [{lo}, {end}]",
         series,
-        root_sentence=f"An fp16 overflow at step {first} coincides with the spike: activations or gradients "
-        "exceeded the fp16 range.",
+        root_sentence=f"An fp16 overflow at step {first} coincides with the spike: "
+        "activations or gradients exceeded the fp16 range.",
         remediation=["enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"],
     )
 
@@ -328,8 +336,8 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
             if f.code in ("rank-outlier", "rank-nonfinite") and f.rank in ranks
         ]
         detail = "; ".join(
-            f"rank {f.rank} from step {f.step}: {_g(f.evidence['value'])} against a cohort median of "
-            f"{_g(f.evidence['cohort_median'])}"
+            f"rank {f.rank} from step {f.step}: {_g(f.evidence['value'])} against a cohort median "
+            f"of {_g(f.evidence['cohort_median'])}"
             for f in outliers[:3]
             if isinstance(f.evidence.get("value"), float)
             and isinstance(f.evidence.get("cohort_median"), float)
@@ -341,9 +349,13 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
             f"rank(s) {names} left the cohort at or before the spike"
             + (f" ({detail})" if detail else ""),
             "per-rank loss",
-            root_sentence=f"Rank(s) {names} diverged from the cohort and the mean over ranks shows it as a spike.",
+            root_sentence=(
+                f"Rank(s) {names} diverged from the cohort "
+                "and the mean over ranks shows it as a spike."
+            ),
             remediation=[
-                f"inspect rank(s) {names}: data shard, GPU/node health; exclude or replace it and resume"
+                f"inspect rank(s) {names}: data shard, GPU/node health; "
+                "exclude or replace it and resume"
             ],
         )
     if analysis.source.ranks:
@@ -381,8 +393,10 @@ def nan_hypotheses(
                 f"{origin['series']} non-finite at step {origin['step']} while {before} was finite "
                 f"(forward order: {' -> '.join(origin.get('order', []))})",
                 origin["series"],
-                root_sentence=f"At step {origin['step']} layer {layer} went non-finite while its input ({before}) was "
-                f"finite: the NaN was created inside {layer}, not fed to it.",
+                root_sentence=(
+                    f"At step {origin['step']} layer {layer} went non-finite while its input "
+                    f"({before}) was finite: the NaN was created inside {layer}, not fed to it."
+                ),
                 remediation=[
                     (
                         f"re-run step {origin['step']} in fp32 with isnan checks inside {layer} "
@@ -402,7 +416,10 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
         inner = origin and not any(
             w in origin["layer"].lower() for w in ("loss", "softmax", "lm_head", "logits")
         )
-        why = "fp32: a NaN there is almost always log(0) in the loss or 0/0 in its reduction (spec Q1.2)"
+        why = (
+            "fp32: a NaN there is almost always log(0) "
+            "in the loss or 0/0 in its reduction (spec Q1.2)"
+        )
         if inner:
             why += f"; but the first non-finite layer, {origin['layer']}, is upstream of the loss"
         return Hypothesis(
@@ -411,12 +428,12 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
             "possible" if inner else "supported",
             why,
             "dtype",
-            root_sentence=f"In fp32 the loss went non-finite at step {first}: a probability driven to exactly 0 "
-            "(log(0)) or a 0/0 in the loss reduction.",
+            root_sentence=f"In fp32 the loss went non-finite at step {first}: "
+            "a probability driven to exactly 0 (log(0)) or a 0/0 in the loss reduction.",
             remediation=[
                 (
-                    "compute the loss with log_softmax / cross_entropy on logits (never log(softmax)), or add "
-                    "an epsilon"
+                    "compute the loss with log_softmax / cross_entropy on logits (never "
+                    "log(softmax)), or add an epsilon"
                 )
             ],
         )
@@ -436,7 +453,10 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
             "supported",
             why,
             "/".join(scaler) or "dtype",
-            root_sentence=f"In fp16 an activation exceeded 65504 at or before step {first} and the loss went non-finite.",
+            root_sentence=(
+                f"In fp16 an activation exceeded 65504 at or before step {first} and the loss "
+                "went non-finite."
+            ),
             remediation=[
                 "enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"
             ],
@@ -491,8 +511,10 @@ def _nan_gradient_test(view, first, thr: Thresholds) -> Hypothesis:
             f"grad norm non-finite at step {at}"
             + (" (before the loss)" if at < first else " (the same step as the loss)"),
             "grad_norm",
-            root_sentence=f"The gradient went non-finite at step {at} and the update carried it into "
-            "the weights.",
+            root_sentence=(
+                f"The gradient went non-finite at step {at} "
+                "and the update carried it into the weights."
+            ),
             remediation=["clip gradients by value (+-100) in addition to clip-by-norm"],
         )
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -527,7 +549,8 @@ def _poisoned_test(view, first) -> Hypothesis:
             "poisoned-weights",
             title,
             "ruled out",
-            f"the loss is finite again at step {int(steps[later][0])}: the weights were not poisoned",
+            f"the loss is finite again at step {int(steps[later][0])}: "
+            "the weights were not poisoned",
             "loss",
         )
     after = int((steps > first).sum())

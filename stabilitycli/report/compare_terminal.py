@@ -1,4 +1,5 @@
-"""The rich terminal rendering of a `Comparison`: verdict, both loss curves, per-metric table, checks."""
+"""The rich terminal rendering of a `Comparison`: verdict, both loss curves, per-metric table,
+checks."""
 
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def _headline(result: Comparison) -> Text:
     if result.mode == "restart":
         r = result.restart
         return verdict + Text(
-            f"  resumed from step {r['resumed_from_step']} after the log had reached {r['last_step_before']}: "
-            + _restart_sentence(result.metrics[0], r)
+            f"  resumed from step {r['resumed_from_step']} after the log had reached "
+            f"{r['last_step_before']}: " + _restart_sentence(result.metrics[0], r)
         )
     first = result.metrics[0]
     return verdict + Text(
@@ -72,7 +73,10 @@ def _restart_sentence(m: MetricComparison, restart: dict) -> str:
     if m.passed:
         return f"the replay of {m.points} point(s) tracks the abandoned {m.metric} within the band"
     if s["within_from"] is None:
-        return f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} and did not come back"
+        return (
+            f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} "
+            "and did not come back"
+        )
     steps = s["within_from"] - restart["resumed_from_step"]
     return (
         f"the resumed {m.metric} left the abandoned one at step {s['first_outside']} and came back "
@@ -86,12 +90,16 @@ def _metric_sentence(m: MetricComparison, x: str) -> str:
         return f"{m.metric} stays within the band over {m.points} points"
     if s["diverged_at"] is not None:
         earlier = (
-            f" (first outside at {x} {s['first_outside']}, {s['points_outside']} of {m.points} points)"
+            f" (first outside at {x} {s['first_outside']}, "
+            f"{s['points_outside']} of {m.points} points)"
             if s["first_outside"] != s["diverged_at"]
             else ""
         )
         return f"{m.metric} leaves the band for good at {x} {s['diverged_at']}{earlier}"
-    return f"{m.metric} is outside the band at {s['points_outside']} point(s), first at {x} {s['first_outside']}"
+    return (
+        f"{m.metric} is outside the band at {s['points_outside']} point(s), "
+        f"first at {x} {s['first_outside']}"
+    )
 
 
 def _settings(result: Comparison) -> str:
@@ -126,7 +134,8 @@ def _curves(result: Comparison) -> Text:
         text.append(" " * (len(pv["metric"]) + width + 2))
         text.append(marks, style="bold red")
         text.append(
-            f"  outside the band ({result.x} {pv['x'][0]}–{pv['x'][-1]}, same scale {low:.3g}–{high:.3g})"
+            f"  outside the band ({result.x} {pv['x'][0]}–{pv['x'][-1]}, "
+            f"same scale {low:.3g}–{high:.3g})"
         )
     else:
         text.append(
@@ -203,10 +212,12 @@ def _metric_table(result: Comparison) -> Group:
         if m.stats["nonfinite_mismatches"]
     ]
     legend.append(
-        "out: points outside the band; parted: outside from there to the end; back: inside from there on"
+        "out: points outside the band; parted: outside from there to the end; back: "
+        "inside from there on"
     )
     interp = [
-        f"{m.metric}: {m.interpolated_points} of {m.points} points interpolated onto the {m.grid}'s grid"
+        f"{m.metric}: {m.interpolated_points} of {m.points} points interpolated onto the "
+        f"{m.grid}'s grid"
         for m in result.metrics
         if m.interpolated_points
     ]

@@ -25,7 +25,8 @@ def escape_property(text: str) -> str:
 
 
 def annotation(level: str, file: str, title: str, message: str) -> str:
-    return f"::{level} file={escape_property(file)},title={escape_property(title)}::{escape_data(message)}"
+    file, title = escape_property(file), escape_property(title)
+    return f"::{level} file={file},title={title}::{escape_data(message)}"
 
 
 def render(analysis: Analysis) -> str:

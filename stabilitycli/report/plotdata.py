@@ -215,7 +215,10 @@ def _nonfinite_markers(name: str, steps, values, idx, to_x, at_y: float | None) 
         f"{name} non-finite",
         to_x(steps[sel]).tolist(),
         [at_y] * sel.size,
-        [f"{name} = {lab} at step {int(s)}" for lab, s in zip(labels, steps[sel].tolist())],
+        [
+            f"{name} = {lab} at step {int(s)}"
+            for lab, s in zip(labels, steps[sel].tolist(), strict=True)
+        ],
         "nonfinite",
     )
 
@@ -257,8 +260,8 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
             peak = float(ev["peak"])
             cause = (ev.get("causes") or [{}])[0].get("cause", "no evident cause")
             text = (
-                f"spike at step {onset}: peak {peak:.4g} at step {peak_step} > mu {float(ev['mu']):.4g} + "
-                f"{thr.spike_sigma:g} sigma; type {ev['spike_type']}, "
+                f"spike at step {onset}: peak {peak:.4g} at step {peak_step} > mu "
+                f"{float(ev['mu']):.4g} + {thr.spike_sigma:g} sigma; type {ev['spike_type']}, "
                 f"{'recovered' if ev.get('recovered') else 'did not recover'}; cause: {cause}"
             )
             xs.append(float(to_x(np.array([peak_step]))[0]))

@@ -23,12 +23,14 @@ def render(pm: Postmortem, date: str | None = None) -> str:
     kind = _headline_kind(pm)
     lines = [f"# {kind} post-mortem — {date or 'date: ' + HUMAN} — {mdtext.text(pm.run)}", ""]
     lines += [
-        f"Written by `stab postmortem` from {mdtext.code(pm.path)} (steps {pm.first_step}–{pm.last_step}; "
-        f"dtype {mdtext.text(pm.dtype) if pm.dtype else 'unknown'}). Verdict: **{pm.verdict}**"
+        f"Written by `stab postmortem` from {mdtext.code(pm.path)} (steps "
+        f"{pm.first_step}–{pm.last_step}; dtype "
+        f"{mdtext.text(pm.dtype) if pm.dtype else 'unknown'}). Verdict: **{pm.verdict}**"
         + (f" (cause: {pm.cause})" if pm.cause else "")
         + f" — {mdtext.text(pm.summary)}",
         "",
-        f"Sections marked {HUMAN} hold what the log cannot tell; everything else is a number from the log.",
+        f"Sections marked {HUMAN} hold what the log cannot tell; "
+        "everything else is a number from the log.",
         "",
     ]
     if not pm.incidents:
@@ -56,7 +58,8 @@ def _no_incident(pm: Postmortem) -> list[str]:
     out = [
         "## No loss spike, NaN or divergence",
         "",
-        f"The analysis found no incident to write up: the verdict is **{pm.verdict}**. {mdtext.text(pm.summary)}",
+        "The analysis found no incident to write up: "
+        f"the verdict is **{pm.verdict}**. {mdtext.text(pm.summary)}",
         "",
     ]
     if pm.remediation:
@@ -75,7 +78,8 @@ def _incident(inc: Incident) -> list[str]:
         out.append(f"1. no cause is visible in the logged series — {HUMAN}")
     for n, h in enumerate(inc.hypotheses, 1):
         out.append(
-            f"{n}. **{mdtext.text(h.title)}** — {h.status}; panel `{h.series}`: {mdtext.text(h.evidence)}"
+            f"{n}. **{mdtext.text(h.title)}** — {h.status}; panel `{h.series}`: "
+            f"{mdtext.text(h.evidence)}"
         )
     out += ["", "### 3. Discriminating evidence", ""]
     for n, h in enumerate(inc.hypotheses, 1):
@@ -95,8 +99,8 @@ def _incident(inc: Incident) -> list[str]:
     out += ["", "### 6. Verification", ""]
     if inc.verification:
         out.append(
-            "Re-run from the last checkpoint before the incident with the change (same seed and data order); "
-            "expect:"
+            "Re-run from the last checkpoint before the incident with the change "
+            "(same seed and data order); expect:"
         )
         out += [f"- {mdtext.text(v)}" for v in inc.verification]
     else:

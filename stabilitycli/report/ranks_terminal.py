@@ -43,7 +43,8 @@ def build(report: RankReport) -> Group:
     parts: list = [
         Text.assemble(
             ("stab ranks", "bold"),
-            f" · {report.metric} · {report.ranks} ranks · steps {report.steps[0]}–{report.steps[1]}",
+            f" · {report.metric} · {report.ranks} ranks · steps "
+            f"{report.steps[0]}–{report.steps[1]}",
         )
     ]
     if report.ranks < 2:
@@ -131,17 +132,17 @@ def mean_effect_text(report: RankReport) -> str:
             lines[0] += f" ({move} over steps {effect.start_step}–{effect.end_step})"
         else:
             lines.append(
-                f"the {report.ranks}-rank mean goes {move} over steps {effect.start_step}–{effect.end_step}; "
-                f"without rank{'s' if len(effect.ranks) > 1 else ''} "
-                f"{', '.join(map(str, effect.ranks))} it would go "
-                f"{fmt(effect.clean_before)} → {fmt(effect.clean_during)}"
+                f"the {report.ranks}-rank mean goes {move} over steps "
+                f"{effect.start_step}–{effect.end_step}; without "
+                f"rank{'s' if len(effect.ranks) > 1 else ''} {', '.join(map(str, effect.ranks))} "
+                f"it would go {fmt(effect.clean_before)} → {fmt(effect.clean_during)}"
             )
     level = next((o for o in culprits if o.kind == "level" and o.value is not None), None)
     if level is not None and report.ranks < _BIG_JOB and level.cohort_median is not None:
         hidden = (level.value - level.cohort_median) / _BIG_JOB
         lines.append(
-            f"among {_BIG_JOB} ranks the same failure of rank {level.rank} would move the mean by only "
-            f"{fmt(hidden, sign=True)}: the bigger the job, the better the mean hides it"
+            f"among {_BIG_JOB} ranks the same failure of rank {level.rank} would move the mean by "
+            f"only {fmt(hidden, sign=True)}: the bigger the job, the better the mean hides it"
         )
     return "\n".join(lines)
 
@@ -149,8 +150,9 @@ def mean_effect_text(report: RankReport) -> str:
 def _one_rank(o: RankOutlier, report: RankReport) -> str:
     if o.kind == "nonfinite":
         return (
-            f"rank {o.rank} reports {fmt(o.value)} at step {o.onset_step} while the cohort median is "
-            f"{fmt(o.cohort_median)}: the {o.ranks_reporting}-rank mean becomes {fmt(o.mean_shift)}"
+            f"rank {o.rank} reports {fmt(o.value)} at step {o.onset_step} while the cohort median "
+            f"is {fmt(o.cohort_median)}: the {o.ranks_reporting}-rank mean becomes "
+            f"{fmt(o.mean_shift)}"
         )
     back = f", back in line from step {o.recovered_step}" if o.recovered_step is not None else ""
     return (

@@ -8,14 +8,14 @@ _BARS = "▁▂▃▄▅▆▇█"
 
 
 def sparkline(values: list[float], marks: set[int] | None = None) -> str:
-    """A sparkline; non-finite buckets show as '×', `marks` (bucket indices) as '▲' above-line markers."""
+    """A sparkline; non-finite buckets show as '×', `marks` (bucket indices) as '▲' markers."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite:
         return "×" * len(values)
     low, high = min(finite), max(finite)
     span = high - low or 1.0
     chars = []
-    for i, v in enumerate(values):
+    for v in values:
         if v is None or not math.isfinite(v):
             chars.append("×")
         else:
