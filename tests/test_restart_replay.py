@@ -108,7 +108,7 @@ def test_view_without_abandoned_rows_is_skipped_not_silent():
 
 
 def _segments_log(starts_ends: list[tuple[int, int]]) -> pl.DataFrame:
-    """A log written in segments; every value is 100 * segment + step so its origin can be read back."""
+    """A log written in segments; every value is 100 * segment + step, so its origin reads back."""
     rows = [
         {"step": s, "loss": 100.0 * seg + s}
         for seg, (a, b) in enumerate(starts_ends)
