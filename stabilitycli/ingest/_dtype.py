@@ -27,9 +27,16 @@ DTYPE_KEYS = (
     "train_dtype",
     "torch_dtype",
 )
-# boolean switches (HF TrainingArguments, Megatron arguments, DeepSpeed configs);
+# boolean switches (HF TrainingArguments, Megatron arguments, DeepSpeed's config dump);
 # weaker than a named setting, which can say `bf16-mixed` where a switch says only "on"
-DTYPE_FLAGS = {"bf16": "bf16", "fp16": "fp16", "half": "fp16"}
+DTYPE_FLAGS = {
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "half": "fp16",
+    "bfloat16_enabled": "bf16",
+    "bf16_enabled": "bf16",
+    "fp16_enabled": "fp16",
+}
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -64,8 +71,9 @@ def dtype_from(*settings: tuple[str, Mapping[str, object]]) -> tuple[str, str] |
 
     A named setting (`mixed_precision=bf16`, `precision=16-mixed`) wins over a
     switch (`bf16=True`), whichever table holds it; for the same name the
-    first table wins. `fp16=False` and `bf16=False` together mean fp32 (the
-    Hugging Face Trainer and Megatron default), the weakest evidence of all.
+    first table wins. An fp16 and a bf16 switch both off mean fp32 (the
+    default of the Hugging Face Trainer, Megatron and DeepSpeed), the weakest
+    evidence of all.
     """
     by_leaf: dict[str, tuple[str, str, str]] = {}
     for label, table in settings:
@@ -85,10 +93,10 @@ def dtype_from(*settings: tuple[str, Mapping[str, object]]) -> tuple[str, str] |
     for name, (label, key, value) in flags.items():
         if value.strip().lower() in _TRUE:
             return DTYPE_FLAGS[name], f"{label} {key!r}={value!r}"
-    if {"bf16", "fp16"} <= flags.keys() and all(
-        flags[n][2].strip().lower() in _FALSE for n in ("bf16", "fp16")
-    ):
-        return "fp32", f"{flags['fp16'][0]} fp16=False and bf16=False"
+    off = [name for name, (_, _, value) in flags.items() if value.strip().lower() in _FALSE]
+    if len(off) == len(flags) and {DTYPE_FLAGS[name] for name in off} == {"fp16", "bf16"}:
+        label = flags[off[0]][0]
+        return "fp32", f"{label} " + " and ".join(f"{flags[n][1]}={flags[n][2]}" for n in off)
     return None
 
 

@@ -18,18 +18,28 @@ The training line, printed every `--log-interval` iterations:
 * a missing `lm loss`: Megatron prints a loss only when its interval mean is
   >= 0 (older code: > 0), so a complete record without it - while other
   records have it - means the mean was NaN/Inf: the loss is recorded as NaN
-  and a note names the iteration. Exception: when every iteration of the
-  interval was skipped (`number of skipped iterations` equals the interval),
-  there is no mean at all, and the loss is left empty (also noted);
+  and a note names the iteration. When no record has it at all (a run NaN
+  from its first logged iteration), the same holds once some record shows
+  the NaN elsewhere (a non-finite grad norm, a NaN-iteration count); without
+  such a sign the log is left without a loss rather than guessed NaN.
+  Exception: when every iteration of the interval was skipped (`number of
+  skipped iterations` equals the interval), there is no mean at all, and the
+  loss is left empty (also noted);
 * validation lines `validation loss at iteration N | lm loss value: X |` give
   `eval_loss` (the test-set variant keeps a `test ` prefix);
 * `elapsed time per iteration (s)` (BLOOM's fork) is converted to ms;
 * DeepSpeed's loss-scale messages in the same log (Megatron-DeepSpeed prints
   `[deepscale] OVERFLOW! Rank 0 Skipping step...`) become overflow events
   (see `_dsmessages`), placed at the iteration line that follows them;
-* the argument dump gives the dtype (`fp16 .... True`), `seq_length` (tokens =
-  consumed samples x seq_length when the log has no `consumed tokens`) and
-  `log_interval`; a `loss scale` other than 1 also means fp16;
+* the dtype, from what fixes it, strongest first: the argument dump
+  (`fp16 .... True`; `fp16` and `bf16` both False is fp32), the banner
+  `using torch.bfloat16 for parameters`, DeepSpeed's config dump in the same
+  log (`bfloat16_enabled .... True`), a `--fp16` / `--bf16` in an echoed launch
+  command; failing those, a `loss scale` other than 1 or DeepSpeed overflow
+  messages mean fp16. A constant `loss scale: 1.0` fixes nothing: Megatron
+  prints it for bf16 and fp32 runs too, so the dtype stays unknown;
+* the argument dump also gives `seq_length` (tokens = consumed samples x
+  seq_length when the log has no `consumed tokens`) and `log_interval`;
 * everything else (`time (ms)` timer tables, `[Rank N] memory (MB)` lines,
   banners, warnings) is not a row.
 """
@@ -44,6 +54,7 @@ from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import _dsmessages as dsm
 from stabilitycli.ingest import _textlog as tl
+from stabilitycli.ingest._dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -51,7 +62,14 @@ NAME = "megatron"
 
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _VALIDATION = re.compile(r"validation loss at (?:iteration\s+(\d+)|the end of training)([^|]*)\|")
-_ARG = re.compile(r"(?:^|[\s:])(fp16|bf16|seq_length|log_interval)\s+\.{3,}\s+(\S+)\s*$")
+_ARG = re.compile(
+    r"(?:^|[\s:])(fp16|bf16|seq_length|log_interval|fp16_enabled|bfloat16_enabled|bf16_enabled)"
+    r"\s+\.{3,}\s+(\S+)\s*$"
+)
+# DeepSpeed's config dump names its switches apart from Megatron's arguments
+_DEEPSPEED_SWITCHES = ("fp16_enabled", "bfloat16_enabled", "bf16_enabled")
+# `--bf16` in an echoed launch command; not `--bf16-foo` nor `--fp16-lm-cross-entropy`
+_DTYPE_FLAG = re.compile(r"(?<![\w-])--(fp16|bf16)(?![\w-])")
 _USING_DTYPE = re.compile(r"using torch\.(float16|bfloat16|float32) for parameters")
 # a line that begins another record, so a wrapped record cannot swallow it
 _RECORD_START = re.compile(
@@ -79,6 +97,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     from stabilitycli.frame import finalize
 
     args: dict[str, str] = {}
+    arg_rows: dict[str, int] = {}
+    stated: dict[str, tuple[str, str]] = {}  # "banner" / "command" -> (dtype, origin)
     records: list[dict] = []
     validation: list[dict] = []
     mentions: list[dsm.Mention] = []
@@ -138,17 +158,21 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             continue
         if "...." in line and (m := _ARG.search(line)) is not None:
             args.setdefault(m.group(1), m.group(2))
-            if m.group(1) in ("fp16", "bf16") and m.group(2) == "True" and source.dtype is None:
-                source.dtype = m.group(1)
-                source.dtype_origin = f"Megatron argument dump: {m.group(1)} True (line {row})"
+            arg_rows.setdefault(m.group(1), row)
             continue
         if "memory (MB)" in line:
             memory_lines += 1
-        elif source.dtype is None and "using torch." in line and (m := _USING_DTYPE.search(line)):
-            source.dtype = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[m.group(1)]
-            source.dtype_origin = (
-                f"Megatron banner: using torch.{m.group(1)} for parameters (line {row})"
-            )
+        elif "using torch." in line and (m := _USING_DTYPE.search(line)):
+            dtype = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[m.group(1)]
+            origin = f"Megatron banner: using torch.{m.group(1)} for parameters (line {row})"
+            stated.setdefault("banner", (dtype, origin))
+        elif (
+            ("--fp16" in line or "--bf16" in line)
+            and (flags := set(_DTYPE_FLAG.findall(line)))
+            and len(flags) == 1  # a command naming both says nothing
+        ):
+            (flag,) = flags
+            stated.setdefault("command", (flag, f"launch command: --{flag} (line {row})"))
 
     if not records and not validation:
         if source.rows_rejected:
@@ -163,6 +187,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             f"{source.rows_rejected} record(s) could not be read; first at line {first.line}: "
             f"{first.reason}"
         )
+    _stated_dtype(args, arg_rows, stated, source)
     _missing_loss(records, args, source)
     _tokens_and_time(records, args, source)
     anchors = [
@@ -268,9 +293,37 @@ def _loss_key(records: list[dict]) -> str | None:
     return None
 
 
+_MEGATRON_LOSS = "lm loss"  # GPT, BERT and T5 in Megatron-LM and its forks
+
+
+def _nan_from_the_start(records: list[dict], source: SourceInfo) -> str | None:
+    """`lm loss` when no record has it but one shows the NaN another way, else None.
+
+    Megatron drops the field whenever the interval mean is NaN, so a run NaN
+    from its first logged iteration never prints it; its grad norm or its
+    NaN-iteration counter still does. Without such a sign, the loss may just
+    be named otherwise in this fork, and nothing is read as NaN.
+    """
+    for rec in records:
+        grad = rec.get("grad norm")
+        nan_iterations = rec.get("number of nan iterations")
+        if grad is not None and not math.isfinite(grad):
+            sign = f"grad norm {grad}"
+        elif nan_iterations is not None and nan_iterations != 0:
+            sign = f"number of nan iterations {nan_iterations:g}"
+        else:
+            continue
+        source.notes.append(
+            f"no iteration line has `{_MEGATRON_LOSS}`, and iteration {rec['_step']} shows "
+            f"{sign}: the loss is read as NaN where the field is missing"
+        )
+        return _MEGATRON_LOSS
+    return None
+
+
 def _missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo) -> None:
     """A record without the loss while others have it: NaN, or empty if all was skipped."""
-    key = _loss_key(records)
+    key = _loss_key(records) or _nan_from_the_start(records, source)
     if key is None:
         return
     nan_at: list[int] = []
@@ -322,14 +375,49 @@ def _tokens_and_time(records: list[dict], args: dict[str, str], source: SourceIn
         )
 
 
+def _stated_dtype(
+    args: dict[str, str],
+    rows: dict[str, int],
+    stated: dict[str, tuple[str, str]],
+    source: SourceInfo,
+) -> None:
+    """The dtype the log states, strongest first (see the module notes)."""
+    if source.dtype is not None:
+        return
+    dump = {name: args[name] for name in ("fp16", "bf16") if name in args}
+    deepspeed = {name: args[name] for name in _DEEPSPEED_SWITCHES if name in args}
+    found = None
+    if dump:
+        found = dtype_from((f"Megatron argument dump (line {min(rows[n] for n in dump)})", dump))
+    found = found or stated.get("banner")
+    if found is None and deepspeed:
+        line = min(rows[name] for name in deepspeed)
+        found = dtype_from((f"DeepSpeed config dump (line {line})", deepspeed))
+    found = found or stated.get("command")
+    if found is not None:
+        source.dtype, source.dtype_origin = found
+
+
 def _dtype_from_scale(records: list[dict], events: list, source: SourceInfo) -> None:
+    """fp16 when nothing stated a dtype but the loss scale shows fp16 scaling at work.
+
+    A scale other than 1 is one only fp16 training applies (Megatron prints 1.0
+    for bf16 and fp32); a constant 1.0 is left unknown, not guessed.
+    """
     if source.dtype is not None:
         return
     scales = [r["loss scale"] for r in records if "loss scale" in r]
-    if any(s != 1.0 for s in scales):
+    scales = [s for s in scales if math.isfinite(s)]
+    if len(set(scales)) > 1:
         source.dtype = "fp16"
         source.dtype_origin = (
-            "inferred: Megatron prints a `loss scale` other than 1 (fp16 dynamic scaling)"
+            f"inferred: the loss scale moved ({len(set(scales))} values between "
+            f"{min(scales):g} and {max(scales):g}), as only fp16 loss scaling does"
+        )
+    elif scales and scales[0] != 1.0:
+        source.dtype = "fp16"
+        source.dtype_origin = (
+            f"inferred: a constant loss scale of {scales[0]:g}, which only fp16 training applies"
         )
     elif events:
         source.dtype = "fp16"
