@@ -14,7 +14,8 @@ A folder of versions (`lightning_logs/`) holding several runs is read as its
 latest run, and the notes say which versions were taken as resumes and why;
 `stab analyze -r` offers each run. A `version_N` folder is read with the
 versions it resumes. `hparams.yaml` beside a metrics.csv gives the dtype from
-its `precision:` line (read with a one-line parser: no YAML library).
+its top-level settings named in `_dtype` (`precision: bf16-mixed`, `bf16: true`),
+read with a one-line parser: no YAML library.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from stabilitycli.model import SourceInfo
 NAME = "lightning"
 FILE_NAME = "metrics.csv"
 _VERSION = re.compile(r"^version_(\d+)$")
-_PRECISION = re.compile(r"""(?m)^precision:\s*['"]?([^'"\s#]+)""")
+# a top-level `key: value` line of hparams.yaml (one-line parser: no YAML library)
+_SETTING = re.compile(r"""(?m)^([A-Za-z_][\w.]*):[ \t]*['"]?([^'"\s#]+)""")
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -211,16 +213,16 @@ def _run_name(file: Path) -> str | None:
 
 
 def _dtype(files: list[Path], source: SourceInfo) -> None:
-    from stabilitycli.ingest import normalise_dtype
+    from stabilitycli.ingest._dtype import dtype_from
 
     for file in reversed(files):
         hparams = file.parent / "hparams.yaml"
         if not hparams.is_file():
             continue
-        match = _PRECISION.search(hparams.read_text(encoding="utf-8", errors="replace"))
-        if match:
-            source.dtype = normalise_dtype(match.group(1))
-            source.dtype_origin = f"{file.parent.name}/hparams.yaml precision: {match.group(1)}"
+        text = hparams.read_text(encoding="utf-8", errors="replace")
+        found = dtype_from((f"{file.parent.name}/hparams.yaml", dict(_SETTING.findall(text))))
+        if found is not None:
+            source.dtype, source.dtype_origin = found
             return
 
 
