@@ -1,7 +1,8 @@
 """Every input format, and the one entry point that picks the right reader.
 
-Each reader module exposes `NAME`, `sniff(path, head) -> bool` and
-`read(path, options) -> RunData`. Readers are imported lazily so that
+Each reader module provides what `ingest.base.Reader` describes: `NAME`,
+`sniff(path, head) -> bool` and `read(path, options) -> RunData` (plus
+`sniff_uri(text)` for a `UriReader`). Readers are imported lazily so that
 `stab --help` does not pay for polars.
 """
 
@@ -10,9 +11,10 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from types import ModuleType
+from typing import cast
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.base import Reader, UriReader
 from stabilitycli.ingest.options import ReadOptions
 
 # Order matters: the first reader whose `sniff` accepts the path wins, so more
@@ -52,8 +54,9 @@ SUPPORTED = (
 _DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
 
 
-def reader(name: str) -> ModuleType:
-    return importlib.import_module(f".{name}", __name__)
+def reader(name: str) -> Reader:
+    # a module satisfies the protocol structurally; tests/ingest check every one in READERS
+    return cast(Reader, importlib.import_module(f".{name}", __name__))
 
 
 def detect_format(path: Path) -> str:
@@ -93,7 +96,9 @@ def read(target: str | Path, options: ReadOptions | None = None):
     else:
         name = detect_format(path) if not is_uri else _detect_uri(text)
     try:
-        run = reader(name).read(path if not is_uri else text, options)
+        module = reader(name)
+        # a URI goes as given: only a UriReader's sniff_uri (or --format-in) picks a reader for it
+        run = cast(UriReader, module).read(text, options) if is_uri else module.read(path, options)
     except StabInputError:
         raise
     except (OSError, UnicodeDecodeError) as err:
@@ -105,8 +110,7 @@ def read(target: str | Path, options: ReadOptions | None = None):
 def _detect_uri(text: str) -> str:
     for name in READERS:
         module = reader(name)
-        sniff_uri = getattr(module, "sniff_uri", None)
-        if sniff_uri is not None and sniff_uri(text):
+        if isinstance(module, UriReader) and module.sniff_uri(text):
             return name
     raise StabInputError(text, f"unrecognised URI; supported: {SUPPORTED}")
 
