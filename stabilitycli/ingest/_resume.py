@@ -61,9 +61,10 @@ class Group:
         return [p.name for p in self.parts]
 
     def label(self) -> str:
+        """The run by its last folder, the one that names it to `--run` or a path."""
         if len(self.parts) == 1:
             return self.parts[0].name
-        return f"{self.parts[0].name} (resumed in {', '.join(self.names[1:])})"
+        return f"{self.parts[-1].name} (resumes {', '.join(self.names[:-1])})"
 
 
 def interval_of(steps: list[int]) -> int:

@@ -26,14 +26,17 @@ from __future__ import annotations
 import os
 import re
 import struct
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
+from stabilitycli.ingest import _resume
 from stabilitycli.ingest import _tbproto as tbp
 from stabilitycli.ingest._points import points_to_run, rank_from_name
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
+from stabilitycli.model import Rejection, SourceInfo
 
 NAME = "tensorboard"
 EVENT_MARK = "tfevents"
@@ -88,9 +91,12 @@ def find_runs(path: Path) -> dict[str, list[Path]]:
 
 
 def select_runs(
-    runs: dict[str, list[Path]], path: Path, options: ReadOptions
+    runs: dict[str, list[Path]], path: Path, options: ReadOptions, one_run: bool = True
 ) -> tuple[dict[str, list[Path]], dict[str, int] | None]:
-    """The run(s) to read and, for rank-named folders, run -> rank."""
+    """The run(s) to read and, for rank-named folders, run -> rank.
+
+    With `one_run=False` the runs `--run` names (every run without it) come back
+    as they are: `read` then tells runs, resumes and config-only folders apart."""
     where = str(path)
     if not runs:
         raise StabInputError(where, "no TensorBoard event files (events.out.tfevents.*) found")
@@ -104,7 +110,7 @@ def select_runs(
         if not chosen:
             raise StabInputError(where, f"no run folder {wanted!r}; runs here: {_listing(runs)}")
         runs = chosen
-    if len(runs) == 1:
+    if len(runs) == 1 or not one_run:
         return runs, None
     ranks = {name: _rank_of_run(name, options.rank_pattern) for name in runs}
     values = list(ranks.values())
@@ -168,7 +174,7 @@ class _Collector:
         self.plugin_of: dict[str, str] = {}
         self.hparams: dict[str, str] = {}
         self.skipped_values = 0  # histograms, images, text, non-scalar tensors
-        self.points = None  # the polars frame, once collected
+        self.points: Any = None  # the polars frame, once collected
 
     @property
     def point_count(self) -> int:
@@ -355,8 +361,9 @@ def read_event_file(
     return int(framing.starts.size)
 
 
-def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector | None, str | None]:
-    """One run's scalar points (key, step, value, _order), or None and why there are none."""
+def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector, str | None]:
+    """One run's scalar points (key, step, value, _order) and hparams; when it holds no
+    scalar, why (its `points` stay None)."""
 
     collector = _Collector()
     records = sum(read_event_file(file, collector, source) for file in files)
@@ -368,12 +375,53 @@ def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector | Non
     if not collector.point_count:
         names = ", ".join(f.name for f in files[:3])
         return (
-            None,
+            collector,
             f"no scalar summaries in {len(files)} event file(s) "
             f"({names}; {records} record(s) read)",
         )
     collector.points = collector.frame()
     return collector, None
+
+
+@dataclass
+class _Run:
+    """One run folder, read once when first needed."""
+
+    name: str  # relative to the path read ("." for the path itself), or a sibling's name
+    files: list[Path]
+    collector: _Collector | None = None
+    empty: str | None = None  # why it holds no scalars
+    source: SourceInfo | None = None  # its own warnings, rejections and notes
+    part: _resume.Part | None = None
+
+    def load(self) -> _Run:
+        if self.source is None:
+            self.source = SourceInfo(path=str(self.files[0].parent), format=NAME)
+            self.collector, self.empty = _run_points(self.files, self.source)
+            if self.empty is None:
+                steps = self.collector.points["step"].to_list()
+                self.part = _resume.part_of(self.display, steps)
+        return self
+
+    @property
+    def folder(self) -> Path:
+        return self.files[0].parent
+
+    @property
+    def display(self) -> str:
+        """The name notes and `--run` use: a folder beside the path read goes by its own."""
+        if self.name == "." or self.name.startswith("../"):
+            return self.folder.name
+        return self.name
+
+    @property
+    def started(self) -> tuple[int, str]:
+        """When the folder's first event file was created (its name says), then its name."""
+        match = _CREATED.search(self.files[0].name)
+        return (int(match.group(1)) if match else 0, self.folder.name)
+
+
+_CREATED = re.compile(r"tfevents\.(\d+)")
 
 
 def read(path: Path, options: ReadOptions) -> RunData:
@@ -382,28 +430,51 @@ def read(path: Path, options: ReadOptions) -> RunData:
 
     from stabilitycli.ingest._mlflow_common import dtype_from
 
-    runs, ranks = select_runs(find_runs(path), path, options)
-    first = next(iter(runs))
+    all_runs = find_runs(path)
+    chosen, _ = select_runs(all_runs, path, options, one_run=False)
+    pool = {name: _Run(name, files) for name, files in all_runs.items()}
+    selected = [pool[name].load() for name in chosen]
+    scalar = [run for run in selected if run.empty is None]
+    config_only = [run for run in selected if run.empty is not None]
+    if not scalar:
+        if len(selected) == 1:
+            raise StabInputError(str(path), f"{selected[0].empty}: not a training run")
+        raise StabInputError(str(path), "none of the runs holds scalar summaries")
+    ranks = _ranks_of(scalar, options)
+    runs, resumes = (scalar, []) if ranks is not None else _one_run(scalar, pool, path)
+    first = runs[-1].display if ranks is None else ""
     label = (
-        (first if first != "." else path.name) if len(runs) == 1 else f"{len(runs)} per-rank runs"
+        (first if first != "." else path.name) if ranks is None else f"{len(runs)} per-rank runs"
     )
     source = SourceInfo(path=str(path), format=NAME, run=label)
+    several = len(runs) > 1
     parts = []
     hparams: dict[str, str] = {}
-    for name, files in runs.items():
-        collector, empty = _run_points(files, source)
-        if collector is None:
-            if ranks is None:
-                raise StabInputError(str(path), empty)
-            source.warnings.append(f"run {name}: {empty}")
-            continue
-        hparams = hparams or collector.hparams
-        points = collector.points
+    offset = 0
+    for run in runs:
+        _absorb(source, run, prefixed=several)
+        assert run.collector is not None
+        hparams = hparams or run.collector.hparams
+        points = run.collector.points
         if ranks is not None:
-            points = points.with_columns(pl.lit(ranks[name], dtype=pl.Int64).alias("rank"))
+            points = points.with_columns(pl.lit(ranks[run.name], dtype=pl.Int64).alias("rank"))
+        else:
+            # the folders one after the other, so a resume's step going back is a restart
+            points = points.with_columns(pl.col("_order") + offset)
+            offset += points.height
         parts.append(points)
-    if not parts:
-        raise StabInputError(str(path), "none of the runs holds scalar summaries")
+    source.notes.extend(resumes)
+    if len(runs) > 1 and ranks is None:
+        spans = ", ".join(f"{run.display} ({run.part.span()})" for run in runs if run.part)
+        source.notes.append(f"{len(runs)} run folders read as one resumed run: {spans}")
+    for run in config_only:
+        hparams = hparams or (run.collector.hparams if run.collector else {})
+    if config_only:
+        names = ", ".join(run.name for run in config_only[:5])
+        source.notes.append(
+            f"{len(config_only)} folder(s) hold no scalars (hparams, graphs or text only) and "
+            f"are not runs: {names}"
+        )
     if ranks is not None:
         listed = sorted(ranks.items(), key=lambda item: item[1])
         source.notes.append("per-rank runs: " + ", ".join(f"rank {r} = {n}" for n, r in listed))
@@ -412,3 +483,111 @@ def read(path: Path, options: ReadOptions) -> RunData:
         if found is not None:
             source.dtype, source.dtype_origin = found
     return points_to_run(pl.concat(parts), source, options, per_rank=ranks is not None)
+
+
+def _ranks_of(runs: list[_Run], options: ReadOptions) -> dict[str, int] | None:
+    """run -> rank when every run folder names a different rank, else None."""
+    if len(runs) < 2:
+        return None
+    ranks = {run.name: _rank_of_run(run.name, options.rank_pattern) for run in runs}
+    values = list(ranks.values())
+    if None not in values and len(set(values)) == len(values):
+        return {name: int(rank) for name, rank in ranks.items() if rank is not None}
+    return None
+
+
+def _one_run(
+    selected: list[_Run], pool: dict[str, _Run], path: Path
+) -> tuple[list[_Run], list[str]]:
+    """The folders that make the one run asked for: a resumed folder with the earlier
+    folders it continues; several separate runs are a choice for the user."""
+    candidates = {run.display: run for run in selected}
+    for run in selected:
+        if run.part is not None and not run.part.starts_fresh():
+            for sibling in _siblings(run, pool, path):
+                candidates.setdefault(sibling.display, sibling.load())
+    ordered = sorted(
+        (run for run in candidates.values() if run.part is not None), key=lambda r: r.started
+    )
+    groups = _resume.chain([run.part for run in ordered if run.part is not None])
+    wanted = {run.display for run in selected}
+    relevant = [g for g in groups if wanted & set(g.names)]
+    if len(relevant) > 1:
+        shown = ", ".join(g.label() for g in relevant[:12])
+        more = f", ... ({len(relevant) - 12} more)" if len(relevant) > 12 else ""
+        raise StabInputError(
+            str(path),
+            f"{len(relevant)} TensorBoard runs found; choose one with "
+            f"`stab analyze {path} --run FOLDER`, FOLDER one of: {shown}{more}",
+        )
+    group = relevant[0]
+    return [candidates[name] for name in group.names], group.why
+
+
+def _siblings(run: _Run, pool: dict[str, _Run], path: Path) -> list[_Run]:
+    """Run folders beside this one: where the run it resumed would have logged."""
+    if run.name != ".":
+        parent = run.name.rpartition("/")[0]
+        return [
+            other
+            for name, other in pool.items()
+            if name != run.name and name != "." and name.rpartition("/")[0] == parent
+        ]
+    # the path read is the run folder itself: look beside it
+    found = []
+    try:
+        entries = sorted(p for p in path.resolve().parent.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for entry in entries:
+        if entry == path.resolve():
+            continue
+        files = sorted(p for p in entry.iterdir() if p.is_file() and _is_event_file(p.name))
+        if files:
+            found.append(_Run(f"../{entry.name}", files))
+    return found
+
+
+def _absorb(source: SourceInfo, run: _Run, prefixed: bool) -> None:
+    """A folder's own rejections, warnings and notes, named by the folder when there are several."""
+    part = run.source
+    assert part is not None
+    tag = f"{run.display}: " if prefixed else ""
+    source.rows_rejected += part.rows_rejected
+    for reason, count in part.rejection_counts.items():
+        source.rejection_counts[reason] = source.rejection_counts.get(reason, 0) + count
+    for rejection in part.rejections:
+        if len(source.rejections) < 5:
+            source.rejections.append(Rejection(rejection.line, tag + rejection.reason))
+    source.warnings.extend(tag + w for w in part.warnings)
+    source.notes.extend(tag + n for n in part.notes)
+
+
+def run_paths(folder: Path) -> list[Path] | None:
+    """For `stab analyze -r`: one path per run in a folder of run folders (TensorBoard's
+    logdir of runs), a resumed run read with what it resumed; None when the folder is
+    not such a folder of run folders (it holds events itself, or runs nested deeper)."""
+    try:
+        if any(p.is_file() and _is_event_file(p.name) for p in folder.iterdir()):
+            return None
+    except OSError:
+        return None
+    runs = find_runs(folder)
+    if len(runs) < 2 or any("/" in name for name in runs):
+        return None
+    loaded = [_Run(name, files).load() for name, files in runs.items()]
+    scalar = sorted((run for run in loaded if run.part is not None), key=lambda r: r.started)
+    if _ranks_of(scalar, ReadOptions()) is not None or not scalar:
+        return None
+    groups = _resume.chain([run.part for run in scalar if run.part is not None])
+    if len(groups) == 1 and len(scalar) > 1:
+        return [folder]
+    return [folder / group.names[-1] for group in groups]
+
+
+def has_scalars(path: Path) -> bool:
+    """Whether an event file, or any run folder below `path`, logged a scalar: a folder of
+    config, graphs or text only is no training run (`stab analyze -r` does not offer it)."""
+    if path.is_file():
+        return _Run(path.parent.name, [path]).load().empty is None
+    return any(_Run(name, files).load().empty is None for name, files in find_runs(path).items())

@@ -97,6 +97,10 @@ def discover(targets: Iterable[str], recursive: bool) -> list[str]:
 
 
 def _walk(folder: Path, runs: list[str]) -> None:
+    split = _runs_of_folders(folder)
+    if split is not None:
+        runs.extend(str(p) for p in split)
+        return
     if _is_run(folder):
         runs.append(str(folder))
         return
@@ -120,11 +124,31 @@ def _is_run(path: Path) -> bool:
         name = detect_format(path)
     except (StabInputError, OSError):
         return False
-    if name == "tensorboard" and path.is_dir():
-        return _events_within(path, _TB_MAX_DEPTH)
+    if name == "tensorboard":
+        from stabilitycli.ingest import tensorboard
+
+        within = not path.is_dir() or _events_within(path, _TB_MAX_DEPTH)
+        return within and tensorboard.has_scalars(path)
     if name == "rank_dir":
         return _ranks_here(path)
     return True
+
+
+def _runs_of_folders(folder: Path) -> list[Path] | None:
+    """A folder of run folders that trackers start anew at each launch (Lightning's
+    version_N, TensorBoard run dirs): one path per run, a resume read with what it
+    resumed and a run started from scratch on its own; None for any other folder."""
+    from stabilitycli.ingest import detect_format, lightning, tensorboard
+
+    try:
+        name = detect_format(folder)
+    except (StabInputError, OSError):
+        return None
+    if name == "lightning":
+        return lightning.run_paths(folder)
+    if name == "tensorboard":
+        return tensorboard.run_paths(folder)
+    return None
 
 
 def _ranks_here(folder: Path) -> bool:
