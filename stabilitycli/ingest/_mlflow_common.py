@@ -18,27 +18,10 @@ from dataclasses import dataclass, field
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
-from stabilitycli.ingest import normalise_dtype
+from stabilitycli.ingest._dtype import dtype_from
 from stabilitycli.ingest._points import rank_from_name
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
-
-# param/tag names (last path component, lower case) that state the training dtype,
-# strongest first: the mixed-precision setting says what the matmuls ran in
-_DTYPE_NAMES = (
-    "mixed_precision",
-    "precision",
-    "amp_dtype",
-    "dtype",
-    "compute_dtype",
-    "train_dtype",
-    "torch_dtype",
-)
-# boolean switches (HF TrainingArguments, Lightning/DeepSpeed configs)
-_DTYPE_FLAGS = {"bf16": "bf16", "fp16": "fp16", "half": "fp16"}
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-_KNOWN_DTYPES = {"fp32", "fp16", "bf16"}
 
 
 @dataclass
@@ -137,39 +120,6 @@ def _listing(runs: list[MlflowRun], limit: int = 12) -> str:
     return shown
 
 
-def dtype_from(
-    params: dict[str, str], tags: dict[str, str], where: str = "MLflow"
-) -> tuple[str, str] | None:
-    """(dtype, origin) stated by the run's params or tags, or None.
-
-    A named setting (`mixed_precision=bf16`, `precision=16-mixed`) wins over a
-    switch (`bf16=True`); `fp16=False` and `bf16=False` together mean fp32 (the
-    Hugging Face Trainer default), which is the weakest evidence of all.
-    """
-    entries = [("param", k, v) for k, v in params.items()] + [
-        ("tag", k, v) for k, v in tags.items()
-    ]
-    by_leaf: dict[str, tuple[str, str, str]] = {}
-    for kind, key, value in entries:
-        leaf = key.strip().lower().replace(".", "/").rsplit("/", 1)[-1]
-        by_leaf.setdefault(leaf, (kind, key, value))
-    for name in _DTYPE_NAMES:
-        if name in by_leaf:
-            kind, key, value = by_leaf[name]
-            dtype = normalise_dtype(value)
-            if dtype in _KNOWN_DTYPES:
-                return dtype, f"{where} {kind} {key!r}={value!r}"
-    flags = {name: by_leaf[name] for name in _DTYPE_FLAGS if name in by_leaf}
-    for name, (kind, key, value) in flags.items():
-        if value.strip().lower() in _TRUE:
-            return _DTYPE_FLAGS[name], f"{where} {kind} {key!r}={value!r}"
-    if {"bf16", "fp16"} <= flags.keys() and all(
-        flags[n][2].strip().lower() in _FALSE for n in ("bf16", "fp16")
-    ):
-        return "fp32", f"{where} fp16=False and bf16=False"
-    return None
-
-
 def order_points(points):
     """Add `_order`: time order across keys that never reorders a key's own points.
 
@@ -215,7 +165,7 @@ def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_point
             )
         )
     for run in chosen:
-        found = dtype_from(run.params, run.tags)
+        found = dtype_from(("MLflow param", run.params), ("MLflow tag", run.tags))
         if found is not None:
             source.dtype, source.dtype_origin = found
             break

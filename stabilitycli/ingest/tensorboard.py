@@ -428,7 +428,7 @@ def read(path: Path, options: ReadOptions) -> RunData:
     """Read the selected TensorBoard run(s) into the canonical frame."""
     import polars as pl
 
-    from stabilitycli.ingest._mlflow_common import dtype_from
+    from stabilitycli.ingest._dtype import dtype_from
 
     all_runs = find_runs(path)
     chosen, _ = select_runs(all_runs, path, options, one_run=False)
@@ -479,7 +479,7 @@ def read(path: Path, options: ReadOptions) -> RunData:
         listed = sorted(ranks.items(), key=lambda item: item[1])
         source.notes.append("per-rank runs: " + ", ".join(f"rank {r} = {n}" for n, r in listed))
     if hparams:
-        found = dtype_from(hparams, {}, where="TensorBoard hparams")
+        found = dtype_from(("TensorBoard hparams param", hparams))
         if found is not None:
             source.dtype, source.dtype_origin = found
     return points_to_run(pl.concat(parts), source, options, per_rank=ranks is not None)
