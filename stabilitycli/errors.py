@@ -21,3 +21,12 @@ class StabInputError(Exception):
 
 class StabUsageError(Exception):
     """A bad option or config value (exit 2)."""
+
+
+def internal_error_message(err: BaseException, where: str) -> str:
+    """The one line for a bug in stab itself (not in the input), naming the run it hit.
+
+    Every command and the batch workers say it the same way, so a user who
+    reports one can be asked for the same thing: the run, the type, the text.
+    """
+    return f"{where}: internal error {type(err).__name__}: {err}"

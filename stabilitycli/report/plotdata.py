@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stabilitycli import numfmt
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import trailing_stats, value_at_or_before
@@ -208,9 +209,7 @@ def _nonfinite_markers(name: str, steps, values, idx, to_x, at_y: float | None) 
     sel = idx[~np.isfinite(values[idx])]
     if not sel.size:
         return None
-    labels = [
-        "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf") for v in values[sel].tolist()
-    ]
+    labels = [numfmt.nonfinite(v) for v in values[sel].tolist()]
     return Markers(
         f"{name} non-finite",
         to_x(steps[sel]).tolist(),

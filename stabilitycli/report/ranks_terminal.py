@@ -14,6 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from stabilitycli import numfmt
 from stabilitycli.model import Severity
 
 if TYPE_CHECKING:
@@ -31,9 +32,7 @@ def fmt(value: float | None, sign: bool = False) -> str:
     """A number for people: 4 significant digits, NaN/Inf spelled out."""
     if value is None:
         return "–"
-    if not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-    text = f"{value:+.3g}" if sign else f"{value:.4g}"
+    text = numfmt.number(value, sign)
     if text.lstrip("+-").isdigit():
         text += ".0"  # 40.0, not 40: a loss, not a count
     return text

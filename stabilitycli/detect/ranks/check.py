@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from stabilitycli import numfmt
 from stabilitycli.detect.ranks.cohort import (
     Cohort,
     build_cohort,
@@ -416,12 +417,7 @@ def _f(value: Any) -> float | None:
 
 
 def _fmt(value: float | None, sign: bool = False) -> str:
-    if value is None:
-        return "?"
-    if not np.isfinite(value):
-        return "NaN" if np.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-    text = f"{value:+.3g}" if sign else f"{value:.4g}"
-    return text
+    return "?" if value is None else numfmt.number(value, sign)
 
 
 def global_mean(
