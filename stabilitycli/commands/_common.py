@@ -1,4 +1,4 @@
-"""What `stab postmortem` and `stab report` share: read one run, analyse it, fail cleanly.
+"""What the sub-commands share: options, argument parsing, failing cleanly, one run analysed.
 
 Heavy modules (polars, the pipeline) are imported inside the functions so that
 `stab --help` stays instant.
@@ -7,12 +7,23 @@ Heavy modules (polars, the pipeline) are imported inside the functions so that
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.errors import StabInputError, StabUsageError, internal_error_message
+from stabilitycli.exit_codes import ExitCode
+
+
+class FailOn(StrEnum):
+    """`--fail-on`: the lowest severity that makes the command exit 1 (`stab analyze`, `ranks`)."""
+
+    info = "info"
+    warning = "warning"
+    error = "error"
+
 
 MetricOpt = Annotated[
     list[str] | None,
@@ -37,6 +48,7 @@ RunOpt = Annotated[
 
 
 def pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    """NAME=VALUE items (`--set`, `--metric` of analyze): both sides required."""
     out: dict[str, str] = {}
     for item in values or []:
         name, sep, value = item.partition("=")
@@ -46,15 +58,41 @@ def pairs(values: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
+def metric_keys(values: list[str] | None) -> tuple[tuple[str, ...], dict[str, str]]:
+    """NAME or NAME=LOGKEY items (`--metric` of compare and ranks): the metrics, in order,
+    and the log keys given for some of them."""
+    names: list[str] = []
+    overrides: dict[str, str] = {}
+    for item in values or []:
+        name, sep, key = item.partition("=")
+        name = name.strip()
+        if not name or (sep and not key.strip()):
+            raise StabUsageError(f"--metric expects NAME or NAME=LOGKEY, got {item!r}")
+        names.append(name)
+        if sep:
+            overrides[name] = key.strip()
+    return tuple(names), overrides
+
+
 def fail(message: str) -> typer.Exit:
     typer.echo(f"stab: error: {message}", err=True)
-    return typer.Exit(2)
+    return typer.Exit(ExitCode.BAD_INPUT)
+
+
+def internal_error(err: Exception, where: str) -> typer.Exit:
+    """A bug in stab, not in the input: one line and exit 2, or the traceback with STAB_DEBUG.
+
+    Called from an `except` block: `raise internal_error(err, path) from None`.
+    """
+    if os.environ.get("STAB_DEBUG"):
+        raise err
+    return fail(f"{internal_error_message(err, where)} (set STAB_DEBUG=1 for a traceback)")
 
 
 def load_and_analyze(
     path: str, *, metric=None, step_key=None, format_in=None, dtype=None, run=None, set_values=None
 ):
-    """(RunData, Analysis, Thresholds) for one run; typer.Exit(2) with one line on bad input."""
+    """(RunData, Analysis, Thresholds) for one run; exit 2 with one line on bad input."""
     try:
         from stabilitycli.config import load_config
         from stabilitycli.ingest.options import ReadOptions
@@ -74,11 +112,7 @@ def load_and_analyze(
     except (StabInputError, StabUsageError) as err:
         raise fail(str(err)) from None
     except Exception as err:
-        if os.environ.get("STAB_DEBUG"):
-            raise
-        raise fail(
-            f"{path}: internal error {type(err).__name__}: {err} (set STAB_DEBUG=1 for a traceback)"
-        ) from None
+        raise internal_error(err, path) from None
 
 
 def write_output(text: str, output: Path | None) -> None:

@@ -11,14 +11,22 @@ including a malformed --expect (one line on stderr naming it and the column).
 
 from __future__ import annotations
 
-import os
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from stabilitycli.commands._common import FormatInOpt, SetOpt, StepKeyOpt, fail, pairs
+from stabilitycli.commands._common import (
+    FormatInOpt,
+    SetOpt,
+    StepKeyOpt,
+    fail,
+    internal_error,
+    metric_keys,
+    pairs,
+)
 from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.exit_codes import ExitCode
 
 
 class CompareFormat(StrEnum):
@@ -134,12 +142,7 @@ def command(
     except (StabInputError, StabUsageError) as err:
         raise fail(str(err)) from None
     except Exception as err:
-        if os.environ.get("STAB_DEBUG"):
-            raise
-        raise fail(
-            f"{' '.join(runs)}: internal error {type(err).__name__}: {err} "
-            "(set STAB_DEBUG=1 for a traceback)"
-        ) from None
+        raise internal_error(err, " ".join(runs)) from None
     if output is CompareFormat.json:
         import json
 
@@ -150,7 +153,7 @@ def command(
         from stabilitycli.report.compare_terminal import render
 
         render(result, Console())
-    raise typer.Exit(0 if result.passed else 1)
+    raise typer.Exit(ExitCode.OK if result.passed else ExitCode.INSTABILITY)
 
 
 def _compare(
@@ -186,7 +189,7 @@ def _compare(
     checks = tuple(
         parse_expect(e) for e in expect or []
     )  # malformed: a usage error before any reading
-    names, overrides = _metrics(metric)
+    names, overrides = metric_keys(metric)
     options = CompareOptions(
         metrics=names,
         tolerance=_numbers(tolerance, "--tolerance", bare="loss"),
@@ -206,20 +209,6 @@ def _compare(
     if len(loaded) == 1:
         return check_run(loaded[0], options)
     return compare(loaded[0], loaded[1], options)
-
-
-def _metrics(values: list[str] | None) -> tuple[tuple[str, ...], dict[str, str]]:
-    names: list[str] = []
-    overrides: dict[str, str] = {}
-    for item in values or []:
-        name, sep, key = item.partition("=")
-        name = name.strip()
-        if not name or (sep and not key.strip()):
-            raise StabUsageError(f"--metric expects NAME or NAME=LOGKEY, got {item!r}")
-        names.append(name)
-        if sep:
-            overrides[name] = key.strip()
-    return tuple(names), overrides
 
 
 def _numbers(values: list[str] | None, flag: str, bare: str) -> dict[str, float]:

@@ -10,25 +10,18 @@ bad option (one line on stderr).
 
 from __future__ import annotations
 
-import os
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from stabilitycli.commands._common import pairs
+from stabilitycli.commands._common import FailOn, fail, internal_error, metric_keys, pairs
 from stabilitycli.errors import StabInputError, StabUsageError
 
 
 class RanksFormat(StrEnum):
     terminal = "terminal"
     json = "json"
-
-
-class RanksFailOn(StrEnum):
-    info = "info"
-    warning = "warning"
-    error = "error"
 
 
 def command(
@@ -54,12 +47,12 @@ def command(
         ),
     ] = None,
     fail_on: Annotated[
-        RanksFailOn,
+        FailOn,
         typer.Option(
             help="Lowest outlier severity that exits 1 "
             "(level/nonfinite: error; silent/straggler: warning)."
         ),
-    ] = RanksFailOn.error,
+    ] = FailOn.error,
     rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
     step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
     set_values: Annotated[
@@ -82,17 +75,9 @@ def command(
             run, metric, rank_pattern, rank_key, step_key, set_values, experiment, tracking_uri
         )
     except (StabInputError, StabUsageError) as err:
-        typer.echo(f"stab: error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(str(err)) from None
     except Exception as err:
-        if os.environ.get("STAB_DEBUG"):
-            raise
-        typer.echo(
-            f"stab: error: {run}: internal error {type(err).__name__}: {err} "
-            "(set STAB_DEBUG=1 for a traceback)",
-            err=True,
-        )
-        raise typer.Exit(2) from None
+        raise internal_error(err, run) from None
     if output is RanksFormat.json:
         import json
 
@@ -124,11 +109,7 @@ def _report(
     from stabilitycli.ingest import read
     from stabilitycli.ingest.options import ReadOptions
 
-    name, sep, key = metric.partition("=")
-    name = name.strip()
-    if not name or (sep and not key.strip()):
-        raise StabUsageError(f"--metric expects NAME or NAME=LOGKEY, got {metric!r}")
-    overrides = {name: key.strip()} if sep else {}
+    (name,), overrides = metric_keys([metric])
     options = ReadOptions(
         metric_overrides=overrides,
         rank_pattern=rank_pattern,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.errors import StabInputError, internal_error_message
 
 # directories that are themselves one run (a store, a log dir) are not descended
 # into; a TensorBoard sniff accepts any tree with event files somewhere below, so
@@ -195,7 +195,7 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
     except (StabInputError, StabUsageError) as err:
         return RunResult(path, error=str(err))
     except Exception as err:
-        return RunResult(path, error=f"{path}: internal error {type(err).__name__}: {err}")
+        return RunResult(path, error=internal_error_message(err, path))
     worst = analysis.worst_severity
     return RunResult(
         path,
@@ -260,12 +260,12 @@ def analyze_many(
 
 def exit_status(results: list[RunResult], fail_on: str = "error") -> int:
     """2 only when every run failed to read; else 1 when any run is at/above `fail_on`, else 0."""
-    from stabilitycli.exit_codes import exit_code_for
+    from stabilitycli.exit_codes import ExitCode, exit_code_for
     from stabilitycli.model import Severity
 
     readable = [r for r in results if r.ok]
     if not readable:
-        return 2
+        return ExitCode.BAD_INPUT
     threshold = Severity.parse(fail_on)
     return max(
         int(exit_code_for(None if r.worst is None else Severity(r.worst), threshold))
