@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from stabilitycli.classify.questions import ENABLE_DYNAMIC_SCALING, MOVE_TO_BF16
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import trailing_stats
 from stabilitycli.model import Analysis, Finding
@@ -279,13 +281,19 @@ def _restart_test(view, onset, thr: Thresholds) -> Hypothesis:
     )
 
 
-def _overflow_test(view, lo, end) -> Hypothesis | None:
-    from stabilitycli.detect.mixed_precision import overflow_per_step
+def _fp16_remedies(view) -> list[str]:
+    """What an fp16 run can change, leaving out a dynamic scaler its loss scale shows at work."""
+    scale = view.points("loss_scale")[1] if view.has("loss_scale") else np.zeros(0)
+    scale = scale[np.isfinite(scale)]
+    moving = scale.size > 1 and bool(np.any(scale[1:] != scale[:-1]))
+    return ([] if moving else [ENABLE_DYNAMIC_SCALING]) + [MOVE_TO_BF16]
 
+
+def _overflow_test(view, lo, end) -> Hypothesis | None:
     title = "fp16 overflow: an activation or gradient exceeded 65504"
     dtype = view.dtype
     evidence_series = [m for m in ("loss_scale", "overflow", "skipped_steps") if view.has(m)]
-    if dtype in ("fp32", "bf16") and not evidence_series:
+    if dtype in ("fp32", "bf16"):
         return Hypothesis(
             "fp16-overflow",
             title,
@@ -293,12 +301,13 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
             f"{dtype} run: no fp16 range limit (dtype from {view.source.dtype_origin})",
             "dtype",
         )
-    if dtype is None and not evidence_series:
+    if not runs_fp16(view):
         return Hypothesis(
             "fp16-overflow",
             title,
             "not testable",
-            "dtype unknown and no loss-scale / overflow series (pass --dtype)",
+            "dtype unknown, and no overflow series or loss scale other than 1 shows fp16 "
+            "(pass --dtype)",
             "dtype",
         )
     counts = overflow_per_step(view)
@@ -321,7 +330,7 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
         series,
         root_sentence=f"An fp16 overflow at step {first} coincides with the spike: "
         "activations or gradients exceeded the fp16 range.",
-        remediation=["enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"],
+        remediation=_fp16_remedies(view),
     )
 
 
@@ -409,8 +418,6 @@ def nan_hypotheses(
 
 
 def _nan_dtype_test(view, first, origin) -> Hypothesis:
-    from stabilitycli.detect.mixed_precision import overflow_per_step
-
     dtype = view.dtype
     if dtype == "fp32":
         inner = origin and not any(
@@ -441,7 +448,7 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
     overflow_before = bool(scaler) and bool(
         np.any((overflow_per_step(view) > 0) & (view.steps <= first))
     )
-    if dtype == "fp16" or overflow_before:
+    if runs_fp16(view) and (dtype == "fp16" or overflow_before):
         why = (
             f"dtype fp16 ({view.source.dtype_origin})"
             if dtype == "fp16"
@@ -457,9 +464,7 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
                 f"In fp16 an activation exceeded 65504 at or before step {first} and the loss "
                 "went non-finite."
             ),
-            remediation=[
-                "enable dynamic loss scaling (or check it is active), or move fp16 -> bf16"
-            ],
+            remediation=_fp16_remedies(view),
         )
     if dtype == "bf16":
         return Hypothesis(
@@ -473,7 +478,8 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
         "log-of-zero",
         "log(0) / 0/0 in the loss, or an fp16 overflow",
         "not testable",
-        "dtype unknown (no manifest, run parameter or loss-scale series; pass --dtype)",
+        "dtype unknown (no manifest, run parameter or flag states it, and no loss scaler is "
+        "seen at work; pass --dtype)",
         "dtype",
     )
 
