@@ -162,13 +162,13 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
 
     # Rule 1: events named by an iteration number.
     explicit: dict[tuple, Event] = {}
-    bare: list[Mention] = []  # `Grad overflow on iteration N` without its scales
+    bare: list[tuple[int, Mention]] = []  # `Grad overflow on iteration N` without its scales
     stepless: list[Mention] = []
     for m in mentions:
         if m.step is None:
             stepless.append(m)
         elif m.attempted is None:
-            bare.append(m)
+            bare.append((m.step, m))
         else:
             key = (m.step, *_signature(m))
             event = explicit.get(key)
@@ -186,16 +186,16 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
     by_step: dict[int, list[Event]] = {}
     for event in explicit.values():
         by_step.setdefault(event.step, []).append(event)
-    for m in bare:
-        hits = [e for e in by_step.get(m.step, []) if e.kind == "overflow"]
+    for step, m in bare:
+        hits = [e for e in by_step.get(step, []) if e.kind == "overflow"]
         if hits:
             hits[0].rows.append(m.row)
         else:
             event = Event(
-                m.step, "overflow", None, None, False, "iteration number", [m.row], time=m.time
+                step, "overflow", None, None, False, "iteration number", [m.row], time=m.time
             )
-            by_step.setdefault(m.step, []).append(event)
-            explicit[(m.step, "overflow", None, None, False)] = event
+            by_step.setdefault(step, []).append(event)
+            explicit[(step, "overflow", None, None, False)] = event
 
     # Rank copies of step-less messages become one group each.
     groups: list[tuple[int, Event]] = []  # (interval index, event)
@@ -247,10 +247,11 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
             continue
         order, last = last_in_interval.get(where, (0, -1))
         order += 1
-        if prev is None and nxt is None:
-            step, how = order, "order in the file (no step-carrying line)"
-        elif prev is None:
-            step, how = min(nxt.step, order), "order before the first step line"
+        if prev is None:
+            if nxt is None:
+                step, how = order, "order in the file (no step-carrying line)"
+            else:
+                step, how = min(nxt.step, order), "order before the first step line"
         elif nxt is None:
             step, how = prev.step + order, "order after the last step line"
         elif nxt.step - prev.step <= 1:

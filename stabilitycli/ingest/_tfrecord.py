@@ -30,6 +30,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # numpy is imported where it is used, not when the CLI starts
+    import numpy as np
 
 HEADER = struct.Struct("<QI")
 CRC = struct.Struct("<I")
@@ -84,9 +88,9 @@ class Framing:
     not in the arrays but in `problems`, ordered by record number.
     """
 
-    numbers: object
-    starts: object
-    ends: object
+    numbers: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
     problems: list[Problem]
 
 

@@ -102,6 +102,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     mentions: list[dsm.Mention] = []
     state: dict = {}
     engine_step: tuple[int, int] | None = None  # (step, engine index) of the last progress line
+    rec: dict | None  # one row: numbers by key (None where a value could not be read)
     skipped_prev: dict[int, int] = {}
     last_skipped: dict[int, int] = {}
     for index, line in enumerate(lines):

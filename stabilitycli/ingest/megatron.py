@@ -236,15 +236,15 @@ class _Layouts:
     def parse(self, text: str, row: int, source: SourceInfo) -> dict | None:
         if self.regex is not None and (m := self.regex.fullmatch(text)) is not None:
             try:
-                out = dict(zip(self.keys, map(float, m.groups()), strict=True))
+                values = dict(zip(self.keys, map(float, m.groups()), strict=True))
             except ValueError:
                 pass  # a value that is not a number: the slow path names it
             else:
-                if "elapsed time per iteration (s)" in out:
-                    out["elapsed time per iteration (ms)"] = (
-                        out.pop("elapsed time per iteration (s)") * 1000.0
+                if "elapsed time per iteration (s)" in values:
+                    values["elapsed time per iteration (ms)"] = (
+                        values.pop("elapsed time per iteration (s)") * 1000.0
                     )
-                return out
+                return values
         out = _fields(text, row, source)
         if out is not None:
             keys = tuple(k for k in _field_keys(text))
@@ -384,7 +384,7 @@ def _stated_dtype(
     """The dtype the log states, strongest first (see the module notes)."""
     if source.dtype is not None:
         return
-    dump = {name: args[name] for name in ("fp16", "bf16") if name in args}
+    dump: dict[str, str] = {name: args[name] for name in ("fp16", "bf16") if name in args}
     deepspeed = {name: args[name] for name in _DEEPSPEED_SWITCHES if name in args}
     found = None
     if dump:

@@ -166,6 +166,7 @@ def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int):
     query = (
         "SELECT value, timestamp, step, is_nan, rowid FROM metrics WHERE run_uuid = ? AND key = ?"
     )
+    columns: dict[str, np.ndarray | list]
     try:
         array = np.fromiter(conn.execute(query, (run_id, key)), dtype=np.dtype(list(_COLUMNS)))
         columns = {name: array[name] for name, _ in _COLUMNS}

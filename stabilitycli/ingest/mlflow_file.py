@@ -136,6 +136,7 @@ def _experiments(
     path: Path, kind: str, options: ReadOptions
 ) -> list[tuple[Path, dict[str, str], bool]]:
     """(folder, meta, deleted) of each experiment under the given path."""
+    meta: dict[str, str] | None
     if kind == "experiment":
         meta = _read_meta(path) or {}
         return [(path, meta, meta.get("lifecycle_stage") == "deleted" or path.parent.name == TRASH)]

@@ -225,7 +225,8 @@ def run_points(client: _Client, run: MlflowRun, source):
     """All metric points of one run as a polars frame (key, step, value, _order)."""
     import polars as pl
 
-    keys: list[str] = list(run.location or [])  # type: ignore[arg-type]
+    # the server's listing leaves the run's metric keys in `location`
+    keys: list[str] = list(run.location) if isinstance(run.location, list) else []
     bound = sys.float_info.max
     columns: dict[str, list] = {
         "key": [],

@@ -202,6 +202,7 @@ def _fields(buf: bytes):
     """(field number, wire type, value) of a protobuf message; stops at damage."""
     pos = 0
     size = len(buf)
+    value: int | bytes  # varint fields are numbers, the others raw bytes
     while pos < size:
         try:
             tag, pos = _varint(buf, pos)
