@@ -10,6 +10,7 @@ others stay available under their raw names.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # canonical metric -> raw keys, most preferred first. Keys are compared after
 # `normalise_key` (lower case, single spaces).
@@ -207,20 +208,35 @@ def canonical_for(raw_key: str) -> tuple[str, int] | None:
     return None
 
 
-def resolve(raw_keys: list[str], overrides: dict[str, str] | None = None) -> dict[str, str]:
-    """Map canonical metric -> the one raw key used for it.
+@dataclass(frozen=True)
+class Resolution:
+    mapping: dict[str, str]  # canonical metric -> the one raw key used for it
+    notes: list[str]  # one per metric found by name or stood in for, said with the mapping
+    origin: dict[str, str]  # canonical -> "--metric", "alias", "name" or "validation"
 
-    `overrides` (canonical -> raw key, from `--metric loss=KEY`) always win.
+
+def resolve(
+    raw_keys: list[str], overrides: dict[str, str] | None = None, *, per_rank: bool = False
+) -> Resolution:
+    """Map canonical metric -> the one raw key used for it, and say how each was found.
+
+    `overrides` (canonical -> raw key, from `--metric loss=KEY`) always win;
+    then the alias table; then, for the metrics every rule needs and that
+    the table did not find, `metric_names` (a match on the key's words).
     """
+    from stabilitycli import metric_names
+
     overrides = overrides or {}
     chosen: dict[str, tuple[int, str]] = {}
     taken = set(overrides.values())
+    known: set[str] = set()
     for raw in raw_keys:
         if raw in taken:
             continue
         hit = canonical_for(raw)
         if hit is None:
             continue
+        known.add(raw)
         canonical, priority = hit
         if canonical in overrides:
             continue
@@ -228,7 +244,40 @@ def resolve(raw_keys: list[str], overrides: dict[str, str] | None = None) -> dic
             chosen[canonical] = (priority, raw)
     mapping = {canonical: raw for canonical, (_, raw) in chosen.items()}
     mapping.update(overrides)
-    return mapping
+    origin = {c: ("--metric" if c in overrides else "alias") for c in mapping}
+
+    notes: list[str] = []
+    wanted = {m for m in MATCHED_BY_NAME if m not in mapping}
+    free = [k for k in raw_keys if k not in known and k not in taken]
+    matches = metric_names.match_keys(free, wanted, per_rank=per_rank) if wanted else {}
+    for canonical in MATCHED_BY_NAME:
+        fits = [m for m in matches.get(canonical, []) if m.key not in mapping.values()]
+        fits = [m for m in fits if m.score >= metric_names.MIN_SCORE]
+        if not fits:
+            continue
+        mapping[canonical] = fits[0].key
+        origin[canonical] = "name"
+        others = ", ".join(repr(m.key) for m in fits[1:6])
+        notes.append(
+            f"{canonical} <- {fits[0].key!r}: found by its name"
+            + (f" (also fit: {others}; chosen by {metric_names.RULE})" if others else "")
+            + f"; --metric {canonical}=KEY to choose another"
+        )
+    if "loss" not in mapping and "eval_loss" in mapping and "loss" not in overrides:
+        # a log with only a validation loss (DPO and reward-model stages log no train loss)
+        # is judged on it rather than refused; the note says which curve the verdict is about
+        mapping["loss"] = mapping.pop("eval_loss")
+        origin["loss"] = "validation"
+        del origin["eval_loss"]
+        notes.append(
+            f"loss <- {mapping['loss']!r}: the log has no training loss, so the validation loss "
+            "is analysed as the loss (points are sparser; spikes are in evaluation, not training)"
+        )
+    return Resolution(mapping, notes, origin)
+
+
+# the metrics the rules need most, looked for by name when the table does not know the key
+MATCHED_BY_NAME: tuple[str, ...] = ("loss", "eval_loss", "grad_norm", "lr", "loss_scale")
 
 
 def find_key(raw_keys: list[str], candidates: tuple[str, ...]) -> str | None:

@@ -46,6 +46,27 @@ class RunData:
     def metric_columns(self) -> list[str]:
         return [c for c in self.frame.columns if c not in ("step", "rank")]
 
+    def require_loss(self) -> RunData:
+        """This run, if its loss series was read; else the one-line error every command gives.
+
+        A run whose loss was not read is never analysed (and so never `healthy`);
+        the error lists the numeric keys seen, so the user can name the loss.
+        """
+        if "loss" in self.frame.columns:
+            return self
+        metrics = self.source.metrics
+        seen = [
+            f"{metrics[c]!r} (read as {c})" if c in metrics else repr(c)
+            for c in self.metric_columns
+        ]
+        listing = ", ".join(seen[:25]) or "none"
+        if len(seen) > 25:
+            listing += f", ... ({len(seen) - 25} more)"
+        raise StabInputError(
+            self.source.path,
+            f"no loss series found (numeric keys: {listing}); name it with --metric loss=KEY",
+        )
+
 
 def _to_float(name: str, dtype: pl.DataType) -> pl.Expr | None:
     """A Float64 expression for a raw column, or None when it holds no numbers."""
@@ -107,7 +128,10 @@ def finalize(
                 f"--metric {canonical}={raw_key}: no numeric key {raw_key!r} in {source.path} "
                 f"(numeric keys: {shown})"
             )
-    mapping = aliases.resolve(metric_keys, overrides)
+    resolution = aliases.resolve(metric_keys, overrides, per_rank=rank_key is not None)
+    mapping = resolution.mapping
+    source.notes.extend(resolution.notes)
+    source.metric_origin = dict(sorted(resolution.origin.items()))
     rename = {raw_key: canonical for canonical, raw_key in mapping.items()}
     out_cols: list[pl.Expr] = []
     used_names: set[str] = set()

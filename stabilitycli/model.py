@@ -105,6 +105,9 @@ class SourceInfo:
     dtype: str | None = None
     dtype_origin: str = "unknown"
     metrics: dict[str, str] = field(default_factory=dict)
+    # how each mapped metric was found: "alias" (the table), "name" (its words),
+    # "--metric" (the user), "validation" (a validation loss standing in for the loss)
+    metric_origin: dict[str, str] = field(default_factory=dict)
     rows_read: int = 0
     rows_used: int = 0
     rows_rejected: int = 0
@@ -144,6 +147,7 @@ class SourceInfo:
             "dtype": self.dtype,
             "dtype_origin": self.dtype_origin,
             "metrics": dict(self.metrics),
+            "metric_origin": dict(self.metric_origin),
             "restarts": [r.to_dict() for r in self.restarts],
             "warnings": list(self.warnings),
             "notes": list(self.notes),
@@ -184,6 +188,33 @@ class Verdict:
         }
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """Which checks ran to an answer on this run, and which could not and why.
+
+    A verdict is only as good as what was checked: every output says this in
+    one line, so "healthy" never hides a check that could not run.
+    """
+
+    checked: tuple[str, ...]
+    not_checked: tuple[Skip, ...]
+
+    def line(self) -> str:
+        text = "checked: " + (", ".join(self.checked) or "nothing")
+        if self.not_checked:
+            text += "; not checked: " + "; ".join(
+                f"{s.code} ({s.reason})" for s in self.not_checked
+            )
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checked": list(self.checked),
+            "not_checked": [{"check": s.code, "reason": s.reason} for s in self.not_checked],
+            "summary": self.line(),
+        }
+
+
 @dataclass
 class Analysis:
     """The whole answer for one run: what `stabilitycli.analyze` returns."""
@@ -195,6 +226,7 @@ class Analysis:
     rank_report: Any = None
     loss_preview: list[float] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
+    coverage: Coverage | None = None
 
     @property
     def worst_severity(self) -> Severity | None:
@@ -209,6 +241,8 @@ class Analysis:
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [s.to_dict() for s in self.skipped],
         }
+        if self.coverage is not None:
+            out["coverage"] = self.coverage.to_dict()
         if self.rank_report is not None:
             out["ranks"] = self.rank_report.to_dict()
         for key, value in self.extras.items():

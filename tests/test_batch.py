@@ -65,7 +65,7 @@ def test_parallel_results_equal_single_run_results(tmp_path) -> None:
     assert "broken.jsonl" in results[2].error and "line 1" in results[2].error
     for r in (results[0], results[1], results[3]):
         assert r.doc == json.loads(json.dumps(pipeline.analyze(r.path).to_dict()))
-    assert exit_status(results) == 1
+    assert exit_status(results) == 2  # the broken run is the worst
 
 
 def test_exit_status() -> None:
@@ -73,9 +73,9 @@ def test_exit_status() -> None:
     warn = batch.RunResult("b", doc={}, worst=1)
     err = batch.RunResult("c", doc={}, worst=2)
     bad = batch.RunResult("d", error="d: no such file or directory")
-    assert exit_status([ok, bad]) == 0
+    assert exit_status([ok, bad]) == 2  # a run that was not read never passes
     assert exit_status([ok, warn]) == 0 and exit_status([ok, warn], "warning") == 1
-    assert exit_status([warn, err, bad]) == 1
+    assert exit_status([warn, err]) == 1 and exit_status([warn, err, bad]) == 2
     assert exit_status([bad, bad]) == 2
 
 
@@ -96,7 +96,7 @@ def test_summary_table_and_unreadable_run(cli, tmp_path) -> None:
     result = cli(
         "analyze", run_fixture("spike-long-tail"), run_fixture("healthy-low-noise"), missing
     )
-    assert result.exit_code == 0  # worst readable run is a warning, below --fail-on error
+    assert result.exit_code == 2  # the unreadable run is the worst; the others are reported
     out = result.stdout
     assert (
         "stab: 3 runs" in out

@@ -247,13 +247,16 @@ def test_dpo_overflow_count():
     assert sum(column(name, "overflow").values()) == 21
     assert 1437 in overflow_steps(name)
     assert sum(column(name, "skipped_steps").values()) == 21
-    assert column(name, "eval_loss") == pytest.approx({0: 0.693359375, 2350: 0.6650807857513428})
+    # no training loss in a DPO log: its validation loss stands in, and the source says so
+    assert column(name, "loss") == pytest.approx({0: 0.693359375, 2350: 0.6650807857513428})
+    assert run_of(name).source.metric_origin["loss"] == "validation"
 
 
 def test_rlhf_two_engines():
     name = f"{CHAT}/step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
     assert sum(column(name, "overflow").values()) == 14  # actor and critic together
-    assert len(column(name, "act_loss")) == 477  # PPO steps 0-476, placed at 1-477
+    assert len(column(name, "loss")) == 477  # act_loss: PPO steps 0-476, placed at 1-477
+    assert run_of(name).source.metrics["loss"] == "act_loss"
     assert any("2 DeepSpeed engines" in n for n in run_of(name).source.notes)
     assert "engine2/lr" in run_of(name).frame.columns
 

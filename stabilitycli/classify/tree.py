@@ -31,6 +31,7 @@ class _Walk:
     thresholds: Thresholds
     by_code: dict[str, list[Finding]]
     skipped: dict[str, str]  # rule code -> why it could not run
+    not_run: tuple[str, ...]  # rule codes left out by --select/--ignore
     path: list[PathStep] = field(default_factory=list)
     # verdict code -> (cause, summary[, remedy key when it differs from the cause])
     applies: dict[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -45,12 +46,15 @@ def walk(
     skipped: list[Skip],
     facts: Facts,
     thresholds: Thresholds,
+    not_run: tuple[str, ...] = (),
 ) -> Verdict:
     """Answer every section's questions (spec 0b: post-hoc, all of them) and name the verdict."""
     by_code: dict[str, list[Finding]] = {}
     for finding in findings:
         by_code.setdefault(finding.code, []).append(finding)
-    state = _Walk(source, findings, facts, thresholds, by_code, {s.code: s.reason for s in skipped})
+    state = _Walk(
+        source, findings, facts, thresholds, by_code, {s.code: s.reason for s in skipped}, not_run
+    )
     # ranks first: an outlier rank explains what the mean shows (spec 5)
     for section in (_ranks, _nan, _spikes, _mixed_precision, _divergence):
         section(state)
@@ -241,11 +245,14 @@ def _verdict(w: _Walk) -> Verdict:
                 code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity)
             )
     # the spike baseline is the shortest window: a log too short for it cannot be called healthy
-    if w.facts.spike_insufficient:
+    unanswered = [code for code in _TREE_RULES if code in w.skipped]
+    if w.facts.spike_insufficient or unanswered:
         seen = [f.message for f in findings if f.severity >= Severity.WARNING]
-        summary = "log too short for the spike and divergence windows" + (
-            f"; it does show: {seen[0]}" if seen else "; nothing abnormal in what it holds"
-        )
+        summary = (
+            "log too short for the spike and divergence windows"
+            if w.facts.spike_insufficient
+            else f"{', '.join(unanswered)} could not be checked ({w.skipped[unanswered[0]]})"
+        ) + (f"; it does show: {seen[0]}" if seen else "; nothing abnormal in what it holds")
         return Verdict(
             "insufficient-data",
             None,
@@ -256,8 +263,17 @@ def _verdict(w: _Walk) -> Verdict:
             Severity.INFO,
         )
     notes = [f for f in findings if f.severity == Severity.WARNING]
-    summary = "no instability found" + (f" ({len(notes)} warning(s) worth a look)" if notes else "")
+    left_out = [code for code in _TREE_RULES if code in w.not_run]
+    summary = (
+        "no instability found"
+        + (f" by the selected checks ({', '.join(left_out)} not run)" if left_out else "")
+        + (f" ({len(notes)} warning(s) worth a look)" if notes else "")
+    )
     return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO)
+
+
+# the rules that answer §1, §2 and §4: a run is healthy only when each of them answered
+_TREE_RULES = ("nan", "spike", "divergence")
 
 
 def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
@@ -301,6 +317,9 @@ def _in_probability(before: float, after: float, w: _Walk) -> str:
     top = w.thresholds.ce_loss_max_nats
     vocab_size = w.source.vocab_size
     if not (0 < before < top and 0 < after < top):
+        return ""
+    if w.source.metric_origin.get("loss") == "name":
+        # a key found by its words (act_loss, Loss/train) may be any objective, not cross-entropy
         return ""
     text = f"; geometric-mean p(correct token) {math.exp(-before):.3g} -> {math.exp(-after):.3g}"
     if vocab_size and vocab_size > 1:

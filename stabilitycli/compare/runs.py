@@ -166,6 +166,10 @@ def compare(
 ) -> Comparison:
     """Two runs, aligned on `options.x`; see the module doc."""
     options = options or CompareOptions()
+    if not options.metrics:
+        # the default comparison is the loss: a run whose loss was not read is refused
+        baseline.require_loss()
+        candidate.require_loss()
     base, cand = track_of(baseline, "baseline"), track_of(candidate, "candidate")
     notes: list[str] = []
     metrics = _choose_metrics(base, cand, options)

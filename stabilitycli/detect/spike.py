@@ -482,7 +482,12 @@ def _build_event(
     points = end_idx - idx + 1
     # a few noise points in a row can pass 3 sigma in a 10-point window; a real
     # sustained spike also stands clear of the loss level itself
-    clear = mu <= 0 or peak >= thresholds.spike_sustained_min_ratio * mu
+    # a multiple of the level only means something for a loss that is never negative
+    # (cross-entropy); a signed objective (a PPO actor loss swings through zero) has no
+    # level to stand clear of, so only the large-z bar or a cause can make its spike
+    finite_loss = loss[np.isfinite(loss)]
+    signed = bool(finite_loss.size and finite_loss.min() < 0)
+    clear = not signed and (mu <= 0 or peak >= thresholds.spike_sustained_min_ratio * mu)
     sustained = points >= min_points and clear
     # a restart names the cause of a real spike; it does not turn one noisy
     # point after a resume into a spike (the replay rule judges the resume itself)

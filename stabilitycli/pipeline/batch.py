@@ -259,13 +259,16 @@ def analyze_many(
 
 
 def exit_status(results: list[RunResult], fail_on: str = "error") -> int:
-    """2 only when every run failed to read; else 1 when any run is at/above `fail_on`, else 0."""
+    """The worst run's status: 2 when any run could not be read (an unread run must never
+    let a sweep pass), else 1 when any run is at/above `fail_on`, else 0."""
     from stabilitycli.exit_codes import ExitCode, exit_code_for
     from stabilitycli.model import Severity
 
     readable = [r for r in results if r.ok]
-    if not readable:
+    if len(readable) < len(results):
         return ExitCode.BAD_INPUT
+    if not readable:
+        return ExitCode.OK
     threshold = Severity.parse(fail_on)
     return max(
         int(exit_code_for(None if r.worst is None else Severity(r.worst), threshold))

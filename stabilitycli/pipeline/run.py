@@ -12,7 +12,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.frame import RunData, from_wide
 from stabilitycli.ingest import read
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import Analysis, Finding, Skip, SourceInfo
+from stabilitycli.model import Analysis, Coverage, Finding, Skip, SourceInfo
 
 
 def load_run(source: Any, options: ReadOptions | None = None) -> RunData:
@@ -45,7 +45,7 @@ def analyze(
     from stabilitycli.detect.series import build_view
 
     thresholds = config or Thresholds()
-    run = load_run(source, options)
+    run = load_run(source, options).require_loss()
     rules, dropped_codes = select_rules(select, ignore)
     findings: list[Finding] = []
     skipped: list[Skip] = []
@@ -57,13 +57,23 @@ def analyze(
         skipped.extend(outcome.skipped)
         facts.provide(rule.code, rule.provides, outcome.facts)
 
+    coverage = _coverage(rules, skipped, select, ignore)
     findings = attribute_to_ranks(findings, facts, thresholds)
     findings = [f for f in findings if f.code not in dropped_codes]
     # a fixed order that does not depend on the order the rules ran in
     findings.sort(
         key=lambda f: (-int(f.severity), f.step if f.step is not None else -1, f.code, f.rank or -1)
     )
-    verdict = walk(run.source, findings, skipped, facts, thresholds)
+    verdict = walk(
+        run.source,
+        findings,
+        skipped,
+        facts,
+        thresholds,
+        not_run=tuple(
+            s.code for s in coverage.not_checked if s.code not in {k.code for k in skipped}
+        ),
+    )
     preview, preview_steps = _preview(view)
     return Analysis(
         source=run.source,
@@ -72,11 +82,27 @@ def analyze(
         skipped=skipped,
         rank_report=facts.rank_report,
         loss_preview=preview,
+        coverage=coverage,
         extras={
             "spike_markers": [s.onset_step for s in facts.spikes],
             "preview_steps": preview_steps,
         },
     )
+
+
+def _coverage(rules: list, skipped: list[Skip], select, ignore) -> Coverage:
+    """Rules that answered, and rules that could not (their own reason) or were not selected."""
+    from stabilitycli.detect.registry import load_rules
+
+    reasons: dict[str, str] = {}
+    for skip in skipped:
+        reasons.setdefault(skip.code, skip.reason)
+    ran = [r.code for r in rules]
+    not_checked = [Skip(code, reasons[code]) for code in ran if code in reasons]
+    not_checked += [
+        Skip(code, "not selected (--select/--ignore)") for code in load_rules() if code not in ran
+    ]
+    return Coverage(tuple(c for c in ran if c not in reasons), tuple(not_checked))
 
 
 def ranks(

@@ -65,6 +65,7 @@ def render(analysis: Analysis, plots: Plots, *, js: str | None = None) -> str:
         f"<h1>{_e(title)}</h1>",
         _verdict_block(analysis),
         _source_block(analysis, plots),
+        _coverage_block(analysis),
         '<section id="plots">',
         *(
             f'<div class="plot" id="plot-{i}" data-panel="{_e(p.key)}"></div>'
@@ -288,6 +289,12 @@ def _findings_table(analysis: Analysis, limit: int = 200) -> str:
         f"<h2>Findings ({len(analysis.findings)})</h2><table><tr><th>severity</th><th>code</th><th>step</th>"
         f"<th>rank</th><th>message</th></tr>{''.join(rows)}</table>{more}"
     )
+
+
+def _coverage_block(analysis: Analysis) -> str:
+    if analysis.coverage is None:
+        return ""
+    return f'<p class="coverage"><b>Coverage</b>: {_e(analysis.coverage.line())}</p>'
 
 
 def _notes_block(analysis: Analysis) -> str:

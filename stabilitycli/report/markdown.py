@@ -27,6 +27,8 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
         + (f"; {s.ranks} ranks" if s.ranks else ""),
         "",
     ]
+    if analysis.coverage is not None:
+        lines += [f"_Coverage_: {mdtext.text(analysis.coverage.line())}", ""]
     if v.path:
         lines += ["| Q | answer | evidence |", "|---|---|---|"]
         lines += [

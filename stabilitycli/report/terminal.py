@@ -27,6 +27,8 @@ def build(analysis: Analysis) -> Group:
     parts.append(
         Panel(headline, title=f"stab · {src.run or src.path}", subtitle=_source_line(analysis))
     )
+    if analysis.coverage is not None:
+        parts.append(_coverage_line(analysis))
     if analysis.loss_preview:
         parts.append(_loss_line(analysis))
     path = Table(title="Questions asked", show_lines=False, expand=False)
@@ -50,10 +52,27 @@ def build(analysis: Analysis) -> Group:
             step = "" if f.step is None else str(f.step)
             table.add_row(Text(str(f.severity), style=_STYLE[f.severity]), f.code, step, f.message)
         parts.append(table)
-    notes = [*src.warnings, *src.notes, *(f"{s.code}: {s.reason}" for s in analysis.skipped)]
+    # skipped checks are in the coverage line; without it (a hand-built Analysis) they go here
+    skips = [] if analysis.coverage else [f"{s.code}: {s.reason}" for s in analysis.skipped]
+    notes = [*src.warnings, *src.notes, *skips]
     if notes:
         parts.append(Text("Notes:\n" + "\n".join(f"  - {n}" for n in notes), style="dim"))
     return Group(*parts)
+
+
+def _coverage_line(analysis: Analysis) -> Text:
+    """What the verdict rests on: the checks that answered, and those that could not."""
+    assert analysis.coverage is not None
+    cov = analysis.coverage
+    mapping = ", ".join(f"{k}←{v!r}" for k, v in analysis.source.metrics.items())
+    text = Text("metrics: ", style="bold")
+    text.append(mapping or "none")
+    text.append("\nchecked: ", style="bold")
+    text.append(", ".join(cov.checked) or "nothing", style="green")
+    if cov.not_checked:
+        text.append("\nnot checked: ", style="bold")
+        text.append("; ".join(f"{s.code} ({s.reason})" for s in cov.not_checked), style="yellow")
+    return text
 
 
 def _source_line(analysis: Analysis) -> str:

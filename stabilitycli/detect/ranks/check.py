@@ -74,6 +74,8 @@ PICTURE_CLIP_Z = 10.0  # one wild step cannot paint a whole bucket
 def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> RankReport:
     """Compare every rank with its cohort at every step (module doc); one pass, vectorised."""
     frame = run.frame
+    if metric == "loss":
+        run.require_loss()
     if "rank" not in frame.columns:
         raise StabInputError(
             run.source.path,

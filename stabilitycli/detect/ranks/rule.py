@@ -47,10 +47,12 @@ def detect_rank_outliers(view: SeriesView, thresholds: Thresholds, facts: Facts)
     shard (seed 000).
     """
     from stabilitycli.detect.ranks.check import find_rank_outliers
+    from stabilitycli.model import Skip
 
     result = RuleResult()
     run = view.run
     if run is None or not run.has_ranks:
+        result.skipped.append(Skip("ranks", "one series, no per-rank values in the log"))
         return result
     metric = "loss" if "loss" in run.frame.columns else run.metric_columns[0]
     report = find_rank_outliers(run, metric, thresholds)
