@@ -11,6 +11,7 @@ class ExitCode(IntEnum):
     OK = 0
     INSTABILITY = 1
     BAD_INPUT = 2
+    INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT, so scripts see what a signal gives
 
 
 def exit_code_for(worst: Severity | None, fail_on: Severity) -> ExitCode:
