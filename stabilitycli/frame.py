@@ -258,9 +258,17 @@ def _merge_and_resume(
     source.last_step = int(frame["step"].max())
     if has_rank:
         source.ranks = int(frame["rank"].n_unique())
-    if source.dtype is None and "loss_scale" in metric_names:
+    # only fp16 training applies a loss scale; a scale of 1 throughout is what bf16 and fp32
+    # runs print too (Megatron does), so it leaves the dtype unknown rather than guessed
+    if (
+        source.dtype is None
+        and "loss_scale" in metric_names
+        and frame.select(
+            (pl.col("loss_scale").is_finite() & (pl.col("loss_scale") != 1.0)).any()
+        ).item()
+    ):
         source.dtype = "fp16"
-        source.dtype_origin = "inferred: a loss_scale series exists (fp16 with dynamic scaling)"
+        source.dtype_origin = "inferred: a loss scale other than 1 (only fp16 training applies one)"
     abandoned = abandoned.sort([*keys, SEGMENT, "step"]).drop("_n_rows", ROW)
     return RunData(frame=frame, source=source, abandoned=abandoned)
 

@@ -11,7 +11,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from stabilitycli.classify.questions import CAUSE_TEXT, REMEDIES, VERDICT_ORDER, VERDICTS
+from stabilitycli.classify.questions import (
+    CAUSE_TEXT,
+    REMEDIES,
+    REMEDY_NEEDS,
+    VERDICT_ORDER,
+    VERDICTS,
+)
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.nan import forward_order_key
@@ -162,7 +168,9 @@ def _mixed_precision(w: _Walk) -> None:
     """§3: Q3.1 did fp16 gradients overflow, Q3.2 what did the loss scale do."""
     overflow = w.facts.overflow
     if "loss-scale" in w.skipped:
-        w.ask("Q3.1", "not applicable", w.skipped["loss-scale"])
+        # with no dtype stated, §3 may apply: say it is unknown rather than not applicable
+        answer = "unknown" if w.source.dtype is None else "not applicable"
+        w.ask("Q3.1", answer, w.skipped["loss-scale"])
         return
     if overflow is None:
         return
@@ -241,6 +249,7 @@ def _verdict(w: _Walk) -> Verdict:
             if code == "nan" and cause is None:
                 remedy = list(REMEDIES["nan-unknown"])
             remedy += [r for r in REMEDIES.get(code, []) if r not in remedy]
+            remedy = [r for r in remedy if _remedy_fits(r, w)]
             return Verdict(
                 code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity)
             )
@@ -276,13 +285,26 @@ def _verdict(w: _Walk) -> Verdict:
 _TREE_RULES = ("nan", "spike", "divergence")
 
 
+def _remedy_fits(remedy: str, w: _Walk) -> bool:
+    """Whether the run's evidence shows what a remedy needs (questions.REMEDY_NEEDS)."""
+    need = REMEDY_NEEDS.get(remedy)
+    if need == "fp16":
+        return w.source.dtype == "fp16"
+    if need == "no-moving-scale":
+        overflow = w.facts.overflow or {}
+        return not (overflow.get("scale_drops", 0) or overflow.get("scale_rises", 0))
+    return True
+
+
 def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
     dtype = source.dtype
+    # §3 leaves overflow facts only when it judged the run fp16 (stated, or by its own series)
     overflow = (facts.overflow or {}).get("overflows", 0)
-    if dtype == "fp16" or overflow:
+    if dtype == "fp16" or (dtype is None and overflow):
+        origin = source.dtype_origin if dtype == "fp16" else "by the log's overflow series"
         return (
             "activation-overflow",
-            f"fp16 ({source.dtype_origin}): an activation exceeded 65504 -> see §3",
+            f"fp16 ({origin}): an activation exceeded 65504 -> see §3",
         )
     if dtype == "fp32":
         nan = facts.nan or {}
@@ -303,7 +325,8 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
         return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed"
     return (
         None,
-        "dtype unknown (no manifest, run parameter or loss-scale series): pass --dtype to refine",
+        "dtype unknown (no manifest, run parameter or flag states it, and no loss scaler is "
+        "seen at work): pass --dtype to refine",
     )
 
 

@@ -194,6 +194,7 @@ def _scale_history(
             "scale_max": float(scale.max()),
             "scale_final": float(scale[-1]),
             "scale_drops": int(drops.size),
+            "scale_rises": int(rises.size),
         }
     )
     total = overflow["overflows"]
