@@ -15,6 +15,7 @@ import typer
 
 from stabilitycli.commands._common import fail, pairs
 from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.ingest import SUPPORTED
 
 app = typer.Typer(
     add_completion=False,
@@ -60,12 +61,12 @@ SetOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(epilog=f"Inputs: {SUPPORTED}")
 def analyze(
     path: Annotated[
         list[str],
         typer.Argument(
-            help="Log file(s), directories or URIs (JSONL, ...); "
+            help="Log file(s), directories or URIs (formats below); "
             "several runs are analysed in parallel."
         ),
     ],

@@ -32,11 +32,13 @@ def test_garbage_file_names_the_line(cli, tmp_path) -> None:
     assert "bad.jsonl" in result.stderr and "line 1" in result.stderr
 
 
-def test_unknown_format_lists_what_is_supported(cli, tmp_path) -> None:
+def test_unknown_format_points_to_the_list_in_help(cli, tmp_path) -> None:
     odd = tmp_path / "weights.bin"
     odd.write_bytes(b"\x00\x01\x02binary")
     result = cli("analyze", odd)
-    assert result.exit_code == 2 and "supported" in result.stderr
+    # one line naming the file; the formats are listed once, in `stab analyze --help`
+    assert result.exit_code == 2 and "`stab analyze --help` lists the formats" in result.stderr
+    assert result.stderr.count("\n") == 1 and str(odd) in result.stderr
 
 
 def test_metric_override_and_its_report(cli, tmp_path) -> None:

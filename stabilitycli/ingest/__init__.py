@@ -38,17 +38,19 @@ READERS: tuple[str, ...] = (
     "jsonl",
 )
 
+# shown once, in `stab analyze --help`; input errors point there instead of repeating it
 SUPPORTED = (
-    "JSONL (.jsonl, .jsonl.gz, .jsonl.zst), a directory of per-rank JSONL files (rank_7.jsonl, "
-    "rank-007.jsonl.gz, worker_7.jsonl, rank_7/metrics.jsonl), "
-    "Megatron / Megatron-DeepSpeed / GPT-NeoX stdout, DeepSpeed / DeepSpeed-Chat stdout, "
-    "llm.c main.log, Hugging Face trainer_state.json (or a checkpoint / output dir), "
-    "Lightning CSVLogger metrics.csv (or lightning_logs/ with version_N), "
-    "W&B offline run (.wandb, its run dir, or wandb/), W&B chart CSV export, "
-    "CSV / TSV / Parquet / Arrow IPC tables, MLflow file store (mlruns/, "
-    "an experiment or run folder), MLflow sqlite (mlflow.db, sqlite:///path), "
-    "MLflow tracking server (http(s)://host:port), "
-    "TensorBoard event files (events.out.tfevents.* or a log dir)"
+    "JSONL (.jsonl, .jsonl.gz, .jsonl.zst); Megatron / Megatron-DeepSpeed / GPT-NeoX stdout; "
+    "DeepSpeed / DeepSpeed-Chat stdout; llm.c main.log; Hugging Face trainer_state.json (or a "
+    "checkpoint / output dir); Lightning CSVLogger metrics.csv (or lightning_logs/ with "
+    "version_N: a version that resumes an earlier one is read with it); W&B offline run (.wandb, "
+    "its run dir, or wandb/); W&B chart CSV export; CSV / TSV / Parquet / Arrow IPC tables; "
+    "MLflow file store (mlruns/, an experiment or run folder); MLflow sqlite (mlflow.db, "
+    "sqlite:///path); MLflow tracking server (http(s)://host:port); TensorBoard event files "
+    "(events.out.tfevents.* or a log dir; run folders that resume one another are one run). "
+    "A folder of per-rank logs in any of the file formats (rank_7.jsonl, rank-007.jsonl.gz, "
+    "worker_7.csv, rank_7.log, rank_7/metrics.jsonl) is one per-rank run; "
+    "a folder holding one log is that log."
 )
 
 _DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
@@ -68,7 +70,44 @@ def detect_format(path: Path) -> str:
         module = reader(name)
         if module.sniff(path, head):
             return name
-    raise StabInputError(str(path), f"unrecognised input format; supported: {SUPPORTED}")
+    raise StabInputError(str(path), f"not a log stab reads ({FORMATS_HINT})")
+
+
+FORMATS_HINT = "`stab analyze --help` lists the formats"
+# files that sit beside a log and are never one (a README quoting a log, a config, a script)
+NOT_LOGS: tuple[str, ...] = (
+    *(".md", ".rst", ".html", ".htm", ".py", ".ipynb", ".yaml", ".yml", ".toml", ".cfg"),
+    *(".ini", ".sh", ".lock", ".pt", ".ckpt", ".bin", ".safetensors"),
+)
+
+
+def _only_log(folder: Path) -> Path:
+    """The one log a folder holds (`runs/latest/metrics.jsonl`): a folder of one log is that log."""
+    logs: list[Path] = []
+    seen = 0
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith(".") or not entry.is_file():
+            continue
+        seen += 1
+        if entry.name.lower().endswith(NOT_LOGS):
+            continue
+        try:
+            detect_format(entry)
+        except (StabInputError, OSError):
+            continue
+        logs.append(entry)
+    if len(logs) == 1:
+        return logs[0]
+    if not logs:
+        raise StabInputError(
+            str(folder), f"no log stab reads in this folder ({seen} file(s); {FORMATS_HINT})"
+        )
+    shown = ", ".join(p.name for p in logs[:5]) + (" ..." if len(logs) > 5 else "")
+    raise StabInputError(
+        str(folder),
+        f"{len(logs)} logs in this folder ({shown}): analyse one with `stab analyze "
+        f"{logs[0]}`, or each with `stab analyze -r {folder}`",
+    )
 
 
 def read(target: str | Path, options: ReadOptions | None = None):
@@ -93,8 +132,16 @@ def read(target: str | Path, options: ReadOptions | None = None):
                 f"unknown --format-in {options.format_in!r}; choose one of {', '.join(READERS)}",
             )
         name = options.format_in
+    elif is_uri:
+        name = _detect_uri(text)
     else:
-        name = detect_format(path) if not is_uri else _detect_uri(text)
+        try:
+            name = detect_format(path)
+        except StabInputError:
+            if not path.is_dir():
+                raise
+            path = _only_log(path)
+            text, name = str(path), detect_format(path)
     try:
         module = reader(name)
         # a URI goes as given: only a UriReader's sniff_uri (or --format-in) picks a reader for it
@@ -112,7 +159,7 @@ def _detect_uri(text: str) -> str:
         module = reader(name)
         if isinstance(module, UriReader) and module.sniff_uri(text):
             return name
-    raise StabInputError(text, f"unrecognised URI; supported: {SUPPORTED}")
+    raise StabInputError(text, f"not a tracking URI stab reads ({FORMATS_HINT})")
 
 
 def _apply_dtype(run, path: Path, options: ReadOptions) -> None:

@@ -1,4 +1,4 @@
-"""A directory of per-rank JSONL files: one file (or one sub-folder) per rank.
+"""A directory of per-rank logs: one file (or one sub-folder) per rank.
 
 Distributed jobs that log on every rank usually write one file per process.
 The rank is taken from the file name. Recognised names (compressed `.gz` and
@@ -18,6 +18,11 @@ Each file is parsed like a JSONL log (NaN and Infinity kept exactly), gets a
 rows and ranks that log at different steps or stop early are handled like any
 per-rank log. The row accounting sums over files, and rejected lines are named
 `file: reason` with the line number of that file.
+
+Per-rank files in another format stab reads one file of - a table (`rank_0.csv`,
+`rank_1/metrics.parquet`) or a training stdout log (`rank_3.log`) - count when
+their name carries the rank the same way; each is read by its own reader and
+the runs are stacked by rank (`_rank_logs`).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import polars as pl
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import ROW, RunData, finalize
-from stabilitycli.ingest import jsonl
+from stabilitycli.ingest import _rank_logs, jsonl
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import Rejection, Restart, SourceInfo
 
@@ -49,7 +54,7 @@ _RANK_IN_NAME = re.compile(r"(?:^|[._-])(?:rank|worker)[_-]?(\d+)(?=$|[._-])", r
 _RANK_FOLDER = re.compile(r"^(?:rank|worker)[_-]?(\d+)$", re.IGNORECASE)
 RECOGNISED = (
     "rank_7.jsonl, rank7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, log.rank7.jsonl, "
-    "rank_7/metrics.jsonl (or give --rank-pattern with one capture group)"
+    "rank_7/metrics.jsonl, rank_7.csv, rank_7.log (or give --rank-pattern with one capture group)"
 )
 _MAX_SCAN = 20_000  # entries looked at by sniff: a huge unrelated folder is not scanned whole
 
@@ -73,8 +78,20 @@ def _is_jsonl(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith(JSONL_SUFFIXES)
 
 
+def _is_rank_log(path: Path, folder: Path) -> bool:
+    """A per-rank file in another log format: only a rank-named one is worth a sniff."""
+    if not path.is_file() or "tfevents" in path.name or path.name.startswith("."):
+        return False
+    # one folder down, only inside a rank's own folder (rank_3/metrics.csv): a folder
+    # of runs is not taken for a per-rank run because one of its runs logged per rank
+    if path.parent != folder and not _RANK_FOLDER.match(path.parent.name):
+        return False
+    return default_rank(path, folder) is not None and _rank_logs.log_format(path) is not None
+
+
 def _candidates(folder: Path) -> list[Path]:
-    """JSONL files at the top level and one sub-folder down, in name order."""
+    """JSONL files, and rank-named logs of other formats, at the top level and one
+    sub-folder down, in name order."""
     found: list[Path] = []
     try:
         entries = sorted(folder.iterdir())
@@ -85,10 +102,12 @@ def _candidates(folder: Path) -> list[Path]:
             continue
         if entry.is_dir():
             try:
-                found.extend(sorted(p for p in entry.iterdir() if _is_jsonl(p)))
+                found.extend(
+                    sorted(p for p in entry.iterdir() if _is_jsonl(p) or _is_rank_log(p, folder))
+                )
             except OSError:
                 continue
-        elif _is_jsonl(entry):
+        elif _is_jsonl(entry) or _is_rank_log(entry, folder):
             found.append(entry)
     return found
 
@@ -161,7 +180,7 @@ def read(path: Path, options: ReadOptions) -> RunData:
         how = (
             f"--rank-pattern {options.rank_pattern!r} matched no file"
             if options.rank_pattern
-            else (f"no per-rank JSONL file; recognised names: {RECOGNISED}")
+            else (f"no per-rank log file; recognised names: {RECOGNISED}")
         )
         raise StabInputError(str(folder), how)
     source = SourceInfo(path=str(folder), format=NAME, run=folder.name or None)
@@ -171,6 +190,8 @@ def read(path: Path, options: ReadOptions) -> RunData:
             f"{len(unranked)} JSONL file(s) without a rank in the name were not read: {shown}"
         )
     _warn_duplicate_ranks(files, source)
+    if not all(_is_jsonl(item.path) for item in files):
+        return _rank_logs.read_files(files, source, options)
 
     parts: list[pl.DataFrame] = []
     used: list[RankFile] = []  # files that gave rows, indexed by the `_file` column

@@ -214,3 +214,154 @@ def test_event_file_with_only_hparams_is_not_a_run(tmp_path: Path):
     with pytest.raises(StabInputError, match=r"no scalar summaries.*not a training run"):
         ingest.read(folder)
     assert batch.discover([str(tmp_path)], recursive=True) == []
+
+
+# --- folders of per-rank files in any format ----------------------------------------------------
+
+
+def _ddp_csv(folder: Path, ranks: int = 4, steps: int = 300, bad_rank: int = 2) -> Path:
+    """What a DDP callback writing one CSV per process leaves: rank_0.csv ... rank_3.csv,
+    rank 2's loss doubling from step 150."""
+    import csv
+    import math
+
+    folder.mkdir(parents=True)
+    for rank in range(ranks):
+        with open(folder / f"rank_{rank}.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["step", "train_loss", "grad_norm", "lr"])
+            for step in range(steps):
+                loss = 2 + 2 * math.exp(-step / 100) + 0.01 * math.sin(step + rank)
+                if rank == bad_rank and step >= 150:
+                    loss *= 2
+                writer.writerow([step, repr(loss), 1.0, 1e-4])
+    return folder
+
+
+def test_per_rank_csv_files_are_one_per_rank_run_in_analyze_and_ranks(tmp_path: Path, cli):
+    folder = _ddp_csv(tmp_path / "ddp")
+    run = ingest.read(folder)
+    assert run.source.format == "rank_dir" and run.source.ranks == 4
+    assert run.frame.height == 1200 and run.source.rows_read == 1200
+    _accounted(run.source)
+    analyzed = cli("analyze", folder, "--format", "json")
+    assert analyzed.exit_code == 1 and '"rank-outlier"' in analyzed.output
+    ranks = cli("ranks", "--run", folder, "--format", "json")
+    assert ranks.exit_code == 1 and '"rank": 2' in ranks.output
+    # the same data as per-rank JSONL gives the same frame
+    jsonl = tmp_path / "jsonl"
+    jsonl.mkdir()
+    for rank in range(4):
+        table = pl.read_csv(folder / f"rank_{rank}.csv")
+        table.write_ndjson(jsonl / f"rank_{rank}.jsonl")
+    assert ingest.read(jsonl).frame.equals(run.frame)
+
+
+def test_per_rank_text_logs_and_rank_folders(tmp_path: Path):
+    line = (
+        " iteration {it:8d}/     100 | consumed samples: {s:12d} | learning rate: 1.000000E-04 |"
+        " global batch size:     8 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 1.000 |"
+        " number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    for rank in range(2):
+        (tmp_path / "logs").mkdir(exist_ok=True)
+        text = "".join(line.format(it=i, s=8 * i, loss=3.0 - 0.01 * i + rank) for i in range(1, 41))
+        (tmp_path / "logs" / f"rank_{rank}.log").write_text(text)
+        sub = tmp_path / "tables" / f"rank_{rank}"
+        sub.mkdir(parents=True)
+        pl.DataFrame({"step": list(range(30)), "loss": [2.0 + rank] * 30}).write_parquet(
+            sub / "metrics.parquet"
+        )
+    logs = ingest.read(tmp_path / "logs")
+    assert logs.source.ranks == 2 and logs.source.last_step == 40
+    assert logs.frame.filter(pl.col("rank") == 1)["loss"][0] == pytest.approx(3.99)
+    tables = ingest.read(tmp_path / "tables")
+    assert tables.source.ranks == 2 and tables.frame.height == 60
+
+
+def test_a_bad_line_in_one_rank_file_is_named_with_the_file(tmp_path: Path):
+    folder = _ddp_csv(tmp_path / "ddp", ranks=2, steps=30)
+    text = (folder / "rank_1.csv").read_text().splitlines()
+    text[5] = "4,oops,1.0,1e-4"
+    (folder / "rank_1.csv").write_text("\n".join(text) + "\n")
+    run = ingest.read(folder)
+    assert run.source.rows_rejected == 1
+    assert run.source.rejections[0].line == 6 and "rank_1.csv" in run.source.rejections[0].reason
+    _accounted(run.source)
+
+
+# --- a folder that holds one log -----------------------------------------------------------------
+
+
+def test_docs_ci_example_runs_latest_as_junit(tmp_path: Path, cli, monkeypatch):
+    """`stab analyze runs/latest --format junit`, exactly as docs/ci.md writes it."""
+    latest = tmp_path / "runs" / "latest"
+    latest.mkdir(parents=True)
+    source = next((FIXTURES / "runs" / "healthy-low-noise").glob("run.jsonl*"))
+    (latest / "metrics.jsonl").write_bytes(source.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert (
+        "stab analyze runs/latest --format junit"
+        in (FIXTURES.parent / "docs" / "ci.md").read_text()
+    )
+    result = cli("analyze", "runs/latest", "--format", "junit")
+    assert result.exit_code == 0 and result.output.startswith("<?xml")
+    assert 'failures="0"' in result.output
+
+
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("metrics.csv", "step,loss\n" + "".join(f"{s},{2.0 - s / 100}\n" for s in range(50))),
+        ("train.log", None),  # an llm.c main.log by another name
+        ("trainer_state.json", None),
+    ],
+)
+def test_a_folder_holding_one_log_is_that_log(tmp_path: Path, name: str, content: str | None):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    if content is None:
+        original = {
+            "train.log": FIXTURES / "llmc" / "main.log",
+            "trainer_state.json": FIXTURES / "hf_trainer" / "trainer_state.json",
+        }[name]
+        content = original.read_text()
+    (folder / name).write_text(content)
+    (folder / "README.md").write_text("notes about this run\n")
+    run = ingest.read(folder)
+    # a lone metrics.csv is read by the Lightning reader, which takes its folder
+    assert run.source.path in (str(folder / name), str(folder))
+    assert run.frame.height > 0
+
+
+def test_every_fixture_run_folder_is_read_as_given(cli):
+    folders = sorted(p for p in (FIXTURES / "runs").iterdir() if p.is_dir())
+    assert len(folders) == 26
+    result = cli("analyze", *folders, "--format", "json", "--jobs", "1", "-q")
+    assert result.exit_code in (0, 1)
+    assert '"stab.error/1"' not in result.output
+
+
+def test_input_errors_are_one_line_and_the_formats_are_listed_once_in_help(tmp_path: Path, cli):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.md").write_text("nothing\n")
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (two / name).write_text('{"step": 0, "loss": 1.0}\n')
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
+    for target, expected in (
+        (empty, "no log stab reads in this folder"),
+        (two, f"stab analyze -r {two}"),
+        (tmp_path / "blob.bin", "not a log stab reads"),
+    ):
+        result = cli("analyze", target)
+        assert result.exit_code == 2
+        message = result.output.strip()
+        assert "\n" not in message and expected in message and "Parquet" not in message
+    # the hint names commands that work
+    assert cli("analyze", "-r", two, "-q").exit_code == 0
+    assert cli("analyze", two / "a.jsonl").exit_code in (0, 1)
+    help_text = cli("analyze", "--help").output
+    assert help_text.count("Parquet") == 1
