@@ -365,3 +365,26 @@ def test_input_errors_are_one_line_and_the_formats_are_listed_once_in_help(tmp_p
     assert cli("analyze", two / "a.jsonl").exit_code in (0, 1)
     help_text = cli("analyze", "--help").output
     assert help_text.count("Parquet") == 1
+
+
+# --- one row count everywhere -------------------------------------------------------------------
+
+
+def test_rows_a_resume_rewrote_are_not_rejected_in_any_output(tmp_path: Path, cli):
+    import json
+
+    from tests.conftest import run_fixture
+
+    log = run_fixture("restart-clean")
+    doc = json.loads(cli("analyze", log, "--format", "json").output)
+    src = doc["source"]
+    assert src["rows_rejected"] == 0 and src["rows_rewritten"] == 200
+    assert src["rows"] == src["rows_used"] + src["rows_rejected"] + src["rows_rewritten"]
+    assert not any("rewritten" in reason for reason in src["rejection_counts"])
+    terminal = " ".join(cli("analyze", log).output.split())
+    assert "0 rejected, 200 rewritten by a resume" in terminal
+    markdown = cli("analyze", log, "--format", "markdown").output
+    assert "0 rejected, 200 rewritten by a resume" in markdown
+    page = tmp_path / "r.html"
+    cli("report", log, "-o", page)
+    assert "0 rejected, 200 rewritten by a resume" in page.read_text()
