@@ -91,6 +91,7 @@ class Check:
         steps = np.asarray(steps)
         values = np.asarray(values, dtype=np.float64)
         if self.aggregate is None:
+            assert self.at is not None  # a point check always names its step
             hits = np.flatnonzero(steps == self.at)
             if hits.size == 0:
                 return self._result(None, False, _missing_step(self.at, steps))
@@ -155,10 +156,11 @@ def _aggregate(name: str, values: Any) -> float:
     # NaN propagates through max/min/mean on purpose: a NaN in the window is a failed check
     if np.isnan(values).any():
         return float("nan")
-    return float({"max": np.max, "min": np.min, "mean": np.mean}[name](values))
+    reducers: dict[str, Callable[[Any], Any]] = {"max": np.max, "min": np.min, "mean": np.mean}
+    return float(reducers[name](values))
 
 
-def _missing_step(step: int | None, steps: Any) -> str:
+def _missing_step(step: int, steps: Any) -> str:
     if steps.size == 0:
         return "the metric is never logged"
     import numpy as np

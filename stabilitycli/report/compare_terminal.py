@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -17,7 +17,7 @@ _BARS = "▁▂▃▄▅▆▇█"
 
 
 def build(result: Comparison) -> Group:
-    parts = [
+    parts: list[RenderableType] = [
         Panel(_headline(result), title=f"stab compare · {_title(result)}"),
         Text(_settings(result), style="dim"),
     ]
@@ -42,6 +42,7 @@ def build(result: Comparison) -> Group:
 def _title(result: Comparison) -> str:
     name = result.candidate.get("run") or result.candidate["path"]
     if result.mode == "restart":
+        assert result.restart is not None  # restart mode always carries the restart
         return f"{name}, restart {result.restart['index']}"
     return name
 
@@ -57,11 +58,13 @@ def _headline(result: Comparison) -> Text:
         )
     if result.mode == "restart":
         r = result.restart
+        assert r is not None  # restart mode always carries the restart
         return verdict + Text(
             f"  resumed from step {r['resumed_from_step']} after the log had reached "
             f"{r['last_step_before']}: " + _restart_sentence(result.metrics[0], r)
         )
     first = result.metrics[0]
+    assert result.baseline is not None  # only `--expect` checks on one run have none
     return verdict + Text(
         f"  candidate {result.candidate['path']} against baseline {result.baseline['path']}: "
         + _metric_sentence(first, result.x)
@@ -120,6 +123,7 @@ def _settings(result: Comparison) -> str:
 
 def _curves(result: Comparison) -> Text:
     pv = result.preview
+    assert pv is not None  # drawn only when there is a preview
     values = [v for v in pv["baseline"] + pv["candidate"] if v is not None and math.isfinite(v)]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     names = ("abandoned", "resumed") if result.mode == "restart" else ("baseline", "candidate")
@@ -169,7 +173,7 @@ def _metric_table(result: Comparison) -> Group:
     table = Table(
         title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1)
     )
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("metric", "left"),
         ("pts", "right"),
         ("band±", "right"),
@@ -180,7 +184,8 @@ def _metric_table(result: Comparison) -> Group:
         ("parted", "right"),
         ("back", "right"),
         ("", "left"),
-    ):
+    )
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     origins: list[str] = []
     for m in result.metrics:

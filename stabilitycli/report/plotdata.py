@@ -292,7 +292,9 @@ def _grad_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | N
     bad = _nonfinite_markers("grad_norm", steps, grad, idx, to_x, _top(grad))
     if bad:
         panel.markers.append(bad)
-    xs, ys, texts = [], [], []
+    xs: list[float] = []
+    ys: list[float | None] = []
+    texts: list[str] = []
     for f in analysis.findings:
         for cause in f.evidence.get("causes") or []:
             if cause.get("cause") == "long-tail-token":
@@ -357,11 +359,10 @@ def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
             else over[keep_indices(over.astype(float), DISPLAY_BUCKETS)]
         )
         at = view.steps[shown]
-        ys = (
-            _clean(value_at_or_before(*view.points("loss_scale"), at))
-            if has_scale
-            else [1.0] * at.size
-        )
+        ys: list[float | None] = [1.0] * at.size
+        if has_scale:
+            scale_steps, scale_values = view.points("loss_scale")
+            ys = _clean(value_at_or_before(scale_steps, scale_values, at))
         panel.markers.append(
             Markers(
                 f"overflow ({over.size} steps)",
@@ -415,7 +416,8 @@ def _rank_panel(analysis: Analysis, to_x) -> Panel | None:
     z: list[list[float | None]] = []
     text: list[list[str]] = []
     for i, rank in enumerate(np.asarray(picture.ranks).tolist()):
-        row, labels = [], []
+        row: list[float | None] = []
+        labels: list[str] = []
         for j, value in enumerate(dev[i].tolist()):
             span = f"rank {rank}, steps {edges[j]:.0f}-{edges[j + 1]:.0f}"
             if math.isnan(value):

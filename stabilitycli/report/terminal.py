@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -19,7 +19,7 @@ _VERDICT_STYLE = {"healthy": "bold green", "insufficient-data": "bold yellow"}
 def build(analysis: Analysis) -> Group:
     v = analysis.verdict
     src = analysis.source
-    parts = []
+    parts: list[RenderableType] = []
     style = _VERDICT_STYLE.get(v.code, _STYLE.get(v.severity, "bold"))
     headline = Text.assemble((f"{v.code}", style), (f"  {v.summary}", ""))
     if v.cause and v.cause not in v.summary:
@@ -49,8 +49,8 @@ def build(analysis: Analysis) -> Group:
         table.add_column("step", justify="right")
         table.add_column("message", overflow="fold")
         for f in analysis.findings[:40]:
-            step = "" if f.step is None else str(f.step)
-            table.add_row(Text(str(f.severity), style=_STYLE[f.severity]), f.code, step, f.message)
+            at = "" if f.step is None else str(f.step)
+            table.add_row(Text(str(f.severity), style=_STYLE[f.severity]), f.code, at, f.message)
         parts.append(table)
     # skipped checks are in the coverage line; without it (a hand-built Analysis) they go here
     skips = [] if analysis.coverage else [f"{s.code}: {s.reason}" for s in analysis.skipped]
