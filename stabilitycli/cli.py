@@ -141,13 +141,13 @@ def analyze(
                 path, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values
             )
         )
-    path = path[0]
+    target = path[0]
     try:
-        thresholds = _thresholds(path, set_values)
+        thresholds = _thresholds(target, set_values)
         from stabilitycli.pipeline import run as pipeline
 
         result = pipeline.analyze(
-            path,
+            target,
             thresholds,
             options=options,
             select=split_codes(select),
@@ -156,7 +156,7 @@ def analyze(
     except (StabInputError, StabUsageError) as err:
         raise fail(str(err)) from None
     except Exception as err:
-        raise _internal(err, path) from None
+        raise _internal(err, target) from None
     _render(result, output, fail_on)
     from stabilitycli.exit_codes import exit_code_for
     from stabilitycli.model import Severity

@@ -18,6 +18,7 @@ casting, restarts, merging of sparse rows, and the row accounting.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import polars as pl
 
@@ -254,8 +255,9 @@ def _merge_and_resume(
     frame = kept.sort([*keys, "step"]).select(
         ["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]]
     )
-    source.first_step = int(frame["step"].min())
-    source.last_step = int(frame["step"].max())
+    # polars types min()/max() as any scalar; "step" is an integer column
+    source.first_step = int(cast(int, frame["step"].min()))
+    source.last_step = int(cast(int, frame["step"].max()))
     if has_rank:
         source.ranks = int(frame["rank"].n_unique())
     # only fp16 training applies a loss scale; a scale of 1 throughout is what bf16 and fp32

@@ -120,8 +120,9 @@ def read(target: str | Path, options: ReadOptions | None = None):
         # `stab analyze RUN --tracking-uri URI`: the target names a run of that store
         from dataclasses import replace
 
+        uri = options.tracking_uri
         options = replace(options, run=options.run or text)
-        text = options.tracking_uri
+        text = uri
         path, is_uri = Path(text), "://" in text
     if not is_uri and not path.exists():
         raise StabInputError(text, "no such file or directory")

@@ -12,6 +12,7 @@ Anything else stays an unknown field, skipped by the parser.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 PACKAGE = "stabilitycli.tb"
 
@@ -40,7 +41,7 @@ def _message(fdp, name: str, fields: list[tuple], oneofs: tuple[str, ...] = ()):
 
 
 @lru_cache(maxsize=1)
-def messages() -> dict[str, type]:
+def messages() -> dict[str, Any]:  # generated Message classes; protobuf is untyped here
     """Message classes by name: Event, HParamsPluginData (built once, on first use)."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
