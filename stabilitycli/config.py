@@ -34,15 +34,16 @@ class Thresholds:
     """A point above mu + spike_sigma * sigma is flagged (Q2.1)."""
     sigma_floor_frac: float = 0.01
     """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
-    spike_chance_budget: float = 0.05
-    (
-        "Materiality (a): a multi-point event must be longer than noise would produce this often "
-        "per log."
-    )
-    spike_sustained_min_ratio: float = 1.2
-    "...and its peak must reach this multiple of the baseline mean (noise runs reach 1.1-1.19x)."
-    spike_max_sustained_points: int = 4
-    """...but never needs more than this many consecutive points."""
+    spike_excess_points: int = 3
+    """Materiality (a): excess summed over a flagged point and the logged points after it, in all."""
+    spike_excess_sigma: float = 12.0
+    """...and must reach this many baseline sigmas (noise rarely puts three points that far up)."""
+    spike_excess_cap_sigma: float = 6.0
+    """...each point counting at most this many sigmas (one huge point is the large-z bar's case)."""
+    spike_excess_min_sigma: float = 2.0
+    """...with none of them under this many sigmas (one noise triple rarely stays up)."""
+    spike_sustained_min_rise_frac: float = 0.04
+    """...and those points must sit this fraction above the baseline on average."""
     noise_level_windows: int = 10
     (
         "sigma is at least the median window std over this many trailing windows (stable in sparse "

@@ -43,31 +43,85 @@ class SpikeEvent:
         return self.causes[0]["cause"] if self.causes else None
 
 
+def _accumulated_excess(
+    candidates: np.ndarray,
+    loss: np.ndarray,
+    mean: np.ndarray,
+    sigma: np.ndarray,
+    thresholds: Thresholds,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per flagged point: the excess over its own frozen baseline, summed over it and the
+    next logged points (`spike_excess_points` in all), in sigmas; their mean rise as a
+    fraction of the baseline; and the lowest of those points, in sigmas.
+
+    Each point counts at most `spike_excess_cap_sigma`, so one huge point cannot pass
+    for a sustained event (that is the large-z bar's job); a non-finite point counts
+    the cap. A level shift whose points only sometimes cross mu + 3 sigma still sums
+    well past the bar; noise, even heavy-tailed, rarely puts three points in a row
+    that far up. Counted in logged points, so a sparse log is judged as a dense one.
+    """
+    m = thresholds.spike_excess_points
+    cap = thresholds.spike_excess_cap_sigma
+    offsets = np.arange(m)
+    at = candidates[:, None] + offsets[None, :]
+    inside = at < loss.size
+    values = loss[np.minimum(at, loss.size - 1)]
+    mu = mean[candidates][:, None]
+    sd = sigma[candidates][:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(np.isfinite(values), (values - mu) / sd, cap)
+        z = np.where(inside, np.clip(z, -cap, cap), 0.0)
+        rise = np.where(inside & np.isfinite(values), values - mu, 0.0).sum(axis=1) / (
+            np.maximum(inside.sum(axis=1), 1) * np.abs(mean[candidates])
+        )
+    return z.sum(axis=1), rise, z.min(axis=1)
+
+
+def _sustained(
+    candidates: np.ndarray,
+    loss: np.ndarray,
+    mean: np.ndarray,
+    sigma: np.ndarray,
+    thresholds: Thresholds,
+) -> np.ndarray:
+    """Materiality (a), read as an accumulated excess rather than a run of flagged points."""
+    if candidates.size == 0:
+        return np.zeros(0, dtype=bool)
+    excess, rise, lowest = _accumulated_excess(candidates, loss, mean, sigma, thresholds)
+    finite = loss[np.isfinite(loss)]
+    # a level only means something for a loss that is never negative (cross-entropy); a
+    # signed objective (a PPO actor loss swings through zero) has no level to rise above,
+    # so only the large-z bar or a cause can make its spike
+    if finite.size and finite.min() < 0:
+        return np.zeros(candidates.size, dtype=bool)
+    return (
+        (excess >= thresholds.spike_excess_sigma)
+        & (lowest >= thresholds.spike_excess_min_sigma)
+        & (rise >= thresholds.spike_sustained_min_rise_frac)
+    )
+
+
 def _lone_blips(
     candidates,
     steps,
     loss,
     mean,
     sigma,
-    threshold,
     thresholds: Thresholds,
     ctx: _CauseContext,
-    min_points: int,
+    sustained: np.ndarray,
 ) -> np.ndarray:
-    """Which flagged points are plainly lone noise: one point, not large, no possible cause."""
+    """Which flagged points are plainly noise: not sustained, not large, no possible cause."""
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
-    nxt = np.minimum(candidates + 1, loss.size - 1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        single = (candidates == loss.size - 1) | (
-            np.isfinite(loss[nxt]) & (loss[nxt] <= threshold[candidates])
-        )
         z = (loss[candidates] - mean[candidates]) / sigma[candidates]
         large = (z >= thresholds.spike_large_z) & (
             loss[candidates] >= thresholds.spike_large_ratio * mean[candidates]
         )
+    large |= ~np.isfinite(loss[candidates])
     maybe_cause = ctx.maybe_cause(candidates, steps, thresholds)
-    return single & ~large & ~maybe_cause & (min_points > 1)
+    return ~sustained & ~large & ~maybe_cause
 
 
 def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.ndarray]:
@@ -85,28 +139,6 @@ def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.n
     all_z = np.concatenate([z, np.array([e.z for e in weak], dtype=float)])
     order = np.argsort(all_steps, kind="stable")
     return all_steps[order], all_z[order]
-
-
-def _sustained_points(flagged: int, eligible: int, thresholds: Thresholds) -> int:
-    """How many consecutive flagged points make an event sustained (materiality a).
-
-    The literal rule ("more than one point") fires on healthy heavy-tailed
-    runs: with 1% of points above mu + 3 sigma, two in a row happen about once
-    in 10,000 steps. So the run's own exceedance rate p decides: the smallest
-    k >= 2 for which k noise exceedances in a row are expected less than
-    `spike_chance_budget` times over the whole log (n * p**k), capped so that
-    a very spiky run still gets its spikes named.
-    """
-    if eligible == 0 or flagged == 0:
-        return 2
-    rate = flagged / eligible
-    needed = 2
-    while (
-        needed < thresholds.spike_max_sustained_points
-        and eligible * rate**needed > thresholds.spike_chance_budget
-    ):
-        needed += 1
-    return needed
 
 
 def _noise_level(steps: np.ndarray, window_std: np.ndarray, horizon_steps: int) -> np.ndarray:
@@ -166,12 +198,14 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "short_log_grad_norm_jump_ratio",
         "short_log_loss_jump_ratio",
         "sigma_floor_frac",
-        "spike_chance_budget",
         "spike_large_ratio",
         "spike_large_z",
-        "spike_max_sustained_points",
         "spike_sigma",
-        "spike_sustained_min_ratio",
+        "spike_excess_points",
+        "spike_excess_sigma",
+        "spike_excess_cap_sigma",
+        "spike_excess_min_sigma",
+        "spike_sustained_min_rise_frac",
         "spike_window_steps",
         "stable_std_points",
         "widened_window_points",
@@ -184,12 +218,16 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     What it detects: a step t where loss[t] > mu + 3*sigma of the loss over
     the steps [t-100, t) (Q2.1). Consecutive flagged points are one event with
     the baseline frozen at its onset; sigma has a floor of 1% of |mu|. An
-    event is a spike when it spans more than one point, has an evident cause
+    event is a spike when it is sustained, has an evident cause
     (pre-clip grad norm >= 30x its trailing mean within the 3 steps before, an
     LR jump, a repeated batch id, a restart within 10 steps), or is large
     (z >= 6 and peak >= 1.5x the baseline); anything else is a blip (info).
-    "More than one point" is read against the run's own noise: the event
-    must be longer than noise makes likely (see `_sustained_points`).
+    Sustained is read as an accumulated excess: the point and the next two
+    logged points, each at most 6 sigma and none under 2, sum to >= 12 sigma
+    over the frozen baseline and rise >= 4% above it on average (see
+    `_accumulated_excess`),
+    so a level shift counts even where some of its points dip under 3 sigma.
+    Points above the baseline until the loss is back are one event.
     Recovered when the loss is back to <= mu + 0.5*sigma within 50 steps
     (Q2.2); type 1 recoverable, 2 persistent, 3 divergent (seed 002).
 
@@ -266,12 +304,15 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         result,
         before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None,
     )
-    min_points = _sustained_points(int(flagged.sum()), int(eligible.sum()), thresholds)
     candidates = np.flatnonzero(flagged)
+    sustained = _sustained(candidates, loss, stats.mean, sigma, thresholds)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
     lone = _lone_blips(
-        candidates, steps, loss, stats.mean, sigma, threshold, thresholds, causes_ctx, min_points
+        candidates, steps, loss, stats.mean, sigma, thresholds, causes_ctx, sustained
+    )
+    sustained_at = dict(
+        zip(candidates[sustained].tolist(), [True] * int(sustained.sum()), strict=True)
     )
     events: list[SpikeEvent] = []
     next_free = 0
@@ -288,11 +329,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             threshold,
             thresholds,
             causes_ctx,
-            min_points,
+            sustained_at.get(int(idx), False),
         )
         event.window = stats.description
         events.append(event)
-        next_free = int(np.searchsorted(steps, event.end_step, side="right"))
+        next_free = _after_event(event, steps, thresholds)
 
     spikes = [e for e in events if e.material]
     blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, stats.mean, sigma)
@@ -446,7 +487,7 @@ def _build_event(
     threshold,
     thresholds: Thresholds,
     ctx: _CauseContext,
-    min_points: int,
+    sustained: bool,
 ) -> SpikeEvent:
     mu, sd, thr = float(mean[idx]), float(sigma[idx]), float(threshold[idx])
     onset = int(steps[idx])
@@ -480,15 +521,6 @@ def _build_event(
     large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
     causes = _causes(idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
-    # a few noise points in a row can pass 3 sigma in a 10-point window; a real
-    # sustained spike also stands clear of the loss level itself
-    # a multiple of the level only means something for a loss that is never negative
-    # (cross-entropy); a signed objective (a PPO actor loss swings through zero) has no
-    # level to stand clear of, so only the large-z bar or a cause can make its spike
-    finite_loss = loss[np.isfinite(loss)]
-    signed = bool(finite_loss.size and finite_loss.min() < 0)
-    clear = not signed and (mu <= 0 or peak >= thresholds.spike_sustained_min_ratio * mu)
-    sustained = points >= min_points and clear
     # a restart names the cause of a real spike; it does not turn one noisy
     # point after a resume into a spike (the replay rule judges the resume itself)
     explaining = [c for c in causes if c["cause"] != "optimizer-reset"]
@@ -511,6 +543,22 @@ def _build_event(
         causes=causes,
         after_peak_50=after_50,
     )
+
+
+def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -> int:
+    """First index a new event may start at: one event, one finding.
+
+    Points above the frozen threshold until the loss is back belong to the event
+    that began the rise; a level that never comes back is one persistent event,
+    and a new one can start only once the trailing baseline has moved onto it.
+    """
+    if event.recovery_step is not None:
+        until = max(event.end_step, event.recovery_step - 1)
+    elif event.material:
+        until = max(event.end_step, event.onset_step + thresholds.spike_window_steps)
+    else:
+        until = event.end_step
+    return int(np.searchsorted(steps, until, side="right"))
 
 
 def _keeps_rising(steps, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
