@@ -244,8 +244,10 @@ def _source_block(analysis: Analysis, plots: Plots) -> str:
     )
     set_aside = f", {s.rows_rewritten:,} rewritten by a resume" if s.rows_rewritten else ""
     return (
-        f'<p class="source"><b>{_e(s.path)}</b> ({_e(s.format)}): {s.rows_read:,} rows read, {s.rows_used:,} used, '
-        f"{s.rows_rejected:,} rejected{set_aside}; steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
+        f'<p class="source"><b>{_e(s.path)}</b> ({_e(s.format)}): '
+        f"{s.rows_read:,} rows read, {s.rows_used:,} used, "
+        f"{s.rows_rejected:,} rejected{set_aside}; "
+        f"steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
         f"dtype {_e(s.dtype or 'unknown')}; {metrics}{drawn}</p>"
     )
 
@@ -258,7 +260,8 @@ def _path_table(path) -> str:
         for p in path
     )
     return (
-        '<h2>Questions asked</h2><table class="path"><tr><th>Q</th><th>answer</th><th>evidence</th></tr>'
+        '<h2>Questions asked</h2><table class="path">'
+        "<tr><th>Q</th><th>answer</th><th>evidence</th></tr>"
         f"{rows}</table>"
     )
 
@@ -286,7 +289,8 @@ def _findings_table(analysis: Analysis, limit: int = 200) -> str:
         else ""
     )
     return (
-        f"<h2>Findings ({len(analysis.findings)})</h2><table><tr><th>severity</th><th>code</th><th>step</th>"
+        f"<h2>Findings ({len(analysis.findings)})</h2>"
+        "<table><tr><th>severity</th><th>code</th><th>step</th>"
         f"<th>rank</th><th>message</th></tr>{''.join(rows)}</table>{more}"
     )
 
@@ -317,7 +321,7 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.88em;width:100%}td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 tr.error td:first-child{color:#d62728;font-weight:bold}tr.warning td:first-child{color:#e65100}tr.info td:first-child{color:#888}
 .plot{margin:.6em 0}.notes{color:#666;font-size:.88em}
-"""
+"""  # noqa: E501 (one CSS rule per line; wrapping would change the page it writes)
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">

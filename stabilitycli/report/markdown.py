@@ -46,7 +46,8 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
         for f in analysis.findings[:MAX_FINDINGS]:
             step = "" if f.step is None else str(f.step)
             lines.append(
-                f"| {ICON[f.severity]} | {f.severity} | `{f.code}` | {step} | {mdtext.cell(f.message)} |"
+                f"| {ICON[f.severity]} | {f.severity} | `{f.code}` | {step} "
+                f"| {mdtext.cell(f.message)} |"
             )
         if len(analysis.findings) > MAX_FINDINGS:
             lines.append(f"| | | | | {len(analysis.findings) - MAX_FINDINGS} more |")

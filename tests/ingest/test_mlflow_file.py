@@ -182,7 +182,8 @@ def test_two_and_five_field_lines_and_nested_keys(tmp_path):
     )
     run = ingest.read(folder)
     assert run.frame["old"][0] == 2.5
-    # the key "eval/val/loss" is read as eval_loss by its name; MLflow itself reports step 0 for 5-field lines, we keep the step
+    # the key "eval/val/loss" is read as eval_loss by its name; MLflow itself reports step 0
+    # for 5-field lines, we keep the step
     assert run.frame["eval_loss"][10] == 3.25 and math.isnan(run.frame["eval_loss"][20])
 
 
