@@ -54,8 +54,10 @@ def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Fact
         Finding(
             "duplicate-batch",
             Severity.WARNING,
-            f"{hits.size} step(s) reuse a batch id seen within {thresholds.duplicate_batch_window_steps} steps; "
-            f"first at step {steps[first]} (batch {batch[first]:.0f}, last used at step {int(previous[first])}); "
+            f"{hits.size} step(s) reuse a batch id seen within "
+            f"{thresholds.duplicate_batch_window_steps} steps; "
+            f"first at step {steps[first]} (batch {batch[first]:.0f}, "
+            f"last used at step {int(previous[first])}); "
             f"longest run of repeats {int(lengths.max())} steps",
             step=int(steps[first]),
             end_step=int(steps[hits[-1]]),

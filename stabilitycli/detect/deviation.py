@@ -101,12 +101,13 @@ def align(
     lo: float,
     hi: float,
 ) -> Aligned:
-    """`base`/`cand` are (x, steps, values) sorted by x; compare over [lo, hi] on the coarser grid."""
+    """`base`/`cand` are (x, steps, values) sorted by x; compared over [lo, hi] on the coarser
+    grid."""
     bx, bs, bv = (a[(base[0] >= lo) & (base[0] <= hi)] for a in base)
     cx, cs, cv = (a[(cand[0] >= lo) & (cand[0] <= hi)] for a in cand)
     if bx.size == cx.size and np.array_equal(bx, cx):
         return Aligned(bx, bs, bv, cv, "both", 0)
-    # the finer series is interpolated from all its points: its neighbours may lie just outside [lo, hi]
+    # the finer series is interpolated from all its points: neighbours may lie just outside [lo, hi]
     if bx.size <= cx.size:
         values, exact = _resample(cand[0], cand[2], bx)
         return Aligned(bx, bs, bv, values, "baseline", int((~exact).sum()))
@@ -115,7 +116,7 @@ def align(
 
 
 def _resample(x: np.ndarray, v: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Linear interpolation of (x, v) at `grid`; exact hits keep the logged value (NaN/Inf included)."""
+    """Linear interpolation of (x, v) at `grid`; exact hits keep the logged value (NaN/Inf too)."""
     if x.size == 0:
         return np.full(grid.size, np.nan), np.zeros(grid.size, dtype=bool)
     pos = np.clip(np.searchsorted(x, grid), 0, x.size - 1)
@@ -156,7 +157,9 @@ def local_noise(x: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray
 def window_noise(
     steps: np.ndarray, values: np.ndarray, lo: int, hi: int, min_points: int = 5
 ) -> tuple[float, int, int]:
-    """One noise sigma over steps [lo, hi] (widened back to `min_points` points); (sigma, first, last)."""
+    """One noise sigma over steps [lo, hi] (widened back to `min_points` points).
+
+    Returns (sigma, first, last)."""
     finite = np.isfinite(values)
     fs, fv = steps[finite], values[finite]
     if fs.size == 0:

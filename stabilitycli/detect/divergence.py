@@ -134,8 +134,8 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                 Finding(
                     "grad-norm-rising",
                     Severity.WARNING,
-                    f"grad-norm moving average rose {c['grad_norm_start']:.3g} -> {c['grad_norm_end']:.3g} "
-                    f"from step {start_step}",
+                    f"grad-norm moving average rose {c['grad_norm_start']:.3g} -> "
+                    f"{c['grad_norm_end']:.3g} from step {start_step}",
                     step=start_step,
                     metric="grad_norm",
                     evidence=dict(c),
@@ -172,8 +172,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
             Finding(
                 "plateau",
                 Severity.WARNING,
-                f"loss drifted up {rise:.1%} from step {start_step} (z = {z[j]:.1f}) and never came back, "
-                "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
+                f"loss drifted up {rise:.1%} from step {start_step} (z = {z[j]:.1f}) "
+                "and never came back, with no LR, weight-norm or grad-norm cause: a plateau, "
+                "not divergence",
                 step=start_step,
                 end_step=end_step,
                 metric="loss",

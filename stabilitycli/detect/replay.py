@@ -78,7 +78,8 @@ def build_replay(
     index: int,
     metrics: list[str] | None = None,
 ) -> Replay:
-    """The replay of restart `index` from a kept series (steps, columns, logged) and the abandoned rows.
+    """The replay of restart `index` from a kept series (steps, columns, logged) and the abandoned
+    rows.
 
     `metrics` limits the work to those columns (a log may carry hundreds of per-layer series).
     """
@@ -116,7 +117,7 @@ def build_replay(
         r_steps = np.concatenate([m_steps, k_steps[kept]])
         r_vals = np.concatenate([m_vals, k_vals[kept]])
         order = np.argsort(r_steps, kind="stable")
-        # before: the kept frame below every resume point from this one on, then the rewritten values
+        # before: the kept frame below every resume point from this one on, then rewritten values
         early = k_steps < own_min
         b_steps = np.concatenate([k_steps[early], o_steps])
         b_vals = np.concatenate([k_vals[early], o_vals])
@@ -169,7 +170,9 @@ def replay_noise(replay, metric: str, thr: Thresholds) -> tuple[float, int, int]
 
 
 def replay_judgement(replay, metric: str, thresholds: Thresholds) -> dict[str, Any] | None:
-    """The restart-replay rule's numbers for one metric: same band and judging as `compare_restart`."""
+    """The restart-replay rule's numbers for one metric.
+
+    Same band and judging as `compare_restart`."""
     steps, old, new = replay.pairs(metric)
     if steps.size == 0:
         return None

@@ -107,16 +107,19 @@ def _message(index: int, lo: int, hi: int, n: dict) -> str:
         f"over steps {n['noise_steps'][0]}-{n['noise_steps'][1]}"
     )
     if not n["departed"]:
-        return (
-            head
-            + f"the replay of {n['points']} point(s) tracks the abandoned trajectory within noise ({numbers})"
+        return head + (
+            f"the replay of {n['points']} point(s) tracks the abandoned trajectory within "
+            f"noise ({numbers})"
         )
     if n["within_from"] is None:
         back = f"and did not come back within the {n['points']} replayed point(s)"
     else:
-        back = f"and came back within noise after {n['within_from'] - lo} steps (step {n['within_from']})"
-    return (
-        head
-        + f"the resumed loss left the abandoned trajectory at step {n['first_outside']} {back} ({numbers}); "
-        "state the checkpoint did not restore (optimizer moments, scheduler, data cursor)"
+        back = (
+            f"and came back within noise after {n['within_from'] - lo} steps "
+            f"(step {n['within_from']})"
+        )
+    return head + (
+        f"the resumed loss left the abandoned trajectory at step {n['first_outside']} {back} "
+        f"({numbers}); state the checkpoint did not restore (optimizer moments, scheduler, "
+        "data cursor)"
     )

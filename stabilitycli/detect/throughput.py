@@ -86,8 +86,8 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
             Finding(
                 "throughput-drop",
                 Severity.WARNING,
-                f"{name} fell {1 - level / base:.1%} ({base:.4g} -> {level:.4g}) from step {steps[begin]} "
-                f"for {length} points",
+                f"{name} fell {1 - level / base:.1%} ({base:.4g} -> {level:.4g}) "
+                f"from step {steps[begin]} for {length} points",
                 step=int(steps[begin]),
                 end_step=int(steps[begin + length - 1]),
                 metric=name,
@@ -118,8 +118,8 @@ def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleRes
             Finding(
                 "throughput-drop",
                 Severity.WARNING,
-                f"{name} fell {1 - tail / head:.1%} ({head:.4g} -> {tail:.4g}) from step {steps[drop_at]} "
-                f"to the end of this short log",
+                f"{name} fell {1 - tail / head:.1%} ({head:.4g} -> {tail:.4g}) "
+                f"from step {steps[drop_at]} to the end of this short log",
                 step=int(steps[drop_at]),
                 end_step=int(steps[-1]),
                 metric=name,

@@ -40,7 +40,9 @@ def bin_medians(steps: np.ndarray, values: np.ndarray, bin_points: int) -> Binne
 
 
 def mann_kendall_windows(values: np.ndarray, window_points: int) -> np.ndarray:
-    """z statistic of the Mann-Kendall test for every window of `window_points` (no tie correction)."""
+    """z statistic of the Mann-Kendall test for every window of `window_points`.
+
+    No tie correction."""
     m = int(window_points)
     n_windows = values.size - m + 1
     if m < 3 or n_windows <= 0:

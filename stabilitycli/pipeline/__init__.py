@@ -1,1 +1,1 @@
-"""Orchestration: read a run, run the rules, walk the tree (`run`), for one run or many (`batch`)."""
+"""Orchestration: read a run, run the rules, walk the tree (`run`); one run or many (`batch`)."""

@@ -248,7 +248,7 @@ def analyze_many(
                     )
                     for i in chunk
                 ]
-            for i, result in zip(chunk, done):
+            for i, result in zip(chunk, done, strict=True):
                 results[i] = result
                 if on_done:
                     on_done(result)

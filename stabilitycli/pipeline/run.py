@@ -120,7 +120,8 @@ def ranks(
 
 
 def _preview(view, points: int = 60) -> tuple[list[float], list[int]]:
-    """A downsampled loss curve for sparklines (max per bucket, so spikes show), and each bucket's first step."""
+    """A downsampled loss curve for sparklines (max per bucket, so spikes show), and each bucket's
+    first step."""
     if not view.has("loss"):
         return [], []
     steps, loss = view.points("loss")
