@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     count = int(bad.sum())
     values = loss[bad] if hidden_by is None else np.array([np.nan])
     origin = _origin_layer(view, first_step)
-    evidence = {
+    evidence: dict[str, Any] = {
         "first_step": first_step,
         "count": count,
         "following": count - 1,
@@ -156,7 +157,7 @@ _NOT_ORIGINS = ("loss", "overflow", "skipped_steps", "nan_steps", "loss_scale")
 
 def _earliest_nonfinite(view: SeriesView, before_step: int) -> dict | None:
     """The series that went non-finite first, when that is before the loss did."""
-    best = None
+    best: dict[str, Any] | None = None
     for name in view.columns:
         if name in _NOT_ORIGINS:
             continue

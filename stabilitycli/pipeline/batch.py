@@ -92,8 +92,7 @@ def discover(targets: Iterable[str], recursive: bool) -> list[str]:
             runs.append(target)
         else:
             _walk(path, runs)
-    seen: set[str] = set()
-    return [r for r in runs if not (r in seen or seen.add(r))]
+    return list(dict.fromkeys(runs))  # each run once, in the order first given
 
 
 def _walk(folder: Path, runs: list[str]) -> None:
@@ -220,9 +219,9 @@ def analyze_many(
     results: list[RunResult | None] = [None] * len(paths)
     if jobs == 1:
         for i, path in enumerate(paths):
-            results[i] = analyze_one(path, settings)
+            results[i] = result = analyze_one(path, settings)
             if on_done:
-                on_done(results[i])
+                on_done(result)
         return [r for r in results if r is not None]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -288,7 +287,7 @@ def first_bad_step(doc: dict[str, Any]) -> int | None:
 
 def summary_rows(results: list[RunResult]) -> list[dict[str, Any]]:
     """One row per run: run, verdict, cause, first bad step, rows (or the error)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in results:
         if not r.ok:
             rows.append(
