@@ -1,16 +1,41 @@
-"""`stab explain`: documentation straight from the rule registry and the tree's data."""
+"""`stab explain`: documentation straight from the rule registry and the tree's data.
+
+Registered by `cli.py` as `app.command("explain")(command)`. Exit status: 0, or
+2 for a code no rule, verdict or cause has.
+"""
 
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Annotated
 
-from stabilitycli.classify.questions import CAUSE_TEXT, REMEDIES, VERDICTS
-from stabilitycli.config import Thresholds
-from stabilitycli.detect.registry import load_rules
+import typer
+
+from stabilitycli.commands._common import fail
 from stabilitycli.errors import StabUsageError
 
 
+def command(
+    code: Annotated[
+        str | None,
+        typer.Argument(
+            help="A rule, finding or verdict code; 'thresholds'; or nothing for the list."
+        ),
+    ] = None,
+) -> None:
+    """Print the documentation of a rule, finding code or verdict."""
+    try:
+        typer.echo(explain_text(code))
+    except StabUsageError as err:
+        raise fail(str(err)) from None
+
+
 def explain_text(code: str | None) -> str:
+    # imported here: `stab --help` imports this module to register the command
+    from stabilitycli.classify.questions import CAUSE_TEXT, REMEDIES, VERDICTS
+    from stabilitycli.config import Thresholds
+    from stabilitycli.detect.registry import load_rules
+
     rules = load_rules()
     if not code:
         lines = ["Rules (run `stab explain CODE`):"]

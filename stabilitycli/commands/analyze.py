@@ -1,0 +1,221 @@
+"""`stab analyze`: walk the stability tree over one run (or many) and print the verdict.
+
+Registered by `cli.py` as `app.command("analyze", epilog=EPILOG)(command)`. polars is
+imported only inside the functions, so `stab --help` stays instant.
+
+Exit status: 0 when no finding is at or above `--fail-on`, 1 when one is, 2
+for unreadable input or a bad option (one line on stderr). With several runs,
+2 only when none could be read.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from stabilitycli.commands._common import FailOn, MetricOpt, fail, internal_error, pairs
+from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.ingest import SUPPORTED
+from stabilitycli.report.formats import Format
+
+# below the options in `stab analyze --help`: input errors point here instead of repeating it
+EPILOG = f"Inputs: {SUPPORTED}"
+
+# analyze's --set points to the list of thresholds; the other commands' help is shorter
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a threshold, e.g. spike_sigma=4 (repeatable; "
+        "see `stab explain thresholds`).",
+    ),
+]
+
+
+def split_codes(values: list[str] | None) -> list[str]:
+    """`--select a,b --select c` -> ['a', 'b', 'c']."""
+    return [c.strip() for v in values or [] for c in v.split(",") if c.strip()]
+
+
+def command(
+    path: Annotated[
+        list[str],
+        typer.Argument(
+            help="Log file(s), directories or URIs (formats below); "
+            "several runs are analysed in parallel."
+        ),
+    ],
+    output: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = (
+        Format.terminal
+    ),
+    fail_on: Annotated[
+        FailOn, typer.Option(help="Lowest finding severity that exits 1.")
+    ] = FailOn.error,
+    metric: MetricOpt = None,
+    step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
+    rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
+    format_in: Annotated[
+        str | None, typer.Option(help="Input format, when detection guesses wrong.")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")] = None,
+    select: Annotated[
+        list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option(help="Skip these rule/finding codes (comma list).")
+    ] = None,
+    set_values: SetOpt = None,
+    run: Annotated[
+        str | None, typer.Option(help="Run id or name inside a store with several runs.")
+    ] = None,
+    experiment: Annotated[str | None, typer.Option(help="Experiment name or id (MLflow).")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking server URI.")] = None,
+    rank_pattern: Annotated[
+        str | None, typer.Option(help="Regex with one group: the rank in a file name.")
+    ] = None,
+    include_deleted: Annotated[
+        bool, typer.Option(help="Also read MLflow runs marked deleted.")
+    ] = False,
+    recursive: Annotated[
+        bool,
+        typer.Option(
+            "--recursive",
+            "-r",
+            help="Find every run inside the directories given (a run directory is one run).",
+        ),
+    ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, help="Worker processes for several runs (default: all cores)."
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Walk the §1-§4 stability tree over one run (or many) and print the verdict."""
+    from stabilitycli.ingest.options import ReadOptions
+
+    try:
+        options = ReadOptions(
+            format_in=format_in,
+            metric_overrides=pairs(metric, "--metric"),
+            step_key=step_key,
+            rank_key=rank_key,
+            dtype=dtype,
+            run=run,
+            experiment=experiment,
+            tracking_uri=tracking_uri,
+            rank_pattern=rank_pattern,
+            include_deleted=include_deleted,
+        )
+    except StabUsageError as err:
+        raise fail(str(err)) from None
+    if len(path) > 1 or recursive:
+        raise typer.Exit(
+            _analyze_many(
+                path, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values
+            )
+        )
+    target = path[0]
+    try:
+        thresholds = _thresholds(target, set_values)
+        from stabilitycli.pipeline import run as pipeline
+
+        result = pipeline.analyze(
+            target,
+            thresholds,
+            options=options,
+            select=split_codes(select),
+            ignore=split_codes(ignore),
+        )
+    except (StabInputError, StabUsageError) as err:
+        raise fail(str(err)) from None
+    except Exception as err:
+        raise internal_error(err, target) from None
+    from stabilitycli.exit_codes import exit_code_for
+    from stabilitycli.model import Severity
+
+    threshold = Severity.parse(fail_on.value)
+    _print(output.render(result, threshold))
+    raise typer.Exit(exit_code_for(result.worst_severity, threshold))
+
+
+def _thresholds(path: str, set_values: list[str] | None):
+    from stabilitycli.config import load_config
+
+    return load_config(path, pairs(set_values, "--set"))
+
+
+def _print(rendered) -> None:
+    """Text exactly as rendered; a rich renderable on a console sized to the terminal."""
+    if isinstance(rendered, str):
+        typer.echo(rendered, nl=False)
+        return
+    from rich.console import Console
+
+    Console().print(rendered)
+
+
+def _analyze_many(
+    targets,
+    recursive,
+    jobs,
+    quiet,
+    output: Format,
+    fail_on: FailOn,
+    options,
+    select,
+    ignore,
+    set_values,
+) -> int:
+    """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only
+    the output."""
+    from stabilitycli.model import Severity
+    from stabilitycli.pipeline import batch
+
+    try:
+        settings = batch.BatchSettings(
+            options=options,
+            set_values=pairs(set_values, "--set"),
+            select=tuple(split_codes(select)),
+            ignore=tuple(split_codes(ignore)),
+            fail_on=fail_on.value,
+            render_fragment=output.fragment_renderer(Severity.parse(fail_on.value)),
+        )
+        from stabilitycli.detect.registry import select_rules
+
+        # a bad code is a usage error, not N failures
+        select_rules(list(settings.select), list(settings.ignore))
+    except StabUsageError as err:
+        raise fail(str(err)) from None
+    paths = batch.discover(targets, recursive)
+    if not paths:
+        raise fail(f"no runs found in {', '.join(targets)}")
+    results = _with_progress(paths, settings, jobs, quiet)
+    _print(output.render_many(results))
+    for r in results:
+        if not r.ok:
+            typer.echo(f"stab: error: {r.error}", err=True)
+    return batch.exit_status(results, fail_on.value)
+
+
+def _with_progress(paths, settings, jobs, quiet):
+    from stabilitycli.pipeline import batch
+
+    if quiet or not sys.stderr.isatty():
+        return batch.analyze_many(paths, settings, jobs)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("analysing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("runs", total=len(paths))
+        return batch.analyze_many(paths, settings, jobs, on_done=lambda _r: progress.advance(task))
