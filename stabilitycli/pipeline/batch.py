@@ -1,7 +1,7 @@
 """Many runs at once: find them, analyse them in parallel, summarise, pick the exit status.
 
 `stab analyze a.jsonl b.jsonl` or `stab analyze --recursive runs/` come here;
-one path keeps the single-run code path in `cli.py`. Each run is analysed in
+one path keeps the single-run code path in `commands/analyze.py`. Each run is analysed in
 a worker process (`concurrent.futures.ProcessPoolExecutor`, forkserver start:
 no fork of a parent that already holds polars' threads); the worker imports
 the library itself and sends back the `Analysis.to_dict()` document - plus,
