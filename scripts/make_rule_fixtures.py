@@ -186,6 +186,35 @@ def spike_cases() -> None:
     )
 
 
+def recurring_spike_cases() -> None:
+    # single-step jumps of 1.7x that come straight back, no grad-norm, LR or batch cause:
+    # the pattern of a large healthy run (seed 002's type 1), told once when there are many
+    spikes_at = [LATE + s for s in (300, 650, 1000, 1350, 1700)]
+    run = late(121, steps=2000)
+    for step in spikes_at:
+        run["loss"][at(run, step)] *= 1.7
+    write_case(
+        "recurring-spikes",
+        "fires",
+        rows_of(run, "loss", "grad_norm", "lr"),
+        "five one-point 1.7x loss spikes with no cause, each back at the next step: one "
+        "recurring-spikes finding at the first of them",
+        step=spikes_at[0],
+        extra={"severity": "warning"},
+    )
+    run = late(121, steps=2000)
+    for step in spikes_at[:2]:
+        run["loss"][at(run, step)] *= 1.7
+    write_case(
+        "recurring-spikes",
+        "quiet",
+        rows_of(run, "loss", "grad_norm", "lr"),
+        "two such spikes: below the count of 3 that makes them recurring, so two spike findings",
+        fires_with={"recurring_spike_min_count": 2},
+        event_step=spikes_at[0],
+    )
+
+
 def blip_cases() -> None:
     # a smooth large-batch run (0.4% noise): sigma is the 1% floor of the level, so
     # z is the bump in percent; noise alone never reaches 3% of the level
@@ -768,6 +797,7 @@ def main() -> None:
     for build in (
         nan_cases,
         spike_cases,
+        recurring_spike_cases,
         blip_cases,
         jump_cases,
         grad_norm_spike_cases,

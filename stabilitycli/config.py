@@ -44,6 +44,8 @@ class Thresholds:
     """...with none of them under this many sigmas (one noise triple rarely stays up)."""
     spike_sustained_min_rise_frac: float = 0.04
     """...and those points must sit this fraction above the baseline on average."""
+    recurring_spike_min_count: int = 3
+    """This many causeless one-point spikes that came straight back are one recurring finding."""
     noise_level_windows: int = 10
     (
         "sigma is at least the median window std over this many trailing windows (stable in sparse "
@@ -175,6 +177,21 @@ class Thresholds:
     )
     rank_spread_pool_points: int = 51
     "Cohort steps in the rolling median of the per-step spread (a tight step is no hair trigger)."
+    rank_cusum_k: float = 2.0
+    (
+        "CUSUM drift allowance, in robust sigmas per logged step: a rank's CUSUM grows only while "
+        "its z exceeds this (places an outlier's onset; never decides one)."
+    )
+    rank_cusum_h: float = 12.0
+    (
+        "CUSUM decision threshold, in robust sigmas summed over logged steps: the onset is the "
+        "step after the CUSUM was last zero before reaching this."
+    )
+    rank_recovery_steps: int = 20
+    (
+        "Logged steps a rank must stay under rank_z, up to the end of the log, to be back in line "
+        "(still out at the last step: not recovered)."
+    )
     rank_onset_lead_steps: int = 3
     (
         "A spike or drift of the mean from this many steps before a rank's onset on is that rank's "

@@ -136,10 +136,16 @@ def _spikes(w: _Walk) -> None:
         )
         return
     first = spikes[0]
+    recurring = w.facts.recurring_spikes
+    count = (
+        f"{len(spikes) - 1} spike(s) and {recurring['count']} recurring one-point spikes"
+        if recurring
+        else f"{len(spikes)} spike(s)"
+    )
     w.ask(
         "Q2.1",
         "yes",
-        f"{len(spikes)} spike(s); first at step {first.onset_step}: "
+        f"{count}; first at step {first.onset_step}: "
         f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} (z = {first.z:.1f})",
     )
     persistent = [s for s in spikes if not s.recovered]
@@ -156,6 +162,15 @@ def _spikes(w: _Walk) -> None:
             f"did not recover within 50 steps (type {spike.spike_type})",
         )
     for spike in recoverable[:1]:
+        if recurring and spike.onset_step == recurring["steps"][0]:
+            w.applies["spike-recoverable"] = (
+                None,
+                f"{recurring['count']} one-point loss spikes with no evident cause "
+                f"({recurring['ratio_min']:.2f}-{recurring['ratio_max']:.2f}x the trailing mean, "
+                f"steps {recurring['steps'][0]}-{recurring['steps'][-1]}), each back at baseline "
+                f"within {recurring['longest_recovery_steps']} steps",
+            )
+            continue
         w.applies["spike-recoverable"] = (
             spike.cause,
             f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"

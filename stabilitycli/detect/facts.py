@@ -23,6 +23,8 @@ class Facts:
     """§1 evidence: first step, count, origin layer... (rule `nan`); `count` 0 when clean."""
     spikes: list[SpikeEvent] = field(default_factory=list)
     """§2 material spikes, in step order (rule `spike`)."""
+    recurring_spikes: dict[str, Any] | None = None
+    """Many causeless one-point spikes told once: count, steps, sizes (rule `spike`)."""
     blips: list[int] = field(default_factory=list)
     """Steps of flagged points below the materiality bar (rule `spike`)."""
     spike_window: str = ""

@@ -133,6 +133,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     overflow = {
         "overflows": int(total),
         "overflow_steps": view.steps[overflow_rows][:50].tolist(),
+        "overflow_steps_all": view.steps[overflow_rows].tolist(),
         "span_steps": span_steps,
         "has_scale": has_scale,
         "has_messages": has_messages,
@@ -198,21 +199,39 @@ def _scale_history(
         }
     )
     total = overflow["overflows"]
+    # every overflow onset and every halving, so the story of a collapse starts where it did
+    history = {
+        "overflow_steps": list(overflow.get("overflow_steps_all", overflow["overflow_steps"])),
+        "halving_steps": steps[drops].tolist(),
+        "halving_scales": scale[drops].tolist(),
+    }
     if scale.min() < thresholds.min_loss_scale:
         at = int(np.argmax(scale < thresholds.min_loss_scale))
+        first_overflow = history["overflow_steps"][0] if history["overflow_steps"] else None
+        began = int(steps[drops[0]]) if drops.size else None
+        known = [s for s in (first_overflow, began) if s is not None]
+        start = min(known) if known else None
         result.findings.append(
             Finding(
                 "loss-scale-collapsed",
                 Severity.ERROR,
                 f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
-                f"(from {scale.max():g} down to {scale.min():g}): overflow on nearly every step",
+                f"(from {scale.max():g} down to {scale.min():g}): overflow on nearly every step"
+                + (
+                    f"; the overflows began at step {start} ({drops.size} halvings in all)"
+                    if start is not None
+                    else ""
+                ),
                 step=int(steps[at]),
                 metric="loss_scale",
                 evidence={
                     "scale_min": float(scale.min()),
                     "scale_max": float(scale.max()),
                     "first_step_below": int(steps[at]),
+                    "first_overflow_step": first_overflow,
+                    "first_halving_step": began,
                     "overflows": total,
+                    **history,
                 },
             )
         )
@@ -225,7 +244,7 @@ def _scale_history(
                 "dynamic loss scaling is not active",
                 step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
                 metric="loss_scale",
-                evidence={"scale": float(scale[0]), "overflows": total},
+                evidence={"scale": float(scale[0]), "overflows": total, **history},
             )
         )
     broken = any(f.code in ("loss-scale-collapsed", "loss-scale-static") for f in result.findings)
@@ -249,6 +268,7 @@ def _scale_history(
                     "scale_min": float(scale.min()),
                     "scale_final": float(scale[-1]),
                     "drop_steps": steps[drops][:20].tolist(),
+                    **history,
                 },
             )
         )

@@ -49,19 +49,32 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     jumps = np.flatnonzero(
         (rel > thresholds.lr_jump_ratio) & (rel > thresholds.lr_jump_local_ratio * local)
     )
-    for at in jumps[:20]:
+    # one jump that the log shows over several consecutive points (a x10 LR reached in
+    # three logged rises) is one event: from the point before its first rise to its last
+    starts = jumps[np.concatenate(([True], np.diff(jumps) > 1))] if jumps.size else jumps
+    ends = jumps[np.concatenate((np.diff(jumps) > 1, [True]))] if jumps.size else jumps
+    for first, last in list(zip(starts, ends, strict=True))[:20]:
+        before, after = float(lr[first]), float(lr[last + 1])
+        rise = after / before - 1 if before > 0 else float("inf")
+        over = (
+            f" over steps {steps[first]}-{steps[last + 1]} ({last - first + 1} logged rises)"
+            if last > first
+            else f" at step {steps[last + 1]}"
+        )
         result.findings.append(
             Finding(
                 "lr-jump",
                 Severity.WARNING,
-                f"learning rate jumped {lr[at]:.3g} -> {lr[at + 1]:.3g} (+{rel[at]:.0%}) at step {steps[at + 1]}",
-                step=int(steps[at + 1]),
+                f"learning rate jumped {before:.3g} -> {after:.3g} (+{rise:.0%}){over}",
+                step=int(steps[first + 1]),
+                end_step=int(steps[last + 1]),
                 metric="lr",
                 evidence={
-                    "lr_before": float(lr[at]),
-                    "lr_after": float(lr[at + 1]),
-                    "relative_jump": float(rel[at]),
-                    "step_before": int(steps[at]),
+                    "lr_before": before,
+                    "lr_after": after,
+                    "relative_jump": float(rise),
+                    "step_before": int(steps[first]),
+                    "rises": int(last - first + 1),
                 },
             )
         )

@@ -180,7 +180,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
     "spike",
     "2",
     "loss spike above mu + 3 sigma of the trailing 100 steps",
-    emits=("spike", "blip", "loss-jump", "grad-norm-jump"),
+    emits=("spike", "recurring-spikes", "blip", "loss-jump", "grad-norm-jump"),
     reads=(
         "cause_lead_steps",
         "duplicate_batch_window_steps",
@@ -191,6 +191,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "lr_jump_still_up_frac",
         "min_points_per_window",
         "noise_level_windows",
+        "recurring_spike_min_count",
         "recovery_median_points",
         "recovery_sigma",
         "recovery_window_steps",
@@ -210,7 +211,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "stable_std_points",
         "widened_window_points",
     ),
-    provides=("spikes", "blips", "spike_window", "spike_insufficient"),
+    provides=("spikes", "recurring_spikes", "blips", "spike_window", "spike_insufficient"),
 )
 def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Loss spikes, whether they recovered, their type and their cause.
@@ -337,8 +338,15 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
 
     spikes = [e for e in events if e.material]
     blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, stats.mean, sigma)
+    recurring = _recurring(spikes, thresholds)
+    if recurring:
+        result.findings.append(_recurring_finding(recurring))
+        # the tree and the post-mortem see the group as one incident: its first spike
+        spikes = [e for e in spikes if e not in recurring[1:]]
+        result.facts["recurring_spikes"] = _recurring_summary(recurring)
     for event in spikes:
-        result.findings.append(_spike_finding(event))
+        if not (recurring and event is recurring[0]):
+            result.findings.append(_spike_finding(event))
     if blip_steps.size:
         result.findings.append(
             Finding(
@@ -519,7 +527,7 @@ def _build_event(
         spike_type = 3
     after_50 = _value_after(steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps)
     large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
-    causes = _causes(idx, steps, ctx, thresholds, onset, large)
+    causes = _causes(idx, peak_idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
     # a restart names the cause of a real spike; it does not turn one noisy
     # point after a resume into a spike (the replay rule judges the resume itself)
@@ -575,12 +583,14 @@ def _value_after(steps, loss, at_step: int) -> float | None:
 
 
 def _causes(
-    idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool
+    idx, peak_idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool
 ) -> list[dict]:
     """Evident causes, most specific first (Q2.3 and the restart pattern)."""
-    # index ranges by binary search: an event looks at a few rows, never the whole log
+    # index ranges by binary search: an event looks at a few rows, never the whole log.
+    # Up to the peak: when a noise point just before the spike opens the event, the
+    # batch that made the spike is logged after the onset, not before it
     lo = int(np.searchsorted(steps, onset - thresholds.cause_lead_steps))
-    hi = idx + 1
+    hi = max(idx, peak_idx) + 1
     causes: list[dict] = []
     recent = ctx.restart_steps[
         (ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)
@@ -641,6 +651,55 @@ def _causes(
                 }
             )
     return causes
+
+
+def _recurring(spikes: list[SpikeEvent], thresholds: Thresholds) -> list[SpikeEvent]:
+    """One-point spikes with no cause that came straight back, when the run has many.
+
+    A healthy large run can show dozens of single-step jumps of 1.5-2x that revert
+    at once (seed 002's type 1, from rare batches): each is the same story, told
+    once with its count, steps and sizes, not as dozens of findings.
+    """
+    isolated = [
+        e for e in spikes if e.points == 1 and e.recovered and not e.causes and np.isfinite(e.peak)
+    ]
+    return isolated if len(isolated) >= thresholds.recurring_spike_min_count else []
+
+
+def _recurring_summary(group: list[SpikeEvent]) -> dict:
+    ratios = [e.peak / e.mu for e in group if e.mu > 0]
+    return {
+        "count": len(group),
+        "steps": [e.onset_step for e in group],
+        "ratio_min": float(min(ratios)) if ratios else None,
+        "ratio_max": float(max(ratios)) if ratios else None,
+        "z_min": float(min(e.z for e in group)),
+        "z_max": float(max(e.z for e in group)),
+        "recovered_share": 1.0,
+        "longest_recovery_steps": max(e.recovery_steps or 0 for e in group),
+    }
+
+
+def _recurring_finding(group: list[SpikeEvent]) -> Finding:
+    summary = _recurring_summary(group)
+    size = (
+        f"{summary['ratio_min']:.2f}-{summary['ratio_max']:.2f}x the trailing mean"
+        if summary["ratio_min"] is not None
+        else f"z {summary['z_min']:.1f}-{summary['z_max']:.1f}"
+    )
+    shown = ", ".join(map(str, summary["steps"][:8]))
+    more = f", ... ({summary['count'] - 8} more)" if summary["count"] > 8 else ""
+    return Finding(
+        "recurring-spikes",
+        Severity.WARNING,
+        f"{summary['count']} one-point loss spikes with no evident cause, each {size}, "
+        f"all back at baseline within {summary['longest_recovery_steps']} steps "
+        f"(steps {shown}{more}): rare batches, worth a look at the data, not a rollback",
+        step=group[0].onset_step,
+        end_step=group[-1].onset_step,
+        metric="loss",
+        evidence=summary,
+    )
 
 
 def _spike_finding(event: SpikeEvent) -> Finding:

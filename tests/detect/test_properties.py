@@ -282,6 +282,8 @@ def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k,
         sigma_floor_frac=floor,
         spike_large_z=0.0,
         spike_large_ratio=0.0,
+        # every event is its own finding here: no grouping into recurring-spikes
+        recurring_spike_min_count=10**9,
     )
     frame = pl.DataFrame({"step": steps, "loss": pl.Series(raw, dtype=pl.Float64)}, strict=False)
     result = analyze(frame, t, select=["spike"])
