@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from stabilitycli import numfmt
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.ranks.check import (
     explained_mean_shift,
@@ -301,16 +302,26 @@ def test_an_unknown_metric_is_a_usage_error():
 # --- the vectorised z against a naive per-step oracle ------------------------------------
 
 
-def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], float]:
-    """Robust z, one step at a time with numpy (the formula of rank_cohort's docstring)."""
+def _oracle_z(
+    frame: pl.DataFrame, rel_floor: float, stride: int | None = None
+) -> dict[tuple[int, int], float]:
+    """Robust z, one step at a time with numpy (the formula of rank_cohort's docstring).
+
+    With a `stride` (ranks logging at different steps), the cohort at a step is
+    every row in its bucket of `stride` steps.
+    """
     from stabilitycli.detect.ranks.cohort import MAD_TO_SIGMA
 
     pool_points = TH.rank_spread_pool_points
+    if stride:
+        frame = frame.with_columns(((pl.col("step") // stride) * stride).alias("bucket"))
+    else:
+        frame = frame.with_columns(pl.col("step").alias("bucket"))
 
-    steps = sorted(set(frame["step"].to_list()))
+    steps = sorted(set(frame["bucket"].to_list()))
     med, raw = {}, {}
     for s in steps:
-        x = frame.filter(pl.col("step") == s)["loss"].to_numpy()
+        x = frame.filter(pl.col("bucket") == s)["loss"].to_numpy()
         fin = x[np.isfinite(x)]
         med[s] = float(np.median(fin)) if fin.size else None
         raw[s] = float(MAD_TO_SIGMA * np.median(np.abs(fin - med[s]))) if fin.size else None
@@ -324,8 +335,11 @@ def _oracle_z(frame: pl.DataFrame, rel_floor: float) -> dict[tuple[int, int], fl
         if med[s] is not None:
             candidates.append(rel_floor * abs(med[s]))
         sigma = max(c for c in candidates if c is not None)
-        for r, x in frame.filter(pl.col("step") == s).select("rank", "loss").iter_rows():
-            out[(r, s)] = (x - med[s]) / sigma if med[s] is not None and np.isfinite(x) else np.nan
+        rows = frame.filter(pl.col("bucket") == s).select("rank", "step", "loss")
+        for r, step, x in rows.iter_rows():
+            out[(r, step)] = (
+                (x - med[s]) / sigma if med[s] is not None and np.isfinite(x) else np.nan
+            )
     return out
 
 
@@ -357,7 +371,7 @@ def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
             return
         cohort = build_cohort(frame, "loss", 0.01, [], pool_points=TH.rank_spread_pool_points)
         got = {(r, s): z for r, s, z in cohort.rows.select("rank", "step", "z").iter_rows()}
-        want = _oracle_z(frame, 0.01)
+        want = _oracle_z(frame, 0.01, cohort.stride)
         assert got.keys() == want.keys()
         for key, value in want.items():
             if np.isnan(value):
@@ -466,7 +480,9 @@ def test_cli_terminal_says_it_in_words(ranks_cli):
     assert result.exit_code == 1
     out = " ".join(result.stdout.split())
     assert "rank 41 sits at 40.0 against a cohort median of 2.009 from step 1200 on" in out
-    assert "64-rank mean by +0.594" in out
+    assert "not back in line by its last logged step" in out
+    assert "the mean with rank 41 minus the mean without it over steps 1200–1995: +0.594" in out
+    assert "level: value, cohort median and robust z are medians over each rank's affected" in out
     assert "among 1024 ranks" in out and "typical ones" in out
 
 
@@ -572,3 +588,172 @@ def test_terminal_renders_every_kind_in_words():
     assert "ranks 0 and 1 disagree from step 0" in text and "neither can be blamed" in text
     steps, values, _ = mk.healthy_story(np.random.default_rng(4), ranks=1)
     assert "one rank only" in _rendered(find_rank_outliers(memory_run(steps, values), "loss", TH))
+
+
+# --- issue 11: onset on a noisy cohort, recovery that lasts, the mean effect in words ------
+
+
+def _noisy_cohort(seed: int, ranks: int, n_steps: int, spread: float = 0.15):
+    """ranks x steps losses around a slowly falling level with a per-step spread across ranks
+    of `spread` times the level (Gaussian, each rank its own draw)."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(n_steps)
+    level = 1.9 * (1.7 / 1.9) ** (steps / n_steps)
+    values = level[None, :] * (1.0 + spread * rng.standard_normal((ranks, n_steps)))
+    return steps, level, values
+
+
+def _with_minus_without(values: np.ndarray, rank: int, cols: slice) -> float:
+    """The all-rank mean minus the mean of the others, per step, averaged over `cols`."""
+    every = values[:, cols].mean(axis=0)
+    others = np.delete(values, rank, axis=0)[:, cols].mean(axis=0)
+    return float(np.mean(every - others))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_issue_11_eight_ranks_shuffled_labels_on_rank_5(seed):
+    """8 ranks, 15% spread; rank 5 from 1.9 to 4.1 at step 300 and staying there (was: onset
+    454, "back in line from step 598", "+0.295 (2.181 -> 2.139)")."""
+    steps, _, values = _noisy_cohort(seed, 8, 599)
+    values[5, 300:] *= 4.1 / 1.9  # its level and its noise, x 4.1 / 1.9 to the end
+    report = find_rank_outliers(memory_run(steps, values), "loss", TH)
+    (o,) = report.outliers
+    assert (o.rank, o.kind) == (5, "level")
+    assert abs(o.onset_step - 300) <= 10
+    assert o.recovered_step is None and "back in line from" not in o.message
+    assert o.effect_steps == (o.onset_step, 598)
+    # the mean effect, computed here from the raw values over the same steps
+    window = slice(o.onset_step, 599)
+    assert o.mean_shift == pytest.approx(_with_minus_without(values, 5, window), rel=1e-9)
+    assert o.mean_with == pytest.approx(values[:, window].mean(), rel=1e-9)
+    # ...and against the injected truth: (its level - the others') / 8 over steps 300-598
+    truth = _with_minus_without(values, 5, slice(300, 599))
+    assert o.mean_shift == pytest.approx(truth, abs=0.01)
+    assert 0.2 < o.mean_shift < 0.35
+    words = (
+        f"the mean of loss with rank 5 minus the mean without it over steps "
+        f"{o.onset_step}–598: {numfmt.number(o.mean_shift, True)}"
+    )
+    assert words in o.message
+
+
+def test_issue_11_sixteen_ranks_in_one_file_fault_at_250(tmp_path):
+    steps, _, values = _noisy_cohort(16, 16, 500)
+    values[9, 250:] *= 2.2
+    path = tmp_path / "ranks16.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"step": int(s), "rank": r, "loss": round(float(values[r, j]), 5)}) + "\n"
+            for j, s in enumerate(steps)
+            for r in range(16)
+        )
+    )
+    run = read(path)
+    assert run.source.ranks == 16
+    (o,) = find_rank_outliers(run, "loss", TH).outliers
+    assert (o.rank, o.kind) == (9, "level")
+    assert abs(o.onset_step - 250) <= 10 and o.recovered_step is None
+    window = slice(o.onset_step, 500)
+    rounded = np.round(values, 5)
+    assert o.mean_shift == pytest.approx(_with_minus_without(rounded, 9, window), rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_a_rank_that_truly_comes_back_recovers_at_the_right_step(seed):
+    steps, _, values = _noisy_cohort(seed, 16, 600)
+    values[3, 200:320] *= 3.0
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert abs(o.onset_step - 200) <= 10
+    assert (o.end_step, o.recovered_step) == (319, 320)
+    assert o.effect_steps == (o.onset_step, 319)
+    window = slice(o.onset_step, 320)
+    assert o.mean_shift == pytest.approx(_with_minus_without(values, 3, window), rel=1e-9)
+    assert "back in line from step 320" in o.message
+
+
+def test_back_for_fewer_than_rank_recovery_steps_is_not_a_recovery():
+    steps, _, values = _noisy_cohort(8, 16, 400)
+    values[3, 200:390] *= 3.0  # back in line for the last 10 logged steps only
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert o.end_step == 389 and o.recovered_step is None and o.effect_steps[1] == 399
+    assert "in line on only 10 logged step(s) after its last deviating one, 20 needed" in o.message
+    th = Thresholds(rank_recovery_steps=10)
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", th).outliers
+    assert o.recovered_step == 390
+
+
+def test_a_low_rank_gets_its_onset_from_the_lower_cusum():
+    steps, _, values = _noisy_cohort(9, 32, 500)
+    values[20, 260:] *= 0.05  # a rank whose loss collapses (it sees a tiny or repeated batch)
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert o.rank == 20 and o.robust_z < 0 and abs(o.onset_step - 260) <= 10
+    assert o.mean_shift < 0 and o.mean_with < o.mean_without
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 8, 64, 1024])
+@pytest.mark.parametrize("seed", [41, 42])
+def test_healthy_noisy_cohorts_report_no_outlier(ranks, seed):
+    """A 15% per-step spread is noise, at every cohort size."""
+    steps, _, values = _noisy_cohort(seed, ranks, 400)
+    assert find_rank_outliers(memory_run(steps, values), "loss", TH).outliers == ()
+
+
+def test_healthy_64_ranks_with_a_15_percent_spread_report_nothing():
+    steps, _, values = _noisy_cohort(64, 64, 2000)
+    report = find_rank_outliers(memory_run(steps, values), "loss", TH)
+    assert report.outliers == () and report.mean_effect is None
+
+
+def test_two_ranks_onset_and_recovery_follow_the_same_rules():
+    steps, values = mk.pair_story(np.random.default_rng(4))
+    values = values.copy()
+    values[1, 200:] *= 3.0
+    values[1, steps.size - 5 :] /= 3.0  # back for 5 logged steps: not a recovery
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert o.rank == 1 and o.onset_step == 200 and o.recovered_step is None
+    window = slice(200, steps.size)
+    assert o.mean_shift == pytest.approx(_with_minus_without(values, 1, window), rel=1e-9)
+
+
+# --- the change point and the recovery rule, against plain loops --------------------------
+
+
+def _loop_cusum(z, direction, k, clip):
+    s, out = 0.0, []
+    for value in z:
+        step = 0.0 if not np.isfinite(value) else min(max(direction * value, -clip), clip) - k
+        s = max(0.0, s + step)
+        out.append(s)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_closed_form_cusum_equals_the_recursion(seed):
+    from stabilitycli.detect.ranks.change import cusum
+
+    rng = np.random.default_rng(seed)
+    z = rng.standard_t(3, 500) + np.where(np.arange(500) > 250, 3.0, 0.0)
+    z[rng.random(500) < 0.05] = np.nan
+    for direction in (1.0, -1.0):
+        np.testing.assert_allclose(
+            cusum(z, direction, 2.0, 6.0), _loop_cusum(z, direction, 2.0, 6.0), atol=1e-9
+        )
+
+
+def test_change_point_is_the_step_after_the_last_zero_before_h():
+    from stabilitycli.detect.ranks.change import change_point, recovery
+
+    z = np.zeros(100)
+    z[40:] = 7.0  # deviates from row 40; the persistence bar confirms it at row 60
+    assert change_point(z, 60, k=2.0, h=12.0, clip=6.0)[0] == 40
+    z[30] = 50.0  # one wild row before it: clipped, its CUSUM is back at zero by row 32
+    assert change_point(z, 60, k=2.0, h=12.0, clip=6.0)[0] == 40
+    bad = np.abs(z) >= 6.0
+    compared = np.ones(100, dtype=bool)
+    assert recovery(bad, compared, 40, 20) == (99, None, 0)  # still out at the last row
+    bad[80:] = False
+    assert recovery(bad, compared, 40, 20) == (79, 80, 20)  # 20 rows back: recovered at 80
+    assert recovery(bad, compared, 40, 21) == (79, None, 20)
+    compared[80:83] = False  # steps the cohort could not judge (all NaN) are no evidence
+    assert recovery(bad, compared, 40, 17) == (79, 83, 17)
+    assert recovery(bad, compared, 40, 20) == (79, None, 17)

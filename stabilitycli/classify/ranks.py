@@ -53,7 +53,7 @@ def _named_outliers(report: RankReport) -> list[RankOutlier]:
 
 
 def _after_onset(step: int | None, blamed: list[RankOutlier], thresholds: Thresholds) -> bool:
-    # the mean's event may be flagged a few steps before the rank's own onset is
-    # confirmed (the rank check needs persistence), so the window opens early
+    # the rank's onset is a CUSUM change point, which can land a step or two after the
+    # first step the mean reacts to, so the window opens a little early
     first_onset = min(o.onset_step for o in blamed)
     return step is not None and step >= first_onset - thresholds.rank_onset_lead_steps

@@ -18,7 +18,7 @@ from stabilitycli import numfmt
 from stabilitycli.model import Severity
 
 if TYPE_CHECKING:
-    from stabilitycli.detect.ranks.report import RankOutlier, RankReport
+    from stabilitycli.detect.ranks.report import MeanShift, RankOutlier, RankReport
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 ALL_RANKS_UP_TO = 16  # show every rank in the heatmap up to this many
@@ -77,18 +77,17 @@ def render(report: RankReport, console: Console | None = None) -> None:
 
 
 def _table(report: RankReport) -> Table:
-    table = Table(title=f"Outlier ranks ({len(report.outliers)}), most serious first")
-    for name, justify in (
-        ("rank", "right"),
-        ("kind", "left"),
-        ("onset", "right"),
-        ("value", "right"),
-        ("cohort median", "right"),
-        ("robust z", "right"),
-        ("mean shift", "right"),
-        ("recovered", "right"),
-    ):
-        table.add_column(name, justify=justify)
+    table = Table(
+        title=f"Outlier ranks ({len(report.outliers)}), most serious first",
+        caption=(
+            "level: value, cohort median and robust z are medians over each rank's affected steps "
+            "(onset to recovery, or to the end); mean effect: the mean with the rank minus the "
+            "mean without it, averaged over those steps"
+        ),
+    )
+    for name in ("rank", "kind", "onset", "value", "cohort median", "robust z", "mean effect"):
+        table.add_column(name, justify="left" if name == "kind" else "right")
+    table.add_column("recovered", justify="right")
     for o in report.outliers:
         rank = str(o.rank) if o.rank is not None else "/".join(map(str, o.pair or ()))
         kind = o.kind if o.metric == report.metric else f"{o.kind} ({o.metric})"
@@ -118,46 +117,75 @@ def mean_effect_text(report: RankReport) -> str:
     if not culprits:
         return ""
     effect = report.mean_effect
-    lines = []
-    for o in culprits[:3]:
-        lines.append(_one_rank(o, report))
+    lines = [_one_rank(o, report) for o in culprits[:3]]
     finite = effect is not None and all(
-        v is not None and math.isfinite(v)
-        for v in (effect.mean_before, effect.mean_during, effect.clean_before, effect.clean_during)
+        v is not None and math.isfinite(v) for v in (effect.mean_during, effect.clean_during)
     )
-    if effect is not None and finite:
-        move = f"{fmt(effect.mean_before)} → {fmt(effect.mean_during)}"
-        if len(culprits) == 1 and culprits[0].kind == "level":
-            lines[0] += f" ({move} over steps {effect.start_step}–{effect.end_step})"
-        else:
-            lines.append(
-                f"the {report.ranks}-rank mean goes {move} over steps "
-                f"{effect.start_step}–{effect.end_step}; without "
-                f"rank{'s' if len(effect.ranks) > 1 else ''} {', '.join(map(str, effect.ranks))} "
-                f"it would go {fmt(effect.clean_before)} → {fmt(effect.clean_during)}"
-            )
+    if effect is not None and finite and len(culprits) > 1:
+        lines.append(_together(effect, report))
     level = next((o for o in culprits if o.kind == "level" and o.value is not None), None)
-    if level is not None and report.ranks < _BIG_JOB and level.cohort_median is not None:
-        hidden = (level.value - level.cohort_median) / _BIG_JOB
+    value = level.value if level is not None else None
+    smaller = report.ranks < _BIG_JOB
+    if smaller and level is not None and value is not None and level.cohort_median is not None:
+        hidden = (value - level.cohort_median) / _BIG_JOB
         lines.append(
             f"among {_BIG_JOB} ranks the same failure of rank {level.rank} would move the mean by "
-            f"only {fmt(hidden, sign=True)}: the bigger the job, the better the mean hides it"
+            f"only {fmt(hidden, sign=True)} (its median level minus the cohort median, over "
+            f"{_BIG_JOB}): the bigger the job, the better the mean hides it"
         )
     return "\n".join(lines)
+
+
+def _together(effect: MeanShift, report: RankReport) -> str:
+    """Several culprits: the all-rank mean before and during, with them and without them."""
+    ranks = f"rank{'s' if len(effect.ranks) > 1 else ''} {', '.join(map(str, effect.ranks))}"
+    during = f"steps {effect.start_step}–{effect.end_step}"
+    span = effect.baseline_steps
+    if span is None or effect.mean_before is None or effect.clean_before is None:
+        return (
+            f"the {report.ranks}-rank mean over {during} is {fmt(effect.mean_during)}; without "
+            f"{ranks} it would be {fmt(effect.clean_during)}"
+        )
+    return (
+        f"the {report.ranks}-rank mean goes from {fmt(effect.mean_before)} (mean over steps "
+        f"{span[0]}–{span[1]}) to {fmt(effect.mean_during)} (mean over {during}); without "
+        f"{ranks} it would go {fmt(effect.clean_before)} → {fmt(effect.clean_during)} "
+        "over the same steps"
+    )
 
 
 def _one_rank(o: RankOutlier, report: RankReport) -> str:
     if o.kind == "nonfinite":
         return (
             f"rank {o.rank} reports {fmt(o.value)} at step {o.onset_step} while the cohort median "
-            f"is {fmt(o.cohort_median)}: the {o.ranks_reporting}-rank mean becomes "
+            f"there is {fmt(o.cohort_median)}: the {o.ranks_reporting}-rank mean becomes "
             f"{fmt(o.mean_shift)}"
         )
-    back = f", back in line from step {o.recovered_step}" if o.recovered_step is not None else ""
-    return (
+    back = (
+        f", back in line from step {o.recovered_step}"
+        if o.recovered_step is not None
+        else ", not back in line by its last logged step"
+    )
+    where = (
+        f" (medians over steps {o.effect_steps[0]}–{o.effect_steps[1]})" if o.effect_steps else ""
+    )
+    head = (
         f"rank {o.rank} sits at {fmt(o.value)} against a cohort median of {fmt(o.cohort_median)} "
-        f"from step {o.onset_step} on{back}; it moves the {o.ranks_reporting}-rank mean by "
-        f"{fmt(o.mean_shift, sign=True)}"
+        f"from step {o.onset_step} on{where}{back}"
+    )
+    if o.effect_steps is None:
+        return (
+            f"{head}; it moves the {o.ranks_reporting}-rank mean by {fmt(o.mean_shift, sign=True)}"
+        )
+    a, b = o.effect_steps
+    both = (
+        f" ({fmt(o.mean_with)} with it, {fmt(o.mean_without)} without, means over those steps)"
+        if o.mean_with is not None and o.mean_without is not None
+        else ""
+    )
+    return (
+        f"{head}; the mean with rank {o.rank} minus the mean without it over steps {a}–{b}: "
+        f"{fmt(o.mean_shift, sign=True)}{both}"
     )
 
 

@@ -41,12 +41,15 @@ import numpy as np
 import polars as pl
 
 from stabilitycli import numfmt
+from stabilitycli.detect.ranks.change import change_point, recovery
 from stabilitycli.detect.ranks.cohort import (
     Cohort,
     build_cohort,
     cohort_steps_after,
     flag_runs,
-    next_steps,
+    positions,
+    rank_bounds,
+    steps_back,
 )
 from stabilitycli.detect.ranks.pair import pair_level
 from stabilitycli.detect.ranks.report import (
@@ -176,9 +179,11 @@ def _episodes(
     persist: int,
     stats: list[pl.Expr],
     max_gap: int,
+    recovery_steps: int,
 ) -> list[dict]:
     """Per outlier rank: onset (first qualifying run), stats over its flagged rows after it,
-    the last bad row (`bad`) and the step at which it came back, if it did."""
+    the last bad row (`bad`) and the step at which it came back, if it stayed back for
+    `recovery_steps` logged steps to the end."""
     runs = flag_runs(flagged, flag, max(1, persist), max_gap)
     if runs.height == 0:
         return []
@@ -198,35 +203,101 @@ def _episodes(
         .join(ends, on="rank")
         .sort("rank")
     )
-    recovered = next_steps(
-        cohort.rows, summary["last_i"].to_numpy().astype(np.int64), summary["rank"].to_numpy()
-    )
+    last_i = summary["last_i"].to_numpy().astype(np.int64)
+    ranks = summary["rank"].to_numpy()
     out = summary.drop("last_i").to_dicts()
-    for item, step in zip(out, recovered):
+    for item, (step, compared) in zip(
+        out, steps_back(cohort.rows, last_i, ranks, recovery_steps), strict=True
+    ):
         item["recovered_step"] = step
+        item["rows_back"] = compared
+        item["recovery_steps"] = recovery_steps
     return out
-
-
-_LEVEL_STATS = [
-    pl.col("x").median().alias("value"),
-    pl.col("med").median().alias("cohort_median"),
-    pl.col("z").median().alias("robust_z"),
-    ((pl.col("x") - pl.col("med")) / pl.col("n")).median().alias("mean_shift"),
-]
 
 
 def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> list[RankOutlier]:
-    out = []
-    for e in _episodes(
-        cohort,
+    """Persistence decides; the CUSUM places the onset; the rank's own rows give the rest.
+
+    A loop over the ranks that passed the persistence bar (few), each one
+    numpy over its own rows: where the deviation began (`change.change_point`),
+    whether it came back (`change.recovery`), and over the affected steps
+    (onset to recovery, or to the end) its level, the cohort's, its z and the
+    mean with it minus the mean without it.
+    """
+    runs = flag_runs(
         flagged,
         "lvl",
-        thresholds.rank_persist_steps,
-        _LEVEL_STATS,
+        max(1, thresholds.rank_persist_steps),
         thresholds.rank_max_gap_points,
-    ):
+    )
+    if runs.height == 0:
+        return []
+    rows = cohort.rows
+    starts, ends = rank_bounds(rows, runs["rank"].to_numpy())
+    table = cohort.steps["t"].to_numpy()
+    totals = cohort.steps["total"].fill_null(np.nan).to_numpy()
+    out = []
+    for rank, confirmed_step, lo, hi in zip(runs["rank"], runs["start"], starts, ends, strict=True):
+        part = rows.slice(int(lo), int(hi - lo))
+        e = _level_episode(
+            part, int(confirmed_step), totals[positions(table, part["t"].to_numpy())], thresholds
+        )
+        e["rank"] = rank
         out.append(_outlier(LEVEL, e, cohort.column))
     return out
+
+
+def _level_episode(
+    part: pl.DataFrame, confirmed_step: int, total: np.ndarray, thresholds: Thresholds
+) -> dict:
+    """One rank's rows (`part`, in step order) and the per-step sum of the finite values."""
+    steps = part["step"].to_numpy()
+    x = part["x"].to_numpy()
+    z = part["z"].fill_null(np.nan).to_numpy()
+    med = part["med"].fill_null(np.nan).to_numpy()
+    n = part["n"].to_numpy()
+    n_fin = part["n_fin"].to_numpy()
+    judged = np.isfinite(x) & np.isfinite(z) & (n >= thresholds.rank_min_cohort)
+    # the same two conditions `_flags` uses, on this rank's rows only
+    bad = (judged & (np.abs(z) >= thresholds.rank_z)) | (
+        ~np.isfinite(x) & (n_fin >= 1) & (2 * n_fin >= n - 1)
+    )
+    confirmed = int(np.searchsorted(steps, confirmed_step))
+    onset, _ = change_point(
+        np.where(judged, z, np.nan),
+        confirmed,
+        k=thresholds.rank_cusum_k,
+        h=thresholds.rank_cusum_h,
+        clip=thresholds.rank_z,
+    )
+    last, back, rows_back = recovery(bad, judged, onset, thresholds.rank_recovery_steps)
+    stop = last if back is not None else steps.size - 1
+    inside = np.zeros(steps.size, dtype=bool)
+    inside[onset : stop + 1] = True
+    level = inside & judged
+    # per step: the mean over every finite rank, and over the others (this rank left out)
+    share = inside & np.isfinite(x) & np.isfinite(total) & (n_fin >= 2)
+    with_it = total[share] / n_fin[share]
+    without = (total[share] - x[share]) / (n_fin[share] - 1)
+    return {
+        "onset": int(steps[onset]),
+        "end_step": int(steps[last]),
+        "recovered_step": None if back is None else int(steps[back]),
+        "rows_back": rows_back,
+        "recovery_steps": thresholds.rank_recovery_steps,
+        "effect_steps": (int(steps[onset]), int(steps[stop])),
+        "value": _median(x[level]),
+        "cohort_median": _median(med[level]),
+        "robust_z": _median(z[level]),
+        "mean_shift": float(np.mean(with_it - without)) if with_it.size else None,
+        "mean_with": float(np.mean(with_it)) if with_it.size else None,
+        "mean_without": float(np.mean(without)) if with_it.size else None,
+        "n_onset": int(n[onset]),
+    }
+
+
+def _median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if values.size else None
 
 
 def _nonfinite(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> list[RankOutlier]:
@@ -245,6 +316,7 @@ def _nonfinite(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) ->
         thresholds.rank_nonfinite_steps,
         stats,
         thresholds.rank_max_gap_points,
+        thresholds.rank_recovery_steps,
     ):
         e["robust_z"] = None
         later = spread[np.searchsorted(spread, e["onset"]) :]
@@ -291,6 +363,7 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
             thresholds.rank_persist_steps,
             stats,
             thresholds.rank_max_gap_points,
+            thresholds.rank_recovery_steps,
         )
     ]
 
@@ -312,7 +385,7 @@ def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
     at = cohort.rows[last["i"].to_numpy()[silent].astype(np.int64)]
     onsets = cohort_t[np.searchsorted(cohort_t, last_t[silent], side="right")]
     out = []
-    for row, onset, count in zip(at.to_dicts(), onsets, missed[silent]):
+    for row, onset, count in zip(at.to_dicts(), onsets, missed[silent], strict=True):
         z = row["z"] if row["z"] is not None and np.isfinite(row["z"]) else None
         entry = {
             "rank": row["rank"],
@@ -344,6 +417,9 @@ def _pair(cohort: Cohort, thresholds: Thresholds, notes: list[str]) -> list[Rank
         thresholds.rank_rel_floor,
         history_points=thresholds.rank_history_points,
         culprit_ratio=thresholds.rank_pair_culprit_ratio,
+        cusum_k=thresholds.rank_cusum_k,
+        cusum_h=thresholds.rank_cusum_h,
+        recovery_steps=thresholds.rank_recovery_steps,
     )
     if hit is None:
         return []
@@ -361,25 +437,29 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
     value, median = _f(e.get("value")), _f(e.get("cohort_median"))
     z, shift = _f(e.get("robust_z")), _f(e.get("mean_shift"))
     back = e.get("recovered_step")
-    tail = f"; back in line from step {back}" if back is not None else ""
+    tail = _tail(e)
+    span = e.get("effect_steps")
+    over = f"steps {span[0]}–{span[1]}" if span else ""
     if kind == LEVEL and rank is None:
         a, b = e["pair"]
         va, vb = e["values"]
         message = (
-            f"ranks {a} and {b} disagree from step {onset} on ({_fmt(va)} vs {_fmt(vb)}, "
-            f"{_fmt(z)} times their usual difference); with two ranks neither can be blamed{tail}"
+            f"ranks {a} and {b} disagree from step {onset} on ({_fmt(va)} vs {_fmt(vb)}, medians "
+            f"over {over}; a median {_fmt(z)} times their usual difference); with two ranks "
+            f"neither can be blamed{tail}"
         )
     elif kind == LEVEL:
         message = (
             f"rank {rank} sits at {_fmt(value)} against a cohort median of {_fmt(median)} "
-            f"from step {onset} on (robust z {_fmt(z)}); it moves the {n}-rank mean of {metric} "
-            f"by {_fmt(shift, sign=True)}{tail}"
+            f"from step {onset} on (medians over {over}; robust z {_fmt(z)}, a median too); "
+            f"{_effect_words(rank, metric, over, shift, e)}{tail}"
         )
     elif kind == NONFINITE:
         spread = e.get("cohort_nonfinite_step")
         message = (
-            f"rank {rank} reports {_fmt(value)} {metric} at step {onset} while the cohort is finite "
-            f"(median {_fmt(median)}, {n} ranks); it alone makes the mean non-finite{tail}"
+            f"rank {rank} reports {_fmt(value)} {metric} at step {onset} while the cohort is "
+            f"finite (median {_fmt(median)} at that step, {n} ranks); it alone makes the mean "
+            f"non-finite{tail}"
             + (
                 f"; most of the cohort is non-finite from step {spread} on"
                 if spread is not None
@@ -394,7 +474,8 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
     else:
         message = (
             f"rank {rank} runs at {_fmt(e.get('ratio'))}x the cohort's {metric} "
-            f"({_fmt(value)} vs a median of {_fmt(median)}) from step {onset} on{tail}"
+            f"({_fmt(value)} vs a median of {_fmt(median)}, medians over its slow steps) "
+            f"from step {onset} on{tail}"
         )
     return RankOutlier(
         rank=None if rank is None else int(rank),
@@ -410,7 +491,40 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
         recovered_step=None if back is None else int(back),
         pair=tuple(e["pair"]) if e.get("pair") and rank is None else None,
         cohort_nonfinite_step=e.get("cohort_nonfinite_step"),
+        effect_steps=None if span is None else (int(span[0]), int(span[1])),
+        mean_with=_f(e.get("mean_with")),
+        mean_without=_f(e.get("mean_without")),
         message=message,
+    )
+
+
+def _effect_words(rank: int, metric: str, over: str, shift: float | None, e: dict) -> str:
+    """The mean effect said the way it is computed (the per-step difference, averaged)."""
+    words = (
+        f"the mean of {metric} with rank {rank} minus the mean without it over {over}: "
+        f"{_fmt(shift, sign=True)}"
+    )
+    with_it, without = _f(e.get("mean_with")), _f(e.get("mean_without"))
+    if with_it is not None and without is not None:
+        words += f" ({_fmt(with_it)} with it, {_fmt(without)} without, means over those steps)"
+    return words
+
+
+def _tail(e: dict) -> str:
+    """Back in line from a step, or why not (still out at the end, or back too briefly)."""
+    back, rows_back, need = e.get("recovered_step"), e.get("rows_back"), e.get("recovery_steps")
+    if back is not None:
+        return (
+            f"; back in line from step {back} (in line on all {rows_back} logged steps compared "
+            "with the cohort from there on)"
+        )
+    if rows_back is None:
+        return ""
+    if rows_back == 0:
+        return "; not back in line by the end of the log"
+    return (
+        f"; not back in line (in line on only {rows_back} logged step(s) after its last "
+        f"deviating one, {need} needed)"
     )
 
 

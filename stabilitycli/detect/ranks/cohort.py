@@ -39,7 +39,7 @@ class Cohort:
 
     `rows`: rank, step, t (the step the cohort is taken at), x, med, sigma, n,
     n_fin, hi, z, i (row index in (rank, step) order). `steps`: one row per t
-    with med, mad, sigma, n, n_fin, hi.
+    with med, mad, sigma, n, n_fin, hi, total (the sum of the finite values).
     """
 
     rows: pl.DataFrame
@@ -80,7 +80,7 @@ def _stride(rows: pl.DataFrame) -> int | None:
 
 
 def _step_stats(rows: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
-    """Per cohort step t: median and max of the finite values, ranks reporting, finite count."""
+    """Per cohort step t: median, max, sum of the finite values; ranks reporting; finite count."""
     fin = pl.col("x").is_finite()
     # n counts ranks, not rows, when a stride bucket may hold two rows of one rank
     count = pl.col("rank").n_unique() if distinct_ranks else pl.len()
@@ -89,6 +89,8 @@ def _step_stats(rows: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
         .agg(
             pl.col("x").filter(fin).median().alias("med"),
             pl.col("x").filter(fin).max().alias("hi"),
+            # the all-rank mean with and without one rank, for the ranks found (few)
+            pl.col("x").filter(fin).sum().alias("total"),
             count.cast(pl.Int64).alias("n"),
             fin.sum().cast(pl.Int64).alias("n_fin"),
         )
@@ -219,17 +221,37 @@ def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int, max_gap: int) -> p
     return runs.group_by("rank").agg(pl.col("start").min(), pl.col("length").max()).sort("rank")
 
 
-def next_steps(rows: pl.DataFrame, last_i: np.ndarray, ranks: np.ndarray) -> list[int | None]:
-    """The step of the row after each `last_i` when it belongs to the same rank, else None."""
-    out: list[int | None] = []
-    height = rows.height
+def rank_bounds(rows: pl.DataFrame, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First row index and one past the last of each rank (rows are in (rank, step) order)."""
+    column = rows["rank"].to_numpy()
+    return (
+        np.searchsorted(column, ranks, side="left"),
+        np.searchsorted(column, ranks, side="right"),
+    )
+
+
+def steps_back(
+    rows: pl.DataFrame, last_i: np.ndarray, ranks: np.ndarray, need: int
+) -> list[tuple[int | None, int]]:
+    """Per rank: the first step back in line after its last deviating row `last_i`, and how
+    many of its rows after that row were compared with a cohort (`change.recovery`).
+
+    Every row after `last_i` is back in line, but a row only counts when the
+    rank's value and its z are finite (a cohort that is all NaN judges
+    nothing); fewer than `need` such rows (or none: still out at the last
+    step) is not a recovery. A loop over the outlier ranks only.
+    """
     if len(last_i) == 0:
-        return out
-    nxt = np.minimum(last_i + 1, height - 1)
-    steps = rows["step"].gather(nxt).to_numpy()
-    owner = rows["rank"].gather(nxt).to_numpy()
-    for i, step, rank, want in zip(last_i, steps, owner, ranks):
-        out.append(int(step) if i + 1 < height and rank == want else None)
+        return []
+    _, ends = rank_bounds(rows, np.asarray(ranks))
+    out: list[tuple[int | None, int]] = []
+    for first, end in zip(np.asarray(last_i) + 1, ends, strict=True):
+        part = rows.slice(int(first), int(max(end - first, 0)))
+        compared = np.flatnonzero(
+            np.isfinite(part["x"].to_numpy()) & np.isfinite(part["z"].fill_null(np.nan).to_numpy())
+        )
+        back = int(part["step"][int(compared[0])]) if compared.size >= max(1, need) else None
+        out.append((back, int(compared.size)))
     return out
 
 

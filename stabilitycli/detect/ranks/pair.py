@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from stabilitycli.detect.ranks.change import change_point, recovery
 from stabilitycli.detect.ranks.cohort import MAD_TO_SIGMA
 
 
@@ -39,6 +40,9 @@ def pair_level(
     *,
     history_points: int,
     culprit_ratio: float,
+    cusum_k: float,
+    cusum_h: float,
+    recovery_steps: int,
 ) -> dict | None:
     """The pair's persistent disagreement, or None. `rows`: rank, t, x (two ranks)."""
     ranks = sorted(rows["rank"].unique().to_list())
@@ -63,12 +67,23 @@ def pair_level(
     scale = np.where(scale > 0, scale, 1e-12)
     z = (xb - xa) / scale
     flag = np.abs(z) >= rank_z
-    onset_index = _first_run(flag, persist)
-    if onset_index is None:
+    confirmed = _first_run(flag, persist)
+    if confirmed is None:
         return None
-    episode = np.flatnonzero(flag[onset_index:]) + onset_index
-    last = int(episode[-1])
-    recovered = int(t[last + 1]) if last + 1 < t.size else None
+    onset_index, _ = change_point(z, confirmed, k=cusum_k, h=cusum_h, clip=rank_z)
+    # every row here has both ranks finite: each one is compared
+    last, back, rows_back = recovery(flag, np.ones_like(flag), onset_index, recovery_steps)
+    stop = last if back is not None else t.size - 1
+    episode = np.arange(onset_index, stop + 1)
+    common = {
+        "pair": (a, b),
+        "onset_step": int(t[onset_index]),
+        "end_step": int(t[last]),
+        "recovered_step": None if back is None else int(t[back]),
+        "rows_back": rows_back,
+        "recovery_steps": recovery_steps,
+        "effect_steps": (int(t[onset_index]), int(t[stop])),
+    }
     before = slice(max(0, onset_index - history_points), onset_index)
     culprit = None
     if onset_index > 0:
@@ -80,11 +95,8 @@ def pair_level(
             culprit = b
     if culprit is None:
         return {
+            **common,
             "rank": None,
-            "pair": (a, b),
-            "onset_step": int(t[onset_index]),
-            "end_step": int(t[last]),
-            "recovered_step": recovered,
             "value": None,
             "cohort_median": float(np.median(mid[episode])),
             "robust_z": float(np.median(np.abs(z[episode]))),
@@ -93,16 +105,16 @@ def pair_level(
         }
     mine, other, sign = (xa, xb, -1.0) if culprit == a else (xb, xa, 1.0)
     return {
+        **common,
         "rank": culprit,
-        "pair": (a, b),
-        "onset_step": int(t[onset_index]),
-        "end_step": int(t[last]),
-        "recovered_step": recovered,
         "value": float(np.median(mine[episode])),
         # the healthy rank's level is the reference a median of more ranks would give
         "cohort_median": float(np.median(other[episode])),
         "robust_z": float(np.median(sign * z[episode])),
-        "mean_shift": float(np.median((mine[episode] - other[episode]) / 2.0)),
+        # the pair's mean with the culprit, minus the other rank alone
+        "mean_shift": float(np.mean((mine[episode] - other[episode]) / 2.0)),
+        "mean_with": float(np.mean(mid[episode])),
+        "mean_without": float(np.mean(other[episode])),
     }
 
 

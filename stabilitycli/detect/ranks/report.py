@@ -34,6 +34,8 @@ class RankOutlier:
     value: float | None  # its typical level after onset (the value for nonfinite/silent)
     cohort_median: float | None
     robust_z: float | None
+    # level: the mean with this rank minus the mean without it, averaged over `effect_steps`;
+    # nonfinite: what it alone makes of the mean (value / ranks); straggler: a median per step
     mean_shift: float | None
     metric: str
     ranks_reporting: int
@@ -42,6 +44,11 @@ class RankOutlier:
     pair: tuple[int, int] | None = None
     # nonfinite: the first step at which most of the cohort is non-finite too (it spread)
     cohort_nonfinite_step: int | None = None
+    # level: the affected steps (onset to the last deviating step if it recovered, else to the
+    # end) and the all-rank mean over them with this rank and without it
+    effect_steps: tuple[int, int] | None = None
+    mean_with: float | None = None
+    mean_without: float | None = None
     message: str = ""
 
     @property
@@ -49,7 +56,7 @@ class RankOutlier:
         return FINDING_CODES[self.kind][1]
 
     def to_dict(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "rank": self.rank,
             "kind": self.kind,
             "onset_step": self.onset_step,
@@ -68,6 +75,10 @@ class RankOutlier:
             out["pair"] = list(self.pair)
         if self.kind == NONFINITE:
             out["cohort_nonfinite_step"] = self.cohort_nonfinite_step
+        if self.effect_steps is not None:
+            out["effect_steps"] = list(self.effect_steps)
+            out["mean_with"] = _num(self.mean_with)
+            out["mean_without"] = _num(self.mean_without)
         return _jsonable(out)
 
     def finding(self) -> Finding:

@@ -1,0 +1,74 @@
+"""Where a rank's deviation begins, and whether it came back: one rank's rows at a time.
+
+The persistence bar (`rank_z` for `rank_persist_steps` logged steps) decides
+that a rank IS an outlier, but on a noisy cohort it is met late: a rank
+shifted by 7 robust sigmas crosses a bar of 6 on most steps, not on ten in a
+row, so the first qualifying run can start a hundred steps after the shift.
+The onset is placed by a one-sided CUSUM of the rank's robust z instead,
+
+    S_t = max(0, S_(t-1) + clip(d * z_t, -rank_z, rank_z) - k)     d = +1 high, -1 low
+
+whose change-point estimate is the step after the last time S was zero before
+it reached h. The clip keeps one wild step before the shift (a hard batch)
+from holding S up for long and dragging the onset early; k keeps a healthy
+rank's S at zero most of the time. The recursion has the closed form
+S = C - min(0, running min of C) with C the cumulative sum of the increments,
+so it is two numpy passes over the rank's rows, no loop.
+
+Recovery needs the rank to stay under the bar: after its last deviating row
+there must be at least `rank_recovery_steps` logged rows that the cohort
+judged, all of them back in line. A rank still out at the last step, or back
+for fewer rows than that, has not recovered.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def cusum(z: np.ndarray, direction: float, k: float, clip: float) -> np.ndarray:
+    """One-sided CUSUM of `direction * z` (module doc); NaN z (a step not judged) adds nothing."""
+    step = np.clip(direction * z, -clip, clip) - k
+    step = np.where(np.isfinite(z), step, 0.0)
+    total = np.cumsum(step)
+    return total - np.minimum(np.minimum.accumulate(total), 0.0)
+
+
+def change_point(
+    z: np.ndarray, confirmed: int, *, k: float, h: float, clip: float
+) -> tuple[int, np.ndarray]:
+    """Index where the deviation confirmed at row `confirmed` began, and the CUSUM used.
+
+    The direction is the sign of z at `confirmed` (a row over the bar). The
+    change point is the row after the last zero of the CUSUM before the first
+    row at or after `confirmed` where it reaches h; never later than
+    `confirmed`, which is where the persistence bar put it. When the CUSUM
+    never reaches h from there on, the persistence bar's row stands.
+    """
+    direction = 1.0 if not np.isfinite(z[confirmed]) or z[confirmed] >= 0 else -1.0
+    s = cusum(z, direction, k, clip)
+    over = np.flatnonzero(s[confirmed:] >= h)
+    if over.size == 0:
+        return confirmed, s
+    crossed = confirmed + int(over[0])
+    zeros = np.flatnonzero(s[:crossed] <= 0.0)
+    start = int(zeros[-1]) + 1 if zeros.size else 0
+    return min(start, confirmed), s
+
+
+def recovery(
+    bad: np.ndarray, compared: np.ndarray, onset: int, need: int
+) -> tuple[int, int | None, int]:
+    """(last deviating row at or after `onset`, first row back in line or None, rows back).
+
+    Every row after the last deviating one is under the bar by construction,
+    but only the rows the cohort could judge (`compared`: a finite value
+    against a cohort of enough finite ranks) count as back in line: a step
+    where every rank is NaN says nothing. Back in line needs at least `need`
+    of them.
+    """
+    hits = np.flatnonzero(bad[onset:])
+    last = onset + int(hits[-1]) if hits.size else onset
+    later = np.flatnonzero(compared[last + 1 :]) + last + 1
+    back = int(later[0]) if later.size >= max(1, need) else None
+    return last, back, int(later.size)
