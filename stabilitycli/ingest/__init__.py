@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import cast
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest._dtype import dtype_from
 from stabilitycli.ingest.base import Reader, UriReader
 from stabilitycli.ingest.options import ReadOptions
 
@@ -52,8 +53,6 @@ SUPPORTED = (
     "worker_7.csv, rank_7.log, rank_7/metrics.jsonl) is one per-rank run; "
     "a folder holding one log is that log."
 )
-
-_DTYPE_KEYS = ("dtype", "precision", "mixed_precision", "amp_dtype", "torch_dtype")
 
 
 def reader(name: str) -> Reader:
@@ -167,7 +166,8 @@ def _apply_dtype(run, path: Path, options: ReadOptions) -> None:
     """dtype regime, in order: the flag, a manifest.json beside the log, the reader's own."""
     source = run.source
     if options.dtype:
-        source.dtype, source.dtype_origin = normalise_dtype(options.dtype), "--dtype flag"
+        # ReadOptions has already turned the flag into fp32 / fp16 / bf16, or refused it
+        source.dtype, source.dtype_origin = options.dtype, "--dtype flag"
         return
     folder = path if path.is_dir() else path.parent
     manifest = folder / "manifest.json"
@@ -177,22 +177,10 @@ def _apply_dtype(run, path: Path, options: ReadOptions) -> None:
         except (OSError, ValueError):
             source.warnings.append(f"{manifest}: not readable JSON; dtype not taken from it")
             return
-        for key in _DTYPE_KEYS:
-            if isinstance(meta, dict) and meta.get(key):
-                source.dtype = normalise_dtype(str(meta[key]))
-                source.dtype_origin = f"{manifest.name} key {key!r}"
-                if isinstance(meta.get("vocab_size"), int):
-                    source.vocab_size = meta["vocab_size"]
-                return
-
-
-def normalise_dtype(text: str) -> str:
-    """'bf16-mixed', 'torch.bfloat16', '16-mixed', 'fp16' ... -> fp32 / fp16 / bf16."""
-    value = text.strip().lower()
-    if "bf16" in value or "bfloat16" in value:
-        return "bf16"
-    if "16" in value or "half" in value:
-        return "fp16"
-    if "32" in value or value in ("float", "full", "no", "false"):
-        return "fp32"
-    return value
+        if not isinstance(meta, dict):
+            return
+        found = dtype_from((manifest.name, meta))
+        if found is not None:
+            source.dtype, source.dtype_origin = found
+        if isinstance(meta.get("vocab_size"), int):
+            source.vocab_size = meta["vocab_size"]

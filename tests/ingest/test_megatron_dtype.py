@@ -263,3 +263,17 @@ def test_dtype_from_prefers_a_named_setting_and_ignores_what_names_no_regime() -
     assert dtype_from(("a", {"fp16": "False"}), ("b", {"bf16": "False"}))[0] == "fp32"
     # for the same name the first table wins
     assert dtype_from(("param", {"dtype": "bf16"}), ("tag", {"dtype": "fp16"}))[0] == "bf16"
+
+
+def test_manifest_beside_the_log_reads_the_same_key_list(tmp_path: Path) -> None:
+    import json
+
+    from stabilitycli.ingest import read
+
+    log = write(tmp_path, "".join(iteration(it, loss=healthy_loss(it)) for it in range(1, 41)))
+    manifest = {"torch_dtype": "float32", "precision": "bf16-mixed", "vocab_size": 50257}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    run = read(log)
+    assert run.source.dtype == "bf16"  # the mixed-precision setting outranks the weights' dtype
+    assert run.source.dtype_origin == "manifest.json 'precision'='bf16-mixed'"
+    assert run.source.vocab_size == 50257
