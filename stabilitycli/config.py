@@ -35,11 +35,11 @@ class Thresholds:
     sigma_floor_frac: float = 0.01
     """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
     spike_excess_points: int = 3
-    """Materiality (a): excess summed over a flagged point and the logged points after it, in all."""
+    "Materiality (a): excess summed over a flagged point and the logged points after it, in all."
     spike_excess_sigma: float = 12.0
     """...and must reach this many baseline sigmas (noise rarely puts three points that far up)."""
     spike_excess_cap_sigma: float = 6.0
-    """...each point counting at most this many sigmas (one huge point is the large-z bar's case)."""
+    "...each point counting at most this many sigmas (one huge point is the large-z bar's case)."
     spike_excess_min_sigma: float = 2.0
     """...with none of them under this many sigmas (one noise triple rarely stays up)."""
     spike_sustained_min_rise_frac: float = 0.04
@@ -271,10 +271,11 @@ def _field_docs() -> dict[str, str]:
     for node, nxt in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
             and isinstance(nxt, ast.Expr)
             and isinstance(nxt.value, ast.Constant)
         ):
-            docs[node.target.id] = str(nxt.value.value)  # type: ignore[attr-defined]
+            docs[node.target.id] = str(nxt.value.value)
     return docs
 
 
