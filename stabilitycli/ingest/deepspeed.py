@@ -35,6 +35,7 @@ from pathlib import Path
 from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import _dsmessages as dsm
 from stabilitycli.ingest import _textlog as tl
+from stabilitycli.ingest._dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -53,7 +54,7 @@ _RM_EVAL = re.compile(
 _DPO_EVAL = re.compile(r"^\s*chosen:\s*(\S+?),\s*rejected:\s*(\S+?),\s*loss:\s*(\S+)\s*$")
 _EPOCH_LOSS = re.compile(r"^\s*Epoch\s+(\d+)/(\d+) with loss\s+(\S+)\s*$")
 _THROUGHPUT = re.compile(r"Model Parameters:.*?TFLOPs:\s*(\S+?),\s*Samples/sec:\s*(\S+?),")
-_DTYPE = re.compile(r"\b(fp16_enabled|bfloat16_enabled|bf16_enabled)\s*\.+\s*True")
+_DTYPE = re.compile(r"\b(fp16_enabled|bfloat16_enabled|bf16_enabled)\s*\.+\s*(True|False)\b")
 
 _SNIFF = re.compile(
     r"\bstep=\d+,\s*skipped=\d+|OVERFLOW!\s*Rank\s+\d+|Grad overflow on iteration"
@@ -105,13 +106,13 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     rec: dict | None  # one row: numbers by key (None where a value could not be read)
     skipped_prev: dict[int, int] = {}
     last_skipped: dict[int, int] = {}
+    switches: dict[str, tuple[str, int]] = {}  # config-dump switch -> (value, line)
     for index, line in enumerate(lines):
         if not any(token in line for token in _CANDIDATE):
             continue
         row = index + 1
-        if source.dtype is None and (m := _DTYPE.search(line)):
-            source.dtype = "fp16" if m.group(1) == "fp16_enabled" else "bf16"
-            source.dtype_origin = f"DeepSpeed config dump: {m.group(1)} True (line {row})"
+        if "_enabled" in line and (m := _DTYPE.search(line)):
+            switches.setdefault(m.group(1), (m.group(2), row))
         if "verflow" in line or "loss scale" in line:
             mentions.extend(dsm.scan_line(row, line, tl.timestamp(line), state))
         if (m := _PROGRESS.search(line)) is not None:
@@ -231,6 +232,13 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
                 + ")"
             )
         )
+    if switches and source.dtype is None:
+        # both switches off is fp32, DeepSpeed's default: evidence too, not only a True
+        found = dtype_from(
+            *((f"DeepSpeed config dump (line {row})", {k: v}) for k, (v, row) in switches.items())
+        )
+        if found is not None:
+            source.dtype, source.dtype_origin = found
     if mentions and source.dtype is None:
         source.dtype = "fp16"
         source.dtype_origin = "inferred: DeepSpeed fp16 dynamic loss-scale messages"

@@ -384,15 +384,14 @@ def _stated_dtype(
     """The dtype the log states, strongest first (see the module notes)."""
     if source.dtype is not None:
         return
-    dump: dict[str, str] = {name: args[name] for name in ("fp16", "bf16") if name in args}
-    deepspeed = {name: args[name] for name in _DEEPSPEED_SWITCHES if name in args}
-    found = None
-    if dump:
-        found = dtype_from((f"Megatron argument dump (line {min(rows[n] for n in dump)})", dump))
+
+    def settings(label: str, names: tuple[str, ...]) -> list[tuple[str, dict[str, str]]]:
+        # one table per line, so that the origin names the line that decided
+        return [(f"{label} (line {rows[n]})", {n: args[n]}) for n in names if n in args]
+
+    found = dtype_from(*settings("Megatron argument dump", ("fp16", "bf16")))
     found = found or stated.get("banner")
-    if found is None and deepspeed:
-        line = min(rows[name] for name in deepspeed)
-        found = dtype_from((f"DeepSpeed config dump (line {line})", deepspeed))
+    found = found or dtype_from(*settings("DeepSpeed config dump", _DEEPSPEED_SWITCHES))
     found = found or stated.get("command")
     if found is not None:
         source.dtype, source.dtype_origin = found
