@@ -7,9 +7,13 @@ import json
 import subprocess
 import sys
 
+import hypothesis
 import numpy as np
 import polars as pl
 import pytest
+import typer
+from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from stabilitycli import numfmt
 from stabilitycli.config import Thresholds
@@ -344,9 +348,6 @@ def _oracle_z(
 
 
 def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
-    hypothesis = pytest.importorskip("hypothesis")
-    from hypothesis import strategies as st
-
     from stabilitycli.detect.ranks.cohort import build_cohort
 
     @hypothesis.settings(max_examples=40, deadline=None)
@@ -445,9 +446,6 @@ def test_picture_marks_the_outlier_rank():
 
 @pytest.fixture
 def ranks_cli():
-    typer = pytest.importorskip("typer")
-    from typer.testing import CliRunner
-
     from stabilitycli.commands.ranks import command
 
     app = typer.Typer()
