@@ -327,8 +327,9 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
         origin = nan.get("origin")
         if early and early["series"].startswith("param_norm"):
             return None, (
-                f"fp32, but {early['series']} was non-finite from step {early['step']}, before the loss: "
-                "the update wrote NaN into the weights (optimizer eps, LR), not log(0)"
+                f"fp32, but {early['series']} was non-finite from step {early['step']}, "
+                "before the loss: the update wrote NaN into the weights (optimizer eps, LR), "
+                "not log(0)"
             )
         if origin and forward_order_key(origin) < _LOGITS_STAGE:
             return None, (
@@ -346,7 +347,8 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
 
 
 def _in_probability(before: float, after: float, w: _Walk) -> str:
-    """A loss change read in nats (spec 6): exp(-L) is the geometric-mean probability of the right token.
+    """A loss change read in nats (spec 6): exp(-L) is the geometric-mean probability of the right
+    token.
 
     Said only for losses that look like cross-entropy in nats (0 < L <
     `ce_loss_max_nats`); with a vocabulary size, also how far from uniform
@@ -368,7 +370,10 @@ def _in_probability(before: float, after: float, w: _Walk) -> str:
 def _recovery_text(spike) -> str:
     level = f"{spike.mu + 0.5 * spike.sigma:.4g}"
     if spike.recovered:
-        return f"back to <= {level} at step {spike.recovery_step} ({spike.recovery_steps} steps after onset)"
+        return (
+            f"back to <= {level} at step {spike.recovery_step} "
+            f"({spike.recovery_steps} steps after onset)"
+        )
     if spike.recovery_step is not None:
         return f"not within 50 steps; back to <= {level} only at step {spike.recovery_step}"
     return f"never back to <= {level} (type {spike.spike_type})"

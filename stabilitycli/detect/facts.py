@@ -36,7 +36,7 @@ class Facts:
     divergence: dict[str, Any] | None = None
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
     restart_replays: list[dict[str, Any]] = field(default_factory=list)
-    """Per restart, the replayed steps judged against the pre-restart noise (rule `restart-replay`)."""
+    """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:
         """Store what a rule found, refusing names it did not declare (a wiring bug, not input)."""

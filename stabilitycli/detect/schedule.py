@@ -126,8 +126,10 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
             Finding(
                 "lr-increasing",
                 Severity.WARNING,
-                f"learning rate still rising after warmup: {before[at]:.3g} at step {steps[at] - window} -> "
-                f"{lr[at]:.3g} at step {steps[at]} (rising in {int(rising.sum())} of {int(eligible.sum())} windows)",
+                "learning rate still rising after warmup: "
+                f"{before[at]:.3g} at step {steps[at] - window} -> "
+                f"{lr[at]:.3g} at step {steps[at]} "
+                f"(rising in {int(rising.sum())} of {int(eligible.sum())} windows)",
                 step=int(steps[at] - window),
                 end_step=int(steps[at]),
                 metric="lr",
@@ -200,7 +202,8 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
                 Finding(
                     "weight-norm-change",
                     Severity.WARNING,
-                    f"{name} {direction} {ratio[at]:.2f}x within {window} steps ({before[at]:.4g} -> {norm[at]:.4g} at step {steps[at]})",
+                    f"{name} {direction} {ratio[at]:.2f}x within {window} steps "
+                    f"({before[at]:.4g} -> {norm[at]:.4g} at step {steps[at]})",
                     step=int(steps[at]),
                     metric=name,
                     evidence={
@@ -258,8 +261,9 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
             Finding(
                 "grad-norm-spike",
                 Severity.INFO,
-                f"{hits.size} grad-norm outlier(s) >= {thresholds.grad_norm_outlier_ratio:g}x the trailing median; "
-                f"largest {grad[worst]:.4g} at step {steps[worst]} ({ratio[worst]:.1f}x {baseline[worst]:.3g})",
+                f"{hits.size} grad-norm outlier(s) >= {thresholds.grad_norm_outlier_ratio:g}x the "
+                f"trailing median; largest {grad[worst]:.4g} at step {steps[worst]} "
+                f"({ratio[worst]:.1f}x {baseline[worst]:.3g})",
                 step=int(steps[hits[0]]),
                 metric="grad_norm",
                 evidence={

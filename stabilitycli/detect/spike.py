@@ -256,8 +256,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             Skip(
                 "spike",
                 f"insufficient data: {finite_steps.size} finite loss points over {span} steps; "
-                f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} points "
-                f"before it (or {thresholds.widened_window_points} points in a sparse log)",
+                f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} "
+                f"points before it (or {thresholds.widened_window_points} points in a sparse log)",
             )
         )
         result.facts["spike_insufficient"] = True
@@ -352,8 +352,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             Finding(
                 "blip",
                 Severity.INFO,
-                f"{blip_steps.size} isolated single-point loss bump(s) above mu + {thresholds.spike_sigma:g} sigma "
-                f"with no cause and below the materiality bar (heavy-tailed mini-batch noise)",
+                f"{blip_steps.size} isolated single-point loss bump(s) "
+                f"above mu + {thresholds.spike_sigma:g} sigma with no cause and below the "
+                "materiality bar (heavy-tailed mini-batch noise)",
                 step=int(blip_steps[0]),
                 metric="loss",
                 evidence={
@@ -772,8 +773,8 @@ def _short_log_jumps(
             Finding(
                 f"{metric.replace('_', '-')}-jump",
                 Severity.WARNING,
-                f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) to {v[at + 1]:.4g} "
-                f"(step {s[at + 1]}); "
+                f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) "
+                f"to {v[at + 1]:.4g} (step {s[at + 1]}); "
                 + (
                     "before the spike baseline exists"
                     if before_step is not None
