@@ -324,16 +324,16 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
     if dtype == "fp32":
         nan = facts.nan or {}
         early = nan.get("earliest_nonfinite")
-        origin = nan.get("origin")
+        layer = nan.get("origin")
         if early and early["series"].startswith("param_norm"):
             return None, (
                 f"fp32, but {early['series']} was non-finite from step {early['step']}, "
                 "before the loss: the update wrote NaN into the weights (optimizer eps, LR), "
                 "not log(0)"
             )
-        if origin and forward_order_key(origin) < _LOGITS_STAGE:
+        if layer and forward_order_key(layer) < _LOGITS_STAGE:
             return None, (
-                f"fp32, but the first non-finite layer is {origin}, before the logits: "
+                f"fp32, but the first non-finite layer is {layer}, before the logits: "
                 "not log(0) in the loss; look at that layer's weights and inputs"
             )
         return "log-of-zero", "fp32: almost always log(0) in the loss or 0/0 in its reduction"

@@ -615,7 +615,7 @@ def _causes(
                     "repeat_of_step": int(steps[first + same[-1]]),
                 }
             )
-    if ctx.lr_rel_jump is not None:
+    if ctx.lr_rel_jump is not None and ctx.lr is not None:  # build() sets both or neither
         # a step change of the LR keeps acting for as long as the LR stays up, so
         # it is looked for further back than the grad norm's 1-3 step lead
         lr_lo = int(np.searchsorted(steps, onset - thresholds.lr_jump_cause_steps))
@@ -635,7 +635,8 @@ def _causes(
                         "lead_steps": int(onset - steps[at]),
                     }
                 )
-    if ctx.grad_ratio is not None:
+    # build() sets the three grad-norm series together
+    if ctx.grad_ratio is not None and ctx.grad_norm is not None and ctx.grad_baseline is not None:
         # a large spike needs less of a grad-norm jump to be explained by its batch
         bar = thresholds.grad_norm_outlier_ratio if large else thresholds.grad_norm_spike_ratio
         ratios = np.nan_to_num(ctx.grad_ratio[lo:hi], nan=0.0)
