@@ -35,7 +35,7 @@ one rank explains.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import polars as pl
@@ -100,7 +100,8 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     if rows.height == 0:
         raise StabInputError(run.source.path, f"no logged {metric} values")
     n_ranks = int(rows["rank"].n_unique())
-    typical = int(cohort.steps["n"].median() or 0)
+    # polars types median/min/max as any scalar; these columns are integers
+    typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
     throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
     flagged = _flags(cohort, thresholds)
     outliers: list[RankOutlier] = []
@@ -137,7 +138,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     report = RankReport(
         metric=metric,
         ranks=n_ranks,
-        steps=(int(rows["step"].min()), int(rows["step"].max())),
+        steps=(int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max()))),
         outliers=tuple(outliers),
         throughput_metric=throughput[0] if throughput else None,
         notes=tuple(notes),

@@ -24,6 +24,7 @@ with fewer are not judged by z (2-rank runs go through `rank_pair`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -76,7 +77,7 @@ def _stride(rows: pl.DataFrame) -> int | None:
     ).filter(pl.col("d") > 0)
     if diffs.height == 0:
         return None
-    return int(diffs["d"].median())
+    return int(cast(float, diffs["d"].median()))  # polars types a median as any scalar
 
 
 def _step_stats(rows: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
@@ -101,7 +102,7 @@ def _step_stats(rows: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
 def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
     """Re-key the cohort by stride buckets when ranks mostly log at different steps."""
     n_ranks = rows["rank"].n_unique()
-    typical = steps["n"].median()
+    typical = cast("float | None", steps["n"].median())  # ranks per step, None if no steps
     if n_ranks < 2 or typical is None or typical >= MISALIGNED_FRACTION * n_ranks:
         return rows, steps, None
     stride = _stride(rows)
