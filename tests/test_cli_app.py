@@ -5,8 +5,12 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
+import pytest
+
 import stabilitycli
 from stabilitycli.cli import COMMANDS
+from stabilitycli.pipeline.batch import BatchSettings, analyze_one
+from tests.conftest import FIXTURES, run_fixture
 
 
 def test_version_is_the_package_version(cli) -> None:
@@ -27,3 +31,45 @@ def test_every_command_module_is_registered(cli) -> None:
     for name in COMMANDS:
         assert callable(importlib.import_module(f"stabilitycli.commands.{name}").command)
         assert name in result.stdout
+
+
+def _boom(*args, **kwargs):
+    raise RuntimeError("boom")
+
+
+def _internal_line(where: str) -> str:
+    hint = "(set STAB_DEBUG=1 for a traceback)"
+    return f"stab: error: {where}: internal error RuntimeError: boom {hint}\n"
+
+
+def test_a_bug_is_one_line_in_every_command(cli, monkeypatch) -> None:
+    monkeypatch.delenv("STAB_DEBUG", raising=False)
+    run = str(run_fixture("plateau"))
+    ranks_run = str(FIXTURES / "ranks" / "pair_2.jsonl")
+    monkeypatch.setattr("stabilitycli.pipeline.run.analyze", _boom)
+    monkeypatch.setattr("stabilitycli.detect.ranks.check.find_rank_outliers", _boom)
+    monkeypatch.setattr("stabilitycli.compare.runs.compare", _boom)
+    cases = [
+        (("analyze", run), run),
+        (("postmortem", run), run),
+        (("ranks", "--run", ranks_run), ranks_run),
+        (("compare", run, run), f"{run} {run}"),
+    ]
+    for args, where in cases:
+        result = cli(*args)
+        assert result.exit_code == 2, args
+        assert result.stderr == _internal_line(where), args
+
+
+def test_stab_debug_shows_the_traceback(cli, monkeypatch) -> None:
+    monkeypatch.setenv("STAB_DEBUG", "1")
+    monkeypatch.setattr("stabilitycli.pipeline.run.analyze", _boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        cli("analyze", run_fixture("plateau"))
+
+
+def test_a_bug_in_one_of_many_runs_is_that_runs_error(monkeypatch) -> None:
+    monkeypatch.setattr("stabilitycli.pipeline.run.analyze", _boom)
+    path = str(run_fixture("plateau"))
+    result = analyze_one(path, BatchSettings())
+    assert result.error == f"{path}: internal error RuntimeError: boom"
