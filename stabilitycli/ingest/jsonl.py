@@ -193,10 +193,15 @@ def _slow_parse(data: bytes, source: SourceInfo) -> pl.DataFrame:
             continue
         try:
             obj = json.loads(line)
-        except ValueError as err:
-            # BUG kept (no-behaviour-change commit): a UnicodeDecodeError has no .msg, so a
-            # non-UTF-8 line crashes here as an internal error
-            source.reject(number, f"not valid JSON ({err.msg})")  # type: ignore[attr-defined]
+        except UnicodeDecodeError as err:
+            # a byte the job wrote while dying (or a binary blob) spoils that line only
+            source.reject(number, f"not UTF-8 text (byte {err.start + 1} of the line)")
+            continue
+        except json.JSONDecodeError as err:
+            source.reject(number, f"not valid JSON ({err.msg})")
+            continue
+        except ValueError as err:  # e.g. a number too deep or too long for the parser
+            source.reject(number, f"not valid JSON ({err})")
             continue
         if not isinstance(obj, dict):
             source.reject(number, f"a JSON {type(obj).__name__}, not an object")

@@ -189,3 +189,14 @@ def test_metric_override_must_exist(tmp_path) -> None:
     assert run.source.metrics["loss"] == "obj"
     with pytest.raises(StabUsageError, match="nothere"):
         read(path, ReadOptions(metric_overrides={"loss": "nothere"}))
+
+
+def test_a_non_utf8_byte_rejects_its_line_only(tmp_path) -> None:
+    path = tmp_path / "run.jsonl"
+    good = [json.dumps({"step": i, "loss": 2.0 + 0.001 * i}).encode() for i in range(200)]
+    good[57] = b'{"step": 57, "loss": 2.0\xff5}'
+    path.write_bytes(b"\n".join(good) + b"\n")
+    run = read(path)
+    src = run.source
+    assert src.rows_rejected == 1 and src.rows_used == 199
+    assert src.rejections[0].line == 58 and "not UTF-8" in src.rejections[0].reason
