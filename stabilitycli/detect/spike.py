@@ -312,9 +312,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     lone = _lone_blips(
         candidates, steps, loss, stats.mean, sigma, thresholds, causes_ctx, sustained
     )
-    sustained_at = dict(
-        zip(candidates[sustained].tolist(), [True] * int(sustained.sum()), strict=True)
-    )
+    sustained_at = set(candidates[sustained].tolist())
     events: list[SpikeEvent] = []
     next_free = 0
     for idx in candidates[~lone]:  # a handful of real candidates, not rows
@@ -330,7 +328,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             threshold,
             thresholds,
             causes_ctx,
-            sustained_at.get(int(idx), False),
+            int(idx) in sustained_at,
         )
         event.window = stats.description
         events.append(event)
