@@ -135,3 +135,14 @@ def test_ignoring_a_rank_code_drops_it_from_the_findings() -> None:
     path = FIRES["rank-outlier"]
     assert "rank-outlier" in {f.code for f in analyze(path).findings}
     assert "rank-outlier" not in {f.code for f in analyze(path, ignore=["rank-outlier"]).findings}
+
+
+def test_every_question_the_tree_asks_is_explained() -> None:
+    from stabilitycli.classify.questions import QUESTIONS
+
+    asked = set()
+    for path in _EVERY_KIND_OF_RUN:
+        asked |= {step.question for step in analyze(path).verdict.path}
+    assert asked and asked <= set(QUESTIONS), asked - set(QUESTIONS)
+    for question in asked:
+        assert explain_text(question) == f"{question}: {QUESTIONS[question]}"

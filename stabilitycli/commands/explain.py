@@ -32,7 +32,7 @@ def command(
 
 def explain_text(code: str | None) -> str:
     # imported here: `stab --help` imports this module to register the command
-    from stabilitycli.classify.questions import CAUSE_TEXT, REMEDIES, VERDICTS
+    from stabilitycli.classify.questions import CAUSE_TEXT, QUESTIONS, REMEDIES, VERDICTS
     from stabilitycli.config import Thresholds
     from stabilitycli.detect.registry import load_rules
 
@@ -48,8 +48,13 @@ def explain_text(code: str | None) -> str:
         lines.append("\nVerdicts:")
         for verdict, (_section, severity, text) in VERDICTS.items():
             lines.append(f"  {verdict:<20} {severity:<8} {text}")
-        lines.append("\nThresholds: `stab explain thresholds`")
+        lines.append("\nQuestions of the tree: `stab explain questions` (or a question, e.g. Q2.1)")
+        lines.append("Thresholds: `stab explain thresholds`")
         return "\n".join(lines)
+    if code == "questions":
+        return "\n".join(f"{q:<5} {text}" for q, text in QUESTIONS.items())
+    if code in QUESTIONS:
+        return f"{code}: {QUESTIONS[code]}"
     if code == "thresholds":
         defaults = Thresholds()
         return "\n".join(

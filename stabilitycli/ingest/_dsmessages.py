@@ -60,9 +60,6 @@ _SKIP_STEP = re.compile(
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:?\s*(\d+)")
 _REDUCING = re.compile(r"Reducing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
 _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
-# cheap substring test before any regex: most lines of a log are none of these
-MARKERS = ("verflow", "loss scale")
-
 SAME_BURST_S = 1.0  # rank copies of one message are printed within milliseconds
 TWIN_WINDOW_S = 5.0  # a rank-0 summary line and the per-rank lines of the same overflow
 

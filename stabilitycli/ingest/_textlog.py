@@ -16,9 +16,6 @@ from pathlib import Path
 
 from stabilitycli.errors import StabInputError
 
-# Extensions a captured stdout usually has; other names are still read when
-# their content matches (slurm's `slurm-1234.out`, `main.log`, no extension...).
-TEXT_SUFFIXES = (".log", ".out", ".txt", ".err", ".stdout", "")
 # How far `peek` reads into a text file to find a format's marker: a Megatron
 # log can open with several hundred KB of banners and argument dumps.
 PEEK_BYTES = 8 << 20
