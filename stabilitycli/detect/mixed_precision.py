@@ -132,8 +132,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
     overflow = {
         "overflows": int(total),
-        "overflow_steps": view.steps[overflow_rows][:50].tolist(),
-        "overflow_steps_all": view.steps[overflow_rows].tolist(),
+        "overflow_steps": view.steps[overflow_rows].tolist(),
         "span_steps": span_steps,
         "has_scale": has_scale,
         "has_messages": has_messages,
@@ -201,7 +200,7 @@ def _scale_history(
     total = overflow["overflows"]
     # every overflow onset and every halving, so the story of a collapse starts where it did
     history = {
-        "overflow_steps": list(overflow.get("overflow_steps_all", overflow["overflow_steps"])),
+        "overflow_steps": list(overflow["overflow_steps"]),
         "halving_steps": steps[drops].tolist(),
         "halving_scales": scale[drops].tolist(),
     }

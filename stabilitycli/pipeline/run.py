@@ -41,7 +41,7 @@ def analyze(
     from stabilitycli.classify.ranks import attribute_to_ranks
     from stabilitycli.classify.tree import walk
     from stabilitycli.detect.facts import Facts
-    from stabilitycli.detect.registry import select_rules
+    from stabilitycli.detect.registry import load_rules, select_rules
     from stabilitycli.detect.series import build_view
 
     thresholds = config or Thresholds()
@@ -57,7 +57,9 @@ def analyze(
         skipped.extend(outcome.skipped)
         facts.provide(rule.code, rule.provides, outcome.facts)
 
-    coverage = _coverage(rules, skipped, select, ignore)
+    ran = [rule.code for rule in rules]
+    not_run = tuple(code for code in load_rules() if code not in ran)
+    coverage = _coverage(ran, not_run, skipped)
     findings = attribute_to_ranks(findings, facts, thresholds)
     findings = [f for f in findings if f.code not in dropped_codes]
     # a fixed order that does not depend on the order the rules ran in
@@ -70,9 +72,7 @@ def analyze(
         skipped,
         facts,
         thresholds,
-        not_run=tuple(
-            s.code for s in coverage.not_checked if s.code not in {k.code for k in skipped}
-        ),
+        not_run=not_run,
     )
     preview, preview_steps = _preview(view)
     return Analysis(
@@ -90,18 +90,13 @@ def analyze(
     )
 
 
-def _coverage(rules: list, skipped: list[Skip], select, ignore) -> Coverage:
+def _coverage(ran: list[str], not_run: tuple[str, ...], skipped: list[Skip]) -> Coverage:
     """Rules that answered, and rules that could not (their own reason) or were not selected."""
-    from stabilitycli.detect.registry import load_rules
-
     reasons: dict[str, str] = {}
     for skip in skipped:
         reasons.setdefault(skip.code, skip.reason)
-    ran = [r.code for r in rules]
     not_checked = [Skip(code, reasons[code]) for code in ran if code in reasons]
-    not_checked += [
-        Skip(code, "not selected (--select/--ignore)") for code in load_rules() if code not in ran
-    ]
+    not_checked += [Skip(code, "not selected (--select/--ignore)") for code in not_run]
     return Coverage(tuple(c for c in ran if c not in reasons), tuple(not_checked))
 
 
