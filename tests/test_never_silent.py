@@ -180,6 +180,7 @@ def test_the_suggested_flag_works(cli, no_loss_log) -> None:
         ["report", "{log}", "-o", "{tmp}/r.html"],
         ["postmortem", "{log}"],
         ["compare", "{log}", "{log}"],
+        ["compare", "--restart", "1", "{log}"],
     ],
     ids=lambda c: " ".join(c[:2]),
 )

@@ -193,6 +193,8 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
     from stabilitycli.detect.series import build_view
 
     options = options or CompareOptions()
+    if not options.metrics:
+        run.require_loss()  # as in `compare`: the default comparison is the loss
     if options.x != "step":
         raise StabUsageError(
             "--restart compares on steps (a replay repeats the same steps); drop --x"
