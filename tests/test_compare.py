@@ -255,10 +255,12 @@ def test_offset_grids_are_interpolated():
 
 def test_token_axis_aligns_a_bigger_batch(baseline):
     big = run("double-batch")
-    opts = CompareOptions(metrics=("loss",), x="tokens")
+    # two-sided: the same curve on tokens; per step the bigger batch is lower (one-sided passes)
+    opts = CompareOptions(metrics=("loss",), x="tokens", band="two-sided")
     on_tokens = compare(baseline, big, opts)
-    on_steps = compare(baseline, big, CompareOptions(metrics=("loss",)))
+    on_steps = compare(baseline, big, CompareOptions(metrics=("loss",), band="two-sided"))
     assert on_tokens.passed and not on_steps.passed
+    assert compare(baseline, big, CompareOptions(metrics=("loss",))).passed
     loss = on_tokens.metric("loss")
     assert loss.grid == "candidate" and loss.interpolated_points == 0 and loss.first == 16384
     assert on_tokens.to_dict()["x"] == "tokens"
@@ -360,13 +362,22 @@ def test_fix_removes_spike():
         broken, fixed, CompareOptions(until=exp["compare_until"], tolerance={"loss": 0.05})
     )
     assert before.passed
-    # through the spike it is outside the band exactly there, and back after it
-    through = compare(broken, fixed, CompareOptions(until=1000, tolerance={"loss": 0.05})).metric(
-        "loss"
-    )
+    # verifying the fix (one-sided, the default): lower where the baseline spiked is better
+    one = compare(broken, fixed, CompareOptions(until=1000, tolerance={"loss": 0.05}))
+    assert one.passed and one.band == "one-sided"
+    better = one.metric("loss").stats
+    assert better["points_outside"] == 0
+    assert abs(better["first_better"] - exp["broken_spike_step"]) <= 2
+    # two-sided (a determinism check): outside the band exactly there, and back after it
+    through = compare(
+        broken, fixed, CompareOptions(until=1000, tolerance={"loss": 0.05}, band="two-sided")
+    ).metric("loss")
     assert not through.passed
     assert abs(through.stats["first_outside"] - exp["broken_spike_step"]) <= 2
     assert through.stats["within_from"] is not None and through.stats["within_from"] < 920
+    # the other way round the candidate is the one that spiked: worse, so it fails one-sided
+    worse = compare(fixed, broken, CompareOptions(until=1000, tolerance={"loss": 0.05}))
+    assert not worse.passed and worse.metric("loss").stats["points_outside"] > 0
 
 
 def test_a_run_that_stops_before_until_fails(baseline):
@@ -529,7 +540,7 @@ def test_cli_json_and_exit_codes(cli):
     tokens = cli(
         "compare", base, COMPARE / "double-batch" / "run.jsonl", "--x", "tokens", "-m", "loss"
     )
-    assert tokens.exit_code == 0 and "x = tokens" in tokens.output
+    assert tokens.exit_code == 0 and "Compared on tokens" in tokens.output
 
 
 def test_cli_terminal_shows_both_curves_and_the_band(cli):
@@ -543,8 +554,9 @@ def test_cli_terminal_shows_both_curves_and_the_band(cli):
     assert out.exit_code == 1
     assert "loss baseline" in out.output and "loss candidate" in out.output and "▲" in out.output
     flat = " ".join(out.output.replace("│", " ").split())  # rich wraps long paths
-    assert "smoothing ema:0.1" in flat and re.search(
-        r"leaves the band for good at step 10\d\d", flat
+    assert "smoothed with ema:0.1" in flat and re.search(
+        r"loss is worse than the baseline \(higher\) beyond the band from step 10\d\d to the end",
+        flat,
     )
     assert "band: noise: 5 x sqrt(2)" in flat
 
@@ -584,3 +596,86 @@ def test_cli_bad_input_is_one_line_and_exit_2(cli, args, needle):
     )
     if "31x" in needle:
         assert "column 8" in lines[0]
+
+
+# ---------------------------------------------------------------- issue 16: what the user asked
+
+
+def _flat(output: str) -> str:
+    return " ".join(output.replace("│", " ").split())
+
+
+def test_cli_verifying_a_fix_is_one_sided(cli):
+    """The fixed rerun is lower where the broken run spiked: better, so it passes."""
+    broken = RUNS / "spike-long-tail" / "run.jsonl"
+    fixed = COMPARE / "fix-removes-spike" / "run.jsonl"
+    out = cli("compare", broken, fixed)
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+    flat = _flat(out.output)
+    assert out.exit_code == 0, flat
+    assert flat.startswith("╭") and "PASS No worse than the baseline" in flat
+    assert re.search(
+        r"loss is lower than the baseline's beyond the band at \d+ point\(s\), "
+        r"first at step 90\d",
+        flat,
+    )
+    data = json.loads(cli("compare", broken, fixed, "-f", "json").stdout)
+    assert data["passed"] and data["band"] == "one-sided"
+    loss = next(m for m in data["metrics"] if m["metric"] == "loss")
+    assert loss["sides"] == "one-sided" and loss["better_when"] == "lower"
+    assert loss["points_outside"] == 0 and loss["points_better"] >= 1
+    # the LR has no better side: reported, not judged
+    lr = next(m for m in data["metrics"] if m["metric"] == "lr")
+    assert lr["sides"] == "not judged" and lr["passed"]
+
+
+def test_cli_two_sided_band_names_the_band(cli):
+    broken = RUNS / "spike-long-tail" / "run.jsonl"
+    fixed = COMPARE / "fix-removes-spike" / "run.jsonl"
+    out = cli("compare", broken, fixed, "--band", "two-sided", "-e", "loss@900<3.0")
+    flat = _flat(out.output)
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+    assert out.exit_code == 1
+    assert "FAIL Failed: the band (loss):" in flat and "All 1 check(s) hold." in flat
+    assert "loss is outside the band at 3 of 1500 points, first at step 900" in flat
+
+
+def test_cli_only_a_check_fails_names_the_check(cli):
+    broken = RUNS / "spike-long-tail" / "run.jsonl"
+    fixed = COMPARE / "fix-removes-spike" / "run.jsonl"
+    exp = expected("fix-removes-spike")
+    args = [a for e in exp["expect_pass"] for a in ("-e", e)]
+    out = cli("compare", broken, fixed, *args, "-e", "loss@900<2.0")
+    flat = _flat(out.output)
+    assert out.exit_code == 1
+    assert "FAIL Failed: 1 of 3 check(s):" in flat and "the band" not in flat.split(":")[0]
+    assert "Check 'loss@900<2.0' fails: the candidate's loss at step 900 is 2.95." in flat
+    assert "nowhere worse than the baseline's beyond the band" in flat
+
+
+def test_cli_settings_line_is_a_sentence(cli):
+    out = cli("compare", COMPARE / "baseline" / "run.jsonl", COMPARE / "rerun-noise" / "run.jsonl")
+    flat = _flat(out.output)
+    assert out.exit_code == 0
+    assert (
+        "A point is outside the band when the median deviation of the 5 points centred on it "
+        "is beyond the band, so one noisy point never fails." in flat
+    )
+    assert "is beyond the band, so" in flat and "points is " not in flat
+
+
+def test_cli_band_refuses_an_unknown_value(cli):
+    out = cli(
+        "compare",
+        COMPARE / "baseline" / "run.jsonl",
+        COMPARE / "rerun-noise" / "run.jsonl",
+        "--band",
+        "both",
+    )
+    assert out.exit_code == 2 and "one-sided" in out.output and "two-sided" in out.output
+
+
+def test_restart_is_two_sided_by_default():
+    log = read(COMPARE / "restart-two-optimizer-lost" / "run.jsonl")
+    assert compare_restart(log, 1).band == "two-sided"
+    assert compare_restart(log, 1, CompareOptions(band="one-sided")).band == "one-sided"

@@ -4,7 +4,8 @@ or a resume against the trajectory it abandoned; plus `--expect` checks.
 Registered by `cli.py` as `app.command("compare")(command)`. polars/numpy are
 imported only inside the function, so `stab --help` stays instant.
 
-Exit status: 0 every metric within its band and every check holds; 1 one does
+Exit status: 0 every judged metric within its band (one-sided by default for two
+runs: only worse than the baseline fails) and every check holds; 1 one does
 not (or a run stops before --until); 2 unreadable input or a bad option,
 including a malformed --expect (one line on stderr naming it and the column).
 """
@@ -32,6 +33,11 @@ from stabilitycli.exit_codes import ExitCode
 class CompareFormat(StrEnum):
     terminal = "terminal"
     json = "json"
+
+
+class Band(StrEnum):
+    one_sided = "one-sided"
+    two_sided = "two-sided"
 
 
 class XAxis(StrEnum):
@@ -107,6 +113,16 @@ def command(
             "Default: loss, grad_norm, eval_loss, lr where both runs log them.",
         ),
     ] = None,
+    band: Annotated[
+        Band | None,
+        typer.Option(
+            "--band",
+            help="one-sided: only a candidate worse than the baseline beyond the band fails "
+            "(verifying a fix; the default for two runs). two-sided: a point outside on either "
+            "side fails (a determinism check; the default for --restart).",
+            show_default=False,
+        ),
+    ] = None,
     strict: Annotated[
         bool,
         typer.Option(
@@ -135,6 +151,7 @@ def command(
             smooth,
             metric,
             strict,
+            band.value if band else None,
             step_key,
             format_in,
             set_values,
@@ -168,6 +185,7 @@ def _compare(
     smooth,
     metric,
     strict,
+    band,
     step_key,
     format_in,
     set_values,
@@ -200,6 +218,7 @@ def _compare(
         smoothing=Smoothing.parse(smooth) if smooth else None,
         strict=strict,
         expects=checks,
+        band=band,
         thresholds=load_config(runs[0], pairs(set_values, "--set")),
     )
     read_options = ReadOptions(metric_overrides=overrides, step_key=step_key, format_in=format_in)

@@ -13,6 +13,15 @@ documented in docs/compare-contract.md):
   uses the same numbers);
 * `check_run(run, options)`: only the `--expect` checks, on one run.
 
+Which side of the band fails (`band`): `one-sided` (the default for two runs:
+verifying a fix) fails only a candidate *worse* than the baseline beyond the
+band - higher loss, eval loss or grad norm, lower accuracy or throughput; a
+candidate better than the baseline is counted (`points_better`) but passes, and
+a metric with no better side (the LR) is reported, not judged, since changing
+it may be the fix. `two-sided` (the default for `--restart`: the resume should
+replay what it abandoned; and what a determinism check wants) fails a point
+outside the band on either side.
+
 Tolerance bands (see `deviation.py` for how a point is judged):
 absolute `--tolerance`, relative `--rel-tolerance` x |baseline|, or noise:
 `noise_band_sigmas` x sqrt(2) x the baseline's local noise sigma - sqrt(2)
@@ -48,6 +57,10 @@ SCHEMA = "stab.compare/1"
 # step time and loss-scale history legitimately differ between two healthy runs)
 DEFAULT_METRICS = ("loss", "grad_norm", "eval_loss", "lr")
 PREVIEW_POINTS = 60
+BANDS = ("one-sided", "two-sided")
+# which way a metric gets better, by the words of its name (checked in this order)
+_LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "grad_norm", "step_time", "error")
+_HIGHER_IS_BETTER = ("acc", "accuracy", "tokens_per_sec", "throughput", "mfu", "samples_per_sec")
 MIN_NOISE_POINTS = 20  # fewer logged baseline points: the noise cannot be told from the trend
 
 
@@ -65,6 +78,8 @@ class CompareOptions:
     strict: bool = False
     expects: tuple[Check, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
+    # None: one-sided for two runs (verifying a fix), two-sided for --restart
+    band: str | None = None
 
     @property
     def judge_points(self) -> int:
@@ -124,6 +139,7 @@ class Comparison:
     until: float | None
     smoothing: str | None
     judge_points: int
+    band: str | None  # "one-sided" or "two-sided"; None when only --expect checks ran
     metrics: tuple[MetricComparison, ...]
     checks: tuple[CheckResult, ...]
     restart: dict[str, Any] | None = None
@@ -148,6 +164,7 @@ class Comparison:
                 "range": {"since": self.since, "until": self.until},
                 "smoothing": self.smoothing,
                 "judge_points": self.judge_points,
+                "band": self.band,
                 "metrics": [m.to_dict() for m in self.metrics],
                 "checks": [c.to_dict() for c in self.checks],
                 "not_compared": list(self.not_compared),
@@ -171,6 +188,7 @@ def compare(
         baseline.require_loss()
         candidate.require_loss()
     base, cand = track_of(baseline, "baseline"), track_of(candidate, "candidate")
+    options = _replace(options, band=options.band or "one-sided")
     notes: list[str] = []
     metrics = _choose_metrics(base, cand, options)
     results = [
@@ -219,6 +237,7 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
     cand = Track(f"resumed (restart {index})", src, rep.resumed, checked=kept)
     window_opts = _replace(
         options,
+        band=options.band or "two-sided",
         since=max(lo, options.since if options.since is not None else lo),
         until=min(hi, options.until if options.until is not None else hi),
     )
@@ -365,13 +384,23 @@ def _compare_metric(
         base_v, cand_v = options.smoothing.apply(base_v), options.smoothing.apply(cand_v)
     tol, tol_info = _tolerance(metric, grid, base_v, (bx, bv), options, noise)
     verdict = judge(base_v, cand_v, tol, options.judge_points)
+    direction = better_direction(metric)
+    sides = _sides(options.band, direction)
+    better = np.zeros(verdict.outside.size, dtype=bool)
+    if sides == "one-sided":
+        verdict, better = _one_sided(verdict, base_v, cand_v, direction, options.judge_points)
     stats = verdict.stats(grid.x)
+    # "not judged": the points outside are counted and shown, but do not fail the comparison
+    stats["sides"] = sides
+    stats["better_when"] = {-1: "lower", 1: "higher", 0: None}[direction]
+    stats["points_better"] = int(better.sum())
+    stats["first_better"] = _first(grid.x, better)
     if options.x != "step":
         stats["diverged_at_step"] = _step_at(grid, stats["diverged_at"])
         stats["within_from_step"] = _step_at(grid, stats["within_from"])
     return MetricComparison(
         metric=metric,
-        passed=verdict.passed,
+        passed=verdict.passed or sides == "not judged",
         points=int(grid.x.size),
         first=_num(grid.x[0]),
         last=_num(grid.x[-1]),
@@ -380,6 +409,60 @@ def _compare_metric(
         tolerance=tol_info,
         stats={**stats, "_preview": _preview(grid, base_v, cand_v, verdict)},
     )
+
+
+def better_direction(metric: str) -> int:
+    """-1 when a lower value is better (loss, grad norm), +1 when higher is, 0 when neither."""
+    from stabilitycli.metric_names import words
+
+    name = metric.lower()
+    ws = set(words(metric))
+    for direction, names in ((-1, _LOWER_IS_BETTER), (1, _HIGHER_IS_BETTER)):
+        if any(n == name or n in ws for n in names):
+            return direction
+    return 0
+
+
+def _sides(band: str | None, direction: int) -> str:
+    """How a metric is judged: 'two-sided', 'one-sided', or 'not judged' (no better side)."""
+    if band == "two-sided":
+        return "two-sided"
+    return "one-sided" if direction else "not judged"
+
+
+def _one_sided(
+    verdict: Judgement, base_v: np.ndarray, cand_v: np.ndarray, direction: int, points: int
+) -> tuple[Judgement, np.ndarray]:
+    """Only a candidate worse than the baseline beyond the band is outside.
+
+    Returns the judgement (outside = worse) and the points where the candidate is
+    better than the baseline beyond the band. A NaN/Inf in the baseline where the
+    candidate is finite is better; one in the candidate where the baseline is finite,
+    or two different non-finite values, is worse."""
+    import polars as pl
+
+    base_bad, cand_bad = ~np.isfinite(base_v), ~np.isfinite(cand_v)
+    mismatch = np.isinf(verdict.deviation) & (base_bad | cand_bad)
+    fixed = mismatch & base_bad & ~cand_bad  # the baseline broke here, the candidate did not
+    broken = mismatch & ~fixed
+    # the deviation signed so that positive is worse, with the non-finite points as +-inf
+    worse_by = np.where(mismatch, 0.0, verdict.deviation) * -direction
+    worse_by = np.where(broken, np.inf, np.where(fixed, -np.inf, worse_by))
+    judged = worse_by
+    if points > 1 and worse_by.size:
+        judged = pl.Series(worse_by).rolling_median(points, center=True, min_samples=1).to_numpy()
+    tol = verdict.tolerance
+    outside = ((judged > tol) | broken) & ~fixed
+    better = ((judged < -tol) | fixed) & ~broken
+    return (
+        Judgement(verdict.deviation, judged * -direction, tol, outside, verdict.mismatches),
+        better,
+    )
+
+
+def _first(x: np.ndarray, mask: np.ndarray) -> float | int | None:
+    hits = np.flatnonzero(mask)
+    return _num(x[hits[0]]) if hits.size else None
 
 
 def _tolerance(
@@ -546,6 +629,7 @@ def _result(
         until=options.until,
         smoothing=options.smoothing.label if options.smoothing else None,
         judge_points=options.judge_points,
+        band=options.band if mode != "checks" else None,
         metrics=tuple(metrics),
         checks=tuple(checks),
         restart=restart,

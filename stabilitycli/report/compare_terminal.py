@@ -51,24 +51,56 @@ def _headline(result: Comparison) -> Text:
     verdict = Text(
         "PASS" if result.passed else "FAIL", style="bold green" if result.passed else "bold red"
     )
+    return verdict + Text("  " + " ".join(headline_sentences(result)))
+
+
+def headline_sentences(result: Comparison) -> list[str]:
+    """What was compared, then what failed (the band, which check, or both), as sentences."""
+    failed_metrics = [m for m in result.metrics if not m.passed]
+    failed_checks = [c for c in result.checks if not c.holds]
+    out: list[str] = []
     if result.mode == "checks":
-        held = sum(c.holds for c in result.checks)
-        return verdict + Text(
-            f"  {held} of {len(result.checks)} check(s) hold on {result.candidate['path']}"
-        )
-    if result.mode == "restart":
+        held = len(result.checks) - len(failed_checks)
+        out.append(f"{held} of {len(result.checks)} check(s) hold on {result.candidate['path']}.")
+    elif result.mode == "restart":
         r = result.restart
         assert r is not None  # restart mode always carries the restart
-        return verdict + Text(
-            f"  resumed from step {r['resumed_from_step']} after the log had reached "
-            f"{r['last_step_before']}: " + _restart_sentence(result.metrics[0], r)
+        out.append(
+            f"Resumed from step {r['resumed_from_step']} after the log had reached step "
+            f"{r['last_step_before']}: " + _restart_sentence(result.metrics[0], r) + "."
         )
-    first = result.metrics[0]
-    assert result.baseline is not None  # only `--expect` checks on one run have none
-    return verdict + Text(
-        f"  candidate {result.candidate['path']} against baseline {result.baseline['path']}: "
-        + _metric_sentence(first, result.x)
-    )
+    else:
+        assert result.baseline is not None  # only `--expect` checks on one run have none
+        what = _what_failed(failed_metrics, failed_checks, result)
+        out.append(
+            f"{what}: candidate {result.candidate['path']} against baseline "
+            f"{result.baseline['path']}."
+        )
+        if failed_metrics:
+            out += [_metric_sentence(m, result.x) for m in failed_metrics]
+        else:
+            out.append(_passed_sentence(result))
+        out += [b for m in result.metrics if (b := _better_sentence(m, result.x))]
+    out += [_check_sentence(c) for c in failed_checks]
+    if result.checks and not failed_checks and result.mode != "checks":
+        out.append(f"All {len(result.checks)} check(s) hold.")
+    out += [p[0].upper() + p[1:] + "." for p in result.problems]
+    return out
+
+
+def _what_failed(failed_metrics, failed_checks, result: Comparison) -> str:
+    parts = []
+    if failed_metrics:
+        parts.append(f"the band ({', '.join(m.metric for m in failed_metrics)})")
+    if failed_checks:
+        parts.append(f"{len(failed_checks)} of {len(result.checks)} check(s)")
+    if result.problems:
+        parts.append("the compared range")
+    if parts:
+        return "Failed: " + " and ".join(parts)
+    if result.band == "one-sided":
+        return "No worse than the baseline"
+    return "Within the band"
 
 
 def _restart_sentence(m: MetricComparison, restart: dict) -> str:
@@ -87,38 +119,112 @@ def _restart_sentence(m: MetricComparison, restart: dict) -> str:
     )
 
 
+def _outside_words(m: MetricComparison) -> str:
+    """'outside the band', or one-sided 'worse than the baseline (higher) beyond the band'."""
+    if m.stats.get("sides") == "one-sided":
+        worse = "higher" if m.stats.get("better_when") == "lower" else "lower"
+        return f"worse than the baseline ({worse}) beyond the band"
+    return "outside the band"
+
+
+def _passed_sentence(result: Comparison) -> str:
+    judged = [m for m in result.metrics if m.stats.get("sides") != "not judged"]
+    if not judged:
+        return "No compared metric has a better side, so none was judged."
+    names = _and([m.metric for m in judged])
+    points = _and(sorted({str(m.points) for m in judged}))
+    if result.band == "one-sided":
+        return (
+            f"The candidate's {names} {'is' if len(judged) == 1 else 'are'} nowhere worse than "
+            f"the baseline's beyond the band over {points} points."
+        )
+    verb = "stays" if len(judged) == 1 else "stay"
+    return f"The {names} {verb} within the band over {points} points."
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _metric_sentence(m: MetricComparison, x: str) -> str:
     s = m.stats
-    if m.passed:
-        return f"{m.metric} stays within the band over {m.points} points"
     if s["diverged_at"] is not None:
         earlier = (
-            f" (first outside at {x} {s['first_outside']}, "
-            f"{s['points_outside']} of {m.points} points)"
+            f" (first at {x} {s['first_outside']}; {s['points_outside']} of {m.points} points)"
             if s["first_outside"] != s["diverged_at"]
             else ""
         )
-        return f"{m.metric} leaves the band for good at {x} {s['diverged_at']}{earlier}"
+        return (
+            f"The candidate's {m.metric} is {_outside_words(m)} from {x} {s['diverged_at']} "
+            f"to the end{earlier}."
+        )
     return (
-        f"{m.metric} is outside the band at {s['points_outside']} point(s), "
-        f"first at {x} {s['first_outside']}"
+        f"The candidate's {m.metric} is {_outside_words(m)} at {s['points_outside']} of "
+        f"{m.points} points, first at {x} {s['first_outside']}, back inside from "
+        f"{x} {s['within_from']}."
     )
+
+
+def _better_sentence(m: MetricComparison, x: str) -> str:
+    s = m.stats
+    if s.get("sides") == "one-sided" and s.get("points_better"):
+        return (
+            f"The candidate's {m.metric} is {s['better_when']} than the baseline's beyond the band "
+            f"at {s['points_better']} point(s), first at {x} {s['first_better']}; being better "
+            "does not fail a one-sided comparison."
+        )
+    if s.get("sides") == "not judged" and s["points_outside"]:
+        return (
+            f"The {m.metric} differs from the baseline's beyond the band at "
+            f"{s['points_outside']} point(s), first at {x} {s['first_outside']}; it has no better "
+            "side, so a one-sided comparison reports it without failing (--band two-sided "
+            "judges it)."
+        )
+    return ""
+
+
+def _check_sentence(c) -> str:
+    if c.value is None:
+        return f"Check {c.check.text!r} fails: {c.reason or 'no value'}."
+    return f"Check {c.check.text!r} fails: {check_value_words(c)}."
+
+
+def check_value_words(c) -> str:
+    """What the checked value is: a point at a step, or an aggregate over a step range."""
+    chk = c.check
+    side = "baseline's" if chk.side == "baseline" else "candidate's"
+    value = _g(c.value)
+    if chk.aggregate is None:
+        return f"the {side} {chk.metric} at step {chk.at} is {value}"
+    lo = "the start" if chk.start is None else f"step {chk.start}"
+    hi = "the end" if chk.end is None else f"step {chk.end}"
+    what = {"max": "the peak", "min": "the lowest", "mean": "the mean", "last": "the last"}[
+        chk.aggregate
+    ]
+    return f"{what} of the {side} {chk.metric} from {lo} to {hi} is {value}"
 
 
 def _settings(result: Comparison) -> str:
     if result.mode == "checks":
-        return "checks read the raw logged values at optimizer steps"
-    lo = "start" if result.since is None else f"{result.since:g}"
-    hi = "end" if result.until is None else f"{result.until:g}"
+        return "Checks read the raw logged values at optimizer steps."
+    lo = "the start" if result.since is None else f"{result.x} {result.since:g}"
+    hi = "the end" if result.until is None else f"{result.x} {result.until:g}"
+    smoothing = f"smoothed with {result.smoothing}" if result.smoothing else "without smoothing"
     judged = (
-        "each point on its own"
+        "A point is outside the band when its own deviation is beyond the band (--strict)."
         if result.judge_points == 1
-        else f"median of {result.judge_points} points"
+        else f"A point is outside the band when the median deviation of the {result.judge_points} "
+        "points centred on it is beyond the band, so one noisy point never fails."
     )
-    return (
-        f"x = {result.x}, range {lo}–{hi}; smoothing {result.smoothing or 'none'}; "
-        f"a point is outside when the {judged} is"
-    )
+    if result.band == "one-sided":
+        sides = (
+            "One-sided: only a candidate worse than the baseline fails (higher loss or grad "
+            "norm); a metric with no better side, such as the LR, is reported, not judged; "
+            "--band two-sided fails either side."
+        )
+    else:
+        sides = "Two-sided: a point outside the band on either side fails."
+    return f"Compared on {result.x}s from {lo} to {hi}, {smoothing}. {judged} {sides}"
 
 
 def _curves(result: Comparison) -> Text:
@@ -216,9 +322,17 @@ def _metric_table(result: Comparison) -> Group:
         for m in result.metrics
         if m.stats["nonfinite_mismatches"]
     ]
+    out_words = (
+        "points worse than the baseline beyond the band (for a metric with no better side: "
+        "outside it, not judged)"
+        if result.band == "one-sided"
+        else "points outside the band"
+    )
     legend.append(
-        "out: points outside the band; parted: outside from there to the end; back: "
-        "inside from there on"
+        f"out: {out_words}; parted: outside from there to the end; back: inside from there on; "
+        "better: lower (or higher) than the baseline beyond the band, which passes; "
+        "band±: the median band; max|Δ| at @: the largest deviation and its step; "
+        "mean|Δ|: the mean deviation over the compared points."
     )
     interp = [
         f"{m.metric}: {m.interpolated_points} of {m.points} points interpolated onto the "
@@ -232,7 +346,11 @@ def _metric_table(result: Comparison) -> Group:
 def _verdict(m: MetricComparison) -> Text:
     if not m.passed:
         return Text("FAIL", style="bold red")
-    return Text("n/a", style="dim") if m.tolerance["kind"] == "none" else Text("ok", style="green")
+    if m.tolerance["kind"] == "none" or m.stats.get("sides") == "not judged":
+        return Text("not judged", style="dim")
+    if m.stats.get("points_better"):
+        return Text("better", style="green")
+    return Text("ok", style="green")
 
 
 def _band(tol: dict) -> str:
