@@ -38,7 +38,9 @@ class Cost:
 class Incident:
     """One section of the post-mortem: a spike, a NaN, or a divergence."""
 
-    kind: str  # "spike" | "nan" | "divergence"
+    # "spike" | "nan" | "divergence" | "rank" | "loss-scale-collapsed" | "loss-scale-static"
+    # | "fp16-overflow" | "plateau" | "insufficient-data"
+    kind: str
     title: str
     symptoms: list[tuple[str, Any]]  # (label, value); a None value is "needs a human"
     hypotheses: list[Hypothesis]
@@ -47,6 +49,7 @@ class Incident:
     verification: list[str]  # human-readable bounds
     expects: list[str]  # the same bounds as `stab compare --expect` expressions
     cost: Cost
+    rerun: bool = True  # the verification is a re-run from a checkpoint (not: a longer log)
 
 
 @dataclass
@@ -82,16 +85,26 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
         last_step=src.last_step,
         remediation=list(analysis.verdict.remediation),
     )
+    # the sections of the other verdicts (rank, fp16, plateau, too short) live in verdicts.py,
+    # which builds on this module's helpers
+    from stabilitycli.postmortem import verdicts
+
     for finding in analysis.findings:
         if finding.code == "nan":
             pm.incidents.append(_nan_incident(finding, view, analysis, thresholds))
+    pm.incidents += verdicts.rank_incidents(analysis, view)
+    ranked = verdicts.ranks_with_incidents(analysis)
     for finding in sorted(
         (f for f in analysis.findings if f.code == "spike"), key=lambda f: f.step or 0
     ):
+        explained = set(finding.evidence.get("explained_by_ranks") or [])
+        if explained and explained <= ranked:
+            continue  # one event, one account: the rank's section tells this spike of the mean
         pm.incidents.append(_spike_incident(finding, view, analysis, thresholds))
     for finding in analysis.findings:
         if finding.code == "divergence":
             pm.incidents.append(_divergence_incident(finding, view, thresholds))
+    pm.incidents += verdicts.incidents(analysis, view)
     pm.notes = [*src.warnings, *(f"{s.code}: {s.reason}" for s in analysis.skipped)]
     return pm
 

@@ -43,14 +43,25 @@ def render(pm: Postmortem, date: str | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# the document's kind: the first of these its sections hold (the verdict order)
+_KINDS = (
+    ("nan", "NaN loss"),
+    ("rank", "Rank outlier"),
+    ("spike", "Loss spike"),
+    ("loss-scale-collapsed", "Loss-scale collapse"),
+    ("loss-scale-static", "Static loss scale"),
+    ("fp16-overflow", "fp16 overflow"),
+    ("divergence", "Divergence"),
+    ("plateau", "Plateau"),
+    ("insufficient-data", "Short log"),
+)
+
+
 def _headline_kind(pm: Postmortem) -> str:
     kinds = {i.kind for i in pm.incidents}
-    if "nan" in kinds:
-        return "NaN loss"
-    if "spike" in kinds:
-        return "Loss spike"
-    if "divergence" in kinds:
-        return "Divergence"
+    for kind, name in _KINDS:
+        if kind in kinds:
+            return name
     return "Run"
 
 
@@ -101,6 +112,8 @@ def _incident(inc: Incident) -> list[str]:
         out.append(
             "Re-run from the last checkpoint before the incident with the change "
             "(same seed and data order); expect:"
+            if inc.rerun
+            else "Expect:"
         )
         out += [f"- {mdtext.text(v)}" for v in inc.verification]
     else:

@@ -235,12 +235,116 @@ def test_verification_fails_on_the_broken_run_and_holds_on_a_healthy_one(cli) ->
 
 
 def test_rank_outlier_explains_the_spike_of_the_mean() -> None:
+    """One event, one account: the rank's section tells the spike of the mean it caused."""
     from tests.conftest import FIXTURES
 
     data, analysis = analyse_path(FIXTURES / "ranks" / "seed_64")
-    inc = build(analysis, data).incidents[0]
-    assert inc.hypotheses[0].code == "rank-outlier" and inc.hypotheses[0].status == "supported"
-    assert (
-        "rank 41 from step 1200: 40 against a cohort median of 2.009" in inc.hypotheses[0].evidence
+    pm = build(analysis, data)
+    assert [i.kind for i in pm.incidents] == ["rank"]
+    inc = pm.incidents[0]
+    sym = _symptoms(inc)
+    assert sym["rank"] == 41 and sym["first step out of line with the cohort"] == 1200
+    assert sym["what the mean over ranks shows"].startswith(
+        "a loss spike from step 1200 (peak 2.634 at step 1265), explained by this rank"
     )
-    assert inc.root_cause.startswith("Rank(s) 41")
+    assert inc.root_cause.startswith("Rank 41 left the cohort at step 1200")
+
+
+# ---------------------------------------------------------------- every verdict (issue 16)
+
+NOT_HEALTHY = [
+    ("loss-scale-collapsed", "loss-scale-collapsed", "Loss-scale collapse"),
+    ("loss-scale-static", "loss-scale-static", "Static loss scale"),
+    ("fp16-overflow", "fp16-overflow", "fp16 overflow"),
+    ("plateau", "plateau", "Plateau"),
+    ("insufficient-short", "insufficient-data", "Short log"),
+]
+
+
+@pytest.mark.parametrize(("fixture", "kind", "heading"), NOT_HEALTHY)
+def test_every_verdict_that_is_not_healthy_gets_a_section(fixture, kind, heading) -> None:
+    pm = _pm(fixture)
+    assert pm.verdict == kind
+    assert [i.kind for i in pm.incidents] == [kind]
+    text = render(pm, date="2025-01-02")
+    assert text.startswith(f"# {heading} post-mortem")
+    assert "found no incident" not in text and "No loss spike, NaN or divergence" not in text
+    inc = pm.incidents[0]
+    assert inc.remediation and inc.verification
+    assert len(set(inc.remediation)) == len(inc.remediation)
+    for e in inc.expects:
+        assert parse_expect(e).text == e
+
+
+def test_rank_outlier_section_numbers_are_the_evidence() -> None:
+    from tests.conftest import FIXTURES
+
+    data, analysis = analyse_path(FIXTURES / "ranks" / "two_outliers.jsonl.gz")
+    assert analysis.verdict.code == "rank-outlier"
+    pm = build(analysis, data)
+    assert [i.kind for i in pm.incidents] == ["rank", "rank"]
+    text = render(pm)
+    assert text.startswith("# Rank outlier post-mortem")
+    for inc, finding in zip(
+        pm.incidents, [f for f in analysis.findings if f.code == "rank-outlier"], strict=True
+    ):
+        ev, sym = finding.evidence, _symptoms(inc)
+        a, b = ev["effect_steps"]
+        assert sym["rank"] == finding.rank
+        assert sym["first step out of line with the cohort"] == finding.step
+        who = f"rank {finding.rank}"
+        assert sym[f"{who}'s loss (median over steps {a}–{b})"] == f"{ev['value']:.4g}"
+        assert sym[f"cohort median of loss (median over steps {a}–{b})"] == (
+            f"{ev['cohort_median']:.4g}"
+        )
+        means = sym[f"mean loss over ranks, with / without {who} (means over steps {a}–{b})"]
+        assert means.startswith(f"{ev['mean_with']:.4g} / {ev['mean_without']:.4g}")
+        assert f"{ev['mean_shift']:+.3g}" in means
+        # what to check on that host and shard
+        assert any("host that ran " + who in r and "ECC" in r for r in inc.remediation)
+        assert any(f"{who}'s data shard" in r for r in inc.remediation)
+        # the verification bound sits between the mean with and without the rank
+        [expect] = inc.expects
+        bound = parse_expect(expect).threshold
+        lo, hi = sorted((ev["mean_with"], ev["mean_without"]))
+        assert lo < bound < hi
+    assert _symptoms(pm.incidents[1])["back in line from step"] == 320
+
+
+def test_rank_nonfinite_and_straggler_get_a_section() -> None:
+    from tests.conftest import FIXTURES
+
+    data, analysis = analyse_path(FIXTURES / "ranks" / "nan_rank.jsonl.gz")
+    kinds = [i.kind for i in build(analysis, data).incidents]
+    assert kinds == ["nan", "rank"]
+    data, analysis = analyse_path(FIXTURES / "ranks" / "straggler.jsonl.gz")
+    [inc] = build(analysis, data).incidents
+    assert inc.title == "Rank 17 runs slow from step 100"
+
+
+def test_loss_scale_collapse_numbers_and_check(cli) -> None:
+    data, analysis = analysed("loss-scale-collapsed")
+    ev = next(f for f in analysis.findings if f.code == "loss-scale-collapsed").evidence
+    [inc] = build(analysis, data).incidents
+    sym = _symptoms(inc)
+    assert sym["first overflow step"] == ev["first_overflow_step"]
+    assert sym["loss scale: largest / smallest logged"] == (
+        f"{ev['scale_max']:g} / {ev['scale_min']:g}"
+    )
+    # the scaler is seen at work: never told to enable it
+    assert not any("enable dynamic" in r for r in inc.remediation)
+    args = [a for e in inc.expects for a in ("--expect", e)]
+    broken = cli("compare", run_fixture("loss-scale-collapsed"), *args)
+    healthy = cli("compare", run_fixture("fp16-healthy-scaler"), *args)
+    assert broken.exception is None or isinstance(broken.exception, SystemExit)
+    assert broken.exit_code == 1 and healthy.exit_code == 0
+
+
+def test_cli_postmortem_of_a_rank_outlier(cli) -> None:
+    from tests.conftest import FIXTURES
+
+    result = cli("postmortem", FIXTURES / "ranks" / "two_outliers.jsonl.gz")
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 0
+    assert "## 1. Rank 3 out of line with the cohort from step 200" in result.output
+    assert "found no incident" not in result.output

@@ -1,0 +1,468 @@
+"""Post-mortem sections for the verdicts that are not a spike, a NaN or a divergence.
+
+A rank outlier (and the other per-rank findings), a collapsed or static loss
+scale, fp16 overflow, a plateau and a log too short to judge each get an
+`Incident` here, so that no verdict other than `healthy` leaves the post-mortem
+empty. Every number comes from the finding's evidence (or, for insufficient
+data, from the run's source counts and the verdict's own path), never from a
+recomputation, and says what it is: a median over steps A–B, a mean over steps
+A–B, the first step, a count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from stabilitycli.model import Analysis, Finding
+from stabilitycli.postmortem.data import (
+    Cost,
+    Incident,
+    _cost,
+    _dtype_symptom,
+    fmt,
+    round_up,
+    series_at,
+)
+from stabilitycli.postmortem.hypotheses import Hypothesis
+
+RANK_CODES = ("rank-outlier", "rank-nonfinite", "straggler", "rank-silent")
+SCALE_CODES = ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow")
+FP16_MAX = 65504
+
+
+def rank_incidents(analysis: Analysis, view) -> list[Incident]:
+    """One section per rank finding; a spike of the mean that the rank explains is folded in."""
+    out = []
+    for f in analysis.findings:
+        if f.code in RANK_CODES:
+            inc = _rank_incident(f, view)
+            for spike in analysis.findings:
+                if spike.code == "spike" and f.rank in (
+                    spike.evidence.get("explained_by_ranks") or []
+                ):
+                    ev = spike.evidence
+                    inc.symptoms.append(
+                        (
+                            "what the mean over ranks shows",
+                            f"a loss spike from step {ev['onset_step']} (peak "
+                            f"{fmt(_num(ev['peak']))} at step {ev['peak_step']}), explained by "
+                            "this rank: not an optimisation problem",
+                        )
+                    )
+            out.append(inc)
+    return out
+
+
+def incidents(analysis: Analysis, view) -> list[Incident]:
+    """The sections for loss-scale, overflow, plateau and insufficient-data verdicts."""
+    out: list[Incident] = []
+    for f in analysis.findings:
+        if f.code in SCALE_CODES:
+            out.append(_scale_incident(f, view))
+    for f in analysis.findings:
+        if f.code == "plateau":
+            out.append(_plateau_incident(f, view))
+    if analysis.verdict.code == "insufficient-data":
+        out.append(_insufficient_incident(analysis))
+    return out
+
+
+def ranks_with_incidents(analysis: Analysis) -> set[int]:
+    return {f.rank for f in analysis.findings if f.code in RANK_CODES and f.rank is not None}
+
+
+# ---------------------------------------------------------------- ranks
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _rank_incident(f: Finding, view) -> Incident:
+    ev = f.evidence
+    kind = ev.get("kind")
+    rank = f.rank
+    who = f"rank {rank}" if rank is not None else "one of two ranks"
+    onset = int(f.step) if f.step is not None else None
+    metric = f.metric or "loss"
+    last = int(view.steps[-1])
+    recovered = ev.get("recovered_step")
+    effect = ev.get("effect_steps")
+    span = f"steps {effect[0]}–{effect[1]}" if effect else "its deviating steps"
+    symptoms: list[tuple[str, Any]] = [
+        ("rank", rank if rank is not None else "two ranks disagree; neither can be blamed"),
+        ("first step out of line with the cohort", onset),
+        ("ranks reporting", ev.get("ranks_reporting")),
+    ]
+    hyps: list[Hypothesis] = []
+    remediation: list[str] = []
+    verification: list[str] = []
+    expects: list[str] = []
+    if kind == "nonfinite":
+        title = f"Rank {rank} went non-finite at step {onset}"
+        symptoms += [
+            (f"{who}'s {metric} at step {onset}", fmt(_num(ev.get("value")))),
+            (f"cohort median of {metric} at step {onset}", fmt(_num(ev.get("cohort_median")))),
+            ("what it did to the mean over ranks", "made it non-finite on its own"),
+            (
+                "most of the cohort non-finite from step",
+                ev.get("cohort_nonfinite_step") or "never (only this rank)",
+            ),
+        ]
+        root = (
+            f"Rank {rank} produced a non-finite {metric} at step {onset} while the cohort was "
+            "finite; the all-reduce spread it"
+            + (
+                f" to most ranks by step {ev['cohort_nonfinite_step']}."
+                if ev.get("cohort_nonfinite_step")
+                else "."
+            )
+        )
+        hyps.append(
+            Hypothesis(
+                "rank-nonfinite",
+                f"{who} computed a NaN/Inf first",
+                "supported",
+                f"{who} non-finite at step {onset}; cohort median "
+                f"{fmt(_num(ev.get('cohort_median')))} there",
+                f"per-rank {metric}",
+                root_sentence=root,
+            )
+        )
+        expects.append(f"max({metric})[{onset}:{last}]<inf")
+        verification.append(
+            f"max {metric} over steps {onset}–{last} < inf (no NaN or Inf to the end of the log)"
+        )
+    elif kind == "silent":
+        end = f.end_step if f.end_step is not None else (onset - 1 if onset else None)
+        title = f"Rank {rank} stopped reporting after step {end}"
+        symptoms += [
+            (f"last step {who} reported", end),
+            (f"{who}'s last {metric}", fmt(_num(ev.get("value")))),
+            ("what it did to the mean over ranks", "the mean is over the ranks still reporting"),
+        ]
+        root = (
+            f"Rank {rank} logged nothing after step {end} while the others went on: its process "
+            "died, hung, or lost its log."
+        )
+        hyps.append(
+            Hypothesis(
+                "rank-silent",
+                f"{who}'s process died or hung",
+                "possible",
+                f"no {metric} from {who} after step {end}",
+                f"per-rank {metric}",
+            )
+        )
+        verification.append(
+            f"every rank reports {metric} to the last step (stab ranks reports no silent rank)"
+        )
+    elif kind == "straggler":
+        title = f"Rank {rank} runs slow from step {onset}"
+        symptoms += [
+            (f"{who}'s {metric} (median over its slow steps)", fmt(_num(ev.get("value")))),
+            (
+                f"cohort median of {metric} (over the same steps)",
+                fmt(_num(ev.get("cohort_median"))),
+            ),
+            (
+                "its pull on the mean over ranks ((its value - cohort median) / ranks)",
+                fmt(_num(ev.get("mean_shift"))),
+            ),
+            ("back in line from step", recovered or "not by the end of the log"),
+        ]
+        root = None
+        hyps.append(
+            Hypothesis(
+                "straggler",
+                f"{who}'s host is slower (throttling, a slow link or data loader)",
+                "possible",
+                f"{who} at {fmt(_num(ev.get('value')))} against a cohort median of "
+                f"{fmt(_num(ev.get('cohort_median')))} {metric}",
+                f"per-rank {metric}",
+            )
+        )
+        verification.append(f"stab ranks on the re-run reports no straggler on {who}")
+    else:
+        mean_with, mean_without = _num(ev.get("mean_with")), _num(ev.get("mean_without"))
+        value, median = _num(ev.get("value")), _num(ev.get("cohort_median"))
+        direction = "above" if value > median else "below"
+        title = f"Rank {rank} out of line with the cohort from step {onset}" + (
+            f" until step {recovered}" if recovered else ""
+        )
+        symptoms += [
+            (f"{who}'s {metric} (median over {span})", fmt(value)),
+            (f"cohort median of {metric} (median over {span})", fmt(median)),
+            ("robust z of that median against the cohort", f"{_num(ev.get('robust_z')):.1f}"),
+            (
+                f"mean {metric} over ranks, with / without {who} (means over {span})",
+                f"{fmt(mean_with)} / {fmt(mean_without)} "
+                f"(it moved the mean by {_num(ev.get('mean_shift')):+.3g})",
+            ),
+            ("back in line from step", recovered or "not by the end of the log"),
+        ]
+        root = (
+            f"Rank {rank} left the cohort at step {onset} ({direction} it: {fmt(value)} against "
+            f"{fmt(median)}, medians over {span}) and moved the mean over ranks by "
+            f"{_num(ev.get('mean_shift')):+.3g}; whether its data shard or its host caused it, "
+            "the log cannot tell."
+        )
+        data_words = (
+            "a loss far below the cohort's: it sees easy or repeated data (duplicated or "
+            "padding-only batches, labels leaking into inputs)"
+            if direction == "below"
+            else "a loss far above the cohort's: corrupt, mis-tokenised or out-of-domain data"
+        )
+        hyps += [
+            Hypothesis(
+                "rank-data-shard",
+                f"{who}'s data shard differs from the others'",
+                "possible",
+                data_words,
+                f"per-rank {metric}",
+            ),
+            Hypothesis(
+                "rank-hardware",
+                f"{who}'s GPU or host computes wrong values",
+                "not testable",
+                "hardware errors are not in a metrics log (look at that host's system log)",
+                "host logs",
+            ),
+        ]
+        if math.isfinite(mean_with) and math.isfinite(mean_without) and effect:
+            mid = round_up((mean_with + mean_without) / 2.0, 4)
+            op = "<" if mean_with > mean_without else ">"
+            expects.append(f"mean({metric})[{effect[0]}:{effect[1]}]{op}{mid:g}")
+            verification.append(
+                f"mean {metric} over steps {effect[0]}–{effect[1]} {op} {mid:g} (halfway between "
+                f"the mean with {who}, {fmt(mean_with)}, and without it, {fmt(mean_without)})"
+            )
+        verification.append(f"stab ranks on the re-run reports no outlier on {who}")
+    where = f"around step {onset}" if onset is not None else ""
+    remediation += [
+        f"on the host that ran {who}, look for hardware faults {where}: ECC and Xid errors "
+        "(nvidia-smi -q -d ECC, dmesg), thermal throttling, NCCL warnings in that rank's log",
+        f"check {who}'s data shard: the files or sample indices it read from step {onset} "
+        "(duplicated, empty or mis-tokenised batches move one rank's loss away from the rest)",
+    ]
+    if kind != "straggler" and not recovered:
+        remediation.append(
+            f"exclude or replace that node and resume from the last checkpoint before step "
+            f"{onset}: the gradients averaged over ranks carried {who}'s from then on"
+        )
+    elif recovered:
+        remediation.append(
+            f"{who} came back in line at step {recovered} by itself; if it recurs on the same "
+            "host, exclude that node"
+        )
+    end = int(effect[1]) if effect else None
+    return Incident(
+        kind="rank",
+        title=title,
+        symptoms=symptoms,
+        hypotheses=hyps,
+        root_cause=root,
+        remediation=remediation,
+        verification=verification,
+        expects=expects,
+        cost=_cost(view, onset, None if not recovered else end)
+        if onset is not None
+        else Cost(None, False),
+    )
+
+
+# ---------------------------------------------------------------- fp16
+
+
+def _scale_incident(f: Finding, view) -> Incident:
+    ev = f.evidence
+    last = int(view.steps[-1])
+    overflows = int(ev.get("overflows", 0))
+    first = int(ev.get("first_overflow_step") or ev.get("first_step") or (f.step if f.step else 0))
+    lr = series_at(view, "lr", first)
+    steps = [int(x) for x in ev.get("overflow_steps") or []]
+    symptoms: list[tuple[str, Any]] = [
+        ("first overflow step", first),
+        (
+            "overflow steps",
+            f"{overflows}, at steps {steps[0]}–{steps[-1]}"
+            + (" (every step)" if steps[-1] - steps[0] + 1 == len(steps) else "")
+            if steps
+            else f"{overflows}, the first at step {first}",
+        ),
+        ("dtype regime", _dtype_symptom(view) or "fp16 (the loss scaler's series show it)"),
+        ("LR at the first overflow", f"{lr:.4g}" if lr is not None else "not logged"),
+    ]
+    hyps = [
+        Hypothesis(
+            "activation-overflow",
+            f"activations or gradients exceed fp16's largest value ({FP16_MAX})",
+            "supported",
+            f"{overflows} overflow step(s) from step {first}",
+            "overflow / loss_scale",
+        )
+    ]
+    remediation: list[str] = []
+    verification: list[str] = []
+    expects: list[str] = []
+    if f.code == "loss-scale-collapsed":
+        halvings = len(ev.get("halving_steps") or [])
+        below = ev.get("first_step_below")
+        title = f"Loss scale collapsed below 1 at step {below}"
+        symptoms += [
+            (
+                "loss scale: largest / smallest logged",
+                f"{_num(ev.get('scale_max')):g} / {_num(ev.get('scale_min')):g}",
+            ),
+            ("first step with the scale below 1", below),
+            ("halvings", f"{halvings}, the first at step {ev.get('first_halving_step')}"),
+        ]
+        root = (
+            f"From step {first} the gradients overflowed on {overflows} step(s); the dynamic "
+            f"scaler halved the scale {halvings} times, to {_num(ev.get('scale_min')):g} (below 1 "
+            f"from step {below}). An overflowed step is skipped, and under a scale below 1 small "
+            "fp16 gradients underflow to zero, so the updates from then on lose their signal."
+        )
+        remediation = [
+            f"resume from the last checkpoint before step {first}, where the overflows began",
+            "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)",
+            f"find what overflows from step {first}: log the max |value| of activations and "
+            f"gradients per layer around that step; above {FP16_MAX} is an fp16 overflow (look at "
+            "init, the residual-stream magnitude, attention logits)",
+            "if the overflows follow a rise in the LR, lower the peak LR",
+        ]
+        expects.append(f"min(loss_scale)[{first}:{last}]>=1")
+        verification.append(
+            f"min loss scale over steps {first}–{last} >= 1 (it fell to "
+            f"{_num(ev.get('scale_min')):g})"
+        )
+        cost = _cost(view, first, None)
+    elif f.code == "loss-scale-static":
+        scale = _num(ev.get("scale"))
+        title = f"Overflows under a constant loss scale of {scale:g}"
+        symptoms.append(("loss scale (constant over the log)", f"{scale:g}"))
+        root = (
+            f"The loss scale stayed at {scale:g} while {overflows} overflow(s) happened from "
+            f"step {first}: dynamic loss scaling is not active, so no overflow was answered."
+        )
+        remediation = [
+            "turn on dynamic loss scaling (a GradScaler in PyTorch AMP; DeepSpeed "
+            '"loss_scale": 0; Megatron without --loss-scale)',
+            "or move fp16 -> bf16 (bf16 needs no loss scaling)",
+        ]
+        verification.append(
+            f"the loss scale moves on the re-run, and no overflow goes unanswered "
+            f"(it stayed at {scale:g} through {overflows} overflow(s))"
+        )
+        cost = Cost(None, False)
+    else:
+        rate = _num(ev.get("rate"))
+        title = f"fp16 overflows from step {first}"
+        symptoms.append(("share of steps that overflowed", f"{rate:.1%} of the logged steps"))
+        if ev.get("spike_step") is not None:
+            symptoms.append(("a loss spike began at step", ev["spike_step"]))
+        root = (
+            f"{overflows} fp16 overflow(s) from step {first} ({rate:.1%} of the steps) with no "
+            "loss-scale series or scaler messages in the log: nothing shows a scaler answering "
+            "them."
+        )
+        remediation = [
+            "enable dynamic loss scaling, or log the loss scale so the log shows it working",
+            "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)",
+            f"find what overflows from step {first}: activations or gradients above {FP16_MAX}",
+        ]
+        if view.has("grad_norm"):
+            expects.append(f"max(grad_norm)[{first}:{last}]<inf")
+            verification.append(
+                f"max grad norm over steps {first}–{last} < inf (no overflowed step)"
+            )
+        cost = Cost(None, False)
+    return Incident(
+        kind=f.code,
+        title=title,
+        symptoms=symptoms,
+        hypotheses=hyps,
+        root_cause=root,
+        remediation=remediation,
+        verification=verification,
+        expects=expects,
+        cost=cost,
+    )
+
+
+# ---------------------------------------------------------------- plateau, too short
+
+
+def _plateau_incident(f: Finding, view) -> Incident:
+    ev = f.evidence
+    start, end = int(ev["start_step"]), int(ev["end_step"])
+    last = int(view.steps[-1])
+    start_level, end_level = _num(ev.get("start_level")), _num(ev.get("end_level"))
+    symptoms: list[tuple[str, Any]] = [
+        ("rise began at step", start),
+        (
+            f"loss level at the start / end of the rising window (steps {start}–{end})",
+            f"{fmt(start_level)} -> {fmt(end_level)} "
+            f"(+{_num(ev.get('relative_rise')):.1%}, Mann-Kendall z = {ev.get('z')})",
+        ),
+        (f"last logged loss (step {last})", fmt(_num(ev.get("final_loss")))),
+        ("LR, weight-norm or grad-norm cause", "none found in the logged series"),
+    ]
+    bound = round_up(start_level)
+    return Incident(
+        kind="plateau",
+        title=f"Loss plateau from step {start}",
+        symptoms=symptoms,
+        hypotheses=[
+            Hypothesis(
+                "plateau",
+                "the model stopped improving on this data at this LR",
+                "possible",
+                f"a slow rise of {_num(ev.get('relative_rise')):.1%} with no cause in the LR, "
+                "weight norm or grad norm",
+                "loss",
+            )
+        ],
+        root_cause=None,
+        remediation=[
+            "check the eval loss over the same steps: if it has stopped improving too, stop "
+            "training or decay the LR",
+            f"if the eval loss still improves, keep training and re-check after step {last}",
+        ],
+        verification=[
+            f"mean loss over steps {start}–{last} < {bound:g} (below the level where the rise "
+            "began)"
+        ],
+        expects=[f"mean(loss)[{start}:{last}]<{bound:g}"],
+        cost=_cost(view, start, None),
+    )
+
+
+def _insufficient_incident(analysis: Analysis) -> Incident:
+    src = analysis.source
+    why = [p.evidence for p in analysis.verdict.path if p.answer == "insufficient data"]
+    symptoms: list[tuple[str, Any]] = [
+        ("logged steps", f"{src.first_step}–{src.last_step}"),
+        ("rows used", src.rows_used),
+        ("what the rules need", why[0] if why else analysis.verdict.summary),
+    ]
+    return Incident(
+        kind="insufficient-data",
+        title="Too short to judge",
+        symptoms=symptoms,
+        hypotheses=[],
+        root_cause=(
+            "The log is shorter than the spike and divergence windows, so those rules could not "
+            "judge it; nothing abnormal was seen in what it holds."
+        ),
+        remediation=list(analysis.verdict.remediation)
+        or ["log more steps (or pass the full log) so the rules' windows can be judged"],
+        verification=["stab analyze on the longer log reaches a verdict other than this one"],
+        expects=[],
+        cost=Cost(None, False),
+        rerun=False,
+    )
