@@ -114,6 +114,9 @@ class SourceInfo:
     # rows a resume rewrote: good rows of the abandoned trajectory, kept aside to compare,
     # neither used nor rejected (rows_read = rows_used + rows_rejected + rows_rewritten)
     rows_rewritten: int = 0
+    # text logs only: lines that are not records (banners, tables, progress bars, blank
+    # lines), counted apart from the rows; a rejected record is a row, not skipped text
+    lines_skipped: int = 0
     rejections: list[Rejection] = field(default_factory=list)
     rejection_counts: dict[str, int] = field(default_factory=dict)
     restarts: list[Restart] = field(default_factory=list)
@@ -139,6 +142,7 @@ class SourceInfo:
             "rows_used": self.rows_used,
             "rows_rejected": self.rows_rejected,
             "rows_rewritten": self.rows_rewritten,
+            "lines_skipped": self.lines_skipped,
             "rejected": [asdict(r) for r in self.rejections],
             "rejection_counts": dict(self.rejection_counts),
             "first_step": self.first_step,

@@ -43,7 +43,7 @@ def command(
     path: Annotated[
         list[str],
         typer.Argument(
-            help="Log file(s), directories or URIs (formats below); "
+            help="Log file(s), directories or URIs (formats below), or - for standard input; "
             "several runs are analysed in parallel."
         ),
     ],
@@ -58,6 +58,13 @@ def command(
     rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
     format_in: Annotated[
         str | None, typer.Option(help="Input format, when detection guesses wrong.")
+    ] = None,
+    pattern: Annotated[
+        str | None,
+        typer.Option(
+            help="Read a text log with this regex: named groups are fields, "
+            "(?P<step>...) the step, e.g. 'it=(?P<step>\\d+) l=(?P<loss>\\S+)'."
+        ),
     ] = None,
     dtype: Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")] = None,
     select: Annotated[
@@ -109,6 +116,7 @@ def command(
             tracking_uri=tracking_uri,
             rank_pattern=rank_pattern,
             include_deleted=include_deleted,
+            pattern=pattern,
         )
     except StabUsageError as err:
         raise fail(str(err)) from None

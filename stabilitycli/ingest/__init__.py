@@ -33,16 +33,21 @@ READERS: tuple[str, ...] = (
     "wandb_csv",
     "llmc",
     "megatron",
+    "dictlog",
     "deepspeed",
     "tensorboard",
     "tabular",
     "jsonl",
+    "kvlog",
 )
 
 # shown once, in `stab analyze --help`; input errors point there instead of repeating it
 SUPPORTED = (
-    "JSONL (.jsonl, .jsonl.gz, .jsonl.zst); Megatron / Megatron-DeepSpeed / GPT-NeoX stdout; "
-    "DeepSpeed / DeepSpeed-Chat stdout; llm.c main.log; Hugging Face trainer_state.json (or a "
+    "JSONL (.jsonl, .jsonl.gz, .jsonl.zst); Megatron / Megatron-DeepSpeed / GPT-NeoX / ms-swift "
+    "stdout; DeepSpeed / DeepSpeed-Chat stdout; llm.c main.log; trainer stdout with `key: value` "
+    "records (nanoGPT, modded-nanogpt, torchtitan, litgpt, MLX-LM, Keras fit, NeMo, fairseq; "
+    "anything else with --pattern) or dict / JSON lines (Hugging Face Trainer, fairseq); "
+    "`-` reads standard input; Hugging Face trainer_state.json (or a "
     "checkpoint / output dir); Lightning CSVLogger metrics.csv (or lightning_logs/ with "
     "version_N: a version that resumes an earlier one is read with it); W&B offline run (.wandb, "
     "its run dir, or wandb/); W&B chart CSV export; CSV / TSV / Parquet / Arrow IPC tables; "
@@ -113,6 +118,8 @@ def read(target: str | Path, options: ReadOptions | None = None):
     """Read one run from a path or URI into the canonical `RunData`."""
     options = options or ReadOptions()
     text = str(target)
+    if text == STDIN:
+        return _read_stdin(options)
     path = Path(text)
     is_uri = "://" in text
     if options.tracking_uri and not is_uri and not path.exists():
@@ -132,6 +139,8 @@ def read(target: str | Path, options: ReadOptions | None = None):
                 f"unknown --format-in {options.format_in!r}; choose one of {', '.join(READERS)}",
             )
         name = options.format_in
+    elif options.pattern and not is_uri and path.is_file():
+        name = "kvlog"  # --pattern reads any text log line by line
     elif is_uri:
         name = _detect_uri(text)
     else:
@@ -151,6 +160,36 @@ def read(target: str | Path, options: ReadOptions | None = None):
     except (OSError, UnicodeDecodeError) as err:
         raise StabInputError(text, f"cannot read: {err}") from None
     _apply_dtype(run, path, options)
+    return run
+
+
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+
+
+def _read_stdin(options: ReadOptions):
+    """`stab analyze -`: standard input, sniffed and read exactly as the same bytes in a file.
+
+    The bytes are spooled to a private temporary file (every reader takes a
+    path, and sniffing needs to look twice); errors and the source name say
+    `<stdin>`, never the temporary path.
+    """
+    import sys
+    import tempfile
+
+    data = sys.stdin.buffer.read()
+    if not data.strip():
+        raise StabInputError(STDIN_NAME, "nothing on standard input")
+    with tempfile.TemporaryDirectory(prefix="stab-stdin-") as folder:
+        # `.log`: a text log unless the bytes say otherwise (JSON lines, Parquet, Arrow)
+        path = Path(folder) / "stdin.log"
+        path.write_bytes(data)
+        try:
+            run = read(path, options)
+        except StabInputError as err:
+            raise StabInputError(STDIN_NAME, err.reason, line=err.line, record=err.record) from None
+    run.source.path, run.source.run = STDIN_NAME, "stdin"
+    run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]
     return run
 
 

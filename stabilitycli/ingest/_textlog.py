@@ -127,3 +127,24 @@ def is_text_log(path: Path, head: bytes) -> bool:
     if any(name.endswith(ext) for ext in _STRUCTURED):
         return False
     return looks_textual(path, head)
+
+
+def finish_records(rows: list[dict], source, overrides: dict[str, str]):
+    """A text log's records (each with `_row` and `step`) through `frame.finalize`.
+
+    Rows read are the records plus the rejected ones; skipped text lines are
+    counted apart (`SourceInfo.lines_skipped`) by the reader.
+    """
+    import polars as pl
+
+    from stabilitycli.frame import finalize
+
+    if source.rows_rejected:
+        first = source.rejections[0]
+        source.warnings.append(
+            f"{source.rows_rejected} record(s) could not be read; first at line {first.line}: "
+            f"{first.reason}"
+        )
+    raw = pl.DataFrame(rows, infer_schema_length=None)
+    source.rows_read = raw.height + source.rows_rejected
+    return finalize(raw, source, step_key="step", overrides=overrides)

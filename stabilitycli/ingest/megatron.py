@@ -104,6 +104,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     mentions: list[dsm.Mention] = []
     state: dict = {}
     memory_lines = 0
+    record_lines = 0  # lines that are (part of) a record, read or rejected; the rest is text
     layouts = _Layouts()
     last_line = len(lines)
     index = 0
@@ -125,6 +126,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
                 text += " " + follow
                 index += 1
                 joined += 1
+            record_lines += 1 + joined
             complete = text.rstrip().endswith("|")
             # a record on the unfinished last line is cut even when it stops after a `|`:
             # Megatron ends every record with a newline, and the fields after the cut are lost
@@ -144,7 +146,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
                 records.append(record)
             continue
         if "validation loss at" in line and (m := _VALIDATION.search(line)) is not None:
-            fields = _fields(line[m.end() :], row, source)
+            record_lines += 1
+            fields = _fields(line[m.end() :], row, source, layouts.skipped)
             if fields is None:
                 continue
             step = int(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
@@ -154,7 +157,9 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             validation.append(rec)
             continue
         if "verflow" in line or "loss scale" in line:
-            mentions.extend(dsm.scan_line(row, line, tl.timestamp(line), state))
+            found = dsm.scan_line(row, line, tl.timestamp(line), state)
+            record_lines += bool(found)
+            mentions.extend(found)
             continue
         if "...." in line and (m := _ARG.search(line)) is not None:
             args.setdefault(m.group(1), m.group(2))
@@ -204,6 +209,15 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         + (f" (log_interval {interval})" if interval else "")
         + ", skipped iterations excluded; a one-iteration spike is diluted by the interval"
     )
+    for key, count in sorted(layouts.skipped.items(), key=lambda kv: -kv[1])[:5]:
+        source.notes.append(
+            f"field {key!r} skipped on {count} record(s): its value is not a number"
+        )
+    source.lines_skipped = len(lines) - record_lines
+    source.notes.append(
+        f"{record_lines} of {len(lines)} lines are records; {source.lines_skipped} other lines "
+        "(banners, argument dumps, timers) skipped as text"
+    )
     if memory_lines:
         source.notes.append(
             f"{memory_lines} `[Rank N] memory (MB)` lines not read "
@@ -226,41 +240,59 @@ class _Layouts:
     The first record of a layout is read field by field (`_fields`); its keys
     then make one regex that reads every later record of that layout in a
     single match. A record that does not fit (another layout, a bad value)
-    goes the slow way, which also does the rejecting.
+    goes the slow way. A field whose value is not a number (GPT-NeoX's
+    `approx flops per GPU: 5.7TFLOPS`, ms-swift's `elapsed time: 1d 6h 54m`)
+    is skipped, not the record: `skipped` counts them per key for a note.
     """
 
     def __init__(self) -> None:
         self.regex: re.Pattern[str] | None = None
         self.keys: tuple[str, ...] = ()
+        self.skipped_keys: tuple[str, ...] = ()
+        self.skipped: dict[str, int] = {}
 
     def parse(self, text: str, row: int, source: SourceInfo) -> dict | None:
         if self.regex is not None and (m := self.regex.fullmatch(text)) is not None:
             try:
                 values = dict(zip(self.keys, map(float, m.groups()), strict=True))
             except ValueError:
-                pass  # a value that is not a number: the slow path names it
+                pass  # a value that is not a number: the slow path skips that field
             else:
+                for key in self.skipped_keys:
+                    self.skipped[key] = self.skipped.get(key, 0) + 1
                 if "elapsed time per iteration (s)" in values:
                     values["elapsed time per iteration (ms)"] = (
                         values.pop("elapsed time per iteration (s)") * 1000.0
                     )
                 return values
-        out = _fields(text, row, source)
+        out = _fields(text, row, source, self.skipped)
         if out is not None:
-            keys = tuple(k for k in _field_keys(text))
+            keys = _field_keys(text)
             pattern = "".join(
-                r"\s*" + r"\s+".join(map(re.escape, k.split())) + r"\s*:([^|]*)\|" for k in keys
+                r"\s*"
+                + r"\s+".join(map(re.escape, k.split()))
+                + (r"\s*:([^|]*)\|" if k in out or k == _SECONDS else r"\s*:(?:[^|]*)\|")
+                for k in keys
             )
-            self.regex, self.keys = re.compile(pattern + r"\s*"), keys
+            self.regex = re.compile(pattern + r"\s*")
+            self.keys = tuple(k for k in keys if k in out or k == _SECONDS)
+            self.skipped_keys = tuple(k for k in keys if k not in self.keys)
         return out
+
+
+_SECONDS = "elapsed time per iteration (s)"
 
 
 def _field_keys(text: str) -> list[str]:
     return [_KEYS[key] for key, sep, _ in (p.rpartition(":") for p in text.split("|")) if sep]
 
 
-def _fields(text: str, row: int, source: SourceInfo) -> dict | None:
-    """`key: value |` pairs as floats; None (and a rejection) when a value is not a number."""
+def _fields(text: str, row: int, source: SourceInfo, skipped: dict[str, int]) -> dict | None:
+    """`key: value |` pairs as floats; a value that is not a number skips its field only.
+
+    None (and a rejection) when a part has no `key:` at all (the record is
+    not one Megatron wrote whole) or when the loss itself is not a number.
+    """
     out: dict = {}
     for part in text.split("|"):
         key, sep, value = part.rpartition(":")
@@ -278,10 +310,16 @@ def _fields(text: str, row: int, source: SourceInfo) -> dict | None:
         try:
             out[name] = float(value)  # float() takes the padding, `nan`, `INF`, `1.0E+00`
         except ValueError:
-            source.reject(row, f"field {name!r}: {value.strip()[:30]!r} is not a number")
-            return None
-    if "elapsed time per iteration (s)" in out:
-        out["elapsed time per iteration (ms)"] = out.pop("elapsed time per iteration (s)") * 1000.0
+            if (aliases.canonical_for(name) or ("", 0))[0] == "loss":
+                # a garbled loss is not an omitted one: skipping it would read it as NaN below
+                source.reject(row, f"field {name!r}: {value.strip()[:30]!r} is not a number")
+                return None
+            skipped[name] = skipped.get(name, 0) + 1
+    if not out:
+        source.reject(row, "no field of the record is a number")
+        return None
+    if _SECONDS in out:
+        out["elapsed time per iteration (ms)"] = out.pop(_SECONDS) * 1000.0
     return out
 
 

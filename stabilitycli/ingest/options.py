@@ -22,6 +22,8 @@ class ReadOptions:
     tracking_uri: str | None = None
     include_deleted: bool = False
     dtype: str | None = None
+    # `--pattern REGEX`: named groups are the fields of a text-log record (`step` the step)
+    pattern: str | None = None
 
     def __post_init__(self) -> None:
         # refused here, where every command and the library build their options, so that a
