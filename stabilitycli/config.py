@@ -36,20 +36,20 @@ class Thresholds:
     """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
     spike_excess_points: int = 3
     "Materiality (a): excess summed over a flagged point and the logged points after it, in all."
-    spike_excess_sigma: float = 12.0
+    spike_excess_sigma: float = 11.0
     """...and must reach this many baseline sigmas (noise rarely puts three points that far up)."""
     spike_excess_cap_sigma: float = 6.0
     "...each point counting at most this many sigmas (one huge point is the large-z bar's case)."
     spike_excess_min_sigma: float = 2.0
     """...with none of them under this many sigmas (one noise triple rarely stays up)."""
-    spike_sustained_min_rise_frac: float = 0.04
+    spike_sustained_min_rise_frac: float = 0.03
     """...and those points must sit this fraction above the baseline on average."""
     recurring_spike_min_count: int = 3
     """This many causeless one-point spikes that came straight back are one recurring finding."""
     noise_level_windows: int = 10
     (
-        "sigma is at least the median window std over this many trailing windows (stable in sparse "
-        "logs)."
+        "In a sparse log, sigma is pooled from the successive differences of this many trailing "
+        "windows' worth of points (a 10-point window's own std is too noisy to trust)."
     )
     spike_large_z: float = 6.0
     """Materiality (c): an isolated point is a spike at z >= this (OLMo-core's threshold)..."""
@@ -88,7 +88,7 @@ class Thresholds:
         "this many in all (Q2.2)."
     )
     stable_std_points: int = 30
-    "A window with fewer logged points borrows sigma from the run's recent windows (sparse logs)."
+    "A window with fewer logged points takes its sigma from the pooled recent noise (sparse logs)."
     lr_jump_local_ratio: float = 10.0
     (
         "An LR jump must also be this multiple of the LR's recent step-to-step change (warmup is "

@@ -22,9 +22,10 @@ SEEDS = range(60)
 # The spike rule is a statistical test: on healthy heavy-tailed noise it has a false-alarm
 # rate, and the target is at most 1 warning-level spike per 10^5 logged steps. Measured on
 # 300 runs of this sweep (801,000 logged points): 5 runs with one recoverable spike each
-# (0.62 per 10^5): four noise triples at 4-5 sigma in a row, one 1.51x point at z = 10.
-# These 60 runs hold 160,000 logged points, so more than 2 false runs means the rate broke.
-MAX_FALSE_RUNS = 2
+# (0.62 per 10^5), all noise triples at 3.5-5 sigma in a row (gamma(2) noise, skewness 1.4).
+# These 60 runs hold 162,000 logged points: about 1 false run expected at that rate, and
+# more than 3 has a chance under 2% (Poisson), so 4 or more means the rate broke.
+MAX_FALSE_RUNS = 3
 
 
 def _sweep_run(seed: int) -> pl.DataFrame:

@@ -189,16 +189,20 @@ def naive_spike_onsets(steps, loss, t: Thresholds) -> list[int]:
     threshold: list[float] = []
     sigmas: list[float] = []
     for i in range(n):
-        sigma = max(0.0 if math.isnan(std[i]) else std[i], t.sigma_floor_frac * abs(mean[i]))
+        floor = t.sigma_floor_frac * abs(mean[i])
+        sigma = max(0.0 if math.isnan(std[i]) else std[i], floor)
         if interval > 0 and window / interval < t.stable_std_points:
-            # sparse windows borrow the median std of the longer horizon before them
-            horizon = window * t.noise_level_windows
-            past = [
-                std[j]
-                for j in range(n)
-                if steps[i] - horizon <= steps[j] < steps[i] and not math.isnan(std[j])
+            # sparse windows take sigma from the successive differences of the points
+            # before i, pooled over several windows' worth of points
+            window_points = t.widened_window_points if widened else round(window / interval)
+            pooled = max(t.stable_std_points, window_points * t.noise_level_windows)
+            squares = [
+                (loss[j] - loss[j - 1]) ** 2
+                for j in range(max(1, i - pooled), i)
+                if math.isfinite(loss[j]) and math.isfinite(loss[j - 1])
             ]
-            sigma = max(sigma, float(np.median(past)) if past else 0.0)
+            if len(squares) >= pooled // 2:
+                sigma = max(math.sqrt(sum(squares) / len(squares) / 2.0), floor)
         threshold.append(mean[i] + k * sigma)
         sigmas.append(sigma)
     onsets, i = [], 0
