@@ -12,6 +12,7 @@ spaces) and a number, optionally `/total` (`step:2068/20344`) and a unit
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from stabilitycli.ingest import _textline as tx
 
@@ -51,23 +52,76 @@ class Fields:
 
 
 def fields(line: str) -> Fields:
+    return _slow(line)[0]
+
+
+def _slow(line: str) -> tuple[Fields, list[tuple[int, int, str | None, str]]]:
+    """The fields, and the span of each value with the field it fills (None: skipped)."""
     out = Fields()
+    spans: list[tuple[int, int, str | None, str]] = []
     for m in FIELD.finditer(line):
         key = " ".join(m.group("key").split())
-        name, known = tx.keyed(key, m.group("unit") or m.group("spaced"))
+        unit = m.group("unit") or m.group("spaced")
+        name, known = tx.keyed(key, unit)
+        tail = line[m.end("val") : m.end()]  # `/20344`, `ms`, ` ms` as written
         if not known:
             out.skipped.append(key)
+            spans.append((m.start("val"), m.end(), None, key))
             continue
-        try:
-            number = tx.value(m.group("val"))
-        except ValueError:  # pragma: no cover - the regex only admits numbers
-            out.skipped.append(key)
-            continue
+        number = tx.value(m.group("val"))
         lower = name.lower()
         if lower in AXES:
-            if lower not in out.axes and number == number and abs(number) != float("inf"):
-                total = m.group("total")
-                out.axes[lower] = (number, int(total) if total else None)
+            if lower in out.axes or number != number or abs(number) == float("inf"):
+                continue
+            total = m.group("total")
+            out.axes[lower] = (number, int(total) if total else None)
+            spans.append((m.start("val"), m.end(), "axis:" + lower, tail))
             continue
-        out.metrics.setdefault(name, number)
-    return out
+        if name in out.metrics:
+            continue
+        out.metrics[name] = number
+        spans.append((m.start("val"), m.end(), name, tail))
+    return out, spans
+
+
+# A number token, the same for both regex engines (Python's `re` here, polars' Rust `regex`
+# over a whole log): lines of one shape have their tokens in the same places.
+TOKEN = (
+    r"[-+]?(?:[0-9][0-9,]*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+    r"|[nN][aA][nN]|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?"
+)
+_TOKEN = re.compile(TOKEN)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Where each field's value is among the number tokens of a line of this shape.
+
+    Lines of one shape (the same text once digits and blank runs are set
+    aside) hold their number tokens in the same order, so the value of a
+    field is token `index` of every such line. `roles`: `axis:<key>` or a
+    metric name, per index; `skipped`: the keys of fields skipped there.
+    """
+
+    tokens: int
+    indices: tuple[int, ...]
+    roles: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+
+def shape_of(line: str) -> tuple[Fields, Shape | None]:
+    """The fields of a line and the shape of lines like it (None: no field, or no shape)."""
+    found, spans = _slow(line)
+    if not spans:
+        return found, None
+    starts = {m.start(): i for i, m in enumerate(_TOKEN.finditer(line))}
+    indices, roles, skipped = [], [], []
+    for start, _end, role, extra in spans:
+        if role is None:
+            skipped.append(extra)
+            continue
+        if start not in starts:
+            return found, None  # a value the tokens split otherwise: read line by line
+        indices.append(starts[start])
+        roles.append(role)
+    return found, Shape(len(starts), tuple(indices), tuple(roles), tuple(skipped))

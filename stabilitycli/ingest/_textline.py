@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import re
 
-# CSI sequences (colours, cursor moves) and OSC titles
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# CSI sequences (colours, cursor moves) and OSC titles. The patterns are written for
+# both regex engines (Python's `re` line by line, polars' Rust `regex` vectorised).
+ANSI_PATTERN = r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07"
 # Wrappers in front of a record, repeated in any order (a quoted, timestamped, tagged line).
-_PREFIX = re.compile(
+PREFIX_PATTERN = (
     r"^(?:\s*(?:"
     r">+"  # Markdown quote markers
     r"|\[(?:default|rank)\d+\]:"  # torchrun --tee / --log-prefix
     r"|\[\d+,\d+\]<std(?:out|err)>:"  # Open MPI --tag-output
-    r"|\d{1,5}:(?=\s)"  # srun -l
+    r"|\d{1,5}:\s"  # srun -l
     r"|\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?"
     r"))+\s*"
 )
+_ANSI = re.compile(ANSI_PATTERN)
+_PREFIX = re.compile(PREFIX_PATTERN)
 # keras writes `\b` runs to redraw its bar in place, as tqdm writes `\r`
 _REDRAW = re.compile(r"[\r\b]+")
 

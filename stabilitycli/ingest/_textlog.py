@@ -129,8 +129,8 @@ def is_text_log(path: Path, head: bytes) -> bool:
     return looks_textual(path, head)
 
 
-def finish_records(rows: list[dict], source, overrides: dict[str, str]):
-    """A text log's records (each with `_row` and `step`) through `frame.finalize`.
+def finish_records(rows, source, overrides: dict[str, str]):
+    """A text log's records (dicts or a frame, each with `_row` and `step`) through `finalize`.
 
     Rows read are the records plus the rejected ones; skipped text lines are
     counted apart (`SourceInfo.lines_skipped`) by the reader.
@@ -145,6 +145,6 @@ def finish_records(rows: list[dict], source, overrides: dict[str, str]):
             f"{source.rows_rejected} record(s) could not be read; first at line {first.line}: "
             f"{first.reason}"
         )
-    raw = pl.DataFrame(rows, infer_schema_length=None)
+    raw = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
     source.rows_read = raw.height + source.rows_rejected
     return finalize(raw, source, step_key="step", overrides=overrides)

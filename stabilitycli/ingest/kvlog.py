@@ -28,6 +28,7 @@ from pathlib import Path
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import _kvfamilies as kfam
 from stabilitycli.ingest import _kvfields as kf
+from stabilitycli.ingest import _kvscan as ks
 from stabilitycli.ingest import _textline as tx
 from stabilitycli.ingest import _textlog as tl
 from stabilitycli.ingest.options import ReadOptions
@@ -37,126 +38,92 @@ NAME = "kvlog"
 # a log may open with a printed training script or an argument dump before its first record
 SNIFF_CHARS = 256 << 10
 SNIFF_RECORDS = 2
-# a step and `key: something` after it: a record whose numbers could not be read
-_LOOKS_LIKE_RECORD = re.compile(r"[A-Za-z_]\w*\s*[:=]\s*\S")
 
 
 def sniff(path: Path, head: bytes) -> bool:
     if not tl.is_text_log(path, head):
         return False
     text = tl.peek(path, head)[:SNIFF_CHARS]
-    scan = _Scan()
-    for number, line in enumerate(text.split("\n"), start=1):
-        scan.line(number, line.rstrip("\r"))
-        # lines with a loss but no step anywhere: a bare `loss: 2.31` log, read in line order
-        if len(scan.records) >= SNIFF_RECORDS or len(scan.stepless) > SNIFF_RECORDS:
+    records = stepless = 0
+    opened = False  # a Keras `Epoch N/M` line seen: the bare numbers below it are records
+    for line in text.split("\n"):
+        for segment in tx.logical_lines(line.rstrip("\r")):
+            what, _ = ks.kind(found := kf.fields(segment))
+            opened = opened or what == "context"
+            if what == "record" or (what == "needs" and opened):
+                records += 1
+            elif what == "needs" and any("loss" in k.lower() for k in found.metrics):
+                stepless += 1  # a bare `loss: 2.31` log, read in line order
+        if records >= SNIFF_RECORDS or stepless > SNIFF_RECORDS:
             return True
     return False
 
 
-class _Scan:
-    """Lines in, records out: the state is the Keras epoch a bar line belongs to."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[int, int, dict[str, float]]] = []  # (line, step, fields)
-        self.stepless: list[tuple[int, dict[str, float]]] = []
-        self.rejected: list[tuple[int, str]] = []
-        self.skipped_fields: dict[str, int] = {}
-        self.record_text: list[str] = []  # the first record lines, to name the trainer
-        self.epoch: int | None = None
-        self.lines_with_record = 0
-
-    def line(self, number: int, raw: str) -> None:
-        before = len(self.records) + len(self.stepless)
-        for segment in tx.logical_lines(raw):
-            self.segment(number, segment)
-        if len(self.records) + len(self.stepless) > before:
-            self.lines_with_record += 1
-
-    def segment(self, number: int, text: str) -> None:
-        found = kf.fields(text)
-        step = found.step()
-        epoch = found.axes.get(kf.EPOCH_KEY)
-        if step is None and epoch is not None:
-            if not found.metrics:  # Keras `Epoch 3/10`: the bars below belong to it
-                self.epoch = int(epoch[0])
-                return
-            step = int(epoch[0])
-        if found.metrics:
-            step = step if step is not None else self.epoch
-            if step is None:
-                if any("loss" in k.lower() for k in found.metrics):
-                    self.stepless.append((number, found.metrics))
-                return
-            self.records.append((number, step, found.metrics))
-            for key in found.skipped:  # on records only: a table's `N/A` is no field of a run
-                self.skipped_fields[key] = self.skipped_fields.get(key, 0) + 1
-            if len(self.record_text) < 50:
-                self.record_text.append(text)
-        elif step is not None and _LOOKS_LIKE_RECORD.search(text):
-            self.rejected.append((number, "a record with a step but no readable number"))
-
-
 def read(path: Path, options: ReadOptions):
+    import polars as pl
+
     lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
     if options.pattern:
         return _read_pattern(lines, cut, source, options)
-    scan = _Scan()
-    for number, text in enumerate(lines, start=1):
-        scan.line(number, text)
-    records = scan.records
+    found = ks.scan(lines)
+    frame = found.frame
+    records = frame.filter(pl.col(ks.KIND) == "record")
     step_from = "the step written on each line"
-    if not records and scan.stepless:
-        records = [(n, i, f) for i, (n, f) in enumerate(scan.stepless)]
+    if records.height == 0:
+        lossy = [c for c in frame.columns if "loss" in c.lower() and not c.startswith("_")]
+        records = frame.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in lossy))
+        records = records.with_columns(pl.int_range(pl.len()).alias(ks.STEP))
         step_from = "line order (no line carries a step): 0, 1, 2, ..."
-    if not records:
-        if scan.rejected:
-            line, reason = scan.rejected[0]
-            raise StabInputError(source.path, f"no record could be read ({reason})", line=line)
+    for number, reason in found.rejected:
+        source.reject(number, reason)
+    if records.height == 0:
+        if found.rejected:
+            number, reason = found.rejected[0]
+            raise StabInputError(source.path, f"no record could be read ({reason})", line=number)
         raise StabInputError(source.path, "no `step ... loss ...` record found")
-    family = kfam.family_of(scan.record_text)
+    family = kfam.family_of([found.texts[n] for n in sorted(found.texts)[:50]])
     if family.name == "Keras fit":
         step_from = "the `Epoch N/M` line before each record"
-    for line, reason in scan.rejected:
-        source.reject(line, reason)
-    rows = _rows(records, family, cut, len(lines), source)
-    _notes(source, family, step_from, scan, len(lines))
-    return tl.finish_records(rows, source, options.metric_overrides)
+    raw = _rows(records, family, cut, len(lines), source)
+    record_lines = records[ks.LINE].n_unique()
+    rejected_lines = len({n for n, _ in found.rejected})
+    _notes(source, family, step_from, found, record_lines, rejected_lines, len(lines))
+    return tl.finish_records(raw, source, options.metric_overrides)
 
 
-def _rows(records: list, family: kfam.Family, cut: bool, last_line: int, source: SourceInfo):
-    if cut and records[-1][0] == last_line:
+def _rows(records, family: kfam.Family, cut: bool, last_line: int, source: SourceInfo):
+    import polars as pl
+
+    if cut and records[ks.LINE][-1] == last_line:
         # the trainer ends every record with a newline: the last number may be a prefix
         source.warnings.append(tl.truncation_warning(last_line, "the last record"))
         source.reject(last_line, "last record cut off mid-write")
-        records = records[:-1]  # a bar redrawn on that line keeps its earlier records
+        records = records.head(records.height - 1)  # a bar redrawn on that line keeps the rest
     # progress bars redrawn on one physical line hold several records: number them apart,
     # so that a row number orders the records as they were printed
-    lines = [r[0] for r in records]
-    by_record = len(set(lines)) != len(lines)
-    if by_record:
+    if records[ks.LINE].n_unique() != records.height:
         source.notes.append("rows are numbered by record (a progress bar holds several a line)")
-    rename = family.rename
-    rows = []
-    for index, (line, step, values) in enumerate(records, start=1):
-        row = {rename.get(k, k): v for k, v in values.items()}
-        row["_row"], row["step"] = (index if by_record else line), step
-        rows.append(row)
-    return rows
+        records = records.with_columns(pl.int_range(1, pl.len() + 1).alias(ks.LINE))
+    metrics = [c for c in records.columns if not c.startswith("_") and c != ks.STEP]
+    rename = {k: family.rename.get(k, k) for k in metrics}
+    return records.select(
+        pl.col(ks.LINE).alias("_row"),
+        pl.col(ks.STEP),
+        *[pl.col(k).alias(v) for k, v in rename.items() if records[k].is_not_null().any()],
+    )
 
 
-def _notes(source: SourceInfo, family: kfam.Family, step_from: str, scan: _Scan, total: int):
-    text_lines = total - scan.lines_with_record - len(scan.rejected)
-    source.lines_skipped = text_lines
+def _notes(source, family, step_from, found, record_lines, rejected_lines, total) -> None:
+    source.lines_skipped = total - record_lines - rejected_lines
     source.notes.append(
-        f"read as {family.name} stdout; steps from {step_from}; {scan.lines_with_record} of "
-        f"{total} lines are records, {text_lines} other lines (banners, tables, progress bars, "
-        "blank lines) skipped as text"
+        f"read as {family.name} stdout; steps from {step_from}; {record_lines} of "
+        f"{total} lines are records, {source.lines_skipped} other lines (banners, tables, "
+        "progress bars, blank lines) skipped as text"
     )
     if family.note:
         source.notes.append(family.note)
-    for key, count in sorted(scan.skipped_fields.items(), key=lambda kv: -kv[1])[:5]:
+    for key, count in sorted(found.skipped_fields.items(), key=lambda kv: -kv[1])[:5]:
         source.notes.append(
             f"field {key!r} skipped on {count} line(s): its value is not a number stab reads"
         )
@@ -196,7 +163,13 @@ def _read_pattern(lines: list[str], cut: bool, source: SourceInfo, options: Read
             order += 1
     if not records:
         raise StabInputError(source.path, "no line matches --pattern")
-    rows = _rows(records, kfam.Family("--pattern", regex), cut, len(lines), source)
+    import polars as pl
+
+    frame = pl.DataFrame(
+        [{ks.LINE: n, ks.STEP: step, **values} for n, step, values in records],
+        infer_schema_length=None,
+    )
+    rows = _rows(frame, kfam.Family("--pattern", regex), cut, len(lines), source)
     how = "its `step` group" if "step" in regex.groupindex else "line order (no `step` group)"
     source.lines_skipped = len(lines) - len({r[0] for r in records} | rejected)
     source.notes.append(
