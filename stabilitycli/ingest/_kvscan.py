@@ -54,19 +54,26 @@ class Found:
     texts: dict[int, str] = field(default_factory=dict)  # line -> cleaned text of a record
 
 
-def scan(lines: list[str]) -> Found:
+def scan(lines: list[str], *, vectorised: bool = True) -> Found:
+    """Every line's kind and fields; `vectorised=False` reads them all one by one (tests)."""
     import polars as pl
 
     raw = pl.DataFrame({"text": lines}).with_row_index(LINE, offset=1)
     raw = raw.with_columns(pl.col(LINE).cast(pl.Int64))
-    redrawn = raw.filter(pl.col("text").str.contains(_REDRAWN))
-    plain = raw.filter(~pl.col("text").str.contains(_REDRAWN))
+    one_by_one = pl.col("text").str.contains(_REDRAWN) | (not vectorised)
+    redrawn = raw.filter(one_by_one)
+    plain = raw.filter(~one_by_one)
     text = pl.col("text")
     if any("\x1b" in line for line in lines):
         text = text.str.replace_all(tx.ANSI_PATTERN, "")
     plain = plain.with_columns(text.str.replace(tx.PREFIX_PATTERN, ""))
-    # the shape of a line: its text with digit runs and blank runs set aside
-    shape_key = pl.col("text").str.replace_all("[0-9]+", "#").str.replace_all("[ \t]+", " ")
+    # the shape of a line: its text with numbers and blank runs set aside; digits inside a
+    # word stay (`layer_1` and `layer_2` are other keys, and take their names from their own line)
+    shape_key = (
+        pl.col("text")
+        .str.replace_all("(^|[^A-Za-z_0-9])[0-9]+", "${1}#")
+        .str.replace_all("[ \t]+", " ")
+    )
     plain = plain.with_columns(shape_key.alias("_shape"))
     found = Found(frame=None)
     frames: list[pl.DataFrame] = []

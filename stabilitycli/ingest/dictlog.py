@@ -57,7 +57,8 @@ def read(path: Path, options: ReadOptions):
     lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
     reader = _Reader(source)
-    for number, line in enumerate(lines, start=1):
+    for number, line, bar in _lines_to_read(lines):
+        reader.bar = bar if bar is not None else reader.bar
         reader.line(number, line, cut and number == len(lines))
     if not reader.rows:
         if source.rows_rejected:
@@ -82,6 +83,24 @@ def read(path: Path, options: ReadOptions):
     return tl.finish_records(rows, source, options.metric_overrides)
 
 
+def _lines_to_read(lines: list[str]):
+    """The lines that can hold a record or a message, each with the last bar position above it.
+
+    A log is mostly progress bars: their positions are taken vectorised, and
+    only the lines with a dict or a loss-scale message are read one by one.
+    """
+    import polars as pl
+
+    frame = pl.DataFrame({"text": lines}).with_row_index("_line", offset=1)
+    last_bar = pl.col("text").str.extract_all(_BAR.pattern).list.last().str.extract(r"^(\d+)")
+    frame = frame.with_columns(
+        last_bar.cast(pl.Int64).forward_fill().shift(1).alias("_bar"),
+        pl.col("_line").cast(pl.Int64),
+    )
+    wanted = pl.col("text").str.contains(r"\{|verflow|loss scale")
+    return frame.filter(wanted).select("_line", "text", "_bar").rows()
+
+
 class _Reader:
     def __init__(self, source: SourceInfo) -> None:
         self.source = source
@@ -101,12 +120,13 @@ class _Reader:
             self.record_lines.add(number)
 
     def segment(self, number: int, text: str, cut: bool) -> None:
-        for bar in _BAR.finditer(text):
-            self.bar = int(bar.group(1))
+        if "[" in text:
+            for bar in _BAR.finditer(text):
+                self.bar = int(bar.group(1))
         if "verflow" in text or "loss scale" in text:
             for m in dsm.scan_line(number, text, tl.timestamp(text), self.state):
                 self.mentions.append(replace(m, step=self.bar) if self.bar is not None else m)
-        match = _DICT.search(text)
+        match = _DICT.search(text) if "{" in text else None
         if match is None:
             if _OPEN.search(text):
                 self.reject(number, cut, "dict record without its closing brace (cut or wrapped)")

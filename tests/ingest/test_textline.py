@@ -1,0 +1,91 @@
+"""What surrounds a record on a pasted line is taken away; vectorised reads as line by line."""
+
+from __future__ import annotations
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from stabilitycli import read
+from stabilitycli.ingest import _kvfields as kf
+from stabilitycli.ingest import _kvscan as ks
+from stabilitycli.ingest import _textline as tx
+from tests.conftest import FIXTURES
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "iter 5: loss 2.5000",
+        "> iter 5: loss 2.5000",
+        ">> 2023-03-22 09:30:39 iter 5: loss 2.5000",
+        "[rank3]:iter 5: loss 2.5000",
+        "[default7]: iter 5: loss 2.5000",
+        "0: iter 5: loss 2.5000",
+        "[1,0]<stdout>:iter 5: loss 2.5000",
+        "[2023-04-18 01:46:52,554] iter 5: loss 2.5000",
+        "2024-05-01T10:00:00.123Z iter 5: loss 2.5000",
+        "\x1b[31miter 5: \x1b[32mloss 2.5000\x1b[39m",
+    ],
+)
+def test_wrappers_are_taken_away(line: str) -> None:
+    (text,) = tx.logical_lines(line)
+    assert text == "iter 5: loss 2.5000"
+
+
+def test_a_redrawn_bar_is_several_lines_and_blank_redraws_are_dropped() -> None:
+    line = " 10%|#   | 1/10 [00:01<00:09]\r 20%|##  | 2/10 [00:02<00:08]\r          \r"
+    assert len(tx.logical_lines(line)) == 2
+    assert tx.logical_lines("a\b\b\bb") == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "metrics", "skipped"),
+    [
+        ("iter 3010: loss nan, time 330.12ms, mfu 31.2%", {"loss", "time (ms)", "mfu (%)"}, []),
+        ("step:3/9 train_loss:inf train_time:5ms", {"train_loss", "train_time (ms)"}, []),
+        (
+            "| approx flops per GPU: 5.7TFLOPS | lm_loss: 2.2E+00 |",
+            {"lm_loss"},
+            ["approx flops per GPU"],
+        ),
+        ("elapsed time: 1d 6h 54m 11s | remaining time: 0:01:00", set(), ["elapsed time"]),
+        ("tps: 7,023  memory: 61.32GiB(64.56%)", {"tps", "memory (GiB)"}, []),
+    ],
+)
+def test_fields_numbers_units_and_skipped_values(text, metrics, skipped) -> None:
+    found = kf.fields(text)
+    assert set(found.metrics) == metrics
+    assert found.skipped == skipped
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nanogpt/train.log",
+        "modded_nanogpt/log.txt",
+        "torchtitan/stdout.log",
+        "mlx_lm/train.log",
+        "litgpt/pretrain.log",
+        "keras/fit.log",
+        "nemo/train.log",
+        "fairseq/simple.log",
+    ],
+)
+def test_vectorised_scan_reads_as_line_by_line(name: str) -> None:
+    lines = (FIXTURES / "textlogs" / name).read_text().split("\n")
+    fast = ks.scan(lines)
+    slow = ks.scan(lines, vectorised=False)
+    cols = sorted(fast.frame.columns)
+    assert_frame_equal(fast.frame.select(cols), slow.frame.select(cols), check_dtypes=False)
+    assert fast.rejected == slow.rejected
+    assert fast.skipped_fields == slow.skipped_fields
+
+
+def test_keys_that_differ_by_a_digit_are_other_fields(tmp_path) -> None:
+    path = tmp_path / "train.log"
+    path.write_text(
+        "step 1 layer_1 2.5 loss 3.0\nstep 1 layer_2 2.7 loss 3.0\nstep 2 layer_1 2.6 loss 2.9\n"
+    )
+    frame = read(path).frame
+    assert frame.columns == ["step", "layer_1", "loss", "layer_2"]
+    assert frame["layer_2"].to_list() == [2.7, None]
