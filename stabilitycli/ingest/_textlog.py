@@ -121,6 +121,16 @@ _STRUCTURED = (
 )
 
 
+# Source code and documents quote log lines (`{"loss": 2.3}` in a script, a log in a README):
+# the generic text readers (`kvlog`, `dictlog`) never take them for a log.
+CODE_AND_DOCS = (".py", ".ipynb", ".md", ".rst", ".html", ".htm", ".sh", ".txt.md", ".tex")
+
+
+def is_generic_text_log(path: Path, head: bytes) -> bool:
+    """A text log that is not code or a document either (see CODE_AND_DOCS)."""
+    return is_text_log(path, head) and not path.name.lower().endswith(CODE_AND_DOCS)
+
+
 def is_text_log(path: Path, head: bytes) -> bool:
     """A regular text file that is not a structured format (JSON, CSV, ...)."""
     name = path.name.lower()

@@ -46,7 +46,7 @@ EPOCH_SUMMARY = "fairseq epoch summary (a mean over the epoch, not a step's valu
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    if not tl.is_text_log(path, head):
+    if not tl.is_generic_text_log(path, head):
         return False
     text = tl.peek(path, head)[: 256 << 10]
     # a file of bare JSON objects is JSONL, read by `jsonl`

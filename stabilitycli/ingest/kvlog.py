@@ -41,7 +41,7 @@ SNIFF_RECORDS = 2
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    if not tl.is_text_log(path, head):
+    if not tl.is_generic_text_log(path, head):
         return False
     text = tl.peek(path, head)[:SNIFF_CHARS]
     records = stepless = 0

@@ -150,3 +150,17 @@ def test_sniff_leaves_the_other_text_formats_alone(other: str) -> None:
     if path.is_dir():
         path = sorted(p for p in path.rglob("*.log"))[0]
     assert detect_format(path) not in ("kvlog", "dictlog")
+
+
+def test_inf_and_nan_are_kept_exactly(tmp_path) -> None:
+    kv = tmp_path / "kv.log"
+    kv.write_text("step: 1 loss: 2.5\nstep: 2 loss: inf\nstep: 3 loss: -inf\nstep: 4 loss: nan\n")
+    assert read(kv).frame["loss"].to_list()[1:3] == [math.inf, -math.inf]
+    hf = tmp_path / "hf.log"
+    hf.write_text(
+        " 1%| | 1/9 [00:01<00:09]\n{'loss': inf, 'grad_norm': nan}\n"
+        " 2%| | 2/9 [00:02<00:08]\n{'loss': -inf, 'grad_norm': 1.0}\n"
+    )
+    frame = read(hf).frame
+    assert frame["loss"].to_list() == [math.inf, -math.inf]
+    assert math.isnan(frame["grad_norm"][0])
