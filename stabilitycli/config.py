@@ -180,12 +180,17 @@ class Thresholds:
     rank_cusum_k: float = 2.0
     (
         "CUSUM drift allowance, in robust sigmas per logged step: a rank's CUSUM grows only while "
-        "its z exceeds this (places an outlier's onset; never decides one)."
+        "its z exceeds this."
     )
     rank_cusum_h: float = 12.0
     (
         "CUSUM decision threshold, in robust sigmas summed over logged steps: the onset is the "
         "step after the CUSUM was last zero before reaching this."
+    )
+    rank_cusum_decide: float = 40.0
+    (
+        "A rank whose CUSUM reaches this is an outlier even when it never holds rank_z for "
+        "rank_persist_steps in a row: that bar's evidence (10 steps x (6 - 2)), accumulated."
     )
     rank_recovery_steps: int = 20
     (

@@ -755,3 +755,48 @@ def test_change_point_is_the_step_after_the_last_zero_before_h():
     compared[80:83] = False  # steps the cohort could not judge (all NaN) are no evidence
     assert recovery(bad, compared, 40, 17) == (79, 83, 17)
     assert recovery(bad, compared, 40, 20) == (79, None, 17)
+
+
+def test_cusum_crossings_of_every_rank_at_once_equal_a_loop_per_rank():
+    from stabilitycli.detect.ranks.change import first_crossings
+
+    rng = np.random.default_rng(12)
+    lengths = rng.integers(1, 300, 40)
+    rank = np.repeat(np.arange(40), lengths)
+    z = rng.standard_t(3, rank.size)
+    # a third of the ranks drift 4 sigmas up or down over a stretch of their rows
+    drift = rng.choice([-4.0, 0.0, 0.0, 4.0, 0.0, 0.0], 40)[rank]
+    position = np.arange(rank.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    z += np.where((position > 50) & (position < 120), drift, 0.0)
+    z[rng.random(rank.size) < 0.05] = np.nan
+    got_ranks, got_rows = first_crossings(z, rank, k=2.0, clip=6.0, bar=20.0)
+    want_ranks, want_rows = [], []
+    for r in range(40):
+        rows = np.flatnonzero(rank == r)
+        s = np.maximum(_loop_cusum(z[rows], 1.0, 2.0, 6.0), _loop_cusum(z[rows], -1.0, 2.0, 6.0))
+        hit = np.flatnonzero(s >= 20.0)
+        if hit.size:
+            want_ranks.append(r)
+            want_rows.append(int(rows[hit[0]]))
+    assert 0 < len(want_ranks) < 40  # both kinds of rank are in the test
+    assert got_ranks.tolist() == want_ranks and got_rows.tolist() == want_rows
+
+
+def test_a_rank_three_sigmas_off_that_comes_back_recovers_where_it_came_back():
+    steps, level, values = _noisy_cohort(107, 8, 600)
+    values[2, 300:420] += 0.5 * level[300:420]
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert abs(o.onset_step - 300) <= 10 and abs(o.recovered_step - 420) <= 10
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_three_sigmas_off_for_good_is_found_by_its_cusum(seed):
+    """+50% of the level in a cohort spread 15% around it: about 3.3 robust sigmas, under
+    the 6-sigma persistence bar on most steps, so only the accumulated evidence finds it."""
+    steps, level, values = _noisy_cohort(100 + seed, 8, 600)
+    values[2, 300:] += 0.5 * level[300:]
+    (o,) = find_rank_outliers(memory_run(steps, values), "loss", TH).outliers
+    assert (o.rank, o.kind) == (2, "level") and abs(o.onset_step - 300) <= 10
+    assert o.recovered_step is None and o.effect_steps == (o.onset_step, 599)
+    persistence_only = Thresholds(rank_cusum_decide=float("inf"))
+    assert find_rank_outliers(memory_run(steps, values), "loss", persistence_only).outliers == ()

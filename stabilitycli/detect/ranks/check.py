@@ -7,8 +7,11 @@ each rank with its cohort at every step instead:
 
 * **level**: robust z = (x - cohort median) / (1.4826 * MAD, floored; see
   `rank_cohort`) at least `rank_z` for `rank_persist_steps` logged steps in a
-  row. One noisy step, or a rank drifting by mini-batch noise, is not an
-  outlier: a healthy 64-rank run reports none.
+  row, or a CUSUM of that z (drift allowance `rank_cusum_k`) reaching
+  `rank_cusum_decide`: a rank 3-5 sigmas off for good never holds 6 for ten
+  steps, but piles up that much evidence within a few dozen. One noisy step,
+  or a rank drifting by mini-batch noise, is not an outlier: a healthy 64-rank
+  run reports none.
 * **nonfinite**: the rank reports NaN/Inf while at least half of the other
   ranks are finite, for `rank_nonfinite_steps` steps (default 1: a NaN is not
   noise). When the whole cohort goes NaN together, that is spec 1, not a rank.
@@ -41,7 +44,12 @@ import numpy as np
 import polars as pl
 
 from stabilitycli import numfmt
-from stabilitycli.detect.ranks.change import change_point, recovery
+from stabilitycli.detect.ranks.change import (
+    change_point,
+    deviation_end,
+    first_crossings,
+    recovery,
+)
 from stabilitycli.detect.ranks.cohort import (
     Cohort,
     build_cohort,
@@ -217,13 +225,13 @@ def _episodes(
 
 
 def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> list[RankOutlier]:
-    """Persistence decides; the CUSUM places the onset; the rank's own rows give the rest.
+    """Persistence or the CUSUM decides; the CUSUM places the onset; the rank's rows the rest.
 
-    A loop over the ranks that passed the persistence bar (few), each one
-    numpy over its own rows: where the deviation began (`change.change_point`),
-    whether it came back (`change.recovery`), and over the affected steps
-    (onset to recovery, or to the end) its level, the cohort's, its z and the
-    mean with it minus the mean without it.
+    A loop over the ranks that passed either bar (few), each one numpy over its
+    own rows: where the deviation began (`change.change_point`), whether it
+    came back (`change.recovery`), and over the affected steps (onset to
+    recovery, or to the end) its level, the cohort's, its z and the mean with
+    it minus the mean without it.
     """
     runs = flag_runs(
         flagged,
@@ -231,17 +239,31 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
         max(1, thresholds.rank_persist_steps),
         thresholds.rank_max_gap_points,
     )
-    if runs.height == 0:
-        return []
     rows = cohort.rows
-    starts, ends = rank_bounds(rows, runs["rank"].to_numpy())
+    judged = pl.col("x").is_finite() & (pl.col("n") >= thresholds.rank_min_cohort)
+    z = rows.select(pl.when(judged).then(pl.col("z")).fill_null(np.nan))["z"].to_numpy()
+    step_column = rows["step"].to_numpy()
+    cusum_ranks, cusum_rows = first_crossings(
+        z,
+        rows["rank"].to_numpy(),
+        k=thresholds.rank_cusum_k,
+        clip=thresholds.rank_z,
+        bar=thresholds.rank_cusum_decide,
+    )
+    confirmed = dict(zip(cusum_ranks.tolist(), step_column[cusum_rows].tolist(), strict=True))
+    for rank, start in zip(runs["rank"].to_list(), runs["start"].to_list(), strict=True):
+        confirmed[rank] = min(start, confirmed.get(rank, start))
+    if not confirmed:
+        return []
+    ranks = np.array(sorted(confirmed), dtype=np.int64)  # long_rows casts rank to Int64
+    starts, ends = rank_bounds(rows, ranks)
     table = cohort.steps["t"].to_numpy()
     totals = cohort.steps["total"].fill_null(np.nan).to_numpy()
     out = []
-    for rank, confirmed_step, lo, hi in zip(runs["rank"], runs["start"], starts, ends, strict=True):
+    for rank, lo, hi in zip(ranks.tolist(), starts, ends, strict=True):
         part = rows.slice(int(lo), int(hi - lo))
         e = _level_episode(
-            part, int(confirmed_step), totals[positions(table, part["t"].to_numpy())], thresholds
+            part, int(confirmed[rank]), totals[positions(table, part["t"].to_numpy())], thresholds
         )
         e["rank"] = rank
         out.append(_outlier(LEVEL, e, cohort.column))
@@ -271,6 +293,15 @@ def _level_episode(
         h=thresholds.rank_cusum_h,
         clip=thresholds.rank_z,
     )
+    end = deviation_end(
+        np.where(judged, z, np.nan),
+        confirmed,
+        k=thresholds.rank_cusum_k,
+        h=thresholds.rank_cusum_h,
+        clip=thresholds.rank_z,
+    )
+    if end is not None:  # under the bar is not back in line while the CUSUM says it is off
+        bad[onset : end + 1] = True
     last, back, rows_back = recovery(bad, judged, onset, thresholds.rank_recovery_steps)
     stop = last if back is not None else steps.size - 1
     inside = np.zeros(steps.size, dtype=bool)
