@@ -23,7 +23,7 @@ from typing import Any
 from stabilitycli.ingest import _kvfields as kf
 from stabilitycli.ingest import _textline as tx
 
-LINE, SEG, KIND, STEP, EPOCH = "_line", "_seg", "_kind", "step", "_epoch"
+LINE, SEG, KIND, STEP, EPOCH, RANK = "_line", "_seg", "_kind", "step", "_epoch", "_rank"
 # a step and `key: something` after it: a record whose numbers could not be read
 _LOOKS_LIKE_RECORD = re.compile(r"[A-Za-z_]\w*\s*[:=]\s*\S")
 _REDRAWN = r"[\r\x08]"
@@ -66,7 +66,10 @@ def scan(lines: list[str], *, vectorised: bool = True) -> Found:
     text = pl.col("text")
     if any("\x1b" in line for line in lines):
         text = text.str.replace_all(tx.ANSI_PATTERN, "")
-    plain = plain.with_columns(text.str.replace(tx.PREFIX_PATTERN, ""))
+    plain = plain.with_columns(
+        pl.col("text").str.extract(tx.RANK_PATTERN).cast(pl.Int64).alias(RANK),
+        text.str.replace(tx.PREFIX_PATTERN, ""),
+    )
     # the shape of a line: its text with numbers and blank runs set aside; digits inside a
     # word stay (`layer_1` and `layer_2` are other keys, and take their names from their own line)
     shape_key = (
@@ -104,10 +107,11 @@ def scan(lines: list[str], *, vectorised: bool = True) -> Found:
                 found.texts.update(fit.head(50).select(LINE, "text").rows())
     rows = []
     for number, text in [*redrawn.select(LINE, "text").rows(), *leftovers]:
+        rank = tx.rank_of(lines[number - 1])
         for seg, segment in enumerate(tx.logical_lines(text)):
             row = _one(number, seg, segment, found)
             if row is not None:
-                rows.append(row)
+                rows.append({**row, RANK: rank})
     if rows:
         frames.append(pl.DataFrame(rows, infer_schema_length=None))
     frame = (
@@ -123,7 +127,12 @@ def scan(lines: list[str], *, vectorised: bool = True) -> Found:
 def _shape_frame(fit, shape: kf.Shape, what: str):
     import polars as pl
 
-    cols = [pl.col(LINE), pl.lit(0).cast(pl.Int64).alias(SEG), pl.lit(what).alias(KIND)]
+    cols = [
+        pl.col(LINE),
+        pl.col(RANK),
+        pl.lit(0).cast(pl.Int64).alias(SEG),
+        pl.lit(what).alias(KIND),
+    ]
     axes = {r[5:]: i for i, r in zip(shape.indices, shape.roles, strict=True) if r[:5] == "axis:"}
     step_key = next((k for k in kf.STEP_KEYS if k in axes), None)
 

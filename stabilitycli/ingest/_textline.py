@@ -27,7 +27,10 @@ PREFIX_PATTERN = (
     r"|\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?"
     r"))+\s*"
 )
+# the rank a launcher tag names: torchrun's `[rank3]:` / `[default3]:`, Open MPI's `[1,3]<stdout>:`
+RANK_PATTERN = r"^\s*(?:>+\s*)?\[(?:default|rank|\d+,)(\d+)\]"
 _ANSI = re.compile(ANSI_PATTERN)
+_RANK = re.compile(RANK_PATTERN)
 _PREFIX = re.compile(PREFIX_PATTERN)
 # keras writes `\b` runs to redraw its bar in place, as tqdm writes `\r`
 _REDRAW = re.compile(r"[\r\b]+")
@@ -45,6 +48,12 @@ def logical_lines(line: str) -> list[str]:
         parts = [strip_prefix(p) for p in _REDRAW.split(line)]
         return [p for p in parts if p.strip()]
     return [strip_prefix(line)]
+
+
+def rank_of(line: str) -> int | None:
+    """The rank a launcher tag in front of the line names, or None."""
+    match = _RANK.match(line)
+    return int(match.group(1)) if match else None
 
 
 def strip_prefix(line: str) -> str:

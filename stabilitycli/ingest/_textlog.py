@@ -139,7 +139,7 @@ def is_text_log(path: Path, head: bytes) -> bool:
     return looks_textual(path, head)
 
 
-def finish_records(rows, source, overrides: dict[str, str]):
+def finish_records(rows, source, overrides: dict[str, str], rank_key: str | None = None):
     """A text log's records (dicts or a frame, each with `_row` and `step`) through `finalize`.
 
     Rows read are the records plus the rejected ones; skipped text lines are
@@ -157,4 +157,4 @@ def finish_records(rows, source, overrides: dict[str, str]):
         )
     raw = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
     source.rows_read = raw.height + source.rows_rejected
-    return finalize(raw, source, step_key="step", overrides=overrides)
+    return finalize(raw, source, step_key="step", rank_key=rank_key, overrides=overrides)

@@ -85,14 +85,32 @@ def read(path: Path, options: ReadOptions):
     family = kfam.family_of([found.texts[n] for n in sorted(found.texts)[:50]])
     if family.name == "Keras fit":
         step_from = "the `Epoch N/M` line before each record"
-    raw = _rows(records, family, cut, len(lines), source)
+    ranks = (
+        records[ks.RANK].drop_nulls().unique().sort().to_list()
+        if ks.RANK in records.columns
+        else []
+    )
+    per_rank = len(ranks) > 1
+    raw = _rows(records, family, cut, len(lines), source, per_rank=per_rank)
+    if per_rank:
+        source.notes.append(
+            f"records of {len(ranks)} ranks ({_span(ranks)}), told apart by their launcher tags"
+        )
     record_lines = records[ks.LINE].n_unique()
     rejected_lines = len({n for n, _ in found.rejected})
     _notes(source, family, step_from, found, record_lines, rejected_lines, len(lines))
-    return tl.finish_records(raw, source, options.metric_overrides)
+    return tl.finish_records(
+        raw, source, options.metric_overrides, rank_key="rank" if per_rank else None
+    )
 
 
-def _rows(records, family: kfam.Family, cut: bool, last_line: int, source: SourceInfo):
+def _span(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) <= 4 else f"{ranks[0]}-{ranks[-1]}"
+
+
+def _rows(
+    records, family: kfam.Family, cut: bool, last_line: int, source: SourceInfo, *, per_rank=False
+):
     import polars as pl
 
     if cut and records[ks.LINE][-1] == last_line:
@@ -105,11 +123,12 @@ def _rows(records, family: kfam.Family, cut: bool, last_line: int, source: Sourc
     if records[ks.LINE].n_unique() != records.height:
         source.notes.append("rows are numbered by record (a progress bar holds several a line)")
         records = records.with_columns(pl.int_range(1, pl.len() + 1).alias(ks.LINE))
-    metrics = [c for c in records.columns if not c.startswith("_") and c != ks.STEP]
+    metrics = [c for c in records.columns if not c.startswith("_") and c not in (ks.STEP, "rank")]
     rename = {k: family.rename.get(k, k) for k in metrics}
     return records.select(
         pl.col(ks.LINE).alias("_row"),
         pl.col(ks.STEP),
+        *([pl.col(ks.RANK).alias("rank")] if per_rank else []),
         *[pl.col(k).alias(v) for k, v in rename.items() if records[k].is_not_null().any()],
     )
 

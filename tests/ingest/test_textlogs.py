@@ -164,3 +164,19 @@ def test_inf_and_nan_are_kept_exactly(tmp_path) -> None:
     frame = read(hf).frame
     assert frame["loss"].to_list() == [math.inf, -math.inf]
     assert math.isnan(frame["grad_norm"][0])
+
+
+def test_launcher_tags_of_several_ranks_make_a_per_rank_run(tmp_path) -> None:
+    path = tmp_path / "all_ranks.log"
+    lines = [
+        f"[rank{r}]:step: {s:2}  loss: {3 + 1 / s + (2 if r == 2 and s >= 30 else 0):7.4f}"
+        for s in range(1, 41)
+        for r in range(4)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    run = read(path)
+    assert run.source.ranks == 4 and run.has_ranks
+    assert run.frame.filter((pl.col("rank") == 2) & (pl.col("step") == 30))["loss"][0] > 5
+    one = tmp_path / "rank0.log"
+    one.write_text("\n".join(line for line in lines if line.startswith("[rank0]")) + "\n")
+    assert not read(one).has_ranks
