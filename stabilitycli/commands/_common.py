@@ -89,16 +89,53 @@ def internal_error(err: Exception, where: str) -> typer.Exit:
     return fail(f"{internal_error_message(err, where)} (set STAB_DEBUG=1 for a traceback)")
 
 
+def load_thresholds(path: str, set_values: list[str] | None):
+    """(Thresholds, settings) for a run: defaults <- config file above it <- --set, and
+    `settings` the thresholds that differ from the defaults with their sources (a dict)."""
+    from stabilitycli.settings import load_settings
+
+    thresholds, settings = load_settings(path, pairs(set_values, "--set"))
+    return thresholds, settings.to_dict()
+
+
+def with_settings(analysis, settings: dict | None):
+    """The analysis, carrying the thresholds not at their defaults (and their sources), if any:
+    every renderer says them, and the JSON has them as `settings`."""
+    if settings and settings.get("non_default"):
+        analysis.extras["settings"] = settings
+    return analysis
+
+
+def print_rendered(rendered, width: int | None = None) -> None:
+    """Text exactly as rendered; a rich renderable on a console sized to the terminal.
+
+    Piped (not a terminal) there is no width to fit: the console is as wide as the
+    widest line (at least 80 columns), so nothing is cut or wrapped at 80 columns;
+    `COLUMNS` still sets the width when given."""
+    if isinstance(rendered, str):
+        typer.echo(rendered, nl=False)
+        return
+    import sys
+
+    from rich.console import Console
+
+    console = Console(width=width)
+    if width is None and not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        wide = Console(width=10_000)
+        needed = wide.measure(rendered).maximum
+        console = Console(width=min(max(80, needed), 10_000))
+    console.print(rendered)
+
+
 def load_and_analyze(
     path: str, *, metric=None, step_key=None, format_in=None, dtype=None, run=None, set_values=None
 ):
     """(RunData, Analysis, Thresholds) for one run; exit 2 with one line on bad input."""
     try:
-        from stabilitycli.config import load_config
         from stabilitycli.ingest.options import ReadOptions
         from stabilitycli.pipeline import run as pipeline
 
-        thresholds = load_config(path, pairs(set_values, "--set"))
+        thresholds, settings = load_thresholds(path, set_values)
         options = ReadOptions(
             format_in=format_in,
             metric_overrides=pairs(metric, "--metric"),
@@ -107,7 +144,7 @@ def load_and_analyze(
             run=run,
         )
         data = pipeline.load_run(path, options)
-        analysis = pipeline.analyze(data, thresholds)
+        analysis = with_settings(pipeline.analyze(data, thresholds), settings)
         return data, analysis, thresholds
     except (StabInputError, StabUsageError) as err:
         raise fail(str(err)) from None

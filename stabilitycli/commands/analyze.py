@@ -15,7 +15,16 @@ from typing import Annotated
 
 import typer
 
-from stabilitycli.commands._common import FailOn, MetricOpt, fail, internal_error, pairs
+from stabilitycli.commands._common import (
+    FailOn,
+    MetricOpt,
+    fail,
+    internal_error,
+    load_thresholds,
+    pairs,
+    print_rendered,
+    with_settings,
+)
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import SUPPORTED
 from stabilitycli.report.formats import Format
@@ -99,7 +108,29 @@ def command(
             "--jobs", "-j", min=1, help="Worker processes for several runs (default: all cores)."
         ),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Say less: no progress bar; the terminal shows the verdict only, "
+            "concise only warnings and errors, without its summary line.",
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Say more: every finding (the terminal shows the first 40)."
+        ),
+    ] = False,
+    show_settings: Annotated[
+        bool,
+        typer.Option(
+            "--show-settings",
+            help="Print every threshold in force for the run, its value and its source "
+            "(default, config file and key, or --set), and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Walk the §1-§4 stability tree over one run (or many) and print the verdict."""
     from stabilitycli.ingest.options import ReadOptions
@@ -120,6 +151,11 @@ def command(
         )
     except StabUsageError as err:
         raise fail(str(err)) from None
+    if quiet and verbose:
+        raise fail("--quiet and --verbose contradict each other; give one")
+    verbosity = "quiet" if quiet else "verbose" if verbose else "normal"
+    if show_settings:
+        raise typer.Exit(_show_settings(path[0], set_values))
     if len(path) > 1 or recursive:
         raise typer.Exit(
             _analyze_many(
@@ -128,7 +164,7 @@ def command(
         )
     target = path[0]
     try:
-        thresholds = _thresholds(target, set_values)
+        thresholds, settings = load_thresholds(target, set_values)
         from stabilitycli.pipeline import run as pipeline
 
         result = pipeline.analyze(
@@ -138,6 +174,7 @@ def command(
             select=split_codes(select),
             ignore=split_codes(ignore),
         )
+        with_settings(result, settings)
     except (StabInputError, StabUsageError) as err:
         raise fail(str(err)) from None
     except Exception as err:
@@ -146,24 +183,23 @@ def command(
     from stabilitycli.model import Severity
 
     threshold = Severity.parse(fail_on.value)
-    _print(output.render(result, threshold))
+    print_rendered(output.render(result, threshold, verbosity))
     raise typer.Exit(exit_code_for(result.worst_severity, threshold))
 
 
-def _thresholds(path: str, set_values: list[str] | None):
-    from stabilitycli.config import load_config
+def _show_settings(target: str, set_values: list[str] | None) -> int:
+    """Every threshold for the run at `target`: name, value, default, source. Exit status."""
+    from stabilitycli.settings import load_settings
 
-    return load_config(path, pairs(set_values, "--set"))
-
-
-def _print(rendered) -> None:
-    """Text exactly as rendered; a rich renderable on a console sized to the terminal."""
-    if isinstance(rendered, str):
-        typer.echo(rendered, nl=False)
-        return
-    from rich.console import Console
-
-    Console().print(rendered)
+    try:
+        _, settings = load_settings(target, pairs(set_values, "--set"))
+    except StabUsageError as err:
+        raise fail(str(err)) from None
+    width = max(len(s.name) for s in settings.entries)
+    for s in settings.entries:
+        default = "" if not s.changed else f" (default {s.default:g})"
+        typer.echo(f"{s.name:<{width}}  {s.value:<10g}  {s.source}{default}")
+    return 0
 
 
 def _analyze_many(
@@ -202,7 +238,7 @@ def _analyze_many(
     if not paths:
         raise fail(f"no runs found in {', '.join(targets)}")
     results = _with_progress(paths, settings, jobs, quiet)
-    _print(output.render_many(results))
+    print_rendered(output.render_many(results))
     for r in results:
         if not r.ok:
             typer.echo(f"stab: error: {r.error}", err=True)

@@ -25,6 +25,7 @@ from stabilitycli.commands._common import (
     internal_error,
     metric_keys,
     pairs,
+    print_rendered,
 )
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.exit_codes import ExitCode
@@ -165,11 +166,9 @@ def command(
 
         typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
-        from rich.console import Console
+        from stabilitycli.report.compare_terminal import build
 
-        from stabilitycli.report.compare_terminal import render
-
-        render(result, Console())
+        print_rendered(build(result))
     raise typer.Exit(ExitCode.OK if result.passed else ExitCode.INSTABILITY)
 
 
@@ -192,10 +191,10 @@ def _compare(
 ):
     from stabilitycli.compare.expect import parse_expect
     from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
-    from stabilitycli.config import load_config
     from stabilitycli.detect.deviation import Smoothing
     from stabilitycli.ingest import read
     from stabilitycli.ingest.options import ReadOptions
+    from stabilitycli.settings import load_settings, sentence
 
     if not 1 <= len(runs) <= 2:
         raise StabUsageError(
@@ -208,6 +207,7 @@ def _compare(
         parse_expect(e) for e in expect or []
     )  # malformed: a usage error before any reading
     names, overrides = metric_keys(metric)
+    thresholds, settings = load_settings(runs[0], pairs(set_values, "--set"))
     options = CompareOptions(
         metrics=names,
         tolerance=_numbers(tolerance, "--tolerance", bare="loss"),
@@ -219,15 +219,23 @@ def _compare(
         strict=strict,
         expects=checks,
         band=band,
-        thresholds=load_config(runs[0], pairs(set_values, "--set")),
+        thresholds=thresholds,
     )
     read_options = ReadOptions(metric_overrides=overrides, step_key=step_key, format_in=format_in)
     loaded = [read(path, read_options) for path in runs]
     if restart is not None:
-        return compare_restart(loaded[0], restart, options)
-    if len(loaded) == 1:
-        return check_run(loaded[0], options)
-    return compare(loaded[0], loaded[1], options)
+        result = compare_restart(loaded[0], restart, options)
+    elif len(loaded) == 1:
+        result = check_run(loaded[0], options)
+    else:
+        result = compare(loaded[0], loaded[1], options)
+    said = sentence(settings.to_dict())
+    if said is None:
+        return result
+    from dataclasses import replace
+
+    # thresholds not at their defaults change the bands: the first note says which, and whence
+    return replace(result, notes=(said, *result.notes))
 
 
 def _numbers(values: list[str] | None, flag: str, bare: str) -> dict[str, float]:

@@ -15,7 +15,14 @@ from typing import Annotated
 
 import typer
 
-from stabilitycli.commands._common import FailOn, fail, internal_error, metric_keys, pairs
+from stabilitycli.commands._common import (
+    FailOn,
+    fail,
+    internal_error,
+    metric_keys,
+    pairs,
+    print_rendered,
+)
 from stabilitycli.errors import StabInputError, StabUsageError
 
 
@@ -83,11 +90,9 @@ def command(
 
         typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
     else:
-        from rich.console import Console
+        from stabilitycli.report.ranks_terminal import build
 
-        from stabilitycli.report.ranks_terminal import render
-
-        render(report, Console())
+        print_rendered(build(report))
     from stabilitycli.exit_codes import exit_code_for
     from stabilitycli.model import Severity
 

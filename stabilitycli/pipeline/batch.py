@@ -178,12 +178,12 @@ def _events_within(folder: Path, depth: int) -> bool:
 
 def analyze_one(path: str, settings: BatchSettings) -> RunResult:
     """One run, in a worker: the document, the fragment, or the reason it failed."""
-    from stabilitycli.config import load_config
     from stabilitycli.errors import StabUsageError
     from stabilitycli.pipeline.run import analyze
+    from stabilitycli.settings import load_settings
 
     try:
-        thresholds = load_config(path, settings.set_values)
+        thresholds, in_force = load_settings(path, settings.set_values)
         analysis = analyze(
             path,
             thresholds,
@@ -191,6 +191,9 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
             select=list(settings.select),
             ignore=list(settings.ignore),
         )
+        if in_force.changed():
+            # the thresholds not at their defaults, and their sources: every output says them
+            analysis.extras["settings"] = in_force.to_dict()
     except (StabInputError, StabUsageError) as err:
         return RunResult(path, error=str(err))
     except Exception as err:

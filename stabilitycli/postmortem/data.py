@@ -22,6 +22,7 @@ from stabilitycli.detect.windows import median_interval, trailing_stats, value_a
 from stabilitycli.frame import RunData
 from stabilitycli.model import Analysis, Finding
 from stabilitycli.postmortem.hypotheses import Hypothesis, nan_hypotheses, spike_hypotheses
+from stabilitycli.settings import sentence
 
 EMA_STEPS = 50  # the template's "pre-spike loss (50-step EMA)"
 
@@ -66,6 +67,7 @@ class Postmortem:
     incidents: list[Incident] = field(default_factory=list)
     remediation: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    settings: str | None = None  # the thresholds not at their defaults, and where from
 
 
 def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None) -> Postmortem:
@@ -84,6 +86,7 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
         first_step=src.first_step,
         last_step=src.last_step,
         remediation=list(analysis.verdict.remediation),
+        settings=sentence(analysis.extras.get("settings")),
     )
     # the sections of the other verdicts (rank, fp16, plateau, too short) live in verdicts.py,
     # which builds on this module's helpers

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from stabilitycli.pipeline.batch import RunResult, summary_rows
 from stabilitycli.report import github as gh
 from stabilitycli.report import mdtext
+from stabilitycli.settings import sentence
 
 _VERDICT_STYLE = {"error": "bold red", "warning": "yellow", "info": "green"}
 
@@ -31,6 +32,17 @@ def github(results: list[RunResult]) -> str:
             else gh.annotation("error", r.path, "stab: unreadable run", r.error or "")
         )
     return "\n".join(out) + "\n"
+
+
+def concise(results: list[RunResult]) -> str:
+    """Each run's finding lines (its fragment), an unreadable run as one `path: ERROR` line."""
+    out = []
+    for r in results:
+        if r.ok and r.fragment:
+            out.append(r.fragment.rstrip("\n"))
+        elif not r.ok:
+            out.append(f"{r.path}: ERROR unreadable run: {' '.join((r.error or '').split())}")
+    return "\n".join(o for o in out if o) + "\n"
 
 
 def junit(results: list[RunResult]) -> str:
@@ -101,6 +113,13 @@ def terminal_table(results: list[RunResult]):
             "" if row["first_bad_step"] is None else str(row["first_bad_step"]),
             "" if row["rows"] is None else f"{row['rows']:,}",
         )
+    # thresholds not at their defaults (the same for every run unless config files differ)
+    said = dict.fromkeys(
+        s for r in results if r.ok and r.doc and (s := sentence(r.doc.get("settings")))
+    )
+    if said:
+        table.caption = "\n".join(said)
+        table.caption_style = "bold yellow"
     return table
 
 
@@ -112,6 +131,10 @@ def render_fragment(analysis, fmt: str, fail_on: str) -> str:
         from stabilitycli.report import markdown
 
         return markdown.render(analysis, heading_level=3)
+    if fmt == "concise":
+        from stabilitycli.report import concise
+
+        return concise.render(analysis, quiet=True)
     if fmt == "junit":
         from stabilitycli.model import Severity
         from stabilitycli.report import junit as ju

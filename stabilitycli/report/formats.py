@@ -34,10 +34,14 @@ class Format(StrEnum):
     github = "github"
     junit = "junit"
     markdown = "markdown"
+    concise = "concise"
 
-    def render(self, analysis: Analysis, fail_on: Severity = Severity.ERROR) -> Rendered:
-        """One run. `fail_on` decides which findings JUnit counts as failures."""
-        return _RENDERERS[self].one(analysis, fail_on)
+    def render(
+        self, analysis: Analysis, fail_on: Severity = Severity.ERROR, verbosity: str = "normal"
+    ) -> Rendered:
+        """One run. `fail_on` decides which findings JUnit counts as failures; `verbosity`
+        ("quiet", "normal", "verbose") how much the terminal and concise formats say."""
+        return _RENDERERS[self].one(analysis, fail_on, verbosity)
 
     def render_many(self, results: list[RunResult]) -> Rendered:
         """Several runs (`stab analyze a b c`, `--recursive`): a summary plus each run's part."""
@@ -58,36 +62,42 @@ class Format(StrEnum):
 
 @dataclass(frozen=True)
 class _Renderers:
-    one: Callable[[Analysis, Severity], Rendered]
+    one: Callable[[Analysis, Severity, str], Rendered]
     many: Callable[[list[RunResult]], Rendered]
     fragment: bool = False
 
 
-def _terminal(analysis: Analysis, fail_on: Severity) -> Rendered:
+def _terminal(analysis: Analysis, fail_on: Severity, verbosity: str) -> Rendered:
     from stabilitycli.report import terminal
 
-    return terminal.build(analysis)
+    return terminal.build(analysis, verbosity)
 
 
-def _json(analysis: Analysis, fail_on: Severity) -> Rendered:
+def _concise(analysis: Analysis, fail_on: Severity, verbosity: str) -> Rendered:
+    from stabilitycli.report import concise
+
+    return concise.render(analysis, quiet=verbosity == "quiet")
+
+
+def _json(analysis: Analysis, fail_on: Severity, verbosity: str) -> Rendered:
     from stabilitycli.report import json_report
 
     return json_report.render(analysis) + "\n"
 
 
-def _github(analysis: Analysis, fail_on: Severity) -> Rendered:
+def _github(analysis: Analysis, fail_on: Severity, verbosity: str) -> Rendered:
     from stabilitycli.report import github
 
     return github.render(analysis)
 
 
-def _junit(analysis: Analysis, fail_on: Severity) -> Rendered:
+def _junit(analysis: Analysis, fail_on: Severity, verbosity: str) -> Rendered:
     from stabilitycli.report import junit
 
     return junit.render(analysis, fail_on)
 
 
-def _markdown(analysis: Analysis, fail_on: Severity) -> Rendered:
+def _markdown(analysis: Analysis, fail_on: Severity, verbosity: str) -> Rendered:
     from stabilitycli.report import markdown
 
     return markdown.render(analysis)
@@ -109,4 +119,5 @@ _RENDERERS: dict[Format, _Renderers] = {
     Format.github: _Renderers(_github, _many("github"), fragment=True),
     Format.junit: _Renderers(_junit, _many("junit"), fragment=True),
     Format.markdown: _Renderers(_markdown, _many("markdown"), fragment=True),
+    Format.concise: _Renderers(_concise, _many("concise"), fragment=True),
 }

@@ -10,6 +10,7 @@ not line numbers, so annotations are file-level (no `line=`).
 from __future__ import annotations
 
 from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.settings import sentence
 
 LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -38,6 +39,9 @@ def render(analysis: Analysis) -> str:
             level, path, f"stab verdict: {v.code}" + (f" ({v.cause})" if v.cause else ""), v.summary
         )
     ]
+    settings = sentence(analysis.extras.get("settings"))
+    if settings:
+        lines.append(annotation("notice", path, "stab settings", settings))
     lines += [_finding(f, path) for f in analysis.findings]
     return "\n".join(lines) + "\n"
 

@@ -14,6 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.settings import sentence
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _RANK_CODES = ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
@@ -48,6 +49,10 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
     run = analysis.source.run or analysis.source.path
     suite = ET.Element("testsuite", name=_x(f"stab: {run}"))
     failures = skips = 0
+    settings = sentence(analysis.extras.get("settings"))
+    if settings:
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="stab.settings", value=_x(settings))
 
     verdict = ET.SubElement(suite, "testcase", classname=_x(f"stab.{run}"), name="verdict")
     v = analysis.verdict
@@ -58,13 +63,16 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
             "\n".join(
                 [
                     v.summary,
+                    *([settings] if settings else []),
                     *(f"{p.question}: {p.answer} - {p.evidence}" for p in v.path),
                     *(f"remedy: {r}" for r in v.remediation),
                 ]
             )
         )
     else:
-        ET.SubElement(verdict, "system-out").text = _x(f"{v.code}: {v.summary}")
+        ET.SubElement(verdict, "system-out").text = _x(
+            f"{v.code}: {v.summary}" + (f"\n{settings}" if settings else "")
+        )
 
     for name in names:
         case = ET.SubElement(suite, "testcase", classname=_x(f"stab.{run}"), name=_x(name))
@@ -89,7 +97,7 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
             ET.SubElement(case, "skipped", message=_x(skipped[name]))
         if quiet:
             ET.SubElement(case, "system-out").text = _x("\n".join(quiet))
-    suite.set("tests", str(len(suite)))
+    suite.set("tests", str(len(suite.findall("testcase"))))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
     suite.set("skipped", str(skips))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stabilitycli.model import Analysis, Severity
 from stabilitycli.report import mdtext
+from stabilitycli.settings import sentence
 
 ICON = {Severity.ERROR: "🔴", Severity.WARNING: "🟠", Severity.INFO: "⚪"}
 MAX_FINDINGS = 50
@@ -27,6 +28,9 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
         + (f"; {s.ranks} ranks" if s.ranks else ""),
         "",
     ]
+    settings = sentence(analysis.extras.get("settings"))
+    if settings:
+        lines += [f"**{mdtext.text(settings)}**", ""]
     if analysis.coverage is not None:
         lines += [f"_Coverage_: {mdtext.text(analysis.coverage.line())}", ""]
     if v.path:

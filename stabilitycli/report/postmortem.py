@@ -33,6 +33,8 @@ def render(pm: Postmortem, date: str | None = None) -> str:
         "everything else is a number from the log.",
         "",
     ]
+    if pm.settings:
+        lines += [f"**{mdtext.text(pm.settings)}**", ""]
     if not pm.incidents:
         lines += _no_incident(pm)
     for i, incident in enumerate(pm.incidents, 1):

@@ -11,12 +11,15 @@ from rich.text import Text
 
 from stabilitycli.model import Analysis, Severity
 from stabilitycli.report.sparkline import sparkline
+from stabilitycli.settings import sentence
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 _VERDICT_STYLE = {"healthy": "bold green", "insufficient-data": "bold yellow"}
 
 
-def build(analysis: Analysis) -> Group:
+def build(analysis: Analysis, verbosity: str = "normal") -> Group:
+    """`verbosity`: "quiet" (the verdict and the settings line), "normal", or "verbose"
+    (every finding, not the first 40)."""
     v = analysis.verdict
     src = analysis.source
     parts: list[RenderableType] = []
@@ -27,6 +30,11 @@ def build(analysis: Analysis) -> Group:
     parts.append(
         Panel(headline, title=f"stab · {src.run or src.path}", subtitle=_source_line(analysis))
     )
+    settings = sentence(analysis.extras.get("settings"))
+    if settings:
+        parts.append(Text(settings, style="bold yellow"))
+    if verbosity == "quiet":
+        return Group(*parts)
     if analysis.coverage is not None:
         parts.append(_coverage_line(analysis))
     if analysis.loss_preview:
@@ -43,12 +51,18 @@ def build(analysis: Analysis) -> Group:
             Text("Remedy:\n" + "\n".join(f"  • {r}" for r in v.remediation), style="green")
         )
     if analysis.findings:
-        table = Table(title=f"Findings ({len(analysis.findings)})")
+        more = len(analysis.findings) - 40 if verbosity != "verbose" else 0
+        table = Table(
+            title=f"Findings ({len(analysis.findings)}"
+            + (f"; the first 40, --verbose shows all {len(analysis.findings)}" if more > 0 else "")
+            + ")"
+        )
         table.add_column("severity")
         table.add_column("code")
         table.add_column("step", justify="right")
         table.add_column("message", overflow="fold")
-        for f in analysis.findings[:40]:
+        shown = analysis.findings if verbosity == "verbose" else analysis.findings[:40]
+        for f in shown:
             at = "" if f.step is None else str(f.step)
             table.add_row(Text(str(f.severity), style=_STYLE[f.severity]), f.code, at, f.message)
         parts.append(table)

@@ -1,0 +1,49 @@
+"""`--format concise`: one line per finding, `path:step: CODE severity message`, like ruff's.
+
+The verdict is a line of its own (`path: VERDICT verdict summary`, after the
+findings), so a run with no finding still says what it is; a finding without
+a step has no `:step`. One line each, never wrapped: messages are single
+lines (a newline in one is written as a space). `quiet` leaves out the info
+findings and the closing summary line, as ruff's `--quiet` leaves out its
+summary; the settings line (thresholds not at their defaults) is always
+written, as a `#` comment line, because it changes what every line means.
+"""
+
+from __future__ import annotations
+
+from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.settings import sentence
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def finding_line(path: str, f: Finding) -> str:
+    where = f"{path}:{f.step}" if f.step is not None else path
+    rank = f" [rank {f.rank}]" if f.rank is not None else ""
+    return f"{where}: {f.code} {f.severity}{rank} {_one_line(f.message)}"
+
+
+def render(analysis: Analysis, quiet: bool = False) -> str:
+    path = analysis.source.path
+    shown = [f for f in analysis.findings if not (quiet and f.severity is Severity.INFO)]
+    lines = [finding_line(path, f) for f in sorted(shown, key=_order)]
+    v = analysis.verdict
+    if not quiet or v.code != "healthy":
+        cause = f" ({v.cause})" if v.cause else ""
+        lines.append(f"{path}: VERDICT {v.code}{cause} {_one_line(v.summary)}")
+    settings = sentence(analysis.extras.get("settings"))
+    if settings:
+        lines.append(f"# {path}: {settings}")
+    if not quiet:
+        counts = {s: sum(f.severity is s for f in analysis.findings) for s in Severity}
+        lines.append(
+            f"Found {len(analysis.findings)} finding(s): {counts[Severity.ERROR]} error(s), "
+            f"{counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _order(f: Finding) -> tuple[int, int]:
+    return (f.step if f.step is not None else -1, -int(f.severity))
