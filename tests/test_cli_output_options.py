@@ -175,3 +175,9 @@ def test_compare_names_an_overridden_threshold(cli) -> None:
         "from --set noise_band_sigmas=4)."
     )
     assert doc["metrics"][0]["tolerance"]["sigmas"] == 4.0
+
+
+def test_html_report_names_an_overridden_threshold(cli, tmp_path) -> None:
+    out = tmp_path / "r.html"
+    ok(cli("report", run_fixture("spike-long-tail"), "-o", out, "--set", "spike_sigma=4"), 0)
+    assert "Thresholds not at their defaults: " + SET_SENTENCE in out.read_text()

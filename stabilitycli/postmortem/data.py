@@ -206,7 +206,9 @@ def _spike_incident(
     after = first_logged_at_or_after(view, "loss", peak_step + thr.recovery_window_steps)
     recovered = bool(ev.get("recovered"))
     if after is None:
-        recovery: Any = "did not recover (the log ends within 50 steps of the peak)"
+        recovery: Any = (
+            f"did not recover (the log ends within {thr.recovery_window_steps} steps of the peak)"
+        )
     elif recovered:
         recovery = f"{fmt(after[1])} (step {after[0]})"
     else:
@@ -220,11 +222,11 @@ def _spike_incident(
             fmt(ema) if ema is not None else "no loss before the onset",
         ),
         (
-            "baseline mu / sigma (trailing 100 steps)",
+            f"baseline mu / sigma (trailing {thr.spike_window_steps} steps)",
             f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(mu + thr.spike_sigma * sigma)})",
         ),
         (f"peak loss (step {peak_step})", f"{fmt(float(ev['peak']))} (z = {float(ev['z']):.1f})"),
-        ("loss 50 steps after the peak", recovery),
+        (f"loss {thr.recovery_window_steps} steps after the peak", recovery),
         (
             "pre-clip grad norm at the spike",
             _grad_text(grad) if grad else ("not logged" if not view.has("grad_norm") else None),
@@ -295,7 +297,8 @@ def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[li
     if not recovered and after is not None:
         level = round_up(float(ev["mu"]) + thr.recovery_sigma * float(ev["sigma"]))
         text.append(
-            f"loss at step {after[0]} < {level:g} (back to baseline within 50 steps; "
+            f"loss at step {after[0]} < {level:g} (back to baseline within "
+            f"{thr.recovery_window_steps} steps; "
             f"it was {fmt(after[1])})"
         )
         expects.append(f"loss@{after[0]}<{level:g}")
@@ -423,7 +426,10 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
                 f"(step {end}; Mann-Kendall z = {ev['z']})"
             ),
         ),
-        ("final loss", fmt(ev["final_loss"]) if ev.get("final_loss") is not None else None),
+        (
+            f"last finite loss (step {int(view.finite_points('loss')[0][-1])})",
+            fmt(ev["final_loss"]) if ev.get("final_loss") is not None else None,
+        ),
         ("strictly monotone", ev.get("strictly_monotone")),
         (
             "LR at the start / end of the log",

@@ -409,7 +409,10 @@ def _plateau_incident(f: Finding, view) -> Incident:
             f"{fmt(start_level)} -> {fmt(end_level)} "
             f"(+{_num(ev.get('relative_rise')):.1%}, Mann-Kendall z = {ev.get('z')})",
         ),
-        (f"last logged loss (step {last})", fmt(_num(ev.get("final_loss")))),
+        (
+            f"last finite loss (step {int(view.finite_points('loss')[0][-1])})",
+            fmt(_num(ev.get("final_loss"))),
+        ),
         ("LR, weight-norm or grad-norm cause", "none found in the logged series"),
     ]
     bound = round_up(start_level)

@@ -19,6 +19,7 @@ from typing import Any
 
 from stabilitycli.model import Analysis, Severity
 from stabilitycli.report.plotdata import Line, Markers, Panel, Plots
+from stabilitycli.settings import sentence
 
 PLOTLY_MISSING = "stab report needs plotly: pip install 'stabilitycli[report]'"
 
@@ -220,9 +221,11 @@ def _verdict_block(analysis: Analysis) -> str:
     v = analysis.verdict
     cls = "healthy" if v.code in ("healthy", "insufficient-data") else _SEVERITY_CLASS[v.severity]
     cause = f' <span class="cause">cause: {_e(v.cause)}</span>' if v.cause else ""
+    said = sentence(analysis.extras.get("settings"))
+    settings = f'<p class="settings"><strong>{_e(said)}</strong></p>' if said else ""
     return (
         f'<div class="verdict {cls}"><span class="code">{_e(v.code)}</span>{cause}'
-        f"<p>{_e(v.summary)}</p></div>"
+        f"<p>{_e(v.summary)}</p>{settings}</div>"
     )
 
 

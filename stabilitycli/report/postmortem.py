@@ -146,7 +146,7 @@ def _cost(cost: Cost, kind: str) -> str:
         else ""
     )
     what = "until recovery" if kind == "spike" and not cost.until_end_of_log else "lost"
-    parts = [f"{cost.steps:,} steps {what}{until}"]
+    parts = [f"{cost.steps:,} step{'' if cost.steps == 1 else 's'} {what}{until}"]
     if cost.tokens is not None:
         parts.append(f"{cost.tokens:,.0f} tokens")
     if cost.samples is not None:

@@ -348,3 +348,36 @@ def test_cli_postmortem_of_a_rank_outlier(cli) -> None:
     assert result.exit_code == 0
     assert "## 1. Rank 3 out of line with the cohort from step 200" in result.output
     assert "found no incident" not in result.output
+
+
+def test_labels_follow_the_thresholds_in_force(cli) -> None:
+    """The post-mortem's own labels come from the thresholds in force, not the defaults."""
+    out = cli(
+        "postmortem",
+        run_fixture("spike-persistent"),
+        "--set",
+        "recovery_window_steps=120",
+        "--set",
+        "spike_window_steps=150",
+    )
+    assert out.exception is None and out.exit_code == 0
+    text = out.stdout
+    assert "baseline mu / sigma (trailing 150 steps)" in text
+    assert "loss 120 steps after the peak" in text and "within 120 steps;" in text
+    assert "trailing 100 steps" not in text and "loss 50 steps after" not in text
+    assert "recovery_window_steps = 120 (default 50; from --set recovery_window_steps=120)" in text
+
+
+def test_divergence_last_loss_says_its_step() -> None:
+    data, analysis = analysed("divergence-grad-norm")
+    [inc] = build(analysis, data).incidents
+    ev = next(f for f in analysis.findings if f.code == "divergence").evidence
+    steps, loss = data_points(data)
+    assert _symptoms(inc)[f"last finite loss (step {int(steps[-1])})"] == f"{ev['final_loss']:.4g}"
+    assert ev["final_loss"] == loss[-1]
+
+
+def data_points(data):
+    from stabilitycli.detect.series import build_view
+
+    return build_view(data).finite_points("loss")
