@@ -650,6 +650,10 @@ def test_cli_only_a_check_fails_names_the_check(cli):
     assert out.exit_code == 1
     assert "FAIL Failed: 1 of 3 check(s):" in flat and "the band" not in flat.split(":")[0]
     assert "Check 'loss@900<2.0' fails: the candidate's loss at step 900 is 2.95." in flat
+    doc = json.loads(
+        cli("compare", broken, fixed, *args, "-e", "loss@900<2.0", "-f", "json").stdout
+    )
+    assert doc["failed"] == {"band": [], "checks": ["loss@900<2.0"], "problems": []}
     assert "nowhere worse than the baseline's beyond the band" in flat
 
 

@@ -157,6 +157,11 @@ class Comparison:
                 "schema": SCHEMA,
                 "mode": self.mode,
                 "passed": self.passed,
+                "failed": {
+                    "band": [m.metric for m in self.metrics if not m.passed],
+                    "checks": [c.check.text for c in self.checks if not c.holds],
+                    "problems": list(self.problems),
+                },
                 "baseline": self.baseline,
                 "candidate": self.candidate,
                 "restart": self.restart,

@@ -65,9 +65,12 @@ def headline_sentences(result: Comparison) -> list[str]:
     elif result.mode == "restart":
         r = result.restart
         assert r is not None  # restart mode always carries the restart
+        what = _what_failed(failed_metrics, failed_checks, result)
         out.append(
-            f"Resumed from step {r['resumed_from_step']} after the log had reached step "
-            f"{r['last_step_before']}: " + _restart_sentence(result.metrics[0], r) + "."
+            f"{what}: resumed from step {r['resumed_from_step']} after the log had reached step "
+            f"{r['last_step_before']}: "
+            + "; ".join(_restart_sentence(m, r) for m in failed_metrics or result.metrics[:1])
+            + "."
         )
     else:
         assert result.baseline is not None  # only `--expect` checks on one run have none
