@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -12,6 +13,7 @@ from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.schedule import warmup_end
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.trend import (
+    Binned,
     bin_medians,
     mann_kendall_windows,
     suffix_min_after,
@@ -68,26 +70,20 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
         return result
-    bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
-    binned = bin_medians(steps, loss, bin_points)
-    m = max(3, round(window_points / bin_points))
-    if binned.values.size < m:
+    scan = _scan(steps, loss, window_points, thresholds, facts)
+    if scan is None:
+        bins = max(1, math.ceil(window_points / thresholds.trend_points))
         result.skipped.append(
-            Skip("divergence", f"insufficient data: {binned.values.size} bins < {m}")
+            Skip(
+                "divergence",
+                f"insufficient data: {math.ceil(steps.size / bins)} bins < "
+                f"{max(3, round(window_points / bins))}",
+            )
         )
         return result
-    z = mann_kendall_windows(binned.values, m)
-    part = max(1, m // 4)
-    first_mean, last_mean = window_means(binned.values, m, part)
-    after_min = suffix_min_after(binned.values, m)
-    rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
-    # a window that holds a spike's onset is that spike's story (§2), not a trend
-    for spike in facts.spikes:
-        holds = (binned.steps[: z.size] <= spike.onset_step) & (
-            binned.end_steps[m - 1 :] >= spike.onset_step
-        )
-        rising &= ~holds
-    never_back = after_min > first_mean
+    binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
+    first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
+    rising, never_back = scan.rising, scan.never_back
     trend = {
         "window": description,
         "windows": int(z.size),
@@ -117,13 +113,27 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
             )
         )
     candidates = np.flatnonzero(rising & never_back)
+    # a slow ramp (+10% over 20,000 steps) moves no 200-step window: test windows twice,
+    # four times... as long, up to half the log, and take the shortest that finds one
+    longer = window_points * 2
+    while not candidates.size and longer <= steps.size // 2:
+        wider = _scan(steps, loss, longer, thresholds, facts)
+        longer *= 2
+        if wider is None:
+            break
+        candidates = np.flatnonzero(wider.rising & wider.never_back)
+        if candidates.size:
+            scan = wider
+            binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
+            first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
+            description = (
+                f"{description}; a slow rise, found over {scan.window_points}-point windows"
+            )
     if not candidates.size:
         return result
     j = int(candidates[0])
-    # the rise begins where a "flat, then rising in a line" fit bends, not at the
-    # window's first bin (a window may open on a flat stretch or an earlier fall)
-    trough = j + _hinge_onset(binned.values[j : j + m])
-    start_step, end_step = int(binned.steps[trough]), int(binned.end_steps[j + m - 1])
+    start_step, trough_level = _onset(steps, loss, binned, j, m, thresholds.trend_points)
+    end_step = int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
     causes = _causes(
         view, start_step, max(end_step, start_step + thresholds.divergence_window_steps), thresholds
@@ -152,7 +162,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "end_step": end_step,
         "z": round(float(z[j]), 2),
         "window_start_step": int(binned.steps[j]),
-        "trough": float(binned.values[trough]),
+        "trough": trough_level,
         "start_level": float(first_mean[j]),
         "end_level": float(last_mean[j]),
         "relative_rise": round(rise, 4),
@@ -161,7 +171,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "final_level": final_level,
         "strictly_monotone": strictly,
         "window": description,
-        "bin_points": bin_points,
+        "bin_points": scan.bin_points,
         "causes": causes,
         "window_shortened": shortened,
     }
@@ -187,7 +197,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         Finding(
             "divergence",
             Severity.ERROR,
-            f"silent divergence from step {start_step}: loss {binned.values[trough]:.4g} there, "
+            f"silent divergence from step {start_step}: loss {trough_level:.4g} there, "
             f"{final_level:.4g} at the end of the log (Mann-Kendall z = {z[j]:.1f} over steps "
             f"{binned.steps[j]}-{end_step}; never back below {first_mean[j]:.4g})"
             + (f"; cause: {cause}" if cause else "")
@@ -199,6 +209,83 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         )
     )
     return result
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """The Mann-Kendall test over every window of one length, on bin medians."""
+
+    window_points: int
+    bin_points: int
+    binned: Binned
+    m: int  # bins per window
+    part: int  # bins in a window's first and last part
+    z: np.ndarray
+    first_mean: np.ndarray
+    last_mean: np.ndarray
+    after_min: np.ndarray
+    rising: np.ndarray
+    never_back: np.ndarray
+
+
+def _scan(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    window_points: int,
+    thresholds: Thresholds,
+    facts: Facts,
+) -> _Scan | None:
+    bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
+    binned = bin_medians(steps, loss, bin_points)
+    m = max(3, round(window_points / bin_points))
+    if binned.values.size < m:
+        return None
+    z = mann_kendall_windows(binned.values, m)
+    part = max(1, m // 4)
+    first_mean, last_mean = window_means(binned.values, m, part)
+    after_min = suffix_min_after(binned.values, m)
+    rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
+    # a window that holds a spike's onset is that spike's story (§2), not a trend
+    for spike in facts.spikes:
+        holds = (binned.steps[: z.size] <= spike.onset_step) & (
+            binned.end_steps[m - 1 :] >= spike.onset_step
+        )
+        rising &= ~holds
+    return _Scan(
+        window_points,
+        bin_points,
+        binned,
+        m,
+        part,
+        z,
+        first_mean,
+        last_mean,
+        after_min,
+        rising,
+        after_min > first_mean,
+    )
+
+
+def _onset(
+    steps: np.ndarray, loss: np.ndarray, binned: Binned, j: int, m: int, fit_bins: int
+) -> tuple[int, float]:
+    """Where the rise of the first diverging window (bins j..j+m-1) began, and the loss there.
+
+    The window that first passes the test can open long after the rise began
+    (a slow ramp moves a short window only by chance), so the fit looks back
+    to where the loss was lowest before the window ends, plus half a window of
+    what came before it, and fits the bend there on finer bins (up to
+    `fit_bins` of them, each a median).
+    """
+    trough_bin = int(np.argmin(binned.values[: j + m]))
+    first_bin = max(0, min(trough_bin, j) - m // 2)
+    lo = int(np.searchsorted(steps, binned.steps[first_bin], side="left"))
+    hi = int(np.searchsorted(steps, binned.end_steps[j + m - 1], side="right"))
+    fine = bin_medians(steps[lo:hi], loss[lo:hi], max(1, math.ceil((hi - lo) / fit_bins)))
+    # the rise begins where a "flat, then rising in a line" fit bends, not at the
+    # region's first bin (it may open on a flat stretch or an earlier fall)
+    at = _hinge_onset(fine.values)
+    return int(fine.steps[at]), float(fine.values[at])
 
 
 def _bend(values: np.ndarray, flat_before: bool) -> int:

@@ -28,6 +28,7 @@ RANK_CODES: tuple[str, ...] = tuple(code for code, _ in FINDING_CODES.values())
         "rank_pair_culprit_ratio",
         "rank_cusum_k",
         "rank_cusum_h",
+        "rank_cusum_decide",
         "rank_recovery_steps",
         "straggler_ratio",
     ),
