@@ -181,3 +181,13 @@ def test_html_report_names_an_overridden_threshold(cli, tmp_path) -> None:
     out = tmp_path / "r.html"
     ok(cli("report", run_fixture("spike-long-tail"), "-o", out, "--set", "spike_sigma=4"), 0)
     assert "Thresholds not at their defaults: " + SET_SENTENCE in out.read_text()
+
+
+def test_ranks_names_an_overridden_threshold(cli) -> None:
+    from tests.conftest import FIXTURES
+
+    log = FIXTURES / "ranks" / "two_outliers.jsonl.gz"
+    doc = json.loads(ok(cli("ranks", "--run", log, "-f", "json", "--set", "rank_z=8")).stdout)
+    assert doc["notes"][0] == (
+        "Thresholds not at their defaults: rank_z = 8 (default 6; from --set rank_z=8)."
+    )

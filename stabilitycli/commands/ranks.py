@@ -109,7 +109,8 @@ def _report(
     experiment=None,
     tracking_uri=None,
 ):
-    from stabilitycli.config import load_config
+    from dataclasses import replace
+
     from stabilitycli.detect.ranks.check import find_rank_outliers
     from stabilitycli.ingest import read
     from stabilitycli.ingest.options import ReadOptions
@@ -123,6 +124,11 @@ def _report(
         experiment=experiment,
         tracking_uri=tracking_uri,
     )
-    thresholds = load_config(run, pairs(set_values, "--set"))
+    from stabilitycli.settings import load_settings, sentence
+
+    thresholds, settings = load_settings(run, pairs(set_values, "--set"))
     data = read(run, options)
-    return find_rank_outliers(data, name, thresholds)
+    report = find_rank_outliers(data, name, thresholds)
+    said = sentence(settings.to_dict())
+    # thresholds not at their defaults change what is an outlier: the first note says so
+    return replace(report, notes=(said, *report.notes)) if said else report

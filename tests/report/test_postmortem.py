@@ -381,3 +381,14 @@ def data_points(data):
     from stabilitycli.detect.series import build_view
 
     return build_view(data).finite_points("loss")
+
+
+def test_every_fixture_that_is_not_healthy_has_a_section() -> None:
+    """No verdict but `healthy` leaves the post-mortem without an incident to write up."""
+    from tests.conftest import all_runs
+
+    for name in all_runs():
+        pm = _pm(name)
+        if pm.verdict != "healthy":
+            assert pm.incidents, f"{name}: verdict {pm.verdict} and no section"
+            assert "found no incident" not in render(pm), name
