@@ -1,0 +1,72 @@
+"""Events the noise hides (issue 11): slow ramps in sparse logs, level shifts, 3-point bumps.
+
+Each run is a seeded loss curve with multiplicative gamma noise (skewness 1, like
+the llm.c GPT-2 residual) logged every 10 or 50 steps, so that a 100- or 200-step
+window holds few points; each test checks the event is found where it was
+injected, and the same run without it stays healthy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from stabilitycli import analyze
+
+
+def _run(seed: int, points: int, every: int, noise: float) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    steps = np.arange(points, dtype=np.int64) * every
+    level = 2.0 + 8.0 * np.exp(-steps / (0.05 * points * every))
+    unit = (rng.standard_gamma(4.0, points) - 4.0) / 2.0
+    return steps, level * (1.0 + noise * unit)
+
+
+def _frame(steps: np.ndarray, loss: np.ndarray) -> pl.DataFrame:
+    return pl.DataFrame({"step": steps, "loss": loss})
+
+
+def _codes(result) -> list[tuple[str, int | None]]:
+    return [(f.code, f.step) for f in result.findings if int(f.severity) >= 1]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("every", [10, 50])
+def test_a_slow_ramp_in_a_sparse_log_is_divergence_from_where_it_began(seed, every):
+    steps, loss = _run(seed, 3000, every, 0.03)
+    start = 1200
+    length = steps[-1] - steps[start]
+    level = 2.0 + 8.0 * np.exp(-steps / (0.05 * 3000 * every))
+    loss = loss + 0.25 * level * np.clip((steps - steps[start]) / length, 0.0, 1.0)
+    result = analyze(_frame(steps, loss))
+    assert result.verdict.code == "divergence", _codes(result)
+    (finding,) = [f for f in result.findings if f.code == "divergence"]
+    assert abs(finding.step - steps[start]) <= 0.05 * length, (finding.step, steps[start])
+    # the same run without the ramp: nothing
+    healthy = analyze(_frame(*_run(seed, 3000, every, 0.03)))
+    assert healthy.verdict.code == "healthy", _codes(healthy)
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+@pytest.mark.parametrize("every", [10, 50])
+def test_a_level_shift_in_a_sparse_log_is_a_persistent_spike_at_its_first_point(seed, every):
+    steps, loss = _run(seed, 3000, every, 0.01)
+    at = 1700
+    loss[at:] *= 1.06  # +6% for good: 6 sigmas of the noise
+    result = analyze(_frame(steps, loss))
+    spikes = [f for f in result.findings if f.code == "spike"]
+    assert spikes and abs(spikes[0].step - steps[at]) <= 2 * every, _codes(result)
+    assert spikes[0].evidence["spike_type"] == 2, spikes[0].message
+    assert not [f for f in result.findings if f.code in ("divergence", "plateau")]
+
+
+@pytest.mark.parametrize("seed", [7, 8, 9])
+def test_a_three_point_bump_every_10_steps_is_a_spike(seed):
+    steps, loss = _run(seed, 3000, 10, 0.01)
+    at = 2100
+    loss[at : at + 3] *= 1.07  # 3 logged points, 7 sigmas
+    result = analyze(_frame(steps, loss))
+    spikes = [f for f in result.findings if f.code == "spike"]
+    assert spikes and spikes[0].step == steps[at], _codes(result)
+    assert spikes[0].evidence["spike_type"] == 1
