@@ -14,9 +14,11 @@ from typer.testing import CliRunner
 
 from stabilitycli import analyze
 from stabilitycli.cli import app
+from stabilitycli.ingest.options import ReadOptions
 from tests.conftest import ROOT
 
 PASTED = ROOT.parent / "shared" / "pasted-logs"
+FP16 = ReadOptions(dtype="fp16")
 pytestmark = pytest.mark.skipif(not PASTED.is_dir(), reason=f"pasted logs not at {PASTED}")
 
 
@@ -47,6 +49,9 @@ def test_nanogpt_issue_paste_is_nan_from_3010() -> None:
     # `iter 3070: loss nan` is cut in the issue text: named, not read
     assert [r.line for r in src.rejections] == [35]
     assert src.rows_read == src.rows_used + src.rows_rejected
+    # the run was fp16 (`--dtype=float16` in the issue): given that, the cause is named
+    fp16 = analyze(PASTED / "nanogpt-issue215-fp16-nan" / "issue_excerpt.log", options=FP16)
+    assert fp16.verdict.cause == "activation-overflow"
 
 
 def test_hf_deepspeed_paste_takes_steps_from_the_bars() -> None:
