@@ -29,6 +29,7 @@ from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import _kvfamilies as kfam
 from stabilitycli.ingest import _kvfields as kf
 from stabilitycli.ingest import _kvscan as ks
+from stabilitycli.ingest import _kvwrap as kw
 from stabilitycli.ingest import _textline as tx
 from stabilitycli.ingest import _textlog as tl
 from stabilitycli.ingest.options import ReadOptions
@@ -67,7 +68,12 @@ def read(path: Path, options: ReadOptions):
     if options.pattern:
         return _read_pattern(lines, cut, source, options)
     found = ks.scan(lines)
-    frame = found.frame
+    frame, wrapped = kw.join_wrapped(found.frame, lines)
+    if wrapped:
+        source.notes.append(
+            f"{len(wrapped)} continuation line(s) of records a terminal hard-wrapped, "
+            "joined back to their record"
+        )
     records = frame.filter(pl.col(ks.KIND) == "record")
     step_from = "the step written on each line"
     if records.height == 0:
@@ -91,12 +97,14 @@ def read(path: Path, options: ReadOptions):
         else []
     )
     per_rank = len(ranks) > 1
-    raw = _rows(records, family, cut, len(lines), source, per_rank=per_rank)
+    # a cut last line that continues a wrapped record cuts that record
+    cut_at = records[ks.LINE][-1] if cut and len(lines) in wrapped else len(lines)
+    raw = _rows(records, family, cut, cut_at, source, per_rank=per_rank)
     if per_rank:
         source.notes.append(
             f"records of {len(ranks)} ranks ({_span(ranks)}), told apart by their launcher tags"
         )
-    record_lines = records[ks.LINE].n_unique()
+    record_lines = records[ks.LINE].n_unique() + len(wrapped)
     rejected_lines = len({n for n, _ in found.rejected})
     _notes(source, family, step_from, found, record_lines, rejected_lines, len(lines))
     return tl.finish_records(

@@ -8,6 +8,7 @@ from step 50 (one epoch in five for Keras), and end in a record cut mid-write.
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 import pytest
@@ -180,3 +181,24 @@ def test_launcher_tags_of_several_ranks_make_a_per_rank_run(tmp_path) -> None:
     one = tmp_path / "rank0.log"
     one.write_text("\n".join(line for line in lines if line.startswith("[rank0]")) + "\n")
     assert not read(one).has_ranks
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_records_a_terminal_hard_wrapped_are_joined_back(width: int, tmp_path) -> None:
+    # a copy out of a terminal: every line cut at the width, inside numbers too (`tps: 7,0`)
+    lines = []
+    for line in (TEXTLOGS / "torchtitan" / "stdout.log").read_text().split("\n"):
+        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        lines += [line[i : i + width] for i in range(0, len(line), width)] or [""]
+    path = tmp_path / "wrapped.log"
+    path.write_text("\n".join(lines))
+    wrapped = read(path)
+    whole = read(TEXTLOGS / "torchtitan" / "stdout.log")
+    assert wrapped.frame.equals(whole.frame)
+    assert any("hard-wrapped" in n for n in wrapped.source.notes)
+    assert [r.reason for r in wrapped.source.rejections] == ["last record cut off mid-write"]
+
+
+def test_a_line_after_a_record_is_not_joined_to_it_when_nothing_was_wrapped() -> None:
+    run = read(TEXTLOGS / "nanogpt" / "train.log")
+    assert not any("hard-wrapped" in n for n in run.source.notes)
