@@ -177,6 +177,8 @@ def _read_stdin(options: ReadOptions):
     import sys
     import tempfile
 
+    if sys.stdin.isatty():  # nothing piped in: reading would wait for the user to type a log
+        raise StabInputError(STDIN_NAME, "standard input is a terminal; pipe a log into it")
     data = sys.stdin.buffer.read()
     if not data.strip():
         raise StabInputError(STDIN_NAME, "nothing on standard input")
