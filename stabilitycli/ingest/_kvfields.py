@@ -28,6 +28,8 @@ FIELD = re.compile(
     r"(?![\w.]|:\d)",
     re.IGNORECASE,
 )
+# a logger's `%(filename)s:%(lineno)d` looks like `key:value`
+_SOURCE_FILES = (".py", ".cc", ".cpp", ".cu", ".c", ".h", ".rs", ".go", ".java")
 # the keys that say which step a record is, strongest first (normalised: lower case)
 STEP_KEYS = ("global_step", "num_updates", "step", "iteration", "iter", "it")
 EPOCH_KEY = "epoch"
@@ -61,6 +63,8 @@ def _slow(line: str) -> tuple[Fields, list[tuple[int, int, str | None, str]]]:
     spans: list[tuple[int, int, str | None, str]] = []
     for m in FIELD.finditer(line):
         key = " ".join(m.group("key").split())
+        if key.endswith(_SOURCE_FILES):
+            continue  # `train.py:123`: where a logger call is, not a field
         unit = m.group("unit") or m.group("spaced")
         name, known = tx.keyed(key, unit)
         tail = line[m.end("val") : m.end()]  # `/20344`, `ms`, ` ms` as written

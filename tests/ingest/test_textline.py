@@ -59,6 +59,26 @@ def test_fields_numbers_units_and_skipped_values(text, metrics, skipped) -> None
 
 
 @pytest.mark.parametrize(
+    ("text", "step", "metrics"),
+    [
+        ("[2024-01-01 10:00:00] INFO train.py:123 - step 100 loss=2.3", 100, {"loss": 2.3}),
+        ("Step 100/1000 | loss: 2.34 | lr: 1e-4", 100, {"loss": 2.34, "lr": 1e-4}),
+        ("Epoch 1/10, Step 100, Loss: 2.3", 100, {"Loss": 2.3}),
+        ("INFO:root:iter 100 loss 2.3", 100, {"loss": 2.3}),
+        (
+            "Epoch 0: 12%| | 120/1000 [00:10, reduced_train_loss=2.35, global_step=119.0]",
+            119,
+            {"reduced_train_loss": 2.35},
+        ),
+    ],
+)
+def test_hand_rolled_prints_give_their_step_and_fields(text, step, metrics) -> None:
+    found = kf.fields(text)
+    assert found.step() == step
+    assert found.metrics == metrics
+
+
+@pytest.mark.parametrize(
     "name",
     [
         "nanogpt/train.log",
