@@ -94,7 +94,7 @@ TOKEN = (
     r"[-+]?(?:[0-9][0-9,]*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
     r"|[nN][aA][nN]|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?"
 )
-_TOKEN = re.compile(TOKEN)
+TOKEN_RE = re.compile(TOKEN)
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def shape_of(line: str) -> tuple[Fields, Shape | None]:
     found, spans = _slow(line)
     if not spans:
         return found, None
-    starts = {m.start(): i for i, m in enumerate(_TOKEN.finditer(line))}
+    starts = {m.start(): i for i, m in enumerate(TOKEN_RE.finditer(line))}
     indices, roles, skipped = [], [], []
     for start, _end, role, extra in spans:
         if role is None:

@@ -16,7 +16,8 @@ DeepSpeed's fp16 messages glued to the bars (`... 378/2724 [...][...] [deepspeed
 OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32`) become
 overflow events at the step of the bar on their line (`_dsmessages` reads them).
 Only flat dicts are read; a dict line without its closing brace is a rejected
-record (cut or wrapped).
+record (cut or wrapped). Dict lines are read by shape, vectorised (`_dictline`);
+bars are located vectorised; lines with messages or redrawn bars one by one.
 """
 
 from __future__ import annotations
@@ -26,23 +27,25 @@ from dataclasses import replace
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _dictline as dl
 from stabilitycli.ingest import _dsmessages as dsm
 from stabilitycli.ingest import _textline as tx
 from stabilitycli.ingest import _textlog as tl
-from stabilitycli.ingest.hf_trainer import SUMMARY_KEYS, SUMMARY_REASON
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
 NAME = "dictlog"
-_DICT = re.compile(r"\{([^{}]*)\}")
 _OPEN = re.compile(r"\{\s*['\"][\w/.-]+['\"]\s*:")
-_PAIR = re.compile(r"""(['"])([^'"]+)\1\s*:\s*('[^']*'|"[^"]*"|[^,}\s]+)""")
 _SNIFF = re.compile(r"""\{[^{}\n]*?['"][\w/.-]*loss[\w/.-]*['"]\s*:""")
 # tqdm: `380/2724 [13:58:09<86:18:35, 132.44s/it]`
 _BAR = re.compile(r"(\d+)/(\d+) \[")
-_STEP_KEYS = ("step", "global_step", "num_updates", "train_num_updates", "valid_num_updates")
-_FAIRSEQ_TAG = re.compile(r"\|\s*(train_inner|train|valid\w*)\s*\|\s*\{")
-EPOCH_SUMMARY = "fairseq epoch summary (a mean over the epoch, not a step's value)"
+_MESSAGE = r"verflow|loss scale"
+_ONE_BY_ONE = r"verflow|loss scale|[\r\x08\x1b]"
+STEPS_FROM = {
+    "key": "the step key of each dict",
+    "bar": "the tqdm progress bar printed before each dict",
+    "order": "line order (no step key and no progress bar): 0, 1, 2, ...",
+}
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -54,13 +57,24 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: Path, options: ReadOptions):
+    import polars as pl
+
     lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
     reader = _Reader(source)
-    for number, line, bar in _lines_to_read(lines):
-        reader.bar = bar if bar is not None else reader.bar
+    frame = _lines_to_read(lines)
+    one_by_one = pl.col("text").str.contains(_ONE_BY_ONE) | (
+        pl.lit(cut) & (pl.col("_line") == len(lines))
+    )
+    plain = frame.filter(~one_by_one & pl.col("text").str.contains("{", literal=True))
+    shaped, left, rejected = dl.vectorised(plain)
+    for number, reason in rejected:
+        reader.reject(number, False, reason)
+    for number, line, bar in sorted([*frame.filter(one_by_one).rows(), *left]):
+        reader.bar = bar
         reader.line(number, line, cut and number == len(lines))
-    if not reader.rows:
+    records = _records([f for f in (shaped, _frame(reader.rows)) if f is not None])
+    if records is None:
         if source.rows_rejected:
             first = source.rejections[0]
             raise StabInputError(
@@ -68,26 +82,51 @@ def read(path: Path, options: ReadOptions):
             )
         raise StabInputError(source.path, "no dict line with a metric found")
     events = dsm.place(reader.mentions, [])
-    overflow_rows = dsm.frame_rows(events, "loss scale")
-    for row in overflow_rows:
+    overflow = dsm.frame_rows(events, "loss scale")
+    for row in overflow:
         row["step"] = row.pop("_step")
-    rows = reader.rows + overflow_rows
     source.notes.extend(dsm.summary(reader.mentions, events))
     if events:
         source.notes.append(
             "overflow messages placed at the step of the progress bar on their line"
         )
-    reader.notes(len(lines))
+    reader.record_lines.update(records["_row"].to_list())
+    hows = sorted(set(records["_how"].to_list()))
+    reader.notes(len(lines), [STEPS_FROM[h] for h in hows])
     if source.dtype is None and events:
         source.dtype, source.dtype_origin = "fp16", "inferred: DeepSpeed fp16 loss-scale messages"
-    return tl.finish_records(rows, source, options.metric_overrides)
+    raw = records.drop("_how")
+    if overflow:
+        raw = pl.concat([raw, pl.DataFrame(overflow)], how="diagonal_relaxed")
+    return tl.finish_records(raw, source, options.metric_overrides)
+
+
+def _frame(rows: list[dict]):
+    import polars as pl
+
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else None
+
+
+def _records(frames: list):
+    """Every record in line order; a record with no step from its dict or a bar gets its order."""
+    import polars as pl
+
+    if not frames:
+        return None
+    records = pl.concat(frames, how="diagonal_relaxed").sort("_row")
+    order = pl.int_range(pl.len()).cast(pl.Float64)
+    no_step = pl.col("step").is_null()
+    return records.with_columns(
+        pl.when(no_step).then(order).otherwise(pl.col("step")).cast(pl.Int64).alias("step"),
+        pl.when(no_step).then(pl.lit("order")).otherwise(pl.col("_how")).alias("_how"),
+    )
 
 
 def _lines_to_read(lines: list[str]):
     """The lines that can hold a record or a message, each with the last bar position above it.
 
     A log is mostly progress bars: their positions are taken vectorised, and
-    only the lines with a dict or a loss-scale message are read one by one.
+    only the lines with a dict or a loss-scale message are read.
     """
     import polars as pl
 
@@ -97,26 +136,27 @@ def _lines_to_read(lines: list[str]):
         last_bar.cast(pl.Int64).forward_fill().shift(1).alias("_bar"),
         pl.col("_line").cast(pl.Int64),
     )
-    wanted = pl.col("text").str.contains(r"\{|verflow|loss scale")
-    return frame.filter(wanted).select("_line", "text", "_bar").rows()
+    wanted = pl.col("text").str.contains(r"\{|" + _MESSAGE)
+    return frame.filter(wanted).select("_line", "text", "_bar")
 
 
 class _Reader:
+    """The lines read one by one: messages, redrawn bars, dicts that fit no shape."""
+
     def __init__(self, source: SourceInfo) -> None:
         self.source = source
         self.rows: list[dict] = []
         self.mentions: list[dsm.Mention] = []
         self.bar: int | None = None
-        self.steps_from: set[str] = set()
         self.record_lines: set[int] = set()
         self.state: dict = {}
         self.rejected_lines: set[int] = set()
 
     def line(self, number: int, raw: str, cut: bool) -> None:
-        before = len(self.rows) + len(self.mentions)
+        before = len(self.mentions)
         for text in tx.logical_lines(raw):
             self.segment(number, text, cut)
-        if len(self.rows) + len(self.mentions) > before:
+        if len(self.mentions) > before:
             self.record_lines.add(number)
 
     def segment(self, number: int, text: str, cut: bool) -> None:
@@ -126,40 +166,17 @@ class _Reader:
         if "verflow" in text or "loss scale" in text:
             for m in dsm.scan_line(number, text, tl.timestamp(text), self.state):
                 self.mentions.append(replace(m, step=self.bar) if self.bar is not None else m)
-        match = _DICT.search(text) if "{" in text else None
-        if match is None:
+        parsed = dl.parse(text)
+        if parsed is None:
             if _OPEN.search(text):
                 self.reject(number, cut, "dict record without its closing brace (cut or wrapped)")
             return
-        values = {}
-        for _, key, value in _PAIR.findall(match.group(1)):
-            try:
-                values[key] = tx.value(value.strip("'\""))
-            except ValueError:
-                continue  # a string, True, None: not a metric
-        if not values:
+        if cut or parsed.rejected is not None:
+            self.reject(number, cut, parsed.rejected or "")
             return
-        if cut:
-            self.reject(number, cut, "")
-            return
-        tag = _FAIRSEQ_TAG.search(text)
-        if tag is not None and tag.group(1) == "train":
-            self.reject(number, False, EPOCH_SUMMARY)
-            return
-        if any(k in values for k in SUMMARY_KEYS):
-            self.reject(number, False, SUMMARY_REASON)
-            return
-        step = next((values.pop(k) for k in _STEP_KEYS if k in values), None)
-        if step is not None:
-            self.steps_from.add("the step key of each dict")
-        elif self.bar is not None:
-            step = self.bar
-            self.steps_from.add("the tqdm progress bar printed before each dict")
-        else:
-            step = len(self.rows)
-            self.steps_from.add("line order (no step key and no progress bar): 0, 1, 2, ...")
-        values["_row"], values["step"] = number, int(step)
-        self.rows.append(values)
+        how = "key" if parsed.step is not None else "bar"
+        step = parsed.step if parsed.step is not None else self.bar
+        self.rows.append({"_row": number, "step": step, "_how": how, **parsed.values})
 
     def reject(self, number: int, cut: bool, reason: str) -> None:
         if cut:
@@ -168,11 +185,11 @@ class _Reader:
         self.source.reject(number, reason)
         self.rejected_lines.add(number)
 
-    def notes(self, total: int) -> None:
+    def notes(self, total: int, steps_from: list[str]) -> None:
         records = len(self.record_lines)
         self.source.lines_skipped = total - len(self.record_lines | self.rejected_lines)
         self.source.notes.append(
-            f"read as dict lines; steps from {' and '.join(sorted(self.steps_from))}; "
+            f"read as dict lines; steps from {' and '.join(steps_from)}; "
             f"{records} of {total} lines are records, "
             f"{self.source.lines_skipped} other lines skipped as text"
         )

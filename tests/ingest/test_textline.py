@@ -109,3 +109,18 @@ def test_keys_that_differ_by_a_digit_are_other_fields(tmp_path) -> None:
     frame = read(path).frame
     assert frame.columns == ["step", "layer_1", "loss", "layer_2"]
     assert frame["layer_2"].to_list() == [2.7, None]
+
+
+@pytest.mark.parametrize("name", ["hf_stdout/train.log", "fairseq/json.log"])
+def test_dict_lines_read_by_shape_equal_one_by_one(name: str, monkeypatch) -> None:
+    from stabilitycli.ingest import _dictline as dl
+
+    path = FIXTURES / "textlogs" / name
+    fast = read(path)
+    monkeypatch.setattr(
+        dl, "vectorised", lambda f: (None, f.select("_line", "text", "_bar").rows(), [])
+    )
+    slow = read(path)
+    assert_frame_equal(fast.frame, slow.frame)
+    assert fast.source.rejections == slow.source.rejections
+    assert fast.source.lines_skipped == slow.source.lines_skipped
