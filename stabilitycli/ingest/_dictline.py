@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from stabilitycli.ingest import _kvfields as kf
 from stabilitycli.ingest import _textline as tx
+from stabilitycli.ingest._kvscan import shape_key_of
 from stabilitycli.ingest.hf_trainer import SUMMARY_KEYS, SUMMARY_REASON
 
 DICT = re.compile(r"\{([^{}]*)\}")
@@ -23,7 +24,6 @@ _PAIR = re.compile(r"""(['"])([^'"]+)\1\s*:\s*('[^']*'|"[^"]*"|[^,}\s]+)""")
 STEP_KEYS = ("step", "global_step", "num_updates", "train_num_updates", "valid_num_updates")
 _FAIRSEQ_TAG = re.compile(r"\|\s*(train_inner|train|valid\w*)\s*\|\s*\{")
 EPOCH_SUMMARY = "fairseq epoch summary (a mean over the epoch, not a step's value)"
-SHAPE_KEY = "(^|[^A-Za-z_0-9])[0-9]+"  # numbers, not the digits of a key (`layer_1`)
 
 
 @dataclass
@@ -70,8 +70,7 @@ def vectorised(frame):
     """
     import polars as pl
 
-    key = pl.col("text").str.replace_all(SHAPE_KEY, "${1}#").str.replace_all("[ \t]+", " ")
-    frame = frame.with_columns(key.alias("_shape"))
+    frame = frame.with_columns(shape_key_of(pl.col("text")).alias("_shape"))
     out, left, rejected = [], [], []
     for (_shape,), group in frame.group_by(["_shape"], maintain_order=True):
         parsed = parse(group["text"][0])

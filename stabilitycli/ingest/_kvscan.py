@@ -70,13 +70,7 @@ def scan(lines: list[str], *, vectorised: bool = True) -> Found:
         pl.col("text").str.extract(tx.RANK_PATTERN).cast(pl.Int64).alias(RANK),
         text.str.replace(tx.PREFIX_PATTERN, ""),
     )
-    # the shape of a line: its text with numbers and blank runs set aside; digits inside a
-    # word stay (`layer_1` and `layer_2` are other keys, and take their names from their own line)
-    shape_key = (
-        pl.col("text")
-        .str.replace_all("(^|[^A-Za-z_0-9])[0-9]+", "${1}#")
-        .str.replace_all("[ \t]+", " ")
-    )
+    shape_key = shape_key_of(pl.col("text"))
     plain = plain.with_columns(shape_key.alias("_shape"))
     found = Found(frame=None)
     frames: list[pl.DataFrame] = []
@@ -122,6 +116,16 @@ def scan(lines: list[str], *, vectorised: bool = True) -> Found:
     found.frame = _with_context(frame)
     found.rejected.sort()
     return found
+
+
+def shape_key_of(text):
+    """The shape of a line: its text with numbers and blanks set aside.
+
+    Digits inside a word stay (`layer_1` and `layer_2` are other keys, and take
+    their names from their own lines). Lines of one shape are also checked to
+    hold as many number tokens as the line read for the shape.
+    """
+    return text.str.replace_all(r"\b[0-9]+", "#").str.replace_all(" ", "", literal=True)
 
 
 def _shape_frame(fit, shape: kf.Shape, what: str):

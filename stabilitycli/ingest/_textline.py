@@ -25,6 +25,9 @@ PREFIX_PATTERN = (
     r"|\[\d+,\d+\]<std(?:out|err)>:"  # Open MPI --tag-output
     r"|\d{1,5}:\s"  # srun -l
     r"|\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?"
+    r"|\[[A-Za-z_]+\]"  # a logger's name tag: torchtitan's `[titan]`
+    r"|-\s*[\w.]+\s*-\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*-"  # `- root - INFO -`
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:"  # logging.basicConfig: `INFO:root:`
     r"))+\s*"
 )
 # the rank a launcher tag names: torchrun's `[rank3]:` / `[default3]:`, Open MPI's `[1,3]<stdout>:`
