@@ -27,6 +27,8 @@ LINE, SEG, KIND, STEP, EPOCH, RANK = "_line", "_seg", "_kind", "step", "_epoch",
 # a step and `key: something` after it: a record whose numbers could not be read
 _LOOKS_LIKE_RECORD = re.compile(r"[A-Za-z_]\w*\s*[:=]\s*\S")
 _REDRAWN = r"[\r\x08]"
+_MAY_BE_RECORD = r"(?i)step|iter|epoch|updates|loss|\bit\b"
+MIN_SHAPE_LINES = 4
 
 
 def kind(found: kf.Fields) -> tuple[str, int | None]:
@@ -70,11 +72,17 @@ def scan(lines: list[str], *, vectorised: bool = True) -> Found:
         pl.col("text").str.extract(tx.RANK_PATTERN).cast(pl.Int64).alias(RANK),
         text.str.replace(tx.PREFIX_PATTERN, ""),
     )
-    shape_key = shape_key_of(pl.col("text"))
-    plain = plain.with_columns(shape_key.alias("_shape"))
+    # a record names a step, an epoch or a loss (and a line read in line order a loss):
+    # other lines are text at once
+    plain = plain.filter(pl.col("text").str.contains(_MAY_BE_RECORD))
+    plain = plain.with_columns(shape_key_of(pl.col("text")).alias("_shape"))
+    # a shape of a few lines is chatter, read line by line rather than as a group
+    size = pl.len().over("_shape")
+    few = plain.filter(size < MIN_SHAPE_LINES)
+    plain = plain.filter(size >= MIN_SHAPE_LINES)
     found = Found(frame=None)
     frames: list[pl.DataFrame] = []
-    leftovers: list[tuple[int, str]] = []
+    leftovers: list[tuple[int, str]] = few.select(LINE, "text").rows()
     for (_key,), group in plain.group_by(["_shape"], maintain_order=True):
         first = group.row(0, named=True)
         fields, shape = kf.shape_of(first["text"])
