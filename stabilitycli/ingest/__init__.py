@@ -183,8 +183,7 @@ def _read_stdin(options: ReadOptions):
     if not data.strip():
         raise StabInputError(STDIN_NAME, "nothing on standard input")
     with tempfile.TemporaryDirectory(prefix="stab-stdin-") as folder:
-        # `.log`: a text log unless the bytes say otherwise (JSON lines, Parquet, Arrow)
-        path = Path(folder) / "stdin.log"
+        path = Path(folder) / f"stdin{_stdin_suffix(data)}"
         path.write_bytes(data)
         try:
             run = read(path, options)
@@ -193,6 +192,23 @@ def _read_stdin(options: ReadOptions):
     run.source.path, run.source.run = STDIN_NAME, "stdin"
     run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]
     return run
+
+
+def _stdin_suffix(data: bytes) -> str:
+    """The file name the bytes would have: readers of tables go by it, text logs by content.
+
+    A table's first lines all hold the same number of commas (or tabs) and more
+    than none; anything else is a text log (`.log`), which Parquet, Arrow and
+    JSON lines are still sniffed from by their content.
+    """
+    head = [line for line in data[:65536].decode("utf-8", "replace").split("\n")[:5] if line]
+    if len(head) < 2 or any(c in line for line in head for c in "{[|\r"):
+        return ".log"  # dicts, progress bars, Megatron's `|` records: a text log
+    for sep, suffix in ((",", ".csv"), ("\t", ".tsv")):
+        counts = {line.count(sep) for line in head}
+        if len(counts) == 1 and counts.pop() > 0:
+            return suffix
+    return ".log"
 
 
 def _detect_uri(text: str) -> str:

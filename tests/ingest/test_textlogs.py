@@ -202,3 +202,25 @@ def test_records_a_terminal_hard_wrapped_are_joined_back(width: int, tmp_path) -
 def test_a_line_after_a_record_is_not_joined_to_it_when_nothing_was_wrapped() -> None:
     run = read(TEXTLOGS / "nanogpt" / "train.log")
     assert not any("hard-wrapped" in n for n in run.source.notes)
+
+
+@pytest.mark.parametrize(
+    ("data", "reader"),
+    [
+        (b"step,loss\n1,2.5\n2,2.4\n3,nan\n", "tabular"),
+        (
+            b'{"step": 1, "loss": 2.5}\n{"step": 2, "loss": 2.4}\n{"step": 3, "loss": NaN}\n',
+            "jsonl",
+        ),
+        ((TEXTLOGS / "torchtitan" / "stdout.log").read_bytes(), "kvlog"),
+        ((TEXTLOGS / "hf_stdout" / "train.log").read_bytes(), "dictlog"),
+    ],
+)
+def test_standard_input_is_sniffed_like_a_file(data: bytes, reader: str) -> None:
+    from typer.testing import CliRunner
+
+    from stabilitycli.cli import app
+
+    result = CliRunner().invoke(app, ["analyze", "-", "-f", "json"], input=data)
+    assert result.exit_code == 1, result.output  # every one has a NaN loss
+    assert f'"format": "{reader}"' in result.output and '"path": "<stdin>"' in result.output
