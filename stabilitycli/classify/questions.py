@@ -1,29 +1,45 @@
 """The tree's questions, verdicts, causes and remedies as data (spec §1-§5).
 
 Renderers and `stab explain` read these; `tree.py` holds the branching code.
+
+A number in a text that is a threshold is a `{field}` placeholder (with its
+format: `{spike_sigma:g}`), never the default written out: `questions(t)`,
+`verdicts(t)`, `remedies(t)` and `cause_texts(t)` fill them from the
+`Thresholds` in force. `QUESTIONS`, `VERDICTS`, `REMEDIES` and `CAUSE_TEXT`
+are the same texts filled with the defaults (`stab explain`).
 """
 
 from __future__ import annotations
 
-QUESTIONS: dict[str, str] = {
+from dataclasses import fields
+
+from stabilitycli.config import Thresholds
+
+_QUESTIONS: dict[str, str] = {
     "R": "Does one rank sit away from the cohort (the mean hides it)?",
     "Q1.1": "Is any logged loss NaN or Inf (or a NaN the logger hid)?",
     "Q1.2": "What dtype regime was the run in, and what does that make of the NaN?",
     "Q1.3": "Which layer went non-finite first (forward order)?",
-    "Q2.1": "Is there a loss spike above mu + 3 sigma of the trailing 100 steps?",
-    "Q2.2": "Did the loss come back to mu + 0.5 sigma within 50 steps?",
+    "Q2.1": (
+        "Is there a loss spike above mu + {spike_sigma:g} sigma of the trailing "
+        "{spike_window_steps} steps?"
+    ),
+    "Q2.2": (
+        "Did the loss come back to mu + {recovery_sigma:g} sigma within "
+        "{recovery_window_steps} steps?"
+    ),
     "Q2.3": "What caused the recoverable spike (grad norm, LR, batch, restart)?",
     "Q2.4": "Persistent elevation: what caused it?",
     "Q3.1": "Did fp16 gradients overflow (inf/NaN grad norm, skipped steps, overflow messages)?",
     "Q3.2": "What did the loss scale do (halve and recover, stay static, collapse)?",
-    "Q4.1": "Has the loss risen over a 200-step window and never come back?",
+    "Q4.1": "Has the loss risen over a {divergence_window_steps}-step window and never come back?",
     "Q4.2": "Did the LR rise in that window (outside warmup)?",
-    "Q4.3": "Did a weight norm change more than 2x in that window?",
+    "Q4.3": "Did a weight norm change more than {weight_norm_ratio:g}x in that window?",
     "Q4.4": "Is the grad-norm moving average rising?",
 }
 
 # verdict code -> (section, severity name, what it means)
-VERDICTS: dict[str, tuple[str | None, str, str]] = {
+_VERDICTS: dict[str, tuple[str | None, str, str]] = {
     "nan": (
         "1",
         "error",
@@ -37,12 +53,15 @@ VERDICTS: dict[str, tuple[str | None, str, str]] = {
     "spike-persistent": (
         "2",
         "error",
-        "A loss spike that did not come back within 50 steps: optimizer state is suspect.",
+        (
+            "A loss spike that did not come back within {recovery_window_steps} steps: "
+            "optimizer state is suspect."
+        ),
     ),
     "loss-scale-collapsed": (
         "3",
         "error",
-        "The fp16 loss scale fell below 1: overflow on nearly every step.",
+        "The fp16 loss scale fell below {min_loss_scale:g}: overflow on nearly every step.",
     ),
     "loss-scale-static": (
         "3",
@@ -58,7 +77,10 @@ VERDICTS: dict[str, tuple[str | None, str, str]] = {
     "spike-recoverable": (
         "2",
         "warning",
-        "A loss spike that recovered within 50 steps: find its cause before it recurs.",
+        (
+            "A loss spike that recovered within {recovery_window_steps} steps: find its cause "
+            "before it recurs."
+        ),
     ),
     "plateau": (
         "4",
@@ -100,7 +122,7 @@ REMEDY_NEEDS: dict[str, str] = {
     MOVE_TO_BF16: "fp16",
 }
 
-REMEDIES: dict[str, list[str]] = {
+_REMEDIES: dict[str, list[str]] = {
     "log-of-zero": [
         (
             "compute the loss with log_softmax (or cross_entropy on logits), never "
@@ -199,11 +221,14 @@ REMEDIES: dict[str, list[str]] = {
     ],
     "healthy": [],
     "insufficient-data": [
-        "log more steps (or the full log) so the 100- and 200-step windows can be judged"
+        (
+            "log more steps (or the full log) so the {spike_window_steps}- and "
+            "{divergence_window_steps}-step windows can be judged"
+        )
     ],
 }
 
-CAUSE_TEXT: dict[str, str] = {
+_CAUSE_TEXT: dict[str, str] = {
     "long-tail-token": (
         "pre-clip grad norm far above its trailing mean just before the spike: a long-tail / "
         "rare-token batch"
@@ -214,7 +239,9 @@ CAUSE_TEXT: dict[str, str] = {
         "the spike began right after a restart: optimizer/scheduler/data state was not restored"
     ),
     "lr-increasing": "the learning rate rises after warmup: schedule misconfigured",
-    "weight-norm": "a weight norm changed more than 2x: weight decay too low or too high",
+    "weight-norm": (
+        "a weight norm changed more than {weight_norm_ratio:g}x: weight decay too low or too high"
+    ),
     "grad-norm-rising": (
         "the grad-norm moving average rises: the landscape is getting harder (data, init drift, "
         "LR too high)"
@@ -225,3 +252,38 @@ CAUSE_TEXT: dict[str, str] = {
     ),
     "activation-overflow": "fp16: an activation exceeded 65504",
 }
+
+
+def fill(text: str, thresholds: Thresholds) -> str:
+    """A text with its `{field}` placeholders filled from these thresholds."""
+    return text.format_map({f.name: getattr(thresholds, f.name) for f in fields(thresholds)})
+
+
+def questions(thresholds: Thresholds) -> dict[str, str]:
+    """Question id -> its text, with the thresholds in force."""
+    return {q: fill(text, thresholds) for q, text in _QUESTIONS.items()}
+
+
+def verdicts(thresholds: Thresholds) -> dict[str, tuple[str | None, str, str]]:
+    """Verdict code -> (section, severity name, what it means), with the thresholds in force."""
+    return {
+        code: (section, severity, fill(text, thresholds))
+        for code, (section, severity, text) in _VERDICTS.items()
+    }
+
+
+def remedies(thresholds: Thresholds) -> dict[str, list[str]]:
+    """Verdict or cause -> its remedies, with the thresholds in force."""
+    return {key: [fill(r, thresholds) for r in items] for key, items in _REMEDIES.items()}
+
+
+def cause_texts(thresholds: Thresholds) -> dict[str, str]:
+    """Cause code -> what it means, with the thresholds in force."""
+    return {cause: fill(text, thresholds) for cause, text in _CAUSE_TEXT.items()}
+
+
+# the texts with the default thresholds (`stab explain`)
+QUESTIONS: dict[str, str] = questions(Thresholds())
+VERDICTS: dict[str, tuple[str | None, str, str]] = verdicts(Thresholds())
+REMEDIES: dict[str, list[str]] = remedies(Thresholds())
+CAUSE_TEXT: dict[str, str] = cause_texts(Thresholds())

@@ -12,16 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.classify.questions import (
-    CAUSE_TEXT,
-    REMEDIES,
     REMEDY_NEEDS,
     VERDICT_ORDER,
     VERDICTS,
+    cause_texts,
+    remedies,
 )
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.nan import forward_order_key
 from stabilitycli.detect.ranks.rule import RANK_CODES
+from stabilitycli.detect.spike import SpikeEvent, baseline_text
 from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
@@ -117,7 +118,7 @@ def _nan(w: _Walk) -> None:
         f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
         + (f", first on rank {first_rank}" if first_rank is not None else "")
         + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
-        + (f"; {CAUSE_TEXT[cause]}" if cause else ""),
+        + (f"; {cause_texts(w.thresholds)[cause]}" if cause else ""),
     )
 
 
@@ -145,21 +146,23 @@ def _spikes(w: _Walk) -> None:
     w.ask(
         "Q2.1",
         "yes",
-        f"{count}; first at step {first.onset_step}: "
-        f"{first.peak:.4g} > {first.mu:.4g} + 3*{first.sigma:.3g} (z = {first.z:.1f})",
+        f"{count}; first at step {first.onset_step}: peak {first.peak:.4g} at step "
+        f"{first.peak_step} > {baseline_text(first)} + {w.thresholds.spike_sigma:g}*sigma "
+        f"{first.sigma:.3g} (z = {first.z:.1f})",
     )
     persistent = [s for s in spikes if not s.recovered]
     recoverable = [s for s in spikes if s.recovered]
     lead = persistent[0] if persistent else recoverable[0]
     w.ask("Q2.2", "no" if persistent else "yes", _recovery_text(lead))
     question = "Q2.4" if persistent else "Q2.3"
-    w.ask(question, lead.cause or "no evident cause", _cause_text(lead))
+    w.ask(question, lead.cause or "no evident cause", _cause_text(lead, w.thresholds))
     for spike in persistent[:1]:
         w.applies["spike-persistent"] = (
             spike.cause,
-            f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+            f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
-            f"did not recover within 50 steps (type {spike.spike_type})",
+            f"did not recover within {spike.recovery_horizon_steps} steps "
+            f"(type {spike.spike_type})",
         )
     for spike in recoverable[:1]:
         if recurring and spike.onset_step == recurring["steps"][0]:
@@ -173,7 +176,7 @@ def _spikes(w: _Walk) -> None:
             continue
         w.applies["spike-recoverable"] = (
             spike.cause,
-            f"loss spike at step {spike.onset_step} ({spike.mu:.4g} -> {spike.peak:.4g}"
+            f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
             f"recovered in {spike.recovery_steps} steps",
         )
@@ -231,7 +234,9 @@ def _divergence(w: _Walk) -> None:
         "Q4.1",
         "yes",
         f"steps {ev['start_step']}-{ev['end_step']}: "
-        f"{ev['start_level']:.4g} -> {ev['end_level']:.4g}, Mann-Kendall z = {ev['z']}, "
+        f"mean {ev['start_level']:.4g} at the start of the window of steps "
+        f"{ev.get('window_start_step', ev['start_step'])}-{ev['end_step']} -> "
+        f"mean {ev['end_level']:.4g} at its end, Mann-Kendall z = {ev['z']}, "
         f"strictly monotone: {ev['strictly_monotone']}; never back below the start level",
     )
     causes = {c["cause"]: c for c in ev.get("causes", [])}
@@ -260,10 +265,11 @@ def _verdict(w: _Walk) -> Verdict:
             cause, summary, *remedy_key = w.applies[code]
             section, severity, _ = VERDICTS[code]
             key = remedy_key[0] if remedy_key else cause
-            remedy = list(REMEDIES.get(key or "", [])) if key else []
+            texts = remedies(w.thresholds)
+            remedy = list(texts.get(key or "", [])) if key else []
             if code == "nan" and cause is None:
-                remedy = list(REMEDIES["nan-unknown"])
-            remedy += [r for r in REMEDIES.get(code, []) if r not in remedy]
+                remedy = list(texts["nan-unknown"])
+            remedy += [r for r in texts.get(code, []) if r not in remedy]
             remedy = [r for r in remedy if _remedy_fits(r, w)]
             return Verdict(
                 code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity)
@@ -283,7 +289,7 @@ def _verdict(w: _Walk) -> Verdict:
             None,
             _sentence(summary),
             path,
-            list(REMEDIES["insufficient-data"]),
+            list(remedies(w.thresholds)["insufficient-data"]),
             Severity.INFO,
         )
     notes = [f for f in findings if f.severity == Severity.WARNING]
@@ -367,26 +373,34 @@ def _in_probability(before: float, after: float, w: _Walk) -> str:
     return text
 
 
-def _recovery_text(spike) -> str:
-    level = f"{spike.mu + 0.5 * spike.sigma:.4g}"
+def _spike_levels(spike: SpikeEvent) -> str:
+    """'baseline mean 3.11 over steps 700-799 -> peak 8.226 at step 800'."""
+    return f"{baseline_text(spike)} -> peak {spike.peak:.4g} at step {spike.peak_step}"
+
+
+def _recovery_text(spike: SpikeEvent) -> str:
+    level = f"{spike.recovery_level:.4g}"
     if spike.recovered:
         return (
             f"back to <= {level} at step {spike.recovery_step} "
             f"({spike.recovery_steps} steps after onset)"
         )
     if spike.recovery_step is not None:
-        return f"not within 50 steps; back to <= {level} only at step {spike.recovery_step}"
+        return (
+            f"not within {spike.recovery_horizon_steps} steps; back to <= {level} only at step "
+            f"{spike.recovery_step}"
+        )
     return f"never back to <= {level} (type {spike.spike_type})"
 
 
-def _cause_text(spike) -> str:
+def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
     if not spike.causes:
         return "grad norm, LR, batch id and restarts show no evident cause"
     c = spike.causes[0]
     details = ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items() if k != "cause"
     )
-    return f"{CAUSE_TEXT.get(c['cause'], c['cause'])} ({details})"
+    return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({details})"
 
 
 def _kv(item: dict | None) -> str:

@@ -88,7 +88,7 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
             Finding(
                 "restart-replay",
                 Severity.WARNING if numbers["departed"] else Severity.INFO,
-                _message(index, lo, hi, numbers),
+                _message(index, lo, hi, numbers, thresholds),
                 step=lo,
                 end_step=hi,
                 metric="loss",
@@ -99,11 +99,12 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
     return result
 
 
-def _message(index: int, lo: int, hi: int, n: dict) -> str:
+def _message(index: int, lo: int, hi: int, n: dict, thresholds: Thresholds) -> str:
     head = f"restart {index} (resumed from step {lo}, the log had reached {hi}): "
     numbers = (
         f"mean |Δloss| {n['mean_abs_deviation']:.3g}, max {n['max_deviation']:+.3g} at step "
-        f"{n['max_deviation_at']}; band ±{n['tolerance']:.3g} = 3·√2·σ, σ {n['noise_sigma']:.3g} "
+        f"{n['max_deviation_at']}; band ±{n['tolerance']:.3g} = "
+        f"{thresholds.noise_band_sigmas:g}·√2·σ, σ {n['noise_sigma']:.3g} "
         f"over steps {n['noise_steps'][0]}-{n['noise_steps'][1]}"
     )
     if not n["departed"]:

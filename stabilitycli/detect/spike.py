@@ -36,7 +36,14 @@ class SpikeEvent:
     material: bool
     causes: list[dict] = field(default_factory=list)
     window: str = ""
-    after_peak_50: float | None = None
+    after_peak_50: float | None = None  # the loss recovery_window_steps after the peak
+    # the logged steps the frozen baseline (mu, sigma) was taken over
+    baseline_first_step: int | None = None
+    baseline_last_step: int | None = None
+    recovery_level: float | None = None  # mu + recovery_sigma * sigma
+    # steps after the onset the loss had to be back within (recovery_window_steps, or the
+    # gap to the next logged point when that is longer)
+    recovery_horizon_steps: int | None = None
 
     @property
     def cause(self) -> str | None:
@@ -342,6 +349,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             thresholds,
             causes_ctx,
             int(idx) in sustained_at,
+            stats.widened,
         )
         event.window = stats.description
         events.append(event)
@@ -357,7 +365,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         result.facts["recurring_spikes"] = _recurring_summary(recurring)
     for event in spikes:
         if not (recurring and event is recurring[0]):
-            result.findings.append(_spike_finding(event))
+            result.findings.append(_spike_finding(event, thresholds))
     if blip_steps.size:
         result.findings.append(
             Finding(
@@ -508,9 +516,17 @@ def _build_event(
     thresholds: Thresholds,
     ctx: _CauseContext,
     sustained: bool,
+    widened: bool,
 ) -> SpikeEvent:
     mu, sd, thr = float(mean[idx]), float(sigma[idx]), float(threshold[idx])
     onset = int(steps[idx])
+    # the trailing window trailing_stats took mu and sigma over: [t - W, t), or the last
+    # widened_window_points points in a sparse log
+    base_lo = (
+        max(0, idx - thresholds.widened_window_points)
+        if widened
+        else int(np.searchsorted(steps, onset - thresholds.spike_window_steps, side="left"))
+    )
     # extent: consecutive points still above the frozen threshold (non-finite counts as above)
     first_below = _first_at_or_below(loss, thr, idx + 1)
     end_idx = (first_below - 1) if first_below is not None else loss.size - 1
@@ -528,7 +544,7 @@ def _build_event(
     rec_idx = _first_at_or_below(np.maximum(smooth, loss), recovery_level, idx + 1)
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
-    # a sparse log may have no point within 50 steps: then the next logged point decides
+    # a sparse log may have no point within recovery_window_steps: the next logged point decides
     horizon = max(thresholds.recovery_window_steps, (next_step - onset) if next_step else 0)
     recovered = recovery_step is not None and recovery_step - onset <= horizon
     after_nonfinite = not np.all(np.isfinite(segment))  # the event runs on into NaN/Inf
@@ -562,6 +578,10 @@ def _build_event(
         material=material,
         causes=causes,
         after_peak_50=after_50,
+        baseline_first_step=int(steps[min(base_lo, idx - 1)]) if idx > 0 else None,
+        baseline_last_step=int(steps[idx - 1]) if idx > 0 else None,
+        recovery_level=recovery_level,
+        recovery_horizon_steps=int(horizon),
     )
 
 
@@ -715,7 +735,17 @@ def _recurring_finding(group: list[SpikeEvent]) -> Finding:
     )
 
 
-def _spike_finding(event: SpikeEvent) -> Finding:
+def baseline_text(event: SpikeEvent) -> str:
+    """'baseline mean 3.11 over steps 700-799': mu and the steps it was taken over."""
+    over = (
+        f" over steps {event.baseline_first_step}-{event.baseline_last_step}"
+        if event.baseline_first_step is not None
+        else ""
+    )
+    return f"baseline mean {event.mu:.4g}{over}"
+
+
+def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
     kind = {1: "recoverable", 2: "persistent", 3: "divergent"}[event.spike_type]
     recovery = (
         f"recovered by step {event.recovery_step} ({event.recovery_steps} steps)"
@@ -730,8 +760,9 @@ def _spike_finding(event: SpikeEvent) -> Finding:
         )
     )
     message = (
-        f"loss spike at step {event.onset_step}: {event.peak:.4g} (peak at {event.peak_step}) > "
-        f"{event.mu:.4g} + 3*{event.sigma:.3g}; type {event.spike_type} ({kind}), {recovery}"
+        f"loss spike at step {event.onset_step}: peak {event.peak:.4g} at step {event.peak_step} "
+        f"> {baseline_text(event)} + {thresholds.spike_sigma:g}*sigma {event.sigma:.3g}; "
+        f"type {event.spike_type} ({kind}), {recovery}"
         + (f"; cause: {event.cause}" if event.cause else "")
     )
     evidence = {k: v for k, v in asdict(event).items() if k not in ("material",)}

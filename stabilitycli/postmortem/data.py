@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli.classify.questions import CAUSE_TEXT
+from stabilitycli.classify.questions import cause_texts, remedies
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import median_interval, trailing_stats, value_at_or_before
@@ -107,7 +107,7 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
     for finding in analysis.findings:
         if finding.code == "divergence":
             pm.incidents.append(_divergence_incident(finding, view, thresholds))
-    pm.incidents += verdicts.incidents(analysis, view)
+    pm.incidents += verdicts.incidents(analysis, view, thresholds)
     pm.notes = [*src.warnings, *(f"{s.code}: {s.reason}" for s in analysis.skipped)]
     return pm
 
@@ -222,8 +222,13 @@ def _spike_incident(
             fmt(ema) if ema is not None else "no loss before the onset",
         ),
         (
-            f"baseline mu / sigma (trailing {thr.spike_window_steps} steps)",
-            f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(mu + thr.spike_sigma * sigma)})",
+            f"baseline mu / sigma (trailing {thr.spike_window_steps} steps"
+            + (
+                f": steps {ev['baseline_first_step']}-{ev['baseline_last_step']})"
+                if ev.get("baseline_first_step") is not None
+                else ")"
+            ),
+            f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(float(ev['threshold']))})",
         ),
         (f"peak loss (step {peak_step})", f"{fmt(float(ev['peak']))} (z = {float(ev['z']):.1f})"),
         (f"loss {thr.recovery_window_steps} steps after the peak", recovery),
@@ -283,7 +288,7 @@ def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[li
     bound = round_up(float(ev["threshold"]))
     text = [
         f"loss at step {onset} < {bound:g} (the pre-spike mu + {thr.spike_sigma:g} sigma; "
-        f"it was {fmt(float(ev['peak']))})"
+        f"the spike peaked at {fmt(float(ev['peak']))} at step {int(ev['peak_step'])})"
     ]
     expects = [f"loss@{onset}<{bound:g}"]
     if grad and math.isfinite(grad.get("grad_norm_baseline", float("nan"))):
@@ -360,7 +365,8 @@ def _nan_incident(
     cause = analysis.verdict.cause if analysis.verdict.code == "nan" else None
     root = next((h.root_sentence for h in supported if h.root_sentence), None)
     if root is None and cause:
-        root = CAUSE_TEXT[cause][:1].upper() + CAUSE_TEXT[cause][1:] + "."
+        text = cause_texts(thr)[cause]
+        root = text[:1].upper() + text[1:] + "."
     remediation = [f"revert to the most recent checkpoint before step {first}"]
     remediation += next((list(h.remediation) for h in supported if h.remediation), [])
     verification, expects = _nan_checks(view, first, thr)
@@ -440,7 +446,7 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
     hyps = [
         Hypothesis(
             code=c["cause"],
-            title=CAUSE_TEXT.get(c["cause"], c["cause"]),
+            title=cause_texts(thr).get(c["cause"], c["cause"]),
             status="supported",
             evidence=", ".join(
                 f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in c.items() if k != "cause"
@@ -448,16 +454,14 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
             series=c["cause"].replace("-rising", "").replace("-increasing", "").replace("-", "_"),
             root_sentence=(
                 f"From step {start} the loss rose from {fmt(ev['start_level'])} and never came "
-                f"back; {CAUSE_TEXT.get(c['cause'], c['cause'])}."
+                f"back; {cause_texts(thr).get(c['cause'], c['cause'])}."
             ),
         )
         for c in causes
     ]
-    from stabilitycli.classify.questions import REMEDIES
-
     remediation = [f"resume from the checkpoint before step {start}"]
     if causes:
-        remediation += REMEDIES.get(causes[0]["cause"], [])[:1]
+        remediation += remedies(thr).get(causes[0]["cause"], [])[:1]
     bound = round_up(float(ev["start_level"]))
     last = int(view.steps[-1])
     return Incident(

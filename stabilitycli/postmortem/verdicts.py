@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from stabilitycli.config import Thresholds
 from stabilitycli.model import Analysis, Finding
 from stabilitycli.postmortem.data import (
     Cost,
@@ -54,12 +55,12 @@ def rank_incidents(analysis: Analysis, view) -> list[Incident]:
     return out
 
 
-def incidents(analysis: Analysis, view) -> list[Incident]:
+def incidents(analysis: Analysis, view, thr: Thresholds) -> list[Incident]:
     """The sections for loss-scale, overflow, plateau and insufficient-data verdicts."""
     out: list[Incident] = []
     for f in analysis.findings:
         if f.code in SCALE_CODES:
-            out.append(_scale_incident(f, view))
+            out.append(_scale_incident(f, view, thr))
     for f in analysis.findings:
         if f.code == "plateau":
             out.append(_plateau_incident(f, view))
@@ -278,7 +279,7 @@ def _rank_incident(f: Finding, view) -> Incident:
 # ---------------------------------------------------------------- fp16
 
 
-def _scale_incident(f: Finding, view) -> Incident:
+def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
     ev = f.evidence
     last = int(view.steps[-1])
     overflows = int(ev.get("overflows", 0))
@@ -312,20 +313,22 @@ def _scale_incident(f: Finding, view) -> Incident:
     if f.code == "loss-scale-collapsed":
         halvings = len(ev.get("halving_steps") or [])
         below = ev.get("first_step_below")
-        title = f"Loss scale collapsed below 1 at step {below}"
+        floor = f"{thr.min_loss_scale:g}"
+        title = f"Loss scale collapsed below {floor} at step {below}"
         symptoms += [
             (
                 "loss scale: largest / smallest logged",
                 f"{_num(ev.get('scale_max')):g} / {_num(ev.get('scale_min')):g}",
             ),
-            ("first step with the scale below 1", below),
+            (f"first step with the scale below {floor}", below),
             ("halvings", f"{halvings}, the first at step {ev.get('first_halving_step')}"),
         ]
         root = (
             f"From step {first} the gradients overflowed on {overflows} step(s); the dynamic "
-            f"scaler halved the scale {halvings} times, to {_num(ev.get('scale_min')):g} (below 1 "
-            f"from step {below}). An overflowed step is skipped, and under a scale below 1 small "
-            "fp16 gradients underflow to zero, so the updates from then on lose their signal."
+            f"scaler halved the scale {halvings} times, to {_num(ev.get('scale_min')):g} "
+            f"(below {floor} from step {below}). An overflowed step is skipped, and under a "
+            "scale below 1 small fp16 gradients underflow to zero, so the updates from then on "
+            "lose their signal."
         )
         remediation = [
             f"resume from the last checkpoint before step {first}, where the overflows began",

@@ -362,7 +362,7 @@ def test_labels_follow_the_thresholds_in_force(cli) -> None:
     )
     assert out.exception is None and out.exit_code == 0
     text = out.stdout
-    assert "baseline mu / sigma (trailing 150 steps)" in text
+    assert "baseline mu / sigma (trailing 150 steps: steps 650-799)" in text
     assert "loss 120 steps after the peak" in text and "within 120 steps;" in text
     assert "trailing 100 steps" not in text and "loss 50 steps after" not in text
     assert "recovery_window_steps = 120 (default 50; from --set recovery_window_steps=120)" in text
