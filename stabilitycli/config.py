@@ -127,6 +127,11 @@ class Thresholds:
         "A rise smaller than this fraction of the window's starting level is a plateau, "
         "not divergence."
     )
+    divergence_falling_evidence: float = 6.0
+    (
+        'The onset fit prefers "level, then rise" unless "falling, then rise" beats it by this '
+        "much (n * ln of the ratio of their squared errors; a likelihood-ratio test, about 1.4%)."
+    )
     trend_points: int = 64
     "Long windows are binned to about this many medians before the trend test (cost, and noise)."
     warmup_frac: float = 0.5
@@ -184,8 +189,8 @@ class Thresholds:
     )
     rank_cusum_h: float = 12.0
     (
-        "CUSUM decision threshold, in robust sigmas summed over logged steps: the onset is the "
-        "step after the CUSUM was last zero before reaching this."
+        "CUSUM onset level, in robust sigmas summed over logged steps: the onset is the step "
+        "after the CUSUM was last zero before reaching this (and the end, seen backwards)."
     )
     rank_cusum_decide: float = 40.0
     (

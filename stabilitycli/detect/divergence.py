@@ -30,6 +30,7 @@ from stabilitycli.model import Finding, Severity, Skip
     emits=("divergence", "plateau", "loss-rise", "grad-norm-rising"),
     reads=(
         "divergence_min_rise_frac",
+        "divergence_falling_evidence",
         "divergence_window_steps",
         "divergence_z",
         "grad_norm_rise_frac",
@@ -132,7 +133,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if not candidates.size:
         return result
     j = int(candidates[0])
-    start_step, trough_level = _onset(steps, loss, binned, j, m, thresholds.trend_points)
+    start_step, trough_level = _onset(
+        steps, loss, binned, j, m, thresholds.trend_points, thresholds.divergence_falling_evidence
+    )
     end_step = int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
     causes = _causes(
@@ -152,9 +155,10 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                 )
             )
     final_level = float(np.mean(binned.values[-part:]))
-    rise = (max(final_level, float(last_mean[j])) - float(first_mean[j])) / abs(
-        float(first_mean[j])
-    )
+    # the rise counts from where it began (the fitted onset), not from the first window
+    # that passed the test: that window can open halfway up a slow ramp
+    rise_from = min(float(first_mean[j]), trough_level)
+    rise = (max(final_level, float(last_mean[j])) - rise_from) / abs(rise_from)
     in_window = (steps >= start_step) & (steps <= end_step)
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
     evidence = {
@@ -165,6 +169,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "trough": trough_level,
         "start_level": float(first_mean[j]),
         "end_level": float(last_mean[j]),
+        "rise_from_level": rise_from,
         "relative_rise": round(rise, 4),
         "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
         "final_loss": float(loss[-1]),
@@ -267,7 +272,13 @@ def _scan(
 
 
 def _onset(
-    steps: np.ndarray, loss: np.ndarray, binned: Binned, j: int, m: int, fit_bins: int
+    steps: np.ndarray,
+    loss: np.ndarray,
+    binned: Binned,
+    j: int,
+    m: int,
+    fit_bins: int,
+    falling_evidence: float,
 ) -> tuple[int, float]:
     """Where the rise of the first diverging window (bins j..j+m-1) began, and the loss there.
 
@@ -284,12 +295,12 @@ def _onset(
     fine = bin_medians(steps[lo:hi], loss[lo:hi], max(1, math.ceil((hi - lo) / fit_bins)))
     # the rise begins where a "flat, then rising in a line" fit bends, not at the
     # region's first bin (it may open on a flat stretch or an earlier fall)
-    at = _hinge_onset(fine.values)
+    at = _hinge_onset(fine.values, falling_evidence)
     return int(fine.steps[at]), float(fine.values[at])
 
 
-def _bend(values: np.ndarray, flat_before: bool) -> int:
-    """Where a least-squares fit of two joined lines bends upward.
+def _bend_fit(values: np.ndarray, flat_before: bool) -> tuple[int, float]:
+    """Where a least-squares fit of two joined lines bends upward, and its squared error.
 
     y = a + b1 * x + b2 * max(0, x - k), with b1 = 0 ("level, then a rise") or
     b1 <= 0 ("falling, then a rise"); one small fit per candidate bend (a
@@ -308,20 +319,32 @@ def _bend(values: np.ndarray, flat_before: bool) -> int:
         sse = float(((design @ coef - values) ** 2).sum())
         if sse < best_sse:
             best_k, best_sse = k, sse
-    return best_k
+    return best_k, best_sse
 
 
-def _hinge_onset(values: np.ndarray) -> int:
-    """Where the rise begins: the lowest bin between the two fits' bends.
+def _hinge_onset(values: np.ndarray, falling_evidence: float) -> int:
+    """Where the rise begins.
 
-    A level stretch before the rise is fitted best by "level, then rise", a
-    falling one (training still improving, or recovering from a spike) by
-    "falling, then rise"; the true turn lies between their bends, at the
-    lowest loss there. Checked on real runs: a weight-decay change at 1200
-    (found 1193), an LR too high turning at 36 (36), BigScience n16 turning at
-    iteration 31 (31).
+    A level stretch before the rise is fitted by "level, then rise", and its
+    bend is the onset, unless "falling, then rise" (training still improving,
+    or recovering from a spike) fits clearly better: n * ln(SSE_level /
+    SSE_falling) >= `falling_evidence`, a likelihood-ratio test for its one
+    extra slope. Then the true turn lies between the two fits' bends, at the
+    lowest loss there. Without that test, the lowest bin between the bends of
+    a flat stretch is a noise minimum, often far before the turn. Checked on
+    real runs: a weight-decay change at 1200 (found 1192), BigScience n16
+    turning at iteration 31 (found 29).
     """
-    first, second = sorted((_bend(values, True), _bend(values, False)))
+    (level_bend, level_sse), (falling_bend, falling_sse) = (
+        _bend_fit(values, True),
+        _bend_fit(values, False),
+    )
+    if np.isfinite(level_sse) and (
+        not np.isfinite(falling_sse)
+        or values.size * np.log(level_sse / max(falling_sse, 1e-300)) < falling_evidence
+    ):
+        return level_bend
+    first, second = sorted((level_bend, falling_bend))
     return first + int(np.argmin(values[first : second + 1]))
 
 
