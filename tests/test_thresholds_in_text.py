@@ -283,3 +283,12 @@ def test_headline_numbers_are_the_evidence_they_name(default_runs) -> None:
 
 def test_headline_numbers_with_thresholds_overridden(overridden_runs) -> None:
     _check_headlines(overridden_runs)
+
+
+def test_explain_states_the_thresholds_in_force_here(cli, tmp_path, monkeypatch) -> None:
+    (tmp_path / "stab.toml").write_text("spike_sigma = 4\nrecovery_window_steps = 120\n")
+    monkeypatch.chdir(tmp_path)
+    assert "mu + 4 sigma of the trailing 100 steps" in cli("explain", "Q2.1").stdout
+    assert "within 120 steps?" in cli("explain", "Q2.2").stdout
+    verdict = cli("explain", "spike-persistent").stdout
+    assert "within 120 steps" in verdict and "within 50 steps" not in verdict
