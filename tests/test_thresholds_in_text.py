@@ -65,6 +65,7 @@ PHRASES = [
     Phrase("recovery_window_steps", r"not within {v} steps"),
     Phrase("recovery_window_steps", r"back to baseline within {v} steps"),
     Phrase("recovery_window_steps", r"loss {v} steps after the peak"),
+    Phrase("recovery_sigma", r"baseline mean \+ {v}\*sigma"),
     Phrase("grad_norm_spike_ratio", r"needs >= {v}x"),
     Phrase("grad_norm_outlier_ratio", r"outlier\(s\) >= {v}x"),
     Phrase("grad_norm_outlier_ratio", r"\({v}x its pre-spike mean"),
@@ -78,8 +79,6 @@ PHRASES = [
     Phrase("duplicate_batch_window_steps", r"batch id seen within {v} steps"),
     Phrase("restart_spike_steps", r"no restart within the {v} steps before"),
 ]
-# recovery_sigma is overridden too, but no text states it (the recovery level is printed as
-# the number it gives): it has no phrase here.
 
 
 def _fixture_logs() -> list[Path]:
@@ -211,6 +210,7 @@ Q21 = re.compile(
     r"mean (?P<mu>\S+) over steps (?P<first>\d+)-(?P<last>\d+) \+ (?P<k>\S+)\*sigma "
     r"(?P<sigma>\S+) \(z = (?P<z>\S+)\)"
 )
+Q22 = re.compile(r"back to <= (?P<level>\S+) \(baseline mean \+ (?P<k>\S+)\*sigma\)")
 NAN = re.compile(
     r"(?i:l)oss went non-finite at step (?P<first>\d+) \((?P<count>\d+) non-finite points\)"
 )
@@ -240,6 +240,18 @@ def _spike_checks(run: dict, name: str) -> int:
         else:
             steps = RECOVERED.search(verdict.summary)
             assert steps and int(steps["steps"]) == ev["recovery_steps"], name
+        checked += 1
+    q22 = next((p.evidence for p in verdict.path if p.question == "Q2.2"), "")
+    m = Q22.search(q22)
+    if m:
+        # the spike Q2.2 speaks of: the first persistent one, else the first recovered one
+        ordered = sorted(spikes.values(), key=lambda ev: ev["onset_step"])
+        lead = next((ev for ev in ordered if not ev["recovered"]), None) or ordered[0]
+        assert _same(m["level"], lead["recovery_level"]), (name, m["level"], lead)
+        assert float(m["k"]) == run["thresholds"].recovery_sigma, name
+        assert math.isclose(
+            lead["mu"] + float(m["k"]) * lead["sigma"], lead["recovery_level"], rel_tol=1e-9
+        ), name
         checked += 1
     q21 = next((p.evidence for p in verdict.path if p.question == "Q2.1"), "")
     m = Q21.search(q21)

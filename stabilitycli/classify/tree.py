@@ -153,7 +153,7 @@ def _spikes(w: _Walk) -> None:
     persistent = [s for s in spikes if not s.recovered]
     recoverable = [s for s in spikes if s.recovered]
     lead = persistent[0] if persistent else recoverable[0]
-    w.ask("Q2.2", "no" if persistent else "yes", _recovery_text(lead))
+    w.ask("Q2.2", "no" if persistent else "yes", _recovery_text(lead, w.thresholds))
     question = "Q2.4" if persistent else "Q2.3"
     w.ask(question, lead.cause or "no evident cause", _cause_text(lead, w.thresholds))
     for spike in persistent[:1]:
@@ -200,7 +200,7 @@ def _mixed_precision(w: _Walk) -> None:
     scale_text = "no loss-scale series"
     if overflow.get("has_scale"):
         scale_text = (
-            f"scale {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
+            f"scale max {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
             f"final {overflow.get('scale_final', 0):g}, {overflow.get('scale_drops', 0)} drop(s)"
         )
     answer = "healthy backoff"
@@ -378,8 +378,8 @@ def _spike_levels(spike: SpikeEvent) -> str:
     return f"{baseline_text(spike)} -> peak {spike.peak:.4g} at step {spike.peak_step}"
 
 
-def _recovery_text(spike: SpikeEvent) -> str:
-    level = f"{spike.recovery_level:.4g}"
+def _recovery_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
+    level = f"{spike.recovery_level:.4g} (baseline mean + {thresholds.recovery_sigma:g}*sigma)"
     if spike.recovered:
         return (
             f"back to <= {level} at step {spike.recovery_step} "
