@@ -367,8 +367,10 @@ points over healthy runs (the same curve, noise, grad norm and LR, no event):
 {healthy_runs} runs of {run_points:,} points and {long_runs} runs of
 {long_points:,} points per noise σ, so {short_total:,} and {long_total:,} logged
 points per noise family and interval (logged every 10 and every 50 steps, 10
-and 50 times as many steps). Two lengths, because the spike rule's materiality
-test depends on how long the log is.
+and 50 times as many steps). Two lengths, to show that the rate per point does
+not grow with the log (the spike rule once had a length-dependent materiality
+test; it now judges an event by its accumulated excess over a fixed number of
+logged points).
 """
 
 API_NOTES = """\
@@ -382,11 +384,11 @@ API_NOTES = """\
 * **Blips are one aggregated finding.** The info-level `blip` finding carries
   only its first step and `evidence["steps"][:20]`, so "what did stab say at a
   missed event" cannot always be answered for runs with more than 20 blips.
-* **The materiality of a multi-point event depends on the log's length.**
-  `_sustained_points` asks that a run of flagged points be longer than noise
-  would produce `spike_chance_budget` times *per log*, so the same 3-point bump
-  is a spike in a short log and may not be in a long one. The benchmark fixes
-  the length ({run_points:,} points) and says so; results for long logs may differ.
+* **Sparse logs are judged in logged points, not steps.** The spike rule's
+  sustained test sums the excess over 3 logged points whatever the interval,
+  and its sigma in a sparse log is pooled over 10 windows' worth of points;
+  the benchmark's grid is in logged points too (3,000 per run at every
+  interval).
 * **No notion of how a logger aggregates.** A log every 10 steps may hold the
   loss of every 10th step (sampled) or the mean of 10 steps (Hugging Face,
   Megatron). The rules cannot be told which; the benchmark models sampling.
