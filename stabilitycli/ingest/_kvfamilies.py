@@ -17,6 +17,8 @@ Format strings as the trainers print them (from their sources):
 * Keras `fit`: `Epoch {e}/{E}` then `{b}/{B} [====] - 5s 2ms/step - loss: {l:.4f} - ...`;
 * NeMo (PyTorch Lightning's bar): `Epoch 0: 12%|...| 1200/10000 [..., reduced_train_loss=2.35,
   global_step=1199.0, ...]`;
+* PyTorch Lightning's own bar: `Epoch 1:  83%|...| 25/30 [..., v_num=0, train_loss=2.870]`
+  (`_lightningbar`);
 * fairseq `--log-format simple`: `epoch 001:  100 / 1000 loss=13.7, ..., num_updates=100, ...`.
 """
 
@@ -86,6 +88,14 @@ FAMILIES: tuple[Family, ...] = (
         {"reduced_train_loss": "loss"},
         "NeMo: the step is the bar's `global_step`; `reduced_train_loss` is the loss averaged "
         "over the data-parallel ranks",
+    ),
+    Family(
+        "Lightning progress bar",
+        re.compile(r"^Epoch \d+:\s+\d+%\|[^|]*\|\s*\d+/\d+ \["),
+        {},
+        "Lightning progress bar: a step is a batch (epoch x batches an epoch + the bar's count "
+        "- 1, the global_step without gradient accumulation), its value the last draw of it; "
+        "the bar shows 3 significant digits (`2.870`, `nan.0`)",
     ),
     Family("fairseq", re.compile(r"\bnum_updates="), {}, "fairseq: the step is `num_updates`"),
 )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.ingest import _kvfields as kf
+from stabilitycli.ingest import _lightningbar as lb
 from stabilitycli.ingest import _textline as tx
 
 LINE, SEG, KIND, STEP, EPOCH, RANK = "_line", "_seg", "_kind", "step", "_epoch", "_rank"
@@ -29,6 +30,7 @@ _LOOKS_LIKE_RECORD = re.compile(r"[A-Za-z_]\w*\s*[:=]\s*\S")
 _REDRAWN = r"[\r\x08]"
 _MAY_BE_RECORD = r"(?i)step|iter|epoch|updates|loss|\bit\b"
 MIN_SHAPE_LINES = 4
+_LIGHTNING_BAR = r"Epoch \d+:\s+\d+%\|"
 
 
 def kind(found: kf.Fields) -> tuple[str, int | None]:
@@ -62,7 +64,11 @@ def scan(lines: list[str], *, vectorised: bool = True) -> Found:
 
     raw = pl.DataFrame({"text": lines}).with_row_index(LINE, offset=1)
     raw = raw.with_columns(pl.col(LINE).cast(pl.Int64))
-    one_by_one = pl.col("text").str.contains(_REDRAWN) | (not vectorised)
+    one_by_one = (
+        pl.col("text").str.contains(_REDRAWN)
+        | pl.col("text").str.contains(_LIGHTNING_BAR)
+        | (not vectorised)
+    )
     redrawn = raw.filter(one_by_one)
     plain = raw.filter(~one_by_one)
     text = pl.col("text")
@@ -164,6 +170,14 @@ def _shape_frame(fit, shape: kf.Shape, what: str):
 
 
 def _one(number: int, seg: int, text: str, found: Found) -> dict | None:
+    bar = lb.parse(text)
+    if bar is not None:  # Lightning's bar: the step is counted from the epoch and the count
+        bar_step, metrics = bar
+        if not metrics:
+            return None
+        if len(found.texts) < 50:
+            found.texts.setdefault(number, text)
+        return {LINE: number, SEG: seg, KIND: "record", STEP: bar_step, **metrics}
     fields = kf.fields(text)
     what, step = kind(fields)
     if what == "step-only":

@@ -5,9 +5,13 @@
   (`nan`, `inf` as Python writes them), an eval dict (`{'eval_loss': ...}`) and a
   final summary (`{'train_runtime': ..., 'train_loss': ...}`: the mean of the
   whole run, rejected as in `hf_trainer`). The dicts carry no step: it is taken
-  from the tqdm bar of the training loop (`380/2724 [`) printed before the dict
-  on the same or an earlier line (the bar shows the steps done, which is the
-  `global_step` the Trainer logs at), else from line order; a note says which.
+  from the tqdm bar of the training loop (`380/2724 [`): the one `tqdm.write`
+  draws again right below the dict (`\r` opening the next line), which shows
+  the count when the dict was written, else the last one printed before the
+  dict on the same or an earlier line (which can be older: tqdm skips draws);
+  never the nested evaluation bar, which tqdm follows with a cursor-up `ESC[A`
+  (the bar shows the steps done, which is the `global_step` the Trainer logs
+  at), else from line order; a note says which.
 * fairseq / metaseq `--log-format json`: `... | train_inner | {"epoch": 1, "loss":
   "13.7", ..., "num_updates": "100"}` (numbers as strings); `valid` lines are
   evaluations, `train` lines the epoch summary (rejected: a mean over the epoch).
@@ -39,6 +43,13 @@ _OPEN = re.compile(r"\{\s*['\"][\w/.-]+['\"]\s*:")
 _SNIFF = re.compile(r"""\{[^{}\n]*?['"][\w/.-]*loss[\w/.-]*['"]\s*:""")
 # tqdm: `380/2724 [13:58:09<86:18:35, 132.44s/it]`
 _BAR = re.compile(r"(\d+)/(\d+) \[")
+# a nested bar (the Trainer's evaluation bar, `2/2 [00:00<00:00]` under the training bar):
+# tqdm moves the cursor back up after drawing it (ESC[A); its count is not the step
+_NESTED_BAR = r"\d+/\d+ \[[^\]\r\n]*\]\x1b\[A"
+# `tqdm.write` clears the bar, prints the line and draws the bar again at once, on the next
+# line, from a carriage return: that bar shows the count when the line was written (the bar
+# above may be older: tqdm skips draws between `miniters`)
+_RESTORED_BAR = r"^\r[^\r\n]*?(\d+)/\d+ \[[^\]\r\n]*\](?:$|[^\x1b])"
 _MESSAGE = r"verflow|loss scale"
 _ONE_BY_ONE = r"verflow|loss scale|[\r\x08\x1b]"
 STEPS_FROM = {
@@ -67,11 +78,17 @@ def read(path: Path, options: ReadOptions):
         pl.lit(cut) & (pl.col("_line") == len(lines))
     )
     plain = frame.filter(~one_by_one & pl.col("text").str.contains("{", literal=True))
+    restored = dict(
+        frame.filter(pl.col("_restore").is_not_null()).select("_line", "_restore").rows()
+    )
+    plain = plain.with_columns(pl.coalesce("_restore", "_bar").alias("_bar")).drop("_restore")
     shaped, left, rejected = dl.vectorised(plain)
     for number, reason in rejected:
         reader.reject(number, False, reason)
-    for number, line, bar in sorted([*frame.filter(one_by_one).rows(), *left]):
+    one_by_one_rows = frame.filter(one_by_one).drop("_restore").rows()
+    for number, line, bar in sorted([*one_by_one_rows, *left]):
         reader.bar = bar
+        reader.restored = restored.get(number)
         reader.line(number, line, cut and number == len(lines))
     records = _records([f for f in (shaped, _frame(reader.rows)) if f is not None])
     if records is None:
@@ -131,13 +148,16 @@ def _lines_to_read(lines: list[str]):
     import polars as pl
 
     frame = pl.DataFrame({"text": lines}).with_row_index("_line", offset=1)
-    last_bar = pl.col("text").str.extract_all(_BAR.pattern).list.last().str.extract(r"^(\d+)")
+    bars = pl.col("text").str.replace_all(_NESTED_BAR, "")
+    last_bar = bars.str.extract_all(_BAR.pattern).list.last().str.extract(r"^(\d+)")
+    restore = pl.col("text").str.extract(_RESTORED_BAR).cast(pl.Int64)
     frame = frame.with_columns(
         last_bar.cast(pl.Int64).forward_fill().shift(1).alias("_bar"),
+        restore.shift(-1).alias("_restore"),
         pl.col("_line").cast(pl.Int64),
     )
     wanted = pl.col("text").str.contains(r"\{|" + _MESSAGE)
-    return frame.filter(wanted).select("_line", "text", "_bar")
+    return frame.filter(wanted).select("_line", "text", "_bar", "_restore")
 
 
 class _Reader:
@@ -148,12 +168,15 @@ class _Reader:
         self.rows: list[dict] = []
         self.mentions: list[dsm.Mention] = []
         self.bar: int | None = None
+        self.restored: int | None = None  # the bar tqdm.write drew again below the line
         self.record_lines: set[int] = set()
         self.state: dict = {}
         self.rejected_lines: set[int] = set()
 
     def line(self, number: int, raw: str, cut: bool) -> None:
         before = len(self.mentions)
+        if "\x1b[A" in raw:
+            raw = re.sub(_NESTED_BAR, "", raw)
         for text in tx.logical_lines(raw):
             self.segment(number, text, cut)
         if len(self.mentions) > before:
@@ -175,7 +198,8 @@ class _Reader:
             self.reject(number, cut, parsed.rejected or "")
             return
         how = "key" if parsed.step is not None else "bar"
-        step = parsed.step if parsed.step is not None else self.bar
+        at = self.restored if self.restored is not None else self.bar
+        step = parsed.step if parsed.step is not None else at
         self.rows.append({"_row": number, "step": step, "_how": how, **parsed.values})
 
     def reject(self, number: int, cut: bool, reason: str) -> None:

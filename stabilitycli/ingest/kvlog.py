@@ -1,7 +1,7 @@
 """Trainer stdout made of `key: value` / `key=value` / `key value` records, one per line.
 
-nanoGPT, modded-nanogpt, torchtitan, MLX-LM, litgpt, Keras `fit`, NeMo's
-progress bar, fairseq's simple format and any other `step ... loss ...` line
+nanoGPT, modded-nanogpt, torchtitan, MLX-LM, litgpt, Keras `fit`, NeMo's and
+Lightning's progress bars, fairseq's simple format and any other `step ... loss ...` line
 (`_kvfamilies` names each and says what its keys mean). What surrounds a
 record - quote markers, timestamps, launcher tags, ANSI colours, progress
 bars redrawn with carriage returns - is taken away by `_textline`; the fields
@@ -91,6 +91,9 @@ def read(path: Path, options: ReadOptions):
     family = kfam.family_of([found.texts[n] for n in sorted(found.texts)[:50]])
     if family.name == "Keras fit":
         step_from = "the `Epoch N/M` line before each record"
+    elif family.name == "Lightning progress bar":
+        step_from = "the bar's epoch and count"
+        records = _last_draw_of_each_step(records)
     ranks = (
         records[ks.RANK].drop_nulls().unique().sort().to_list()
         if ks.RANK in records.columns
@@ -110,6 +113,15 @@ def read(path: Path, options: ReadOptions):
     return tl.finish_records(
         raw, source, options.metric_overrides, rank_key="rank" if per_rank else None
     )
+
+
+def _last_draw_of_each_step(records):
+    """A bar drawn again at the same step (its postfix set after its count): the last draw."""
+    import polars as pl
+
+    keys = [ks.STEP, ks.RANK] if ks.RANK in records.columns else [ks.STEP]
+    same_as_next = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)) for k in keys)
+    return records.filter(~same_as_next)
 
 
 def _span(ranks: list[int]) -> str:
