@@ -92,7 +92,7 @@ def torchtitan(loss: list[float]) -> str:
     red, green, orange, turq = (
         f"{ESC}[31m",
         f"{ESC}[32m",
-        f"{ESC}[38;2;255;165;0m",
+        f"{ESC}[38;2;180;60;0m",  # torchtitan tools/utils.py Color.orange
         f"{ESC}[38;2;54;234;195m",
     )
     blue, cyan, magenta, reset = f"{ESC}[34m", f"{ESC}[36m", f"{ESC}[35m", f"{ESC}[39m"
@@ -136,15 +136,21 @@ def mlx_lm(loss: list[float]) -> str:
 def litgpt(loss: list[float]) -> str:
     # litgpt/pretrain.py: f"Epoch {epoch+1} | iter {iter} step {step} | loss train: {loss:.3f},"
     # f" val: {val_loss} | iter time: {iter_time * 1000:.2f} ms{' (step)' if not accumulating}"
-    # f" remaining time: {timedelta(seconds=int(remaining))!s}"  (val_loss "n/a" before an eval)
-    out = ["Seed set to 42", "Measured TFLOPs: 42.30"]
+    # f" remaining time: {timedelta(seconds=int(remaining))!s}"  (val_loss "n/a" before an eval;
+    # the eval runs after the step's line, so its value shows from the next line on).
+    # validate() prints "Validating ..." (also once at the start, a sanity check), then
+    # f"iter {iter_num}: val loss {val_loss:.4f}, val time: {td * 1000:.2f} ms"
+    out = ["Seed set to 42", "Validating ...", "Measured TFLOPs: 42.30"]
     for s in range(1, STEPS + 1):
-        val = "n/a" if s < 20 else f"{loss[20] + 0.02:.3f}"
+        val = "n/a" if s <= 20 else f"{loss[20] + 0.02:.3f}"
         left = f"0:{(STEPS - s) // 60:02d}:{(STEPS - s) % 60:02d}"
         out.append(
             f"Epoch 1 | iter {s} step {s} | loss train: {loss[s]:.3f}, val: {val} | "
             f"iter time: {123.45:.2f} ms (step) remaining time: {left}"
         )
+        if s == 20:
+            out.append("Validating ...")
+            out.append(f"iter {s}: val loss {loss[20] + 0.02:.4f}, val time: {2345.67:.2f} ms")
     out[-1] = cut(out[-1], " | iter time")
     return "\n".join(out)
 
