@@ -127,10 +127,10 @@ class Thresholds:
         "A rise smaller than this fraction of the window's starting level is a plateau, "
         "not divergence."
     )
-    divergence_falling_evidence: float = 6.0
+    divergence_falling_evidence: float = 2.0
     (
         'The onset fit prefers "level, then rise" unless "falling, then rise" beats it by this '
-        "much (n * ln of the ratio of their squared errors; a likelihood-ratio test, about 1.4%)."
+        "much (n * ln of the ratio of their squared errors: Akaike's price of its extra slope)."
     )
     trend_points: int = 64
     "Long windows are binned to about this many medians before the trend test (cost, and noise)."

@@ -26,7 +26,7 @@ from stabilitycli.model import Finding, Severity, Skip
 @rule(
     "divergence",
     "4",
-    "loss rising for good over 200-step windows (Mann-Kendall), with its cause",
+    "loss rising for good (Mann-Kendall over trailing windows and longer ones), with its cause",
     emits=("divergence", "plateau", "loss-rise", "grad-norm-rising"),
     reads=(
         "divergence_min_rise_frac",
@@ -133,8 +133,17 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if not candidates.size:
         return result
     j = int(candidates[0])
-    start_step, trough_level = _onset(
-        steps, loss, binned, j, m, thresholds.trend_points, thresholds.divergence_falling_evidence
+    # the fit never looks back across a spike: a rise after it is measured from it
+    before = [e.onset_step for e in facts.spikes if e.onset_step <= binned.steps[j]]
+    start_step, trough_level, trough_end_step = _onset(
+        steps,
+        loss,
+        binned,
+        j,
+        m,
+        thresholds.trend_points,
+        thresholds.divergence_falling_evidence,
+        max(before, default=int(steps[0])),
     )
     end_step = int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
@@ -155,10 +164,22 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                 )
             )
     final_level = float(np.mean(binned.values[-part:]))
+    final_words = (
+        f"the mean of the medians over steps {binned.steps[-part]}-{binned.end_steps[-1]}, "
+        "the end of the log"
+    )
+    window_opens = f"the mean over steps {binned.steps[j]}-{binned.end_steps[j + part - 1]}"
     # the rise counts from where it began (the fitted onset), not from the first window
     # that passed the test: that window can open halfway up a slow ramp
-    rise_from = min(float(first_mean[j]), trough_level)
+    if trough_level <= float(first_mean[j]):
+        rise_from = trough_level
+        from_words = f"the median of steps {start_step}-{trough_end_step}"
+    else:
+        rise_from, from_words = float(first_mean[j]), window_opens
     rise = (max(final_level, float(last_mean[j])) - rise_from) / abs(rise_from)
+    rise_words = (
+        f"{rise:.1%}, from {rise_from:.4g} ({from_words}) to {final_level:.4g} ({final_words})"
+    )
     in_window = (steps >= start_step) & (steps <= end_step)
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
     evidence = {
@@ -187,9 +208,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
             Finding(
                 "plateau",
                 Severity.WARNING,
-                f"loss drifted up {rise:.1%} from step {start_step} (z = {z[j]:.1f}) "
-                "and never came back, with no LR, weight-norm or grad-norm cause: a plateau, "
-                "not divergence",
+                f"loss drifted up from step {start_step}: {rise_words}; Mann-Kendall "
+                f"z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, and it never came back, "
+                "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
                 step=start_step,
                 end_step=end_step,
                 metric="loss",
@@ -202,9 +223,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         Finding(
             "divergence",
             Severity.ERROR,
-            f"silent divergence from step {start_step}: loss {trough_level:.4g} there, "
-            f"{final_level:.4g} at the end of the log (Mann-Kendall z = {z[j]:.1f} over steps "
-            f"{binned.steps[j]}-{end_step}; never back below {first_mean[j]:.4g})"
+            f"silent divergence from step {start_step}: the loss rose {rise_words}; "
+            f"Mann-Kendall z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, never back "
+            f"down to {first_mean[j]:.4g} ({window_opens})"
             + (f"; cause: {cause}" if cause else "")
             + note,
             step=start_step,
@@ -250,10 +271,12 @@ def _scan(
     first_mean, last_mean = window_means(binned.values, m, part)
     after_min = suffix_min_after(binned.values, m)
     rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
-    # a window that holds a spike's onset is that spike's story (§2), not a trend
+    # a window that holds a spike's onset is that spike's story (§2), not a trend; so is
+    # one that ends on the few points of a level shift before the spike rule flagged it
+    lead_steps = 2 * median_interval(steps)
     for spike in facts.spikes:
         holds = (binned.steps[: z.size] <= spike.onset_step) & (
-            binned.end_steps[m - 1 :] >= spike.onset_step
+            binned.end_steps[m - 1 :] >= spike.onset_step - lead_steps
         )
         rising &= ~holds
     return _Scan(
@@ -279,24 +302,27 @@ def _onset(
     m: int,
     fit_bins: int,
     falling_evidence: float,
-) -> tuple[int, float]:
-    """Where the rise of the first diverging window (bins j..j+m-1) began, and the loss there.
+    earliest_step: int,
+) -> tuple[int, float, int]:
+    """Where the rise of the first diverging window (bins j..j+m-1) began, the loss there
+    (the median of one fine bin) and that bin's last step.
 
     The window that first passes the test can open long after the rise began
     (a slow ramp moves a short window only by chance), so the fit looks back
     to where the loss was lowest before the window ends, plus half a window of
-    what came before it, and fits the bend there on finer bins (up to
-    `fit_bins` of them, each a median).
+    what came before it (never before `earliest_step`), and fits the bend
+    there on finer bins (up to `fit_bins` of them, each a median).
     """
-    trough_bin = int(np.argmin(binned.values[: j + m]))
-    first_bin = max(0, min(trough_bin, j) - m // 2)
+    floor_bin = int(np.searchsorted(binned.steps, earliest_step, side="left"))
+    trough_bin = floor_bin + int(np.argmin(binned.values[floor_bin : j + m]))
+    first_bin = max(floor_bin, min(trough_bin, j) - m // 2)
     lo = int(np.searchsorted(steps, binned.steps[first_bin], side="left"))
     hi = int(np.searchsorted(steps, binned.end_steps[j + m - 1], side="right"))
     fine = bin_medians(steps[lo:hi], loss[lo:hi], max(1, math.ceil((hi - lo) / fit_bins)))
     # the rise begins where a "flat, then rising in a line" fit bends, not at the
     # region's first bin (it may open on a flat stretch or an earlier fall)
     at = _hinge_onset(fine.values, falling_evidence)
-    return int(fine.steps[at]), float(fine.values[at])
+    return int(fine.steps[at]), float(fine.values[at]), int(fine.end_steps[at])
 
 
 def _bend_fit(values: np.ndarray, flat_before: bool) -> tuple[int, float]:
@@ -328,11 +354,11 @@ def _hinge_onset(values: np.ndarray, falling_evidence: float) -> int:
     A level stretch before the rise is fitted by "level, then rise", and its
     bend is the onset, unless "falling, then rise" (training still improving,
     or recovering from a spike) fits clearly better: n * ln(SSE_level /
-    SSE_falling) >= `falling_evidence`, a likelihood-ratio test for its one
-    extra slope. Then the true turn lies between the two fits' bends, at the
+    SSE_falling) >= `falling_evidence` (Akaike's criterion for its one extra
+    slope). Then the true turn lies between the two fits' bends, at the
     lowest loss there. Without that test, the lowest bin between the bends of
     a flat stretch is a noise minimum, often far before the turn. Checked on
-    real runs: a weight-decay change at 1200 (found 1192), BigScience n16
+    real runs: a weight-decay change at 1200 (found 1187), BigScience n16
     turning at iteration 31 (found 29).
     """
     (level_bend, level_sse), (falling_bend, falling_sse) = (

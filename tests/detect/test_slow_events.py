@@ -81,3 +81,26 @@ def test_a_three_point_bump_every_10_steps_is_a_spike(seed):
     spikes = [f for f in result.findings if f.code == "spike"]
     assert spikes and spikes[0].step == steps[at], _codes(result)
     assert spikes[0].evidence["spike_type"] == 1
+
+
+def test_divergence_message_numbers_are_its_evidence_and_say_what_they_are():
+    steps, loss = _ramp(2, 10, 0.01, 1200)
+    (finding,) = [f for f in analyze(_frame(steps, loss)).findings if f.code == "divergence"]
+    e = finding.evidence
+    assert f"the loss rose {e['relative_rise']:.1%}, from {e['rise_from_level']:.4g} (" in (
+        finding.message
+    )
+    # the end level is the mean of the last bins' medians, over the steps it names
+    end_words = f"to {e['final_level']:.4g} (the mean of the medians over steps "
+    assert end_words in finding.message and "the end of the log)" in finding.message
+    first, last = finding.message.split(end_words)[1].split(",")[0].split("-")
+    inside = (steps >= int(first)) & (steps <= int(last))
+    # bins of bin_points from the first logged point; the last one may be shorter
+    tail = loss[inside]
+    first_bin_at = int(np.flatnonzero(inside)[0])
+    assert first_bin_at % e["bin_points"] == 0
+    medians = [
+        np.median(tail[i : i + e["bin_points"]]) for i in range(0, tail.size, e["bin_points"])
+    ]
+    assert e["final_level"] == pytest.approx(np.mean(medians), rel=1e-9)
+    assert f"never back down to {e['start_level']:.4g} (the mean over steps" in finding.message
