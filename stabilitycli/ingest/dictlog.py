@@ -56,7 +56,16 @@ STEPS_FROM = {
     "key": "the step key of each dict",
     "bar": "the tqdm progress bar printed before each dict",
     "order": "line order (no step key and no progress bar): 0, 1, 2, ...",
+    "buffered": "the order of the training dicts (1, 2, 3, ...; an eval dict takes the step of "
+    "the training dict before it): stdout was block-buffered, the dicts came after the bars",
 }
+BUFFERED_WARNING = (
+    "{n} training dicts share their progress bar with the one before them: stdout was "
+    "block-buffered (the dicts "
+    "reached the log after the bars), so the bar does not give their steps; they are numbered "
+    "in order (1, 2, 3, ...: the step only with logging_steps=1). Run with `python -u` or "
+    "PYTHONUNBUFFERED=1 to keep them with their bar"
+)
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -91,6 +100,8 @@ def read(path: Path, options: ReadOptions):
         reader.restored = restored.get(number)
         reader.line(number, line, cut and number == len(lines))
     records = _records([f for f in (shaped, _frame(reader.rows)) if f is not None])
+    if records is not None:
+        records = _unbuffered_steps(records, source)
     if records is None:
         if source.rows_rejected:
             first = source.rejections[0]
@@ -122,6 +133,33 @@ def _frame(rows: list[dict]):
     import polars as pl
 
     return pl.DataFrame(rows, infer_schema_length=None) if rows else None
+
+
+def _unbuffered_steps(records, source: SourceInfo):
+    """Training dicts that follow the same bar: stdout buffered; number them in order instead.
+
+    A Trainer writes its dicts to stdout and its bar to stderr: with stdout
+    block-buffered (no `python -u`), the dicts reach the file in chunks after
+    the bars, and consecutive training dicts get the same bar step. The bar
+    steps are then no use; the dicts are numbered in order, as they were
+    logged, and an eval dict takes the number of the training dict before it.
+    """
+    import polars as pl
+
+    if "loss" not in records.columns:
+        return records
+    by_bar = pl.col("_how") == "bar"
+    train = by_bar & pl.col("loss").is_not_null()
+    trains = records.filter(train)
+    same = trains["step"].eq_missing(trains["step"].shift(1)).sum()
+    if not same:
+        return records
+    source.warnings.append(BUFFERED_WARNING.format(n=same))
+    order = train.cast(pl.Int64).cum_sum()
+    return records.with_columns(
+        pl.when(by_bar).then(order).otherwise(pl.col("step")).alias("step"),
+        pl.when(by_bar).then(pl.lit("buffered")).otherwise(pl.col("_how")).alias("_how"),
+    )
 
 
 def _records(frames: list):

@@ -128,10 +128,26 @@ def test_lightning_bar_values_are_read_from_its_padded_format(tmp_path: Path) ->
     assert "v_num" not in run.frame.columns
 
 
-@pytest.mark.xfail(strict=True, reason="block-buffered stdout: the dicts come after every bar")
-def test_hf_with_block_buffered_stdout_keeps_the_logged_steps() -> None:
+def test_hf_with_block_buffered_stdout_numbers_the_dicts_in_order_and_says_why() -> None:
     # without PYTHONUNBUFFERED / python -u, the dicts (stdout) reach the file after the bars
-    # (stderr), all of them after the last one: the bar step is then the last step for all
-    run = read(REAL / "hf_trainer_buffered.log")
+    # (stderr), in chunks: consecutive dicts share one bar, which gives no step. With
+    # logging_steps=1 their order is their step.
+    path = REAL / "hf_trainer_buffered.log"
+    run = read(path)
     expected = _hf_expected("hf_trainer_buffered")
-    assert sorted(run.frame["step"].to_list()) == sorted(expected)[:-1]
+    got = dict(zip(run.frame["step"].to_list(), run.frame["loss"].to_list(), strict=True))
+    assert sorted(got) == sorted(expected)[:-1]  # the last dict is the cut one
+    assert all(_close(got[s], expected[s], 1e-3) for s in got)
+    assert any("block-buffered" in w and "python -u" in w for w in run.source.warnings)
+    assert not run.source.restarts
+    history = json.loads((REAL / "hf_trainer_buffered.log_history.json").read_text())
+    evals = [h["step"] for h in history if "eval_loss" in h and h["step"] < 40]
+    assert run.frame.filter(run.frame["eval_loss"].is_not_null())["step"].to_list() == evals
+    result = analyze(path)
+    assert result.verdict.code == "nan"
+    assert [f.step for f in result.findings if f.code == "nan"] == [31]
+
+
+def test_unbuffered_stdout_gives_no_buffering_warning() -> None:
+    for path in (REAL / "hf_trainer.log", FIXTURES / "textlogs" / "hf_stdout" / "train.log"):
+        assert not any("block-buffered" in w for w in read(path).source.warnings)
