@@ -32,7 +32,7 @@ OUT = Path(__file__).resolve().parents[1] / "fixtures" / "textlogs" / "real"
 NAN_AT = {"hf": 30, "lightning": 45, "keras": 8}  # weights NaN after this step (epoch)
 
 
-def hf_child(out: Path) -> None:
+def hf_child(out: Path, nan_filter: bool = False) -> None:
     import torch
     from transformers import (
         GPT2Config,
@@ -78,7 +78,8 @@ def hf_child(out: Path) -> None:
             report_to="none",
             seed=0,
             use_cpu=True,
-            logging_nan_inf_filter=False,  # the default (True) logs a running mean, not the NaN
+            # the default (True) logs the mean of the finite losses so far in place of a NaN one
+            logging_nan_inf_filter=nan_filter,
             disable_tqdm=False,
         )
         trainer = Trainer(
@@ -189,6 +190,8 @@ RUNS = {
     # name: (child args, unbuffered, marker of a loss record, cut before this)
     "hf_trainer.log": (["hf"], True, b"{'loss'", None),
     "hf_trainer_buffered.log": (["hf"], False, b"{'loss'", None),
+    # the Trainer's default logging_nan_inf_filter=True: the loss logged stays finite
+    "hf_trainer_nan_filter.log": (["hf", "nan_filter"], True, b"{'loss'", None),
     # cut in the training loop, not in the bar's last redraw after `fit` returned
     "lightning.log": (["lightning"], True, b"train_loss=", b"`Trainer.fit` stopped"),
     "keras_verbose1.log": (["keras", "1"], True, b" - loss: ", None),
@@ -200,7 +203,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         kind, out = sys.argv[2], Path(sys.argv[3])
         if kind == "hf":
-            hf_child(out)
+            hf_child(out, nan_filter=sys.argv[4:] == ["nan_filter"])
         elif kind == "lightning":
             lightning_child(out)
         else:

@@ -151,3 +151,26 @@ def test_hf_with_block_buffered_stdout_numbers_the_dicts_in_order_and_says_why()
 def test_unbuffered_stdout_gives_no_buffering_warning() -> None:
     for path in (REAL / "hf_trainer.log", FIXTURES / "textlogs" / "hf_stdout" / "train.log"):
         assert not any("block-buffered" in w for w in read(path).source.warnings)
+
+
+def test_hf_default_nan_filter_logs_a_finite_loss_and_a_nan_grad_norm() -> None:
+    # logging_nan_inf_filter=True (the default) replaces a non-finite step loss: with
+    # logging_steps=1 transformers 5 logs `'loss': '0'` and `'grad_norm': 'nan'` from the
+    # first NaN step on. The reader keeps both as logged; the NaN grad norm still gives the
+    # nan verdict at that step.
+    path = REAL / "hf_trainer_nan_filter.log"
+    history = json.loads((REAL / "hf_trainer_nan_filter.log_history.json").read_text())
+    logged = {h["step"]: h for h in history if "loss" in h and h["step"] < 40}
+    run = read(path)
+    assert detect_format(path) == "dictlog"
+    assert run.frame["step"].to_list() == sorted(logged)
+    for row in run.frame.select("step", "loss", "grad_norm").iter_rows(named=True):
+        want = logged[row["step"]]
+        assert _close(row["loss"], want["loss"], 1e-3)
+        assert _close(row["grad_norm"], want["grad_norm"], 1e-3)
+    assert run.frame.filter(run.frame["step"] > 30)["loss"].to_list() == [0.0] * 9
+    cut = [r.line for r in run.source.rejections if r.reason == "last record cut off mid-write"]
+    assert cut == [path.read_bytes().count(b"\n") + 1]
+    result = analyze(path)
+    assert result.verdict.code == "nan"
+    assert [f.step for f in result.findings if f.code == "nan"] == [31]
