@@ -1,12 +1,15 @@
 """Write fixtures/textlogs/: one stdout sample per trainer, in that trainer's own format.
 
-None of these trainers installs and runs on a CPU-only test box (GPU kernels,
-Apple silicon, multi-GB models), so each line is produced with the format
-string the trainer's source prints it with (quoted in each writer below;
+These trainers do not run on a CPU-only test box (GPU kernels, Apple silicon,
+multi-GB models), so each line is produced with the format string the
+trainer's source prints it with (quoted in each writer below and checked
+against the upstream sources for issue 14;
 `stabilitycli/ingest/_kvfamilies.py` cites them too), around it the chatter
 that comes with it (banners, bars, eval lines), from one seeded loss curve.
 Every sample has a NaN record and ends in a record cut mid-write (no final
-newline), as a log of a job that died looks.
+newline), as a log of a job that died looks. The trainers that do run on CPU
+(Hugging Face Trainer, Lightning, Keras 3) wrote their own samples too:
+fixtures/textlogs/real/, by scripts/make_real_trainer_stdout.py.
 
     .venv/bin/python tests/ingest/make_textlog_fixtures.py
 """
