@@ -102,3 +102,14 @@ def test_spike_is_also_read_as_a_probability(tmp_path) -> None:
     assert result.source.dtype == "bf16" and result.source.vocab_size == 248320
     assert "geometric-mean p(correct token)" in result.verdict.summary
     assert "12.42 nats" in result.verdict.summary  # ln 248,320 (seed 000)
+
+
+def test_a_nan_the_loss_hides_is_not_told_as_a_nan_loss() -> None:
+    """HF's default NaN filter logs the loss as a number while the grad norm is NaN: the
+    verdict names the series that shows it and says the loss hides it."""
+    result = analyze(run_fixture("nan-hidden-hf"))
+    nan = next(f for f in result.findings if f.code == "nan")
+    assert nan.evidence["series"] == "grad_norm"
+    assert "loss went non-finite" not in result.verdict.summary.lower()
+    assert "grad_norm shows it" in result.verdict.summary
+    assert "the logged loss hides it" in result.verdict.summary

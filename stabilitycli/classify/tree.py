@@ -115,7 +115,12 @@ def _nan(w: _Walk) -> None:
     )
     w.applies["nan"] = (
         cause,
-        f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
+        (
+            f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
+            if ev.get("series", "loss") == "loss"
+            else f"the run went non-finite at step {ev['first_step']}: {ev['series']} shows it "
+            f"({ev['count']} non-finite points) while the logged loss hides it"
+        )
         + (f", first on rank {first_rank}" if first_rank is not None else "")
         + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
         + (f"; {cause_texts(w.thresholds)[cause]}" if cause else ""),
