@@ -127,6 +127,11 @@ class Thresholds:
         "A rise smaller than this fraction of the window's starting level is a plateau, "
         "not divergence."
     )
+    divergence_slow_z: float = 4.0
+    (
+        "Windows longer than the trend window (2x, 4x... for a slow rise) need this Mann-Kendall "
+        "z: every extra length is another chance for noise to look like a trend."
+    )
     divergence_falling_evidence: float = 2.0
     (
         'The onset fit prefers "level, then rise" unless "falling, then rise" beats it by this '

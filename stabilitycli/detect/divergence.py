@@ -31,6 +31,7 @@ from stabilitycli.model import Finding, Severity, Skip
     reads=(
         "divergence_min_rise_frac",
         "divergence_falling_evidence",
+        "divergence_slow_z",
         "divergence_window_steps",
         "divergence_z",
         "grad_norm_rise_frac",
@@ -71,7 +72,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
         return result
-    scan = _scan(steps, loss, window_points, thresholds, facts)
+    scan = _scan(steps, loss, window_points, thresholds.divergence_z, thresholds, facts)
     if scan is None:
         bins = max(1, math.ceil(window_points / thresholds.trend_points))
         result.skipped.append(
@@ -118,7 +119,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     # four times... as long, up to half the log, and take the shortest that finds one
     longer = window_points * 2
     while not candidates.size and longer <= steps.size // 2:
-        wider = _scan(steps, loss, longer, thresholds, facts)
+        wider = _scan(steps, loss, longer, thresholds.divergence_slow_z, thresholds, facts)
         longer *= 2
         if wider is None:
             break
@@ -258,6 +259,7 @@ def _scan(
     steps: np.ndarray,
     loss: np.ndarray,
     window_points: int,
+    z_bar: float,
     thresholds: Thresholds,
     facts: Facts,
 ) -> _Scan | None:
@@ -270,7 +272,7 @@ def _scan(
     part = max(1, m // 4)
     first_mean, last_mean = window_means(binned.values, m, part)
     after_min = suffix_min_after(binned.values, m)
-    rising = (z >= thresholds.divergence_z) & (last_mean > first_mean)
+    rising = (z >= z_bar) & (last_mean > first_mean)
     # a window that holds a spike's onset is that spike's story (§2), not a trend; so is
     # one that ends on the few points of a level shift before the spike rule flagged it
     lead_steps = 2 * median_interval(steps)
