@@ -3,6 +3,8 @@ does not."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import stabilitycli
@@ -54,6 +56,29 @@ def test_rule_is_documented(rule) -> None:
     assert rule.summary and rule.section
     for heading in ("What it detects", "Why it matters"):
         assert heading in rule.doc, f"{rule.code}: no '{heading}'"
+
+
+@pytest.mark.parametrize("rule", list(load_rules().values()), ids=lambda r: r.code)
+def test_rule_summary_states_the_thresholds_in_force(rule) -> None:
+    """A summary is a template over `Thresholds`: any number it states is a threshold's."""
+    from dataclasses import asdict, fields
+
+    defaults = Thresholds()
+    assert "{" not in rule.summary_for(defaults)
+    # no number written in by hand (fp16 is a name, not a number)
+    assert not re.search(r"\b\d", re.sub(r"\{[^}]*\}", "", rule.summary)), rule.summary
+    changed = Thresholds(
+        **{
+            f.name: getattr(defaults, f.name) * 3
+            for f in fields(Thresholds)
+            if type(getattr(defaults, f.name)) in (int, float)
+        }
+    )
+    for name, value in asdict(defaults).items():
+        if f"{{{name}" in rule.summary:
+            shown = format(getattr(changed, name), "g")
+            assert shown in rule.summary_for(changed), (name, rule.summary_for(changed))
+            assert format(value, "g") not in rule.summary_for(changed).split(), rule.code
 
 
 @pytest.mark.parametrize("code", ALL_CODES)

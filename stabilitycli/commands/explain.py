@@ -52,7 +52,7 @@ def explain_text(code: str | None, thresholds: Thresholds | None = None) -> str:
         for rule in rules.values():
             emits = ", ".join(c for c in rule.emits if c != rule.code)
             lines.append(
-                f"  {rule.code:<20} §{rule.section}  {rule.summary}"
+                f"  {rule.code:<20} §{rule.section}  {rule.summary_for(in_force)}"
                 + (f"  [emits: {emits}]" if emits else "")
             )
         lines.append("\nVerdicts:")
@@ -73,7 +73,7 @@ def explain_text(code: str | None, thresholds: Thresholds | None = None) -> str:
         )
     for rule in rules.values():
         if code == rule.code or code in rule.emits:
-            header = f"{rule.code} (§{rule.section}): {rule.summary}"
+            header = f"{rule.code} (§{rule.section}): {rule.summary_for(in_force)}"
             if code != rule.code:
                 header = f"{code}: a finding of rule {header}"
             return f"{header}\n\n{rule.doc}"

@@ -15,7 +15,7 @@ from stabilitycli.model import Finding, Severity
 @rule(
     "duplicate-batch",
     "2",
-    "a batch id repeated within 100 steps (data-loader bug)",
+    "a batch id repeated within {duplicate_batch_window_steps} steps (data-loader bug)",
     emits=("duplicate-batch",),
     reads=("duplicate_batch_window_steps",),
 )

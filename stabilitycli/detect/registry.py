@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from stabilitycli.model import Finding, Skip
+
+if TYPE_CHECKING:
+    from stabilitycli.config import Thresholds
 
 
 @dataclass
@@ -32,6 +35,10 @@ class Rule:
     reads: tuple[str, ...] = ()  # `Thresholds` fields the rule's result depends on
     needs: tuple[str, ...] = ()  # `Facts` fields it reads (so it runs after their providers)
     provides: tuple[str, ...] = ()  # `Facts` fields it sets
+
+    def summary_for(self, thresholds: Thresholds) -> str:
+        """The summary with the thresholds in force (summaries are `str.format` templates)."""
+        return self.summary.format(**asdict(thresholds))
 
     @property
     def doc(self) -> str:

@@ -162,7 +162,8 @@ def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> flo
 @rule(
     "weight-norm-change",
     "4",
-    "a parameter norm changed more than 2x within 200 steps",
+    "a parameter norm changed more than {weight_norm_ratio:g}x within {divergence_window_steps} "
+    "steps",
     emits=("weight-norm-change",),
     reads=("divergence_window_steps", "weight_norm_ratio"),
 )

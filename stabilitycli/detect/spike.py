@@ -189,7 +189,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
 @rule(
     "spike",
     "2",
-    "loss spike above mu + 3 sigma of the trailing 100 steps",
+    "loss spike above mu + {spike_sigma:g} sigma of the trailing {spike_window_steps} steps",
     emits=("spike", "recurring-spikes", "blip", "loss-jump", "grad-norm-jump"),
     reads=(
         "cause_lead_steps",
