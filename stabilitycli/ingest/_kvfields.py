@@ -20,7 +20,10 @@ _NUM = (
     r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
     r"|\.\d+(?:[eE][-+]?\d+)?|nan|infinity|inf)"
 )
-_WORD = r"[A-Za-z_][\w./%-]*"
+# a word that stands for a missing value (`loss n/a lr 0.1`) is never part of a key: a key
+# of several words would otherwise swallow it and the key before it ("loss n/a lr" = 0.1)
+_NO_VALUE = r"(?!(?:n/a|na|none|null|nil|nan)(?![\w./%-]))"
+_WORD = rf"{_NO_VALUE}[A-Za-z_][\w./%-]*"
 FIELD = re.compile(
     rf"(?<![\w.%/-])(?P<key>{_WORD}(?: (?:{_WORD}|\([\w%/. ]+\))){{0,5}}?)"
     rf"\s*(?:[:=]\s*|\s+)(?P<val>{_NUM})(?:/(?P<total>\d+))?"

@@ -7,6 +7,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from stabilitycli import read
+from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import _kvfields as kf
 from stabilitycli.ingest import _kvscan as ks
 from stabilitycli.ingest import _textline as tx
@@ -127,3 +128,15 @@ def test_dict_lines_read_by_shape_equal_one_by_one(name: str, monkeypatch) -> No
     assert_frame_equal(fast.frame, slow.frame)
     assert fast.source.rejections == slow.source.rejections
     assert fast.source.lines_skipped == slow.source.lines_skipped
+
+
+@pytest.mark.parametrize("missing", ["n/a", "N/A", "None", "null"])
+def test_a_missing_value_is_not_swallowed_into_the_next_key(missing: str, tmp_path) -> None:
+    """`loss n/a lr 0.1` has no loss: it must not read as a key "loss n/a lr" = 0.1, which
+    the metric names would then take for the loss (the LR analysed as the loss)."""
+    found = kf.fields(f"step 1 loss {missing} lr 0.1")
+    assert found.metrics == {"lr": 0.1}
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step {i} loss {missing} lr 0.1\n" for i in range(1, 40)))
+    with pytest.raises(StabInputError, match="no loss series found"):
+        read(log).require_loss()
