@@ -115,24 +115,18 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
             )
         )
     candidates = np.flatnonzero(rising & never_back)
-    # a slow ramp (+10% over 20,000 steps) moves no 200-step window: test windows twice,
-    # four times... as long, up to half the log, and take the shortest that finds one
-    longer = window_points * 2
-    while not candidates.size and longer <= steps.size // 2:
-        wider = _scan(steps, loss, longer, thresholds.divergence_slow_z, thresholds, facts)
-        longer *= 2
-        if wider is None:
-            break
-        candidates = np.flatnonzero(wider.rising & wider.never_back)
-        if candidates.size:
-            scan = wider
-            binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
-            first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
-            description = (
-                f"{description}; a slow rise, found over {scan.window_points}-point windows"
-            )
     if not candidates.size:
-        return result
+        slow = _slow_rise(steps, loss, window_points, thresholds, facts)
+        if slow is None:
+            return result
+        scan, candidates = slow
+        binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
+        first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
+        span_steps = round(scan.window_points * median_interval(steps))
+        description = (
+            f"{description}; a slow rise, found over windows of {scan.window_points} points "
+            f"({span_steps:,} steps)"
+        )
     j = int(candidates[0])
     # the fit never looks back across a spike: a rise after it is measured from it
     before = [e.onset_step for e in facts.spikes if e.onset_step <= binned.steps[j]]
@@ -253,6 +247,27 @@ class _Scan:
     after_min: np.ndarray
     rising: np.ndarray
     never_back: np.ndarray
+
+
+def _slow_rise(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    window_points: int,
+    thresholds: Thresholds,
+    facts: Facts,
+) -> tuple[_Scan, np.ndarray] | None:
+    """A slow ramp (+10% over 20,000 steps) moves no trend window: test windows twice, four
+    times... as long, up to half the log, and return the shortest that finds a rise."""
+    longer = window_points * 2
+    while longer <= steps.size // 2:
+        wider = _scan(steps, loss, longer, thresholds.divergence_slow_z, thresholds, facts)
+        if wider is None:
+            return None
+        candidates = np.flatnonzero(wider.rising & wider.never_back)
+        if candidates.size:
+            return wider, candidates
+        longer *= 2
+    return None
 
 
 def _scan(
