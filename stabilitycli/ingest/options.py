@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stabilitycli.ingest._dtype import dtype_option
+from stabilitycli.ingest.limits import InputLimits
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class ReadOptions:
     dtype: str | None = None
     # `--pattern REGEX`: named groups are the fields of a text-log record (`step` the step)
     pattern: str | None = None
+    # bounds on bytes, nesting, walks and server time (ingest/limits.py; STAB_LIMIT_* env)
+    limits: InputLimits = field(default_factory=InputLimits.from_env)
 
     def __post_init__(self) -> None:
         # refused here, where every command and the library build their options, so that a
