@@ -1,7 +1,9 @@
 """MLflow sqlite backend (`mlflow.db`, the default store since MLflow 3.7), read with plain SQL.
 
-The database is opened read-only (`mode=ro`), so a training job that is still
-logging is never blocked and nothing is ever written. The tables used are
+The database is opened read-only, so a training job that is still logging is
+never blocked and nothing is ever written, not even beside the file: SQLite's
+own `mode=ro` still creates `-wal` and `-shm` for a WAL-mode database, so how
+it is opened depends on what lies beside it (see `_opened`). The tables used are
 `experiments`, `runs`, `metrics`, `params` and `tags`; mlflow is not imported
 (its client pages through the ORM: about a minute for 1M points).
 
@@ -16,8 +18,12 @@ Two quirks of how MLflow stores floats in SQL:
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sqlite3
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.request import pathname2url
 
@@ -50,15 +56,10 @@ def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir() or not head.startswith(SQLITE_MAGIC):
         return False
     try:
-        conn = _connect(path)
-    except sqlite3.Error:
+        with _opened(path, sniffing=True) as conn:
+            return _has_mlflow_tables(conn)
+    except (sqlite3.Error, OSError):
         return False
-    try:
-        return _has_mlflow_tables(conn)
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
 
 
 def db_path(target: str | Path) -> Path:
@@ -69,12 +70,76 @@ def db_path(target: str | Path) -> Path:
     return Path(text)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    # mode=ro: never create, never write, never take a write lock
-    uri = "file:" + pathname2url(str(path.resolve())) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
-    conn.execute("PRAGMA query_only = 1")
-    return conn
+# How long a read waits for a writer's lock before saying the database is locked.
+# MLflow's own writes hold it for milliseconds; a longer lock is a job mid-transaction.
+BUSY_TIMEOUT_S = 5.0
+
+
+def _uri(path: Path, *flags: str) -> str:
+    return "file:" + pathname2url(str(path.resolve())) + "?" + "&".join(("mode=ro", *flags))
+
+
+def _is_wal(path: Path) -> bool:
+    # header bytes 18-19 are the read/write format versions: 2 means WAL
+    with open(path, "rb") as handle:
+        return handle.read(20)[18:20] == b"\x02\x02"
+
+
+@contextlib.contextmanager
+def _opened(path: Path, *, sniffing: bool = False) -> Iterator[sqlite3.Connection]:
+    """A read-only connection that creates and modifies nothing beside the file.
+
+    * rollback journal: `mode=ro` takes a shared lock and writes nothing, so a job
+      that is still logging is read consistently;
+    * WAL with no `-wal` beside it: no connection has it open, nothing is being
+      written, so `immutable=1` reads the file alone (plain `mode=ro` would create
+      `-wal` and `-shm`);
+    * WAL with `-wal` and `-shm`: a live writer (or one that died); `readonly_shm`
+      reads its wal-index without creating anything;
+    * WAL with a `-wal` but no `-shm` (a copy of a live database): the points not
+      yet checkpointed live only in the `-wal`, so both files are read from a
+      private copy; sniffing looks at the main file alone.
+    """
+    wal = path.with_name(path.name + "-wal")
+    shm = path.with_name(path.name + "-shm")
+    timeout = 0.0 if sniffing else BUSY_TIMEOUT_S
+    if not _is_wal(path) or not wal.exists():
+        flags = ("immutable=1",) if _is_wal(path) else ()
+        conn = sqlite3.connect(_uri(path, *flags), uri=True, timeout=timeout)
+        if sniffing and not flags:
+            try:
+                _has_mlflow_tables(conn)
+            except sqlite3.OperationalError:
+                # locked by a writer: the tables can still be named from the file alone
+                conn.close()
+                conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True, timeout=0.0)
+        yield from _closing(conn)
+        return
+    if sniffing:
+        yield from _closing(sqlite3.connect(_uri(path, "immutable=1"), uri=True, timeout=0.0))
+        return
+    if shm.exists():
+        conn = sqlite3.connect(_uri(path, "readonly_shm=1"), uri=True, timeout=timeout)
+        try:
+            _has_mlflow_tables(conn)
+        except sqlite3.Error:
+            conn.close()  # a -shm left by a writer that died: read a private copy
+        else:
+            yield from _closing(conn)
+            return
+    with tempfile.TemporaryDirectory(prefix="stab-sqlite-") as private:
+        copy = Path(private) / "mlflow.db"
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+        yield from _closing(sqlite3.connect(_uri(copy), uri=True, timeout=timeout))
+
+
+def _closing(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    try:
+        conn.execute("PRAGMA query_only = 1")
+        yield conn
+    finally:
+        conn.close()
 
 
 def _has_mlflow_tables(conn: sqlite3.Connection) -> bool:
@@ -84,7 +149,7 @@ def _has_mlflow_tables(conn: sqlite3.Connection) -> bool:
 
 def list_runs(conn: sqlite3.Connection, options: ReadOptions, where: str) -> list[MlflowRun]:
     experiments = {
-        str(eid): (name, stage)
+        _text(eid): (_text(name), _text(stage))
         for eid, name, stage in conn.execute(
             "SELECT experiment_id, name, lifecycle_stage FROM experiments"
         )
@@ -96,29 +161,63 @@ def list_runs(conn: sqlite3.Connection, options: ReadOptions, where: str) -> lis
         "ORDER BY start_time, run_uuid"
     )
     for run_id, name, eid, stage in rows:
-        eid = str(eid)
+        eid = _text(eid)
         if eid not in keep:
             continue
         exp_name, exp_stage = experiments.get(eid, ("", "active"))
         runs.append(
             MlflowRun(
-                run_id=run_id,
-                name=name or "",
+                run_id=_text(run_id),
+                name=_text(name),
                 experiment_id=eid,
                 experiment_name=exp_name,
-                deleted="deleted" in (stage, exp_stage),
+                deleted="deleted" in (_text(stage), exp_stage),
             )
         )
     return runs
 
 
 def _load_params_tags(conn: sqlite3.Connection, run: MlflowRun) -> None:
-    run.params = dict(
-        conn.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run.run_id,))
-    )
-    run.tags = dict(conn.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run.run_id,)))
+    run.params = _text_pairs(conn, "params", run.run_id)
+    run.tags = _text_pairs(conn, "tags", run.run_id)
     if not run.name:
         run.name = run.tags.get("mlflow.runName", "")
+
+
+def _text_pairs(conn: sqlite3.Connection, table: str, run_id: str) -> dict[str, str]:
+    # a hand-edited store may hold a number, a blob or NULL where MLflow writes text
+    rows = conn.execute(f"SELECT key, value FROM {table} WHERE run_uuid = ?", (run_id,))
+    return {_text(key): _text(value) for key, value in rows}
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+# SQLite keeps whatever a column is given, whatever MLflow's schema says: a row is used
+# only when its value is a number, its step and timestamp are 64-bit integers (an
+# integral REAL such as 60.0 included) and is_nan is 0 or 1. Anything else is the
+# reason the row is rejected: a step of 60.5 taken as 0 would invent a restart.
+_INTEGRAL = (
+    "(typeof({c}) = 'integer' OR (typeof({c}) = 'real' AND {c} = CAST({c} AS INTEGER) "
+    "AND abs({c}) < 9.2e18))"
+)
+_PROBLEM = (
+    "CASE"
+    " WHEN typeof(value) NOT IN ('integer', 'real')"
+    " THEN 'a value that is not a number (' || typeof(value) || ')'"
+    " WHEN NOT " + _INTEGRAL.format(c="step") + " THEN 'a step that is not a 64-bit integer"
+    " (' || typeof(step) || ' ' || substr(quote(step), 1, 40) || ')'"
+    " WHEN NOT " + _INTEGRAL.format(c="timestamp") + " THEN 'a timestamp that is not a 64-bit"
+    " integer (' || typeof(timestamp) || ' ' || substr(quote(timestamp), 1, 40) || ')'"
+    " WHEN NOT (typeof(is_nan) = 'integer' AND is_nan IN (0, 1))"
+    " THEN 'an is_nan flag that is not 0 or 1 (' || substr(quote(is_nan), 1, 40) || ')'"
+    " END"
+)
 
 
 def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
@@ -126,18 +225,15 @@ def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
     import polars as pl
 
     keys = [
-        k
+        _text(k)
         for (k,) in conn.execute(
             "SELECT DISTINCT key FROM metrics WHERE run_uuid = ? ORDER BY key", (run.run_id,)
         )
     ]
     if not keys:
         return None
-    parts = [_key_points(conn, run.run_id, key, index) for index, key in enumerate(keys)]
+    parts = [_key_points(conn, run.run_id, key, index, source) for index, key in enumerate(keys)]
     points = pl.concat(parts, how="vertical")
-    missing = points.filter(pl.col("value").is_null())
-    reject_many(source, missing["_line"].to_list(), "metrics row with a NULL value (sqlite rowid)")
-    points = points.filter(pl.col("value").is_not_null())
     bound = sys.float_info.max
     clamped = points.filter(pl.col("value").abs() == bound).height
     if clamped:
@@ -151,30 +247,32 @@ def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
         .then(float("-inf"))
         .otherwise(pl.col("value"))
     )
-    points = points.with_columns(value.alias("value"), pl.col("step").fill_null(0))
-    return order_points(points)
+    return order_points(points.with_columns(value.alias("value")))
 
 
 _COLUMNS = (("value", "f8"), ("timestamp", "i8"), ("step", "i8"), ("is_nan", "i8"), ("_line", "i8"))
 
 
-def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int):
-    """One metric's rows, streamed into numpy rather than a list of Python tuples."""
+def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int, source):
+    """One metric's usable rows, streamed into numpy; the others rejected by rowid."""
     import numpy as np
     import polars as pl
 
+    where = "FROM metrics WHERE run_uuid = ? AND key = ?"
+    bad: dict[str, list[int]] = {}
+    for rowid, problem in conn.execute(
+        f"SELECT rowid, {_PROBLEM} AS problem {where} AND problem IS NOT NULL", (run_id, key)
+    ):
+        bad.setdefault(problem, []).append(rowid)
+    for problem, rowids in bad.items():
+        reject_many(source, rowids, f"metric {key!r}: {problem} (line = sqlite rowid)")
     query = (
-        "SELECT value, timestamp, step, is_nan, rowid FROM metrics WHERE run_uuid = ? AND key = ?"
+        "SELECT CAST(value AS REAL), CAST(timestamp AS INTEGER), CAST(step AS INTEGER), "
+        f"is_nan, rowid {where} AND ({_PROBLEM}) IS NULL"
     )
-    columns: dict[str, np.ndarray | list]
-    try:
-        array = np.fromiter(conn.execute(query, (run_id, key)), dtype=np.dtype(list(_COLUMNS)))
-        columns = {name: array[name] for name, _ in _COLUMNS}
-    except TypeError:  # a NULL where MLflow's schema says NOT NULL: take the slow, tolerant path
-        rows = conn.execute(query, (run_id, key)).fetchall()
-        columns = {name: [row[i] for row in rows] for i, (name, _) in enumerate(_COLUMNS)}
+    array = np.fromiter(conn.execute(query, (run_id, key)), dtype=np.dtype(list(_COLUMNS)))
     schema = {name: pl.Float64 if kind == "f8" else pl.Int64 for name, kind in _COLUMNS}
-    frame = pl.DataFrame(columns, schema=schema)
+    frame = pl.DataFrame({name: array[name] for name, _ in _COLUMNS}, schema=schema)
     return frame.with_columns(
         pl.lit(key).alias("key"), pl.lit(index, dtype=pl.Int64).alias("_key_index")
     )
@@ -187,26 +285,35 @@ def read(target, options: ReadOptions) -> RunData:
     if not path.is_file():
         raise StabInputError(where, "no such sqlite file")
     try:
-        conn = _connect(path)
+        with _opened(path) as conn:
+            if not _has_mlflow_tables(conn):
+                raise StabInputError(
+                    where, "not an MLflow database (no 'metrics' and 'runs' tables)"
+                )
+            runs = list_runs(conn, options, where)
+            chosen, ranks = select_runs(
+                runs, options, where, fetch_rank_info=lambda run: _load_params_tags(conn, run)
+            )
+            return build_run(
+                where,
+                NAME,
+                chosen,
+                ranks,
+                options,
+                load_meta=lambda run: _load_params_tags(conn, run),
+                load_points=lambda run, source: run_points(conn, run, source),
+            )
     except sqlite3.Error as err:
-        raise StabInputError(where, f"cannot open sqlite database read-only: {err}") from None
-    try:
-        if not _has_mlflow_tables(conn):
-            raise StabInputError(where, "not an MLflow database (no 'metrics' and 'runs' tables)")
-        runs = list_runs(conn, options, where)
-        chosen, ranks = select_runs(
-            runs, options, where, fetch_rank_info=lambda run: _load_params_tags(conn, run)
+        raise StabInputError(where, _sqlite_reason(err)) from None
+    except OSError as err:
+        raise StabInputError(where, f"cannot read the sqlite file: {err.strerror or err}") from None
+
+
+def _sqlite_reason(err: sqlite3.Error) -> str:
+    text = str(err)
+    if "locked" in text or "busy" in text:
+        return (
+            f"the database is locked by another process (waited {BUSY_TIMEOUT_S:g} s): "
+            "a job is writing it; read it again when the write is done"
         )
-        return build_run(
-            where,
-            NAME,
-            chosen,
-            ranks,
-            options,
-            load_meta=lambda run: _load_params_tags(conn, run),
-            load_points=lambda run, source: run_points(conn, run, source),
-        )
-    except sqlite3.Error as err:
-        raise StabInputError(where, f"cannot read the MLflow tables: {err}") from None
-    finally:
-        conn.close()
+    return f"cannot read the MLflow tables read-only: {text}"

@@ -34,6 +34,7 @@ from stabilitycli.ingest._mlflow_common import (
     select_runs,
 )
 from stabilitycli.ingest._points import reject_many
+from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -225,16 +226,28 @@ def list_runs(path: Path, options: ReadOptions) -> list[MlflowRun]:
 # --- reading metrics -------------------------------------------------------------
 
 
-def read_metric_file(path: Path, key: str, source: SourceInfo):
+def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimits | None = None):
     """One metric file as a polars frame (timestamp, value, step, _line).
 
     Accepts the 2-field (very old MLflow: step 0), 3-field and 5-field
     (logged with a dataset) line shapes. A last line without its newline was
     cut off mid-write: it is dropped with a warning, everything before it kept.
+    A line whose fields are not what MLflow writes (a step of 60.5, a value
+    past the float range, a stray byte) is rejected with its reason rather than
+    read as some other number: a step of 60.5 taken as 0 would invent a restart.
     """
     import polars as pl
 
-    data = path.read_bytes()
+    limits = limits or limits_in_force()
+    try:
+        size = path.stat().st_size
+        if size > limits.max_input_bytes:
+            raise limit_hit(str(path), "metric file too large", "max_input_bytes", size)
+        data = path.read_bytes()
+    except OSError as err:
+        raise StabInputError(
+            str(path), f"cannot read metric {key!r}: {err.strerror or err}"
+        ) from None
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n") + 1
         line_no = data.count(b"\n", 0, cut) + 1
@@ -244,36 +257,63 @@ def read_metric_file(path: Path, key: str, source: SourceInfo):
     schema = {"timestamp": pl.Int64, "value": pl.Float64, "step": pl.Int64}
     if not data.strip():
         return pl.DataFrame(schema={**schema, "_line": pl.Int64})
-    frame = pl.read_csv(
+    text = pl.read_csv(
         io.BytesIO(data),
         separator=" ",
         has_header=False,
-        schema=schema,
+        new_columns=list(schema),
+        schema=dict.fromkeys(schema, pl.String),
+        encoding="utf8-lossy",
+        quote_char=None,
         truncate_ragged_lines=True,
-        ignore_errors=True,
         missing_columns="insert",
         extra_columns="ignore",
     ).with_row_index("_line", offset=1)
-    frame = frame.with_columns(pl.col("_line").cast(pl.Int64))
-    blank = pl.all_horizontal(pl.col(c).is_null() for c in schema)
-    bad = frame.filter(pl.col("value").is_null() & ~blank)
+    text = text.with_columns(pl.col(c).str.strip_chars() for c in schema)
+    parsed = text.select(
+        pl.col("_line").cast(pl.Int64),
+        *(pl.col(c).cast(kind, strict=False).alias(c) for c, kind in schema.items()),
+        pl.col("step").is_null().alias("_no_step"),
+        pl.col("value").str.to_lowercase().str.strip_chars_start("+-").alias("_value_text"),
+        pl.all_horizontal(pl.col(c).is_null() for c in schema).alias("_blank"),
+    )
+    problem = (
+        pl.when(pl.col("value").is_null() & pl.col("timestamp").is_null())
+        .then(pl.lit(MALFORMED_REASON))
+        .when(pl.col("value").is_null())
+        .then(pl.lit("the value is not a number"))
+        .when(pl.col("value").is_infinite() & ~pl.col("_value_text").is_in(["inf", "infinity"]))
+        .then(pl.lit("the value is past the float64 range (the log did not write inf)"))
+        .when(pl.col("timestamp").is_null())
+        .then(pl.lit("the timestamp is not an integer"))
+        .when(pl.col("step").is_null() & ~pl.col("_no_step"))
+        .then(pl.lit("the step is not a 64-bit integer"))
+    )
+    parsed = parsed.with_columns(
+        pl.when(pl.col("_blank")).then(pl.lit("")).otherwise(problem).alias("_problem")
+    )
+    bad = parsed.filter(pl.col("_problem").is_not_null() & (pl.col("_problem") != ""))
+    for reason, lines in bad.group_by("_problem", maintain_order=True).agg(pl.col("_line")).rows():
+        reject_many(source, lines, f"metric {key!r}: {reason}")
     if bad.height:
-        reject_many(source, bad["_line"].to_list(), f"metric {key!r}: {MALFORMED_REASON}")
         source.warnings.append(
-            f"{path}: {bad.height} line(s) are not 'timestamp value step'; "
-            f"first at line {bad['_line'][0]}"
+            f"{path}: {bad.height} line(s) are not 'timestamp value step' as MLflow writes it; "
+            f"first at line {bad['_line'][0]} ({bad['_problem'][0]})"
         )
-    return frame.filter(pl.col("value").is_not_null()).with_columns(pl.col("step").fill_null(0))
+    good = parsed.filter(pl.col("_problem").is_null())
+    return good.select(
+        "timestamp", "value", pl.col("step").fill_null(0), "_line"
+    )  # a line of two fields is MLflow < 1.0, which had no step: step 0
 
 
-def run_points(run: MlflowRun, source: SourceInfo):
+def run_points(run: MlflowRun, source: SourceInfo, limits: InputLimits | None = None):
     """All metric points of a file-store run: key, step, value, timestamp, per-key order."""
     import polars as pl
 
     folder: Path = run.location  # type: ignore[assignment]
     parts = []
     for index, (key, file) in enumerate(sorted(_key_files(folder / "metrics").items())):
-        frame = read_metric_file(file, key, source)
+        frame = read_metric_file(file, key, source, limits)
         if frame.height:
             parts.append(
                 frame.with_columns(pl.lit(key).alias("key"), pl.lit(index).alias("_key_index"))
@@ -289,5 +329,11 @@ def read(path: Path, options: ReadOptions) -> RunData:
     runs = list_runs(path, options)
     chosen, ranks = select_runs(runs, options, str(path), fetch_rank_info=_load_params_tags)
     return build_run(
-        path, NAME, chosen, ranks, options, load_meta=_load_params_tags, load_points=run_points
+        path,
+        NAME,
+        chosen,
+        ranks,
+        options,
+        load_meta=_load_params_tags,
+        load_points=lambda run, source: run_points(run, source, options.limits),
     )
