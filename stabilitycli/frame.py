@@ -82,6 +82,60 @@ def _to_float(name: str, dtype: pl.DataType) -> pl.Expr | None:
     return None  # lists, structs (a config dump), nulls
 
 
+_STEP_FAULTS = {
+    "fraction": "metric record whose step is not a whole number",
+    "negative": "metric record with a negative step",
+}
+
+
+def _require_scalar(column: pl.Series, role: str, path: str) -> None:
+    """A step or rank column of lists, structs or bytes is no axis: one clear error naming it."""
+    dtype = column.dtype
+    if dtype.is_numeric() or dtype in (pl.String, pl.Utf8, pl.Null, pl.Boolean):
+        return
+    hint = " (name another one with --step-key)" if role == "step" else ""
+    raise StabInputError(
+        path, f"the {role} column {column.name!r} holds {dtype} values, not numbers{hint}"
+    )
+
+
+def _step_column(raw: pl.DataFrame, step_key: str, path: str) -> tuple[pl.Series, pl.Series]:
+    """The step as Int64, and per row why a value that is there cannot be a step (or null).
+
+    An integer column is cast directly: a trip through Float64 would round every
+    step above 2**53 and lose the ones near 2**63. A float or text step is taken
+    only when it is whole: `60.5` is no optimizer step, and truncating it would
+    make a step out of nothing (and a restart of the next row).
+    """
+    column = raw[step_key]
+    _require_scalar(column, "step", path)
+    if column.dtype == pl.Boolean:
+        column = column.cast(pl.Int64)
+    if column.dtype.is_integer():
+        exact = column.cast(pl.Int64, strict=False)
+    elif column.dtype in (pl.String, pl.Utf8):
+        column = column.str.strip_chars()
+        exact = column.cast(pl.Int64, strict=False)
+    else:
+        exact = pl.Series([None] * len(column), dtype=pl.Int64)
+    parts = pl.DataFrame({"exact": exact, "number": column.cast(pl.Float64, strict=False)})
+    number = pl.col("number")
+    fraction = number.is_finite() & (number != number.floor())
+    step = pl.col("exact").fill_null(
+        pl.when(fraction).then(None).otherwise(number.cast(pl.Int64, strict=False))
+    )
+    out = parts.select(
+        step.alias("step"),
+        pl.when(fraction)
+        .then(pl.lit("fraction"))
+        .when(step < 0)
+        .then(pl.lit("negative"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+        .alias("_step_fault"),
+    )
+    return out["step"], out["_step_fault"]
+
+
 def finalize(
     raw: pl.DataFrame,
     source: SourceInfo,
@@ -145,13 +199,9 @@ def finalize(
     source.metrics = {c: r for c, r in sorted(mapping.items())}
 
     # 3. Step and rank.
-    if step_key is not None:
-        step_expr = raw[step_key]
-        if step_expr.dtype in (pl.String, pl.Utf8):
-            step_expr = step_expr.str.strip_chars().cast(pl.Float64, strict=False)
-        step_series = step_expr.cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
-    else:
-        step_series = None
+    step_series, step_fault = (
+        _step_column(raw, step_key, source.path) if step_key is not None else (None, None)
+    )
     table = numeric.select([pl.col(ROW), *out_cols])
     metric_names = [c for c in table.columns if c != ROW]
     has_metric = (
@@ -160,8 +210,8 @@ def finalize(
         else pl.lit(False)
     )
     table = table.with_columns(has_metric.alias("_has_metric"))
-    if step_series is not None:
-        table = table.with_columns(step_series.alias("step"))
+    if step_series is not None and step_fault is not None:
+        table = table.with_columns(step_series.alias("step"), step_fault.alias("_step_fault"))
     else:
         # no step key at all: the metric records are numbered in file order
         source.warnings.append(
@@ -172,6 +222,7 @@ def finalize(
         )
     if rank_key is not None:
         rank_raw = raw[rank_key]
+        _require_scalar(rank_raw, "rank", source.path)
         if rank_raw.dtype in (pl.String, pl.Utf8):
             rank_raw = rank_raw.str.extract(r"(\d+)", 1)
         table = table.with_columns(rank_raw.cast(pl.Int64, strict=False).alias("rank"))
@@ -180,6 +231,10 @@ def finalize(
     no_metric = table.filter(~pl.col("_has_metric"))
     _reject_rows(source, no_metric, "not a metric record (no numeric metric value)")
     table = table.filter(pl.col("_has_metric"))
+    if "_step_fault" in table.columns:
+        for fault, reason in _STEP_FAULTS.items():
+            _reject_rows(source, table.filter(pl.col("_step_fault") == fault), reason)
+        table = table.filter(pl.col("_step_fault").is_null()).drop("_step_fault")
     no_step = table.filter(pl.col("step").is_null())
     _reject_rows(source, no_step, "metric record without a usable step")
     table = table.filter(pl.col("step").is_not_null()).drop("_has_metric")

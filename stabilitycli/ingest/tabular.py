@@ -8,10 +8,18 @@ column likewise (`rank`, `global_rank`...).
 
 CSV is text written row by row, so it gets the text-log treatment: a last
 line without a newline was cut off mid-write and is dropped with a warning,
-a line with the wrong number of fields or a cell that is not a number is
-rejected with its line number (line 1 is the header). Parquet and Arrow
-files carry their own footer: a truncated one cannot be read at all and says
-so.
+a line with the wrong number of fields, a cell that is not a number, a row
+over `max_line_bytes` or one the CSV parser cannot split is rejected with its
+line number (line 1 is the header), and reading goes on. A header naming a
+column twice is an error: which of the two is meant cannot be told.
+
+Parquet and Arrow files carry their own footer: a truncated one cannot be
+read at all and says so. They are read and fully validated by pyarrow before
+polars sees them, since polars' own readers can panic on damaged bytes (a
+Rust panic, which no `except Exception` catches). Damaged data that still
+validates is caught by its steps: negative or fractional steps are rejected
+by `finalize`, and a step column that jumps back and forth or holds steps far
+beyond the rest is warned about.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from pathlib import Path
 
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -46,58 +55,113 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def read(path: Path, options: ReadOptions):
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
-    raw = load_table(path, source)
+    raw = load_table(path, source, options.limits)
     return finish(raw, source, options)
 
 
-def load_table(path: Path, source: SourceInfo):
+def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None):
     """A raw polars frame with a `_row` column, from any of the table formats."""
     import polars as pl
 
     from stabilitycli.frame import ROW
 
+    limits = limits or limits_in_force()
+    _check_size(path, limits)
     name = path.name.lower()
     with open(path, "rb") as handle:
         head = handle.read(8)
     if name.endswith(PARQUET_SUFFIXES) or head.startswith(PARQUET_MAGIC):
-        frame = _binary(path, source, "parquet", pl.read_parquet)
+        frame = _binary(path, "parquet", _read_parquet, limits)
     elif name.endswith(ARROW_SUFFIXES) or head.startswith(ARROW_MAGIC):
-        frame = _binary(path, source, "Arrow IPC", _read_ipc)
+        frame = _binary(path, "Arrow IPC", _read_ipc, limits)
     else:
-        return read_csv(path, source, separator="\t" if name.endswith(".tsv") else ",")
+        separator = "\t" if name.endswith(".tsv") else ","
+        return read_csv(path, source, separator=separator, limits=limits)
     if frame.height == 0:
         raise StabInputError(str(path), "the table has no rows")
     return frame.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
 
 
+def _check_size(path: Path, limits: InputLimits) -> None:
+    size = path.stat().st_size
+    if size > limits.max_input_bytes:
+        raise limit_hit(
+            str(path), f"the table is {size} bytes", "max_input_bytes", limits.max_input_bytes
+        )
+
+
+def _native_errors() -> tuple[type[BaseException], ...]:
+    """What a native reader raises on damaged bytes: exceptions, and Rust panics, which
+    pyo3 derives from BaseException so that `except Exception` lets them through."""
+    from polars.exceptions import PanicException
+
+    return (Exception, PanicException)
+
+
 def _read_ipc(path: Path):
-    import polars as pl
+    import pyarrow.ipc as ipc
 
     with open(path, "rb") as handle:
         is_file_format = handle.read(6) == ARROW_MAGIC
     # the IPC *file* format opens with ARROW1 and has a footer; a *stream* has neither
-    return pl.read_ipc(path) if is_file_format else pl.read_ipc_stream(path)
+    if is_file_format:
+        return ipc.open_file(str(path)).read_all()
+    return ipc.open_stream(str(path)).read_all()
 
 
-def _binary(path: Path, source: SourceInfo, kind: str, reader):
+def _read_parquet(path: Path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(str(path))
+
+
+def _binary(path: Path, kind: str, reader, limits: InputLimits):
+    """A Parquet or Arrow file through pyarrow, validated, then as a polars frame."""
+    import polars as pl
+
     if path.stat().st_size == 0:
         raise StabInputError(str(path), "the file is empty")
     try:
-        return reader(path)
-    except Exception as err:
+        table = reader(path)
+        # full validation looks at every offset and buffer, so damaged bytes that still
+        # parse as a footer are refused here and never reach polars' readers
+        table.validate(full=True)
+    except _native_errors() as err:
         raise StabInputError(
-            str(path),
-            f"cannot read as {kind} (truncated or corrupt: its footer is missing?): "
-            f"{str(err).splitlines()[0][:200]}",
+            str(path), f"cannot read as {kind} (truncated or corrupt): {_first_line(err)}"
         ) from None
+    if table.nbytes > limits.max_input_bytes:
+        raise limit_hit(
+            str(path),
+            f"the table holds {table.nbytes} bytes once read",
+            "max_input_bytes",
+            limits.max_input_bytes,
+        )
+    try:
+        frame = pl.from_arrow(table)
+    except _native_errors() as err:
+        raise StabInputError(
+            str(path), f"cannot read as {kind}: a column polars cannot hold ({_first_line(err)})"
+        ) from None
+    assert isinstance(frame, pl.DataFrame)  # a Table comes back as a frame
+    return frame
 
 
-def read_csv(path: Path, source: SourceInfo, separator: str = ","):
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
+
+def read_csv(
+    path: Path, source: SourceInfo, separator: str = ",", limits: InputLimits | None = None
+):
     """CSV into a raw frame: cut-off last line dropped, bad lines and cells rejected by line."""
     import polars as pl
 
     from stabilitycli.frame import ROW
 
+    limits = limits or limits_in_force()
+    _check_size(path, limits)
     data = path.read_bytes()
     if not data.strip():
         raise StabInputError(str(path), "the file is empty")
@@ -112,25 +176,66 @@ def read_csv(path: Path, source: SourceInfo, separator: str = ","):
         )
         source.reject(line, "last line cut off mid-write")
         data = data[: cut + 1]
-    try:
-        frame = pl.read_csv(io.BytesIO(data), separator=separator, infer_schema_length=None)
-        lines = None
-    except Exception:
-        frame, lines = _slow_csv(data, separator, source)
+    header = _header(data, separator, source.path, limits)
+    frame = None
+    if _plain(data, separator, len(header), limits.max_line_bytes):
+        try:
+            frame = pl.read_csv(io.BytesIO(data), separator=separator, infer_schema_length=None)
+        except _native_errors():
+            frame = None
+    if frame is not None and frame.columns == header:
+        lines = list(range(2, frame.height + 2))
+    else:
+        frame, lines = _slow_csv(data, separator, source, limits)
     if frame.height == 0:
         raise StabInputError(str(path), "the table has a header but no rows")
-    if lines is None:
-        if b"\n\n" in data or b'"' in data:
-            frame, lines = _slow_csv(
-                data, separator, source
-            )  # blank lines / quoted newlines shift numbers
-        else:
-            lines = list(range(2, frame.height + 2))
     frame = frame.with_columns(pl.Series(ROW, lines, dtype=pl.Int64))
     return reject_bad_cells(frame, source)
 
 
-def _slow_csv(data: bytes, separator: str, source: SourceInfo):
+def _header(data: bytes, separator: str, path: str, limits: InputLimits) -> list[str]:
+    """The column names; a name given twice is an error (which column is the loss?)."""
+    first = data[: min(len(data), limits.max_line_bytes + 1)].split(b"\n", 1)[0]
+    if len(first) > limits.max_line_bytes:
+        raise limit_hit(
+            path, "the header line is longer", "max_line_bytes", limits.max_line_bytes, line=1
+        )
+    text = first.decode("utf-8", "replace").rstrip("\r")
+    names = next(csv.reader([text], delimiter=separator), [])
+    seen: dict[str, int] = {}
+    for field_no, name in enumerate(names, start=1):
+        if name in seen:
+            raise StabInputError(
+                path,
+                f"the header names column {name[:40]!r} twice (fields {seen[name]} and "
+                f"{field_no}): which one holds the values cannot be told",
+                line=1,
+            )
+        seen[name] = field_no
+    return names
+
+
+def _plain(data: bytes, separator: str, fields: int, max_line: int) -> bool:
+    """Whether polars' fast reader gives the same rows as the line-by-line one would.
+
+    It does for a file without quotes or blank lines (those shift line numbers)
+    whose every line holds the header's number of fields and fits in
+    `max_line_bytes`; polars fills a short row with nulls instead of refusing it.
+    """
+    import numpy as np
+
+    if b'"' in data or b"\n\n" in data or b"\n\r\n" in data:
+        return False
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buffer == 10)
+    if ends.size and int(np.diff(ends, prepend=-1).max()) > max_line:
+        return False
+    cuts = np.flatnonzero(buffer == ord(separator))
+    per_line = np.diff(np.searchsorted(cuts, ends), prepend=0)
+    return bool((per_line == fields - 1).all())
+
+
+def _slow_csv(data: bytes, separator: str, source: SourceInfo, limits: InputLimits):
     import polars as pl
 
     reader = csv.reader(
@@ -139,18 +244,39 @@ def _slow_csv(data: bytes, separator: str, source: SourceInfo):
     rows: list[list[str]] = []
     lines: list[int] = []
     header: list[str] | None = None
-    for record in reader:
-        line = reader.line_num
-        if header is None:
-            header = record
-            continue
-        if not record or all(not c.strip() for c in record):
-            continue
-        if len(record) != len(header):
-            source.reject(line, f"{len(record)} fields where the header has {len(header)}")
-            continue
-        rows.append(record)
-        lines.append(line)
+    # the csv module's own cap (128 KiB a cell) is no bound stab sets: a cell may take
+    # a whole line, and a longer one rejects its row below instead of the whole file
+    before = csv.field_size_limit(limits.max_line_bytes)
+    try:
+        while True:
+            start = reader.line_num + 1
+            try:
+                record = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as err:
+                if header is None:
+                    raise StabInputError(
+                        source.path, f"the header is not readable CSV ({err})", line=start
+                    ) from None
+                source.reject(start, f"not a readable CSV row ({err})")
+                continue
+            line = reader.line_num
+            if header is None:
+                header = record
+                continue
+            if not record or all(not c.strip() for c in record):
+                continue
+            if len(record) != len(header):
+                source.reject(line, f"{len(record)} fields where the header has {len(header)}")
+                continue
+            if sum(map(len, record)) > limits.max_line_bytes:
+                source.reject(line, f"row over max_line_bytes ({limits.max_line_bytes} bytes)")
+                continue
+            rows.append(record)
+            lines.append(line)
+    finally:
+        csv.field_size_limit(before)
     if header is None:
         raise StabInputError(source.path, "no header line")
     columns = {name: [r[i] for r in rows] for i, name in enumerate(header)}
@@ -159,10 +285,13 @@ def _slow_csv(data: bytes, separator: str, source: SourceInfo):
     casts = []
     for name in header:
         values = frame[name].str.strip_chars()
-        as_float = values.cast(pl.Float64, strict=False)
         present = ~values.is_in(list(_EMPTY))
-        if (as_float.is_not_null() | ~present).all():
-            casts.append(as_float.alias(name))
+        # whole numbers stay Int64, so that a step beyond 2**53 keeps every digit
+        for kind in (pl.Int64, pl.Float64):
+            as_number = values.cast(kind, strict=False)
+            if (as_number.is_not_null() | ~present).all():
+                casts.append(as_number.alias(name))
+                break
     if casts:
         frame = frame.with_columns(casts)
     return frame, lines
@@ -216,6 +345,49 @@ def finish(raw, source: SourceInfo, options: ReadOptions):
     step_key = options.step_key or aliases.find_key(columns, aliases.STEP_KEYS)
     rank_key = options.rank_key or aliases.find_key(columns, aliases.RANK_KEYS)
     source.rows_read = raw.height + source.rows_rejected
+    if step_key is not None:
+        _step_order_warnings(raw, step_key, source)
     return finalize(
         raw, source, step_key=step_key, rank_key=rank_key, overrides=options.metric_overrides
     )
+
+
+# A logger writes a table in step order: a resume goes back once or twice, but a step
+# column that goes back on more rows than this is more likely damaged bytes than resumes.
+_BACKWARDS_MAX = 3
+_BACKWARDS_SHARE = 0.01
+# a step this many times the typical step of the table stands out from any real schedule
+_FAR_FACTOR = 1 << 20
+
+
+def _step_order_warnings(raw, step_key: str, source: SourceInfo) -> None:
+    """Warn when the steps look like damaged data rather than a log.
+
+    Damaged Arrow or Parquet bytes can still validate and read as steps near
+    -8.4e18 or 6.5e18 among steps 0-200; the rows are not rejected (a step is
+    data, and a real one may be large), but the reading says the file looks
+    damaged instead of passing it as restarts.
+    """
+    import polars as pl
+
+    column = raw[step_key]
+    if not (column.dtype.is_numeric() or column.dtype in (pl.String, pl.Utf8)):
+        return
+    table = raw.select(pl.col("_row"), column.cast(pl.Float64, strict=False).alias("s"))
+    table = table.filter(pl.col("s").is_finite())
+    if table.height < 3:
+        return
+    back = table.filter(pl.col("s") < pl.col("s").shift(1))
+    if back.height > max(_BACKWARDS_MAX, _BACKWARDS_SHARE * table.height):
+        source.warnings.append(
+            f"the step column goes back on {back.height} of {table.height} rows (first at "
+            f"row {back['_row'][0]}); a logger writes steps in order, so the file may be "
+            "damaged and its values with it"
+        )
+    typical = max(float(table["s"].abs().median() or 0.0), 1024.0)
+    far = table.filter(pl.col("s").abs() > typical * _FAR_FACTOR)
+    if far.height:
+        source.warnings.append(
+            f"{far.height} row(s) with a step far beyond the others (first at row "
+            f"{far['_row'][0]}: step {far['s'][0]:.4g}); the file may be damaged"
+        )
