@@ -15,7 +15,12 @@ CRC-32C comes from `google-crc32c` (C, releases the GIL). What happens on bad by
   by byte, for the next position where a length and its CRC agree (and the
   data CRC of that record too), and resume there;
 * a record that runs past the end of the file: the writer was killed
-  mid-write. Everything before it is kept.
+  mid-write. Everything before it is kept;
+* a record longer than `max_record_bytes` (an image or a graph: no scalar is
+  that big) is stepped over unread, its length taken from its CRC-checked
+  header; the caller maps the file, so its pages are never loaded;
+* a resync looks `RESYNC_WINDOW` bytes ahead at most: past that, the walk
+  stops and says how many bytes after the damage were not read.
 
 TensorBoard's own loader and tbparse stop silently at the first bad record,
 dropping everything after it.
@@ -57,7 +62,7 @@ def _mask(crc: int) -> int:
 class Problem:
     """Bytes that could not be read as a record."""
 
-    kind: str  # "data_crc", "length_crc" or "truncated"
+    kind: str  # "data_crc", "length_crc", "damaged_end", "oversize" or "truncated"
     record: int  # 1-based number of the record where it happened
     offset: int  # byte offset of that record's header
     skipped_bytes: int
@@ -72,6 +77,18 @@ class Problem:
             return (
                 f"record {self.record} at byte offset {self.offset}: length CRC mismatch; "
                 f"skipped {self.skipped_bytes} bytes to the next valid record"
+            )
+        if self.kind == "damaged_end":
+            return (
+                f"record {self.record}: damaged at byte {self.offset} (length CRC mismatch, "
+                f"no valid record within {RESYNC_WINDOW} bytes after it); "
+                f"{self.skipped_bytes} bytes after it not read"
+            )
+        if self.kind == "oversize":
+            return (
+                f"record {self.record} at byte offset {self.offset}: "
+                f"{self.skipped_bytes - HEADER_BYTES - FOOTER_BYTES} bytes, over "
+                "max_record_bytes; skipped unread"
             )
         return (
             f"record {self.record} at byte offset {self.offset}: cut off mid-write "
@@ -101,9 +118,17 @@ _PERIOD_MAX = 32
 # records walked one by one before looking for a repeating pattern (doubles while none is found)
 _WINDOW_MIN, _WINDOW_MAX = 2 * _PERIOD_MAX, 8192
 _CYCLES_FIRST = 256  # cycles compared by the first bulk look-ahead; doubles while they all match
+# how far past a damaged length a resync looks for the next record: scalar records are
+# tens of bytes apart, and a scan of the whole rest of a big file would take minutes
+RESYNC_WINDOW = 8 << 20
+_RESYNC_CHUNK = 1 << 16
+# the default of InputLimits.max_record_bytes, for callers that pass none
+_RECORD_BYTES_MAX = 64 << 20
 
 
-def frame_records(data: bytes, verify_data: bool = True) -> Framing:
+def frame_records(
+    data: bytes, verify_data: bool = True, max_record_bytes: int = _RECORD_BYTES_MAX
+) -> Framing:
     """Walk the framing of one file's bytes, checking every header and data CRC.
 
     Finding where each record starts is sequential (each length says where the
@@ -120,7 +145,7 @@ def frame_records(data: bytes, verify_data: bool = True) -> Framing:
     """
     import numpy as np
 
-    walk = _Walk(data)
+    walk = _Walk(data, max_record_bytes)
     walk.run()
     starts = walk.starts()
     count = starts.size
@@ -162,10 +187,11 @@ def _data_crc_ok(data: bytes, starts, ends):
 class _Walk:
     """The record walk of `frame_records`: payload starts, problems, record numbers used up."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, max_record_bytes: int = _RECORD_BYTES_MAX) -> None:
         import numpy as np
 
         self.data = data
+        self.max_record_bytes = max_record_bytes
         self.buffer = np.frombuffer(data, dtype=np.uint8)
         self.size = len(data)
         self.chunks: list = []  # payload starts found in bulk, numpy arrays
@@ -215,25 +241,36 @@ class _Walk:
                 length, length_crc = HEADER.unpack(header)
                 if masked_crc(header[:8]) != length_crc:
                     number = self._number()
-                    resume = _resync(data, pos + 1)
-                    skipped = (resume if resume is not None else size) - pos
-                    self.problems.append(Problem("length_crc", number, pos, skipped))
-                    self.bumps.append(number - len(self.bumps) - 1)
-                    self._flush()  # a pattern must not span the gap
+                    resume = _resync(data, pos + 1, self.max_record_bytes)
                     if resume is None:
+                        self.problems.append(Problem("damaged_end", number, pos, size - pos))
                         return
+                    self.problems.append(Problem("length_crc", number, pos, resume - pos))
+                    self._skip_number(number)
                     pos, stepped = resume, 0
                     continue
-                if len(verified) < _VERIFIED_HEADERS_MAX:
+                if len(verified) < _VERIFIED_HEADERS_MAX and length <= self.max_record_bytes:
                     verified[header] = length
             start = pos + HEADER_BYTES
             end = start + length
             if end + FOOTER_BYTES > size:
                 self.problems.append(Problem("truncated", self._number(), pos, size - pos))
                 return
+            if length > self.max_record_bytes:
+                # its header is CRC-checked, so the length can be trusted to step over it
+                number = self._number()
+                self.problems.append(Problem("oversize", number, pos, end + FOOTER_BYTES - pos))
+                self._skip_number(number)
+                pos, stepped = end + FOOTER_BYTES, 0
+                continue
             self.recent.append(start)
             stepped += 1
             pos = end + FOOTER_BYTES
+
+    def _skip_number(self, number: int) -> None:
+        """A record not taken uses up its number, and no pattern may span the gap."""
+        self.bumps.append(number - len(self.bumps) - 1)
+        self._flush()
 
     def _jump(self, pos: int) -> tuple[int, int]:
         """Take every whole repetition of the last records' pattern from `pos`.
@@ -305,16 +342,29 @@ class RecordReader:
             yield number, data[start:end]
 
 
-def _resync(data: bytes, start: int) -> int | None:
-    """The next offset where a whole, CRC-valid record begins, or None."""
+def _resync(data: bytes, start: int, max_record_bytes: int = _RECORD_BYTES_MAX) -> int | None:
+    """The next offset where a whole, CRC-valid record begins, within RESYNC_WINDOW, or None.
+
+    Most offsets cannot start a record at all (their 8 bytes read as a length
+    longer than the rest of the file or than `max_record_bytes`); numpy sets
+    those aside at once, and only the rest pay for a CRC.
+    """
+    import numpy as np
+
     size = len(data)
-    for pos in range(start, size - HEADER_BYTES - FOOTER_BYTES + 1):
-        length, length_crc = HEADER.unpack_from(data, pos)
-        if masked_crc(data[pos : pos + 8]) != length_crc:
-            continue
-        end = pos + HEADER_BYTES + length
-        if end + FOOTER_BYTES > size:
-            continue
-        if masked_crc(data[pos + HEADER_BYTES : end]) == CRC.unpack_from(data, end)[0]:
-            return pos
+    last = min(size - HEADER_BYTES - FOOTER_BYTES, start + RESYNC_WINDOW)
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    # in chunks: the next record is nearly always a few bytes on, and memory stays small
+    for first in range(start, last + 1, _RESYNC_CHUNK):
+        count = min(_RESYNC_CHUNK, last + 1 - first)
+        lengths = np.ndarray(shape=(count,), dtype="<u8", buffer=buffer, offset=first, strides=(1,))
+        room = size - HEADER_BYTES - FOOTER_BYTES - np.arange(first, first + count, dtype=np.int64)
+        fits = lengths <= np.minimum(room, max_record_bytes).astype(np.uint64)
+        for pos in (first + np.flatnonzero(fits)).tolist():
+            length, length_crc = HEADER.unpack_from(data, pos)
+            if masked_crc(data[pos : pos + 8]) != length_crc:
+                continue
+            end = pos + HEADER_BYTES + length
+            if masked_crc(data[pos + HEADER_BYTES : end]) == CRC.unpack_from(data, end)[0]:
+                return pos
     return None

@@ -35,6 +35,7 @@ from stabilitycli.frame import RunData
 from stabilitycli.ingest import _resume
 from stabilitycli.ingest import _tbproto as tbp
 from stabilitycli.ingest._points import points_to_run, rank_from_name
+from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import Rejection, SourceInfo
 
@@ -318,8 +319,28 @@ def _tensor_scalar(tensor, plugin: str) -> float | None:
     return None
 
 
+def _file_bytes(path: Path):
+    """The file's bytes, mapped rather than read where the system allows it.
+
+    A record over `max_record_bytes` is stepped over by its length without a
+    look at its payload, so the pages of a 100 MB image summary are never
+    loaded; reading the file whole would hold all of it at once.
+    """
+    import mmap
+
+    with open(path, "rb") as handle:
+        try:
+            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # empty, or not a regular file (a pipe)
+            return handle.read()
+
+
 def read_event_file(
-    path: Path, collector: _Collector, source: SourceInfo, verify_data: bool = True
+    path: Path,
+    collector: _Collector,
+    source: SourceInfo,
+    verify_data: bool = True,
+    limits: InputLimits | None = None,
 ) -> int:
     """Add one event file's scalars to `collector`; returns the number of records read.
 
@@ -332,8 +353,9 @@ def read_event_file(
 
     from stabilitycli.ingest._tfrecord import frame_records
 
-    data = path.read_bytes()
-    framing = frame_records(data, verify_data=verify_data)
+    limits = limits or limits_in_force()
+    data = _file_bytes(path)
+    framing = frame_records(data, verify_data=verify_data, max_record_bytes=limits.max_record_bytes)
     simple = tbp.decode_simple_scalars(data, framing.starts, framing.ends)
     base = collector.records_before
     collector.add_simple(simple, framing.numbers[simple.index] + base)
@@ -350,7 +372,17 @@ def read_event_file(
             collector.add_event(data[start:end], event_cls, seq=base + number)
         except DecodeError as err:
             source.reject(number, f"{path.name}: record is not a TensorBoard Event ({err})")
+    oversize = [p for p in framing.problems if p.kind == "oversize"]
+    if oversize:
+        first = oversize[0]
+        source.warnings.append(
+            f"{path}: {len(oversize)} record(s) over max_record_bytes "
+            f"({limits.max_record_bytes} bytes) skipped unread (no scalar is that big); "
+            f"first: {first.describe()}"
+        )
     for problem in framing.problems:
+        if problem.kind == "oversize":
+            continue
         source.warnings.append(f"{path}: {problem.describe()}")
         if problem.kind == "truncated":
             source.reject(problem.record, f"{path.name}: last record cut off mid-write")
@@ -361,12 +393,14 @@ def read_event_file(
     return int(framing.starts.size)
 
 
-def _run_points(files: list[Path], source: SourceInfo) -> tuple[_Collector, str | None]:
+def _run_points(
+    files: list[Path], source: SourceInfo, limits: InputLimits | None = None
+) -> tuple[_Collector, str | None]:
     """One run's scalar points (key, step, value, _order) and hparams; when it holds no
     scalar, why (its `points` stay None)."""
 
     collector = _Collector()
-    records = sum(read_event_file(file, collector, source) for file in files)
+    records = sum(read_event_file(file, collector, source, limits=limits) for file in files)
     if collector.skipped_values:
         source.notes.append(
             f"{collector.skipped_values} non-scalar summary value(s) ignored "
@@ -393,11 +427,12 @@ class _Run:
     empty: str | None = None  # why it holds no scalars
     source: SourceInfo | None = None  # its own warnings, rejections and notes
     part: _resume.Part | None = None
+    limits: InputLimits | None = None  # those in force when None
 
     def load(self) -> _Run:
         if self.source is None:
             self.source = SourceInfo(path=str(self.files[0].parent), format=NAME)
-            self.collector, self.empty = _run_points(self.files, self.source)
+            self.collector, self.empty = _run_points(self.files, self.source, self.limits)
             if self.empty is None:
                 steps = self.collector.points["step"].to_list()
                 self.part = _resume.part_of(self.display, steps)
@@ -432,7 +467,7 @@ def read(path: Path, options: ReadOptions) -> RunData:
 
     all_runs = find_runs(path)
     chosen, _ = select_runs(all_runs, path, options, one_run=False)
-    pool = {name: _Run(name, files) for name, files in all_runs.items()}
+    pool = {name: _Run(name, files, limits=options.limits) for name, files in all_runs.items()}
     selected = [pool[name].load() for name in chosen]
     scalar = [run for run in selected if run.empty is None]
     config_only = [run for run in selected if run.empty is not None]
@@ -544,7 +579,7 @@ def _siblings(run: _Run, pool: dict[str, _Run], path: Path) -> list[_Run]:
             continue
         files = sorted(p for p in entry.iterdir() if p.is_file() and _is_event_file(p.name))
         if files:
-            found.append(_Run(f"../{entry.name}", files))
+            found.append(_Run(f"../{entry.name}", files, limits=run.limits))
     return found
 
 
