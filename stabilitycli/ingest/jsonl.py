@@ -11,6 +11,12 @@ case is still exact:
 
 A last line cut off mid-write (the job died) is dropped with a warning before
 any reader sees it: it would make both fast readers raise.
+
+No parser sees a line over `max_line_bytes` or nested deeper than
+`max_json_depth` (pyarrow's parser overflows the C stack on 100k-deep nesting,
+`json.loads` raises RecursionError): a vectorised screen (`_bounded`) finds them
+first and they are rejected by number, so the rest still takes a fast path.
+Compressed logs are inflated within the same limits.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ import polars as pl
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import ROW, RunData, finalize
+from stabilitycli.ingest import _bounded
+from stabilitycli.ingest._bounded import GZIP_MAGIC, ZSTD_MAGIC
+from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
 NAME = "jsonl"
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _NONFINITE_TOKENS = (b"NaN", b"Infinity")
 TRUNCATED_REASON = "last line cut off mid-write (the job died while writing)"
 
@@ -61,48 +68,25 @@ def _maybe_decompress_head(head: bytes) -> bytes:
     return head
 
 
-def read_bytes(path: Path) -> bytes:
-    """File contents, decompressed when the magic bytes say gzip or zstd."""
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    compression = None
-    if magic.startswith(GZIP_MAGIC):
-        compression = "gzip"
-    elif magic.startswith(ZSTD_MAGIC):
-        compression = "zstd"
-    if compression is None:
-        return path.read_bytes()
-    import pyarrow as pa
+def read_bytes(path: Path, limits: InputLimits | None = None) -> bytes:
+    """File contents, decompressed when the magic bytes say gzip or zstd, within the limits.
 
-    try:
-        with pa.input_stream(str(path), compression=compression) as stream:
-            return stream.read()
-    except (OSError, pa.ArrowException) as err:
-        # a compressed log cut off mid-write: keep what decompresses
-        return _partial_decompress(path, compression, err)
-
-
-def _partial_decompress(path: Path, compression: str, err: Exception) -> bytes:
-    if compression == "gzip":
-        import zlib
-
-        decoder = zlib.decompressobj(31)
-        try:
-            return decoder.decompress(path.read_bytes())
-        except zlib.error:
-            pass
-    raise StabInputError(str(path), f"cannot decompress {compression} stream: {err}")
+    A compressed log cut off mid-write keeps what decompresses.
+    """
+    return _bounded.read_input(path, limits or limits_in_force()).data
 
 
 def read(path: Path, options: ReadOptions) -> RunData:
-    data = read_bytes(path)
+    loaded = _bounded.read_input(path, options.limits)
     source = SourceInfo(path=str(path), format=NAME, run=path.parent.name or None)
-    return parse_bytes(data, source, options)
+    source.warnings.extend(loaded.warnings)
+    return parse_bytes(loaded.data, source, options)
 
 
 def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunData:
     """Parse JSONL bytes into the canonical frame (also used by per-rank readers)."""
-    data, cut_line = _strip_truncated_tail(data)
+    limits = options.limits
+    data, cut_line = _strip_truncated_tail(data, limits)
     if cut_line is not None:
         source.warnings.append(f"line {cut_line}: {TRUNCATED_REASON}; kept everything before it")
     if not data.strip():
@@ -110,9 +94,16 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
             source.reject(cut_line, TRUNCATED_REASON)
             source.rows_read = 1
         raise StabInputError(source.path, "no JSON lines to read (the file is empty)")
-    raw = _fast_parse(data)
+    screened = _bounded.screen_lines(data, limits)
+    for number, reason in sorted(screened.bad.items()):
+        source.reject(number, reason)
+    data = screened.blanked(data)
+    axes = tuple(k for k in (options.step_key, options.rank_key) if k)
+    raw = _fast_parse(data, screened=True, axes=axes) if data.strip() else None
     if raw is None:
-        raw = _slow_parse(data, source)
+        raw = _slow_parse(data, source, limits, axes=axes)
+    elif screened.bad:
+        _warn_rejected(source)
     if cut_line is not None:
         source.reject(cut_line, TRUNCATED_REASON)
     source.rows_read = raw.height + source.rows_rejected
@@ -127,18 +118,25 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
     )
 
 
-def _strip_truncated_tail(data: bytes) -> tuple[bytes, int | None]:
+def _strip_truncated_tail(
+    data: bytes, limits: InputLimits | None = None
+) -> tuple[bytes, int | None]:
     """Drop a final line that has no newline and is not complete JSON.
 
     Returns the data to parse and the 1-based number of the dropped line. A
     last line that ends in a newline was written whole: if it is bad, it is a
-    malformed line like any other, not a cut-off one.
+    malformed line like any other, not a cut-off one. A last line too long or
+    too deep to parse is left for the screen to reject with that reason.
     """
     if not data or data.endswith(b"\n"):
         return data, None
     cut = data.rfind(b"\n")
     last = data[cut + 1 :]
-    if not last.strip() or _is_json(last):
+    if (
+        not last.strip()
+        or _bounded.line_fault(last, limits or limits_in_force()) is not None
+        or _is_json(last)
+    ):
         return data + b"\n", None
     return data[: cut + 1], data.count(b"\n", 0, cut + 1) + 1
 
@@ -146,7 +144,7 @@ def _strip_truncated_tail(data: bytes) -> tuple[bytes, int | None]:
 def _is_json(line: bytes) -> bool:
     try:
         return isinstance(json.loads(line), dict)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -161,7 +159,21 @@ def _line_numbers(data: bytes) -> np.ndarray:
     return (np.flatnonzero(nonblank) + 1).astype(np.int64)
 
 
-def _fast_parse(data: bytes) -> pl.DataFrame | None:
+# polars types a JSON value it cannot hold in a number column as one of these: never a step
+_NOT_AXIS = (pl.List, pl.Struct, pl.Array, pl.Boolean, pl.Binary, pl.Object)
+
+
+def _fast_parse(
+    data: bytes, *, screened: bool = False, axes: tuple[str, ...] = ()
+) -> pl.DataFrame | None:
+    """Every line through polars or pyarrow, or None when the per-line pass must decide.
+
+    `screened`: the caller has already taken out the lines no parser may see
+    (`_bounded.screen_lines`); else any such line sends the whole buffer to the
+    per-line pass. `axes`: keys named as step or rank besides the usual ones.
+    """
+    if not screened and _bounded.screen_lines(data, limits_in_force()).bad:
+        return None
     has_tokens = any(token in data for token in _NONFINITE_TOKENS)
     try:
         if not has_tokens:
@@ -182,14 +194,77 @@ def _fast_parse(data: bytes) -> pl.DataFrame | None:
             return None
     else:
         rows = np.arange(1, frame.height + 1, dtype=np.int64)
+    if any(
+        _is_axis(name, axes) and isinstance(dtype, _NOT_AXIS)
+        for name, dtype in frame.schema.items()
+    ):
+        return None  # a step or rank that is a list, object or bool: named line by line
     return frame.with_columns(pl.Series(ROW, rows))
 
 
-def _slow_parse(data: bytes, source: SourceInfo) -> pl.DataFrame:
+_AXIS_KEYS = frozenset(aliases.STEP_KEYS) | frozenset(aliases.RANK_KEYS)
+
+
+def _is_axis(key: str, axes: tuple[str, ...]) -> bool:
+    return key in axes or aliases.normalise_key(key) in _AXIS_KEYS
+
+
+def _axis_fault(obj: dict, axes: tuple[str, ...]) -> str | None:
+    """Why a record's step or rank can be no axis value (a list, an object, a bool), or None."""
+    for key, value in obj.items():
+        if isinstance(value, (list, dict, bool)) and _is_axis(key, axes):
+            kind = {list: "list", dict: "object", bool: "bool"}[type(value)]
+            return f"{key!r} is a JSON {kind}, not a number"
+    return None
+
+
+def _unicode_fault(record: dict) -> str | None:
+    """A lone surrogate (`"\\ud800"`) decodes to a str that no UTF-8 column can hold.
+
+    In a key it spoils the record (the key would name a metric); in a text value
+    the value is dropped, as polars' reader drops it: text is never a metric.
+    """
+    for key in list(record):
+        if not _encodable(key):
+            return f"a lone surrogate in the key {key!a} (not valid Unicode)"
+        value = record[key]
+        if isinstance(value, str) and not _encodable(value):
+            del record[key]
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _warn_rejected(source: SourceInfo) -> None:
+    first = source.rejections[0]
+    source.warnings.append(
+        f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: "
+        f"{first.reason}"
+    )
+
+
+def _slow_parse(
+    data: bytes,
+    source: SourceInfo,
+    limits: InputLimits | None = None,
+    *,
+    axes: tuple[str, ...] = (),
+) -> pl.DataFrame:
     """Exact per-line pass: keeps scalar fields, names every line it cannot read."""
+    limits = limits or limits_in_force()
     records: list[dict] = []
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
+            continue
+        fault = _bounded.line_fault(line, limits)
+        if fault is not None:
+            source.reject(number, fault)
             continue
         try:
             obj = json.loads(line)
@@ -198,15 +273,24 @@ def _slow_parse(data: bytes, source: SourceInfo) -> pl.DataFrame:
             source.reject(number, f"not UTF-8 text (byte {err.start + 1} of the line)")
             continue
         except json.JSONDecodeError as err:
-            source.reject(number, f"not valid JSON ({err.msg})")
+            source.reject(number, _decode_reason(err))
             continue
-        except ValueError as err:  # e.g. a number too deep or too long for the parser
+        except ValueError as err:  # e.g. an integer too long for int()
             source.reject(number, f"not valid JSON ({err})")
+            continue
+        except RecursionError:  # screened above; kept so no nesting can end the read
+            source.reject(number, "JSON nested too deeply to parse")
             continue
         if not isinstance(obj, dict):
             source.reject(number, f"a JSON {type(obj).__name__}, not an object")
             continue
+        fault = _axis_fault(obj, axes)
         record = {k: v for k, v in obj.items() if isinstance(v, (int, float, str)) or v is None}
+        if fault is None and b"\\u" in line:  # only an escape can make a lone surrogate
+            fault = _unicode_fault(record)
+        if fault is not None:
+            source.reject(number, fault)
+            continue
         record[ROW] = number
         records.append(record)
     if not records:
@@ -220,9 +304,10 @@ def _slow_parse(data: bytes, source: SourceInfo) -> pl.DataFrame:
             ),
         )
     if source.rows_rejected:
-        first = source.rejections[0]
-        source.warnings.append(
-            f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: "
-            f"{first.reason}"
-        )
+        _warn_rejected(source)
     return pl.DataFrame(records, infer_schema_length=None, strict=False)
+
+
+def _decode_reason(err: json.JSONDecodeError) -> str:
+    # the parser's messages end "... at" before a position it appends itself
+    return f"not valid JSON ({err.msg.removesuffix(' at')}, byte {err.pos + 1} of the line)"

@@ -1,0 +1,326 @@
+"""Reading untrusted bytes within `InputLimits`: files, compressed streams, JSON lines.
+
+Every reader of a file ends up holding its bytes, and every JSON reader hands
+lines to a parser that recurses on nesting. Both are where a hostile or broken
+input costs unbounded memory (a gzip bomb inflates 1,000x) or crashes the
+process (pyarrow's JSON parser overflows the C stack on 100k-deep nesting, the
+stdlib raises RecursionError). The checks here run before any parser sees the
+bytes, without recursion, and vectorised so that a clean log pays almost
+nothing for them.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stabilitycli.ingest.limits import InputLimits, limit_hit
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# compressed bytes fed to the decoder at a time: small enough that the output of one
+# feed, even at a bomb's ratio, is bounded by the decoder's max_length anyway
+_FEED = 1 << 16
+# the screen works on windows of the buffer so its temporaries stay small on a huge log
+_WINDOW = 64 << 20
+
+
+@dataclass
+class Input:
+    """The bytes of a file, decompressed, and what happened on the way."""
+
+    data: bytes
+    compression: str | None = None
+    # a damaged or cut-off compressed stream: the bytes before the damage are kept
+    warnings: list[str] = field(default_factory=list)
+
+
+def compression_of(head: bytes) -> str | None:
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def read_input(path: Path, limits: InputLimits) -> Input:
+    """A file's bytes, decompressed when its magic bytes say gzip or zstd, within the limits.
+
+    Decompression stops as soon as the output passes the bound (the ratio times
+    the size on disk, and never more than max_input_bytes), so a bomb costs the
+    bound, not its inflated size.
+    """
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        compression = compression_of(handle.read(4))
+        handle.seek(0)
+        if compression is None:
+            if size > limits.max_input_bytes:
+                raise _too_big(path, f"the file is {size:,} bytes", limits)
+            # read one byte past the limit: a file that grows while read is caught too
+            data = handle.read(limits.max_input_bytes + 1)
+            if len(data) > limits.max_input_bytes:
+                raise _too_big(path, "the file grew past the limit while read", limits)
+            return Input(data)
+        by_ratio = limits.max_decompression_ratio * max(size, 1)
+        bound = min(by_ratio, limits.max_input_bytes)
+        setting = (
+            "max_decompression_ratio" if by_ratio < limits.max_input_bytes else "max_input_bytes"
+        )
+        decode = _gunzip if compression == "gzip" else _unzstd
+        return decode(handle, path, bound, setting, limits)
+
+
+def _too_big(path: Path, what: str, limits: InputLimits):
+    return limit_hit(str(path), what, "max_input_bytes", limits.max_input_bytes)
+
+
+def _over_bound(path: Path, compression: str, setting: str, limits: InputLimits, size: int):
+    if setting == "max_decompression_ratio":
+        return limit_hit(
+            str(path),
+            f"the {compression} stream inflates past {limits.max_decompression_ratio}x its "
+            f"{size:,} bytes on disk (a decompression bomb, or raise the ratio)",
+            setting,
+            limits.max_decompression_ratio,
+        )
+    return limit_hit(
+        str(path),
+        f"the {compression} stream inflates past the bytes one input may hold",
+        setting,
+        limits.max_input_bytes,
+    )
+
+
+def _gunzip(handle, path: Path, bound: int, setting: str, limits: InputLimits) -> Input:
+    size = os.fstat(handle.fileno()).st_size
+    out = bytearray()
+    warnings: list[str] = []
+    fed = 0
+    decoder = zlib.decompressobj(31)
+    in_member = False  # the current decoder has been fed part of a member
+    data = b""
+    while True:
+        if not data:
+            data = handle.read(_FEED)
+            fed += len(data)
+            if not data:
+                break
+        try:
+            # max_length: one call never inflates past the room left (+1 to see it pass)
+            out += decoder.decompress(data, bound - len(out) + 1)
+        except zlib.error as err:
+            if not out:
+                raise _undecodable(path, "gzip", err) from None
+            warnings.append(_damaged("gzip", fed, len(out), err))
+            return Input(bytes(out), "gzip", warnings)
+        in_member = True
+        if len(out) > bound:
+            raise _over_bound(path, "gzip", setting, limits, size)
+        data = decoder.unconsumed_tail
+        if decoder.eof:
+            # gzip members back to back (`cat a.gz b.gz`, an appended log) are one stream
+            data = decoder.unused_data
+            decoder = zlib.decompressobj(31)
+            in_member = False
+            if len(data) < 2:
+                data += handle.read(_FEED)
+                fed += len(data)
+            if data and not data.startswith(GZIP_MAGIC):
+                if data.strip(b"\x00"):
+                    warnings.append(
+                        f"bytes after the end of the gzip stream ignored (byte {fed:,})"
+                    )
+                break
+    if in_member and not decoder.eof:
+        warnings.append(_cut("gzip", len(out)))
+    return Input(bytes(out), "gzip", warnings)
+
+
+def _unzstd(handle, path: Path, bound: int, setting: str, limits: InputLimits) -> Input:
+    import pyarrow as pa
+
+    size = os.fstat(handle.fileno()).st_size
+    out = bytearray()
+    warnings: list[str] = []
+    try:
+        # read(n) returns at most n inflated bytes: the stream never runs ahead of the bound
+        with pa.input_stream(str(path), compression="zstd") as stream:
+            while True:
+                piece = stream.read(_FEED)
+                if not piece:
+                    break
+                out += piece
+                if len(out) > bound:
+                    raise _over_bound(path, "zstd", setting, limits, size)
+    except (OSError, pa.ArrowException) as err:
+        if not out:
+            raise _undecodable(path, "zstd", err) from None
+        # pyarrow holds back what it inflated of the last frame: the tail of a cut-off
+        # stream may be shorter than what a streaming decoder would give
+        warnings.append(_damaged("zstd", None, len(out), err))
+    return Input(bytes(out), "zstd", warnings)
+
+
+def _undecodable(path: Path, compression: str, err: BaseException):
+    from stabilitycli.errors import StabInputError
+
+    return StabInputError(str(path), f"cannot decompress {compression} stream: {err}")
+
+
+def _damaged(compression: str, fed: int | None, kept: int, err: BaseException) -> str:
+    where = f" near compressed byte {fed:,}" if fed is not None else ""
+    return (
+        f"the {compression} stream is damaged{where} ({err}); "
+        f"kept the {kept:,} bytes that decompress before it"
+    )
+
+
+def _cut(compression: str, kept: int) -> str:
+    return (
+        f"the {compression} stream ends early (cut off mid-write); "
+        f"kept the {kept:,} bytes that decompress"
+    )
+
+
+# --- JSON lines ----------------------------------------------------------------------------
+
+_OPEN = (ord("{"), ord("["))
+_CLOSE = (ord("}"), ord("]"))
+_QUOTE = ord('"')
+_BACKSLASH = ord("\\")
+
+
+def json_depth(text: bytes) -> int:
+    """The deepest nesting of objects and arrays in JSON text, found without recursion.
+
+    Brackets inside strings do not count; a quote is escaped when an odd run of
+    backslashes precedes it, exactly as a JSON parser reads it. Text that is not
+    valid JSON gets a number too (a parser stops at the damage, no deeper).
+    """
+    levels = _levels(text)
+    return max(0, int(levels.max())) if levels.size else 0
+
+
+def deeper_than(text: bytes, limit: int) -> int | None:
+    """The byte offset where nesting first goes past `limit`, or None."""
+    import numpy as np
+
+    levels = _levels(text)
+    over = np.flatnonzero(levels > limit)
+    return int(over[0]) if over.size else None
+
+
+def _levels(text: bytes):
+    """The nesting level after each byte (an int32 array), strings set aside."""
+    import numpy as np
+
+    buf = np.frombuffer(text, dtype=np.uint8)
+    if buf.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    index = np.arange(buf.size, dtype=np.int64 if buf.size >= 1 << 31 else np.int32)
+    # for each byte, the offset of the last byte at or before it that is not a backslash
+    last_plain = np.where(buf != _BACKSLASH, index, -1)
+    np.maximum.accumulate(last_plain, out=last_plain)
+    quotes = np.flatnonzero(buf == _QUOTE)
+    before = np.maximum(quotes - 1, 0)
+    backslashes = np.where(quotes > 0, quotes - 1 - last_plain[before], 0)
+    toggles = np.zeros(buf.size, dtype=np.uint8)
+    toggles[quotes[backslashes % 2 == 0]] = 1
+    # inside a string: an odd count of real quotes so far (uint8 wraps, parity holds)
+    inside = (np.cumsum(toggles, dtype=np.uint8) & 1).astype(bool)
+    del toggles, last_plain, index
+    step = np.zeros(buf.size, dtype=np.int8)
+    step[((buf == _OPEN[0]) | (buf == _OPEN[1])) & ~inside] = 1
+    step[((buf == _CLOSE[0]) | (buf == _CLOSE[1])) & ~inside] = -1
+    return np.cumsum(step, dtype=np.int32)
+
+
+def depth_fault(text: bytes, limits: InputLimits) -> str | None:
+    """Why JSON text may not reach a parser that recurses (nested too deep), or None."""
+    # text cannot nest deeper than it has opening brackets: most need no scan
+    if text.count(b"{") + text.count(b"[") > limits.max_json_depth:
+        depth = json_depth(text)
+        if depth > limits.max_json_depth:
+            return too_deep(depth, limits)
+    return None
+
+
+def line_fault(line: bytes, limits: InputLimits) -> str | None:
+    """Why one line may not reach a JSON parser (too long, too deep), or None."""
+    if len(line) > limits.max_line_bytes:
+        return too_long(len(line), limits)
+    return depth_fault(line, limits)
+
+
+@dataclass
+class Screened:
+    """Lines of a JSON-lines buffer no parser may see, by 1-based number, with the reason."""
+
+    bad: dict[int, str]
+
+    def blanked(self, data: bytes) -> bytes:
+        """The buffer with those lines emptied (their newlines kept, so numbering holds)."""
+        if not self.bad:
+            return data
+        lines = data.split(b"\n")
+        for number in self.bad:
+            lines[number - 1] = b""
+        return b"\n".join(lines)
+
+
+def screen_lines(data: bytes, limits: InputLimits) -> Screened:
+    """Every line longer than max_line_bytes or nested deeper than max_json_depth.
+
+    Vectorised over windows of the buffer: a line can only be too deep if it has
+    more opening brackets than the limit, and only those few lines are scanned
+    exactly (`line_fault`). A clean log costs a few numpy compares per byte.
+    """
+    import numpy as np
+
+    bad: dict[int, str] = {}
+    buf = np.frombuffer(data, dtype=np.uint8)
+    suspects: set[tuple[int, int, int]] = set()  # (line number, start, end)
+    squares = b"[" in data
+    lines_before = 0  # newlines before the current window
+    line_start = 0  # offset where the line running into the current window began
+    for base in range(0, buf.size, _WINDOW):
+        window = buf[base : base + _WINDOW]
+        ends = np.flatnonzero(window == 10) + base
+        if ends.size == 0:
+            continue  # all one line, still running: judged where it ends
+        starts = np.concatenate(([line_start], ends[:-1] + 1))
+        for i in np.flatnonzero(ends - starts > limits.max_line_bytes).tolist():
+            bad[lines_before + i + 1] = too_long(int(ends[i] - starts[i]), limits)
+        # a flat log has no `[`: one compare instead of two
+        is_open = (window == _OPEN[0]) | (window == _OPEN[1]) if squares else window == _OPEN[0]
+        opens = np.flatnonzero(is_open) + base
+        if opens.size > limits.max_json_depth:
+            counts = np.bincount(np.searchsorted(ends, opens), minlength=ends.size + 1)
+            # the first line may have begun in an earlier window: count it whole below
+            many = set(np.flatnonzero(counts[: ends.size] > limits.max_json_depth).tolist())
+            many.add(0)
+            for i in sorted(many):
+                suspects.add((lines_before + i + 1, int(starts[i]), int(ends[i])))
+        elif line_start < base:
+            suspects.add((lines_before + 1, line_start, int(ends[0])))
+        lines_before += ends.size
+        line_start = int(ends[-1]) + 1
+    if line_start < buf.size:
+        suspects.add((lines_before + 1, line_start, buf.size))
+    for number, start, end in suspects:
+        if number not in bad:
+            fault = line_fault(data[start:end], limits)
+            if fault is not None:
+                bad[number] = fault
+    return Screened(bad)
+
+
+def too_long(size: int, limits: InputLimits) -> str:
+    return f"line of {size:,} bytes, over max_line_bytes = {limits.max_line_bytes:,}"
+
+
+def too_deep(depth: int, limits: InputLimits) -> str:
+    return f"JSON nested {depth:,} deep, over max_json_depth = {limits.max_json_depth}"
