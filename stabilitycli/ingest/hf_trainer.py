@@ -13,6 +13,11 @@ told apart by their keys:
 The file is read with the stdlib `json`, which accepts the bare `NaN` and
 `Infinity` that `json.dumps` writes (a NaN `grad_norm` is the usual sign of
 trouble). A file cut off mid-write keeps every log entry that decodes whole.
+A file damaged elsewhere (a bad byte, a NUL, nesting past `max_json_depth`) is
+read entry by entry: every `log_history` object that still parses is kept,
+before and after the damage, and the damaged entries are rejected with the
+byte and line where they are. Only damage that runs to the end of the file is
+called a cut-off.
 
 An output dir holding only `checkpoint-N/` folders is read from the highest
 N, whose state holds the history up to N.
@@ -22,9 +27,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _bounded
+from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -74,19 +82,28 @@ def read(path: Path, options: ReadOptions):
     source = SourceInfo(path=str(state_path), format=NAME, run=state_path.parent.name or None)
     if path.is_dir() and state_path.parent != path:
         source.notes.append(f"read {state_path.relative_to(path)} (the latest state in {path})")
-    text = state_path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
+    loaded = _bounded.read_input(state_path, options.limits)
+    source.warnings.extend(loaded.warnings)
+    if not loaded.data.strip():
         raise StabInputError(str(state_path), "the file is empty")
-    state, history = _load(text, source)
+    state, history = _load(loaded.data, source, options.limits)
     records: list[dict] = []
     for number, entry in enumerate(history, start=1):
+        if isinstance(entry, _Damaged):
+            source.reject(number, entry.reason)
+            continue
         if not isinstance(entry, dict):
             source.reject(number, f"log entry is a JSON {type(entry).__name__}, not an object")
             continue
         if "loss" not in entry and any(k in entry for k in SUMMARY_KEYS):
             source.reject(number, SUMMARY_REASON)
             continue
-        if not isinstance(entry.get("step"), (int, float)):
+        step = entry.get("step")
+        if isinstance(step, (bool, list, dict)):
+            kind = {bool: "bool", list: "list", dict: "object"}[type(step)]
+            source.reject(number, f"log entry whose step is a JSON {kind}, not a number")
+            continue
+        if not isinstance(step, (int, float)):
             source.reject(number, "log entry without a step")
             continue
         record = {
@@ -104,46 +121,220 @@ def read(path: Path, options: ReadOptions):
     return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
 
 
-def _load(text: str, source: SourceInfo) -> tuple[dict, list]:
-    try:
-        state = json.loads(text)
-    except json.JSONDecodeError as err:
-        return {}, _salvage(text, err, source)
-    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
-        raise StabInputError(source.path, "not a Trainer state: no `log_history` list")
-    return state, state["log_history"]
+@dataclass(frozen=True)
+class _Damaged:
+    """A log entry that could not be read, in its place in the history."""
+
+    reason: str
+    line: int | None = None
+    # the entry runs to the end of the file: a cut-off if nothing whole follows it
+    unclosed: bool = False
 
 
-def _salvage(text: str, err: json.JSONDecodeError, source: SourceInfo) -> list:
-    """The whole log entries of a file cut off mid-write."""
-    start = text.find('"log_history"')
-    bracket = text.find("[", start) if start >= 0 else -1
-    if bracket < 0:
-        raise StabInputError(source.path, f"not valid JSON ({err.msg})", line=err.lineno)
-    decoder = json.JSONDecoder()
-    entries: list = []
-    pos = bracket + 1
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= len(text) or text[pos] == "]":
-            break
+def _load(data: bytes, source: SourceInfo, limits: InputLimits) -> tuple[dict, list]:
+    """The state and its log history; a damaged document is read entry by entry."""
+    fault = _document_fault(data, limits)
+    if fault is None:
         try:
-            entry, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            line = text.count("\n", 0, pos) + 1
-            source.warnings.append(
-                f"line {line}: the file is cut off inside log entry {len(entries) + 1} "
-                "(the job died while writing it); kept the entries before it"
-            )
-            source.reject(len(entries) + 1, "log entry cut off mid-write")
-            break
-        entries.append(entry)
-    if not entries:
+            state = json.loads(data)
+        except json.JSONDecodeError as err:
+            fault = (len(data[: err.pos].decode("utf-8").encode()), err.msg.removesuffix(" at"))
+        else:
+            if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+                raise StabInputError(source.path, "not a Trainer state: no `log_history` list")
+            return state, state["log_history"]
+    # surrogateescape: each byte that is not UTF-8 stays one char, so offsets map back
+    text = data.decode("utf-8", "surrogateescape")
+    where, what = fault
+    line = data.count(b"\n", 0, where) + 1
+    at_end = where >= len(data.rstrip())
+    return {}, _salvage(text, _Fault(where, line, what, at_end), source, limits)
+
+
+def _document_fault(data: bytes, limits: InputLimits) -> tuple[int, str] | None:
+    """(byte offset, what) of damage no parser should meet: a non-UTF-8 byte, deep nesting."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return err.start, "a byte that is not UTF-8"
+    deep = _bounded.deeper_than(data, limits.max_json_depth)
+    if deep is not None:
+        return deep, f"nesting deeper than max_json_depth = {limits.max_json_depth}"
+    return None
+
+
+# a log entry starts at a `{` that opens an array item: after `[` or `,`
+_ENTRY_START = re.compile(r"[\[,]\s*(\{)")
+# what moves nesting: a string, or a bracket. JSON text never holds a raw newline inside a
+# string, so a string token stops at one: a broken quote spoils its own line, not the file
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|"|[\[\]{}]')
+# an entry not closed within this many chars (or 16 times the longest whole one) is damaged:
+# without a bound, each broken brace would rescan the rest of the file
+_ENTRY_SCAN = 1 << 20
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+@dataclass(frozen=True)
+class _Fault:
+    """Where the document stopped parsing as a whole."""
+
+    byte: int
+    line: int
+    what: str
+    at_end: bool  # nothing but whitespace after it: where a cut-off ends
+
+
+def _salvage(text: str, fault: _Fault, source: SourceInfo, limits: InputLimits) -> list:
+    """Every log entry that parses, in order, with the damaged ones in their places.
+
+    Entries are found by where they start (a `{` after `[` or `,`), each measured
+    by a scan that counts brackets outside strings without recursing, then
+    parsed alone; after damage, reading picks up at the next entry that parses.
+    """
+    key = text.find('"log_history"')
+    bracket = text.find("[", key) if key >= 0 else -1
+    if bracket < 0:
         raise StabInputError(
-            source.path, f"not valid JSON and no whole log entry ({err.msg})", line=err.lineno
+            source.path, f"not valid JSON ({fault.what} at byte {fault.byte})", line=fault.line
         )
-    return entries
+    out: list = []
+    scan = _ENTRY_SCAN
+    pos = bracket + 1  # where the last whole entry ended
+    counted = False  # the damage since the last whole entry is already in `out`
+    for start in (m.start(1) for m in _ENTRY_START.finditer(text, bracket)):
+        if start < pos:
+            continue  # inside an entry already read
+        entry = _entry(text, start, scan, limits)
+        if isinstance(entry, _Damaged):
+            out.append(entry)
+            counted = True
+            continue
+        if not counted:
+            _gap(text, pos, start, out)
+        counted = False
+        out.append(entry[0])
+        scan = max(scan, 16 * (entry[1] - start))
+        pos = entry[1]
+        if text[pos:].lstrip(" \t\r\n,").startswith("]"):
+            break  # the end of log_history
+    else:
+        if not counted:
+            _gap(text, pos, len(text), out)
+    _account(fault, out, source)
+    return out
+
+
+def _entry(text: str, start: int, scan: int, limits: InputLimits) -> tuple[object, int] | _Damaged:
+    """(the entry, where it ends) for the object at `start`, or why it cannot be read."""
+    line = _line_at(text, start)
+    end, depth, why = _extent(text, start, start + scan)
+    if end is None:
+        return _Damaged(f"log entry damaged: {why} (line {line})", line, why == _UNCLOSED)
+    reason = _entry_fault(text, start, end, depth, limits)
+    if reason is None:
+        try:
+            return json.loads(text[start:end]), end
+        except json.JSONDecodeError as err:
+            reason = f"{err.msg.removesuffix(' at')} at byte {_byte_at(text, start + err.pos)}"
+    return _Damaged(f"log entry damaged: {reason} (line {line})", line)
+
+
+def _gap(text: str, pos: int, end: int, out: list) -> None:
+    """Text between two whole entries where no entry start was found: one lost entry.
+
+    A byte that broke an entry's opening brace leaves no start to try; the gap
+    it leaves is still counted, so no entry disappears uncounted.
+    """
+    rest = text[pos:end].strip(" \t\r\n,")
+    if rest and not rest.startswith("]"):
+        out.append(
+            _Damaged(
+                f"log entry damaged beyond recognition at byte {_byte_at(text, pos)} "
+                f"(line {_line_at(text, pos)})"
+            )
+        )
+
+
+def _account(fault: _Fault, out: list, source: SourceInfo) -> None:
+    """Say what happened: a cut-off only when the damage runs to the end of the file."""
+    whole = [i for i, e in enumerate(out) if not isinstance(e, _Damaged)]
+    if not whole:
+        raise StabInputError(
+            source.path,
+            f"not valid JSON and no whole log entry ({fault.what} at byte {fault.byte})",
+            line=fault.line,
+        )
+    tail = out[whole[-1] + 1 :]
+    if tail and all(isinstance(e, _Damaged) and e.unclosed for e in tail):
+        source.warnings.append(
+            f"line {tail[0].line}: the file is cut off inside log entry {whole[-1] + 2} "
+            "(the job died while writing it); kept the entries before it"
+        )
+        del out[whole[-1] + 1 :]
+        out.append(_Damaged("log entry cut off mid-write"))
+        return
+    n_bad = sum(isinstance(e, _Damaged) for e in out)
+    if not n_bad and fault.at_end:
+        source.warnings.append(
+            f"line {fault.line}: the file is cut off after its log history (the job died while "
+            "writing it); every log entry was read"
+        )
+        return
+    source.warnings.append(
+        f"the file is damaged at byte {fault.byte} (line {fault.line}): {fault.what}; read "
+        f"entry by entry: {len(whole)} log entries kept, {n_bad} damaged entries rejected"
+    )
+
+
+_UNCLOSED = "the file ends inside it"
+
+
+def _extent(text: str, start: int, stop: int) -> tuple[int | None, int, str]:
+    """(end, deepest nesting, why not) of the object opening at `start`, scanned to `stop`.
+
+    End is None when the object does not close: the file ends first (a cut-off,
+    if nothing whole follows), a string runs past its line, or `stop` is reached.
+    """
+    depth = deepest = 0
+    for token in _TOKEN.finditer(text, start, min(stop, len(text))):
+        char = token.group()[0]
+        if char == '"':
+            if token.group() == '"':  # no closing quote on its line
+                if text.find("\n", token.start()) < 0:
+                    return None, deepest, _UNCLOSED
+                where = _byte_at(text, token.start())
+                return None, deepest, f"a string that does not close on its line (byte {where})"
+            continue
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+            if depth == 0:
+                return token.end(), deepest, ""
+    if stop < len(text):
+        return None, deepest, "its brackets do not close"
+    return None, deepest, _UNCLOSED
+
+
+def _entry_fault(text: str, start: int, end: int, depth: int, limits: InputLimits) -> str | None:
+    if depth > limits.max_json_depth:
+        return f"nested {depth} deep, over max_json_depth = {limits.max_json_depth}"
+    if end - start > limits.max_record_bytes:
+        return f"{end - start:,} bytes, over max_record_bytes = {limits.max_record_bytes:,}"
+    bad = _NOT_UTF8.search(text, start, end)
+    if bad is not None:
+        return f"a byte that is not UTF-8 at byte {_byte_at(text, bad.start())}"
+    return None
+
+
+def _byte_at(text: str, pos: int) -> int:
+    return len(text[:pos].encode("utf-8", "surrogateescape"))
+
+
+def _line_at(text: str, pos: int) -> int:
+    """The line of a char offset (`pos` a byte offset on ASCII text is the same)."""
+    return text.count("\n", 0, pos) + 1
 
 
 def _notes(state: dict, records: list[dict], state_path: Path, source: SourceInfo) -> None:
