@@ -8,8 +8,10 @@ module level (here or in `commands/`), so `stab --help` stays instant.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -42,13 +44,41 @@ def _options(
             "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="On an internal error or an unreadable input, print the Python traceback "
+            "before the one-line message (also: STAB_DEBUG=1). The exit status stays 2.",
+        ),
+    ] = False,
 ) -> None:
     """Options of `stab` itself, given before the command."""
+    from stabilitycli.commands._common import DEBUG
+
+    DEBUG.set(debug)
+
+
+def _guarded(name: str, command: Callable[..., None]) -> Callable[..., None]:
+    """The command behind the one error boundary: whatever escapes it (a renderer's crash,
+    a native panic, a RecursionError) is one line on stderr and exit 2, never a traceback
+    with exit 1 (the status CI reads as "instability found")."""
+
+    @functools.wraps(command)
+    def run(*args, **kwargs) -> None:
+        from stabilitycli.commands._common import boundary
+
+        try:
+            command(*args, **kwargs)
+        except BaseException as err:
+            raise boundary(err, f"stab {name}") from None
+
+    return run
 
 
 for _name in COMMANDS:
     _module = importlib.import_module(f"stabilitycli.commands.{_name}")
-    app.command(_name, epilog=getattr(_module, "EPILOG", None))(_module.command)
+    app.command(_name, epilog=getattr(_module, "EPILOG", None))(_guarded(_name, _module.command))
 
 
 def main() -> None:

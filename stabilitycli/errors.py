@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class StabInputError(Exception):
     """Input that cannot be used at all. The CLI prints `str(err)` and exits 2."""
@@ -29,4 +31,70 @@ def internal_error_message(err: BaseException, where: str) -> str:
     Every command and the batch workers say it the same way, so a user who
     reports one can be asked for the same thing: the run, the type, the text.
     """
-    return f"{where}: internal error {type(err).__name__}: {err}"
+    return f"{where}: internal error {type(err).__name__}: {one_line(err)}"
+
+
+# The interpreter's own ways of stopping (Ctrl-C, sys.exit, a generator closed): never an
+# error to report, so every boundary that catches BaseException lets these through.
+NOT_ERRORS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+# errno values whose own wording is the whole story; anything else keeps strerror's text
+_OS_REASONS = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EISDIR: "is a directory",
+    errno.ENOTDIR: "not a directory",
+    errno.ENOENT: "no such file or directory",
+    errno.ELOOP: "too many levels of symbolic links",
+}
+_DETAIL_CHARS = 300  # an error text longer than this is cut: it is one line of stderr
+
+
+def input_error_from(path: str, err: BaseException, what: str) -> StabInputError:
+    """The input error for anything a reader raised while reading `path` as `what`.
+
+    A reader that fails on its input is reporting the input, whatever it raised:
+    a decoder's ValueError, a native library's panic (polars' PanicException
+    derives from BaseException), a RecursionError on deep nesting, or an OSError
+    from the file system. The original stays as `__cause__` for `--debug`.
+    """
+    if isinstance(err, StabInputError):
+        return err
+    if isinstance(err, OSError):
+        reason = os_reason(err)
+        name = getattr(err, "filename", None)
+        if name is not None and str(name) != str(path):
+            reason = f"{name}: {reason}"
+    elif isinstance(err, RecursionError):
+        reason = f"cannot parse {what}: nested too deeply to follow"
+    elif isinstance(err, MemoryError):
+        reason = f"cannot read {what}: out of memory (see docs/limits.md)"
+    elif type(err).__name__ == "PanicException":
+        reason = f"cannot parse {what}: the decoder failed on damaged data ({one_line(err)})"
+    else:
+        reason = f"cannot parse {what}: {type(err).__name__}: {one_line(err)}"
+    out = StabInputError(path, reason)
+    out.__cause__ = err
+    return out
+
+
+def os_reason(err: OSError) -> str:
+    """`permission denied`, `is a directory`...: what the OS said, without errno numbers."""
+    if err.errno in _OS_REASONS:
+        return _OS_REASONS[err.errno]
+    return (err.strerror or one_line(err) or type(err).__name__).lower()
+
+
+def one_line(err: BaseException) -> str:
+    """The error's text on one line, cut to a readable length, control characters shown."""
+    text = " ".join(str(err).split())
+    if len(text) > _DETAIL_CHARS:
+        text = text[:_DETAIL_CHARS] + "..."
+    return visible(text)
+
+
+def visible(text: str) -> str:
+    """`text` with control characters as escapes, so an error is one line and moves no cursor."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
-import pytest
-
 import stabilitycli
 from stabilitycli.cli import COMMANDS
 from stabilitycli.pipeline.batch import BatchSettings, analyze_one
@@ -38,7 +36,7 @@ def _boom(*args, **kwargs):
 
 
 def _internal_line(where: str) -> str:
-    hint = "(set STAB_DEBUG=1 for a traceback)"
+    hint = "(run `stab --debug ...` or set STAB_DEBUG=1 for a traceback)"
     return f"stab: error: {where}: internal error RuntimeError: boom {hint}\n"
 
 
@@ -62,10 +60,14 @@ def test_a_bug_is_one_line_in_every_command(cli, monkeypatch) -> None:
 
 
 def test_stab_debug_shows_the_traceback(cli, monkeypatch) -> None:
+    # the traceback goes to stderr before the one line; the exit status is still 2
     monkeypatch.setenv("STAB_DEBUG", "1")
     monkeypatch.setattr("stabilitycli.pipeline.run.analyze", _boom)
-    with pytest.raises(RuntimeError, match="boom"):
-        cli("analyze", run_fixture("plateau"))
+    result = cli("analyze", run_fixture("plateau"))
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.endswith("internal error RuntimeError: boom\n")
 
 
 def test_a_bug_in_one_of_many_runs_is_that_runs_error(monkeypatch) -> None:

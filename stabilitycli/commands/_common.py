@@ -7,13 +7,20 @@ Heavy modules (polars, the pipeline) are imported inside the functions so that
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from stabilitycli.errors import StabInputError, StabUsageError, internal_error_message
+from stabilitycli.errors import (
+    NOT_ERRORS,
+    StabInputError,
+    StabUsageError,
+    internal_error_message,
+    visible,
+)
 from stabilitycli.exit_codes import ExitCode
 
 
@@ -75,18 +82,61 @@ def metric_keys(values: list[str] | None) -> tuple[tuple[str, ...], dict[str, st
 
 
 def fail(message: str) -> typer.Exit:
-    typer.echo(f"stab: error: {message}", err=True)
+    # control characters from a file name or an error text would break the one line
+    typer.echo(f"stab: error: {visible(message)}", err=True)
     return typer.Exit(ExitCode.BAD_INPUT)
 
 
-def internal_error(err: Exception, where: str) -> typer.Exit:
-    """A bug in stab, not in the input: one line and exit 2, or the traceback with STAB_DEBUG.
+DEBUG_HINT = "run `stab --debug ...` or set STAB_DEBUG=1 for a traceback"
 
-    Called from an `except` block: `raise internal_error(err, path) from None`.
+
+# set by `stab --debug` (the app callback runs before every command, so each invocation
+# sets it afresh); a context variable rather than a module global for in-process callers
+DEBUG: ContextVar[bool] = ContextVar("stab_debug", default=False)
+
+
+def debugging() -> bool:
+    """`stab --debug` (the app's own option) or STAB_DEBUG set in the environment."""
+    return DEBUG.get() or bool(os.environ.get("STAB_DEBUG"))
+
+
+def internal_error(err: BaseException, where: str) -> typer.Exit:
+    """A bug in stab, not in the input: one line and exit 2, the traceback first with --debug.
+
+    Called from an `except` block: `raise internal_error(err, path) from None`. Ctrl-C,
+    exits and typer's own exits are raised again untouched.
     """
-    if os.environ.get("STAB_DEBUG"):
+    if _passes_through(err):
         raise err
-    return fail(f"{internal_error_message(err, where)} (set STAB_DEBUG=1 for a traceback)")
+    if debugging():
+        _print_traceback(err)
+        return fail(internal_error_message(err, where))
+    return fail(f"{internal_error_message(err, where)} ({DEBUG_HINT})")
+
+
+def boundary(err: BaseException, where: str) -> BaseException:
+    """What a command raises for anything that escaped it: exits pass through untouched, an
+    input or usage error is its one line, anything else is an internal error (exit 2)."""
+    if _passes_through(err):
+        return err
+    if isinstance(err, (StabInputError, StabUsageError)):
+        if debugging():
+            _print_traceback(err)
+        return fail(str(err))
+    return internal_error(err, where)
+
+
+def _passes_through(err: BaseException) -> bool:
+    """Ctrl-C, exits, and typer's own exits and usage errors: not ours to report."""
+    return isinstance(err, (*NOT_ERRORS, typer.Exit, typer.Abort, typer.TyperException))
+
+
+def _print_traceback(err: BaseException) -> None:
+    import sys
+    import traceback
+
+    # an input error raised at the read boundary carries the reader's failure as __cause__
+    traceback.print_exception(err, file=sys.stderr)
 
 
 def load_thresholds(path: str, set_values: list[str] | None):
@@ -119,11 +169,15 @@ def print_rendered(rendered, width: int | None = None) -> None:
 
     from rich.console import Console
 
-    console = Console(width=width)
+    # no markup or emoji codes: every string in a renderable is shown as written, so a run,
+    # metric or layer name holding `[/]` or `:x:` is text, never a style or a crash
+    def plain(columns: int | None) -> Console:
+        return Console(width=columns, markup=False, emoji=False)
+
+    console = plain(width)
     if width is None and not sys.stdout.isatty() and "COLUMNS" not in os.environ:
-        wide = Console(width=10_000)
-        needed = wide.measure(rendered).maximum
-        console = Console(width=min(max(80, needed), 10_000))
+        needed = plain(10_000).measure(rendered).maximum
+        console = plain(min(max(80, needed), 10_000))
     console.print(rendered)
 
 
@@ -147,8 +201,8 @@ def load_and_analyze(
         analysis = with_settings(pipeline.analyze(data, thresholds), settings)
         return data, analysis, thresholds
     except (StabInputError, StabUsageError) as err:
-        raise fail(str(err)) from None
-    except Exception as err:
+        raise boundary(err, path) from None
+    except BaseException as err:
         raise internal_error(err, path) from None
 
 

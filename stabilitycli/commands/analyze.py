@@ -18,6 +18,7 @@ import typer
 from stabilitycli.commands._common import (
     FailOn,
     MetricOpt,
+    boundary,
     fail,
     internal_error,
     load_thresholds,
@@ -25,7 +26,7 @@ from stabilitycli.commands._common import (
     print_rendered,
     with_settings,
 )
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.errors import StabInputError, StabUsageError, visible
 from stabilitycli.ingest import SUPPORTED
 from stabilitycli.report.formats import Format
 
@@ -176,8 +177,8 @@ def command(
         )
         with_settings(result, settings)
     except (StabInputError, StabUsageError) as err:
-        raise fail(str(err)) from None
-    except Exception as err:
+        raise boundary(err, target) from None
+    except BaseException as err:
         raise internal_error(err, target) from None
     from stabilitycli.exit_codes import exit_code_for
     from stabilitycli.model import Severity
@@ -234,7 +235,13 @@ def _analyze_many(
         select_rules(list(settings.select), list(settings.ignore))
     except StabUsageError as err:
         raise fail(str(err)) from None
-    paths = batch.discover(targets, recursive)
+    walk_warnings: list[str] = []
+    try:
+        paths = batch.discover(targets, recursive, walk_warnings)
+    except StabInputError as err:
+        raise boundary(err, " ".join(targets)) from None
+    for warning in walk_warnings:
+        typer.echo(f"stab: warning: {visible(warning)}", err=True)
     if not paths:
         raise fail(f"no runs found in {', '.join(targets)}")
     results = _with_progress(paths, settings, jobs, quiet)

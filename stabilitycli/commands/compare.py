@@ -21,7 +21,7 @@ from stabilitycli.commands._common import (
     FormatInOpt,
     SetOpt,
     StepKeyOpt,
-    fail,
+    boundary,
     internal_error,
     metric_keys,
     pairs,
@@ -158,8 +158,8 @@ def command(
             set_values,
         )
     except (StabInputError, StabUsageError) as err:
-        raise fail(str(err)) from None
-    except Exception as err:
+        raise boundary(err, " ".join(runs)) from None
+    except BaseException as err:
         raise internal_error(err, " ".join(runs)) from None
     if output is CompareFormat.json:
         import json

@@ -17,7 +17,7 @@ import typer
 
 from stabilitycli.commands._common import (
     FailOn,
-    fail,
+    boundary,
     internal_error,
     metric_keys,
     pairs,
@@ -82,8 +82,8 @@ def command(
             run, metric, rank_pattern, rank_key, step_key, set_values, experiment, tracking_uri
         )
     except (StabInputError, StabUsageError) as err:
-        raise fail(str(err)) from None
-    except Exception as err:
+        raise boundary(err, run) from None
+    except BaseException as err:
         raise internal_error(err, run) from None
     if output is RanksFormat.json:
         import json

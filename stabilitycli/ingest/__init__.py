@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 from typing import cast
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.errors import NOT_ERRORS, StabInputError, StabUsageError, input_error_from
 from stabilitycli.ingest._dtype import dtype_from
+from stabilitycli.ingest._walk import list_folder
 from stabilitycli.ingest.base import Reader, UriReader
 from stabilitycli.ingest.options import ReadOptions
 
@@ -89,7 +90,7 @@ def _only_log(folder: Path) -> Path:
     """The one log a folder holds (`runs/latest/metrics.jsonl`): a folder of one log is that log."""
     logs: list[Path] = []
     seen = 0
-    for entry in sorted(folder.iterdir()):
+    for entry in list_folder(folder):
         if entry.name.startswith(".") or not entry.is_file():
             continue
         seen += 1
@@ -97,7 +98,11 @@ def _only_log(folder: Path) -> Path:
             continue
         try:
             detect_format(entry)
-        except (StabInputError, OSError):
+        except NOT_ERRORS:
+            raise
+        except BaseException:
+            # a file no sniff accepts (or that a sniff fails on) is not a log; the
+            # error below counts it among the files seen
             continue
         logs.append(entry)
     if len(logs) == 1:
@@ -114,12 +119,33 @@ def _only_log(folder: Path) -> Path:
     )
 
 
+# raised on as they are by the read boundary: already the user's message, or not an error
+_NOT_WRAPPED: tuple[type[BaseException], ...] = (StabInputError, StabUsageError, *NOT_ERRORS)
+
+
 def read(target: str | Path, options: ReadOptions | None = None):
-    """Read one run from a path or URI into the canonical `RunData`."""
+    """Read one run from a path or URI into the canonical `RunData`.
+
+    The one error boundary of reading: whatever fails while a path is sniffed or
+    read (a decoder, a native panic, the file system) comes out as a
+    `StabInputError` naming the path. A usage error (a bad `--rank-pattern`), Ctrl-C and
+    exits pass through as they are.
+    """
     options = options or ReadOptions()
     text = str(target)
     if text == STDIN:
         return _read_stdin(options)
+    try:
+        return _read(text, options)
+    except _NOT_WRAPPED:
+        raise
+    except BaseException as err:
+        # reached only when sniffing or choosing a reader failed: a reader's own
+        # failure is already named by its format in _read
+        raise input_error_from(text, err, "input") from err
+
+
+def _read(text: str, options: ReadOptions):
     path = Path(text)
     is_uri = "://" in text
     if options.tracking_uri and not is_uri and not path.exists():
@@ -155,10 +181,10 @@ def read(target: str | Path, options: ReadOptions | None = None):
         module = reader(name)
         # a URI goes as given: only a UriReader's sniff_uri (or --format-in) picks a reader for it
         run = cast(UriReader, module).read(text, options) if is_uri else module.read(path, options)
-    except StabInputError:
+    except _NOT_WRAPPED:
         raise
-    except (OSError, UnicodeDecodeError) as err:
-        raise StabInputError(text, f"cannot read: {err}") from None
+    except BaseException as err:
+        raise input_error_from(text, err, name) from err
     _apply_dtype(run, path, options)
     return run
 

@@ -18,9 +18,12 @@ File layout (observed with wandb 0.31; shared/research/formats.md 4.3):
   and `RunRecord` 17 -> `config` 4) for the dtype.
 
 Values are JSON text with bare `NaN` / `Infinity` / `-Infinity`: parsed with
-`json.loads`, which accepts them. A chunk with a bad CRC is rejected with its
-byte offset and reading goes on at the next chunk; a file cut off mid-chunk
-(the run was killed) keeps every whole record before the cut, with a warning.
+`json.loads`, which accepts them (after a check, without recursion, that a
+value is not nested past `max_json_depth`). A damaged chunk (bad CRC, a header
+that cannot be) costs its record, rejected with its byte offset: reading picks
+up at the next chunk whose header and CRC are valid, not at the next block. A
+record over `max_record_bytes` is skipped unread. A file cut off mid-chunk (the
+run was killed) keeps every whole record before the cut, with a warning.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import zlib
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _bounded
+from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -89,7 +94,7 @@ def read(path: Path, options: ReadOptions):
     from stabilitycli.frame import finalize
 
     file = resolve(path, options)
-    data = file.read_bytes()
+    data = _bounded.read_input(file, options.limits).data
     source = SourceInfo(path=str(file), format=NAME, run=_run_id(file))
     if not data:
         raise StabInputError(str(file), "the file is empty")
@@ -98,19 +103,19 @@ def read(path: Path, options: ReadOptions):
     rows: list[dict] = []
     config: dict[str, object] = {}
     n_records = 0
-    for number, payload in enumerate(records(data, source), start=1):
+    for number, payload in enumerate(records(data, source, options.limits), start=1):
         n_records = number
         for field, _, value in _fields(payload):
             if field == RECORD_HISTORY:
-                row = _history(value, number, source)
+                row = _history(value, number, source, options.limits)
                 if row is not None:
                     rows.append(row)
             elif field == RECORD_CONFIG:
-                config.update(_config(value))
+                config.update(_config(value, options.limits))
             elif field == RECORD_RUN:
                 for run_field, _, run_value in _fields(value):
                     if run_field == 4:
-                        config.update(_config(run_value))
+                        config.update(_config(run_value, options.limits))
     if not rows:
         raise StabInputError(str(file), f"no history record among {n_records} records")
     _dtype(config, source)
@@ -125,61 +130,151 @@ def _run_id(file: Path) -> str | None:
     return match.group(1) if match else file.stem.removeprefix("run-")
 
 
-def records(data: bytes, source: SourceInfo):
-    """Reassembled record payloads; bad chunks rejected, a cut-off tail warned about."""
+def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
+    """Reassembled record payloads; damaged records counted, a cut-off tail warned about.
+
+    After damage (a bad CRC, a chunk header that cannot be) reading picks up at
+    the next chunk whose header and CRC are valid, found byte by byte: one bad
+    byte costs its record, not the rest of the block. A record over
+    max_record_bytes is skipped unread (its chunks are still walked, to keep
+    the framing).
+    """
+    limit = (limits or limits_in_force()).max_record_bytes
     pos = HEADER_LEN
-    pending: bytearray | None = None
     size = len(data)
+    pending: bytearray | None = None
+    pending_at = pending_size = 0  # where the record being reassembled began, its size
+    oversized = False  # the record being reassembled is too big: its bytes are not kept
+    after_damage = False  # fragments now belong to a record already counted as damaged
     while pos < size:
-        left_in_block = BLOCK_LEN - pos % BLOCK_LEN
-        if left_in_block < CHUNK_HEADER_LEN:
-            pos += left_in_block  # block trailer padding
+        chunk = _chunk_at(data, pos)
+        if chunk == _PADDING:
+            pos += BLOCK_LEN - pos % BLOCK_LEN
             continue
-        if pos + CHUNK_HEADER_LEN > size:
+        if chunk == _SHORT:
             _cut(source, pos)
             return
-        crc, length, kind = struct.unpack_from("<IHB", data, pos)
-        if kind == 0 and length == 0 and crc == 0:
-            pos += left_in_block  # zero padding to the end of the block
+        if chunk is None:
+            found = _resync(data, pos)
+            what = "bad CRC" if _crc_fails(data, pos) else "a chunk header that cannot be"
+            if pending is not None or oversized:
+                source.reject(None, f"record at byte {pending_at} damaged ({what} at byte {pos})")
+            elif _lost_record(data, pos, found):
+                source.reject(None, f"record at byte {pos} damaged ({what}); skipped")
+            pending, oversized, after_damage = None, False, True
+            if found is None:
+                return
+            pos = found
             continue
-        start = pos + CHUNK_HEADER_LEN
-        end = start + length
-        if end > size:
-            _cut(source, pos)
-            return
-        if length > left_in_block - CHUNK_HEADER_LEN or kind not in (FULL, FIRST, MIDDLE, LAST):
-            source.reject(None, f"corrupt chunk header at byte {pos}; skipped to the next block")
-            pending = None
-            pos += left_in_block
-            continue
-        payload = data[start:end]
-        pos = end
-        if zlib.crc32(payload, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
-            source.reject(
-                None,
-                f"bad CRC in the chunk at byte {end - length - CHUNK_HEADER_LEN}; chunk skipped",
-            )
-            pending = None
-            continue
+        kind, payload_start, end = chunk
+        if kind in (FULL, FIRST):
+            after_damage = False
+            if pending is not None or oversized:
+                source.reject(None, f"record at byte {pending_at} lost its last fragment")
+                pending, oversized = None, False
         if kind == FULL:
-            pending = None
-            yield payload
+            if end - payload_start > limit:
+                source.reject(None, _too_big(pos, end - payload_start, limit))
+            else:
+                yield data[payload_start:end]
         elif kind == FIRST:
-            pending = bytearray(payload)
-        elif pending is not None:
-            pending += payload
+            pending, pending_at, pending_size = bytearray(), pos, 0
+        if kind in (FIRST, MIDDLE, LAST):
+            if pending is None and not oversized:
+                if not after_damage:
+                    source.reject(None, f"record fragment at byte {pos} without its first part")
+                pos = end
+                continue
+            pending_size += end - payload_start
+            if pending_size > limit:
+                pending, oversized = None, True
+            elif pending is not None:
+                pending += data[payload_start:end]
             if kind == LAST:
-                yield bytes(pending)
-                pending = None
-    if pending is not None:
+                if oversized:
+                    source.reject(None, _too_big(pending_at, pending_size, limit))
+                elif pending is not None:
+                    yield bytes(pending)
+                pending, oversized = None, False
+        pos = end
+    if pending is not None or oversized:
         _cut(source, pos)
 
 
-def _cut(source: SourceInfo, pos: int) -> None:
-    source.warnings.append(
+_PADDING = (0, 0, 0)  # what _chunk_at finds besides a chunk (or None, for damage)
+_SHORT = (0, 0, 1)
+
+
+def _chunk_at(data: bytes, pos: int) -> tuple[int, int, int] | None:
+    """(kind, payload start, end) of a valid chunk at `pos`; _PADDING, _SHORT or None (damage)."""
+    left_in_block = BLOCK_LEN - pos % BLOCK_LEN
+    if left_in_block < CHUNK_HEADER_LEN:
+        return _PADDING  # block trailer
+    if pos + CHUNK_HEADER_LEN > len(data):
+        return _SHORT
+    crc, length, kind = struct.unpack_from("<IHB", data, pos)
+    if kind == 0 and length == 0 and crc == 0:
+        return _PADDING  # zero padding to the end of the block
+    if kind not in (FULL, FIRST, MIDDLE, LAST) or length > left_in_block - CHUNK_HEADER_LEN:
+        return None
+    start = pos + CHUNK_HEADER_LEN
+    if start + length > len(data):
+        return _SHORT
+    if zlib.crc32(data[start : start + length], zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
+        return None
+    return kind, start, start + length
+
+
+def _crc_fails(data: bytes, pos: int) -> bool:
+    """A header that could be a chunk's, whose CRC does not match its payload."""
+    _, length, kind = struct.unpack_from("<IHB", data, pos)
+    left = BLOCK_LEN - pos % BLOCK_LEN - CHUNK_HEADER_LEN
+    return kind in (FULL, FIRST, MIDDLE, LAST) and length <= left
+
+
+def _resync(data: bytes, pos: int) -> int | None:
+    """The offset of the next valid chunk after damage at `pos`, or None if there is none.
+
+    First where the damaged chunk says it ends (its length may be intact), then
+    byte by byte. A false match needs a type byte, a length that fits the block
+    and a CRC-32 over the bytes that follow all to agree by chance.
+    """
+    said = pos + CHUNK_HEADER_LEN + struct.unpack_from("<H", data, pos + 4)[0]
+    for at in (said, *range(pos + 1, len(data) - CHUNK_HEADER_LEN + 1)):
+        if at <= pos or at + CHUNK_HEADER_LEN > len(data) or data[at + 6] not in _KINDS:
+            continue  # the cheap test first: most offsets fail it
+        chunk = _chunk_at(data, at)
+        if chunk is not None and chunk != _SHORT and chunk != _PADDING:
+            return at
+    return None
+
+
+_KINDS = frozenset((FULL, FIRST, MIDDLE, LAST))
+
+
+def _lost_record(data: bytes, pos: int, found: int | None) -> bool:
+    """Whether skipped bytes held a record: a flipped byte in zero padding is none.
+
+    Every chunk has a CRC and a length, so a record leaves more than a few
+    bytes that are not zero.
+    """
+    skipped = data[pos:found]
+    return len(skipped) - skipped.count(0) > 4
+
+
+def _too_big(pos: int, length: int, limit: int) -> str:
+    return f"record at byte {pos} of {length:,} bytes, over max_record_bytes = {limit:,}; skipped"
+
+
+def _cut_warning(pos: int) -> str:
+    return (
         f"the file ends inside a record (byte {pos}): the run was cut off while writing; "
         "kept every whole record before it"
     )
+
+
+def _cut(source: SourceInfo, pos: int) -> None:
+    source.warnings.append(_cut_warning(pos))
     source.reject(None, "last record cut off mid-write")
 
 
@@ -198,8 +293,16 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def _fields(buf: bytes):
-    """(field number, wire type, value) of a protobuf message; stops at damage."""
+class _Malformed(ValueError):
+    """A protobuf message that ends mid-field or uses a wire type that does not exist."""
+
+
+def _fields(buf: bytes, strict: bool = False):
+    """(field number, wire type, value) of a protobuf message; stops at damage.
+
+    `strict`: damage raises `_Malformed` instead, for a record whose every field
+    matters (a history row must not lose a metric unnoticed).
+    """
     pos = 0
     size = len(buf)
     value: int | bytes  # varint fields are numbers, the others raw bytes
@@ -217,25 +320,40 @@ def _fields(buf: bytes):
             elif wire == 5:
                 value, pos = buf[pos : pos + 4], pos + 4
             else:
-                return
-        except ValueError:
+                raise _Malformed(f"wire type {wire} at byte {pos}")
+        except ValueError as err:
+            if strict:
+                raise _Malformed(str(err)) from None
             return
         if pos > size:
+            if strict:
+                raise _Malformed(f"a field runs past the end ({size} bytes)")
             return
         yield field, wire, value
 
 
-def _item(buf: bytes) -> tuple[str, object]:
-    """A HistoryItem / ConfigItem: (key, parsed value)."""
+class _TooDeep(ValueError):
+    pass
+
+
+def _item(buf: bytes, limits: InputLimits, strict: bool = False) -> tuple[str, object]:
+    """A HistoryItem / ConfigItem: (key, parsed value).
+
+    Raises `_TooDeep` for a value nested past max_json_depth (it never reaches
+    `json.loads`, which would recurse), `_Malformed` (strict) for damage.
+    """
     key = ""
     nested: list[str] = []
     value: object = None
-    for field, wire, raw in _fields(buf):
+    for field, wire, raw in _fields(buf, strict):
         if field == 1 and wire == 2:
             key = raw.decode("utf-8", "replace")
         elif field == 2 and wire == 2:
             nested.append(raw.decode("utf-8", "replace"))
         elif field == 16 and wire == 2:
+            deep = _bounded.depth_fault(raw, limits)
+            if deep is not None:
+                raise _TooDeep(deep)
             try:
                 value = json.loads(raw)
             except ValueError:
@@ -247,32 +365,64 @@ def _item(buf: bytes) -> tuple[str, object]:
     return ("/".join(nested) if nested else key), value
 
 
-def _history(buf: bytes, number: int, source: SourceInfo) -> dict | None:
-    row: dict = {"_row": number}
-    step_num = None
-    for field, wire, raw in _fields(buf):
-        if field == 1 and wire == 2:
-            key, value = _item(raw)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue  # media, histograms, text: not scalar metrics
-            row[key] = float(value)
-        elif field == 2 and wire == 2:
-            for sub, sub_wire, sub_raw in _fields(raw):
-                if sub == 1 and sub_wire == 0:
-                    step_num = sub_raw
-    if "_step" not in row and step_num is not None:
-        row["_step"] = float(step_num)
-    if len(row) == 1:
-        source.reject(number, "history record without a scalar value")
+def _history(buf: bytes, number: int, source: SourceInfo, limits: InputLimits) -> dict | None:
+    """One history record as a row, or None when it is rejected (with its reason)."""
+    try:
+        row, reason = _history_row(buf, number, limits)
+    except _Malformed as err:
+        row, reason = None, f"history record damaged ({err})"
+    except _TooDeep as err:
+        row, reason = None, f"history value {err}"
+    if reason is not None:
+        source.reject(number, reason)
         return None
     return row
 
 
-def _config(buf: bytes) -> dict[str, object]:
+def _history_row(buf: bytes, number: int, limits: InputLimits) -> tuple[dict | None, str | None]:
+    row: dict = {"_row": number}
+    step_num = None
+    for field, wire, raw in _fields(buf, strict=True):
+        if field == 1 and wire == 2:
+            key, value = _item(raw, limits, strict=True)
+            if key == "_step" and not _is_number(value):
+                return None, f"_step is {_kind(value)}, not a number"
+            if not _is_number(value):
+                continue  # media, histograms, text: not scalar metrics
+            try:
+                row[key] = value if key == "_step" else float(value)  # type: ignore[arg-type]
+            except OverflowError:
+                return None, f"{key!r} is an integer too large for a float"
+        elif field == 2 and wire == 2:
+            for sub, sub_wire, sub_raw in _fields(raw, strict=True):
+                if sub == 1 and sub_wire == 0:
+                    step_num = sub_raw
+                elif sub == 1:
+                    return None, "the step is binary, not a number"
+    if "_step" not in row and step_num is not None:
+        row["_step"] = step_num - (1 << 64) if step_num >= 1 << 63 else step_num
+    if len(row) == 1:
+        return None, "history record without a scalar value"
+    return row, None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: object) -> str:
+    names = {list: "a JSON list", dict: "a JSON object", bool: "a bool", str: "text"}
+    return names.get(type(value), "missing" if value is None else type(value).__name__)
+
+
+def _config(buf: bytes, limits: InputLimits) -> dict[str, object]:
     out = {}
     for field, wire, raw in _fields(buf):
         if field == 1 and wire == 2:
-            key, value = _item(raw)
+            try:
+                key, value = _item(raw, limits)
+            except _TooDeep:
+                continue  # a config value too deep to read names no dtype
             out[key] = value
     return out
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.errors import StabInputError, internal_error_message
+from stabilitycli.errors import NOT_ERRORS, StabInputError, internal_error_message, visible
 
 # directories that are themselves one run (a store, a log dir) are not descended
 # into; a TensorBoard sniff accepts any tree with event files somewhere below, so
@@ -78,12 +78,16 @@ class RunResult:
 # ---------------------------------------------------------------- discovery
 
 
-def discover(targets: Iterable[str], recursive: bool) -> list[str]:
+def discover(
+    targets: Iterable[str], recursive: bool, warnings: list[str] | None = None
+) -> list[str]:
     """The runs named by `targets`, in order, without duplicates.
 
     Without `recursive` every target is one run (a file, a run directory or a
     URI), read or failed as given. With it, a directory that is not itself a
     run is walked, and every file or directory a reader accepts is one run.
+    What the walk could not enter (a symlink loop, an unreadable folder) is
+    added to `warnings`; a walk past `max_walk_files` or `max_walk_depth` raises.
     """
     runs: list[str] = []
     for target in targets:
@@ -91,38 +95,62 @@ def discover(targets: Iterable[str], recursive: bool) -> list[str]:
         if "://" in target or not recursive or not path.is_dir():
             runs.append(target)
         else:
-            _walk(path, runs)
+            runs.extend(_walk(path, warnings if warnings is not None else []))
     return list(dict.fromkeys(runs))  # each run once, in the order first given
 
 
-def _walk(folder: Path, runs: list[str]) -> None:
-    split = _runs_of_folders(folder)
-    if split is not None:
-        runs.extend(str(p) for p in split)
-        return
-    if _is_run(folder):
-        runs.append(str(folder))
-        return
-    try:
-        children = sorted(folder.iterdir())
-    except OSError:
-        return
-    for child in children:
-        if child.name.startswith("."):
+def _walk(root: Path, warnings: list[str]) -> list[str]:
+    """The runs below `root` in name order, a folder's runs where the folder sorts.
+
+    The walk is iterative (a 1,500-deep tree is no recursion) and enters each
+    folder once, so two symlinks to `.` end; sorting by path parts afterwards
+    gives the order a depth-first walk in name order would.
+    """
+    from stabilitycli.ingest._walk import WalkReport, walk
+
+    found: list[tuple[tuple[str, ...], int, str]] = []
+
+    def add(path: Path, runs: Iterable[Path]) -> None:
+        key = path.relative_to(root).parts
+        found.extend((key, len(found) + i, str(run)) for i, run in enumerate(runs))
+
+    report = WalkReport()
+    for folder, folders, files in walk(root, report=report):
+        split = _runs_of_folders(folder)
+        if split is not None or _is_run(folder):
+            add(folder, split if split is not None else [folder])
+            folders.clear()  # a run (or a folder of runs) is not walked into
             continue
-        if child.is_dir():
-            _walk(child, runs)
-        elif child.is_file() and not child.name.lower().endswith(_NOT_LOGS) and _is_run(child):
-            runs.append(str(child))
+        folders[:] = [f for f in folders if not f.name.startswith(".")]
+        for child in files:
+            if (
+                not child.name.startswith(".")
+                and child.is_file()
+                and not child.name.lower().endswith(_NOT_LOGS)
+                and _is_run(child)
+            ):
+                add(child, [child])
+    warnings.extend(report.warnings())
+    return [run for _key, _seq, run in sorted(found)]
 
 
 def _is_run(path: Path) -> bool:
-    from stabilitycli.ingest import detect_format
-
     try:
-        name = detect_format(path)
+        return _sniffed_run(path)
     except (StabInputError, OSError):
         return False
+    except NOT_ERRORS:
+        raise
+    except BaseException:
+        # a sniff that crashes on this input: analysed as a run, so the reader's error
+        # names it in the results instead of the walk dropping it or stopping
+        return True
+
+
+def _sniffed_run(path: Path) -> bool:
+    from stabilitycli.ingest import detect_format
+
+    name = detect_format(path)
     if name == "tensorboard":
         from stabilitycli.ingest import tensorboard
 
@@ -141,12 +169,17 @@ def _runs_of_folders(folder: Path) -> list[Path] | None:
 
     try:
         name = detect_format(folder)
+        if name == "lightning":
+            return lightning.run_paths(folder)
+        if name == "tensorboard":
+            return tensorboard.run_paths(folder)
     except (StabInputError, OSError):
         return None
-    if name == "lightning":
-        return lightning.run_paths(folder)
-    if name == "tensorboard":
-        return tensorboard.run_paths(folder)
+    except NOT_ERRORS:
+        raise
+    except BaseException:
+        # damaged runs inside: not split here; read as one run, its error names the folder
+        return None
     return None
 
 
@@ -168,9 +201,12 @@ def _ranks_here(folder: Path) -> bool:
 
 
 def _events_within(folder: Path, depth: int) -> bool:
-    if any(p.name.startswith("events.out.tfevents") for p in folder.iterdir() if p.is_file()):
-        return True
-    return depth > 0 and any(_events_within(p, depth - 1) for p in folder.iterdir() if p.is_dir())
+    from stabilitycli.ingest._walk import walk
+
+    return any(
+        any(p.name.startswith("events.out.tfevents") and p.is_file() for p in files)
+        for _folder, _folders, files in walk(folder, max_depth=depth)
+    )
 
 
 # ---------------------------------------------------------------- analysis
@@ -194,17 +230,21 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
         if in_force.changed():
             # the thresholds not at their defaults, and their sources: every output says them
             analysis.extras["settings"] = in_force.to_dict()
+        worst = analysis.worst_severity
+        return RunResult(
+            path,
+            doc=analysis.to_dict(),
+            fragment=settings.render_fragment(analysis) if settings.render_fragment else None,
+            worst=None if worst is None else int(worst),
+        )
     except (StabInputError, StabUsageError) as err:
-        return RunResult(path, error=str(err))
-    except Exception as err:
+        return RunResult(path, error=visible(str(err)))
+    except NOT_ERRORS:
+        raise
+    except BaseException as err:
+        # a bug in stab (or a native panic outside reading) is this run's error, and the
+        # other runs go on; BaseException because polars' PanicException is one
         return RunResult(path, error=internal_error_message(err, path))
-    worst = analysis.worst_severity
-    return RunResult(
-        path,
-        doc=analysis.to_dict(),
-        fragment=settings.render_fragment(analysis) if settings.render_fragment else None,
-        worst=None if worst is None else int(worst),
-    )
 
 
 def _analyze_chunk(paths: list[str], settings: BatchSettings) -> list[RunResult]:
