@@ -24,6 +24,12 @@ _PAIR = re.compile(r"""(['"])([^'"]+)\1\s*:\s*('[^']*'|"[^"]*"|[^,}\s]+)""")
 STEP_KEYS = ("step", "global_step", "num_updates", "train_num_updates", "valid_num_updates")
 _FAIRSEQ_TAG = re.compile(r"\|\s*(train_inner|train|valid\w*)\s*\|\s*\{")
 EPOCH_SUMMARY = "fairseq epoch summary (a mean over the epoch, not a step's value)"
+# U+FFFD is what a byte that is not UTF-8 became when the log was decoded; NUL and the
+# other C0 controls (but tab, CR, backspace and ESC, which progress bars use) are what a
+# dying process or a disk fault writes: a record holding one is damaged, and its numbers
+# are not to be trusted one by one
+_DAMAGE = re.compile(r"[\ufffd\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f]")
+DAMAGED = "record holds a byte that is not text (not UTF-8, or a control character)"
 
 
 @dataclass
@@ -42,6 +48,8 @@ def parse(text: str) -> Parsed | None:
         return None
     values: dict[str, float] = {}
     starts: dict[str, int] = {}
+    if _DAMAGE.search(match.group(0)) is not None:
+        return Parsed(values, starts, rejected=DAMAGED)
     base = match.start(1)
     for pair in _PAIR.finditer(match.group(1)):
         raw = pair.group(3)

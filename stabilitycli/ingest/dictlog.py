@@ -35,6 +35,7 @@ from stabilitycli.ingest import _dictline as dl
 from stabilitycli.ingest import _dsmessages as dsm
 from stabilitycli.ingest import _textline as tx
 from stabilitycli.ingest import _textlog as tl
+from stabilitycli.ingest.limits import limit_hit
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -79,9 +80,16 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: Path, options: ReadOptions):
     import polars as pl
 
+    limits = options.limits
+    size = path.stat().st_size
+    if size > limits.max_input_bytes:
+        what = f"the file is {size:,} bytes"
+        raise limit_hit(str(path), what, "max_input_bytes", limits.max_input_bytes)
     lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
     reader = _Reader(source)
+    for number, reason in _oversized(lines, limits.max_line_bytes):
+        reader.reject(number, False, reason)
     frame = _lines_to_read(lines)
     one_by_one = pl.col("text").str.contains(_ONE_BY_ONE) | (
         pl.lit(cut) & (pl.col("_line") == len(lines))
@@ -127,6 +135,24 @@ def read(path: Path, options: ReadOptions):
     if overflow:
         raw = pl.concat([raw, pl.DataFrame(overflow)], how="diagonal_relaxed")
     return tl.finish_records(raw, source, options.metric_overrides)
+
+
+def _oversized(lines: list[str], limit: int) -> list[tuple[int, str]]:
+    """Lines over max_line_bytes, emptied in place: a dict among them is a rejected record.
+
+    The shape grouping and the regexes downstream cost seconds on a line of
+    tens of MiB; no trainer prints one, so it is damage (or a binary dump).
+    """
+    if not lines or max(map(len, lines)) * 4 <= limit:
+        return []  # no line can be over the limit even at 4 bytes a char
+    out = []
+    for index, line in enumerate(lines):
+        if len(line) * 4 > limit and len(line.encode("utf-8", "surrogatepass")) > limit:
+            lines[index] = ""
+            if "{" in line:
+                reason = f"line of {len(line):,} chars, over max_line_bytes = {limit:,}"
+                out.append((index + 1, reason))
+    return out
 
 
 def _frame(rows: list[dict]):

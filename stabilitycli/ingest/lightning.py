@@ -111,7 +111,7 @@ def read(path: Path, options: ReadOptions):
         source.notes.append(
             f"{len(versions)} versions read as one run, in version order ({'; '.join(spans)})"
         )
-    _dtype([v.file for v in versions], source)
+    _dtype([v.file for v in versions], source, options.limits.max_line_bytes)
     return tabular.finish(raw, source, options)
 
 
@@ -212,14 +212,17 @@ def _run_name(file: Path) -> str | None:
     return version.name or None
 
 
-def _dtype(files: list[Path], source: SourceInfo) -> None:
+def _dtype(files: list[Path], source: SourceInfo, max_bytes: int) -> None:
     from stabilitycli.ingest._dtype import dtype_from
 
     for file in reversed(files):
         hparams = file.parent / "hparams.yaml"
         if not hparams.is_file():
             continue
-        text = hparams.read_text(encoding="utf-8", errors="replace")
+        # the settings that name a dtype are top-level lines near the top; a file bigger
+        # than one line may be is not read past that (it is no Lightning hparams dump)
+        with open(hparams, "rb") as handle:
+            text = handle.read(max_bytes).decode("utf-8", errors="replace")
         found = dtype_from((f"{file.parent.name}/hparams.yaml", dict(_SETTING.findall(text))))
         if found is not None:
             source.dtype, source.dtype_origin = found

@@ -1,0 +1,75 @@
+"""Trainer stdout dict lines and Lightning hparams.yaml on damaged input (issue #12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stabilitycli.ingest import read
+from stabilitycli.ingest.options import ReadOptions
+from tests.ingest.test_hostile_json import check_exact, loss_at, same
+
+# --- trainer stdout dict lines (dictlog) ------------------------------------------------
+
+
+def _hf_stdout(n: int = 40) -> list[bytes]:
+    lines = []
+    for s in range(1, n + 1):
+        lines.append(b"%d/%d [00:01<00:10, 1.00it/s]" % (s, n))
+        value = {1.5: b"1.5", 2.0: b"2.0"}.get(loss_at(s), repr(loss_at(s)).encode())
+        lines.append(b"{'loss': %s, 'grad_norm': 1.0, 'epoch': %.2f}" % (value, s / n))
+    return lines
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"{'loss': 2.0\xff, 'grad_norm': 1.0, 'epoch': 0.5}",
+        b"{'loss': 2.0, 'grad\x00_norm': 1.0, 'epoch': 0.5}",
+        b"{'loss': 2.0, 'grad_norm': 1.0, 'epoch': 0.5, 'x': '" + b"a" * 5000 + b"'}",
+    ],
+    ids=["non-UTF-8", "NUL", "giant"],
+)
+def test_dictlog_damaged_dict_line_is_rejected(tmp_path, monkeypatch, bad) -> None:
+    monkeypatch.setenv("STAB_LIMIT_MAX_LINE_BYTES", "4096")
+    lines = _hf_stdout()
+    lines[21] = bad  # the dict after bar 11
+    path = tmp_path / "train.log"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    run = read(path, ReadOptions(format_in="dictlog"))
+    src = run.source
+    assert src.rows_rejected == 1 and src.rejections[0].line == 22
+    assert src.rows_read == src.rows_used + src.rows_rejected + src.rows_rewritten
+    steps = run.frame["step"].to_list()
+    assert 11 not in steps and len(steps) == 39
+    for step, value in zip(steps, run.frame["loss"].to_list(), strict=True):
+        assert same(value, loss_at(step))
+
+
+# --- Lightning hparams.yaml ------------------------------------------------------------------
+
+
+def test_lightning_giant_hparams_is_read_only_as_far_as_a_line_may_go(tmp_path, monkeypatch):
+    monkeypatch.setenv("STAB_LIMIT_MAX_LINE_BYTES", "4096")
+    version = tmp_path / "lightning_logs" / "version_0"
+    version.mkdir(parents=True)
+    rows = ["step,train_loss_step"] + [f"{s},{loss_at(s)}".replace("nan", "nan") for s in range(60)]
+    (version / "metrics.csv").write_text("\n".join(rows) + "\n")
+    (version / "hparams.yaml").write_bytes(
+        b"precision: bf16-mixed\nnotes: "
+        + b"[" * 100_000
+        + b"\xff\x00" * 10_000
+        + b"\nbf16: false\n"
+    )
+    run = read(version)
+    assert run.source.dtype == "bf16"  # from the first line; the rest is never read
+    check_exact(run, set())
+
+
+def test_dictlog_file_over_max_input_bytes_is_refused(tmp_path, monkeypatch) -> None:
+    from stabilitycli.errors import StabInputError
+
+    monkeypatch.setenv("STAB_LIMIT_MAX_INPUT_BYTES", "1000")
+    path = tmp_path / "train.log"
+    path.write_bytes(b"\n".join(_hf_stdout()) + b"\n")
+    with pytest.raises(StabInputError, match="max_input_bytes"):
+        read(path, ReadOptions(format_in="dictlog"))
