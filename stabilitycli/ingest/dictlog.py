@@ -198,7 +198,12 @@ def _records(frames: list):
     order = pl.int_range(pl.len()).cast(pl.Float64)
     no_step = pl.col("step").is_null()
     return records.with_columns(
-        pl.when(no_step).then(order).otherwise(pl.col("step")).cast(pl.Int64).alias("step"),
+        # a step past int64 (a damaged digit run) becomes null: rejected by finalize, named
+        pl.when(no_step)
+        .then(order)
+        .otherwise(pl.col("step"))
+        .cast(pl.Int64, strict=False)
+        .alias("step"),
         pl.when(no_step).then(pl.lit("order")).otherwise(pl.col("_how")).alias("_how"),
     )
 
@@ -214,9 +219,10 @@ def _lines_to_read(lines: list[str]):
     frame = pl.DataFrame({"text": lines}).with_row_index("_line", offset=1)
     bars = pl.col("text").str.replace_all(_NESTED_BAR, "")
     last_bar = bars.str.extract_all(_BAR.pattern).list.last().str.extract(r"^(\d+)")
-    restore = pl.col("text").str.extract(_RESTORED_BAR).cast(pl.Int64)
+    # strict=False: a bar count past int64 is damage, not a position
+    restore = pl.col("text").str.extract(_RESTORED_BAR).cast(pl.Int64, strict=False)
     frame = frame.with_columns(
-        last_bar.cast(pl.Int64).forward_fill().shift(1).alias("_bar"),
+        last_bar.cast(pl.Int64, strict=False).forward_fill().shift(1).alias("_bar"),
         restore.shift(-1).alias("_restore"),
         pl.col("_line").cast(pl.Int64),
     )
@@ -249,7 +255,8 @@ class _Reader:
     def segment(self, number: int, text: str, cut: bool) -> None:
         if "[" in text:
             for bar in _BAR.finditer(text):
-                self.bar = int(bar.group(1))
+                if len(bar.group(1)) < 19:  # past int64 it is damage, not a position
+                    self.bar = int(bar.group(1))
         if "verflow" in text or "loss scale" in text:
             for m in dsm.scan_line(number, text, tl.timestamp(text), self.state):
                 self.mentions.append(replace(m, step=self.bar) if self.bar is not None else m)

@@ -73,3 +73,14 @@ def test_dictlog_file_over_max_input_bytes_is_refused(tmp_path, monkeypatch) -> 
     path.write_bytes(b"\n".join(_hf_stdout()) + b"\n")
     with pytest.raises(StabInputError, match="max_input_bytes"):
         read(path, ReadOptions(format_in="dictlog"))
+
+
+def test_dictlog_progress_count_past_int64_is_no_error(tmp_path) -> None:
+    lines = _hf_stdout()
+    lines[20] = b"9223372036854775808/40 [00:01<00:10, 1.00it/s]"  # a damaged digit run
+    lines[21] = b"{'loss': 2.0, 'grad_norm': 1.0, 'step': 99999999999999999999999}"
+    path = tmp_path / "train.log"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    src = read(path, ReadOptions(format_in="dictlog")).source
+    assert src.rows_read == src.rows_used + src.rows_rejected + src.rows_rewritten
+    assert src.rows_rejected == 1 and src.rejections[0].line == 22
