@@ -22,10 +22,17 @@ Credentials come from the same environment variables the mlflow client reads
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
+import itertools
 import json
+import math
 import os
 import re
+import socket
 import sys
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,18 +41,23 @@ from dataclasses import replace
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
 from stabilitycli.ingest._mlflow_common import MlflowRun, build_run, order_points, select_runs
+from stabilitycli.ingest._points import reject_many
+from stabilitycli.ingest.limits import InputLimits, limit_hit
 from stabilitycli.ingest.mlflow_db import INF_NOTE
 from stabilitycli.ingest.options import ReadOptions
 
 NAME = "mlflow_server"
 API = "/api/2.0/mlflow/"
-REQUEST_TIMEOUT_S = 120.0
 # points per get-history page; servers that cap lower (Databricks: 25,000) get that
 PAGE_POINTS = 100_000
 FALLBACK_PAGE_POINTS = 25_000
 SEARCH_PAGE_RUNS = 1000
+MAX_REDIRECTS = 5
+# an error page is read only this far: its first line is all the message shows
+ERROR_BODY_BYTES = 64 * 1024
 _UI_RUN = re.compile(r"experiments/([^/]+)/runs/([0-9a-f]{32})")
 _UI_EXPERIMENT = re.compile(r"experiments/([^/?]+)")
+_INT64 = 2**63
 
 
 def sniff_uri(text: str) -> bool:
@@ -56,20 +68,65 @@ def sniff(path, head: bytes) -> bool:
     return False  # a server is never a local path
 
 
-class _Client:
-    """A few JSON calls against one server, every failure one readable line."""
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """Scheme, host and port: what a credential is given for (RFC 6454)."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
 
-    def __init__(self, base: str, where: str):
-        self.base = base.rstrip("/")
+
+def _without_userinfo(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+class _Client:
+    """A few JSON calls against one server, every failure one readable line.
+
+    Bounded in time as a whole (`server_total_seconds`) and per request
+    (`server_request_seconds`, body included: a socket timeout only bounds the
+    wait for each byte, so a server sending one byte every few seconds would
+    never trip it). The credential goes only to the origin it was given for.
+    """
+
+    def __init__(self, base: str, where: str, limits: InputLimits):
+        parts = urllib.parse.urlsplit(base)
+        self.base = _without_userinfo(base).rstrip("/")
         self.where = where
+        self.limits = limits
+        self.origin = _origin(self.base)
+        self.started = time.monotonic()
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        self.secrets: list[str] = []
         token = os.environ.get("MLFLOW_TRACKING_TOKEN")
         user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+        password = os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
+        if not token and not user and parts.username:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+        self.auth: str | None = None
         if token:
-            self.headers["Authorization"] = f"Bearer {token}"
+            self.auth = f"Bearer {token}"
+            self.secrets.append(token)
         elif user:
-            secret = f"{user}:{os.environ.get('MLFLOW_TRACKING_PASSWORD', '')}".encode()
-            self.headers["Authorization"] = "Basic " + base64.b64encode(secret).decode()
+            secret = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self.auth = "Basic " + secret
+            self.secrets += [secret, password]
+        self._live: list[http.client.HTTPConnection] = []
+        self._opener = urllib.request.build_opener(
+            _OriginRedirects(self), _TrackedHTTP(self._live), _TrackedHTTPS(self._live)
+        )
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(filter(None, self.secrets), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
 
     def call(self, endpoint: str, params: dict | None = None, body: dict | None = None) -> dict:
         url = self.base + API + endpoint
@@ -79,18 +136,196 @@ class _Client:
         request = urllib.request.Request(
             url, data=data, headers=self.headers, method="POST" if data else "GET"
         )
+        if self.auth:
+            request.add_header("Authorization", self.auth)
+        status, raw = self._fetch(request, endpoint)
+        if status >= 300:  # an error, or a redirect not followed
+            raise _ApiError(status, self.redact(_error_text(raw)))
+        return self._json(raw, endpoint)
+
+    def _deadline(self) -> tuple[float, str, float]:
+        total = self.started + self.limits.server_total_seconds
+        one = time.monotonic() + self.limits.server_request_seconds
+        if total <= one:
+            return total, "server_total_seconds", self.limits.server_total_seconds
+        return one, "server_request_seconds", self.limits.server_request_seconds
+
+    def _late(self, endpoint: str, setting: str, value: float) -> StabInputError:
+        what = (
+            f"{endpoint}: the server did not finish answering in time"
+            if setting == "server_request_seconds"
+            else f"{endpoint}: the requests to the server took too long in all"
+        )
+        return limit_hit(self.where, what, setting, value)
+
+    def _fetch(self, request: urllib.request.Request, endpoint: str) -> tuple[int, bytes]:
+        deadline, setting, value = self._deadline()
+        if time.monotonic() >= deadline:
+            raise self._late(endpoint, setting, value)
+        expired = threading.Event()
+        done = threading.Event()
+
+        def cut() -> None:
+            # shutting the socket down wakes a read blocked on it; a connection not yet
+            # open is looked at again shortly (its connect is bounded by the timeout)
+            if done.is_set():
+                return
+            expired.set()
+            for conn in list(self._live):
+                if conn.sock is not None:
+                    with contextlib.suppress(OSError):
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+            retry = threading.Timer(0.05, cut)
+            retry.daemon = True
+            retry.start()
+
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
+        timer.daemon = True
+        self._live.clear()
+        timer.start()
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            raise _ApiError(err.code, _error_text(err)) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-            reason = getattr(err, "reason", err)
-            raise StabInputError(self.where, f"cannot reach the MLflow server: {reason}") from None
-        except ValueError as err:
-            raise StabInputError(
-                self.where, f"{endpoint}: the server did not answer JSON ({err})"
+            try:
+                with self._opener.open(request, timeout=value) as response:
+                    status, raw = response.status, _read_body(response, self.limits, deadline)
+            except urllib.error.HTTPError as err:
+                status, raw = err.code, _read_body(err, self.limits, deadline, ERROR_BODY_BYTES)
+            if expired.is_set() or time.monotonic() > deadline:
+                raise _Late()
+            return status, raw
+        except _Late:
+            raise self._late(endpoint, setting, value) from None
+        except _TooBig as err:
+            raise limit_hit(
+                self.where,
+                f"{endpoint}: the server's answer is too large",
+                "max_input_bytes",
+                err.limit,
             ) from None
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            if expired.is_set() or time.monotonic() > deadline or isinstance(err, TimeoutError):
+                raise self._late(endpoint, setting, value) from None
+            reason = getattr(err, "reason", None) or err
+            raise StabInputError(
+                self.where, f"cannot reach the MLflow server: {self.redact(str(reason))}"
+            ) from None
+        finally:
+            done.set()
+            timer.cancel()
+            self._live.clear()
+
+    def _json(self, raw: bytes, endpoint: str) -> dict:
+        depth = _json_depth(raw)
+        if depth > self.limits.max_json_depth:
+            raise limit_hit(
+                self.where,
+                f"{endpoint}: the server's JSON is nested {depth} deep",
+                "max_json_depth",
+                self.limits.max_json_depth,
+            )
+        try:
+            answer = json.loads(raw or b"{}")
+        except (ValueError, RecursionError):
+            head = raw[:60].decode("utf-8", errors="replace").split("\n", 1)[0]
+            raise StabInputError(
+                self.where,
+                f"{endpoint}: the server did not answer JSON (it began {self.redact(head)!r})",
+            ) from None
+        if not isinstance(answer, dict):
+            raise StabInputError(
+                self.where, f"{endpoint}: the server answered a JSON {type(answer).__name__}"
+            )
+        return answer
+
+
+class _Late(Exception):
+    """The deadline passed while a request was still being answered."""
+
+
+class _TooBig(Exception):
+    def __init__(self, limit: int):
+        self.limit = limit
+
+
+def _read_body(response, limits: InputLimits, deadline: float, cap: int | None = None) -> bytes:
+    """The body, chunk by chunk, checking the deadline and the size between chunks."""
+    limit = limits.max_input_bytes
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise _Late()
+        chunk = response.read(64 * 1024)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if cap is not None and size >= cap:
+            chunks.append(chunk)
+            return b"".join(chunks)[:cap]
+        if size > limit:
+            raise _TooBig(limit)
+        chunks.append(chunk)
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _json_depth(raw: bytes) -> int:
+    """How deep the JSON nests, counted before parsing (a deep one exhausts the stack)."""
+    brackets = _STRINGS.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    steps = (1 if b in b"[{" else -1 for b in brackets)
+    return max(itertools.accumulate(steps))
+
+
+class _OriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a few redirects; the credential never leaves the origin it was given for."""
+
+    max_redirections = MAX_REDIRECTS
+
+    def __init__(self, client: _Client):
+        self.client = client
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
+            raise StabInputError(
+                self.client.where, f"the server redirected to a non-http(s) URL ({code})"
+            )
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != self.client.origin:
+            new.remove_header("Authorization")
+        return new
+
+
+class _TrackedHTTP(urllib.request.HTTPHandler):
+    """Plain HTTP, keeping each connection so that a deadline can cut its socket."""
+
+    def __init__(self, live: list):
+        super().__init__()
+        self.live = live
+
+    def http_open(self, req):
+        return self.do_open(self._connect, req)
+
+    def _connect(self, host, **kwargs):
+        conn = http.client.HTTPConnection(host, **kwargs)
+        self.live.append(conn)
+        return conn
+
+
+class _TrackedHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, live: list):
+        super().__init__()
+        self.live = live
+
+    def https_open(self, req):
+        return self.do_open(self._connect, req, context=self._context)
+
+    def _connect(self, host, **kwargs):
+        conn = http.client.HTTPSConnection(host, **kwargs)
+        self.live.append(conn)
+        return conn
 
 
 class _ApiError(Exception):
@@ -100,12 +335,19 @@ class _ApiError(Exception):
         self.text = text
 
 
-def _error_text(err: urllib.error.HTTPError) -> str:
+def _error_text(raw: bytes) -> str:
+    """MLflow's error_code and message, or the first line of whatever page came back."""
     try:
-        body = json.loads(err.read() or b"{}")
-        return f"{body.get('error_code', '')} {body.get('message', '')}".strip() or str(err.reason)
-    except ValueError:
-        return str(err.reason)
+        body = json.loads(raw or b"{}") if _json_depth(raw) <= 16 else None
+    except (ValueError, RecursionError):
+        body = None
+    if isinstance(body, dict):
+        text = f"{body.get('error_code', '')} {body.get('message', '')}".strip()
+        if text:
+            return " ".join(text.split())[:300]
+    head = raw.decode("utf-8", errors="replace").strip()
+    first = head.split("\n", 1)[0].strip() if head else ""
+    return f"not an MLflow answer ({first[:120]!r})" if first else "empty answer"
 
 
 def _split_target(target: str, options: ReadOptions) -> tuple[str, ReadOptions]:
@@ -121,49 +363,99 @@ def _split_target(target: str, options: ReadOptions) -> tuple[str, ReadOptions]:
     return base.rstrip("/"), options
 
 
+def _pages(client: _Client, what: str, fetch):
+    """Each page of one paged listing, `fetch(token)` asking for the next.
+
+    A server that keeps handing out page tokens (or the same one again) would
+    be asked forever: the listing stops at `server_max_pages`.
+    """
+    token = None
+    seen: set[str] = set()
+    for number in itertools.count(1):
+        if number > client.limits.server_max_pages:
+            raise limit_hit(
+                client.where,
+                f"{what}: the server kept paging",
+                "server_max_pages",
+                client.limits.server_max_pages,
+            )
+        page = fetch(token)
+        yield page
+        token = page.get("next_page_token")
+        if not token:
+            return
+        if not isinstance(token, str) or token in seen:
+            raise StabInputError(
+                client.where,
+                f"{what}: the server sent page {number + 1}'s token again"
+                if isinstance(token, str)
+                else f"{what}: the server sent a page token that is not text",
+            )
+        seen.add(token)
+
+
+def _items(page: dict, field: str) -> list[dict]:
+    """The objects of a list field in an answer; anything else there is no object."""
+    items = page.get(field) or []
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _str(value) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
 def _experiments(client: _Client, options: ReadOptions) -> dict[str, str]:
     """`{id: name}` of the experiments to look in."""
     view = "ALL" if options.include_deleted else "ACTIVE_ONLY"
     if options.experiment:
         wanted = options.experiment.strip()
-        try:
-            exp = client.call("experiments/get-by-name", {"experiment_name": wanted})["experiment"]
-            return {str(exp["experiment_id"]): exp.get("name", "")}
-        except _ApiError:
-            pass
-        try:
-            exp = client.call("experiments/get", {"experiment_id": wanted})["experiment"]
-            return {str(exp["experiment_id"]): exp.get("name", "")}
-        except _ApiError:
-            raise StabInputError(client.where, f"no experiment {wanted!r} on the server") from None
+        for endpoint, field in (
+            ("experiments/get-by-name", "experiment_name"),
+            ("experiments/get", "experiment_id"),
+        ):
+            try:
+                exp = client.call(endpoint, {field: wanted}).get("experiment")
+            except _ApiError:
+                continue
+            if isinstance(exp, dict) and "experiment_id" in exp:
+                return {_str(exp["experiment_id"]): _str(exp.get("name"))}
+        raise StabInputError(client.where, f"no experiment {wanted!r} on the server")
     found: dict[str, str] = {}
-    token = None
-    while True:
+
+    def fetch(token):
         body = {"max_results": 1000, "view_type": view}
         if token:
             body["page_token"] = token
-        page = client.call("experiments/search", body=body)
-        for exp in page.get("experiments", []):
-            found[str(exp["experiment_id"])] = exp.get("name", "")
-        token = page.get("next_page_token")
-        if not token:
-            return found
+        return client.call("experiments/search", body=body)
+
+    for page in _pages(client, "experiments/search", fetch):
+        for exp in _items(page, "experiments"):
+            if "experiment_id" in exp:
+                found[_str(exp["experiment_id"])] = _str(exp.get("name"))
+    return found
+
+
+def _pairs(items: list[dict]) -> dict[str, str]:
+    return {_str(i["key"]): _str(i.get("value")) for i in items if "key" in i}
 
 
 def _as_run(raw: dict, experiments: dict[str, str]) -> MlflowRun:
-    info, data = raw.get("info", {}), raw.get("data", {})
-    tags = {t["key"]: t.get("value", "") for t in data.get("tags", [])}
-    eid = str(info.get("experiment_id", ""))
+    info, data = raw.get("info"), raw.get("data")
+    info = info if isinstance(info, dict) else {}
+    data = data if isinstance(data, dict) else {}
+    tags = _pairs(_items(data, "tags"))
+    eid = _str(info.get("experiment_id"))
     run = MlflowRun(
-        run_id=info.get("run_id") or info.get("run_uuid", ""),
-        name=info.get("run_name") or tags.get("mlflow.runName", ""),
+        run_id=_str(info.get("run_id") or info.get("run_uuid")),
+        name=_str(info.get("run_name") or tags.get("mlflow.runName")),
         experiment_id=eid,
         experiment_name=experiments.get(eid, ""),
         deleted=info.get("lifecycle_stage") == "deleted",
-        params={p["key"]: p.get("value", "") for p in data.get("params", [])},
+        params=_pairs(_items(data, "params")),
         tags=tags,
     )
-    run.location = [m["key"] for m in data.get("metrics", [])]  # metric keys to fetch
+    # metric keys to fetch
+    run.location = sorted({_str(m["key"]) for m in _items(data, "metrics") if "key" in m})
     return run
 
 
@@ -171,8 +463,9 @@ def list_runs(client: _Client, options: ReadOptions) -> list[MlflowRun]:
     if options.run:
         # a run id is the common case: one call, no search
         try:
-            raw = client.call("runs/get", {"run_id": options.run.strip()})["run"]
-            return [_as_run(raw, {})]
+            raw = client.call("runs/get", {"run_id": options.run.strip()}).get("run")
+            if isinstance(raw, dict):
+                return [_as_run(raw, {})]
         except _ApiError:
             pass
     experiments = _experiments(client, options)
@@ -182,47 +475,84 @@ def list_runs(client: _Client, options: ReadOptions) -> list[MlflowRun]:
     ids = sorted(experiments)
     view = "ALL" if options.include_deleted else "ACTIVE_ONLY"
     for start in range(0, len(ids), 100):  # the server takes at most 100 experiment ids per search
-        token = None
-        while True:
-            body = {
-                "experiment_ids": ids[start : start + 100],
-                "max_results": SEARCH_PAGE_RUNS,
-                "run_view_type": view,
-            }
+        chunk = ids[start : start + 100]
+
+        def fetch(token, chunk=chunk):
+            body = {"experiment_ids": chunk, "max_results": SEARCH_PAGE_RUNS, "run_view_type": view}
             if token:
                 body["page_token"] = token
-            page = client.call("runs/search", body=body)
-            runs += [_as_run(raw, experiments) for raw in page.get("runs", [])]
-            token = page.get("next_page_token")
-            if not token:
-                break
+            return client.call("runs/search", body=body)
+
+        for page in _pages(client, "runs/search", fetch):
+            runs += [_as_run(raw, experiments) for raw in _items(page, "runs")]
     return runs
 
 
 def metric_history(client: _Client, run_id: str, key: str) -> list[dict]:
     """Every point of one metric, page after page; never a sampled view."""
     points: list[dict] = []
-    size = PAGE_POINTS
-    token = None
-    while True:
-        params = {"run_id": run_id, "metric_key": key, "max_results": size}
-        if token:
-            params["page_token"] = token
+    size = [PAGE_POINTS]
+
+    def fetch(token):
+        while True:
+            params = {"run_id": run_id, "metric_key": key, "max_results": size[0]}
+            if token:
+                params["page_token"] = token
+            try:
+                return client.call("metrics/get-history", params)
+            except _ApiError as err:
+                if size[0] != FALLBACK_PAGE_POINTS and "max_results" in err.text.lower():
+                    size[0] = FALLBACK_PAGE_POINTS
+                    continue
+                raise StabInputError(
+                    client.where, f"metric {key!r} of run {run_id}: {err}"
+                ) from None
+
+    for page in _pages(client, f"metrics/get-history of {key!r}", fetch):
+        points += _items(page, "metrics")
+    return points
+
+
+_INF_TEXT = {"inf", "infinity", "+inf", "+infinity", "-inf", "-infinity"}
+
+
+def _point_value(raw) -> float | None:
+    """A point's value: a JSON number or the strings "NaN"/"Infinity"/"-Infinity"."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int | float):
+        return float(raw) if abs(raw) < 2**1024 else None
+    if isinstance(raw, str):
         try:
-            page = client.call("metrics/get-history", params)
-        except _ApiError as err:
-            if size != FALLBACK_PAGE_POINTS and "max_results" in err.text.lower():
-                size = FALLBACK_PAGE_POINTS
-                continue
-            raise StabInputError(client.where, f"metric {key!r} of run {run_id}: {err}") from None
-        points += page.get("metrics", [])
-        token = page.get("next_page_token")
-        if not token:
-            return points
+            value = float(raw)
+        except ValueError:
+            return None
+        # "1e400" parses as inf, which is not what the server sent
+        if math.isinf(value) and raw.strip().lower() not in _INF_TEXT:
+            return None
+        return value
+    return None
+
+
+def _point_int(raw) -> int | None:
+    """An int64 field: a JSON number or, as protobuf's JSON writes int64, a string of digits."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)
+    if isinstance(raw, str) and re.fullmatch(r"\s*-?\d{1,19}\s*", raw):
+        raw = int(raw)
+    if isinstance(raw, int) and -_INT64 <= raw < _INT64:
+        return raw
+    return None
 
 
 def run_points(client: _Client, run: MlflowRun, source):
-    """All metric points of one run as a polars frame (key, step, value, _order)."""
+    """All metric points of one run as a polars frame (key, step, value, _order).
+
+    A point whose value, step or timestamp is not what MLflow sends is rejected
+    with its reason (line = its place in the metric's history), never read as 0.
+    """
     import polars as pl
 
     # the server's listing leaves the run's metric keys in `location`
@@ -238,17 +568,36 @@ def run_points(client: _Client, run: MlflowRun, source):
     }
     clamped = 0
     for index, key in enumerate(sorted(keys)):
+        bad: dict[str, list[int]] = {}
         for line, point in enumerate(metric_history(client, run.run_id, key), start=1):
-            value = float(point.get("value", 0.0))  # "NaN", "Infinity" and "-Infinity" included
+            value = _point_value(point.get("value"))
+            # proto3's JSON leaves a zero step or timestamp out
+            step = _point_int(point.get("step", 0))
+            timestamp = _point_int(point.get("timestamp", 0))
+            problem = (
+                "the value is not a number"
+                if value is None
+                else "the step is not a 64-bit integer"
+                if step is None
+                else "the timestamp is not a 64-bit integer"
+                if timestamp is None
+                else None
+            )
+            if problem is not None:
+                bad.setdefault(problem, []).append(line)
+                continue
+            assert value is not None
             if abs(value) == bound:
                 value = value * float("inf")  # the sqlite clamp undone: +/-Inf
                 clamped += 1
             columns["key"].append(key)
             columns["value"].append(value)
-            columns["timestamp"].append(int(point.get("timestamp", 0)))
-            columns["step"].append(int(point.get("step", 0)))
+            columns["timestamp"].append(timestamp)
+            columns["step"].append(step)
             columns["_key_index"].append(index)
             columns["_line"].append(line)
+        for problem, lines in bad.items():
+            reject_many(source, lines, f"metric {key!r}: {problem} (line = point of its history)")
     if not columns["key"]:
         return None
     if clamped:
@@ -269,15 +618,17 @@ def read(target, options: ReadOptions) -> RunData:
     text = str(target)
     if not sniff_uri(text) and options.tracking_uri:
         text = options.tracking_uri
+    # a password in the URL is a credential: never shown, in a message or a report
+    shown = _without_userinfo(text)
     if not sniff_uri(text):
-        raise StabInputError(text, "not an http(s):// MLflow tracking server URL")
+        raise StabInputError(shown, "not an http(s):// MLflow tracking server URL")
     base, options = _split_target(text, options)
-    client = _Client(base, text)
+    client = _Client(base, shown, options.limits)
     try:
         runs = list_runs(client, options)
-        chosen, ranks = select_runs(runs, options, text)
-        return build_run(
-            text,
+        chosen, ranks = select_runs(runs, options, shown)
+        run = build_run(
+            shown,
             NAME,
             chosen,
             ranks,
@@ -286,4 +637,12 @@ def read(target, options: ReadOptions) -> RunData:
             load_points=lambda run, source: run_points(client, run, source),
         )
     except _ApiError as err:
-        raise StabInputError(text, f"the MLflow server refused: {err}") from None
+        raise StabInputError(shown, f"the MLflow server refused: {err}") from None
+    except StabInputError as err:
+        if client.redact(str(err)) == str(err):
+            raise
+        raise StabInputError(client.redact(err.path), client.redact(err.reason)) from None
+    source = run.source
+    source.warnings[:] = [client.redact(w) for w in source.warnings]
+    source.notes[:] = [client.redact(n) for n in source.notes]
+    return run

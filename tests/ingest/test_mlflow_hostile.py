@@ -9,9 +9,13 @@ HTTP server on loopback.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
 import math
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -261,3 +265,342 @@ def test_file_store_old_two_field_line_is_still_step_zero(tmp_path):
     (folder / "metrics" / "old").write_text("1700000000000 2.5\n")
     run = ingest.read(folder)
     assert run.frame["old"][0] == 2.5 and run.source.rows_rejected == 0
+
+
+# --- a misbehaving tracking server on loopback --------------------------------------------
+
+TOKEN = "tok-9f3c1e77-never-print-me"
+RUN_ID = "0123456789abcdef0123456789abcdef"
+# every wait below is a guard against a stuck test, never what a test asserts on
+GUARD_S = 20.0
+
+
+def _run_answer() -> dict:
+    return {
+        "run": {
+            "info": {"run_id": RUN_ID, "run_name": "r", "experiment_id": "1"},
+            "data": {"metrics": [{"key": "loss"}], "params": [], "tags": []},
+        }
+    }
+
+
+def _history(steps=range(60)) -> dict:
+    points = [
+        {"key": "loss", "value": 2.0 - s / 100, "step": str(s), "timestamp": str(1700 + s)}
+        for s in steps
+    ]
+    return {"metrics": points}
+
+
+class _Api:
+    """A fake tracking server: `route(handler, endpoint)` answers one request."""
+
+    def __init__(self):
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        self.stop = threading.Event()
+
+    def route(self, handler, endpoint: str) -> None:
+        if endpoint == "runs/get":
+            self.json(handler, _run_answer())
+        elif endpoint == "metrics/get-history":
+            self.json(handler, _history())
+        else:
+            self.json(handler, {"error_code": "NOT_FOUND", "message": "no"}, status=404)
+
+    @staticmethod
+    def json(handler, body, status: int = 200, raw: bytes | None = None, kind="application/json"):
+        data = raw if raw is not None else json.dumps(body).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", kind)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def _any(self) -> None:
+        api: _Api = self.server.api  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        api.seen.append((self.path, dict(self.headers.items())))
+        endpoint = self.path.split("/api/2.0/mlflow/", 1)[-1].split("?", 1)[0]
+        # the client hanging up on us part way is what several tests want
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            api.route(self, endpoint)
+
+    do_GET = do_POST = _any
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _serve(api: _Api):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    server.block_on_close = False
+    server.api = api  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        api.stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(GUARD_S)
+
+
+@pytest.fixture
+def limits(monkeypatch):
+    """Small server limits, so that a test that reaches one is quick."""
+    monkeypatch.setenv("STAB_LIMIT_SERVER_TOTAL_SECONDS", "30")
+    monkeypatch.setenv("STAB_LIMIT_SERVER_REQUEST_SECONDS", "1")
+    monkeypatch.setenv("STAB_LIMIT_SERVER_MAX_PAGES", "5")
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", TOKEN)
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+
+
+def _error(url: str, **options) -> str:
+    with pytest.raises(StabInputError) as err:
+        ingest.read(url, ReadOptions(run=RUN_ID, **options))
+    message = str(err.value)
+    assert "\n" not in message and TOKEN not in message
+    return message
+
+
+class _PagesForever(_Api):
+    def route(self, handler, endpoint):
+        if endpoint == "metrics/get-history":
+            page = sum(1 for path, _ in self.seen if "get-history" in path)
+            body = _history(range(page, page + 1))
+            if page < self.guard_pages:  # a reader with no bound ends here, and fails the test
+                body["next_page_token"] = f"page-{page + 1}"
+            if self.stop.wait(self.delay):
+                return
+            self.json(handler, body)
+        else:
+            super().route(handler, endpoint)
+
+    delay = 0.0
+    guard_pages = 300
+
+
+def test_server_that_pages_forever_stops_at_max_pages(limits):
+    api = _PagesForever()
+    with _serve(api) as url:
+        message = _error(url)
+    assert url in message and "server_max_pages = 5" in message
+    assert sum(1 for path, _ in api.seen if "get-history" in path) == 5
+
+
+def test_server_that_pages_forever_slowly_stops_at_the_total_time(limits, monkeypatch):
+    monkeypatch.setenv("STAB_LIMIT_SERVER_MAX_PAGES", "1000000")
+    monkeypatch.setenv("STAB_LIMIT_SERVER_TOTAL_SECONDS", "1")
+    api = _PagesForever()
+    api.delay = 0.02
+    with _serve(api) as url:
+        message = _error(url)
+    assert url in message and "server_total_seconds = 1" in message
+
+
+def test_server_sending_the_same_page_token_again_is_one_line(limits, monkeypatch):
+    monkeypatch.setenv("STAB_LIMIT_SERVER_MAX_PAGES", "1000000")
+
+    class SameToken(_Api):
+        def route(self, handler, endpoint):
+            if endpoint == "metrics/get-history":
+                again = sum(1 for path, _ in self.seen if "get-history" in path) < 300
+                self.json(handler, {**_history(range(1)), "next_page_token": "again" * again})
+            else:
+                super().route(handler, endpoint)
+
+    api = SameToken()
+    with _serve(api) as url:
+        message = _error(url)
+    assert "token again" in message
+    assert sum(1 for path, _ in api.seen if "get-history" in path) == 2
+
+
+class _Trickle(_Api):
+    """Answers get-history a byte at a time (headers too, with `in_headers`), then gives up."""
+
+    in_headers = False
+
+    def route(self, handler, endpoint):
+        if endpoint != "metrics/get-history":
+            return super().route(handler, endpoint)
+        body = json.dumps(_history()).encode()
+        head = (
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        if not self.in_headers:
+            handler.wfile.write(head)
+            head = b""
+        for byte in (head + body)[:200]:
+            if self.stop.wait(0.05):
+                return
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+        handler.close_connection = True
+
+
+@pytest.mark.parametrize("in_headers", [False, True])
+def test_server_that_trickles_is_cut_at_the_request_deadline(limits, in_headers):
+    api = _Trickle()
+    api.in_headers = in_headers
+    with _serve(api) as url:
+        message = _error(url)
+    assert url in message and "server_request_seconds = 1" in message
+
+
+def test_server_that_hangs_is_cut_at_the_request_deadline(limits):
+    class Hang(_Api):
+        def route(self, handler, endpoint):
+            if endpoint == "metrics/get-history":
+                self.stop.wait(GUARD_S)
+                handler.close_connection = True
+            else:
+                super().route(handler, endpoint)
+
+    with _serve(Hang()) as url:
+        message = _error(url)
+    assert url in message and "server_request_seconds = 1" in message
+
+
+def test_deeply_nested_json_is_refused_by_depth(limits):
+    class Deep(_Api):
+        def route(self, handler, endpoint):
+            raw = b'{"run": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            self.json(handler, None, raw=raw)
+
+    with _serve(Deep()) as url:
+        message = _error(url)
+    assert url in message and "max_json_depth = 64" in message
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_html_page_instead_of_json_is_one_line_quoting_it(limits, status):
+    class Html(_Api):
+        def route(self, handler, endpoint):
+            page = b"<html>\n<body>Proxy Error: upstream went away</body>\n</html>\n"
+            self.json(handler, None, status=status, raw=page, kind="text/html")
+
+    with _serve(Html()) as url:
+        message = _error(url)
+    assert url in message and "<html>" in message
+    if status == 500:
+        assert "HTTP 500" in message
+
+
+def test_bad_points_from_the_server_are_rejected_rows(limits):
+    class BadPoints(_Api):
+        def route(self, handler, endpoint):
+            if endpoint == "metrics/get-history":
+                body = _history()
+                body["metrics"][10]["step"] = "60.5"
+                body["metrics"][11]["value"] = "loss"
+                body["metrics"][12]["value"] = [1]
+                body["metrics"][13]["timestamp"] = 1e19
+                self.json(handler, body)
+            else:
+                super().route(handler, endpoint)
+
+    with _serve(BadPoints()) as url:
+        run = ingest.read(url, ReadOptions(run=RUN_ID))
+    source = run.source
+    assert source.rows_rejected == 4 and source.restarts == [] and source.rows_rewritten == 0
+    assert {r.line for r in source.rejections} == {11, 12, 13, 14}
+    _accounted(source)
+    assert run.frame["step"].to_list() == [s for s in range(60) if s not in (10, 11, 12, 13)]
+
+
+class _Redirect(_Api):
+    """Sends every API call on to `target` (another origin, or its own /moved/ path)."""
+
+    def __init__(self, target: str):
+        super().__init__()
+        self.target = target
+
+    def route(self, handler, endpoint):
+        if handler.path.startswith("/moved/"):
+            handler.path = handler.path[len("/moved") :]
+            return super().route(handler, endpoint)
+        handler.send_response(302)
+        handler.send_header("Location", self.target + handler.path)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+
+def test_token_goes_only_to_its_origin_on_a_redirect(limits):
+    other = _Api()
+    with _serve(other) as elsewhere:
+        origin = _Redirect(elsewhere)
+        with _serve(origin) as url:
+            run = ingest.read(url, ReadOptions(run=RUN_ID))
+    assert run.frame.height == 60
+    assert origin.seen and all(h.get("Authorization") == f"Bearer {TOKEN}" for _, h in origin.seen)
+    assert other.seen and not any("Authorization" in h for _, h in other.seen)
+    assert not any(TOKEN in str(h) for _, h in other.seen)
+
+
+def test_basic_credentials_in_the_url_stay_home_and_unprinted(limits, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN")
+    other = _Api()
+    with _serve(other) as elsewhere:
+        origin = _Redirect(elsewhere)
+        with _serve(origin) as url:
+            with_user = url.replace("http://", "http://alice:pw-s3cret-77@")
+            run = ingest.read(with_user, ReadOptions(run=RUN_ID))
+    assert origin.seen[0][1].get("Authorization", "").startswith("Basic ")
+    assert not any("Authorization" in h for _, h in other.seen)
+    assert "pw-s3cret-77" not in run.source.path and run.source.path == url
+
+
+def test_token_kept_on_a_same_origin_redirect(limits):
+    api = _Api()
+    with _serve(api) as url:
+        api.__class__ = type("SameOrigin", (_Redirect,), {})
+        api.target = url + "/moved"  # type: ignore[attr-defined]
+        run = ingest.read(url, ReadOptions(run=RUN_ID))
+    assert run.frame.height == 60
+    moved = [h for path, h in api.seen if path.startswith("/moved/")]
+    assert moved and all(h.get("Authorization") == f"Bearer {TOKEN}" for h in moved)
+
+
+def test_token_never_printed_even_when_the_server_echoes_it(limits, cli):
+    class Echo(_Api):
+        def route(self, handler, endpoint):
+            said = handler.headers.get("Authorization", "")
+            body = {"error_code": "PERMISSION_DENIED", "message": f"{said} may not read this"}
+            self.json(handler, body, status=403)
+
+    with _serve(Echo()) as url:
+        message = _error(url)
+        results = [
+            cli("analyze", url, "--run", RUN_ID, "--format", fmt)
+            for fmt in ("terminal", "json", "github", "junit", "markdown", "concise")
+        ]
+    assert "403" in message
+    for result in results:
+        assert result.exit_code == 2
+        assert TOKEN not in result.stdout + result.stderr
+
+
+def test_token_never_in_any_output_of_a_good_read(limits, cli, tmp_path):
+    other = _Api()
+    with _serve(other) as elsewhere, _serve(_Redirect(elsewhere)) as url:
+        outputs = []
+        for fmt in ("terminal", "json", "github", "junit", "markdown", "concise"):
+            result = cli("analyze", url, "--run", RUN_ID, "--format", fmt)
+            assert result.exit_code in (0, 1), result.stderr
+            outputs.append(result.stdout + result.stderr)
+        report = tmp_path / "report.html"
+        result = cli("report", url, "--run", RUN_ID, "-o", report)
+        outputs.append(result.stdout + result.stderr + report.read_text(errors="replace"))
+    assert outputs and not any(TOKEN in text for text in outputs)
