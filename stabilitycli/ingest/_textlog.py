@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 
 # How far `peek` reads into a text file to find a format's marker: a Megatron
 # log can open with several hundred KB of banners and argument dumps.
@@ -68,6 +69,53 @@ def read_lines(path: Path) -> tuple[list[str], bool]:
     if not no_final_newline:
         lines.pop()  # the empty string after the final newline
     return [line.rstrip("\r") for line in lines], no_final_newline
+
+
+def read_log(path: Path, source, limits: InputLimits | None = None) -> tuple[list[str], bool, int]:
+    """`read_lines` within the limits: (lines, cut, lines rejected for their length).
+
+    A file over `max_input_bytes` is refused whole. A line over `max_line_bytes`
+    (binary noise, a dumped tensor) is rejected with its number and left empty,
+    so the lines after it keep their numbers and reading goes on; a long last
+    line is that rejection, not also a cut-off record.
+    """
+    import numpy as np
+
+    limits = limits or limits_in_force()
+    size = path.stat().st_size
+    if size > limits.max_input_bytes:
+        raise limit_hit(
+            str(path), f"the log is {size} bytes", "max_input_bytes", limits.max_input_bytes
+        )
+    data = path.read_bytes()
+    if not data.strip():
+        raise StabInputError(str(path), "the file is empty")
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    ends = np.append(np.flatnonzero(buffer == 10), len(data))
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    too_long = np.flatnonzero(ends - starts > limits.max_line_bytes).tolist()
+    if too_long:
+        pieces, at = [], 0
+        for index in too_long:
+            pieces.append(data[at : int(starts[index])])
+            at = int(ends[index])
+        pieces.append(data[at:])
+        data = b"".join(pieces)
+        reason = f"line over max_line_bytes ({limits.max_line_bytes} bytes); not read"
+        for index in too_long:
+            source.reject(index + 1, reason)
+    # lines in the file: the last one counts when it has no newline
+    total = len(ends) - 1 if buffer.size and buffer[-1] == 10 else len(ends)
+    text = data.decode("utf-8", "replace")
+    no_final_newline = not text.endswith("\n")
+    lines = text.split("\n")
+    if not no_final_newline:
+        lines.pop()  # the empty string after the final newline
+    if len(lines) < total:  # the last line was the long one: its place stays, empty
+        lines.append("")
+    if too_long and too_long[-1] == total - 1:
+        no_final_newline = False  # that long last line is rejected already
+    return [line.rstrip("\r") for line in lines], no_final_newline, len(too_long)
 
 
 def number(text: str) -> float:

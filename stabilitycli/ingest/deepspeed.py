@@ -82,8 +82,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: Path, options: ReadOptions):
-    lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
+    lines, cut, _too_long = tl.read_log(path, source, options.limits)
     return parse_lines(lines, cut, source, options)
 
 
@@ -142,11 +142,20 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             continue
         if (m := _PPO.search(line)) is not None:
             step = int(m.group(2)) + 1
-            fields = {}
+            fields: dict[str, str] = {}
+            clash = None
             for part in m.group(3).split("|"):
                 key, sep, value = part.partition(":")
-                if sep and key.strip() not in ("ppo_ep",):
-                    fields[key.strip()] = value
+                key = key.strip()
+                if not sep or key == "ppo_ep":
+                    continue
+                if key in fields or key == "step" or key.startswith("_"):
+                    clash = key  # which of two values is meant cannot be told
+                    break
+                fields[key] = value
+            if clash is not None:
+                source.reject(row, f"field {clash[:30]!r} given twice on a PPO step line")
+                continue
             rec = _numbers(row, fields, source)
             if rec is not None:
                 rec["_step"] = step

@@ -63,10 +63,10 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: Path, options: ReadOptions):
     import polars as pl
 
-    lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
+    lines, cut, too_long = tl.read_log(path, source, options.limits)
     if options.pattern:
-        return _read_pattern(lines, cut, source, options)
+        return _read_pattern(lines, cut, source, options, too_long)
     found = ks.scan(lines)
     frame, wrapped = kw.join_wrapped(found.frame, lines)
     if wrapped:
@@ -78,15 +78,22 @@ def read(path: Path, options: ReadOptions):
     step_from = "the step written on each line"
     if records.height == 0:
         lossy = [c for c in frame.columns if "loss" in c.lower() and not c.startswith("_")]
-        records = frame.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in lossy))
+        # no loss key at all leaves nothing to number (and polars no columns to fold)
+        records = (
+            frame.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in lossy))
+            if lossy
+            else frame.clear()
+        )
         records = records.with_columns(pl.int_range(pl.len()).alias(ks.STEP))
         step_from = "line order (no line carries a step): 0, 1, 2, ..."
     for number, reason in found.rejected:
         source.reject(number, reason)
     if records.height == 0:
-        if found.rejected:
-            number, reason = found.rejected[0]
-            raise StabInputError(source.path, f"no record could be read ({reason})", line=number)
+        if source.rejections:
+            first = source.rejections[0]
+            raise StabInputError(
+                source.path, f"no record could be read ({first.reason})", line=first.line
+            )
         raise StabInputError(source.path, "no `step ... loss ...` record found")
     family = kfam.family_of([found.texts[n] for n in sorted(found.texts)[:50]])
     if family.name == "Keras fit":
@@ -108,7 +115,7 @@ def read(path: Path, options: ReadOptions):
             f"records of {len(ranks)} ranks ({_span(ranks)}), told apart by their launcher tags"
         )
     record_lines = records[ks.LINE].n_unique() + len(wrapped)
-    rejected_lines = len({n for n, _ in found.rejected})
+    rejected_lines = len({n for n, _ in found.rejected}) + too_long
     _notes(source, family, step_from, found, record_lines, rejected_lines, len(lines))
     return tl.finish_records(
         raw, source, options.metric_overrides, rank_key="rank" if per_rank else None
@@ -168,7 +175,9 @@ def _notes(source, family, step_from, found, record_lines, rejected_lines, total
         )
 
 
-def _read_pattern(lines: list[str], cut: bool, source: SourceInfo, options: ReadOptions):
+def _read_pattern(
+    lines: list[str], cut: bool, source: SourceInfo, options: ReadOptions, too_long: int = 0
+):
     try:
         regex = re.compile(options.pattern or "")
     except re.error as err:
@@ -210,7 +219,7 @@ def _read_pattern(lines: list[str], cut: bool, source: SourceInfo, options: Read
     )
     rows = _rows(frame, kfam.Family("--pattern", regex), cut, len(lines), source)
     how = "its `step` group" if "step" in regex.groupindex else "line order (no `step` group)"
-    source.lines_skipped = len(lines) - len({r[0] for r in records} | rejected)
+    source.lines_skipped = len(lines) - len({r[0] for r in records} | rejected) - too_long
     source.notes.append(
         f"read with --pattern; steps from {how}; {len(records)} of {len(lines)} lines matched"
     )

@@ -40,13 +40,14 @@ def read(path: Path, options: ReadOptions):
 
     from stabilitycli.frame import ROW, finalize
 
-    lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.parent.name or None)
+    lines, cut, _too_long = tl.read_log(path, source, options.limits)
     if cut:
         source.warnings.append(tl.truncation_warning(len(lines), "the last record"))
         source.reject(len(lines), "last line cut off mid-write")
         lines = lines[:-1]
-    table = pl.DataFrame({"line": lines}).with_row_index(ROW, offset=1)
+    # typed, since a log of one cut line leaves no line to infer a type from
+    table = pl.DataFrame({"line": lines}, schema={"line": pl.String}).with_row_index(ROW, offset=1)
     table = table.with_columns(pl.col(ROW).cast(pl.Int64)).filter(
         pl.col("line").str.strip_chars() != ""
     )
@@ -60,10 +61,16 @@ def read(path: Path, options: ReadOptions):
         source.rejection_counts[reason] += bad.height - 5
     good = parts.filter(pl.col("step").is_not_null())
     if good.height == 0:
-        raise StabInputError(source.path, "no llm.c record (`s:N trl:X` / `s:N tel:X`) found")
+        first = source.rejections[0] if source.rejections else None
+        raise StabInputError(
+            source.path,
+            "no llm.c record (`s:N trl:X` / `s:N tel:X`) found"
+            + (f"; line {first.line}: {first.reason}" if first else ""),
+        )
     raw = good.select(
         pl.col(ROW),
-        pl.col("step").cast(pl.Int64),
+        # digits past the Int64 range are no step: null, and `finalize` rejects the row
+        pl.col("step").cast(pl.Int64, strict=False),
         pl.col("trl"),
         pl.col("lr"),
         pl.col("norm"),

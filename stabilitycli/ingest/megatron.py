@@ -75,6 +75,10 @@ _USING_DTYPE = re.compile(r"using torch\.(float16|bfloat16|float32) for paramete
 _RECORD_START = re.compile(
     r"\biteration\s+\d+\s*/|validation loss at|^\s*\[\d{4}-\d{2}-\d{2}|\[Rank \d+\]"
 )
+# fields only an iteration or validation record has: a line holding them is a record
+_RECORD_FIELD = re.compile(
+    r"(?:\blm loss(?: value)?|\blearning rate|\bconsumed samples|\bglobal batch size)\s*:"
+)
 MAX_CONTINUATION_LINES = 3
 NOTE_LIMIT = 5  # iterations named one by one in a note; the rest are counted
 
@@ -86,12 +90,19 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: Path, options: ReadOptions):
-    lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
-    return parse_lines(lines, cut, source, options)
+    lines, cut, too_long = tl.read_log(path, source, options.limits)
+    return parse_lines(lines, cut, source, options, rejected_lines=too_long)
 
 
-def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOptions):
+def parse_lines(
+    lines: list[str],
+    cut: bool,
+    source: SourceInfo,
+    options: ReadOptions,
+    rejected_lines: int = 0,
+):
+    """`rejected_lines`: lines the caller already rejected (too long), left empty here."""
     import polars as pl
 
     from stabilitycli.frame import finalize
@@ -104,7 +115,8 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
     mentions: list[dsm.Mention] = []
     state: dict = {}
     memory_lines = 0
-    record_lines = 0  # lines that are (part of) a record, read or rejected; the rest is text
+    # lines that are (part of) a record, read or rejected; the rest is text
+    record_lines = rejected_lines
     layouts = _Layouts()
     last_line = len(lines)
     index = 0
@@ -155,6 +167,12 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             rec = {f"{prefix}{k}": v for k, v in fields.items()}
             rec["_row"], rec["_step"] = row, step
             validation.append(rec)
+            continue
+        if "|" in line and line.count("|") >= 2 and _RECORD_FIELD.search(line):
+            # a record whose `iteration N/ T |` was damaged (a flipped byte, a cut in the
+            # middle): said, not dropped as text (and not read as a loss-scale message)
+            record_lines += 1
+            source.reject(row, "an iteration record without a readable `iteration N/ T |`")
             continue
         if "verflow" in line or "loss scale" in line:
             found = dsm.scan_line(row, line, tl.timestamp(line), state)
