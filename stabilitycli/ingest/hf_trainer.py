@@ -32,6 +32,7 @@ from pathlib import Path
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import _bounded
+from stabilitycli.ingest._walk import list_folder
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -58,7 +59,7 @@ def find_state(folder: Path) -> Path | None:
     if direct.is_file():
         return direct
     best: tuple[int, Path] | None = None
-    for child in folder.iterdir():
+    for child in list_folder(folder):
         match = _CHECKPOINT.match(child.name)
         if (
             match

@@ -27,6 +27,7 @@ from typing import Any
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import _resume, tabular
+from stabilitycli.ingest._walk import list_folder
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -55,7 +56,7 @@ def metric_files(folder: Path) -> list[Path]:
         if not base.is_dir():
             continue
         versions = []
-        for child in base.iterdir():
+        for child in list_folder(base):
             match = _VERSION.match(child.name)
             if match and (child / FILE_NAME).is_file():
                 versions.append((int(match.group(1)), child / FILE_NAME))

@@ -37,6 +37,7 @@ from stabilitycli import aliases
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import ROW, RunData, finalize
 from stabilitycli.ingest import _rank_logs, jsonl
+from stabilitycli.ingest._walk import list_folder
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import Rejection, Restart, SourceInfo
 
@@ -94,7 +95,7 @@ def _candidates(folder: Path) -> list[Path]:
     sub-folder down, in name order."""
     found: list[Path] = []
     try:
-        entries = sorted(folder.iterdir())
+        entries = list_folder(folder)
     except OSError:
         return []
     for entry in entries[:_MAX_SCAN]:
@@ -103,7 +104,7 @@ def _candidates(folder: Path) -> list[Path]:
         if entry.is_dir():
             try:
                 found.extend(
-                    sorted(p for p in entry.iterdir() if _is_jsonl(p) or _is_rank_log(p, folder))
+                    p for p in list_folder(entry) if _is_jsonl(p) or _is_rank_log(p, folder)
                 )
             except OSError:
                 continue

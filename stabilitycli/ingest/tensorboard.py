@@ -23,7 +23,6 @@ comes from hparams (`precision`, `mixed_precision`, `bf16`, ...) when logged.
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from stabilitycli.frame import RunData
 from stabilitycli.ingest import _resume
 from stabilitycli.ingest import _tbproto as tbp
 from stabilitycli.ingest._points import points_to_run, rank_from_name
+from stabilitycli.ingest._walk import walk
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import Rejection, SourceInfo
@@ -65,12 +65,15 @@ def sniff(path: Path, head: bytes) -> bool:
     if not path.is_dir():
         return False
     seen = 0
-    for _root, _dirs, files in os.walk(path):
-        if any(_is_event_file(name) for name in files):
-            return True
-        seen += len(files) + len(_dirs)
-        if seen > SNIFF_ENTRY_LIMIT:
-            return False
+    try:
+        for _root, folders, files in walk(path, follow_symlinks=False):
+            if any(_is_event_file(p.name) for p in files):
+                return True
+            seen += len(files) + len(folders)
+            if seen > SNIFF_ENTRY_LIMIT:
+                return False
+    except StabInputError:  # deeper or bigger than a walk may go: not taken for a log dir
+        return False
     return False
 
 
@@ -82,12 +85,10 @@ def find_runs(path: Path) -> dict[str, list[Path]]:
     if path.is_file():
         return {path.parent.name or ".": [path]}
     runs: dict[str, list[Path]] = {}
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        events = sorted(name for name in files if _is_event_file(name))
+    for root, _folders, files in walk(path, follow_symlinks=False):
+        events = [p for p in files if _is_event_file(p.name)]
         if events:
-            rel = Path(root).relative_to(path).as_posix()
-            runs[rel] = [Path(root) / name for name in events]
+            runs[root.relative_to(path).as_posix()] = events
     return runs
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.ingest import _bounded
+from stabilitycli.ingest._walk import list_folder
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -58,13 +59,14 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def _run_files(folder: Path) -> list[Path]:
     """The .wandb files of a run folder, or of the run folders inside a wandb/ folder."""
-    own = sorted(folder.glob("*.wandb"))
+    entries = list_folder(folder)
+    own = [p for p in entries if p.name.endswith(".wandb")]
     if own:
         return own
-    found = []
-    for child in sorted(folder.iterdir()):
+    found: list[Path] = []
+    for child in entries:
         if child.is_dir() and not child.is_symlink() and _RUN_DIR.match(child.name):
-            found.extend(sorted(child.glob("*.wandb")))
+            found.extend(p for p in list_folder(child) if p.name.endswith(".wandb"))
     return found
 
 
