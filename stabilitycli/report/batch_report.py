@@ -10,8 +10,8 @@ import json
 import xml.etree.ElementTree as ET
 
 from stabilitycli.pipeline.batch import RunResult, summary_rows
+from stabilitycli.report import escape
 from stabilitycli.report import github as gh
-from stabilitycli.report import mdtext
 from stabilitycli.settings import sentence
 
 _VERDICT_STYLE = {"error": "bold red", "warning": "yellow", "info": "green"}
@@ -41,7 +41,8 @@ def concise(results: list[RunResult]) -> str:
         if r.ok and r.fragment:
             out.append(r.fragment.rstrip("\n"))
         elif not r.ok:
-            out.append(f"{r.path}: ERROR unreadable run: {' '.join((r.error or '').split())}")
+            reason = escape.plain(" ".join((r.error or "").split()))
+            out.append(f"{escape.plain_path(r.path)}: ERROR unreadable run: {reason}")
     return "\n".join(o for o in out if o) + "\n"
 
 
@@ -66,7 +67,7 @@ def markdown(results: list[RunResult]) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {mdtext.cell(row['run'])} | `{row['verdict']}` | {row['cause'] or ''} | "
+            f"| {escape.markdown_cell(row['run'])} | `{row['verdict']}` | {row['cause'] or ''} | "
             f"{'' if row['first_bad_step'] is None else row['first_bad_step']} | "
             f"{'' if row['rows'] is None else row['rows']} |"
         )
@@ -76,16 +77,18 @@ def markdown(results: list[RunResult]) -> str:
             lines += [r.fragment.rstrip("\n"), ""]
         elif not r.ok:
             lines += [
-                f"### ⛔ unreadable — {mdtext.text(r.path)}",
+                f"### ⛔ unreadable — {escape.markdown(r.path)}",
                 "",
-                mdtext.text(r.error or ""),
+                escape.markdown(r.error or ""),
                 "",
             ]
-    return "\n".join(lines).rstrip() + "\n"
+    return escape.markdown_document("\n".join(lines).rstrip() + "\n")
 
 
 def terminal_table(results: list[RunResult]):
-    """A rich Table: run, verdict, cause, first bad step, rows (unreadable runs marked as such)."""
+    """A rich Table: run, verdict, cause, first bad step, rows (unreadable runs marked as such).
+
+    Run names and paths go in as `Text` (never parsed as rich markup), controls shown."""
     from rich.table import Table
     from rich.text import Text
 
@@ -99,7 +102,13 @@ def terminal_table(results: list[RunResult]):
     for row in summary_rows(results):
         if row["error"]:
             # the reason goes to stderr, one line per run: it would not fit a cell
-            table.add_row(Text(row["path"]), Text("unreadable", style="bold magenta"), "", "", "")
+            table.add_row(
+                Text(escape.terminal(row["path"])),
+                Text("unreadable", style="bold magenta"),
+                "",
+                "",
+                "",
+            )
             continue
         style = (
             "green"
@@ -107,7 +116,7 @@ def terminal_table(results: list[RunResult]):
             else _VERDICT_STYLE.get(row["severity"], "")
         )
         table.add_row(
-            Text(str(row["run"])),
+            Text(escape.terminal(row["run"])),
             Text(str(row["verdict"]), style=style),
             Text(row["cause"] or ""),
             "" if row["first_bad_step"] is None else str(row["first_bad_step"]),
@@ -118,9 +127,8 @@ def terminal_table(results: list[RunResult]):
         s for r in results if r.ok and r.doc and (s := sentence(r.doc.get("settings")))
     )
     if said:
-        table.caption = "\n".join(said)
-        table.caption_style = "bold yellow"
-    return table
+        table.caption = Text("\n".join(escape.terminal(s) for s in said), style="bold yellow")
+    return escape.CommandGuard(table)
 
 
 def render_fragment(analysis, fmt: str, fail_on: str) -> str:

@@ -12,13 +12,20 @@ from rich.table import Table
 from rich.text import Text
 
 from stabilitycli.compare.runs import Comparison, MetricComparison
+from stabilitycli.report.escape import CommandGuard, terminal
 
 _BARS = "▁▂▃▄▅▆▇█"
 
 
-def build(result: Comparison) -> Group:
+def build(result: Comparison) -> CommandGuard:
+    """Paths, run names, metric names and check texts may come from the input: they go in
+    as `Text` (never parsed as rich markup) with their control characters shown."""
+    return CommandGuard(_build(result))
+
+
+def _build(result: Comparison) -> Group:
     parts: list[RenderableType] = [
-        Panel(_headline(result), title=f"stab compare · {_title(result)}"),
+        Panel(_headline(result), title=Text(f"stab compare · {terminal(_title(result))}")),
         Text(_settings(result), style="dim"),
     ]
     if result.preview:
@@ -29,13 +36,16 @@ def build(result: Comparison) -> Group:
         parts.append(_check_table(result))
     if result.problems:
         parts.append(
-            Text("Problems:\n" + "\n".join(f"  • {p}" for p in result.problems), style="bold red")
+            Text(
+                "Problems:\n" + "\n".join(f"  • {terminal(p)}" for p in result.problems),
+                style="bold red",
+            )
         )
     notes = list(result.notes)
     if result.not_compared:
         notes.append(f"not compared (name them with --metric): {', '.join(result.not_compared)}")
     if notes:
-        parts.append(Text("Notes:\n" + "\n".join(f"  - {n}" for n in notes), style="dim"))
+        parts.append(Text("Notes:\n" + "\n".join(f"  - {terminal(n)}" for n in notes), style="dim"))
     return Group(*parts)
 
 
@@ -51,7 +61,7 @@ def _headline(result: Comparison) -> Text:
     verdict = Text(
         "PASS" if result.passed else "FAIL", style="bold green" if result.passed else "bold red"
     )
-    return verdict + Text("  " + " ".join(headline_sentences(result)))
+    return verdict + Text("  " + " ".join(terminal(s) for s in headline_sentences(result)))
 
 
 def headline_sentences(result: Comparison) -> list[str]:
@@ -237,14 +247,15 @@ def _curves(result: Comparison) -> Text:
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     names = ("abandoned", "resumed") if result.mode == "restart" else ("baseline", "candidate")
     width = max(len(n) for n in names)
+    metric = terminal(pv["metric"])
     text = Text()
     for name, key, style in ((names[0], "baseline", "cyan"), (names[1], "candidate", "magenta")):
-        text.append(f"{pv['metric']} {name:<{width}} ", style="bold")
+        text.append(f"{metric} {name:<{width}} ", style="bold")
         text.append(_spark(pv[key], low, high), style=style)
         text.append("\n")
     marks = "".join("▲" if o else " " for o in pv["outside"])
     if "▲" in marks:
-        text.append(" " * (len(pv["metric"]) + width + 2))
+        text.append(" " * (len(metric) + width + 2))
         text.append(marks, style="bold red")
         text.append(
             f"  outside the band ({result.x} {pv['x'][0]}–{pv['x'][-1]}, "
@@ -252,7 +263,7 @@ def _curves(result: Comparison) -> Text:
         )
     else:
         text.append(
-            f"{'':{len(pv['metric']) + width + 2}}same scale {low:.3g}–{high:.3g}, {result.x} "
+            f"{'':{len(metric) + width + 2}}same scale {low:.3g}–{high:.3g}, {result.x} "
             f"{pv['x'][0]}–{pv['x'][-1]}",
             style="dim",
         )
@@ -303,7 +314,7 @@ def _metric_table(result: Comparison) -> Group:
             origins.append(m.tolerance["origin"])
         mark = "*" * (origins.index(m.tolerance["origin"]) + 1)
         table.add_row(
-            m.metric,
+            Text(terminal(m.metric)),
             f"{m.points}",
             _band(m.tolerance) + mark,
             _g(s["max_abs_deviation"]),
@@ -343,7 +354,7 @@ def _metric_table(result: Comparison) -> Group:
         for m in result.metrics
         if m.interpolated_points
     ]
-    return Group(table, Text("\n".join(legend + interp), style="dim"))
+    return Group(table, Text("\n".join(terminal(line) for line in legend + interp), style="dim"))
 
 
 def _verdict(m: MetricComparison) -> Text:
@@ -379,8 +390,8 @@ def _check_table(result: Comparison) -> Table:
         value = "—" if c.value is None else _g(c.value)
         outcome = Text("holds" if c.holds else "FAILS", style="green" if c.holds else "bold red")
         if c.reason:
-            outcome.append(f" ({c.reason})", style="dim")
-        table.add_row(c.check.text, c.check.side, value, outcome)
+            outcome.append(f" ({terminal(c.reason)})", style="dim")
+        table.add_row(Text(terminal(c.check.text)), Text(terminal(c.check.side)), value, outcome)
     return table
 
 

@@ -7,26 +7,29 @@ lines (a newline in one is written as a space). `quiet` leaves out the info
 findings and the closing summary line, as ruff's `--quiet` leaves out its
 summary; the settings line (thresholds not at their defaults) is always
 written, as a `#` comment line, because it changes what every line means.
+Paths and messages may quote the input: their control characters are shown.
 """
 
 from __future__ import annotations
 
 from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.report import escape
 from stabilitycli.settings import sentence
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return escape.plain(" ".join(text.split()))
 
 
 def finding_line(path: str, f: Finding) -> str:
+    path = escape.plain_path(path)
     where = f"{path}:{f.step}" if f.step is not None else path
     rank = f" [rank {f.rank}]" if f.rank is not None else ""
     return f"{where}: {f.code} {f.severity}{rank} {_one_line(f.message)}"
 
 
 def render(analysis: Analysis, quiet: bool = False) -> str:
-    path = analysis.source.path
+    path = escape.plain_path(analysis.source.path)
     shown = [f for f in analysis.findings if not (quiet and f.severity is Severity.INFO)]
     lines = [finding_line(path, f) for f in sorted(shown, key=_order)]
     v = analysis.verdict
@@ -35,7 +38,7 @@ def render(analysis: Analysis, quiet: bool = False) -> str:
         lines.append(f"{path}: VERDICT {v.code}{cause} {_one_line(v.summary)}")
     settings = sentence(analysis.extras.get("settings"))
     if settings:
-        lines.append(f"# {path}: {settings}")
+        lines.append(f"# {path}: {escape.plain(settings)}")
     if not quiet:
         counts = {s: sum(f.severity is s for f in analysis.findings) for s in Severity}
         lines.append(

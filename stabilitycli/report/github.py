@@ -10,24 +10,16 @@ not line numbers, so annotations are file-level (no `line=`).
 from __future__ import annotations
 
 from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.report import escape
 from stabilitycli.settings import sentence
 
 LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
-def escape_data(text: str) -> str:
-    """The message part: GitHub unescapes %25, %0D and %0A."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A property value (file=, title=) additionally cannot hold ':' or ','."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def annotation(level: str, file: str, title: str, message: str) -> str:
-    file, title = escape_property(file), escape_property(title)
-    return f"::{level} file={file},title={title}::{escape_data(message)}"
+    """One workflow command; every part may quote the input and is escaped for its place."""
+    file, title = escape.github_property(file), escape.github_property(title)
+    return f"::{level} file={file},title={title}::{escape.github_data(message)}"
 
 
 def render(analysis: Analysis) -> str:

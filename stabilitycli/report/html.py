@@ -6,18 +6,19 @@
 installed wheel, so the page loads nothing from the network.
 
 Every string that came from a log (run name, path, metric keys, layer names,
-messages) is escaped: HTML-escaped in the page, and in the JSON that feeds
+messages) is escaped: HTML-escaped in the page (control characters shown as
+escapes first, by `escape.html`), and in the JSON that feeds
 the plots `<`, `>` and `&` are written as \\u escapes so that nothing can close
 the script element; plotly displays the HTML-escaped labels as text.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 
 from stabilitycli.model import Analysis, Severity
+from stabilitycli.report import escape
 from stabilitycli.report.plotdata import Line, Markers, Panel, Plots
 from stabilitycli.settings import sentence
 
@@ -93,7 +94,7 @@ def render(analysis: Analysis, plots: Plots, *, js: str | None = None) -> str:
 
 def _p(text: str) -> str:
     """A label for plotly: HTML-escaped, which plotly displays as the original characters."""
-    return html.escape(str(text), quote=True)
+    return escape.html(text)
 
 
 def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
@@ -199,14 +200,14 @@ def _marker_trace(markers: Markers) -> dict[str, Any]:
 def _script_json(value: Any) -> str:
     """JSON that cannot end the <script> element it sits in, whatever the strings hold."""
     text = json.dumps(value, allow_nan=False, separators=(",", ":"))
-    for char, escape in (
+    for char, coded in (
         ("<", "\\u003c"),
         (">", "\\u003e"),
         ("&", "\\u0026"),
         ("\u2028", "\\u2028"),
         ("\u2029", "\\u2029"),
     ):
-        text = text.replace(char, escape)
+        text = text.replace(char, coded)
     return text
 
 
@@ -214,7 +215,7 @@ def _script_json(value: Any) -> str:
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    return escape.html(text)
 
 
 def _verdict_block(analysis: Analysis) -> str:

@@ -4,24 +4,28 @@ A finding at or above `fail_on` (the same threshold as the exit status) is a
 `<failure>`; lower warnings and infos go to the testcase's `<system-out>`, so
 they are visible without failing the build. A rule that could not answer is
 `<skipped>` with its reason. A `verdict` testcase carries the headline.
-ElementTree does the XML escaping; characters XML 1.0 cannot hold at all are
-replaced.
+ElementTree does the XML escaping; every string that may quote the input goes
+through `escape.xml` first, which shows controls (and so every character XML
+1.0 cannot hold) as escapes. The newlines between lines of a body are stab's.
 """
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 
 from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.report import escape
 from stabilitycli.settings import sentence
 
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _RANK_CODES = ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
 
 
 def _x(text: object) -> str:
-    return _NOT_XML.sub("\ufffd", str(text))
+    return escape.xml(text)
+
+
+def _lines(*lines: object) -> str:
+    return "\n".join(_x(line) for line in lines)
 
 
 def _rule_of(codes: dict[str, str], finding: Finding) -> str:
@@ -59,19 +63,15 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
     if v.code not in ("healthy", "insufficient-data") and v.severity >= fail_on:
         failures += 1
         node = ET.SubElement(verdict, "failure", message=_x(f"{v.code}: {v.summary}"), type=v.code)
-        node.text = _x(
-            "\n".join(
-                [
-                    v.summary,
-                    *([settings] if settings else []),
-                    *(f"{p.question}: {p.answer} - {p.evidence}" for p in v.path),
-                    *(f"remedy: {r}" for r in v.remediation),
-                ]
-            )
+        node.text = _lines(
+            v.summary,
+            *([settings] if settings else []),
+            *(f"{p.question}: {p.answer} - {p.evidence}" for p in v.path),
+            *(f"remedy: {r}" for r in v.remediation),
         )
     else:
-        ET.SubElement(verdict, "system-out").text = _x(
-            f"{v.code}: {v.summary}" + (f"\n{settings}" if settings else "")
+        ET.SubElement(verdict, "system-out").text = _lines(
+            f"{v.code}: {v.summary}", *([settings] if settings else [])
         )
 
     for name in names:
@@ -85,10 +85,10 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
                 node = ET.SubElement(
                     case, "failure", message=_x(f"{f.code}{where}: {f.message}"), type=_x(f.code)
                 )
-                node.text = _x(
+                node.text = _lines(
                     f"{f.severity} {f.code}{where}"
-                    + (f" rank {f.rank}" if f.rank is not None else "")
-                    + f"\n{f.message}"
+                    + (f" rank {f.rank}" if f.rank is not None else ""),
+                    f.message,
                 )
             else:
                 quiet.append(f"{f.severity} {f.code} step {f.step}: {f.message}")
@@ -96,7 +96,7 @@ def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Elem
             skips += 1
             ET.SubElement(case, "skipped", message=_x(skipped[name]))
         if quiet:
-            ET.SubElement(case, "system-out").text = _x("\n".join(quiet))
+            ET.SubElement(case, "system-out").text = _lines(*quiet)
     suite.set("tests", str(len(suite.findall("testcase"))))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
@@ -111,7 +111,7 @@ def wrap(suites: list[ET.Element]) -> str:
         root.set(key, str(sum(int(s.get(key, "0")) for s in suites)))
     root.extend(suites)
     ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return escape.xml_document(ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
 
 
 def render(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stabilitycli.model import Analysis, Severity
-from stabilitycli.report import mdtext
+from stabilitycli.report import escape
 from stabilitycli.settings import sentence
 
 ICON = {Severity.ERROR: "🔴", Severity.WARNING: "🟠", Severity.INFO: "⚪"}
@@ -17,26 +17,28 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
     lines = [
         f"{h} {icon} stab: `{v.code}`"
         + (f" (cause: `{v.cause}`)" if v.cause else "")
-        + f" — {mdtext.text(s.run or s.path)}",
+        + f" — {escape.markdown(s.run or s.path)}",
         "",
-        mdtext.text(v.summary),
+        escape.markdown(v.summary),
         "",
-        f"{mdtext.code(s.path)} ({s.format}): {s.rows_read:,} rows, {s.rows_rejected:,} rejected"
+        f"{escape.markdown_code(s.path)} ({s.format}): "
+        f"{s.rows_read:,} rows, {s.rows_rejected:,} rejected"
         + (f", {s.rows_rewritten:,} rewritten by a resume" if s.rows_rewritten else "")
         + "; "
-        f"steps {s.first_step}–{s.last_step}; dtype {s.dtype or 'unknown'}"
+        f"steps {s.first_step}–{s.last_step}; dtype {escape.markdown(s.dtype or 'unknown')}"
         + (f"; {s.ranks} ranks" if s.ranks else ""),
         "",
     ]
     settings = sentence(analysis.extras.get("settings"))
     if settings:
-        lines += [f"**{mdtext.text(settings)}**", ""]
+        lines += [f"**{escape.markdown(settings)}**", ""]
     if analysis.coverage is not None:
-        lines += [f"_Coverage_: {mdtext.text(analysis.coverage.line())}", ""]
+        lines += [f"_Coverage_: {escape.markdown(analysis.coverage.line())}", ""]
     if v.path:
         lines += ["| Q | answer | evidence |", "|---|---|---|"]
         lines += [
-            f"| {p.question} | {mdtext.cell(p.answer)} | {mdtext.cell(p.evidence)} |"
+            f"| {escape.markdown_cell(p.question)} | {escape.markdown_cell(p.answer)} "
+            f"| {escape.markdown_cell(p.evidence)} |"
             for p in v.path
         ]
         lines.append("")
@@ -50,12 +52,12 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
         for f in analysis.findings[:MAX_FINDINGS]:
             step = "" if f.step is None else str(f.step)
             lines.append(
-                f"| {ICON[f.severity]} | {f.severity} | `{f.code}` | {step} "
-                f"| {mdtext.cell(f.message)} |"
+                f"| {ICON[f.severity]} | {f.severity} | {escape.markdown_code(f.code)} | {step} "
+                f"| {escape.markdown_cell(f.message)} |"
             )
         if len(analysis.findings) > MAX_FINDINGS:
             lines.append(f"| | | | | {len(analysis.findings) - MAX_FINDINGS} more |")
         lines += ["", "</details>", ""]
     if v.remediation:
-        lines += ["**Remedy**", "", *(f"- {mdtext.text(r)}" for r in v.remediation), ""]
-    return "\n".join(lines).rstrip() + "\n"
+        lines += ["**Remedy**", "", *(f"- {escape.markdown(r)}" for r in v.remediation), ""]
+    return escape.markdown_document("\n".join(lines).rstrip() + "\n")

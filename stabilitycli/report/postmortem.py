@@ -2,12 +2,14 @@
 
 Pure formatting: every number comes from `stabilitycli.postmortem.data`.
 What the data cannot fill is written as *needs a human*, never invented.
+Every text that may quote the input (run, path, keys, dtype origin, notes,
+evidence) goes through `escape`'s Markdown functions.
 """
 
 from __future__ import annotations
 
 from stabilitycli.postmortem.data import Cost, Incident, Postmortem
-from stabilitycli.report import mdtext
+from stabilitycli.report import escape
 
 HUMAN = "*needs a human*"
 _VERB = {
@@ -21,28 +23,34 @@ _VERB = {
 def render(pm: Postmortem, date: str | None = None) -> str:
     """The whole document; `date` (ISO) is the day it was written, when given."""
     kind = _headline_kind(pm)
-    lines = [f"# {kind} post-mortem — {date or 'date: ' + HUMAN} — {mdtext.text(pm.run)}", ""]
+    lines = [f"# {kind} post-mortem — {date or 'date: ' + HUMAN} — {escape.markdown(pm.run)}", ""]
     lines += [
-        f"Written by `stab postmortem` from {mdtext.code(pm.path)} (steps "
+        f"Written by `stab postmortem` from {escape.markdown_code(pm.path)} (steps "
         f"{pm.first_step}–{pm.last_step}; dtype "
-        f"{mdtext.text(pm.dtype) if pm.dtype else 'unknown'}). Verdict: **{pm.verdict}**"
-        + (f" (cause: {pm.cause})" if pm.cause else "")
-        + f" — {mdtext.text(pm.summary)}",
+        f"{escape.markdown(pm.dtype) if pm.dtype else 'unknown'}). Verdict: **{pm.verdict}**"
+        + (f" (cause: {escape.markdown(pm.cause)})" if pm.cause else "")
+        + f" — {escape.markdown(pm.summary)}",
         "",
         f"Sections marked {HUMAN} hold what the log cannot tell; "
         "everything else is a number from the log.",
         "",
     ]
     if pm.settings:
-        lines += [f"**{mdtext.text(pm.settings)}**", ""]
+        lines += [f"**{escape.markdown(pm.settings)}**", ""]
     if not pm.incidents:
         lines += _no_incident(pm)
     for i, incident in enumerate(pm.incidents, 1):
-        heading = f"## {i}. {incident.title}" if len(pm.incidents) > 1 else f"## {incident.title}"
+        title = escape.markdown(incident.title)
+        heading = f"## {i}. {title}" if len(pm.incidents) > 1 else f"## {title}"
         lines += [heading, "", *_incident(incident)]
     if pm.notes:
-        lines += ["## Notes from the analysis", "", *(f"- {mdtext.text(n)}" for n in pm.notes), ""]
-    return "\n".join(lines).rstrip() + "\n"
+        lines += [
+            "## Notes from the analysis",
+            "",
+            *(f"- {escape.markdown(n)}" for n in pm.notes),
+            "",
+        ]
+    return escape.markdown_document("\n".join(lines).rstrip() + "\n")
 
 
 # the document's kind: the first of these its sections hold (the verdict order)
@@ -72,11 +80,11 @@ def _no_incident(pm: Postmortem) -> list[str]:
         "## No loss spike, NaN or divergence",
         "",
         "The analysis found no incident to write up: "
-        f"the verdict is **{pm.verdict}**. {mdtext.text(pm.summary)}",
+        f"the verdict is **{pm.verdict}**. {escape.markdown(pm.summary)}",
         "",
     ]
     if pm.remediation:
-        out += ["### Remediation", "", *(f"- {mdtext.text(r)}" for r in pm.remediation), ""]
+        out += ["### Remediation", "", *(f"- {escape.markdown(r)}" for r in pm.remediation), ""]
     out += ["### Lesson", "", HUMAN, ""]
     return out
 
@@ -84,31 +92,35 @@ def _no_incident(pm: Postmortem) -> list[str]:
 def _incident(inc: Incident) -> list[str]:
     out = ["### 1. Symptoms (numbers only)", ""]
     for label, value in inc.symptoms:
-        shown = HUMAN if value is None else mdtext.text(value)
-        out.append(f"- {label}: {shown}")
+        shown = HUMAN if value is None else escape.markdown(value)
+        out.append(f"- {escape.markdown(label)}: {shown}")
     out += ["", "### 2. Hypotheses (ranked by the data)", ""]
     if not inc.hypotheses:
         out.append(f"1. no cause is visible in the logged series — {HUMAN}")
     for n, h in enumerate(inc.hypotheses, 1):
         out.append(
-            f"{n}. **{mdtext.text(h.title)}** — {h.status}; panel `{h.series}`: "
-            f"{mdtext.text(h.evidence)}"
+            f"{n}. **{escape.markdown(h.title)}** — {h.status}; "
+            f"panel {escape.markdown_code(h.series)}: "
+            f"{escape.markdown(h.evidence)}"
         )
     out += ["", "### 3. Discriminating evidence", ""]
     for n, h in enumerate(inc.hypotheses, 1):
-        out.append(f"- `{h.series}`: {mdtext.text(h.evidence)} → {_VERB[h.status]} H{n}")
+        out.append(
+            f"- {escape.markdown_code(h.series)}: {escape.markdown(h.evidence)} "
+            f"→ {_VERB[h.status]} H{n}"
+        )
     if not inc.hypotheses:
         out.append(f"- {HUMAN}")
     out += [
         "",
         "### 4. Root cause",
         "",
-        mdtext.text(inc.root_cause)
+        escape.markdown(inc.root_cause)
         if inc.root_cause
         else f"Not reached from the data (no hypothesis is supported by a logged series): {HUMAN}.",
     ]
     out += ["", "### 5. Remediation (the smallest change)", ""]
-    out += [f"- {mdtext.text(r)}" for r in inc.remediation] or [f"- {HUMAN}"]
+    out += [f"- {escape.markdown(r)}" for r in inc.remediation] or [f"- {HUMAN}"]
     out += ["", "### 6. Verification", ""]
     if inc.verification:
         out.append(
@@ -117,11 +129,12 @@ def _incident(inc: Incident) -> list[str]:
             if inc.rerun
             else "Expect:"
         )
-        out += [f"- {mdtext.text(v)}" for v in inc.verification]
+        out += [f"- {escape.markdown(v)}" for v in inc.verification]
     else:
         out.append(f"- {HUMAN}")
     if inc.expects:
-        args = " ".join(f'--expect "{e}"' for e in inc.expects)
+        # a fenced block shows its text as is: only controls need showing
+        args = " ".join(f'--expect "{escape.visible(e)}"' for e in inc.expects)
         out += ["", "As `stab compare` checks on the re-run:", "", "```", args, "```"]
     out += [
         "",

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from stabilitycli import numfmt
 from stabilitycli.model import Severity
+from stabilitycli.report.escape import CommandGuard, terminal
 
 if TYPE_CHECKING:
     from stabilitycli.detect.ranks.report import MeanShift, RankOutlier, RankReport
@@ -38,12 +39,18 @@ def fmt(value: float | None, sign: bool = False) -> str:
     return text
 
 
-def build(report: RankReport) -> Group:
+def build(report: RankReport) -> CommandGuard:
+    """The metric, notes and messages may quote the input: they go in as `Text` (never
+    parsed as rich markup) with their control characters shown."""
+    return CommandGuard(_build(report))
+
+
+def _build(report: RankReport) -> Group:
+    metric = terminal(report.metric)
     parts: list = [
         Text.assemble(
             ("stab ranks", "bold"),
-            f" · {report.metric} · {report.ranks} ranks · steps "
-            f"{report.steps[0]}–{report.steps[1]}",
+            f" · {metric} · {report.ranks} ranks · steps {report.steps[0]}–{report.steps[1]}",
         )
     ]
     if report.ranks < 2:
@@ -51,8 +58,8 @@ def build(report: RankReport) -> Group:
     elif not report.outliers:
         parts.append(
             Text(
-                f"every rank agrees with its cohort: no rank outlier in {report.metric}"
-                + (f" or {report.throughput_metric}" if report.throughput_metric else ""),
+                f"every rank agrees with its cohort: no rank outlier in {metric}"
+                + (f" or {terminal(report.throughput_metric)}" if report.throughput_metric else ""),
                 style="bold green",
             )
         )
@@ -60,15 +67,17 @@ def build(report: RankReport) -> Group:
         parts.append(_table(report))
         effect = mean_effect_text(report)
         if effect:
-            parts.append(Text(effect))
+            parts.append(Text("\n".join(terminal(line) for line in effect.split("\n"))))
         for o in report.outliers:
             if o.rank is None:  # a pair that disagrees: its message is the whole story
-                parts.append(Text(o.message, style="yellow"))
+                parts.append(Text(terminal(o.message), style="yellow"))
     heat = _heatmap(report)
     if heat is not None:
         parts.extend(heat)
     if report.notes:
-        parts.append(Text("Notes:\n" + "\n".join(f"  - {n}" for n in report.notes), style="dim"))
+        parts.append(
+            Text("Notes:\n" + "\n".join(f"  - {terminal(n)}" for n in report.notes), style="dim")
+        )
     return Group(*parts)
 
 
@@ -96,7 +105,7 @@ def _table(report: RankReport) -> Table:
             recovered = f"silent after {o.end_step}"
         table.add_row(
             Text(rank, style=_STYLE[o.severity]),
-            kind,
+            Text(terminal(kind)),
             str(o.onset_step),
             fmt(o.value),
             fmt(o.cohort_median),
@@ -247,7 +256,8 @@ def _heatmap(report: RankReport) -> list | None:
         table.add_row(f"rank {rank}", line)
     table.add_row("step", Text(first + last.rjust(max(1, width - len(first))), style="dim"))
     title = Text(
-        f"{report.metric}: robust z of each rank against the cohort ({caption})", style="bold"
+        f"{terminal(report.metric)}: robust z of each rank against the cohort ({caption})",
+        style="bold",
     )
     legend = Text(
         "· |z|<3  ▪ 3–6  ▆ 6–10  █ ≥10 throughout (red above the cohort, blue below)  × NaN/Inf  "

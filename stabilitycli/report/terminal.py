@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stabilitycli.model import Analysis, Severity
+from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.sparkline import sparkline
 from stabilitycli.settings import sentence
 
@@ -17,22 +18,33 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO:
 _VERDICT_STYLE = {"healthy": "bold green", "insufficient-data": "bold yellow"}
 
 
-def build(analysis: Analysis, verbosity: str = "normal") -> Group:
+def build(analysis: Analysis, verbosity: str = "normal") -> CommandGuard:
     """`verbosity`: "quiet" (the verdict and the settings line), "normal", or "verbose"
-    (every finding, not the first 40)."""
+    (every finding, not the first 40).
+
+    Every string that may quote the input goes in as a `Text` (never parsed as rich
+    markup) with its control characters shown."""
+    return CommandGuard(_build(analysis, verbosity))
+
+
+def _build(analysis: Analysis, verbosity: str) -> Group:
     v = analysis.verdict
     src = analysis.source
     parts: list[RenderableType] = []
     style = _VERDICT_STYLE.get(v.code, _STYLE.get(v.severity, "bold"))
-    headline = Text.assemble((f"{v.code}", style), (f"  {v.summary}", ""))
+    headline = Text.assemble((f"{v.code}", style), (f"  {terminal(v.summary)}", ""))
     if v.cause and v.cause not in v.summary:
         headline.append(f"  [cause: {v.cause}]", style="cyan")
     parts.append(
-        Panel(headline, title=f"stab · {src.run or src.path}", subtitle=_source_line(analysis))
+        Panel(
+            headline,
+            title=Text(f"stab · {terminal(src.run or src.path)}"),
+            subtitle=Text(terminal(_source_line(analysis))),
+        )
     )
     settings = sentence(analysis.extras.get("settings"))
     if settings:
-        parts.append(Text(settings, style="bold yellow"))
+        parts.append(Text(terminal(settings), style="bold yellow"))
     if verbosity == "quiet":
         return Group(*parts)
     if analysis.coverage is not None:
@@ -44,11 +56,14 @@ def build(analysis: Analysis, verbosity: str = "normal") -> Group:
     path.add_column("answer")
     path.add_column("evidence", overflow="fold")
     for step in v.path:
-        path.add_row(step.question, step.answer, step.evidence)
+        path.add_row(*(Text(terminal(t)) for t in (step.question, step.answer, step.evidence)))
     parts.append(path)
     if v.remediation:
         parts.append(
-            Text("Remedy:\n" + "\n".join(f"  • {r}" for r in v.remediation), style="green")
+            Text(
+                "Remedy:\n" + "\n".join(f"  • {terminal(r)}" for r in v.remediation),
+                style="green",
+            )
         )
     if analysis.findings:
         more = len(analysis.findings) - 40 if verbosity != "verbose" else 0
@@ -64,13 +79,18 @@ def build(analysis: Analysis, verbosity: str = "normal") -> Group:
         shown = analysis.findings if verbosity == "verbose" else analysis.findings[:40]
         for f in shown:
             at = "" if f.step is None else str(f.step)
-            table.add_row(Text(str(f.severity), style=_STYLE[f.severity]), f.code, at, f.message)
+            table.add_row(
+                Text(str(f.severity), style=_STYLE[f.severity]),
+                Text(terminal(f.code)),
+                at,
+                Text(terminal(f.message)),
+            )
         parts.append(table)
     # skipped checks are in the coverage line; without it (a hand-built Analysis) they go here
     skips = [] if analysis.coverage else [f"{s.code}: {s.reason}" for s in analysis.skipped]
     notes = [*src.warnings, *src.notes, *skips]
     if notes:
-        parts.append(Text("Notes:\n" + "\n".join(f"  - {n}" for n in notes), style="dim"))
+        parts.append(Text("Notes:\n" + "\n".join(f"  - {terminal(n)}" for n in notes), style="dim"))
     return Group(*parts)
 
 
@@ -80,12 +100,14 @@ def _coverage_line(analysis: Analysis) -> Text:
     cov = analysis.coverage
     mapping = ", ".join(f"{k}←{v!r}" for k, v in analysis.source.metrics.items())
     text = Text("metrics: ", style="bold")
-    text.append(mapping or "none")
+    text.append(terminal(mapping) or "none")
     text.append("\nchecked: ", style="bold")
     text.append(", ".join(cov.checked) or "nothing", style="green")
     if cov.not_checked:
         text.append("\nnot checked: ", style="bold")
-        text.append("; ".join(f"{s.code} ({s.reason})" for s in cov.not_checked), style="yellow")
+        text.append(
+            terminal("; ".join(f"{s.code} ({s.reason})" for s in cov.not_checked)), style="yellow"
+        )
     return text
 
 
