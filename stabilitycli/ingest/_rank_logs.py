@@ -62,7 +62,10 @@ def read_files(files: list[RankFile], source: SourceInfo, options: ReadOptions) 
         try:
             run = reader(name).read(item.path, options)
         except StabInputError as err:
-            raise StabInputError(str(item.path), err.reason) from None
+            # the file's own line or record stays in the message
+            raise StabInputError(
+                str(item.path), err.reason, line=err.line, record=err.record
+            ) from None
         formats.add(name)
         frame = _with_rank(run.frame, item, source)
         frames.append(frame)

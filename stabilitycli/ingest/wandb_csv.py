@@ -37,7 +37,9 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def read(path: Path, options: ReadOptions):
     source = SourceInfo(path=str(path), format=NAME)
-    raw = tabular.read_csv(path, source)
+    raw = tabular.read_csv(path, source, limits=options.limits)
+    if "Step" not in raw.columns:  # read with --format-in, or a header damaged
+        raise StabInputError(str(path), "no `Step` column: not a W&B chart export", line=1)
     main = [c for c in raw.columns if SEPARATOR in c and not _ENVELOPE.search(c)]
     runs: dict[str, list[str]] = {}
     for column in main:

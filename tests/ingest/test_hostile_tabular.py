@@ -248,3 +248,12 @@ def test_a_table_over_max_input_bytes_is_refused_with_the_setting(tmp_path: Path
     path.write_text("step,loss\n" + "".join(f"{i},1.0\n" for i in range(1000)))
     with pytest.raises(StabInputError, match="max_input_bytes"):
         _read(path, limits=InputLimits(max_input_bytes=1000))
+
+
+def test_a_wandb_export_without_its_step_column_is_an_input_error(tmp_path: Path):
+    from stabilitycli.ingest import wandb_csv
+
+    path = tmp_path / "export.csv"
+    path.write_text("step,run - loss\n1,2.0\n2,3.0\n")
+    with pytest.raises(StabInputError, match="no `Step` column"):
+        wandb_csv.read(path, ReadOptions())
