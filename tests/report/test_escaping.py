@@ -320,3 +320,23 @@ def test_markdown_code_span_cannot_be_closed() -> None:
     for body in ("a`b", "``x``", "`", "a ``` <img src=x> b"):
         html = MarkdownIt("commonmark").render(escape.markdown_code(body))
         assert "<img" not in html and html.count("<code>") == 1, (body, html)
+
+
+def test_a_wrapped_terminal_line_never_starts_with_a_command() -> None:
+    """rich wraps a note at the console width; where the wrap puts input text holding `::`
+    first on a line, that line's first colon is escaped, at every width."""
+    from rich.console import Console
+
+    from stabilitycli.report.terminal import build
+    from tests.report.test_ci_formats import _analysis
+
+    analysis = _analysis(path="runs/a.jsonl", run="r")
+    analysis.source.warnings.append("key 'x' word word word ::error::pwned and more words")
+    escaped = 0
+    for width in range(30, 90):
+        console = Console(width=width, record=True, color_system=None)
+        console.print(build(analysis))
+        lines = console.export_text().split("\n")
+        assert not [line for line in lines if line.lstrip().startswith("::")], width
+        escaped += sum(line.lstrip().startswith("\\::error") for line in lines)
+    assert escaped  # some width did wrap right before the `::`
