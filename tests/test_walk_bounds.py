@@ -182,3 +182,14 @@ def test_an_unreadable_folder_is_a_warning_not_a_silent_skip(tmp_path) -> None:
     finally:
         (root / "locked").chmod(0o700)
     assert warnings == [f"{root / 'locked'}: not walked: permission denied"]
+
+
+def test_without_following_symlinks_a_linked_folder_is_listed_not_entered(tmp_path) -> None:
+    """os.walk's default, kept by the readers that used it (TensorBoard, MLflow params)."""
+    root = _looped(tmp_path / "loop")
+    (root / "real").mkdir()
+    _log(root / "real" / "inner.jsonl")
+    os.symlink("real", root / "linked")
+    walked = list(walk(root, follow_symlinks=False))
+    assert [folder for folder, _sub, _files in walked] == [root, root / "real"]
+    assert walked[0][1] == [root / "a", root / "b", root / "linked", root / "real"]

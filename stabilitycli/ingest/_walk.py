@@ -49,6 +49,8 @@ def walk(
     in name order, like `os.walk` without its recursion.
 
     The caller may remove sub-folders from the list to keep the walk out of them.
+    With `follow_symlinks=False` a symlinked folder is listed among the sub-folders
+    but not entered (os.walk's default); with it, each folder is still entered once.
     `max_depth` is the caller's own reach (1: `root` and its children), never an
     error; going past `limits.max_walk_depth` or looking at more than
     `limits.max_walk_files` entries raises the limit's `StabInputError`.
@@ -86,7 +88,7 @@ def walk(
                             "max_walk_files",
                             limits.max_walk_files,
                         )
-                    if _is_folder(entry, follow_symlinks):
+                    if _is_folder(entry):
                         folders.append(Path(entry.path))
                     else:
                         others.append(Path(entry.path))
@@ -100,6 +102,8 @@ def walk(
             continue
         below: list[Path] = []
         for sub in folders:
+            if not follow_symlinks and sub.is_symlink():
+                continue  # listed as a folder, as os.walk does, but not entered
             try:
                 info = sub.stat()
             except OSError as err:
@@ -115,9 +119,9 @@ def walk(
         stack.extend((sub, depth + 1) for sub in reversed(below))
 
 
-def _is_folder(entry: os.DirEntry, follow_symlinks: bool) -> bool:
+def _is_folder(entry: os.DirEntry) -> bool:
     try:
-        return entry.is_dir(follow_symlinks=follow_symlinks)
+        return entry.is_dir()
     except OSError:
         return False
 

@@ -21,7 +21,6 @@ The path may be the `mlruns` root, one experiment folder or one run folder
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
@@ -34,6 +33,7 @@ from stabilitycli.ingest._mlflow_common import (
     select_runs,
 )
 from stabilitycli.ingest._points import reject_many
+from stabilitycli.ingest._walk import list_folder, walk
 from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -101,7 +101,7 @@ def _kind(folder: Path) -> str | None:
             return "experiment"
         return None
     try:
-        children = [c for c in folder.iterdir() if c.is_dir() and c.name != TRASH]
+        children = [c for c in list_folder(folder) if c.is_dir() and c.name != TRASH]
     except OSError:
         return None
     for child in children:
@@ -141,10 +141,10 @@ def _experiments(
     if kind == "experiment":
         meta = _read_meta(path) or {}
         return [(path, meta, meta.get("lifecycle_stage") == "deleted" or path.parent.name == TRASH)]
-    folders = [(c, False) for c in sorted(path.iterdir()) if c.is_dir() and c.name != TRASH]
+    folders = [(c, False) for c in list_folder(path) if c.is_dir() and c.name != TRASH]
     trash = path / TRASH
     if options.include_deleted and trash.is_dir():
-        folders += [(c, True) for c in sorted(trash.iterdir()) if c.is_dir()]
+        folders += [(c, True) for c in list_folder(trash) if c.is_dir()]
     out = []
     for folder, trashed in folders:
         meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
@@ -183,9 +183,9 @@ def _key_files(folder: Path) -> dict[str, Path]:
     out: dict[str, Path] = {}
     if not folder.is_dir():
         return out
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            full = Path(root) / name
+    # params/tags nest a folder per `/` in a key: walked iteratively, within the walk limits
+    for _root, _folders, files in walk(folder, follow_symlinks=False):
+        for full in files:
             out[full.relative_to(folder).as_posix()] = full
     return out
 
@@ -215,7 +215,7 @@ def list_runs(path: Path, options: ReadOptions) -> list[MlflowRun]:
     for folder, meta, deleted in experiments:
         if meta.get("experiment_id", folder.name) not in keep:
             continue
-        for child in sorted(folder.iterdir()):
+        for child in list_folder(folder):
             if child.is_dir():
                 run = _run_from(child, meta, deleted)
                 if run is not None:

@@ -34,7 +34,7 @@ from stabilitycli.frame import RunData
 from stabilitycli.ingest import _resume
 from stabilitycli.ingest import _tbproto as tbp
 from stabilitycli.ingest._points import points_to_run, rank_from_name
-from stabilitycli.ingest._walk import walk
+from stabilitycli.ingest._walk import list_folder, walk
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import Rejection, SourceInfo
@@ -572,13 +572,13 @@ def _siblings(run: _Run, pool: dict[str, _Run], path: Path) -> list[_Run]:
     # the path read is the run folder itself: look beside it
     found = []
     try:
-        entries = sorted(p for p in path.resolve().parent.iterdir() if p.is_dir())
+        entries = [p for p in list_folder(path.resolve().parent) if p.is_dir()]
     except OSError:
         return []
     for entry in entries:
         if entry == path.resolve():
             continue
-        files = sorted(p for p in entry.iterdir() if p.is_file() and _is_event_file(p.name))
+        files = [p for p in list_folder(entry) if p.is_file() and _is_event_file(p.name)]
         if files:
             found.append(_Run(f"../{entry.name}", files, limits=run.limits))
     return found
@@ -604,7 +604,7 @@ def run_paths(folder: Path) -> list[Path] | None:
     logdir of runs), a resumed run read with what it resumed; None when the folder is
     not such a folder of run folders (it holds events itself, or runs nested deeper)."""
     try:
-        if any(p.is_file() and _is_event_file(p.name) for p in folder.iterdir()):
+        if any(p.is_file() and _is_event_file(p.name) for p in list_folder(folder)):
             return None
     except OSError:
         return None
