@@ -98,20 +98,48 @@ def _native_errors() -> tuple[type[BaseException], ...]:
     return (Exception, PanicException)
 
 
-def _read_ipc(path: Path):
+def _read_ipc(path: Path, limits: InputLimits):
+    import pyarrow as pa
     import pyarrow.ipc as ipc
 
     with open(path, "rb") as handle:
         is_file_format = handle.read(6) == ARROW_MAGIC
     # the IPC *file* format opens with ARROW1 and has a footer; a *stream* has neither
     if is_file_format:
-        return ipc.open_file(str(path)).read_all()
-    return ipc.open_stream(str(path)).read_all()
+        reader = ipc.open_file(str(path))
+        batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        schema = reader.schema
+    else:
+        stream = ipc.open_stream(str(path))
+        batches, schema = iter(stream), stream.schema
+    # batch by batch, so that compressed buffers inflating past the limit stop there
+    kept, held = [], 0
+    for batch in batches:
+        held += batch.nbytes
+        if held > limits.max_input_bytes:
+            raise limit_hit(
+                str(path),
+                "the table inflates past its size on disk",
+                "max_input_bytes",
+                limits.max_input_bytes,
+            )
+        kept.append(batch)
+    return pa.Table.from_batches(kept, schema=schema)
 
 
-def _read_parquet(path: Path):
+def _read_parquet(path: Path, limits: InputLimits):
     import pyarrow.parquet as pq
 
+    # the footer states every row group's size once decompressed: checked before reading
+    meta = pq.ParquetFile(str(path)).metadata
+    inflated = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if inflated > limits.max_input_bytes:
+        raise limit_hit(
+            str(path),
+            f"the table holds {inflated} bytes once decompressed",
+            "max_input_bytes",
+            limits.max_input_bytes,
+        )
     return pq.read_table(str(path))
 
 
@@ -122,10 +150,12 @@ def _binary(path: Path, kind: str, reader, limits: InputLimits):
     if path.stat().st_size == 0:
         raise StabInputError(str(path), "the file is empty")
     try:
-        table = reader(path)
+        table = reader(path, limits)
         # full validation looks at every offset and buffer, so damaged bytes that still
         # parse as a footer are refused here and never reach polars' readers
         table.validate(full=True)
+    except StabInputError:
+        raise
     except _native_errors() as err:
         raise StabInputError(
             str(path), f"cannot read as {kind} (truncated or corrupt): {_first_line(err)}"

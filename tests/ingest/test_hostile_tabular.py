@@ -257,3 +257,17 @@ def test_a_wandb_export_without_its_step_column_is_an_input_error(tmp_path: Path
     path.write_text("step,run - loss\n1,2.0\n2,3.0\n")
     with pytest.raises(StabInputError, match="no `Step` column"):
         wandb_csv.read(path, ReadOptions())
+
+
+@pytest.mark.parametrize("kind", ["arrow", "parquet"])
+def test_a_compressed_table_inflating_past_max_input_bytes_stops_there(tmp_path: Path, kind):
+    frame = pl.DataFrame({"step": np.arange(400_000), "loss": np.zeros(400_000)})
+    path = tmp_path / f"bomb.{kind}"
+    if kind == "arrow":
+        frame.write_ipc(path, compression="zstd")
+    else:
+        frame.write_parquet(path, compression="zstd")
+    limit = 1 << 20
+    assert path.stat().st_size < limit  # small on disk: only inflating it reaches the limit
+    with pytest.raises(StabInputError, match="max_input_bytes"):
+        _read(path, limits=InputLimits(max_input_bytes=limit))
