@@ -66,6 +66,13 @@ class PanicException(BaseException):
     """Stands in for pyo3's PanicException: a BaseException, so `except Exception` misses it."""
 
 
+def _polars_panic(message: str) -> BaseException:
+    """The real thing, as polars raises it from Rust (pyo3_runtime.PanicException)."""
+    from polars.exceptions import PanicException as Panic
+
+    return Panic(message)
+
+
 def _raising(err: BaseException):
     def read(*args, **kwargs):
         raise err
@@ -77,6 +84,7 @@ def _raising(err: BaseException):
     ("err", "said"),
     [
         (PanicException("called `Option::unwrap()` on a `None` value"), "cannot parse jsonl"),
+        (_polars_panic("madvise: Invalid argument (os error 22)"), "damaged data (madvise"),
         (RecursionError("maximum recursion depth exceeded"), "nested too deeply"),
         (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), "cannot parse jsonl"),
         (ValueError("bad\nline"), "cannot parse jsonl: ValueError: bad line"),
