@@ -238,20 +238,59 @@ def _resync(data: bytes, pos: int) -> int | None:
     """The offset of the next valid chunk after damage at `pos`, or None if there is none.
 
     First where the damaged chunk says it ends (its length may be intact), then
-    byte by byte. A false match needs a type byte, a length that fits the block
-    and a CRC-32 over the bytes that follow all to agree by chance.
+    offset by offset. A false match needs a type byte, a length that fits the
+    block, a plausible next header and a CRC-32 over the bytes that follow all
+    to agree by chance.
     """
     said = pos + CHUNK_HEADER_LEN + struct.unpack_from("<H", data, pos + 4)[0]
-    for at in (said, *range(pos + 1, len(data) - CHUNK_HEADER_LEN + 1)):
-        if at <= pos or at + CHUNK_HEADER_LEN > len(data) or data[at + 6] not in _KINDS:
-            continue  # the cheap test first: most offsets fail it
-        chunk = _chunk_at(data, at)
-        if chunk is not None and chunk != _SHORT and chunk != _PADDING:
-            return at
+    if said < len(data) and _is_chunk(data, said):
+        return said
+    start = pos + 1
+    while start + CHUNK_HEADER_LEN <= len(data):
+        # whole blocks at a time: numpy's cost per call, not per byte, dominates small windows
+        stop = min((start // BLOCK_LEN + _SCAN_BLOCKS) * BLOCK_LEN, len(data))
+        found = _scan(data, start, stop)
+        if found is not None:
+            return found
+        start = stop
     return None
 
 
-_KINDS = frozenset((FULL, FIRST, MIDDLE, LAST))
+_SCAN_BLOCKS = 64
+
+
+def _scan(data: bytes, start: int, stop: int) -> int | None:
+    """The first valid chunk starting in [start, stop), tested cheaply first (numpy)."""
+    import numpy as np
+
+    last = stop - CHUNK_HEADER_LEN  # the last offset whose header fits before `stop`
+    if last < start:
+        return None
+    buf = np.frombuffer(data, dtype=np.uint8, count=stop - start, offset=start)
+    kinds = buf[6 : last - start + 7]
+    # a resync needs a record's start: a MIDDLE or LAST part would be skipped anyway.
+    # The type byte rules out all but about 1 offset in 128; the rest is done on those
+    at = np.flatnonzero((kinds == FULL) | (kinds == FIRST))
+    lengths = buf[at + 4].astype(np.int64) | (buf[at + 5].astype(np.int64) << 8)
+    offsets = at + start
+    block_end = np.minimum((offsets // BLOCK_LEN + 1) * BLOCK_LEN, len(data))
+    ends = offsets + CHUNK_HEADER_LEN + lengths
+    plausible = ends <= block_end
+    # and what follows must be another chunk's type byte, padding, or the block's end:
+    # this spares the CRC of nearly every false candidate in a run of garbage
+    room = plausible & (block_end - ends >= CHUNK_HEADER_LEN) & (ends + 6 < stop)
+    after = np.zeros(at.size, dtype=np.uint8)
+    after[room] = buf[ends[room] + 6 - start]
+    plausible &= ~room | (after <= LAST)
+    for at in offsets[plausible].tolist():
+        if _is_chunk(data, at):
+            return int(at)
+    return None
+
+
+def _is_chunk(data: bytes, at: int) -> bool:
+    chunk = _chunk_at(data, at)
+    return chunk is not None and chunk != _SHORT and chunk != _PADDING
 
 
 def _lost_record(data: bytes, pos: int, found: int | None) -> bool:

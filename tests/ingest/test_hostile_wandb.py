@@ -39,9 +39,10 @@ def _history_record(step: int, loss: float, *, step_json: bytes | None = None) -
     return _field(2, b"".join(items))  # Record.history
 
 
-def _frame_log(records: list[bytes]) -> bytes:
-    """The LevelDB-style framing of wandb_offline's module doc, written record by record."""
-    out = bytearray(b":W&B\xe1\xbe\x00")
+def _frame_log(records: list[bytes], before: bytes = b":W&B\xe1\xbe\x00") -> bytes:
+    """The LevelDB-style framing of wandb_offline's module doc, written record by record
+    after `before` (the file header, or a log so far)."""
+    out = bytearray(before)
     for record in records:
         rest, first = record, True
         while True:
@@ -151,3 +152,17 @@ def test_wandb_deep_history_value_rejects_its_row(tmp_path) -> None:
     run = read(path)
     check_exact(run, {7}, n=60)
     assert "max_json_depth" in run.source.rejections[0].reason
+
+
+def test_wandb_garbage_between_records_is_crossed_to_the_next_valid_chunk(tmp_path) -> None:
+    import random
+
+    rows = _wandb_rows(60)
+    noise = random.Random(12).randbytes(3 << 20)  # 96 blocks of garbage, not block-aligned
+    data = _frame_log(rows[30:], _frame_log(rows[:30]) + noise)
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(data)
+    run = read(path)
+    check_exact(run, set(), n=60)
+    assert run.source.rows_rejected >= 1  # the garbage, counted where it begins
+    assert any("damaged" in r.reason for r in run.source.rejections)
