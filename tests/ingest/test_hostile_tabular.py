@@ -271,3 +271,15 @@ def test_a_compressed_table_inflating_past_max_input_bytes_stops_there(tmp_path:
     assert path.stat().st_size < limit  # small on disk: only inflating it reaches the limit
     with pytest.raises(StabInputError, match="max_input_bytes"):
         _read(path, limits=InputLimits(max_input_bytes=limit))
+
+
+def test_a_csv_row_with_too_few_fields_is_rejected_not_filled_with_nulls(tmp_path: Path):
+    path = tmp_path / "short.csv"
+    path.write_text("step,loss,lr\n1,2.5,0.1\n2,2.4\n3,nan,0.1\n")
+    run = _read(path)
+    _accounted(run)
+    assert [(r.line, r.reason) for r in run.source.rejections] == [
+        (3, "2 fields where the header has 3")
+    ]
+    values = _values(run, "loss")
+    assert set(values) == {1, 3} and values[1] == 2.5 and math.isnan(values[3])
