@@ -214,17 +214,15 @@ class _Client:
             self._live.clear()
 
     def _json(self, raw: bytes, endpoint: str) -> dict:
-        depth = _json_depth(raw)
-        if depth > self.limits.max_json_depth:
-            raise limit_hit(
-                self.where,
-                f"{endpoint}: the server's JSON is nested {depth} deep",
-                "max_json_depth",
-                self.limits.max_json_depth,
-            )
+        limit = self.limits.max_json_depth
+        too_deep = limit_hit(
+            self.where, f"{endpoint}: the server's JSON nests too deep", "max_json_depth", limit
+        )
         try:
             answer = json.loads(raw or b"{}")
-        except (ValueError, RecursionError):
+        except RecursionError:
+            raise too_deep from None
+        except ValueError:
             head = raw[:60].decode("utf-8", errors="replace").split("\n", 1)[0]
             raise StabInputError(
                 self.where,
@@ -234,7 +232,21 @@ class _Client:
             raise StabInputError(
                 self.where, f"{endpoint}: the server answered a JSON {type(answer).__name__}"
             )
+        if _deeper_than(answer, limit):
+            raise too_deep
         return answer
+
+
+def _deeper_than(value: dict | list, limit: int) -> bool:
+    """Whether objects and lists nest more than `limit` deep, walked without recursion."""
+    stack: list[tuple[dict | list, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 class _Late(Exception):
@@ -264,19 +276,6 @@ def _read_body(response, limits: InputLimits, deadline: float, cap: int | None =
         if size > limit:
             raise _TooBig(limit)
         chunks.append(chunk)
-
-
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
-
-def _json_depth(raw: bytes) -> int:
-    """How deep the JSON nests, counted before parsing (a deep one exhausts the stack)."""
-    brackets = _STRINGS.sub(b"", raw).translate(None, _NOT_BRACKETS)
-    if not brackets:
-        return 0
-    steps = (1 if b in b"[{" else -1 for b in brackets)
-    return max(itertools.accumulate(steps))
 
 
 class _OriginRedirects(urllib.request.HTTPRedirectHandler):
@@ -338,7 +337,7 @@ class _ApiError(Exception):
 def _error_text(raw: bytes) -> str:
     """MLflow's error_code and message, or the first line of whatever page came back."""
     try:
-        body = json.loads(raw or b"{}") if _json_depth(raw) <= 16 else None
+        body = json.loads(raw or b"{}")
     except (ValueError, RecursionError):
         body = None
     if isinstance(body, dict):

@@ -473,10 +473,11 @@ def test_server_that_hangs_is_cut_at_the_request_deadline(limits):
     assert url in message and "server_request_seconds = 1" in message
 
 
-def test_deeply_nested_json_is_refused_by_depth(limits):
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_json_is_refused_by_depth(limits, depth):
     class Deep(_Api):
         def route(self, handler, endpoint):
-            raw = b'{"run": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            raw = b'{"run": ' + b"[" * depth + b"]" * depth + b"}"
             self.json(handler, None, raw=raw)
 
     with _serve(Deep()) as url:
