@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -190,7 +191,7 @@ def test_debug_shows_what_a_reader_raised(monkeypatch) -> None:
     assert "cannot parse jsonl" in result.stderr.splitlines()[-1]
 
 
-def test_a_bug_in_a_renderer_is_exit_2_in_every_command(monkeypatch) -> None:
+def test_a_bug_in_a_renderer_is_exit_2_in_every_command(monkeypatch, tmp_path) -> None:
     """Rendering runs outside each command's own try: the app-level boundary catches it."""
     monkeypatch.delenv("STAB_DEBUG", raising=False)
 
@@ -214,6 +215,8 @@ def test_a_bug_in_a_renderer_is_exit_2_in_every_command(monkeypatch) -> None:
         ("postmortem", run),
         ("explain", "spike"),
     ]
+    if importlib.util.find_spec("plotly") is not None:  # `stab report` needs the extra
+        cases.append(("report", run, "-o", str(tmp_path / "report.html")))
     for args in cases:
         line = _one_error_line(_stab(*args))
         assert "internal error RuntimeError: renderer broke" in line, args
