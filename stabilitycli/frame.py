@@ -82,6 +82,7 @@ def _to_float(name: str, dtype: pl.DataType) -> pl.Expr | None:
     return None  # lists, structs (a config dump), nulls
 
 
+_RANK_MAX = 2**31 - 1
 _STEP_FAULTS = {
     "fraction": "metric record whose step is not a whole number",
     "negative": "metric record with a negative step",
@@ -242,9 +243,20 @@ def finalize(
         no_rank = table.filter(pl.col("rank").is_null())
         _reject_rows(source, no_rank, "per-rank record without a usable rank")
         table = table.filter(pl.col("rank").is_not_null())
+        # a rank numbers a process: below 0 or past any cluster it is damage, not a rank
+        odd_rank = ~pl.col("rank").is_between(0, _RANK_MAX)
+        _reject_rows(
+            source,
+            table.filter(odd_rank),
+            f"per-rank record whose rank is no process index (below 0 or over {_RANK_MAX})",
+        )
+        table = table.filter(~odd_rank)
     if table.height == 0:
+        first = source.rejections[0] if source.rejections else None
         raise StabInputError(
-            source.path, "no usable metric rows (nothing with a step and a number)"
+            source.path,
+            "no usable metric rows (nothing with a step and a number)"
+            + (f"; first rejected: row {first.line}, {first.reason}" if first else ""),
         )
     if "loss" not in metric_names:
         source.warnings.append(

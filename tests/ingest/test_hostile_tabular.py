@@ -283,3 +283,22 @@ def test_a_csv_row_with_too_few_fields_is_rejected_not_filled_with_nulls(tmp_pat
     ]
     values = _values(run, "loss")
     assert set(values) == {1, 3} and values[1] == 2.5 and math.isnan(values[3])
+
+
+def test_a_rank_that_is_no_process_index_is_rejected_with_its_reason(tmp_path: Path):
+    # damaged Arrow bytes read as ranks like -738734374912: rejected, never a rank of the run
+    path = tmp_path / "ranks.arrow"
+    pl.DataFrame(
+        {
+            "step": [1, 1, 2, 2, 3],
+            "rank": [0, 1, 0, -738_734_374_912, 2**40],
+            "loss": [2.5, math.nan, math.inf, 2.0, 1.0],
+        }
+    ).write_ipc(path)
+    run = _read(path)
+    _accounted(run)
+    assert [r.line for r in run.source.rejections] == [4, 5]
+    assert all("no process index" in r.reason for r in run.source.rejections)
+    assert run.frame["rank"].to_list() == [0, 0, 1]
+    loss = run.frame["loss"].to_list()
+    assert loss[0] == 2.5 and loss[1] == math.inf and math.isnan(loss[2])
