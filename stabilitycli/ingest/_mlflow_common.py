@@ -13,6 +13,7 @@ or behind a tracking server:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from stabilitycli import aliases
@@ -48,10 +49,16 @@ def rank_of(run: MlflowRun, options: ReadOptions) -> int | None:
     for table in (run.tags, run.params):
         for key in (options.rank_key, *aliases.RANK_KEYS):
             if key and key in table:
-                text = table[key].strip()
-                if text.lstrip("-").isdigit():
+                # ASCII digits only ("²".isdigit() is true and int() refuses it), and a
+                # rank that fits the frame's Int64 rank column
+                text = str(table[key]).strip()
+                if _RANK_TEXT.fullmatch(text):
                     return int(text)
-    return rank_from_name(run.name, options.rank_pattern) if run.name else None
+    rank = rank_from_name(run.name, options.rank_pattern) if run.name else None
+    return rank if rank is not None and abs(rank) < 10**18 else None
+
+
+_RANK_TEXT = re.compile(r"-?[0-9]{1,18}")
 
 
 def filter_experiments(experiments: dict[str, str], options: ReadOptions, where: str) -> set[str]:

@@ -605,3 +605,41 @@ def test_token_never_in_any_output_of_a_good_read(limits, cli, tmp_path):
         result = cli("report", url, "--run", RUN_ID, "-o", report)
         outputs.append(result.stdout + result.stderr + report.read_text(errors="replace"))
     assert outputs and not any(TOKEN in text for text in outputs)
+
+
+# --- ranks from tags and names ------------------------------------------------------------
+
+
+def _two_runs(tmp_path: Path, tags: tuple[str, str], names: tuple[str, str]) -> Path:
+    """An experiment holding the spike run twice, with the given rank tags and run names."""
+    first = _file_run(tmp_path)
+    experiment = first.parent
+    second = experiment / ("f" * 32)
+    shutil.copytree(first, second)
+    for folder, tag, name in zip((first, second), tags, names, strict=True):
+        meta = folder / "meta.yaml"
+        text = meta.read_text().replace(first.name, folder.name)
+        text = "\n".join(
+            f"run_name: {name}" if line.startswith("run_name:") else line
+            for line in text.splitlines()
+        )
+        meta.write_text(text + "\n")
+        (folder / "tags" / "mlflow.runName").write_text(name)
+        if tag:
+            (folder / "tags" / "rank").write_text(tag)
+    return experiment
+
+
+@pytest.mark.parametrize(
+    ("tags", "names"),
+    [
+        (("\u00b2", "1"), ("a", "b")),  # "²".isdigit() is true, int("²") fails
+        (("", ""), ("rank-99999999999999999999999", "rank-1")),
+        (("99999999999999999999999", "1"), ("a", "b")),
+    ],
+)
+def test_odd_rank_tags_and_names_are_not_ranks(tmp_path, tags, names):
+    experiment = _two_runs(tmp_path, tags, names)
+    with pytest.raises(StabInputError) as err:
+        ingest.read(experiment)
+    assert "2 runs found" in str(err.value) and "\n" not in str(err.value)
