@@ -264,3 +264,15 @@ def test_control_characters_in_an_error_stay_on_one_line(monkeypatch) -> None:
     line = _one_error_line(_stab("analyze", run_fixture("plateau")))
     assert "\x1b" not in line and "\r" not in line
     assert "evil\\nname\\x1b[2J" in line
+
+
+def test_a_file_name_with_a_newline_is_one_error_line_among_many_runs(tmp_path) -> None:
+    bad = tmp_path / "bad\nname\x1b[2J.jsonl"
+    bad.write_text("not a log at all\n")
+    result = _stab("analyze", str(run_fixture("plateau")), str(bad), "-j", "1", "-q")
+    _no_crash(result)
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("stab: error: ")]
+    assert len(errors) == 1
+    assert "bad\\nname\\x1b[2J.jsonl" in errors[0]
+    assert "\x1b" not in result.stderr

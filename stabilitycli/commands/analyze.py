@@ -248,7 +248,7 @@ def _analyze_many(
     print_rendered(output.render_many(results))
     for r in results:
         if not r.ok:
-            typer.echo(f"stab: error: {r.error}", err=True)
+            typer.echo(f"stab: error: {visible(r.error or '')}", err=True)
     return batch.exit_status(results, fail_on.value)
 
 

@@ -136,10 +136,13 @@ def _load(data: bytes, source: SourceInfo, limits: InputLimits) -> tuple[dict, l
     """The state and its log history; a damaged document is read entry by entry."""
     fault = _document_fault(data, limits)
     if fault is None:
+        decoded = data.decode("utf-8")  # checked by _document_fault
         try:
-            state = json.loads(data)
+            state = json.loads(decoded)
         except json.JSONDecodeError as err:
-            fault = (len(data[: err.pos].decode("utf-8").encode()), err.msg.removesuffix(" at"))
+            fault = (len(decoded[: err.pos].encode()), err.msg.removesuffix(" at"))
+        except ValueError as err:  # an integer too long to convert, for one
+            fault = (-1, str(err))  # no position: the entries say where
         else:
             if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
                 raise StabInputError(source.path, "not a Trainer state: no `log_history` list")
@@ -147,7 +150,7 @@ def _load(data: bytes, source: SourceInfo, limits: InputLimits) -> tuple[dict, l
     # surrogateescape: each byte that is not UTF-8 stays one char, so offsets map back
     text = data.decode("utf-8", "surrogateescape")
     where, what = fault
-    line = data.count(b"\n", 0, where) + 1
+    line = data.count(b"\n", 0, max(where, 0)) + 1
     at_end = where >= len(data.rstrip())
     return {}, _salvage(text, _Fault(where, line, what, at_end), source, limits)
 
@@ -184,6 +187,9 @@ class _Fault:
     what: str
     at_end: bool  # nothing but whitespace after it: where a cut-off ends
 
+    def at_byte(self) -> str:
+        return f" at byte {self.byte}" if self.byte >= 0 else ""
+
 
 def _salvage(text: str, fault: _Fault, source: SourceInfo, limits: InputLimits) -> list:
     """Every log entry that parses, in order, with the damaged ones in their places.
@@ -196,7 +202,7 @@ def _salvage(text: str, fault: _Fault, source: SourceInfo, limits: InputLimits) 
     bracket = text.find("[", key) if key >= 0 else -1
     if bracket < 0:
         raise StabInputError(
-            source.path, f"not valid JSON ({fault.what} at byte {fault.byte})", line=fault.line
+            source.path, f"not valid JSON ({fault.what}{fault.at_byte()})", line=fault.line
         )
     out: list = []
     scan = _ENTRY_SCAN
@@ -237,6 +243,8 @@ def _entry(text: str, start: int, scan: int, limits: InputLimits) -> tuple[objec
             return json.loads(text[start:end]), end
         except json.JSONDecodeError as err:
             reason = f"{err.msg.removesuffix(' at')} at byte {_byte_at(text, start + err.pos)}"
+        except ValueError as err:
+            reason = str(err)
     return _Damaged(f"log entry damaged: {reason} (line {line})", line)
 
 
@@ -262,7 +270,7 @@ def _account(fault: _Fault, out: list, source: SourceInfo) -> None:
     if not whole:
         raise StabInputError(
             source.path,
-            f"not valid JSON and no whole log entry ({fault.what} at byte {fault.byte})",
+            f"not valid JSON and no whole log entry ({fault.what}{fault.at_byte()})",
             line=fault.line,
         )
     tail = out[whole[-1] + 1 :]
@@ -275,6 +283,7 @@ def _account(fault: _Fault, out: list, source: SourceInfo) -> None:
         out.append(_Damaged("log entry cut off mid-write"))
         return
     n_bad = sum(isinstance(e, _Damaged) for e in out)
+    place = f"{fault.at_byte()} (line {fault.line})" if fault.byte >= 0 else ""
     if not n_bad and fault.at_end:
         source.warnings.append(
             f"line {fault.line}: the file is cut off after its log history (the job died while "
@@ -282,7 +291,7 @@ def _account(fault: _Fault, out: list, source: SourceInfo) -> None:
         )
         return
     source.warnings.append(
-        f"the file is damaged at byte {fault.byte} (line {fault.line}): {fault.what}; read "
+        f"the file is damaged{place}: {fault.what}; read "
         f"entry by entry: {len(whole)} log entries kept, {n_bad} damaged entries rejected"
     )
 

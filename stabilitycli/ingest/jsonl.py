@@ -186,7 +186,9 @@ def _fast_parse(
                 io.BytesIO(data), read_options=pa_json.ReadOptions(block_size=block)
             )
             frame = cast(pl.DataFrame, pl.from_arrow(table))  # a Table converts to a DataFrame
-    except Exception:
+    except (Exception, pl.exceptions.PanicException):
+        # a panic in polars' reader derives from BaseException: it too means "not clean
+        # input", which the per-line pass then names line by line
         return None
     if b"\n\n" in data or data.startswith(b"\n") or b"\n\r\n" in data:
         rows = _line_numbers(data)

@@ -244,7 +244,7 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
     except BaseException as err:
         # a bug in stab (or a native panic outside reading) is this run's error, and the
         # other runs go on; BaseException because polars' PanicException is one
-        return RunResult(path, error=internal_error_message(err, path))
+        return RunResult(path, error=visible(internal_error_message(err, path)))
 
 
 def _analyze_chunk(paths: list[str], settings: BatchSettings) -> list[RunResult]:

@@ -107,3 +107,13 @@ def test_hf_two_damaged_entries_far_apart(tmp_path) -> None:
     run = read(path)
     check_exact(run, {20, 150}, n=200)
     assert run.source.rows_rejected == 2
+
+
+def test_hf_integer_too_long_to_convert_rejects_its_entry(tmp_path) -> None:
+    text = _state_bytes().replace(b'"step": 100\n', b'"step": ' + b"9" * 5000 + b"\n", 1)
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(text)
+    run = read(path)
+    check_exact(run, {100}, n=200)
+    assert run.source.rows_rejected == 1 and "digits" in run.source.rejections[0].reason
+    assert not any("at byte -1" in w for w in run.source.warnings)
