@@ -124,8 +124,13 @@ class _Client:
         )
 
     def redact(self, text: str) -> str:
+        """`text` with every credential blanked: a server may echo one in an error.
+
+        Matched only where it does not run on into letters or digits, so that a
+        short password such as "p" does not blank the p of every "http".
+        """
         for secret in sorted(filter(None, self.secrets), key=len, reverse=True):
-            text = text.replace(secret, "***")
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
         return text
 
     def call(self, endpoint: str, params: dict | None = None, body: dict | None = None) -> dict:

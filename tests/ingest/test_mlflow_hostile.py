@@ -643,3 +643,11 @@ def test_odd_rank_tags_and_names_are_not_ranks(tmp_path, tags, names):
     with pytest.raises(StabInputError) as err:
         ingest.read(experiment)
     assert "2 runs found" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_short_password_in_the_url_is_neither_shown_nor_blanking_other_text(limits):
+    from tests.ingest._mlflow_server_proc import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    message = _error(url.replace("http://", "http://u:p@") + "/#/experiments/3")
+    assert message.startswith(f"{url}/#/experiments/3: cannot reach the MLflow server")
