@@ -193,3 +193,15 @@ def test_without_following_symlinks_a_linked_folder_is_listed_not_entered(tmp_pa
     walked = list(walk(root, follow_symlinks=False))
     assert [folder for folder, _sub, _files in walked] == [root, root / "real"]
     assert walked[0][1] == [root / "a", root / "b", root / "linked", root / "real"]
+
+
+def test_the_limits_given_to_read_bound_its_folder_listing(tmp_path) -> None:
+    from stabilitycli.ingest import read
+    from stabilitycli.ingest.options import ReadOptions
+
+    for name in ("a.txt", "b.txt", "notes.md"):
+        (tmp_path / name).write_text("hello\n")
+    _log(tmp_path / "run.jsonl")
+    assert read(tmp_path).source.path == str(tmp_path / "run.jsonl")
+    with pytest.raises(StabInputError, match="more than 3 entries in this folder"):
+        read(tmp_path, ReadOptions(limits=InputLimits(max_walk_files=3)))

@@ -17,6 +17,7 @@ from stabilitycli.errors import NOT_ERRORS, StabInputError, StabUsageError, inpu
 from stabilitycli.ingest._dtype import dtype_from
 from stabilitycli.ingest._walk import list_folder
 from stabilitycli.ingest.base import Reader, UriReader
+from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 
 # Order matters: the first reader whose `sniff` accepts the path wins, so more
@@ -86,11 +87,11 @@ NOT_LOGS: tuple[str, ...] = (
 )
 
 
-def _only_log(folder: Path) -> Path:
+def _only_log(folder: Path, limits: InputLimits | None = None) -> Path:
     """The one log a folder holds (`runs/latest/metrics.jsonl`): a folder of one log is that log."""
     logs: list[Path] = []
     seen = 0
-    for entry in list_folder(folder):
+    for entry in list_folder(folder, limits):
         if entry.name.startswith(".") or not entry.is_file():
             continue
         seen += 1
@@ -175,7 +176,7 @@ def _read(text: str, options: ReadOptions):
         except StabInputError:
             if not path.is_dir():
                 raise
-            path = _only_log(path)
+            path = _only_log(path, options.limits)
             text, name = str(path), detect_format(path)
     try:
         module = reader(name)
