@@ -119,10 +119,15 @@ def test_a_panic_in_a_command_is_exit_2_not_a_crash(monkeypatch) -> None:
     assert f"{path}: cannot parse jsonl: the decoder failed on damaged data (boom)" in line
 
 
-def test_permission_denied_is_an_input_error(monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "where",
+    # reading, and sniffing (opening the file for its first bytes, before any reader)
+    ["stabilitycli.ingest.jsonl.read", "stabilitycli.ingest.detect_format"],
+)
+def test_permission_denied_is_an_input_error(monkeypatch, where) -> None:
     path = run_fixture("plateau")
     denied = PermissionError(errno.EACCES, "Permission denied", str(path))
-    monkeypatch.setattr("stabilitycli.ingest.jsonl.read", _raising(denied))
+    monkeypatch.setattr(where, _raising(denied))
     line = _one_error_line(_stab("analyze", path))
     assert line == f"stab: error: {path}: permission denied"
 
