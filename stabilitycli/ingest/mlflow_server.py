@@ -193,7 +193,9 @@ class _Client:
                 with self._opener.open(request, timeout=value) as response:
                     status, raw = response.status, _read_body(response, self.limits, deadline)
             except urllib.error.HTTPError as err:
-                status, raw = err.code, _read_body(err, self.limits, deadline, ERROR_BODY_BYTES)
+                with contextlib.closing(err):
+                    status = err.code
+                    raw = _read_body(err, self.limits, deadline, ERROR_BODY_BYTES)
             if expired.is_set() or time.monotonic() > deadline:
                 raise _Late()
             return status, raw
