@@ -359,11 +359,16 @@ def _resync(data: bytes, start: int, max_record_bytes: int = _RECORD_BYTES_MAX) 
         count = min(_RESYNC_CHUNK, last + 1 - first)
         lengths = np.ndarray(shape=(count,), dtype="<u8", buffer=buffer, offset=first, strides=(1,))
         room = size - HEADER_BYTES - FOOTER_BYTES - np.arange(first, first + count, dtype=np.int64)
-        fits = lengths <= np.minimum(room, max_record_bytes).astype(np.uint64)
-        for pos in (first + np.flatnonzero(fits)).tolist():
-            length, length_crc = HEADER.unpack_from(data, pos)
-            if masked_crc(data[pos : pos + 8]) != length_crc:
-                continue
+        fits = np.flatnonzero(lengths <= np.minimum(room, max_record_bytes).astype(np.uint64))
+        # the length CRC depends on the 8 length bytes only: one CRC per distinct length, so
+        # a run of zero bytes (every offset a candidate of length 0) costs one CRC, not millions
+        distinct, which = np.unique(lengths[fits], return_inverse=True)
+        crcs = np.array([masked_crc(int(n).to_bytes(8, "little")) for n in distinct.tolist()])
+        stored = np.ndarray(
+            shape=(count,), dtype="<u4", buffer=buffer, offset=first + 8, strides=(1,)
+        )[fits]
+        for pos in (first + fits[crcs.astype(np.uint32)[which.ravel()] == stored]).tolist():
+            (length,) = struct.unpack_from("<Q", data, pos)
             end = pos + HEADER_BYTES + length
             if masked_crc(data[pos + HEADER_BYTES : end]) == CRC.unpack_from(data, end)[0]:
                 return pos
