@@ -234,6 +234,8 @@ def _header(data: bytes, separator: str, path: str, limits: InputLimits) -> list
     names = next(csv.reader([text], delimiter=separator), [])
     seen: dict[str, int] = {}
     for field_no, name in enumerate(names, start=1):
+        if not name.strip():
+            continue  # an unnamed column (a pandas index) is never the step or a metric
         if name in seen:
             raise StabInputError(
                 path,
