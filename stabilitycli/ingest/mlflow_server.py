@@ -190,7 +190,8 @@ class _Client:
         timer.start()
         try:
             try:
-                with self._opener.open(request, timeout=value) as response:
+                wait = max(0.001, deadline - time.monotonic())  # connect, and each read
+                with self._opener.open(request, timeout=wait) as response:
                     status, raw = response.status, _read_body(response, self.limits, deadline)
             except urllib.error.HTTPError as err:
                 with contextlib.closing(err):
