@@ -11,6 +11,7 @@ nothing for them.
 
 from __future__ import annotations
 
+import math
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -324,3 +325,22 @@ def too_long(size: int, limits: InputLimits) -> str:
 
 def too_deep(depth: int, limits: InputLimits) -> str:
     return f"JSON nested {depth:,} deep, over max_json_depth = {limits.max_json_depth}"
+
+
+_INT64 = (-(1 << 63), 1 << 63)
+
+
+def widen_ints(record: dict) -> None:
+    """Integers past int64 become floats in place (polars has no column for them).
+
+    JSON holds integers of any length; a metric of 10**30 is still a number, a
+    float, and a step that large is no step (finalize rejects it). Past a
+    float's range the value is +/-inf, as pyarrow's reader and a float literal
+    of that size (`1e400`) give it, so every path reads the same line alike.
+    """
+    for key, value in record.items():
+        if type(value) is int and not _INT64[0] <= value < _INT64[1]:
+            try:
+                record[key] = float(value)
+            except OverflowError:
+                record[key] = math.inf if value > 0 else -math.inf

@@ -112,6 +112,7 @@ def read(path: Path, options: ReadOptions):
             for k, v in entry.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
+        _bounded.widen_ints(record)
         record["_row"] = number
         records.append(record)
     if not records:

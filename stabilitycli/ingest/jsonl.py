@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import cast
 
@@ -204,6 +205,8 @@ def _fast_parse(
     return frame.with_columns(pl.Series(ROW, rows))
 
 
+# only a run of 19 digits can be an integer past int64: the test that spares the rest
+_LONG_DIGITS = re.compile(rb"\d{19}")
 _AXIS_KEYS = frozenset(aliases.STEP_KEYS) | frozenset(aliases.RANK_KEYS)
 
 
@@ -290,6 +293,8 @@ def _slow_parse(
         record = {k: v for k, v in obj.items() if isinstance(v, (int, float, str)) or v is None}
         if fault is None and b"\\u" in line:  # only an escape can make a lone surrogate
             fault = _unicode_fault(record)
+        if _LONG_DIGITS.search(line) is not None:
+            _bounded.widen_ints(record)
         if fault is not None:
             source.reject(number, fault)
             continue

@@ -430,10 +430,7 @@ def _history_row(buf: bytes, number: int, limits: InputLimits) -> tuple[dict | N
                 return None, f"_step is {_kind(value)}, not a number"
             if not _is_number(value):
                 continue  # media, histograms, text: not scalar metrics
-            try:
-                row[key] = value if key == "_step" else float(value)  # type: ignore[arg-type]
-            except OverflowError:
-                return None, f"{key!r} is an integer too large for a float"
+            row[key] = value
         elif field == 2 and wire == 2:
             for sub, sub_wire, sub_raw in _fields(raw, strict=True):
                 if sub == 1 and sub_wire == 0:
@@ -442,6 +439,8 @@ def _history_row(buf: bytes, number: int, limits: InputLimits) -> tuple[dict | N
                     return None, "the step is binary, not a number"
     if "_step" not in row and step_num is not None:
         row["_step"] = step_num - (1 << 64) if step_num >= 1 << 63 else step_num
+    # a _step past int64 is no step (finalize says so); any integer past a float is +/-inf
+    _bounded.widen_ints(row)
     if len(row) == 1:
         return None, "history record without a scalar value"
     return row, None

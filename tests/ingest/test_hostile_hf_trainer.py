@@ -117,3 +117,15 @@ def test_hf_integer_too_long_to_convert_rejects_its_entry(tmp_path) -> None:
     check_exact(run, {100}, n=200)
     assert run.source.rows_rejected == 1 and "digits" in run.source.rejections[0].reason
     assert not any("at byte -1" in w for w in run.source.warnings)
+
+
+def test_hf_integers_past_int64(tmp_path) -> None:
+    text = _state_bytes()
+    text = text.replace(b'"step": 100\n', b'"step": 100, "n": 1' + b"0" * 400 + b"\n", 1)
+    text = text.replace(b'"step": 120\n', b'"step": 1' + b"0" * 30 + b"\n", 1)
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(text)
+    run = read(path)
+    check_exact(run, {120}, n=200)
+    assert [r.line for r in run.source.rejections] == [121]
+    assert run.frame.filter(run.frame["step"] == 100)["n"].to_list() == [float("inf")]

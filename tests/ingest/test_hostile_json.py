@@ -259,3 +259,21 @@ def test_read_bytes_keeps_its_signature_for_rank_folders(tmp_path) -> None:
     path.write_bytes(gzip.compress(b'{"step": 1, "loss": 2.0}\n'))
     assert jsonl.read_bytes(path) == b'{"step": 1, "loss": 2.0}\n'
     assert ReadOptions().limits.max_json_depth == 64
+
+
+@pytest.mark.parametrize("nonfinite", [True, False], ids=["pyarrow-path", "polars-path"])
+def test_jsonl_integers_past_int64(tmp_path, nonfinite) -> None:
+    lines = good_lines()
+    if not nonfinite:
+        lines = [json.dumps({"step": s, "loss": 2.0 + s / 1000}).encode() for s in range(60)]
+    lines[10] = b'{"step": 10, "loss": 2.5, "tokens": 1' + b"0" * 30 + b"}"  # a float: kept
+    lines[20] = b'{"step": 20, "loss": 2.5, "tokens": 1' + b"0" * 400 + b"}"  # inf, as 1e400
+    lines[30] = b'{"step": 1' + b"0" * 30 + b', "loss": 2.5}'  # no step
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    run = read(path)
+    src = run.source
+    assert src.rows_read == src.rows_used + src.rows_rejected
+    assert [r.line for r in src.rejections] == [31]
+    assert run.frame.filter(run.frame["step"] == 10)["tokens"].to_list() == [1e30]
+    assert run.frame.filter(run.frame["step"] == 20)["tokens"].to_list() == [math.inf]

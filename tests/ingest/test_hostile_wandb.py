@@ -166,3 +166,13 @@ def test_wandb_garbage_between_records_is_crossed_to_the_next_valid_chunk(tmp_pa
     check_exact(run, set(), n=60)
     assert run.source.rows_rejected >= 1  # the garbage, counted where it begins
     assert any("damaged" in r.reason for r in run.source.rejections)
+
+
+def test_wandb_step_past_int64_rejects_its_row(tmp_path) -> None:
+    rows = _wandb_rows(60)
+    rows[7] = _history_record(7, 1.0, step_json=b"1" + b"0" * 30)
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(_frame_log(rows))
+    run = read(path)
+    check_exact(run, {7}, n=60)
+    assert run.source.rows_rejected == 1
