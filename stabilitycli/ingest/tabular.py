@@ -218,7 +218,12 @@ def read_csv(
     else:
         frame, lines = _slow_csv(data, separator, source, limits)
     if frame.height == 0:
-        raise StabInputError(str(path), "the table has a header but no rows")
+        first = source.rejections[0] if source.rejections else None
+        raise StabInputError(
+            str(path),
+            "the table has a header but no rows"
+            + (f" it can read (line {first.line}: {first.reason})" if first else ""),
+        )
     frame = frame.with_columns(pl.Series(ROW, lines, dtype=pl.Int64))
     return reject_bad_cells(frame, source)
 
@@ -231,7 +236,10 @@ def _header(data: bytes, separator: str, path: str, limits: InputLimits) -> list
             path, "the header line is longer", "max_line_bytes", limits.max_line_bytes, line=1
         )
     text = first.decode("utf-8", "replace").rstrip("\r")
-    names = next(csv.reader([text], delimiter=separator), [])
+    try:
+        names = next(csv.reader([text], delimiter=separator), [])
+    except csv.Error:  # a stray carriage return: the line-by-line reader says what is wrong
+        names = text.split(separator)
     seen: dict[str, int] = {}
     for field_no, name in enumerate(names, start=1):
         if not name.strip():

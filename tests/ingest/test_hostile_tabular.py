@@ -302,3 +302,14 @@ def test_a_rank_that_is_no_process_index_is_rejected_with_its_reason(tmp_path: P
     assert run.frame["rank"].to_list() == [0, 0, 1]
     loss = run.frame["loss"].to_list()
     assert loss[0] == 2.5 and loss[1] == math.inf and math.isnan(loss[2])
+
+
+def test_a_stray_carriage_return_in_the_header_is_an_input_error_or_read(tmp_path: Path):
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"\rjunk step,loss\n1,2.5\n2,2.4\n")
+    try:
+        run = _read(path)
+    except StabInputError as err:
+        assert "cr.csv" in str(err)
+    else:
+        _accounted(run)
