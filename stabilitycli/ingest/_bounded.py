@@ -201,42 +201,64 @@ def json_depth(text: bytes) -> int:
     backslashes precedes it, exactly as a JSON parser reads it. Text that is not
     valid JSON gets a number too (a parser stops at the damage, no deeper).
     """
-    levels = _levels(text)
-    return max(0, int(levels.max())) if levels.size else 0
+    deepest = 0
+    for _, levels in _levels(text):
+        if levels.size:
+            deepest = max(deepest, int(levels.max()))
+    return deepest
 
 
 def deeper_than(text: bytes, limit: int) -> int | None:
     """The byte offset where nesting first goes past `limit`, or None."""
     import numpy as np
 
-    levels = _levels(text)
-    over = np.flatnonzero(levels > limit)
-    return int(over[0]) if over.size else None
+    for base, levels in _levels(text):
+        over = np.flatnonzero(levels > limit)
+        if over.size:
+            return base + int(over[0])
+    return None
+
+
+# bytes scanned per numpy pass: its temporaries are ~15 bytes a byte, so a whole
+# trainer_state.json or a 16 MiB line never costs more than this many times 15
+_LEVEL_WINDOW = 4 << 20
 
 
 def _levels(text: bytes):
-    """The nesting level after each byte (an int32 array), strings set aside."""
+    """(offset, nesting level after each byte) per window of `text`, strings set aside.
+
+    Each window starts from the state the one before left: the depth, whether
+    it ends inside a string, and how many backslashes it ends with.
+    """
     import numpy as np
 
-    buf = np.frombuffer(text, dtype=np.uint8)
-    if buf.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    index = np.arange(buf.size, dtype=np.int64 if buf.size >= 1 << 31 else np.int32)
-    # for each byte, the offset of the last byte at or before it that is not a backslash
-    last_plain = np.where(buf != _BACKSLASH, index, -1)
-    np.maximum.accumulate(last_plain, out=last_plain)
-    quotes = np.flatnonzero(buf == _QUOTE)
-    before = np.maximum(quotes - 1, 0)
-    backslashes = np.where(quotes > 0, quotes - 1 - last_plain[before], 0)
-    toggles = np.zeros(buf.size, dtype=np.uint8)
-    toggles[quotes[backslashes % 2 == 0]] = 1
-    # inside a string: an odd count of real quotes so far (uint8 wraps, parity holds)
-    inside = (np.cumsum(toggles, dtype=np.uint8) & 1).astype(bool)
-    del toggles, last_plain, index
-    step = np.zeros(buf.size, dtype=np.int8)
-    step[((buf == _OPEN[0]) | (buf == _OPEN[1])) & ~inside] = 1
-    step[((buf == _CLOSE[0]) | (buf == _CLOSE[1])) & ~inside] = -1
-    return np.cumsum(step, dtype=np.int32)
+    depth, inside_before, run_before = 0, 0, 0
+    for base in range(0, len(text), _LEVEL_WINDOW):
+        buf = np.frombuffer(
+            text, dtype=np.uint8, count=min(_LEVEL_WINDOW, len(text) - base), offset=base
+        )
+        index = np.arange(buf.size, dtype=np.int32)
+        # for each byte, the offset of the last byte at or before it that is not a
+        # backslash; backslashes carried over from the window before sit before offset 0
+        last_plain = np.where(buf != _BACKSLASH, index, -1 - run_before)
+        np.maximum.accumulate(last_plain, out=last_plain)
+        quotes = np.flatnonzero(buf == _QUOTE)
+        before = np.maximum(quotes - 1, 0)
+        backslashes = np.where(quotes > 0, quotes - 1 - last_plain[before], run_before)
+        toggles = np.zeros(buf.size, dtype=np.uint8)
+        toggles[quotes[backslashes % 2 == 0]] = 1
+        toggles[0] += inside_before
+        # inside a string: an odd count of real quotes so far (uint8 wraps, parity holds)
+        inside = (np.cumsum(toggles, dtype=np.uint8) & 1).astype(bool)
+        run_before = int(buf.size - 1 - last_plain[-1])
+        inside_before = int(inside[-1])
+        del toggles, last_plain, index
+        step = np.zeros(buf.size, dtype=np.int8)
+        step[((buf == _OPEN[0]) | (buf == _OPEN[1])) & ~inside] = 1
+        step[((buf == _CLOSE[0]) | (buf == _CLOSE[1])) & ~inside] = -1
+        levels = np.cumsum(step, dtype=np.int64) + depth
+        depth = int(levels[-1])
+        yield base, levels
 
 
 def depth_fault(text: bytes, limits: InputLimits) -> str | None:

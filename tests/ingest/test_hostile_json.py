@@ -277,3 +277,14 @@ def test_jsonl_integers_past_int64(tmp_path, nonfinite) -> None:
     assert [r.line for r in src.rejections] == [31]
     assert run.frame.filter(run.frame["step"] == 10)["tokens"].to_list() == [1e30]
     assert run.frame.filter(run.frame["step"] == 20)["tokens"].to_list() == [math.inf]
+
+
+def test_json_depth_is_the_same_in_windows(monkeypatch) -> None:
+    import random
+
+    rng = random.Random(5)
+    texts = [bytes(rng.choice(b'[]{}"\\ax') for _ in range(rng.randint(0, 60))) for _ in range(500)]
+    whole = [(_bounded.json_depth(t), _bounded.deeper_than(t, 2)) for t in texts]
+    for window in (1, 2, 3, 7):
+        monkeypatch.setattr(_bounded, "_LEVEL_WINDOW", window)
+        assert [(_bounded.json_depth(t), _bounded.deeper_than(t, 2)) for t in texts] == whole
