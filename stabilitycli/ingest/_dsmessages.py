@@ -45,6 +45,8 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from stabilitycli.ingest._textlog import INT64_MAX, whole
+
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|inf|nan))(?![\d.])"
 _SKIP_STEP = re.compile(
     r"(?:OVERFLOW!\s*Rank\s+(?P<rank>\d+)\s+Skipping step"
@@ -117,13 +119,15 @@ def scan_line(row: int, line: str, time: float | None, state: dict) -> list[Ment
                 None,
                 attempted,
                 attempted if hysteresis else float(reduced_text),
-                int(rank) if rank is not None else None,
+                whole(rank) if rank is not None else None,
                 time,
                 hysteresis,
             )
         )
     for match in _GRAD_OVERFLOW.finditer(line):
-        step = int(match.group(1)) + 1
+        iteration = whole(match.group(1))
+        # past the 64-bit range the message keeps no step: it is placed by order, as one without
+        step = iteration + 1 if iteration is not None and iteration < INT64_MAX else None
         state["iteration_step"] = step
         out.append(Mention(row, "overflow", step, None, None, None, time))
     for match in _REDUCING.finditer(line):

@@ -78,10 +78,11 @@ def _slow(line: str) -> tuple[Fields, list[tuple[int, int, str | None, str]]]:
         number = tx.value(m.group("val"))
         lower = name.lower()
         if lower in AXES:
-            if lower in out.axes or number != number or abs(number) == float("inf"):
+            # an axis past the 64-bit range (a damaged line's run of digits) is no step
+            if lower in out.axes or number != number or not abs(number) < 2**63:
                 continue
             total = m.group("total")
-            out.axes[lower] = (number, int(total) if total else None)
+            out.axes[lower] = (number, int(total) if total and len(total) <= 18 else None)
             spans.append((m.start("val"), m.end(), "axis:" + lower, tail))
             continue
         if name in out.metrics:

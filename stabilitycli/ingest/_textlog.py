@@ -118,6 +118,25 @@ def read_log(path: Path, source, limits: InputLimits | None = None) -> tuple[lis
     return [line.rstrip("\r") for line in lines], no_final_newline, len(too_long)
 
 
+INT64_MAX = 2**63 - 1
+STEP_RANGE_REASON = "a step or count past the 64-bit range a frame holds"
+
+
+def whole(text: str) -> int | None:
+    """A logged step or count as an int; None past the Int64 range of the frame.
+
+    A damaged line can hold a run of thousands of digits: Python would take
+    them (or refuse past 4,300 digits) and polars then fail on the value, so
+    such a number is no step rather than an error.
+    """
+    digits = text.strip().lstrip("0") or "0"
+    # `isdigit` takes `²` and other digits `int` refuses
+    if len(digits) > 19 or not (digits.isascii() and digits.isdigit()):
+        return None
+    value = int(digits)
+    return value if value <= INT64_MAX else None
+
+
 def number(text: str) -> float:
     """A logged number: `2.3E+00`, `nan`, `NAN`, `inf`, `-INF`, `Infinity` all read.
 

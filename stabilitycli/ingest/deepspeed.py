@@ -116,7 +116,10 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         if "verflow" in line or "loss scale" in line:
             mentions.extend(dsm.scan_line(row, line, tl.timestamp(line), state))
         if (m := _PROGRESS.search(line)) is not None:
-            step, skipped = int(m.group(1)), int(m.group(2))
+            step, skipped = tl.whole(m.group(1)), tl.whole(m.group(2))
+            if step is None or skipped is None:
+                source.reject(row, tl.STEP_RANGE_REASON)
+                continue
             engine = engine_step[1] + 1 if engine_step and engine_step[0] == step else 1
             engine_step = (step, engine)
             prefix = "" if engine == 1 else f"engine{engine}/"
@@ -136,12 +139,19 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
             continue
         if (m := _TIMER.search(line)) is not None:
-            step = int(m.group(1))
+            step = tl.whole(m.group(1))
+            if step is None:
+                source.reject(row, tl.STEP_RANGE_REASON)
+                continue
             records.append({"_row": row, "_step": step, "CurrSamplesPerSec": _num(m.group(3))})
             anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
             continue
         if (m := _PPO.search(line)) is not None:
-            step = int(m.group(2)) + 1
+            ppo_step = tl.whole(m.group(2))
+            if ppo_step is None or ppo_step == tl.INT64_MAX:
+                source.reject(row, tl.STEP_RANGE_REASON)
+                continue
+            step = ppo_step + 1
             fields: dict[str, str] = {}
             clash = None
             for part in m.group(3).split("|"):

@@ -207,7 +207,12 @@ def _read_pattern(
                 source.reject(number, f"--pattern matched but no number was read: {segment[:40]!r}")
                 rejected.add(number)
                 continue
-            records.append((number, int(step_text) if step_text else order, values))
+            step = tl.whole(step_text) if step_text else order
+            if step is None:
+                source.reject(number, tl.STEP_RANGE_REASON)
+                rejected.add(number)
+                continue
+            records.append((number, step, values))
             order += 1
     if not records:
         raise StabInputError(source.path, "no line matches --pattern")

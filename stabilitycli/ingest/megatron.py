@@ -151,9 +151,13 @@ def parse_lines(
                 else:
                     source.reject(row, "iteration record without its closing `|` (cut or wrapped)")
                 continue
+            iteration = tl.whole(m.group(1))
+            if iteration is None:
+                source.reject(row, tl.STEP_RANGE_REASON)
+                continue
             record = layouts.parse(text, row, source)
             if record is not None:
-                record["_row"], record["_step"] = row, int(m.group(1))
+                record["_row"], record["_step"] = row, iteration
                 record["_time"] = line  # turned into a timestamp only if DeepSpeed messages need it
                 records.append(record)
             continue
@@ -162,7 +166,10 @@ def parse_lines(
             fields = _fields(line[m.end() :], row, source, layouts.skipped)
             if fields is None:
                 continue
-            step = int(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
+            step = tl.whole(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
+            if step is None:
+                source.reject(row, tl.STEP_RANGE_REASON)
+                continue
             prefix = "test " if "test" in m.group(2) else ""
             rec = {f"{prefix}{k}": v for k, v in fields.items()}
             rec["_row"], rec["_step"] = row, step

@@ -188,3 +188,41 @@ def test_a_log_over_max_input_bytes_is_refused_with_the_setting(tmp_path: Path):
     path = _write(tmp_path, _llmc(50), "main.log")
     with pytest.raises(StabInputError, match="max_input_bytes"):
         llmc.read(path, ReadOptions(limits=InputLimits(max_input_bytes=100)))
+
+
+HUGE = "1" * 400  # a damaged line's run of digits: past Int64, i128 and float's exact range
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("megatron", _megatron_line(30, 2.0).replace("      30/", f"{HUGE}/")),
+        ("deepspeed", f"[Rank 0] step={HUGE}, skipped=0, lr=[0.0001]"),
+        ("deepspeed", f"[Rank 0] step=3, skipped={HUGE}, lr=[0.0001]"),
+        ("deepspeed", f"epoch: 0|step: {HUGE}|ppo_ep: 1|act_loss: 1.0|cri_loss: 0.2"),
+        ("kvlog", f"iter {HUGE}: loss 2.0000, time 100.00ms, mfu 10.00%"),
+    ],
+)
+def test_a_step_of_hundreds_of_digits_is_a_counted_line_not_an_error(tmp_path, name, line):
+    module, make, column, step_of = READERS[name]
+    lines = make()
+    lines[2] = line
+    run = module.read(_write(tmp_path, lines), ReadOptions())
+    _accounted(run)
+    assert run.source.rows_rejected >= 1 or run.source.lines_skipped >= 1
+    for i in (0, 1, 3, 4, 5):
+        by_step = dict(zip(run.frame["step"].to_list(), run.frame[column].to_list(), strict=True))
+        assert _same(by_step[step_of(i)], LOSSES[i]), i
+
+
+def test_a_deepspeed_overflow_message_with_hundreds_of_digits_reads_on(tmp_path: Path):
+    lines = [
+        "[Rank 0] step=10, skipped=0, lr=[0.0001]",
+        f"[deepscale] OVERFLOW! Rank {HUGE} Skipping step. Attempted loss scale: 65536, "
+        "reducing to 32768",
+        f"Grad overflow on iteration {HUGE}",
+        "[Rank 0] step=20, skipped=1, lr=[0.0001]",
+    ]
+    run = deepspeed.read(_write(tmp_path, lines), ReadOptions())
+    _accounted(run)
+    assert run.frame["step"].to_list() == [10, 20]
