@@ -329,7 +329,8 @@ def _fields(text: str, row: int, source: SourceInfo, skipped: dict[str, int]) ->
         name = _KEYS.get(key)
         if name is None:
             name = _KEYS[key] = " ".join(key.split())
-        if not name:
+        if not name or name == "step" or name.startswith("_"):
+            # no Megatron field is named so; the row's own step and bookkeeping are
             source.reject(row, f"unreadable field {part.strip()[:40]!r}")
             return None
         try:

@@ -226,3 +226,12 @@ def test_a_deepspeed_overflow_message_with_hundreds_of_digits_reads_on(tmp_path:
     run = deepspeed.read(_write(tmp_path, lines), ReadOptions())
     _accounted(run)
     assert run.frame["step"].to_list() == [10, 20]
+
+
+def test_a_megatron_record_with_a_step_field_is_rejected_not_a_duplicate_column(tmp_path):
+    lines = _megatron()
+    lines[2] = lines[2].replace("| loss scale:", "| step: 3| loss scale:")
+    run = megatron.read(_write(tmp_path, lines), ReadOptions())
+    _accounted(run)
+    assert [r.line for r in run.source.rejections] == [3]
+    _check_values(run, "loss", lambda i: 10 * (i + 1), [0, 1, 3, 4, 5])
