@@ -153,7 +153,10 @@ def _load(data: bytes, source: SourceInfo, limits: InputLimits) -> tuple[dict, l
     where, what = fault
     line = data.count(b"\n", 0, max(where, 0)) + 1
     at_end = where >= len(data.rstrip())
-    return {}, _salvage(text, _Fault(where, line, what, at_end), source, limits)
+    try:
+        return {}, _salvage(text, _Fault(where, line, what, at_end), source, limits)
+    finally:
+        _PLACES.clear()  # its checkpoints hold the whole text
 
 
 def _document_fault(data: bytes, limits: InputLimits) -> tuple[int, str] | None:
@@ -176,6 +179,7 @@ _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|"|[\[\]{}]')
 # an entry not closed within this many chars (or 16 times the longest whole one) is damaged:
 # without a bound, each broken brace would rescan the rest of the file
 _ENTRY_SCAN = 1 << 20
+_HISTORY_END = re.compile(r"[ \t\r\n,]*\]")
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
@@ -223,7 +227,7 @@ def _salvage(text: str, fault: _Fault, source: SourceInfo, limits: InputLimits) 
         out.append(entry[0])
         scan = max(scan, 16 * (entry[1] - start))
         pos = entry[1]
-        if text[pos:].lstrip(" \t\r\n,").startswith("]"):
+        if _HISTORY_END.match(text, pos) is not None:
             break  # the end of log_history
     else:
         if not counted:
@@ -340,12 +344,54 @@ def _entry_fault(text: str, start: int, end: int, depth: int, limits: InputLimit
 
 
 def _byte_at(text: str, pos: int) -> int:
-    return len(text[:pos].encode("utf-8", "surrogateescape"))
+    """The byte offset in the file of a char offset in its decoded text."""
+    return _places(text).at(pos)[1]
 
 
 def _line_at(text: str, pos: int) -> int:
-    """The line of a char offset (`pos` a byte offset on ASCII text is the same)."""
-    return text.count("\n", 0, pos) + 1
+    return _places(text).at(pos)[0]
+
+
+class _Places:
+    """Line and byte of char offsets in one text, counted from the nearest checkpoint.
+
+    A salvage asks for the place of every entry it tries, in file order; counting
+    from the start each time would make a damaged file of many entries quadratic.
+    """
+
+    EVERY = 1 << 20  # chars between checkpoints
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.marks: list[tuple[int, int, int]] = [(0, 1, 0)]  # (char, line, byte)
+        self.last = self.marks[0]
+
+    def at(self, pos: int) -> tuple[int, int]:
+        import bisect
+
+        index = bisect.bisect_right(self.marks, (pos, 1 << 62, 0)) - 1
+        char, line, byte = self.marks[index]
+        if char <= self.last[0] <= pos:
+            char, line, byte = self.last  # the usual case: a little further than the last ask
+        while char < pos:
+            upto = min(pos, char + self.EVERY)
+            piece = self.text[char:upto]
+            line += piece.count("\n")
+            byte += len(piece.encode("utf-8", "surrogateescape"))
+            char = upto
+            if char % self.EVERY == 0 and char > self.marks[-1][0]:
+                self.marks.append((char, line, byte))
+        self.last = (char, line, byte)
+        return line, byte
+
+
+_PLACES: list[_Places] = []  # the text being salvaged (one at a time)
+
+
+def _places(text: str) -> _Places:
+    if not _PLACES or _PLACES[0].text is not text:
+        _PLACES[:] = [_Places(text)]
+    return _PLACES[0]
 
 
 def _notes(state: dict, records: list[dict], state_path: Path, source: SourceInfo) -> None:
