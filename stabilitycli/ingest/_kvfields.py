@@ -71,7 +71,8 @@ def _slow(line: str) -> tuple[Fields, list[tuple[int, int, str | None, str]]]:
         unit = m.group("unit") or m.group("spaced")
         name, known = tx.keyed(key, unit)
         tail = line[m.end("val") : m.end()]  # `/20344`, `ms`, ` ms` as written
-        if not known:
+        # `_line`, `_kind`...: the reader's own columns; such a key would overwrite them
+        if not known or key.startswith("_"):
             out.skipped.append(key)
             spans.append((m.start("val"), m.end(), None, key))
             continue

@@ -235,3 +235,13 @@ def test_a_megatron_record_with_a_step_field_is_rejected_not_a_duplicate_column(
     _accounted(run)
     assert [r.line for r in run.source.rejections] == [3]
     _check_values(run, "loss", lambda i: 10 * (i + 1), [0, 1, 3, 4, 5])
+
+
+@pytest.mark.parametrize("key", ["_kind", "_line", "_seg", "_epoch", "_rank"])
+def test_a_kvlog_key_named_like_a_reader_column_cannot_hide_its_record(tmp_path, key):
+    lines = _kvlog()
+    lines[2] += f", {key} 5"
+    run = kvlog.read(_write(tmp_path, lines), ReadOptions())
+    _accounted(run)
+    assert run.source.lines_skipped == 0
+    _check_values(run, "loss", lambda i: 10 * i, list(range(6)))
