@@ -179,6 +179,7 @@ _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|"|[\[\]{}]')
 # an entry not closed within this many chars (or 16 times the longest whole one) is damaged:
 # without a bound, each broken brace would rescan the rest of the file
 _ENTRY_SCAN = 1 << 20
+_ARRAY_OF_OBJECTS = re.compile(r"\[\s*\{")
 _HISTORY_END = re.compile(r"[ \t\r\n,]*\]")
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
@@ -205,6 +206,10 @@ def _salvage(text: str, fault: _Fault, source: SourceInfo, limits: InputLimits) 
     """
     key = text.find('"log_history"')
     bracket = text.find("[", key) if key >= 0 else -1
+    if bracket < 0:
+        # the key itself damaged: the history is still the array of objects the file holds
+        first = _ARRAY_OF_OBJECTS.search(text)
+        bracket = first.start() if first is not None else -1
     if bracket < 0:
         raise StabInputError(
             source.path, f"not valid JSON ({fault.what}{fault.at_byte()})", line=fault.line

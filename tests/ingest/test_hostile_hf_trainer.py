@@ -146,3 +146,11 @@ def test_hf_many_damaged_entries_stay_linear(tmp_path) -> None:
     assert time.monotonic() - started < 30  # was minutes: each place counted from the start
     assert src.rows_read == src.rows_used + src.rows_rejected
     assert 1000 < src.rows_rejected <= 1500
+
+
+def test_hf_damaged_log_history_key_still_finds_the_entries(tmp_path) -> None:
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(_state_bytes().replace(b'"log_history"', b'"log_hist\xffry"', 1))
+    run = read(path)
+    check_exact(run, set(), n=200)
+    assert any("damaged at byte" in w for w in run.source.warnings)
