@@ -291,7 +291,9 @@ def _slow_parse(
             continue
         fault = _axis_fault(obj, axes)
         record = {k: v for k, v in obj.items() if isinstance(v, (int, float, str)) or v is None}
-        if fault is None and b"\\u" in line:  # only an escape can make a lone surrogate
+        # a lone surrogate comes from a `\\u` escape, or from its UTF-8 form (ED A0..BF ..),
+        # which json.loads decodes with surrogatepass
+        if fault is None and (b"\\u" in line or b"\xed" in line):
             fault = _unicode_fault(record)
         if _LONG_DIGITS.search(line) is not None:
             _bounded.widen_ints(record)

@@ -107,7 +107,9 @@ def read(path: Path, options: ReadOptions):
     n_records = 0
     for number, payload in enumerate(records(data, source, options.limits), start=1):
         n_records = number
-        for field, _, value in _fields(payload):
+        for field, wire, value in _fields(payload):
+            if wire != 2:
+                continue  # every message this reads is length-delimited; damage made it a number
             if field == RECORD_HISTORY:
                 row = _history(value, number, source, options.limits)
                 if row is not None:
@@ -115,8 +117,8 @@ def read(path: Path, options: ReadOptions):
             elif field == RECORD_CONFIG:
                 config.update(_config(value, options.limits))
             elif field == RECORD_RUN:
-                for run_field, _, run_value in _fields(value):
-                    if run_field == 4:
+                for run_field, run_wire, run_value in _fields(value):
+                    if run_field == 4 and run_wire == 2:
                         config.update(_config(run_value, options.limits))
     if not rows:
         raise StabInputError(str(file), f"no history record among {n_records} records")

@@ -52,6 +52,7 @@ JSONL_CASES = {
     "NUL in a key": (b'{"step": 10, "lo\x00ss": 2.0}', "control character"),
     "NUL after the object": (b'{"step": 10, "loss": 2.0}\x00', "not valid JSON"),
     "lone surrogate key": (b'{"step": 10, "loss": 2.0, "k\\udfff": 1}', "surrogate"),
+    "surrogate as raw bytes": (b'{"step": 10, "loss": 2.0, "k\xed\xa0\x80": 1}', "surrogate"),
     "100k-deep list": (b'{"step": 10, "a": ' + DEEP + b"}", "max_json_depth"),
     "100k-deep object": (
         b'{"step": 10, "a": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_001,

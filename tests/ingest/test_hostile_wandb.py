@@ -176,3 +176,13 @@ def test_wandb_step_past_int64_rejects_its_row(tmp_path) -> None:
     run = read(path)
     check_exact(run, {7}, n=60)
     assert run.source.rows_rejected == 1
+
+
+def test_wandb_history_field_of_the_wrong_wire_type_is_skipped(tmp_path) -> None:
+    rows = _wandb_rows(60)
+    rows[7] = bytes([2 << 3 | 0]) + bytes([7])  # Record.history as a varint: damage
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(_frame_log(rows))
+    run = read(path)
+    check_exact(run, {7}, n=60)
+    assert run.source.rows_read == run.source.rows_used + run.source.rows_rejected
