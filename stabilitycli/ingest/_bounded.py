@@ -21,8 +21,8 @@ from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-# compressed bytes fed to the decoder at a time: small enough that the output of one
-# feed, even at a bomb's ratio, is bounded by the decoder's max_length anyway
+# compressed bytes read at a time; what one read may inflate to is capped separately
+# (zlib's max_length, pyarrow's read size), so this only sets the number of calls
 _FEED = 1 << 16
 # the screen works on windows of the buffer so its temporaries stay small on a huge log
 _WINDOW = 64 << 20
@@ -126,9 +126,10 @@ def _gunzip(handle, path: Path, bound: int, setting: str, limits: InputLimits) -
             data = decoder.unused_data
             decoder = zlib.decompressobj(31)
             in_member = False
-            if len(data) < 2:
-                data += handle.read(_FEED)
-                fed += len(data)
+            if len(data) < 2:  # too short to tell whether another member follows
+                more = handle.read(_FEED)
+                fed += len(more)
+                data += more
             if data and not data.startswith(GZIP_MAGIC):
                 if data.strip(b"\x00"):
                     warnings.append(
@@ -283,15 +284,18 @@ class Screened:
     """Lines of a JSON-lines buffer no parser may see, by 1-based number, with the reason."""
 
     bad: dict[int, str]
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # line -> (start, end)
 
     def blanked(self, data: bytes) -> bytes:
         """The buffer with those lines emptied (their newlines kept, so numbering holds)."""
         if not self.bad:
             return data
-        lines = data.split(b"\n")
-        for number in self.bad:
-            lines[number - 1] = b""
-        return b"\n".join(lines)
+        pieces, at = [], 0
+        for start, end in sorted(self.spans[n] for n in self.bad):
+            pieces.append(data[at:start])
+            at = end
+        pieces.append(data[at:])
+        return b"".join(pieces)
 
 
 def screen_lines(data: bytes, limits: InputLimits) -> Screened:
@@ -304,6 +308,7 @@ def screen_lines(data: bytes, limits: InputLimits) -> Screened:
     import numpy as np
 
     bad: dict[int, str] = {}
+    spans: dict[int, tuple[int, int]] = {}
     buf = np.frombuffer(data, dtype=np.uint8)
     suspects: set[tuple[int, int, int]] = set()  # (line number, start, end)
     squares = b"[" in data
@@ -317,6 +322,7 @@ def screen_lines(data: bytes, limits: InputLimits) -> Screened:
         starts = np.concatenate(([line_start], ends[:-1] + 1))
         for i in np.flatnonzero(ends - starts > limits.max_line_bytes).tolist():
             bad[lines_before + i + 1] = too_long(int(ends[i] - starts[i]), limits)
+            spans[lines_before + i + 1] = (int(starts[i]), int(ends[i]))
         # a flat log has no `[`: one compare instead of two
         is_open = (window == _OPEN[0]) | (window == _OPEN[1]) if squares else window == _OPEN[0]
         opens = np.flatnonzero(is_open) + base
@@ -338,7 +344,8 @@ def screen_lines(data: bytes, limits: InputLimits) -> Screened:
             fault = line_fault(data[start:end], limits)
             if fault is not None:
                 bad[number] = fault
-    return Screened(bad)
+                spans[number] = (start, end)
+    return Screened(bad, spans)
 
 
 def too_long(size: int, limits: InputLimits) -> str:

@@ -169,7 +169,11 @@ def test_screen_matches_a_line_by_line_scan_across_window_edges(monkeypatch) -> 
                 for n, line in enumerate(data.split(b"\n"), start=1)
                 if (fault := _bounded.line_fault(line, limits)) is not None
             }
-            assert _bounded.screen_lines(data, limits).bad == expected
+            screened = _bounded.screen_lines(data, limits)
+            assert screened.bad == expected
+            kept = screened.blanked(data).split(b"\n")
+            for n, line in enumerate(data.split(b"\n"), start=1):
+                assert kept[n - 1] == (b"" if n in expected else line)
 
 
 @pytest.mark.parametrize(
