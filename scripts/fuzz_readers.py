@@ -24,6 +24,11 @@ and the terminal and JSON renderers in a worker process, and is one of:
     HANG         not done within --timeout seconds (the worker is killed)
     MEMORY       the worker's RSS went over --max-rss-mb (killed), or MemoryError
     IDENTITY     read, but the row accounting does not add up
+    LOSS         one byte changed in place (a point mutation of a text or record
+                 format) and far fewer rows read than from the unmutated log: rows
+                 dropped without being counted as rejected
+(a file created or changed in the input's folder while reading is INTERNAL
+WroteBesideInput: `-wal`/`-shm` beside a sqlite store, say)
 
 Failures are deduplicated by (reader, outcome, exception type, innermost
 stabilitycli frame); the first input of each is reduced (lines, then bytes) and
@@ -85,7 +90,7 @@ READERS = (
     "jsonl",
     "kvlog",
 )
-OUTCOMES = ("ok", "input-error", "INTERNAL", "WRAPPED", "HANG", "MEMORY", "IDENTITY")
+OUTCOMES = ("ok", "input-error", "INTERNAL", "WRAPPED", "HANG", "MEMORY", "IDENTITY", "LOSS")
 
 # --- seeds -------------------------------------------------------------------------
 
@@ -101,6 +106,7 @@ class Seed:
     target: str
     files: dict[str, str]  # relative path -> kind (see MUTATORS)
     options: dict = field(default_factory=dict)  # ReadOptions fields (run=...)
+    rows: int | None = None  # rows read from it unmutated (check_seeds sets it)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -468,7 +474,18 @@ def m_lines(data: bytes, rng: random.Random) -> bytes:
     if not lines:
         return data
     i = rng.randrange(len(lines))
-    choice = rng.randrange(8)
+    choice = rng.randrange(10)
+    if choice == 8:  # a `key: value` / `key=value` field of the line repeated or emptied
+        fields = list(re.finditer(rb"[A-Za-z_][\w /.-]*?\s*[:=]\s*[^\s|,]+", lines[i]))
+        if fields:
+            hit = rng.choice(fields)
+            extra = hit.group(0) if rng.random() < 0.7 else hit.group(0).split(b":")[0] + b":"
+            lines[i] = lines[i][: hit.end()] + b" " + extra + lines[i][hit.end() :]
+            return b"\n".join(lines)
+        choice = 3
+    if choice == 9:  # only one line left, cut
+        line = lines[i]
+        return line[: rng.randrange(len(line) + 1)]
     if choice == 0:
         lines.insert(i, lines[i])
     elif choice == 1:
@@ -973,10 +990,29 @@ MUTATORS: dict[str, Callable[[bytes, random.Random], bytes]] = {
 }
 
 
-def make_input(seed: Seed, rng: random.Random, dest: Path) -> list[str]:
-    """Copy the seed to `dest` and mutate it; returns what was done (for the report)."""
+# formats where one byte changed in place damages one record (or two, when a separator
+# changes), so a reader that reads on past damage keeps all the other rows
+POINT_KINDS = ("jsonl", "json", "csv", "text", "tfrecord", "wandb", "mlflow_metric")
+POINT_FRACTION = 0.15
+POINT_SLACK = 2  # rows a point mutation may cost
+
+
+def make_input(seed: Seed, rng: random.Random, dest: Path) -> tuple[list[str], bool]:
+    """Copy the seed to `dest` and mutate it; what was done (for the report), and whether it
+    was one byte changed in place (a point mutation, checked for silent row loss)."""
     shutil.copytree(seed.folder, dest)
     done = []
+    if rng.random() < POINT_FRACTION:
+        files = [rel for rel, kind in seed.files.items() if kind in POINT_KINDS]
+        if files:
+            rel = rng.choice(files)
+            path = dest / rel
+            data = bytearray(path.read_bytes())
+            if data:
+                at = rng.randrange(len(data))
+                data[at] = (data[at] + rng.randrange(1, 256)) % 256
+                path.write_bytes(bytes(data))
+                return [f"point:{seed.files[rel]}:{rel}@{at}"], True
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
         rel = rng.choice(list(seed.files))
         kind = seed.files[rel]
@@ -988,7 +1024,7 @@ def make_input(seed: Seed, rng: random.Random, dest: Path) -> list[str]:
         else:
             path.write_bytes(MUTATORS[kind](path.read_bytes(), rng))
         done.append(f"{kind}:{rel}")
-    return done
+    return done, False
 
 
 # --- running one input (in a worker) ----------------------------------------------
@@ -1026,6 +1062,7 @@ def run_one(target: str, reader: str | None, folder: str, options: dict | None =
     started = time.monotonic()
     out: dict = {"outcome": "ok"}
     stage = "read"
+    before = _snapshot(folder)
     try:
         data = read(target, ReadOptions(format_in=reader, **(options or {})))
         out["format"] = data.source.format
@@ -1103,7 +1140,29 @@ def run_one(target: str, reader: str | None, folder: str, options: dict | None =
         )
     finally:
         out["seconds"] = round(time.monotonic() - started, 3)
+    after = _snapshot(folder)
+    if after != before and out["outcome"] in ("ok", "input-error"):
+        changed = sorted(set(after.items()) ^ set(before.items()))
+        out.update(
+            outcome="INTERNAL",
+            type="WroteBesideInput",
+            frame=f"ingest/{reader}",
+            message=f"the input folder changed: {changed[:4]}",
+            stage="read",
+        )
     return out
+
+
+def _snapshot(folder: str) -> dict[str, tuple[int, int]]:
+    """Every file under the input folder with its size and mtime: reading writes nothing."""
+    found = {}
+    root = Path(folder)
+    if root.is_dir():
+        for path in root.rglob("*"):
+            with contextlib.suppress(OSError):
+                info = path.lstat()
+                found[str(path.relative_to(root))] = (info.st_size, info.st_mtime_ns)
+    return found
 
 
 _WRAPPER_WORDS = (
@@ -1394,8 +1453,7 @@ class Findings:
             ]
             for e in sorted(entries, key=lambda e: e["first_seen"]):
                 lines += [
-                    f"## {e['outcome']} {e['type']} at {e['frame']}"
-                    + ("" if e.get("still_failing", True) else "   [not seen in the latest run]"),
+                    f"## {e['outcome']} {e['type']} at {e['frame']}" + status(e),
                     f"message: {e['message'][:400]!r}",
                     f"stage: {e.get('stage')}; inputs that hit it: {e['count']}; first seen "
                     f"{e['first_seen']} UTC; mutations: {', '.join(e['mutations'])}"
@@ -1410,6 +1468,14 @@ class Findings:
                     lines += ["traceback (tail):", *("    " + t for t in tail)]
                 lines.append("")
             (self.out / f"{reader}.txt").write_text("\n".join(lines))
+
+
+def status(e: dict) -> str:
+    if e.get("still_failing", True):
+        return ""
+    if e.get("rechecked"):
+        return f"   [FIXED? its reproducer gives {e.get('now', 'ok')} at {e['rechecked']} UTC]"
+    return "   [not seen in the latest run]"
 
 
 def one_liner(e: dict) -> str:
@@ -1438,16 +1504,26 @@ def cli_line(e: dict) -> str:
 
 
 def tasks_for(
-    reader: str, seeds: list[Seed], count: int, seed: int, work: Path, auto_fraction: float
+    reader: str,
+    seeds: list[Seed],
+    count: int,
+    seed: int,
+    work: Path,
+    auto_fraction: float,
+    deadline: float | None = None,
 ):
+    """The mutants of one reader, made as they are asked for: `count` of them, or fewer if
+    time.monotonic() passes `deadline`. The same seed gives the same inputs."""
     rng = random.Random(f"{seed}-{reader}")
     for n in range(count):
+        if deadline is not None and time.monotonic() > deadline:
+            return
         chosen = rng.choice(seeds)
         folder = work / f"{reader}-{n}"
         if folder.exists():
             shutil.rmtree(folder)
         try:
-            mutations = make_input(chosen, rng, folder)
+            mutations, point = make_input(chosen, rng, folder)
         except Exception as err:  # a bug of the fuzzer, not of stab: say it and go on
             print(
                 f"  mutation failed ({type(err).__name__}: {err}); input skipped", file=sys.stderr
@@ -1465,11 +1541,16 @@ def tasks_for(
             "seed_name": chosen.name,
             "n": n,
             "options": chosen.options,
+            "baseline": chosen.rows if point else None,
         }
 
 
-def check_seeds(pool: Pool, reader: str, seeds: list[Seed], work: Path) -> None:
-    """Each unmutated seed must read cleanly with --format-in; say so when one does not."""
+def check_seeds(pool: Pool, reader: str, seeds: list[Seed], work: Path) -> list[str]:
+    """Each unmutated seed must read cleanly with --format-in; say so when one does not.
+    Sets each seed's `rows`, the baseline of the silent-loss check; returns the seeds that
+    did not read."""
+    by_name = {seed.name: seed for seed in seeds}
+    bad: list[str] = []
     tasks = []
     for seed in seeds:
         folder = work / f"seedcheck-{reader}-{seed.name}"
@@ -1488,7 +1569,10 @@ def check_seeds(pool: Pool, reader: str, seeds: list[Seed], work: Path) -> None:
         )
 
     def done(task, result):
-        if result["outcome"] != "ok":
+        if result["outcome"] == "ok":
+            by_name[task["name"]].rows = result["rows"][0]
+        else:
+            bad.append(f"{task['name']}: {result['outcome']} {result.get('message', '')[:200]}")
             print(
                 f"  seed {reader}/{task['name']} is not ok unmutated: {result['outcome']} "
                 f"{result.get('type')} {result.get('message', '')[:200]}",
@@ -1497,6 +1581,7 @@ def check_seeds(pool: Pool, reader: str, seeds: list[Seed], work: Path) -> None:
         shutil.rmtree(task["folder"], ignore_errors=True)
 
     pool.run(tasks, done)
+    return bad
 
 
 def reduce(pool_run: Callable[..., dict], reader: str, entry: dict, budget_s: float = 20.0) -> None:
@@ -1551,6 +1636,24 @@ def owner_of(reader: str, task: dict, result: dict) -> str:
     return reader
 
 
+def lost_rows(reader: str, task: dict, result: dict) -> None:
+    """A point mutation read as far fewer rows than its seed: rows dropped uncounted (LOSS)."""
+    baseline = task.get("baseline")
+    if baseline is None or result["outcome"] != "ok" or result.get("format") != reader:
+        return
+    rows = result["rows"][0]
+    if rows < baseline - POINT_SLACK:
+        result.update(
+            outcome="LOSS",
+            type="SilentLoss",
+            frame=f"ingest/{reader}",
+            stage="read",
+            message=f"{rows} rows read (used + rejected + rewritten) of the {baseline} the "
+            f"unmutated log gives, after one byte changed ({task['mutations'][0]}): rows "
+            "dropped without being counted as rejected",
+        )
+
+
 def sample(
     pool: Pool,
     reader: str,
@@ -1561,6 +1664,7 @@ def sample(
     auto_fraction: float = 0.2,
     on_failure: Callable[[dict, dict], None] | None = None,
     keep: Path | None = None,
+    seconds: float | None = None,
 ) -> Tally:
     """`count` mutants of `reader`'s seeds through the pool; the tally, with each distinct
     failure (outcome|type|frame) and the first task that hit it in `tally.failures` (its input
@@ -1570,6 +1674,7 @@ def sample(
 
     def on_result(task, result):
         tally.inputs += 1
+        lost_rows(reader, task, result)
         outcome = result["outcome"]
         tally.counts[outcome] = tally.counts.get(outcome, 0) + 1
         tally.peak_kib = max(tally.peak_kib, result.get("peak_kib", 0))
@@ -1592,7 +1697,8 @@ def sample(
         if tally.inputs % 1000 == 0:
             print(f"  {reader}: {tally.inputs} ...", file=sys.stderr, flush=True)
 
-    pool.run(tasks_for(reader, seeds, count, seed, work, auto_fraction), on_result)
+    deadline = None if seconds is None else started + seconds
+    pool.run(tasks_for(reader, seeds, count, seed, work, auto_fraction, deadline), on_result)
     tally.seconds = time.monotonic() - started
     return tally
 
@@ -1612,8 +1718,12 @@ def campaign(args) -> int:
     pool = Pool(args.jobs, args.timeout, args.max_rss_mb, args.address_space_mb)
     tallies: dict[str, Tally] = {}
     new_keys: list[tuple[str, str]] = []
+    budget_end = None if args.budget is None else time.monotonic() + args.budget
     try:
-        for reader in readers:
+        for position, reader in enumerate(readers):
+            share = None
+            if budget_end is not None:  # what is left, shared by the readers still to run
+                share = max(10.0, (budget_end - time.monotonic()) / (len(readers) - position))
             if not seeds.get(reader):
                 print(f"{reader}: no seeds", file=sys.stderr)
                 continue
@@ -1637,6 +1747,7 @@ def campaign(args) -> int:
                 work / "inputs",
                 args.auto_fraction,
                 on_failure,
+                seconds=share,
             )
             tallies[reader] = tally
             print(
@@ -1685,7 +1796,7 @@ def write_summary(out: Path, tallies: dict[str, Tally], args) -> None:
     command = (
         f".venv/bin/python scripts/fuzz_readers.py --reader {args.reader} --count "
         f"{args.count} --seed {args.seed} --jobs {args.jobs} --timeout {args.timeout:g} "
-        f"--out {args.out}"
+        f"--out {args.out}" + ("" if args.budget is None else f" --budget {args.budget:g}")
     )
     store = out / "tallies.json"
     kept: dict[str, dict] = {}
@@ -1698,6 +1809,7 @@ def write_summary(out: Path, tallies: dict[str, Tally], args) -> None:
             "inputs": t.inputs,
             "counts": t.counts,
             "peak_kib": t.peak_kib,
+            "failures": sorted(t.failures),  # outcome|type|frame, for tests' KNOWN_FAILURES
             "seconds": round(t.seconds),
             "at": now,
             "commit": _commit(),
@@ -1706,9 +1818,9 @@ def write_summary(out: Path, tallies: dict[str, Tally], args) -> None:
     store.write_text(json.dumps(kept, indent=1))
     head = (
         "| reader | inputs | ok | input-error | internal | wrapped | hang | memory "
-        "| identity-broken | peak RSS (MB) | seconds | run at (UTC) | commit |"
+        "| identity-broken | silent loss | peak RSS (MB) | seconds | run at (UTC) | commit |"
     )
-    rows = [head, "|" + "---|" * 13]
+    rows = [head, "|" + "---|" * 14]
     total = Tally()
     commands: list[str] = []
     for reader in READERS:
@@ -1718,7 +1830,7 @@ def write_summary(out: Path, tallies: dict[str, Tally], args) -> None:
         c = {k: t["counts"].get(k, 0) for k in OUTCOMES}
         rows.append(
             f"| {reader} | {t['inputs']} | {c['ok']} | {c['input-error']} | {c['INTERNAL']} "
-            f"| {c['WRAPPED']} | {c['HANG']} | {c['MEMORY']} | {c['IDENTITY']} "
+            f"| {c['WRAPPED']} | {c['HANG']} | {c['MEMORY']} | {c['IDENTITY']} | {c['LOSS']} "
             f"| {t['peak_kib'] // 1024} | {t['seconds']} | {t['at']} | {t['commit']} |"
         )
         total.inputs += t["inputs"]
@@ -1731,7 +1843,7 @@ def write_summary(out: Path, tallies: dict[str, Tally], args) -> None:
     c = total.counts
     rows.append(
         f"| **all** | {total.inputs} | {c['ok']} | {c['input-error']} | {c['INTERNAL']} "
-        f"| {c['WRAPPED']} | {c['HANG']} | {c['MEMORY']} | {c['IDENTITY']} "
+        f"| {c['WRAPPED']} | {c['HANG']} | {c['MEMORY']} | {c['IDENTITY']} | {c['LOSS']} "
         f"| {total.peak_kib // 1024} | {total.seconds:.0f} | | |"
     )
     text = "\n".join(
@@ -1755,6 +1867,8 @@ def write_summary(out: Path, tallies: dict[str, Tally], args) -> None:
             "`internal error` from the CLI). wrapped: a StabInputError that the catch-all boundary "
             "in `ingest.read` made from an unexpected exception (`cannot parse jsonl: NameError: "
             "...`): the user sees one line, but it is a reader bug that rejects the whole file.",
+            "silent loss: one byte changed in place in a text or record format, and more than "
+            f"{POINT_SLACK} fewer rows read than from the unmutated log (rows dropped uncounted).",
             "Distinct failures: the <reader>.txt files beside this one.",
             "",
         ]
@@ -1772,6 +1886,50 @@ def _commit() -> str:
         return "?"
 
 
+def recheck(args) -> int:
+    """Replay every saved reproducer in OUT and mark each finding fixed or still failing
+    (quick: one input a finding; run it after a reader fix is committed)."""
+    out = Path(args.out)
+    findings = Findings(out)
+    pool = Pool(args.jobs, args.timeout, args.max_rss_mb, args.address_space_mb)
+    still = 0
+    try:
+        entries = list(findings.seen.items())
+        tasks = [
+            {
+                "target": e["target"],
+                "reader": e["format_in"],
+                "folder": e["repro"],
+                "options": e.get("options") or {},
+                "key": key,
+            }
+            for key, e in entries
+            if Path(e["repro"]).exists()
+        ]
+
+        def done(task, result):
+            nonlocal still
+            entry = findings.seen[task["key"]]
+            same = failure_key(entry["reader"], result) == task["key"]
+            entry["still_failing"] = same
+            entry["rechecked"] = time.strftime("%H:%M:%S", time.gmtime())
+            if not same:
+                entry["now"] = f"{result['outcome']} {result.get('type', '')}"
+            still += same
+            print(
+                f"{'FAILS' if same else 'fixed'}  {task['key']}"
+                + ("" if same else f"  -> now {entry['now']}")
+            )
+
+        pool.run(tasks, done)
+    finally:
+        pool.close()
+        findings.write_reports()
+        findings.save()
+    print(f"{still} of {len(findings.seen)} findings still fail")
+    return 1 if still else 0
+
+
 def replay(args) -> int:
     repro = Path(args.replay.rstrip("/"))
     meta = json.loads(Path(f"{repro}.json").read_text())
@@ -1787,6 +1945,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reader", default="all", help="a reader name, a comma list, or all")
     parser.add_argument("--count", type=int, default=300, help="inputs per reader")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for the whole run, shared evenly by the readers; each "
+        "stops at --count or at its share (the summary says how many ran)",
+    )
     parser.add_argument("--out", default="/tmp/fuzz-findings")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per input")
@@ -1811,10 +1976,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--fresh", action="store_true", help="forget earlier findings in --out")
     parser.add_argument("--verbose", action="store_true", help="the commonest input errors")
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="replay every reproducer in --out and mark what is fixed",
+    )
     parser.add_argument("--replay", help="run one saved reproducer (a repro/<id> folder)")
     args = parser.parse_args(argv)
     if args.replay:
         return replay(args)
+    if args.recheck:
+        return recheck(args)
     return campaign(args)
 
 
