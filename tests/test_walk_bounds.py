@@ -205,3 +205,22 @@ def test_the_limits_given_to_read_bound_its_folder_listing(tmp_path) -> None:
     assert read(tmp_path).source.path == str(tmp_path / "run.jsonl")
     with pytest.raises(StabInputError, match="more than 3 entries in this folder"):
         read(tmp_path, ReadOptions(limits=InputLimits(max_walk_files=3)))
+
+
+def test_every_folder_listing_goes_through_the_walk_helper() -> None:
+    """A new os.walk or rglob would bring back the recursion, the loops and the unbounded
+    listings; ingest/_walk.py is the one place that lists folders."""
+    import re
+
+    import stabilitycli
+
+    package = Path(stabilitycli.__file__).parent
+    listing = re.compile(r"os\.walk\(|\.rglob\(|\.iterdir\(|os\.listdir\(|\.glob\(|os\.scandir\(")
+    found = [
+        f"{source.relative_to(package)}:{number}"
+        for source in sorted(package.rglob("*.py"))
+        if source.name != "_walk.py"
+        for number, line in enumerate(source.read_text().splitlines(), 1)
+        if listing.search(line)
+    ]
+    assert found == []
