@@ -83,6 +83,9 @@ def _to_float(name: str, dtype: pl.DataType) -> pl.Expr | None:
 
 
 _RANK_MAX = 2**31 - 1
+# the working columns of `finalize` and `_merge_and_resume` (`step` and `rank` are axes:
+# a raw column spelled so is never read as a metric)
+_WORKING = frozenset({SEGMENT, "_has_metric", "_step_fault", "_n_rows", "_back", "_prev_max"})
 _STEP_FAULTS = {
     "fraction": "metric record whose step is not a whole number",
     "negative": "metric record with a negative step",
@@ -150,6 +153,15 @@ def finalize(
     source.rows_read = max(source.rows_read, raw.height + source.rows_rejected)
     if ROW not in raw.columns:
         raw = raw.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
+    # a logged key spelled like a column finalize works with would overwrite it (a TB tag
+    # `_back` was a ColumnNotFoundError): it is read under another name, and said so
+    clash = [c for c in raw.columns if c in _WORKING and c not in (step_key, rank_key)]
+    if clash:
+        raw = raw.rename({c: f"{c} (as logged)" for c in clash})
+        source.notes.append(
+            f"key(s) {', '.join(map(repr, clash))} read as '<key> (as logged)': stab uses "
+            "those names for its own bookkeeping"
+        )
     # the step and rank columns, and any other spelling of them, are axes, not metrics
     axis_names = (
         set(aliases.STEP_KEYS)

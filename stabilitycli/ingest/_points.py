@@ -73,6 +73,20 @@ def points_to_run(
     # index columns get names no metric key uses, so a key called "step" stays a column
     rename = {"step": STEP_COL, "rank": RANK_COL} if per_rank else {"step": STEP_COL}
     points = points.rename(rename)
+    # a key spelled like one of those columns would clash in the pivot: read under another name
+    reserved = [STEP_COL, RANK_COL, _SEGMENT, _DUP, ROW]
+    clash = points.filter(pl.col("key").is_in(reserved))["key"].unique().sort().to_list()
+    if clash:
+        points = points.with_columns(
+            pl.when(pl.col("key").is_in(clash))
+            .then(pl.col("key") + " (as logged)")
+            .otherwise(pl.col("key"))
+            .alias("key")
+        )
+        source.notes.append(
+            f"key(s) {', '.join(map(repr, clash))} read as '<key> (as logged)': stab uses "
+            "those names for its own bookkeeping"
+        )
     keys = [RANK_COL] if per_rank else []
     by_key = [*keys, "key"]
     points = points.sort([*keys, "_order"])

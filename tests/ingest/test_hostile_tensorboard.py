@@ -131,3 +131,25 @@ def test_a_resync_through_a_run_of_zero_bytes_checks_few_crcs(tmp_path, monkeypa
     assert len(calls) < 5_000
     _check_loss(run, [*range(10), *range(12, 20)])
     assert "length CRC mismatch" in run.source.rejections[0].reason
+
+
+def test_tags_spelled_like_the_readers_own_columns_are_read_under_another_name(tmp_path):
+    from stabilitycli.ingest import _tbproto as tbp
+
+    event_cls = tbp.messages()["Event"]
+    tags = ["__step", "_row", "_segment", "_back", "_has_metric", "_n_rows", "_prev_max"]
+    out = []
+    for step in range(5):
+        for tag in ["loss", *tags]:
+            event = event_cls(wall_time=1.7e9, step=step)
+            event.summary.value.add(tag=tag, simple_value=LOSS[step])
+            out.append(_frame(event.SerializeToString()))
+    path = tmp_path / "events.out.tfevents.1700000000.host"
+    path.write_bytes(b"".join(out))
+    run = tensorboard.read(path, ReadOptions())
+    _check_loss(run, list(range(5)))
+    for tag in tags:
+        values = run.frame[f"{tag} (as logged)"].to_list()
+        for step, value in enumerate(values):
+            expected = np.float32(LOSS[step]).item()
+            assert (math.isnan(value) and math.isnan(expected)) or value == expected
