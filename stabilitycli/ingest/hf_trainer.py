@@ -172,7 +172,10 @@ def _document_fault(data: bytes, limits: InputLimits) -> tuple[int, str] | None:
 
 
 # a log entry starts at a `{` that opens an array item: after `[` or `,`
-_ENTRY_START = re.compile(r"[\[,]\s*(\{)")
+# (the Trainer writes each entry on lines of its own: a `{` opening a line starts one too,
+# which finds the entries even when the `[` or the commas around them are damaged)
+_ENTRY_START = re.compile(r"(?:[\[,]|^)[ \t\r\n]*(\{)", re.MULTILINE)
+_HISTORY_KEY = re.compile(r'"log_history"\s*:\s*\[?')
 # what moves nesting: a string, or a bracket. JSON text never holds a raw newline inside a
 # string, so a string token stops at one: a broken quote spoils its own line, not the file
 _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|"|[\[\]{}]')
@@ -200,16 +203,12 @@ class _Fault:
 def _salvage(text: str, fault: _Fault, source: SourceInfo, limits: InputLimits) -> list:
     """Every log entry that parses, in order, with the damaged ones in their places.
 
-    Entries are found by where they start (a `{` after `[` or `,`), each measured
-    by a scan that counts brackets outside strings without recursing, then
-    parsed alone; after damage, reading picks up at the next entry that parses.
+    Entries are found by where they start (a `{` after `[` or `,`, or opening a
+    line), each measured by a scan that counts brackets outside strings without
+    recursing, then parsed alone; after damage, reading picks up at the next
+    entry that parses.
     """
-    key = text.find('"log_history"')
-    bracket = text.find("[", key) if key >= 0 else -1
-    if bracket < 0:
-        # the key itself damaged: the history is still the array of objects the file holds
-        first = _ARRAY_OF_OBJECTS.search(text)
-        bracket = first.start() if first is not None else -1
+    bracket = _history_start(text)
     if bracket < 0:
         raise StabInputError(
             source.path, f"not valid JSON ({fault.what}{fault.at_byte()})", line=fault.line
@@ -239,6 +238,16 @@ def _salvage(text: str, fault: _Fault, source: SourceInfo, limits: InputLimits) 
             _gap(text, pos, len(text), out)
     _account(fault, out, source)
     return out
+
+
+def _history_start(text: str) -> int:
+    """Where entries are looked for from: the history's `[`, or where it should be, or -1."""
+    key = _HISTORY_KEY.search(text)
+    if key is not None:
+        return key.end() - 1
+    # the key itself damaged: the history is still the array of objects the file holds
+    first = _ARRAY_OF_OBJECTS.search(text)
+    return first.start() if first is not None else -1
 
 
 def _entry(text: str, start: int, scan: int, limits: InputLimits) -> tuple[object, int] | _Damaged:

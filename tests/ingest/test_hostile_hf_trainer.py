@@ -154,3 +154,13 @@ def test_hf_damaged_log_history_key_still_finds_the_entries(tmp_path) -> None:
     run = read(path)
     check_exact(run, set(), n=200)
     assert any("damaged at byte" in w for w in run.source.warnings)
+
+
+def test_hf_damaged_history_bracket_still_finds_the_entries(tmp_path) -> None:
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(_state_bytes().replace(b'"log_history": [', b'"log_history": "xx"', 1))
+    run = read(path)
+    check_exact(run, set(), n=200)
+    src = run.source
+    assert src.rows_read == src.rows_used + src.rows_rejected
+    assert src.rows_rejected == 1  # the array's opening, counted where it was
