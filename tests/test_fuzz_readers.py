@@ -36,13 +36,9 @@ SMOKE = int(os.environ.get("STAB_FUZZ_SMOKE", "25"))  # mutants a reader, every 
 FULL = int(os.environ.get("STAB_FUZZ_COUNT", "300"))  # mutants a reader, the slow test
 
 # reader -> failures reported in /tmp/fuzz-findings/<reader>.txt and not fixed yet (found
-# by this sample on 2026-12-01, last checked 15:32 UTC). Delete a line when its fix lands:
+# by this sample on 2026-12-01, last checked 15:36 UTC). Delete a line when its fix lands:
 # the slow test fails while a listed failure no longer happens.
 KNOWN_FAILURES: dict[str, set[str]] = {
-    # a lone surrogate "\ud800" in a per-rank JSONL value: UnicodeEncodeError from polars
-    "rank_dir": {"WRAPPED|UnicodeEncodeError|ingest/jsonl.py:_slow_parse"},
-    # a varint where a W&B record expects a length-delimited field: TypeError in _fields
-    "wandb_offline": {"WRAPPED|TypeError|ingest/wandb_offline.py:_fields"},
     # a duplicated column name: ComputeError from LazyFrame.select
     "wandb_csv": {"WRAPPED|ComputeError|ingest/tabular.py:_slow_csv"},
     # a `loss` field repeated in one line: DuplicateError from polars
