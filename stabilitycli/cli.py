@@ -66,12 +66,15 @@ def _guarded(name: str, command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def run(*args, **kwargs) -> None:
-        from stabilitycli.commands._common import boundary
+        from stabilitycli.commands._common import DEBUG, boundary
 
         try:
             command(*args, **kwargs)
         except BaseException as err:
             raise boundary(err, f"stab {name}") from None
+        finally:
+            # --debug is this invocation's: an in-process caller's next call starts without it
+            DEBUG.set(False)
 
     return run
 

@@ -281,3 +281,11 @@ def test_a_file_name_with_a_newline_is_one_error_line_among_many_runs(tmp_path) 
     assert len(errors) == 1
     assert "bad\\nname\\x1b[2J.jsonl" in errors[0]
     assert "\x1b" not in result.stderr
+
+
+def test_debug_lasts_one_invocation(monkeypatch) -> None:
+    monkeypatch.delenv("STAB_DEBUG", raising=False)
+    _inject_bug(monkeypatch)
+    assert "Traceback" in _stab("--debug", "analyze", run_fixture("plateau")).stderr
+    line = _one_error_line(_stab("analyze", run_fixture("plateau")))
+    assert "internal error ZeroDivisionError" in line
