@@ -79,7 +79,18 @@ def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None
         return read_csv(path, source, separator=separator, limits=limits)
     if frame.height == 0:
         raise StabInputError(str(path), "the table has no rows")
+    frame = _keep_own_row_column(frame, source)
     return frame.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
+
+
+def _keep_own_row_column(frame, source: SourceInfo):
+    """A table's own `_row` column, under another name: stab numbers the rows in `_row`."""
+    from stabilitycli.frame import ROW
+
+    if ROW not in frame.columns:
+        return frame
+    source.notes.append(f"column {ROW!r} read as '{ROW} (as logged)': stab numbers rows in it")
+    return frame.rename({ROW: f"{ROW} (as logged)"})
 
 
 def _check_size(path: Path, limits: InputLimits) -> None:
@@ -224,6 +235,7 @@ def read_csv(
             "the table has a header but no rows"
             + (f" it can read (line {first.line}: {first.reason})" if first else ""),
         )
+    frame = _keep_own_row_column(frame, source)
     frame = frame.with_columns(pl.Series(ROW, lines, dtype=pl.Int64))
     return reject_bad_cells(frame, source)
 

@@ -312,3 +312,15 @@ def test_a_stray_carriage_return_in_the_header_is_an_input_error_or_read(tmp_pat
         assert "cr.csv" in str(err)
     else:
         _accounted(run)
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_tables_own_row_column_is_kept_under_another_name(tmp_path: Path, kind):
+    path = tmp_path / f"own_row.{kind}"
+    frame = pl.DataFrame({"step": [1, 2, 3], "_row": [7, 8, 9], "loss": [2.5, math.nan, math.inf]})
+    frame.write_csv(path) if kind == "csv" else frame.write_parquet(path)
+    run = _read(path)
+    _accounted(run)
+    assert run.frame["_row (as logged)"].to_list() == [7.0, 8.0, 9.0]
+    loss = run.frame["loss"].to_list()
+    assert loss[0] == 2.5 and math.isnan(loss[1]) and loss[2] == math.inf
