@@ -109,12 +109,18 @@ def _gunzip(handle, path: Path, bound: int, setting: str, limits: InputLimits) -
             fed += len(data)
             if not data:
                 break
+        saved = decoder.copy()
         try:
             # max_length: one call never inflates past the room left (+1 to see it pass)
             out += decoder.decompress(data, bound - len(out) + 1)
         except zlib.error as err:
+            # the call that met the damage returned nothing: feed its input again in small
+            # pieces, to keep what inflates before the damage (a small log is one call)
+            out += _before_damage(saved, data, bound - len(out) + 1)
             if not out:
                 raise _undecodable(path, "gzip", err) from None
+            if len(out) > bound:
+                raise _over_bound(path, "gzip", setting, limits, size) from None
             warnings.append(_damaged("gzip", fed, len(out), err))
             return Input(bytes(out), "gzip", warnings)
         in_member = True
@@ -139,6 +145,20 @@ def _gunzip(handle, path: Path, bound: int, setting: str, limits: InputLimits) -
     if in_member and not decoder.eof:
         warnings.append(_cut("gzip", len(out)))
     return Input(bytes(out), "gzip", warnings)
+
+
+def _before_damage(decoder, data: bytes, room: int) -> bytes:
+    out = bytearray()
+    for at in range(0, len(data), 256):
+        try:
+            out += decoder.decompress(data[at : at + 256], room - len(out))
+            while decoder.unconsumed_tail and len(out) < room:
+                out += decoder.decompress(decoder.unconsumed_tail, room - len(out))
+        except zlib.error:
+            break
+        if len(out) >= room:
+            break
+    return bytes(out)
 
 
 def _unzstd(handle, path: Path, bound: int, setting: str, limits: InputLimits) -> Input:
@@ -173,6 +193,12 @@ def _undecodable(path: Path, compression: str, err: BaseException):
 
 
 def _damaged(compression: str, fed: int | None, kept: int, err: BaseException) -> str:
+    if "incorrect data check" in str(err):
+        # the checksum covers the whole member: the damage may be anywhere in what was kept
+        return (
+            f"the {compression} stream's checksum does not match what it inflates to (damaged "
+            f"somewhere in it); kept the {kept:,} bytes, which may hold altered values"
+        )
     where = f" near compressed byte {fed:,}" if fed is not None else ""
     return (
         f"the {compression} stream is damaged{where} ({err}); "

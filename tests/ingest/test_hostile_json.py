@@ -293,3 +293,18 @@ def test_json_depth_is_the_same_in_windows(monkeypatch) -> None:
     for window in (1, 2, 3, 7):
         monkeypatch.setattr(_bounded, "_LEVEL_WINDOW", window)
         assert [(_bounded.json_depth(t), _bounded.deeper_than(t, 2)) for t in texts] == whole
+
+
+def test_damaged_gzip_keeps_the_lines_before_the_damage(tmp_path) -> None:
+    body = b"\n".join(good_lines(2000)) + b"\n"
+    packed = bytearray(gzip.compress(body))
+    packed[len(packed) // 2] ^= 0xFF  # small enough to be one read: one call met the damage
+    path = tmp_path / "run.jsonl.gz"
+    path.write_bytes(bytes(packed))
+    run = read(path)
+    src = run.source
+    assert run.frame.height > 100
+    assert src.rows_read == src.rows_used + src.rows_rejected
+    assert any("gzip stream is damaged" in w for w in src.warnings)
+    for step, value in zip(run.frame["step"].to_list(), run.frame["loss"].to_list(), strict=True):
+        assert same(value, loss_at(step))
