@@ -37,6 +37,7 @@ from stabilitycli.ingest._mlflow_common import (
     select_runs,
 )
 from stabilitycli.ingest._points import reject_many
+from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 
 NAME = "mlflow_db"
@@ -86,7 +87,9 @@ def _is_wal(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _opened(path: Path, *, sniffing: bool = False) -> Iterator[sqlite3.Connection]:
+def _opened(
+    path: Path, *, sniffing: bool = False, limits: InputLimits | None = None
+) -> Iterator[sqlite3.Connection]:
     """A read-only connection that creates and modifies nothing beside the file.
 
     * rollback journal: `mode=ro` takes a shared lock and writes nothing, so a job
@@ -127,6 +130,12 @@ def _opened(path: Path, *, sniffing: bool = False) -> Iterator[sqlite3.Connectio
         else:
             yield from _closing(conn)
             return
+    size = path.stat().st_size + wal.stat().st_size
+    limit = (limits or limits_in_force()).max_input_bytes
+    if size > limit:
+        raise limit_hit(
+            str(path), "a -wal without its -shm is read from a copy", "max_input_bytes", limit
+        )
     with tempfile.TemporaryDirectory(prefix="stab-sqlite-") as private:
         copy = Path(private) / "mlflow.db"
         shutil.copyfile(path, copy)
@@ -285,7 +294,7 @@ def read(target, options: ReadOptions) -> RunData:
     if not path.is_file():
         raise StabInputError(where, "no such sqlite file")
     try:
-        with _opened(path) as conn:
+        with _opened(path, limits=options.limits) as conn:
             if not _has_mlflow_tables(conn):
                 raise StabInputError(
                     where, "not an MLflow database (no 'metrics' and 'runs' tables)"

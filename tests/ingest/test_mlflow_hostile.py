@@ -191,6 +191,22 @@ def test_sqlite_wal_left_without_its_shm_is_read_whole_and_nothing_created(tmp_p
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
 
 
+def test_sqlite_wal_without_shm_is_copied_only_within_max_input_bytes(tmp_path, monkeypatch):
+    copy, writer = _wal_with_uncheckpointed_point(tmp_path)
+    elsewhere = tmp_path / "copied"
+    elsewhere.mkdir()
+    shutil.copy(copy, elsewhere / "mlflow.db")
+    shutil.copy(tmp_path / "mlflow.db-wal", elsewhere / "mlflow.db-wal")
+    writer.close()
+    monkeypatch.setenv("STAB_LIMIT_MAX_INPUT_BYTES", "4096")
+    with pytest.raises(StabInputError) as err:
+        ingest.read(elsewhere / "mlflow.db", ReadOptions(run="spike"))
+    assert "max_input_bytes = 4 KiB" in str(err.value) and _listing(elsewhere) == [
+        "mlflow.db",
+        "mlflow.db-wal",
+    ]
+
+
 # --- file store ---------------------------------------------------------------------------
 
 
