@@ -81,10 +81,12 @@ def _copy_input(kind: str, into: Path) -> Path:
 
 
 def _commands(path: str, extra: tuple[str, ...], out: Path) -> list[list[str]]:
+    """Every command that takes a path (`explain` takes none), on this input and its folder."""
     analyze = [["analyze", path, *extra, "--format", fmt] for fmt in FORMATS]
     return [
         *analyze,
         ["analyze", path, *extra, "--format", "json", "--fail-on", "info"],
+        ["analyze", str(Path(path).parent), "--recursive", "--jobs", "1", "--format", "json"],
         ["ranks", "--run", path],
         ["compare", path, path],
         ["postmortem", path, *extra],
