@@ -16,7 +16,11 @@ a sqlite store clamps Inf to the largest double, which is mapped back as in
 The target is the server URL (`http://host:5000`), optionally a UI link
 (`http://host:5000/#/experiments/3/runs/<run_id>`) that names the run.
 Credentials come from the same environment variables the mlflow client reads
-(`MLFLOW_TRACKING_TOKEN`, or `MLFLOW_TRACKING_USERNAME`/`_PASSWORD`).
+(`MLFLOW_TRACKING_TOKEN`, or `MLFLOW_TRACKING_USERNAME`/`_PASSWORD`), or from
+`user:password@` in the URL. They go only to the origin (scheme, host, port)
+of the URL given: a redirect to another origin, `http` to `https` on the same
+host included, is followed without them, and no message or report shows them.
+Time and pages are bounded by `server_*` in `ingest/limits.py`.
 """
 
 from __future__ import annotations
