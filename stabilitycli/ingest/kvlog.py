@@ -151,12 +151,24 @@ def _rows(
         source.notes.append("rows are numbered by record (a progress bar holds several a line)")
         records = records.with_columns(pl.int_range(1, pl.len() + 1).alias(ks.LINE))
     metrics = [c for c in records.columns if not c.startswith("_") and c not in (ks.STEP, "rank")]
-    rename = {k: family.rename.get(k, k) for k in metrics}
+    taken = {"_row", ks.STEP, "rank"}
+    columns = []
+    for key in metrics:
+        if not records[key].is_not_null().any():
+            continue
+        # a family's name for a key (`Train loss` -> `loss`) may be a key of its own on a
+        # damaged line: the first keeps the name, the other its key as written (marked
+        # when even that is taken), so no value is dropped
+        name = family.rename.get(key, key)
+        name = name if name not in taken else key
+        name = name if name not in taken else f"{key} (as logged)"
+        taken.add(name)
+        columns.append(pl.col(key).alias(name))
     return records.select(
         pl.col(ks.LINE).alias("_row"),
         pl.col(ks.STEP),
         *([pl.col(ks.RANK).alias("rank")] if per_rank else []),
-        *[pl.col(k).alias(v) for k, v in rename.items() if records[k].is_not_null().any()],
+        *columns,
     )
 
 

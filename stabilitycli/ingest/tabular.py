@@ -252,6 +252,11 @@ def _header(data: bytes, separator: str, path: str, limits: InputLimits) -> list
         names = next(csv.reader([text], delimiter=separator), [])
     except csv.Error:  # a stray carriage return: the line-by-line reader says what is wrong
         names = text.split(separator)
+    _refuse_duplicates(names, path)
+    return names
+
+
+def _refuse_duplicates(names: list[str], path: str) -> None:
     seen: dict[str, int] = {}
     for field_no, name in enumerate(names, start=1):
         if not name.strip():
@@ -264,7 +269,6 @@ def _header(data: bytes, separator: str, path: str, limits: InputLimits) -> list
                 line=1,
             )
         seen[name] = field_no
-    return names
 
 
 def _plain(data: bytes, separator: str, fields: int, max_line: int) -> bool:
@@ -315,6 +319,8 @@ def _slow_csv(data: bytes, separator: str, source: SourceInfo, limits: InputLimi
                 continue
             line = reader.line_num
             if header is None:
+                # a quote left open can carry the header over several lines
+                _refuse_duplicates(record, source.path)
                 header = record
                 continue
             if not record or all(not c.strip() for c in record):

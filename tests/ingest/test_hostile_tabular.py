@@ -324,3 +324,10 @@ def test_a_tables_own_row_column_is_kept_under_another_name(tmp_path: Path, kind
     assert run.frame["_row (as logged)"].to_list() == [7.0, 8.0, 9.0]
     loss = run.frame["loss"].to_list()
     assert loss[0] == 2.5 and math.isnan(loss[1]) and loss[2] == math.inf
+
+
+def test_a_header_carried_over_two_lines_by_an_open_quote_is_checked_too(tmp_path: Path):
+    path = tmp_path / "open_quote.csv"
+    path.write_text('"Step","loss","l\n"Step","loss","x"\n1,2.5,3\n')
+    with pytest.raises(StabInputError, match="names column 'loss' twice"):
+        _read(path)

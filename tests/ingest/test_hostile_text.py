@@ -245,3 +245,16 @@ def test_a_kvlog_key_named_like_a_reader_column_cannot_hide_its_record(tmp_path,
     _accounted(run)
     assert run.source.lines_skipped == 0
     _check_values(run, "loss", lambda i: 10 * i, list(range(6)))
+
+
+def test_a_key_named_like_the_familys_name_for_another_key_is_kept(tmp_path: Path):
+    # MLX-LM's `Train loss` is read as `loss`; a damaged line's own `loss` key must not clash
+    lines = [
+        f"Iter {i}: Train loss {2.5 - i / 10:.3f}, Learning Rate 1.000e-05, It/sec 0.512"
+        for i in range(1, 7)
+    ]
+    lines[2] = "Iter 3: Train \ufffdloss 2.428, Learning Rate 1.000e-05, It/sec 0.5"
+    run = kvlog.read(_write(tmp_path, lines), ReadOptions())
+    _accounted(run)
+    assert run.frame["step"].to_list() == [1, 2, 3, 4, 5, 6]
+    assert run.frame["loss"].to_list()[:2] == [2.4, 2.3]
