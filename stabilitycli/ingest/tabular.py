@@ -204,6 +204,8 @@ def read_csv(
     limits = limits or limits_in_force()
     _check_size(path, limits)
     data = path.read_bytes()
+    # Excel and PowerShell open a CSV with a byte-order mark; it is no part of the first name
+    data = data.removeprefix(b"\xef\xbb\xbf")
     if not data.strip():
         raise StabInputError(str(path), "the file is empty")
     if not data.endswith(b"\n"):

@@ -331,3 +331,14 @@ def test_a_header_carried_over_two_lines_by_an_open_quote_is_checked_too(tmp_pat
     path.write_text('"Step","loss","l\n"Step","loss","x"\n1,2.5,3\n')
     with pytest.raises(StabInputError, match="names column 'loss' twice"):
         _read(path)
+
+
+@pytest.mark.parametrize("quoted", [False, True])
+def test_a_csv_with_a_byte_order_mark_keeps_its_step_column(tmp_path: Path, quoted):
+    path = tmp_path / "bom.csv"
+    body = '"step","loss"\n1,2.5\n2,nan\n' if quoted else "step,loss\n1,2.5\n2,nan\n"
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    run = _read(path)
+    _accounted(run)
+    assert run.frame.columns == ["step", "loss"]
+    assert run.frame["step"].to_list() == [1, 2] and math.isnan(run.frame["loss"][1])
