@@ -1417,6 +1417,7 @@ class Findings:
             "options": task.get("options") or {},
             "mutations": task["mutations"],
             "seed": task["seed_name"],
+            "baseline": task.get("baseline"),
         }
         (dest.parent / f"{dest.name}.json").write_text(json.dumps(meta, indent=1))
         self.seen[key] = {
@@ -1429,6 +1430,7 @@ class Findings:
             "repro": str(dest),
             "target": target,
             "format_in": task["reader"],
+            "baseline": task.get("baseline"),
             "count": 1,
             "id": ident,
             "options": task.get("options") or {},
@@ -1481,7 +1483,7 @@ def status(e: dict) -> str:
 def one_liner(e: dict) -> str:
     """A python command that reads, analyses and renders the reproducer as the fuzzer did."""
     options = ", ".join(
-        [f"format_in={json.dumps(e['format_in'])}"]
+        [f"format_in={json.dumps(e['format_in']) if e['format_in'] else None}"]
         + [f"{k}={json.dumps(v)}" for k, v in e.get("options", {}).items()]
     )
     code = (
@@ -1757,7 +1759,8 @@ def campaign(args) -> int:
             )
             if args.verbose:
                 for said, n in sorted(tally.errors.items(), key=lambda kv: -kv[1])[:8]:
-                    print(f"    {n:5d}  {said}", flush=True)
+                    shown = "".join(c if c.isprintable() else "?" for c in said)
+                    print(f"    {n:5d}  {shown}", flush=True)
             write_summary(out, tallies, args)
         if args.reduce:
             single = Pool(1, args.timeout, args.max_rss_mb, args.address_space_mb)
@@ -1773,7 +1776,7 @@ def campaign(args) -> int:
             try:
                 for owner, key in new_keys:
                     entry = findings.seen[key]
-                    if entry["outcome"] in ("HANG", "MEMORY"):
+                    if entry["outcome"] in ("HANG", "MEMORY", "LOSS"):
                         continue
                     reduce(pool_run, owner, entry)
                     findings.write_reports()
@@ -1902,6 +1905,8 @@ def recheck(args) -> int:
                 "folder": e["repro"],
                 "options": e.get("options") or {},
                 "key": key,
+                "baseline": e.get("baseline"),
+                "mutations": e.get("mutations", []),
             }
             for key, e in entries
             if Path(e["repro"]).exists()
@@ -1910,6 +1915,7 @@ def recheck(args) -> int:
         def done(task, result):
             nonlocal still
             entry = findings.seen[task["key"]]
+            lost_rows(entry["reader"], task, result)
             same = failure_key(entry["reader"], result) == task["key"]
             entry["still_failing"] = same
             entry["rechecked"] = time.strftime("%H:%M:%S", time.gmtime())
@@ -1934,6 +1940,8 @@ def replay(args) -> int:
     repro = Path(args.replay.rstrip("/"))
     meta = json.loads(Path(f"{repro}.json").read_text())
     result = run_one(meta["target"], meta["reader"], str(repro), meta.get("options"))
+    task = {"baseline": meta.get("baseline"), "mutations": meta.get("mutations", [])}
+    lost_rows(meta["reader"] or meta["under_test"], task, result)
     if result.get("traceback"):
         print(result["traceback"], file=sys.stderr)
     print(json.dumps({k: v for k, v in result.items() if k != "traceback"}, indent=1))
