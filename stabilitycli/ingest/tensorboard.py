@@ -320,19 +320,23 @@ def _tensor_scalar(tensor, plugin: str) -> float | None:
     return None
 
 
-def _file_bytes(path: Path):
-    """The file's bytes, mapped rather than read where the system allows it.
+def _file_bytes(path: Path, limits: InputLimits):
+    """The file's bytes; mapped rather than read when it may hold a record over the limit.
 
     A record over `max_record_bytes` is stepped over by its length without a
     look at its payload, so the pages of a 100 MB image summary are never
-    loaded; reading the file whole would hold all of it at once.
+    loaded; reading the file whole would hold all of it at once. A smaller
+    file is read: it can hold no such record, and a mapped file that another
+    process truncates under the reader ends it with SIGBUS.
     """
     import mmap
 
     with open(path, "rb") as handle:
+        if path.stat().st_size <= limits.max_record_bytes:
+            return handle.read()
         try:
             return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):  # empty, or not a regular file (a pipe)
+        except (OSError, ValueError):  # not a regular file (a pipe)
             return handle.read()
 
 
@@ -355,7 +359,7 @@ def read_event_file(
     from stabilitycli.ingest._tfrecord import frame_records
 
     limits = limits or limits_in_force()
-    data = _file_bytes(path)
+    data = _file_bytes(path, limits)
     framing = frame_records(data, verify_data=verify_data, max_record_bytes=limits.max_record_bytes)
     simple = tbp.decode_simple_scalars(data, framing.starts, framing.ends)
     base = collector.records_before
