@@ -155,12 +155,20 @@ def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
         if chunk == _PADDING:
             pos += BLOCK_LEN - pos % BLOCK_LEN
             continue
-        if chunk == _SHORT:
-            _cut(source, pos)
+        found = None
+        if chunk == _SHORT or chunk is None:
+            found = _resync(data, pos) if pos + CHUNK_HEADER_LEN <= size else None
+        if chunk == _SHORT and found is None:
+            _cut(source, pos)  # nothing valid after it: the file ends inside this chunk
             return
-        if chunk is None:
-            found = _resync(data, pos)
-            what = "bad CRC" if _crc_fails(data, pos) else "a chunk header that cannot be"
+        if chunk == _SHORT or chunk is None:
+            # a length that runs past the end, with whole chunks after it, is damage too
+            if chunk == _SHORT:
+                what = "a length that runs past the end of the file"
+            elif _crc_fails(data, pos):
+                what = "bad CRC"
+            else:
+                what = "a chunk header that cannot be"
             if pending is not None or oversized:
                 source.reject(None, f"record at byte {pending_at} damaged ({what} at byte {pos})")
             elif _lost_record(data, pos, found):

@@ -186,3 +186,15 @@ def test_wandb_history_field_of_the_wrong_wire_type_is_skipped(tmp_path) -> None
     run = read(path)
     check_exact(run, {7}, n=60)
     assert run.source.rows_read == run.source.rows_used + run.source.rows_rejected
+
+
+def test_wandb_length_running_past_the_end_mid_file_is_damage_not_a_cut(tmp_path) -> None:
+    data = bytearray(_frame_log(_wandb_rows(60)))
+    chunk = _chunk_offsets(bytes(data))[20]
+    data[chunk + 5] = 0x4C  # length ~19 KiB: fits the block, runs past the end of the file
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(bytes(data))
+    run = read(path)
+    check_exact(run, {20}, n=60)
+    assert run.source.rows_rejected == 1
+    assert not any("cut off" in w for w in run.source.warnings)
