@@ -101,7 +101,12 @@ def read(path: Path, options: ReadOptions):
     if not data:
         raise StabInputError(str(file), "the file is empty")
     if not data.startswith(MAGIC):
-        raise StabInputError(str(file), "not a W&B transaction log (no `:W&B` header)")
+        # a damaged header over whole chunks is still the log: the chunks carry their own CRCs
+        if len(data) <= HEADER_LEN or _resync(data, 0) != HEADER_LEN:
+            raise StabInputError(str(file), "not a W&B transaction log (no `:W&B` header)")
+        source.warnings.append(
+            f"the file header is damaged ({data[:HEADER_LEN]!r}); its chunks are whole and read"
+        )
     rows: list[dict] = []
     config: dict[str, object] = {}
     n_records = 0

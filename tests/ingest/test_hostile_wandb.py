@@ -198,3 +198,13 @@ def test_wandb_length_running_past_the_end_mid_file_is_damage_not_a_cut(tmp_path
     check_exact(run, {20}, n=60)
     assert run.source.rows_rejected == 1
     assert not any("cut off" in w for w in run.source.warnings)
+
+
+def test_wandb_damaged_header_over_whole_chunks_is_read(tmp_path) -> None:
+    data = bytearray(_frame_log(_wandb_rows(60)))
+    data[2] ^= 0x20  # ":W&B" -> ":W\x06B"
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(bytes(data))
+    run = read(path)
+    check_exact(run, set(), n=60)
+    assert any("header is damaged" in w for w in run.source.warnings)
