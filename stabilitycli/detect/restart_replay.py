@@ -101,9 +101,18 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
 
 def _message(index: int, lo: int, hi: int, n: dict, thresholds: Thresholds) -> str:
     head = f"restart {index} (resumed from step {lo}, the log had reached {hi}): "
+    # either is None when no replayed step has a finite loss in both trajectories (a NaN or
+    # Inf on one side): the sentence says so instead of formatting a number that is not there
+    mean, worst = n["mean_abs_deviation"], n["max_deviation"]
+    deviation = (
+        f"mean |Δloss| {mean:.3g}"
+        if mean is not None
+        else "no replayed step with a finite loss in both trajectories"
+    )
+    if worst is not None:
+        deviation += f", max {worst:+.3g} at step {n['max_deviation_at']}"
     numbers = (
-        f"mean |Δloss| {n['mean_abs_deviation']:.3g}, max {n['max_deviation']:+.3g} at step "
-        f"{n['max_deviation_at']}; band ±{n['tolerance']:.3g} = "
+        f"{deviation}; band ±{n['tolerance']:.3g} = "
         f"{thresholds.noise_band_sigmas:g}·√2·σ, σ {n['noise_sigma']:.3g} "
         f"over steps {n['noise_steps'][0]}-{n['noise_steps'][1]}"
     )

@@ -660,7 +660,11 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     np.not_equal(rank[1:], rank[:-1], out=change[1:])
     index = np.cumsum(change)
     ranks = rank[np.concatenate(([0], np.flatnonzero(change)))]
-    key = index * buckets + ((t - first) * buckets) // span
+    # steps may be anywhere in int64 (a log is not ours to bound), so the bucket of a step is
+    # found in float64: (t - first) * buckets would overflow for steps near 2**63
+    offset = (t - first).astype(np.float64)
+    bucket = np.minimum((offset * buckets / span).astype(np.int64), buckets - 1)
+    key = index * buckets + bucket
     cells = ranks.size * buckets
     x = rows["x"].to_numpy()
     z = rows["z"].to_numpy()
@@ -672,9 +676,11 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     with np.errstate(invalid="ignore", divide="ignore"):
         deviation = np.where(count > 0, total / count, np.nan)
     deviation[np.bincount(key[~np.isfinite(x)], minlength=cells) > 0] = np.inf
-    edges = first + (np.arange(buckets + 1) * span) // buckets
+    # Python ints over the few bucket edges (not the rows), clipped to int64: exact at any step
+    int64_max = int(np.iinfo(np.int64).max)
+    edges = [min(first + (edge * span) // buckets, int64_max) for edge in range(buckets + 1)]
     return RankPicture(
         ranks=ranks,
-        step_edges=edges.astype(np.int64),
+        step_edges=np.array(edges, dtype=np.int64),
         deviation=deviation.reshape(ranks.size, buckets).astype(np.float32),
     )
