@@ -145,9 +145,7 @@ def _load(data: bytes, source: SourceInfo, limits: InputLimits) -> tuple[dict, l
         except ValueError as err:  # an integer too long to convert, for one
             fault = (-1, str(err))  # no position: the entries say where
         else:
-            if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
-                raise StabInputError(source.path, "not a Trainer state: no `log_history` list")
-            return state, state["log_history"]
+            return state, _history_of(state, source)
     # surrogateescape: each byte that is not UTF-8 stays one char, so offsets map back
     text = data.decode("utf-8", "surrogateescape")
     where, what = fault
@@ -157,6 +155,22 @@ def _load(data: bytes, source: SourceInfo, limits: InputLimits) -> tuple[dict, l
         return {}, _salvage(text, _Fault(where, line, what, at_end), source, limits)
     finally:
         _PLACES.clear()  # its checkpoints hold the whole text
+
+
+def _history_of(state: object, source: SourceInfo) -> list:
+    """The log_history list; under a damaged key name, the one list of objects the state holds."""
+    if not isinstance(state, dict):
+        raise StabInputError(source.path, "not a Trainer state: no `log_history` list")
+    if isinstance(state.get("log_history"), list):
+        return state["log_history"]
+    lists = [k for k, v in state.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+    if len(lists) != 1:
+        raise StabInputError(source.path, "not a Trainer state: no `log_history` list")
+    source.warnings.append(
+        f"no `log_history` key: read the list under {lists[0]!r}, the only list of log entries "
+        "in the file (the key looks damaged)"
+    )
+    return state[lists[0]]
 
 
 def _document_fault(data: bytes, limits: InputLimits) -> tuple[int, str] | None:

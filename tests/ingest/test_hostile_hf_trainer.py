@@ -164,3 +164,11 @@ def test_hf_damaged_history_bracket_still_finds_the_entries(tmp_path) -> None:
     src = run.source
     assert src.rows_read == src.rows_used + src.rows_rejected
     assert src.rows_rejected == 1  # the array's opening, counted where it was
+
+
+def test_hf_renamed_log_history_key_in_valid_json(tmp_path) -> None:
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(_state_bytes().replace(b'"log_history"', b'"log_hi)tory"', 1))
+    run = read(path)
+    check_exact(run, set(), n=200)
+    assert any("the key looks damaged" in w for w in run.source.warnings)
