@@ -296,9 +296,8 @@ def _plain(data: bytes, separator: str, fields: int, max_line: int) -> bool:
 def _slow_csv(data: bytes, separator: str, source: SourceInfo, limits: InputLimits):
     import polars as pl
 
-    reader = csv.reader(
-        io.StringIO(data.decode("utf-8", "replace"), newline=""), delimiter=separator
-    )
+    physical = _Lines(data.decode("utf-8", "replace"))
+    reader = csv.reader(physical, delimiter=separator)
     rows: list[list[str]] = []
     lines: list[int] = []
     header: list[str] | None = None
@@ -307,9 +306,10 @@ def _slow_csv(data: bytes, separator: str, source: SourceInfo, limits: InputLimi
     before = csv.field_size_limit(limits.max_line_bytes)
     try:
         while True:
-            start = reader.line_num + 1
+            start = physical.next_index + 1
             try:
                 record = next(reader)
+                problem = None
             except StopIteration:
                 break
             except csv.Error as err:
@@ -317,24 +317,35 @@ def _slow_csv(data: bytes, separator: str, source: SourceInfo, limits: InputLimi
                     raise StabInputError(
                         source.path, f"the header is not readable CSV ({err})", line=start
                     ) from None
-                source.reject(start, f"not a readable CSV row ({err})")
-                continue
-            line = reader.line_num
+                record, problem = [], f"not a readable CSV row ({err})"
+            line = physical.next_index
             if header is None:
                 # a quote left open can carry the header over several lines
                 _refuse_duplicates(record, source.path)
                 header = record
                 continue
-            if not record or all(not c.strip() for c in record):
+            if problem is None and line > start and _swallowed_rows(record, separator):
+                problem = "a quote opened on this line is not closed"
+            if problem is None:
+                if not record or all(not c.strip() for c in record):
+                    continue
+                if len(record) != len(header):
+                    problem = f"{len(record)} fields where the header has {len(header)}"
+                elif sum(map(len, record)) > limits.max_line_bytes:
+                    problem = f"row over max_line_bytes ({limits.max_line_bytes} bytes)"
+            if problem is None:
+                rows.append(record)
+                lines.append(line)
                 continue
-            if len(record) != len(header):
-                source.reject(line, f"{len(record)} fields where the header has {len(header)}")
+            if line > start:
+                # a quote left open in one cell swallows the lines after it into one record:
+                # reject the line that opened it and read the others again as rows
+                source.reject(
+                    start, f"{problem} (one record ran to line {line}); lines after it read again"
+                )
+                physical.next_index = start
                 continue
-            if sum(map(len, record)) > limits.max_line_bytes:
-                source.reject(line, f"row over max_line_bytes ({limits.max_line_bytes} bytes)")
-                continue
-            rows.append(record)
-            lines.append(line)
+            source.reject(start, problem)
     finally:
         csv.field_size_limit(before)
     if header is None:
@@ -355,6 +366,38 @@ def _slow_csv(data: bytes, separator: str, source: SourceInfo, limits: InputLimi
     if casts:
         frame = frame.with_columns(casts)
     return frame, lines
+
+
+def _swallowed_rows(record: list[str], separator: str) -> bool:
+    """A cell over several lines that holds the separator: rows an open quote took in.
+
+    A metric log's cells are numbers and names; a real multi-line text cell
+    with the separator in it is rarer than a damaged quote, and reading it as
+    rows rejects only the line that opened it, counted.
+    """
+    return any(("\n" in cell or "\r" in cell) and separator in cell for cell in record)
+
+
+class _Lines:
+    """The physical lines of a CSV for `csv.reader`, which can be sent back to a line.
+
+    `next_index` is the number of lines handed out: after a record, the line it
+    ended on (1-based). Setting it lower makes the reader read those lines again.
+    """
+
+    def __init__(self, text: str) -> None:
+        # StringIO with newline="" splits where the csv module expects (\n, \r\n, \r)
+        self.lines = list(io.StringIO(text, newline=""))
+        self.next_index = 0
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        if self.next_index >= len(self.lines):
+            raise StopIteration
+        self.next_index += 1
+        return self.lines[self.next_index - 1]
 
 
 def reject_bad_cells(frame, source: SourceInfo, keep_text: tuple[str, ...] = ()):

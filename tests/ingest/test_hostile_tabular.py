@@ -342,3 +342,22 @@ def test_a_csv_with_a_byte_order_mark_keeps_its_step_column(tmp_path: Path, quot
     _accounted(run)
     assert run.frame.columns == ["step", "loss"]
     assert run.frame["step"].to_list() == [1, 2] and math.isnan(run.frame["loss"][1])
+
+
+@pytest.mark.parametrize("damaged", ['11,"1.11', '11,1.11,"x'])
+def test_an_unclosed_quote_rejects_its_line_and_the_rows_after_it_are_read(
+    tmp_path: Path, damaged: str
+):
+    # the quote took every later line into one cell: 28 rows vanished uncounted
+    rows = ["step,loss", *(f"{s},{1 + s / 100}" for s in range(40))]
+    rows[12] = damaged
+    path = tmp_path / "open_quote_row.csv"
+    path.write_text("\n".join(rows) + "\n")
+    run = _read(path)
+    source = run.source
+    assert (source.rows_read, source.rows_rejected) == (40, 1)
+    assert source.rejections[0].line == 13
+    assert "quote opened on this line is not closed" in source.rejections[0].reason
+    steps = run.frame["step"].to_list()
+    assert steps == [s for s in range(40) if s != 11]
+    assert run.frame["loss"].to_list() == [1 + s / 100 for s in steps]
