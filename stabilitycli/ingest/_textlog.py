@@ -27,11 +27,21 @@ _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1
 _peek_cache: dict[tuple[str, int, int], str] = {}
 
 
+# Damaged bytes a text log's first 4 KiB may hold (NULs, bytes that are not UTF-8): a few
+# (a flipped byte, a file system that zero-fills after a crash) leave it a text log; binary
+# and compressed files (event files, Parquet, sqlite, gzip) hold hundreds
+TEXT_MAX_BAD_BYTES = 8
+
+
 def looks_textual(path: Path, head: bytes) -> bool:
-    """A regular file whose first bytes decode as text (no NUL byte)."""
+    """A regular file whose first bytes read as text, but for a few damaged ones."""
     if path.is_dir() or not head:
         return False
-    return b"\x00" not in head[:4096]
+    window = head[:4096]
+    if window.count(b"\x00") > TEXT_MAX_BAD_BYTES:
+        return False
+    # a character cut at the window's end is one replacement, within the allowance
+    return window.decode("utf-8", "replace").count("\ufffd") <= TEXT_MAX_BAD_BYTES
 
 
 def peek(path: Path, head: bytes) -> str:

@@ -258,3 +258,30 @@ def test_a_key_named_like_the_familys_name_for_another_key_is_kept(tmp_path: Pat
     _accounted(run)
     assert run.frame["step"].to_list() == [1, 2, 3, 4, 5, 6]
     assert run.frame["loss"].to_list()[:2] == [2.4, 2.3]
+
+
+@pytest.mark.parametrize("name", list(READERS))
+@pytest.mark.parametrize("junk", [b"\x00", b"\x00\x00\x00\x00", b"\xff\xfe"])
+def test_a_few_bad_bytes_near_the_top_leave_the_log_recognised(tmp_path: Path, name, junk):
+    # one NUL in the first 4 KiB made any text log 'not a log stab reads'
+    from stabilitycli.ingest import detect_format, read
+
+    _module, make, _column, step_of = READERS[name]
+    lines = [line.encode() for line in make()]
+    lines[1] = lines[1][:3] + junk + lines[1][3:]
+    path = tmp_path / "train.log"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert detect_format(path) == name
+    run = read(path)
+    _accounted(run)
+    steps = set(run.frame["step"].to_list())
+    assert {step_of(i) for i in (0, 2, 3, 4, 5)} <= steps
+
+
+def test_a_binary_head_is_still_no_text_log(tmp_path: Path):
+    from stabilitycli.ingest._textlog import looks_textual
+
+    path = tmp_path / "train.log"
+    noise = bytes(range(256)) * 16  # 16 NULs and 2,048 bytes that are not UTF-8
+    assert not looks_textual(path, noise)
+    assert not looks_textual(path, b"\x1f\x8b\x08\x00" + bytes(200))
