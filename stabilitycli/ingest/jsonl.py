@@ -41,6 +41,7 @@ from stabilitycli.model import SourceInfo
 
 NAME = "jsonl"
 _NONFINITE_TOKENS = (b"NaN", b"Infinity")
+LOGGED_ROW = f"{ROW} (as logged)"
 TRUNCATED_REASON = "last line cut off mid-write (the job died while writing)"
 
 
@@ -108,6 +109,10 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
     if cut_line is not None:
         source.reject(cut_line, TRUNCATED_REASON)
     source.rows_read = raw.height + source.rows_rejected
+    if LOGGED_ROW in raw.columns:
+        source.notes.append(
+            f"key '{ROW}' read as '{LOGGED_ROW}': stab numbers the lines under that name"
+        )
     step_key = options.step_key or aliases.find_key(raw.columns, aliases.STEP_KEYS)
     if options.step_key and options.step_key not in raw.columns:
         raise StabInputError(
@@ -202,6 +207,8 @@ def _fast_parse(
         for name, dtype in frame.schema.items()
     ):
         return None  # a step or rank that is a list, object or bool: named line by line
+    if ROW in frame.columns:  # the log's own `_row` key: kept, not overwritten by the line
+        frame = frame.rename({ROW: LOGGED_ROW})
     return frame.with_columns(pl.Series(ROW, rows))
 
 
@@ -300,6 +307,8 @@ def _slow_parse(
         if fault is not None:
             source.reject(number, fault)
             continue
+        if ROW in record:
+            record[LOGGED_ROW] = record.pop(ROW)
         record[ROW] = number
         records.append(record)
     if not records:

@@ -308,3 +308,18 @@ def test_damaged_gzip_keeps_the_lines_before_the_damage(tmp_path) -> None:
     assert any("gzip stream is damaged" in w for w in src.warnings)
     for step, value in zip(run.frame["step"].to_list(), run.frame["loss"].to_list(), strict=True):
         assert same(value, loss_at(step))
+
+
+@pytest.mark.parametrize("tail", ["", "not json\n"])  # the fast readers, and the per-line pass
+def test_a_key_named_row_is_kept_and_not_taken_for_the_line_number(tmp_path, tail: str):
+    # the log's `_row` overwrote (or was overwritten by) the line numbers stab keeps
+    path = tmp_path / "run.jsonl"
+    path.write_text(
+        '{"step": 1, "loss": 2.0, "_row": 7}\n{"step": 2, "loss": NaN, "_row": 9}\n'
+        '{"step": 3, "loss": 2.2}\n' + tail
+    )
+    run = read(path)
+    assert run.frame["_row (as logged)"].to_list() == [7, 9, None]
+    assert [r.line for r in run.source.rejections] == ([4] if tail else [])
+    assert any("'_row (as logged)'" in note for note in run.source.notes)
+    assert math.isnan(run.frame["loss"][1])
