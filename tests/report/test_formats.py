@@ -22,7 +22,10 @@ def _text(rendered) -> str:
     if isinstance(rendered, str):
         return rendered
     out = io.StringIO()
-    Console(file=out, width=120, color_system=None).print(rendered)
+    # as wide as the CLI makes a piped console (the widest line): at a fixed 120 columns a
+    # long temporary path was folded over two lines, and the test depended on its length
+    width = Console(width=10_000).measure(rendered).maximum
+    Console(file=out, width=max(80, width), color_system=None).print(rendered)
     return out.getvalue()
 
 
