@@ -350,6 +350,8 @@ def _slow_csv(data: bytes, separator: str, source: SourceInfo, limits: InputLimi
         csv.field_size_limit(before)
     if header is None:
         raise StabInputError(source.path, "no header line")
+    # unnamed columns (empty header cells) get a name each: two of them were one dict key
+    header = [n if n.strip() else f"(unnamed column {i})" for i, n in enumerate(header, 1)]
     columns = {name: [r[i] for r in rows] for i, name in enumerate(header)}
     frame = pl.DataFrame(columns, schema={name: pl.String for name in header})
     # numbers come back as numbers; text columns stay text

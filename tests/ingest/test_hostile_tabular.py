@@ -361,3 +361,13 @@ def test_an_unclosed_quote_rejects_its_line_and_the_rows_after_it_are_read(
     steps = run.frame["step"].to_list()
     assert steps == [s for s in range(40) if s != 11]
     assert run.frame["loss"].to_list() == [1 + s / 100 for s in steps]
+
+
+def test_two_unnamed_columns_are_two_columns(tmp_path: Path):
+    # two empty header cells were one dict key: a polars ComputeError on the whole file
+    path = tmp_path / "unnamed.csv"
+    # numbers in both (each gets a cast) and a quote (the line-by-line reader)
+    path.write_text("step,,loss,\n" + "".join(f'{s},5,{1 + s / 10},"7"\n' for s in range(6)))
+    run = _read(path)
+    assert run.frame["loss"].to_list() == [1 + s / 10 for s in range(6)]
+    assert run.source.rows_read == 6 and run.source.rows_rejected == 0
