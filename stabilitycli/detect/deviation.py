@@ -239,7 +239,8 @@ def judge(
     """Hold `cand - base` to +-tolerance; see the module doc for what counts as outside."""
     if judge_points < 1:
         raise StabUsageError("judge_points must be >= 1")
-    dev = cand - base
+    with np.errstate(invalid="ignore"):  # Inf - Inf is NaN here, and set to 0 just below
+        dev = cand - base
     base_bad, cand_bad = ~np.isfinite(base), ~np.isfinite(cand)
     # the same non-finite value on both sides (both NaN, or the same Inf) is agreement
     same = base_bad & cand_bad & ((np.isnan(base) & np.isnan(cand)) | (base == cand))
