@@ -476,7 +476,9 @@ def m_lines(data: bytes, rng: random.Random) -> bytes:
     i = rng.randrange(len(lines))
     choice = rng.randrange(10)
     if choice == 8:  # a `key: value` / `key=value` field of the line repeated or emptied
-        fields = list(re.finditer(rb"[A-Za-z_][\w /.-]*?\s*[:=]\s*[^\s|,]+", lines[i]))
+        # bounded repeats: a lazy `*?` here is quadratic on a megabyte line
+        field_re = rb"[A-Za-z_][\w /.-]{0,40}?\s{0,3}[:=]\s{0,3}[^\s|,]{1,64}"
+        fields = list(re.finditer(field_re, lines[i][:65536]))
         if fields:
             hit = rng.choice(fields)
             extra = hit.group(0) if rng.random() < 0.7 else hit.group(0).split(b":")[0] + b":"
@@ -524,6 +526,8 @@ def m_json(data: bytes, rng: random.Random) -> bytes:
     if not candidates:
         return m_text(data, rng)
     i = rng.choice(candidates)
+    if len(lines[i]) > 65536:  # the value regex is linear per colon: keep it off huge lines
+        return m_text(data, rng)
     spans = _json_value_spans(lines[i])
     if not spans:
         return m_text(data, rng)
@@ -967,7 +971,10 @@ def m_sqlite(path: Path, rng: random.Random) -> None:
                     f"{rng.randint(0, 30)})",
                 )
             )
-            conn.execute(f"UPDATE {table} SET {column} = {rng.choice(SQL_VALUES)}{where}")
+            value = rng.choice(SQL_VALUES)
+            if value.startswith("randomblob"):  # one big cell, not a 300 MB database
+                where = f" WHERE rowid = (SELECT rowid FROM {table} LIMIT 1)"
+            conn.execute(f"UPDATE {table} SET {column} = {value}{where}")
         conn.commit()
     except sqlite3.Error:
         pass
