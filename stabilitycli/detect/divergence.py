@@ -171,10 +171,16 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         from_words = f"the median of steps {start_step}-{trough_end_step}"
     else:
         rise_from, from_words = float(first_mean[j]), window_opens
-    rise = (max(final_level, float(last_mean[j])) - rise_from) / abs(rise_from)
-    rise_words = (
-        f"{rise:.1%}, from {rise_from:.4g} ({from_words}) to {final_level:.4g} ({final_words})"
-    )
+    climb = max(final_level, float(last_mean[j])) - rise_from
+    span_words = f"from {rise_from:.4g} ({from_words}) to {final_level:.4g} ({final_words})"
+    if rise_from != 0:
+        rise = climb / abs(rise_from)
+        rise_words = f"{rise:.1%}, {span_words}"
+    else:
+        # a loss level of exactly 0 (damaged or degenerate data) has no relative rise: the
+        # climb is said in loss units, and counts as past any relative threshold
+        rise = math.inf if climb > 0 else 0.0
+        rise_words = f"{climb:.4g} in loss units (no relative rise from 0), {span_words}"
     in_window = (steps >= start_step) & (steps <= end_step)
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
     evidence = {
@@ -186,7 +192,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "start_level": float(first_mean[j]),
         "end_level": float(last_mean[j]),
         "rise_from_level": rise_from,
-        "relative_rise": round(rise, 4),
+        "relative_rise": round(rise, 4) if math.isfinite(rise) else None,
         "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
         "final_loss": float(loss[-1]),
         "final_level": final_level,

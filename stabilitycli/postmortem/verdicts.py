@@ -83,6 +83,13 @@ def _num(value: Any) -> float:
         return math.nan
 
 
+def _relative(ev: dict) -> str:
+    """The relative rise of a divergence or plateau, `+12.3%`; a rise from a level of 0
+    has none (its evidence holds None), and says so instead of printing `+nan%`."""
+    rise = _num(ev.get("relative_rise"))
+    return f"+{rise:.1%}" if math.isfinite(rise) else "no relative rise: from a level of 0"
+
+
 def _rank_incident(f: Finding, view) -> Incident:
     ev = f.evidence
     kind = ev.get("kind")
@@ -410,7 +417,7 @@ def _plateau_incident(f: Finding, view) -> Incident:
         (
             f"loss level at the start / end of the rising window (steps {start}–{end})",
             f"{fmt(start_level)} -> {fmt(end_level)} "
-            f"(+{_num(ev.get('relative_rise')):.1%}, Mann-Kendall z = {ev.get('z')})",
+            f"({_relative(ev)}, Mann-Kendall z = {ev.get('z')})",
         ),
         (
             f"last finite loss (step {int(view.finite_points('loss')[0][-1])})",
@@ -428,8 +435,7 @@ def _plateau_incident(f: Finding, view) -> Incident:
                 "plateau",
                 "the model stopped improving on this data at this LR",
                 "possible",
-                f"a slow rise of {_num(ev.get('relative_rise')):.1%} with no cause in the LR, "
-                "weight norm or grad norm",
+                f"a slow rise of {_relative(ev)} with no cause in the LR, weight norm or grad norm",
                 "loss",
             )
         ],

@@ -59,3 +59,19 @@ def test_restart_replay_that_is_inf_where_the_abandoned_run_was_finite(tmp_path)
     message = replays[0].message
     assert "no replayed step with a finite loss in both trajectories" in message
     assert "max +inf at step 150" in message
+
+
+def test_divergence_from_a_loss_level_of_zero_says_it_has_no_relative_rise(tmp_path) -> None:
+    # the relative rise divided by the level it rose from: ZeroDivisionError at a level of 0
+    # a damaged log: the loss drops to exactly 0, stays there, then climbs
+    rows = [
+        {"step": s, "loss": 2.0 if s < 100 else (0.0 if s < 600 else 0.01 * (s - 600))}
+        for s in range(0, 1200, 5)
+    ]
+    log = tmp_path / "zero.jsonl"
+    _write_jsonl(log, rows)
+    result = analyze(read(log))
+    rises = [f for f in result.findings if f.code in ("divergence", "plateau")]
+    assert rises, [f.code for f in result.findings]
+    assert "no relative rise from 0" in rises[0].message
+    assert rises[0].evidence["relative_rise"] is None
