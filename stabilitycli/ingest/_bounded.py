@@ -58,13 +58,7 @@ def read_input(path: Path, limits: InputLimits) -> Input:
         compression = compression_of(handle.read(4))
         handle.seek(0)
         if compression is None:
-            if size > limits.max_input_bytes:
-                raise _too_big(path, f"the file is {size:,} bytes", limits)
-            # read one byte past the limit: a file that grows while read is caught too
-            data = handle.read(limits.max_input_bytes + 1)
-            if len(data) > limits.max_input_bytes:
-                raise _too_big(path, "the file grew past the limit while read", limits)
-            return Input(data)
+            return Input(_read_within(handle, path, size, limits))
         by_ratio = limits.max_decompression_ratio * max(size, 1)
         bound = min(by_ratio, limits.max_input_bytes)
         setting = (
@@ -72,6 +66,28 @@ def read_input(path: Path, limits: InputLimits) -> Input:
         )
         decode = _gunzip if compression == "gzip" else _unzstd
         return decode(handle, path, bound, setting, limits)
+
+
+def read_plain(path: Path, limits: InputLimits) -> bytes:
+    """A file's bytes as they are (no decompression), refused past max_input_bytes: the one
+    bounded read of the table, text-log and MLflow file-store readers."""
+    with open(path, "rb") as handle:
+        return _read_within(handle, path, os.fstat(handle.fileno()).st_size, limits)
+
+
+def refuse_oversize(path: Path, size: int, limits: InputLimits) -> None:
+    """A file past max_input_bytes is refused whole, before a reader holds any of it."""
+    if size > limits.max_input_bytes:
+        raise _too_big(path, f"the file is {size:,} bytes", limits)
+
+
+def _read_within(handle, path: Path, size: int, limits: InputLimits) -> bytes:
+    refuse_oversize(path, size, limits)
+    # read one byte past the limit: a file that grows while read is caught too
+    data = handle.read(limits.max_input_bytes + 1)
+    if len(data) > limits.max_input_bytes:
+        raise _too_big(path, "the file grew past the limit while read", limits)
+    return data
 
 
 def _too_big(path: Path, what: str, limits: InputLimits):

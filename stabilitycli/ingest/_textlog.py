@@ -15,7 +15,8 @@ from datetime import datetime
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
+from stabilitycli.ingest import _bounded
+from stabilitycli.ingest.limits import InputLimits, limits_in_force
 
 # How far `peek` reads into a text file to find a format's marker: a Megatron
 # log can open with several hundred KB of banners and argument dumps.
@@ -92,12 +93,7 @@ def read_log(path: Path, source, limits: InputLimits | None = None) -> tuple[lis
     import numpy as np
 
     limits = limits or limits_in_force()
-    size = path.stat().st_size
-    if size > limits.max_input_bytes:
-        raise limit_hit(
-            str(path), f"the log is {size} bytes", "max_input_bytes", limits.max_input_bytes
-        )
-    data = path.read_bytes()
+    data = _bounded.read_plain(path, limits)
     if not data.strip():
         raise StabInputError(str(path), "the file is empty")
     buffer = np.frombuffer(data, dtype=np.uint8)

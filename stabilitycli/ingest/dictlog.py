@@ -31,11 +31,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _bounded
 from stabilitycli.ingest import _dictline as dl
 from stabilitycli.ingest import _dsmessages as dsm
 from stabilitycli.ingest import _textline as tx
 from stabilitycli.ingest import _textlog as tl
-from stabilitycli.ingest.limits import limit_hit
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -81,10 +81,7 @@ def read(path: Path, options: ReadOptions):
     import polars as pl
 
     limits = options.limits
-    size = path.stat().st_size
-    if size > limits.max_input_bytes:
-        what = f"the file is {size:,} bytes"
-        raise limit_hit(str(path), what, "max_input_bytes", limits.max_input_bytes)
+    _bounded.refuse_oversize(path, path.stat().st_size, limits)
     lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
     reader = _Reader(source)

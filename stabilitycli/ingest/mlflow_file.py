@@ -25,6 +25,7 @@ from pathlib import Path
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
+from stabilitycli.ingest import _bounded
 from stabilitycli.ingest._mlflow_common import (
     MlflowRun,
     build_run,
@@ -34,7 +35,7 @@ from stabilitycli.ingest._mlflow_common import (
 )
 from stabilitycli.ingest._points import reject_many
 from stabilitycli.ingest._walk import list_folder, walk
-from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
+from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -240,10 +241,7 @@ def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimi
 
     limits = limits or limits_in_force()
     try:
-        size = path.stat().st_size
-        if size > limits.max_input_bytes:
-            raise limit_hit(str(path), "metric file too large", "max_input_bytes", size)
-        data = path.read_bytes()
+        data = _bounded.read_plain(path, limits)
     except OSError as err:
         raise StabInputError(
             str(path), f"cannot read metric {key!r}: {err.strerror or err}"

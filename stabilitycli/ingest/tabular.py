@@ -30,6 +30,7 @@ from pathlib import Path
 
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import _bounded
 from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -66,7 +67,7 @@ def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None
     from stabilitycli.frame import ROW
 
     limits = limits or limits_in_force()
-    _check_size(path, limits)
+    _bounded.refuse_oversize(path, path.stat().st_size, limits)
     name = path.name.lower()
     with open(path, "rb") as handle:
         head = handle.read(8)
@@ -91,14 +92,6 @@ def _keep_own_row_column(frame, source: SourceInfo):
         return frame
     source.notes.append(f"column {ROW!r} read as '{ROW} (as logged)': stab numbers rows in it")
     return frame.rename({ROW: f"{ROW} (as logged)"})
-
-
-def _check_size(path: Path, limits: InputLimits) -> None:
-    size = path.stat().st_size
-    if size > limits.max_input_bytes:
-        raise limit_hit(
-            str(path), f"the table is {size} bytes", "max_input_bytes", limits.max_input_bytes
-        )
 
 
 def _native_errors() -> tuple[type[BaseException], ...]:
@@ -202,8 +195,7 @@ def read_csv(
     from stabilitycli.frame import ROW
 
     limits = limits or limits_in_force()
-    _check_size(path, limits)
-    data = path.read_bytes()
+    data = _bounded.read_plain(path, limits)
     # Excel and PowerShell open a CSV with a byte-order mark; it is no part of the first name
     data = data.removeprefix(b"\xef\xbb\xbf")
     if not data.strip():

@@ -645,3 +645,12 @@ def test_a_short_password_in_the_url_is_neither_shown_nor_blanking_other_text(li
     url = f"http://127.0.0.1:{free_port()}"
     message = _error(url.replace("http://", "http://u:p@") + "/#/experiments/3")
     assert message.startswith(f"{url}/#/experiments/3: cannot reach the MLflow server")
+
+
+def test_file_store_metric_file_past_max_input_bytes_names_the_limit(tmp_path, monkeypatch):
+    # the message gave the file's own size as the limit
+    folder = _file_run(tmp_path)
+    monkeypatch.setenv("STAB_LIMIT_MAX_INPUT_BYTES", "1024")
+    with pytest.raises(StabInputError) as err:
+        ingest.read(folder)
+    assert "max_input_bytes = 1 KiB" in str(err.value)
