@@ -757,6 +757,27 @@ def test_change_point_is_the_step_after_the_last_zero_before_h():
     assert recovery(bad, compared, 40, 20) == (79, None, 17)
 
 
+def test_change_point_of_a_small_shift_is_placed_with_k_at_half_the_shift():
+    from stabilitycli.detect.ranks.change import change_point
+
+    # a rank 3 sigmas off from row 100; its second row dips to 0.5 sigma (a lucky batch).
+    # With k = 2 that dip brings the CUSUM back to zero and the onset lands on row 102;
+    # the shift seen after it (3) puts k at 1.5, under which the dip does not reset it
+    z = np.zeros(300)
+    z[100:] = 3.0
+    z[101] = 0.5
+    assert change_point(z, 150, k=2.0, h=12.0, clip=6.0)[0] == 100
+    # a shift of 7 is already placed with k = 2 and stays where it was
+    z[100:] = 7.0
+    z[101] = 0.5
+    assert change_point(z, 150, k=2.0, h=12.0, clip=6.0)[0] == 100
+    # healthy noise before the onset does not drag it early under the lower k
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal(300)
+    z[100:] += 3.0
+    assert abs(change_point(z, 150, k=2.0, h=12.0, clip=6.0)[0] - 100) <= 2
+
+
 def test_cusum_crossings_of_every_rank_at_once_equal_a_loop_per_rank():
     from stabilitycli.detect.ranks.change import first_crossings
 

@@ -86,14 +86,37 @@ def change_point(
     never reaches h from there on, the persistence bar's row stands.
     """
     direction = 1.0 if not np.isfinite(z[confirmed]) or z[confirmed] >= 0 else -1.0
+    start, s = _last_zero_start(z, confirmed, direction, k, h, clip)
+    if start is None:
+        return confirmed, s
+    # k = 2 keeps a healthy rank quiet, but a rank only 3 sigmas off dips under it every few
+    # rows, and each dip restarts the CUSUM after the true onset: placed again with k at half
+    # the shift actually seen, the textbook drift for a shift of that size
+    after = direction * np.clip(z[start : start + SHIFT_ESTIMATE_ROWS], -clip, clip)
+    after = after[np.isfinite(after)]
+    fitted = float(np.median(after)) / 2.0 if after.size else k
+    if MIN_ONSET_K <= fitted < k:
+        refined, s_refined = _last_zero_start(z, confirmed, direction, fitted, h, clip)
+        if refined is not None:
+            start, s = refined, s_refined
+    return min(start, confirmed), s
+
+
+SHIFT_ESTIMATE_ROWS = 50  # rows after a first onset that measure the shift's size
+MIN_ONSET_K = 0.5  # below this the CUSUM holds up on healthy noise and drags the onset early
+
+
+def _last_zero_start(
+    z: np.ndarray, confirmed: int, direction: float, k: float, h: float, clip: float
+) -> tuple[int | None, np.ndarray]:
+    """The row after the CUSUM's last zero before it first reaches h at or after `confirmed`."""
     s = cusum(z, direction, k, clip)
     over = np.flatnonzero(s[confirmed:] >= h)
     if over.size == 0:
-        return confirmed, s
+        return None, s
     crossed = confirmed + int(over[0])
     zeros = np.flatnonzero(s[:crossed] <= 0.0)
-    start = int(zeros[-1]) + 1 if zeros.size else 0
-    return min(start, confirmed), s
+    return (int(zeros[-1]) + 1 if zeros.size else 0), s
 
 
 def deviation_end(z: np.ndarray, confirmed: int, *, k: float, h: float, clip: float) -> int | None:
