@@ -12,6 +12,7 @@ from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.schedule import warmup_end
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.spike import SpikeEvent
 from stabilitycli.detect.trend import (
     Binned,
     bin_medians,
@@ -129,7 +130,12 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         )
     j = int(candidates[0])
     # the fit never looks back across a spike: a rise after it is measured from it
-    before = [e.onset_step for e in facts.spikes if e.onset_step <= binned.steps[j]]
+    final_level = float(np.mean(binned.values[-part:]))
+    before = [
+        e.onset_step
+        for e in facts.spikes
+        if e.onset_step <= binned.steps[j] and _is_a_jump(e, steps, loss, final_level)
+    ]
     start_step, trough_level, trough_end_step = _onset(
         steps,
         loss,
@@ -158,7 +164,6 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                     evidence=dict(c),
                 )
             )
-    final_level = float(np.mean(binned.values[-part:]))
     final_words = (
         f"the mean of the medians over steps {binned.steps[-part]}-{binned.end_steps[-1]}, "
         "the end of the log"
@@ -315,6 +320,25 @@ def _scan(
         rising,
         after_min > first_mean,
     )
+
+
+def _is_a_jump(spike: SpikeEvent, steps: np.ndarray, loss: np.ndarray, final_level: float) -> bool:
+    """Whether a spike before a rise is a jump the rise is measured from, or the rise itself.
+
+    A spike the loss came back from, or one whose first point already holds
+    half the rise up to the end of the log (a level shift), is a jump. A steep
+    ramp crosses the spike bar a few points in, with a first excess far below
+    what it climbs to: that spike is the ramp's start, and the onset fit must
+    look back across it to where the ramp began.
+    """
+    if spike.recovered:
+        return True
+    first = loss[min(int(np.searchsorted(steps, spike.onset_step)), loss.size - 1)]
+    climb = final_level - spike.mu
+    return climb <= 0 or first - spike.mu >= JUMP_SHARE_OF_RISE * climb
+
+
+JUMP_SHARE_OF_RISE = 0.5
 
 
 def _onset(

@@ -104,3 +104,50 @@ def test_divergence_message_numbers_are_its_evidence_and_say_what_they_are():
     ]
     assert e["final_level"] == pytest.approx(np.mean(medians), rel=1e-9)
     assert f"never back down to {e['start_level']:.4g} (the mean over steps" in finding.message
+
+
+def _steep_ramp_runs(count: int):
+    """Logged every step, 1% gamma noise on the decaying level (plus a grad norm and a warmup
+    and cosine LR), and from a random point in 35-50% of the run a rise of +50% of the level
+    over 300 steps that then holds: (frame, the step the ramp began) per run."""
+    rng = np.random.default_rng(4)
+    steps = np.arange(3000, dtype=np.int64)
+    level = 2.0 + 8.0 * np.exp(-steps / 150.0)
+    progress = np.clip((steps - 60) / 2940, 0.0, 1.0)
+    lr = 3e-4 * np.minimum(1.0, (steps + 1) / 60) * (0.1 + 0.45 * (1.0 + np.cos(np.pi * progress)))
+    for _ in range(count):
+        unit = (rng.standard_gamma(4.0, 3000) - 4.0) / 2.0
+        loss = level * (1.0 + 0.01 * unit)
+        grad = 0.4 * (1.0 + 3.0 * np.exp(-steps / 150.0)) * rng.lognormal(0.0, 0.25, 3000)
+        start = int(rng.integers(1050, 1500))
+        loss = loss + 0.5 * level * np.clip((steps - start) / 300, 0.0, 1.0)
+        yield pl.DataFrame({"step": steps, "loss": loss, "grad_norm": grad, "lr": lr}), start
+
+
+def test_a_steep_ramp_that_crosses_the_spike_bar_is_divergence_from_where_it_began():
+    """About 25 steps in, the ramp crosses the spike bar and a persistent spike is found
+    there; the divergence is measured from where the ramp began, not from that spike (which
+    put its onset 30 steps late, 10% of the ramp, in two of these runs)."""
+    onsets, crossed = [], 0
+    for frame, start in _steep_ramp_runs(6):
+        result = analyze(frame)
+        crossed += any(f.code == "spike" and f.step > start for f in result.findings)
+        (finding,) = [f for f in result.findings if f.code == "divergence"]
+        onsets.append(finding.step - start)
+    assert crossed >= 2, "the case this test is for: a spike found on the ramp"
+    assert max(abs(error) for error in onsets) <= 15, onsets  # 5% of the 300-step ramp
+
+
+def test_a_level_shift_before_a_later_rise_stays_the_floor_of_that_rise():
+    """A shift of +30% (a persistent spike whose first point holds the whole jump) followed
+    by a slow rise: the rise is not fitted back across the shift."""
+    steps, loss = _run(3, 3000, 10, 0.01)
+    level = 2.0 + 8.0 * np.exp(-steps / 1500.0)
+    shift_at, ramp_at = 18000, 24000
+    loss = loss + 0.3 * level * (steps >= shift_at)
+    loss = loss + 0.15 * level * np.clip((steps - ramp_at) / (steps[-1] - ramp_at), 0.0, 1.0)
+    result = analyze(_frame(steps, loss))
+    assert any(f.code == "spike" and f.step == shift_at for f in result.findings)
+    for finding in result.findings:
+        if finding.code == "divergence":
+            assert finding.step >= shift_at, _codes(result)
