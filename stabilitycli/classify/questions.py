@@ -4,14 +4,17 @@ Renderers and `stab explain` read these; `tree.py` holds the branching code.
 
 A number in a text that is a threshold is a `{field}` placeholder (with its
 format: `{spike_sigma:g}`), never the default written out: `questions(t)`,
-`verdicts(t)`, `remedies(t)` and `cause_texts(t)` fill them from the
-`Thresholds` in force. `QUESTIONS`, `VERDICTS`, `REMEDIES` and `CAUSE_TEXT`
-are the same texts filled with the defaults (`stab explain`).
+`verdicts(t)`, `cause_texts(t)` and `remedies_for(...)` fill them from the
+`Thresholds` in force. `QUESTIONS`, `VERDICTS` and `CAUSE_TEXT` are the same
+texts filled with the defaults. Remedies are a table keyed by verdict and cause
+(`REMEDY_TABLE`); `remedies_for` picks a run's from it, leaving out what the log
+shows already in place.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
+from typing import Any
 
 from stabilitycli.config import Thresholds
 
@@ -20,6 +23,7 @@ _QUESTIONS: dict[str, str] = {
     "Q1.1": "Is any logged loss NaN or Inf (or a NaN the logger hid)?",
     "Q1.2": "What dtype regime was the run in, and what does that make of the NaN?",
     "Q1.3": "Which layer went non-finite first (forward order)?",
+    "Q1.4": "What fixes the NaN?",
     "Q2.1": (
         "Is there a loss spike above mu + {spike_sigma:g} sigma of the trailing "
         "{spike_window_steps} steps?"
@@ -32,6 +36,8 @@ _QUESTIONS: dict[str, str] = {
     "Q2.4": "Persistent elevation: what caused it?",
     "Q3.1": "Did fp16 gradients overflow (inf/NaN grad norm, skipped steps, overflow messages)?",
     "Q3.2": "What did the loss scale do (halve and recover, stay static, collapse)?",
+    "Q3.3": "Did the first non-finite value show in the gradients (fp16 overflow) or the loss?",
+    "Q3.4": "What fixes the overflows?",
     "Q4.1": "Has the loss risen over a {divergence_window_steps}-step window and never come back?",
     "Q4.2": "Did the LR rise in that window (outside warmup)?",
     "Q4.3": "Did a weight norm change more than {weight_norm_ratio:g}x in that window?",
@@ -111,122 +117,327 @@ VERDICT_ORDER: tuple[str, ...] = (
     "plateau",
 )
 
-# Remedies that suit only some runs. A verdict's remedy list keeps one only when the run's
-# evidence shows what REMEDY_NEEDS names (tree.py checks), so that no run is told to adopt
-# what it may already have: bf16 for a run not known to be fp16, a dynamic scaler for one
-# whose loss scale is seen moving. `stab explain` lists them all.
-ENABLE_DYNAMIC_SCALING = "enable dynamic loss scaling (or check it is active)"
-MOVE_TO_BF16 = "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)"
-REMEDY_NEEDS: dict[str, str] = {
-    ENABLE_DYNAMIC_SCALING: "no-moving-scale",
-    MOVE_TO_BF16: "fp16",
+# ---------------------------------------------------------------- remedies
+#
+# A remedy is the action that addresses a verdict's cause: the table below is keyed by
+# (verdict, cause), and a cause with no row of its own falls back to (verdict, None). A remedy
+# can need something the log must show (bf16 is advice for an fp16 run) and is dropped when the
+# log shows it is already in place (a loss scale that moves means dynamic loss scaling is on).
+# Texts are templates over the `Thresholds` fields, the remedy numbers below, and the event:
+# `{start}` is where it began ("step 800"), `{who}` the rank ("rank 41").
+
+# What a log can show, for `Remedy.needs` and `Remedy.unless` (`tree.log_shows` finds them).
+SHOWS_FP16 = "fp16"  # stated, or the loss scaler's own series say so
+SHOWS_BF16 = "bf16"
+SHOWS_SCALE_MOVING = "loss scale moving"  # the scale drops and rises: dynamic scaling is on
+SHOWS_SCALE_CONSTANT = "loss scale constant"  # logged, and never moved
+SHOWS_NO_SCALE = "no loss scale"  # neither a loss-scale series nor scaler messages
+SHOWS_CLIPPING = "grad clipping"  # the grad norm is logged as the pre-clip one: the run clips
+
+# how `stab explain` says a condition, after "only when the log shows" / "unless the log shows"
+SHOWS_WORDS: dict[str, str] = {
+    SHOWS_FP16: "an fp16 run",
+    SHOWS_BF16: "a bf16 run",
+    SHOWS_SCALE_MOVING: "a loss scale that moves, so dynamic loss scaling is on",
+    SHOWS_SCALE_CONSTANT: "a loss scale that never moved",
+    SHOWS_NO_SCALE: "no loss scale at all",
+    SHOWS_CLIPPING: "gradient clipping in place: a grad norm logged as the pre-clip one",
 }
 
-_REMEDIES: dict[str, list[str]] = {
-    "log-of-zero": [
-        (
-            "compute the loss with log_softmax (or cross_entropy on logits), never "
-            "log(softmax(x)); or add an epsilon"
-        ),
-        (
-            "clip gradients by value (+-100) in addition to clip-by-norm if an embedding gradient "
-            "went infinite"
-        ),
-        (
-            "reload the last checkpoint before the first NaN step and re-run one step with anomaly "
-            "detection"
-        ),
-    ],
-    "activation-overflow": [
-        ENABLE_DYNAMIC_SCALING,
-        MOVE_TO_BF16,
-        "halve the learning rate if the loss scale keeps collapsing",
-        "check init and residual-stream magnitude: activations above 65504 overflow fp16",
-    ],
-    "nan-unknown": [
-        "reload the last checkpoint before the first NaN step",
-        "re-run that step in fp32 with per-layer isnan checks to find the first non-finite op",
-        (
-            "if log_softmax, value clipping and loss scaling are already in and NaN persists, "
-            "the bug is structural"
-        ),
-    ],
-    "long-tail-token": [
-        (
-            "write the post-mortem (`stab postmortem`) and inspect the batch at the spike for "
-            "rare/long-tail tokens"
-        ),
-        "enable stratified batching; lower the grad-clip threshold",
-    ],
-    "lr-discontinuity": [
-        "fix the LR schedule (the LR jumped at the spike); check scheduler state on resume"
-    ],
-    "duplicate-batch": ["fix the data loader: a batch id repeated a recent one"],
-    "optimizer-reset": [
-        (
-            "the spike follows a restart: make the checkpoint restore optimizer moments, scheduler "
-            "and data cursor"
-        ),
-        (
-            "resume again from the checkpoint with full state and confirm the trajectory matches "
-            "(`stab compare`)"
-        ),
-    ],
-    "spike-persistent": [
-        "reload the last checkpoint before the spike (optimizer moments are now corrupt)",
-        "lower the grad-clip threshold to 0.5 and enable stratified batching, then restart",
-    ],
-    "spike-recoverable": [
-        "find the spike's cause (grad-norm panel, LR panel, batch composition) and fix it; re-run"
-    ],
-    "loss-scale-collapsed": [
-        "activations are systematically too large: check init and residual-stream magnitude",
-        "halve the learning rate",
-        MOVE_TO_BF16,
-    ],
-    "loss-scale-static": [
-        "enable a dynamic loss scaler (overflows happen under a constant scale)",
-        MOVE_TO_BF16,
-    ],
-    "fp16-overflow": [
-        ENABLE_DYNAMIC_SCALING,
-        "halve the LR if the scale keeps collapsing",
-        MOVE_TO_BF16,
-    ],
-    "lr-increasing": [
-        "fix the schedule: the LR rises after warmup (inverse cosine, or warmup that never ends)"
-    ],
-    "lr-too-high": [
-        "lower the peak LR below the LR at which the loss turned up, or lengthen the warmup",
-        "add or lower gradient clipping; resume from a checkpoint before the turn",
-    ],
-    "weight-norm": [
-        (
-            "adjust weight decay 2x (norm grows: too low; collapses: too high) and re-run from the "
-            "checkpoint"
-        )
-    ],
-    "grad-norm-rising": [
-        "halve the learning rate and resume from the checkpoint before the divergence",
-        "check the data stream and init drift (the loss landscape is getting harder)",
-    ],
-    "divergence": ["resume from the checkpoint before the divergence began, with a lower LR"],
-    "plateau": ["check the eval metrics: if they have plateaued too, stop training"],
-    "rank-outlier": [
-        (
-            "inspect the named rank(s): its data shard, its GPU/node health, and its last "
-            "checkpoint shard"
-        ),
-        "exclude or replace the node, then resume from the checkpoint before the onset step",
-    ],
-    "healthy": [],
-    "insufficient-data": [
-        (
-            "log more steps (or the full log) so the {spike_window_steps}- and "
-            "{divergence_window_steps}-step windows can be judged"
-        )
-    ],
+# The remedies' own numbers, from the spec (§2 Q2.4, §1 Q1.4): advice, not detection thresholds.
+REMEDY_NUMBERS: dict[str, float] = {
+    "clip_norm": 0.5,  # the grad-clip threshold to restart with after a spike
+    "clip_value": 100.0,  # clip-by-value bound for an infinite embedding gradient
+    "fp16_max": 65504.0,  # the largest finite fp16 value
 }
+
+# the event words when no run is at hand (`stab explain`)
+GENERIC_EVENT: dict[str, str] = {"start": "the first step of the event", "who": "the outlying rank"}
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One action; kept for a run only when the log shows `needs` and none of `unless`."""
+
+    text: str
+    needs: frozenset[str] = frozenset()
+    unless: frozenset[str] = frozenset()
+
+    def fits(self, shows: frozenset[str]) -> bool:
+        return self.needs <= shows and not (self.unless & shows)
+
+    def condition(self) -> str:
+        """When it applies, in words ('' when always)."""
+        parts = [f"only when the log shows {SHOWS_WORDS[n]}" for n in sorted(self.needs)]
+        parts += [f"not when the log shows {SHOWS_WORDS[n]}" for n in sorted(self.unless)]
+        return "; ".join(parts)
+
+
+def _remedy(text: str, needs: tuple[str, ...] = (), unless: tuple[str, ...] = ()) -> Remedy:
+    return Remedy(text, frozenset(needs), frozenset(unless))
+
+
+# Remedy-table causes that are not a verdict's cause: where a NaN with no spec cause began
+# (the verdict's cause stays None; its remedies follow where the NaN showed first).
+NAN_IN_WEIGHTS = "nan-in-weights"
+NAN_BEFORE_LOGITS = "nan-before-logits"
+
+# kept as names: tests and callers check that a run is (not) told these
+ENABLE_DYNAMIC_SCALING = (
+    "enable dynamic loss scaling, or log the loss scale so that the log shows a scaler at work"
+)
+MOVE_TO_BF16 = "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)"
+
+# fp16
+_ENABLE_SCALER = _remedy(ENABLE_DYNAMIC_SCALING, needs=(SHOWS_NO_SCALE,))
+_TURN_ON_SCALER = _remedy(
+    "turn on dynamic loss scaling: the logged loss scale stayed constant through the overflows "
+    '(PyTorch AMP: a GradScaler; DeepSpeed: "loss_scale": 0; Megatron: leave out --loss-scale)',
+    needs=(SHOWS_SCALE_CONSTANT,),
+)
+_TO_BF16 = _remedy(MOVE_TO_BF16, needs=(SHOWS_FP16,))
+_FIND_OVERFLOWING_OP = _remedy(
+    "find the op that overflows: log the largest |activation| and |gradient| of each layer "
+    "around {start}; above {fp16_max:g} is an fp16 overflow (look at init, the residual-stream "
+    "magnitude and the attention logits)"
+)
+_HALVE_LR_SCALE_HALVING = _remedy(
+    "halve the learning rate: the loss scaler kept halving instead of settling"
+)
+_RESUME_BEFORE_COLLAPSE = _remedy(
+    "resume from the last checkpoint before {start}, where the overflows began: with the scale "
+    "below {min_loss_scale:g}, small fp16 gradients underflow to zero and the updates since lost "
+    "their signal"
+)
+_HALVE_LR_IF_OVERFLOWS_GO_ON = _remedy(
+    "if the overflows keep coming after that, halve the learning rate",
+    needs=(SHOWS_SCALE_MOVING,),
+)
+
+# NaN
+_LOG_SOFTMAX = _remedy(
+    "compute the loss with log_softmax (or cross_entropy on the logits), never "
+    "log(softmax(x)); or add an epsilon inside the log"
+)
+_CLIP_BY_VALUE = _remedy(
+    "if an embedding gradient went infinite, clip gradients by value (+-{clip_value:g}) as well "
+    "as by norm"
+)
+_RERUN_WITH_ANOMALY_DETECTION = _remedy(
+    "resume from the last checkpoint before {start} and re-run that step with anomaly detection "
+    "on, to confirm which op made the NaN"
+)
+_RESUME_BEFORE_NAN = _remedy("resume from the last checkpoint before {start}")
+_FIND_FIRST_NONFINITE_OP = _remedy(
+    "re-run that step in fp32 with a NaN check after each layer to find the first op that goes "
+    "non-finite"
+)
+_BF16_RUNAWAY = _remedy(
+    "a value overflows this dtype only near 3e38: look for one that grows without bound (log "
+    "each layer's activation and gradient norms) or a division by zero",
+    needs=(SHOWS_BF16,),
+)
+_RESUME_AND_CHECKPOINT_OFTEN = _remedy(
+    "resume from the last checkpoint before {start}, and checkpoint more often so that the last "
+    "good one is close to a NaN"
+)
+_FIX_NAN_UPDATE = _remedy(
+    "the weights went non-finite before the loss: the optimizer update wrote the NaN; check the "
+    "optimizer's eps (too small for the dtype), the LR at that step, and clip the grad norm"
+)
+_FIX_NAN_LAYER = _remedy(
+    "look at the first non-finite layer's weights and its input at that step: a normalisation "
+    "dividing by a zero variance, a residual that keeps growing, or a bad init"
+)
+_STRUCTURAL_NAN = _remedy(
+    "if log_softmax, value clipping and loss scaling are already in and the NaN persists, the bug "
+    "is structural: look at the model code and the data, not the numerics"
+)
+
+# spikes
+_INSPECT_LONG_TAIL_BATCH = _remedy(
+    "inspect the batch at {start} for rare or long-tail tokens: the pre-clip grad norm jumped far "
+    "above its trailing mean just before the loss did (`stab postmortem` lists what the log shows)"
+)
+_STRATIFY = _remedy("enable stratified batching, so that such samples are spread across batches")
+_ADD_CLIPPING = _remedy("clip the global grad norm at {clip_norm:g}", unless=(SHOWS_CLIPPING,))
+_LOWER_CLIPPING = _remedy("lower the grad-clip threshold to {clip_norm:g}", needs=(SHOWS_CLIPPING,))
+_FIX_LR_JUMP = _remedy(
+    "fix the LR schedule: the LR jumped just before {start} (look at the scheduler's state after "
+    "a resume, the warmup and step bookkeeping, and any LR changed by hand)"
+)
+_FIX_DATA_LOADER = _remedy(
+    "fix the data loader: the batch at {start} repeats one seen within the "
+    "{duplicate_batch_window_steps} steps before (check the sampler's seed and its position "
+    "after a resume)"
+)
+_RESTORE_FULL_STATE = _remedy(
+    "make the checkpoint save and restore the optimizer moments, the LR scheduler and the data "
+    "cursor: the spike began within {restart_spike_steps} steps of a resume"
+)
+_CONFIRM_RESUME = _remedy(
+    "resume again from that checkpoint with the full state and confirm that the replayed steps "
+    "match the first run (`stab compare`)"
+)
+_RELOAD_BEFORE_SPIKE = _remedy(
+    "reload the last checkpoint before {start}: the loss did not come back within "
+    "{recovery_window_steps} steps, so the optimizer moments after it are suspect; restart from "
+    "it once the cause is fixed"
+)
+_TRACE_UNEXPLAINED_SPIKE = _remedy(
+    "inspect the batch at {start}: nothing in the log explains the spike (grad norm, LR, batch "
+    "id, restarts); log the batch id and per-layer grad norms so that a recurrence can be traced"
+)
+
+# divergence, plateau
+_FIX_RISING_LR = _remedy(
+    "fix the LR schedule: the LR rises after warmup (a cosine written as an inverse cosine, or a "
+    "warmup that never ends)"
+)
+_LOWER_PEAK_LR = _remedy(
+    "lower the peak LR below the LR at which the loss turned up, or lengthen the warmup"
+)
+_ADJUST_WEIGHT_DECAY = _remedy(
+    "change the weight decay by 2x: raise it if the weight norm grew, lower it if the norm "
+    "collapsed"
+)
+_HALVE_LR_HARDER_LANDSCAPE = _remedy(
+    "halve the learning rate: the grad norm's moving average is rising (the loss landscape is "
+    "getting harder)"
+)
+_CHECK_DATA_AND_INIT = _remedy("check the data stream from {start}, and the weights for init drift")
+_HALVE_LR_NO_CAUSE = _remedy(
+    "halve the learning rate (no cause shows in the logged series; log the LR, the weight norms "
+    "and the grad norm where they are missing)"
+)
+_RESUME_BEFORE_RISE = _remedy(
+    "resume from the last checkpoint before {start}, where the rise began"
+)
+_CHECK_EVAL = _remedy(
+    "check the eval loss over the same steps: if it has stopped improving too, stop training or "
+    "decay the LR"
+)
+_KEEP_TRAINING = _remedy("if the eval loss still improves, keep training and check again later")
+
+# ranks, short logs
+_RANK_HOST = _remedy(
+    "on the host that ran {who}, look for hardware faults around {start}: ECC and Xid errors "
+    "(nvidia-smi -q -d ECC, dmesg), thermal throttling, NCCL warnings in that rank's log"
+)
+_RANK_SHARD = _remedy(
+    "check {who}'s data shard: the files or sample indices it read from {start} (duplicated, "
+    "empty or mis-tokenised batches move one rank's loss away from the rest)"
+)
+_RANK_EXCLUDE = _remedy(
+    "exclude or replace that node and resume from the last checkpoint before {start}"
+)
+_LOG_MORE = _remedy(
+    "log more steps (or pass the full log) so that the {spike_window_steps}- and "
+    "{divergence_window_steps}-step windows can be judged"
+)
+
+_LONG_TAIL_FIX = (_INSPECT_LONG_TAIL_BATCH, _STRATIFY, _ADD_CLIPPING, _LOWER_CLIPPING)
+_RESUME_FIX = (_RESTORE_FULL_STATE, _CONFIRM_RESUME)
+_COLLAPSE = (
+    _FIND_OVERFLOWING_OP,
+    _HALVE_LR_SCALE_HALVING,
+    _TO_BF16,
+    _RESUME_BEFORE_COLLAPSE,
+)
+_UNABSORBED_OVERFLOW = (_ENABLE_SCALER, _TURN_ON_SCALER, _FIND_OVERFLOWING_OP, _TO_BF16)
+
+# (verdict, cause) -> the remedies, the cause's fix first, then what to do about the damage
+REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
+    ("nan", "log-of-zero"): (_LOG_SOFTMAX, _CLIP_BY_VALUE, _RERUN_WITH_ANOMALY_DETECTION),
+    ("nan", "activation-overflow"): (
+        _FIND_OVERFLOWING_OP,
+        _ENABLE_SCALER,
+        _TURN_ON_SCALER,
+        _TO_BF16,
+        _HALVE_LR_IF_OVERFLOWS_GO_ON,
+        _RESUME_BEFORE_NAN,
+    ),
+    ("nan", NAN_IN_WEIGHTS): (
+        _RESUME_AND_CHECKPOINT_OFTEN,
+        _FIX_NAN_UPDATE,
+        _FIND_FIRST_NONFINITE_OP,
+    ),
+    ("nan", NAN_BEFORE_LOGITS): (_RESUME_BEFORE_NAN, _FIX_NAN_LAYER, _FIND_FIRST_NONFINITE_OP),
+    ("nan", None): (_RESUME_BEFORE_NAN, _FIND_FIRST_NONFINITE_OP, _BF16_RUNAWAY, _STRUCTURAL_NAN),
+    ("rank-outlier", None): (_RANK_HOST, _RANK_SHARD, _RANK_EXCLUDE),
+    # a persistent spike leaves the optimizer state suspect: back to the checkpoint first (Q2.4)
+    ("spike-persistent", "long-tail-token"): (_RELOAD_BEFORE_SPIKE, *_LONG_TAIL_FIX),
+    ("spike-persistent", "lr-discontinuity"): (_RELOAD_BEFORE_SPIKE, _FIX_LR_JUMP),
+    ("spike-persistent", "duplicate-batch"): (_RELOAD_BEFORE_SPIKE, _FIX_DATA_LOADER),
+    # the resume itself lost the state: resuming again, with all of it, is the repair
+    ("spike-persistent", "optimizer-reset"): _RESUME_FIX,
+    # spec Q2.4: with no cause seen, the generic repair
+    ("spike-persistent", None): (
+        _RELOAD_BEFORE_SPIKE,
+        _TRACE_UNEXPLAINED_SPIKE,
+        _ADD_CLIPPING,
+        _LOWER_CLIPPING,
+        _STRATIFY,
+    ),
+    ("spike-recoverable", "long-tail-token"): _LONG_TAIL_FIX,
+    ("spike-recoverable", "lr-discontinuity"): (_FIX_LR_JUMP,),
+    ("spike-recoverable", "duplicate-batch"): (_FIX_DATA_LOADER,),
+    ("spike-recoverable", "optimizer-reset"): _RESUME_FIX,
+    ("spike-recoverable", None): (_TRACE_UNEXPLAINED_SPIKE,),
+    ("loss-scale-collapsed", "activation-overflow"): _COLLAPSE,
+    ("loss-scale-collapsed", None): _COLLAPSE,
+    ("loss-scale-static", None): (_TURN_ON_SCALER, _TO_BF16, _FIND_OVERFLOWING_OP),
+    ("fp16-overflow", "activation-overflow"): _UNABSORBED_OVERFLOW,
+    ("fp16-overflow", None): _UNABSORBED_OVERFLOW,
+    ("divergence", "lr-increasing"): (_FIX_RISING_LR, _RESUME_BEFORE_RISE),
+    ("divergence", "lr-too-high"): (_LOWER_PEAK_LR, _RESUME_BEFORE_RISE),
+    ("divergence", "weight-norm"): (_ADJUST_WEIGHT_DECAY, _RESUME_BEFORE_RISE),
+    ("divergence", "grad-norm-rising"): (
+        _HALVE_LR_HARDER_LANDSCAPE,
+        _CHECK_DATA_AND_INIT,
+        _RESUME_BEFORE_RISE,
+    ),
+    ("divergence", None): (_HALVE_LR_NO_CAUSE, _RESUME_BEFORE_RISE),
+    ("plateau", None): (_CHECK_EVAL, _KEEP_TRAINING),
+    ("insufficient-data", None): (_LOG_MORE,),
+    ("healthy", None): (),
+}
+
+
+def remedy_rows(verdict: str, cause: str | None) -> tuple[Remedy, ...]:
+    """The row for a verdict and its cause (the verdict's own row when the cause has none)."""
+    return REMEDY_TABLE.get((verdict, cause)) or REMEDY_TABLE.get((verdict, None), ())
+
+
+def fill_remedy(remedy: Remedy, thresholds: Thresholds, event: dict[str, str] | None = None) -> str:
+    """A remedy's text with the thresholds in force, the remedy numbers and the event's words."""
+    values: dict[str, Any] = {f.name: getattr(thresholds, f.name) for f in fields(thresholds)}
+    values |= REMEDY_NUMBERS | GENERIC_EVENT | (event or {})
+    return remedy.text.format_map(values)
+
+
+def remedies_for(
+    verdict: str,
+    cause: str | None,
+    thresholds: Thresholds,
+    shows: frozenset[str],
+    event: dict[str, str] | None = None,
+) -> list[str]:
+    """The remedies for this verdict and cause that the log does not show already in place.
+
+    `shows` is what the log shows (`SHOWS_*`); `event` names where the event began (`start`)
+    and, for a rank, which (`who`). No text appears twice.
+    """
+    texts = [
+        fill_remedy(r, thresholds, event) for r in remedy_rows(verdict, cause) if r.fits(shows)
+    ]
+    return list(dict.fromkeys(texts))
+
+
+def remedy_causes(verdict: str) -> list[str | None]:
+    """The causes the table has a row for under this verdict (None: the verdict's own row)."""
+    return [cause for (v, cause) in REMEDY_TABLE if v == verdict]
+
 
 _CAUSE_TEXT: dict[str, str] = {
     "long-tail-token": (
@@ -239,6 +450,17 @@ _CAUSE_TEXT: dict[str, str] = {
         "the spike began right after a restart: optimizer/scheduler/data state was not restored"
     ),
     "lr-increasing": "the learning rate rises after warmup: schedule misconfigured",
+    NAN_IN_WEIGHTS: (
+        "a weight norm went non-finite before the loss did: the optimizer update wrote NaN into "
+        "the weights (optimizer eps, LR), not log(0)"
+    ),
+    NAN_BEFORE_LOGITS: (
+        "the first non-finite layer comes before the logits: not log(0) in the loss; that layer's "
+        "weights or input"
+    ),
+    "lr-too-high": (
+        "the loss turned up while warmup was still raising the LR: the peak LR is too high"
+    ),
     "weight-norm": (
         "a weight norm changed more than {weight_norm_ratio:g}x: weight decay too low or too high"
     ),
@@ -250,13 +472,15 @@ _CAUSE_TEXT: dict[str, str] = {
         "fp32 NaN: almost always log(0) in the loss (a probability driven to exactly 0) or 0/0 in "
         "the reduction"
     ),
-    "activation-overflow": "fp16: an activation exceeded 65504",
+    "activation-overflow": "fp16: an activation exceeded {fp16_max:g}",
 }
 
 
 def fill(text: str, thresholds: Thresholds) -> str:
-    """A text with its `{field}` placeholders filled from these thresholds."""
-    return text.format_map({f.name: getattr(thresholds, f.name) for f in fields(thresholds)})
+    """A text with its `{field}` placeholders filled from these thresholds (and the remedy
+    numbers)."""
+    values = {f.name: getattr(thresholds, f.name) for f in fields(thresholds)}
+    return text.format_map(REMEDY_NUMBERS | values)
 
 
 def questions(thresholds: Thresholds) -> dict[str, str]:
@@ -272,18 +496,219 @@ def verdicts(thresholds: Thresholds) -> dict[str, tuple[str | None, str, str]]:
     }
 
 
-def remedies(thresholds: Thresholds) -> dict[str, list[str]]:
-    """Verdict or cause -> its remedies, with the thresholds in force."""
-    return {key: [fill(r, thresholds) for r in items] for key, items in _REMEDIES.items()}
-
-
 def cause_texts(thresholds: Thresholds) -> dict[str, str]:
     """Cause code -> what it means, with the thresholds in force."""
     return {cause: fill(text, thresholds) for cause, text in _CAUSE_TEXT.items()}
 
 
+# What each answer of a question leads to (`stab explain Q2.3`): the next question, or what to do.
+_QUESTION_NEXT: dict[str, str] = {
+    "R": (
+        "yes: the verdict is rank-outlier; check that rank's host and data shard (`stab ranks` "
+        "gives the detail). No: the mean speaks for every rank."
+    ),
+    "Q1.1": (
+        "yes: the verdict is nan, and Q1.2 and Q1.3 read where it came from. No: go on to the "
+        "spike questions."
+    ),
+    "Q1.2": (
+        "fp32: look for log(0) in the loss or 0/0 in its reduction; fp16: an activation passed "
+        "{fp16_max:g}, see the loss-scale questions; bf16: look for a value that grows without "
+        "bound; unknown: pass --dtype."
+    ),
+    "Q1.3": "fix that layer first: look at its weights and at its input at that step.",
+    "Q1.4": (
+        "use log_softmax, not log(softmax); clip gradients by value (+-{clip_value:g}) as well "
+        "as by norm; for an fp16 overflow, dynamic loss scaling or bf16. If all of them are in "
+        "and the NaN persists, the bug is structural."
+    ),
+    "Q2.1": "yes: Q2.2 asks whether it recovered. No: no spike to act on.",
+    "Q2.2": (
+        "yes: find its cause (Q2.3) before it recurs. No: the optimizer state is suspect; "
+        "reload the last checkpoint before the spike (Q2.4)."
+    ),
+    "Q2.3": (
+        "a grad-norm jump: inspect that batch for rare tokens, stratify batches, clip the grad "
+        "norm; an LR jump: fix the schedule; a repeated batch: fix the data loader; a resume "
+        "just before: restore the optimizer, scheduler and data state with the weights."
+    ),
+    "Q2.4": (
+        "fix the cause as for Q2.3, then reload the last checkpoint before the spike and "
+        "restart; with no cause seen, also clip the grad norm at {clip_norm:g} and stratify "
+        "batches."
+    ),
+    "Q3.1": "yes: Q3.2 reads what the loss scaler did about it. No: nothing to do here.",
+    "Q3.2": (
+        "halving and recovering: the scaler is working, nothing to do; constant: turn on dynamic "
+        "loss scaling; collapsed below {min_loss_scale:g}: find the op that overflows, halve the "
+        "LR or move to bf16."
+    ),
+    "Q3.3": (
+        "first non-finite in the gradients with the loss finite: an fp16 overflow (see Q3.2); "
+        "first in the loss: a NaN of the loss itself (see Q1.2). Re-running the step in fp32 "
+        "tells them apart."
+    ),
+    "Q3.4": (
+        "turn on dynamic loss scaling if the scale never moves; halve the LR if the scale keeps "
+        "collapsing; or move fp16 -> bf16."
+    ),
+    "Q4.1": "yes: Q4.2-Q4.4 look for its cause. No: no divergence to act on.",
+    "Q4.2": (
+        "yes: fix the LR schedule (or lower the peak LR when the loss turned up during warmup), "
+        "then resume from the checkpoint before the rise."
+    ),
+    "Q4.3": (
+        "yes: change the weight decay by 2x (raise it if the norm grew, lower it if it "
+        "collapsed), then resume from the checkpoint before the rise."
+    ),
+    "Q4.4": (
+        "yes: halve the LR and check the data stream. No to Q4.2-Q4.4: a plateau; check the "
+        "eval loss and stop if it has stopped improving too."
+    ),
+}
+
+# Every finding code a rule emits, in plain words: (what it means, what to do).
+_FINDING_TEXT: dict[str, tuple[str, str]] = {
+    "rank-outlier": (
+        "one data-parallel rank's loss sits {rank_z:g} robust sigmas or more from the other "
+        "ranks' median for {rank_persist_steps} logged steps or more",
+        "check that rank's host (ECC and Xid errors, throttling, NCCL warnings) and its data "
+        "shard; exclude the node and resume from before its onset",
+    ),
+    "rank-nonfinite": (
+        "one rank reports NaN or Inf while the others are finite",
+        "look at that rank's host and data shard first: the non-finite values begin there",
+    ),
+    "rank-silent": (
+        "a rank stopped logging before the others",
+        "look at that rank's own log for a crash, a hang or a killed process",
+    ),
+    "straggler": (
+        "a rank's throughput lags the others' (below {straggler_ratio:g}x their median)",
+        "check that host for throttling, a slow disk or network link, or a noisy neighbour",
+    ),
+    "throughput-drop": (
+        "tokens per second fell by {throughput_drop_frac:.0%} or more and stayed down",
+        "look for what changed at that step: a host, the data pipeline, checkpointing, or "
+        "contention on the machine",
+    ),
+    "restart": (
+        "the step went backwards: the run was resumed from a checkpoint here",
+        "nothing, unless a spike follows it (then see optimizer-reset); the replayed steps are "
+        "compared with the abandoned ones",
+    ),
+    "restart-replay": (
+        "after a resume, the replayed steps compared with the abandoned trajectory: within "
+        "{noise_band_sigmas:g}x the noise band, or not",
+        "a replay that departs means the resume lost state: save and restore the optimizer "
+        "moments, LR scheduler and data cursor with the weights",
+    ),
+    "nan": (
+        "the loss (or a series that shows it, like the grad norm) went NaN or Inf",
+        "see the verdict nan: what to do depends on the dtype and on where the NaN began",
+    ),
+    "spike": (
+        "a loss spike: the loss rose above the trailing {spike_window_steps}-step mean + "
+        "{spike_sigma:g} sigma and met the materiality bar",
+        "if it came back within {recovery_window_steps} steps, fix its cause; if not, also "
+        "reload the last checkpoint before it (see spike-recoverable and spike-persistent)",
+    ),
+    "recurring-spikes": (
+        "several one-point spikes of one character with no evident cause, reported as one",
+        "log the batch id and per-layer grad norms so that the batches behind them can be found",
+    ),
+    "blip": (
+        "one isolated, moderate point above the spike bar with no cause: noise, not a spike",
+        "nothing; it is listed so that nothing is hidden",
+    ),
+    "loss-jump": (
+        "in a log too short for the spike window, the loss jumped {short_log_loss_jump_ratio:g}x "
+        "or more between two points",
+        "log more steps so that the spike rule can judge it; meanwhile look at that step's batch",
+    ),
+    "grad-norm-jump": (
+        "in a log too short for the spike window, the grad norm jumped "
+        "{short_log_grad_norm_jump_ratio:g}x or more between two points",
+        "log more steps so that the spike rule can judge it",
+    ),
+    "lr-jump": (
+        "the learning rate changed abruptly between two logged points",
+        "check that the schedule meant it: a resume that lost the scheduler state, or a "
+        "warmup restarted, jumps the LR",
+    ),
+    "grad-norm-spike": (
+        "the pre-clip grad norm went {grad_norm_outlier_ratio:g}x or more above its trailing "
+        "median, with or without a loss spike",
+        "inspect that step's batch for rare or long-tail tokens; clipping absorbs one, a series "
+        "of them needs stratified batching",
+    ),
+    "duplicate-batch": (
+        "a batch id repeated one seen within the {duplicate_batch_window_steps} steps before",
+        "fix the data loader: the sampler's seed and its position after a resume",
+    ),
+    "fp16-overflow": (
+        "fp16 overflows that the log does not show a loss scaler absorbing",
+        "enable dynamic loss scaling (or log the loss scale), find the op that overflows, or "
+        "move to bf16",
+    ),
+    "loss-scale-halving": (
+        "the fp16 loss scaler halved its scale after overflows and training went on: the "
+        "scaler doing its job",
+        "nothing, as long as the scale stays at or above {min_loss_scale:g}",
+    ),
+    "loss-scale-static": (
+        "overflows happened while the loss scale stayed constant: dynamic loss scaling is off",
+        "turn on dynamic loss scaling, or move to bf16",
+    ),
+    "loss-scale-collapsed": (
+        "the fp16 loss scale fell below {min_loss_scale:g}: overflow on nearly every step",
+        "find the op that overflows, halve the learning rate, or move to bf16; resume from "
+        "before the overflows began",
+    ),
+    "lr-increasing": (
+        "the learning rate rises after warmup",
+        "fix the schedule: a cosine written as an inverse cosine, or a warmup that never ends",
+    ),
+    "weight-norm-change": (
+        "a parameter group's weight norm changed more than {weight_norm_ratio:g}x within "
+        "{divergence_window_steps} steps",
+        "change the weight decay by 2x: raise it if the norm grew, lower it if it collapsed",
+    ),
+    "divergence": (
+        "the loss rose over a {divergence_window_steps}-step window and never came back to the "
+        "level where the rise began",
+        "see the verdict divergence: fix its cause and resume from the checkpoint before the rise",
+    ),
+    "plateau": (
+        "the loss drifted up by less than {divergence_min_rise_frac:.0%} with no cause in the "
+        "LR, the weight norm or the grad norm",
+        "check the eval loss: if it has stopped improving too, stop training or decay the LR",
+    ),
+    "loss-rise": (
+        "the loss rose over a window, then the run undid the rise: not a divergence",
+        "nothing; it is listed so that nothing is hidden",
+    ),
+    "grad-norm-rising": (
+        "the grad norm's moving average is rising: the loss landscape is getting harder",
+        "halve the learning rate if the loss rises with it; check the data stream",
+    ),
+}
+
+
+def question_next(thresholds: Thresholds) -> dict[str, str]:
+    """Question id -> what its answers lead to, with the thresholds in force."""
+    return {q: fill(text, thresholds) for q, text in _QUESTION_NEXT.items()}
+
+
+def finding_texts(thresholds: Thresholds) -> dict[str, tuple[str, str]]:
+    """Finding code -> (what it means, what to do), with the thresholds in force."""
+    return {
+        code: (fill(meaning, thresholds), fill(todo, thresholds))
+        for code, (meaning, todo) in _FINDING_TEXT.items()
+    }
+
+
 # the texts with the default thresholds (`stab explain`)
 QUESTIONS: dict[str, str] = questions(Thresholds())
 VERDICTS: dict[str, tuple[str | None, str, str]] = verdicts(Thresholds())
-REMEDIES: dict[str, list[str]] = remedies(Thresholds())
 CAUSE_TEXT: dict[str, str] = cause_texts(Thresholds())

@@ -12,20 +12,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.classify.questions import (
-    REMEDY_NEEDS,
+    NAN_BEFORE_LOGITS,
+    NAN_IN_WEIGHTS,
+    SHOWS_BF16,
+    SHOWS_CLIPPING,
+    SHOWS_FP16,
+    SHOWS_NO_SCALE,
+    SHOWS_SCALE_CONSTANT,
+    SHOWS_SCALE_MOVING,
     VERDICT_ORDER,
     VERDICTS,
     cause_texts,
-    remedies,
+    remedies_for,
 )
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.nan import forward_order_key
 from stabilitycli.detect.ranks.rule import RANK_CODES
 from stabilitycli.detect.spike import SpikeEvent, baseline_text
+from stabilitycli.metric_names import words
 from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
+
+
+@dataclass(frozen=True)
+class _Applies:
+    """A verdict that applies: its cause, its summary, and what its remedies are keyed by."""
+
+    cause: str | None
+    summary: str
+    start: int | None = None  # the step where the event began, named in its remedies
+    rank: int | None = None  # the rank a rank-outlier remedy names
+    # the remedy table's cause when it differs from the verdict's (a rise within warmup)
+    remedy_cause: str | None = None
+
+    def event(self) -> dict[str, str]:
+        """The event's words for the remedy texts (`{start}`, `{who}`)."""
+        words = {} if self.start is None else {"start": f"step {self.start}"}
+        return words | ({} if self.rank is None else {"who": f"rank {self.rank}"})
 
 
 @dataclass
@@ -40,8 +65,8 @@ class _Walk:
     skipped: dict[str, str]  # rule code -> why it could not run
     not_run: tuple[str, ...]  # rule codes left out by --select/--ignore
     path: list[PathStep] = field(default_factory=list)
-    # verdict code -> (cause, summary[, remedy key when it differs from the cause])
-    applies: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # verdict code -> why it applies
+    applies: dict[str, _Applies] = field(default_factory=dict)
 
     def ask(self, question: str, answer: str, evidence: str) -> None:
         self.path.append(PathStep(question, answer, evidence))
@@ -83,7 +108,9 @@ def _ranks(w: _Walk) -> None:
         ranks = sorted({f.rank for f in errors if f.rank is not None})
         others = [r for r in ranks if r != errors[0].rank]
         also = f"; also rank(s) {', '.join(map(str, others))}" if others else ""
-        w.applies["rank-outlier"] = (None, errors[0].message + also)
+        w.applies["rank-outlier"] = _Applies(
+            None, errors[0].message + also, start=errors[0].step, rank=errors[0].rank
+        )
 
 
 def _nan(w: _Walk) -> None:
@@ -99,7 +126,7 @@ def _nan(w: _Walk) -> None:
     f = w.by_code["nan"][0]
     ev = f.evidence
     w.ask("Q1.1", "yes", f.message)
-    cause, reading = _nan_reading(w.source, w.facts)
+    cause, reading, remedy_cause = _nan_reading(w.source, w.facts)
     w.ask("Q1.2", w.source.dtype or "unknown", reading)
     if ev.get("origin"):
         before = ev["origin_evidence"].get("input_layer")
@@ -113,7 +140,7 @@ def _nan(w: _Walk) -> None:
         (r.rank for r in w.findings if r.code == "rank-nonfinite" and r.rank is not None),
         None,
     )
-    w.applies["nan"] = (
+    w.applies["nan"] = _Applies(
         cause,
         (
             f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
@@ -124,6 +151,8 @@ def _nan(w: _Walk) -> None:
         + (f", first on rank {first_rank}" if first_rank is not None else "")
         + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
         + (f"; {cause_texts(w.thresholds)[cause]}" if cause else ""),
+        start=int(ev["first_step"]),
+        remedy_cause=remedy_cause,
     )
 
 
@@ -162,28 +191,31 @@ def _spikes(w: _Walk) -> None:
     question = "Q2.4" if persistent else "Q2.3"
     w.ask(question, lead.cause or "no evident cause", _cause_text(lead, w.thresholds))
     for spike in persistent[:1]:
-        w.applies["spike-persistent"] = (
+        w.applies["spike-persistent"] = _Applies(
             spike.cause,
             f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
             f"did not recover within {spike.recovery_horizon_steps} steps "
             f"(type {spike.spike_type})",
+            start=spike.onset_step,
         )
     for spike in recoverable[:1]:
         if recurring and spike.onset_step == recurring["steps"][0]:
-            w.applies["spike-recoverable"] = (
+            w.applies["spike-recoverable"] = _Applies(
                 None,
                 f"{recurring['count']} one-point loss spikes with no evident cause "
                 f"({recurring['ratio_min']:.2f}-{recurring['ratio_max']:.2f}x the trailing mean, "
                 f"steps {recurring['steps'][0]}-{recurring['steps'][-1]}), each back at baseline "
                 f"within {recurring['longest_recovery_steps']} steps",
+                start=spike.onset_step,
             )
             continue
-        w.applies["spike-recoverable"] = (
+        w.applies["spike-recoverable"] = _Applies(
             spike.cause,
             f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
             f"recovered in {spike.recovery_steps} steps",
+            start=spike.onset_step,
         )
 
 
@@ -213,7 +245,8 @@ def _mixed_precision(w: _Walk) -> None:
         if code in w.by_code:
             answer = code
             cause = "activation-overflow" if code != "loss-scale-static" else None
-            w.applies[code] = (cause, w.by_code[code][0].message)
+            finding = w.by_code[code][0]
+            w.applies[code] = _Applies(cause, finding.message, start=_first_overflow(finding))
             break
     w.ask("Q3.2", answer, scale_text)
 
@@ -260,24 +293,35 @@ def _divergence(w: _Walk) -> None:
         if in_warmup
         else ""
     )
-    w.applies[code] = (cause, f.message + warmup_text, "lr-too-high" if in_warmup else cause)
+    w.applies[code] = _Applies(
+        cause,
+        f.message + warmup_text,
+        start=int(ev["start_step"]),
+        remedy_cause="lr-too-high" if in_warmup else None,
+    )
 
 
 def _verdict(w: _Walk) -> Verdict:
     path, findings = w.path, w.findings
     for code in VERDICT_ORDER:
         if code in w.applies:
-            cause, summary, *remedy_key = w.applies[code]
+            applies = w.applies[code]
             section, severity, _ = VERDICTS[code]
-            key = remedy_key[0] if remedy_key else cause
-            texts = remedies(w.thresholds)
-            remedy = list(texts.get(key or "", [])) if key else []
-            if code == "nan" and cause is None:
-                remedy = list(texts["nan-unknown"])
-            remedy += [r for r in texts.get(code, []) if r not in remedy]
-            remedy = [r for r in remedy if _remedy_fits(r, w)]
+            remedy = remedies_for(
+                code,
+                applies.remedy_cause or applies.cause,
+                w.thresholds,
+                log_shows(w.source, w.facts.overflow),
+                applies.event(),
+            )
             return Verdict(
-                code, cause, section, _sentence(summary), path, remedy, Severity.parse(severity)
+                code,
+                applies.cause,
+                section,
+                _sentence(applies.summary),
+                path,
+                remedy,
+                Severity.parse(severity),
             )
     # the spike baseline is the shortest window: a log too short for it cannot be called healthy
     unanswered = [code for code in _TREE_RULES if code in w.skipped]
@@ -294,7 +338,9 @@ def _verdict(w: _Walk) -> Verdict:
             None,
             _sentence(summary),
             path,
-            list(remedies(w.thresholds)["insufficient-data"]),
+            remedies_for(
+                "insufficient-data", None, w.thresholds, log_shows(w.source, w.facts.overflow)
+            ),
             Severity.INFO,
         )
     notes = [f for f in findings if f.severity == Severity.WARNING]
@@ -311,18 +357,42 @@ def _verdict(w: _Walk) -> Verdict:
 _TREE_RULES = ("nan", "spike", "divergence")
 
 
-def _remedy_fits(remedy: str, w: _Walk) -> bool:
-    """Whether the run's evidence shows what a remedy needs (questions.REMEDY_NEEDS)."""
-    need = REMEDY_NEEDS.get(remedy)
-    if need == "fp16":
-        return w.source.dtype == "fp16"
-    if need == "no-moving-scale":
-        overflow = w.facts.overflow or {}
-        return not (overflow.get("scale_drops", 0) or overflow.get("scale_rises", 0))
-    return True
+def log_shows(source: SourceInfo, overflow: dict[str, Any] | None) -> frozenset[str]:
+    """What the log shows of the run's set-up, for picking remedies (`questions.SHOWS_*`).
+
+    A remedy for what is already in place is left out: a loss scale that moves
+    means a dynamic scaler is at work; a grad norm logged as the pre-clip one
+    means the run clips. `overflow` is §3's summary of the scaler (None when §3
+    did not run: not an fp16 run).
+    """
+    shows = set()
+    if source.dtype == "fp16":
+        shows.add(SHOWS_FP16)
+    elif source.dtype == "bf16":
+        shows.add(SHOWS_BF16)
+    if overflow is not None:  # §3 ran: it read the scaler's series and messages
+        if overflow.get("scale_drops", 0) or overflow.get("scale_rises", 0):
+            shows.add(SHOWS_SCALE_MOVING)
+        elif overflow.get("has_scale"):
+            shows.add(SHOWS_SCALE_CONSTANT)
+        elif not overflow.get("has_messages"):
+            shows.add(SHOWS_NO_SCALE)
+    grad_key = set(words(source.metrics.get("grad_norm", "")))
+    if grad_key & {"preclip", "unclipped"} or {"pre", "clip"} <= grad_key:
+        shows.add(SHOWS_CLIPPING)
+    return frozenset(shows)
 
 
-def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
+def _first_overflow(finding: Finding) -> int | None:
+    """The step where a §3 finding's overflows began."""
+    ev = finding.evidence
+    first = ev.get("first_overflow_step") or ev.get("first_step") or finding.step
+    return int(first) if first is not None else None
+
+
+def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str | None]:
+    """(cause, what the dtype makes of the NaN, the remedy table's cause when the spec names
+    none but where the NaN began says what to fix)."""
     dtype = source.dtype
     # §3 leaves overflow facts only when it judged the run fp16 (stated, or by its own series)
     overflow = (facts.overflow or {}).get("overflows", 0)
@@ -331,29 +401,39 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str]:
         return (
             "activation-overflow",
             f"fp16 ({origin}): an activation exceeded 65504 -> see §3",
+            None,
         )
     if dtype == "fp32":
         nan = facts.nan or {}
         early = nan.get("earliest_nonfinite")
         layer = nan.get("origin")
         if early and early["series"].startswith("param_norm"):
-            return None, (
+            return (
+                None,
                 f"fp32, but {early['series']} was non-finite from step {early['step']}, "
                 "before the loss: the update wrote NaN into the weights (optimizer eps, LR), "
-                "not log(0)"
+                "not log(0)",
+                NAN_IN_WEIGHTS,
             )
         if layer and forward_order_key(layer) < _LOGITS_STAGE:
-            return None, (
+            return (
+                None,
                 f"fp32, but the first non-finite layer is {layer}, before the logits: "
-                "not log(0) in the loss; look at that layer's weights and inputs"
+                "not log(0) in the loss; look at that layer's weights and inputs",
+                NAN_BEFORE_LOGITS,
             )
-        return "log-of-zero", "fp32: almost always log(0) in the loss or 0/0 in its reduction"
+        return (
+            "log-of-zero",
+            "fp32: almost always log(0) in the loss or 0/0 in its reduction",
+            None,
+        )
     if dtype == "bf16":
-        return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed"
+        return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed", None
     return (
         None,
         "dtype unknown (no manifest, run parameter or flag states it, and no loss scaler is "
         "seen at work): pass --dtype to refine",
+        None,
     )
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli.classify.questions import cause_texts, remedies
+from stabilitycli.classify.questions import cause_texts, remedies_for
+from stabilitycli.classify.tree import log_shows
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import median_interval, trailing_stats, value_at_or_before
@@ -51,6 +52,11 @@ class Incident:
     expects: list[str]  # the same bounds as `stab compare --expect` expressions
     cost: Cost
     rerun: bool = True  # the verification is a re-run from a checkpoint (not: a longer log)
+    # the verdict this event would be on its own, its cause and first step: its remedies are
+    # the remedy table's row for them (the verdict's own list when it is the verdict's event)
+    verdict: str | None = None
+    cause: str | None = None
+    start: int | None = None
 
 
 @dataclass
@@ -108,8 +114,40 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
         if finding.code == "divergence":
             pm.incidents.append(_divergence_incident(finding, view, thresholds))
     pm.incidents += verdicts.incidents(analysis, view, thresholds)
+    _remedies_from_the_table(pm, analysis, view, thresholds)
     pm.notes = [*src.warnings, *(f"{s.code}: {s.reason}" for s in analysis.skipped)]
     return pm
+
+
+def _remedies_from_the_table(
+    pm: Postmortem, analysis: Analysis, view: SeriesView, thr: Thresholds
+) -> None:
+    """Every incident's remediation from the one remedy table.
+
+    The incident that is the verdict's event shows the verdict's remedies as they
+    are (the terminal, JSON, JUnit and Markdown show the same list); any other
+    incident gets the table's row for the verdict it would be on its own.
+    """
+    shows = log_shows(view.source, _scaler_summary(view))
+    lead = next((i for i in pm.incidents if i.verdict == analysis.verdict.code), None)
+    for inc in pm.incidents:
+        if inc is lead:
+            inc.remediation = list(analysis.verdict.remediation)
+        elif inc.verdict is not None and inc.kind != "rank":
+            event = {} if inc.start is None else {"start": f"step {inc.start}"}
+            inc.remediation = remedies_for(inc.verdict, inc.cause, thr, shows, event)
+
+
+def _scaler_summary(view: SeriesView) -> dict[str, Any] | None:
+    """What the log shows of a loss scaler, as §3 summarises it (None: §3 does not apply)."""
+    if view.source.dtype not in (None, "fp16"):
+        return None
+    has_scale = view.has("loss_scale")
+    moves = 0
+    if has_scale:
+        scale = view.finite_points("loss_scale")[1]
+        moves = int(np.count_nonzero(np.diff(scale)))
+    return {"has_scale": has_scale, "scale_drops": moves, "has_messages": view.has("overflow")}
 
 
 # ---------------------------------------------------------------- numbers
@@ -248,17 +286,7 @@ def _spike_incident(
         )
     supported = [h for h in hyps if h.status == "supported"]
     root = next((h.root_sentence for h in supported if h.root_sentence), None)
-    remediation = next((list(h.remediation) for h in supported if h.remediation), [])
-    if not recovered:
-        remediation.insert(
-            0,
-            f"reload the last checkpoint before step {onset} "
-            "(optimizer moments after it are suspect)",
-        )
-    if not remediation:
-        remediation = [
-            f"inspect the batch at step {onset} (no cause in the logged series); then decide"
-        ]
+    causes = ev.get("causes") or []
     verification, expects = _spike_checks(view, ev, grad, thr, after, recovered)
     end = ev.get("recovery_step") if recovered else None
     return Incident(
@@ -269,10 +297,13 @@ def _spike_incident(
         symptoms=symptoms,
         hypotheses=hyps,
         root_cause=root,
-        remediation=remediation,
+        remediation=[],  # from the remedy table (build)
         verification=verification,
         expects=expects,
         cost=_cost(view, onset, end),
+        verdict="spike-recoverable" if recovered else "spike-persistent",
+        cause=causes[0]["cause"] if causes else None,
+        start=onset,
     )
 
 
@@ -367,8 +398,6 @@ def _nan_incident(
     if root is None and cause:
         text = cause_texts(thr)[cause]
         root = text[:1].upper() + text[1:] + "."
-    remediation = [f"revert to the most recent checkpoint before step {first}"]
-    remediation += next((list(h.remediation) for h in supported if h.remediation), [])
     verification, expects = _nan_checks(view, first, thr)
     return Incident(
         kind="nan",
@@ -376,12 +405,15 @@ def _nan_incident(
         symptoms=symptoms,
         hypotheses=hyps,
         root_cause=root,
-        remediation=remediation,
+        remediation=[],  # from the remedy table (build)
         verification=verification,
         expects=expects,
         cost=_cost(
             view, first, None if not _finite_after(view, first) else _finite_after(view, first)
         ),
+        verdict="nan",
+        cause=cause,
+        start=first,
     )
 
 
@@ -459,9 +491,6 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
         )
         for c in causes
     ]
-    remediation = [f"resume from the checkpoint before step {start}"]
-    if causes:
-        remediation += remedies(thr).get(causes[0]["cause"], [])[:1]
     bound = round_up(float(ev["start_level"]))
     last = int(view.steps[-1])
     return Incident(
@@ -470,8 +499,11 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
         symptoms=symptoms,
         hypotheses=hyps,
         root_cause=hyps[0].root_sentence if hyps else None,
-        remediation=remediation,
+        remediation=[],  # from the remedy table (build)
         verification=[f"loss at step {last} < {bound:g} (below the level where the rise began)"],
         expects=[f"loss@{last}<{bound:g}"],
         cost=_cost(view, start, None),
+        verdict="divergence",
+        cause=causes[0]["cause"] if causes else None,
+        start=start,
     )

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from stabilitycli.config import Thresholds
-from stabilitycli.model import Analysis, Finding
+from stabilitycli.model import Analysis, Finding, Severity
 from stabilitycli.postmortem.data import (
     Cost,
     Incident,
@@ -280,6 +280,9 @@ def _rank_incident(f: Finding, view) -> Incident:
         cost=_cost(view, onset, None if not recovered else end)
         if onset is not None
         else Cost(None, False),
+        # the rank that makes the verdict shows the verdict's remedies (data.build)
+        verdict="rank-outlier" if f.severity >= Severity.ERROR else None,
+        start=onset,
     )
 
 
@@ -314,7 +317,6 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             "overflow / loss_scale",
         )
     ]
-    remediation: list[str] = []
     verification: list[str] = []
     expects: list[str] = []
     if f.code == "loss-scale-collapsed":
@@ -337,14 +339,6 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             "scale below 1 small fp16 gradients underflow to zero, so the updates from then on "
             "lose their signal."
         )
-        remediation = [
-            f"resume from the last checkpoint before step {first}, where the overflows began",
-            "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)",
-            f"find what overflows from step {first}: log the max |value| of activations and "
-            f"gradients per layer around that step; above {FP16_MAX} is an fp16 overflow (look at "
-            "init, the residual-stream magnitude, attention logits)",
-            "if the overflows follow a rise in the LR, lower the peak LR",
-        ]
         expects.append(f"min(loss_scale)[{first}:{last}]>=1")
         verification.append(
             f"min loss scale over steps {first}–{last} >= 1 (it fell to "
@@ -359,11 +353,6 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             f"The loss scale stayed at {scale:g} while {overflows} overflow(s) happened from "
             f"step {first}: dynamic loss scaling is not active, so no overflow was answered."
         )
-        remediation = [
-            "turn on dynamic loss scaling (a GradScaler in PyTorch AMP; DeepSpeed "
-            '"loss_scale": 0; Megatron without --loss-scale)',
-            "or move fp16 -> bf16 (bf16 needs no loss scaling)",
-        ]
         verification.append(
             f"the loss scale moves on the re-run, and no overflow goes unanswered "
             f"(it stayed at {scale:g} through {overflows} overflow(s))"
@@ -380,11 +369,6 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             "loss-scale series or scaler messages in the log: nothing shows a scaler answering "
             "them."
         )
-        remediation = [
-            "enable dynamic loss scaling, or log the loss scale so the log shows it working",
-            "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)",
-            f"find what overflows from step {first}: activations or gradients above {FP16_MAX}",
-        ]
         if view.has("grad_norm"):
             expects.append(f"max(grad_norm)[{first}:{last}]<inf")
             verification.append(
@@ -397,10 +381,13 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
         symptoms=symptoms,
         hypotheses=hyps,
         root_cause=root,
-        remediation=remediation,
+        remediation=[],  # from the remedy table (data.build)
         verification=verification,
         expects=expects,
         cost=cost,
+        verdict=f.code,
+        cause=None if f.code == "loss-scale-static" else "activation-overflow",
+        start=first,
     )
 
 
@@ -440,17 +427,15 @@ def _plateau_incident(f: Finding, view) -> Incident:
             )
         ],
         root_cause=None,
-        remediation=[
-            "check the eval loss over the same steps: if it has stopped improving too, stop "
-            "training or decay the LR",
-            f"if the eval loss still improves, keep training and re-check after step {last}",
-        ],
+        remediation=[],  # from the remedy table (data.build)
         verification=[
             f"mean loss over steps {start}–{last} < {bound:g} (below the level where the rise "
             "began)"
         ],
         expects=[f"mean(loss)[{start}:{last}]<{bound:g}"],
         cost=_cost(view, start, None),
+        verdict="plateau",
+        start=start,
     )
 
 
@@ -471,10 +456,10 @@ def _insufficient_incident(analysis: Analysis) -> Incident:
             "The log is shorter than the spike and divergence windows, so those rules could not "
             "judge it; nothing abnormal was seen in what it holds."
         ),
-        remediation=list(analysis.verdict.remediation)
-        or ["log more steps (or pass the full log) so the rules' windows can be judged"],
+        remediation=[],  # the verdict's (data.build)
         verification=["stab analyze on the longer log reaches a verdict other than this one"],
         expects=[],
         cost=Cost(None, False),
         rerun=False,
+        verdict="insufficient-data",
     )

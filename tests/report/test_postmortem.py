@@ -144,7 +144,9 @@ def test_nan_fp32_names_the_layer_and_the_wasted_steps() -> None:
     status = {h.code: h.status for h in inc.hypotheses}
     assert "activation-overflow" not in status  # fp32: no fp16 hypothesis at all
     assert status["poisoned-weights"] == "supported"
-    assert inc.remediation[0] == "revert to the most recent checkpoint before step 1200"
+    # the verdict's remedies (one source for every output), back before the first NaN first
+    assert inc.remediation == pm.remediation
+    assert inc.remediation[0].startswith("resume from the last checkpoint before step 1200")
     assert inc.cost.until_end_of_log and inc.cost.steps == 1499 - 1200
     assert inc.expects[0].startswith("loss@1200<") and inc.expects[1].startswith(
         "max(loss)[1200:1499]<"
