@@ -1,9 +1,11 @@
 """The `stab` command line: the typer app, the sub-commands it registers, `main()`.
 
 Each sub-command lives in `stabilitycli/commands/<name>.py` and exposes
-`command`; this module only registers them and adds `--version`. No
+`command`; this module only registers them and adds `--version`, `-h` and
+shell completion (`stab --install-completion` / `--show-completion`). No
 thresholds and no detection logic here, and polars is never imported at
-module level (here or in `commands/`), so `stab --help` stays instant.
+module level (here or in `commands/`), so `stab --help` and every TAB a shell
+asks to complete stay instant.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import typer
 from stabilitycli import __version__
 from stabilitycli.exit_codes import ExitCode
 
+# `-h` as well as `--help`, on `stab` and on every command
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
-    add_completion=False,
+    context_settings=HELP_OPTIONS,
     no_args_is_help=True,
     help="stab: read an ML training run's metric logs and say what went wrong.\n\n"
     "Exit status: 0 nothing at/above --fail-on, 1 instability found, 2 bad input or usage.",
@@ -81,7 +86,9 @@ def _guarded(name: str, command: Callable[..., None]) -> Callable[..., None]:
 
 for _name in COMMANDS:
     _module = importlib.import_module(f"stabilitycli.commands.{_name}")
-    app.command(_name, epilog=getattr(_module, "EPILOG", None))(_guarded(_name, _module.command))
+    app.command(_name, epilog=getattr(_module, "EPILOG", None), context_settings=HELP_OPTIONS)(
+        _guarded(_name, _module.command)
+    )
 
 
 def main() -> None:

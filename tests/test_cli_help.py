@@ -1,0 +1,121 @@
+"""`-h` beside `--help` everywhere, shell completion, and both staying light.
+
+Help and completion run on every `-h` and on every TAB a shell asks to complete, so
+neither may import polars, numpy, a log reader or the analysis: the import check runs
+the real `stab` in a subprocess and looks at `sys.modules` when it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from stabilitycli.cli import COMMANDS, app
+from stabilitycli.ingest import READERS
+
+runner = CliRunner()
+
+
+def _invoke(*args: str, env: dict[str, str] | None = None):
+    return runner.invoke(app, list(args), prog_name="stab", env=env)
+
+
+@pytest.mark.parametrize("command", [(), *((name,) for name in COMMANDS)], ids=str)
+def test_dash_h_is_help(command: tuple[str, ...]) -> None:
+    short = _invoke(*command, "-h")
+    # a crash in CliRunner is exit 1 too (our "instability found"): look at the exception
+    assert short.exception is None, short.exception
+    assert short.exit_code == 0
+    assert short.stdout.lstrip().startswith(" ".join(("Usage: stab", *command)))
+    assert short.stdout == _invoke(*command, "--help").stdout
+
+
+def test_help_lists_dash_h_and_completion() -> None:
+    out = _invoke("--help").stdout
+    for option in ("-h", "--install-completion", "--show-completion"):
+        assert option in out
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_show_completion_prints_the_script(shell: str, monkeypatch) -> None:
+    # typer's switch to name the shell instead of detecting it from the parent process
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
+    result = _invoke("--show-completion", shell)
+    assert result.exception is None, result.exception
+    assert result.exit_code == 0
+    # the script asks `stab` itself for the words, through the variable click reads
+    assert f"_STAB_COMPLETE=complete_{shell}" in result.stdout
+    assert result.stdout.rstrip().rstrip('"').endswith(" stab")
+
+
+# what neither help nor completion may load (cli.py and commands/ import them lazily)
+HEAVY = (
+    "polars",
+    "numpy",
+    "stabilitycli.pipeline",
+    "stabilitycli.detect",
+    "stabilitycli.classify",
+    *(f"stabilitycli.ingest.{name}" for name in READERS),
+)
+
+# runs `stab` in-process after the environment is set, then reports what got imported
+_PROBE = """
+import json, sys
+from stabilitycli.cli import main
+sys.argv = ["stab", *json.loads(sys.argv[1])]
+try:
+    main()
+finally:
+    sys.stderr.write("\\nLOADED " + json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
+"""
+
+
+def _run_stab(args: list[str], **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    code = _PROBE.replace("HEAVY", json.dumps(list(HEAVY)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100", **env},
+        timeout=120,
+    )
+    loaded = json.loads(proc.stderr.rpartition("\nLOADED ")[2])
+    return proc, loaded
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["--help"], ["-h"], ["analyze", "-h"], ["report", "-h"]], ids=str
+)
+def test_help_imports_nothing_heavy(args: list[str]) -> None:
+    proc, loaded = _run_stab(args)
+    assert proc.returncode == (2 if not args else 0)  # bare `stab` prints help, exit 2
+    assert "Usage: stab" in proc.stdout
+    assert loaded == []
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ("stab an", ["analyze"]),
+        ("stab analyze --format c", ["concise"]),
+        ("stab compare --ex", ["--expect"]),
+        # no words offered: the script falls back to the shell's file names
+        ("stab analyze fix", []),
+    ],
+)
+def test_a_tab_completes_without_importing_anything_heavy(words: str, expected: list[str]) -> None:
+    # what the script from --show-completion bash runs on each TAB
+    proc, loaded = _run_stab(
+        [],
+        _STAB_COMPLETE="complete_bash",
+        COMP_WORDS=words,
+        COMP_CWORD=str(len(words.split()) - 1),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == expected
+    assert loaded == []
