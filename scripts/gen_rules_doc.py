@@ -6,7 +6,7 @@
 The sources are the ones `stab explain` reads: the rule registry (code, section,
 summary, finding codes, thresholds read, docstring), the `Thresholds` fields and
 the strings under them, and the tree's questions, verdicts, causes and remedies.
-Every number is a default threshold, filled in by the same templates the outputs use.
+The texts are filled in by the same templates the outputs use, with the default thresholds.
 """
 
 from __future__ import annotations
@@ -22,31 +22,28 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from a checkout, without an install
 
 from stabilitycli.classify.questions import (  # noqa: E402
-    REMEDY_NEEDS,
+    GENERIC_EVENT,
     VERDICT_ORDER,
+    Remedy,
     cause_texts,
+    fill_remedy,
+    finding_texts,
+    question_next,
     questions,
-    remedies,
+    remedy_causes,
+    remedy_rows,
     verdicts,
 )
+from stabilitycli.commands.explain import plain_words  # noqa: E402
 from stabilitycli.config import Thresholds  # noqa: E402
 from stabilitycli.detect.registry import Rule, load_rules  # noqa: E402
 
 DOC = ROOT / "docs" / "rules.md"
 REGENERATE = ".venv/bin/python scripts/gen_rules_doc.py"
 
-# What a remedy in REMEDY_NEEDS waits for, in words. A need missing here stops the
-# generator, so a new one cannot reach the doc as an unexplained code.
-NEED_WORDS = {
-    "fp16": "only for a run known to be fp16",
-    "no-moving-scale": "only when no loss-scale change is seen in the log",
-}
-
 # A private Python name (`_accumulated_excess`): a reader of the doc
 # cannot look it up, so it must not reach the doc.
 PRIVATE_NAME = re.compile(r"(?<![\w/.])_[A-Za-z]\w*")
-# "(see `_helper`)": a pointer into the source, dropped; any other private name is an error.
-SOURCE_POINTER = re.compile(r"\s*\(see\s+`_[A-Za-z]\w*`\)")
 CODE_SPAN = re.compile(r"(`[^`]*`)")
 HTML_START = re.compile(r"<(?=[A-Za-z/!?])")  # '<=' is text; '<layer' would open a tag
 
@@ -56,8 +53,7 @@ class PrivateNameError(ValueError):
 
 
 def plain(text: str, where: str) -> str:
-    """The text with source pointers dropped; a private name left elsewhere is refused."""
-    text = SOURCE_POINTER.sub("", text)
+    """The text, refused when it names a private Python name."""
     found = PRIVATE_NAME.findall(text)
     if found:
         raise PrivateNameError(f"{where}: names private Python name(s) {sorted(set(found))}")
@@ -76,7 +72,9 @@ def escape(text: str, in_table: bool = False) -> str:
 def docstring_markdown(rule: Rule) -> list[str]:
     """The rule's docstring as Markdown paragraphs: wrapped lines joined, headings in bold."""
     lines: list[str] = []
-    for paragraph in plain(rule.doc, f"rule {rule.code!r} docstring").split("\n\n"):
+    # as `stab explain` says it: no pointers into the source or the design documents
+    doc = plain(plain_words(rule.doc), f"rule {rule.code!r} docstring")
+    for paragraph in doc.split("\n\n"):
         rows = [row.strip() for row in paragraph.splitlines() if row.strip()]
         if not rows:
             continue
@@ -112,23 +110,23 @@ def threshold_rows(names: tuple[str, ...], defaults: Thresholds) -> list[str]:
     return rows
 
 
-def remedy_lines(items: list[str]) -> list[str]:
+def remedy_lines(rows: tuple[Remedy, ...], t: Thresholds) -> list[str]:
+    """One bullet per remedy, with the condition under which a run is given it."""
     lines = []
-    for remedy in items:
-        need = REMEDY_NEEDS.get(remedy)
-        if need is not None and need not in NEED_WORDS:
-            raise ValueError(f"remedy need {need!r} has no words in NEED_WORDS; add them")
-        note = f" *({NEED_WORDS[need]})*" if need else ""
-        lines.append(f"- {escape(plain(remedy, 'a remedy'))}{note}")
-    return lines or ["- (none of its own)"]
+    for remedy in rows:
+        condition = remedy.condition()
+        note = f" *({escape(condition)})*" if condition else ""
+        lines.append(f"- {escape(plain(fill_remedy(remedy, t), 'a remedy'))}{note}")
+    return lines or ["- none"]
 
 
 def render(defaults: Thresholds | None = None) -> str:
     """The text of docs/rules.md."""
     t = defaults or Thresholds()
     rules = load_rules()
-    question_texts, verdict_texts = questions(t), verdicts(t)
-    remedy_texts, cause_text = remedies(t), cause_texts(t)
+    question_texts, answers = questions(t), question_next(t)
+    verdict_texts, cause_text, finding_text = verdicts(t), cause_texts(t), finding_texts(t)
+    event_words = " and ".join(f'"{w}"' for w in GENERIC_EVENT.values())
 
     out = [
         "# Rules and the decision tree",
@@ -138,21 +136,21 @@ def render(defaults: Thresholds | None = None) -> str:
         "(`stabilitycli/detect/registry.py` and the rule modules' docstrings), the thresholds "
         "(`stabilitycli/config.py`) and the tree's texts (`stabilitycli/classify/questions.py`).",
         "",
-        "Every number is a default. A `[tool.stab]` table in a `pyproject.toml`, a `stab.toml` or "
-        "`--set NAME=VALUE` changes the thresholds; `stab explain CODE` prints one entry with the "
-        "thresholds in force.",
+        "Every threshold stated is at its default. A `[tool.stab]` table in a `pyproject.toml`, "
+        "a `stab.toml` or `--set NAME=VALUE` changes the thresholds; `stab explain CODE` prints "
+        "one entry with the thresholds in force.",
         "",
         "- [Rules](#rules)",
         "- [The decision tree](#the-decision-tree): [questions](#questions), "
-        "[verdicts](#verdicts), [causes](#causes)",
+        "[verdicts and their remedies](#verdicts), [causes](#causes)",
         "- [Thresholds](#thresholds)",
         "",
         "## Rules",
         "",
-        "The rules run in this order (a rule runs after those whose results it uses); "
-        "§ is the section of the stability tree a rule belongs to.",
+        "The rules run in this order (a rule runs after those whose results it uses), each "
+        "with the section of the stability tree it belongs to.",
         "",
-        "| rule | § | what it finds | finding codes |",
+        "| rule | section | what it finds | finding codes |",
         "|---|---|---|---|",
     ]
     for rule in rules.values():
@@ -164,13 +162,19 @@ def render(defaults: Thresholds | None = None) -> str:
             "",
             f'<a id="rule-{rule.code}"></a>',
             "",
-            f"### `{rule.code}` (§{rule.section})",
+            f"### `{rule.code}` (section {rule.section})",
             "",
             escape(plain(rule.summary_for(t), f"rule {rule.code!r} summary")),
             "",
-            "Finding codes: " + ", ".join(f"`{c}`" for c in rule.emits) + ".",
-            "",
+            "| finding code | what it means | what to do |",
+            "|---|---|---|",
         ]
+        for code in rule.emits:
+            meaning, todo = finding_text.get(code, ("(no text)", "(no text)"))
+            meaning = escape(plain(meaning, f"finding {code!r}"), in_table=True)
+            todo = escape(plain(todo, f"finding {code!r}"), in_table=True)
+            out.append(f"| `{code}` | {meaning} | {todo} |")
+        out.append("")
         if rule.reads:
             out += ["Thresholds it reads:", "", *threshold_rows(rule.reads, t), ""]
         else:
@@ -192,55 +196,71 @@ def render(defaults: Thresholds | None = None) -> str:
         "",
         "### Questions",
         "",
-        "| id | question |",
-        "|---|---|",
+        "| id | question | what the answers lead to |",
+        "|---|---|---|",
     ]
     for qid, text in question_texts.items():
-        out.append(f"| {qid} | {escape(plain(text, f'question {qid}'), in_table=True)} |")
+        question = escape(plain(text, f"question {qid}"), in_table=True)
+        leads_to = escape(plain(answers.get(qid, "(no text)"), f"question {qid}"), in_table=True)
+        out.append(f"| {qid} | {question} | {leads_to} |")
     out += [
         "",
         "### Verdicts",
         "",
-        "A verdict's remedies are printed after those of its cause; a remedy marked *only ...* "
-        "is left out for a run whose log does not show that.",
+        "Each verdict with its remedies: the row for the verdict's cause, or the verdict's own "
+        "row when its cause has none. A remedy with a condition is given only to a run whose log "
+        f"shows what it says; {event_words} stand for the run's own step and rank.",
     ]
     for code in [*in_order, *others]:
         section, severity, text = verdict_texts[code]
-        where = f"§{section}" if section else "none (the whole run)"
+        where = section or "none (the whole run)"
         out += [
+            "",
+            f'<a id="verdict-{code}"></a>',
             "",
             f"#### `{code}`",
             "",
             f"Severity: {severity}. Section: {where}.",
             "",
             escape(plain(text, f"verdict {code!r}")),
-            "",
-            "Remedies:",
-            "",
-            *remedy_lines(remedy_texts.get(code, [])),
         ]
-    out += ["", "### Causes", "", "What the tree can name as a verdict's cause, and its remedies."]
-    for cause, text in cause_text.items():
+        # causes that share a row are said together, the verdict's own row last
+        causes = remedy_causes(code)
+        shared: dict[tuple[Remedy, ...], list[str | None]] = {}
+        for cause in [*filter(None, causes), *(c for c in causes if c is None)]:
+            shared.setdefault(remedy_rows(code, cause), []).append(cause)
+        for rows, named in shared.items():
+            links = " or ".join(f"[`{c}`](#cause-{c})" for c in named if c is not None)
+            if len(shared) == 1 and None in named:
+                heading = "Remedies:"
+            elif None in named:  # the verdict's own row: it covers the causes named with it
+                heading = "Remedies for any other cause, or none:"
+            else:
+                heading = f"Remedies when the cause is {links}:"
+            out += ["", heading, "", *remedy_lines(rows, t)]
+        if not causes:
+            out += ["", "Remedies: none."]
+
+    table_causes = {c for v in verdict_texts for c in remedy_causes(v) if c is not None}
+    out += ["", "### Causes", "", "What the tree can name as a verdict's cause."]
+    for cause in [*cause_text, *sorted(table_causes - set(cause_text))]:
+        under = [v for v in verdict_texts if cause in remedy_causes(v)]
         out += [
+            "",
+            f'<a id="cause-{cause}"></a>',
             "",
             f"#### `{cause}`",
             "",
-            escape(plain(text, f"cause {cause!r}")),
+            escape(plain(cause_text.get(cause, "(no text)"), f"cause {cause!r}")),
             "",
-            "Remedies:",
-            "",
-            *remedy_lines(remedy_texts.get(cause, [])),
+            (
+                f"Remedies: under the verdict{'s' if len(under) > 1 else ''} "
+                + ", ".join(f"[`{v}`](#verdict-{v})" for v in under)
+                if under
+                else "Remedies: none of its own (the verdict's own row applies)"
+            )
+            + ".",
         ]
-    loose = [k for k in remedy_texts if k not in verdict_texts and k not in cause_text]
-    if loose:
-        out += [
-            "",
-            "### Other remedy lists",
-            "",
-            "Remedy lists the tree uses that belong to no verdict or cause above.",
-        ]
-        for key in loose:
-            out += ["", f"#### `{key}`", "", *remedy_lines(remedy_texts[key])]
 
     read_by: dict[str, list[str]] = {}
     for rule in rules.values():
@@ -251,8 +271,7 @@ def render(defaults: Thresholds | None = None) -> str:
         "## Thresholds",
         "",
         "Every threshold, in the order `stab explain thresholds` lists them, with the rules "
-        "that read it (none: it is read outside the rules, by the tree, `stab ranks` or "
-        "`stab compare`).",
+        "that read it (none: it is read outside the rules, by the classifier or `stab compare`).",
         "",
         "| threshold | default | read by | meaning |",
         "|---|---|---|---|",
@@ -274,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         text = render()
-    except ValueError as err:  # a private name, or a remedy need with no words
+    except PrivateNameError as err:
         print(f"cannot write {args.out}: {err}", file=sys.stderr)
         return 2
     if args.check:

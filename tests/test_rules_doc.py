@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from stabilitycli.classify.questions import cause_texts, questions, remedies, verdicts
+from stabilitycli.classify.questions import (
+    cause_texts,
+    fill_remedy,
+    finding_texts,
+    question_next,
+    questions,
+    remedy_causes,
+    remedy_rows,
+    verdicts,
+)
 from stabilitycli.config import Thresholds
 from stabilitycli.detect import registry
 from stabilitycli.detect.registry import Rule, RuleResult, load_rules
@@ -80,7 +89,7 @@ def test_a_new_rule_makes_the_doc_stale(monkeypatch) -> None:
     doc = "Made up.\n\nWhat it detects: nothing.\n\nWhy it matters: it shows the check works."
     monkeypatch.setitem(registry.RULES, "made-up-rule", _fake_rule("made-up-rule", doc))
     fresh = gen.render()
-    assert "### `made-up-rule` (§2)" in fresh
+    assert "### `made-up-rule` (section 2)" in fresh
     assert fresh != DOC.read_text(encoding="utf-8")
 
 
@@ -101,11 +110,17 @@ def test_private_names_never_reach_the_doc(monkeypatch) -> None:
 def test_the_doc_names_every_rule_and_what_it_emits_and_reads() -> None:
     doc = DOC.read_text(encoding="utf-8")
     rules_part = _part(doc, "## Rules", "## The decision tree")
+    meanings = finding_texts(DEFAULTS)
     for rule in load_rules().values():
-        block = _block(rules_part, f"### `{rule.code}` (§{rule.section})")
+        block = _block(rules_part, f"### `{rule.code}` (section {rule.section})")
         assert gen.escape(rule.summary_for(DEFAULTS)) in block, rule.code
-        emits_line = next(line for line in block.splitlines() if line.startswith("Finding codes:"))
-        assert set(re.findall(r"`([^`]+)`", emits_line)) == set(rule.emits), rule.code
+        rows = [line for line in block.splitlines() if line.startswith("| `")]
+        listed = {row.split("`")[1] for row in rows}
+        for code in rule.emits:
+            assert code in listed, (rule.code, code)
+            if code in meanings:
+                meaning, todo = (gen.escape(text, in_table=True) for text in meanings[code])
+                assert f"| `{code}` | {meaning} | {todo} |" in block, (rule.code, code)
         for name in rule.reads:
             assert f"| `{name}` | {getattr(DEFAULTS, name)!r} |" in block, (rule.code, name)
         assert "**What it detects:**" in block and "**Why it matters:**" in block, rule.code
@@ -117,23 +132,28 @@ def test_the_doc_names_every_rule_and_what_it_emits_and_reads() -> None:
 def test_the_doc_names_every_question_verdict_cause_and_remedy() -> None:
     doc = DOC.read_text(encoding="utf-8")
     tree = _part(doc, "## The decision tree", "## Thresholds")
+    answers = question_next(DEFAULTS)
     for qid, text in questions(DEFAULTS).items():
-        assert f"| {qid} | {gen.escape(text, in_table=True)} |" in tree, qid
+        row = f"| {qid} | {gen.escape(text, in_table=True)} |"
+        if qid in answers:
+            row += f" {gen.escape(answers[qid], in_table=True)} |"
+        assert row in tree, qid
     verdicts_part = _part(tree, "### Verdicts", "### Causes")
-    all_remedies = remedies(DEFAULTS)
     for code, (_section, severity, text) in verdicts(DEFAULTS).items():
         block = _block(verdicts_part, f"#### `{code}`")
         assert f"Severity: {severity}." in block and gen.escape(text) in block, code
-        for remedy in all_remedies.get(code, []):
-            assert f"- {gen.escape(remedy)}" in block, (code, remedy)
+        for cause in remedy_causes(code):
+            for remedy in remedy_rows(code, cause):
+                assert f"- {gen.escape(fill_remedy(remedy, DEFAULTS))}" in block, (code, cause)
     causes_part = _part(tree, "### Causes", None)
     for cause, text in cause_texts(DEFAULTS).items():
-        block = _block(causes_part, f"#### `{cause}`")
-        assert gen.escape(text) in block, cause
-        for remedy in all_remedies.get(cause, []):
-            assert f"- {gen.escape(remedy)}" in block, (cause, remedy)
-    for key, items in all_remedies.items():
-        assert f"`{key}`" in tree and all(f"- {gen.escape(r)}" in tree for r in items), key
+        assert gen.escape(text) in _block(causes_part, f"#### `{cause}`"), cause
+    for code in verdicts(DEFAULTS):
+        for cause in filter(None, remedy_causes(code)):
+            assert f"[`{code}`](#verdict-{code})" in _block(causes_part, f"#### `{cause}`"), (
+                code,
+                cause,
+            )
 
 
 def test_the_doc_has_no_private_python_names() -> None:
