@@ -102,9 +102,11 @@ def _rule_parts(code: str, rules, findings: dict[str, tuple[str, str]], in_force
             if code != rule.code:
                 header = f"{code}: a finding of rule {header}"
             parts = [header]
-            if code in findings:
-                meaning, todo = findings[code]
-                parts.append(f"Finding {code}: {meaning}.\nWhat to do: {todo}.")
+            # the rule's own code names its findings: each in plain words, with what to do
+            for finding in [code] if code in findings else rule.emits:
+                if finding in findings:
+                    meaning, todo = findings[finding]
+                    parts.append(f"Finding {finding}: {meaning}.\nWhat to do: {todo}.")
             return [*parts, plain_words(rule.doc)]
     return []
 

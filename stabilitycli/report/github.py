@@ -26,9 +26,14 @@ def render(analysis: Analysis) -> str:
     path = analysis.source.path
     v = analysis.verdict
     level = "notice" if v.code in ("healthy", "insufficient-data") else LEVEL[v.severity]
+    # the verdict's remedies ride in its annotation (one per finding stays the rule of the rest)
+    remedy = "".join(f"\n- {r}" for r in v.remediation)
     lines = [
         annotation(
-            level, path, f"stab verdict: {v.code}" + (f" ({v.cause})" if v.cause else ""), v.summary
+            level,
+            path,
+            f"stab verdict: {v.code}" + (f" ({v.cause})" if v.cause else ""),
+            v.summary + (f"\nRemedy:{remedy}" if remedy else ""),
         )
     ]
     settings = sentence(analysis.extras.get("settings"))
