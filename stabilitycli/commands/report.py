@@ -3,6 +3,11 @@
 Needs the optional `report` extra (plotly, for its bundled plotly.min.js);
 without it the command exits 2 with one line naming the extra. Exit status:
 0 when written, 2 for unreadable input, a bad option or the missing extra.
+
+`--js` says where the page gets plotly.js (4.8 MB, most of a page): `inline`
+(the default: one file that works offline), `beside` (one copy written next to
+the report, shared by every report in that folder, loaded by relative path) or
+`cdn` (a link to cdn.plot.ly: a small page that needs the network; only when asked).
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ class XAxis(StrEnum):
     tokens = "tokens"
 
 
+class JsFrom(StrEnum):
+    inline = "inline"
+    beside = "beside"
+    cdn = "cdn"
+
+
 def command(
     path: Annotated[str, typer.Argument(help="Log file, directory or URI of one run.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
@@ -40,6 +51,17 @@ def command(
             "--x", help="x-axis: training steps, or consumed tokens (samples if no tokens)."
         ),
     ] = XAxis.steps,
+    js: Annotated[
+        JsFrom,
+        typer.Option(
+            "--js",
+            help=(
+                "Where the page gets plotly.js: inline (one offline file, ~5 MB), beside "
+                "(one copy next to the report, shared by a folder of reports), "
+                "cdn (a link; the page needs the network)."
+            ),
+        ),
+    ] = JsFrom.inline,
     metric: MetricOpt = None,
     step_key: StepKeyOpt = None,
     format_in: FormatInOpt = None,
@@ -65,11 +87,36 @@ def command(
         set_values=set_values,
     )
     from stabilitycli.errors import StabUsageError
-    from stabilitycli.report.html import render
+    from stabilitycli.report.html import cdn_script, render
     from stabilitycli.report.plotdata import build
 
     try:
         plots = build(analysis, data, thresholds, x_axis=x.value)
     except StabUsageError as err:
         raise fail(str(err)) from None
-    write_output(render(analysis, plots), output)
+    if js is JsFrom.beside:
+        page = render(analysis, plots, js_src=_library_beside(output))
+    elif js is JsFrom.cdn:
+        url, integrity = cdn_script()
+        page = render(analysis, plots, js_src=url, js_integrity=integrity)
+    else:
+        page = render(analysis, plots)
+    write_output(page, output)
+
+
+def _library_beside(output: Path) -> str:
+    """Write plotly.js next to `output` unless that very file is already there; its name,
+    which the page loads by relative path (so the folder can be moved or served as a whole)."""
+    from stabilitycli.report.html import library_file_name, plotly_js
+
+    name = library_file_name()
+    path = output.parent / name
+    code = plotly_js().encode("utf-8")
+    try:
+        same = path.is_file() and path.stat().st_size == len(code) and path.read_bytes() == code
+        if not same:
+            path.write_bytes(code)
+            typer.echo(f"wrote {path}", err=True)
+    except OSError as err:
+        raise fail(f"{path}: cannot write: {err.strerror or err}") from None
+    return name

@@ -1,9 +1,16 @@
-"""`stab report`: one self-contained HTML file (plotly.js inlined, works offline).
+"""`stab report`: one HTML file; by default self-contained (plotly.js inlined, works offline).
 
 `render(analysis, plots)` is pure: the plot numbers come from
 `stabilitycli.report.plotdata`, the verdict from the `Analysis`. plotly (the optional
 `report` extra) is needed only for its bundled plotly.min.js, read from the
-installed wheel, so the page loads nothing from the network.
+installed wheel. Where the page gets it is the caller's choice (`--js`): inlined
+(about 4.8 MB, nothing loaded from the network), a `<script src>` to one copy
+written beside a folder of reports (`library_file_name`), or the CDN
+(`cdn_script`, with a subresource-integrity hash of the same file).
+
+The plot data is one JSON block: x arrays that several traces share (the loss,
+its mean and its band) are written once under "xs" and named by index in each
+trace ("xs": i); the boot script puts them back before plotly sees the traces.
 
 Every string that came from a log (run name, path, metric keys, layer names,
 messages) is escaped: HTML-escaped in the page (control characters shown as
@@ -14,6 +21,8 @@ the script element; plotly displays the HTML-escaped labels as text.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from typing import Any
 
@@ -57,10 +66,37 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
-def render(analysis: Analysis, plots: Plots, *, js: str | None = None) -> str:
-    """The whole page. `js` replaces the inlined plotly.js (tests pass a stub to stay fast)."""
+def library_file_name() -> str:
+    """The name of the copy written beside the reports: versioned, so two plotly versions
+    never overwrite each other's copy under reports that still point at it."""
+    from plotly.offline import get_plotlyjs_version
+
+    return f"plotly-{get_plotlyjs_version()}.min.js"
+
+
+def cdn_script() -> tuple[str, str]:
+    """(URL, integrity) of the same plotly.js on plotly's CDN; the hash is of the installed copy,
+    so a browser refuses a CDN file that is not the one this report was made with."""
+    from plotly.offline import get_plotlyjs_version
+
+    digest = hashlib.sha384(plotly_js().encode("utf-8")).digest()
+    url = f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+    return url, "sha384-" + base64.b64encode(digest).decode("ascii")
+
+
+def render(
+    analysis: Analysis,
+    plots: Plots,
+    *,
+    js: str | None = None,
+    js_src: str | None = None,
+    js_integrity: str | None = None,
+) -> str:
+    """The whole page. `js` replaces the inlined plotly.js (tests pass a stub to stay fast);
+    `js_src` loads it from that URL or relative path instead of inlining it."""
     figures = [_figure(panel, plots) for panel in plots.panels]
-    data = _script_json({"figures": figures})
+    xs = _share_x(figures)
+    data = _script_json({"xs": xs, "figures": figures})
     src, v = analysis.source, analysis.verdict
     title = f"stab report — {src.run or src.path}"
     body = [
@@ -84,9 +120,37 @@ def render(analysis: Analysis, plots: Plots, *, js: str | None = None) -> str:
         css=_CSS,
         body="\n".join(b for b in body if b),
         data=data,
-        plotly=(js if js is not None else plotly_js()).replace("</script", "<\\/script"),
+        plotly=_library_tag(js, js_src, js_integrity),
         boot=_BOOT,
     )
+
+
+def _library_tag(js: str | None, src: str | None, integrity: str | None) -> str:
+    if src is None:
+        inline = js if js is not None else plotly_js()
+        return "<script>" + inline.replace("</script", "<\\/script") + "</script>"
+    # a CDN needs CORS for the integrity check; a relative file:// path would fail it
+    checked = f' integrity="{_e(integrity)}" crossorigin="anonymous"' if integrity else ""
+    return f'<script src="{_e(src)}" charset="utf-8"{checked}></script>'
+
+
+def _share_x(figures: list[dict[str, Any]]) -> list[list[float]]:
+    """Move every line's x array into one list, each distinct array once; traces keep an index.
+
+    The loss, its trailing mean and its band share one x; so do series logged at the same
+    steps when nothing had to be cut (every point kept)."""
+    shared: list[list[float]] = []
+    index: dict[tuple[float, ...], int] = {}
+    for fig in figures:
+        for trace in fig["data"]:
+            if trace.get("mode") != "lines":
+                continue  # markers: a few points each, inline
+            key = tuple(trace.pop("x"))
+            if key not in index:
+                index[key] = len(shared)
+                shared.append(list(key))
+            trace["xs"] = index[key]
+    return shared
 
 
 # ---------------------------------------------------------------- figures
@@ -111,8 +175,11 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
                 "x": h.x,
                 "y": h.y,
                 "z": h.z,
-                "text": [[_p(t) for t in row] for row in h.text],
-                "hovertemplate": "%{text}<extra></extra>",
+                "text": h.text,  # fixed words and numbers, nothing from the log
+                "hovertemplate": (
+                    f"rank %{{y}}, {h.bin_steps} steps around {_p(plots.x_title)} %{{x:.0f}}: "
+                    "%{text}<extra></extra>"
+                ),
                 "zmin": -10,
                 "zmax": 11,
                 # z runs -10..+10 (clipped robust z) blue-white-red; 11 (non-finite) alone is black
@@ -156,8 +223,13 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
         "title": {"text": _p(panel.title), "font": {"size": 15}},
         "height": 440 if panel.heatmap is not None else 350,
         "margin": {"l": 70, "r": 20, "t": 40, "b": 80},
-        "xaxis": {"title": {"text": _p(plots.x_title)}},
-        "yaxis": {"title": {"text": _p(panel.y_title)}, **({"type": "log"} if panel.log_y else {})},
+        # axis types are set, never guessed from the data: a series of "NaN" words must not
+        # turn an axis into categories
+        "xaxis": {"title": {"text": _p(plots.x_title)}, "type": "linear"},
+        "yaxis": {
+            "title": {"text": _p(panel.y_title)},
+            "type": "log" if panel.log_y else "linear",
+        },
         "legend": {"orientation": "h", "y": -0.3},
         "shapes": shapes,
         "annotations": notes,
@@ -339,7 +411,7 @@ _PAGE = """<!DOCTYPE html>
 <body>
 {body}
 <script type="application/json" id="stab-data">{data}</script>
-<script>{plotly}</script>
+{plotly}
 <script>{boot}</script>
 </body>
 </html>
@@ -347,11 +419,22 @@ _PAGE = """<!DOCTYPE html>
 
 _BOOT = """
 (function () {
-  var figures = JSON.parse(document.getElementById("stab-data").textContent).figures;
+  var doc = JSON.parse(document.getElementById("stab-data").textContent);
+  if (typeof Plotly === "undefined") {
+    var note = document.createElement("p");
+    note.className = "nolib";
+    note.textContent = "The plots need plotly.js, which did not load (offline, or the file " +
+      "beside this report is missing). stab report --js inline writes one self-contained page.";
+    document.getElementById("plots").prepend(note);
+    return;
+  }
   var config = {displaylogo: false, responsive: true};
-  figures.forEach(function (fig, i) {
+  doc.figures.forEach(function (fig, i) {
+    fig.data.forEach(function (trace) {
+      if (trace.xs !== undefined) { trace.x = doc.xs[trace.xs]; delete trace.xs; }
+    });
     Plotly.newPlot("plot-" + i, fig.data, fig.layout, config);
   });
-  document.body.setAttribute("data-plots-rendered", String(figures.length));
+  document.body.setAttribute("data-plots-rendered", String(doc.figures.length));
 })();
 """

@@ -6,6 +6,12 @@ renderer (`report/html.py`) only turns them into plotly traces. Series longer
 than `buckets * 2` points are cut to the min and max of each bucket, which
 keeps the shape of a curve (spikes included), and every flagged point (spike
 onsets and peaks, NaN steps, overflows, finding steps) is always kept.
+
+Values are rounded to `DISPLAY_DIGITS` significant digits before they are
+written (`display_values`): what the eye can see, at a fraction of the bytes. A
+non-finite value is not turned into a gap: it is written as the word the logs
+use ("NaN", "+Inf", "-Inf"), which plotly draws as a break in the line, and it
+also gets its own marker.
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ from stabilitycli.model import Analysis
 
 DISPLAY_BUCKETS = 1500  # per series: at most ~3000 drawn points plus flagged ones
 LAYER_WINDOW_STEPS = 100  # per-layer norms are drawn over this many steps before the first NaN
+# 5 significant digits: the hover shows 4, and a 350-pixel plot zoomed 10x into the noise of a
+# loss (e.g. 2.1450 +- 0.0005) still resolves steps of 1e-4; 4 digits would draw that as stairs.
+DISPLAY_DIGITS = 5
 
 
 @dataclass
 class Line:
     name: str
     x: list[float]
-    y: list[float | None]  # None: a gap (not logged, or non-finite: drawn as a marker instead)
+    # rounded (`display_values`); "NaN", "+Inf", "-Inf" for non-finite values (a break in the
+    # line, marked separately); None where nothing is drawn (a band with too few points)
+    y: list[float | str | None]
     role: str = "series"  # series | band-low | band-high | layer
 
 
@@ -39,7 +50,7 @@ class Line:
 class Markers:
     name: str
     x: list[float]
-    y: list[float | None]
+    y: list[float]  # always a height: a non-finite value's marker sits at the top of its panel
     text: list[str]
     role: str  # spike | blip | nonfinite | overflow | cause | jump
 
@@ -49,7 +60,8 @@ class Heatmap:
     x: list[float]
     y: list[int]
     z: list[list[float | None]]
-    text: list[list[str]]
+    text: list[list[str]]  # what the cell holds; the rank and the bin come from the axes
+    bin_steps: int = 0  # the width of a bin (the median, if they differ)
 
 
 @dataclass
@@ -168,8 +180,8 @@ def keep_indices(
 ) -> np.ndarray:
     """Indices to draw: min and max of each of `buckets` equal-count buckets, ends, and `must_keep`.
 
-    Non-finite values take part as the first non-finite point of each bucket,
-    so a run of NaNs stays visible however long the log.
+    Non-finite values take part as the first NaN, +Inf and -Inf of each bucket,
+    so a run of NaNs stays visible however long the log, and so does an Inf beside it.
     """
     n = values.size
     if n <= 2 * buckets:
@@ -185,7 +197,10 @@ def keep_indices(
     keep[[0, n - 1]] = True
     bad = np.flatnonzero(~finite)
     if bad.size:
-        _, first_per_bucket = np.unique(bucket[bad], return_index=True)
+        # the first NaN, the first +Inf and the first -Inf of each bucket: a bucket that holds
+        # several kinds shows each, so no kind of non-finite value is cut from the page
+        kind = np.where(np.isnan(values[bad]), 0, np.where(values[bad] > 0, 1, 2))
+        _, first_per_bucket = np.unique(bucket[bad] * 3 + kind, return_index=True)
         keep[bad[first_per_bucket]] = True
     if must_keep is not None:
         keep |= must_keep
@@ -201,18 +216,56 @@ def _series(view: SeriesView, metric: str, flagged: np.ndarray, buckets: int, pl
     return steps, values, idx
 
 
-def _clean(values: np.ndarray) -> list[float | None]:
-    return [float(v) if math.isfinite(v) else None for v in values.tolist()]
+def round_significant(values: np.ndarray, digits: int = DISPLAY_DIGITS) -> np.ndarray:
+    """`values` rounded to `digits` significant digits; non-finite values pass through."""
+    v = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(v) & (v != 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exponent = np.floor(np.log10(np.abs(np.where(finite, v, 1.0))))
+    shift = (digits - 1 - exponent).astype(np.int64)
+    # divide or multiply by an exact power of ten (up to 1e22), so the result is the double
+    # nearest the rounded decimal and JSON writes it with no trailing ...0000001
+    up = np.power(10.0, np.clip(shift, 0, 308))
+    down = np.power(10.0, np.clip(-shift, 0, 308))
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.where(shift >= 0, np.round(v * up) / up, np.round(v / down) * down)
+    return np.where(finite, rounded, v)
 
 
-def _nonfinite_markers(name: str, steps, values, idx, to_x, at_y: float | None) -> Markers | None:
+def display_values(values: np.ndarray) -> list[float | str | None]:
+    """Rounded numbers for the page; non-finite ones as the words the logs use, never a gap."""
+    v = np.asarray(values, dtype=np.float64)
+    out = round_significant(v).astype(object)
+    out[np.isnan(v)] = "NaN"
+    out[np.isposinf(v)] = "+Inf"
+    out[np.isneginf(v)] = "-Inf"
+    return out.tolist()
+
+
+def display_x(x: np.ndarray) -> list[float]:
+    """x positions: whole numbers (steps, tokens) written as integers, which JSON spells shorter."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.size and np.all(np.isfinite(x)) and np.all(x == np.round(x)) and np.abs(x).max() < 2**53:
+        return x.astype(np.int64).tolist()
+    return x.tolist()
+
+
+def _band(values: np.ndarray) -> list[float | str | None]:
+    """A band line: where the trailing window has too few points the band is not drawn (None)."""
+    v = np.asarray(values, dtype=np.float64)
+    out = round_significant(v).astype(object)
+    out[~np.isfinite(v)] = None
+    return out.tolist()
+
+
+def _nonfinite_markers(name: str, steps, values, idx, to_x, at_y: float) -> Markers | None:
     sel = idx[~np.isfinite(values[idx])]
     if not sel.size:
         return None
     labels = [numfmt.nonfinite(v) for v in values[sel].tolist()]
     return Markers(
         f"{name} non-finite",
-        to_x(steps[sel]).tolist(),
+        display_x(to_x(steps[sel])),
         [at_y] * sel.size,
         [
             f"{name} = {lab} at step {int(s)}"
@@ -222,9 +275,17 @@ def _nonfinite_markers(name: str, steps, values, idx, to_x, at_y: float | None) 
     )
 
 
-def _top(values: np.ndarray) -> float | None:
+def _top(values: np.ndarray) -> float:
+    """The height non-finite markers sit at: the highest finite value, else 1 (a height that
+    exists on a linear and a log axis alike, so the markers of an all-NaN series still show)."""
     finite = values[np.isfinite(values)]
-    return float(finite.max()) if finite.size else None
+    return float(finite.max()) if finite.size else 1.0
+
+
+def _marker_y(values: np.ndarray, fallback: float) -> list[float]:
+    """Marker heights: the value where it is finite, else `fallback` (a marker is never hidden)."""
+    v = np.asarray(values, dtype=np.float64)
+    return np.where(np.isfinite(v), v, fallback).tolist()
 
 
 # ---------------------------------------------------------------- panels
@@ -234,18 +295,18 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
     if not view.has("loss"):
         return None
     steps, loss, idx = _series(view, "loss", flagged, buckets, plots)
-    x = to_x(steps[idx]).tolist()
+    x = display_x(to_x(steps[idx]))
     panel = Panel("loss", "Loss", "loss")
     stats = trailing_stats(
         steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points
     )
     sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thr.sigma_floor_frac * np.abs(stats.mean))
     band_label = f"trailing mu + {thr.spike_sigma:g} sigma ({stats.description})"
-    panel.lines.append(Line("trailing mean mu", x, _clean(stats.mean[idx]), "band-low"))
+    panel.lines.append(Line("trailing mean mu", x, _band(stats.mean[idx]), "band-low"))
     panel.lines.append(
-        Line(band_label, x, _clean((stats.mean + thr.spike_sigma * sigma)[idx]), "band-high")
+        Line(band_label, x, _band((stats.mean + thr.spike_sigma * sigma)[idx]), "band-high")
     )
-    panel.lines.append(Line("loss", x, _clean(loss[idx])))
+    panel.lines.append(Line("loss", x, display_values(loss[idx])))
     top = _top(loss)
     bad = _nonfinite_markers("loss", steps, loss, idx, to_x, top)
     if bad:
@@ -274,8 +335,8 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
         panel.markers.append(
             Markers(
                 "blip (noise, not a spike)",
-                to_x(bs).tolist(),
-                _clean(vals),
+                display_x(to_x(bs)),
+                _marker_y(vals, _top(loss)),
                 [f"blip at step {int(s)}" for s in bs.tolist()],
                 "blip",
             )
@@ -288,12 +349,12 @@ def _grad_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | N
         return None
     steps, grad, idx = _series(view, "grad_norm", flagged, buckets, plots)
     panel = Panel("grad_norm", "Pre-clip grad norm (log scale)", "grad norm", log_y=True)
-    panel.lines.append(Line("grad_norm", to_x(steps[idx]).tolist(), _clean(grad[idx])))
+    panel.lines.append(Line("grad_norm", display_x(to_x(steps[idx])), display_values(grad[idx])))
     bad = _nonfinite_markers("grad_norm", steps, grad, idx, to_x, _top(grad))
     if bad:
         panel.markers.append(bad)
     xs: list[float] = []
-    ys: list[float | None] = []
+    ys: list[float] = []
     texts: list[str] = []
     for f in analysis.findings:
         for cause in f.evidence.get("causes") or []:
@@ -314,7 +375,7 @@ def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | Non
         return None
     steps, lr, idx = _series(view, "lr", flagged, buckets, plots)
     panel = Panel("lr", "Learning rate", "LR")
-    panel.lines.append(Line("lr", to_x(steps[idx]).tolist(), _clean(lr[idx])))
+    panel.lines.append(Line("lr", display_x(to_x(steps[idx])), display_values(lr[idx])))
     jumps = [
         f
         for f in analysis.findings
@@ -325,8 +386,8 @@ def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | Non
         panel.markers.append(
             Markers(
                 "LR finding",
-                to_x(at).tolist(),
-                _clean(value_at_or_before(steps, lr, at)),
+                display_x(to_x(at)),
+                _marker_y(value_at_or_before(steps, lr, at), _top(lr)),
                 [f.message for f in jumps],
                 "jump",
             )
@@ -344,12 +405,14 @@ def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
         return None
     panel = Panel("loss_scale", "Loss scale (log scale) and overflows", "loss scale", log_y=True)
     over = np.flatnonzero(counts > 0)
-    top = None
+    top = 1.0
     if has_scale:
         steps, scale, idx = _series(
             view, "loss_scale", np.concatenate([flagged, view.steps[over]]), buckets, plots
         )
-        panel.lines.append(Line("loss_scale", to_x(steps[idx]).tolist(), _clean(scale[idx])))
+        panel.lines.append(
+            Line("loss_scale", display_x(to_x(steps[idx])), display_values(scale[idx]))
+        )
         top = _top(scale)
     if over.size:
         # one marker per overflow step, thinned to the display budget (the count says how many)
@@ -359,15 +422,15 @@ def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
             else over[keep_indices(over.astype(float), DISPLAY_BUCKETS)]
         )
         at = view.steps[shown]
-        ys: list[float | None] = [1.0] * at.size
+        ys = [1.0] * at.size
         if has_scale:
             scale_steps, scale_values = view.points("loss_scale")
-            ys = _clean(value_at_or_before(scale_steps, scale_values, at))
+            ys = _marker_y(value_at_or_before(scale_steps, scale_values, at), top)
         panel.markers.append(
             Markers(
                 f"overflow ({over.size} steps)",
-                to_x(at).tolist(),
-                [y if y is not None else top for y in ys],
+                display_x(to_x(at)),
+                ys,
                 [f"overflow at step {int(s)}" for s in at.tolist()],
                 "overflow",
             )
@@ -398,7 +461,7 @@ def _layer_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
         if not s.size:
             continue
         label = name + ("  (first non-finite)" if origin and name.endswith("/" + origin) else "")
-        panel.lines.append(Line(label, to_x(s).tolist(), _clean(v), "layer"))
+        panel.lines.append(Line(label, display_x(to_x(s)), display_values(v), "layer"))
         bad = _nonfinite_markers(name, s, v, np.arange(s.size), to_x, _top(v))
         if bad:
             panel.markers.append(bad)
@@ -411,28 +474,24 @@ def _rank_panel(analysis: Analysis, to_x) -> Panel | None:
     if picture is None or picture.deviation.size == 0:
         return None
     edges = np.asarray(picture.step_edges, dtype=np.float64)
-    centres = to_x((edges[:-1] + edges[1:]) / 2.0).tolist()
+    centres = display_x(to_x((edges[:-1] + edges[1:]) / 2.0))
     dev = np.asarray(picture.deviation, dtype=np.float64)
-    z: list[list[float | None]] = []
-    text: list[list[str]] = []
-    for i, rank in enumerate(np.asarray(picture.ranks).tolist()):
-        row: list[float | None] = []
-        labels: list[str] = []
-        for j, value in enumerate(dev[i].tolist()):
-            span = f"rank {rank}, steps {edges[j]:.0f}-{edges[j + 1]:.0f}"
-            if math.isnan(value):
-                row.append(None)
-                labels.append(f"{span}: not reporting")
-            elif math.isinf(value):
-                row.append(11.0)  # above the +-10 clip: its own colour
-                labels.append(f"{span}: non-finite")
-            else:
-                row.append(value)
-                labels.append(f"{span}: robust z {value:+.1f}")
-        z.append(row)
-        text.append(labels)
+    # the colour scale spans -10..+10 and the hover prints one decimal: two decimals are plenty
+    z = np.round(np.where(np.isinf(dev), 11.0, dev), 2).astype(object)  # 11: non-finite's colour
+    z[np.isnan(dev)] = None  # not reporting: no cell
+    # only what differs per cell is written per cell; the rank and the step range come from the
+    # axes through the hover template (60 bins x 64 ranks of full sentences were 160 kB)
+    text = np.char.mod("robust z %+.1f", np.where(np.isfinite(dev), dev, 0.0)).astype(object)
+    text[np.isnan(dev)] = "not reporting"
+    text[np.isinf(dev)] = "non-finite"
     panel = Panel(
         "ranks", f"Per-rank deviation from the cohort ({report.metric}, robust z)", "rank"
     )
-    panel.heatmap = Heatmap(centres, [int(r) for r in np.asarray(picture.ranks).tolist()], z, text)
+    panel.heatmap = Heatmap(
+        centres,
+        [int(r) for r in np.asarray(picture.ranks).tolist()],
+        z.tolist(),
+        text.tolist(),
+        bin_steps=round(float(np.median(np.diff(edges)))),
+    )
     return panel
