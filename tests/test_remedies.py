@@ -200,3 +200,32 @@ def test_remedies_state_the_thresholds_in_force_not_the_defaults() -> None:
     assert any("within 50 steps" in r for r in default), default
     assert any("within 120 steps" in r for r in changed), changed
     assert not any("within 50 steps" in r for r in changed), changed
+
+
+# ---------------------------------------------------------------- what is already in place
+
+
+def _long_tail_spike_run(grad_norm_key: str) -> pl.DataFrame:
+    """One batch's grad norm jumps 50x at step 799 and the loss moves up at 800 and stays."""
+    rng = np.random.default_rng(7)
+    loss = 2.0 + 0.01 * rng.standard_normal(STEPS.size) + np.where(STEPS >= 800, 0.8, 0.0)
+    grad = 0.5 + 0.02 * rng.standard_normal(STEPS.size)
+    grad[799] = 25.0
+    return pl.DataFrame({"step": STEPS, "loss": loss, grad_norm_key: grad})
+
+
+def test_a_run_that_logs_a_pre_clip_grad_norm_is_told_to_lower_the_clip_once() -> None:
+    """A grad norm logged as the pre-clip one means the run clips: lower it, never add it."""
+    clipping = analyze(_long_tail_spike_run("Grad/norm_preclip")).verdict
+    plain = analyze(_long_tail_spike_run("grad_norm")).verdict
+    assert (clipping.code, clipping.cause) == ("spike-persistent", "long-tail-token")
+    clip_remedies = [r for r in clipping.remediation if CLIP_ADVICE.search(r)]
+    assert len(clip_remedies) == 1 and clip_remedies[0].startswith("lower the grad-clip")
+    # where the log does not show clipping, the remedy says to clip
+    assert [r for r in plain.remediation if CLIP_ADVICE.search(r)] == [
+        "clip the global grad norm at 0.5"
+    ]
+
+
+# advice about the clip threshold ("pre-clip grad norm" in a finding's words is not advice)
+CLIP_ADVICE = re.compile(r"grad-clip threshold|\bclip the\b")

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli.classify.questions import ENABLE_DYNAMIC_SCALING, MOVE_TO_BF16
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
@@ -34,7 +33,6 @@ class Hypothesis:
     evidence: str  # the observation, with its numbers
     series: str  # the series (the "dashboard panel") the evidence comes from
     root_sentence: str | None = None
-    remediation: list[str] = field(default_factory=list)
     numbers: dict[str, Any] = field(default_factory=dict)
 
 
@@ -136,11 +134,6 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
         f"before the loss jumped from {_g(float(ev['mu']))} to {_g(float(ev['peak']))}: "
         "one batch's gradient dominated the update (which tokens: needs a human)."
     )
-    fix = (
-        "lower the grad-clip threshold towards the pre-clip baseline "
-        f"({numbers['grad_norm_baseline']:.3g}; the spike's norm was {numbers['grad_norm']:.3g}) "
-        "and batch stratified so no batch concentrates rare tokens"
-    )
     return Hypothesis(
         "long-tail-token",
         title,
@@ -148,7 +141,6 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
         f"{text} (>= {thr.grad_norm_spike_ratio:g}x), leading the loss by {lead} step(s)",
         "grad_norm",
         root_sentence=root,
-        remediation=[fix],
         numbers=numbers,
     )
 
@@ -192,10 +184,6 @@ def _lr_test(view, lo, onset, thr: Thresholds) -> Hypothesis:
         "lr",
         root_sentence=f"The learning rate jumped from {before:.4g} to {after:.4g} at step {step}, "
         f"{onset - step} step(s) before the loss spike: a schedule or scheduler-state bug.",
-        remediation=[
-            f"fix the LR schedule so it is continuous at step {step} "
-            "(check scheduler state on resume)"
-        ],
         numbers={"lr_step": step, "lr_before": before, "lr": after},
     )
 
@@ -233,12 +221,6 @@ def _batch_test(view, onset, ev, thr: Thresholds) -> Hypothesis:
         "batch_id",
         root_sentence=f"The batch at step {onset} (id {bid_text}) "
         f"is the batch of step {cause['repeat_of_step']} served again: a data-loader bug.",
-        remediation=[
-            (
-                f"fix the data loader so batch {bid_text} is not served twice (check the data "
-                "cursor and sampler seed on resume)"
-            )
-        ],
     )
 
 
@@ -271,22 +253,7 @@ def _restart_test(view, onset, thr: Thresholds) -> Hypothesis:
             "later: the checkpoint did not restore the optimizer moments, "
             "scheduler or data cursor."
         ),
-        remediation=[
-            (
-                "save and restore optimizer moments, scheduler and data-loader state in the "
-                f"checkpoint; resume again from step {step} and compare the trajectories with "
-                "stab compare"
-            )
-        ],
     )
-
-
-def _fp16_remedies(view) -> list[str]:
-    """What an fp16 run can change, leaving out a dynamic scaler its loss scale shows at work."""
-    scale = view.points("loss_scale")[1] if view.has("loss_scale") else np.zeros(0)
-    scale = scale[np.isfinite(scale)]
-    moving = scale.size > 1 and bool(np.any(scale[1:] != scale[:-1]))
-    return ([] if moving else [ENABLE_DYNAMIC_SCALING]) + [MOVE_TO_BF16]
 
 
 def _overflow_test(view, lo, end) -> Hypothesis | None:
@@ -330,7 +297,6 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
         series,
         root_sentence=f"An fp16 overflow at step {first} coincides with the spike: "
         "activations or gradients exceeded the fp16 range.",
-        remediation=_fp16_remedies(view),
     )
 
 
@@ -362,10 +328,6 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
                 f"Rank(s) {names} diverged from the cohort "
                 "and the mean over ranks shows it as a spike."
             ),
-            remediation=[
-                f"inspect rank(s) {names}: data shard, GPU/node health; "
-                "exclude or replace it and resume"
-            ],
         )
     if analysis.source.ranks:
         return Hypothesis(
@@ -406,12 +368,6 @@ def nan_hypotheses(
                     f"At step {origin['step']} layer {layer} went non-finite while its input "
                     f"({before}) was finite: the NaN was created inside {layer}, not fed to it."
                 ),
-                remediation=[
-                    (
-                        f"re-run step {origin['step']} in fp32 with isnan checks inside {layer} "
-                        "(anomaly detection) to name the op"
-                    )
-                ],
             )
         )
     return _rank([h for h in hyps if h is not None], ["layer-origin"])
@@ -437,12 +393,6 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
             "dtype",
             root_sentence=f"In fp32 the loss went non-finite at step {first}: "
             "a probability driven to exactly 0 (log(0)) or a 0/0 in the loss reduction.",
-            remediation=[
-                (
-                    "compute the loss with log_softmax / cross_entropy on logits (never "
-                    "log(softmax)), or add an epsilon"
-                )
-            ],
         )
     scaler = [m for m in ("loss_scale", "overflow", "skipped_steps") if view.has(m)]
     overflow_before = bool(scaler) and bool(
@@ -464,7 +414,6 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
                 f"In fp16 an activation exceeded 65504 at or before step {first} and the loss "
                 "went non-finite."
             ),
-            remediation=_fp16_remedies(view),
         )
     if dtype == "bf16":
         return Hypothesis(
@@ -521,7 +470,6 @@ def _nan_gradient_test(view, first, thr: Thresholds) -> Hypothesis:
                 f"The gradient went non-finite at step {at} "
                 "and the update carried it into the weights."
             ),
-            remediation=["clip gradients by value (+-100) in addition to clip-by-norm"],
         )
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = seg / base
@@ -540,9 +488,6 @@ def _nan_gradient_test(view, first, thr: Thresholds) -> Hypothesis:
         status,
         text + f" (an explosion needs >= {thr.grad_norm_spike_ratio:g}x)",
         "grad_norm",
-        remediation=["lower the grad-clip threshold and clip by value (+-100)"]
-        if status == "supported"
-        else [],
     )
 
 
@@ -568,5 +513,4 @@ def _poisoned_test(view, first) -> Hypothesis:
         if after
         else f"step {first} is the last logged step",
         "loss",
-        remediation=[f"checkpoint every K steps and keep the last one before step {first}"],
     )
