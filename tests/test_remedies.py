@@ -229,3 +229,12 @@ def test_a_run_that_logs_a_pre_clip_grad_norm_is_told_to_lower_the_clip_once() -
 
 # advice about the clip threshold ("pre-clip grad norm" in a finding's words is not advice)
 CLIP_ADVICE = re.compile(r"grad-clip threshold|\bclip the\b")
+
+
+def test_a_collapse_remedy_states_the_loss_scale_floor_in_force() -> None:
+    thresholds = load_config(cli_values={"min_loss_scale": "0.5"})
+    default = analyze(_collapsing_scale_run()).verdict.remediation
+    changed = analyze(_collapsing_scale_run(), thresholds).verdict.remediation
+    assert any("with the scale below 1," in r for r in default), default
+    assert any("with the scale below 0.5," in r for r in changed), changed
+    assert not any("below 1," in r for r in changed), changed
