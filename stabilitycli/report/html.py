@@ -50,6 +50,18 @@ _MARKER_STYLE = {
     "overflow": {"symbol": "diamond", "size": 7, "color": "#ff7f0e"},
     "blip": {"symbol": "circle-open", "size": 7, "color": "#7f7f7f"},
     "jump": {"symbol": "triangle-down", "size": 11, "color": "#9467bd"},
+    "onset": {
+        "symbol": "diamond",
+        "size": 12,
+        "color": "#ff7f0e",
+        "line": {"width": 1, "color": "#000"},
+    },
+}
+_REGION_STYLE = {
+    # the stretch after a divergence's onset: faint, under the curves
+    "diverged": {"fillcolor": "rgba(255,127,14,0.10)", "label": "top right"},
+    # the window the trend test ran on: hatched-looking by a dotted outline
+    "trend-window": {"fillcolor": "rgba(120,120,120,0.10)", "label": "bottom left"},
 }
 _LINE_STYLE = {
     "series": {"color": "#1f77b4", "width": 1.2},
@@ -219,6 +231,58 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
                 "font": {"size": 10, "color": "#2ca02c"},
             }
         )
+    for region in panel.regions:
+        style = _REGION_STYLE.get(region.role, _REGION_STYLE["trend-window"])
+        shapes.append(
+            {
+                "type": "rect",
+                "x0": region.x0,
+                "x1": region.x1,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": style["fillcolor"],
+                "line": {"width": 1, "dash": "dot", "color": "rgba(90,90,90,0.5)"},
+                "layer": "below",
+                "label": {
+                    "text": _p(region.label),
+                    "textposition": style["label"],
+                    "font": {"size": 10, "color": "#555"},
+                },
+            }
+        )
+    for x, label in panel.events:
+        shapes.append(
+            {
+                "type": "line",
+                "x0": x,
+                "x1": x,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#ff7f0e", "width": 2},
+            }
+        )
+        notes.append(
+            {
+                "x": x,
+                "yref": "paper",
+                "y": 1,
+                "text": _p(label),
+                "showarrow": False,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"size": 11, "color": "#c05a00"},
+            }
+        )
+    yaxis: dict[str, Any] = {
+        "title": {"text": _p(panel.y_title)},
+        "type": "log" if panel.log_y else "linear",
+    }
+    if panel.log_y and panel.y_ticks is not None:
+        yaxis.update(tickmode="array", tickvals=panel.y_ticks[0], ticktext=panel.y_ticks[1])
+    elif panel.y_range is not None:
+        yaxis["range"] = list(panel.y_range)
     layout = {
         "title": {"text": _p(panel.title), "font": {"size": 15}},
         "height": 440 if panel.heatmap is not None else 350,
@@ -226,10 +290,7 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
         # axis types are set, never guessed from the data: a series of "NaN" words must not
         # turn an axis into categories
         "xaxis": {"title": {"text": _p(plots.x_title)}, "type": "linear"},
-        "yaxis": {
-            "title": {"text": _p(panel.y_title)},
-            "type": "log" if panel.log_y else "linear",
-        },
+        "yaxis": yaxis,
         "legend": {"orientation": "h", "y": -0.3},
         "shapes": shapes,
         "annotations": notes,

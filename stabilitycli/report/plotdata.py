@@ -56,6 +56,14 @@ class Markers:
 
 
 @dataclass
+class Region:
+    x0: float
+    x1: float
+    label: str
+    role: str  # trend-window | diverged
+
+
+@dataclass
 class Heatmap:
     x: list[float]
     y: list[int]
@@ -73,6 +81,11 @@ class Panel:
     lines: list[Line] = field(default_factory=list)
     markers: list[Markers] = field(default_factory=list)
     heatmap: Heatmap | None = None
+    # set for a log axis: ticks at 1, 10, 100 (or 1-2-5 over a short span), labelled in full
+    y_ticks: tuple[list[float], list[str]] | None = None
+    y_range: tuple[float, float] | None = None  # a linear axis that must not be guessed (LR)
+    regions: list[Region] = field(default_factory=list)  # shaded x spans (divergence window)
+    events: list[tuple[float, str]] = field(default_factory=list)  # labelled vertical lines
 
 
 @dataclass
@@ -109,6 +122,10 @@ def build(
         panel = make(view, analysis, thr, to_x, flagged, buckets, plots)
         if panel is not None:
             plots.panels.append(panel)
+    drawn = {line.name.split("  (")[0] for p in plots.panels for line in p.lines}
+    for name in cited_series(analysis):
+        if name not in drawn and view.has(name):
+            plots.panels.append(_cited_panel(view, analysis, name, to_x, flagged, buckets, plots))
     heat = _rank_panel(analysis, to_x)
     if heat is not None:
         plots.panels.append(heat)
@@ -235,7 +252,9 @@ def round_significant(values: np.ndarray, digits: int = DISPLAY_DIGITS) -> np.nd
 def display_values(values: np.ndarray) -> list[float | str | None]:
     """Rounded numbers for the page; non-finite ones as the words the logs use, never a gap."""
     v = np.asarray(values, dtype=np.float64)
-    out = round_significant(v).astype(object)
+    # whole numbers (batch ids, loss scales, token counts) are identities or exact: kept as is
+    whole = np.isfinite(v) & (v == np.round(v)) & (np.abs(v) < 2**53)
+    out = np.where(whole, v, round_significant(v)).astype(object)
     out[np.isnan(v)] = "NaN"
     out[np.isposinf(v)] = "+Inf"
     out[np.isneginf(v)] = "-Inf"
@@ -328,6 +347,9 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
             ys.append(peak if math.isfinite(peak) else top)
             texts.append(text)
         panel.markers.append(Markers("spike", xs, ys, texts, "spike"))
+    for f in analysis.findings:
+        if f.code == "divergence":
+            _mark_divergence(panel, f, steps, loss, to_x)
     blip = next((f for f in analysis.findings if f.code == "blip"), None)
     if blip is not None:
         bs = np.array(blip.evidence.get("steps", []), dtype=np.int64)
@@ -344,12 +366,50 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
     return panel
 
 
+def _mark_divergence(panel: Panel, f, steps: np.ndarray, loss: np.ndarray, to_x) -> None:
+    """The onset (a line and a marker on the loss), the stretch after it, and the window the
+    trend test ran on, with the numbers the verdict quotes."""
+    ev = f.evidence
+    onset = int(ev.get("start_step", f.step))
+    last = int(f.end_step if f.end_step is not None else steps[-1])
+    at = float(to_x(np.array([onset]))[0])
+    panel.events.append((at, f"divergence onset: step {onset}"))
+    panel.regions.append(
+        Region(at, float(to_x(np.array([last]))[0]), f"diverged: steps {onset}-{last}", "diverged")
+    )
+    if "window_start_step" in ev and "end_step" in ev:
+        a, b = int(ev["window_start_step"]), int(ev["end_step"])
+        z = ev.get("z")
+        test = f" (Mann-Kendall z = {float(z):.1f})" if isinstance(z, (int, float)) else ""
+        panel.regions.append(
+            Region(
+                float(to_x(np.array([a]))[0]),
+                float(to_x(np.array([b]))[0]),
+                f"trend window: steps {a}-{b}{test}",
+                "trend-window",
+            )
+        )
+    value = value_at_or_before(steps, loss, np.array([onset]))
+    rise = ev.get("relative_rise")
+    said = f", then rose {100 * float(rise):.1f}%" if isinstance(rise, (int, float)) else ""
+    panel.markers.append(
+        Markers(
+            "divergence onset",
+            [at],
+            _marker_y(value, _top(loss)),
+            [f"divergence from step {onset}: loss {numfmt.number(float(value[0]))}{said}"],
+            "onset",
+        )
+    )
+
+
 def _grad_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
     if not view.has("grad_norm"):
         return None
     steps, grad, idx = _series(view, "grad_norm", flagged, buckets, plots)
     panel = Panel("grad_norm", "Pre-clip grad norm (log scale)", "grad norm", log_y=True)
     panel.lines.append(Line("grad_norm", display_x(to_x(steps[idx])), display_values(grad[idx])))
+    _log_axis(panel, grad)
     bad = _nonfinite_markers("grad_norm", steps, grad, idx, to_x, _top(grad))
     if bad:
         panel.markers.append(bad)
@@ -376,6 +436,7 @@ def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | Non
     steps, lr, idx = _series(view, "lr", flagged, buckets, plots)
     panel = Panel("lr", "Learning rate", "LR")
     panel.lines.append(Line("lr", display_x(to_x(steps[idx])), display_values(lr[idx])))
+    _lr_axis(panel, lr)
     jumps = [
         f
         for f in analysis.findings
@@ -414,6 +475,9 @@ def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
             Line("loss_scale", display_x(to_x(steps[idx])), display_values(scale[idx]))
         )
         top = _top(scale)
+        _log_axis(panel, scale)
+    else:
+        _log_axis(panel, np.array([1.0]))  # overflow markers alone, drawn at 1
     if over.size:
         # one marker per overflow step, thinned to the display budget (the count says how many)
         shown = (
@@ -453,6 +517,7 @@ def _layer_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
     ordered = sorted(
         layers, key=lambda n: (n.split("/", 1)[0], forward_order_key(n.split("/", 1)[1]))
     )
+    seen: list[np.ndarray] = []
     for name in ordered:
         steps, values = view.points(name)
         a = np.searchsorted(steps, first - LAYER_WINDOW_STEPS)
@@ -460,12 +525,128 @@ def _layer_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
         s, v = steps[a:b], values[a:b]
         if not s.size:
             continue
+        seen.append(v)
         label = name + ("  (first non-finite)" if origin and name.endswith("/" + origin) else "")
         panel.lines.append(Line(label, display_x(to_x(s)), display_values(v), "layer"))
         bad = _nonfinite_markers(name, s, v, np.arange(s.size), to_x, _top(v))
         if bad:
             panel.markers.append(bad)
-    return panel if panel.lines else None
+    if not panel.lines:
+        return None
+    _log_axis(panel, *seen)
+    return panel
+
+
+def cited_series(analysis: Analysis) -> list[str]:
+    """Every logged series a finding or its causes names (the verdict's evidence), in order."""
+    names = [n for f in analysis.findings for n in _cited_by(f)]
+    return list(dict.fromkeys(names))  # each once, first mention first
+
+
+def _cited_by(f) -> list[str]:
+    ev = f.evidence
+    found = [f.metric, ev.get("series"), (ev.get("earliest_nonfinite") or {}).get("series")]
+    found += [c.get("series") for c in ev.get("causes") or [] if isinstance(c, dict)]
+    return [n for n in found if isinstance(n, str) and n]
+
+
+def _cited_panel(view, analysis, name: str, to_x, flagged, buckets, plots) -> Panel:
+    steps, values, idx = _series(view, name, flagged, buckets, plots)
+    codes = sorted({f.code for f in analysis.findings if name in _cited_by(f)})
+    panel = Panel(f"cited:{name}", f"{name} (cited by: {', '.join(codes)})", name)
+    panel.lines.append(Line(name, display_x(to_x(steps[idx])), display_values(values[idx])))
+    finite = values[np.isfinite(values)]
+    if finite.size and finite.min() > 0 and finite.max() / finite.min() > 100:
+        panel.log_y = True  # a norm that grew or collapsed by decades
+        _log_axis(panel, values)
+    bad = _nonfinite_markers(name, steps, values, idx, to_x, _top(values))
+    if bad:
+        panel.markers.append(bad)
+    own = [f for f in analysis.findings if f.metric == name and f.step is not None]
+    if own:
+        at = np.array([f.step for f in own], dtype=np.int64)
+        panel.markers.append(
+            Markers(
+                "finding",
+                display_x(to_x(at)),
+                _marker_y(value_at_or_before(steps, values, at), _top(values)),
+                [f.message for f in own],
+                "jump",
+            )
+        )
+    return panel
+
+
+def _lr_axis(panel: Panel, lr: np.ndarray) -> None:
+    """Linear from 0 unless the schedule spans decades (then log, labelled 1e-5, 1e-4, ...).
+
+    Decades are judged on the 10th and 90th percentiles of the positive values, so a warmup
+    from 0 or a cosine decay to 0 does not by itself turn the axis to log; a step schedule
+    1e-1 -> 1e-4 does. A constant LR gets 0..2x its value: left to itself plotly centres
+    it on a -1..+1 axis where 0.001 reads as 0."""
+    finite = lr[np.isfinite(lr)]
+    if not finite.size:
+        return
+    positive = finite[finite > 0]
+    if positive.size and finite.min() > 0:
+        p10, p90 = np.percentile(positive, [10, 90])
+        if p90 / p10 >= 100:
+            panel.log_y = True
+            panel.title = "Learning rate (log scale)"
+            _log_axis(panel, lr)
+            return
+    low, high = float(finite.min()), float(finite.max())
+    if low == high:
+        span = abs(high) or 1.0
+        panel.y_range = (min(0.0, 2 * low), max(0.0, 2 * high)) if high else (-span, span)
+        return
+    pad = 0.05 * (high - low)
+    panel.y_range = (0.0 if low >= 0 else low - pad, high + pad)
+
+
+def _log_axis(panel: Panel, *arrays: np.ndarray) -> None:
+    values = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in (*arrays, [])])
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size:
+        panel.y_ticks = log_ticks(float(values.min()), float(values.max()))
+
+
+def log_ticks(low: float, high: float) -> tuple[list[float], list[str]]:
+    """Ticks for a log axis from `low` to `high`, labelled as numbers people read.
+
+    Powers of ten (1, 10, 100; every k-th when there are many) over three decades or more;
+    1-2-5 per decade over a shorter span; 1..9 per decade when even that gives fewer than
+    three ticks. Labels are whole numbers (`tick_label`), never plotly's bare minor digits
+    ("5 ... 1 ... 5 ... 10 ... 2")."""
+    lo_exp, hi_exp = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    decades = math.log10(high / low)
+    exps = np.arange(lo_exp, hi_exp + 1)
+    ticks = np.array([])
+    for mantissas in ([1.0], [1.0, 2.0, 5.0], [float(m) for m in range(1, 10)]):
+        if len(mantissas) == 1 and decades < 3:
+            continue
+        cand = (np.asarray(mantissas)[None, :] * 10.0 ** exps[:, None]).ravel()
+        ticks = cand[(cand >= low * (1 - 1e-9)) & (cand <= high * (1 + 1e-9))]
+        if ticks.size >= 3:
+            break
+    if ticks.size < 2:  # a span inside one step of 1..9: the ends themselves
+        ticks = np.unique(round_significant(np.array([low, high]), 2))
+    if ticks.size > 8:
+        ticks = ticks[:: math.ceil(ticks.size / 8)]
+    values = round_significant(ticks, 3).tolist()
+    return values, [tick_label(v) for v in values]
+
+
+def tick_label(value: float) -> str:
+    """1e-05, 0.001, 0.5, 20, 5000, 10k, 2.5M: full numbers, k/M/G/T from ten thousand up."""
+    if value >= 1e4:
+        for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if value >= scale:
+                return f"{value / scale:g}{suffix}"
+    if value < 1e-3:
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{float(mantissa):g}e{int(exponent)}"
+    return f"{value:g}"
 
 
 def _rank_panel(analysis: Analysis, to_x) -> Panel | None:
