@@ -320,17 +320,31 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
         steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points
     )
     sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thr.sigma_floor_frac * np.abs(stats.mean))
-    band_label = f"trailing mu + {thr.spike_sigma:g} sigma ({stats.description})"
-    panel.lines.append(Line("trailing mean mu", x, _band(stats.mean[idx]), "band-low"))
-    panel.lines.append(
-        Line(band_label, x, _band((stats.mean + thr.spike_sigma * sigma)[idx]), "band-high")
-    )
+    mean, high = stats.mean.copy(), stats.mean + thr.spike_sigma * sigma
+    spikes = [f for f in analysis.findings if f.code == "spike"]
+    for f in spikes:
+        # the rule judges an event against the baseline frozen at its onset, until the loss is
+        # back (or, never back, for a trailing window): the band drawn is that one, not the
+        # trailing window that the spike's own points inflate
+        ev = f.evidence
+        onset, end = int(ev["onset_step"]), int(ev["end_step"])
+        back = ev.get("recovery_step")
+        until = (
+            max(end, int(back) - 1)
+            if back is not None
+            else max(end, onset + thr.spike_window_steps)
+        )
+        frozen = (steps >= onset) & (steps <= until)
+        mean[frozen], high[frozen] = float(ev["mu"]), float(ev["threshold"])
+    frozen_note = "; frozen at a spike's onset until it is over" if spikes else ""
+    band_label = f"trailing mu + {thr.spike_sigma:g} sigma ({stats.description}{frozen_note})"
+    panel.lines.append(Line("trailing mean mu", x, _band(mean[idx]), "band-low"))
+    panel.lines.append(Line(band_label, x, _band(high[idx]), "band-high"))
     panel.lines.append(Line("loss", x, display_values(loss[idx])))
     top = _top(loss)
     bad = _nonfinite_markers("loss", steps, loss, idx, to_x, top)
     if bad:
         panel.markers.append(bad)
-    spikes = [f for f in analysis.findings if f.code == "spike"]
     if spikes:
         xs, ys, texts = [], [], []
         for f in spikes:

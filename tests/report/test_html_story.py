@@ -130,3 +130,23 @@ def test_log_axis_ticks_read_as_the_numbers_they_mark(name) -> None:
             assert _read(label) == pytest.approx(value, rel=1e-9), (label, value)
         mantissas = {round(v / 10 ** np.floor(np.log10(v)), 6) for v in axis["tickvals"]}
         assert mantissas <= {float(m) for m in range(1, 10)}
+
+
+@pytest.mark.parametrize("name", ["spike-long-tail", "spike-persistent"])
+def test_the_band_is_frozen_across_a_spike_as_the_rule_freezes_it(name) -> None:
+    data, analysis = analysed(name)
+    spike = next(f for f in analysis.findings if f.code == "spike").evidence
+    loss = _figures(_page_of(data, analysis))["loss"]
+    band = next(t for t in loss["data"] if t.get("name", "").startswith("trailing mu +"))
+    mean = next(t for t in loss["data"] if t.get("name") == "trailing mean mu")
+    back = spike["recovery_step"]
+    # the event lasts while the loss is above the frozen threshold, and until it is back
+    last = max(spike["end_step"], back - 1 if back is not None else spike["onset_step"] + 100)
+    inside = [i for i, x in enumerate(band["x"]) if spike["onset_step"] <= x <= last]
+    assert inside
+    # the threshold the rule compared with, not the window the spike's own points inflate
+    assert {band["y"][i] for i in inside} == {round(spike["threshold"], 4)}
+    assert {mean["y"][i] for i in inside} == {round(spike["mu"], 4)}
+    after = band["x"].index(inside[-1]) + 1
+    if after < len(band["x"]):
+        assert band["y"][after] != band["y"][inside[-1]]  # trailing again once it is over
