@@ -67,6 +67,8 @@ _LINE_STYLE = {
     "series": {"color": "#1f77b4", "width": 1.2},
     "band-low": {"color": "rgba(120,120,120,0.8)", "width": 1, "dash": "dot"},
     "band-high": {"color": "rgba(214,39,40,0.6)", "width": 1, "dash": "dot"},
+    # the trajectory a resume rewrote: a branch off the curve, drawn under it
+    "abandoned": {"color": "rgba(148,103,189,0.85)", "width": 1.2, "dash": "dash"},
 }
 _SEVERITY_CLASS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
 

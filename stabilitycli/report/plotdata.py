@@ -43,7 +43,7 @@ class Line:
     # rounded (`display_values`); "NaN", "+Inf", "-Inf" for non-finite values (a break in the
     # line, marked separately); None where nothing is drawn (a band with too few points)
     y: list[float | str | None]
-    role: str = "series"  # series | band-low | band-high | layer
+    role: str = "series"  # series | band-low | band-high | layer | abandoned
 
 
 @dataclass
@@ -341,6 +341,7 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
     panel.lines.append(Line("trailing mean mu", x, _band(mean[idx]), "band-low"))
     panel.lines.append(Line(band_label, x, _band(high[idx]), "band-high"))
     panel.lines.append(Line("loss", x, display_values(loss[idx])))
+    panel.lines += _abandoned_branches(view, "loss", to_x, buckets)
     top = _top(loss)
     bad = _nonfinite_markers("loss", steps, loss, idx, to_x, top)
     if bad:
@@ -378,6 +379,39 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
             )
         )
     return panel
+
+
+def _abandoned_branches(view: SeriesView, metric: str, to_x, buckets: int) -> list[Line]:
+    """The steps a resume logged again, as first logged: one dotted branch per abandoned
+    segment, leaving the drawn curve where the resume went back (the mean over ranks, like
+    the main curve)."""
+    import polars as pl
+
+    from stabilitycli.frame import SEGMENT
+
+    rows = view.abandoned
+    if rows is None or metric not in rows.columns:
+        return []
+    means = (
+        rows.group_by([SEGMENT, "step"])
+        .agg(pl.col(metric).cast(pl.Float64).mean())
+        .drop_nulls(metric)
+        .sort([SEGMENT, "step"])
+    )
+    lines = []
+    for _, part in means.group_by([SEGMENT], maintain_order=True):
+        steps = part["step"].to_numpy().astype(np.int64)
+        values = part[metric].to_numpy()
+        idx = keep_indices(values, buckets)
+        lines.append(
+            Line(
+                f"{metric} before the resume, abandoned (steps {steps[0]}-{steps[-1]})",
+                display_x(to_x(steps[idx])),
+                display_values(values[idx]),
+                "abandoned",
+            )
+        )
+    return lines
 
 
 def _mark_divergence(panel: Panel, f, steps: np.ndarray, loss: np.ndarray, to_x) -> None:

@@ -150,3 +150,15 @@ def test_the_band_is_frozen_across_a_spike_as_the_rule_freezes_it(name) -> None:
     after = band["x"].index(inside[-1]) + 1
     if after < len(band["x"]):
         assert band["y"][after] != band["y"][inside[-1]]  # trailing again once it is over
+
+
+@pytest.mark.parametrize("name", ["restart-clean", "spike-after-restart"])
+def test_the_abandoned_trajectory_of_a_resume_is_drawn_as_a_branch(name) -> None:
+    data, analysis = analysed(name)
+    loss = _figures(_page_of(data, analysis))["loss"]
+    branch = next(t for t in loss["data"] if "abandoned" in t.get("name", ""))
+    rewritten = data.abandoned.sort("step")
+    assert branch["x"] == rewritten["step"].to_list()  # every rewritten step (short log: no cut)
+    first = rewritten["loss"][0]
+    assert branch["y"][0] == pytest.approx(first, rel=1e-4)
+    assert branch["line"]["dash"] == "dash"
