@@ -22,17 +22,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from a checkout, without an install
 
 from stabilitycli.classify.questions import (  # noqa: E402
-    GENERIC_EVENT,
     VERDICT_ORDER,
-    Remedy,
     cause_texts,
-    fill_remedy,
     finding_texts,
     question_next,
     questions,
+    verdicts,
+)
+from stabilitycli.classify.remedies import (  # noqa: E402
+    GENERIC_EVENT,
+    Remedy,
+    fill_remedy,
     remedy_causes,
     remedy_rows,
-    verdicts,
 )
 from stabilitycli.commands.explain import plain_words  # noqa: E402
 from stabilitycli.config import Thresholds  # noqa: E402
@@ -134,7 +136,8 @@ def render(defaults: Thresholds | None = None) -> str:
         f"Generated from the code by `scripts/gen_rules_doc.py`; do not edit it by hand, run "
         f"`{REGENERATE}` (the tests fail while it is stale). The sources: the rule registry "
         "(`stabilitycli/detect/registry.py` and the rule modules' docstrings), the thresholds "
-        "(`stabilitycli/config.py`) and the tree's texts (`stabilitycli/classify/questions.py`).",
+        "(`stabilitycli/config.py`), the tree's texts (`stabilitycli/classify/questions.py`) "
+        "and its remedies (`stabilitycli/classify/remedies.py`).",
         "",
         "Every threshold stated is at its default. A `[tool.stab]` table in a `pyproject.toml`, "
         "a `stab.toml` or `--set NAME=VALUE` changes the thresholds; `stab explain CODE` prints "

@@ -178,7 +178,8 @@ def test_explain_says_every_code_in_plain_words_with_what_to_do(cli, code: str) 
 
 def test_explain_covers_every_code_the_outputs_use() -> None:
     """Every verdict, cause and finding code a run can carry, and every question it asks."""
-    from stabilitycli.classify.questions import QUESTIONS, REMEDY_TABLE, VERDICT_ORDER
+    from stabilitycli.classify.questions import QUESTIONS, VERDICT_ORDER
+    from stabilitycli.classify.remedies import REMEDY_TABLE
     from stabilitycli.detect.registry import load_rules
 
     codes = set(_every_explainable_code())

@@ -13,14 +13,12 @@ import pytest
 
 from stabilitycli.classify.questions import (
     cause_texts,
-    fill_remedy,
     finding_texts,
     question_next,
     questions,
-    remedy_causes,
-    remedy_rows,
     verdicts,
 )
+from stabilitycli.classify.remedies import fill_remedy, remedy_causes, remedy_rows
 from stabilitycli.config import Thresholds
 from stabilitycli.detect import registry
 from stabilitycli.detect.registry import Rule, RuleResult, load_rules

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from stabilitycli.classify.questions import (
+from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
+from stabilitycli.classify.remedies import (
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
     SHOWS_BF16,
@@ -20,9 +21,6 @@ from stabilitycli.classify.questions import (
     SHOWS_NO_SCALE,
     SHOWS_SCALE_CONSTANT,
     SHOWS_SCALE_MOVING,
-    VERDICT_ORDER,
-    VERDICTS,
-    cause_texts,
     remedies_for,
 )
 from stabilitycli.config import Thresholds

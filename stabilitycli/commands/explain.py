@@ -113,7 +113,7 @@ def _rule_parts(code: str, rules, findings: dict[str, tuple[str, str]], in_force
 
 def _verdict_parts(code: str, verdict_texts, in_force: Thresholds) -> list[str]:
     """The verdict `code`: what it means, and its remedies for each cause the table knows."""
-    from stabilitycli.classify.questions import remedy_causes, remedy_rows
+    from stabilitycli.classify.remedies import remedy_causes, remedy_rows
 
     if code not in verdict_texts:
         return []
@@ -133,7 +133,7 @@ def _verdict_parts(code: str, verdict_texts, in_force: Thresholds) -> list[str]:
 
 def _cause_parts(code: str, texts: dict[str, str], in_force: Thresholds) -> list[str]:
     """The cause `code`: what it means, and what to do under each verdict it can come with."""
-    from stabilitycli.classify.questions import REMEDY_TABLE
+    from stabilitycli.classify.remedies import REMEDY_TABLE
 
     if code not in texts:
         return []
@@ -148,7 +148,7 @@ def _cause_parts(code: str, texts: dict[str, str], in_force: Thresholds) -> list
 
 def _remedy_bullets(verdict: str, cause: str | None, in_force: Thresholds) -> str:
     """The table's remedies as bullets, each with when a run is given it."""
-    from stabilitycli.classify.questions import fill_remedy, remedy_rows
+    from stabilitycli.classify.remedies import fill_remedy, remedy_rows
 
     lines = []
     for remedy in remedy_rows(verdict, cause):

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli.classify.questions import cause_texts, remedies_for
+from stabilitycli.classify.questions import cause_texts
+from stabilitycli.classify.remedies import remedies_for
 from stabilitycli.classify.tree import log_shows
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.series import SeriesView, build_view

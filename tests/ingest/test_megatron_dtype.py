@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.classify.questions import ENABLE_DYNAMIC_SCALING, MOVE_TO_BF16
+from stabilitycli.classify.remedies import ENABLE_DYNAMIC_SCALING, MOVE_TO_BF16
 from stabilitycli.errors import StabUsageError
 from stabilitycli.ingest import megatron
 from stabilitycli.ingest._dtype import dtype_from, dtype_option

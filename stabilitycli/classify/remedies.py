@@ -1,0 +1,335 @@
+"""Remedies as data: the actions that address a verdict's cause (spec §1-§5).
+
+A remedy is kept for a run only when the log does not show it already in
+place; its text is a template over the `Thresholds` in force, the remedy
+numbers below and the event's own words. `tree.py` picks a run's list with
+`remedies_for`; `stab explain` and docs/rules.md read the whole table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from stabilitycli.config import Thresholds
+
+# ---------------------------------------------------------------- remedies
+#
+# A remedy is the action that addresses a verdict's cause: the table below is keyed by
+# (verdict, cause), and a cause with no row of its own falls back to (verdict, None). A remedy
+# can need something the log must show (bf16 is advice for an fp16 run) and is dropped when the
+# log shows it is already in place (a loss scale that moves means dynamic loss scaling is on).
+# Texts are templates over the `Thresholds` fields, the remedy numbers below, and the event:
+# `{start}` is where it began ("step 800"), `{who}` the rank ("rank 41").
+
+# What a log can show, for `Remedy.needs` and `Remedy.unless` (`tree.log_shows` finds them).
+SHOWS_FP16 = "fp16"  # stated, or the loss scaler's own series say so
+SHOWS_BF16 = "bf16"
+SHOWS_SCALE_MOVING = "loss scale moving"  # the scale drops and rises: dynamic scaling is on
+SHOWS_SCALE_CONSTANT = "loss scale constant"  # logged, and never moved
+SHOWS_NO_SCALE = "no loss scale"  # neither a loss-scale series nor scaler messages
+SHOWS_CLIPPING = "grad clipping"  # the grad norm is logged as the pre-clip one: the run clips
+
+# how `stab explain` says a condition, after "only when the log shows" / "unless the log shows"
+SHOWS_WORDS: dict[str, str] = {
+    SHOWS_FP16: "an fp16 run",
+    SHOWS_BF16: "a bf16 run",
+    SHOWS_SCALE_MOVING: "a loss scale that moves, so dynamic loss scaling is on",
+    SHOWS_SCALE_CONSTANT: "a loss scale that never moved",
+    SHOWS_NO_SCALE: "no loss scale at all",
+    SHOWS_CLIPPING: "gradient clipping in place: a grad norm logged as the pre-clip one",
+}
+
+# The remedies' own numbers, from the spec (§2 Q2.4, §1 Q1.4): advice, not detection thresholds.
+REMEDY_NUMBERS: dict[str, float] = {
+    "clip_norm": 0.5,  # the grad-clip threshold to restart with after a spike
+    "clip_value": 100.0,  # clip-by-value bound for an infinite embedding gradient
+    "fp16_max": 65504.0,  # the largest finite fp16 value
+}
+
+# the event words when no run is at hand (`stab explain`)
+GENERIC_EVENT: dict[str, str] = {"start": "the first step of the event", "who": "the outlying rank"}
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One action; kept for a run only when the log shows `needs` and none of `unless`."""
+
+    text: str
+    needs: frozenset[str] = frozenset()
+    unless: frozenset[str] = frozenset()
+
+    def fits(self, shows: frozenset[str]) -> bool:
+        return self.needs <= shows and not (self.unless & shows)
+
+    def condition(self) -> str:
+        """When it applies, in words ('' when always)."""
+        parts = [f"only when the log shows {SHOWS_WORDS[n]}" for n in sorted(self.needs)]
+        parts += [f"not when the log shows {SHOWS_WORDS[n]}" for n in sorted(self.unless)]
+        return "; ".join(parts)
+
+
+def _remedy(text: str, needs: tuple[str, ...] = (), unless: tuple[str, ...] = ()) -> Remedy:
+    return Remedy(text, frozenset(needs), frozenset(unless))
+
+
+# Remedy-table causes that are not a verdict's cause: where a NaN with no spec cause began
+# (the verdict's cause stays None; its remedies follow where the NaN showed first).
+NAN_IN_WEIGHTS = "nan-in-weights"
+NAN_BEFORE_LOGITS = "nan-before-logits"
+
+# kept as names: tests and callers check that a run is (not) told these
+ENABLE_DYNAMIC_SCALING = (
+    "enable dynamic loss scaling, or log the loss scale so that the log shows a scaler at work"
+)
+MOVE_TO_BF16 = "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)"
+
+# fp16
+_ENABLE_SCALER = _remedy(ENABLE_DYNAMIC_SCALING, needs=(SHOWS_NO_SCALE,))
+_TURN_ON_SCALER = _remedy(
+    "turn on dynamic loss scaling: the logged loss scale stayed constant through the overflows "
+    '(PyTorch AMP: a GradScaler; DeepSpeed: "loss_scale": 0; Megatron: leave out --loss-scale)',
+    needs=(SHOWS_SCALE_CONSTANT,),
+)
+_TO_BF16 = _remedy(MOVE_TO_BF16, needs=(SHOWS_FP16,))
+_FIND_OVERFLOWING_OP = _remedy(
+    "find the op that overflows: log the largest |activation| and |gradient| of each layer "
+    "around {start}; above {fp16_max:g} is an fp16 overflow (look at init, the residual-stream "
+    "magnitude and the attention logits)"
+)
+_HALVE_LR_SCALE_HALVING = _remedy(
+    "halve the learning rate: the loss scaler kept halving instead of settling"
+)
+_RESUME_BEFORE_COLLAPSE = _remedy(
+    "resume from the last checkpoint before {start}, where the overflows began: with the scale "
+    "below {min_loss_scale:g}, small fp16 gradients underflow to zero and the updates since lost "
+    "their signal"
+)
+_HALVE_LR_IF_OVERFLOWS_GO_ON = _remedy(
+    "if the overflows keep coming after that, halve the learning rate",
+    needs=(SHOWS_SCALE_MOVING,),
+)
+
+# NaN
+_LOG_SOFTMAX = _remedy(
+    "compute the loss with log_softmax (or cross_entropy on the logits), never "
+    "log(softmax(x)); or add an epsilon inside the log"
+)
+_CLIP_BY_VALUE = _remedy(
+    "if an embedding gradient went infinite, clip gradients by value (+-{clip_value:g}) as well "
+    "as by norm"
+)
+_RERUN_WITH_ANOMALY_DETECTION = _remedy(
+    "resume from the last checkpoint before {start} and re-run that step with anomaly detection "
+    "on, to confirm which op made the NaN"
+)
+_RESUME_BEFORE_NAN = _remedy("resume from the last checkpoint before {start}")
+_FIND_FIRST_NONFINITE_OP = _remedy(
+    "re-run that step in fp32 with a NaN check after each layer to find the first op that goes "
+    "non-finite"
+)
+_BF16_RUNAWAY = _remedy(
+    "a value overflows this dtype only near 3e38: look for one that grows without bound (log "
+    "each layer's activation and gradient norms) or a division by zero",
+    needs=(SHOWS_BF16,),
+)
+_RESUME_AND_CHECKPOINT_OFTEN = _remedy(
+    "resume from the last checkpoint before {start}, and checkpoint more often so that the last "
+    "good one is close to a NaN"
+)
+_FIX_NAN_UPDATE = _remedy(
+    "the weights went non-finite before the loss: the optimizer update wrote the NaN; check the "
+    "optimizer's eps (too small for the dtype), the LR at that step, and clip the grad norm"
+)
+_FIX_NAN_LAYER = _remedy(
+    "look at the first non-finite layer's weights and its input at that step: a normalisation "
+    "dividing by a zero variance, a residual that keeps growing, or a bad init"
+)
+_STRUCTURAL_NAN = _remedy(
+    "if log_softmax, value clipping and loss scaling are already in and the NaN persists, the bug "
+    "is structural: look at the model code and the data, not the numerics"
+)
+
+# spikes
+_INSPECT_LONG_TAIL_BATCH = _remedy(
+    "inspect the batch at {start} for rare or long-tail tokens: the pre-clip grad norm jumped far "
+    "above its trailing mean just before the loss did (`stab postmortem` lists what the log shows)"
+)
+_STRATIFY = _remedy("enable stratified batching, so that such samples are spread across batches")
+_ADD_CLIPPING = _remedy("clip the global grad norm at {clip_norm:g}", unless=(SHOWS_CLIPPING,))
+_LOWER_CLIPPING = _remedy("lower the grad-clip threshold to {clip_norm:g}", needs=(SHOWS_CLIPPING,))
+_FIX_LR_JUMP = _remedy(
+    "fix the LR schedule: the LR jumped just before {start} (look at the scheduler's state after "
+    "a resume, the warmup and step bookkeeping, and any LR changed by hand)"
+)
+_FIX_DATA_LOADER = _remedy(
+    "fix the data loader: the batch at {start} repeats one seen within the "
+    "{duplicate_batch_window_steps} steps before (check the sampler's seed and its position "
+    "after a resume)"
+)
+_RESTORE_FULL_STATE = _remedy(
+    "make the checkpoint save and restore the optimizer moments, the LR scheduler and the data "
+    "cursor: the spike began within {restart_spike_steps} steps of a resume"
+)
+_CONFIRM_RESUME = _remedy(
+    "resume again from that checkpoint with the full state and confirm that the replayed steps "
+    "match the first run (`stab compare`)"
+)
+_RELOAD_BEFORE_SPIKE = _remedy(
+    "reload the last checkpoint before {start}: the loss did not come back within "
+    "{recovery_window_steps} steps, so the optimizer moments after it are suspect; restart from "
+    "it once the cause is fixed"
+)
+_TRACE_UNEXPLAINED_SPIKE = _remedy(
+    "inspect the batch at {start}: nothing in the log explains the spike (grad norm, LR, batch "
+    "id, restarts); log the batch id and per-layer grad norms so that a recurrence can be traced"
+)
+
+# divergence, plateau
+_FIX_RISING_LR = _remedy(
+    "fix the LR schedule: the LR rises after warmup (a cosine written as an inverse cosine, or a "
+    "warmup that never ends)"
+)
+_LOWER_PEAK_LR = _remedy(
+    "lower the peak LR below the LR at which the loss turned up, or lengthen the warmup"
+)
+_ADJUST_WEIGHT_DECAY = _remedy(
+    "change the weight decay by 2x: raise it if the weight norm grew, lower it if the norm "
+    "collapsed"
+)
+_HALVE_LR_HARDER_LANDSCAPE = _remedy(
+    "halve the learning rate: the grad norm's moving average is rising (the loss landscape is "
+    "getting harder)"
+)
+_CHECK_DATA_AND_INIT = _remedy("check the data stream from {start}, and the weights for init drift")
+_HALVE_LR_NO_CAUSE = _remedy(
+    "halve the learning rate (no cause shows in the logged series; log the LR, the weight norms "
+    "and the grad norm where they are missing)"
+)
+_RESUME_BEFORE_RISE = _remedy(
+    "resume from the last checkpoint before {start}, where the rise began"
+)
+_CHECK_EVAL = _remedy(
+    "check the eval loss over the same steps: if it has stopped improving too, stop training or "
+    "decay the LR"
+)
+_KEEP_TRAINING = _remedy("if the eval loss still improves, keep training and check again later")
+
+# ranks, short logs
+_RANK_HOST = _remedy(
+    "on the host that ran {who}, look for hardware faults around {start}: ECC and Xid errors "
+    "(nvidia-smi -q -d ECC, dmesg), thermal throttling, NCCL warnings in that rank's log"
+)
+_RANK_SHARD = _remedy(
+    "check {who}'s data shard: the files or sample indices it read from {start} (duplicated, "
+    "empty or mis-tokenised batches move one rank's loss away from the rest)"
+)
+_RANK_EXCLUDE = _remedy(
+    "exclude or replace that node and resume from the last checkpoint before {start}"
+)
+_LOG_MORE = _remedy(
+    "log more steps (or pass the full log) so that the {spike_window_steps}- and "
+    "{divergence_window_steps}-step windows can be judged"
+)
+
+_LONG_TAIL_FIX = (_INSPECT_LONG_TAIL_BATCH, _STRATIFY, _ADD_CLIPPING, _LOWER_CLIPPING)
+_RESUME_FIX = (_RESTORE_FULL_STATE, _CONFIRM_RESUME)
+_COLLAPSE = (
+    _FIND_OVERFLOWING_OP,
+    _HALVE_LR_SCALE_HALVING,
+    _TO_BF16,
+    _RESUME_BEFORE_COLLAPSE,
+)
+_UNABSORBED_OVERFLOW = (_ENABLE_SCALER, _TURN_ON_SCALER, _FIND_OVERFLOWING_OP, _TO_BF16)
+
+# (verdict, cause) -> the remedies, the cause's fix first, then what to do about the damage
+REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
+    ("nan", "log-of-zero"): (_LOG_SOFTMAX, _CLIP_BY_VALUE, _RERUN_WITH_ANOMALY_DETECTION),
+    ("nan", "activation-overflow"): (
+        _FIND_OVERFLOWING_OP,
+        _ENABLE_SCALER,
+        _TURN_ON_SCALER,
+        _TO_BF16,
+        _HALVE_LR_IF_OVERFLOWS_GO_ON,
+        _RESUME_BEFORE_NAN,
+    ),
+    ("nan", NAN_IN_WEIGHTS): (
+        _RESUME_AND_CHECKPOINT_OFTEN,
+        _FIX_NAN_UPDATE,
+        _FIND_FIRST_NONFINITE_OP,
+    ),
+    ("nan", NAN_BEFORE_LOGITS): (_RESUME_BEFORE_NAN, _FIX_NAN_LAYER, _FIND_FIRST_NONFINITE_OP),
+    ("nan", None): (_RESUME_BEFORE_NAN, _FIND_FIRST_NONFINITE_OP, _BF16_RUNAWAY, _STRUCTURAL_NAN),
+    ("rank-outlier", None): (_RANK_HOST, _RANK_SHARD, _RANK_EXCLUDE),
+    # a persistent spike leaves the optimizer state suspect: back to the checkpoint first (Q2.4)
+    ("spike-persistent", "long-tail-token"): (_RELOAD_BEFORE_SPIKE, *_LONG_TAIL_FIX),
+    ("spike-persistent", "lr-discontinuity"): (_RELOAD_BEFORE_SPIKE, _FIX_LR_JUMP),
+    ("spike-persistent", "duplicate-batch"): (_RELOAD_BEFORE_SPIKE, _FIX_DATA_LOADER),
+    # the resume itself lost the state: resuming again, with all of it, is the repair
+    ("spike-persistent", "optimizer-reset"): _RESUME_FIX,
+    # spec Q2.4: with no cause seen, the generic repair
+    ("spike-persistent", None): (
+        _RELOAD_BEFORE_SPIKE,
+        _TRACE_UNEXPLAINED_SPIKE,
+        _ADD_CLIPPING,
+        _LOWER_CLIPPING,
+        _STRATIFY,
+    ),
+    ("spike-recoverable", "long-tail-token"): _LONG_TAIL_FIX,
+    ("spike-recoverable", "lr-discontinuity"): (_FIX_LR_JUMP,),
+    ("spike-recoverable", "duplicate-batch"): (_FIX_DATA_LOADER,),
+    ("spike-recoverable", "optimizer-reset"): _RESUME_FIX,
+    ("spike-recoverable", None): (_TRACE_UNEXPLAINED_SPIKE,),
+    ("loss-scale-collapsed", "activation-overflow"): _COLLAPSE,
+    ("loss-scale-collapsed", None): _COLLAPSE,
+    ("loss-scale-static", None): (_TURN_ON_SCALER, _TO_BF16, _FIND_OVERFLOWING_OP),
+    ("fp16-overflow", "activation-overflow"): _UNABSORBED_OVERFLOW,
+    ("fp16-overflow", None): _UNABSORBED_OVERFLOW,
+    ("divergence", "lr-increasing"): (_FIX_RISING_LR, _RESUME_BEFORE_RISE),
+    ("divergence", "lr-too-high"): (_LOWER_PEAK_LR, _RESUME_BEFORE_RISE),
+    ("divergence", "weight-norm"): (_ADJUST_WEIGHT_DECAY, _RESUME_BEFORE_RISE),
+    ("divergence", "grad-norm-rising"): (
+        _HALVE_LR_HARDER_LANDSCAPE,
+        _CHECK_DATA_AND_INIT,
+        _RESUME_BEFORE_RISE,
+    ),
+    ("divergence", None): (_HALVE_LR_NO_CAUSE, _RESUME_BEFORE_RISE),
+    ("plateau", None): (_CHECK_EVAL, _KEEP_TRAINING),
+    ("insufficient-data", None): (_LOG_MORE,),
+    ("healthy", None): (),
+}
+
+
+def remedy_rows(verdict: str, cause: str | None) -> tuple[Remedy, ...]:
+    """The row for a verdict and its cause (the verdict's own row when the cause has none)."""
+    return REMEDY_TABLE.get((verdict, cause)) or REMEDY_TABLE.get((verdict, None), ())
+
+
+def fill_remedy(remedy: Remedy, thresholds: Thresholds, event: dict[str, str] | None = None) -> str:
+    """A remedy's text with the thresholds in force, the remedy numbers and the event's words."""
+    values: dict[str, Any] = {f.name: getattr(thresholds, f.name) for f in fields(thresholds)}
+    values |= REMEDY_NUMBERS | GENERIC_EVENT | (event or {})
+    return remedy.text.format_map(values)
+
+
+def remedies_for(
+    verdict: str,
+    cause: str | None,
+    thresholds: Thresholds,
+    shows: frozenset[str],
+    event: dict[str, str] | None = None,
+) -> list[str]:
+    """The remedies for this verdict and cause that the log does not show already in place.
+
+    `shows` is what the log shows (`SHOWS_*`); `event` names where the event began (`start`)
+    and, for a rank, which (`who`). No text appears twice.
+    """
+    texts = [
+        fill_remedy(r, thresholds, event) for r in remedy_rows(verdict, cause) if r.fits(shows)
+    ]
+    return list(dict.fromkeys(texts))
+
+
+def remedy_causes(verdict: str) -> list[str | None]:
+    """The causes the table has a row for under this verdict (None: the verdict's own row)."""
+    return [cause for (v, cause) in REMEDY_TABLE if v == verdict]
