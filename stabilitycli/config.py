@@ -54,7 +54,7 @@ class Thresholds:
     spike_large_z: float = 6.0
     """Materiality (c): an isolated point is a spike at z >= this (OLMo-core's threshold)..."""
     spike_large_ratio: float = 1.5
-    """...and a peak at least this multiple of the baseline mean (seed 002: 2-100x)."""
+    """...and a peak at least this multiple of the baseline mean (real spikes: 2-100x)."""
     recovery_window_steps: int = 50
     (
         "Recovered if the loss returns to <= mu + recovery_sigma * sigma within this many steps "
@@ -79,7 +79,7 @@ class Thresholds:
         "while the LR stays up (a step change keeps acting)."
     )
     restart_spike_steps: int = 10
-    "A spike within this many steps after a restart points at unrestored state (seeds 000, 003)."
+    "A spike within this many steps after a restart points at unrestored state."
     duplicate_batch_window_steps: int = 100
     """A batch id repeated within this many steps is a duplicate batch (Q2.3)."""
     recovery_median_points: int = 5
@@ -220,7 +220,7 @@ class Thresholds:
     throughput_drop_frac: float = 0.05
     """Run throughput this fraction below its trailing median is a throughput drop."""
 
-    # --- restart replays and `stab compare` (seeds 000, 003) ---
+    # --- restart replays and `stab compare` ---
     replay_noise_steps: int = 100
     """A restart replay is judged against the loss noise over this many steps before the restart."""
     noise_band_sigmas: float = 3.0

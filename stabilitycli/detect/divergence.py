@@ -58,7 +58,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     window it asks Q4.2 (LR rising outside warmup -> `lr-increasing`), Q4.3
     (a weight norm changing more than 2x -> `weight-norm`) and Q4.4 (grad-norm
     moving average rising -> `grad-norm-rising`). A rise below 5% of the
-    starting level with none of those causes is the seed's plateau.
+    starting level with none of those causes is a plateau.
 
     Why it matters: silent divergence raises no NaN and no overflow; the loss
     just stops coming back. Caught early it costs a checkpoint reload and an LR
@@ -459,7 +459,7 @@ def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | Non
 
 
 def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[dict]:
-    """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the seed's order."""
+    """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the tree's order."""
     causes: list[dict] = []
     if view.has("lr"):
         s, lr = view.points("lr")

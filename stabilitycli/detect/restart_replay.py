@@ -1,4 +1,4 @@
-"""Restart replays: after a resume, is the run back on the path it was on? (seeds 000, 003)"""
+"""Restart replays: after a resume, is the run back on the path it was on?"""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ def detect_restarts(view: SeriesView, thresholds: Thresholds, facts: Facts) -> R
 
     Why it matters: a spike within 10 steps after a restart points at state
     the checkpoint did not restore (optimizer moments, scheduler, data
-    cursor), not at the data (seeds 000 and 003: the optimizer-reset pattern).
+    cursor), not at the data: the optimizer-reset pattern.
     """
     result = RuleResult()
     for restart in view.restarts:

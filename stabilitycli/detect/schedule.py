@@ -30,7 +30,8 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
 
     Why it matters: a jumping LR is a schedule bug (Q2.3), often a scheduler
     whose state a checkpoint did not restore; the spike rule names it as the
-    cause when a loss spike follows within 3 steps.
+    cause of a loss spike that follows within `lr_jump_cause_steps` while the
+    LR stays up.
     """
     result = RuleResult()
     found = view.finite_or_skip("lr", "lr-jump", 3, result.skipped)

@@ -235,12 +235,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     (z >= 6 and peak >= 1.5x the baseline); anything else is a blip (info).
     Sustained is read as an accumulated excess: the point and the next two
     logged points, each at most 6 sigma and none under 2, sum to >= 11 sigma
-    over the frozen baseline and rise >= 3% above it on average (see
-    `_accumulated_excess`),
-    so a level shift counts even where some of its points dip under 3 sigma.
+    over the frozen baseline and rise >= 3% above it on average, so a level
+    shift counts even where some of its points dip under 3 sigma.
     Points above the baseline until the loss is back are one event.
     Recovered when the loss is back to <= mu + 0.5*sigma within 50 steps
-    (Q2.2); type 1 recoverable, 2 persistent, 3 divergent (seed 002).
+    (Q2.2); type 1 recoverable, 2 persistent, 3 divergent.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments
@@ -690,7 +689,7 @@ def _recurring(spikes: list[SpikeEvent], thresholds: Thresholds) -> list[SpikeEv
     """One-point spikes with no cause that came straight back, when the run has many.
 
     A healthy large run can show dozens of single-step jumps of 1.5-2x that revert
-    at once (seed 002's type 1, from rare batches): each is the same story, told
+    at once (type 1, from rare batches): each is the same story, told
     once with its count, steps and sizes, not as dozens of findings.
     """
     isolated = [

@@ -44,7 +44,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
     at least 3 logged points in a row.
 
     Why it matters: a sustained slowdown of the whole job is usually one slow
-    GPU or node holding every rank back (seed 000: stragglers); it costs
+    GPU or node holding every rank back (a straggler); it costs
     tokens per hour long before it shows in the loss.
     """
     result = RuleResult()

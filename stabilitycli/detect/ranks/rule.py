@@ -48,7 +48,7 @@ def detect_rank_outliers(view: SeriesView, thresholds: Thresholds, facts: Facts)
     this signal. One failed rank among 64 moves the mean by 1/64 of its
     error, so the mean shows a small bump or drift that the §2 and §4 rules
     would blame on optimisation, while the fix is a host, a GPU or a data
-    shard (seed 000).
+    shard.
     """
     from stabilitycli.detect.ranks.check import find_rank_outliers
     from stabilitycli.model import Skip
