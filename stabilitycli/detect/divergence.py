@@ -164,20 +164,34 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                     evidence=dict(c),
                 )
             )
+    # every level is named by what it is: a window's levels are means of the bin medians
+    final_steps = [int(binned.steps[-part]), int(binned.end_steps[-1])]
+    opens_steps = [int(binned.steps[j]), int(binned.end_steps[j + part - 1])]
+    closes_steps = [int(binned.steps[j + m - part]), int(binned.end_steps[j + m - 1])]
     final_words = (
-        f"the mean of the medians over steps {binned.steps[-part]}-{binned.end_steps[-1]}, "
-        "the end of the log"
+        f"the mean of the medians over steps {final_steps[0]}-{final_steps[1]}, the end of the log"
     )
-    window_opens = f"the mean over steps {binned.steps[j]}-{binned.end_steps[j + part - 1]}"
+    window_opens = f"the mean of the medians over steps {opens_steps[0]}-{opens_steps[1]}"
     # the rise counts from where it began (the fitted onset), not from the first window
     # that passed the test: that window can open halfway up a slow ramp
     if trough_level <= float(first_mean[j]):
-        rise_from = trough_level
+        rise_from, from_steps, from_stat = trough_level, [start_step, trough_end_step], "median"
         from_words = f"the median of steps {start_step}-{trough_end_step}"
     else:
-        rise_from, from_words = float(first_mean[j]), window_opens
-    climb = max(final_level, float(last_mean[j])) - rise_from
-    span_words = f"from {rise_from:.4g} ({from_words}) to {final_level:.4g} ({final_words})"
+        rise_from, from_steps, from_stat = float(first_mean[j]), opens_steps, "mean-of-medians"
+        from_words = window_opens
+    # ...to the higher of the end of the log and the end of the window that rose: the
+    # percentage is between the two levels the sentence names
+    if float(last_mean[j]) > final_level:
+        rise_to, to_steps = float(last_mean[j]), closes_steps
+        to_words = (
+            f"the mean of the medians over steps {closes_steps[0]}-{closes_steps[1]}, the end of "
+            f"the trend window), then {final_level:.4g} ({final_words}"
+        )
+    else:
+        rise_to, to_steps, to_words = final_level, final_steps, final_words
+    climb = rise_to - rise_from
+    span_words = f"from {rise_from:.4g} ({from_words}) to {rise_to:.4g} ({to_words})"
     if rise_from != 0:
         rise = climb / abs(rise_from)
         rise_words = f"{rise:.1%}, {span_words}"
@@ -197,6 +211,13 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "start_level": float(first_mean[j]),
         "end_level": float(last_mean[j]),
         "rise_from_level": rise_from,
+        "rise_from_steps": from_steps,
+        "rise_from_stat": from_stat,
+        "rise_to_level": rise_to,
+        "rise_to_steps": to_steps,
+        "start_level_steps": opens_steps,
+        "end_level_steps": closes_steps,
+        "final_level_steps": final_steps,
         "relative_rise": round(rise, 4) if math.isfinite(rise) else None,
         "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
         "final_loss": float(loss[-1]),
