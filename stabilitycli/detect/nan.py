@@ -93,7 +93,14 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     first = int(np.argmax(bad))
     first_step = int(steps[first])
     count = int(bad.sum())
-    values = loss[bad] if hidden_by is None else np.array([np.nan])
+    # the NaN / +Inf / -Inf breakdown of the series that shows it: the loss, or a hidden NaN's
+    # grad norm; a counter (NaN iterations, skipped steps) counts steps, not values: no breakdown
+    if hidden_by is None:
+        values: np.ndarray | None = loss[bad]
+    elif hidden_by == "grad_norm":
+        values = view.points("grad_norm")[1][bad]
+    else:
+        values = None
     origin = _origin_layer(view, first_step)
     evidence: dict[str, Any] = {
         "first_step": first_step,
@@ -101,8 +108,9 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
         "following": count - 1,
         "points": int(steps.size),
         "series": evidence_series,
-        **_nonfinite_summary(values),
+        **(_nonfinite_summary(values) if values is not None else {}),
         "last_finite_loss": _last_finite_before(view, first_step),
+        "last_finite_step": _last_finite_step_before(view, first_step),
         "dtype": view.dtype,
     }
     earliest = _earliest_nonfinite(view, first_step)
@@ -174,6 +182,12 @@ def _last_finite_before(view: SeriesView, step: int) -> float | None:
     steps, loss = view.points("loss")
     ok = np.isfinite(loss) & (steps < step)
     return float(loss[ok][-1]) if ok.any() else None
+
+
+def _last_finite_step_before(view: SeriesView, step: int) -> int | None:
+    steps, loss = view.points("loss")
+    ok = np.isfinite(loss) & (steps < step)
+    return int(steps[ok][-1]) if ok.any() else None
 
 
 def _origin_layer(view: SeriesView, nan_step: int) -> dict | None:

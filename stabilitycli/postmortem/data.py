@@ -309,9 +309,11 @@ def _spike_incident(
 
 
 def _grad_text(grad: dict) -> str:
+    pair = grad.get("grad_norm_baseline_steps")
+    over = f" over steps {pair[0]}-{pair[1]}" if pair else ""
     return (
         f"{fmt(grad['grad_norm'])} at step {grad['grad_norm_step']} "
-        f"(baseline {fmt(grad['grad_norm_baseline'])}, {grad['ratio']:.1f}x)"
+        f"(baseline {fmt(grad['grad_norm_baseline'])}{over}, {grad['ratio']:.1f}x)"
     )
 
 
@@ -326,9 +328,16 @@ def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[li
     if grad and math.isfinite(grad.get("grad_norm_baseline", float("nan"))):
         lo, hi = onset - thr.cause_lead_steps, onset + thr.recovery_window_steps
         g_bound = round_up(thr.grad_norm_outlier_ratio * grad["grad_norm_baseline"])
+        # "it was": the largest grad norm the run logged in that same span, and where
+        g_steps, g_values = view.points("grad_norm")
+        inside = (g_steps >= lo) & (g_steps <= hi) & np.isfinite(g_values)
+        was = ""
+        if inside.any():
+            k = int(np.argmax(np.where(inside, g_values, -np.inf)))
+            was = f"; it was {fmt(float(g_values[k]))} at step {int(g_steps[k])}"
         text.append(
             f"max grad norm in [{lo}, {hi}] < {g_bound:g} ({thr.grad_norm_outlier_ratio:g}x its "
-            f"pre-spike mean; it was {fmt(grad['grad_norm'])})"
+            f"pre-spike mean {fmt(grad['grad_norm_baseline'])}{was})"
         )
         expects.append(f"max(grad_norm)[{lo}:{hi}]<{g_bound:g}")
     if not recovered and after is not None:
@@ -358,8 +367,12 @@ def _nan_incident(
         ("first non-finite step", first),
         (
             "non-finite points",
-            f"{ev['count']} of {ev['points']} ({ev.get('nan', 0)} NaN, "
-            f"{ev.get('pos_inf', 0)} +Inf, {ev.get('neg_inf', 0)} -Inf)"
+            f"{ev['count']} of {ev['points']}"
+            + (
+                f" ({ev['nan']} NaN, {ev.get('pos_inf', 0)} +Inf, {ev.get('neg_inf', 0)} -Inf)"
+                if "nan" in ev
+                else ""
+            )
             + (f"; seen in {ev['series']}" if ev.get("series") != "loss" else ""),
         ),
         (
@@ -367,7 +380,12 @@ def _nan_incident(
             fmt(e) if (e := ema_before(view, first)) is not None else "no finite loss before it",
         ),
         (
-            "last finite loss",
+            "last finite loss"
+            + (
+                f" (step {ev['last_finite_step']})"
+                if ev.get("last_finite_step") is not None
+                else ""
+            ),
             fmt(ev["last_finite_loss"]) if ev.get("last_finite_loss") is not None else "none",
         ),
         (
@@ -437,10 +455,18 @@ def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str
         return ([f"loss finite at step {first} and after (no baseline before it to bound it)"], [])
     bound = round_up(mean + thr.spike_sigma * max(std, thr.sigma_floor_frac * abs(mean)))
     last = int(view.steps[-1])
+    # the logged finite points the pre-NaN mu and sigma are over
+    if stats.widened:
+        keep = np.zeros(steps.size, dtype=bool)
+        keep[max(0, idx - thr.widened_window_points) : idx] = True
+    else:
+        keep = (steps >= first - thr.spike_window_steps) & (steps < first)
+    keep &= np.isfinite(loss)
+    over = f" of steps {int(steps[keep][0])}-{int(steps[keep][-1])}" if keep.any() else ""
     return (
         [
             f"loss at step {first} < {bound:g} (finite, "
-            f"within the pre-NaN mu + {thr.spike_sigma:g} sigma)",
+            f"within the pre-NaN mu + {thr.spike_sigma:g} sigma{over})",
             f"max loss in [{first}, {last}] < {bound:g} "
             "(no NaN/Inf and no blow-up to the end of the log)",
         ],
@@ -453,25 +479,20 @@ def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str
 
 def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) -> Incident:
     ev = finding.evidence
-    start, end = int(ev["start_step"]), int(ev["end_step"])
+    start = int(ev["start_step"])
     causes = ev.get("causes") or []
-    lr_a, lr_b = series_at(view, "lr", start), series_at(view, "lr", int(view.steps[-1]))
+    last = int(view.steps[-1])
+    lr_a, lr_b = series_at(view, "lr", start), series_at(view, "lr", last)
     symptoms: list[tuple[str, Any]] = [
         ("rise began at step", start),
-        (
-            "loss level at the start / end of the rising window",
-            (
-                f"{fmt(ev['start_level'])} -> {fmt(ev['end_level'])} "
-                f"(step {end}; Mann-Kendall z = {ev['z']})"
-            ),
-        ),
+        *trend_symptoms(ev),
         (
             f"last finite loss (step {int(view.finite_points('loss')[0][-1])})",
             fmt(ev["final_loss"]) if ev.get("final_loss") is not None else None,
         ),
         ("strictly monotone", ev.get("strictly_monotone")),
         (
-            "LR at the start / end of the log",
+            f"LR at step {start} (where the rise began) / step {last} (the end of the log)",
             f"{lr_a:.4g} -> {lr_b:.4g}" if lr_a is not None and lr_b is not None else "not logged",
         ),
         ("dtype regime", _dtype_symptom(view)),
@@ -486,14 +507,13 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
             ),
             series=c["cause"].replace("-rising", "").replace("-increasing", "").replace("-", "_"),
             root_sentence=(
-                f"From step {start} the loss rose from {fmt(ev['start_level'])} and never came "
+                f"From step {start} the loss rose from {rise_from_words(ev)} and never came "
                 f"back; {cause_texts(thr).get(c['cause'], c['cause'])}."
             ),
         )
         for c in causes
     ]
     bound = round_up(float(ev["start_level"]))
-    last = int(view.steps[-1])
     return Incident(
         kind="divergence",
         title=f"Silent divergence from step {start}",
@@ -501,10 +521,70 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
         hypotheses=hyps,
         root_cause=hyps[0].root_sentence if hyps else None,
         remediation=[],  # from the remedy table (build)
-        verification=[f"loss at step {last} < {bound:g} (below the level where the rise began)"],
+        verification=[f"loss at step {last} < {bound:g} ({below_words(ev)})"],
         expects=[f"loss@{last}<{bound:g}"],
         cost=_cost(view, start, None),
         verdict="divergence",
         cause=causes[0]["cause"] if causes else None,
         start=start,
     )
+
+
+def _steps(pair: Any) -> str:
+    return f"{int(pair[0])}–{int(pair[1])}"
+
+
+def rise_from_words(ev: dict) -> str:
+    """The level a divergence or plateau rose from, with what it is (its evidence names it)."""
+    level = fmt(float(ev["rise_from_level"]))
+    if not ev.get("rise_from_steps"):
+        return level
+    return f"{level} ({_stat(ev)} steps {_steps(ev['rise_from_steps'])})"
+
+
+def _stat(ev: dict) -> str:
+    median = ev.get("rise_from_stat") == "median"
+    return "the median of" if median else "the mean of the medians over"
+
+
+def below_words(ev: dict) -> str:
+    """What a re-run's bound sits below: the level the rising window opened at."""
+    if not ev.get("start_level_steps"):
+        return "below the level where the trend window opened"
+    return (
+        f"below {fmt(float(ev['start_level']))}, the mean of the medians over steps "
+        f"{_steps(ev['start_level_steps'])}, where the trend window opened"
+    )
+
+
+def trend_symptoms(ev: dict) -> list[tuple[str, Any]]:
+    """A divergence's or plateau's levels, each named by the steps it is a statistic of."""
+    rise = ev.get("relative_rise")
+    out: list[tuple[str, Any]] = []
+    if ev.get("rise_to_steps"):
+        stat = _stat(ev)
+        out.append(
+            (
+                "rise",
+                (f"+{float(rise):.1%}, " if rise is not None else "")
+                + f"from {fmt(float(ev['rise_from_level']))} ({stat} steps "
+                f"{_steps(ev['rise_from_steps'])}) to {fmt(float(ev['rise_to_level']))} (the mean "
+                f"of the medians over steps {_steps(ev['rise_to_steps'])})",
+            )
+        )
+    if ev.get("start_level_steps") and ev.get("end_level_steps"):
+        out.append(
+            (
+                f"loss: the mean of the medians over steps {_steps(ev['start_level_steps'])} -> "
+                f"over steps {_steps(ev['end_level_steps'])} (the start and end of the trend "
+                "window)",
+                f"{fmt(float(ev['start_level']))} -> {fmt(float(ev['end_level']))}",
+            )
+        )
+    out.append(
+        (
+            f"Mann-Kendall z over steps {int(ev['window_start_step'])}–{int(ev['end_step'])}",
+            ev.get("z"),
+        )
+    )
+    return out

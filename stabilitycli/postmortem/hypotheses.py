@@ -111,11 +111,15 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
         "grad_norm_step": int(steps[at]),
         "grad_norm": float(grad[at]),
         "grad_norm_baseline": float(stats.mean[at]),
+        # the logged steps the trailing mean is over: [step - window, step), or the last
+        # points before it when the window was widened
+        "grad_norm_baseline_steps": _trailing_steps(steps, grad, at, stats.widened, thr),
         "ratio": float(np.nanmax(ratio)),
     }
+    over = _over(numbers["grad_norm_baseline_steps"])
     text = (
         f"pre-clip grad norm {_g(numbers['grad_norm'])} at step {numbers['grad_norm_step']} = "
-        f"{numbers['ratio']:.1f}x its trailing mean {_g(numbers['grad_norm_baseline'])}"
+        f"{numbers['ratio']:.1f}x its trailing mean {_g(numbers['grad_norm_baseline'])}{over}"
     )
     if numbers["ratio"] < thr.grad_norm_spike_ratio:
         return Hypothesis(
@@ -130,8 +134,21 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
     root = (
         f"At step {numbers['grad_norm_step']} the pre-clip grad norm reached "
         f"{_g(numbers['grad_norm'])}, {numbers['ratio']:.0f}x its trailing mean of "
-        f"{_g(numbers['grad_norm_baseline'])}, {lead} step(s) "
-        f"before the loss jumped from {_g(float(ev['mu']))} to {_g(float(ev['peak']))}: "
+        f"{_g(numbers['grad_norm_baseline'])}"
+        + (
+            f" (steps {numbers['grad_norm_baseline_steps'][0]}-"
+            f"{numbers['grad_norm_baseline_steps'][1]})"
+            if over
+            else ""
+        )
+        + f", {lead} step(s) before the loss jumped from its baseline mean "
+        f"{_g(float(ev['mu']))}"
+        + (
+            f" (steps {ev['baseline_first_step']}-{ev['baseline_last_step']})"
+            if ev.get("baseline_first_step") is not None
+            else ""
+        )
+        + f" to {_g(float(ev['peak']))} at step {int(ev['peak_step'])}: "
         "one batch's gradient dominated the update (which tokens: needs a human)."
     )
     return Hypothesis(
@@ -143,6 +160,21 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
         root_sentence=root,
         numbers=numbers,
     )
+
+
+def _trailing_steps(steps, values, at: int, widened: bool, thr: Thresholds) -> list[int] | None:
+    """The first and last logged step whose finite value is in the trailing mean at `at`."""
+    if widened:
+        keep = np.zeros(steps.size, dtype=bool)
+        keep[max(0, at - thr.widened_window_points) : at] = True
+    else:
+        keep = (steps >= steps[at] - thr.spike_window_steps) & (steps < steps[at])
+    keep &= np.isfinite(values)
+    return [int(steps[keep][0]), int(steps[keep][-1])] if keep.any() else None
+
+
+def _over(pair: list[int] | None) -> str:
+    return f" over steps {pair[0]}-{pair[1]}" if pair else ""
 
 
 def _lr_test(view, lo, onset, thr: Thresholds) -> Hypothesis:

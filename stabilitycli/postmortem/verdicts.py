@@ -21,9 +21,12 @@ from stabilitycli.postmortem.data import (
     Incident,
     _cost,
     _dtype_symptom,
+    below_words,
     fmt,
+    rise_from_words,
     round_up,
     series_at,
+    trend_symptoms,
 )
 from stabilitycli.postmortem.hypotheses import Hypothesis
 
@@ -396,16 +399,12 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
 
 def _plateau_incident(f: Finding, view) -> Incident:
     ev = f.evidence
-    start, end = int(ev["start_step"]), int(ev["end_step"])
+    start = int(ev["start_step"])
     last = int(view.steps[-1])
-    start_level, end_level = _num(ev.get("start_level")), _num(ev.get("end_level"))
+    start_level = _num(ev.get("start_level"))
     symptoms: list[tuple[str, Any]] = [
         ("rise began at step", start),
-        (
-            f"loss level at the start / end of the rising window (steps {start}–{end})",
-            f"{fmt(start_level)} -> {fmt(end_level)} "
-            f"({_relative(ev)}, Mann-Kendall z = {ev.get('z')})",
-        ),
+        *trend_symptoms(ev),
         (
             f"last finite loss (step {int(view.finite_points('loss')[0][-1])})",
             fmt(_num(ev.get("final_loss"))),
@@ -422,16 +421,14 @@ def _plateau_incident(f: Finding, view) -> Incident:
                 "plateau",
                 "the model stopped improving on this data at this LR",
                 "possible",
-                f"a slow rise of {_relative(ev)} with no cause in the LR, weight norm or grad norm",
+                f"a slow rise of {_relative(ev)}, from {rise_from_words(ev)}, with no cause in "
+                "the LR, weight norm or grad norm",
                 "loss",
             )
         ],
         root_cause=None,
         remediation=[],  # from the remedy table (data.build)
-        verification=[
-            f"mean loss over steps {start}–{last} < {bound:g} (below the level where the rise "
-            "began)"
-        ],
+        verification=[f"mean loss over steps {start}–{last} < {bound:g} ({below_words(ev)})"],
         expects=[f"mean(loss)[{start}:{last}]<{bound:g}"],
         cost=_cost(view, start, None),
         verdict="plateau",

@@ -1,0 +1,1049 @@
+"""Issue 16: every number the headline and the post-mortem state is the evidence number it
+names, and that evidence is the value recomputed from the raw log, as labelled.
+
+For every fixture of `fixtures/runs/` and `fixtures/torch-runs/` (the discovery and the
+rendered outputs of `test_thresholds_in_text`), each phrase family below parses a number and
+what it says it is ("the median of steps A-B", "peak loss (step S)", "LR at the first
+overflow"...). The number must equal the evidence field it names, to the printed precision,
+and that field must equal the value recomputed here from `stabilitycli.read(path).frame`:
+
+- a point "at step S" is the value logged at S;
+- "the mean over steps A-B" is the mean of the logged values in [A, B], "the median of steps
+  A-B" their median, "the mean of the medians over steps A-B" the mean of the medians of the
+  trend bins (`bin_points` consecutive points) that tile [A, B];
+- a peak "at step S" is the value at S and the largest of the event.
+
+A line of the post-mortem's symptoms, root cause or verification, or a headline, that states
+a number no family recognises is a failure too: it says a number without saying what it is.
+Per verdict kind the test counts the numbers it traced and asserts a floor, so that it cannot
+pass by matching nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from tests.test_thresholds_in_text import _fixture_logs, default_runs  # noqa: F401
+
+NUM = r"(-?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?|NaN|Inf)"
+
+
+# ---------------------------------------------------------------- printed precision
+
+
+def _digits(printed: str) -> int:
+    mantissa = printed.lower().split("e")[0].lstrip("-").replace(",", "").replace(".", "")
+    return max(1, len(mantissa.lstrip("0")))
+
+
+def printed_as(printed: str, value: float) -> bool:
+    """Whether `printed` is `value` written to the precision it shows (%g-style significant
+    digits, or a fixed number of decimals)."""
+    number = float(printed.replace(",", ""))
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        return printed in ("NaN", "Inf", "-Inf") and (math.isnan(value) == (printed == "NaN"))
+    if math.isclose(number, value, rel_tol=1e-9, abs_tol=1e-12):
+        return True
+    if float(f"{value:.{_digits(printed)}g}") == number:
+        return True
+    text = printed.replace(",", "")
+    if "." in text and "e" not in text.lower():
+        return round(value, len(text.split(".")[1])) == number
+    return round(value) == number if "e" not in text.lower() else False
+
+
+def rounded_up(printed: str, value: float, digits: int = 3) -> bool:
+    """Whether `printed` is the bound `value` rounded up to `digits` significant digits."""
+    if value == 0:
+        return float(printed) == 0
+    exponent = math.floor(math.log10(abs(value))) - digits + 1
+    return math.isclose(float(printed), math.ceil(value / 10.0**exponent) * 10.0**exponent)
+
+
+# ---------------------------------------------------------------- the raw log
+
+
+class Raw:
+    """The logged series of one run, read straight from the file."""
+
+    def __init__(self, path) -> None:
+        import stabilitycli
+
+        data = stabilitycli.read(path)
+        self.source = data.source
+        frame = data.frame
+        self.steps = frame["step"].to_numpy().astype(np.int64)
+        names = [c for c in frame.columns if c != "step"]
+        self.cols = {c: frame[c].cast(float).fill_null(np.nan).to_numpy() for c in names}
+        # a row logged a metric where the frame holds a value (NaN included), not a null
+        self.logged = {c: frame[c].is_not_null().to_numpy() for c in names}
+
+    def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        logged = self.logged[name]
+        return self.steps[logged], self.cols[name][logged]
+
+    def between(self, name: str, a: int, b: int, finite: bool = True) -> np.ndarray:
+        s, v = self.series(name)
+        keep = (s >= a) & (s <= b)
+        if finite:
+            keep &= np.isfinite(v)
+        return v[keep]
+
+    def at(self, name: str, step: int) -> float:
+        s, v = self.series(name)
+        hit = np.flatnonzero(s == step)
+        assert hit.size, f"{name} not logged at step {step}"
+        return float(v[hit[-1]])
+
+    def at_or_before(self, name: str, step: int) -> float:
+        s, v = self.series(name)
+        i = int(np.searchsorted(s, step, side="right")) - 1
+        assert i >= 0, f"{name} not logged at or before step {step}"
+        return float(v[i])
+
+    def mean(self, name: str, a: int, b: int) -> float:
+        return float(np.mean(self.between(name, a, b)))
+
+    def median(self, name: str, a: int, b: int) -> float:
+        return float(np.median(self.between(name, a, b)))
+
+    def mean_of_medians(self, name: str, a: int, b: int, bin_points: int) -> float:
+        v = self.between(name, a, b)
+        return float(
+            np.mean([np.median(v[i : i + bin_points]) for i in range(0, v.size, bin_points)])
+        )
+
+    def trailing(self, name: str, step: int, window: int) -> tuple[float, float, int, int]:
+        """Mean and std (n-1) of the finite values logged in [step - window, step)."""
+        s, v = self.series(name)
+        keep = (s >= step - window) & (s < step) & np.isfinite(v)
+        return (
+            float(np.mean(v[keep])),
+            float(np.std(v[keep], ddof=1)),
+            int(s[keep][0]),
+            int(s[keep][-1]),
+        )
+
+    def ema_before(self, step: int, span_steps: int = 50) -> float:
+        s, v = self.series("loss")
+        keep = (s < step) & np.isfinite(v)
+        s, v = s[keep], v[keep]
+        points = max(1.0, span_steps / float(np.median(np.diff(s))))
+        alpha, ema = 2.0 / (points + 1.0), float(v[0])
+        for x in v[1:]:
+            ema = alpha * float(x) + (1 - alpha) * ema
+        return ema
+
+    def overflow_steps(self) -> list[int]:
+        flagged = np.zeros(self.steps.size, bool)
+        if "overflow" in self.cols:
+            flagged |= np.nan_to_num(self.cols["overflow"], nan=0.0) > 0
+        if "grad_norm" in self.cols:
+            g = self.cols["grad_norm"]
+            flagged |= self.logged["grad_norm"] & ~np.isfinite(g)
+        if "loss_scale" in self.cols:
+            s, v = self.series("loss_scale")
+            idx = np.searchsorted(self.steps, s)
+            for k in range(1, idx.size):
+                if v[k] < v[k - 1] and not flagged[idx[k - 1]] and not flagged[idx[k]]:
+                    flagged[idx[k]] = True
+        return self.steps[flagged].tolist()
+
+
+# ---------------------------------------------------------------- the checks
+
+
+@dataclass
+class Ledger:
+    fixture: str
+    kind: str
+    counts: Counter = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    unlabelled: list[str] = field(default_factory=list)
+
+    def number(self, what: str, printed: str, evidence: float, raw: float | None = None) -> None:
+        """`printed` is `evidence` (to its precision), and `evidence` is `raw` (exactly)."""
+        self.counts[self.kind] += 1
+        if not printed_as(printed, evidence):
+            self.failures.append(f"{self.fixture}: {what}: printed {printed}, evidence {evidence}")
+        if raw is not None and not (
+            math.isclose(float(evidence), float(raw), rel_tol=1e-9, abs_tol=1e-12)
+            or (math.isnan(float(evidence)) and math.isnan(float(raw)))
+        ):
+            self.failures.append(f"{self.fixture}: {what}: evidence {evidence}, raw log {raw}")
+
+    def bound(self, what: str, printed: str, value: float) -> None:
+        self.counts[self.kind] += 1
+        if not rounded_up(printed, value):
+            self.failures.append(f"{self.fixture}: {what}: bound {printed}, value {value}")
+
+    def same(self, what: str, a, b) -> None:
+        self.counts[self.kind] += 1
+        if a != b:
+            self.failures.append(f"{self.fixture}: {what}: {a} != {b}")
+
+
+def _finding(analysis, code: str, step: int | None = None):
+    for f in analysis.findings:
+        if f.code == code and (
+            step is None or f.step == step or f.evidence.get("onset_step") == step
+        ):
+            return f
+    raise AssertionError(f"no {code} finding at {step}")
+
+
+# ---------------------------------------------------------------- headlines
+
+LABELLED_LEVEL = re.compile(
+    NUM + r" \((?P<label>the median of steps|the mean over steps|the mean of the medians over "
+    r"steps) (?P<a>\d+)-(?P<b>\d+)"
+)
+TREND = re.compile(
+    r"from step (?P<start>\d+): (?:the loss rose )?(?P<pct>[\d.]+)%, from (?P<from>\S+) \(.*?\) "
+    r"to (?P<final>\S+) \(.*?\); Mann-Kendall z = (?P<z>\S+) over steps (?P<a>\d+)-(?P<b>\d+)"
+)
+NEVER_BACK = re.compile(r"never back down to (?P<level>\S+) \(")
+AT_THE_TURN = re.compile(r"\((?P<lr>\S+) at the turn\)")
+SPIKE = re.compile(
+    r"(?i:l)oss spike at step (?P<onset>\d+) \(baseline mean (?P<mu>\S+) over steps "
+    r"(?P<a>\d+)-(?P<b>\d+) -> peak (?P<peak>\S+) at step (?P<peak_step>\d+); geometric-mean "
+    r"p\(correct token\) (?P<p0>\S+) -> (?P<p1>[^,)]+)(?:, uniform guessing over (?P<v>\d+) "
+    r"tokens is (?P<nats>\S+) nats)?\) (?:recovered in (?P<rec>\d+) steps|did not recover "
+    r"within (?P<within>\d+) steps \(type (?P<type>\d)\))"
+)
+NAN = re.compile(
+    r"non-finite at step (?P<first>\d+)(?:: (?P<series>\w+) shows it)? \((?P<count>\d+) "
+    r"non-finite points\)"
+)
+OVERFLOW = re.compile(r"(?P<n>\d+) overflow\(s\) on (?P<pct>[\d.]+)% of (?P<steps>\d+) steps")
+COLLAPSED = re.compile(
+    r"collapsed below (?P<floor>\S+) at step (?P<below>\d+) \(from (?P<max>\S+) down to "
+    r"(?P<min>[^)]+)\): overflow on nearly every step; the overflows began at step "
+    r"(?P<first>\d+) \((?P<halvings>\d+) halvings in all\)"
+)
+STATIC = re.compile(r"constant at (?P<scale>\S+) while (?P<n>\d+) overflow\(s\) happened")
+WARNINGS = re.compile(r"\((?P<n>\d+) warning\(s\) worth a look\)")
+
+
+def _level(ledger: Ledger, raw: Raw, m: re.Match, value: float, what: str, bin_points: int):
+    a, b = int(m["a"]), int(m["b"])
+    label = m["label"]
+    if label == "the median of steps":
+        truth = raw.median("loss", a, b)
+    elif label == "the mean over steps":
+        truth = raw.mean("loss", a, b)
+    else:
+        truth = raw.mean_of_medians("loss", a, b, bin_points)
+    ledger.number(f"{what} ({label} {a}-{b})", m.group(1), value, truth)
+
+
+def _trend_headline(ledger: Ledger, raw: Raw, text: str, ev: dict) -> str:
+    m = TREND.search(text)
+    if not m:
+        ledger.failures.append(f"{ledger.fixture}: no trend phrase in {text!r}")
+        return text
+    ledger.same("rise start step", int(m["start"]), ev["start_step"])
+    ledger.same(
+        "trend window", (int(m["a"]), int(m["b"])), (ev["window_start_step"], ev["end_step"])
+    )
+    z = _mann_kendall(raw, ev)
+    ledger.number("Mann-Kendall z", m["z"], z)
+    ledger.same("Mann-Kendall z (evidence)", ev["z"], round(z, 2))
+    # every level the headline names is the evidence level of those steps
+    levels = list(LABELLED_LEVEL.finditer(text))
+    ledger.same("levels named", len(levels) >= 2, True)
+    keys = ("rise_from", "rise_to", "final_level", "start_level")
+    if all(f"{k}_steps" in ev for k in keys):
+        by_steps = {
+            tuple(ev[f"{k}_steps"]): ev[k if k.endswith("level") else f"{k}_level"] for k in keys
+        }
+        named = [by_steps.get((int(lm["a"]), int(lm["b"]))) for lm in levels]
+    else:  # evidence that does not say which steps its levels are of: by their order
+        ledger.failures.append(f"{ledger.fixture}: the evidence does not name its levels' steps")
+        order = [ev["rise_from_level"], ev["final_level"], ev["start_level"]]
+        named = [*order[: len(levels) - 1], order[-1]] if len(levels) > 2 else order[:2]
+    for lm, value in zip(levels, named, strict=False):
+        if value is None:
+            ledger.failures.append(f"{ledger.fixture}: level {lm.group(0)} is no evidence level")
+            continue
+        _level(ledger, raw, lm, value, "level", ev["bin_points"])
+    back = NEVER_BACK.search(text)
+    if back:
+        ledger.number("never back down to", back["level"], ev["start_level"])
+    # the percentage is the rise between the two levels it names first
+    low, high = named[0], named[1]
+    rise = (high - low) / abs(low)
+    ledger.number("relative rise %", m["pct"], rise * 100)
+    ledger.same("relative rise (evidence)", ev["relative_rise"], round(rise, 4))
+    turn = AT_THE_TURN.search(text)
+    if turn:
+        cause = next(c for c in ev["causes"] if c["cause"] == "lr-increasing")
+        ledger.number(
+            "LR at the turn", turn["lr"], cause["lr_start"], raw.at("lr", ev["start_step"])
+        )
+    for mm in [m, *levels, back, turn]:
+        if mm:
+            text = text.replace(mm.group(0), "")
+    return text
+
+
+def _mann_kendall(raw: Raw, ev: dict) -> float:
+    """The z of the Mann-Kendall test (no tie correction) on the trend bins of the window."""
+    v = raw.between("loss", ev["window_start_step"], ev["end_step"])
+    k = ev["bin_points"]
+    x = np.array([np.median(v[i : i + k]) for i in range(0, v.size, k)])
+    n = x.size
+    s = sum(np.sign(x[j] - x[i]) for i in range(n) for j in range(i + 1, n))
+    var = n * (n - 1) * (2 * n + 5) / 18.0
+    z = (s - np.sign(s)) / math.sqrt(var)
+    return float(z)
+
+
+def _spike_headline(ledger: Ledger, raw: Raw, text: str, analysis, thresholds) -> str:
+    m = SPIKE.search(text)
+    if not m:
+        ledger.failures.append(f"{ledger.fixture}: no spike phrase in {text!r}")
+        return text
+    ev = _finding(analysis, "spike", int(m["onset"])).evidence
+    a, b = int(m["a"]), int(m["b"])
+    ledger.same("baseline steps", (a, b), (ev["baseline_first_step"], ev["baseline_last_step"]))
+    mu = raw.mean("loss", a, b)
+    ledger.number("baseline mean", m["mu"], ev["mu"], mu)
+    ledger.same("peak step", int(m["peak_step"]), ev["peak_step"])
+    ledger.number("peak", m["peak"], ev["peak"], raw.at("loss", ev["peak_step"]))
+    ledger.number(
+        "peak is the event's largest",
+        m["peak"],
+        ev["peak"],
+        float(np.max(raw.between("loss", ev["onset_step"], ev["end_step"]))),
+    )
+    ledger.number("p(correct) at the baseline", m["p0"], math.exp(-ev["mu"]), math.exp(-mu))
+    ledger.number(
+        "p(correct) at the peak",
+        m["p1"],
+        math.exp(-ev["peak"]),
+        math.exp(-raw.at("loss", ev["peak_step"])),
+    )
+    if m["v"]:
+        ledger.same("vocabulary", int(m["v"]), raw.source.vocab_size)
+        ledger.number("uniform guessing nats", m["nats"], math.log(int(m["v"])))
+    if m["rec"]:
+        ledger.same("recovery steps", int(m["rec"]), ev["recovery_steps"])
+        ledger.same(
+            "recovery step - onset", ev["recovery_steps"], ev["recovery_step"] - ev["onset_step"]
+        )
+        ledger.same(
+            "loss back at the recovery step",
+            raw.at("loss", ev["recovery_step"]) <= ev["recovery_level"],
+            True,
+        )
+    else:
+        ledger.same("recovery horizon", int(m["within"]), thresholds.recovery_window_steps)
+        ledger.same("spike type", int(m["type"]), ev["spike_type"])
+    return text.replace(m.group(0), "")
+
+
+def _headline(ledger: Ledger, raw: Raw, run: dict) -> None:
+    analysis, thresholds = run["analysis"], run["thresholds"]
+    verdict = analysis.verdict
+    text = verdict.summary
+    code = verdict.code
+    if code in ("divergence", "plateau"):
+        text = _trend_headline(ledger, raw, text, _finding(analysis, code).evidence)
+    elif code.startswith("spike-"):
+        text = _spike_headline(ledger, raw, text, analysis, thresholds)
+    elif code == "nan":
+        m = NAN.search(text)
+        ev = _finding(analysis, "nan").evidence
+        series = m["series"] or "loss"
+        s, v = raw.series(series)
+        bad = ~np.isfinite(v)
+        ledger.same("series", series, ev["series"])
+        ledger.same("first non-finite step", int(m["first"]), ev["first_step"])
+        ledger.same("first non-finite step (raw)", ev["first_step"], int(s[bad][0]))
+        ledger.same("non-finite points", int(m["count"]), ev["count"])
+        ledger.same("non-finite points (raw)", ev["count"], int(bad.sum()))
+        text = text.replace(m.group(0), "").replace("65504", "")
+    elif code == "fp16-overflow":
+        m = OVERFLOW.search(text)
+        ev = _finding(analysis, "fp16-overflow").evidence
+        overflows = raw.overflow_steps()
+        ledger.same("overflows", int(m["n"]), ev["overflows"])
+        ledger.same("overflows (raw)", ev["overflows"], len(overflows))
+        ledger.same("logged steps", int(m["steps"]), raw.steps.size)
+        ledger.number(
+            "overflow share %", m["pct"], ev["rate"] * 100, 100 * len(overflows) / raw.steps.size
+        )
+        text = text.replace(m.group(0), "")
+    elif code == "loss-scale-collapsed":
+        m = COLLAPSED.search(text)
+        ev = _finding(analysis, code).evidence
+        s, v = raw.series("loss_scale")
+        ledger.number("floor", m["floor"], thresholds.min_loss_scale)
+        ledger.same("first step below", int(m["below"]), ev["first_step_below"])
+        ledger.same(
+            "first step below (raw)",
+            ev["first_step_below"],
+            int(s[v < thresholds.min_loss_scale][0]),
+        )
+        ledger.number("largest scale", m["max"], ev["scale_max"], float(v.max()))
+        ledger.number("smallest scale", m["min"], ev["scale_min"], float(v.min()))
+        ledger.same("first overflow", int(m["first"]), ev["first_overflow_step"])
+        ledger.same("first overflow (raw)", ev["first_overflow_step"], raw.overflow_steps()[0])
+        ledger.same("halvings", int(m["halvings"]), len(ev["halving_steps"]))
+        ledger.same("halvings (raw)", len(ev["halving_steps"]), int(np.sum(np.diff(v) < 0)))
+        text = text.replace(m.group(0), "")
+    elif code == "loss-scale-static":
+        m = STATIC.search(text)
+        ev = _finding(analysis, code).evidence
+        s, v = raw.series("loss_scale")
+        ledger.same("one scale (raw)", np.unique(v).size, 1)
+        ledger.number("constant scale", m["scale"], ev["scale"], float(v[0]))
+        ledger.same("overflows", int(m["n"]), ev["overflows"])
+        ledger.same("overflows (raw)", ev["overflows"], len(raw.overflow_steps()))
+        text = text.replace(m.group(0), "")
+    elif code == "healthy":
+        m = WARNINGS.search(text)
+        warnings = sum(1 for f in analysis.findings if str(f.severity) == "warning")
+        if m:
+            ledger.same("warnings", int(m["n"]), warnings)
+            text = text.replace(m.group(0), "")
+        else:
+            ledger.same("no warning left unsaid", warnings, 0)
+    else:
+        ledger.counts[ledger.kind] += 1  # insufficient-data: a headline with no number
+    left = re.findall(r"(?<![\w.])\d[\d.,]*(?:e[+-]?\d+)?", re.sub(CONSTANTS, " ", text))
+    if left:
+        ledger.unlabelled.append(f"{ledger.fixture} [headline]: {left} in {text!r}")
+
+
+# ---------------------------------------------------------------- the post-mortem
+
+
+def _sections(markdown: str) -> list[tuple[str, dict[str, list[str]]]]:
+    """(incident title, {"symptoms": lines, "root": lines, "verification": lines})."""
+    out = []
+    for block in re.split(r"^## ", markdown, flags=re.M)[1:]:
+        title, _, body = block.partition("\n")
+        parts = re.split(r"^### ", body, flags=re.M)
+        found = {"symptoms": [], "root": [], "verification": []}
+        for part in parts:
+            head, _, text = part.partition("\n")
+            key = {
+                "1. Symptoms": "symptoms",
+                "4. Root cause": "root",
+                "6. Verification": "verification",
+            }
+            for prefix, name in key.items():
+                if head.startswith(prefix):
+                    found[name] = [
+                        ln for ln in text.splitlines() if ln.strip() and not ln.startswith("```")
+                    ]
+        out.append((re.sub(r"^\d+\. ", "", title.strip()), found))
+    return out
+
+
+@dataclass
+class Line:
+    """One line of the post-mortem and the regex families that consume its numbers."""
+
+    text: str
+    rest: str = ""
+
+    def __post_init__(self) -> None:
+        self.rest = self.text
+
+    def take(self, pattern: str) -> re.Match | None:
+        m = re.search(pattern, self.rest)
+        if m:
+            self.rest = self.rest[: m.start()] + " " + self.rest[m.end() :]
+        return m
+
+
+# words around a number that is a constant of the text, not a measurement
+CONSTANTS = r"other than 1|scale below 1|log\(0\)|0/0|exactly 0|changed more than \d+x"
+
+
+def _leftover(ledger: Ledger, where: str, line: Line) -> None:
+    if line.text.startswith("--expect"):
+        return  # the verification bounds again, as stab compare expressions
+    rest = re.sub(CONSTANTS, " ", line.rest)
+    rest = re.sub(
+        r"\*needs a human\*|fp16|fp32|bf16|65504|[\w.]*\.\d[\w.]*mlp|h\.\d\.\w+", " ", rest
+    )
+    rest = re.sub(r"\b(?:type \d|H\d|\d+x its|\d(?=\)))\b", " ", rest)
+    left = re.findall(r"(?<![\w./-])-?\d[\d.,]*(?:e[+-]?\d+)?", rest)
+    if left:
+        ledger.unlabelled.append(f"{ledger.fixture} [post-mortem {where}]: {left} in {line.text!r}")
+
+
+def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
+    onset, peak_step = ev["onset_step"], ev["peak_step"]
+    lo, hi = onset - thr.cause_lead_steps, onset + thr.recovery_window_steps
+    grad_mean = None  # the trailing mean of the grad norm the symptoms name
+    for text in lines["symptoms"] + lines["root"] + lines["verification"]:
+        ln = Line(text)
+        if m := ln.take(r"step where the spike began: (\d+)"):
+            ledger.same("onset", int(m[1]), onset)
+        if m := ln.take(r"tokens consumed at the onset: ([\d,]+)"):
+            ledger.number("tokens at onset", m[1], raw.at_or_before("tokens", onset))
+        if m := ln.take(r"pre-spike loss \(50-step EMA\): " + NUM):
+            ledger.number("pre-spike EMA", m[1], raw.ema_before(onset))
+        if m := ln.take(
+            r"baseline mu / sigma \(trailing (\d+) steps: steps (\d+)-(\d+)\): "
+            + NUM
+            + " / "
+            + NUM
+            + r" \(threshold "
+            + NUM
+            + r"\)"
+        ):
+            a, b = int(m[2]), int(m[3])
+            ledger.same("baseline window", int(m[1]), thr.spike_window_steps)
+            ledger.number("baseline mu", m[4], ev["mu"], raw.mean("loss", a, b))
+            ledger.number(
+                "baseline sigma",
+                m[5],
+                ev["sigma"],
+                max(
+                    float(np.std(raw.between("loss", a, b), ddof=1)),
+                    thr.sigma_floor_frac * abs(ev["mu"]),
+                ),
+            )
+            ledger.number(
+                "threshold", m[6], ev["threshold"], ev["mu"] + thr.spike_sigma * ev["sigma"]
+            )
+        if m := ln.take(r"peak loss \(step (\d+)\): " + NUM + r" \(z = " + NUM + r"\)"):
+            ledger.same("peak step", int(m[1]), peak_step)
+            ledger.number("peak", m[2], ev["peak"], raw.at("loss", peak_step))
+            ledger.number("z", m[3], ev["z"], (ev["peak"] - ev["mu"]) / ev["sigma"])
+        if m := ln.take(
+            r"loss (\d+) steps after the peak: (?:did not recover \()?"
+            + NUM
+            + r"(?: at step | \(step )(\d+)\)"
+        ):
+            ledger.same("after-peak horizon", int(m[1]), thr.recovery_window_steps)
+            s = int(m[3])
+            ledger.same(
+                "first logged step after the horizon",
+                s,
+                int(
+                    raw.series("loss")[0][
+                        raw.series("loss")[0] >= peak_step + thr.recovery_window_steps
+                    ][0]
+                ),
+            )
+            ledger.number("loss after the peak", m[2], raw.at("loss", s))
+        if m := ln.take(
+            r"pre-clip grad norm at the spike: "
+            + NUM
+            + r" at step (\d+) \(baseline "
+            + NUM
+            + r"(?: over steps (\d+)-(\d+))?, "
+            + NUM
+            + r"x\)"
+        ):
+            s = int(m[2])
+            mean, _, a, b = raw.trailing("grad_norm", s, thr.spike_window_steps)
+            grad_mean = mean
+            ledger.same("grad step within the lead", lo <= s <= onset, True)
+            ledger.number("grad norm at its step", m[1], raw.at("grad_norm", s))
+            ledger.number("grad baseline (trailing mean)", m[3], mean)
+            if m[4]:
+                ledger.same("grad baseline steps", (int(m[4]), int(m[5])), (a, b))
+            ledger.number("grad ratio", m[6], raw.at("grad_norm", s) / mean)
+        if m := ln.take(r"LR at the spike: " + NUM):
+            ledger.number("LR at onset", m[1], raw.at_or_before("lr", onset))
+        if m := ln.take(r"batch index at the spike: (\d+)"):
+            ledger.number("batch id at onset", m[1], raw.at_or_before("batch_id", onset))
+        # root causes
+        if m := ln.take(
+            r"At step (\d+) the pre-clip grad norm reached " + NUM + r", (\d+)x its trailing mean "
+            r"of "
+            + NUM
+            + r"(?: \(steps (\d+)-(\d+)\))?, (\d+) step\(s\) before the loss jumped from "
+            r"(?:its baseline mean )?"
+            + NUM
+            + r"(?: \(steps (\d+)-(\d+)\))? to "
+            + NUM
+            + r"(?: at step (\d+))?"
+        ):
+            s = int(m[1])
+            mean, _, a, b = raw.trailing("grad_norm", s, thr.spike_window_steps)
+            ledger.number("root: grad norm", m[2], raw.at("grad_norm", s))
+            ledger.number("root: ratio", m[3], raw.at("grad_norm", s) / mean)
+            ledger.number("root: trailing mean", m[4], mean)
+            if m[5]:
+                ledger.same("root: trailing mean steps", (int(m[5]), int(m[6])), (a, b))
+            ledger.same("root: lead", int(m[7]), onset - s)
+            if not m[9]:
+                ledger.unlabelled.append(
+                    f"{ledger.fixture} [post-mortem root]: 'jumped from {m[8]}' is the "
+                    "baseline mean, not a loss value"
+                )
+            else:
+                ledger.number(
+                    "root: baseline mean", m[8], ev["mu"], raw.mean("loss", int(m[9]), int(m[10]))
+                )
+            ledger.number("root: peak", m[11], ev["peak"], raw.at("loss", peak_step))
+            if not m[12]:
+                ledger.unlabelled.append(
+                    f"{ledger.fixture} [post-mortem root]: peak {m[11]} without its step"
+                )
+        if m := ln.take(
+            r"The learning rate jumped from "
+            + NUM
+            + " to "
+            + NUM
+            + r" at step (\d+), (\d+) step\(s\) before"
+        ):
+            s = int(m[3])
+            steps, lr = raw.series("lr")
+            i = int(np.flatnonzero(steps == s)[0])
+            ledger.number("root: LR before", m[1], float(lr[i - 1]))
+            ledger.number("root: LR after", m[2], float(lr[i]))
+            ledger.same("root: lead", int(m[4]), onset - s)
+        if m := ln.take(
+            r"The batch at step (\d+) \(id (\d+)\) is the batch of step (\d+) served again"
+        ):
+            ledger.same("root: batch id at the spike", float(m[2]), raw.at("batch_id", int(m[1])))
+            ledger.same("root: batch id before", float(m[2]), raw.at("batch_id", int(m[3])))
+            ledger.same("root: spike step", int(m[1]), onset)
+        if m := ln.take(
+            r"The run resumed from a checkpoint at step (\d+) and spiked (\d+) step\(s\) later"
+        ):
+            ledger.same("resume step", int(m[1]), raw.source.restarts[0].resumed_from_step)
+            ledger.same("resume lead", int(m[2]), onset - int(m[1]))
+        # verification
+        if m := ln.take(
+            r"loss at step (\d+) < "
+            + NUM
+            + r" \(the pre-spike mu \+ (\S+) sigma; the spike peaked at "
+            + NUM
+            + r" at step (\d+)\)"
+        ):
+            ledger.same("check step", int(m[1]), onset)
+            ledger.bound("loss bound", m[2], ev["threshold"])
+            ledger.number("k", m[3], thr.spike_sigma)
+            ledger.number("peak", m[4], ev["peak"], raw.at("loss", int(m[5])))
+        if m := ln.take(
+            r"max grad norm in \[(\d+), (\d+)\] < "
+            + NUM
+            + r" \((\S+)x its pre-spike mean(?: "
+            + NUM
+            + r")?; it was "
+            + NUM
+            + r"(?: at step (\d+))?\)"
+        ):
+            a, b = int(m[1]), int(m[2])
+            ledger.same("grad window", (a, b), (lo, hi))
+            gs, gv = raw.series("grad_norm")
+            inside = (gs >= a) & (gs <= b) & np.isfinite(gv)
+            ledger.number("the max grad norm it was", m[6], float(np.max(gv[inside])))
+            if m[5]:
+                ledger.number("grad bound's mean", m[5], grad_mean)
+                ledger.bound("grad bound", m[3], float(m[4]) * grad_mean)
+            if m[7]:
+                ledger.same("the max's step", int(m[7]), int(gs[inside][np.argmax(gv[inside])]))
+            else:
+                ledger.unlabelled.append(
+                    f"{ledger.fixture} [post-mortem spike]: 'it was {m[6]}' without its step"
+                )
+        if m := ln.take(
+            r"loss at step (\d+) < "
+            + NUM
+            + r" \(back to baseline within (\d+) steps; it was "
+            + NUM
+            + r"\)"
+        ):
+            ledger.bound("recovery bound", m[2], ev["recovery_level"])
+            ledger.number("loss it was", m[4], raw.at("loss", int(m[1])))
+        if m := ln.take(r"(\d+) steps? until recovery"):
+            ledger.same("cost", int(m[1]), ev["recovery_steps"])
+        _leftover(ledger, "spike", ln)
+
+
+def _nan_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
+    first = ev["first_step"]
+    for text in lines["symptoms"] + lines["root"] + lines["verification"]:
+        ln = Line(text)
+        if m := ln.take(r"first non-finite step: (\d+)"):
+            ledger.same("first", int(m[1]), first)
+        if m := ln.take(
+            r"non-finite points: (\d+) of (\d+)(?: \((\d+) NaN, (\d+) \+Inf, (\d+) -Inf\))?"
+            r"(?:; seen in (\w+))?"
+        ):
+            series = m[6] or "loss"
+            s, v = raw.series(series)
+            ledger.same("count", int(m[1]), int((~np.isfinite(v)).sum()))
+            ledger.same("points", int(m[2]), v.size)
+            if m[3]:
+                ledger.same(
+                    "NaN/+Inf/-Inf",
+                    (int(m[3]), int(m[4]), int(m[5])),
+                    (int(np.isnan(v).sum()), int(np.isposinf(v).sum()), int(np.isneginf(v).sum())),
+                )
+        if m := ln.take(r"pre-NaN loss \(50-step EMA\): " + NUM):
+            ledger.number("pre-NaN EMA", m[1], raw.ema_before(first))
+        if m := ln.take(r"last finite loss(?: \(step (\d+)\))?: " + NUM):
+            s, v = raw.series("loss")
+            ok = np.isfinite(v) & (s < first)
+            ledger.number("last finite loss", m[2], ev["last_finite_loss"], float(v[ok][-1]))
+            if m[1]:
+                ledger.same("last finite step", int(m[1]), int(s[ok][-1]))
+            else:
+                ledger.unlabelled.append(
+                    f"{ledger.fixture} [post-mortem nan]: 'last finite loss: {m[2]}' "
+                    "without its step"
+                )
+        if m := ln.take(r"pre-clip grad norm at that step: " + NUM):
+            ledger.number("grad at first", m[1], raw.at_or_before("grad_norm", first))
+        if m := ln.take(r"loss scale at that step: " + NUM):
+            ledger.number("scale at first", m[1], raw.at_or_before("loss_scale", first))
+        if m := ln.take(r"LR at that step: " + NUM):
+            ledger.number("LR at first", m[1], raw.at_or_before("lr", first))
+        if m := ln.take(r"batch index at that step: (\d+)"):
+            ledger.number("batch at first", m[1], raw.at_or_before("batch_id", first))
+        if m := ln.take(
+            r"at or before step (\d+)|went non-finite at step (\d+)|At step (\d+) layer"
+        ):
+            ledger.same("root step", int(m[1] or m[2] or m[3]), first)
+        if m := ln.take(
+            r"loss at step (\d+) < "
+            + NUM
+            + r" \(finite, within the pre-NaN mu \+ (\S+) sigma(?: of steps (\d+)-(\d+))?\)"
+        ):
+            mean, std, a, b = raw.trailing("loss", first, thr.spike_window_steps)
+            ledger.bound(
+                "NaN bound",
+                m[2],
+                mean + thr.spike_sigma * max(std, thr.sigma_floor_frac * abs(mean)),
+            )
+            if m[4]:
+                ledger.same("NaN bound steps", (int(m[4]), int(m[5])), (a, b))
+            else:
+                ledger.unlabelled.append(
+                    f"{ledger.fixture} [post-mortem nan]: 'pre-NaN mu + 3 sigma' without its steps"
+                )
+        if m := ln.take(r"max loss in \[(\d+), (\d+)\] < " + NUM):
+            ledger.same("NaN check span", (int(m[1]), int(m[2])), (first, int(raw.steps[-1])))
+        _leftover(ledger, "nan", ln)
+
+
+def _trend_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
+    start, k = ev["start_step"], ev["bin_points"]
+    for text in lines["symptoms"] + lines["root"] + lines["verification"]:
+        ln = Line(text)
+        if m := ln.take(r"rise began at step: (\d+)"):
+            ledger.same("rise start", int(m[1]), start)
+        if m := ln.take(
+            r"loss level at the start / end of the rising window(?: \(steps \d+–\d+\))?: "
+            + NUM
+            + " -> "
+            + NUM
+        ):
+            ledger.unlabelled.append(
+                f"{ledger.fixture} [post-mortem]: {m[1]} -> {m[2]} called the level at the start / "
+                "end of the rising window, but they are window means of bin medians with no steps"
+            )
+        if m := ln.take(
+            r"loss: the mean of the medians over steps (\d+)–(\d+) -> over steps (\d+)–(\d+) "
+            r"\(the start and end of the trend window\): " + NUM + " -> " + NUM
+        ):
+            ledger.number(
+                "window start level",
+                m[5],
+                ev["start_level"],
+                raw.mean_of_medians("loss", int(m[1]), int(m[2]), k),
+            )
+            ledger.number(
+                "window end level",
+                m[6],
+                ev["end_level"],
+                raw.mean_of_medians("loss", int(m[3]), int(m[4]), k),
+            )
+            ledger.same("window", (int(m[1]), int(m[4])), (ev["window_start_step"], ev["end_step"]))
+        if m := ln.take(r"Mann-Kendall z over steps (\d+)–(\d+): " + NUM):
+            ledger.same(
+                "MK window", (int(m[1]), int(m[2])), (ev["window_start_step"], ev["end_step"])
+            )
+            ledger.number("MK z", m[3], ev["z"], round(_mann_kendall(raw, ev), 2))
+        if m := ln.take(
+            r"rise: \+"
+            + NUM
+            + r"%, from "
+            + NUM
+            + r" \((the median of|the mean of the medians over) steps (\d+)–(\d+)\) to "
+            + NUM
+            + r" \(the mean of the medians over steps (\d+)–(\d+)\)"
+        ):
+            a, b = int(m[4]), int(m[5])
+            low = (
+                raw.median("loss", a, b)
+                if m[3] == "the median of"
+                else raw.mean_of_medians("loss", a, b, k)
+            )
+            high = raw.mean_of_medians("loss", int(m[7]), int(m[8]), k)
+            ledger.number("rise from", m[2], ev["rise_from_level"], low)
+            ledger.number("rise to", m[6], ev["rise_to_level"], high)
+            ledger.number("rise %", m[1], (high - low) / abs(low) * 100)
+            ledger.same("rise (evidence)", ev["relative_rise"], round((high - low) / abs(low), 4))
+        if m := ln.take(r"last finite loss \(step (\d+)\): " + NUM):
+            ledger.number("last finite loss", m[2], ev["final_loss"], raw.at("loss", int(m[1])))
+        if m := ln.take(r"LR at the start / end of the log: " + NUM + " -> " + NUM):
+            s, _ = raw.series("lr")
+            ledger.number("LR at the start of the log", m[1], raw.at("lr", int(s[0])))
+            ledger.number("LR at the end of the log", m[2], raw.at("lr", int(s[-1])))
+        if m := ln.take(
+            r"LR at step (\d+) \(where the rise began\) / step (\d+) \(the end of the log\): "
+            + NUM
+            + " -> "
+            + NUM
+        ):
+            ledger.same("LR steps", (int(m[1]), int(m[2])), (start, int(raw.steps[-1])))
+            ledger.number("LR at the rise", m[3], raw.at_or_before("lr", int(m[1])))
+            ledger.number("LR at the end", m[4], raw.at_or_before("lr", int(m[2])))
+        if m := ln.take(
+            r"From step (\d+) the loss rose from "
+            + NUM
+            + r"(?: \((the median of|the mean of the medians over) steps (\d+)–(\d+)\))?"
+        ):
+            ledger.same("root start", int(m[1]), start)
+            if m[3]:
+                a, b = int(m[4]), int(m[5])
+                truth = (
+                    raw.median("loss", a, b)
+                    if m[3] == "the median of"
+                    else raw.mean_of_medians("loss", a, b, k)
+                )
+                ledger.number("root: rose from", m[2], ev["rise_from_level"], truth)
+            else:
+                ledger.number(
+                    "root: rose from (the loss at the start)", m[2], ev["rise_from_level"]
+                )
+        if m := ln.take(
+            r"loss at step (\d+) < "
+            + NUM
+            + r" \(below (?:"
+            + NUM
+            + r", the mean of the medians over steps (\d+)–(\d+), where the trend window opened"
+            r"|the level where the rise began)\)"
+        ):
+            ledger.bound("divergence bound", m[2], ev["start_level"])
+            if m[3]:
+                ledger.number(
+                    "bound's level",
+                    m[3],
+                    ev["start_level"],
+                    raw.mean_of_medians("loss", int(m[4]), int(m[5]), k),
+                )
+            else:
+                ledger.unlabelled.append(
+                    f"{ledger.fixture} [post-mortem]: bound {m[2]} 'below the level where the "
+                    f"rise began' is the window's opening level, not the level at step {start}"
+                )
+        if m := ln.take(
+            r"mean loss over steps (\d+)–(\d+) < "
+            + NUM
+            + r" \(below (?:"
+            + NUM
+            + r", the mean of the medians over steps (\d+)–(\d+), where the trend window opened"
+            r"|the level where the rise began)\)"
+        ):
+            ledger.bound("plateau bound", m[3], ev["start_level"])
+            if m[4]:
+                ledger.number(
+                    "bound's level",
+                    m[4],
+                    ev["start_level"],
+                    raw.mean_of_medians("loss", int(m[5]), int(m[6]), k),
+                )
+            else:
+                ledger.unlabelled.append(
+                    f"{ledger.fixture} [post-mortem]: bound {m[3]} 'below the level where the "
+                    "rise began' is the window's opening level"
+                )
+        if m := ln.take(r"(\d[\d,]*) steps lost"):
+            ledger.same("cost", int(m[1].replace(",", "")), int(raw.steps[-1]) - start)
+        ln.take(r"; [\d,]+ tokens")
+        _leftover(ledger, "trend", ln)
+
+
+def _scale_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
+    overflows = raw.overflow_steps()
+    for text in lines["symptoms"] + lines["root"] + lines["verification"]:
+        ln = Line(text)
+        if m := ln.take(r"first overflow step: (\d+)"):
+            ledger.same("first overflow", int(m[1]), overflows[0])
+        if m := ln.take(r"overflow steps: (\d+), (?:at steps (\d+)–(\d+)|the first at step (\d+))"):
+            ledger.same("overflow count", int(m[1]), len(overflows))
+            if m[2]:
+                ledger.same("overflow span", (int(m[2]), int(m[3])), (overflows[0], overflows[-1]))
+            else:
+                ledger.same("first overflow", int(m[4]), overflows[0])
+        if m := ln.take(r"LR at the first overflow: " + NUM):
+            ledger.number("LR at first overflow", m[1], raw.at_or_before("lr", overflows[0]))
+        if m := ln.take(r"share of steps that overflowed: ([\d.]+)% of the logged steps"):
+            ledger.number("overflow share", m[1], 100 * len(overflows) / raw.steps.size)
+        if m := ln.take(r"loss scale: largest / smallest logged: " + NUM + " / " + NUM):
+            _, v = raw.series("loss_scale")
+            ledger.number("largest scale", m[1], float(v.max()))
+            ledger.number("smallest scale", m[2], float(v.min()))
+        if m := ln.take(r"first step with the scale below (\S+): (\d+)"):
+            s, v = raw.series("loss_scale")
+            ledger.same("first below", int(m[2]), int(s[v < float(m[1])][0]))
+        if m := ln.take(r"halvings: (\d+), the first at step (\d+)"):
+            s, v = raw.series("loss_scale")
+            drops = s[1:][np.diff(v) < 0]
+            ledger.same("halvings", int(m[1]), drops.size)
+            ledger.same("first halving", int(m[2]), int(drops[0]))
+        if m := ln.take(r"loss scale \(constant over the log\): " + NUM):
+            _, v = raw.series("loss_scale")
+            ledger.number("constant scale", m[1], float(v[0]))
+        if m := ln.take(
+            r"From step (\d+) the gradients overflowed on (\d+) step\(s\); the dynamic scaler "
+            r"halved the scale (\d+) times, to " + NUM + r" \(below (\S+) from step (\d+)\)"
+        ):
+            s, v = raw.series("loss_scale")
+            ledger.same("root: first overflow", int(m[1]), overflows[0])
+            ledger.same("root: overflows", int(m[2]), len(overflows))
+            ledger.same("root: halvings", int(m[3]), int(np.sum(np.diff(v) < 0)))
+            ledger.number("root: smallest", m[4], float(v.min()))
+            ledger.same("root: first below", int(m[6]), int(s[v < float(m[5])][0]))
+        if m := ln.take(
+            r"stayed at " + NUM + r" while (\d+) overflow\(s\) happened from step (\d+)"
+        ):
+            _, v = raw.series("loss_scale")
+            ledger.number("root: scale", m[1], float(v[0]))
+            ledger.same("root: overflows", int(m[2]), len(overflows))
+            ledger.same("root: first", int(m[3]), overflows[0])
+        if m := ln.take(r"(\d+) fp16 overflow\(s\) from step (\d+) \(([\d.]+)% of the steps\)"):
+            ledger.same("root: overflows", int(m[1]), len(overflows))
+            ledger.same("root: first", int(m[2]), overflows[0])
+            ledger.number("root: share", m[3], 100 * len(overflows) / raw.steps.size)
+        if m := ln.take(
+            r"min loss scale over steps (\d+)–(\d+) >= (\S+) \(it fell to " + NUM + r"\)"
+        ):
+            ledger.number(
+                "fell to", m[4], float(np.min(raw.between("loss_scale", int(m[1]), int(m[2]))))
+            )
+        if m := ln.take(r"\(it stayed at " + NUM + r" through (\d+) overflow\(s\)\)"):
+            ledger.number("stayed at", m[1], float(raw.series("loss_scale")[1][0]))
+            ledger.same("through overflows", int(m[2]), len(overflows))
+        if m := ln.take(r"max grad norm over steps (\d+)–(\d+) < inf"):
+            ledger.same(
+                "overflow check span", (int(m[1]), int(m[2])), (overflows[0], int(raw.steps[-1]))
+            )
+        if m := ln.take(r"(\d[\d,]*) steps lost"):
+            ledger.same("cost", int(m[1].replace(",", "")), int(raw.steps[-1]) - overflows[0])
+        ln.take(r"; [\d,]+ tokens")
+        _leftover(ledger, "loss scale", ln)
+
+
+def _short_pm(ledger: Ledger, raw: Raw, ev, lines: dict, thr) -> None:
+    for text in lines["symptoms"] + lines["root"] + lines["verification"]:
+        ln = Line(text)
+        if m := ln.take(r"logged steps: (\d+)–(\d+)"):
+            ledger.same(
+                "logged steps", (int(m[1]), int(m[2])), (int(raw.steps[0]), int(raw.steps[-1]))
+            )
+        if m := ln.take(r"rows used: (\d+)"):
+            ledger.same("rows used", int(m[1]), raw.steps.size)
+        if m := ln.take(r"(\d+) finite loss points over (\d+) steps"):
+            s, v = raw.series("loss")
+            ledger.same("finite points", int(m[1]), int(np.isfinite(v).sum()))
+            ledger.same("span", int(m[2]), int(s[-1] - s[0]))
+        if m := ln.take(
+            r"a spike needs a (\d+)-step baseline of >= (\d+) points before it "
+            r"\(or (\d+) points in a sparse log\)"
+        ):
+            ledger.same("window", int(m[1]), thr.spike_window_steps)
+            ledger.same("min points", int(m[2]), thr.min_points_per_window)
+            ledger.same("widened", int(m[3]), thr.widened_window_points)
+        ln.take(r"the (\d+)- and (\d+)-step windows")
+        _leftover(ledger, "short", ln)
+
+
+INCIDENTS = [
+    (r"Loss spike at step (\d+)", "spike", _spike_pm),
+    (r"Non-finite loss from step (\d+)", "nan", _nan_pm),
+    (r"Silent divergence from step (\d+)", "divergence", _trend_pm),
+    (r"Loss plateau from step (\d+)", "plateau", _trend_pm),
+    (r"Loss scale collapsed below \S+ at step (\d+)", "loss-scale-collapsed", _scale_pm),
+    (r"Overflows under a constant loss scale", "loss-scale-static", _scale_pm),
+    (r"fp16 overflows from step (\d+)", "fp16-overflow", _scale_pm),
+    (r"Too short to judge", None, _short_pm),
+]
+
+
+def _postmortem(ledger: Ledger, raw: Raw, run: dict) -> None:
+    analysis, thr = run["analysis"], run["thresholds"]
+    for title, lines in _sections(run["outputs"]["postmortem"]):
+        for pattern, code, check in INCIDENTS:
+            m = re.match(pattern, title)
+            if not m:
+                continue
+            ev = None
+            if code is not None:
+                step = int(m[1]) if m.groups() else None
+                ev = _finding(analysis, code, step if code in ("spike",) else None).evidence
+            check(ledger, raw, ev, lines, thr)
+            break
+
+
+# ---------------------------------------------------------------- the test
+
+# numbers traced per verdict kind over the fixtures (a floor a little under what is traced
+# today: the test fails if a family stops matching)
+MIN_CHECKS = {
+    "divergence": 190,  # 6 fixtures
+    "plateau": 20,
+    "spike-persistent": 150,  # 4
+    "spike-recoverable": 150,  # 4
+    "nan": 145,  # 8
+    "fp16-overflow": 12,
+    "loss-scale-collapsed": 22,
+    "loss-scale-static": 25,  # 2
+    "insufficient-data": 8,
+    "healthy": 14,  # 14: the warning count, or that there is none to state
+}
+
+
+@pytest.fixture(scope="module")
+def ledgers(default_runs) -> list[Ledger]:  # noqa: F811
+    out = []
+    logs = {f"{p.parent.parent.name}/{p.parent.name}": p for p in _fixture_logs()}
+    for name, run in default_runs.items():
+        raw = Raw(logs[name])
+        ledger = Ledger(name, run["analysis"].verdict.code)
+        _headline(ledger, raw, run)
+        _postmortem(ledger, raw, run)
+        out.append(ledger)
+    return out
+
+
+def test_every_number_is_its_evidence_and_the_raw_log(ledgers) -> None:
+    failures = [f for ledger in ledgers for f in ledger.failures]
+    assert not failures, f"{len(failures)} number(s) not what they say:\n" + "\n".join(failures)
+
+
+def test_no_number_without_a_label(ledgers) -> None:
+    bare = [u for ledger in ledgers for u in ledger.unlabelled]
+    assert not bare, f"{len(bare)} phrase(s) state a number without what it is:\n" + "\n".join(bare)
+
+
+def test_every_verdict_kind_is_traced(ledgers) -> None:
+    counts = Counter()
+    for ledger in ledgers:
+        counts.update(ledger.counts)
+    produced = {ledger.kind for ledger in ledgers}
+    assert produced <= set(MIN_CHECKS), produced - set(MIN_CHECKS)
+    short = {k: counts[k] for k in produced if counts[k] < MIN_CHECKS[k]}
+    assert not short, f"too few numbers traced: {short} (floors {MIN_CHECKS})"
