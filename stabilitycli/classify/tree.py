@@ -270,9 +270,16 @@ def _divergence(w: _Walk) -> None:
         "Q4.1",
         "yes",
         f"steps {ev['start_step']}-{ev['end_step']}: "
-        f"mean {ev['start_level']:.4g} at the start of the window of steps "
-        f"{ev.get('window_start_step', ev['start_step'])}-{ev['end_step']} -> "
-        f"mean {ev['end_level']:.4g} at its end, Mann-Kendall z = {ev['z']}, "
+        + (
+            f"{ev['start_level']:.4g} (the mean of the medians over steps "
+            f"{ev['start_level_steps'][0]}-{ev['start_level_steps'][1]}) -> "
+            f"{ev['end_level']:.4g} (over steps {ev['end_level_steps'][0]}-"
+            f"{ev['end_level_steps'][1]})"
+            if ev.get("start_level_steps") and ev.get("end_level_steps")
+            else f"mean {ev['start_level']:.4g} -> {ev['end_level']:.4g}"
+        )
+        + f" in the window of steps {ev.get('window_start_step', ev['start_step'])}-"
+        f"{ev['end_step']}, Mann-Kendall z = {ev['z']}, "
         f"strictly monotone: {ev['strictly_monotone']}; never back below the start level",
     )
     causes = {c["cause"]: c for c in ev.get("causes", [])}
@@ -281,7 +288,8 @@ def _divergence(w: _Walk) -> None:
         ("Q4.3", "weight-norm"),
         ("Q4.4", "grad-norm-rising"),
     ):
-        w.ask(question, "yes" if cause_code in causes else "no", _kv(causes.get(cause_code)))
+        c = causes.get(cause_code)
+        w.ask(question, "yes" if c else "no", _cause_words(c) if c else "no")
     cause = next(iter(causes), None)
     code = "divergence" if "divergence" in w.by_code else "plateau"
     in_warmup = cause == "lr-increasing" and causes[cause].get("within_warmup")
@@ -481,9 +489,18 @@ def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
         return "grad norm, LR, batch id and restarts show no evident cause"
     c = spike.causes[0]
     details = ", ".join(
-        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items() if k != "cause"
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in c.items()
+        if k not in ("cause", "bar")
     )
     return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({details})"
+
+
+def _cause_words(c: dict) -> str:
+    # imported here: importing a rule module at import time would reorder the rule registry
+    from stabilitycli.detect.divergence import cause_words
+
+    return cause_words(c)
 
 
 def _kv(item: dict | None) -> str:

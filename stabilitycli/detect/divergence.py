@@ -157,8 +157,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                 Finding(
                     "grad-norm-rising",
                     Severity.WARNING,
-                    f"grad-norm moving average rose {c['grad_norm_start']:.3g} -> "
-                    f"{c['grad_norm_end']:.3g} from step {start_step}",
+                    f"{cause_words(c)}; the loss began to rise at step {start_step}",
                     step=start_step,
                     metric="grad_norm",
                     evidence=dict(c),
@@ -487,6 +486,7 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
         inside = (s >= start) & (s <= end) & np.isfinite(lr)
         if inside.sum() >= 2:
             lr_start, lr_end = float(lr[inside][0]), float(lr[inside][-1])
+            lr_steps = [int(s[inside][0]), int(s[inside][-1])]
             past_warmup = start >= warmup_end(*view.finite_points("lr"), thresholds)
             if lr_end > lr_start * (1 + thresholds.lr_rise_frac):
                 # outside warmup a rising LR is a schedule bug (Q4.2); inside it, the
@@ -497,6 +497,8 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
                         "lr_start": lr_start,
                         "lr_end": lr_end,
                         "within_warmup": not past_warmup,
+                        "lr_start_step": lr_steps[0],
+                        "lr_end_step": lr_steps[1],
                     }
                 )
     for name in view.param_norm_columns():
@@ -504,6 +506,7 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
         inside = (s >= start) & (s <= end) & np.isfinite(norm) & (norm > 0)
         if inside.sum() >= 2:
             low, high = float(norm[inside].min()), float(norm[inside].max())
+            at = s[inside]
             if high / low > thresholds.weight_norm_ratio:
                 causes.append(
                     {
@@ -512,6 +515,9 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
                         "min": low,
                         "max": high,
                         "direction": "grows" if norm[inside][-1] > norm[inside][0] else "collapses",
+                        "min_step": int(at[int(np.argmin(norm[inside]))]),
+                        "max_step": int(at[int(np.argmax(norm[inside]))]),
+                        "steps": [int(at[0]), int(at[-1])],
                     }
                 )
                 break
@@ -522,8 +528,39 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
         if values.size >= 4:
             quarter = max(1, values.size // 4)
             early, late = float(np.mean(values[:quarter])), float(np.mean(values[-quarter:]))
+            at = s[inside]
             if early > 0 and late > early * (1 + thresholds.grad_norm_rise_frac):
                 causes.append(
-                    {"cause": "grad-norm-rising", "grad_norm_start": early, "grad_norm_end": late}
+                    {
+                        "cause": "grad-norm-rising",
+                        "grad_norm_start": early,
+                        "grad_norm_end": late,
+                        # the grad norm's mean over the first and last quarter of the points
+                        "grad_norm_start_steps": [int(at[0]), int(at[quarter - 1])],
+                        "grad_norm_end_steps": [int(at[-quarter]), int(at[-1])],
+                    }
                 )
     return causes
+
+
+def cause_words(c: dict) -> str:
+    """A divergence cause's numbers, each with what it is (for the path and the post-mortem)."""
+    if c["cause"] == "lr-increasing" and "lr_start_step" in c:
+        return (
+            f"LR {c['lr_start']:.4g} at step {c['lr_start_step']} -> {c['lr_end']:.4g} at step "
+            f"{c['lr_end_step']}" + (", still in warmup" if c.get("within_warmup") else "")
+        )
+    if c["cause"] == "weight-norm" and "steps" in c:
+        return (
+            f"{c['series']} {c['direction']}: between {c['min']:.4g} (step {c['min_step']}) and "
+            f"{c['max']:.4g} (step {c['max_step']}) over steps {c['steps'][0]}-{c['steps'][1]}"
+        )
+    if c["cause"] == "grad-norm-rising" and "grad_norm_start_steps" in c:
+        a, b = c["grad_norm_start_steps"], c["grad_norm_end_steps"]
+        return (
+            f"grad norm rose from {c['grad_norm_start']:.4g} (the mean over steps {a[0]}-{a[1]}) "
+            f"to {c['grad_norm_end']:.4g} (the mean over steps {b[0]}-{b[1]})"
+        )
+    return ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items() if k != "cause"
+    )

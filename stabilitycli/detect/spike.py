@@ -680,6 +680,7 @@ def _causes(
                     "grad_norm_baseline": float(ctx.grad_baseline[at]),
                     "ratio": float(ctx.grad_ratio[at]),
                     "lead_steps": int(onset - steps[at]),
+                    "bar": bar,  # the ratio this spike needed (a large spike needs less)
                 }
             )
     return causes

@@ -477,6 +477,13 @@ def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str
 # ---------------------------------------------------------------- divergence
 
 
+def _cause_words(c: dict) -> str:
+    # imported here: importing a rule module at import time would reorder the rule registry
+    from stabilitycli.detect.divergence import cause_words
+
+    return cause_words(c)
+
+
 def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) -> Incident:
     ev = finding.evidence
     start = int(ev["start_step"])
@@ -502,9 +509,7 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
             code=c["cause"],
             title=cause_texts(thr).get(c["cause"], c["cause"]),
             status="supported",
-            evidence=", ".join(
-                f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in c.items() if k != "cause"
-            ),
+            evidence=_cause_words(c),
             series=c["cause"].replace("-rising", "").replace("-increasing", "").replace("-", "_"),
             root_sentence=(
                 f"From step {start} the loss rose from {rise_from_words(ev)} and never came "
