@@ -270,7 +270,8 @@ def _rank_incident(f: Finding, view) -> Incident:
             f"{who} came back in line at step {recovered} by itself; if it recurs on the same "
             "host, exclude that node"
         )
-    end = int(effect[1]) if effect else None
+    # the steps out of line: from the onset to the step it was back (as a spike's cost counts)
+    end = int(recovered) if recovered is not None else None
     return Incident(
         kind="rank",
         title=title,
