@@ -1318,7 +1318,32 @@ def _cost(ledger: Ledger, raw: Raw, code: str | None, ev: dict | None, lines: li
         _leftover(ledger, "cost", ln)
 
 
+def _notes(ledger: Ledger, raw: Raw, markdown: str, thr) -> None:
+    """The notes: why a check could not run, with the counts it saw."""
+    notes = markdown.partition("## Notes from the analysis")[2]
+    for text in (ln for ln in notes.splitlines() if ln.startswith("- ")):
+        ln = Line(text)
+        ln.take(r"\(Q\d\.\d\)")
+        if m := ln.take(r"(\d+) non-finite grad-norm step\(s\)"):
+            _, v = raw.series("grad_norm")
+            ledger.same("non-finite grad norms", int(m[1]), int((~np.isfinite(v)).sum()))
+        if m := ln.take(r"insufficient data: (\d+) finite (\w+) points(?: over (\d+) steps)?"):
+            s_, v = raw.series(m[2])
+            ledger.same("finite points", int(m[1]), int(np.isfinite(v).sum()))
+            if m[3]:
+                ledger.same("their span", int(m[3]), int(s_[-1] - s_[0]))
+        if m := ln.take(
+            r"a spike needs a (\d+)-step baseline of >= (\d+) points before it "
+            r"\(or (\d+) points in a sparse log\)"
+        ):
+            ledger.same("window", int(m[1]), thr.spike_window_steps)
+            ledger.same("min points", int(m[2]), thr.min_points_per_window)
+            ledger.same("widened", int(m[3]), thr.widened_window_points)
+        _leftover(ledger, "notes", ln)
+
+
 def _postmortem(ledger: Ledger, raw: Raw, run: dict) -> None:
+    _notes(ledger, raw, run["outputs"]["postmortem"], run["thresholds"])
     head = re.search(r"from `[^`]*` \(steps (\d+)–(\d+);", run["outputs"]["postmortem"])
     ledger.same(
         "the log's steps", (int(head[1]), int(head[2])), (int(raw.steps[0]), int(raw.steps[-1]))

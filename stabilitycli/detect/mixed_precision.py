@@ -68,7 +68,11 @@ def _not_fp16(view: SeriesView) -> str | None:
     if view.has("grad_norm"):
         grad = view.columns["grad_norm"]
         grad_steps = int(np.count_nonzero(view.logged["grad_norm"] & ~np.isfinite(grad)))
-    left = f"; {grad_steps} non-finite grad-norm step(s) left to §1" if grad_steps else ""
+    left = (
+        f"; {grad_steps} non-finite grad-norm step(s) left to the NaN check (Q1.1)"
+        if grad_steps
+        else ""
+    )
     if regime is None:
         seen = (
             f"loss scale constant at 1 over {scale.size} point(s), as bf16 and fp32 runs print it"
