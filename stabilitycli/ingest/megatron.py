@@ -426,17 +426,27 @@ def _missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo)
             source.notes.append(f"... and {len(steps) - NOTE_LIMIT} more iterations with {why}")
 
 
+MAX_SEQ_LENGTH_DIGITS = 9  # up to 999,999,999 tokens a sample: far above any real context
+
+
 def _tokens_and_time(records: list[dict], args: dict[str, str], source: SourceInfo) -> None:
     if any("consumed tokens" in r for r in records):
         return
     seq = args.get("seq_length", "")
-    if seq.isdigit() and any("consumed samples" in r for r in records):
-        for rec in records:
-            if "consumed samples" in rec:
-                rec["consumed tokens"] = rec["consumed samples"] * int(seq)
+    if not any("consumed samples" in r for r in records) or not seq:
+        return
+    # a damaged dump can hold a 400-digit "length" (or a '²', which isdigit() accepts and
+    # int() refuses): no product with it is a token count
+    if not re.fullmatch(f"[0-9]{{1,{MAX_SEQ_LENGTH_DIGITS}}}", seq):
         source.notes.append(
-            f"tokens = consumed samples x seq_length {seq} (from the argument dump)"
+            f"seq_length {seq[:20]!r}{'...' if len(seq) > 20 else ''} in the argument dump is "
+            "not a sequence length: tokens not derived from consumed samples"
         )
+        return
+    for rec in records:
+        if "consumed samples" in rec:
+            rec["consumed tokens"] = rec["consumed samples"] * int(seq)
+    source.notes.append(f"tokens = consumed samples x seq_length {seq} (from the argument dump)")
 
 
 def _stated_dtype(

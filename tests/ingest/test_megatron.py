@@ -124,3 +124,18 @@ def test_detected_by_content_and_overridable(tmp_path: Path):
     long.write_text("x" * 20000 + "\n" + LOG.read_text())
     assert detect_format(long) == "megatron"
     assert read(LOG, ReadOptions(format_in="megatron")).source.format == "megatron"
+
+
+@pytest.mark.parametrize("garbage", ["1" * 400, "2048²"])
+def test_a_damaged_seq_length_derives_no_tokens_and_says_so(tmp_path: Path, garbage: str):
+    """A fuzzed argument dump with a 400-digit seq_length made `consumed samples x seq_length`
+    an OverflowError that rejected the whole log; a superscript digit passes str.isdigit()
+    and fails int(). The log is read, without tokens, with a note."""
+    text = LOG.read_text().replace(" 2048\n", f" {garbage}\n", 1)
+    assert garbage in text
+    path = tmp_path / "gpt.log"
+    path.write_text(text)
+    run = megatron.read(path, ReadOptions())
+    assert _at(run, 7, "loss") == pytest.approx(9.6)
+    assert "tokens" not in run.frame.columns or run.frame["tokens"].is_null().all()
+    assert any("not a sequence length" in n for n in run.source.notes)
