@@ -173,5 +173,7 @@ def match_keys(
 
 
 def _natural(key: str) -> list[object]:
-    # pg2 after pg1, group10 after group9
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key.lower())]
+    # pg2 after pg1, group10 after group9: a run of digits sorts by its length, then its
+    # text, which is its number's order without int() (which refuses 4,300 digits or more)
+    parts = re.split(r"([0-9]+)", key.lower())
+    return [(len(part), part) if i % 2 else part for i, part in enumerate(parts)]

@@ -42,7 +42,8 @@ def rank_from_name(name: str, pattern: str | None = None) -> int | None:
     """The rank a run/folder name encodes (`--rank-pattern` regex first), or None."""
     if pattern:
         match = re.search(pattern, name)
-        if match and match.groups() and match.group(1) and match.group(1).isdigit():
+        # ASCII digits only: "²".isdigit() is true and int() refuses it
+        if match and match.groups() and re.fullmatch(r"[0-9]{1,18}", match.group(1) or ""):
             return int(match.group(1))
         return None
     match = RANK_NAME.search(name.strip())

@@ -397,7 +397,7 @@ def _missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo)
         step = rec["_step"]
         if prev_step is not None and prev_step < step:
             span = step - prev_step
-        elif args.get("log_interval", "").isdigit():
+        elif re.fullmatch(f"[0-9]{{1,{MAX_SEQ_LENGTH_DIGITS}}}", args.get("log_interval", "")):
             span = int(args["log_interval"])
         else:
             span = step  # the first record of a run that started at 0

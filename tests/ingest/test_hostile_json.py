@@ -323,3 +323,33 @@ def test_a_key_named_row_is_kept_and_not_taken_for_the_line_number(tmp_path, tai
     assert [r.line for r in run.source.rejections] == ([4] if tail else [])
     assert any("'_row (as logged)'" in note for note in run.source.notes)
     assert math.isnan(run.frame["loss"][1])
+
+
+def test_a_metric_key_with_thousands_of_digits_is_matched_not_a_crash(tmp_path):
+    """Keys are ordered naturally (pg2 before pg10); that order took int() of each run of
+    digits, and int() refuses 4,300 digits or more: a key like loss1111... (5,000 ones)
+    rejected the whole log with an internal ValueError."""
+    from stabilitycli.ingest import read
+
+    path = tmp_path / "run.jsonl"
+    # two grad-norm keys: ordering them is what took int() of the digits
+    long_key = "grad_norm_" + "1" * 5000
+    path.write_text(
+        "\n".join(
+            f'{{"step": {s}, "loss": 2.0, "grad_norm_2": 0.5, "{long_key}": 1.0}}'
+            for s in range(20)
+        )
+        + "\n"
+    )
+    run = read(str(path))
+    assert run.frame.height == 20
+    assert run.frame["loss"].to_list() == [2.0] * 20
+
+
+def test_a_rank_pattern_that_captures_a_superscript_digit_names_no_rank():
+    """'²'.isdigit() is true and int('²') raises: a folder named rank_² under
+    --rank-pattern 'rank_(.)' made the reader fail instead of leaving the rank unknown."""
+    from stabilitycli.ingest._points import rank_from_name
+
+    assert rank_from_name("rank_²", r"rank_(.)") is None
+    assert rank_from_name("rank_7", r"rank_(.)") == 7
