@@ -279,6 +279,10 @@ RECURRING = re.compile(
 WARNINGS = re.compile(r"\((?P<n>\d+) warning\(s\) worth a look\)")
 
 
+def _whole(value: float) -> str:
+    return str(int(value)) if value >= 1 and value == int(value) else f"{value:g}"
+
+
 def _level(ledger: Ledger, raw: Raw, m: re.Match, value: float, what: str, bin_points: int):
     a, b = int(m["a"]), int(m["b"])
     label = m["label"]
@@ -492,6 +496,8 @@ def _headline(ledger: Ledger, raw: Raw, run: dict) -> None:
         s, v = raw.series("loss_scale")
         ledger.same("one scale (raw)", np.unique(v).size, 1)
         ledger.number("constant scale", m["scale"], ev["scale"], float(v[0]))
+        # a loss scale is a whole power of two: printed in full, not as 2.09715e+06
+        ledger.same("scale in full", m["scale"], _whole(float(v[0])))
         ledger.same("overflows", int(m["n"]), ev["overflows"])
         ledger.same("overflows (raw)", ev["overflows"], len(raw.overflow_steps()))
         text = text.replace(m.group(0), "")
@@ -992,6 +998,7 @@ def _scale_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
         if m := ln.take(r"loss scale \(constant over the log\): " + NUM):
             _, v = raw.series("loss_scale")
             ledger.number("constant scale", m[1], float(v[0]))
+            ledger.same("scale in full", m[1], _whole(float(v[0])))
         if m := ln.take(
             r"From step (\d+) the gradients overflowed on (\d+) step\(s\); the dynamic scaler "
             r"halved the scale (\d+) times, to " + NUM + r" \(below (\S+) from step (\d+)\)"

@@ -235,8 +235,9 @@ def _mixed_precision(w: _Walk) -> None:
     scale_text = "no loss-scale series"
     if overflow.get("has_scale"):
         scale_text = (
-            f"scale max {overflow.get('scale_max', 0):g} -> min {overflow.get('scale_min', 0):g}, "
-            f"final {overflow.get('scale_final', 0):g}, {overflow.get('scale_drops', 0)} drop(s)"
+            f"scale max {_scale(overflow.get('scale_max', 0))} -> min "
+            f"{_scale(overflow.get('scale_min', 0))}, final "
+            f"{_scale(overflow.get('scale_final', 0))}, {overflow.get('scale_drops', 0)} drop(s)"
         )
     answer = "healthy backoff"
     for code in ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow"):
@@ -501,6 +502,16 @@ def _cause_words(c: dict) -> str:
     from stabilitycli.detect.divergence import cause_words
 
     return cause_words(c)
+
+
+def _scale(value: float) -> str:
+    """A loss scale as logged: a whole scale in full (2097152, not 2.09715e+06)."""
+    value = float(value)
+    return (
+        str(int(value))
+        if math.isfinite(value) and value >= 1 and value == int(value)
+        else f"{value:g}"
+    )
 
 
 def _kv(item: dict | None) -> str:

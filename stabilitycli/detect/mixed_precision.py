@@ -58,6 +58,14 @@ def runs_fp16(view: SeriesView) -> bool:
     return view.has("overflow") or bool(np.any(_finite_scale(view) != 1.0))
 
 
+def scale_text(value: float) -> str:
+    """A loss scale as logged: a whole scale in full (2097152, not 2.09715e+06)."""
+    value = float(value)
+    if np.isfinite(value) and value >= 1 and value == int(value):
+        return str(int(value))
+    return f"{value:g}"
+
+
 def _not_fp16(view: SeriesView) -> str | None:
     """Why §3 cannot judge this run as fp16, or None when it can."""
     if runs_fp16(view):
@@ -219,7 +227,8 @@ def _scale_history(
                 "loss-scale-collapsed",
                 Severity.ERROR,
                 f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
-                f"(from {scale.max():g} down to {scale.min():g}): overflow on nearly every step"
+                f"(from {scale_text(scale.max())} down to {scale_text(scale.min())}): overflow on "
+                "nearly every step"
                 + (
                     f"; the overflows began at step {start} ({drops.size} halvings in all)"
                     if start is not None
@@ -243,8 +252,8 @@ def _scale_history(
             Finding(
                 "loss-scale-static",
                 Severity.ERROR,
-                f"loss scale constant at {scale[0]:g} while {total} overflow(s) happened: "
-                "dynamic loss scaling is not active",
+                f"loss scale constant at {scale_text(scale[0])} while {total} overflow(s) "
+                "happened: dynamic loss scaling is not active",
                 step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
                 metric="loss_scale",
                 evidence={"scale": float(scale[0]), "overflows": total, **history},
@@ -259,7 +268,8 @@ def _scale_history(
                 Severity.INFO,
                 f"the loss scaler backed off {drops.size} time(s) "
                 f"({chain}{' ...' if drops.size > 5 else ''}); "
-                f"final scale {scale[-1]:g}, minimum {scale.min():g}, regrew {rises.size} time(s): "
+                f"final scale {scale_text(scale[-1])}, minimum {scale_text(scale.min())}, regrew "
+                f"{rises.size} time(s): "
                 "overflow followed by a halving is the scaler doing its job",
                 step=int(steps[drops[0]]),
                 end_step=int(steps[drops[-1]]),

@@ -19,6 +19,7 @@ from stabilitycli.classify.questions import cause_texts
 from stabilitycli.classify.remedies import remedies_for
 from stabilitycli.classify.tree import log_shows
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.mixed_precision import scale_text
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import median_interval, trailing_stats, value_at_or_before
 from stabilitycli.frame import RunData
@@ -410,7 +411,7 @@ def _nan_incident(
         ("unusual tokens in that batch", None),
     ]
     if scale is not None:
-        symptoms.insert(6, ("loss scale at that step", f"{scale:g}"))
+        symptoms.insert(6, ("loss scale at that step", scale_text(scale)))
     supported = [h for h in hyps if h.status == "supported"]
     cause = analysis.verdict.cause if analysis.verdict.code == "nan" else None
     root = next((h.root_sentence for h in supported if h.root_sentence), None)

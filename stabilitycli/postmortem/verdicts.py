@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.mixed_precision import scale_text
 from stabilitycli.model import Analysis, Finding, Severity
 from stabilitycli.postmortem.data import (
     Cost,
@@ -331,14 +332,15 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
         symptoms += [
             (
                 "loss scale: largest / smallest logged",
-                f"{_num(ev.get('scale_max')):g} / {_num(ev.get('scale_min')):g}",
+                f"{scale_text(_num(ev.get('scale_max')))} / "
+                f"{scale_text(_num(ev.get('scale_min')))}",
             ),
             (f"first step with the scale below {floor}", below),
             ("halvings", f"{halvings}, the first at step {ev.get('first_halving_step')}"),
         ]
         root = (
             f"From step {first} the gradients overflowed on {overflows} step(s); the dynamic "
-            f"scaler halved the scale {halvings} times, to {_num(ev.get('scale_min')):g} "
+            f"scaler halved the scale {halvings} times, to {scale_text(_num(ev.get('scale_min')))} "
             f"(below {floor} from step {below}). An overflowed step is skipped, and under a "
             "scale below 1 small fp16 gradients underflow to zero, so the updates from then on "
             "lose their signal."
@@ -346,20 +348,21 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
         expects.append(f"min(loss_scale)[{first}:{last}]>=1")
         verification.append(
             f"min loss scale over steps {first}–{last} >= 1 (it fell to "
-            f"{_num(ev.get('scale_min')):g})"
+            f"{scale_text(_num(ev.get('scale_min')))})"
         )
         cost = _cost(view, first, None)
     elif f.code == "loss-scale-static":
         scale = _num(ev.get("scale"))
-        title = f"Overflows under a constant loss scale of {scale:g}"
-        symptoms.append(("loss scale (constant over the log)", f"{scale:g}"))
+        title = f"Overflows under a constant loss scale of {scale_text(scale)}"
+        symptoms.append(("loss scale (constant over the log)", scale_text(scale)))
         root = (
-            f"The loss scale stayed at {scale:g} while {overflows} overflow(s) happened from "
-            f"step {first}: dynamic loss scaling is not active, so no overflow was answered."
+            f"The loss scale stayed at {scale_text(scale)} while {overflows} overflow(s) "
+            f"happened from step {first}: dynamic loss scaling is not active, so no overflow was "
+            "answered."
         )
         verification.append(
             f"the loss scale moves on the re-run, and no overflow goes unanswered "
-            f"(it stayed at {scale:g} through {overflows} overflow(s))"
+            f"(it stayed at {scale_text(scale)} through {overflows} overflow(s))"
         )
         cost = Cost(None, False)
     else:
