@@ -133,7 +133,8 @@ def command(
         ),
     ] = False,
 ) -> None:
-    """Walk the §1-§4 stability tree over one run (or many) and print the verdict."""
+    """Read one run (or many), walk the stability decision tree (NaN, spikes, fp16 loss
+    scale, divergence) and print the verdict with its evidence and remedies."""
     from stabilitycli.ingest.options import ReadOptions
 
     try:
