@@ -1483,3 +1483,70 @@ def test_numbers_with_thresholds_overridden(overridden_ledgers) -> None:
     failures += [u for ledger in overridden_ledgers for u in ledger.unlabelled]
     assert not failures, f"{len(failures)} number(s) not what they say:\n" + "\n".join(failures)
     assert sum(sum(ledger.counts.values()) for ledger in overridden_ledgers) >= 1000
+
+
+SPIKE_CAUSE = [
+    re.compile(
+        r"pre-clip grad norm (?P<g>\S+) at step (?P<s>\d+) = (?P<r>\S+)x its trailing mean "
+        r"(?P<b>\S+), (?P<lead>\d+) step\(s\) before the spike"
+    ),
+    re.compile(
+        r"LR (?P<before>\S+) -> (?P<after>\S+) at step (?P<s>\d+) \((?P<pct>[+-]\d+)%\), "
+        r"(?P<lead>\d+) step\(s\) before the spike"
+    ),
+    re.compile(r"batch id (?P<id>\d+) at the spike was served at step (?P<s>\d+) too"),
+    re.compile(r"resumed from a checkpoint at step (?P<s>\d+), (?P<lead>\d+) step\(s\) before"),
+]
+
+
+def test_spike_cause_in_the_path_says_what_each_number_is(default_runs) -> None:  # noqa: F811
+    """Q2.3 / Q2.4 name the spike's cause with its numbers, each labelled and each the raw
+    log's: no `grad_norm_baseline 0.4718, lead_steps 1` key-value lists."""
+    logs = {f"{p.parent.parent.name}/{p.parent.name}": p for p in _fixture_logs()}
+    failures, checked = [], 0
+    for name, run in default_runs.items():
+        analysis = run["analysis"]
+        for step in analysis.verdict.path:
+            if step.question not in ("Q2.3", "Q2.4") or "(" not in step.evidence:
+                continue
+            if re.search(r"\b[a-z]+_[a-z_]+ [\d-]", step.evidence):
+                failures.append(f"{name} {step.question}: key-value list: {step.evidence}")
+            m = next(
+                (p.search(step.evidence) for p in SPIKE_CAUSE if p.search(step.evidence)), None
+            )
+            if m is None:
+                failures.append(f"{name} {step.question}: no labelled cause: {step.evidence}")
+                continue
+            raw, spike = Raw(logs[name]), _lead_spike(analysis)
+            s = int(m["s"])
+            ok = True
+            if "g" in m.groupdict():
+                mean, _, _, _ = raw.trailing("grad_norm", s, run["thresholds"].spike_window_steps)
+                g = raw.at("grad_norm", s)
+                ok = printed_as(m["g"], g) and printed_as(m["b"], mean)
+                ok &= printed_as(m["r"], g / mean)
+            elif "before" in m.groupdict():
+                steps, lr = raw.series("lr")
+                i = int(np.flatnonzero(steps == s)[0])
+                ok = printed_as(m["before"], lr[i - 1]) and printed_as(m["after"], lr[i])
+                ok &= printed_as(m["pct"], 100 * (lr[i] / lr[i - 1] - 1))
+            elif "id" in m.groupdict():
+                ok = float(m["id"]) == raw.at("batch_id", s) == raw.at("batch_id", spike)
+            else:
+                ok = s == raw.source.restarts[0].resumed_from_step
+            if "lead" in m.groupdict() and m["lead"] is not None:
+                ok &= int(m["lead"]) == spike - s
+            checked += 1
+            if not ok:
+                failures.append(f"{name} {step.question}: not the raw log's: {step.evidence}")
+    assert not failures, "\n".join(failures)
+    assert checked >= 9, checked
+
+
+def _lead_spike(analysis) -> int:
+    """The onset of the spike the path speaks of: the first persistent one, else the first."""
+    spikes = sorted(
+        (f.evidence for f in analysis.findings if f.code == "spike"), key=lambda e: e["onset_step"]
+    )
+    lead = next((e for e in spikes if not e["recovered"]), None) or spikes[0]
+    return int(lead["onset_step"])

@@ -489,12 +489,36 @@ def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
     if not spike.causes:
         return "grad norm, LR, batch id and restarts show no evident cause"
     c = spike.causes[0]
-    details = ", ".join(
+    return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({_cause_numbers(c)})"
+
+
+def _cause_numbers(c: dict) -> str:
+    """A spike cause's numbers, each with what it is (the generic key-value list otherwise)."""
+    lead = f"{c.get('lead_steps')} step(s) before the spike"
+    if c["cause"] == "long-tail-token" and "grad_norm_step" in c:
+        return (
+            f"pre-clip grad norm {c['grad_norm']:.4g} at step {c['grad_norm_step']} = "
+            f"{c['ratio']:.1f}x its trailing mean {c['grad_norm_baseline']:.4g}, {lead}"
+        )
+    if c["cause"] == "lr-discontinuity" and "lr_step" in c:
+        return (
+            f"LR {c['lr_before']:.4g} -> {c['lr']:.4g} at step {c['lr_step']} "
+            f"({c['relative_jump']:+.0%}), {lead}"
+        )
+    if c["cause"] == "duplicate-batch" and "repeat_of_step" in c:
+        return (
+            f"batch id {c['batch_id']:g} at the spike was served at step {c['repeat_of_step']} too"
+        )
+    if c["cause"] == "optimizer-reset" and "restart_step" in c:
+        return (
+            f"resumed from a checkpoint at step {c['restart_step']}, "
+            f"{c['steps_after_restart']} step(s) before the spike"
+        )
+    return ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
         for k, v in c.items()
         if k not in ("cause", "bar")
     )
-    return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({details})"
 
 
 def _cause_words(c: dict) -> str:
