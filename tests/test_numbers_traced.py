@@ -2,21 +2,26 @@
 names, and that evidence is the value recomputed from the raw log, as labelled.
 
 For every fixture of `fixtures/runs/` and `fixtures/torch-runs/` (the discovery and the
-rendered outputs of `test_thresholds_in_text`), each phrase family below parses a number and
-what it says it is ("the median of steps A-B", "peak loss (step S)", "LR at the first
-overflow"...). The number must equal the evidence field it names, to the printed precision,
-and that field must equal the value recomputed here from `stabilitycli.read(path).frame`:
+rendered outputs of `test_thresholds_in_text`, with the default thresholds and with its
+OVERRIDES), plus the rank-outlier and recurring-spike fixtures in EXTRA (no run of those two
+folders reaches these verdicts), each phrase family below parses a number and what it says it
+is ("the median of steps A-B", "peak loss (step S)", "LR at the first overflow"...). The number
+must equal the evidence field it names, to the printed precision, and that field must equal
+the value recomputed here from `stabilitycli.read(path).frame`:
 
 - a point "at step S" is the value logged at S;
 - "the mean over steps A-B" is the mean of the logged values in [A, B], "the median of steps
   A-B" their median, "the mean of the medians over steps A-B" the mean of the medians of the
   trend bins (`bin_points` consecutive points) that tile [A, B];
-- a peak "at step S" is the value at S and the largest of the event.
+- a peak "at step S" is the value at S and the largest of the event;
+- a "trailing mean" at step S is the mean over [S - window, S); a rank's level is its median
+  over the steps named, the cohort's the median of the per-step medians.
 
-A line of the post-mortem's symptoms, root cause or verification, or a headline, that states
-a number no family recognises is a failure too: it says a number without saying what it is.
-Per verdict kind the test counts the numbers it traced and asserts a floor, so that it cannot
-pass by matching nothing.
+Covered: the headline; the post-mortem's preamble, symptoms, hypotheses (section 3 repeats
+them), root cause, verification, cost and notes; the spike cause in Q2.3/Q2.4. A line there
+that states a number no family recognises is a failure too: it says a number without saying
+what it is. Per verdict kind the test counts the numbers it traced and asserts a floor, so
+that it cannot pass by matching nothing.
 """
 
 from __future__ import annotations
