@@ -255,7 +255,7 @@ SPIKE = re.compile(
     r"(?P<a>\d+)-(?P<b>\d+) -> peak (?P<peak>\S+) at step (?P<peak_step>\d+); geometric-mean "
     r"p\(correct token\) (?P<p0>\S+) -> (?P<p1>[^,)]+)(?:, uniform guessing over (?P<v>\d+) "
     r"tokens is (?P<nats>\S+) nats)?\) (?:recovered in (?P<rec>\d+) steps|did not recover "
-    r"within (?P<within>\d+) steps \(type (?P<type>\d)\))"
+    r"within (?P<within>\d+) steps(?P<divergent> \(divergent: the loss kept rising\))?)"
 )
 NAN = re.compile(
     r"non-finite at step (?P<first>\d+)(?:: (?P<series>\w+) shows it)? \((?P<count>\d+) "
@@ -402,7 +402,8 @@ def _spike_headline(ledger: Ledger, raw: Raw, text: str, analysis, thresholds) -
         )
     else:
         ledger.same("recovery horizon", int(m["within"]), thresholds.recovery_window_steps)
-        ledger.same("spike type", int(m["type"]), ev["spike_type"])
+        # "divergent" is said exactly for type 3; 1 and 2 are recovered / did not recover
+        ledger.same("spike type", 3 if m["divergent"] else 2, ev["spike_type"])
     return text.replace(m.group(0), "")
 
 

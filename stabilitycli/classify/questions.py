@@ -141,8 +141,8 @@ _CAUSE_TEXT: dict[str, str] = {
         "a weight norm changed more than {weight_norm_ratio:g}x: weight decay too low or too high"
     ),
     "grad-norm-rising": (
-        "the grad-norm moving average rises: the landscape is getting harder (data, init drift, "
-        "LR too high)"
+        "the grad norm's mean over a quarter of the window rises: the landscape is getting "
+        "harder (data, init drift, LR too high)"
     ),
     "log-of-zero": (
         "fp32 NaN: almost always log(0) in the loss (a probability driven to exactly 0) or 0/0 in "

@@ -27,7 +27,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.nan import forward_order_key
 from stabilitycli.detect.ranks.rule import RANK_CODES
-from stabilitycli.detect.spike import SpikeEvent, baseline_text
+from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
 from stabilitycli.metric_names import words
 from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 
@@ -193,8 +193,8 @@ def _spikes(w: _Walk) -> None:
             spike.cause,
             f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
-            f"did not recover within {spike.recovery_horizon_steps} steps "
-            f"(type {spike.spike_type})",
+            f"did not recover within {spike.recovery_horizon_steps} steps"
+            f"{spike_type_note(spike.spike_type)}",
             start=spike.onset_step,
         )
     for spike in recoverable[:1]:
@@ -280,8 +280,9 @@ def _divergence(w: _Walk) -> None:
             else f"mean {ev['start_level']:.4g} -> {ev['end_level']:.4g}"
         )
         + f" in the window of steps {ev.get('window_start_step', ev['start_step'])}-"
-        f"{ev['end_step']}, Mann-Kendall z = {ev['z']}, "
-        f"strictly monotone: {ev['strictly_monotone']}; never back below the start level",
+        f"{ev['end_step']}, Mann-Kendall z = {ev['z']}"
+        + ("; it rose at every logged step" if ev["strictly_monotone"] else "")
+        + "; never back below the start level",
     )
     causes = {c["cause"]: c for c in ev.get("causes", [])}
     for question, cause_code in (
@@ -482,7 +483,7 @@ def _recovery_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
             f"not within {spike.recovery_horizon_steps} steps; back to <= {level} only at step "
             f"{spike.recovery_step}"
         )
-    return f"never back to <= {level} (type {spike.spike_type})"
+    return f"never back to <= {level}{spike_type_note(spike.spike_type)}"
 
 
 def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:

@@ -745,8 +745,18 @@ def baseline_text(event: SpikeEvent) -> str:
     return f"baseline mean {event.mu:.4g}{over}"
 
 
+# what a spike type is, in the words the outputs use (the number stays in the evidence)
+SPIKE_TYPE_WORDS: dict[int, str] = {1: "recoverable", 2: "persistent", 3: "divergent"}
+
+
+def spike_type_note(spike_type: int) -> str:
+    """' (divergent: the loss kept rising)' for a type 3 spike; '' for the others, whose
+    "recovered" / "did not recover" already says what they are."""
+    return " (divergent: the loss kept rising)" if spike_type == 3 else ""
+
+
 def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
-    kind = {1: "recoverable", 2: "persistent", 3: "divergent"}[event.spike_type]
+    kind = SPIKE_TYPE_WORDS[event.spike_type]
     recovery = (
         f"recovered by step {event.recovery_step} ({event.recovery_steps} steps)"
         if event.recovered

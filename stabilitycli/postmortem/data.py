@@ -293,8 +293,9 @@ def _spike_incident(
     end = ev.get("recovery_step") if recovered else None
     return Incident(
         kind="spike",
-        title=f"Loss spike at step {onset} (type {ev['spike_type']}, "
-        f"{'recovered' if recovered else 'did not recover'})"
+        title=f"Loss spike at step {onset} ("
+        f"{'recovered' if recovered else 'did not recover'}"
+        f"{'; divergent: the loss kept rising' if ev['spike_type'] == 3 else ''})"
         + (" - explained by a rank outlier" if ev.get("explained_by_ranks") else ""),
         symptoms=symptoms,
         hypotheses=hyps,
@@ -498,7 +499,7 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
             f"last finite loss (step {int(view.finite_points('loss')[0][-1])})",
             fmt(ev["final_loss"]) if ev.get("final_loss") is not None else None,
         ),
-        ("strictly monotone", ev.get("strictly_monotone")),
+        ("rose at every logged step of the window", "yes" if ev.get("strictly_monotone") else "no"),
         (
             f"LR at step {start} (where the rise began) / step {last} (the end of the log)",
             f"{lr_a:.4g} -> {lr_b:.4g}" if lr_a is not None and lr_b is not None else "not logged",
