@@ -926,47 +926,35 @@ def _trend_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
                 ledger.number(
                     "root: rose from (the loss at the start)", m[2], ev["rise_from_level"]
                 )
-        if m := ln.take(
-            r"loss at step (\d+) < "
-            + NUM
-            + r" \(below (?:"
-            + NUM
-            + r", the mean of the medians over steps (\d+)–(\d+), where the trend window opened"
-            r"|the level where the rise began)\)"
+        # the re-run bound of a divergence (a loss at a step) and of a plateau (a mean over
+        # steps): the same level, said the same way
+        for kind, subject in (
+            ("divergence", r"loss at step \d+"),
+            ("plateau", r"mean loss over steps \d+–\d+"),
         ):
-            ledger.bound("divergence bound", m[2], ev["start_level"])
-            if m[3]:
+            m = ln.take(
+                subject
+                + " < "
+                + NUM
+                + r" \(below (?:"
+                + NUM
+                + r", the mean of the medians over steps (\d+)–(\d+), where the trend window "
+                r"opened|the level where the rise began)\)"
+            )
+            if not m:
+                continue
+            ledger.bound(f"{kind} bound", m[1], ev["start_level"])
+            if m[2]:
                 ledger.number(
                     "bound's level",
-                    m[3],
+                    m[2],
                     ev["start_level"],
-                    raw.mean_of_medians("loss", int(m[4]), int(m[5]), k),
+                    raw.mean_of_medians("loss", int(m[3]), int(m[4]), k),
                 )
             else:
                 ledger.unlabelled.append(
-                    f"{ledger.fixture} [post-mortem]: bound {m[2]} 'below the level where the "
-                    f"rise began' is the window's opening level, not the level at step {start}"
-                )
-        if m := ln.take(
-            r"mean loss over steps (\d+)–(\d+) < "
-            + NUM
-            + r" \(below (?:"
-            + NUM
-            + r", the mean of the medians over steps (\d+)–(\d+), where the trend window opened"
-            r"|the level where the rise began)\)"
-        ):
-            ledger.bound("plateau bound", m[3], ev["start_level"])
-            if m[4]:
-                ledger.number(
-                    "bound's level",
-                    m[4],
-                    ev["start_level"],
-                    raw.mean_of_medians("loss", int(m[5]), int(m[6]), k),
-                )
-            else:
-                ledger.unlabelled.append(
-                    f"{ledger.fixture} [post-mortem]: bound {m[3]} 'below the level where the "
-                    "rise began' is the window's opening level"
+                    f"{ledger.fixture} [post-mortem]: {kind} bound {m[1]} 'below the level where "
+                    "the rise began' is the window's opening level"
                 )
         if m := ln.take(r"changed more than (\S+)x"):
             ledger.number("weight-norm bar", m[1], thr.weight_norm_ratio)

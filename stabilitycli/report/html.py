@@ -175,6 +175,25 @@ def _p(text: str) -> str:
     return escape.html(text)
 
 
+def _vertical_line(x: float, line: dict[str, Any]) -> dict[str, Any]:
+    """A plotly shape: a line at step x across the whole height of the plot."""
+    return {"type": "line", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1, "line": line}
+
+
+def _top_note(x: float, label: str, side: str, font: dict[str, Any]) -> dict[str, Any]:
+    """A plotly annotation: `label` at the top of the plot, beside step x on `side`."""
+    return {
+        "x": x,
+        "yref": "paper",
+        "y": 1,
+        "text": _p(label),
+        "showarrow": False,
+        "xanchor": side,
+        "yanchor": "top",
+        "font": font,
+    }
+
+
 def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
     traces: list[dict[str, Any]] = []
     for line in panel.lines:
@@ -210,29 +229,8 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
         )
     shapes, notes = [], []
     for x, label in plots.restarts:
-        shapes.append(
-            {
-                "type": "line",
-                "x0": x,
-                "x1": x,
-                "yref": "paper",
-                "y0": 0,
-                "y1": 1,
-                "line": {"color": "#2ca02c", "width": 1.5, "dash": "dash"},
-            }
-        )
-        notes.append(
-            {
-                "x": x,
-                "yref": "paper",
-                "y": 1,
-                "text": _p(label),
-                "showarrow": False,
-                "xanchor": "left",
-                "yanchor": "top",
-                "font": {"size": 10, "color": "#2ca02c"},
-            }
-        )
+        shapes.append(_vertical_line(x, {"color": "#2ca02c", "width": 1.5, "dash": "dash"}))
+        notes.append(_top_note(x, label, "left", {"size": 10, "color": "#2ca02c"}))
     for region in panel.regions:
         style = _REGION_STYLE.get(region.role, _REGION_STYLE["trend-window"])
         shapes.append(
@@ -254,29 +252,8 @@ def _figure(panel: Panel, plots: Plots) -> dict[str, Any]:
             }
         )
     for x, label in panel.events:
-        shapes.append(
-            {
-                "type": "line",
-                "x0": x,
-                "x1": x,
-                "yref": "paper",
-                "y0": 0,
-                "y1": 1,
-                "line": {"color": "#ff7f0e", "width": 2},
-            }
-        )
-        notes.append(
-            {
-                "x": x,
-                "yref": "paper",
-                "y": 1,
-                "text": _p(label),
-                "showarrow": False,
-                "xanchor": "right",
-                "yanchor": "top",
-                "font": {"size": 11, "color": "#c05a00"},
-            }
-        )
+        shapes.append(_vertical_line(x, {"color": "#ff7f0e", "width": 2}))
+        notes.append(_top_note(x, label, "right", {"size": 11, "color": "#c05a00"}))
     yaxis: dict[str, Any] = {
         "title": {"text": _p(panel.y_title)},
         "type": "log" if panel.log_y else "linear",
