@@ -1116,6 +1116,75 @@ def _rank_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
         _leftover(ledger, "rank", ln)
 
 
+def _recurring_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
+    """Recurring one-point spikes: each number is the evidence's, and each spike's size (its
+    loss over the trailing mean, and its z) is recomputed from the log."""
+    steps = ev["steps"]
+    ratios, zs, back = [], [], []
+    for s_ in steps:
+        mean, std, _, _ = raw.trailing("loss", s_, thr.spike_window_steps)
+        sigma = max(std, thr.sigma_floor_frac * abs(mean))
+        ratios.append(raw.at("loss", s_) / mean)
+        zs.append((raw.at("loss", s_) - mean) / sigma)
+        # back at baseline: a logged loss in (onset, onset + longest recovery] at or below it
+        after = raw.between("loss", s_ + 1, s_ + ev["longest_recovery_steps"])
+        back.append(bool(after.size) and bool(after.min() <= mean + thr.recovery_sigma * sigma))
+    for text in lines["symptoms"] + lines["root"] + lines["verification"]:
+        ln = Line(text)
+        if m := ln.take(r"loss spikes with no evident cause \(count\): (\d+)"):
+            ledger.same("count", int(m[1]), ev["count"])
+            ledger.same("count (listed)", ev["count"], len(steps))
+        if m := ln.take(
+            r"steps where they began(?: \(the first 20 of (\d+)\))?: ([\d, ]+?)"
+            r"(?:, and (\d+) more)?$"
+        ):
+            ledger.same("steps", [int(x) for x in m[2].split(", ")], steps[:20])
+            ledger.same("steps not shown", int(m[3] or 0), max(0, len(steps) - 20))
+            if m[1]:
+                ledger.same("steps of", int(m[1]), ev["count"])
+        if m := ln.take(
+            r"peak loss / the trailing mean before it \(smallest – largest\): "
+            + NUM
+            + "x – "
+            + NUM
+            + "x"
+        ):
+            ledger.number("smallest ratio", m[1], ev["ratio_min"], min(ratios))
+            ledger.number("largest ratio", m[2], ev["ratio_max"], max(ratios))
+        if m := ln.take(
+            r"z against the trailing mean and sigma \(smallest – largest\): " + NUM + " – " + NUM
+        ):
+            ledger.number("smallest z", m[1], ev["z_min"], min(zs))
+            ledger.number("largest z", m[2], ev["z_max"], max(zs))
+        if m := ln.take(
+            r"back at baseline \(at or below the trailing mean \+ (\S+) sigma\): (\d+)% of the "
+            r"(\d+)"
+        ):
+            ledger.number("recovery sigma", m[1], thr.recovery_sigma)
+            ledger.number("share back %", m[2], 100 * ev["recovered_share"], 100 * np.mean(back))
+            ledger.same("share of", int(m[3]), ev["count"])
+        if m := ln.take(r"longest recovery \([^)]*\): (\d+) steps?"):
+            ledger.same("longest recovery", int(m[1]), ev["longest_recovery_steps"])
+        while m := ln.take(r"step (\d+): id (\d+)"):
+            ledger.number("batch id at a spike", m[2], raw.at_or_before("batch_id", int(m[1])))
+        # root cause
+        if m := ln.take(r"Each of the (\d+) spikes"):
+            ledger.same("root: count", int(m[1]), ev["count"])
+        if m := ln.take(r"back at baseline within (\d+) steps?"):
+            ledger.same("root: longest recovery", int(m[1]), ev["longest_recovery_steps"])
+        # verification
+        if m := ln.take(
+            r"at most (\d+) one-point loss spikes that reach the bar for an isolated point \(z >= "
+            r"(\S+) and a peak >= (\S+)x the trailing mean\), as stab analyze reports them \(this "
+            r"log has (\d+), at steps (\d+)–(\d+)\)"
+        ):
+            ledger.same("at most", (int(m[1]), int(m[4])), (ev["count"], ev["count"]))
+            ledger.number("large z bar", m[2], thr.spike_large_z)
+            ledger.number("large ratio bar", m[3], thr.spike_large_ratio)
+            ledger.same("first / last", (int(m[5]), int(m[6])), (steps[0], steps[-1]))
+        _leftover(ledger, "recurring-spikes", ln)
+
+
 INCIDENTS = [
     (r"Loss spike at step (\d+)", "spike", _spike_pm),
     (r"Non-finite loss from step (\d+)", "nan", _nan_pm),
@@ -1126,6 +1195,11 @@ INCIDENTS = [
     (r"fp16 overflows from step (\d+)", "fp16-overflow", _scale_pm),
     (r"Too short to judge", None, _short_pm),
     (r"Rank (\d+) out of line with the cohort", "rank-outlier", _rank_pm),
+    (
+        r"(\d+) recurring one-point loss spikes, steps (\d+)–(\d+)",
+        "recurring-spikes",
+        _recurring_pm,
+    ),
 ]
 
 
@@ -1310,6 +1384,11 @@ def _cost(ledger: Ledger, raw: Raw, code: str | None, ev: dict | None, lines: li
         start = end = None
     for text in lines:
         ln = Line(text)
+        if code == "recurring-spikes" and (
+            m := ln.take(r"each of the (\d+) spikes was back at baseline within (\d+) steps?")
+        ):
+            ledger.same("cost: count", int(m[1]), ev["count"])
+            ledger.same("cost: longest recovery", int(m[2]), ev["longest_recovery_steps"])
         if m := ln.take(r"([\d,]+) steps? (?:lost|until recovery)"):
             ledger.same("cost steps", int(m[1].replace(",", "")), end - start)
         ln.take(r"\(to the end of the log; plus the steps to re-run from the last checkpoint\)")
@@ -1362,6 +1441,12 @@ def _postmortem(ledger: Ledger, raw: Raw, run: dict) -> None:
             elif code is not None:
                 step = int(m[1]) if m.groups() else None
                 ev = _finding(analysis, code, step if code in ("spike",) else None).evidence
+            if code == "recurring-spikes":
+                ledger.same(
+                    "title: count, first and last step",
+                    (int(m[1]), int(m[2]), int(m[3])),
+                    (ev["count"], ev["steps"][0], ev["steps"][-1]),
+                )
             check(ledger, raw, ev, lines, thr)
             _hypotheses(ledger, raw, ev, lines["hypotheses"], thr)
             _cost(ledger, raw, code, ev, lines["cost"])
@@ -1384,7 +1469,7 @@ MIN_CHECKS = {
     "insufficient-data": 9,  # 1 (9)
     "healthy": 28,  # 14: the log's steps, and the warning count or that there is none
     "rank-outlier": 130,  # 4 (142)
-    "spike-recoverable (recurring)": 7,  # 1 (7)
+    "spike-recoverable (recurring)": 26,  # 1 (28)
 }
 
 

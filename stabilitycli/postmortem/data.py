@@ -36,14 +36,15 @@ class Cost:
     until_end_of_log: bool  # True: the damage lasted to the last logged step
     tokens: float | None = None
     samples: float | None = None
+    note: str | None = None  # a cost told in words (recurring spikes: no span to count)
 
 
 @dataclass
 class Incident:
     """One section of the post-mortem: a spike, a NaN, or a divergence."""
 
-    # "spike" | "nan" | "divergence" | "rank" | "loss-scale-collapsed" | "loss-scale-static"
-    # | "fp16-overflow" | "plateau" | "insufficient-data"
+    # "spike" | "recurring-spikes" | "nan" | "divergence" | "rank" | "loss-scale-collapsed"
+    # | "loss-scale-static" | "fp16-overflow" | "plateau" | "insufficient-data"
     kind: str
     title: str
     symptoms: list[tuple[str, Any]]  # (label, value); a None value is "needs a human"
@@ -106,8 +107,13 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
     pm.incidents += verdicts.rank_incidents(analysis, view)
     ranked = verdicts.ranks_with_incidents(analysis)
     for finding in sorted(
-        (f for f in analysis.findings if f.code == "spike"), key=lambda f: f.step or 0
+        (f for f in analysis.findings if f.code in ("spike", "recurring-spikes")),
+        key=lambda f: f.step or 0,
     ):
+        if finding.code == "recurring-spikes":
+            # the group of causeless one-point spikes is one event, told once
+            pm.incidents.append(_recurring_incident(finding, view, thr=thresholds))
+            continue
         explained = set(finding.evidence.get("explained_by_ranks") or [])
         if explained and explained <= ranked:
             continue  # one event, one account: the rank's section tells this spike of the mean
@@ -308,6 +314,150 @@ def _spike_incident(
         cause=causes[0]["cause"] if causes else None,
         start=onset,
     )
+
+
+def _steps_list(steps: list[int], shown: int = 20) -> str:
+    """'3300, 3650, 4000' (the first `shown`), and 'and N more' for the rest."""
+    head = ", ".join(str(int(s)) for s in steps[:shown])
+    return head + (f", and {len(steps) - shown} more" if len(steps) > shown else "")
+
+
+def _recurring_incident(finding: Finding, view: SeriesView, thr: Thresholds) -> Incident:
+    """Many causeless one-point spikes that came straight back: one incident, as the finding
+    tells them. Every number is the finding's evidence (`facts.recurring_spikes`)."""
+    ev = finding.evidence
+    count, steps = int(ev["count"]), [int(s) for s in ev["steps"]]
+    first, last = steps[0], steps[-1]
+    longest = int(ev["longest_recovery_steps"])
+    share = float(ev["recovered_share"])
+    plural = "" if longest == 1 else "s"
+    checked = [name for metric, name, _ in _CAUSE_SERIES if view.has(metric)]
+    missing = [name for metric, name, _ in _CAUSE_SERIES if not view.has(metric)]
+    signs = [word for metric, _, word in _CAUSE_SERIES if view.has(metric)] + ["restart"]
+    shown = f" (the first 20 of {count})" if count > 20 else ""
+    symptoms: list[tuple[str, Any]] = [
+        ("one-point loss spikes with no evident cause (count)", count),
+        (f"steps where they began{shown}", _steps_list(steps)),
+    ]
+    if ev.get("ratio_min") is not None:
+        symptoms.append(
+            (
+                "size: peak loss / the trailing mean before it (smallest – largest)",
+                f"{float(ev['ratio_min']):.2f}x – {float(ev['ratio_max']):.2f}x",
+            )
+        )
+    symptoms += [
+        (
+            "size: z against the trailing mean and sigma (smallest – largest)",
+            f"{float(ev['z_min']):.1f} – {float(ev['z_max']):.1f}",
+        ),
+        (
+            f"share back at baseline (at or below the trailing mean + {thr.recovery_sigma:g} "
+            "sigma)",
+            f"{share:.0%} of the {count}",
+        ),
+        (
+            "longest recovery (from a spike's onset to the loss back at baseline)",
+            f"{longest} step{plural}",
+        ),
+        (
+            "evident cause before any of them",
+            "none in the "
+            + _and([*checked, "restarts"])
+            + (f" (not logged: {_and(missing)})" if missing else ""),
+        ),
+        ("dtype regime", _dtype_symptom(view)),
+        ("batch ids at the spikes", _batch_ids(view, steps)),
+        ("unusual samples in those batches", None),
+    ]
+    not_logged = (
+        "no batch id is logged"
+        if not view.has("batch_id")
+        else "it logs their batch ids, not their contents"
+    )
+    root = (
+        f"Each of the {count} spikes is one logged point high, has no {_or(signs)} before it, "
+        f"and was back at baseline within {longest} "
+        f"step{plural}: one batch raised the loss and the next ones undid it. That is what rare "
+        "batches do (a few unusual samples: very long, repetitive, corrupt or out-of-domain "
+        "text), not an optimisation problem, and nothing needs rolling back. The log shows when "
+        f"each spike happened and how large it was; it does not show what was in those batches "
+        f"({not_logged})."
+    )
+    hyps = [
+        Hypothesis(
+            "rare-batches",
+            "rare batches: a few unusual samples raised the loss for one step",
+            "possible",
+            "each spike is one logged point high and came straight back, with nothing before "
+            "it: what one batch does",
+            "loss",
+        ),
+        Hypothesis(
+            "optimizer-instability",
+            f"an optimisation problem: a {_or(signs)} before the spikes",
+            "ruled out",
+            f"the cause checks on the {_and([*checked, 'restarts'])} found none before any of "
+            "the spikes",
+            " / ".join(m for m, _, _ in _CAUSE_SERIES if view.has(m)) or "restarts",
+        ),
+    ]
+    verification = [
+        f"at most {count} one-point loss spikes that reach the bar for an isolated point "
+        f"(z >= {thr.spike_large_z:g} and a peak >= {thr.spike_large_ratio:g}x the trailing "
+        f"mean), as stab analyze reports them (this log has {count}, at steps {first}–{last})"
+    ]
+    if not view.has("batch_id"):
+        verification.append(
+            "a batch id at every logged step (this log has none), so that the batch of each "
+            "spike can be read back"
+        )
+    rollback = "no rollback" if share >= 1.0 else "a rollback for those that did not come back"
+    cost = Cost(
+        None,
+        False,
+        note=f"{rollback}: each of the {count} spikes was back at baseline within {longest} "
+        f"step{plural} of its onset (the longest recovery)",
+    )
+    return Incident(
+        kind="recurring-spikes",
+        title=f"{count} recurring one-point loss spikes, steps {first}–{last} (recovered)",
+        symptoms=symptoms,
+        hypotheses=hyps,
+        root_cause=root,
+        remediation=[],  # from the remedy table (build): the verdict's own when it leads
+        verification=verification,
+        expects=[],  # no per-spike bound in the evidence: nothing for stab compare to check
+        cost=cost,
+        verdict="spike-recoverable",
+        cause=None,
+        start=first,
+    )
+
+
+# the series the spike cause checks read, their names and the cause each would show
+_CAUSE_SERIES = (
+    ("grad_norm", "grad norm", "grad-norm surge"),
+    ("lr", "LR", "LR jump"),
+    ("batch_id", "batch id", "repeated batch"),
+)
+
+
+def _and(names: list[str], word: str = "and") -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" {word} " + names[-1]
+
+
+def _or(names: list[str]) -> str:
+    return _and(names, "or")
+
+
+def _batch_ids(view: SeriesView, steps: list[int]) -> str:
+    """'step 3300: id 17, ...' for the first 20 spikes; 'not logged' without a batch id."""
+    if not view.has("batch_id"):
+        return "not logged"
+    pairs = [f"step {s}: id {_batch_symptom(view, s)}" for s in steps[:20]]
+    more = f", and {len(steps) - 20} more" if len(steps) > 20 else ""
+    return ", ".join(pairs) + more
 
 
 def _grad_text(grad: dict) -> str:

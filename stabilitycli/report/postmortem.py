@@ -58,6 +58,7 @@ _KINDS = (
     ("nan", "NaN loss"),
     ("rank", "Rank outlier"),
     ("spike", "Loss spike"),
+    ("recurring-spikes", "Loss spike"),
     ("loss-scale-collapsed", "Loss-scale collapse"),
     ("loss-scale-static", "Static loss scale"),
     ("fp16-overflow", "fp16 overflow"),
@@ -151,6 +152,8 @@ def _incident(inc: Incident) -> list[str]:
 
 
 def _cost(cost: Cost, kind: str) -> str:
+    if cost.note is not None:
+        return escape.markdown(cost.note)
     if cost.steps is None:
         return HUMAN
     until = (

@@ -394,3 +394,40 @@ def test_every_fixture_that_is_not_healthy_has_a_section() -> None:
         if pm.verdict != "healthy":
             assert pm.incidents, f"{name}: verdict {pm.verdict} and no section"
             assert "found no incident" not in render(pm), name
+
+
+def test_recurring_spikes_are_one_incident_with_the_verdicts_remedies() -> None:
+    """Many causeless one-point spikes (the recurring form of spike-recoverable) are written
+    up as one section, its numbers the finding's evidence and its remedies the verdict's."""
+    from tests.conftest import FIXTURES
+
+    data, analysis = analyse_path(
+        FIXTURES / "rules" / "recurring-spikes" / "fires" / "run.jsonl.gz"
+    )
+    assert analysis.verdict.code == "spike-recoverable"
+    ev = next(f for f in analysis.findings if f.code == "recurring-spikes").evidence
+    pm = build(analysis, data)
+    [inc] = pm.incidents
+    assert inc.kind == "recurring-spikes"
+    count, steps = ev["count"], ev["steps"]
+    assert inc.title.startswith(f"{count} recurring one-point loss spikes, steps {steps[0]}–")
+    sym = _symptoms(inc)
+    assert sym["one-point loss spikes with no evident cause (count)"] == count
+    assert sym["steps where they began"].startswith(f"{steps[0]}, ")
+    assert sym["steps where they began"] == ", ".join(map(str, steps))
+    size = sym["size: peak loss / the trailing mean before it (smallest – largest)"]
+    assert size == f"{ev['ratio_min']:.2f}x – {ev['ratio_max']:.2f}x"
+    assert inc.remediation == list(analysis.verdict.remediation) and inc.remediation
+    assert inc.root_cause and "rare batches" in inc.root_cause
+    assert any(f"at most {count} one-point loss spikes" in v for v in inc.verification)
+    text = render(pm, date="2025-01-02")
+    assert text.startswith("# Loss spike post-mortem")
+    assert "found no incident" not in text and "No loss spike, NaN or divergence" not in text
+    assert f"- {analysis.verdict.remediation[0]}" in text
+
+
+def test_recurring_spikes_list_the_first_20_steps() -> None:
+    from stabilitycli.postmortem.data import _steps_list
+
+    steps = list(range(100, 2600, 100))
+    assert _steps_list(steps) == ", ".join(map(str, steps[:20])) + ", and 5 more"
