@@ -279,7 +279,7 @@ RANK = re.compile(
 RECURRING = re.compile(
     r"(?P<n>\d+) one-point loss spikes with no evident cause \((?P<lo>\S+)-(?P<hi>\S+)x the "
     r"trailing mean, steps (?P<a>\d+)-(?P<b>\d+)\), each back at baseline within (?P<rec>\d+) "
-    r"steps"
+    r"(?:step|steps)\b"
 )
 WARNINGS = re.compile(r"\((?P<n>\d+) warning\(s\) worth a look\)")
 

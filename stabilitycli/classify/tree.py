@@ -204,7 +204,7 @@ def _spikes(w: _Walk) -> None:
                 f"{recurring['count']} one-point loss spikes with no evident cause "
                 f"({recurring['ratio_min']:.2f}-{recurring['ratio_max']:.2f}x the trailing mean, "
                 f"steps {recurring['steps'][0]}-{recurring['steps'][-1]}), each back at baseline "
-                f"within {recurring['longest_recovery_steps']} steps",
+                f"within {_steps(recurring['longest_recovery_steps'])}",
                 start=spike.onset_step,
             )
             continue
@@ -552,3 +552,8 @@ def _kv(item: dict | None) -> str:
 def _sentence(text: str) -> str:
     text = text.strip()
     return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def _steps(count: int) -> str:
+    """'1 step', '4 steps'."""
+    return f"{count} step" if count == 1 else f"{count} steps"
