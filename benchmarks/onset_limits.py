@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _dq_synth import (  # noqa: E402  (the benchmark's own generators, imported from beside)
+# the benchmark's own generators: `python benchmarks/onset_limits.py` puts this folder on sys.path
+from _dq_synth import (
     FAMILIES,
     Case,
     level_curve,
@@ -45,7 +43,7 @@ from _dq_synth import (  # noqa: E402  (the benchmark's own generators, imported
     real_residuals,
     single_run,
 )
-from detection_quality import DEFAULT_REAL_LOGS, INTERVALS, RAMP_SIZES, SIGMAS  # noqa: E402
+from detection_quality import DEFAULT_REAL_LOGS, INTERVALS, RAMP_SIZES, SIGMAS
 
 RAMP_TOLERANCE_FRAC = 0.05  # O2: |onset error| <= 5% of the ramp's length
 RANK_TOLERANCE_STEPS = 10  # O3: |onset error| <= 10 steps

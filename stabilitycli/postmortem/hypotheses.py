@@ -107,7 +107,7 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
             "grad_norm",
         )
     at = a + int(np.nanargmax(ratio))
-    numbers = {
+    numbers: dict[str, Any] = {
         "grad_norm_step": int(steps[at]),
         "grad_norm": float(grad[at]),
         "grad_norm_baseline": float(stats.mean[at]),
