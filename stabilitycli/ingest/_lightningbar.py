@@ -24,7 +24,9 @@ import re
 from stabilitycli.ingest import _textline as tx
 
 # `Epoch 1:  83%|...| 25/30 [00:00<00:00, 257.14it/s, k=v, ...]`
-PATTERN = r"^Epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([^\]]*)\]"
+# ASCII digits only, and few enough for an int64 step (a damaged line can hold thousands;
+# `\d` also takes other scripts' digits)
+PATTERN = r"^Epoch ([0-9]{1,9}):\s+\d+%\|[^|]*\|\s*([0-9]{1,9})/([0-9]{1,9}) \[([^\]]*)\]"
 _BAR = re.compile(PATTERN)
 _FIELD = re.compile(r"^\s*([A-Za-z_][\w/.\- ]*?)=(\S+)\s*$")
 _PADDED_NON_FINITE = re.compile(r"^([-+]?(?:nan|inf))\.0*$")

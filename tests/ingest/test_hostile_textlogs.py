@@ -84,3 +84,22 @@ def test_dictlog_progress_count_past_int64_is_no_error(tmp_path) -> None:
     src = read(path, ReadOptions(format_in="dictlog")).source
     assert src.rows_read == src.rows_used + src.rows_rejected + src.rows_rewritten
     assert src.rows_rejected == 1 and src.rejections[0].line == 22
+
+
+@pytest.mark.parametrize("count", ["1" * 400, "٣"])
+def test_a_lightning_bar_with_a_damaged_count_is_no_step_not_a_crash(tmp_path, count):
+    """A fuzzed Lightning progress bar whose batch count was 400 digits long made a step
+    polars cannot hold (OverflowError: the whole log rejected); `\\d` also took other
+    scripts' digits. Such a draw is not read as a bar; the other draws are."""
+    draws = [
+        f"Epoch 0:  50%|#####     | {done}/30 [00:00<00:00, 300.00it/s, v_num=0, "
+        f"train_loss={2.0 + done / 100:.3f}]"
+        for done in range(1, 31)
+    ]
+    draws[10] = draws[10].replace("11/30", f"{count}/30")
+    path = tmp_path / "lightning.log"
+    path.write_text("\r".join(draws) + "\n")
+    run = read(str(path), ReadOptions(format_in="kvlog"))
+    steps = run.frame["step"].to_list()
+    assert 10 not in steps and len(steps) >= 28
+    assert max(steps) == 29
