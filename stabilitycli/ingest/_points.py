@@ -34,7 +34,7 @@ _DUP = "__dup"
 
 # `rank-3`, `rank_3`, `rank3`, `worker-3`, `gpu_3`, `train-rank-3` ...
 RANK_NAME = re.compile(
-    r"(?:^|[^a-z])(?:rank|worker|proc|process|gpu|device)[-_ ]?(\d+)$", re.IGNORECASE
+    r"(?:^|[^a-z])(?:rank|worker|proc|process|gpu|device)[-_ ]?([0-9]{1,9})$", re.IGNORECASE
 )
 
 

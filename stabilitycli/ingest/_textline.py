@@ -31,7 +31,8 @@ PREFIX_PATTERN = (
     r"))+\s*"
 )
 # the rank a launcher tag names: torchrun's `[rank3]:` / `[default3]:`, Open MPI's `[1,3]<stdout>:`
-RANK_PATTERN = r"^\s*(?:>+\s*)?\[(?:default|rank|\d+,)(\d+)\]"
+# the rank: 1-9 ASCII digits (a damaged tag of thousands is no rank an Int64 column holds)
+RANK_PATTERN = r"^\s*(?:>+\s*)?\[(?:default|rank|\d+,)([0-9]{1,9})\]"
 _ANSI = re.compile(ANSI_PATTERN)
 _RANK = re.compile(RANK_PATTERN)
 _PREFIX = re.compile(PREFIX_PATTERN)

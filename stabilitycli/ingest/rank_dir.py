@@ -51,8 +51,10 @@ JSONL_SUFFIXES = (
     ".ndjson.zst",
 )
 # a rank token between separators (or at either end of the name)
-_RANK_IN_NAME = re.compile(r"(?:^|[._-])(?:rank|worker)[_-]?(\d+)(?=$|[._-])", re.IGNORECASE)
-_RANK_FOLDER = re.compile(r"^(?:rank|worker)[_-]?(\d+)$", re.IGNORECASE)
+# ranks are 1-9 ASCII digits: `\d` takes other scripts' digits, and a name of 300 digits is no
+# rank an Int64 column can hold
+_RANK_IN_NAME = re.compile(r"(?:^|[._-])(?:rank|worker)[_-]?([0-9]{1,9})(?=$|[._-])", re.IGNORECASE)
+_RANK_FOLDER = re.compile(r"^(?:rank|worker)[_-]?([0-9]{1,9})$", re.IGNORECASE)
 RECOGNISED = (
     "rank_7.jsonl, rank7.jsonl, rank-007.jsonl.gz, worker_7.jsonl, log.rank7.jsonl, "
     "rank_7/metrics.jsonl, rank_7.csv, rank_7.log (or give --rank-pattern with one capture group)"

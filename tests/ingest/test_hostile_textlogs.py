@@ -103,3 +103,15 @@ def test_a_lightning_bar_with_a_damaged_count_is_no_step_not_a_crash(tmp_path, c
     steps = run.frame["step"].to_list()
     assert 10 not in steps and len(steps) >= 28
     assert max(steps) == 29
+
+
+def test_a_launcher_rank_tag_of_thousands_of_digits_is_no_rank(tmp_path):
+    """`[default<digits>]:` in front of a line names its rank; a damaged tag of 5,000 digits
+    made int() raise (or polars fail on the value) and rejected the whole log."""
+    lines = [f"[default0]: step {s} loss {2.0 + s / 100:.3f}" for s in range(1, 41)]
+    lines[5] = lines[5].replace("[default0]", "[default" + "7" * 5000 + "]")
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = read(str(path), ReadOptions(format_in="kvlog"))
+    assert run.frame.height >= 39
+    assert run.frame["loss"].drop_nulls().len() >= 39
