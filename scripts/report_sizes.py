@@ -18,21 +18,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "fixtures"
-NOT_A_REPORT = {"ranks/custom_names"}  # needs --rank-pattern, which `stab report` lacks
-
-
-def fixture_logs() -> dict[str, Path]:
-    found = {}
-    for group in ("runs", "torch-runs"):
-        for folder in sorted((FIXTURES / group).iterdir()):
-            logs = sorted(folder.glob("run.jsonl*"))
-            if logs:
-                found[f"{group}/{folder.name}"] = logs[0]
-    for entry in sorted((FIXTURES / "ranks").iterdir()):
-        if f"ranks/{entry.name}" not in NOT_A_REPORT:
-            found[f"ranks/{entry.name}"] = entry
-    return found
 
 
 def _kb(n: float) -> str:
@@ -49,9 +34,12 @@ def main() -> int:
     from stabilitycli.report.html import library_file_name, plotly_js, render
     from stabilitycli.report.plotdata import build
 
+    # the same fixture list the browser test renders, so the sizes are of those pages
+    from tests.report.test_html_every_fixture import FIXTURE_LOGS
+
     library = len(plotly_js().encode("utf-8"))
     rows = []
-    for name, log in fixture_logs().items():
+    for name, log in FIXTURE_LOGS.items():
         data, analysis, thresholds = load_and_analyze(str(log.relative_to(ROOT)))
         plots = build(analysis, data, thresholds)
         inline = len(render(analysis, plots).encode("utf-8"))

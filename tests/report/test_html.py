@@ -207,19 +207,25 @@ def test_cli_report_writes_the_page(cli, tmp_path) -> None:
 # ---------------------------------------------------------------- a real browser
 
 
+# headless, offline and quiet: no network, no first-run or update work to wait for
+HEADLESS_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
 def _chromium(tmp_path, url: str, *extra: str) -> subprocess.CompletedProcess:
     if CHROMIUM is None:
         pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
     args = [
         CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *HEADLESS_FLAGS,
         f"--user-data-dir={tmp_path / 'chrome-profile'}",
         "--enable-logging=stderr",
         "--v=0",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.report.test_html import CHROMIUM
+from tests.report.test_html import CHROMIUM, HEADLESS_FLAGS
 from tests.report.test_html_story import _cited
 
 # a rank folder `stab report` cannot read without --rank-pattern (it has no such option)
@@ -98,14 +98,7 @@ def _run_browser(folder: Path, pages: list[str]) -> tuple[dict, list[str]]:
     done = subprocess.run(
         [
             CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            *HEADLESS_FLAGS,
             "--allow-file-access-from-files",  # the harness reads the framed pages' figures
             f"--user-data-dir={folder.parent / 'chrome-profile'}",
             "--enable-logging=stderr",
