@@ -220,6 +220,12 @@ class Thresholds:
     throughput_drop_frac: float = 0.05
     """Run throughput this fraction below its trailing median is a throughput drop."""
 
+    # --- remedies: advice a team may set to its own practice, read by no rule ---
+    remedy_clip_norm: float = 0.5
+    """The global grad-norm clip a spike's remedy advises restarting with (Q2.4)."""
+    remedy_clip_value: float = 100.0
+    """The clip-by-value bound (+-) a NaN's remedy advises for an infinite gradient (Q1.4)."""
+
     # --- restart replays and `stab compare` ---
     replay_noise_steps: int = 100
     """A restart replay is judged against the loss noise over this many steps before the restart."""
@@ -247,6 +253,8 @@ class Thresholds:
             "min_points_per_window",
             "replay_noise_steps",
             "judge_points",
+            "remedy_clip_norm",
+            "remedy_clip_value",
         ):
             if getattr(self, name) <= 0:
                 raise StabUsageError(f"thresholds.{name} must be > 0")

@@ -224,8 +224,20 @@ def test_a_run_that_logs_a_pre_clip_grad_norm_is_told_to_lower_the_clip_once() -
     assert len(clip_remedies) == 1 and clip_remedies[0].startswith("lower the grad-clip")
     # where the log does not show clipping, the remedy says to clip
     assert [r for r in plain.remediation if CLIP_ADVICE.search(r)] == [
-        "clip the global grad norm at 0.5"
+        f"clip the global grad norm at {Thresholds().remedy_clip_norm:g}"
     ]
+
+
+def test_the_clip_a_remedy_advises_is_the_one_in_force() -> None:
+    """`--set remedy_clip_norm=...` changes both clip remedies: add one, or lower the one used."""
+    default = f"{Thresholds().remedy_clip_norm:g}"
+    thresholds = load_config(cli_values={"remedy_clip_norm": "1.25"})
+    advised = (("grad_norm", "clip the global grad norm at"), ("Grad/norm_preclip", "lower"))
+    for key, verb in advised:
+        changed = analyze(_long_tail_spike_run(key), thresholds).verdict.remediation
+        advice = [r for r in changed if CLIP_ADVICE.search(r)]
+        assert len(advice) == 1 and advice[0].startswith(verb), advice
+        assert advice[0].endswith(" 1.25") and not advice[0].endswith(f" {default}"), advice
 
 
 # advice about the clip threshold ("pre-clip grad norm" in a finding's words is not advice)

@@ -37,6 +37,9 @@ OVERRIDES = {
     "min_loss_scale": "0.5",
     "duplicate_batch_window_steps": "90",
     "restart_spike_steps": "12",
+    # the numbers the remedies advise
+    "remedy_clip_norm": "1",
+    "remedy_clip_value": "50",
 }
 
 
@@ -78,6 +81,8 @@ PHRASES = [
     Phrase("min_loss_scale", r"\(below {v} from step"),
     Phrase("duplicate_batch_window_steps", r"batch id seen within {v} steps"),
     Phrase("restart_spike_steps", r"no restart within the {v} steps before"),
+    Phrase("remedy_clip_norm", r"clip the global grad norm at {v}"),
+    Phrase("remedy_clip_value", r"clip gradients by value \(\+-{v}\)"),
 ]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from stabilitycli.classify.remedies import NAN_BEFORE_LOGITS, NAN_IN_WEIGHTS, REMEDY_NUMBERS
+from stabilitycli.classify.remedies import FORMAT_LIMITS, NAN_BEFORE_LOGITS, NAN_IN_WEIGHTS
 from stabilitycli.config import Thresholds
 
 _QUESTIONS: dict[str, str] = {
@@ -153,10 +153,10 @@ _CAUSE_TEXT: dict[str, str] = {
 
 
 def fill(text: str, thresholds: Thresholds) -> str:
-    """A text with its `{field}` placeholders filled from these thresholds (and the remedy
-    numbers)."""
+    """A text with its `{field}` placeholders filled from these thresholds (and the format
+    limits)."""
     values = {f.name: getattr(thresholds, f.name) for f in fields(thresholds)}
-    return text.format_map(REMEDY_NUMBERS | values)
+    return text.format_map(FORMAT_LIMITS | values)
 
 
 def questions(thresholds: Thresholds) -> dict[str, str]:
@@ -194,9 +194,9 @@ _QUESTION_NEXT: dict[str, str] = {
     ),
     "Q1.3": "fix that layer first: look at its weights and at its input at that step.",
     "Q1.4": (
-        "use log_softmax, not log(softmax); clip gradients by value (+-{clip_value:g}) as well "
-        "as by norm; for an fp16 overflow, dynamic loss scaling or bf16. If all of them are in "
-        "and the NaN persists, the bug is structural."
+        "use log_softmax, not log(softmax); clip gradients by value (+-{remedy_clip_value:g}) "
+        "as well as by norm; for an fp16 overflow, dynamic loss scaling or bf16. If all of them "
+        "are in and the NaN persists, the bug is structural."
     ),
     "Q2.1": "yes: Q2.2 asks whether it recovered. No: no spike to act on.",
     "Q2.2": (
@@ -210,7 +210,7 @@ _QUESTION_NEXT: dict[str, str] = {
     ),
     "Q2.4": (
         "fix the cause as for Q2.3, then reload the last checkpoint before the spike and "
-        "restart; with no cause seen, also clip the grad norm at {clip_norm:g} and stratify "
+        "restart; with no cause seen, also clip the grad norm at {remedy_clip_norm:g} and stratify "
         "batches."
     ),
     "Q3.1": "yes: Q3.2 reads what the loss scaler did about it. No: nothing to do here.",

@@ -1,9 +1,10 @@
 """Remedies as data: the actions that address a verdict's cause (spec §1-§5).
 
 A remedy is kept for a run only when the log does not show it already in
-place; its text is a template over the `Thresholds` in force, the remedy
-numbers below and the event's own words. `tree.py` picks a run's list with
-`remedies_for`; `stab explain` and docs/rules.md read the whole table.
+place; its text is a template over the `Thresholds` in force (the clip
+numbers it advises among them), the fp16 limit and the event's own words.
+`tree.py` picks a run's list with `remedies_for`; `stab explain` and
+docs/rules.md read the whole table.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from stabilitycli.config import Thresholds
 # (verdict, cause), and a cause with no row of its own falls back to (verdict, None). A remedy
 # can need something the log must show (bf16 is advice for an fp16 run) and is dropped when the
 # log shows it is already in place (a loss scale that moves means dynamic loss scaling is on).
-# Texts are templates over the `Thresholds` fields, the remedy numbers below, and the event:
+# Texts are templates over the `Thresholds` fields, `FORMAT_LIMITS`, and the event:
 # `{start}` is where it began ("step 800"), `{who}` the rank ("rank 41").
 
 # What a log can show, for `Remedy.needs` and `Remedy.unless` (`tree.log_shows` finds them).
@@ -40,12 +41,12 @@ SHOWS_WORDS: dict[str, str] = {
     SHOWS_CLIPPING: "gradient clipping in place: a grad norm logged as the pre-clip one",
 }
 
-# The remedies' own numbers, from the spec (§2 Q2.4, §1 Q1.4): advice, not detection thresholds.
-REMEDY_NUMBERS: dict[str, float] = {
-    "clip_norm": 0.5,  # the grad-clip threshold to restart with after a spike
-    "clip_value": 100.0,  # clip-by-value bound for an infinite embedding gradient
-    "fp16_max": 65504.0,  # the largest finite fp16 value
-}
+# The largest finite fp16 value: a property of the number format, so no setting can move it.
+# (The clip numbers the remedies advise are `Thresholds` fields: a team sets its own practice.)
+FP16_MAX = 65504.0
+
+# the format limits a text may name, by their template field
+FORMAT_LIMITS: dict[str, float] = {"fp16_max": FP16_MAX}
 
 # the event words when no run is at hand (`stab explain`)
 GENERIC_EVENT: dict[str, str] = {"start": "the first step of the event", "who": "the outlying rank"}
@@ -116,8 +117,8 @@ _LOG_SOFTMAX = _remedy(
     "log(softmax(x)); or add an epsilon inside the log"
 )
 _CLIP_BY_VALUE = _remedy(
-    "if an embedding gradient went infinite, clip gradients by value (+-{clip_value:g}) as well "
-    "as by norm"
+    "if an embedding gradient went infinite, clip gradients by value (+-{remedy_clip_value:g}) "
+    "as well as by norm"
 )
 _RERUN_WITH_ANOMALY_DETECTION = _remedy(
     "resume from the last checkpoint before {start} and re-run that step with anomaly detection "
@@ -156,8 +157,12 @@ _INSPECT_LONG_TAIL_BATCH = _remedy(
     "above its trailing mean just before the loss did (`stab postmortem` lists what the log shows)"
 )
 _STRATIFY = _remedy("enable stratified batching, so that such samples are spread across batches")
-_ADD_CLIPPING = _remedy("clip the global grad norm at {clip_norm:g}", unless=(SHOWS_CLIPPING,))
-_LOWER_CLIPPING = _remedy("lower the grad-clip threshold to {clip_norm:g}", needs=(SHOWS_CLIPPING,))
+_ADD_CLIPPING = _remedy(
+    "clip the global grad norm at {remedy_clip_norm:g}", unless=(SHOWS_CLIPPING,)
+)
+_LOWER_CLIPPING = _remedy(
+    "lower the grad-clip threshold to {remedy_clip_norm:g}", needs=(SHOWS_CLIPPING,)
+)
 _FIX_LR_JUMP = _remedy(
     "fix the LR schedule: the LR jumped just before {start} (look at the scheduler's state after "
     "a resume, the warmup and step bookkeeping, and any LR changed by hand)"
@@ -306,9 +311,9 @@ def remedy_rows(verdict: str, cause: str | None) -> tuple[Remedy, ...]:
 
 
 def fill_remedy(remedy: Remedy, thresholds: Thresholds, event: dict[str, str] | None = None) -> str:
-    """A remedy's text with the thresholds in force, the remedy numbers and the event's words."""
+    """A remedy's text with the thresholds in force, the format limits and the event's words."""
     values: dict[str, Any] = {f.name: getattr(thresholds, f.name) for f in fields(thresholds)}
-    values |= REMEDY_NUMBERS | GENERIC_EVENT | (event or {})
+    values |= FORMAT_LIMITS | GENERIC_EVENT | (event or {})
     return remedy.text.format_map(values)
 
 
