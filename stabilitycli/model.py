@@ -44,6 +44,9 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        # imported here: quantities.py reads Finding, so a top-level import would be a cycle
+        from stabilitycli.quantities import quantities
+
         return {
             "code": self.code,
             "severity": str(self.severity),
@@ -53,6 +56,8 @@ class Finding:
             "metric": self.metric,
             "message": self.message,
             "evidence": _jsonable(self.evidence),
+            # what each evidence number is (a point at step S, a mean over steps A-B...)
+            "quantities": [q.to_dict() for q in quantities(self)],
         }
 
 
