@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from stabilitycli.quantities import quantities
+
 
 class Severity(IntEnum):
     """Ordered so that `max()` over findings gives the worst one."""
@@ -44,9 +46,6 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        # imported here: quantities.py reads Finding, so a top-level import would be a cycle
-        from stabilitycli.quantities import quantities
-
         return {
             "code": self.code,
             "severity": str(self.severity),
