@@ -71,11 +71,12 @@ def escape(text: str, in_table: bool = False) -> str:
     return out.replace("|", "\\|") if in_table else out
 
 
-def docstring_markdown(rule: Rule) -> list[str]:
-    """The rule's docstring as Markdown paragraphs: wrapped lines joined, headings in bold."""
+def docstring_markdown(rule: Rule, t: Thresholds) -> list[str]:
+    """The rule's docstring as Markdown paragraphs, with these thresholds filled in: wrapped
+    lines joined, headings in bold."""
     lines: list[str] = []
     # as `stab explain` says it: no pointers into the source or the design documents
-    doc = plain(plain_words(rule.doc), f"rule {rule.code!r} docstring")
+    doc = plain(plain_words(rule.doc_for(t)), f"rule {rule.code!r} docstring")
     for paragraph in doc.split("\n\n"):
         rows = [row.strip() for row in paragraph.splitlines() if row.strip()]
         if not rows:
@@ -182,7 +183,7 @@ def render(defaults: Thresholds | None = None) -> str:
             out += ["Thresholds it reads:", "", *threshold_rows(rule.reads, t), ""]
         else:
             out += ["Thresholds it reads: none.", ""]
-        out += docstring_markdown(rule)
+        out += docstring_markdown(rule, t)
         out.pop()  # the blank line after the last paragraph
 
     in_order = [v for v in VERDICT_ORDER if v in verdict_texts]
@@ -274,7 +275,8 @@ def render(defaults: Thresholds | None = None) -> str:
         "## Thresholds",
         "",
         "Every threshold, in the order `stab explain thresholds` lists them, with the rules "
-        "that read it (none: it is read outside the rules, by the classifier or `stab compare`).",
+        "that read it (none: it is read outside the rules, by the classifier, the remedies or "
+        "`stab compare`).",
         "",
         "| threshold | default | read by | meaning |",
         "|---|---|---|---|",

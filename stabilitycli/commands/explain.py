@@ -1,38 +1,67 @@
 """`stab explain`: documentation straight from the rule registry and the tree's data.
 
 Registered by `cli.py` as `app.command("explain")(command)`. Exit status: 0, or
-2 for a code no rule, verdict or cause has.
+2 for a code no rule, verdict or cause has. Every number a text states is the threshold
+in force: defaults <- a config file above the working directory <- `--set`.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import fields
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stabilitycli.commands._common import fail
+from stabilitycli.commands._common import SetOpt, fail, pairs
 from stabilitycli.errors import StabUsageError
 
 if TYPE_CHECKING:
     from stabilitycli.config import Thresholds
 
 
+def complete_code(incomplete: str) -> list[tuple[str, str]]:
+    """What `stab explain <TAB>` offers: every code `explain_text` accepts, with what it is."""
+    # imported on a TAB after `explain` only: the registry loads the rule modules
+    from stabilitycli.classify.questions import CAUSE_TEXT, QUESTIONS, VERDICTS
+    from stabilitycli.detect.registry import load_rules
+
+    kinds: dict[str, list[str]] = {
+        "thresholds": ["every threshold and its value"],
+        "questions": ["every question of the decision tree"],
+    }
+    for rule in load_rules().values():
+        kinds.setdefault(rule.code, []).append("rule")
+        for finding in rule.emits:
+            if finding != rule.code:
+                kinds.setdefault(finding, []).append(f"finding of rule {rule.code}")
+    for names, kind in ((VERDICTS, "verdict"), (CAUSE_TEXT, "cause"), (QUESTIONS, "question")):
+        for name in names:
+            kinds.setdefault(name, []).append(kind)
+    return [(code, ", ".join(what)) for code, what in kinds.items() if code.startswith(incomplete)]
+
+
 def command(
     code: Annotated[
         str | None,
         typer.Argument(
-            help="A rule, finding or verdict code; 'thresholds'; or nothing for the list."
+            help="A rule, finding, verdict or cause code, a question id (Q2.1); 'thresholds', "
+            "'questions'; or nothing for the list.",
+            autocompletion=complete_code,
         ),
     ] = None,
+    set_values: SetOpt = None,
 ) -> None:
-    """Print the documentation of a rule, finding code or verdict."""
-    from stabilitycli.config import load_config
+    """Print the documentation of a rule, finding code or verdict, with the thresholds in
+    force here (a config file above the working directory, then --set)."""
+    from stabilitycli.settings import load_settings, sentence
 
     try:
-        # the questions, verdicts and remedies state the thresholds a run here would use
-        typer.echo(explain_text(code, load_config()))
+        # the texts state the thresholds a run here would use, and say which are not defaults
+        thresholds, settings = load_settings(None, pairs(set_values, "--set"))
+        changed = sentence(settings.to_dict())
+        typer.echo(explain_text(code, thresholds) + (f"\n\n{changed}" if changed else ""))
     except StabUsageError as err:
         raise fail(str(err)) from None
 
@@ -79,11 +108,7 @@ def explain_text(code: str | None, thresholds: Thresholds | None = None) -> str:
     if code in question_texts:
         return f"{code}: {question_texts[code]}\n\nWhat to do: {question_next(in_force)[code]}"
     if code == "thresholds":
-        defaults = Thresholds()
-        return "\n".join(
-            f"{f.name} = {getattr(defaults, f.name)!r}\n    {Thresholds.describe(f.name)}"
-            for f in fields(Thresholds)
-        )
+        return "\n".join(_threshold_entry(f.name, in_force) for f in fields(Thresholds))
     parts = [
         *_rule_parts(code, rules, finding_texts(in_force), in_force),
         *_verdict_parts(code, verdict_texts, in_force),
@@ -107,8 +132,17 @@ def _rule_parts(code: str, rules, findings: dict[str, tuple[str, str]], in_force
                 if finding in findings:
                     meaning, todo = findings[finding]
                     parts.append(f"Finding {finding}: {meaning}.\nWhat to do: {todo}.")
-            return [*parts, plain_words(rule.doc)]
+            return [*parts, reflow(plain_words(rule.doc_for(in_force)))]
     return []
+
+
+def _threshold_entry(name: str, in_force: Thresholds) -> str:
+    """`name = value`, the default beside a value that is not it, and what the threshold does."""
+    from stabilitycli.config import Thresholds
+
+    value, default = getattr(in_force, name), getattr(Thresholds(), name)
+    moved = f"  (default {default!r})" if value != default else ""
+    return f"{name} = {value!r}{moved}\n    {Thresholds.describe(name)}"
 
 
 def _verdict_parts(code: str, verdict_texts, in_force: Thresholds) -> list[str]:
@@ -164,6 +198,16 @@ def _remedy_bullets(verdict: str, cause: str | None, in_force: Thresholds) -> st
 _SOURCE_POINTER = re.compile(r"\s*\(see\s+`_[A-Za-z]\w*`\)")
 _DESIGN_DOC_POINTER = re.compile(r"\s*\(seed \d+(?::[^)]*)?\)")
 _SECTION_SIGN = re.compile(r"§\s*(\d)")
+
+
+def reflow(text: str, width: int = 88) -> str:
+    """Each paragraph filled to `width`: a filled-in threshold leaves its source line
+    longer or shorter than the others. A paragraph with list items keeps its lines."""
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(
+        p if re.search(r"^\s*[-*] ", p, re.M) else textwrap.fill(" ".join(p.split()), width)
+        for p in paragraphs
+    )
 
 
 def plain_words(text: str) -> str:

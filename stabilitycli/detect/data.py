@@ -20,12 +20,13 @@ from stabilitycli.model import Finding, Severity
     reads=("duplicate_batch_window_steps",),
 )
 def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
-    """A batch id (index or hash) logged again within 100 steps of its last use.
+    """A batch id (index or hash) logged again within {duplicate_batch_window_steps} steps
+    of its last use.
 
     What it detects: every logged step whose `batch_id` equals the batch id
-    of a step at most `duplicate_batch_window_steps` (100) earlier, whether or
-    not the loss spiked there; counted, with the first repeat and the longest
-    run of repeats.
+    of a step at most {duplicate_batch_window_steps} steps
+    (`duplicate_batch_window_steps`) earlier, whether or not the loss spiked
+    there; counted, with the first repeat and the longest run of repeats.
 
     Why it matters: a data loader that serves the same batch again (a resume
     that rewound the cursor, a sampler bug) makes the model memorise it (the

@@ -119,10 +119,11 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     norm, a skipped-step counter, an `OVERFLOW!` message, or a loss-scale
     drop; Q3.1), and the loss-scale history (Q3.2): an overflow followed by a
     halving is the scaler working (info, however often); a scale that stays
-    constant while overflows happen means dynamic scaling is off
-    (`loss-scale-static`); a scale below 1 has collapsed
-    (`loss-scale-collapsed`); overflows with no scaler evidence on more than
-    1% of steps, or overflows at a loss spike, are `fp16-overflow`.
+    constant through {static_scale_min_overflows} or more overflows means dynamic
+    scaling is off (`loss-scale-static`); a scale below {min_loss_scale:g} has
+    collapsed (`loss-scale-collapsed`); overflows with no scaler evidence on more
+    than {overflow_rate_unabsorbed:.0%} of steps, or overflows during a loss spike
+    or in the {cause_lead_steps} steps before it, are `fp16-overflow`.
 
     Why it matters: fp16 tops out at 65504. A working dynamic scaler skips
     the overflowing step and halves its scale, and training goes on; a static

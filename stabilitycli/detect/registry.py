@@ -42,7 +42,12 @@ class Rule:
 
     @property
     def doc(self) -> str:
+        """The docstring as written: a `str.format` template over the `Thresholds` fields."""
         return inspect.cleandoc(self.run.__doc__ or "")
+
+    def doc_for(self, thresholds: Thresholds) -> str:
+        """The documentation with the thresholds in force (`{spike_sigma:g}` -> 4)."""
+        return self.doc.format(**asdict(thresholds))
 
 
 RULES: dict[str, Rule] = {}
@@ -60,8 +65,10 @@ def rule(
 ) -> Callable[[Callable[..., RuleResult]], Callable[..., RuleResult]]:
     """Register a rule function `(view, thresholds, facts) -> RuleResult`.
 
-    Registration refuses a rule whose declarations do not check out, so a
-    wiring mistake fails at import, not on some user's log.
+    Its summary and its docstring are `str.format` templates over the `Thresholds` fields
+    (`{spike_sigma:g}`), so `stab explain` states the thresholds in force. Registration
+    refuses a rule whose declarations do not check out, so a wiring mistake fails at
+    import, not on some user's log.
     """
     from stabilitycli.config import THRESHOLD_NAMES
     from stabilitycli.detect.facts import FACT_NAMES
@@ -77,10 +84,24 @@ def rule(
         unknown += [name for name in (*needs, *provides) if name not in FACT_NAMES]
         if unknown:
             raise ValueError(f"rule {code!r} declares unknown threshold(s) or fact(s): {unknown}")
+        _check_template(code, doc)
         RULES[code] = Rule(code, section, summary, emits or (code,), func, reads, needs, provides)
         return func
 
     return register
+
+
+def _check_template(code: str, doc: str) -> None:
+    """A docstring is a template: a field that is no threshold, or a lone brace, fails here."""
+    from stabilitycli.config import Thresholds
+
+    try:
+        doc.format(**asdict(Thresholds()))
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(
+            f"rule {code!r}: docstring is no template over the thresholds ({err!r}); "
+            "write a literal brace twice"
+        ) from None
 
 
 # the modules whose import registers rules

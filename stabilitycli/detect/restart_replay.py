@@ -24,10 +24,11 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
 
     What it detects: for every resume, the steps between the checkpoint it
     resumed from and the step the log had reached are logged twice. The
-    deviation between the two loss trajectories is held to the noise of
-    the `replay_noise_steps` (100) steps before the restart: the band is
-    `noise_band_sigmas` (3) x sqrt(2) x that sigma, and a step counts as
-    outside when the median of it and its `judge_points` (5) neighbours is.
+    deviation between the two loss trajectories is held to the noise of the
+    {replay_noise_steps} steps (`replay_noise_steps`) before the restart: the band
+    is {noise_band_sigmas:g} (`noise_band_sigmas`) x sqrt(2) x that sigma, and a
+    step counts as outside when the median of the {judge_points} points
+    (`judge_points`) centred on it is.
     A replay that stays inside is info; one that leaves is a warning that
     says how far, for how long, and after how many steps it came back.
 

@@ -22,9 +22,10 @@ def detect_restarts(view: SeriesView, thresholds: Thresholds, facts: Facts) -> R
     order the log was written. The resumed trajectory replaces the abandoned
     one for the steps it rewrites; the abandoned rows are kept aside.
 
-    Why it matters: a spike within 10 steps after a restart points at state
-    the checkpoint did not restore (optimizer moments, scheduler, data
-    cursor), not at the data: the optimizer-reset pattern.
+    Why it matters: a spike within {restart_spike_steps} steps after a restart
+    (`restart_spike_steps`) points at state the checkpoint did not restore
+    (optimizer moments, scheduler, data cursor), not at the data: the
+    optimizer-reset pattern.
     """
     result = RuleResult()
     for restart in view.restarts:

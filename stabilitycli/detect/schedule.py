@@ -23,15 +23,16 @@ from stabilitycli.model import Finding, Severity, Skip
 def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """An upward discontinuity in the learning rate.
 
-    What it detects: an LR that rises by more than 50% (`lr_jump_ratio`)
-    from one logged point to the next, and by more than ten times its own
-    recent step-to-step change, so a linear warmup ramp is not a jump.
+    What it detects: an LR that rises by more than {lr_jump_ratio:.0%} (`lr_jump_ratio`)
+    from one logged point to the next, and by more than {lr_jump_local_ratio:g} times
+    its own recent step-to-step change (`lr_jump_local_ratio`), so a linear warmup
+    ramp is not a jump.
     Scheduled drops (step decay) are deliberate and ignored.
 
     Why it matters: a jumping LR is a schedule bug (Q2.3), often a scheduler
     whose state a checkpoint did not restore; the spike rule names it as the
-    cause of a loss spike that follows within `lr_jump_cause_steps` while the
-    LR stays up.
+    cause of a loss spike that follows within {lr_jump_cause_steps} steps
+    (`lr_jump_cause_steps`) while the LR stays up.
     """
     result = RuleResult()
     found = view.finite_or_skip("lr", "lr-jump", 3, result.skipped)
@@ -92,9 +93,10 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
 def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A learning rate that keeps rising past the warmup.
 
-    What it detects: the LR at step t more than 5% above its value 200 steps
-    earlier, for windows that start after warmup: after the schedule first
-    decreased, or after `warmup_frac` (half) of the run (Q4.2).
+    What it detects: the LR at step t more than {lr_rise_frac:.0%} above its value
+    {divergence_window_steps} steps earlier, for windows that start after warmup: after
+    the schedule first decreased, or after the first {warmup_frac:.0%} of the run
+    (`warmup_frac`) (Q4.2).
 
     Why it matters: a schedule that rises after warmup (cosine implemented as
     inverse cosine, a warmup that never ends) drives silent divergence; it is
@@ -169,15 +171,17 @@ def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> flo
     reads=("divergence_window_steps", "weight_norm_ratio"),
 )
 def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
-    """A weight norm that grows or collapses by more than 2x within 200 steps.
+    """A weight norm that grows or collapses by more than {weight_norm_ratio:g}x within
+    {divergence_window_steps} steps.
 
     What it detects: for every parameter-norm series (`param_norm`,
-    `param_norm/<group>`), the ratio between its value at step t and 200
-    steps earlier outside [1/2, 2] (Q4.3).
+    `param_norm/<group>`), the ratio between its value at step t and
+    {divergence_window_steps} steps earlier outside
+    [1/{weight_norm_ratio:g}, {weight_norm_ratio:g}] (Q4.3).
 
     Why it matters: weight decay set too low lets the norm grow, too high
-    makes it collapse; both end in divergence. The remedy is adjusting decay
-    2x and re-running from the checkpoint.
+    makes it collapse; both end in divergence. The remedy is adjusting the
+    decay and re-running from the checkpoint.
     """
     result = RuleResult()
     columns = view.param_norm_columns()
@@ -228,10 +232,11 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
 def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A pre-clip grad-norm outlier, noted even when the loss did not spike.
 
-    What it detects: a finite grad norm at least `grad_norm_outlier_ratio`
-    (10x) its median over the previous 100 steps. Informational: clipping
-    usually absorbs such a step; the spike rule uses grad norm as a cause
-    only when the loss spikes with it (30x, Q2.3).
+    What it detects: a finite grad norm at least {grad_norm_outlier_ratio:g}x
+    (`grad_norm_outlier_ratio`) its median over the previous {spike_window_steps}
+    steps. Informational: clipping usually absorbs such a step; the spike rule uses
+    grad norm as a cause only when the loss spikes with it ({grad_norm_spike_ratio:g}x,
+    Q2.3).
 
     Why it matters: a grad-norm spike is the leading indicator of a loss
     spike (it leads by 1-3 steps); a run with several is one bad batch away

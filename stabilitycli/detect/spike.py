@@ -226,20 +226,25 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
 def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Loss spikes, whether they recovered, their type and their cause.
 
-    What it detects: a step t where loss[t] > mu + 3*sigma of the loss over
-    the steps [t-100, t) (Q2.1). Consecutive flagged points are one event with
-    the baseline frozen at its onset; sigma has a floor of 1% of |mu|. An
-    event is a spike when it is sustained, has an evident cause
-    (pre-clip grad norm >= 30x its trailing mean within the 3 steps before, an
-    LR jump, a repeated batch id, a restart within 10 steps), or is large
-    (z >= 6 and peak >= 1.5x the baseline); anything else is a blip (info).
-    Sustained is read as an accumulated excess: the point and the next two
-    logged points, each at most 6 sigma and none under 2, sum to >= 11 sigma
-    over the frozen baseline and rise >= 3% above it on average, so a level
-    shift counts even where some of its points dip under 3 sigma.
-    Points above the baseline until the loss is back are one event.
-    Recovered when the loss is back to <= mu + 0.5*sigma within 50 steps
-    (Q2.2); type 1 recoverable, 2 persistent, 3 divergent.
+    What it detects: a step t where loss[t] > mu + {spike_sigma:g}*sigma of the loss
+    over the steps [t-{spike_window_steps}, t) (Q2.1). Consecutive flagged points are
+    one event with the baseline frozen at its onset; sigma has a floor of
+    {sigma_floor_frac:.0%} of |mu|. An event is a spike when it is sustained, has an
+    evident cause (pre-clip grad norm >= {grad_norm_spike_ratio:g}x its trailing mean
+    within the {cause_lead_steps} steps before, an LR jump of more than
+    {lr_jump_ratio:.0%} within the {lr_jump_cause_steps} steps before, its batch id
+    seen within the {duplicate_batch_window_steps} steps before, a restart within the
+    {restart_spike_steps} steps before), or is large (z >= {spike_large_z:g} and peak
+    >= {spike_large_ratio:g}x the baseline); anything else is a blip (info).
+    Sustained is read as an accumulated excess: the {spike_excess_points} logged
+    points from the flagged one on, each counting at most {spike_excess_cap_sigma:g}
+    sigma and none under {spike_excess_min_sigma:g}, sum to >= {spike_excess_sigma:g}
+    sigma over the frozen baseline and rise >= {spike_sustained_min_rise_frac:.0%}
+    above it on average, so a level shift counts even where some of its points dip
+    under {spike_sigma:g} sigma. Points above the baseline until the loss is back are
+    one event. Recovered when the loss is back to <= mu + {recovery_sigma:g}*sigma
+    within {recovery_window_steps} steps (Q2.2): the spike is recoverable; else
+    persistent, or divergent when the loss later goes above the spike's own peak.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments

@@ -39,9 +39,10 @@ def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
 def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Throughput that falls and stays below its trailing median.
 
-    What it detects: tokens/s (or TFLOPs, or 1/step time) below
-    (1 - `throughput_drop_frac`) of the median of the previous 100 steps for
-    at least 3 logged points in a row.
+    What it detects: tokens/s (or TFLOPs, or 1/step time) more than
+    {throughput_drop_frac:.0%} (`throughput_drop_frac`) below its median over the previous
+    {spike_window_steps} steps (`spike_window_steps`) for at least
+    {throughput_persist_points} logged points in a row (`throughput_persist_points`).
 
     Why it matters: a sustained slowdown of the whole job is usually one slow
     GPU or node holding every rank back (a straggler); it costs
