@@ -337,7 +337,7 @@ def _trend_headline(ledger: Ledger, raw: Raw, text: str, ev: dict) -> str:
     low, high = named[0], named[1]
     rise = (high - low) / abs(low)
     ledger.number("relative rise %", m["pct"], rise * 100)
-    ledger.same("relative rise (evidence)", ev["relative_rise"], round(rise, 4))
+    ledger.same("relative rise (evidence)", round(ev["relative_rise"], 4), round(rise, 4))
     turn = AT_THE_TURN.search(text)
     if turn:
         cause = next(c for c in ev["causes"] if c["cause"] == "lr-increasing")
@@ -892,7 +892,9 @@ def _trend_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
             ledger.number("rise from", m[2], ev["rise_from_level"], low)
             ledger.number("rise to", m[6], ev["rise_to_level"], high)
             ledger.number("rise %", m[1], (high - low) / abs(low) * 100)
-            ledger.same("rise (evidence)", ev["relative_rise"], round((high - low) / abs(low), 4))
+            ledger.same(
+                "rise (evidence)", round(ev["relative_rise"], 4), round((high - low) / abs(low), 4)
+            )
         if m := ln.take(r"last finite loss \(step (\d+)\): " + NUM):
             ledger.number("last finite loss", m[2], ev["final_loss"], raw.at("loss", int(m[1])))
         if m := ln.take(r"LR at the start / end of the log: " + NUM + " -> " + NUM):

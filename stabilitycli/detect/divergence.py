@@ -49,16 +49,22 @@ from stabilitycli.model import Finding, Severity, Skip
 def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A loss that keeps rising and never comes back, and which §4 cause fits.
 
-    What it detects: every 200-step window of the run is tested for a rising
-    trend with the Mann-Kendall statistic on bin medians (tolerant of
-    heavy-tailed noise; the literal strictly-monotone check is reported
-    beside it) (Q4.1). A significant rise counts as divergence only when the
-    loss after the window never returns to the window's starting level; a rise
-    the run later undoes is `loss-rise` (info). For the first diverging
-    window it asks Q4.2 (LR rising outside warmup -> `lr-increasing`), Q4.3
-    (a weight norm changing more than 2x -> `weight-norm`) and Q4.4 (grad-norm
-    moving average rising -> `grad-norm-rising`). A rise below 5% of the
-    starting level with none of those causes is a plateau.
+    What it detects: every {divergence_window_steps}-step window of the run is
+    tested for a rising trend with the Mann-Kendall statistic on bin medians
+    (tolerant of heavy-tailed noise; the literal strictly-monotone check is
+    reported beside it) (Q4.1). A significant rise (z >= {divergence_z:g}, or
+    {divergence_slow_z:g} over the longer windows of a slow rise) counts as
+    divergence only when the loss after the window never returns to the
+    window's starting level; a rise the run later undoes is `loss-rise` (info).
+    The divergence starts where a least-squares fit of "falling or level, then
+    a straight rise, then level" over the logged points, from before the first
+    rising window to the end of the log, starts its rise. For the first
+    diverging window it asks Q4.2 (LR rising by more than {lr_rise_frac:.0%}
+    outside warmup -> `lr-increasing`), Q4.3 (a weight norm changing more than
+    {weight_norm_ratio:g}x -> `weight-norm`) and Q4.4 (grad-norm moving average
+    rising by more than {grad_norm_rise_frac:.0%} -> `grad-norm-rising`). A rise
+    below {divergence_min_rise_frac:.0%} of the starting level with none of
+    those causes is a plateau.
 
     Why it matters: silent divergence raises no NaN and no overflow; the loss
     just stops coming back. Caught early it costs a checkpoint reload and an LR
@@ -217,7 +223,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "start_level_steps": opens_steps,
         "end_level_steps": closes_steps,
         "final_level_steps": final_steps,
-        "relative_rise": round(rise, 4) if math.isfinite(rise) else None,
+        "relative_rise": float(rise) if math.isfinite(rise) else None,
         "after_min": float(after_min[j]) if np.isfinite(after_min[j]) else None,
         "final_loss": float(loss[-1]),
         "final_level": final_level,
@@ -385,11 +391,144 @@ def _onset(
     first_bin = max(floor_bin, min(trough_bin, j) - m // 2)
     lo = int(np.searchsorted(steps, binned.steps[first_bin], side="left"))
     hi = int(np.searchsorted(steps, binned.end_steps[j + m - 1], side="right"))
-    fine = bin_medians(steps[lo:hi], loss[lo:hi], max(1, math.ceil((hi - lo) / fit_bins)))
+    bin_points = max(1, math.ceil((hi - lo) / fit_bins))
+    fine = bin_medians(steps[lo:hi], loss[lo:hi], bin_points)
     # the rise begins where a "flat, then rising in a line" fit bends, not at the
     # region's first bin (it may open on a flat stretch or an earlier fall)
-    at = _hinge_onset(fine.values, falling_evidence)
-    return int(fine.steps[at]), float(fine.values[at]), int(fine.end_steps[at])
+    at, falling_bracket = _hinge_onset(fine.values, falling_evidence)
+    if falling_bracket is None:
+        # level before: the ramp fit may start a whole window before the trough, since a
+        # noise minimum can lie after the true start
+        wide_bin = max(floor_bin, min(trough_bin, j) - m)
+        fit_from = int(np.searchsorted(steps, binned.steps[wide_bin], side="left"))
+        latest_start = int(binned.end_steps[j + m - 1])
+    else:
+        # falling before: the turn lies between the two fits' bends, and the level part
+        # of the ramp fit must not reach back into the fall
+        fit_from = lo + int(np.searchsorted(steps[lo:hi], fine.steps[falling_bracket[0]]))
+        latest_start = int(fine.end_steps[falling_bracket[1]])
+    start_step = _ramp_onset(steps[fit_from:], loss[fit_from:], latest_start)
+    if start_step is None:
+        return int(fine.steps[at]), float(fine.values[at]), int(fine.end_steps[at])
+    # the level the rise starts from: the median of one fine bin's worth of points from there
+    first = int(np.searchsorted(steps, start_step, side="left"))
+    last = min(steps.size, first + bin_points) - 1
+    return start_step, float(np.median(loss[first : last + 1])), int(steps[last])
+
+
+RAMP_START_CANDIDATES = 256  # first pass of the ramp fit: start steps tried on a grid
+RAMP_END_CANDIDATES = 64  # end steps tried (the last one is the end of the log)
+
+
+def _ramp_onset(steps: np.ndarray, loss: np.ndarray, latest_start_step: int) -> int | None:
+    """Where a "level, then a straight rise, then level again" least-squares fit over the
+    logged points, from the fit region to the end of the log, starts its rise.
+
+    The binned bend sees only the region up to the first window that rose,
+    a small part of a slow ramp, and knows the bend only to within a bin; the
+    whole rise (to the end of the log, or to where it levels off again) pins
+    its start far better. The start is searched up to `latest_start_step` on
+    a grid, then on every logged point around the best grid point; the end on
+    `RAMP_END_CANDIDATES` steps. Heavy-tailed noise is clipped first, so one
+    wild point cannot move the fit.
+    """
+    finite = np.isfinite(loss)
+    x, y = steps[finite].astype(float), _clip_wild(loss[finite].astype(float))
+    starts = x[(x < latest_start_step) & (x < x[-1])]
+    if starts.size < 2 or x.size < 4:
+        return None
+    end_grid = np.quantile(x, np.linspace(0, 1, RAMP_END_CANDIDATES))
+    ends = np.unique(np.concatenate([end_grid, x[-1:]]))
+    start_at = np.linspace(0, starts.size - 1, RAMP_START_CANDIDATES).round().astype(int)
+    grid = starts[np.unique(start_at)]
+    best = _best_ramp(x, y, grid, ends)
+    if best is None:
+        return None
+    # then every logged point around the best grid pair: the end first, then the start
+    start_spacing = starts.size // RAMP_START_CANDIDATES + 1
+    end_spacing = x.size // RAMP_END_CANDIDATES + 1
+    at = int(np.searchsorted(x, best[1]))
+    near_ends = x[max(0, at - end_spacing) : at + end_spacing + 1]
+    best = _best_ramp(x, y, np.array([best[0]]), near_ends) or best
+    at = int(np.searchsorted(starts, best[0]))
+    near_starts = starts[max(0, at - start_spacing) : at + start_spacing + 1]
+    best = _best_ramp(x, y, near_starts, np.array([best[1]])) or best
+    return int(best[0])
+
+
+def _best_ramp(
+    x: np.ndarray, y: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[float, float] | None:
+    """The (start, end) pair of the best least-squares fit of "falling or level, then a
+    straight rise, then level": y = a + s * min(0, x - start) + b * clip(x - start, 0,
+    end - start) with s <= 0 < b, every pair at once from prefix and suffix sums (linear
+    in the points); None when no pair rises.
+
+    The slope before the start matters: a run is often still improving when it
+    turns, and a level fitted to a fall sits too high, which pushes the start late.
+    """
+    origin, scale = x[0], max(float(x[-1] - x[0]), 1.0)
+    # steps in [0, 1]: the sums of squares below subtract large, nearly equal numbers
+    x, starts, ends = (x - origin) / scale, (starts - origin) / scale, (ends - origin) / scale
+    n = x.size
+    zero = np.zeros(1)
+    columns = (np.ones(n), x, x * x, y, x * y)
+    after = [np.concatenate([np.cumsum(v[::-1])[::-1], zero]) for v in columns]
+    before = [np.concatenate([zero, np.cumsum(v)]) for v in columns]
+
+    def tail(t: np.ndarray) -> list[np.ndarray]:  # sums over the points after t
+        k = np.searchsorted(x, t, side="right")
+        return [v[k] for v in after]
+
+    p0, p1, p2, py, pxy = (v[np.searchsorted(x, starts, side="left")][:, None] for v in before)
+    c0, c1, c2, cy, cxy = (v[:, None] for v in tail(starts))
+    e0, e1, e2, ey, exy = (v[None, :] for v in tail(ends))
+    t0, t1 = starts[:, None], ends[None, :]
+    y_mean = y.mean()
+    # the ramp column g = max(0, x - t0) - max(0, x - t1)
+    g = (c1 - t0 * c0) - (e1 - t1 * e0)
+    gg = (
+        (c2 - 2 * t0 * c1 + t0**2 * c0)
+        - 2 * (e2 - (t0 + t1) * e1 + t0 * t1 * e0)
+        + (e2 - 2 * t1 * e1 + t1**2 * e0)
+    )
+    gy = (cxy - t0 * cy) - (exy - t1 * ey)
+    # the fall column u = min(0, x - t0); it is zero wherever g is not
+    u = -(t0 * p0 - p1)
+    uu = t0**2 * p0 - 2 * t0 * p1 + p2
+    uy = -(t0 * py - pxy)
+    v_gg, c_gy = gg - g**2 / n, gy - g * y_mean
+    v_uu, c_uy, v_ug = uu - u**2 / n, uy - u * y_mean, -u * g / n
+    det = v_uu * v_gg - v_ug**2
+    safe_det = np.where(det > 0, det, 1.0)
+    fall = (v_gg * c_uy - v_ug * c_gy) / safe_det
+    rise = (v_uu * c_gy - v_ug * c_uy) / safe_det
+    with_fall = (det > 0) & (fall <= 0) & (rise > 0)
+    level_only = (v_gg > 0) & (c_gy > 0)
+    # with s > 0 the constrained optimum is s = 0: "level, then a rise"
+    explained = np.where(
+        with_fall,
+        fall * c_uy + rise * c_gy,
+        np.where(level_only, c_gy**2 / np.where(v_gg > 0, v_gg, 1.0), -np.inf),
+    )
+    explained = np.where(t1 > t0, explained, -np.inf)
+    if not np.isfinite(explained).any():
+        return None
+    i, k = np.unravel_index(int(np.argmax(explained)), explained.shape)
+    return float(starts[i] * scale + origin), float(ends[k] * scale + origin)
+
+
+def _clip_wild(y: np.ndarray) -> np.ndarray:
+    """Each value pulled to within 4 robust sigmas of its 5-point running median."""
+    if y.size < 5:
+        return y
+    padded = np.pad(y, 2, mode="edge")
+    running = np.median(np.lib.stride_tricks.sliding_window_view(padded, 5), axis=1)
+    off = y - running
+    spread = 1.4826 * float(np.median(np.abs(off)))
+    if not spread > 0:
+        return y
+    return running + np.clip(off, -4 * spread, 4 * spread)
 
 
 def _bend_fit(values: np.ndarray, flat_before: bool) -> tuple[int, float]:
@@ -415,8 +554,9 @@ def _bend_fit(values: np.ndarray, flat_before: bool) -> tuple[int, float]:
     return best_k, best_sse
 
 
-def _hinge_onset(values: np.ndarray, falling_evidence: float) -> int:
-    """Where the rise begins.
+def _hinge_onset(values: np.ndarray, falling_evidence: float) -> tuple[int, tuple[int, int] | None]:
+    """Where the rise begins, and the bins between which it turns when the loss was
+    falling before it (None when it was level).
 
     A level stretch before the rise is fitted by "level, then rise", and its
     bend is the onset, unless "falling, then rise" (training still improving,
@@ -436,9 +576,9 @@ def _hinge_onset(values: np.ndarray, falling_evidence: float) -> int:
         not np.isfinite(falling_sse)
         or values.size * np.log(level_sse / max(falling_sse, 1e-300)) < falling_evidence
     ):
-        return level_bend
+        return level_bend, None
     first, second = sorted((level_bend, falling_bend))
-    return first + int(np.argmin(values[first : second + 1]))
+    return first + int(np.argmin(values[first : second + 1])), (first, second)
 
 
 def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | None, str, bool]:

@@ -152,3 +152,21 @@ def test_a_level_shift_before_a_later_rise_stays_the_floor_of_that_rise():
     for finding in result.findings:
         if finding.code == "divergence":
             assert finding.step >= shift_at, _codes(result)
+
+
+def test_a_ramp_that_levels_off_is_divergence_from_where_it_began():
+    """+25% over 300 logged points, then level: the onset is within 5% of the ramp's length
+    in at least 70 of 72 runs and within 10% in all (measured: 70 of 72, worst 7.7%; the
+    fit that saw only the first window that rose managed 67 of 72, worst 12%)."""
+    start, length, errors = 1200, 300, []
+    for noise in (0.01, 0.03):
+        for seed in range(1, 13):
+            for every in (1, 10, 50):
+                steps, loss = _run(seed, 3000, every, noise)
+                level = 2.0 + 8.0 * np.exp(-steps / (0.05 * 3000 * every))
+                rise = np.clip((np.arange(steps.size) - start) / length, 0.0, 1.0)
+                result = analyze(_frame(steps, loss + 0.25 * level * rise))
+                (finding,) = [f for f in result.findings if f.code == "divergence"]
+                errors.append(abs(finding.step - steps[start]) / (length * every))
+    errors_frac = np.array(errors)
+    assert (errors_frac <= 0.05).sum() >= 70 and errors_frac.max() <= 0.1, errors
