@@ -86,49 +86,95 @@ def markdown(results: list[RunResult]) -> str:
 
 
 def terminal_table(results: list[RunResult]):
-    """A rich Table: run, verdict, cause, first bad step, rows (unreadable runs marked as such).
+    """A rich Table: run, verdict, cause, first bad step, rows (unreadable runs marked as such);
+    on a console too narrow for its columns, one bullet per run instead.
 
     Run names and paths go in as `Text` (never parsed as rich markup), controls shown."""
-    from rich.table import Table
+    from rich.console import Group
     from rich.text import Text
 
-    table = Table(title=f"stab: {len(results)} runs")
-    # the run name matters most: it keeps 20 columns; the cause is cut with an ellipsis first
-    table.add_column("run", overflow="fold", min_width=20)
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("cause", no_wrap=True, overflow="ellipsis")
-    table.add_column("first bad step", justify="right", min_width=7)
-    table.add_column("rows", justify="right", min_width=7)
-    for row in summary_rows(results):
-        if row["error"]:
-            # the reason goes to stderr, one line per run: it would not fit a cell
-            table.add_row(
-                Text(escape.terminal(row["path"])),
-                Text("unreadable", style="bold magenta"),
-                "",
-                "",
-                "",
-            )
-            continue
-        style = (
-            "green"
-            if row["verdict"] in ("healthy", "insufficient-data")
-            else _VERDICT_STYLE.get(row["severity"], "")
-        )
-        table.add_row(
-            Text(escape.terminal(row["run"])),
-            Text(str(row["verdict"]), style=style),
-            Text(row["cause"] or ""),
-            "" if row["first_bad_step"] is None else str(row["first_bad_step"]),
-            "" if row["rows"] is None else f"{row['rows']:,}",
-        )
+    from stabilitycli.report.layout import Fitted, Widest, bullets
+
+    rows = summary_rows(results)
+    # the run name matters most: it keeps 20 columns, folded if longer; the probe, with
+    # every name cut to 20, measures how narrow the table can be with that fold
+    title = _title(results)
+    table, probe = _table(title, rows), _table(title, rows, cut=True)
     # thresholds not at their defaults (the same for every run unless config files differ)
     said = dict.fromkeys(
         s for r in results if r.ok and r.doc and (s := sentence(r.doc.get("settings")))
     )
+    caption = Text("\n".join(escape.terminal(s) for s in said), style="bold yellow")
     if said:
-        table.caption = Text("\n".join(escape.terminal(s) for s in said), style="bold yellow")
-    return escape.CommandGuard(table)
+        table.caption = probe.caption = caption
+
+    def stacked(width_cells: int | None) -> Group:
+        # a path is one word: too long for the bullet, it keeps its end (stderr has it whole)
+        room = None if width_cells is None else width_cells - 4
+        items = [_run_words(row, room) for row in rows]
+        return Group(bullets(f"{title}:", items, ""), *([caption] if said else []))
+
+    return escape.CommandGuard(Widest(table, Fitted(stacked), probe))
+
+
+_RUN_CELLS = 20
+
+
+def _table(title: str, rows: list[dict], cut: bool = False):
+    """run, verdict, cause, first bad step, rows; `cut`: each run name cut to its 20 cells."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def name(text: str) -> Text:
+        return Text(escape.terminal(text)[:_RUN_CELLS] if cut else escape.terminal(text))
+
+    table = Table(title=title)
+    table.add_column("run", overflow="fold", min_width=_RUN_CELLS)
+    # a verdict or a cause is one word: never cut (a narrower console gets the bullets)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("cause", no_wrap=True)
+    table.add_column("first bad step", justify="right", min_width=7)
+    table.add_column("rows", justify="right", min_width=7)
+    for row in rows:
+        if row["error"]:
+            # the reason goes to stderr, one line per run: it would not fit a cell
+            table.add_row(name(row["path"]), Text("unreadable", style="bold magenta"), "", "", "")
+            continue
+        table.add_row(
+            name(row["run"]),
+            Text(str(row["verdict"]), style=_row_style(row)),
+            Text(row["cause"] or ""),
+            "" if row["first_bad_step"] is None else str(row["first_bad_step"]),
+            "" if row["rows"] is None else f"{row['rows']:,}",
+        )
+    return table
+
+
+def _title(results: list[RunResult]) -> str:
+    return f"stab: {len(results)} runs"
+
+
+def _row_style(row: dict) -> str:
+    if row["verdict"] in ("healthy", "insufficient-data"):
+        return "green"
+    return _VERDICT_STYLE.get(row["severity"], "")
+
+
+def _run_words(row: dict, room: int | None) -> str:
+    """One run of the summary as a sentence: `name: verdict (cause), first bad step S, N rows`."""
+    from stabilitycli.report.layout import elide_path
+
+    if row["error"]:
+        path = escape.terminal(row["path"])
+        return f"{path if room is None else elide_path(path, room)}: unreadable"
+    words = f"{escape.terminal(row['run'])}: {row['verdict']}"
+    if row["cause"]:
+        words += f" ({row['cause']})"
+    if row["first_bad_step"] is not None:
+        words += f", first bad step {row['first_bad_step']}"
+    if row["rows"] is not None:
+        words += f", {row['rows']:,} rows"
+    return words
 
 
 def render_fragment(analysis, fmt: str, fail_on: str) -> str:

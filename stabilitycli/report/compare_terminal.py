@@ -7,12 +7,14 @@ import math
 
 from rich import box
 from rich.console import Console, Group, JustifyMethod, RenderableType
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from stabilitycli.compare.runs import Comparison, MetricComparison
 from stabilitycli.report.escape import CommandGuard, terminal
+from stabilitycli.report.layout import Fitted, Widest, bullets, merge_buckets
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -35,17 +37,12 @@ def _build(result: Comparison) -> Group:
     if result.checks:
         parts.append(_check_table(result))
     if result.problems:
-        parts.append(
-            Text(
-                "Problems:\n" + "\n".join(f"  • {terminal(p)}" for p in result.problems),
-                style="bold red",
-            )
-        )
+        parts.append(bullets("Problems:", (terminal(p) for p in result.problems), "bold red"))
     notes = list(result.notes)
     if result.not_compared:
         notes.append(f"not compared (name them with --metric): {', '.join(result.not_compared)}")
     if notes:
-        parts.append(Text("Notes:\n" + "\n".join(f"  - {terminal(n)}" for n in notes), style="dim"))
+        parts.append(bullets("Notes:", (terminal(n) for n in notes), "dim", mark="-"))
     return Group(*parts)
 
 
@@ -240,7 +237,9 @@ def _settings(result: Comparison) -> str:
     return f"Compared on {result.x}s from {lo} to {hi}, {smoothing}. {judged} {sides}"
 
 
-def _curves(result: Comparison) -> Text:
+def _curves(result: Comparison) -> Fitted:
+    """Both curves on one scale, a ▲ under each bucket outside the band; on a narrow console
+    neighbouring buckets merge (by their maximum, so a spike still shows)."""
     pv = result.preview
     assert pv is not None  # drawn only when there is a preview
     values = [v for v in pv["baseline"] + pv["candidate"] if v is not None and math.isfinite(v)]
@@ -248,26 +247,32 @@ def _curves(result: Comparison) -> Text:
     names = ("abandoned", "resumed") if result.mode == "restart" else ("baseline", "candidate")
     width = max(len(n) for n in names)
     metric = terminal(pv["metric"])
-    text = Text()
-    for name, key, style in ((names[0], "baseline", "cyan"), (names[1], "candidate", "magenta")):
-        text.append(f"{metric} {name:<{width}} ", style="bold")
-        text.append(_spark(pv[key], low, high), style=style)
-        text.append("\n")
-    marks = "".join("▲" if o else " " for o in pv["outside"])
-    if "▲" in marks:
-        text.append(" " * (len(metric) + width + 2))
-        text.append(marks, style="bold red")
-        text.append(
-            f"  outside the band ({result.x} {pv['x'][0]}–{pv['x'][-1]}, "
-            f"same scale {low:.3g}–{high:.3g})"
-        )
-    else:
-        text.append(
-            f"{'':{len(metric) + width + 2}}same scale {low:.3g}–{high:.3g}, {result.x} "
-            f"{pv['x'][0]}–{pv['x'][-1]}",
-            style="dim",
-        )
-    return text
+    indent = len(metric) + width + 2
+
+    def make(width_cells: int | None) -> Group:
+        room = len(pv["outside"]) if width_cells is None else max(1, width_cells - indent)
+        text = Text()
+        for name, key, style in (
+            (names[0], "baseline", "cyan"),
+            (names[1], "candidate", "magenta"),
+        ):
+            text.append(f"{metric} {name:<{width}} ", style="bold")
+            text.append(_spark(merge_buckets(pv[key], room)[0], low, high), style=style)
+            text.append("\n")
+        outside = merge_buckets([float(o) for o in pv["outside"]], room)[0]
+        marks = "".join("▲" if o > 0 else " " for o in outside)
+        span = f"{result.x} {pv['x'][0]}–{pv['x'][-1]}"
+        if "▲" in marks:
+            text.append(" " * indent)
+            text.append(marks, style="bold red")
+            label = Text(f"outside the band ({span}, same scale {low:.3g}–{high:.3g})")
+        else:
+            text.rstrip()
+            label = Text(f"same scale {low:.3g}–{high:.3g}, {span}", style="dim")
+        # the label wraps under itself, not back to column 0
+        return Group(text, Padding(label, (0, 0, 0, indent)))
+
+    return Fitted(make)
 
 
 def _spark(values: list[float], low: float, high: float) -> str:
@@ -308,6 +313,7 @@ def _metric_table(result: Comparison) -> Group:
     for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     origins: list[str] = []
+    stacked: list[str] = []  # the same rows as bullets, for a console too narrow for the table
     for m in result.metrics:
         s = m.stats
         if m.tolerance["origin"] not in origins:
@@ -324,6 +330,13 @@ def _metric_table(result: Comparison) -> Group:
             _opt(s["diverged_at"]),
             _opt(s["within_from"]),
             _verdict(m),
+        )
+        stacked.append(
+            f"{terminal(m.metric)}: {_verdict(m).plain} over {m.points} points; band "
+            f"±{_band(m.tolerance)}{mark}, max|Δ| {_g(s['max_abs_deviation'])} at "
+            f"{_opt(s['max_deviation_at'])}, mean|Δ| {_g(s['mean_abs_deviation'])}, out "
+            f"{s['points_outside']}{'!' if s['nonfinite_mismatches'] else ''}, parted "
+            f"{_opt(s['diverged_at'])}, back {_opt(s['within_from'])}"
         )
     legend = [f"{'*' * (i + 1)} band: {origin}" for i, origin in enumerate(origins)]
     legend += [
@@ -354,7 +367,9 @@ def _metric_table(result: Comparison) -> Group:
         for m in result.metrics
         if m.interpolated_points
     ]
-    return Group(table, Text("\n".join(terminal(line) for line in legend + interp), style="dim"))
+    narrow = bullets(f"{title}:", stacked, "")
+    legend_text = Text("\n".join(terminal(line) for line in legend + interp), style="dim")
+    return Group(Widest(table, narrow), legend_text)
 
 
 def _verdict(m: MetricComparison) -> Text:

@@ -17,6 +17,7 @@ from rich.text import Text
 from stabilitycli import numfmt
 from stabilitycli.model import Severity
 from stabilitycli.report.escape import CommandGuard, terminal
+from stabilitycli.report.layout import Fitted, Widest, bullets
 
 if TYPE_CHECKING:
     from stabilitycli.detect.ranks.report import MeanShift, RankOutlier, RankReport
@@ -64,7 +65,7 @@ def _build(report: RankReport) -> Group:
             )
         )
     else:
-        parts.append(_table(report))
+        parts.append(Widest(_table(report), _stacked(report)))
         effect = mean_effect_text(report)
         if effect:
             parts.append(Text("\n".join(terminal(line) for line in effect.split("\n"))))
@@ -75,9 +76,7 @@ def _build(report: RankReport) -> Group:
     if heat is not None:
         parts.extend(heat)
     if report.notes:
-        parts.append(
-            Text("Notes:\n" + "\n".join(f"  - {terminal(n)}" for n in report.notes), style="dim")
-        )
+        parts.append(bullets("Notes:", (terminal(n) for n in report.notes), "dim", mark="-"))
     return Group(*parts)
 
 
@@ -86,23 +85,12 @@ def render(report: RankReport, console: Console | None = None) -> None:
 
 
 def _table(report: RankReport) -> Table:
-    table = Table(
-        title=f"Outlier ranks ({len(report.outliers)}), most serious first",
-        caption=(
-            "level: value, cohort median and robust z are medians over each rank's affected steps "
-            "(onset to recovery, or to the end); mean effect: the mean with the rank minus the "
-            "mean without it, averaged over those steps"
-        ),
-    )
+    table = Table(title=_TITLE.format(n=len(report.outliers)), caption=_CAPTION)
     for name in ("rank", "kind", "onset", "value", "cohort median", "robust z", "mean effect"):
         table.add_column(name, justify="left" if name == "kind" else "right")
     table.add_column("recovered", justify="right")
     for o in report.outliers:
-        rank = str(o.rank) if o.rank is not None else "/".join(map(str, o.pair or ()))
-        kind = o.kind if o.metric == report.metric else f"{o.kind} ({o.metric})"
-        recovered = "–" if o.recovered_step is None else f"step {o.recovered_step}"
-        if o.kind == "silent":
-            recovered = f"silent after {o.end_step}"
+        rank, kind, recovered = _names(o, report)
         table.add_row(
             Text(rank, style=_STYLE[o.severity]),
             Text(terminal(kind)),
@@ -114,6 +102,42 @@ def _table(report: RankReport) -> Table:
             recovered,
         )
     return table
+
+
+def _stacked(report: RankReport) -> Group:
+    """The outlier table for a console too narrow for it: one bullet per outlier, each
+    number named, wrapping under itself."""
+    items = []
+    for o in report.outliers:
+        rank, kind, recovered = _names(o, report)
+        items.append(
+            f"rank {rank}: {terminal(kind)} from step {o.onset_step}; value {fmt(o.value)}, "
+            f"cohort median {fmt(o.cohort_median)}, robust z {fmt(o.robust_z)}, mean effect "
+            f"{fmt(o.mean_shift, sign=True)}; "
+            + ("not recovered" if recovered == "–" else f"recovered: {recovered}")
+        )
+    return Group(
+        bullets(_TITLE.format(n=len(report.outliers)) + ":", items, ""),
+        Text(_CAPTION, style="dim"),
+    )
+
+
+_TITLE = "Outlier ranks ({n}), most serious first"
+_CAPTION = (
+    "level: value, cohort median and robust z are medians over each rank's affected steps "
+    "(onset to recovery, or to the end); mean effect: the mean with the rank minus the "
+    "mean without it, averaged over those steps"
+)
+
+
+def _names(o: RankOutlier, report: RankReport) -> tuple[str, str, str]:
+    """The outlier's rank (or pair), kind (with its metric if not the report's), recovery."""
+    rank = str(o.rank) if o.rank is not None else "/".join(map(str, o.pair or ()))
+    kind = o.kind if o.metric == report.metric else f"{o.kind} ({o.metric})"
+    recovered = "–" if o.recovered_step is None else f"step {o.recovered_step}"
+    if o.kind == "silent":
+        recovered = f"silent after {o.end_step}"
+    return rank, kind, recovered
 
 
 def mean_effect_text(report: RankReport) -> str:
@@ -242,19 +266,10 @@ def _heatmap(report: RankReport) -> list | None:
             f"{len(typical)} typical ones"
         )
     index = {r: i for i, r in enumerate(ranks)}
+    rows = picture.deviation[[index[r] for r in shown]]
     edges = picture.step_edges
-    first, last = str(int(edges[0])), str(int(edges[-1]) - 1)
-    width = picture.deviation.shape[1]
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(justify="right", style="bold")
-    table.add_column(no_wrap=True)
-    for rank in shown:
-        row = picture.deviation[index[rank]]
-        line = Text()
-        for z in row:
-            line.append_text(_cell(float(z)))
-        table.add_row(f"rank {rank}", line)
-    table.add_row("step", Text(first + last.rjust(max(1, width - len(first))), style="dim"))
+    labels = [f"rank {r}" for r in shown]
+    table = Fitted(lambda width_cells: _grid(labels, rows, edges, width_cells))
     title = Text(
         f"{terminal(report.metric)}: robust z of each rank against the cohort ({caption})",
         style="bold",
@@ -265,3 +280,29 @@ def _heatmap(report: RankReport) -> list | None:
         style="dim",
     )
     return [title, table, legend]
+
+
+def _grid(labels: list[str], rows, edges, width_cells: int | None) -> Table:
+    """One line of cells per rank; on a console too narrow for every bucket, neighbouring
+    buckets merge, each keeping its most extreme z (so an outlier stays visible)."""
+    import numpy as np
+
+    label_cells = max(map(len, [*labels, "step"])) + 2  # the label column and the gap after it
+    buckets = rows.shape[1]
+    room = buckets if width_cells is None else max(1, min(buckets, width_cells - label_cells))
+    starts = np.linspace(0, buckets, room + 1).astype(int)[:-1]
+    with np.errstate(all="ignore"):
+        high = np.fmax.reduceat(rows, starts, axis=1)  # NaN (not reported) only if all are
+        low = np.fmin.reduceat(rows, starts, axis=1)
+    merged = np.where(np.abs(low) > np.abs(high), low, high)
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(justify="right", style="bold")
+    table.add_column(no_wrap=True)
+    for label, row in zip(labels, merged, strict=True):
+        line = Text()
+        for z in row:  # one cell per bucket on screen, not per row of data
+            line.append_text(_cell(float(z)))
+        table.add_row(label, line)
+    first, last = str(int(edges[0])), str(int(edges[-1]) - 1)
+    table.add_row("step", Text(first + last.rjust(max(1, room - len(first))), style="dim"))
+    return table

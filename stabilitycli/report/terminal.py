@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -11,6 +12,7 @@ from rich.text import Text
 
 from stabilitycli.model import Analysis, Severity
 from stabilitycli.report.escape import CommandGuard, terminal
+from stabilitycli.report.layout import Fitted, bullets, elide_path, merge_buckets
 from stabilitycli.report.sparkline import sparkline
 from stabilitycli.settings import sentence
 
@@ -35,13 +37,7 @@ def _build(analysis: Analysis, verbosity: str) -> Group:
     headline = Text.assemble((f"{v.code}", style), (f"  {terminal(v.summary)}", ""))
     if v.cause and v.cause not in v.summary:
         headline.append(f"  [cause: {v.cause}]", style="cyan")
-    parts.append(
-        Panel(
-            headline,
-            title=Text(f"stab · {terminal(src.run or src.path)}"),
-            subtitle=Text(terminal(_source_line(analysis))),
-        )
-    )
+    parts.append(_header(headline, src.run, terminal(src.path), terminal(_source_line(analysis))))
     settings = sentence(analysis.extras.get("settings"))
     if settings:
         parts.append(Text(terminal(settings), style="bold yellow"))
@@ -59,12 +55,7 @@ def _build(analysis: Analysis, verbosity: str) -> Group:
         path.add_row(*(Text(terminal(t)) for t in (step.question, step.answer, step.evidence)))
     parts.append(path)
     if v.remediation:
-        parts.append(
-            Text(
-                "Remedy:\n" + "\n".join(f"  • {terminal(r)}" for r in v.remediation),
-                style="green",
-            )
-        )
+        parts.append(bullets("Remedy:", (terminal(r) for r in v.remediation), "green"))
     if analysis.findings:
         more = len(analysis.findings) - 40 if verbosity != "verbose" else 0
         table = Table(
@@ -90,25 +81,48 @@ def _build(analysis: Analysis, verbosity: str) -> Group:
     skips = [] if analysis.coverage else [f"{s.code}: {s.reason}" for s in analysis.skipped]
     notes = [*src.warnings, *src.notes, *skips]
     if notes:
-        parts.append(Text("Notes:\n" + "\n".join(f"  - {terminal(n)}" for n in notes), style="dim"))
+        parts.append(bullets("Notes:", (terminal(n) for n in notes), "dim", mark="-"))
     return Group(*parts)
 
 
-def _coverage_line(analysis: Analysis) -> Text:
-    """What the verdict rests on: the checks that answered, and those that could not."""
+def _coverage_line(analysis: Analysis) -> Table:
+    """What the verdict rests on: the checks that answered, and those that could not; each
+    list wraps under itself, right of its label."""
     assert analysis.coverage is not None
     cov = analysis.coverage
     mapping = ", ".join(f"{k}←{v!r}" for k, v in analysis.source.metrics.items())
-    text = Text("metrics: ", style="bold")
-    text.append(terminal(mapping) or "none")
-    text.append("\nchecked: ", style="bold")
-    text.append(", ".join(cov.checked) or "nothing", style="green")
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("metrics:", Text(terminal(mapping) or "none"))
+    grid.add_row("checked:", Text(", ".join(cov.checked) or "nothing", style="green"))
     if cov.not_checked:
-        text.append("\nnot checked: ", style="bold")
-        text.append(
-            terminal("; ".join(f"{s.code} ({s.reason})" for s in cov.not_checked)), style="yellow"
-        )
-    return text
+        reasons = "; ".join(f"{s.code} ({s.reason})" for s in cov.not_checked)
+        grid.add_row("not checked:", Text(terminal(reasons), style="yellow"))
+    return grid
+
+
+def _header(headline: Text, run: str | None, path: str, source: str) -> Fitted:
+    """The verdict in a panel titled with the run, over the path and what was read.
+
+    The path and the source line sit inside the panel, not on its border, where rich
+    cuts them mid-word: the source line wraps at spaces, and a path too long for the
+    panel keeps its end (the full path is in the JSON)."""
+
+    def make(width_cells: int | None) -> Panel:
+        inner = None if width_cells is None else width_cells - 4  # borders and padding
+        name = terminal(run) if run else ""
+        # the title is padded by a space each side inside the top border; a run name too
+        # long for it is a line of its own in the panel, where it wraps at spaces
+        room = None if inner is None else inner - 2 - cell_len("stab · ")
+        titled = bool(name) and (room is None or cell_len(name) <= room)
+        title = Text(f"stab · {name}" if titled else "stab")
+        named = [Text(f"run: {name}")] if name and not titled else []
+        where = path if inner is None else elide_path(path, inner)
+        body = Group(headline, Text(""), *named, Text(where), Text(source, style="dim"))
+        return Panel(body, title=title)
+
+    return Fitted(make)
 
 
 def _source_line(analysis: Analysis) -> str:
@@ -125,21 +139,34 @@ def _source_line(analysis: Analysis) -> str:
     )
 
 
-def _loss_line(analysis: Analysis) -> Text:
-    """The loss sparkline, with a ▲ under each bucket where a spike began."""
-    line = sparkline(analysis.loss_preview)
-    text = Text("loss ")
-    text.append(line, style="cyan")
+def _loss_line(analysis: Analysis) -> Fitted:
+    """The loss sparkline, with a ▲ under each bucket where a spike began; on a narrow
+    console neighbouring buckets merge (by their maximum, so a spike still shows)."""
+    label = "loss "
     markers = analysis.extras.get("spike_markers") or []
-    bucket_steps = analysis.extras.get("preview_steps") or []
-    if markers and bucket_steps:
+    steps = analysis.extras.get("preview_steps") or []
+
+    def make(width_cells: int | None) -> Text:
+        room = len(analysis.loss_preview) if width_cells is None else width_cells - len(label)
+        values, firsts = merge_buckets(analysis.loss_preview, max(1, room))
+        line = sparkline(values)
+        text = Text(label)
+        text.append(line, style="cyan")
+        if not (markers and steps):
+            return text
+        aligned = len(steps) == len(analysis.loss_preview)
+        bucket_steps = [steps[i] for i in firsts] if aligned else []
         under = [" "] * len(line)
-        for step in markers:
+        for step in markers:  # a loop over the spikes, not the rows
             bucket = max(0, bisect.bisect_right(bucket_steps, step) - 1)
             under[min(bucket, len(under) - 1)] = "▲"
-        text.append("\n     " + "".join(under), style="bold red")
-        text.append(f" spike(s) at step {', '.join(map(str, markers[:5]))}", style="bold red")
-    return text
+        said = f" spike(s) at step {', '.join(map(str, markers[:5]))}"
+        fits = width_cells is None or len(label) + len(line) + len(said) <= width_cells
+        text.append("\n" + " " * len(label) + "".join(under), style="bold red")
+        text.append(said if fits else "\n" + " " * len(label) + said.lstrip(), style="bold red")
+        return text
+
+    return Fitted(make)
 
 
 def render(analysis: Analysis, console: Console) -> None:
