@@ -778,6 +778,20 @@ def test_change_point_of_a_small_shift_is_placed_with_k_at_half_the_shift():
     assert abs(change_point(z, 150, k=2.0, h=12.0, clip=6.0)[0] - 100) <= 2
 
 
+def test_change_point_takes_its_direction_from_the_rows_that_confirmed_it():
+    from stabilitycli.detect.ranks.change import change_point
+
+    # a t(3) noise row 8 sigmas LOW just before a rank shifts 8 sigmas high: the persistence
+    # bar's run of |z| >= 6 opens on the low row, and the first row alone said "low", whose
+    # CUSUM never rises, so the low row itself was reported as the onset
+    z = np.zeros(300)
+    z[150:] = 8.0
+    z[149] = -8.0
+    assert change_point(z, 149, k=2.0, h=12.0, clip=6.0)[0] == 150
+    # a rank that goes low is still placed going low
+    assert change_point(-z, 149, k=2.0, h=12.0, clip=6.0)[0] == 150
+
+
 def test_cusum_crossings_of_every_rank_at_once_equal_a_loop_per_rank():
     from stabilitycli.detect.ranks.change import first_crossings
 

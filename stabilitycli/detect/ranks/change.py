@@ -85,7 +85,14 @@ def change_point(
     `confirmed`, which is where the persistence bar put it. When the CUSUM
     never reaches h from there on, the persistence bar's row stands.
     """
-    direction = 1.0 if not np.isfinite(z[confirmed]) or z[confirmed] >= 0 else -1.0
+    # the direction of the rows that confirmed it, not of the first one alone: a wild row the
+    # other way can open the run of rows over the bar
+    ahead = z[confirmed : confirmed + DIRECTION_ROWS]
+    ahead = ahead[np.isfinite(ahead)]
+    direction = 1.0 if not ahead.size or np.median(ahead) >= 0 else -1.0
+    # ...and the persistence bar's row, as a latest onset, is its first row that way
+    same_way = np.flatnonzero(~(direction * z[confirmed:] < 0))
+    confirmed += int(same_way[0]) if same_way.size else 0
     start, s = _last_zero_start(z, confirmed, direction, k, h, clip)
     if start is None:
         return confirmed, s
@@ -103,6 +110,7 @@ def change_point(
 
 
 SHIFT_ESTIMATE_ROWS = 50  # rows after a first onset that measure the shift's size
+DIRECTION_ROWS = 10  # rows from the confirmed one whose median z says high or low
 MIN_ONSET_K = 0.5  # below this the CUSUM holds up on healthy noise and drags the onset early
 
 
