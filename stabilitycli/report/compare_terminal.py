@@ -14,7 +14,7 @@ from rich.text import Text
 
 from stabilitycli.compare.runs import Comparison, MetricComparison
 from stabilitycli.report.escape import CommandGuard, terminal
-from stabilitycli.report.layout import Fitted, Widest, bullets, merge_buckets
+from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets, merge_buckets
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -368,8 +368,8 @@ def _metric_table(result: Comparison) -> Group:
         if m.interpolated_points
     ]
     narrow = bullets(f"{title}:", stacked, "")
-    legend_text = Text("\n".join(terminal(line) for line in legend + interp), style="dim")
-    return Group(Widest(table, narrow), legend_text)
+    legend_lines = [Hanging(Text(terminal(line), style="dim")) for line in legend + interp]
+    return Group(Widest(table, narrow), *legend_lines)
 
 
 def _verdict(m: MetricComparison) -> Text:

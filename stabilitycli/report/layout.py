@@ -106,3 +106,22 @@ class Widest:
         from rich.measure import Measurement
 
         return Measurement.get(console, options, self.wide)
+
+
+class Hanging:
+    """A paragraph whose second and later lines are indented: one of a list of sentences
+    (a legend, a per-rank effect) that would otherwise run into the next at column 0."""
+
+    def __init__(self, text: Text, indent_cells: int = 2) -> None:
+        self.text = text
+        self.indent_cells = indent_cells
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = self.text.wrap(console, max(1, options.max_width - self.indent_cells))
+        for i, line in enumerate(lines):
+            yield Text(" " * self.indent_cells) + line if i else line
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self.text)

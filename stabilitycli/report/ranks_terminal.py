@@ -17,7 +17,7 @@ from rich.text import Text
 from stabilitycli import numfmt
 from stabilitycli.model import Severity
 from stabilitycli.report.escape import CommandGuard, terminal
-from stabilitycli.report.layout import Fitted, Widest, bullets
+from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets
 
 if TYPE_CHECKING:
     from stabilitycli.detect.ranks.report import MeanShift, RankOutlier, RankReport
@@ -68,7 +68,7 @@ def _build(report: RankReport) -> Group:
         parts.append(Widest(_table(report), _stacked(report)))
         effect = mean_effect_text(report)
         if effect:
-            parts.append(Text("\n".join(terminal(line) for line in effect.split("\n"))))
+            parts.extend(Hanging(Text(terminal(line))) for line in effect.split("\n"))
         for o in report.outliers:
             if o.rank is None:  # a pair that disagrees: its message is the whole story
                 parts.append(Text(terminal(o.message), style="yellow"))

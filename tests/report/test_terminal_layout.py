@@ -91,6 +91,27 @@ def _hangs(lines: list[str], mark: str, items: list[str]) -> None:
         assert said == want
 
 
+def _hangs_from_margin(lines: list[str], items: list[str], indent_cells: int = 2) -> None:
+    """Each item starts at column 0 and its further lines at `indent_cells`, so that one
+    sentence of a list does not run into the next."""
+    for item in items:
+        want = " ".join(item.split())
+        at = next(
+            i
+            for i, line in enumerate(lines)
+            if line[:1].strip() and want.startswith(" ".join(line.split()))
+        )
+        said = " ".join(lines[at].split())
+        for line in lines[at + 1 :]:
+            if said == want:
+                break
+            assert line[:indent_cells] == " " * indent_cells and line[indent_cells] != " ", (
+                f"{item[:40]!r} continues at the wrong column: {line!r}"
+            )
+            said = f"{said} {line.strip()}"
+        assert said == want
+
+
 def _words(lines: list[str]) -> set[str]:
     """Every word printed, without the punctuation that follows it in a sentence."""
     return {word.strip(",;:()") for word in " ".join(lines).split()}
@@ -204,6 +225,23 @@ def test_rank_notes_wrap_under_their_text(name, width_cells) -> None:
     report = _ranks(name)
     assert report.notes
     _hangs(_printed(ranks_terminal.build(report), width_cells), "-", list(report.notes))
+
+
+@pytest.mark.parametrize("width_cells", WIDTHS)
+def test_rank_effects_hang_from_the_margin(width_cells) -> None:
+    report = _ranks("two_outliers.jsonl.gz")
+    effects = ranks_terminal.mean_effect_text(report).split("\n")
+    assert max(map(len, effects)) > max(WIDTHS)
+    _hangs_from_margin(_printed(ranks_terminal.build(report), width_cells), effects)
+
+
+@pytest.mark.parametrize("width_cells", WIDTHS)
+def test_compare_legend_hangs_from_the_margin(width_cells) -> None:
+    lines = _printed(compare_terminal.build(_comparison("one-sided")), width_cells)
+    legend = [line for line in lines if line.startswith("out: ")]
+    assert legend  # the legend of the table's columns, longer than any width here
+    at = lines.index(legend[0])
+    assert all(line.startswith("  ") for line in lines[at + 1 : at + 3])
 
 
 # ---------------------------------------------------------------- path and source line
