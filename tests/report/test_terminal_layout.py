@@ -3,7 +3,8 @@
 Every line fits the console; a bullet that wraps continues under its own text, not at
 column 0; the run's path and its source line (format, rows, steps, dtype, metrics) are
 never cut mid-word, and a path too long for the panel keeps its end; a sparkline stays
-on one line.
+on one line; a table that cannot fit (rank outliers, compared metrics, the batch summary)
+becomes one bullet per row rather than cutting a number to `5.9…`.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _hangs_from_margin(lines: list[str], items: list[str], indent_cells: int = 2
         for line in lines[at + 1 :]:
             if said == want:
                 break
-            assert line[:indent_cells] == " " * indent_cells and line[indent_cells] != " ", (
+            assert line[:indent_cells] == " " * indent_cells and line[indent_cells:][:1].strip(), (
                 f"{item[:40]!r} continues at the wrong column: {line!r}"
             )
             said = f"{said} {line.strip()}"
