@@ -309,3 +309,20 @@ def test_explain_states_the_thresholds_in_force_here(cli, tmp_path, monkeypatch)
     assert "within 120 steps?" in cli("explain", "Q2.2").stdout
     verdict = cli("explain", "spike-persistent").stdout
     assert "within 120 steps" in verdict and "within 50 steps" not in verdict
+
+
+# words a user cannot act on: the spec's spike types by number, section signs, the design
+# documents' seed numbers, private names from the source
+JARGON = re.compile(
+    r"\btype [123]\b|§|strictly monotone|\bseed \d{3}\b|(?<![\w/.-])_[a-z]+_[a-z_]+\b"
+)
+
+
+def test_no_output_speaks_jargon(default_runs) -> None:
+    from stabilitycli import analyze
+
+    assert not _hits(default_runs, JARGON)
+    # a spike of the mean that one rank explains is told in its own words too
+    ranked = analyze(FIXTURES / "ranks" / "seed_64")
+    texts = [f.message for f in ranked.findings] + [ranked.verdict.summary]
+    assert not [t for t in texts if JARGON.search(t)]

@@ -13,6 +13,7 @@ from typing import Any
 
 from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
 from stabilitycli.classify.remedies import (
+    FP16_MAX,
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
     SHOWS_BF16,
@@ -408,7 +409,8 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
         origin = source.dtype_origin if dtype == "fp16" else "by the log's overflow series"
         return (
             "activation-overflow",
-            f"fp16 ({origin}): an activation exceeded 65504 -> see §3",
+            f"fp16 ({origin}): a NaN in fp16 is most often an activation past fp16's largest "
+            f"value, {FP16_MAX:g}; the loss-scale questions (Q3.1-Q3.4) look at the overflows",
             None,
         )
     if dtype == "fp32":

@@ -777,8 +777,7 @@ def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
     message = (
         f"loss spike at step {event.onset_step}: peak {event.peak:.4g} at step {event.peak_step} "
         f"> {baseline_text(event)} + {thresholds.spike_sigma:g}*sigma {event.sigma:.3g}; "
-        f"type {event.spike_type} ({kind}), {recovery}"
-        + (f"; cause: {event.cause}" if event.cause else "")
+        f"{kind}, {recovery}" + (f"; cause: {event.cause}" if event.cause else "")
     )
     evidence = {k: v for k, v in asdict(event).items() if k not in ("material",)}
     return Finding(

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from stabilitycli.classify.remedies import FP16_MAX
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
@@ -299,7 +300,7 @@ def _restart_test(view, onset, thr: Thresholds) -> Hypothesis:
 
 
 def _overflow_test(view, lo, end) -> Hypothesis | None:
-    title = "fp16 overflow: an activation or gradient exceeded 65504"
+    title = f"fp16 overflow: an activation or gradient exceeded {FP16_MAX:g}"
     dtype = view.dtype
     evidence_series = [m for m in ("loss_scale", "overflow", "skipped_steps") if view.has(m)]
     if dtype in ("fp32", "bf16"):
@@ -448,13 +449,13 @@ def _nan_dtype_test(view, first, origin) -> Hypothesis:
         )
         return Hypothesis(
             "activation-overflow",
-            "fp16 activation overflow (a value above 65504)",
+            f"fp16 activation overflow (a value above {FP16_MAX:g})",
             "supported",
             why,
             "/".join(scaler) or "dtype",
             root_sentence=(
-                f"In fp16 an activation exceeded 65504 at or before step {first} and the loss "
-                "went non-finite."
+                f"In fp16 an activation exceeded {FP16_MAX:g} at or before step {first} and "
+                "the loss went non-finite."
             ),
         )
     if dtype == "bf16":

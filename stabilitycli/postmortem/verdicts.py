@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from stabilitycli.classify.remedies import FP16_MAX
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.mixed_precision import scale_text
 from stabilitycli.model import Analysis, Finding, Severity
@@ -33,7 +34,6 @@ from stabilitycli.postmortem.hypotheses import Hypothesis
 
 RANK_CODES = ("rank-outlier", "rank-nonfinite", "straggler", "rank-silent")
 SCALE_CODES = ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow")
-FP16_MAX = 65504
 
 
 def rank_incidents(analysis: Analysis, view) -> list[Incident]:
@@ -316,7 +316,7 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
     hyps = [
         Hypothesis(
             "activation-overflow",
-            f"activations or gradients exceed fp16's largest value ({FP16_MAX})",
+            f"activations or gradients exceed fp16's largest value ({FP16_MAX:g})",
             "supported",
             f"{overflows} overflow step(s) from step {first}",
             "overflow / loss_scale",

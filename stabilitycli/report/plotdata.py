@@ -354,8 +354,8 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
             peak = float(ev["peak"])
             cause = (ev.get("causes") or [{}])[0].get("cause", "no evident cause")
             text = (
-                f"spike at step {onset}: peak {peak:.4g} at step {peak_step} > mu "
-                f"{float(ev['mu']):.4g} + {thr.spike_sigma:g} sigma; type {ev['spike_type']}, "
+                f"spike at step {onset}: peak {peak:.4g} at step {peak_step} > baseline mean "
+                f"{float(ev['mu']):.4g} + {thr.spike_sigma:g}*sigma {float(ev['sigma']):.3g}; "
                 f"{'recovered' if ev.get('recovered') else 'did not recover'}; cause: {cause}"
             )
             xs.append(float(to_x(np.array([peak_step]))[0]))
