@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 # them gets a kind of its own here rather than the nearest one.
 KINDS: dict[str, str] = {
     "point": "the value of the series logged at `step`",
-    "point_at_or_before": "the last value of the series logged at or before `step`",
     "previous_point": "the last value of the series logged before `step`",
     "peak": "the largest value of the series over the event, logged at `step`",
     "min": "the lowest value of the series over steps `first_step`-`last_step` (the whole "

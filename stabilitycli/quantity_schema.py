@@ -190,9 +190,9 @@ _BY_CODE: Mapping[str, Schema] = {
         "recovery_steps": DURATION,
         "recovery_horizon_steps": DURATION,
         "spike_type": LABEL,
-        # the first loss logged recovery_window_steps or more after the peak: that step is
-        # not in the evidence
-        "after_peak_50": Spec("point"),
+        # the first loss logged recovery_window_steps or more after the peak
+        "after_window_loss": Spec("point", step="after_window_step"),
+        "after_window_step": STEP,
         "causes": EachItem("cause", _SPIKE_CAUSES),
     },
     "recurring-spikes": {
@@ -232,13 +232,15 @@ _BY_CODE: Mapping[str, Schema] = {
         "rises": COUNT,
     },
     "lr-increasing": {
-        "lr_before": Spec("point_at_or_before", step="@step"),
+        "lr_before": Spec("point", step="lr_before_step"),
+        "lr_before_step": STEP,
         "lr_after": Spec("point", step="@end_step"),
         "warmup_end_step": STEP,
     },
-    # `before` is the norm at or before step - divergence_window_steps: not in the evidence
+    # `before` is the norm last logged at or before step - divergence_window_steps
     "weight-norm-change": {
-        "before": Spec("point_at_or_before"),
+        "before": Spec("point", step="before_step"),
+        "before_step": STEP,
         "after": Spec("point", step="@step"),
         "ratio": RATIO,
     },

@@ -40,7 +40,6 @@ FLOORS = {
     "trailing_mean": 4,
     "trailing_median": 5,
     "previous_point": 3,
-    "point_at_or_before": 2,
 }
 
 
@@ -172,8 +171,6 @@ def _truth(q, raw: Raw, finding, thresholds) -> float | None:
         a, b = (q.first_step, q.last_step) if spans else (-(2**62), 2**62)
         extreme = float((np.min if q.kind == "min" else np.max)(raw.between(name, a, b)))
         return extreme if q.step is None or raw.at(name, q.step) == extreme else math.nan
-    if q.kind == "point_at_or_before" and q.step is not None:
-        return raw.at_or_before(name, q.step)
     if q.kind == "previous_point" and q.step is not None:
         return raw.at_or_before(name, q.step - 1)
     if q.kind == "mean" and spans:

@@ -125,12 +125,14 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
         rising &= biggest < 0.5 * (lr - before)
     if rising.any():
         at = int(np.argmax(rising))
+        # the LR compared with is the last one logged at or before a window earlier
+        before_step = int(steps[int(np.searchsorted(steps, steps[at] - window, "right")) - 1])
         result.findings.append(
             Finding(
                 "lr-increasing",
                 Severity.WARNING,
                 "learning rate still rising after warmup: "
-                f"{before[at]:.3g} at step {steps[at] - window} -> "
+                f"{before[at]:.3g} at step {before_step} -> "
                 f"{lr[at]:.3g} at step {steps[at]} "
                 f"(rising in {int(rising.sum())} of {int(eligible.sum())} windows)",
                 step=int(steps[at] - window),
@@ -138,6 +140,7 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
                 metric="lr",
                 evidence={
                     "lr_before": float(before[at]),
+                    "lr_before_step": before_step,
                     "lr_after": float(lr[at]),
                     "warmup_end_step": float(warmup_over),
                 },
@@ -203,18 +206,21 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
         )
         if changed.any():
             at = int(np.argmax(changed))
+            before_step = int(steps[int(np.searchsorted(steps, steps[at] - window, "right")) - 1])
             direction = "grew" if ratio[at] > 1 else "collapsed"
             result.findings.append(
                 Finding(
                     "weight-norm-change",
                     Severity.WARNING,
                     f"{name} {direction} {ratio[at]:.2f}x within {window} steps "
-                    f"({before[at]:.4g} -> {norm[at]:.4g} at step {steps[at]})",
+                    f"({before[at]:.4g} at step {before_step} -> {norm[at]:.4g} at step "
+                    f"{steps[at]})",
                     step=int(steps[at]),
                     metric=name,
                     evidence={
                         "ratio": float(ratio[at]),
                         "before": float(before[at]),
+                        "before_step": before_step,
                         "after": float(norm[at]),
                     },
                 )

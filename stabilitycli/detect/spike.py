@@ -36,7 +36,9 @@ class SpikeEvent:
     material: bool
     causes: list[dict] = field(default_factory=list)
     window: str = ""
-    after_peak_50: float | None = None  # the loss recovery_window_steps after the peak
+    # the first loss logged recovery_window_steps or more after the peak, and its step
+    after_window_loss: float | None = None
+    after_window_step: int | None = None
     # the logged steps the frozen baseline (mu, sigma) was taken over
     baseline_first_step: int | None = None
     baseline_last_step: int | None = None
@@ -557,7 +559,9 @@ def _build_event(
         after_nonfinite or _keeps_rising(steps, ctx.suffix_max, idx, peak, thresholds)
     ):
         spike_type = 3
-    after_50 = _value_after(steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps)
+    after_window = _point_after(
+        steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps
+    )
     large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
     causes = _causes(idx, peak_idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
@@ -581,7 +585,8 @@ def _build_event(
         spike_type=spike_type,
         material=material,
         causes=causes,
-        after_peak_50=after_50,
+        after_window_loss=after_window[1] if after_window else None,
+        after_window_step=after_window[0] if after_window else None,
         baseline_first_step=int(steps[min(base_lo, idx - 1)]) if idx > 0 else None,
         baseline_last_step=int(steps[idx - 1]) if idx > 0 else None,
         recovery_level=recovery_level,
@@ -611,11 +616,12 @@ def _keeps_rising(steps, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
     return later < steps.size and bool(suffix_max[later] > peak)
 
 
-def _value_after(steps, loss, at_step: int) -> float | None:
+def _point_after(steps, loss, at_step: int) -> tuple[int, float] | None:
+    """(step, loss) of the first point logged at or after `at_step`."""
     idx = int(np.searchsorted(steps, at_step))
     if idx >= steps.size:
         return None
-    return float(loss[idx])
+    return int(steps[idx]), float(loss[idx])
 
 
 def _causes(
