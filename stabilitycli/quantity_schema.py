@@ -145,6 +145,8 @@ _TREND: Schema = {
     "end_level_steps": STEPS,
     "final_level_steps": STEPS,
     "relative_rise": Spec("relative_change"),
+    # rising windows inside the divergence that fell back (folded into it, not loss-rise)
+    "loss_rise_windows_inside": COUNT,
     "after_min": Spec("min_of_medians", last_step="final_level_steps[1]"),
     # the binned series ends on the last finite loss, where final_level_steps ends
     "final_loss": Spec("point", step="final_level_steps[1]"),

@@ -101,30 +101,15 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     }
     result.facts["divergence"] = trend
 
+    # windows that rose and fell back again: told as `loss-rise` (info), but only those
+    # before a divergence, whose rise never came back: inside it they are its noise
     undone = np.flatnonzero(rising & ~never_back)
-    if undone.size:
-        worst = int(undone[np.argmax(z[undone])])
-        result.findings.append(
-            Finding(
-                "loss-rise",
-                Severity.INFO,
-                f"{undone.size} window(s) where the loss rose and the run later undid it "
-                f"(largest: z = {z[worst]:.1f} from step {binned.steps[worst]}, "
-                f"+{last_mean[worst] - first_mean[worst]:.3g}): not divergence",
-                step=int(binned.steps[worst]),
-                end_step=int(binned.end_steps[worst + m - 1]),
-                metric="loss",
-                evidence={
-                    "windows": int(undone.size),
-                    "z": round(float(z[worst]), 2),
-                    "rise": float(last_mean[worst] - first_mean[worst]),
-                },
-            )
-        )
+    undone_scan = (binned, z, m, first_mean, last_mean)
     candidates = np.flatnonzero(rising & never_back)
     if not candidates.size:
         slow = _slow_rise(steps, loss, window_points, thresholds, facts)
         if slow is None:
+            result.findings += _loss_rise(undone, *undone_scan)
             return result
         scan, candidates = slow
         binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
@@ -233,6 +218,14 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "causes": causes,
         "window_shortened": shortened,
     }
+    undone_before = undone[undone_scan[0].end_steps[undone + undone_scan[2] - 1] < start_step]
+    result.findings += _loss_rise(undone_before, *undone_scan)
+    if undone.size > undone_before.size:
+        evidence["loss_rise_windows_inside"] = int(undone.size - undone_before.size)
+        evidence["folded"] = (
+            "windows inside this rise that rose and fell back are its noise, not a recovery: "
+            "they are counted here (loss_rise_windows_inside), not reported as loss-rise"
+        )
     trend.update(evidence)
     cause = causes[0]["cause"] if causes else None
     if rise < thresholds.divergence_min_rise_frac and cause is None:
@@ -267,6 +260,37 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         )
     )
     return result
+
+
+def _loss_rise(
+    undone: np.ndarray,
+    binned: Binned,
+    z: np.ndarray,
+    m: int,
+    first_mean: np.ndarray,
+    last_mean: np.ndarray,
+) -> list[Finding]:
+    """The windows (indices `undone`) where the loss rose and the run later undid it."""
+    if not undone.size:
+        return []
+    worst = int(undone[np.argmax(z[undone])])
+    return [
+        Finding(
+            "loss-rise",
+            Severity.INFO,
+            f"{undone.size} window(s) where the loss rose and the run later undid it "
+            f"(largest: z = {z[worst]:.1f} from step {binned.steps[worst]}, "
+            f"+{last_mean[worst] - first_mean[worst]:.3g}): not divergence",
+            step=int(binned.steps[worst]),
+            end_step=int(binned.end_steps[worst + m - 1]),
+            metric="loss",
+            evidence={
+                "windows": int(undone.size),
+                "z": round(float(z[worst]), 2),
+                "rise": float(last_mean[worst] - first_mean[worst]),
+            },
+        )
+    ]
 
 
 @dataclass(frozen=True)

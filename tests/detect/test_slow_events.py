@@ -170,3 +170,21 @@ def test_a_ramp_that_levels_off_is_divergence_from_where_it_began():
                 errors.append(abs(finding.step - steps[start]) / (length * every))
     errors_frac = np.array(errors)
     assert (errors_frac <= 0.05).sum() >= 70 and errors_frac.max() <= 0.1, errors
+
+
+def test_no_loss_rise_is_told_inside_the_divergence_it_belongs_to():
+    """A rising window inside a divergence that dips back is the divergence's own noise: it
+    is counted in the divergence's evidence, with the reason, not reported as a `loss-rise`
+    that 'the run later undid' beside a divergence that never came back."""
+    folded = 0
+    for seed in range(1, 7):
+        for every in (10, 50):
+            steps, loss = _ramp(seed, every, 0.03, 1200)
+            result = analyze(_frame(steps, loss))
+            (divergence,) = [f for f in result.findings if f.code == "divergence"]
+            rises = [f for f in result.findings if f.code == "loss-rise"]
+            assert all(f.end_step < divergence.step for f in rises), (seed, every)
+            inside = divergence.evidence.get("loss_rise_windows_inside", 0)
+            assert bool(inside) == ("folded" in divergence.evidence)
+            folded += inside
+    assert folded > 0  # the runs do hold such windows: the check above is not vacuous
