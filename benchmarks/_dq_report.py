@@ -161,11 +161,14 @@ def _caused(k_min: float) -> Callable[[dict], bool]:
     return select
 
 
+R3_JUDGED_EXCESS = 0.6  # the smallest one-point size without a cause that R3 judges
+
+
 def _above_bar(cell: dict) -> bool:
     # +50% sits exactly on the 1.5x bar, where a noisy baseline makes it a coin toss;
     # the target is judged on the sizes clearly above it (+60%, +100%; all >= 20 sigma)
     c = _case(cell)
-    return c.kind == "spike" and c.h >= 0.6 - 1e-9 and c.k >= 8
+    return c.kind == "spike" and c.h >= R3_JUDGED_EXCESS - 1e-9 and c.k >= 8
 
 
 def _shift5(cell: dict) -> bool:
@@ -609,6 +612,41 @@ def shift_table_md(cells: list[dict], families) -> list[str]:
             )
         lines.append(f"| {size} | {_pct(sigma, 0)} | {interval} | " + " | ".join(parts) + " |")
     return lines
+
+
+def _t3_tail(excess_sigmas: float) -> float:
+    """P(eps >= x) for eps Student-t(3) scaled to unit variance (closed form for df 3)."""
+    u = excess_sigmas  # t = x * sqrt(3), and the closed form is in t / sqrt(3)
+    return 0.5 - (math.atan(u) + u / (1.0 + u * u)) / math.pi
+
+
+def t3_bar_note(sigmas: tuple[float, ...], bar_ratio: float) -> list[str]:
+    """Why F1 and R3 cannot both hold under t(3) noise: the noise alone makes points
+    that meet the spec's one-point bar, at a rate computed here, not measured."""
+    judged = R3_JUDGED_EXCESS
+    target = next(t.bar for t in TARGETS if t.code == "F1a")
+    rows = [
+        (sigma, _t3_tail((bar_ratio - 1.0) / sigma), _t3_tail(judged / sigma)) for sigma in sigmas
+    ]
+    pooled_bar = sum(r[1] for r in rows) / len(rows) * 1e5
+    pooled_judged = sum(r[2] for r in rows) / len(rows) * 1e5
+    cells = "; ".join(
+        f"σ = {_pct(sigma, 0)}: {at_bar * 1e5:.2f} per 10^5 points at ≥ {bar_ratio:g}×, "
+        f"{at_judged * 1e5:.2f} at ≥ {1 + judged:g}×"
+        for sigma, at_bar, at_judged in rows
+    )
+    return [
+        "**F1 against R3 under t(3) noise.** With `loss = level·(1 + σ·ε)` and ε a unit-variance "
+        "t(3) draw, the noise alone puts a single point at or above the spec's one-point "
+        f"materiality bar ({bar_ratio:g}× its level; z ≥ 6 is then far exceeded) with the "
+        f"probability `P(ε ≥ ({bar_ratio:g} - 1)/σ)` (closed form for 3 degrees of freedom): "
+        f"{cells}. Pooled over the noise levels as F1 pools them: {pooled_bar:.2f} per 10^5 "
+        f"at the bar and {pooled_judged:.2f} at +{judged:.0%}, against F1's "
+        f"{target:g} per 10^5. Such a point is, by the spec, a spike, and R3 asks that "
+        f"a one-point spike of +{judged:.0%} without a cause be found in ≥ 95% of runs in "
+        "the same noise: no rule that judges a lone point by its size can meet both in the "
+        "t(3) scopes, and stab keeps the spec's bar (R3) there.",
+    ]
 
 
 def healthy_table_md(rows: list[dict]) -> list[str]:

@@ -47,6 +47,7 @@ from _dq_report import (
     shift_table_md,
     summarize,
     summarize_healthy,
+    t3_bar_note,
     target_matrix_md,
     target_summary_md,
 )
@@ -424,6 +425,8 @@ def render(
     real_sources: list[dict],
     comparison: list[str] | None,
 ) -> str:
+    from stabilitycli.config import Thresholds  # the measured package's own bar
+
     single = [c for c in cells if not c["case"]["ranks"]]
     ranked = [c for c in cells if c["case"]["ranks"]]
     passed = sum(t["pass"] for t in targets)
@@ -487,6 +490,8 @@ def render(
         "Warning/error findings by family: count (per 10^5 logged points).",
         "",
         *healthy_table_md(healthy),
+        "",
+        *t3_bar_note(SIGMAS, Thresholds().spike_large_ratio),
         "",
         "## Events, single series",
         "",
