@@ -382,13 +382,16 @@ def _is_a_jump(spike: SpikeEvent, steps: np.ndarray, loss: np.ndarray, final_lev
     look back across it to where the ramp began.
     """
     if spike.recovered:
-        return True
+        # a point or two the loss came back from is noise the ramp fit clips away, wherever
+        # it falls; a longer excursion would bend the fit, so the rise is measured from it
+        return spike.points > WILD_POINTS
     first = loss[min(int(np.searchsorted(steps, spike.onset_step)), loss.size - 1)]
     climb = final_level - spike.mu
     return climb <= 0 or first - spike.mu >= JUMP_SHARE_OF_RISE * climb
 
 
 JUMP_SHARE_OF_RISE = 0.5
+WILD_POINTS = 2  # excursions this short are clipped by the ramp fit (a 5-point running median)
 
 
 def _onset(
@@ -411,7 +414,10 @@ def _onset(
     there on finer bins (up to `fit_bins` of them, each a median).
     """
     floor_bin = int(np.searchsorted(binned.steps, earliest_step, side="left"))
-    trough_bin = floor_bin + int(np.argmin(binned.values[floor_bin : j + m]))
+    # the trough of a 5-bin running median: with one point per bin (a sparse log), a lone
+    # low point (a heavy-tailed draw) would otherwise be the trough, and the fit would
+    # look for the start after it
+    trough_bin = floor_bin + int(np.argmin(_running_median(binned.values[floor_bin : j + m])))
     first_bin = max(floor_bin, min(trough_bin, j) - m // 2)
     lo = int(np.searchsorted(steps, binned.steps[first_bin], side="left"))
     hi = int(np.searchsorted(steps, binned.end_steps[j + m - 1], side="right"))
@@ -425,13 +431,16 @@ def _onset(
         # noise minimum can lie after the true start
         wide_bin = max(floor_bin, min(trough_bin, j) - m)
         fit_from = int(np.searchsorted(steps, binned.steps[wide_bin], side="left"))
+        # ...but not in its first quarter window, so that a start has a level to rise from
+        earliest_start = int(binned.steps[min(wide_bin + m // 4, j + m - 1)])
         latest_start = int(binned.end_steps[j + m - 1])
     else:
         # falling before: the turn lies between the two fits' bends, and the level part
         # of the ramp fit must not reach back into the fall
         fit_from = lo + int(np.searchsorted(steps[lo:hi], fine.steps[falling_bracket[0]]))
+        earliest_start = int(steps[fit_from])
         latest_start = int(fine.end_steps[falling_bracket[1]])
-    start_step = _ramp_onset(steps[fit_from:], loss[fit_from:], latest_start)
+    start_step = _ramp_onset(steps[fit_from:], loss[fit_from:], earliest_start, latest_start)
     if start_step is None:
         return int(fine.steps[at]), float(fine.values[at]), int(fine.end_steps[at])
     # the level the rise starts from: the median of one fine bin's worth of points from there
@@ -444,21 +453,23 @@ RAMP_START_CANDIDATES = 256  # first pass of the ramp fit: start steps tried on 
 RAMP_END_CANDIDATES = 64  # end steps tried (the last one is the end of the log)
 
 
-def _ramp_onset(steps: np.ndarray, loss: np.ndarray, latest_start_step: int) -> int | None:
+def _ramp_onset(
+    steps: np.ndarray, loss: np.ndarray, earliest_start_step: int, latest_start_step: int
+) -> int | None:
     """Where a "level, then a straight rise, then level again" least-squares fit over the
     logged points, from the fit region to the end of the log, starts its rise.
 
     The binned bend sees only the region up to the first window that rose,
     a small part of a slow ramp, and knows the bend only to within a bin; the
     whole rise (to the end of the log, or to where it levels off again) pins
-    its start far better. The start is searched up to `latest_start_step` on
-    a grid, then on every logged point around the best grid point; the end on
-    `RAMP_END_CANDIDATES` steps. Heavy-tailed noise is clipped first, so one
-    wild point cannot move the fit.
+    its start far better. The start is searched from `earliest_start_step` up
+    to `latest_start_step` on a grid, then on every logged point around the
+    best grid point; the end on `RAMP_END_CANDIDATES` steps. Heavy-tailed
+    noise is clipped first, so one wild point cannot move the fit.
     """
     finite = np.isfinite(loss)
     x, y = steps[finite].astype(float), _clip_wild(loss[finite].astype(float))
-    starts = x[(x < latest_start_step) & (x < x[-1])]
+    starts = x[(x >= earliest_start_step) & (x < latest_start_step) & (x < x[-1])]
     if starts.size < 2 or x.size < 4:
         return None
     end_grid = np.quantile(x, np.linspace(0, 1, RAMP_END_CANDIDATES))
@@ -542,12 +553,19 @@ def _best_ramp(
     return float(starts[i] * scale + origin), float(ends[k] * scale + origin)
 
 
+def _running_median(y: np.ndarray, points: int = 5) -> np.ndarray:
+    """Centred running median over `points` values (the ends padded with their edge value)."""
+    if y.size < points:
+        return y
+    padded = np.pad(y, points // 2, mode="edge")
+    return np.median(np.lib.stride_tricks.sliding_window_view(padded, points), axis=1)
+
+
 def _clip_wild(y: np.ndarray) -> np.ndarray:
     """Each value pulled to within 4 robust sigmas of its 5-point running median."""
     if y.size < 5:
         return y
-    padded = np.pad(y, 2, mode="edge")
-    running = np.median(np.lib.stride_tricks.sliding_window_view(padded, 5), axis=1)
+    running = _running_median(y)
     off = y - running
     spread = 1.4826 * float(np.median(np.abs(off)))
     if not spread > 0:
