@@ -31,6 +31,7 @@ from stabilitycli.classify.questions import (  # noqa: E402
 )
 from stabilitycli.classify.remedies import (  # noqa: E402
     GENERIC_EVENT,
+    REMEDY_ONLY_CAUSES,
     Remedy,
     fill_remedy,
     remedy_causes,
@@ -246,9 +247,18 @@ def render(defaults: Thresholds | None = None) -> str:
             out += ["", "Remedies: none."]
 
     table_causes = {c for v in verdict_texts for c in remedy_causes(v) if c is not None}
-    out += ["", "### Causes", "", "What the tree can name as a verdict's cause."]
-    for cause in [*cause_text, *sorted(table_causes - set(cause_text))]:
+    out += ["", "### Causes", "", "What the tree can name as a verdict's cause (`verdict.cause`)."]
+    remedy_only = sorted((table_causes | set(cause_text)) & REMEDY_ONLY_CAUSES)
+    named = [c for c in cause_text if c not in REMEDY_ONLY_CAUSES]
+    named += sorted(table_causes - set(cause_text) - REMEDY_ONLY_CAUSES)
+    for cause in [*named, *remedy_only]:
         under = [v for v in verdict_texts if cause in remedy_causes(v)]
+        if cause == (remedy_only or [None])[0]:
+            out += [
+                "",
+                "Readings that choose a verdict's remedies but are never written into "
+                "`verdict.cause`:",
+            ]
         out += [
             "",
             f'<a id="cause-{cause}"></a>',

@@ -1,4 +1,4 @@
-"""Exit status, the contract CI gates on (output-contract.md, 'Exit status')."""
+"""Exit status, the contract CI gates on (docs/contract.md, 'Exit status')."""
 
 from __future__ import annotations
 

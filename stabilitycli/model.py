@@ -1,7 +1,7 @@
 """Result types shared by ingesters, detectors, the classifier and renderers.
 
 Everything here is plain data: no I/O, no polars. `to_dict()` methods produce
-exactly the shapes of `shared/spec/output-contract.md`.
+exactly the shapes of `docs/contract.md`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`--format json` is the contract of shared/spec/output-contract.md, checked field by field."""
+"""`--format json` is the contract of docs/contract.md, checked field by field."""
 
 from __future__ import annotations
 

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from stabilitycli.classify.remedies import FORMAT_LIMITS, NAN_BEFORE_LOGITS, NAN_IN_WEIGHTS
+from stabilitycli.classify.remedies import (
+    FORMAT_LIMITS,
+    LR_TOO_HIGH,
+    NAN_BEFORE_LOGITS,
+    NAN_IN_WEIGHTS,
+)
 from stabilitycli.config import Thresholds
 
 _QUESTIONS: dict[str, str] = {
@@ -134,7 +139,7 @@ _CAUSE_TEXT: dict[str, str] = {
         "the first non-finite layer comes before the logits: not log(0) in the loss; that layer's "
         "weights or input"
     ),
-    "lr-too-high": (
+    LR_TOO_HIGH: (
         "the loss turned up while warmup was still raising the LR: the peak LR is too high"
     ),
     "weight-norm": (

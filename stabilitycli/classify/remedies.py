@@ -78,6 +78,9 @@ def _remedy(text: str, needs: tuple[str, ...] = (), unless: tuple[str, ...] = ()
 # (the verdict's cause stays None; its remedies follow where the NaN showed first).
 NAN_IN_WEIGHTS = "nan-in-weights"
 NAN_BEFORE_LOGITS = "nan-before-logits"
+# and a divergence that began while warmup still raised the LR (no Q4 cause: the peak LR)
+LR_TOO_HIGH = "lr-too-high"
+REMEDY_ONLY_CAUSES = frozenset({NAN_IN_WEIGHTS, NAN_BEFORE_LOGITS, LR_TOO_HIGH})
 
 # kept as names: tests and callers check that a run is (not) told these
 ENABLE_DYNAMIC_SCALING = (
@@ -291,7 +294,7 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
     ("fp16-overflow", "activation-overflow"): _UNABSORBED_OVERFLOW,
     ("fp16-overflow", None): _UNABSORBED_OVERFLOW,
     ("divergence", "lr-increasing"): (_FIX_RISING_LR, _RESUME_BEFORE_RISE),
-    ("divergence", "lr-too-high"): (_LOWER_PEAK_LR, _RESUME_BEFORE_RISE),
+    ("divergence", LR_TOO_HIGH): (_LOWER_PEAK_LR, _RESUME_BEFORE_RISE),
     ("divergence", "weight-norm"): (_ADJUST_WEIGHT_DECAY, _RESUME_BEFORE_RISE),
     ("divergence", "grad-norm-rising"): (
         _HALVE_LR_HARDER_LANDSCAPE,

@@ -14,6 +14,7 @@ from typing import Any
 from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
 from stabilitycli.classify.remedies import (
     FP16_MAX,
+    LR_TOO_HIGH,
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
     SHOWS_BF16,
@@ -306,7 +307,7 @@ def _divergence(w: _Walk) -> None:
         cause,
         f.message + warmup_text,
         start=int(ev["start_step"]),
-        remedy_cause="lr-too-high" if in_warmup else None,
+        remedy_cause=LR_TOO_HIGH if in_warmup else None,
     )
 
 

@@ -5,7 +5,7 @@ imported only inside the functions, so `stab --help` stays instant.
 
 Exit status: 0 when no finding is at or above `--fail-on`, 1 when one is, 2
 for unreadable input or a bad option (one line on stderr). With several runs,
-2 only when none could be read.
+2 when any could not be read (an unread run never lets a sweep pass).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `stab.analysis/1` JSON document (shared/spec/output-contract.md)."""
+"""The `stab.analysis/1` JSON document (docs/contract.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What the per-rank check reports: each outlier rank, the mean's move, the heatmap data.
 
-`RankReport.to_dict()` is the `stab.ranks/1` contract (output-contract.md);
+`RankReport.to_dict()` is the `stab.ranks/1` contract (docs/contract.md);
 `RankOutlier.finding()` is how an outlier appears among `stab analyze`'s findings.
 """
 
@@ -190,7 +190,7 @@ class RankReport:
         return [o.finding() for o in self.outliers]
 
     def to_dict(self) -> dict[str, Any]:
-        """The `stab.ranks/1` contract (output-contract.md), plus extra fields."""
+        """The `stab.ranks/1` contract (docs/contract.md), plus extra fields."""
         return {
             "schema": SCHEMA,
             "metric": self.metric,
