@@ -835,3 +835,39 @@ def test_a_rank_three_sigmas_off_for_good_is_found_by_its_cusum(seed):
     assert o.recovered_step is None and o.effect_steps == (o.onset_step, 599)
     persistence_only = Thresholds(rank_cusum_decide=float("inf"))
     assert find_rank_outliers(memory_run(steps, values), "loss", persistence_only).outliers == ()
+
+
+def test_the_onset_of_a_rank_shift_in_a_sparse_noisy_cohort_is_its_first_shifted_step():
+    """Cohorts of 4, 8 and 16 ranks logged every 50 steps, per-step spread 15% of the level
+    (gamma noise), rank 1 up by +50% or +100% of the level from step 7,500: the onset is that
+    very step (the tolerance of 10 steps is less than one logged step) in at least 110 of 120
+    runs (measured: 112; 106 when the CUSUM ran on the per-step z, whose spread in a cohort
+    of four swings from row to row, with k held at 2 for a shift of 7 sigmas)."""
+    import polars as pl
+
+    from stabilitycli import analyze
+
+    def onset_error(seed: int, ranks: int, shift_frac: float) -> int | None:
+        rng = np.random.default_rng(seed)
+        steps = np.arange(300, dtype=np.int64) * 50
+        level = 2.0 + 8.0 * np.exp(-steps / (0.05 * 300 * 50))
+        unit = (rng.standard_gamma(4.0, (ranks, 300)) - 4.0) / 2.0
+        loss = level * (1.0 + 0.15 * unit)
+        loss[1, 150:] += shift_frac * level[150:]
+        frame = pl.DataFrame(
+            {
+                "step": np.tile(steps, ranks),
+                "rank": np.repeat(np.arange(ranks), 300),
+                "loss": loss.ravel(),
+            }
+        )
+        found = [f for f in analyze(frame).findings if f.code == "rank-outlier" and f.rank == 1]
+        return int(found[0].step - steps[150]) if found else None
+
+    errors = [
+        onset_error(seed, ranks, shift)
+        for seed in range(1, 21)
+        for ranks in (4, 8, 16)
+        for shift in (0.5, 1.0)
+    ]
+    assert sum(e == 0 for e in errors) >= 110, errors

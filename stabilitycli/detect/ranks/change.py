@@ -96,13 +96,14 @@ def change_point(
     start, s = _last_zero_start(z, confirmed, direction, k, h, clip)
     if start is None:
         return confirmed, s
-    # k = 2 keeps a healthy rank quiet, but a rank only 3 sigmas off dips under it every few
-    # rows, and each dip restarts the CUSUM after the true onset: placed again with k at half
-    # the shift actually seen, the textbook drift for a shift of that size
+    # k = 2 keeps a healthy rank quiet, but it is the right drift for one shift size only: a
+    # rank 3 sigmas off dips under it every few rows, and each dip restarts the CUSUM after
+    # the true onset; a rank 7 sigmas off takes in a row of 2-3 sigmas just before its onset.
+    # Placed again with k at half the shift actually seen, the textbook drift for that size
     after = direction * np.clip(z[start : start + SHIFT_ESTIMATE_ROWS], -clip, clip)
     after = after[np.isfinite(after)]
     fitted = float(np.median(after)) / 2.0 if after.size else k
-    if MIN_ONSET_K <= fitted < k:
+    if fitted >= MIN_ONSET_K and fitted != k:
         refined, s_refined = _last_zero_start(z, confirmed, direction, fitted, h, clip)
         if refined is not None:
             start, s = refined, s_refined

@@ -270,6 +270,16 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
     return out
 
 
+def _pooled_z(x: np.ndarray, med: np.ndarray, sigma: np.ndarray, judged: np.ndarray) -> np.ndarray:
+    """The rank's deviation in units of the cohort's typical spread over its judged rows, for
+    placing the onset: the per-step spread of a small cohort swings from row to row (the MAD
+    of four values), and a wide row shrinks the z of the very row where the shift began."""
+    spread = sigma[judged & np.isfinite(sigma)]
+    if not spread.size:
+        return (x - med) / sigma
+    return (x - med) / float(np.median(spread))
+
+
 def _level_episode(
     part: pl.DataFrame, confirmed_step: int, total: np.ndarray, thresholds: Thresholds
 ) -> dict:
@@ -286,8 +296,9 @@ def _level_episode(
         ~np.isfinite(x) & (n_fin >= 1) & (2 * n_fin >= n - 1)
     )
     confirmed = int(np.searchsorted(steps, confirmed_step))
+    sigma = part["sigma"].fill_null(np.nan).to_numpy()
     onset, _ = change_point(
-        np.where(judged, z, np.nan),
+        np.where(judged, _pooled_z(x, med, sigma, judged), np.nan),
         confirmed,
         k=thresholds.rank_cusum_k,
         h=thresholds.rank_cusum_h,
