@@ -37,7 +37,10 @@ def _build(analysis: Analysis, verbosity: str) -> Group:
     headline = Text.assemble((f"{v.code}", style), (f"  {terminal(v.summary)}", ""))
     if v.cause and v.cause not in v.summary:
         headline.append(f"  [cause: {v.cause}]", style="cyan")
-    parts.append(_header(headline, src.run, terminal(src.path), terminal(_source_line(analysis))))
+    # the metrics read get their own line under the panel when the coverage is shown
+    mapped_below = verbosity != "quiet" and analysis.coverage is not None
+    source = _source_line(analysis, with_metrics=not mapped_below)
+    parts.append(_header(headline, src.run, terminal(src.path), terminal(source)))
     settings = sentence(analysis.extras.get("settings"))
     if settings:
         parts.append(Text(terminal(settings), style="bold yellow"))
@@ -125,17 +128,18 @@ def _header(headline: Text, run: str | None, path: str, source: str) -> Fitted:
     return Fitted(make)
 
 
-def _source_line(analysis: Analysis) -> str:
+def _source_line(analysis: Analysis, with_metrics: bool) -> str:
     s = analysis.source
     metrics = ", ".join(
         f"{k}←{v}" for k, v in s.metrics.items() if k in ("loss", "grad_norm", "lr", "loss_scale")
     )
+    metrics = f"; {metrics}" if with_metrics and metrics else ""
     ranks = f", {s.ranks} ranks" if s.ranks else ""
     set_aside = f", {s.rows_rewritten} rewritten by a resume" if s.rows_rewritten else ""
     return (
         f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected} rejected"
         f"{set_aside}; "
-        f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}; {metrics}"
+        f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}{metrics}"
     )
 
 
