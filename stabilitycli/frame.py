@@ -299,6 +299,18 @@ def _merge_and_resume(
     def per_rank(expr: pl.Expr) -> pl.Expr:
         return expr.over(keys) if keys else expr
 
+    # Most logs never step back and never log a step twice: one vectorised check proves
+    # it, and then there is no restart to find and nothing to merge
+    if _steps_only_forward(table, keys):
+        source.rows_used = table.height
+        frame = table.sort([*keys, "step"]) if keys else table
+        frame = frame.select(["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]])
+        no_rewrite = pl.DataFrame(
+            schema={**{k: pl.Int64 for k in keys}, SEGMENT: pl.Int64, "step": pl.Int64}
+            | {c: pl.Float64 for c in metric_names}
+        )
+        return _described(frame, source, metric_names, has_rank, no_rewrite)
+
     table = table.sort([*keys, ROW])
     prev_max = per_rank(pl.col("step").cum_max().shift(1))
     table = table.with_columns(prev_max.alias("_prev_max")).with_columns(
@@ -334,6 +346,24 @@ def _merge_and_resume(
     frame = kept.sort([*keys, "step"]).select(
         ["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]]
     )
+    abandoned = abandoned.sort([*keys, SEGMENT, "step"]).drop("_n_rows", ROW)
+    return _described(frame, source, metric_names, has_rank, abandoned)
+
+
+def _steps_only_forward(table: pl.DataFrame, keys: list[str]) -> bool:
+    """Whether every rank's steps strictly increase in file order (rows in file order)."""
+    forward = (pl.col("step").diff() > 0) & (pl.col(ROW).diff() > 0)
+    return bool(table.select((forward.over(keys) if keys else forward).all()).item())
+
+
+def _described(
+    frame: pl.DataFrame,
+    source: SourceInfo,
+    metric_names: list[str],
+    has_rank: bool,
+    abandoned: pl.DataFrame,
+) -> RunData:
+    """The canonical frame with its steps, ranks and (from a loss scale) dtype said."""
     # polars types min()/max() as any scalar; "step" is an integer column
     source.first_step = int(cast(int, frame["step"].min()))
     source.last_step = int(cast(int, frame["step"].max()))
@@ -350,7 +380,6 @@ def _merge_and_resume(
     ):
         source.dtype = "fp16"
         source.dtype_origin = "inferred: a loss scale other than 1 (only fp16 training applies one)"
-    abandoned = abandoned.sort([*keys, SEGMENT, "step"]).drop("_n_rows", ROW)
     return RunData(frame=frame, source=source, abandoned=abandoned)
 
 
