@@ -180,21 +180,21 @@ def _fast_parse(
     """
     if not screened and _bounded.screen_lines(data, limits_in_force()).bad:
         return None
-    has_tokens = any(token in data for token in _NONFINITE_TOKENS)
     try:
-        if not has_tokens:
+        frame = _arrow_parse(data)
+    except Exception:
+        frame = None
+    try:
+        if frame is None and not any(token in data for token in _NONFINITE_TOKENS):
+            # pyarrow fixes a column's type in the first block and refuses a later block
+            # that disagrees (an integer column that turns fractional); polars infers the
+            # type over every line, at twice the cost
             frame = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
-        else:
-            import pyarrow.json as pa_json
-
-            block = max(1 << 20, min(len(data) + 1, 64 << 20))
-            table = pa_json.read_json(
-                io.BytesIO(data), read_options=pa_json.ReadOptions(block_size=block)
-            )
-            frame = cast(pl.DataFrame, pl.from_arrow(table))  # a Table converts to a DataFrame
     except (Exception, pl.exceptions.PanicException):
         # a panic in polars' reader derives from BaseException: it too means "not clean
         # input", which the per-line pass then names line by line
+        return None
+    if frame is None:
         return None
     if b"\n\n" in data or data.startswith(b"\n") or b"\n\r\n" in data:
         rows = _line_numbers(data)
@@ -210,6 +210,16 @@ def _fast_parse(
     if ROW in frame.columns:  # the log's own `_row` key: kept, not overwritten by the line
         frame = frame.rename({ROW: LOGGED_ROW})
     return frame.with_columns(pl.Series(ROW, rows))
+
+
+def _arrow_parse(data: bytes) -> pl.DataFrame:
+    """pyarrow's multi-threaded reader (NaN and Infinity tokens included), in blocks of up
+    to 64 MB; new keys in later blocks become new columns."""
+    import pyarrow.json as pa_json
+
+    block = max(1 << 20, min(len(data) + 1, 64 << 20))
+    table = pa_json.read_json(io.BytesIO(data), read_options=pa_json.ReadOptions(block_size=block))
+    return cast(pl.DataFrame, pl.from_arrow(table))  # a Table converts to a DataFrame
 
 
 # only a run of 19 digits can be an integer past int64: the test that spares the rest
