@@ -169,13 +169,14 @@ def command(
         thresholds, settings = load_thresholds(target, set_values)
         from stabilitycli.pipeline import run as pipeline
 
-        result = pipeline.analyze(
-            target,
-            thresholds,
-            options=options,
-            select=split_codes(select),
-            ignore=split_codes(ignore),
-        )
+        with _reading(target, progress_wanted(output, quiet)):
+            result = pipeline.analyze(
+                target,
+                thresholds,
+                options=options,
+                select=split_codes(select),
+                ignore=split_codes(ignore),
+            )
         with_settings(result, settings)
     except (StabInputError, StabUsageError) as err:
         raise boundary(err, target) from None
@@ -187,6 +188,32 @@ def command(
     threshold = Severity.parse(fail_on.value)
     print_rendered(output.render(result, threshold, verbosity))
     raise typer.Exit(exit_code_for(result.worst_severity, threshold))
+
+
+def _reading(target: str, wanted: bool):
+    """A transient spinner with the elapsed time on stderr while a big log (at least
+    PROGRESS_MIN_BYTES) is read and analysed; nothing for a small one. The readers take a
+    file in one pass, so there is no fraction done to show: the spinner says it is alive."""
+    import contextlib
+    import os
+
+    size = os.path.getsize(target) if wanted and os.path.isfile(target) else 0
+    if size < PROGRESS_MIN_BYTES:
+        return contextlib.nullcontext()
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    label = f"reading and analysing {visible(os.path.basename(target))} ({size >> 20:,} MB)"
+    progress = Progress(
+        SpinnerColumn(),
+        # the name is the user's: no rich markup, and braces kept out of str.format
+        TextColumn(label.replace("{", "{{").replace("}", "}}"), markup=False),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    progress.add_task("read", total=None)
+    return progress
 
 
 def _show_settings(target: str, set_values: list[str] | None) -> int:
@@ -245,7 +272,7 @@ def _analyze_many(
         typer.echo(f"stab: warning: {visible(warning)}", err=True)
     if not paths:
         raise fail(f"no runs found in {', '.join(targets)}")
-    results = _with_progress(paths, settings, jobs, quiet)
+    results = _with_progress(paths, settings, jobs, quiet, output)
     print_rendered(output.render_many(results))
     for r in results:
         if not r.ok:
@@ -253,21 +280,48 @@ def _analyze_many(
     return batch.exit_status(results, fail_on.value)
 
 
-def _with_progress(paths, settings, jobs, quiet):
+# a single log at least this big gets a progress line while it is read and analysed
+PROGRESS_MIN_BYTES = 64 << 20
+
+
+def progress_wanted(output: Format, quiet: bool) -> bool:
+    """Progress goes to stderr only for a person: a terminal there, the terminal format on
+    stdout (never beside JSON, JUnit, GitHub or other machine output), and not --quiet."""
+    return not quiet and output is Format.terminal and sys.stderr.isatty()
+
+
+def _with_progress(paths, settings, jobs, quiet, output: Format):
     from stabilitycli.pipeline import batch
 
-    if quiet or not sys.stderr.isatty():
+    if not progress_wanted(output, quiet):
         return batch.analyze_many(paths, settings, jobs)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(
         TextColumn("analysing"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=Console(stderr=True),
         transient=True,
     ) as progress:
-        task = progress.add_task("runs", total=len(paths))
-        return batch.analyze_many(paths, settings, jobs, on_done=lambda _r: progress.advance(task))
+        task = progress.add_task("runs", total=len(paths), rate="")
+
+        def done(_result) -> None:
+            progress.advance(task)
+            state = progress.tasks[task]
+            if state.elapsed:
+                progress.update(task, rate=f"{state.completed / state.elapsed:.1f} runs/s")
+
+        return batch.analyze_many(paths, settings, jobs, on_done=done)
