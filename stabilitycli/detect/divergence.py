@@ -218,7 +218,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "causes": causes,
         "window_shortened": shortened,
     }
-    undone_before = undone[undone_scan[0].end_steps[undone + undone_scan[2] - 1] < start_step]
+    scanned, scan_bins = undone_scan[0], undone_scan[2]
+    undone_ends = scanned.end_steps[undone + scan_bins - 1]  # each window's last step
+    undone_before = undone[undone_ends < start_step]
     result.findings += _loss_rise(undone_before, *undone_scan)
     if undone.size > undone_before.size:
         evidence["loss_rise_windows_inside"] = int(undone.size - undone_before.size)
