@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
@@ -556,11 +557,9 @@ def _best_ramp(
 
 
 def _running_median(y: np.ndarray, points: int = 5) -> np.ndarray:
-    """Centred running median over `points` values (the ends padded with their edge value)."""
-    if y.size < points:
-        return y
-    padded = np.pad(y, points // 2, mode="edge")
-    return np.median(np.lib.stride_tricks.sliding_window_view(padded, points), axis=1)
+    """Centred running median over `points` finite values (fewer at the ends)."""
+    series = pl.Series(y, dtype=pl.Float64)
+    return series.rolling_median(points, center=True, min_samples=1).to_numpy()
 
 
 def _clip_wild(y: np.ndarray) -> np.ndarray:
