@@ -1,0 +1,300 @@
+"""Tables and PASS/FAIL for `benchmarks/run.py`: plain text for stdout, Markdown for
+docs/performance.md. Both are made from the run's raw numbers (the `--json` file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Target:
+    name: str
+    requirement: str
+    measured: str
+    ok: bool | None  # None: a case it needs was not run (or a command was killed)
+    cases: tuple[str, ...]
+
+    @property
+    def result(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "n/a"}[self.ok]
+
+
+def _get(results: dict, case: str, key: str) -> dict | None:
+    subject = results.get(case, {}).get("subjects", {}).get(key)
+    return None if subject is None or subject["killed"] else subject
+
+
+def _ratio_target(results, name, requirement, case, num, den, bar, at_most=True) -> Target:
+    top, bottom = _get(results, *num), _get(results, *den)
+    if top is None or bottom is None:
+        return Target(name, requirement, "not measured", None, (case,))
+    ratio = top["seconds"] / bottom["seconds"]
+    return Target(
+        name, requirement, f"{ratio:.2f}x", ratio <= bar if at_most else ratio >= bar, (case,)
+    )
+
+
+def targets(run: dict) -> list[Target]:
+    results = {r["case"]: r for r in run["results"]}
+    out = []
+    for ranks in ("1rank", "64ranks"):
+        c1, c10, c30 = (f"jsonl-{m}m-{ranks}" for m in (1, 10, 30))
+        out.append(
+            _ratio_target(
+                results,
+                f"read-{ranks}",
+                f"analyze 10M rows ({ranks}) <= 1.5x read_ndjson",
+                c10,
+                (c10, "stab"),
+                (c10, "floor"),
+                1.5,
+            )
+        )
+        # pandas is skipped where its memory would not fit: judged at the largest size it ran
+        peer_case = next((c for c in (c10, c1) if _get(results, c, "pandas")), c10)
+        out.append(
+            _ratio_target(
+                results,
+                f"pandas-{ranks}",
+                f"analyze >= 10x faster than the pandas peer ({ranks}; at "
+                f"{'10M' if peer_case == c10 else '1M: the peer did not fit at 10M'})",
+                peer_case,
+                (peer_case, "pandas"),
+                (peer_case, "stab"),
+                10.0,
+                at_most=False,
+            )
+        )
+        out.append(
+            _ratio_target(
+                results,
+                f"linear-10-{ranks}",
+                f"10M rows cost <= 12x 1M rows ({ranks})",
+                c10,
+                (c10, "stab"),
+                (c1, "stab"),
+                12.0,
+            )
+        )
+        out.append(
+            _ratio_target(
+                results,
+                f"linear-30-{ranks}",
+                f"30M rows cost <= 3.5x 10M rows ({ranks})",
+                c30,
+                (c30, "stab"),
+                (c10, "stab"),
+                3.5,
+            )
+        )
+        out.append(_rss_target(results, c10, ranks))
+    out.append(
+        _ratio_target(
+            results,
+            "ranks",
+            "stab ranks 1024 x 20,000 <= 2x read_ndjson of its log",
+            "ranks-1024x20000",
+            ("ranks-1024x20000", "stab"),
+            ("ranks-1024x20000", "floor"),
+            2.0,
+        )
+    )
+    for case, what in (
+        ("startup-help", "stab --help"),
+        ("startup-analyze", "analyze, small fixture"),
+    ):
+        out.append(
+            _ratio_target(
+                results,
+                case,
+                f"{what} <= 1.5x python -c 'import polars'",
+                case,
+                (case, "stab"),
+                (case, "floor"),
+                1.5,
+            )
+        )
+    out.append(
+        _ratio_target(
+            results,
+            "batch",
+            "batch -j 2 >= 1.8x the rate of -j 1",
+            "batch-10000",
+            ("batch-10000", "floor"),
+            ("batch-10000", "stab"),
+            1.8,
+            at_most=False,
+        )
+    )
+    return out
+
+
+def _rss_target(results: dict, case: str, ranks: str) -> Target:
+    requirement = f"peak RSS, 10M rows ({ranks}) <= 2x the Arrow size of the columns used"
+    stab, projection = _get(results, case, "stab"), _get(results, case, "projection")
+    if stab is None or projection is None or "arrow_bytes" not in projection["output"]:
+        return Target(f"rss-{ranks}", requirement, "not measured", None, (case,))
+    arrow_mb = projection["output"]["arrow_bytes"] / 2**20
+    ratio = stab["maxrss_mb"] / arrow_mb
+    measured = f"{stab['maxrss_mb']:.0f} MB / {arrow_mb:.0f} MB = {ratio:.2f}x"
+    return Target(f"rss-{ranks}", requirement, measured, ratio <= 2.0, (case,))
+
+
+def _seconds(subject: dict | None) -> str:
+    if subject is None:
+        return "-"
+    return "killed" if subject["killed"] else f"{subject['seconds']:.2f}"
+
+
+def _megabytes(size_mb: float) -> str:
+    if not size_mb:
+        return "-"
+    return f"{size_mb:,.0f}" if size_mb >= 1 else f"{size_mb:.2f}"
+
+
+def main_rows(run: dict) -> list[list[str]]:
+    by_case: dict[str, list[str]] = {}
+    for target in targets(run):
+        for case in target.cases:
+            by_case.setdefault(case, []).append(f"{target.name} {target.result}")
+    rows = []
+    for r in run["results"]:
+        s = r["subjects"]
+        stab, floor, pandas = s.get("stab"), s.get("floor"), s.get("pandas")
+        ratio = pandas_ratio = "-"
+        if stab and floor and not (stab["killed"] or floor["killed"]):
+            ratio = f"{stab['seconds'] / floor['seconds']:.2f}x"
+        if stab and pandas and not (stab["killed"] or pandas["killed"]):
+            pandas_ratio = f"{pandas['seconds'] / stab['seconds']:.1f}x"
+        rows.append(
+            [
+                r["case"],
+                f"{r['rows']:,}" if r["rows"] else "-",
+                _megabytes(r["file_mb"]),
+                _seconds(stab),
+                floor["label"] if floor else "-",
+                _seconds(floor),
+                ratio,
+                _seconds(pandas),
+                pandas_ratio,
+                f"{stab['maxrss_mb']:,.0f}" if stab else "-",
+                f"{floor['maxrss_mb']:,.0f}" if floor else "-",
+                "; ".join(by_case.get(r["case"], [])) or "-",
+            ]
+        )
+    return rows
+
+
+MAIN_HEADER = [
+    "case",
+    "rows",
+    "file MB",
+    "stab s",
+    "floor",
+    "floor s",
+    "stab/floor",
+    "pandas s",
+    "pandas/stab",
+    "RSS stab MB",
+    "RSS floor MB",
+    "targets",
+]
+BASELINE_HEADER = ["case", "command", "median s", "x stab", "peak RSS MB", "runs: seconds"]
+
+
+def baseline_rows(run: dict) -> list[list[str]]:
+    rows = []
+    for r in run["results"]:
+        stab = r["subjects"].get("stab")
+        for subject in r["subjects"].values():
+            versus = "-"
+            if stab and not stab["killed"] and not subject["killed"]:
+                versus = f"{subject['seconds'] / stab['seconds']:.2f}"
+            rows.append(
+                [
+                    r["case"],
+                    subject["label"],
+                    _seconds(subject),
+                    versus,
+                    f"{subject['maxrss_mb']:,.0f}",
+                    ", ".join(f"{t:.2f}" for t in subject["seconds_all"]),
+                ]
+            )
+    return rows
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*row) for row in [header, *rows])
+
+
+def text(run: dict) -> str:
+    target_rows = [[t.name, t.requirement, t.measured, t.result] for t in targets(run)]
+    return "\n\n".join(
+        [
+            _text_table(MAIN_HEADER, main_rows(run)),
+            _text_table(["target", "requirement", "measured", "result"], target_rows),
+            _text_table(BASELINE_HEADER, baseline_rows(run)),
+        ]
+    )
+
+
+def markdown(run: dict) -> str:
+    m = run["machine"]
+    found = targets(run)
+    judged = [t for t in found if t.ok is not None]
+    passed = sum(bool(t.ok) for t in judged)
+    dirty = " (with uncommitted changes under stabilitycli/)" if m["stab_sources_dirty"] else ""
+    scale = (
+        ""
+        if run["scale"] == 1
+        else f" **Sizes scaled by {run['scale']:g} (a smoke run, not the issue's sizes).**"
+    )
+    notes = [n for r in run["results"] for n in r["notes"]]
+    head = [
+        "# Performance of `stab` against the floor (issue #15)",
+        "",
+        "Written by `benchmarks/run.py`; rerun it rather than editing this file.",
+        "",
+        f"* Command: `{run['command']}`.{scale}",
+        f"* Date (UTC): {m['date_utc']} · machine: `nproc` = {m['nproc']}, Python {m['python']}, "
+        f"polars {m['polars']}, pyarrow {m['pyarrow']}",
+        f"* Measured: stab at commit {m['commit']}{dirty}, the installed console script",
+        f"* Medians of {run['repeat']} interleaved run(s) per command (start-up cases: "
+        f"{5 * run['repeat']}, after a warm-up); 1-minute load average "
+        f"{m['load_start'][0]:.2f} at the start, {m['load_end'][0]:.2f} at the end "
+        "(the machine is shared: other jobs ran beside it)",
+        *(f"* Note: {n}" for n in notes),
+        "",
+        f"**{passed} of {len(judged)} targets measured pass.**",
+        "",
+        "## Targets",
+        "",
+        _markdown_table(
+            ["target", "requirement", "measured", "result"],
+            [[t.name, t.requirement, t.measured, t.result] for t in found],
+        ),
+        "",
+        "## Cases",
+        "",
+        "Times are wall seconds of a whole process (start-up and imports included), "
+        "peak RSS that process's own. stab/floor: how many times the floor's time stab takes; "
+        "pandas/stab: how many times stab's time the pandas peer takes.",
+        "",
+        _markdown_table(MAIN_HEADER, main_rows(run)),
+        "",
+        "## Every command",
+        "",
+        "x stab: the command's median time over stab's in the same case.",
+        "",
+        _markdown_table(BASELINE_HEADER, baseline_rows(run)),
+        "",
+    ]
+    return "\n".join(head)
