@@ -3,13 +3,15 @@
 Each reader module provides what `ingest.base.Reader` describes: `NAME`,
 `sniff(path, head) -> bool` and `read(path, options) -> RunData` (plus
 `sniff_uri(text)` for a `UriReader`). Readers are imported lazily so that
-`stab --help` does not pay for polars.
+`stab --help` does not pay for polars, and detection imports only the readers
+that a path could be for (`_TAKES`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -67,15 +69,76 @@ def reader(name: str) -> Reader:
     return cast(Reader, importlib.import_module(f".{name}", __name__))
 
 
+@dataclass(frozen=True)
+class _Takes:
+    """What a reader's `sniff` can accept at all, told without importing the reader.
+
+    Importing every reader to ask each cost more than reading a small log (0.1 s),
+    so a reader is imported only when the path could be its: a folder, a file name
+    (lower case) ending in one of `suffixes` or holding one of `marks`, a file
+    starting with one of `magic`, or a text log. These are each sniff's own first
+    tests, never more: a reader skipped here would have refused the path
+    (tests/ingest/test_detect_cheap.py checks that against every fixture).
+    """
+
+    folders: bool = False
+    suffixes: tuple[str, ...] = ()
+    marks: tuple[str, ...] = ()
+    magic: tuple[bytes, ...] = ()
+    text_log: bool = False
+    any_file: bool = False
+
+    def may_take(self, path: Path, is_folder: bool, head: bytes, name: str) -> bool:
+        if is_folder:
+            return self.folders
+        if self.any_file or name.endswith(self.suffixes) or head.startswith(self.magic):
+            return True
+        if any(mark in name for mark in self.marks):
+            return True
+        if not self.text_log:
+            return False
+        # asked only when a text reader's turn comes: the sniffs before it never ask
+        from stabilitycli.ingest._textlog import is_text_log
+
+        return is_text_log(path, head)
+
+
+# keyed like READERS (a test keeps both in step); a magic here is the reader's own constant
+_TAKES: dict[str, _Takes] = {
+    "mlflow_file": _Takes(folders=True),
+    "mlflow_db": _Takes(magic=(b"SQLite format 3\x00",)),
+    "mlflow_server": _Takes(),  # a tracking URI only (`sniff_uri`), never a path
+    "rank_dir": _Takes(folders=True),
+    "hf_trainer": _Takes(folders=True, suffixes=(".json",)),
+    "wandb_offline": _Takes(folders=True, suffixes=(".wandb",), magic=(b":W&B\xe1\xbe",)),
+    "lightning": _Takes(folders=True, suffixes=(".csv",)),
+    "wandb_csv": _Takes(suffixes=(".csv",)),
+    "llmc": _Takes(text_log=True),
+    "megatron": _Takes(text_log=True),
+    "dictlog": _Takes(text_log=True),
+    "deepspeed": _Takes(text_log=True),
+    "tensorboard": _Takes(folders=True, marks=("events.out.tfevents.",)),
+    "tabular": _Takes(
+        suffixes=(".csv", ".tsv", ".parquet", ".pq", ".arrow", ".feather", ".ipc", ".arrows"),
+        magic=(b"PAR1", b"ARROW1"),
+    ),
+    # cheap to import, and its sniff looks inside gzip and zstd streams
+    "jsonl": _Takes(any_file=True),
+    "kvlog": _Takes(text_log=True),
+}
+
+
 def detect_format(path: Path) -> str:
     head = b""
     if path.is_file():
         with open(path, "rb") as handle:
             head = handle.read(8192)
-    for name in READERS:
-        module = reader(name)
-        if module.sniff(path, head):
-            return name
+    is_folder, name = path.is_dir(), path.name.lower()
+    for candidate in READERS:
+        if not _TAKES[candidate].may_take(path, is_folder, head, name):
+            continue
+        if reader(candidate).sniff(path, head):
+            return candidate
     raise StabInputError(str(path), f"not a log stab reads ({FORMATS_HINT})")
 
 
