@@ -168,7 +168,7 @@ def main_rows(run: dict) -> list[list[str]]:
             pandas_ratio = f"{pandas['seconds'] / stab['seconds']:.1f}x"
         rows.append(
             [
-                r["case"],
+                r["case"] + (" (earlier run)" if r.get("earlier") else ""),
                 f"{r['rows']:,}" if r["rows"] else "-",
                 _megabytes(r["file_mb"]),
                 _seconds(stab),
@@ -246,6 +246,18 @@ def text(run: dict) -> str:
     )
 
 
+def _earlier(run: dict) -> list[str]:
+    if "earlier" not in run:
+        return []
+    e = run["earlier"]
+    kept = ", ".join(r["case"] for r in run["results"] if r.get("earlier"))
+    return [
+        f"* Cases kept from an earlier run ({e['machine']['date_utc']} UTC, load average "
+        f"{e['machine']['load_start'][0]:.2f} to {e['machine']['load_end'][0]:.2f}, "
+        f"`{e['command']}`, {e['machine'].get('label') or e['machine']['commit']}): {kept}"
+    ]
+
+
 def markdown(run: dict) -> str:
     m = run["machine"]
     found = targets(run)
@@ -266,11 +278,13 @@ def markdown(run: dict) -> str:
         f"* Command: `{run['command']}`.{scale}",
         f"* Date (UTC): {m['date_utc']} · machine: `nproc` = {m['nproc']}, Python {m['python']}, "
         f"polars {m['polars']}, pyarrow {m['pyarrow']}",
-        f"* Measured: stab at commit {m['commit']}{dirty}, the installed console script",
-        f"* Medians of {run['repeat']} interleaved run(s) per command (start-up cases: "
-        f"{5 * run['repeat']}, after a warm-up); 1-minute load average "
-        f"{m['load_start'][0]:.2f} at the start, {m['load_end'][0]:.2f} at the end "
+        f"* Measured: {m.get('label') or 'stab at commit ' + m['commit'] + dirty}; the console "
+        f"script importing `{m['stab_imported_from']}`",
+        f"* Medians of interleaved runs (the commands of a case take turns; how many runs "
+        "each is in the last table; start-up cases: 5 per repeat, after a warm-up); 1-minute "
+        f"load average {m['load_start'][0]:.2f} at the start, {m['load_end'][0]:.2f} at the end "
         "(the machine is shared: other jobs ran beside it)",
+        *_earlier(run),
         *(f"* Note: {n}" for n in notes),
         "",
         f"**{passed} of {len(judged)} targets measured pass.**",

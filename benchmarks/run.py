@@ -41,113 +41,19 @@ the environment) after one untimed warm-up run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fnmatch
 import json
 import os
 import sys
-import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
 import _perf_cases as cases
 import _perf_report as report
+from _perf_measure import Sample, measure
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass
-class Sample:
-    seconds: float
-    maxrss_mb: float
-    exit_code: int
-    output: dict = field(default_factory=dict)
-    killed: bool = False
-    stderr_tail: str = ""
-
-
-TIME = "/usr/bin/time"  # GNU time: forks the command from a small process (see measure)
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def _child_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            found = handle.read().split()
-    except OSError:
-        return None
-    return int(found[0]) if found else None
-
-
-def measure(argv: list[str], env: dict[str, str], max_rss_mb: float) -> Sample:
-    """Run `argv` once: wall time, peak RSS (of it and the children it waited for), exit code,
-    and the JSON line a floor prints on stdout.
-
-    The peak RSS comes from GNU time, not from our own wait4: a process spawned from
-    this one (vfork + exec) starts its ru_maxrss at this process's peak, which grows
-    with the inputs generated here; GNU time's forked child starts from time's few MB."""
-    with (
-        tempfile.TemporaryFile() as out,
-        tempfile.TemporaryFile() as err,
-        tempfile.NamedTemporaryFile("r") as rss,
-    ):
-        timed = [TIME, "-f", "%M", "-o", rss.name, *argv]
-        start = time.perf_counter()
-        pid = os.posix_spawn(
-            TIME,
-            timed,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
-                (os.POSIX_SPAWN_DUP2, err.fileno(), 2),
-            ],
-        )
-        done = threading.Event()
-        killed = []
-
-        def watch() -> None:  # a thread, so that the timing is not rounded to a poll interval
-            while not done.wait(0.2):
-                child = _child_of(pid)
-                if child is not None and _rss_mb(child) > max_rss_mb:
-                    killed.append(True)
-                    os.kill(child, 9)
-                    return
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        _, status, _ = os.wait4(pid, 0)
-        seconds = time.perf_counter() - start
-        done.set()
-        out.seek(0)
-        tail = out.read()[-4096:].decode(errors="replace").strip().splitlines()
-        err.seek(0)
-        errors = err.read()[-2000:].decode(errors="replace")
-        reported = rss.read().split()  # "Command exited with non-zero status N" comes first
-    parsed: dict = {}
-    if tail and tail[-1].startswith("{"):
-        with contextlib.suppress(ValueError):  # a command that printed no JSON line
-            parsed = json.loads(tail[-1])
-    return Sample(
-        seconds=seconds,
-        maxrss_mb=int(reported[-1]) / 1024 if reported else float("nan"),  # time reports KiB
-        exit_code=os.waitstatus_to_exitcode(status),
-        output=parsed,
-        killed=bool(killed),
-        stderr_tail=errors,
-    )
 
 
 def user_env() -> dict[str, str]:
@@ -201,8 +107,9 @@ def _git(*args: str) -> str:
     return out.stdout.strip()
 
 
-def machine() -> dict:
+def machine(env: dict[str, str]) -> dict:
     import platform
+    import subprocess
 
     import polars
     import pyarrow
@@ -214,9 +121,31 @@ def machine() -> dict:
         "pyarrow": pyarrow.__version__,
         "commit": _git("rev-parse", "--short", "HEAD"),
         "stab_sources_dirty": bool(_git("status", "--porcelain", "--", "stabilitycli")),
+        # PYTHONPATH can point the console script at a snapshot of the sources
+        "stab_imported_from": subprocess.run(
+            [sys.executable, "-c", "import stabilitycli; print(stabilitycli.__file__)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip(),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "load_start": os.getloadavg(),
     }
+
+
+def merged(run: dict, earlier: dict) -> dict:
+    """`run`, with the cases it did not measure taken from an `earlier` run of the same sizes
+    (so that a long case need not be rerun to refresh the short ones)."""
+    if earlier["scale"] != run["scale"]:
+        raise SystemExit(f"--merge: sizes differ (scale {earlier['scale']} and {run['scale']})")
+    mine = {r["case"]: r for r in run["results"]}
+    theirs = {r["case"]: {**r, "earlier": True} for r in earlier["results"]}
+    run["results"] = [
+        mine.get(name) or theirs[name] for name in cases.NAMES if name in mine or name in theirs
+    ]
+    run["earlier"] = {"command": earlier["command"], "machine": earlier["machine"]}
+    return run
 
 
 def main() -> None:
@@ -238,6 +167,10 @@ def main() -> None:
         "--out", type=Path, help="write the tables as Markdown (docs/performance.md)"
     )
     parser.add_argument("--json", type=Path, help="write the raw numbers")
+    parser.add_argument("--label", help="what was measured, when not this checkout's HEAD")
+    parser.add_argument(
+        "--merge", type=Path, help="an earlier --json run: its cases not run now are kept"
+    )
     args = parser.parse_args()
     scale = args.scale if args.scale is not None else (0.01 if args.quick else 1.0)
     repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
@@ -260,7 +193,9 @@ def main() -> None:
         python=sys.executable,
         max_rss_mb=args.max_rss_gb * 1024,
     )
-    info = machine()
+    info = machine(env)
+    if args.label:
+        info["label"] = args.label
     results = []
     for name in names:
         started = time.perf_counter()
@@ -271,9 +206,13 @@ def main() -> None:
         result = run_case(case, repeat, env, args.max_rss_gb * 1024)
         result["load"] = os.getloadavg()[0]
         results.append(result)
+        timings = ", ".join(
+            f"{s['label']} {s['seconds']:.2f} s{' (killed)' if s['killed'] else ''}"
+            for s in result["subjects"].values()
+        )
         print(
-            f"{name}: done in {time.perf_counter() - started:.0f} s (input ready in {made:.0f} s), "
-            f"load average {result['load']:.2f}",
+            f"{name}: {timings}; done in {time.perf_counter() - started:.0f} s (input ready in "
+            f"{made:.0f} s), load average {result['load']:.2f}",
             file=sys.stderr,
             flush=True,
         )
@@ -286,6 +225,8 @@ def main() -> None:
         "repeat": repeat,
         "results": results,
     }
+    if args.merge:
+        run = merged(run, json.loads(args.merge.read_text()))
     print(report.text(run))
     if args.json:
         args.json.write_text(json.dumps(run, indent=1))
