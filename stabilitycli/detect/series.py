@@ -28,12 +28,18 @@ class SeriesView:
     abandoned: pl.DataFrame | None = None
     # the run itself, for the one rule that needs every rank (the view holds their mean)
     run: RunData | None = None
+    # per metric: logged at every step of the view (then `points` needs no mask)
+    _every_step: dict[str, bool] = field(default_factory=dict, repr=False)
 
     def has(self, metric: str) -> bool:
         return metric in self.columns and bool(self.logged[metric].any())
 
     def points(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) at the steps where `metric` was logged; values keep NaN/Inf."""
+        if metric not in self._every_step:
+            self._every_step[metric] = bool(self.logged[metric].all())
+        if self._every_step[metric]:  # no mask to apply: the arrays themselves, not copies
+            return self.steps, self.columns[metric]
         mask = self.logged[metric]
         return self.steps[mask], self.columns[metric][mask]
 
@@ -81,6 +87,10 @@ def build_view(run: RunData) -> SeriesView:
         series = frame[name]
         logged[name] = series.is_not_null().to_numpy()
         columns[name] = series.fill_null(np.nan).to_numpy().astype(np.float64)
+    # read-only: `points` hands out these arrays themselves, so a rule that wrote into one
+    # would change what every later rule reads; numpy raises instead
+    for array in (steps, *columns.values(), *logged.values()):
+        array.flags.writeable = False
     restarts = [r for r in run.source.restarts]
     abandoned = run.abandoned if run.abandoned.height else None
     return SeriesView(

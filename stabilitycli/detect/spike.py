@@ -505,6 +505,8 @@ def _suffix_max(loss: np.ndarray) -> np.ndarray:
 
 def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> np.ndarray:
     """values of a series at `at_steps` (NaN where it was not logged at that step)."""
+    if src_steps is at_steps or np.array_equal(src_steps, at_steps):
+        return values  # logged at the same steps as the loss (the usual case): no lookup
     idx = np.searchsorted(src_steps, at_steps)
     idx_clip = np.minimum(idx, src_steps.size - 1)
     hit = (idx < src_steps.size) & (src_steps[idx_clip] == at_steps)
