@@ -5,7 +5,8 @@ Each sub-command lives in `stabilitycli/commands/<name>.py` and exposes
 shell completion (`stab --install-completion` / `--show-completion`). No
 thresholds and no detection logic here, and polars is never imported at
 module level (here or in `commands/`), so `stab --help` and every TAB a shell
-asks to complete stay instant.
+asks to complete stay instant; nor is pydantic, which typer would import to
+convert option values that need no converting (`commands/_params.py`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ import typer
 from stabilitycli import __version__
 from stabilitycli.exit_codes import ExitCode
 
+try:  # commands whose options need no pydantic when their values need no converting
+    from stabilitycli.commands._params import Command, Group
+except ImportError:  # a typer that converts without pydantic has no layer to go around
+    from typer.core import TyperCommand as Command  # type: ignore[assignment]
+    from typer.core import TyperGroup as Group  # type: ignore[assignment]
+
 # `-h` as well as `--help`, on `stab` and on every command
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
+    cls=Group,
     context_settings=HELP_OPTIONS,
     no_args_is_help=True,
     help="stab: read an ML training run's metric logs and say what went wrong.\n\n"
@@ -86,9 +94,12 @@ def _guarded(name: str, command: Callable[..., None]) -> Callable[..., None]:
 
 for _name in COMMANDS:
     _module = importlib.import_module(f"stabilitycli.commands.{_name}")
-    app.command(_name, epilog=getattr(_module, "EPILOG", None), context_settings=HELP_OPTIONS)(
-        _guarded(_name, _module.command)
-    )
+    app.command(
+        _name,
+        cls=Command,
+        epilog=getattr(_module, "EPILOG", None),
+        context_settings=HELP_OPTIONS,
+    )(_guarded(_name, _module.command))
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """`-h` beside `--help` everywhere, shell completion, and both staying light.
 
 Help and completion run on every `-h` and on every TAB a shell asks to complete, so
-neither may import polars, numpy, a log reader or the analysis: the import check runs
-the real `stab` in a subprocess and looks at `sys.modules` when it exits.
+neither may import polars, numpy, pydantic, a log reader or the analysis: the import
+check runs the real `stab` in a subprocess and looks at `sys.modules` when it exits.
+An analysis imports what it uses only: the one reader of its input, its one renderer.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stabilitycli.cli import COMMANDS, app
-from stabilitycli.ingest import READERS
+from stabilitycli.ingest import _TAKES, READERS
 
 runner = CliRunner()
 
@@ -57,6 +58,8 @@ def test_show_completion_prints_the_script(shell: str, monkeypatch) -> None:
 HEAVY = (
     "polars",
     "numpy",
+    # typer converts option values with it; commands/_params.py keeps it for values that need it
+    "pydantic",
     "stabilitycli.pipeline",
     "stabilitycli.detect",
     "stabilitycli.classify",
@@ -75,8 +78,10 @@ finally:
 """
 
 
-def _run_stab(args: list[str], **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    code = _PROBE.replace("HEAVY", json.dumps(list(HEAVY)))
+def _run_stab(
+    args: list[str], watch: tuple[str, ...] = HEAVY, **env: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    code = _PROBE.replace("HEAVY", json.dumps(list(watch)))
     proc = subprocess.run(
         [sys.executable, "-c", code, json.dumps(args)],
         capture_output=True,
@@ -119,3 +124,31 @@ def test_a_tab_completes_without_importing_anything_heavy(words: str, expected: 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == expected
     assert loaded == []
+
+
+# what analysing one log never needs but the reader of its format and the renderer asked for
+UNUSED_BY_AN_ANALYSIS = (
+    "pydantic",
+    "plotly",
+    "rich.markdown",
+    *(f"stabilitycli.report.{name}" for name in ("html", "markdown", "plotdata", "json_report")),
+    *(f"stabilitycli.ingest.{name}" for name in READERS),
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "reader"),
+    [("fixtures/ranks/seed_64/global.jsonl", "jsonl"), ("fixtures/tensorboard/tf2", "tensorboard")],
+)
+def test_an_analysis_imports_one_reader_and_one_renderer(log: str, reader: str) -> None:
+    proc, loaded = _run_stab(["analyze", log], watch=UNUSED_BY_AN_ANALYSIS)
+    assert proc.returncode in (0, 1), proc.stderr
+    readers = {m.rpartition(".")[2] for m in loaded if m.startswith("stabilitycli.ingest.")}
+    assert reader in readers
+    if os.path.isdir(log):
+        # a folder is offered to the readers of folders before its own (which import a
+        # couple of file readers they build on), never to the readers of text logs
+        assert not {name for name, takes in _TAKES.items() if takes.text_log} & readers
+    else:
+        assert readers == {reader}
+    assert [m for m in loaded if not m.startswith("stabilitycli.ingest.")] == []

@@ -1,0 +1,90 @@
+"""Option values checked as typer checks them, without pydantic when nothing needs converting.
+
+typer (0.29) converts each parameter's value through a pydantic TypeAdapter it builds the
+first time the parameter is processed, even when the value is absent or already the
+option's own default: a bare `stab analyze run.jsonl` imported pydantic (0.15 s, a tenth
+of the run) to hand back values that were right as they came. The command classes here
+give each parameter, before parsing, a stand-in that returns such values unchanged, as
+typer's adapter would, and passes every other value to typer's own conversion (built
+then), so conversions, errors and their messages stay typer's. Nothing here changes what
+a command receives: tests/test_cli_params.py compares the two on every parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, get_args
+
+from typer import _click
+from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+from typer._param_types import coerce_cli_choice
+from typer.core import TyperCommand, TyperGroup, _TyperParameter
+
+# `_as_given`'s answer for a value that typer's own conversion has to see
+_CONVERT = object()
+
+
+@dataclass(frozen=True)
+class _AsGiven(RuntimeParam):
+    descriptor: TypeDescriptor
+
+    @cached_property
+    def _typers(self) -> RuntimeParam:
+        return build_runtime_param(self.descriptor)
+
+    def _coerce_value(self, value: Any, param: _TyperParameter, ctx: _click.Context) -> Any:
+        kept = _as_given(self.descriptor, value, ctx)
+        if kept is _CONVERT:
+            return self._typers._coerce_value(value, param=param, ctx=ctx)
+        return kept
+
+
+def _as_given(descriptor: TypeDescriptor, value: Any, ctx: _click.Context) -> Any:
+    """The value typer's adapter would return, when it is the value given (or a list of
+    it); `_CONVERT` when typer has to convert, check bounds, open a file or refuse it."""
+    info, annotation = descriptor.parameter_info, descriptor.annotation
+    if info.parser is not None or descriptor.is_file or descriptor.is_path or descriptor.is_ranged:
+        return _CONVERT
+    if descriptor.is_list:
+        words = isinstance(value, (list, tuple)) and all(type(v) is str for v in value)
+        return list(value) if get_args(annotation) == (str,) and words else _CONVERT
+    if descriptor.is_choice:
+        try:
+            # typer's own matching: a member as is, a word to its member (case, normalizer)
+            choices = descriptor.choices or ()
+            return coerce_cli_choice(
+                value, choices=choices, case_sensitive=descriptor.case_sensitive, ctx=ctx
+            )
+        except ValueError:  # not a choice: typer words the error
+            return _CONVERT
+    if annotation in (str, bool, int, float) and type(value) is annotation:
+        return value
+    return _CONVERT
+
+
+def _defer(params: Iterable[_click.Parameter]) -> None:
+    for param in params:
+        # a parameter typer has converted before (or gave its own way) keeps it
+        if isinstance(param, _TyperParameter) and param._runtime_param is None:
+            desc = param.type_descriptor
+            param._runtime_param = _AsGiven(
+                annotation=desc.annotation, parameter_info=desc.parameter_info, descriptor=desc
+            )
+
+
+class Group(TyperGroup):
+    """`stab` itself: its options (completion, help) processed without pydantic."""
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        _defer(self.get_params(ctx))
+        return super().parse_args(ctx, args)
+
+
+class Command(TyperCommand):
+    """A `stab` command: its options processed without pydantic when already right."""
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        _defer(self.get_params(ctx))
+        return super().parse_args(ctx, args)
