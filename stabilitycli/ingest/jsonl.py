@@ -91,7 +91,7 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
     data, cut_line = _strip_truncated_tail(data, limits)
     if cut_line is not None:
         source.warnings.append(f"line {cut_line}: {TRUNCATED_REASON}; kept everything before it")
-    if not data.strip():
+    if _blank(data):
         if cut_line is not None:
             source.reject(cut_line, TRUNCATED_REASON)
             source.rows_read = 1
@@ -101,7 +101,7 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
         source.reject(number, reason)
     data = screened.blanked(data)
     axes = tuple(k for k in (options.step_key, options.rank_key) if k)
-    raw = _fast_parse(data, screened=True, axes=axes) if data.strip() else None
+    raw = _fast_parse(data, screened=True, axes=axes) if not _blank(data) else None
     if raw is None:
         raw = _slow_parse(data, source, limits, axes=axes)
     elif screened.bad:
@@ -122,6 +122,11 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
     return finalize(
         raw, source, step_key=step_key, rank_key=rank_key, overrides=options.metric_overrides
     )
+
+
+def _blank(data: bytes) -> bool:
+    """Nothing but whitespace: stops at the first other byte, where `strip` copies it all."""
+    return not data or data.isspace()
 
 
 def _strip_truncated_tail(
@@ -198,12 +203,14 @@ def _fast_parse(
         return None
     if frame is None:
         return None
-    if b"\n\n" in data or data.startswith(b"\n") or b"\n\r\n" in data:
+    if data.count(b"\n") + (not data.endswith(b"\n")) == frame.height:
+        rows = np.arange(1, frame.height + 1, dtype=np.int64)  # one row per line, none blank
+    else:
+        # blank lines between rows, or a line the parser made two rows of (`{..}{..}`,
+        # which pyarrow reads): number the rows by line, or let the per-line pass judge
         rows = _line_numbers(data)
         if rows.size != frame.height:
             return None
-    else:
-        rows = np.arange(1, frame.height + 1, dtype=np.int64)
     if any(
         _is_axis(name, axes) and isinstance(dtype, _NOT_AXIS)
         for name, dtype in frame.schema.items()
