@@ -7,6 +7,7 @@ them in `[tool.stab]` of a pyproject.toml, in a stab.toml, or with
 
 from __future__ import annotations
 
+import functools
 import itertools
 import tomllib
 from dataclasses import dataclass, fields, replace
@@ -278,17 +279,23 @@ class Thresholds:
     @staticmethod
     def describe(name: str) -> str:
         """The docstring line under a field, for `stab explain` and the README."""
-        return _FIELD_DOCS.get(name, "")
+        return _field_docs().get(name, "")
 
 
 THRESHOLD_NAMES: frozenset[str] = frozenset(spec.name for spec in fields(Thresholds))
 
 
+@functools.cache
 def _field_docs() -> dict[str, str]:
+    """Parsed from this module's source on first use (only `explain` and the docs ask): at
+    import it cost a sixth of a small log's analysis."""
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(Thresholds))
+    try:
+        tree = ast.parse(inspect.getsource(Thresholds))
+    except (OSError, TypeError):  # source not available (zipped install): docs are optional
+        return {}
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
     for node, nxt in itertools.pairwise(body):
@@ -300,12 +307,6 @@ def _field_docs() -> dict[str, str]:
         ):
             docs[node.target.id] = str(nxt.value.value)
     return docs
-
-
-try:
-    _FIELD_DOCS = _field_docs()
-except (OSError, TypeError):  # source not available (zipped install): docs are optional
-    _FIELD_DOCS = {}
 
 
 def load_config(
