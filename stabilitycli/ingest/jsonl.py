@@ -3,11 +3,17 @@
 Three readers, fastest first, so that the common case is fast and the odd
 case is still exact:
 
-1. polars' NDJSON reader, when the bytes hold no bare NaN/Infinity token;
+1. polars' NDJSON reader with the schema of the first lines, kept only when
+   it provably dropped no key (`_polars_parse`); it raises on a bare
+   NaN/Infinity token or a later value of another type;
 2. pyarrow's JSON reader, which parses Python's bare `NaN`, `Infinity` and
-   `-Infinity` tokens natively (polars rejects them) at about 1.7x the time;
+   `-Infinity` tokens natively, in blocks (then polars over every line when a
+   key changes type between blocks);
 3. a per-line `json.loads` pass, only when a line is malformed or a key
-   changes type in a way pyarrow refuses: it names every bad line.
+   changes type in a way neither accepts: it names every bad line.
+
+A plain log larger than `PIECE_BYTES` goes through the same steps a piece at a
+time (`jsonl_pieces`), so the file is never held whole.
 
 A last line cut off mid-write (the job died) is dropped with a warning before
 any reader sees it: it would make both fast readers raise.
@@ -78,9 +84,19 @@ def read_bytes(path: Path, limits: InputLimits | None = None) -> bytes:
     return _bounded.read_input(path, limits or limits_in_force()).data
 
 
+# a plain log larger than this is parsed a piece of about this size at a time: the file is
+# never held whole, and no parser copies more than a piece (issue 15)
+PIECE_BYTES = 16 << 20
+
+
 def read(path: Path, options: ReadOptions) -> RunData:
-    loaded = _bounded.read_input(path, options.limits)
     source = SourceInfo(path=str(path), format=NAME, run=path.parent.name or None)
+    from stabilitycli.ingest.jsonl_pieces import read_in_pieces
+
+    run = read_in_pieces(path, source, options, PIECE_BYTES)
+    if run is not None:
+        return run
+    loaded = _bounded.read_input(path, options.limits)
     source.warnings.extend(loaded.warnings)
     return parse_bytes(loaded.data, source, options)
 
@@ -96,18 +112,36 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
             source.reject(cut_line, TRUNCATED_REASON)
             source.rows_read = 1
         raise StabInputError(source.path, "no JSON lines to read (the file is empty)")
+    raw = parse_piece(data, 1, source, options, whole=True)
+    assert raw is not None  # a whole log with no record raised in the per-line pass
+    if cut_line is not None:
+        source.reject(cut_line, TRUNCATED_REASON)
+    return finish(raw, source, options)
+
+
+def parse_piece(
+    data: bytes, first_line: int, source: SourceInfo, options: ReadOptions, *, whole: bool
+) -> pl.DataFrame | None:
+    """The records of `data` (whole lines, the first one numbered `first_line`), rejections
+    recorded in `source`. A piece of a larger log (`whole=False`) may hold no record (None);
+    the caller says what was rejected once, for the whole log."""
+    limits = options.limits
+    offset = first_line - 1
     screened = _bounded.screen_lines(data, limits)
     for number, reason in sorted(screened.bad.items()):
-        source.reject(number, reason)
+        source.reject(number + offset, reason)
     data = screened.blanked(data)
     axes = tuple(k for k in (options.step_key, options.rank_key) if k)
     raw = _fast_parse(data, screened=True, axes=axes) if not _blank(data) else None
-    if raw is None:
-        raw = _slow_parse(data, source, limits, axes=axes)
-    elif screened.bad:
-        _warn_rejected(source)
-    if cut_line is not None:
-        source.reject(cut_line, TRUNCATED_REASON)
+    if raw is None:  # the per-line pass numbers its lines from `first_line` itself
+        return _slow_parse(data, source, limits, axes=axes, first_line=first_line, whole=whole)
+    if screened.bad and whole:
+        warn_rejected(source)
+    return raw.with_columns(pl.col(ROW) + offset) if offset else raw
+
+
+def finish(raw: pl.DataFrame, source: SourceInfo, options: ReadOptions) -> RunData:
+    """Every record read: count them, find the step and rank keys, build the canonical frame."""
     source.rows_read = raw.height + source.rows_rejected
     if LOGGED_ROW in raw.columns:
         source.notes.append(
@@ -296,7 +330,7 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _warn_rejected(source: SourceInfo) -> None:
+def warn_rejected(source: SourceInfo) -> None:
     first = source.rejections[0]
     source.warnings.append(
         f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: "
@@ -310,11 +344,16 @@ def _slow_parse(
     limits: InputLimits | None = None,
     *,
     axes: tuple[str, ...] = (),
-) -> pl.DataFrame:
-    """Exact per-line pass: keeps scalar fields, names every line it cannot read."""
+    first_line: int = 1,
+    whole: bool = True,
+) -> pl.DataFrame | None:
+    """Exact per-line pass: keeps scalar fields, names every line it cannot read.
+
+    A piece of a larger log (`whole=False`) that holds no record gives None; a
+    whole log with none is an error."""
     limits = limits or limits_in_force()
     records: list[dict] = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(data.split(b"\n"), start=first_line):
         if not line.strip():
             continue
         fault = _bounded.line_fault(line, limits)
@@ -354,19 +393,25 @@ def _slow_parse(
             record[LOGGED_ROW] = record.pop(ROW)
         record[ROW] = number
         records.append(record)
+    if not whole:
+        return pl.DataFrame(records, infer_schema_length=None, strict=False) if records else None
     if not records:
-        raise StabInputError(
-            source.path,
-            "no JSON object could be read"
-            + (
-                f" (first bad line {source.rejections[0].line}: {source.rejections[0].reason})"
-                if source.rejections
-                else ""
-            ),
-        )
+        raise nothing_read(source)
     if source.rows_rejected:
-        _warn_rejected(source)
+        warn_rejected(source)
     return pl.DataFrame(records, infer_schema_length=None, strict=False)
+
+
+def nothing_read(source: SourceInfo) -> StabInputError:
+    return StabInputError(
+        source.path,
+        "no JSON object could be read"
+        + (
+            f" (first bad line {source.rejections[0].line}: {source.rejections[0].reason})"
+            if source.rejections
+            else ""
+        ),
+    )
 
 
 def _decode_reason(err: json.JSONDecodeError) -> str:

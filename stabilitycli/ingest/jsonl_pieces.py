@@ -1,0 +1,114 @@
+"""A large plain JSONL log read a piece at a time, never held whole (issue 15).
+
+Read whole, a 1.5 GB log costs its bytes, the parser's own copy of them and
+the frame, all at once. Here the file is read in pieces of about
+`PIECE_BYTES`, each cut at its last newline (the partial line is carried into
+the next piece), and each piece goes through the same screen and readers as a
+whole log (`jsonl.parse_piece`), its lines numbered from where it starts. The
+pieces' frames are joined at the end; a key that first appears in a later
+piece is a new column, and a column that is whole numbers in one piece and
+fractional in another becomes Float64, as the whole-log readers make it.
+
+Compressed logs, and logs no larger than one piece, are read whole: this
+returns None for them. So it does when the pieces' columns cannot be joined
+(a key that is a number in one piece and an object in another), and the
+whole-log path decides, as before.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import polars as pl
+
+from stabilitycli.frame import RunData
+from stabilitycli.ingest import _bounded, jsonl
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.model import SourceInfo
+
+
+def read_in_pieces(
+    path: Path, source: SourceInfo, options: ReadOptions, piece_bytes: int
+) -> RunData | None:
+    """The run, read in pieces of `piece_bytes`; None when the log is to be read whole."""
+    limits = options.limits
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size <= piece_bytes or _bounded.compression_of(handle.read(4)) is not None:
+            return None
+        _bounded.refuse_oversize(path, size, limits)
+        handle.seek(0)
+        # filled here, handed back only when the pieces join: else the whole-log path
+        # starts again from the caller's untouched source
+        trial = copy.deepcopy(source)
+        frames: list[pl.DataFrame] = []
+        lines_before = 0
+        carry = b""
+        bytes_read = 0
+        while block := handle.read(piece_bytes):
+            bytes_read += len(block)
+            if bytes_read > limits.max_input_bytes:
+                raise _bounded.limit_hit(
+                    str(path),
+                    "the file grew past the limit while read",
+                    "max_input_bytes",
+                    limits.max_input_bytes,
+                )
+            data = carry + block
+            end = data.rfind(b"\n") + 1
+            if end == 0:  # one line longer than a piece: keep reading until it ends
+                carry = data
+                continue
+            carry = data[end:]
+            lines_before = _parse(data[:end], lines_before, trial, options, frames)
+    cut_line = None
+    if carry:
+        last, cut = jsonl._strip_truncated_tail(carry, limits)
+        if cut is not None:
+            cut_line = lines_before + cut
+        lines_before = _parse(last, lines_before, trial, options, frames)
+    if cut_line is not None:
+        # said first, as the whole-log path says it
+        trial.warnings.insert(
+            len(source.warnings),
+            f"line {cut_line}: {jsonl.TRUNCATED_REASON}; kept everything before it",
+        )
+    if not frames:
+        if cut_line is not None and not trial.rows_rejected:
+            trial.reject(cut_line, jsonl.TRUNCATED_REASON)
+            trial.rows_read = 1
+            raise jsonl.StabInputError(trial.path, "no JSON lines to read (the file is empty)")
+        raise jsonl.nothing_read(trial)
+    try:
+        raw = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
+        return None
+    if trial.rows_rejected:
+        jsonl.warn_rejected(trial)
+    if cut_line is not None:
+        trial.reject(cut_line, jsonl.TRUNCATED_REASON)
+    run = jsonl.finish(raw, trial, options)
+    _adopt(source, trial)
+    return run
+
+
+def _parse(
+    piece: bytes,
+    lines_before: int,
+    source: SourceInfo,
+    options: ReadOptions,
+    frames: list[pl.DataFrame],
+) -> int:
+    """Parse one piece of whole lines into `frames`; the number of lines read so far."""
+    if piece and not jsonl._blank(piece):
+        raw = jsonl.parse_piece(piece, lines_before + 1, source, options, whole=False)
+        if raw is not None:
+            frames.append(raw)
+    return lines_before + piece.count(b"\n")
+
+
+def _adopt(source: SourceInfo, trial: SourceInfo) -> None:
+    """The caller holds `source`: give it everything the pieces found."""
+    source.__dict__.update(trial.__dict__)

@@ -1,0 +1,114 @@
+"""A large JSONL log is read a piece at a time (issue 15: the file is never held whole);
+it must give the very run the whole-log read gives: the same frame, the same counts,
+the same rejected lines by number, the same warnings.
+
+The pieces are made tiny here (a few hundred bytes) so that every fixture is cut
+into many, lines fall across piece boundaries, and one line can be longer than a
+piece."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from stabilitycli import read
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import jsonl
+from tests.conftest import FIXTURES
+
+LOGS = sorted(p for p in FIXTURES.rglob("*.jsonl") if p.stat().st_size > 300)
+
+
+def _whole_and_pieces(path, monkeypatch, piece_bytes: int):
+    with monkeypatch.context() as patch:
+        patch.setattr(jsonl, "PIECE_BYTES", 1 << 40)
+        whole = read(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(jsonl, "PIECE_BYTES", piece_bytes)
+        pieces = read(path)
+    return whole, pieces
+
+
+def _same(whole, pieces) -> None:
+    assert_frame_equal(pieces.frame, whole.frame)
+    a, b = whole.source.to_dict(), pieces.source.to_dict()
+    # the first five rejected lines are kept; pieces meet them in line order
+    a_rejected, b_rejected = a.pop("rejected"), b.pop("rejected")
+    assert b == a
+    if whole.source.rows_rejected <= 5:
+        assert sorted(b_rejected, key=str) == sorted(a_rejected, key=str)
+
+
+def test_the_fixtures_are_cut_into_pieces() -> None:
+    assert len(LOGS) >= 40
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_a_log_read_in_pieces_is_the_log_read_whole(path, monkeypatch) -> None:
+    try:
+        whole, pieces = _whole_and_pieces(path, monkeypatch, 256)
+    except StabInputError as err:
+        # a log that is an error is the same error either way
+        with monkeypatch.context() as patch:
+            patch.setattr(jsonl, "PIECE_BYTES", 256)
+            with pytest.raises(StabInputError) as again:
+                read(path)
+        assert str(again.value) == str(err)
+        return
+    _same(whole, pieces)
+
+
+def _write(path, lines, end="\n") -> None:
+    path.write_text("\n".join(lines) + end)
+
+
+def test_what_a_later_piece_holds_is_kept_exactly(tmp_path, monkeypatch) -> None:
+    lines = [f'{{"step": {i}, "loss": 2}}' for i in range(200)]
+    lines += ['{"step": 200, "loss": 2.5, "eval_loss": 1.75}']  # a new key, a fraction
+    lines += ['{"step": 201, "loss": NaN}', '{"step": 202, "loss": Infinity}']
+    lines += ['{"step": 203, "loss": -Infinity, "grad_norm": 1e400}']
+    log = tmp_path / "run.jsonl"
+    _write(log, lines)
+    whole, pieces = _whole_and_pieces(log, monkeypatch, 512)
+    _same(whole, pieces)
+    tail = pieces.frame["loss"].tail(4).to_list()
+    assert tail[0] == 2.5 and math.isnan(tail[1]) and tail[2] == math.inf
+    assert tail[3] == -math.inf
+    assert pieces.frame["eval_loss"].drop_nulls().to_list() == [1.75]
+    assert pieces.frame["grad_norm"].drop_nulls().to_list() == [math.inf]
+
+
+def test_bad_lines_in_later_pieces_are_named_by_their_line_in_the_file(
+    tmp_path, monkeypatch
+) -> None:
+    lines = [f'{{"step": {i}, "loss": 2.0}}' for i in range(300)]
+    lines[120] = '{"step": 120, "loss": '  # broken mid-file, line 121
+    lines[250] = "[1, 2, 3]"  # not an object, line 251
+    log = tmp_path / "run.jsonl"
+    _write(log, lines)
+    whole, pieces = _whole_and_pieces(log, monkeypatch, 400)
+    _same(whole, pieces)
+    assert [r.line for r in pieces.source.rejections] == [121, 251]
+    assert pieces.source.rows_used == 298
+
+
+def test_a_last_line_cut_off_mid_write_is_dropped_with_its_number(tmp_path, monkeypatch) -> None:
+    lines = [f'{{"step": {i}, "loss": 2.0}}' for i in range(300)] + ['{"step": 300, "lo']
+    log = tmp_path / "run.jsonl"
+    _write(log, lines, end="")
+    whole, pieces = _whole_and_pieces(log, monkeypatch, 400)
+    _same(whole, pieces)
+    assert pieces.source.rejections[0].line == 301
+    assert pieces.source.warnings[0].startswith("line 301: last line cut off")
+
+
+def test_a_line_longer_than_a_piece_is_read(tmp_path, monkeypatch) -> None:
+    lines = [f'{{"step": {i}, "loss": 2.0}}' for i in range(100)]
+    lines[50] = '{"step": 50, "loss": 2.0, "note": "' + "x" * 5000 + '"}'
+    log = tmp_path / "run.jsonl"
+    _write(log, lines)
+    whole, pieces = _whole_and_pieces(log, monkeypatch, 300)
+    _same(whole, pieces)
+    assert pieces.frame.height == 100
