@@ -240,7 +240,11 @@ def finalize(
             rank_raw = rank_raw.str.extract(r"(\d+)", 1)
         table = table.with_columns(rank_raw.cast(pl.Int64, strict=False).alias("rank"))
 
-    # 4. Account for rows that cannot be used.
+    # 4. Account for rows that cannot be used. Most logs have none, and each filter below
+    # copies every row: one pass asks first
+    if _all_usable(table, rank_key is not None):
+        table = table.drop("_has_metric", *(["_step_fault"] if "_step_fault" in table else []))
+        return _checked_frame(table, source, metric_names, metric_keys, rank_key is not None)
     no_metric = table.filter(~pl.col("_has_metric"))
     _reject_rows(source, no_metric, "not a metric record (no numeric metric value)")
     table = table.filter(pl.col("_has_metric"))
@@ -263,6 +267,27 @@ def finalize(
             f"per-rank record whose rank is no process index (below 0 or over {_RANK_MAX})",
         )
         table = table.filter(~odd_rank)
+    return _checked_frame(table, source, metric_names, metric_keys, rank_key is not None)
+
+
+def _all_usable(table: pl.DataFrame, has_rank: bool) -> bool:
+    """Whether every row has a metric, a usable step and (per-rank) a usable rank."""
+    usable = pl.col("_has_metric") & pl.col("step").is_not_null()
+    if "_step_fault" in table.columns:
+        usable &= pl.col("_step_fault").is_null()
+    if has_rank:
+        usable &= pl.col("rank").is_not_null() & pl.col("rank").is_between(0, _RANK_MAX)
+    return bool(table.select(usable.all()).item())
+
+
+def _checked_frame(
+    table: pl.DataFrame,
+    source: SourceInfo,
+    metric_names: list[str],
+    metric_keys: list[str],
+    has_rank: bool,
+) -> RunData:
+    """The usable rows: refused when there are none, a warning when there is no loss."""
     if table.height == 0:
         first = source.rejections[0] if source.rejections else None
         raise StabInputError(
@@ -276,7 +301,7 @@ def finalize(
             f"(numeric keys: {', '.join(sorted(metric_keys)[:12])})"
         )
 
-    return _merge_and_resume(table, source, metric_names, has_rank=rank_key is not None)
+    return _merge_and_resume(table, source, metric_names, has_rank=has_rank)
 
 
 def _reject_rows(source: SourceInfo, rows: pl.DataFrame, reason: str) -> None:

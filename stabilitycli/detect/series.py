@@ -47,6 +47,8 @@ class SeriesView:
         """(steps, values) where `metric` was logged with a finite value."""
         steps, values = self.points(metric)
         ok = np.isfinite(values)
+        if ok.all():  # the usual case: the arrays themselves, not copies
+            return steps, values
         return steps[ok], values[ok]
 
     def finite_or_skip(
@@ -86,7 +88,8 @@ def build_view(run: RunData) -> SeriesView:
     for name in metrics:
         series = frame[name]
         logged[name] = series.is_not_null().to_numpy()
-        columns[name] = series.fill_null(np.nan).to_numpy().astype(np.float64)
+        # no copy when polars can hand over its own buffer (a Float64 column with no nulls)
+        columns[name] = series.fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
     # read-only: `points` hands out these arrays themselves, so a rule that wrote into one
     # would change what every later rule reads; numpy raises instead
     for array in (steps, *columns.values(), *logged.values()):
