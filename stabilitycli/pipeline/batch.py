@@ -66,6 +66,9 @@ class RunResult:
     fragment: str | None = None
     error: str | None = None
     worst: int | None = None  # worst finding severity (Severity value), None when no findings
+    # the worker died rather than the run failing: says nothing about the run, so a results
+    # store must not keep it as the run's answer
+    transient: bool = False
 
     @property
     def ok(self) -> bool:
@@ -256,10 +259,24 @@ def analyze_many(
     settings: BatchSettings,
     jobs: int | None = None,
     on_done: Callable[[RunResult], None] | None = None,
+    stored: Callable[[str], RunResult | None] | None = None,
 ) -> list[RunResult]:
-    """Every run, in input order. `jobs` workers (default: all cores); 1 runs in this process."""
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths) or 1))
+    """Every run, in input order. `jobs` workers (default: all cores); 1 runs in this process.
+
+    `stored(path)` gives a run's earlier result when it still holds (a results store, for
+    a run whose content and settings did not change): that run is not analysed again."""
     results: list[RunResult | None] = [None] * len(paths)
+    if stored is not None:
+        for i, path in enumerate(paths):
+            results[i] = known = stored(path)
+            if known is not None and on_done:
+                on_done(known)
+        todo = [i for i, r in enumerate(results) if r is None]
+        fresh = analyze_many([paths[i] for i in todo], settings, jobs, on_done)
+        for i, result in zip(todo, fresh, strict=True):
+            results[i] = result
+        return [r for r in results if r is not None]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths) or 1))
     if jobs == 1:
         for i, path in enumerate(paths):
             results[i] = result = analyze_one(path, settings)
@@ -286,7 +303,9 @@ def analyze_many(
             except Exception as err:
                 done = [
                     RunResult(
-                        paths[i], error=f"{paths[i]}: worker failed: {type(err).__name__}: {err}"
+                        paths[i],
+                        error=f"{paths[i]}: worker failed: {type(err).__name__}: {err}",
+                        transient=True,
                     )
                     for i in chunk
                 ]
