@@ -75,11 +75,25 @@ def command(
             help="MLflow store or server holding the run (--run is then a run id or name)."
         ),
     ] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Endpoint of an S3-compatible store for s3:// runs (default: AWS_ENDPOINT_URL)."
+        ),
+    ] = None,
 ) -> None:
     """Compare every rank with its cohort: name outlier, non-finite, silent and straggling ranks."""
     try:
         report = _report(
-            run, metric, rank_pattern, rank_key, step_key, set_values, experiment, tracking_uri
+            run,
+            metric,
+            rank_pattern,
+            rank_key,
+            step_key,
+            set_values,
+            experiment,
+            tracking_uri,
+            endpoint_url,
         )
     except (StabInputError, StabUsageError) as err:
         raise boundary(err, run) from None
@@ -108,6 +122,7 @@ def _report(
     set_values,
     experiment=None,
     tracking_uri=None,
+    endpoint_url=None,
 ):
     from dataclasses import replace
 
@@ -123,6 +138,7 @@ def _report(
         step_key=step_key,
         experiment=experiment,
         tracking_uri=tracking_uri,
+        endpoint_url=endpoint_url,
     )
     from stabilitycli.settings import load_settings, sentence
 

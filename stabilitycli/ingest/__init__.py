@@ -199,6 +199,13 @@ def read(target: str | Path, options: ReadOptions | None = None):
     text = str(target)
     if text == STDIN:
         return _read_stdin(options)
+    from stabilitycli.ingest import remote
+
+    if remote.is_object_uri(text):
+        local = remote.file_uri_path(text)
+        if local is None:  # s3:// or gs://: read from a private local copy
+            return remote.read_staged(text, options, read)
+        text = str(local)
     try:
         return _read(text, options)
     except _NOT_WRAPPED:

@@ -21,6 +21,9 @@ class ReadOptions:
     run: str | None = None
     experiment: str | None = None
     tracking_uri: str | None = None
+    # an S3-compatible store's endpoint for s3:// inputs (`--endpoint-url`; else the
+    # AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL environment, as the AWS tools read it)
+    endpoint_url: str | None = None
     include_deleted: bool = False
     dtype: str | None = None
     # `--pattern REGEX`: named groups are the fields of a text-log record (`step` the step)

@@ -1,0 +1,185 @@
+"""Logs in an object store (`s3://`, `gs://`) or named by a `file://` URI (issue 13).
+
+The filesystem layer is `pyarrow.fs`, already a dependency: it takes
+credentials the way the AWS and Google SDKs do (the environment, a profile,
+instance metadata) and an endpoint for S3-compatible stores (`--endpoint-url`,
+or `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, the variables the AWS tools
+read).
+
+Every reader takes a local path, and several read a folder (TensorBoard,
+MLflow, per-rank logs), so the object, or every object under the prefix, is
+copied into a private temporary folder and read from there with the reader a
+local copy would get; a single log comes with the files readers look for beside
+it (`SIDECARS`), and a run whose reader looks further (Lightning's earlier
+versions) is named by its prefix. Each object is refused past `max_input_bytes` before it
+is fetched, and a prefix past `max_walk_files` objects before any is. The
+source, the warnings and every error name the URI, never the temporary copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from stabilitycli.errors import StabInputError, one_line
+from stabilitycli.ingest.limits import InputLimits, limit_hit
+
+SCHEMES = ("s3", "gs", "gcs", "file")
+# read beside a log by the readers (_apply_dtype, lightning, hf_trainer): fetched with it
+SIDECARS = ("manifest.json", "hparams.yaml", "scaler.pt")
+_COPY_BYTES = 8 << 20
+
+
+def is_object_uri(text: str) -> bool:
+    scheme, sep, _ = text.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+def file_uri_path(text: str) -> Path | None:
+    """The local path a `file://` URI names (None for any other URI)."""
+    parts = urlsplit(text)
+    if parts.scheme.lower() != "file":
+        return None
+    return Path(unquote(parts.path))
+
+
+def filesystem(uri: str, endpoint_url: str | None = None) -> tuple[Any, str]:
+    """(a pyarrow filesystem, the object path in it) for an `s3://` or `gs://` URI."""
+    import pyarrow.fs as pafs
+
+    scheme, _, rest = uri.partition("://")
+    key = rest.strip("/")
+    if not key:
+        raise StabInputError(uri, "no bucket in the URI")
+    try:
+        if scheme.lower() == "s3":
+            return pafs.S3FileSystem(**_s3_settings(endpoint_url)), key
+        return pafs.GcsFileSystem(), key
+    except (OSError, ValueError) as err:
+        raise StabInputError(uri, f"cannot open the object store: {one_line(err)}") from err
+
+
+def _s3_settings(endpoint_url: str | None) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    endpoint = (
+        endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        settings["endpoint_override"] = parts.netloc
+        settings["scheme"] = parts.scheme
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        settings["region"] = region
+    return settings
+
+
+@contextmanager
+def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> Iterator[Path]:
+    """A private local copy of the object, or of every object under the prefix."""
+    import pyarrow.fs as pafs
+
+    fs, key = filesystem(uri, endpoint_url)
+    info = _ask(uri, lambda: fs.get_file_info(key))
+    if info.type == pafs.FileType.NotFound:
+        raise StabInputError(uri, "no such object or prefix in the store")
+    if info.type == pafs.FileType.File:
+        # the files a reader looks for beside a log come along: what it reads from the
+        # log's folder must not depend on where the log is kept
+        parent = str(PurePosixPath(key).parent)
+        beside = _ask(uri, lambda: fs.get_file_info([f"{parent}/{n}" for n in SIDECARS]))
+        objects = [info, *(i for i in beside if i.type == pafs.FileType.File and i.path != key)]
+    else:
+        selector = pafs.FileSelector(key, recursive=True)
+        listed = _ask(uri, lambda: fs.get_file_info(selector))
+        objects = [i for i in listed if i.type == pafs.FileType.File]
+        if len(objects) > limits.max_walk_files:
+            raise limit_hit(
+                uri,
+                f"the prefix holds {len(objects):,} objects",
+                "max_walk_files",
+                limits.max_walk_files,
+            )
+        if not objects:
+            raise StabInputError(uri, "no object under this prefix")
+    for item in objects:
+        if item.size is not None and item.size > limits.max_input_bytes:
+            where = item.path[len(key) :].lstrip("/") or PurePosixPath(key).name
+            raise limit_hit(
+                uri,
+                f"{where} is {item.size:,} bytes",
+                "max_input_bytes",
+                limits.max_input_bytes,
+            )
+    folder = tempfile.mkdtemp(prefix="stab-remote-")
+    try:
+        # under the name of the folder it sits in: readers name a run by its parent folder
+        name = PurePosixPath(key)
+        local = Path(folder) / (name.parent.name or "store") / name.name
+        for item in objects:
+            if info.type == pafs.FileType.File:
+                target = local.parent / PurePosixPath(item.path).name
+            else:
+                target = local / item.path[len(key) :].lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _ask(uri, functools.partial(_fetch, fs, item.path, target, limits))
+        yield local
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _fetch(fs: Any, object_path: str, target: Path, limits: InputLimits) -> None:
+    """Copy one object to `target`, never past max_input_bytes (an object can grow)."""
+    copied = 0
+    with fs.open_input_stream(object_path) as source, open(target, "wb") as sink:
+        while chunk := source.read(_COPY_BYTES):
+            copied += len(chunk)
+            if copied > limits.max_input_bytes:
+                raise limit_hit(
+                    object_path,
+                    "the object grew past the limit while read",
+                    "max_input_bytes",
+                    limits.max_input_bytes,
+                )
+            sink.write(chunk)
+
+
+def _ask(uri: str, call: Callable[[], Any]) -> Any:
+    """One request to the store; what it refuses (credentials, network) is one line."""
+    try:
+        return call()
+    except StabInputError:
+        raise
+    except OSError as err:
+        raise StabInputError(uri, f"the object store refused: {one_line(err)}") from err
+
+
+def read_staged(uri: str, options: Any, read: Callable[[str | Path, Any], Any]) -> Any:
+    """The run at `uri`, read from a local copy by `read`, named by its URI throughout."""
+    with staged(uri, options.limits, options.endpoint_url) as local:
+        try:
+            run = read(local, options)
+        except StabInputError as err:
+            raise StabInputError(
+                _named(str(err.path), local, uri),
+                _named(err.reason, local, uri),
+                line=err.line,
+                record=err.record,
+            ) from None
+    source = run.source
+    source.path = _named(source.path, local, uri)
+    source.warnings[:] = [_named(w, local, uri) for w in source.warnings]
+    source.notes[:] = [_named(n, local, uri) for n in source.notes]
+    return run
+
+
+def _named(text: str, local: Path, uri: str) -> str:
+    """`text` with the local copy's path given as the URI it came from."""
+    return text.replace(str(local), uri.rstrip("/"))
