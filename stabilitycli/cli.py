@@ -40,7 +40,15 @@ app = typer.Typer(
 )
 
 # in the order `stab --help` lists them
-COMMANDS: tuple[str, ...] = ("analyze", "explain", "ranks", "compare", "postmortem", "report")
+COMMANDS: tuple[str, ...] = (
+    "analyze",
+    "explain",
+    "ranks",
+    "compare",
+    "postmortem",
+    "report",
+    "summary",
+)
 
 
 def _print_version(value: bool) -> None:

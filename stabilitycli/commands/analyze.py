@@ -124,6 +124,15 @@ def command(
             "--verbose", "-v", help="Say more: every finding (the terminal shows the first 40)."
         ),
     ] = False,
+    results: Annotated[
+        str | None,
+        typer.Option(
+            "--results",
+            help="Keep every run's result in this SQLite file and reuse it while the run "
+            "and the settings are unchanged: a rerun analyses only new or changed runs "
+            "(see `stab summary`).",
+        ),
+    ] = None,
     show_settings: Annotated[
         bool,
         typer.Option(
@@ -158,10 +167,20 @@ def command(
     verbosity = "quiet" if quiet else "verbose" if verbose else "normal"
     if show_settings:
         raise typer.Exit(_show_settings(path[0], set_values))
-    if len(path) > 1 or recursive:
+    if len(path) > 1 or recursive or results:
         raise typer.Exit(
             _analyze_many(
-                path, recursive, jobs, quiet, output, fail_on, options, select, ignore, set_values
+                path,
+                recursive,
+                jobs,
+                quiet,
+                output,
+                fail_on,
+                options,
+                select,
+                ignore,
+                set_values,
+                results,
             )
         )
     target = path[0]
@@ -242,6 +261,7 @@ def _analyze_many(
     select,
     ignore,
     set_values,
+    results_path: str | None = None,
 ) -> int:
     """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only
     the output."""
@@ -272,12 +292,41 @@ def _analyze_many(
         typer.echo(f"stab: warning: {visible(warning)}", err=True)
     if not paths:
         raise fail(f"no runs found in {', '.join(targets)}")
-    results = _with_progress(paths, settings, jobs, quiet, output)
+    sweep = _sweep(results_path, settings, output) if results_path else None
+    results = _with_progress(paths, settings, jobs, quiet, output, sweep)
     print_rendered(output.render_many(results))
     for r in results:
         if not r.ok:
             typer.echo(f"stab: error: {visible(r.error or '')}", err=True)
+    if sweep is not None:
+        counts = sweep.finish(results, lambda r: batch.exit_status([r], fail_on.value))
+        _say_reuse(counts, results_path or "", output, quiet)
     return batch.exit_status(results, fail_on.value)
+
+
+def _sweep(results_path: str, settings, output: Format):
+    """The results store's sweep (its `stored` hook skips unchanged runs); a store that
+    cannot be opened is one line and exit 2, before anything is analysed."""
+    from stabilitycli.results.store import Sweep, open_store
+
+    try:
+        conn = open_store(results_path, create=True)
+    except StabInputError as err:
+        raise fail(str(err)) from None
+    fragment_format = output.value if settings.render_fragment is not None else None
+    return Sweep(conn, settings, fragment_format)
+
+
+def _say_reuse(counts: dict[str, int], results_path: str, output: Format, quiet: bool) -> None:
+    # machine formats keep stdout as a fresh sweep prints it: the count goes to stderr
+    line = (
+        f"stab: {counts['reused']:,} of {counts['runs']:,} runs reused from "
+        f"{visible(results_path)}, {counts['analysed']:,} analysed"
+    )
+    if output is Format.terminal:
+        typer.echo(line)
+    elif not quiet:
+        typer.echo(line, err=True)
 
 
 # a single log at least this big gets a progress line while it is read and analysed
@@ -290,11 +339,12 @@ def progress_wanted(output: Format, quiet: bool) -> bool:
     return not quiet and output is Format.terminal and sys.stderr.isatty()
 
 
-def _with_progress(paths, settings, jobs, quiet, output: Format):
+def _with_progress(paths, settings, jobs, quiet, output: Format, sweep=None):
     from stabilitycli.pipeline import batch
 
+    stored = sweep.stored if sweep is not None else None
     if not progress_wanted(output, quiet):
-        return batch.analyze_many(paths, settings, jobs)
+        return batch.analyze_many(paths, settings, jobs, stored=stored)
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -324,4 +374,4 @@ def _with_progress(paths, settings, jobs, quiet, output: Format):
             if state.elapsed:
                 progress.update(task, rate=f"{state.completed / state.elapsed:.1f} runs/s")
 
-        return batch.analyze_many(paths, settings, jobs, on_done=done)
+        return batch.analyze_many(paths, settings, jobs, on_done=done, stored=stored)

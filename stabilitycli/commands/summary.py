@@ -1,0 +1,141 @@
+"""`stab summary`: what the latest sweep in a results store found, worst first.
+
+Registered by `cli.py` like the other commands. sqlite3 and the queries
+(`stabilitycli.results.summary`) are imported inside the function, so `stab --help`
+stays instant. The store is opened read-only.
+
+Exit status: 0 when the summary is printed, 2 when the file is not a results store
+(missing, not SQLite, another program's database, a newer schema: one line on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from stabilitycli.commands._common import boundary, print_rendered
+from stabilitycli.errors import StabInputError
+
+EPILOG = "Worst first: unreadable, error, warning, insufficient-data, then healthy (--all)."
+
+
+class SummaryFormat(StrEnum):
+    terminal = "terminal"
+    json = "json"
+
+
+def command(
+    store: Annotated[
+        str, typer.Argument(help="Results store written by `stab analyze --results PATH`.")
+    ],
+    output: Annotated[
+        SummaryFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = SummaryFormat.terminal,
+    changed: Annotated[
+        bool,
+        typer.Option(
+            "--changed",
+            help="Also what changed since the sweep before: new runs, runs gone, verdicts "
+            "that changed.",
+        ),
+    ] = False,
+    every_run: Annotated[
+        bool, typer.Option("--all", help="List every run, the healthy ones too.")
+    ] = False,
+) -> None:
+    """Which runs of the latest sweep are not healthy, worst first (and with --changed,
+    what changed since the sweep before), from a results store."""
+    from stabilitycli.results.store import open_store
+    from stabilitycli.results.summary import summarise
+
+    try:
+        conn = open_store(store, create=False)
+        try:
+            doc = summarise(conn, every_run=every_run, changed=changed)
+        finally:
+            conn.close()
+    except StabInputError as err:
+        raise boundary(err, store) from None
+    if output is SummaryFormat.json:
+        typer.echo(json.dumps(doc, allow_nan=False))
+        return
+    print_rendered(_terminal(doc, every_run))
+
+
+def _terminal(doc: dict[str, Any], every_run: bool):
+    from rich.console import Group
+    from rich.text import Text
+
+    from stabilitycli.report import escape
+
+    sweep = doc["sweep"]
+    if sweep is None:
+        return "stab summary: no sweep in this store yet\n"
+    head = (
+        f"stab summary: sweep {sweep['id']} ({sweep['finished_at']}): "
+        f"{doc['not_healthy']:,} of {sweep['runs']:,} runs not healthy; "
+        f"{sweep['analysed']:,} analysed, {sweep['reused']:,} reused"
+    )
+    parts: list[Any] = [Text(head)]
+    if doc["runs"]:
+        parts.append(_table("every run" if every_run else "not healthy", doc["runs"]))
+    changes = doc.get("changed")
+    if changes is not None:
+        parts.append(_changes(changes, escape))
+    return escape.CommandGuard(Group(*parts))
+
+
+def _table(title: str, runs: list[dict[str, Any]], was: bool = False):
+    from rich.table import Table
+    from rich.text import Text
+
+    from stabilitycli.report import escape
+
+    table = Table(title=title, title_justify="left")
+    if was:
+        table.add_column("was", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("cause", no_wrap=True)
+    table.add_column("first bad step", justify="right")
+    table.add_column("location", overflow="fold")
+    for run in runs:
+        cells = [run["previous_verdict"]] if was else []
+        step = run["first_bad_step"]
+        table.add_row(
+            *cells,
+            Text(run["verdict"], style=_style(run)),
+            Text(run["cause"] or ""),
+            "" if step is None else str(step),
+            Text(escape.terminal(run["location"])),
+        )
+    return table
+
+
+def _changes(changes: dict[str, Any], escape):
+    from rich.console import Group
+    from rich.text import Text
+
+    if changes["previous_sweep"] is None:
+        return Text("changed: no earlier sweep to compare with")
+    parts: list[Any] = [
+        Text(
+            f"changed since sweep {changes['previous_sweep']}: {len(changes['new'])} new, "
+            f"{len(changes['gone'])} gone, {len(changes['verdict_changed'])} verdicts changed"
+        )
+    ]
+    if changes["verdict_changed"]:
+        parts.append(_table("verdict changed", changes["verdict_changed"], was=True))
+    if changes["new"]:
+        parts.append(_table("new", changes["new"]))
+    for gone in changes["gone"]:
+        parts.append(Text(f"gone: {escape.terminal(gone['location'])} (was {gone['verdict']})"))
+    return Group(*parts)
+
+
+def _style(run: dict[str, Any]) -> str:
+    if run["error"]:
+        return "bold magenta"
+    return {"error": "bold red", "warning": "yellow"}.get(run["severity"] or "", "green")

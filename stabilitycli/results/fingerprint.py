@@ -1,0 +1,110 @@
+"""What a run's stored result depends on: its bytes on disk and how it was analysed.
+
+A file is known by its size and mtime_ns (a stat, no read: rereading 2,000 logs to
+hash them would cost what analysing them costs). A run folder (TensorBoard, MLflow,
+per-rank files) by a hash over the sorted (relative path, size, mtime_ns) of the
+files below it, so a file added, removed or rewritten anywhere in it shows. The
+settings part holds the stab version, every threshold in force for the run with its
+source (config files apply per folder, and the document names the source), the read
+options and the rule selection: a change to any of them changes what analysis gives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    kind: str  # "file", "dir" or "missing" (a path that is not there is a result too)
+    size_bytes: int | None = None
+    mtime_ns: int | None = None
+    content_sha256: str | None = None  # run folders only
+
+    def key(self) -> str:
+        return f"{self.kind}:{self.size_bytes}:{self.mtime_ns}:{self.content_sha256}"
+
+
+def of_location(location: str) -> Fingerprint | None:
+    """The content fingerprint of a run on local disk; None for what has none here
+    (a URI, standard input): such a run is always analysed afresh."""
+    if location == "-" or "://" in location:
+        return None
+    try:
+        stat = os.stat(location)
+    except FileNotFoundError:
+        return Fingerprint("missing")
+    except OSError:
+        return None  # unreadable metadata: no claim that it is unchanged
+    if not os.path.isdir(location):
+        return Fingerprint("file", stat.st_size, stat.st_mtime_ns)
+    return Fingerprint("dir", content_sha256=_tree_sha256(location))
+
+
+def _tree_sha256(folder: str) -> str:
+    entries: list[tuple[str, int, int]] = []
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            full = os.path.join(parent, name)
+            try:
+                stat = os.stat(full)
+            except OSError:
+                continue  # a dangling link: not content the readers could use
+            entries.append((os.path.relpath(full, folder), stat.st_size, stat.st_mtime_ns))
+    digest = hashlib.sha256(json.dumps(sorted(entries)).encode())
+    return digest.hexdigest()
+
+
+def options_sha256(options: Any, select: tuple[str, ...], ignore: tuple[str, ...]) -> str:
+    """The read options (metric overrides, step/rank keys, limits...) and the rule
+    selection, which are the same for every run of a sweep."""
+    from stabilitycli import __version__
+
+    fields = asdict(options) if options is not None else None
+    text = json.dumps(
+        {"stab": __version__, "options": fields, "select": select, "ignore": ignore},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ThresholdKeys:
+    """Every threshold in force for a run, with its source, as one hash; None when the
+    settings cannot be loaded (the analysis will report why). One per sweep: runs side
+    by side share a config search, and a config edited between sweeps is read anew."""
+
+    def __init__(self, set_values: dict[str, str]) -> None:
+        self._set_values = dict(set_values)
+        self._by_folder: dict[str, str | None] = {}
+
+    def __call__(self, location: str) -> str | None:
+        folder = _config_folder(location)
+        if folder not in self._by_folder:
+            self._by_folder[folder] = _thresholds_of_folder(folder, self._set_values)
+        return self._by_folder[folder]
+
+
+def _config_folder(location: str) -> str:
+    # the folder the config search starts from (settings.load_settings)
+    path = Path(location)
+    if "://" in location or not path.exists():
+        return str(Path.cwd())
+    return str(path if path.is_dir() else path.parent)
+
+
+def _thresholds_of_folder(folder: str, set_values: dict[str, str]) -> str | None:
+    from stabilitycli.errors import StabUsageError
+    from stabilitycli.settings import load_settings
+
+    try:
+        _, settings = load_settings(folder, set_values)
+    except StabUsageError:
+        return None
+    in_force = [(s.name, s.value, s.source) for s in settings.entries]
+    return hashlib.sha256(json.dumps(in_force, default=str).encode()).hexdigest()
