@@ -21,17 +21,25 @@ class Target:
 
 def _get(results: dict, case: str, key: str) -> dict | None:
     subject = results.get(case, {}).get("subjects", {}).get(key)
-    return None if subject is None or subject["killed"] else subject
+    return None if subject is None or subject.get("failed") else subject
 
 
 def _ratio_target(results, name, requirement, case, num, den, bar, at_most=True) -> Target:
     top, bottom = _get(results, *num), _get(results, *den)
     if top is None or bottom is None:
-        return Target(name, requirement, "not measured", None, (case,))
+        return Target(name, requirement, _why_missing(results, num, den), None, (case,))
     ratio = top["seconds"] / bottom["seconds"]
     return Target(
         name, requirement, f"{ratio:.2f}x", ratio <= bar if at_most else ratio >= bar, (case,)
     )
+
+
+def _why_missing(results: dict, *wanted: tuple[str, str]) -> str:
+    for case, key in wanted:
+        subject = results.get(case, {}).get("subjects", {}).get(key)
+        if subject is not None and subject.get("failed"):
+            return f"{subject['label']}: {subject['failed']}"
+    return "not measured"
 
 
 def targets(run: dict) -> list[Target]:
@@ -143,7 +151,7 @@ def _rss_target(results: dict, case: str, ranks: str) -> Target:
 def _seconds(subject: dict | None) -> str:
     if subject is None:
         return "-"
-    return "killed" if subject["killed"] else f"{subject['seconds']:.2f}"
+    return "failed" if subject.get("failed") else f"{subject['seconds']:.2f}"
 
 
 def _megabytes(size_mb: float) -> str:
@@ -158,13 +166,14 @@ def main_rows(run: dict) -> list[list[str]]:
         for case in target.cases:
             by_case.setdefault(case, []).append(f"{target.name} {target.result}")
     rows = []
+    results_by_case = {r["case"]: r for r in run["results"]}
     for r in run["results"]:
         s = r["subjects"]
         stab, floor, pandas = s.get("stab"), s.get("floor"), s.get("pandas")
         ratio = pandas_ratio = "-"
-        if stab and floor and not (stab["killed"] or floor["killed"]):
+        if _get(results_by_case, r["case"], "stab") and _get(results_by_case, r["case"], "floor"):
             ratio = f"{stab['seconds'] / floor['seconds']:.2f}x"
-        if stab and pandas and not (stab["killed"] or pandas["killed"]):
+        if _get(results_by_case, r["case"], "stab") and _get(results_by_case, r["case"], "pandas"):
             pandas_ratio = f"{pandas['seconds'] / stab['seconds']:.1f}x"
         rows.append(
             [
@@ -208,7 +217,7 @@ def baseline_rows(run: dict) -> list[list[str]]:
         stab = r["subjects"].get("stab")
         for subject in r["subjects"].values():
             versus = "-"
-            if stab and not stab["killed"] and not subject["killed"]:
+            if stab and not stab.get("failed") and not subject.get("failed"):
                 versus = f"{subject['seconds'] / stab['seconds']:.2f}"
             rows.append(
                 [
@@ -270,6 +279,12 @@ def markdown(run: dict) -> str:
         else f" **Sizes scaled by {run['scale']:g} (a smoke run, not the issue's sizes).**"
     )
     notes = [n for r in run["results"] for n in r["notes"]]
+    notes += [
+        f"{r['case']}: `{s['label']}` failed: {s['failed']}"
+        for r in run["results"]
+        for s in r["subjects"].values()
+        if s.get("failed")
+    ]
     head = [
         "# Performance of `stab` against the floor (issue #15)",
         "",
@@ -285,6 +300,11 @@ def markdown(run: dict) -> str:
         f"load average {m['load_start'][0]:.2f} at the start, {m['load_end'][0]:.2f} at the end "
         "(the machine is shared: other jobs ran beside it)",
         *_earlier(run),
+        *(
+            f"* stab's environment: `{key}={value}` (its default refuses inputs over 2 GiB, "
+            "and the 30M-row logs are 4.6 GB)"
+            for key, value in m.get("stab_env", {}).items()
+        ),
         *(f"* Note: {n}" for n in notes),
         "",
         f"**{passed} of {len(judged)} targets measured pass.**",
