@@ -251,3 +251,45 @@ def test_summary_of_a_missing_store_is_exit_2(cli, tmp_path) -> None:
     result = cli("summary", tmp_path / "none.db")
     assert result.exit_code == 2 and "no such results store" in result.stderr
     assert not (tmp_path / "none.db").exists()
+
+
+def test_every_summary_key_is_in_the_contract(cli, tmp_path) -> None:
+    from tests.test_contract_doc import named, section
+
+    root, store = _runs(tmp_path), tmp_path / "results.db"
+    (root / "broken.jsonl").write_text("{not json\n")
+    _sweep(cli, root, store)
+    shutil.copy(run_fixture("spike-persistent"), root / "healthy-low-noise.jsonl")
+    (root / "plateau.jsonl").unlink()
+    shutil.copy(run_fixture("nan-fp32-origin"), root / "nan.jsonl")
+    _sweep(cli, root, store)
+    doc = _summary(cli, store, "--changed", "--all")
+    changes = doc["changed"]
+    assert changes["new"] and changes["gone"] and changes["verdict_changed"]
+    found = (
+        set(doc)
+        | set(doc["sweep"])
+        | {k for r in doc["runs"] for k in r}
+        | set(changes)
+        | {k for part in ("new", "gone", "verdict_changed") for r in changes[part] for k in r}
+        | {doc["schema"], "unreadable"}
+    )
+    assert sorted(found - named(section("`stab summary`: `stab.summary/1`"))) == []
+
+
+def test_a_rerun_does_not_sniff_the_logs_it_knows(cli, tmp_path, monkeypatch) -> None:
+    root, store = _runs(tmp_path), tmp_path / "results.db"
+    (root / "notes.txt").write_text("lr sweep, seed 3\n")  # no run: sniffed every time
+    first = _sweep(cli, root, store, "--format", "json")
+    sniffed: list[str] = []
+    real = batch._is_run
+
+    def spy(path):
+        sniffed.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(batch, "_is_run", spy)
+    second = _sweep(cli, root, store, "--format", "json")
+    assert second.stdout == first.stdout
+    assert not any(name.endswith(".jsonl") for name in sniffed)
+    assert "notes.txt" in sniffed

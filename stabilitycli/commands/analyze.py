@@ -279,20 +279,24 @@ def _analyze_many(
         )
         from stabilitycli.detect.registry import select_rules
 
-        # a bad code is a usage error, not N failures
-        select_rules(list(settings.select), list(settings.ignore))
+        # a bad code is a usage error, not N failures; without codes there is nothing to
+        # check, and the rules (polars with them) stay unimported by a sweep that reuses all
+        if settings.select or settings.ignore:
+            select_rules(list(settings.select), list(settings.ignore))
     except StabUsageError as err:
         raise fail(str(err)) from None
     walk_warnings: list[str] = []
+    sweep = _sweep(results_path, settings, output) if results_path else None
     try:
-        paths = batch.discover(targets, recursive, walk_warnings)
+        paths = batch.discover(
+            targets, recursive, walk_warnings, known=sweep.known if sweep else None
+        )
     except StabInputError as err:
         raise boundary(err, " ".join(targets)) from None
     for warning in walk_warnings:
         typer.echo(f"stab: warning: {visible(warning)}", err=True)
     if not paths:
         raise fail(f"no runs found in {', '.join(targets)}")
-    sweep = _sweep(results_path, settings, output) if results_path else None
     results = _with_progress(paths, settings, jobs, quiet, output, sweep)
     print_rendered(output.render_many(results))
     for r in results:

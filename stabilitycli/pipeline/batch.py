@@ -82,7 +82,10 @@ class RunResult:
 
 
 def discover(
-    targets: Iterable[str], recursive: bool, warnings: list[str] | None = None
+    targets: Iterable[str],
+    recursive: bool,
+    warnings: list[str] | None = None,
+    known: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """The runs named by `targets`, in order, without duplicates.
 
@@ -91,6 +94,8 @@ def discover(
     run is walked, and every file or directory a reader accepts is one run.
     What the walk could not enter (a symlink loop, an unreadable folder) is
     added to `warnings`; a walk past `max_walk_files` or `max_walk_depth` raises.
+    `known(path)` says a file is a run unchanged since a walk found it before (a results
+    store): it is not sniffed again, which is most of a walk's time.
     """
     runs: list[str] = []
     for target in targets:
@@ -98,11 +103,11 @@ def discover(
         if "://" in target or not recursive or not path.is_dir():
             runs.append(target)
         else:
-            runs.extend(_walk(path, warnings if warnings is not None else []))
+            runs.extend(_walk(path, warnings if warnings is not None else [], known))
     return list(dict.fromkeys(runs))  # each run once, in the order first given
 
 
-def _walk(root: Path, warnings: list[str]) -> list[str]:
+def _walk(root: Path, warnings: list[str], known: Callable[[str], bool] | None = None) -> list[str]:
     """The runs below `root` in name order, a folder's runs where the folder sorts.
 
     The walk is iterative (a 1,500-deep tree is no recursion) and enters each
@@ -130,7 +135,7 @@ def _walk(root: Path, warnings: list[str]) -> list[str]:
                 not child.name.startswith(".")
                 and child.is_file()
                 and not child.name.lower().endswith(_NOT_LOGS)
-                and _is_run(child)
+                and ((known is not None and known(str(child))) or _is_run(child))
             ):
                 add(child, [child])
     warnings.extend(report.warnings())
@@ -168,13 +173,19 @@ def _runs_of_folders(folder: Path) -> list[Path] | None:
     """A folder of run folders that trackers start anew at each launch (Lightning's
     version_N, TensorBoard run dirs): one path per run, a resume read with what it
     resumed and a run started from scratch on its own; None for any other folder."""
-    from stabilitycli.ingest import detect_format, lightning, tensorboard
+    from stabilitycli.ingest import detect_format
 
     try:
         name = detect_format(folder)
+        # each reader imported only for its own folders: both import polars, which a
+        # walk over plain logs (and a rerun that reuses every run) never needs
         if name == "lightning":
+            from stabilitycli.ingest import lightning
+
             return lightning.run_paths(folder)
         if name == "tensorboard":
+            from stabilitycli.ingest import tensorboard
+
             return tensorboard.run_paths(folder)
     except (StabInputError, OSError):
         return None

@@ -163,8 +163,8 @@ class _Key:
 
 @dataclass
 class Sweep:
-    """One `stab analyze --results` sweep: `stored` is `analyze_many`'s hook, `finish`
-    writes what was analysed, in one transaction."""
+    """One `stab analyze --results` sweep: `known` is `discover`'s hook, `stored` is
+    `analyze_many`'s, `finish` writes what was analysed, in one transaction."""
 
     conn: sqlite3.Connection
     settings: BatchSettings
@@ -172,6 +172,8 @@ class Sweep:
     started_at: str = field(default_factory=utc_now)
     reused: set[str] = field(default_factory=set)
     _keys: dict[str, _Key] = field(default_factory=dict)
+    _prints: dict[str, fingerprint.Fingerprint | None] = field(default_factory=dict)
+    _known_files: dict[str, tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         self._options = fingerprint.options_sha256(
@@ -179,10 +181,34 @@ class Sweep:
         )
         self._thresholds = fingerprint.ThresholdKeys(self.settings.set_values)
 
+    def known(self, location: str) -> bool:
+        """`discover`'s hook: the file was found to be a run by this stab version and has
+        not changed since (whatever it was read with), so the walk need not sniff it."""
+        if self._known_files is None:
+            # one query for the whole walk: a file found before, with its stat then
+            self._known_files = {
+                loc: (size, mtime)
+                for loc, size, mtime in self.conn.execute(
+                    "SELECT location, size_bytes, mtime_ns FROM runs"
+                    " WHERE kind = 'file' AND stab_version = ?",
+                    (_version(),),
+                )
+            }
+        before = self._known_files.get(location)
+        if before is None:
+            return False
+        print_ = self._print(location)
+        return print_ is not None and (print_.size_bytes, print_.mtime_ns) == before
+
+    def _print(self, location: str) -> fingerprint.Fingerprint | None:
+        if location not in self._prints:
+            self._prints[location] = fingerprint.of_location(location)
+        return self._prints[location]
+
     def stored(self, location: str) -> RunResult | None:
         """The run's stored result when its content and settings are unchanged, else None
         (and the key is kept for `finish`)."""
-        print_ = fingerprint.of_location(location)
+        print_ = self._print(location)
         thresholds = self._thresholds(location)
         if print_ is None or thresholds is None:
             return None  # nothing to compare: analysed every time, never stored
