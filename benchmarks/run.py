@@ -44,6 +44,7 @@ import argparse
 import fnmatch
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -230,7 +231,7 @@ def main() -> None:
             flush=True,
         )
     info["load_end"] = os.getloadavg()
-    command = " ".join(["python", "benchmarks/run.py", *sys.argv[1:]])
+    command = shlex.join(["python", "benchmarks/run.py", *sys.argv[1:]])
     run = {
         "command": command,
         "machine": info,
