@@ -279,7 +279,7 @@ def test_every_summary_key_is_in_the_contract(cli, tmp_path) -> None:
 
 def test_a_rerun_does_not_sniff_the_logs_it_knows(cli, tmp_path, monkeypatch) -> None:
     root, store = _runs(tmp_path), tmp_path / "results.db"
-    (root / "notes.txt").write_text("lr sweep, seed 3\n")  # no run: sniffed every time
+    (root / "notes.txt").write_text("lr sweep, seed 3\n")  # no run
     first = _sweep(cli, root, store, "--format", "json")
     sniffed: list[str] = []
     real = batch._is_run
@@ -291,5 +291,22 @@ def test_a_rerun_does_not_sniff_the_logs_it_knows(cli, tmp_path, monkeypatch) ->
     monkeypatch.setattr(batch, "_is_run", spy)
     second = _sweep(cli, root, store, "--format", "json")
     assert second.stdout == first.stdout
-    assert not any(name.endswith(".jsonl") for name in sniffed)
-    assert "notes.txt" in sniffed
+    assert sniffed == []  # nothing below the folder changed: the walk's list is reused
+    shutil.copy(run_fixture("nan-fp32-origin"), root / "nan.jsonl")
+    third = _sweep(cli, root, store, "--format", "json")
+    assert len(third.stdout.splitlines()) == len(first.stdout.splitlines()) + 1
+    # the tree changed: walked again, but the logs it knows are not sniffed again
+    assert "nan.jsonl" in sniffed and "notes.txt" in sniffed
+    assert not any(name.endswith(".jsonl") and name != "nan.jsonl" for name in sniffed)
+
+
+def test_a_walk_is_not_reused_past_a_symlink(cli, tmp_path, monkeypatch) -> None:
+    root, store = _runs(tmp_path), tmp_path / "results.db"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "linked").symlink_to(outside)
+    _sweep(cli, root, store)
+    shutil.copy(run_fixture("plateau"), outside / "late.jsonl")  # changes nothing below root
+    result = _sweep(cli, root, store, "--format", "json")
+    paths = [json.loads(line)["source"]["path"] for line in result.stdout.splitlines()]
+    assert str(root / "linked" / "late.jsonl") in paths

@@ -288,8 +288,10 @@ def _analyze_many(
     walk_warnings: list[str] = []
     sweep = _sweep(results_path, settings, output) if results_path else None
     try:
-        paths = batch.discover(
-            targets, recursive, walk_warnings, known=sweep.known if sweep else None
+        paths = (
+            sweep.discover(list(targets), recursive, walk_warnings)
+            if sweep
+            else batch.discover(targets, recursive, walk_warnings)
         )
     except StabInputError as err:
         raise boundary(err, " ".join(targets)) from None
@@ -327,10 +329,8 @@ def _say_reuse(counts: dict[str, int], results_path: str, output: Format, quiet:
         f"stab: {counts['reused']:,} of {counts['runs']:,} runs reused from "
         f"{visible(results_path)}, {counts['analysed']:,} analysed"
     )
-    if output is Format.terminal:
-        typer.echo(line)
-    elif not quiet:
-        typer.echo(line, err=True)
+    if not quiet:
+        typer.echo(line, err=output is not Format.terminal)
 
 
 # a single log at least this big gets a progress line while it is read and analysed

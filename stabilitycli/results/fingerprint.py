@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat as stat_mode
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,30 @@ def _tree_sha256(folder: str) -> str:
     return digest.hexdigest()
 
 
+def walk_sha256(root: str) -> str | None:
+    """A hash over every file and folder below `root` (relative path; a file's size and
+    mtime_ns): equal, a walk for runs would find what it found before. None when the
+    tree holds a symlink (the walk follows links this hash does not) or cannot be read
+    whole: such a tree is walked every time."""
+    entries: list[tuple[str, int, int]] = []
+    unreadable: list[OSError] = []
+    for parent, folders, files in os.walk(root, onerror=unreadable.append):
+        for name in folders + files:
+            full = os.path.join(parent, name)
+            try:
+                info = os.lstat(full)
+            except OSError:
+                return None
+            if stat_mode.S_ISLNK(info.st_mode):
+                return None
+            is_file = stat_mode.S_ISREG(info.st_mode)
+            size = info.st_size if is_file else -1
+            entries.append((os.path.relpath(full, root), size, info.st_mtime_ns if is_file else 0))
+    if unreadable:
+        return None
+    return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
+
+
 def options_sha256(options: Any, select: tuple[str, ...], ignore: tuple[str, ...]) -> str:
     """The read options (metric overrides, step/rank keys, limits...) and the rule
     selection, which are the same for every run of a sweep."""
@@ -83,19 +108,19 @@ class ThresholdKeys:
         self._set_values = dict(set_values)
         self._by_folder: dict[str, str | None] = {}
 
-    def __call__(self, location: str) -> str | None:
-        folder = _config_folder(location)
+    def __call__(self, location: str, content: Fingerprint) -> str | None:
+        folder = _config_folder(location, content)
         if folder not in self._by_folder:
             self._by_folder[folder] = _thresholds_of_folder(folder, self._set_values)
         return self._by_folder[folder]
 
 
-def _config_folder(location: str) -> str:
-    # the folder the config search starts from (settings.load_settings)
-    path = Path(location)
-    if "://" in location or not path.exists():
+def _config_folder(location: str, content: Fingerprint) -> str:
+    # the folder the config search starts from (settings.load_settings), told by the
+    # fingerprint's stat: no second stat per run
+    if content.kind == "missing":
         return str(Path.cwd())
-    return str(path if path.is_dir() else path.parent)
+    return location if content.kind == "dir" else os.path.dirname(location) or "."
 
 
 def _thresholds_of_folder(folder: str, set_values: dict[str, str]) -> str | None:

@@ -20,6 +20,9 @@ Tables (schema version in `PRAGMA user_version`, stab's mark in `application_id`
 - `sweeps`: id, started_at, finished_at (UTC), runs, analysed, reused, failed.
 - `sweep_runs`: what each of the last two sweeps said of each of its runs, so
   `stab summary --changed` can say what is new, gone or changed.
+- `walks`: the runs a `--recursive` walk found below a folder, with a hash of that
+  folder's tree: while no file or folder below it changed, a rerun takes the list
+  instead of sniffing every file again (most of a rerun's time otherwise).
 
 Only the parent process writes (workers send documents back), one transaction per
 sweep.
@@ -28,6 +31,7 @@ sweep.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.pipeline import batch
 from stabilitycli.pipeline.batch import BatchSettings, RunResult, first_bad_step
 from stabilitycli.results import fingerprint
 
@@ -89,6 +94,12 @@ CREATE TABLE history (
     replaced_by_sweep INTEGER
 );
 CREATE INDEX history_location ON history (location);
+CREATE TABLE walks (
+    root TEXT PRIMARY KEY,
+    tree_sha256 TEXT NOT NULL,
+    options_sha256 TEXT NOT NULL,
+    runs TEXT NOT NULL
+);
 CREATE TABLE sweep_runs (
     sweep_id INTEGER NOT NULL,
     location TEXT NOT NULL,
@@ -174,12 +185,38 @@ class Sweep:
     _keys: dict[str, _Key] = field(default_factory=dict)
     _prints: dict[str, fingerprint.Fingerprint | None] = field(default_factory=dict)
     _known_files: dict[str, tuple[int, int]] | None = None
+    _walks: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._options = fingerprint.options_sha256(
             self.settings.options, self.settings.select, self.settings.ignore
         )
         self._thresholds = fingerprint.ThresholdKeys(self.settings.set_values)
+
+    def discover(self, targets: list[str], recursive: bool, warnings: list[str]) -> list[str]:
+        """`batch.discover`, with each folder's walk taken from the store while nothing
+        below the folder changed (and stored when it walked cleanly)."""
+        runs: list[str] = []
+        for target in targets:
+            tree = None
+            if recursive and "://" not in target and os.path.isdir(target):
+                tree = fingerprint.walk_sha256(target)
+            found = self._walked(target, tree) if tree is not None else None
+            if found is None:
+                said: list[str] = []
+                found = batch.discover([target], recursive, said, known=self.known)
+                warnings.extend(said)
+                if tree is not None and not said:
+                    self._walks[target] = (tree, found)
+            runs.extend(found)
+        return list(dict.fromkeys(runs))  # each run once, in the order first given
+
+    def _walked(self, root: str, tree: str) -> list[str] | None:
+        row = self.conn.execute(
+            "SELECT runs FROM walks WHERE root = ? AND tree_sha256 = ? AND options_sha256 = ?",
+            (root, tree, self._options),
+        ).fetchone()
+        return None if row is None else json.loads(row[0])
 
     def known(self, location: str) -> bool:
         """`discover`'s hook: the file was found to be a run by this stab version and has
@@ -209,7 +246,7 @@ class Sweep:
         """The run's stored result when its content and settings are unchanged, else None
         (and the key is kept for `finish`)."""
         print_ = self._print(location)
-        thresholds = self._thresholds(location)
+        thresholds = None if print_ is None else self._thresholds(location, print_)
         if print_ is None or thresholds is None:
             return None  # nothing to compare: analysed every time, never stored
         self._keys[location] = _Key(print_, thresholds, self._options)
@@ -249,8 +286,8 @@ class Sweep:
 
     def finish(self, results: list[RunResult], exit_of: Any) -> dict[str, int]:
         """Store every run analysed afresh (its previous result to `history` when it
-        differs) and the sweep's answers; `exit_of(result)` is a run's own exit status.
-        The sweep's counts."""
+        differs) and the sweep's answers, and close the store; `exit_of(result)` is a
+        run's own exit status. The sweep's counts."""
         fresh = [
             r
             for r in results
@@ -282,6 +319,13 @@ class Sweep:
                 "INSERT INTO sweep_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(sweep_id, *_answer(r), exit_of(r)) for r in results],
             )
+            conn.executemany(
+                "INSERT OR REPLACE INTO walks VALUES (?, ?, ?, ?)",
+                [
+                    (root, tree, self._options, json.dumps(runs))
+                    for root, (tree, runs) in self._walks.items()
+                ],
+            )
             conn.execute(
                 "DELETE FROM sweep_runs WHERE sweep_id NOT IN"
                 " (SELECT id FROM sweeps ORDER BY id DESC LIMIT ?)",
@@ -291,6 +335,8 @@ class Sweep:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        finally:
+            conn.close()  # a sweep is finished once
         return counts
 
     def _keep_history(self, fresh: list[RunResult], sweep_id: int | None) -> None:
