@@ -29,7 +29,12 @@ SMALL_BYTES = 128 << 10
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # started the way the engine starts one when none is running (a sweep leaves a Ray
+    # it did not start running, which lets the tests share this one)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("RAY_ADDRESS", raising=False)  # a local instance even on a cluster's node
+        ray_engine._start(ray, None, 2)
+    assert ray.cluster_resources()["CPU"] == 2
     yield
     ray.shutdown()
 
@@ -88,6 +93,7 @@ def test_same_documents_and_exit_status_as_the_local_engine(local_ray, tmp_path)
     assert sorted(streamed) == sorted(paths)  # each run handed on once, as it finished
     assert _lines(by_ray) == _lines(local)
     assert not by_ray[-1].ok and "line 1" in (by_ray[-1].error or "")
+    assert ray.is_initialized()  # not stopped by a sweep that did not start it
     assert len({r.worst for r in by_ray if r.ok}) > 1  # healthy and unhealthy runs both
     assert batch.exit_status(by_ray) == batch.exit_status(local) == 2  # the unreadable run
     # without it, the status the findings give (a run's result is its own, whoever made it)

@@ -88,17 +88,27 @@ def _start(ray: Any, address: str | None, num_cpus: int | None) -> None:
     import logging
     import os
 
-    # num_cpus sizes a new local instance only; Ray refuses it when joining a cluster
     joining = address is not None or bool(os.environ.get("RAY_ADDRESS"))
-    ray.init(
-        address=address,
-        num_cpus=None if joining else num_cpus,
-        include_dashboard=False,
-        log_to_driver=False,
-        ignore_reinit_error=True,
-        # Ray's INFO lines on stderr would sit beside every sweep's output
-        logging_level=logging.WARNING,
-    )
+    try:
+        ray.init(
+            # no address would join a cluster `ray start` left on this machine: the
+            # default is a new local instance, another cluster only when named
+            address=address if joining else "local",
+            # num_cpus sizes a new local instance only; Ray refuses it when joining
+            num_cpus=None if joining else num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            ignore_reinit_error=True,
+            # Ray's INFO lines on stderr would sit beside every sweep's output
+            logging_level=logging.WARNING,
+        )
+    except NOT_ERRORS:
+        raise
+    except Exception as err:
+        where = address or os.environ.get("RAY_ADDRESS") or "a local instance"
+        raise StabUsageError(
+            f"--engine ray: could not start or join Ray ({where}): {one_line(err)}"
+        ) from None
 
 
 def _sweep(
