@@ -6,14 +6,23 @@ How to run it (from the repository root):
     .venv/bin/python benchmarks/run.py --quick              # 1/100 sizes, 1 run each: a smoke run
     .venv/bin/python benchmarks/run.py --only jsonl-10m --repeat 5
     .venv/bin/python benchmarks/run.py --out docs/performance.md --json /tmp/perf.json
+    # refresh some cases, keep the others from an earlier --json run:
+    .venv/bin/python benchmarks/run.py --only startup --merge /tmp/perf.json --json /tmp/perf2.json
+
+To measure committed sources while the checkout changes, point the console
+script at a snapshot: `git archive HEAD stabilitycli | tar -x -C /tmp/snap`,
+then `PYTHONPATH=/tmp/snap ... --label "<commit>"`.
 
 Inputs are generated from a seed on first use and cached outside the repo
 (`~/.cache/stab-bench/`, or `--cache DIR`), each file named by its size and
-seed, so later runs reuse them: the full set takes about 20 GB (the 30M-row
-logs are 4.5 GB each as JSONL). `--list` names the cases.
+seed, so later runs reuse them: the full set takes about 16 GB (the 30M-row
+logs are 4.7 GB each as JSONL). `--list` names the cases. A full run with
+`--repeat 1` took 30 minutes on a 2-core machine (the 10,000-run batch case
+alone 9); `--repeat 3` about three times that.
 
-Every measurement is a fresh process: its wall time, and its peak RSS from
-`os.wait4`'s rusage, belong to that command alone. The commands of a case run
+Every measurement is a fresh process: its wall time, and its peak RSS as GNU
+`/usr/bin/time` reports it (of the process and the children it waited for),
+belong to that command alone. The commands of a case run
 interleaved (floor, stab, peer, floor, stab, peer...) `--repeat` times, so load
 from other jobs on the machine hits all of them, and the table shows medians.
 A command that passes `--max-rss-gb` is killed and reported as such, so a
