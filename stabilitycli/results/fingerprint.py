@@ -19,6 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest._walk import WalkReport, walk
+
 
 @dataclass(frozen=True)
 class Fingerprint:
@@ -44,19 +47,23 @@ def of_location(location: str) -> Fingerprint | None:
         return None  # unreadable metadata: no claim that it is unchanged
     if not os.path.isdir(location):
         return Fingerprint("file", stat.st_size, stat.st_mtime_ns)
-    return Fingerprint("dir", content_sha256=_tree_sha256(location))
+    content = _tree_sha256(location)
+    return None if content is None else Fingerprint("dir", content_sha256=content)
 
 
-def _tree_sha256(folder: str) -> str:
+def _tree_sha256(folder: str) -> str | None:
+    """None when the folder cannot be walked within the limits: analysed afresh."""
     entries: list[tuple[str, int, int]] = []
-    for parent, _dirs, files in os.walk(folder):
-        for name in files:
-            full = os.path.join(parent, name)
-            try:
-                stat = os.stat(full)
-            except OSError:
-                continue  # a dangling link: not content the readers could use
-            entries.append((os.path.relpath(full, folder), stat.st_size, stat.st_mtime_ns))
+    try:
+        for _parent, _folders, files in walk(Path(folder), follow_symlinks=False):
+            for file in files:
+                try:
+                    info = file.stat()
+                except OSError:
+                    continue  # a dangling link: not content the readers could use
+                entries.append((os.path.relpath(file, folder), info.st_size, info.st_mtime_ns))
+    except StabInputError:  # past max_walk_files or max_walk_depth
+        return None
     digest = hashlib.sha256(json.dumps(sorted(entries)).encode())
     return digest.hexdigest()
 
@@ -67,20 +74,23 @@ def walk_sha256(root: str) -> str | None:
     tree holds a symlink (the walk follows links this hash does not) or cannot be read
     whole: such a tree is walked every time."""
     entries: list[tuple[str, int, int]] = []
-    unreadable: list[OSError] = []
-    for parent, folders, files in os.walk(root, onerror=unreadable.append):
-        for name in folders + files:
-            full = os.path.join(parent, name)
-            try:
-                info = os.lstat(full)
-            except OSError:
-                return None
-            if stat_mode.S_ISLNK(info.st_mode):
-                return None
-            is_file = stat_mode.S_ISREG(info.st_mode)
-            size = info.st_size if is_file else -1
-            entries.append((os.path.relpath(full, root), size, info.st_mtime_ns if is_file else 0))
-    if unreadable:
+    report = WalkReport()
+    try:
+        for _parent, folders, files in walk(Path(root), follow_symlinks=False, report=report):
+            for entry in folders + files:
+                try:
+                    info = os.lstat(entry)
+                except OSError:
+                    return None
+                if stat_mode.S_ISLNK(info.st_mode):
+                    return None
+                is_file = stat_mode.S_ISREG(info.st_mode)
+                size = info.st_size if is_file else -1
+                mtime = info.st_mtime_ns if is_file else 0
+                entries.append((os.path.relpath(entry, root), size, mtime))
+    except StabInputError:  # past max_walk_files or max_walk_depth
+        return None
+    if report.unreadable or report.loops:
         return None
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
 
