@@ -49,7 +49,8 @@ def _outcome(runtime, value, param, ctx) -> tuple[str, object]:
         got = runtime.coerce(value, param=param, ctx=ctx)
     except Exception as err:
         return ("error", f"{type(err).__name__}: {err}")
-    return (type(got).__name__, got)
+    # NaN (a float option given "nan") is not equal to itself: compared by its text
+    return (type(got).__name__, got if got == got else repr(got))
 
 
 PARAMS = _params()

@@ -11,6 +11,7 @@ for unreadable input or a bad option (one line on stderr). With several runs,
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -29,6 +30,12 @@ from stabilitycli.commands._common import (
 from stabilitycli.errors import StabInputError, StabUsageError, visible
 from stabilitycli.ingest import SUPPORTED
 from stabilitycli.report.formats import Format
+
+
+class EngineName(StrEnum):
+    local = "local"
+    ray = "ray"
+
 
 # below the options in `stab analyze --help`: input errors point here instead of repeating it
 EPILOG = f"Inputs: {SUPPORTED}"
@@ -89,6 +96,13 @@ def command(
     ] = None,
     experiment: Annotated[str | None, typer.Option(help="Experiment name or id (MLflow).")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking server URI.")] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Endpoint of an S3-compatible store for s3:// paths (MinIO, R2...; "
+            "default: AWS_ENDPOINT_URL)."
+        ),
+    ] = None,
     rank_pattern: Annotated[
         str | None, typer.Option(help="Regex with one group: the rank in a file name.")
     ] = None,
@@ -124,6 +138,27 @@ def command(
             "--verbose", "-v", help="Say more: every finding (the terminal shows the first 40)."
         ),
     ] = False,
+    engine: Annotated[
+        EngineName,
+        typer.Option(
+            help="Where several runs are analysed: a local process pool, or Ray tasks "
+            "(the ray extra) on a local instance or the cluster at --ray-address."
+        ),
+    ] = EngineName.local,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="An existing Ray cluster for --engine ray (default: RAY_ADDRESS)."),
+    ] = None,
+    retries: Annotated[
+        int,
+        typer.Option(help="--engine ray: tries again a run whose worker died."),
+    ] = 2,
+    time_limit: Annotated[
+        float | None,
+        typer.Option(
+            help="--engine ray: seconds one run may take; past it, it is that run's failure.",
+        ),
+    ] = None,
     results: Annotated[
         str | None,
         typer.Option(
@@ -156,6 +191,7 @@ def command(
             run=run,
             experiment=experiment,
             tracking_uri=tracking_uri,
+            endpoint_url=endpoint_url,
             rank_pattern=rank_pattern,
             include_deleted=include_deleted,
             pattern=pattern,
@@ -167,7 +203,14 @@ def command(
     verbosity = "quiet" if quiet else "verbose" if verbose else "normal"
     if show_settings:
         raise typer.Exit(_show_settings(path[0], set_values))
-    if len(path) > 1 or recursive or results:
+    if engine is EngineName.local and (time_limit is not None or ray_address):
+        raise fail("--time-limit and --ray-address are for --engine ray")
+    # checked here, not by typer's min=: a bounded option makes typer import pydantic
+    if retries < 0 or (time_limit is not None and not time_limit > 0):
+        raise fail("--retries must be 0 or more and --time-limit more than 0 seconds")
+    if len(path) > 1 or recursive or results or engine is EngineName.ray:
+        from stabilitycli.pipeline.batch import Engine
+
         raise typer.Exit(
             _analyze_many(
                 path,
@@ -181,6 +224,7 @@ def command(
                 ignore,
                 set_values,
                 results,
+                Engine(engine.value, ray_address, retries, time_limit),
             )
         )
     target = path[0]
@@ -262,9 +306,51 @@ def _analyze_many(
     ignore,
     set_values,
     results_path: str | None = None,
+    engine=None,
 ) -> int:
     """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only
-    the output."""
+    the output. Object-store prefixes are walked in a local copy (`ingest.remote.mirrored`)
+    and every result names their URIs."""
+    from stabilitycli.ingest import remote
+
+    if results_path and any(remote.is_object_uri(t) for t in targets):
+        raise fail("--results does not keep s3:// or gs:// runs yet: they have no fingerprint")
+    try:
+        with remote.mirrored(list(targets), options) as (local_targets, to_uri):
+            return _analyze_local(
+                local_targets,
+                to_uri,
+                recursive,
+                jobs,
+                quiet,
+                output,
+                fail_on,
+                options,
+                select,
+                ignore,
+                set_values,
+                results_path,
+                engine,
+            )
+    except StabInputError as err:  # an object store that refused, or a missing prefix
+        raise boundary(err, " ".join(targets)) from None
+
+
+def _analyze_local(
+    targets,
+    to_uri,
+    recursive,
+    jobs,
+    quiet,
+    output: Format,
+    fail_on: FailOn,
+    options,
+    select,
+    ignore,
+    set_values,
+    results_path,
+    engine,
+) -> int:
     from stabilitycli.model import Severity
     from stabilitycli.pipeline import batch
 
@@ -299,7 +385,10 @@ def _analyze_many(
         typer.echo(f"stab: warning: {visible(warning)}", err=True)
     if not paths:
         raise fail(f"no runs found in {', '.join(targets)}")
-    results = _with_progress(paths, settings, jobs, quiet, output, sweep)
+    results = [
+        batch.renamed(r, to_uri)
+        for r in _with_progress(paths, settings, jobs, quiet, output, sweep, engine)
+    ]
     print_rendered(output.render_many(results))
     for r in results:
         if not r.ok:
@@ -343,12 +432,12 @@ def progress_wanted(output: Format, quiet: bool) -> bool:
     return not quiet and output is Format.terminal and sys.stderr.isatty()
 
 
-def _with_progress(paths, settings, jobs, quiet, output: Format, sweep=None):
+def _with_progress(paths, settings, jobs, quiet, output: Format, sweep=None, engine=None):
     from stabilitycli.pipeline import batch
 
     stored = sweep.stored if sweep is not None else None
     if not progress_wanted(output, quiet):
-        return batch.analyze_many(paths, settings, jobs, stored=stored)
+        return batch.sweep(paths, settings, jobs, engine, stored=stored)
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -378,4 +467,4 @@ def _with_progress(paths, settings, jobs, quiet, output: Format, sweep=None):
             if state.elapsed:
                 progress.update(task, rate=f"{state.completed / state.elapsed:.1f} runs/s")
 
-        return batch.analyze_many(paths, settings, jobs, on_done=done, stored=stored)
+        return batch.sweep(paths, settings, jobs, engine, on_done=done, stored=stored)

@@ -183,3 +183,35 @@ def read_staged(uri: str, options: Any, read: Callable[[str | Path, Any], Any]) 
 def _named(text: str, local: Path, uri: str) -> str:
     """`text` with the local copy's path given as the URI it came from."""
     return text.replace(str(local), uri.rstrip("/"))
+
+
+@contextmanager
+def mirrored(
+    targets: list[str], options: Any
+) -> Iterator[tuple[list[str], Callable[[str], str] | None]]:
+    """A sweep's targets with every `s3://` / `gs://` prefix copied to a local folder (walked
+    as a local folder is), and the function that names a local path by its URI again (None
+    when no target was copied)."""
+    from contextlib import ExitStack
+
+    roots: list[tuple[str, str]] = []  # (local copy, the URI it stands for)
+    local_targets: list[str] = []
+    with ExitStack() as stack:
+        for target in targets:
+            if not is_object_uri(target):
+                local_targets.append(target)
+                continue
+            path = file_uri_path(target)
+            if path is not None:
+                local_targets.append(str(path))
+                continue
+            local = stack.enter_context(staged(target, options.limits, options.endpoint_url))
+            roots.append((str(local), target.rstrip("/")))
+            local_targets.append(str(local))
+
+        def to_uri(text: str) -> str:
+            for local, uri in roots:
+                text = text.replace(local, uri)
+            return text
+
+        yield local_targets, (to_uri if roots else None)

@@ -261,6 +261,63 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
         return RunResult(path, error=visible(internal_error_message(err, path)))
 
 
+def renamed(result: RunResult, to_uri: Callable[[str], str] | None) -> RunResult:
+    """The result with the local copy's paths named by the URIs they were copied from."""
+    if to_uri is None:
+        return result
+    import json
+
+    doc = json.loads(to_uri(json.dumps(result.doc))) if result.doc is not None else None
+    return RunResult(
+        to_uri(result.path),
+        doc=doc,
+        fragment=None if result.fragment is None else to_uri(result.fragment),
+        error=None if result.error is None else to_uri(result.error),
+        worst=result.worst,
+        transient=result.transient,
+    )
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where a sweep's runs are analysed: a local process pool, or Ray tasks (`ray_engine`)
+    on a local instance or the cluster at `ray_address` (else RAY_ADDRESS)."""
+
+    name: str = "local"  # "local" or "ray"
+    ray_address: str | None = None
+    # Ray only: how often a run whose worker died is tried again, and how long one run
+    # may take before it is cancelled and reported as that run's failure
+    retries: int = 2
+    time_limit_s: float | None = None
+
+
+def sweep(
+    paths: list[str],
+    settings: BatchSettings,
+    jobs: int | None = None,
+    engine: Engine | None = None,
+    *,
+    on_done: Callable[[RunResult], None] | None = None,
+    stored: Callable[[str], RunResult | None] | None = None,
+) -> list[RunResult]:
+    """Every run, in input order, on the engine asked for (the same documents either way)."""
+    engine = engine or Engine()
+    if engine.name == "ray":
+        from stabilitycli.pipeline import ray_engine
+
+        return ray_engine.analyze_many(
+            paths,
+            settings,
+            address=engine.ray_address,
+            retries=engine.retries,
+            time_limit_s=engine.time_limit_s,
+            on_done=on_done,
+            num_cpus=jobs,
+            stored=stored,
+        )
+    return analyze_many(paths, settings, jobs, on_done=on_done, stored=stored)
+
+
 def _analyze_chunk(paths: list[str], settings: BatchSettings) -> list[RunResult]:
     return [analyze_one(path, settings) for path in paths]
 

@@ -31,6 +31,10 @@ CASES = [
 ]
 
 
+# runs under one prefix, for `--recursive s3://...`: unhealthy, healthy, NaN
+SWEEP = ("spike-persistent", "healthy-every-10", "nan-fp32-origin")
+
+
 @pytest.fixture(scope="module")
 def store():
     """An S3 endpoint holding CASES (and the manifest beside nan-fp32-origin's log)."""
@@ -50,6 +54,7 @@ def store():
         uploads.append(
             (RUNS / "nan-fp32-origin" / "manifest.json", "runs/nan-fp32-origin/manifest.json")
         )
+        uploads += [(RUNS / name / "run.jsonl", f"sweep/{name}/run.jsonl") for name in SWEEP]
         for local, key in uploads:
             files = (
                 [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
@@ -151,3 +156,31 @@ def test_an_object_over_the_size_limit_is_refused_before_it_is_fetched(store, mo
         )
     assert "max_input_bytes" in str(err.value)
     assert str(err.value).startswith(f"s3://{BUCKET}/runs/spike-persistent/run.jsonl")
+
+
+def test_a_sweep_of_a_prefix_is_the_sweep_of_the_same_folder_on_disk(store, cli, tmp_path) -> None:
+    folder = tmp_path / "sweep"
+    for name in SWEEP:
+        (folder / name).mkdir(parents=True)
+        shutil.copy(RUNS / name / "run.jsonl", folder / name / "run.jsonl")
+    uri = f"s3://{BUCKET}/sweep"
+    remote = cli(
+        "analyze", "--recursive", uri, "--endpoint-url", store, "--format", "json", "-j", "1"
+    )
+    local = cli("analyze", "--recursive", folder, "--format", "json", "-j", "1")
+    assert remote.exit_code == local.exit_code == 1
+
+    def documents(output: str) -> list[str]:
+        return sorted(output.replace(str(folder), uri).strip().splitlines())
+
+    got = documents(remote.output)
+    assert len(got) == len(SWEEP)
+    assert got == documents(local.output)
+    assert all(json.loads(line)["source"]["path"].startswith(uri) for line in got)
+
+
+def test_results_are_not_kept_for_object_store_runs(store, cli, tmp_path) -> None:
+    uri = f"s3://{BUCKET}/sweep"
+    result = cli("analyze", "-r", uri, "--endpoint-url", store, "--results", tmp_path / "r.db")
+    assert result.exit_code == 2
+    assert "no fingerprint" in result.output
