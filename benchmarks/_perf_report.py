@@ -291,6 +291,11 @@ def markdown(run: dict) -> str:
         "Written by `benchmarks/run.py`; rerun it rather than editing this file.",
         "",
         f"* Command: `{run['command']}`.{scale}",
+        *(
+            ["* **Stopped before its last case: the cases below are those it finished.**"]
+            if run.get("partial")
+            else []
+        ),
         f"* Date (UTC): {m['date_utc']} · machine: `nproc` = {m['nproc']}, Python {m['python']}, "
         f"polars {m['polars']}, pyarrow {m['pyarrow']}",
         f"* Measured: {m.get('label') or 'stab at commit ' + m['commit'] + dirty}; the console "

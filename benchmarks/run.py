@@ -191,7 +191,13 @@ def main() -> None:
     parser.add_argument(
         "--merge", type=Path, help="an earlier --json run: its cases not run now are kept"
     )
+    parser.add_argument(
+        "--render", type=Path, help="measure nothing: print (and --out) a saved --json run"
+    )
     args = parser.parse_args()
+    if args.render:
+        publish(json.loads(args.render.read_text()), args)
+        return
     scale = args.scale if args.scale is not None else (0.01 if args.quick else 1.0)
     repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     names = [
@@ -217,7 +223,14 @@ def main() -> None:
     info["stab_env"] = {k: v for k, v in env.items() if k.startswith("STAB_")}
     if args.label:
         info["label"] = args.label
-    results = []
+    results: list[dict] = []
+    run = {
+        "command": shlex.join(["python", "benchmarks/run.py", *sys.argv[1:]]),
+        "machine": info,
+        "scale": scale,
+        "repeat": repeat,
+        "results": results,
+    }
     for name in names:
         started = time.perf_counter()
         case = cases.build(name, setup)
@@ -227,8 +240,9 @@ def main() -> None:
         result = run_case(case, repeat, env, args.max_rss_gb * 1024)
         result["load"] = os.getloadavg()[0]
         results.append(result)
-        if args.json:  # after every case, so that a crash keeps what was measured (--merge)
-            args.json.write_text(json.dumps({"scale": scale, "partial": results}, indent=1))
+        info["load_end"] = os.getloadavg()
+        if args.json:  # after every case: a stopped run keeps what it measured (--render)
+            args.json.write_text(json.dumps({**run, "partial": True}, indent=1))
         timings = ", ".join(
             f"{s['label']} {s['seconds']:.2f} s{' (' + s['failed'] + ')' if s['failed'] else ''}"
             for s in result["subjects"].values()
@@ -239,22 +253,18 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
-    info["load_end"] = os.getloadavg()
-    command = shlex.join(["python", "benchmarks/run.py", *sys.argv[1:]])
-    run = {
-        "command": command,
-        "machine": info,
-        "scale": scale,
-        "repeat": repeat,
-        "results": results,
-    }
-    if args.merge:
-        run = merged(run, json.loads(args.merge.read_text()))
-    print(report.text(run))
     if args.json:
         args.json.write_text(json.dumps(run, indent=1))
+    publish(run, args)
+
+
+def publish(run: dict, args: argparse.Namespace) -> None:
+    """Print the tables and write --out, with --merge's earlier cases added."""
+    if args.merge:
+        run = merged(run, json.loads(args.merge.read_text()))
     if args.out:
         args.out.write_text(report.markdown(run))
+    print(report.text(run))
 
 
 if __name__ == "__main__":
