@@ -149,7 +149,7 @@ def _sweep(
             if time_limit_s is not None:
                 now = time.monotonic()
                 for ref, (i, submitted) in list(running.items()):
-                    if now - submitted > time_limit_s:
+                    if now - submitted >= time_limit_s:  # wait() woke at the deadline
                         ray.cancel(ref, force=True)
                         del running[ref]
                         finish(i, _over_time(paths[i], time_limit_s))
