@@ -315,88 +315,60 @@ def _analyze_many(
 
     if results_path and any(remote.is_object_uri(t) for t in targets):
         raise fail("--results does not keep s3:// or gs:// runs yet: they have no fingerprint")
+    from contextlib import ExitStack
+
+    stack = ExitStack()
     try:
-        with remote.mirrored(list(targets), options) as (local_targets, to_uri):
-            return _analyze_local(
-                local_targets,
-                to_uri,
-                recursive,
-                jobs,
-                quiet,
-                output,
-                fail_on,
-                options,
-                select,
-                ignore,
-                set_values,
-                results_path,
-                engine,
-            )
+        targets, to_uri = stack.enter_context(remote.mirrored(list(targets), options))
     except StabInputError as err:  # an object store that refused, or a missing prefix
         raise boundary(err, " ".join(targets)) from None
+    with stack:
+        from stabilitycli.model import Severity
+        from stabilitycli.pipeline import batch
 
+        try:
+            settings = batch.BatchSettings(
+                options=options,
+                set_values=pairs(set_values, "--set"),
+                select=tuple(split_codes(select)),
+                ignore=tuple(split_codes(ignore)),
+                fail_on=fail_on.value,
+                render_fragment=output.fragment_renderer(Severity.parse(fail_on.value)),
+            )
+            from stabilitycli.detect.registry import select_rules
 
-def _analyze_local(
-    targets,
-    to_uri,
-    recursive,
-    jobs,
-    quiet,
-    output: Format,
-    fail_on: FailOn,
-    options,
-    select,
-    ignore,
-    set_values,
-    results_path,
-    engine,
-) -> int:
-    from stabilitycli.model import Severity
-    from stabilitycli.pipeline import batch
-
-    try:
-        settings = batch.BatchSettings(
-            options=options,
-            set_values=pairs(set_values, "--set"),
-            select=tuple(split_codes(select)),
-            ignore=tuple(split_codes(ignore)),
-            fail_on=fail_on.value,
-            render_fragment=output.fragment_renderer(Severity.parse(fail_on.value)),
-        )
-        from stabilitycli.detect.registry import select_rules
-
-        # a bad code is a usage error, not N failures; without codes there is nothing to
-        # check, and the rules (polars with them) stay unimported by a sweep that reuses all
-        if settings.select or settings.ignore:
-            select_rules(list(settings.select), list(settings.ignore))
-    except StabUsageError as err:
-        raise fail(str(err)) from None
-    walk_warnings: list[str] = []
-    sweep = _sweep(results_path, settings, output) if results_path else None
-    try:
-        paths = (
-            sweep.discover(list(targets), recursive, walk_warnings)
-            if sweep
-            else batch.discover(targets, recursive, walk_warnings)
-        )
-    except StabInputError as err:
-        raise boundary(err, " ".join(targets)) from None
-    for warning in walk_warnings:
-        typer.echo(f"stab: warning: {visible(warning)}", err=True)
-    if not paths:
-        raise fail(f"no runs found in {', '.join(targets)}")
-    results = [
-        batch.renamed(r, to_uri)
-        for r in _with_progress(paths, settings, jobs, quiet, output, sweep, engine)
-    ]
-    print_rendered(output.render_many(results))
-    for r in results:
-        if not r.ok:
-            typer.echo(f"stab: error: {visible(r.error or '')}", err=True)
-    if sweep is not None:
-        counts = sweep.finish(results, lambda r: batch.exit_status([r], fail_on.value))
-        _say_reuse(counts, results_path or "", output, quiet)
-    return batch.exit_status(results, fail_on.value)
+            # a bad code is a usage error, not N failures; without codes there is nothing to
+            # check, and the rules (polars with them) stay unimported by a sweep that reuses all
+            if settings.select or settings.ignore:
+                select_rules(list(settings.select), list(settings.ignore))
+        except StabUsageError as err:
+            raise fail(str(err)) from None
+        walk_warnings: list[str] = []
+        sweep = _sweep(results_path, settings, output) if results_path else None
+        try:
+            paths = (
+                sweep.discover(list(targets), recursive, walk_warnings)
+                if sweep
+                else batch.discover(targets, recursive, walk_warnings)
+            )
+        except StabInputError as err:
+            raise boundary(err, " ".join(targets)) from None
+        for warning in walk_warnings:
+            typer.echo(f"stab: warning: {visible(warning)}", err=True)
+        if not paths:
+            raise fail(f"no runs found in {', '.join(targets)}")
+        results = [
+            batch.renamed(r, to_uri)
+            for r in _with_progress(paths, settings, jobs, quiet, output, sweep, engine)
+        ]
+        print_rendered(output.render_many(results))
+        for r in results:
+            if not r.ok:
+                typer.echo(f"stab: error: {visible(r.error or '')}", err=True)
+        if sweep is not None:
+            counts = sweep.finish(results, lambda r: batch.exit_status([r], fail_on.value))
+            _say_reuse(counts, results_path or "", output, quiet)
+        return batch.exit_status(results, fail_on.value)
 
 
 def _sweep(results_path: str, settings, output: Format):

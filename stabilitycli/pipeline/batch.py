@@ -261,6 +261,26 @@ def analyze_one(path: str, settings: BatchSettings) -> RunResult:
         return RunResult(path, error=visible(internal_error_message(err, path)))
 
 
+def reusing(
+    paths: list[str],
+    stored: Callable[[str], RunResult | None],
+    on_done: Callable[[RunResult], None] | None,
+    analyse: Callable[[list[str]], list[RunResult]],
+) -> list[RunResult]:
+    """Every run in input order: the ones `stored` still holds a result for handed back (and
+    to `on_done`) as they are, the rest analysed by `analyse` (either engine)."""
+    results: list[RunResult | None] = [stored(path) for path in paths]
+    if on_done:
+        for known in results:
+            if known is not None:
+                on_done(known)
+    todo = [i for i, r in enumerate(results) if r is None]
+    if todo:
+        for i, result in zip(todo, analyse([paths[i] for i in todo]), strict=True):
+            results[i] = result
+    return [r for r in results if r is not None]
+
+
 def renamed(result: RunResult, to_uri: Callable[[str], str] | None) -> RunResult:
     """The result with the local copy's paths named by the URIs they were copied from."""
     if to_uri is None:
@@ -333,17 +353,11 @@ def analyze_many(
 
     `stored(path)` gives a run's earlier result when it still holds (a results store, for
     a run whose content and settings did not change): that run is not analysed again."""
-    results: list[RunResult | None] = [None] * len(paths)
     if stored is not None:
-        for i, path in enumerate(paths):
-            results[i] = known = stored(path)
-            if known is not None and on_done:
-                on_done(known)
-        todo = [i for i, r in enumerate(results) if r is None]
-        fresh = analyze_many([paths[i] for i in todo], settings, jobs, on_done)
-        for i, result in zip(todo, fresh, strict=True):
-            results[i] = result
-        return [r for r in results if r is not None]
+        return reusing(
+            paths, stored, on_done, lambda rest: analyze_many(rest, settings, jobs, on_done)
+        )
+    results: list[RunResult | None] = [None] * len(paths)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths) or 1))
     if jobs == 1:
         for i, path in enumerate(paths):

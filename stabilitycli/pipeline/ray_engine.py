@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stabilitycli.errors import NOT_ERRORS, StabUsageError, internal_error_message, one_line
-from stabilitycli.pipeline.batch import BatchSettings, RunResult, analyze_one
+from stabilitycli.pipeline.batch import BatchSettings, RunResult, analyze_one, reusing
 
 # tasks queued per CPU without a time limit: enough that a worker never waits on the
 # driver's round trip, few enough that a sweep of 10^5 runs is not all in Ray at once
@@ -54,24 +54,22 @@ def analyze_many(
         raise StabUsageError(f"--retries must be 0 or more, not {retries}")
     if time_limit_s is not None and not time_limit_s > 0:
         raise StabUsageError(f"--time-limit must be more than 0 seconds, not {time_limit_s:g}")
-    results: list[RunResult | None] = [None] * len(paths)
-    if stored is not None:
-        for i, path in enumerate(paths):
-            results[i] = known = stored(path)
-            if known is not None and on_done:
-                on_done(known)
-    todo = [i for i, r in enumerate(results) if r is None]
-    if todo:
+
+    def on_ray(todo_paths: list[str]) -> list[RunResult]:
+        results: list[RunResult | None] = [None] * len(todo_paths)
         ray = _ray()
         started_here = not ray.is_initialized()
         if started_here:
             _start(ray, address, num_cpus)
         try:
-            _sweep(ray, paths, todo, settings, results, retries, time_limit_s, on_done, task)
+            todo = list(range(len(todo_paths)))
+            _sweep(ray, todo_paths, todo, settings, results, retries, time_limit_s, on_done, task)
         finally:
             if started_here:
                 ray.shutdown()
-    return [r for r in results if r is not None]
+        return [r for r in results if r is not None]
+
+    return reusing(paths, stored or (lambda _path: None), on_done, on_ray)
 
 
 def _ray() -> Any:
