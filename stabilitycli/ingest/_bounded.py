@@ -83,11 +83,22 @@ def refuse_oversize(path: Path, size: int, limits: InputLimits) -> None:
 
 def _read_within(handle, path: Path, size: int, limits: InputLimits) -> bytes:
     refuse_oversize(path, size, limits)
-    # read one byte past the limit: a file that grows while read is caught too
-    data = handle.read(limits.max_input_bytes + 1)
-    if len(data) > limits.max_input_bytes:
+    # asked for its size and one byte more: read(n) reserves n bytes up front, so asking
+    # for the limit reserved 2 GiB of address space for every small log (fatal under
+    # `ulimit -v`). The byte more shows a file that grew while read: the rest is read a
+    # piece at a time, within the limit.
+    data = handle.read(size + 1)
+    if len(data) <= size:
+        return data
+    pieces, total = [data], len(data)
+    while piece := handle.read(_FEED * 16):
+        total += len(piece)
+        if total > limits.max_input_bytes:
+            raise _too_big(path, "the file grew past the limit while read", limits)
+        pieces.append(piece)
+    if total > limits.max_input_bytes:
         raise _too_big(path, "the file grew past the limit while read", limits)
-    return data
+    return b"".join(pieces)
 
 
 def _too_big(path: Path, what: str, limits: InputLimits):
