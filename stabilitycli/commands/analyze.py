@@ -311,17 +311,20 @@ def _analyze_many(
     """Several runs: the library finds and analyses them (stabilitycli.pipeline.batch); here only
     the output. Object-store prefixes are walked in a local copy (`ingest.remote.mirrored`)
     and every result names their URIs."""
-    from stabilitycli.ingest import remote
-
-    if results_path and any(remote.is_object_uri(t) for t in targets):
-        raise fail("--results does not keep s3:// or gs:// runs yet: they have no fingerprint")
     from contextlib import ExitStack
 
+    from stabilitycli.ingest import remote
+
     stack = ExitStack()
-    try:
-        targets, to_uri = stack.enter_context(remote.mirrored(list(targets), options))
-    except StabInputError as err:  # an object store that refused, or a missing prefix
-        raise boundary(err, " ".join(targets)) from None
+    to_uri = None
+    # with a results store, object-store runs are known by their URIs and fetched one by
+    # one when they changed (the store walks a prefix itself); without, a prefix is copied
+    # once and swept as a local folder
+    if not results_path:
+        try:
+            targets, to_uri = stack.enter_context(remote.mirrored(list(targets), options))
+        except StabInputError as err:  # an object store that refused, or a missing prefix
+            raise boundary(err, " ".join(targets)) from None
     with stack:
         from stabilitycli.model import Severity
         from stabilitycli.pipeline import batch

@@ -215,3 +215,34 @@ def mirrored(
             return text
 
         yield local_targets, (to_uri if roots else None)
+
+
+def content_sha256(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> str | None:
+    """A hash over what `staged` would copy (each object's path below the URI, size and
+    modification time), from one listing and no download: equal, the run is unchanged.
+    None when the store cannot be listed or holds nothing there."""
+    import hashlib
+    import json
+
+    import pyarrow.fs as pafs
+
+    try:
+        fs, key = filesystem(uri, endpoint_url)
+        info = fs.get_file_info(key)
+        if info.type == pafs.FileType.File:
+            parent = str(PurePosixPath(key).parent)
+            beside = fs.get_file_info([f"{parent}/{n}" for n in SIDECARS])
+            objects = [info, *(i for i in beside if i.type == pafs.FileType.File)]
+            base = parent
+        elif info.type == pafs.FileType.Directory:
+            listed = fs.get_file_info(pafs.FileSelector(key, recursive=True))
+            objects = [i for i in listed if i.type == pafs.FileType.File]
+            base = key
+        else:
+            return None
+    except (OSError, StabInputError):
+        return None
+    if not objects or len(objects) > limits.max_walk_files:
+        return None
+    entries = sorted((i.path[len(base) :].lstrip("/"), i.size, i.mtime_ns) for i in objects)
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()

@@ -25,7 +25,8 @@ from stabilitycli.ingest._walk import WalkReport, walk
 
 @dataclass(frozen=True)
 class Fingerprint:
-    kind: str  # "file", "dir" or "missing" (a path that is not there is a result too)
+    # "file", "dir", "object" (in an object store) or "missing" (a path not there is a result)
+    kind: str
     size_bytes: int | None = None
     mtime_ns: int | None = None
     content_sha256: str | None = None  # run folders only
@@ -34,9 +35,18 @@ class Fingerprint:
         return f"{self.kind}:{self.size_bytes}:{self.mtime_ns}:{self.content_sha256}"
 
 
-def of_location(location: str) -> Fingerprint | None:
-    """The content fingerprint of a run on local disk; None for what has none here
-    (a URI, standard input): such a run is always analysed afresh."""
+def of_location(location: str, options: Any = None) -> Fingerprint | None:
+    """The content fingerprint of a run on local disk or in an object store (from a
+    listing: each object's size and modification time); None for what has none here
+    (another URI, standard input): such a run is always analysed afresh."""
+    from stabilitycli.ingest import remote
+
+    if remote.is_object_uri(location) and remote.file_uri_path(location) is None:
+        from stabilitycli.ingest.limits import limits_in_force
+
+        limits = getattr(options, "limits", None) or limits_in_force()
+        content = remote.content_sha256(location, limits, getattr(options, "endpoint_url", None))
+        return None if content is None else Fingerprint("object", content_sha256=content)
     if location == "-" or "://" in location:
         return None
     try:
@@ -130,7 +140,9 @@ def _config_folder(location: str, content: Fingerprint) -> str:
     # fingerprint's stat: no second stat per run
     if content.kind == "missing":
         return str(Path.cwd())
-    return location if content.kind == "dir" else os.path.dirname(location) or "."
+    if content.kind in ("dir", "object"):  # an object store run: load_settings gets its URI
+        return location
+    return os.path.dirname(location) or "."
 
 
 def _thresholds_of_folder(folder: str, set_values: dict[str, str]) -> str | None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from stabilitycli.errors import StabInputError
+from stabilitycli.ingest import remote
 from stabilitycli.pipeline import batch
 from stabilitycli.pipeline.batch import BatchSettings, RunResult, first_bad_step
 from stabilitycli.results import fingerprint
@@ -199,17 +200,37 @@ class Sweep:
         runs: list[str] = []
         for target in targets:
             tree = None
-            if recursive and "://" not in target and os.path.isdir(target):
+            remote_prefix = recursive and remote.is_object_uri(target)
+            remote_prefix = remote_prefix and remote.file_uri_path(target) is None
+            if remote_prefix:
+                options = self.settings.options
+                tree = remote.content_sha256(target, options.limits, options.endpoint_url)
+            elif recursive and "://" not in target and os.path.isdir(target):
                 tree = fingerprint.walk_sha256(target)
             found = self._walked(target, tree) if tree is not None else None
             if found is None:
                 said: list[str] = []
-                found = batch.discover([target], recursive, said, known=self.known)
+                if remote_prefix:
+                    found = self._walk_remote(target, said)
+                else:
+                    found = batch.discover([target], recursive, said, known=self.known)
                 warnings.extend(said)
                 if tree is not None and not said:
                     self._walks[target] = (tree, found)
             runs.extend(found)
         return list(dict.fromkeys(runs))  # each run once, in the order first given
+
+    def _walk_remote(self, prefix: str, warnings: list[str]) -> list[str]:
+        """The runs below an object-store prefix, named by their URIs: found in a local
+        copy of the prefix (deleted after the walk; each run is fetched again when it is
+        analysed, and only then)."""
+        options = self.settings.options
+        with remote.staged(prefix, options.limits, options.endpoint_url) as local:
+            said: list[str] = []
+            found = batch.discover([str(local)], True, said)
+            uri = prefix.rstrip("/")
+            warnings.extend(w.replace(str(local), uri) for w in said)
+            return [run.replace(str(local), uri) for run in found]
 
     def _walked(self, root: str, tree: str) -> list[str] | None:
         row = self.conn.execute(
@@ -239,7 +260,7 @@ class Sweep:
 
     def _print(self, location: str) -> fingerprint.Fingerprint | None:
         if location not in self._prints:
-            self._prints[location] = fingerprint.of_location(location)
+            self._prints[location] = fingerprint.of_location(location, self.settings.options)
         return self._prints[location]
 
     def stored(self, location: str) -> RunResult | None:

@@ -179,8 +179,47 @@ def test_a_sweep_of_a_prefix_is_the_sweep_of_the_same_folder_on_disk(store, cli,
     assert all(json.loads(line)["source"]["path"].startswith(uri) for line in got)
 
 
-def test_results_are_not_kept_for_object_store_runs(store, cli, tmp_path) -> None:
-    uri = f"s3://{BUCKET}/sweep"
-    result = cli("analyze", "-r", uri, "--endpoint-url", store, "--results", tmp_path / "r.db")
-    assert result.exit_code == 2
-    assert "no fingerprint" in result.output
+def _s3(endpoint: str):
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(
+        endpoint_override=endpoint.removeprefix("http://"),
+        scheme="http",
+        region=CREDENTIALS["AWS_DEFAULT_REGION"],
+    )
+
+
+def test_a_results_store_reanalyses_only_the_objects_that_changed(store, cli, tmp_path) -> None:
+    fs = _s3(store)
+    for name in SWEEP:
+        with fs.open_output_stream(f"{BUCKET}/again/{name}/run.jsonl") as out:
+            out.write((RUNS / name / "run.jsonl").read_bytes())
+    uri, db = f"s3://{BUCKET}/again", tmp_path / "results.db"
+
+    def sweep():
+        return cli(
+            "analyze",
+            "-r",
+            uri,
+            "--endpoint-url",
+            store,
+            "--results",
+            db,
+            "-j",
+            "1",
+            "--format",
+            "json",
+        )
+
+    first, second = sweep(), sweep()
+    assert first.exit_code == second.exit_code == 1
+    assert sorted(first.stdout.splitlines()) == sorted(second.stdout.splitlines())
+    assert f"0 of {len(SWEEP)} runs reused" in first.output
+    assert f"{len(SWEEP)} of {len(SWEEP)} runs reused" in second.output
+    # one run rewritten in the store (now healthy): only it is fetched and analysed again
+    with fs.open_output_stream(f"{BUCKET}/again/spike-persistent/run.jsonl") as out:
+        out.write((RUNS / "plateau" / "run.jsonl").read_bytes())
+    third = sweep()
+    assert f"{len(SWEEP) - 1} of {len(SWEEP)} runs reused" in third.output
+    paths = [json.loads(line)["source"]["path"] for line in third.stdout.splitlines()]
+    assert sorted(paths) == sorted(f"{uri}/{name}/run.jsonl" for name in SWEEP)
