@@ -197,21 +197,14 @@ def tensorboard_run(cache: Path, points: int, seed: int) -> Path:
 
 
 def _file_version_record() -> bytes:
-    import struct
+    from _series import tfrecord
 
     from stabilitycli.ingest import _tbproto
-    from stabilitycli.ingest._tfrecord import masked_crc
 
     payload = (
         _tbproto.messages()["Event"](wall_time=1.7e9, file_version="brain.Event:2")
     ).SerializeToString()
-    header = struct.pack("<Q", len(payload))
-    return (
-        header
-        + struct.pack("<I", masked_crc(header))
-        + payload
-        + struct.pack("<I", masked_crc(payload))
-    )
+    return tfrecord(payload)
 
 
 def mlflow_store(cache: Path, points: int, seed: int) -> tuple[Path, str]:

@@ -1,8 +1,10 @@
-"""The metric series the reader benchmarks write: one loss curve with a NaN and a +Inf in it."""
+"""What the reader benchmarks write: one loss curve with a NaN and a +Inf in it, and the
+TFRecord framing of an event."""
 
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 
@@ -15,3 +17,16 @@ def loss_curve(points: int) -> np.ndarray:
     loss[points // 2] = math.nan
     loss[points // 2 + 1] = math.inf
     return loss
+
+
+def tfrecord(payload: bytes) -> bytes:
+    """One TFRecord: the length, its masked CRC, the payload, its masked CRC."""
+    from stabilitycli.ingest._tfrecord import masked_crc
+
+    header = struct.pack("<Q", len(payload))
+    return (
+        header
+        + struct.pack("<I", masked_crc(header))
+        + payload
+        + struct.pack("<I", masked_crc(payload))
+    )

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _series import loss_curve
+from _series import loss_curve, tfrecord
 
 TAG = "train/loss"
 
@@ -38,21 +38,12 @@ def make_values(points: int) -> np.ndarray:
 
 
 def write_own(path: Path, values: np.ndarray) -> None:
-    import struct
 
     from stabilitycli.ingest import _tbproto as tbp
-    from stabilitycli.ingest._tfrecord import masked_crc
 
     event_cls = tbp.messages()["Event"]
 
-    def frame(payload: bytes) -> bytes:
-        header = struct.pack("<Q", len(payload))
-        return (
-            header
-            + struct.pack("<I", masked_crc(header))
-            + payload
-            + struct.pack("<I", masked_crc(payload))
-        )
+    frame = tfrecord
 
     with open(path, "wb") as handle:
         handle.write(
