@@ -81,34 +81,39 @@ def _s3_settings(endpoint_url: str | None) -> dict[str, Any]:
     return settings
 
 
-@contextmanager
-def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> Iterator[Path]:
-    """A private local copy of the object, or of every object under the prefix."""
+def _listing(uri: str, fs: Any, key: str, limits: InputLimits) -> tuple[bool, list[Any]]:
+    """(whether the URI names one object, the objects `staged` copies): the object and the
+    files a reader looks for beside it, or every object under the prefix."""
     import pyarrow.fs as pafs
 
-    fs, key = filesystem(uri, endpoint_url)
     info = _ask(uri, lambda: fs.get_file_info(key))
     if info.type == pafs.FileType.NotFound:
         raise StabInputError(uri, "no such object or prefix in the store")
     if info.type == pafs.FileType.File:
-        # the files a reader looks for beside a log come along: what it reads from the
-        # log's folder must not depend on where the log is kept
+        # what a reader reads from the log's folder must not depend on where it is kept
         parent = str(PurePosixPath(key).parent)
         beside = _ask(uri, lambda: fs.get_file_info([f"{parent}/{n}" for n in SIDECARS]))
-        objects = [info, *(i for i in beside if i.type == pafs.FileType.File and i.path != key)]
-    else:
-        selector = pafs.FileSelector(key, recursive=True)
-        listed = _ask(uri, lambda: fs.get_file_info(selector))
-        objects = [i for i in listed if i.type == pafs.FileType.File]
-        if len(objects) > limits.max_walk_files:
-            raise limit_hit(
-                uri,
-                f"the prefix holds {len(objects):,} objects",
-                "max_walk_files",
-                limits.max_walk_files,
-            )
-        if not objects:
-            raise StabInputError(uri, "no object under this prefix")
+        return True, [info, *(i for i in beside if i.type == pafs.FileType.File and i.path != key)]
+    listed = _ask(uri, lambda: fs.get_file_info(pafs.FileSelector(key, recursive=True)))
+    objects = [i for i in listed if i.type == pafs.FileType.File]
+    if len(objects) > limits.max_walk_files:
+        raise limit_hit(
+            uri,
+            f"the prefix holds {len(objects):,} objects",
+            "max_walk_files",
+            limits.max_walk_files,
+        )
+    if not objects:
+        raise StabInputError(uri, "no object under this prefix")
+    return False, objects
+
+
+@contextmanager
+def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> Iterator[Path]:
+    """A private local copy of the object, or of every object under the prefix."""
+
+    fs, key = filesystem(uri, endpoint_url)
+    single, objects = _listing(uri, fs, key, limits)
     for item in objects:
         if item.size is not None and item.size > limits.max_input_bytes:
             where = item.path[len(key) :].lstrip("/") or PurePosixPath(key).name
@@ -124,7 +129,7 @@ def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> It
         name = PurePosixPath(key)
         local = Path(folder) / (name.parent.name or "store") / name.name
         for item in objects:
-            if info.type == pafs.FileType.File:
+            if single:
                 target = local.parent / PurePosixPath(item.path).name
             else:
                 target = local / item.path[len(key) :].lstrip("/")
@@ -224,25 +229,11 @@ def content_sha256(uri: str, limits: InputLimits, endpoint_url: str | None = Non
     import hashlib
     import json
 
-    import pyarrow.fs as pafs
-
     try:
         fs, key = filesystem(uri, endpoint_url)
-        info = fs.get_file_info(key)
-        if info.type == pafs.FileType.File:
-            parent = str(PurePosixPath(key).parent)
-            beside = fs.get_file_info([f"{parent}/{n}" for n in SIDECARS])
-            objects = [info, *(i for i in beside if i.type == pafs.FileType.File)]
-            base = parent
-        elif info.type == pafs.FileType.Directory:
-            listed = fs.get_file_info(pafs.FileSelector(key, recursive=True))
-            objects = [i for i in listed if i.type == pafs.FileType.File]
-            base = key
-        else:
-            return None
-    except (OSError, StabInputError):
+        single, objects = _listing(uri, fs, key, limits)
+    except StabInputError:  # the store refused, or nothing is there
         return None
-    if not objects or len(objects) > limits.max_walk_files:
-        return None
+    base = str(PurePosixPath(key).parent) if single else key
     entries = sorted((i.path[len(base) :].lstrip("/"), i.size, i.mtime_ns) for i in objects)
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
