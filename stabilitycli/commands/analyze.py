@@ -10,6 +10,7 @@ for unreadable input or a bad option (one line on stderr). With several runs,
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from enum import StrEnum
 from typing import Annotated
@@ -254,29 +255,68 @@ def command(
 
 
 def _reading(target: str, wanted: bool):
-    """A transient spinner with the elapsed time on stderr while a big log (at least
-    PROGRESS_MIN_BYTES) is read and analysed; nothing for a small one. The readers take a
-    file in one pass, so there is no fraction done to show: the spinner says it is alive."""
-    import contextlib
+    """A transient bar on stderr while a big log (at least PROGRESS_MIN_BYTES) is read and
+    analysed; nothing for a small one. It shows the megabytes read while a reader says
+    how far it got (the JSONL reader does, a piece at a time), a pulse while one reads the
+    log in one go, then the rules done of the rules selected."""
     import os
 
     size = os.path.getsize(target) if wanted and os.path.isfile(target) else 0
     if size < PROGRESS_MIN_BYTES:
         return contextlib.nullcontext()
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    return _ReadingBar(visible(os.path.basename(target)), size)
 
-    label = f"reading and analysing {visible(os.path.basename(target))} ({size >> 20:,} MB)"
-    progress = Progress(
-        SpinnerColumn(),
-        # the name is the user's: no rich markup, and braces kept out of str.format
-        TextColumn(label.replace("{", "{{").replace("}", "}}"), markup=False),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    progress.add_task("read", total=None)
-    return progress
+
+class _ReadingBar:
+    """The bar of `_reading`: a rich Progress that listens to `stabilitycli.progress`."""
+
+    def __init__(self, name: str, size_bytes: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.name = name
+        # the name is the user's: no rich markup in it, so the columns render fields as text
+        self.bar = Progress(
+            TextColumn("{task.fields[doing]}", markup=False),
+            BarColumn(),
+            TextColumn("{task.fields[amount]}", markup=False),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.stage = "read"
+        self.task = self.bar.add_task(
+            "read", total=None, doing=f"reading {name}", amount=f"{size_bytes >> 20:,} MB"
+        )
+        self._stack = contextlib.ExitStack()
+
+    def heard(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            # a new stage starts its own clock, so the time left is not the read's rate
+            self.stage = stage
+            self.bar.reset(self.task, total=total or None)
+        if stage == "read":
+            doing, amount = f"reading {self.name}", f"{done >> 20:,} of {total >> 20:,} MB"
+        else:
+            doing, amount = "checking the rules", f"{done} of {total} rules"
+        self.bar.update(self.task, completed=done, total=total or None, doing=doing, amount=amount)
+
+    def __enter__(self) -> _ReadingBar:
+        from stabilitycli.progress import listening
+
+        self._stack.enter_context(self.bar)
+        self._stack.enter_context(listening(self.heard))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.__exit__(*exc)
 
 
 def _show_settings(target: str, set_values: list[str] | None) -> int:

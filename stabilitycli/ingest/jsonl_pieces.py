@@ -23,6 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
+from stabilitycli import progress
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import _bounded, jsonl
 from stabilitycli.ingest.options import ReadOptions
@@ -63,6 +64,7 @@ def read_in_pieces(
                 continue
             carry = data[end:]
             lines_before = _parse(data[:end], lines_before, trial, options, frames)
+            progress.tell("read", bytes_read, size)
     cut_line = None
     if carry:
         last, cut = jsonl._strip_truncated_tail(carry, limits)

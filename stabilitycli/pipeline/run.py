@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from stabilitycli import progress
 from stabilitycli.config import Thresholds
 from stabilitycli.frame import RunData, from_wide
 from stabilitycli.ingest import read
@@ -51,11 +52,13 @@ def analyze(
     skipped: list[Skip] = []
     facts = Facts()
     view = build_view(run)
-    for rule in rules:
+    progress.tell("rules", 0, len(rules))
+    for done, rule in enumerate(rules, start=1):
         outcome = rule.run(view, thresholds, facts)
         findings.extend(outcome.findings)
         skipped.extend(outcome.skipped)
         facts.provide(rule.code, rule.provides, outcome.facts)
+        progress.tell("rules", done, len(rules))
 
     ran = [rule.code for rule in rules]
     not_run = tuple(code for code in load_rules() if code not in ran)
