@@ -9,7 +9,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.windows import value_at_or_before
+from stabilitycli.detect.windows import rolling_median_at, value_at_or_before
 from stabilitycli.model import Finding, Severity, Skip
 
 
@@ -41,16 +41,11 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     steps, lr = found
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(lr[:-1] > 0, np.diff(lr) / lr[:-1], 0.0)
-    local = (
-        pl.Series(np.abs(rel))
-        .shift(1)
-        .rolling_median(10, min_samples=3)
-        .fill_null(np.inf)
-        .to_numpy()
-    )
-    jumps = np.flatnonzero(
-        (rel > thresholds.lr_jump_ratio) & (rel > thresholds.lr_jump_local_ratio * local)
-    )
+    # the recent change is needed only where the LR rose past the ratio (a warmup's first
+    # few points, a jump), so its rolling median is taken there alone
+    rose = np.flatnonzero(rel > thresholds.lr_jump_ratio)
+    local = rolling_median_at(np.abs(rel), 10, 3, rose)  # NaN (too few points) never flags
+    jumps = rose[rel[rose] > thresholds.lr_jump_local_ratio * local]
     # one jump that the log shows over several consecutive points (a x10 LR reached in
     # three logged rises) is one event: from the point before its first rise to its last
     starts = jumps[np.concatenate(([True], np.diff(jumps) > 1))] if jumps.size else jumps
