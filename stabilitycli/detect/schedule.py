@@ -9,7 +9,12 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.windows import rolling_median_at, value_at_or_before
+from stabilitycli.detect.windows import (
+    rolling_median_at,
+    trailing_median_at,
+    trailing_median_bounds,
+    value_at_or_before,
+)
 from stabilitycli.model import Finding, Severity, Skip
 
 
@@ -250,16 +255,15 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
     if found is None:
         return result
     steps, grad = found
-    baseline = (
-        pl.DataFrame({"step": steps, "g": grad})
-        .select(
-            pl.col("g").rolling_median_by(
-                "step", window_size=f"{thresholds.spike_window_steps}i", closed="left"
-            )
-        )["g"]
-        .fill_null(np.nan)
-        .to_numpy()
-    )
+    window, bar = thresholds.spike_window_steps, thresholds.grad_norm_outlier_ratio
+    # the trailing median is needed exactly only where a cheap lower bound of it leaves
+    # the point possibly >= bar x the median; elsewhere grad / median <= grad / bound < bar
+    lower, _ = trailing_median_bounds(steps, grad, window)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        below_bar = (grad >= 0) & (lower > 0) & (grad / lower < bar)
+    open_rows = np.flatnonzero(~below_bar)
+    baseline = np.full(grad.size, np.nan)
+    baseline[open_rows] = trailing_median_at(steps, grad, window, open_rows)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = grad / baseline
     hits = np.flatnonzero(np.isfinite(ratio) & (ratio >= thresholds.grad_norm_outlier_ratio))

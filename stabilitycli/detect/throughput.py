@@ -9,6 +9,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.windows import trailing_median_at, trailing_median_bounds
 from stabilitycli.model import Finding, Severity, Skip
 
 
@@ -67,14 +68,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
         )
         _short_log_drop(name, steps, values, thresholds, result)
         return result
-    frame = pl.DataFrame({"step": steps, "v": values})
-    baseline = frame.select(
-        pl.col("v").rolling_median_by(
-            "step", window_size=f"{thresholds.spike_window_steps}i", closed="left"
-        )
-    )["v"].to_numpy()
-    with np.errstate(invalid="ignore"):
-        low = values < (1 - thresholds.throughput_drop_frac) * baseline
+    baseline, low = _low_points(steps, values, thresholds)
     run = pl.Series(low).rle()
     lengths, flags = run.struct.field("len").to_numpy(), run.struct.field("value").to_numpy()
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
@@ -101,6 +95,35 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
             )
         )
     return result
+
+
+def _low_points(
+    steps: np.ndarray, values: np.ndarray, thresholds: Thresholds
+) -> tuple[np.ndarray, np.ndarray]:
+    """The trailing median, and which points sit throughput_drop_frac below it, exactly
+    where a drop of throughput_persist_points could be (NaN and False elsewhere).
+
+    A point at or above (1 - frac) x an upper bound of its median is not low. A drop
+    is throughput_persist_points low points in a row, so only stretches of that many
+    points the bound leaves open get the exact median; a shorter one is no drop.
+    """
+    window, keep = thresholds.spike_window_steps, 1 - thresholds.throughput_drop_frac
+    _, upper = trailing_median_bounds(steps, values, window)
+    with np.errstate(invalid="ignore"):
+        maybe = ~(values >= keep * upper) if keep > 0 else np.ones(values.size, dtype=bool)
+    edges = np.diff(np.concatenate(([0], maybe.view(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    long = ends - starts >= max(1, thresholds.throughput_persist_points)
+    marks = np.zeros(values.size + 1, dtype=np.int64)
+    np.add.at(marks, starts[long], 1)
+    np.add.at(marks, ends[long], -1)
+    open_rows = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+    baseline = np.full(values.size, np.nan)
+    baseline[open_rows] = trailing_median_at(steps, values, window, open_rows)
+    low = np.zeros(values.size, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        low[open_rows] = values[open_rows] < keep * baseline[open_rows]
+    return baseline, low
 
 
 def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleResult) -> None:

@@ -121,3 +121,116 @@ def rolling_median_at(
     medians = windows.rolling_median(window_points, min_samples=min_samples)
     ends = medians.gather_every(window_points, offset=window_points - 1)[1:]
     return ends.fill_null(np.nan).to_numpy()
+
+
+def _trailing_median_frame(steps: np.ndarray, values: np.ndarray, window_steps: int) -> pl.Series:
+    frame = pl.DataFrame({"step": steps, "v": values})
+    median = pl.col("v").rolling_median_by("step", window_size=f"{window_steps}i", closed="left")
+    return frame.select(median)["v"]
+
+
+def trailing_median_at(
+    steps: np.ndarray, values: np.ndarray, window_steps: int, rows: np.ndarray
+) -> np.ndarray:
+    """The median of `values` over the steps [t - window_steps, t) at `rows` only (NaN for an
+    empty window), as polars' `rolling_median_by` gives it over the whole series.
+
+    Each row's window is cut out and the cut-outs are laid end to end, their steps
+    moved apart so that no window reaches into the one before: polars then sees each
+    window exactly as it would in the whole series. `steps` are sorted unique integers.
+    """
+    if rows.size == 0:
+        return np.zeros(0)
+    rows = rows.astype(np.int64)
+    first = np.searchsorted(steps, steps[rows] - window_steps, side="left")
+    sizes = rows - first + 1  # the window and the row itself
+    # long or many windows: the whole series is cheaper (and the moved steps stay in int64)
+    if int(sizes.sum()) >= steps.size or (2 * window_steps + 2) * rows.size >= 2**62:
+        return (
+            _trailing_median_frame(steps, values, window_steps).fill_null(np.nan).to_numpy()[rows]
+        )
+    ends = np.cumsum(sizes)
+    piece = np.repeat(np.arange(rows.size), sizes)
+    at = np.arange(int(ends[-1])) - np.repeat(ends - sizes, sizes) + np.repeat(first, sizes)
+    # each piece spans at most window_steps; a gap of twice that keeps the pieces apart
+    moved = steps[at] - np.repeat(steps[first], sizes) + piece * (2 * window_steps + 2)
+    medians = _trailing_median_frame(moved, values[at], window_steps)
+    return medians.gather(ends - 1).fill_null(np.nan).to_numpy()
+
+
+def trailing_median_bounds(
+    steps: np.ndarray, values: np.ndarray, window_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, a lower and an upper bound of the median `trailing_median_at` gives
+    (-inf/+inf where none is cheap), for a rule that needs the exact median only
+    where a bound leaves its test open.
+
+    The rows are cut into blocks of `block` rows. If every block lying wholly in a
+    window of n values has at least `block - rank` values >= y, and those blocks hold
+    n // 2 + 1 such values in all, the window's lower middle value is >= y, and so is
+    its median (the middle value, or between the two middle ones); the upper bound is
+    the mirror image. The blocks are those inside every window of a block of rows,
+    so one bound serves the whole block. `values` are finite; `steps` sorted unique
+    integers, so a window holds at most `window_steps` values.
+    """
+    n = steps.size
+    lower, upper = np.full(n, -np.inf), np.full(n, np.inf)
+    span = float(steps[-1] - steps[0]) if n else 0.0
+    window_rows = min(window_steps, window_steps * (n - 1) / span if span > 0 else 0.0)
+    block = int(window_rows // 5)
+    if block < 4 or n < 2 * block:
+        return lower, upper
+    blocks = n // block
+    first_row = np.arange(0, n, block)
+    last_row = np.minimum(first_row + block - 1, n - 1)
+    # every window of the rows block q starts at or before lo_last and ends at q's first row
+    lo_last = np.searchsorted(steps, steps[last_row] - window_steps, side="left")
+    lo_first = np.searchsorted(steps, steps[first_row] - window_steps, side="left")
+    first_full = -(-lo_last // block)
+    count = np.arange(first_row.size) - first_full  # whole blocks in every window of q
+    need = np.minimum(last_row - lo_first, window_steps) // 2 + 1  # n // 2 + 1 at most
+    usable = count > 0
+    if not usable.any():
+        return lower, upper
+    per_block = int(np.ceil(np.median(need[usable] / count[usable])))
+    rank = block - per_block
+    if rank < 0:
+        return lower, upper
+    usable &= count * per_block >= need
+    ordered = np.partition(
+        values[: blocks * block].reshape(blocks, block), (rank, block - 1 - rank), axis=1
+    )
+    low_stat, high_stat = ordered[:, rank], ordered[:, block - 1 - rank]
+    q_lower, q_upper = _range_extremes(low_stat, high_stat, first_full, count, usable)
+    lower[:] = np.repeat(q_lower, block)[:n]
+    upper[:] = np.repeat(q_upper, block)[:n]
+    return lower, upper
+
+
+def _range_extremes(
+    low_stat: np.ndarray,
+    high_stat: np.ndarray,
+    start: np.ndarray,
+    count: np.ndarray,
+    usable: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """min of low_stat and max of high_stat over [start, start + count) where usable
+    (-inf/+inf elsewhere): a sparse table, one level per doubling of the range."""
+    lows, highs = [low_stat], [high_stat]
+    width = 1
+    longest = int(count[usable].max())
+    while 2 * width <= longest:
+        lows.append(np.minimum(lows[-1][:-width], lows[-1][width:]))
+        highs.append(np.maximum(highs[-1][:-width], highs[-1][width:]))
+        width *= 2
+    q_lower, q_upper = np.full(count.size, -np.inf), np.full(count.size, np.inf)
+    at = np.flatnonzero(usable)
+    c = count[at]
+    level = np.floor(np.log2(c)).astype(np.int64)
+    s = start[at]
+    for k in range(len(lows)):  # a few levels, not rows
+        pick = level == k
+        a, b = s[pick], s[pick] + c[pick] - (1 << k)
+        q_lower[at[pick]] = np.minimum(lows[k][a], lows[k][b])
+        q_upper[at[pick]] = np.maximum(highs[k][a], highs[k][b])
+    return q_lower, q_upper

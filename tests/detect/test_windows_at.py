@@ -11,7 +11,11 @@ from hypothesis import strategies as st
 
 from stabilitycli import read
 from stabilitycli.detect.series import build_view
-from stabilitycli.detect.windows import rolling_median_at
+from stabilitycli.detect.windows import (
+    rolling_median_at,
+    trailing_median_at,
+    trailing_median_bounds,
+)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -54,3 +58,40 @@ def test_median_at_rows_on_a_fixture_lr() -> None:
     assert 0 < rows.size * 10 < change.size  # the rows-only path, not the whole series
     expected = whole_rolling_median(change, 10, 3)[rows]
     assert same_bits(rolling_median_at(change, 10, 3, rows), expected)
+
+
+def whole_trailing_median(steps: np.ndarray, values: np.ndarray, window_steps: int) -> np.ndarray:
+    frame = pl.DataFrame({"step": steps, "v": values})
+    median = pl.col("v").rolling_median_by("step", window_size=f"{window_steps}i", closed="left")
+    return frame.select(median)["v"].fill_null(np.nan).to_numpy()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(-3, 3)), min_size=1, max_size=400),
+    st.sampled_from([7, 20, 50, 100]),
+    st.data(),
+)
+def test_trailing_median_at_rows_and_its_bounds(points, window_steps, data):
+    steps = np.cumsum([gap for gap, _ in points]).astype(np.int64)
+    values = np.array([level for _, level in points], dtype=np.float64)
+    whole = whole_trailing_median(steps, values, window_steps)
+    lower, upper = trailing_median_bounds(steps, values, window_steps)
+    has = ~np.isnan(whole)
+    assert np.all((lower[has] <= whole[has]) & (whole[has] <= upper[has]))
+    chosen = data.draw(st.lists(st.integers(0, steps.size - 1), max_size=6, unique=True))
+    rows = np.array(sorted(chosen), dtype=np.int64)
+    assert same_bits(trailing_median_at(steps, values, window_steps, rows), whole[rows])
+
+
+def test_trailing_median_on_a_fixture_grad_norm() -> None:
+    view = build_view(read(FIXTURES / "rules" / "grad-norm-spike" / "fires" / "run.jsonl"))
+    steps, grad = view.finite_points("grad_norm")
+    whole = whole_trailing_median(steps, grad, 100)
+    lower, upper = trailing_median_bounds(steps, grad, 100)
+    bounded = np.isfinite(lower) & np.isfinite(upper)
+    assert bounded.mean() > 0.5  # the bounds hold for most rows of a dense log...
+    assert np.all((lower[bounded] <= whole[bounded]) & (whole[bounded] <= upper[bounded]))
+    rows = np.flatnonzero(grad > 3 * lower)  # ...and leave few rows open
+    assert 0 < rows.size < steps.size // 4
+    assert same_bits(trailing_median_at(steps, grad, 100, rows), whole[rows])
