@@ -111,13 +111,12 @@ def _low_points(
     _, upper = trailing_median_bounds(steps, values, window)
     with np.errstate(invalid="ignore"):
         maybe = ~(values >= keep * upper) if keep > 0 else np.ones(values.size, dtype=bool)
-    edges = np.diff(np.concatenate(([0], maybe.view(np.int8), [0])))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    long = ends - starts >= max(1, thresholds.throughput_persist_points)
-    marks = np.zeros(values.size + 1, dtype=np.int64)
-    np.add.at(marks, starts[long], 1)
-    np.add.at(marks, ends[long], -1)
-    open_rows = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+    # the stretches, found among the few open rows rather than over the whole column
+    maybe_rows = np.flatnonzero(maybe)
+    stretch = np.concatenate(([0], np.cumsum(np.diff(maybe_rows) != 1)))
+    lengths = np.bincount(stretch)
+    long = lengths >= max(1, thresholds.throughput_persist_points)
+    open_rows = maybe_rows[long[stretch]]
     baseline = np.full(values.size, np.nan)
     baseline[open_rows] = trailing_median_at(steps, values, window, open_rows)
     low = np.zeros(values.size, dtype=bool)
