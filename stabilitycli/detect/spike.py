@@ -11,7 +11,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.windows import median_interval, trailing_stats
+from stabilitycli.detect.windows import median_interval, trailing_mean, trailing_stats
 from stabilitycli.model import Finding, Severity, Skip
 
 # extent/recovery scans look ahead in chunks, never over the whole tail
@@ -281,7 +281,12 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         return result
 
     stats = trailing_stats(
-        steps, loss, window, thresholds.min_points_per_window, thresholds.widened_window_points
+        steps,
+        loss,
+        window,
+        thresholds.min_points_per_window,
+        thresholds.widened_window_points,
+        copy=False,  # only read below
     )
     sigma = np.maximum(
         np.nan_to_num(stats.std, nan=0.0), thresholds.sigma_floor_frac * np.abs(stats.mean)
@@ -412,14 +417,14 @@ class _CauseContext:
         """Vectorised pre-screen: could any Q2.3 cause (or a restart) apply at these points?"""
         maybe = np.zeros(candidates.size, dtype=bool)
         lead = thresholds.cause_lead_steps
-        grad_max = _lead_max(steps, self.grad_ratio, lead)
+        grad_max = _lead_max(steps, self.grad_ratio, lead, candidates)
         if grad_max is not None:
-            maybe |= grad_max[candidates] >= min(
+            maybe |= grad_max >= min(
                 thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio
             )
-        lr_max = _lead_max(steps, self.lr_rel_jump, thresholds.lr_jump_cause_steps)
+        lr_max = _lead_max(steps, self.lr_rel_jump, thresholds.lr_jump_cause_steps, candidates)
         if lr_max is not None:
-            maybe |= lr_max[candidates] > thresholds.lr_jump_ratio
+            maybe |= lr_max > thresholds.lr_jump_ratio
         if self.batch_id is not None:
             maybe |= _recently_seen(steps, self.batch_id, thresholds.duplicate_batch_window_steps)[
                 candidates
@@ -440,7 +445,7 @@ class _CauseContext:
         grad_ratio = grad = grad_base = lr_jump = lr = batch = None
         if view.has("grad_norm"):
             g_steps, g = view.points("grad_norm")
-            g_stats = trailing_stats(
+            g_mean = trailing_mean(
                 g_steps,
                 g,
                 thresholds.spike_window_steps,
@@ -449,10 +454,10 @@ class _CauseContext:
             )
             with np.errstate(divide="ignore", invalid="ignore"):
                 # a non-finite grad norm is an overflow (§3) or a NaN (§1), not a long-tail batch
-                ratio = np.where(np.isfinite(g), g / g_stats.mean, np.nan)
+                ratio = np.where(np.isfinite(g), g / g_mean, np.nan)
             grad_ratio = _align(g_steps, ratio, loss_steps)
             grad = _align(g_steps, g, loss_steps)
-            grad_base = _align(g_steps, g_stats.mean, loss_steps)
+            grad_base = _align(g_steps, g_mean, loss_steps)
         if view.has("lr"):
             l_steps, l_values = view.points("lr")
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -475,16 +480,29 @@ class _CauseContext:
         )
 
 
-def _lead_max(steps: np.ndarray, values: np.ndarray | None, lead_steps: int) -> np.ndarray | None:
-    """max of values over [t - lead_steps, t] at every point."""
+def _lead_max(
+    steps: np.ndarray, values: np.ndarray | None, lead_steps: int, rows: np.ndarray
+) -> np.ndarray | None:
+    """max of values (NaN and Inf as 0) over [t - lead_steps, t] at each of `rows`.
+
+    Only the flagged points ask, so only their windows are read when they are few;
+    a window holds at most lead_steps + 1 rows (the steps are unique integers).
+    """
     if values is None:
         return None
-    frame = pl.DataFrame(
-        {"step": steps, "v": np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)}
-    )
-    return frame.select(
-        pl.col("v").rolling_max_by("step", window_size=f"{lead_steps + 1}i", closed="right")
-    )["v"].to_numpy()
+    if rows.size * (lead_steps + 1) >= steps.size:  # many windows: one pass over them all
+        frame = pl.DataFrame(
+            {"step": steps, "v": np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)}
+        )
+        window_size = f"{lead_steps + 1}i"
+        return frame.select(pl.col("v").rolling_max_by("step", window_size, closed="right"))[
+            "v"
+        ].to_numpy()[rows]
+    first = np.searchsorted(steps, steps[rows] - lead_steps, side="left")
+    at = rows[:, None] - np.arange(lead_steps + 1)[None, :]  # each row and the rows before it
+    inside = at >= first[:, None]
+    window = values[np.where(inside, at, rows[:, None])]  # outside: the row itself again
+    return np.nan_to_num(window, nan=0.0, posinf=0.0, neginf=0.0).max(axis=1)
 
 
 def _recently_seen(steps: np.ndarray, batch_id: np.ndarray, window_steps: int) -> np.ndarray:

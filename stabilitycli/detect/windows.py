@@ -34,13 +34,49 @@ def trailing_stats(
     window_steps: int,
     min_points: int,
     widened_points: int,
+    *,
+    copy: bool = True,
 ) -> TrailingStats:
     """Mean and std of `values` over [t - window_steps, t), excluding t itself.
 
     Non-finite values are left out of the baseline (a NaN would otherwise blind
     every window that holds it, polars' rolling semantics); the raw values are
-    untouched.
+    untouched. `copy=False` hands over polars' own buffers (read-only arrays)
+    instead of writable copies.
     """
+    out, widened, description = _trailing(
+        steps, values, window_steps, min_points, widened_points, ("mean", "std", "count")
+    )
+    return TrailingStats(
+        mean=out["mean"].fill_null(np.nan).to_numpy().astype(np.float64, copy=copy),
+        std=out["std"].fill_null(np.nan).to_numpy().astype(np.float64, copy=copy),
+        count=out["count"].fill_null(0).to_numpy().astype(np.float64, copy=copy),
+        widened=widened,
+        description=description,
+    )
+
+
+def trailing_mean(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    min_points: int,
+    widened_points: int,
+) -> np.ndarray:
+    """`trailing_stats(...).mean` alone (a read-only array), for a rule that needs no spread."""
+    out, _, _ = _trailing(steps, values, window_steps, min_points, widened_points, ("mean",))
+    return out["mean"].fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
+
+
+def _trailing(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    min_points: int,
+    widened_points: int,
+    names: tuple[str, ...],
+) -> tuple[pl.DataFrame, bool, str]:
+    """The trailing `names` (of mean, std, count), whether the window was widened, and how."""
     interval = median_interval(steps)
     per_window = window_steps / interval if interval and interval > 0 else 0.0
     frame = pl.DataFrame(
@@ -48,39 +84,32 @@ def trailing_stats(
     ).with_columns(pl.col("v").fill_nan(None))
     if per_window >= min_points:
         window = f"{int(window_steps)}i"
-        out = frame.select(
-            pl.col("v").rolling_mean_by("step", window_size=window, closed="left").alias("mean"),
-            pl.col("v").rolling_std_by("step", window_size=window, closed="left").alias("std"),
-            pl.col("v")
+        expressions = {
+            "mean": pl.col("v").rolling_mean_by("step", window_size=window, closed="left"),
+            "std": pl.col("v").rolling_std_by("step", window_size=window, closed="left"),
+            "count": pl.col("v")
             .is_not_null()
             .cast(pl.Float64)
-            .rolling_sum_by("step", window_size=window, closed="left")
-            .alias("count"),
-        )
+            .rolling_sum_by("step", window_size=window, closed="left"),
+        }
         description = f"{window_steps}-step window (about {per_window:.0f} points)"
         widened = False
     else:
         shifted = pl.col("v").shift(1)
-        out = frame.select(
-            shifted.rolling_mean(widened_points, min_samples=2).alias("mean"),
-            shifted.rolling_std(widened_points, min_samples=2).alias("std"),
-            shifted.is_not_null()
+        expressions = {
+            "mean": shifted.rolling_mean(widened_points, min_samples=2),
+            "std": shifted.rolling_std(widened_points, min_samples=2),
+            "count": shifted.is_not_null()
             .cast(pl.Float64)
-            .rolling_sum(widened_points, min_samples=1)
-            .alias("count"),
-        )
+            .rolling_sum(widened_points, min_samples=1),
+        }
         description = (
             f"window widened to {widened_points} points = {widened_points * interval:,.0f} steps: "
             f"one point per {interval:,.0f} steps"
         )
         widened = True
-    return TrailingStats(
-        mean=out["mean"].fill_null(np.nan).to_numpy().astype(np.float64),
-        std=out["std"].fill_null(np.nan).to_numpy().astype(np.float64),
-        count=out["count"].fill_null(0).to_numpy().astype(np.float64),
-        widened=widened,
-        description=description,
-    )
+    out = frame.select([expressions[name].alias(name) for name in names])
+    return out, widened, description
 
 
 def value_at_or_before(steps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:

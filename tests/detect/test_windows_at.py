@@ -11,10 +11,13 @@ from hypothesis import strategies as st
 
 from stabilitycli import read
 from stabilitycli.detect.series import build_view
+from stabilitycli.detect.spike import _lead_max
 from stabilitycli.detect.windows import (
     rolling_median_at,
+    trailing_mean,
     trailing_median_at,
     trailing_median_bounds,
+    trailing_stats,
 )
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -95,3 +98,28 @@ def test_trailing_median_on_a_fixture_grad_norm() -> None:
     rows = np.flatnonzero(grad > 3 * lower)  # ...and leave few rows open
     assert 0 < rows.size < steps.size // 4
     assert same_bits(trailing_median_at(steps, grad, 100, rows), whole[rows])
+
+
+def test_trailing_mean_is_the_mean_of_trailing_stats() -> None:
+    # a dense log, and one logged every 10 steps whose 50-step window is widened
+    for path, window in (("rules/spike/fires/run.jsonl", 100), ("compare/every-10/run.jsonl", 50)):
+        view = build_view(read(FIXTURES / path))
+        steps, grad = view.points("grad_norm")
+        stats = trailing_stats(steps, grad, window, 8, 20)
+        assert stats.widened == (window == 50)
+        assert same_bits(trailing_mean(steps, grad, window, 8, 20), stats.mean)
+        assert same_bits(trailing_stats(steps, grad, window, 8, 20, copy=False).std, stats.std)
+
+
+@settings(max_examples=100, deadline=None)
+@given(values_strategy, st.sampled_from([0, 3, 50]), st.data())
+def test_lead_max_at_rows_is_the_rolling_max(values, lead_steps, data):
+    x = np.array(values, dtype=np.float64)
+    steps = np.cumsum(data.draw(st.lists(st.integers(1, 4), min_size=x.size, max_size=x.size)))
+    steps = steps.astype(np.int64)
+    chosen = data.draw(st.lists(st.integers(0, x.size - 1), max_size=4, unique=True))
+    rows = np.array(sorted(chosen), dtype=np.int64)
+    frame = pl.DataFrame({"step": steps, "v": np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)})
+    window = pl.col("v").rolling_max_by("step", f"{lead_steps + 1}i", closed="right")
+    expected = frame.select(window)["v"].to_numpy()[rows]
+    assert np.array_equal(_lead_max(steps, x, lead_steps, rows), expected)
