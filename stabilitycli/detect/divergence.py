@@ -76,11 +76,12 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         result.skipped.append(Skip("divergence", "no loss series in the log"))
         return result
     steps, loss = view.finite_points("loss")
-    window_points, description, shortened = _window_points(steps, thresholds)
+    interval = median_interval(steps)  # once: every scan below reads it
+    window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
         return result
-    scan = _scan(steps, loss, window_points, thresholds.divergence_z, thresholds, facts)
+    scan = _scan(steps, loss, interval, window_points, thresholds.divergence_z, thresholds, facts)
     if scan is None:
         bins = max(1, math.ceil(window_points / thresholds.trend_points))
         result.skipped.append(
@@ -108,14 +109,14 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     undone_scan = (binned, z, m, first_mean, last_mean)
     candidates = np.flatnonzero(rising & never_back)
     if not candidates.size:
-        slow = _slow_rise(steps, loss, window_points, thresholds, facts)
+        slow = _slow_rise(steps, loss, interval, window_points, thresholds, facts)
         if slow is None:
             result.findings += _loss_rise(undone, *undone_scan)
             return result
         scan, candidates = slow
         binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
         first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
-        span_steps = round(scan.window_points * median_interval(steps))
+        span_steps = round(scan.window_points * interval)
         description = (
             f"{description}; a slow rise, found over windows of {scan.window_points} points "
             f"({span_steps:,} steps)"
@@ -316,6 +317,7 @@ class _Scan:
 def _slow_rise(
     steps: np.ndarray,
     loss: np.ndarray,
+    interval: float,
     window_points: int,
     thresholds: Thresholds,
     facts: Facts,
@@ -324,7 +326,9 @@ def _slow_rise(
     times... as long, up to half the log, and return the shortest that finds a rise."""
     longer = window_points * 2
     while longer <= steps.size // 2:
-        wider = _scan(steps, loss, longer, thresholds.divergence_slow_z, thresholds, facts)
+        wider = _scan(
+            steps, loss, interval, longer, thresholds.divergence_slow_z, thresholds, facts
+        )
         if wider is None:
             return None
         candidates = np.flatnonzero(wider.rising & wider.never_back)
@@ -337,6 +341,7 @@ def _slow_rise(
 def _scan(
     steps: np.ndarray,
     loss: np.ndarray,
+    interval: float,  # median_interval(steps)
     window_points: int,
     z_bar: float,
     thresholds: Thresholds,
@@ -354,7 +359,7 @@ def _scan(
     rising = (z >= z_bar) & (last_mean > first_mean)
     # a window that holds a spike's onset is that spike's story (§2), not a trend; so is
     # one that ends on the few points of a level shift before the spike rule flagged it
-    lead_steps = 2 * median_interval(steps)
+    lead_steps = 2 * interval
     for spike in facts.spikes:
         holds = (binned.steps[: z.size] <= spike.onset_step) & (
             binned.end_steps[m - 1 :] >= spike.onset_step - lead_steps
@@ -624,10 +629,11 @@ def _hinge_onset(values: np.ndarray, falling_evidence: float) -> tuple[int, tupl
     return first + int(np.argmin(values[first : second + 1])), (first, second)
 
 
-def _window_points(steps: np.ndarray, thresholds: Thresholds) -> tuple[int | None, str, bool]:
+def _window_points(
+    steps: np.ndarray, interval: float, thresholds: Thresholds
+) -> tuple[int | None, str, bool]:
     """Points per trend window, its description, and whether the log forced it shorter."""
     n = steps.size
-    interval = median_interval(steps)
     window = thresholds.divergence_window_steps
     per_window = window / interval if interval and interval > 0 else 0
     if per_window >= thresholds.min_points_per_window:

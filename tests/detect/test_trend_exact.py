@@ -1,0 +1,64 @@
+"""The fast paths of the trend scan give np.median's and the float sum's numbers, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stabilitycli import read
+from stabilitycli.detect.series import build_view
+from stabilitycli.detect.trend import _mann_kendall_s, _mann_kendall_s_float, _row_medians
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a.view(np.int64), b.view(np.int64)))
+
+
+def fixture_loss() -> np.ndarray:
+    _, loss = build_view(read(FIXTURES / "rules" / "divergence" / "fires" / "run.jsonl")).points(
+        "loss"
+    )
+    return np.asarray(loss, dtype=np.float64)
+
+
+def test_row_medians_are_np_median_on_a_fixture_loss() -> None:
+    loss = fixture_loss()
+    for width in (2, 3, 4, 7, 64, 65):
+        rows = loss[: loss.size // width * width].reshape(-1, width)
+        assert same_bits(_row_medians(rows), np.median(rows, axis=1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.5, 2.5, 1e308, -1e308]), min_size=2, max_size=80),
+    st.integers(1, 8),
+)
+def test_row_medians_keep_np_median_ties_and_signed_zeros(values, rows_count):
+    width = max(1, len(values) // rows_count)
+    rows = np.array(values[: rows_count * width], dtype=np.float64).reshape(-1, width)
+    with np.errstate(over="ignore"):  # the mean of two middle 1e308s is inf either way
+        assert same_bits(_row_medians(rows), np.median(rows, axis=1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=3, max_size=120), st.integers(3, 40))
+def test_integer_mann_kendall_s_is_the_float_sum(levels, m):
+    values = np.array(levels, dtype=np.float64)
+    n_windows = values.size - m + 1
+    if n_windows <= 0:
+        return
+    exact = _mann_kendall_s(values, m, n_windows).astype(np.float64)
+    assert same_bits(exact, _mann_kendall_s_float(values, m, n_windows))
+
+
+def test_integer_mann_kendall_s_on_a_fixture_loss() -> None:
+    loss = fixture_loss()
+    for m in (3, 20, 64):
+        n_windows = loss.size - m + 1
+        exact = _mann_kendall_s(loss, m, n_windows).astype(np.float64)
+        assert same_bits(exact, _mann_kendall_s_float(loss, m, n_windows))
