@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
@@ -13,7 +12,8 @@ from stabilitycli.detect.windows import (
     rolling_median_at,
     trailing_median_at,
     trailing_median_bounds,
-    value_at_or_before,
+    value_window_before,
+    window_max_at,
 )
 from stabilitycli.model import Finding, Severity, Skip
 
@@ -109,20 +109,16 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
     steps, lr = found
     window = thresholds.divergence_window_steps
     warmup_over = warmup_end(steps, lr, thresholds)
-    before = value_at_or_before(steps, lr, steps - window)
+    before = value_window_before(steps, lr, window)
     eligible = (steps - window >= warmup_over) & np.isfinite(before) & (before > 0)
     rising = eligible & (lr > before * (1 + thresholds.lr_rise_frac))
-    # a rise made of one jump is the lr-jump rule's finding, not a rising schedule
+    # a rise made of one jump is the lr-jump rule's finding, not a rising schedule; the
+    # biggest single rise is needed only where the LR rose over the window at all
     with np.errstate(divide="ignore", invalid="ignore"):
         step_rise = np.concatenate(([0.0], np.maximum(np.diff(lr), 0.0)))
-        biggest = (
-            pl.DataFrame({"step": steps, "r": step_rise})
-            .select(pl.col("r").rolling_max_by("step", window_size=f"{window}i", closed="right"))[
-                "r"
-            ]
-            .to_numpy()
-        )
-        rising &= biggest < 0.5 * (lr - before)
+        rose = np.flatnonzero(rising)
+        biggest = window_max_at(steps, step_rise, window, rose)
+        rising[rose] = biggest < 0.5 * (lr[rose] - before[rose])
     if rising.any():
         at = int(np.argmax(rising))
         # the LR compared with is the last one logged at or before a window earlier
@@ -198,7 +194,7 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
         steps, norm = steps[ok], norm[ok]
         if norm.size < 3:
             continue
-        before = value_at_or_before(steps, norm, steps - window)
+        before = value_window_before(steps, norm, window)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = norm / before
         changed = np.isfinite(ratio) & (

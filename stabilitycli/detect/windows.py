@@ -121,6 +121,33 @@ def value_at_or_before(steps: np.ndarray, values: np.ndarray, at: np.ndarray) ->
     return out
 
 
+def value_window_before(steps: np.ndarray, values: np.ndarray, window_steps: int) -> np.ndarray:
+    """`value_at_or_before(steps, values, steps - window_steps)`, without a search over the
+    whole column when every step is logged (the point a window back is then window_steps
+    rows back)."""
+    if steps.size and int(steps[-1]) - int(steps[0]) == steps.size - 1 and window_steps >= 0:
+        out = np.full(steps.size, np.nan)
+        out[window_steps:] = values[: max(0, steps.size - window_steps)]
+        return out
+    return value_at_or_before(steps, values, steps - window_steps)
+
+
+def window_max_at(
+    steps: np.ndarray, values: np.ndarray, window_steps: int, rows: np.ndarray
+) -> np.ndarray:
+    """The max of `values` over the steps (t - window_steps, t] at `rows` only, as polars'
+    `rolling_max_by(..., closed="right")` gives it; `steps` sorted unique integers, so a
+    window holds at most window_steps rows."""
+    if window_steps < 1 or rows.size * window_steps >= steps.size or np.isnan(values).any():
+        frame = pl.DataFrame({"step": steps, "v": values})
+        window = pl.col("v").rolling_max_by("step", f"{window_steps}i", closed="right")
+        return frame.select(window)["v"].to_numpy()[rows]
+    first = np.searchsorted(steps, steps[rows] - window_steps, side="right")
+    at = rows[:, None] - np.arange(window_steps)[None, :]  # each row and the rows before it
+    inside = at >= first[:, None]
+    return values[np.where(inside, at, rows[:, None])].max(axis=1)  # outside: the row again
+
+
 def rolling_median_at(
     values: np.ndarray, window_points: int, min_samples: int, rows: np.ndarray
 ) -> np.ndarray:

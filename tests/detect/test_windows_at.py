@@ -18,6 +18,9 @@ from stabilitycli.detect.windows import (
     trailing_median_at,
     trailing_median_bounds,
     trailing_stats,
+    value_at_or_before,
+    value_window_before,
+    window_max_at,
 )
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -123,3 +126,37 @@ def test_lead_max_at_rows_is_the_rolling_max(values, lead_steps, data):
     window = pl.col("v").rolling_max_by("step", f"{lead_steps + 1}i", closed="right")
     expected = frame.select(window)["v"].to_numpy()[rows]
     assert np.array_equal(_lead_max(steps, x, lead_steps, rows), expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(values_strategy, st.integers(0, 40), st.sampled_from([0, 1, 3, 50, 500]), st.data())
+def test_window_before_and_window_max_at_rows(values, first_step, window_steps, data):
+    x = np.array(values, dtype=np.float64)
+    dense = data.draw(st.booleans())  # every step logged, or some skipped
+    gaps = [1] * x.size if dense else data.draw(st.lists(st.integers(1, 4), min_size=x.size))
+    steps = (first_step + np.cumsum(gaps[: x.size]) - 1).astype(np.int64)
+    expected = value_at_or_before(steps, x, steps - window_steps)
+    assert same_bits(value_window_before(steps, x, window_steps), expected)
+    if window_steps < 1:
+        return
+    chosen = data.draw(st.lists(st.integers(0, x.size - 1), max_size=4, unique=True))
+    rows = np.array(sorted(chosen), dtype=np.int64)
+    frame = pl.DataFrame({"step": steps, "v": x})
+    window = pl.col("v").rolling_max_by("step", f"{window_steps}i", closed="right")
+    whole = frame.select(window)["v"].to_numpy()[rows]
+    assert np.array_equal(window_max_at(steps, x, window_steps, rows), whole, equal_nan=True)
+
+
+def test_window_before_on_a_fixture_lr() -> None:
+    view = build_view(read(FIXTURES / "rules" / "lr-increasing" / "fires" / "run.jsonl"))
+    steps, lr = view.finite_points("lr")
+    expected = value_at_or_before(steps, lr, steps - 200)
+    assert same_bits(value_window_before(steps, lr, 200), expected)
+    rows = np.flatnonzero(lr > expected * 1.1)[-5:]  # a few of the windows that rose
+    step_rise = np.concatenate(([0.0], np.maximum(np.diff(lr), 0.0)))
+    frame = pl.DataFrame({"step": steps, "v": step_rise})
+    window = pl.col("v").rolling_max_by("step", "200i", closed="right")
+    assert 0 < rows.size * 200 < steps.size  # the rows-only path
+    assert same_bits(
+        window_max_at(steps, step_rise, 200, rows), frame.select(window)["v"].to_numpy()[rows]
+    )
