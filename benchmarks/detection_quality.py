@@ -465,6 +465,11 @@ def render(
         "",
         *target_matrix_md(targets, INTERVALS, FAMILIES),
         "",
+        "How close O2 and O3 can come at all, measured by oracles told the level curve, the "
+        "ramp's length or the rank's jump: `docs/onset-limits.md` "
+        "(`benchmarks/onset_limits.py`). Why F1 and R3 cannot both hold under t(3) noise: "
+        "after the healthy-run table below.",
+        "",
     ]
     if comparison:
         out += ["## Compared with the previous run", "", *comparison, ""]
