@@ -30,7 +30,9 @@ def overflow_per_step(view: SeriesView) -> np.ndarray:
         scale_steps, scale = view.points("loss_scale")
         drops = np.zeros(scale.size, dtype=bool)
         drops[1:] = scale[1:] < scale[:-1]
-        idx = np.searchsorted(view.steps, scale_steps)
+        # logged at every step (`points` then hands out the view's own steps): no search
+        same = scale_steps is view.steps
+        idx = np.arange(n) if same else np.searchsorted(view.steps, scale_steps)
         # a logger that records the scale a step ran with shows the backoff one
         # row after the overflow it answers: that drop is the same overflow
         seen_before = np.zeros(idx.size, dtype=bool)
