@@ -91,14 +91,14 @@ def _mann_kendall_s(values: np.ndarray, m: int, n_windows: int) -> np.ndarray:
     each lag costs two comparisons and two adds over the series, and no cumulative sum.
     S is a sum of signs, so these integers are exactly what summing floats gives."""
     first = 0
-    change = np.zeros(n_windows - 1, dtype=np.int64)
+    change = np.zeros(n_windows - 1, dtype=np.int32)  # |change| <= 2 m: no overflow
     for lag in range(1, m):  # loop over lags (window length), each a pass over all windows
         later, earlier = values[lag:], values[:-lag]
         signs = (later > earlier).view(np.int8) - (later < earlier).view(np.int8)
         first += int(signs[: m - lag].sum())
         change += signs[m - lag : m - lag + n_windows - 1]
         change -= signs[: n_windows - 1]
-    return np.concatenate(([first], first + np.cumsum(change)))
+    return np.concatenate(([first], first + np.cumsum(change, dtype=np.int64)))
 
 
 def _mann_kendall_s_float(values: np.ndarray, m: int, n_windows: int) -> np.ndarray:
