@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -11,7 +12,12 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.windows import median_interval, trailing_mean, trailing_stats
+from stabilitycli.detect.windows import (
+    ForwardMedian,
+    median_interval,
+    trailing_mean,
+    trailing_stats,
+)
 from stabilitycli.model import Finding, Severity, Skip
 
 # extent/recovery scans look ahead in chunks, never over the whole tail
@@ -170,6 +176,26 @@ def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
     return np.sqrt(mean_squared / 2.0)
 
 
+def _first_back(
+    loss: np.ndarray, smooth: ForwardMedian | None, level: float, start: int
+) -> int | None:
+    """`_first_at_or_below(np.maximum(smooth, loss), level, start)` over the forward
+    median (the loss itself without one), which is computed only over the chunks
+    scanned; they double in length, so a long scan costs a few polars calls."""
+    if smooth is None:
+        return _first_at_or_below(loss, level, start)
+    pos, chunk_points = start, _SCAN_CHUNK_POINTS
+    while pos < loss.size:
+        end = min(loss.size, pos + chunk_points)
+        chunk = np.maximum(smooth.slice(pos, end), loss[pos:end])
+        with np.errstate(invalid="ignore"):
+            hit = np.isfinite(chunk) & (chunk <= level)
+        if hit.any():
+            return pos + int(np.argmax(hit))
+        pos, chunk_points = end, 2 * chunk_points
+    return None
+
+
 def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | None:
     """Index of the first finite value <= level in values[start:], scanned in chunks.
 
@@ -317,17 +343,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
     # (a forward-looking median: point t and the 4 after it, so the pre-spike
     # points never count as "back")
-    smooth = (
-        loss
-        if stats.widened
-        else (
-            pl.Series(loss[::-1])
-            .fill_nan(None)
-            .rolling_median(thresholds.recovery_median_points, min_samples=1)
-            .fill_null(np.nan)
-            .to_numpy()[::-1]
-        )
-    )
+    # taken a slice at a time by the recovery scans, which read a few points per event
+    smooth = None if stats.widened else ForwardMedian.of(loss, thresholds.recovery_median_points)
 
     # points before any baseline exists (the first 100 steps) can still show a jump
     _short_log_jumps(
@@ -409,7 +426,12 @@ class _CauseContext:
     lr: np.ndarray | None
     batch_id: np.ndarray | None
     restart_steps: np.ndarray
-    suffix_max: np.ndarray  # max finite loss from each index to the end
+    loss: np.ndarray
+
+    @cached_property
+    def suffix_max(self) -> np.ndarray:
+        """max finite loss from each index to the end (only an unrecovered spike asks)."""
+        return _suffix_max(self.loss)
 
     def maybe_cause(
         self, candidates: np.ndarray, steps: np.ndarray, thresholds: Thresholds
@@ -476,7 +498,7 @@ class _CauseContext:
             lr,
             batch,
             restarts,
-            _suffix_max(view.points("loss")[1]),
+            view.points("loss")[1],
         )
 
 
@@ -567,7 +589,7 @@ def _build_event(
     z = (peak - mu) / sd if sd > 0 else float("inf")
     recovery_level = mu + thresholds.recovery_sigma * sd
     # back means the point itself is back and so are most of the next few
-    rec_idx = _first_at_or_below(np.maximum(smooth, loss), recovery_level, idx + 1)
+    rec_idx = _first_back(loss, smooth, recovery_level, idx + 1)
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within recovery_window_steps: the next logged point decides

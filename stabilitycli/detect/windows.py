@@ -148,6 +148,42 @@ def window_max_at(
     return values[np.where(inside, at, rows[:, None])].max(axis=1)  # outside: the row again
 
 
+@dataclass(frozen=True)
+class ForwardMedian:
+    """The median of the non-NaN values among `values[j : j + points]`, the window cut short
+    at the end: `pl.Series(values[::-1]).fill_nan(None).rolling_median(points,
+    min_samples=1)` reversed, computed a slice at a time for a scan that reads a few.
+
+    Each slice is that same polars call over the slice and the points - 1 values after
+    it, so every window holds what it holds in the whole series; a null put after the
+    slice keeps polars on the null-aware kernel whenever the whole series would be.
+    """
+
+    values: np.ndarray
+    points: int
+    has_nan: bool
+
+    @classmethod
+    def of(cls, values: np.ndarray, points: int) -> ForwardMedian:
+        return cls(values, points, bool(np.isnan(values).any()))
+
+    def slice(self, lo: int, hi: int) -> np.ndarray:
+        hi = min(hi, self.values.size)
+        if hi <= lo:
+            return np.zeros(0)
+        stop = min(self.values.size, hi + self.points - 1)
+        backwards = pl.Series(self.values[lo:stop][::-1], dtype=pl.Float64)
+        if self.has_nan:
+            backwards = pl.concat([pl.Series([None], dtype=pl.Float64), backwards])
+        medians = (
+            backwards.fill_nan(None)
+            .rolling_median(self.points, min_samples=1)
+            .fill_null(np.nan)
+            .to_numpy()[::-1]
+        )
+        return medians[: hi - lo]
+
+
 def rolling_median_at(
     values: np.ndarray, window_points: int, min_samples: int, rows: np.ndarray
 ) -> np.ndarray:

@@ -13,6 +13,7 @@ from stabilitycli import read
 from stabilitycli.detect.series import build_view
 from stabilitycli.detect.spike import _lead_max
 from stabilitycli.detect.windows import (
+    ForwardMedian,
     rolling_median_at,
     trailing_mean,
     trailing_median_at,
@@ -160,3 +161,17 @@ def test_window_before_on_a_fixture_lr() -> None:
     assert same_bits(
         window_max_at(steps, step_rise, 200, rows), frame.select(window)["v"].to_numpy()[rows]
     )
+
+
+def test_forward_median_slices_are_the_whole_series_median() -> None:
+    loss = build_view(read(FIXTURES / "rules" / "spike" / "fires" / "run.jsonl")).points("loss")[1]
+    with_nan = np.array(loss, dtype=np.float64)
+    with_nan[[3, 50, 51, with_nan.size - 2]] = np.nan  # the null-aware kernel, and the end
+    for values in (np.asarray(loss, dtype=np.float64), with_nan):
+        for points in (2, 5):
+            backwards = pl.Series(values[::-1]).fill_nan(None)
+            whole = backwards.rolling_median(points, min_samples=1).fill_null(np.nan).to_numpy()
+            whole = whole[::-1]
+            forward = ForwardMedian.of(values, points)
+            for lo, hi in ((0, 7), (45, 300), (values.size - 3, values.size + 9)):
+                assert same_bits(forward.slice(lo, hi), whole[lo:hi])
