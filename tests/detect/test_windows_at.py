@@ -14,6 +14,7 @@ from stabilitycli.detect.series import build_view
 from stabilitycli.detect.spike import _lead_max
 from stabilitycli.detect.windows import (
     ForwardMedian,
+    median_interval,
     rolling_median_at,
     trailing_mean,
     trailing_median_at,
@@ -175,3 +176,16 @@ def test_forward_median_slices_are_the_whole_series_median() -> None:
             forward = ForwardMedian.of(values, points)
             for lo, hi in ((0, 7), (45, 300), (values.size - 3, values.size + 9)):
                 assert same_bits(forward.slice(lo, hi), whole[lo:hi])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 5), min_size=1, max_size=60), st.booleans())
+def test_median_interval_is_the_median_gap(gaps, as_float):
+    steps = np.cumsum([0, *gaps])
+    steps = steps.astype(np.float64) if as_float else steps.astype(np.int64)
+    assert same_bits(np.array([median_interval(steps)]), np.array([np.median(np.diff(steps))]))
+
+
+def test_median_interval_of_a_dense_fixture_log() -> None:
+    steps = build_view(read(FIXTURES / "rules" / "spike" / "fires" / "run.jsonl")).steps
+    assert median_interval(steps) == float(np.median(np.diff(steps))) == 1.0
