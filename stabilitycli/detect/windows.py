@@ -168,7 +168,9 @@ class ForwardMedian:
 
     @classmethod
     def of(cls, values: np.ndarray, points: int) -> ForwardMedian:
-        return cls(values, points, bool(np.isnan(values).any()))
+        forward = cls(values, points, bool(np.isnan(values).any()))
+        forward.slice(0, 1)  # a window polars refuses fails here, as the whole series did
+        return forward
 
     def slice(self, lo: int, hi: int) -> np.ndarray:
         hi = min(hi, self.values.size)
