@@ -18,6 +18,7 @@ from stabilitycli.detect.trend import (
     Binned,
     bin_medians,
     mann_kendall_windows,
+    plain_values,
     suffix_min_after,
     window_means,
 )
@@ -76,12 +77,15 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         result.skipped.append(Skip("divergence", "no loss series in the log"))
         return result
     steps, loss = view.finite_points("loss")
-    interval = median_interval(steps)  # once: every scan below reads it
+    # once: every scan below reads them
+    interval, plain = median_interval(steps), plain_values(loss)
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
         return result
-    scan = _scan(steps, loss, interval, window_points, thresholds.divergence_z, thresholds, facts)
+    scan = _scan(
+        steps, loss, (interval, plain), window_points, thresholds.divergence_z, thresholds, facts
+    )
     if scan is None:
         bins = max(1, math.ceil(window_points / thresholds.trend_points))
         result.skipped.append(
@@ -109,7 +113,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     undone_scan = (binned, z, m, first_mean, last_mean)
     candidates = np.flatnonzero(rising & never_back)
     if not candidates.size:
-        slow = _slow_rise(steps, loss, interval, window_points, thresholds, facts)
+        slow = _slow_rise(steps, loss, (interval, plain), window_points, thresholds, facts)
         if slow is None:
             result.findings += _loss_rise(undone, *undone_scan)
             return result
@@ -317,7 +321,7 @@ class _Scan:
 def _slow_rise(
     steps: np.ndarray,
     loss: np.ndarray,
-    interval: float,
+    known: tuple[float, bool],
     window_points: int,
     thresholds: Thresholds,
     facts: Facts,
@@ -326,9 +330,7 @@ def _slow_rise(
     times... as long, up to half the log, and return the shortest that finds a rise."""
     longer = window_points * 2
     while longer <= steps.size // 2:
-        wider = _scan(
-            steps, loss, interval, longer, thresholds.divergence_slow_z, thresholds, facts
-        )
+        wider = _scan(steps, loss, known, longer, thresholds.divergence_slow_z, thresholds, facts)
         if wider is None:
             return None
         candidates = np.flatnonzero(wider.rising & wider.never_back)
@@ -341,14 +343,15 @@ def _slow_rise(
 def _scan(
     steps: np.ndarray,
     loss: np.ndarray,
-    interval: float,  # median_interval(steps)
+    known: tuple[float, bool],  # median_interval(steps), plain_values(loss)
     window_points: int,
     z_bar: float,
     thresholds: Thresholds,
     facts: Facts,
 ) -> _Scan | None:
     bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
-    binned = bin_medians(steps, loss, bin_points)
+    interval, plain = known
+    binned = bin_medians(steps, loss, bin_points, plain=plain)
     m = max(3, round(window_points / bin_points))
     if binned.values.size < m:
         return None

@@ -23,13 +23,17 @@ class Binned:
     bin_points: int
 
 
-def bin_medians(steps: np.ndarray, values: np.ndarray, bin_points: int) -> Binned:
+def bin_medians(
+    steps: np.ndarray, values: np.ndarray, bin_points: int, *, plain: bool | None = None
+) -> Binned:
+    """Medians of consecutive bins of `bin_points` values; `plain` is `plain_values(values)`
+    when the caller knows it (a scan over many bin sizes asks once, not per size)."""
     if bin_points <= 1:
         return Binned(steps, steps, values, 1)
     usable = (values.size // bin_points) * bin_points
     # the tail that does not fill a bin is kept as a last, shorter bin
     head = values[:usable].reshape(-1, bin_points)
-    medians = _row_medians(head)
+    medians = _row_medians(head, plain_values(head) if plain is None else plain)
     starts = steps[:usable:bin_points]
     ends = steps[bin_points - 1 : usable : bin_points]
     if usable < values.size:
@@ -42,7 +46,12 @@ def bin_medians(steps: np.ndarray, values: np.ndarray, bin_points: int) -> Binne
 SORT_ROW_POINTS = 64  # rows up to this long: a sort is faster than a partition
 
 
-def _row_medians(rows: np.ndarray) -> np.ndarray:
+def plain_values(values: np.ndarray) -> bool:
+    """Finite, and no -0.0: then equal values have equal bits (see `_row_medians`)."""
+    return bool(np.isfinite(values).all()) and not bool(np.signbit(values[values == 0]).any())
+
+
+def _row_medians(rows: np.ndarray, plain: bool) -> np.ndarray:
     """np.median along each row, several times faster for rows of finite values.
 
     np.median partitions each row at both middle positions and at the last one (its
@@ -50,10 +59,10 @@ def _row_medians(rows: np.ndarray) -> np.ndarray:
     rows are sorted instead; long ones are partitioned at the lower middle only, the
     upper middle being the least value above it. Equal values then have equal bits, so
     which of them lands in the middle does not matter, except for 0.0 and -0.0: rows
-    holding a -0.0 keep np.median, and so do rows with NaN or Inf.
+    holding a -0.0 keep np.median, and so do rows with NaN or Inf (`plain` False).
     """
     width = rows.shape[1]
-    if not np.isfinite(rows).all() or bool(np.signbit(rows[rows == 0]).any()):
+    if not plain:
         return np.median(rows, axis=1)
     half = width // 2
     if width <= SORT_ROW_POINTS:
