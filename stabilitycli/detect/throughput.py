@@ -113,7 +113,8 @@ def _low_points(
         maybe = ~(values >= keep * upper) if keep > 0 else np.ones(values.size, dtype=bool)
     # the stretches, found among the few open rows rather than over the whole column
     maybe_rows = np.flatnonzero(maybe)
-    stretch = np.concatenate(([0], np.cumsum(np.diff(maybe_rows) != 1)))
+    # each open row's stretch number from 0 (prepending -2 opens the first; none: none)
+    stretch = np.cumsum(np.diff(maybe_rows, prepend=-2) != 1) - 1
     lengths = np.bincount(stretch)
     long = lengths >= max(1, thresholds.throughput_persist_points)
     open_rows = maybe_rows[long[stretch]]
