@@ -125,7 +125,11 @@ def load_rules() -> dict[str, Rule]:
 
     for module in RULE_MODULES:
         importlib.import_module(f"stabilitycli.detect.{module}")
-    return {r.code: r for r in _dependency_order(list(RULES.values()))}
+    # RULE_MODULES' order, not the order the modules happened to be imported in (a caller
+    # that imports one rule module first would otherwise change the run order)
+    place = {f"stabilitycli.detect.{module}": i for i, module in enumerate(RULE_MODULES)}
+    registered = sorted(RULES.values(), key=lambda r: place.get(r.run.__module__, len(place)))
+    return {r.code: r for r in _dependency_order(registered)}
 
 
 def _dependency_order(rules: list[Rule]) -> list[Rule]:
