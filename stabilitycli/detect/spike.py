@@ -17,6 +17,7 @@ from stabilitycli.detect.windows import (
     median_interval,
     trailing_mean,
     trailing_stats,
+    window_max_at,
 )
 from stabilitycli.model import Finding, Severity, Skip
 
@@ -505,26 +506,11 @@ class _CauseContext:
 def _lead_max(
     steps: np.ndarray, values: np.ndarray | None, lead_steps: int, rows: np.ndarray
 ) -> np.ndarray | None:
-    """max of values (NaN and Inf as 0) over [t - lead_steps, t] at each of `rows`.
-
-    Only the flagged points ask, so only their windows are read when they are few;
-    a window holds at most lead_steps + 1 rows (the steps are unique integers).
-    """
+    """max of values (NaN and Inf as 0) over [t - lead_steps, t] at each of `rows`."""
     if values is None:
         return None
-    if rows.size * (lead_steps + 1) >= steps.size:  # many windows: one pass over them all
-        frame = pl.DataFrame(
-            {"step": steps, "v": np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)}
-        )
-        window_size = f"{lead_steps + 1}i"
-        return frame.select(pl.col("v").rolling_max_by("step", window_size, closed="right"))[
-            "v"
-        ].to_numpy()[rows]
-    first = np.searchsorted(steps, steps[rows] - lead_steps, side="left")
-    at = rows[:, None] - np.arange(lead_steps + 1)[None, :]  # each row and the rows before it
-    inside = at >= first[:, None]
-    window = values[np.where(inside, at, rows[:, None])]  # outside: the row itself again
-    return np.nan_to_num(window, nan=0.0, posinf=0.0, neginf=0.0).max(axis=1)
+    finite = np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+    return window_max_at(steps, finite, lead_steps + 1, rows)
 
 
 def _recently_seen(steps: np.ndarray, batch_id: np.ndarray, window_steps: int) -> np.ndarray:

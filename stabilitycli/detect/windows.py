@@ -124,11 +124,16 @@ def value_at_or_before(steps: np.ndarray, values: np.ndarray, at: np.ndarray) ->
     return out
 
 
+def every_step_logged(steps: np.ndarray) -> bool:
+    """Sorted unique integer steps with no gap: row i is step steps[0] + i."""
+    return bool(steps.size) and int(steps[-1]) - int(steps[0]) == steps.size - 1
+
+
 def value_window_before(steps: np.ndarray, values: np.ndarray, window_steps: int) -> np.ndarray:
     """`value_at_or_before(steps, values, steps - window_steps)`, without a search over the
     whole column when every step is logged (the point a window back is then window_steps
     rows back)."""
-    if steps.size and int(steps[-1]) - int(steps[0]) == steps.size - 1 and window_steps >= 0:
+    if every_step_logged(steps) and window_steps >= 0:
         out = np.full(steps.size, np.nan)
         out[window_steps:] = values[: max(0, steps.size - window_steps)]
         return out
@@ -228,8 +233,7 @@ def _trailing_median_frame(steps: np.ndarray, values: np.ndarray, window_steps: 
 
 def _window_start(steps: np.ndarray, rows: np.ndarray, window_steps: int) -> np.ndarray:
     """The first row of each row's window [t - window_steps, t); `steps` sorted unique ints."""
-    if steps.size and int(steps[-1]) - int(steps[0]) == steps.size - 1:
-        # every step logged (the usual dense log): no search over the whole column
+    if every_step_logged(steps):  # the usual dense log: no search over the whole column
         return np.maximum(rows - window_steps, 0)
     return np.searchsorted(steps, steps[rows] - window_steps, side="left")
 
