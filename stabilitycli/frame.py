@@ -47,6 +47,17 @@ class RunData:
     def metric_columns(self) -> list[str]:
         return [c for c in self.frame.columns if c not in ("step", "rank")]
 
+    def pack_columns(self) -> None:
+        """Make every column of the frame one contiguous chunk (see `one_chunk_frame`).
+
+        numpy borrows polars' buffer only from a one-chunk column: a frame in many
+        chunks would have every array the rules read copied and held beside it.
+        """
+        pieces = [self.frame]
+        # the list holds the only reference, so each column's old chunks can go as it is copied
+        self.frame = pl.DataFrame()
+        self.frame = one_chunk_frame(pieces)
+
     def require_loss(self) -> RunData:
         """This run, if its loss series was read; else the one-line error every command gives.
 
@@ -138,6 +149,25 @@ def _step_column(raw: pl.DataFrame, step_key: str, path: str) -> tuple[pl.Series
         .alias("_step_fault"),
     )
     return out["step"], out["_step_fault"]
+
+
+def one_chunk_frame(pieces: list[pl.DataFrame]) -> pl.DataFrame:
+    """The pieces joined into one frame of one-chunk columns; empties `pieces`.
+
+    A log read in pieces (or a Parquet file's row groups) arrives in many chunks,
+    and polars rechunks every column at once when a one-chunk column meets them
+    (a step column built from them, say): a second copy of the whole run while the
+    first is still held. Rewriting a column at a time, with the frame re-pointed
+    after each, lets each column's old chunks go before the next is copied, so the
+    extra memory is one column. The caller must hold no other reference to the
+    pieces, or nothing is freed.
+    """
+    frame = pl.concat(pieces, how="diagonal_relaxed") if len(pieces) > 1 else pieces[0]
+    pieces.clear()
+    for name in frame.columns:
+        if frame[name].n_chunks() > 1:
+            frame = frame.with_columns(frame[name].rechunk())
+    return frame
 
 
 def finalize(

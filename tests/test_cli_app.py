@@ -75,3 +75,19 @@ def test_a_bug_in_one_of_many_runs_is_that_runs_error(monkeypatch) -> None:
     path = str(run_fixture("plateau"))
     result = analyze_one(path, BatchSettings())
     assert result.error == f"{path}: internal error RuntimeError: boom"
+
+
+def test_stab_has_polars_return_freed_memory_at_once() -> None:
+    # polars' allocator keeps freed pages for 10 s by default, so one rule's temporaries
+    # stacked on the next one's; the console script asks for them back before polars loads
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys; from stabilitycli import cli; sys.argv = ['stab', '--version'];\n"
+        "try: cli.main()\nexcept SystemExit: pass\n"
+        "print(os.environ.get(cli.ALLOCATOR_ENV))"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "_RJEM_MALLOC_CONF"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.stdout.strip().splitlines()[-1] == "dirty_decay_ms:0,muzzy_decay_ms:0"

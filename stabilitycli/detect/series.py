@@ -76,13 +76,15 @@ class SeriesView:
 
 
 def build_view(run: RunData) -> SeriesView:
-    frame = run.frame
     metrics = run.metric_columns
+    if "rank" not in run.frame.columns:
+        run.pack_columns()
+    frame = run.frame
     if "rank" in frame.columns:
         # the mean over ranks per step; `mean` would skip nulls (a rank not
         # reporting) but keeps NaN, which is what training would have seen
         frame = frame.group_by("step").agg([pl.col(c).mean() for c in metrics]).sort("step")
-    steps = frame["step"].to_numpy().astype(np.int64)
+    steps = frame["step"].to_numpy().astype(np.int64, copy=False)
     columns: dict[str, np.ndarray] = {}
     logged: dict[str, np.ndarray] = {}
     for name in metrics:

@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from stabilitycli import progress
-from stabilitycli.frame import RunData
+from stabilitycli.frame import RunData, one_chunk_frame
 from stabilitycli.ingest import _bounded, jsonl
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -84,7 +84,7 @@ def read_in_pieces(
             raise jsonl.StabInputError(trial.path, "no JSON lines to read (the file is empty)")
         raise jsonl.nothing_read(trial)
     try:
-        raw = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+        raw = one_chunk_frame(frames)
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
         return None
     if trial.rows_rejected:

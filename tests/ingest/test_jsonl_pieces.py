@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
 from stabilitycli import read
 from stabilitycli.errors import StabInputError
+from stabilitycli.frame import one_chunk_frame
 from stabilitycli.ingest import jsonl
 from tests.conftest import FIXTURES
 
@@ -112,3 +114,20 @@ def test_a_line_longer_than_a_piece_is_read(tmp_path, monkeypatch) -> None:
     whole, pieces = _whole_and_pieces(log, monkeypatch, 300)
     _same(whole, pieces)
     assert pieces.frame.height == 100
+
+
+def test_pieces_are_joined_a_column_at_a_time_into_one_chunk_each() -> None:
+    # the join empties the list it is given (the pieces' only other holder), so each
+    # column's chunks can go as it is copied instead of the run being held twice
+    pieces = [
+        pl.DataFrame({"step": [0, 1], "loss": [2.0, float("nan")]}),
+        pl.DataFrame({"step": [2], "loss": [float("inf")], "lr": [0.1]}),
+        pl.DataFrame({"step": [3], "loss": [1.5], "lr": [1]}),
+    ]
+    frame = one_chunk_frame(pieces)
+    assert pieces == []
+    assert {frame[c].n_chunks() for c in frame.columns} == {1}
+    assert frame["step"].to_list() == [0, 1, 2, 3]
+    loss = frame["loss"].to_list()
+    assert loss[0] == 2.0 and math.isnan(loss[1]) and loss[2] == math.inf and loss[3] == 1.5
+    assert frame["lr"].to_list() == [None, None, 0.1, 1.0]

@@ -1,0 +1,49 @@
+"""The rules' arrays borrow the frame's memory instead of copying the run (issue 15).
+
+numpy can use polars' buffer only when a column is one chunk; a frame joined from
+pieces (a JSONL log read a piece at a time, a Parquet file's row groups) is many,
+and every array the rules read was a copy held beside the frame: the run twice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from stabilitycli.detect.series import build_view
+from stabilitycli.frame import RunData
+from stabilitycli.model import SourceInfo
+
+
+def _run_in_chunks(chunks: int, rows_each: int) -> RunData:
+    rng = np.random.default_rng(5)
+    loss = rng.gamma(50.0, 0.05, chunks * rows_each)
+    loss[3], loss[5] = np.nan, np.inf
+    pieces = [
+        pl.DataFrame(
+            {
+                "step": np.arange(i * rows_each, (i + 1) * rows_each, dtype=np.int64),
+                "loss": loss[i * rows_each : (i + 1) * rows_each],
+                "lr": np.full(rows_each, 3e-4),
+            }
+        )
+        for i in range(chunks)
+    ]
+    frame = pl.concat(pieces, rechunk=False)
+    return RunData(frame=frame, source=SourceInfo(path="<chunks>", format="frame"))
+
+
+def test_the_view_borrows_the_frames_columns_and_keeps_their_values() -> None:
+    run = _run_in_chunks(chunks=8, rows_each=500)
+    expected = {c: run.frame[c].to_numpy().copy() for c in run.frame.columns}
+    assert run.frame["loss"].n_chunks() > 1
+
+    view = build_view(run)
+
+    assert {run.frame[c].n_chunks() for c in run.frame.columns} == {1}
+    for name in ("loss", "lr"):
+        np.testing.assert_array_equal(view.columns[name], expected[name])
+        assert np.shares_memory(view.columns[name], run.frame[name].to_numpy())
+    np.testing.assert_array_equal(view.steps, expected["step"])
+    assert np.shares_memory(view.steps, run.frame["step"].to_numpy())
+    assert np.isnan(view.columns["loss"][3]) and np.isposinf(view.columns["loss"][5])
