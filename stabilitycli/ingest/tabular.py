@@ -64,7 +64,7 @@ def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None
     """A raw polars frame with a `_row` column, from any of the table formats."""
     import polars as pl
 
-    from stabilitycli.frame import ROW
+    from stabilitycli.frame import ROW, one_chunk_frame
 
     limits = limits or limits_in_force()
     _bounded.refuse_oversize(path, path.stat().st_size, limits)
@@ -72,12 +72,15 @@ def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None
     with open(path, "rb") as handle:
         head = handle.read(8)
     if name.endswith(PARQUET_SUFFIXES) or head.startswith(PARQUET_MAGIC):
-        frame = _binary(path, "parquet", _read_parquet, limits)
+        kind, reader = "parquet", _read_parquet
     elif name.endswith(ARROW_SUFFIXES) or head.startswith(ARROW_MAGIC):
-        frame = _binary(path, "Arrow IPC", _read_ipc, limits)
+        kind, reader = "Arrow IPC", _read_ipc
     else:
         separator = "\t" if name.endswith(".tsv") else ","
         return read_csv(path, source, separator=separator, limits=limits)
+    # a chunk per row group or record batch: made one chunk a column at a time here, with
+    # the list the only holder, or `finalize` copies every column at once beside them
+    frame = one_chunk_frame([_binary(path, kind, reader, limits)])
     if frame.height == 0:
         raise StabInputError(str(path), "the table has no rows")
     frame = _keep_own_row_column(frame, source)

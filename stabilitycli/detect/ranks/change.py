@@ -58,15 +58,31 @@ def first_crossings(
     new_rank = np.concatenate(([True], rank[1:] != rank[:-1]))
     group = np.cumsum(new_rank) - 1
     first_row = np.flatnonzero(new_rank)
+    judged = np.isfinite(z)
     crossed = np.zeros(z.size, dtype=bool)
+    # in place where it can be: a 1024-rank log has tens of millions of rows, and each
+    # temporary the arithmetic would make is another copy of them
     for direction in (1.0, -1.0):  # a rank too high, or too low
-        step = np.clip(direction * z, -clip, clip) - k
-        total = np.cumsum(np.where(np.isfinite(z), step, 0.0))
-        total -= np.concatenate(([0.0], total))[first_row][group]
+        total = np.multiply(z, direction)
+        np.clip(total, -clip, clip, out=total)
+        total -= k
+        total[~judged] = 0.0
+        np.cumsum(total, out=total)
+        before_rank = np.empty(first_row.size)
+        before_rank[0] = 0.0
+        before_rank[1:] = total[first_row[1:] - 1]
+        total -= before_rank[group]
         # each rank's values shifted below every value of the ranks before it
-        drop = (float(np.abs(total).max()) + 1.0) * 2.0 * group
-        running_min = np.minimum.accumulate(total - drop) + drop
-        crossed |= total - np.minimum(running_min, 0.0) >= bar
+        widest = max(float(total.max()), -float(total.min()))
+        drop = np.multiply(group, (widest + 1.0) * 2.0)
+        floor = np.subtract(total, drop)
+        np.minimum.accumulate(floor, out=floor)
+        floor += drop
+        del drop
+        np.minimum(floor, 0.0, out=floor)
+        np.subtract(total, floor, out=floor)
+        crossed |= floor >= bar
+        del total, floor
     rows = np.flatnonzero(crossed)
     if rows.size == 0:
         return np.zeros(0, dtype=rank.dtype), rows

@@ -127,30 +127,35 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     if n_ranks >= 2:
         outliers += _nonfinite(cohort, flagged, thresholds)
         outliers += _silent(cohort, thresholds)
-        if throughput is not None:
-            column, invert = throughput
-            tp = (
-                cohort
-                if column == metric and not invert
-                else build_cohort(
-                    frame,
-                    column,
-                    thresholds.rank_rel_floor,
-                    [],
-                    pool_points=thresholds.rank_spread_pool_points,
-                    invert=invert,
-                )
+    picture = _picture(cohort)
+    step_range = (int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max())))
+    if n_ranks >= 2 and throughput is not None:
+        column, invert = throughput
+        if column == metric and not invert:
+            tp = cohort
+        else:
+            # the loss cohort is done with: let it go before the throughput one is built, or
+            # a 64-rank log holds two copies of its rows with every per-row statistic
+            del cohort, rows, flagged
+            tp = build_cohort(
+                frame,
+                column,
+                thresholds.rank_rel_floor,
+                [],
+                pool_points=thresholds.rank_spread_pool_points,
+                invert=invert,
             )
-            outliers += _straggler(tp, thresholds, invert)
+        outliers += _straggler(tp, thresholds, invert)
+        del tp
     outliers.sort(key=_order)
     report = RankReport(
         metric=metric,
         ranks=n_ranks,
-        steps=(int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max()))),
+        steps=step_range,
         outliers=tuple(outliers),
         throughput_metric=throughput[0] if throughput else None,
         notes=tuple(notes),
-        picture=_picture(cohort),
+        picture=picture,
     )
     return replace(
         report,
@@ -671,19 +676,30 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     np.not_equal(rank[1:], rank[:-1], out=change[1:])
     index = np.cumsum(change)
     ranks = rank[np.concatenate(([0], np.flatnonzero(change)))]
+    del change
+    # in place where it can be: each temporary would be another copy of every row
     # steps may be anywhere in int64 (a log is not ours to bound), so the bucket of a step is
     # found in float64: (t - first) * buckets would overflow for steps near 2**63
     offset = (t - first).astype(np.float64)
-    bucket = np.minimum((offset * buckets / span).astype(np.int64), buckets - 1)
-    key = index * buckets + bucket
+    offset *= buckets
+    offset /= span
+    bucket = offset.astype(np.int64)
+    del offset
+    np.minimum(bucket, buckets - 1, out=bucket)
+    index *= buckets
+    index += bucket
+    key = index
+    del bucket
     cells = ranks.size * buckets
     x = rows["x"].to_numpy()
     z = rows["z"].to_numpy()
     finite = np.isfinite(x) & np.isfinite(z)
-    total = np.bincount(
-        key[finite], weights=np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z), minlength=cells
-    )
-    count = np.bincount(key[finite], minlength=cells)
+    kept_key = key[finite]
+    kept_z = z[finite]
+    np.clip(kept_z, -PICTURE_CLIP_Z, PICTURE_CLIP_Z, out=kept_z)
+    total = np.bincount(kept_key, weights=kept_z, minlength=cells)
+    count = np.bincount(kept_key, minlength=cells)
+    del kept_key, kept_z
     with np.errstate(invalid="ignore", divide="ignore"):
         deviation = np.where(count > 0, total / count, np.nan)
     deviation[np.bincount(key[~np.isfinite(x)], minlength=cells) > 0] = np.inf
