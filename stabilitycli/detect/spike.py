@@ -289,16 +289,18 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     interval = median_interval(finite_steps)
     sparse = not (interval > 0 and window / interval >= thresholds.min_points_per_window)
     span = int(finite_steps[-1] - finite_steps[0]) if finite_steps.size else 0
+    finite_points = finite_steps.size
+    del finite_steps  # a copy of the steps: a long log holds the rest of the rule beside it
     too_short = (
-        (finite_steps.size <= thresholds.widened_window_points)
+        (finite_points <= thresholds.widened_window_points)
         if sparse
-        else (span <= window or finite_steps.size <= thresholds.min_points_per_window)
+        else (span <= window or finite_points <= thresholds.min_points_per_window)
     )
     if too_short:
         result.skipped.append(
             Skip(
                 "spike",
-                f"insufficient data: {finite_steps.size} finite loss points over {span} steps; "
+                f"insufficient data: {finite_points} finite loss points over {span} steps; "
                 f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} "
                 f"points before it (or {thresholds.widened_window_points} points in a sparse log)",
             )
@@ -315,37 +317,41 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         thresholds.widened_window_points,
         copy=False,  # only read below
     )
-    sigma = np.maximum(
-        np.nan_to_num(stats.std, nan=0.0), thresholds.sigma_floor_frac * np.abs(stats.mean)
-    )
+    # in place, and std and count let go once read: each whole-series temporary is another
+    # copy of the loss on a long log
+    mean, widened, window_text = stats.mean, stats.widened, stats.description
+    sigma = np.nan_to_num(stats.std, nan=0.0)
+    sigma_floor = np.abs(mean)
+    sigma_floor *= thresholds.sigma_floor_frac
+    np.maximum(sigma, sigma_floor, out=sigma)
+    del sigma_floor
+    enough = stats.count >= thresholds.min_points_per_window
+    del stats
     if interval > 0 and window / interval < thresholds.stable_std_points:
         # a window this sparse holds too few points for its own std: pool the noise over
         # the last several windows' worth of points instead (see _difference_sigma)
-        window_points = (
-            thresholds.widened_window_points if stats.widened else round(window / interval)
-        )
+        window_points = thresholds.widened_window_points if widened else round(window / interval)
         pooled_points = max(
             thresholds.stable_std_points, window_points * thresholds.noise_level_windows
         )
         pooled = _difference_sigma(loss, pooled_points)
         sigma = np.maximum(
             np.where(np.isfinite(pooled), pooled, sigma),
-            thresholds.sigma_floor_frac * np.abs(stats.mean),
+            thresholds.sigma_floor_frac * np.abs(mean),
         )
-    threshold = stats.mean + thresholds.spike_sigma * sigma
-    enough = stats.count >= thresholds.min_points_per_window
-    eligible = (
-        enough & (steps > steps[0] + (0 if stats.widened else window)) & np.isfinite(stats.mean)
-    )
+    threshold = sigma * thresholds.spike_sigma
+    threshold += mean
+    eligible = enough & (steps > steps[0] + (0 if widened else window)) & np.isfinite(mean)
     with np.errstate(invalid="ignore"):
         flagged = eligible & np.isfinite(loss) & (loss > threshold)
+    del threshold  # an event recomputes its own point's threshold from mean and sigma
     causes_ctx = _CauseContext.build(view, steps, thresholds)
     # "back to baseline" is judged on a 5-point rolling median in dense logs, so
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
     # (a forward-looking median: point t and the 4 after it, so the pre-spike
     # points never count as "back")
     # taken a slice at a time by the recovery scans, which read a few points per event
-    smooth = None if stats.widened else ForwardMedian.of(loss, thresholds.recovery_median_points)
+    smooth = None if widened else ForwardMedian.of(loss, thresholds.recovery_median_points)
 
     # points before any baseline exists (the first 100 steps) can still show a jump
     _short_log_jumps(
@@ -355,12 +361,10 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None,
     )
     candidates = np.flatnonzero(flagged)
-    sustained = _sustained(candidates, loss, stats.mean, sigma, thresholds)
+    sustained = _sustained(candidates, loss, mean, sigma, thresholds)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
-    lone = _lone_blips(
-        candidates, steps, loss, stats.mean, sigma, thresholds, causes_ctx, sustained
-    )
+    lone = _lone_blips(candidates, steps, loss, mean, sigma, thresholds, causes_ctx, sustained)
     sustained_at = set(candidates[sustained].tolist())
     events: list[SpikeEvent] = []
     next_free = 0
@@ -372,20 +376,19 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             steps,
             loss,
             smooth,
-            stats.mean,
+            mean,
             sigma,
-            threshold,
             thresholds,
             causes_ctx,
             int(idx) in sustained_at,
-            stats.widened,
+            widened,
         )
-        event.window = stats.description
+        event.window = window_text
         events.append(event)
         next_free = _after_event(event, steps, thresholds)
 
     spikes = [e for e in events if e.material]
-    blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, stats.mean, sigma)
+    blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, mean, sigma)
     recurring = _recurring(spikes, thresholds)
     if recurring:
         result.findings.append(_recurring_finding(recurring))
@@ -414,7 +417,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         )
     result.facts["spikes"] = spikes
     result.facts["blips"] = blip_steps.tolist()
-    result.facts["spike_window"] = stats.description
+    result.facts["spike_window"] = window_text
     return result
 
 
@@ -476,15 +479,20 @@ class _CauseContext:
                 thresholds.widened_window_points,
             )
             with np.errstate(divide="ignore", invalid="ignore"):
-                # a non-finite grad norm is an overflow (§3) or a NaN (§1), not a long-tail batch
-                ratio = np.where(np.isfinite(g), g / g_mean, np.nan)
+                ratio = np.divide(g, g_mean)
+            # a non-finite grad norm is an overflow (§3) or a NaN (§1), not a long-tail batch
+            ratio[~np.isfinite(g)] = np.nan
             grad_ratio = _align(g_steps, ratio, loss_steps)
             grad = _align(g_steps, g, loss_steps)
             grad_base = _align(g_steps, g_mean, loss_steps)
         if view.has("lr"):
             l_steps, l_values = view.points("lr")
+            # the change from the point before over its size, in place (a copy less per step)
+            rel = np.empty(l_values.size)
+            rel[:1] = 0.0
+            np.subtract(l_values[1:], l_values[:-1], out=rel[1:])
             with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.concatenate(([0.0], np.diff(l_values) / np.abs(l_values[:-1])))
+                np.divide(rel[1:], np.abs(l_values[:-1]), out=rel[1:])
             lr_jump = _align(l_steps, rel, loss_steps)
             lr = _align(l_steps, l_values, loss_steps)
         if view.has("batch_id"):
@@ -546,13 +554,13 @@ def _build_event(
     smooth,
     mean,
     sigma,
-    threshold,
     thresholds: Thresholds,
     ctx: _CauseContext,
     sustained: bool,
     widened: bool,
 ) -> SpikeEvent:
-    mu, sd, thr = float(mean[idx]), float(sigma[idx]), float(threshold[idx])
+    mu, sd = float(mean[idx]), float(sigma[idx])
+    thr = sd * thresholds.spike_sigma + mu  # the flagging threshold at idx, to the last bit
     onset = int(steps[idx])
     # the trailing window trailing_stats took mu and sigma over: [t - W, t), or the last
     # widened_window_points points in a sparse log

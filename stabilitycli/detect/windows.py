@@ -82,9 +82,10 @@ def _trailing(
     """The trailing `names` (of mean, std, count), whether the window was widened, and how."""
     interval = median_interval(steps)
     per_window = window_steps / interval if interval and interval > 0 else 0.0
-    frame = pl.DataFrame(
-        {"step": steps, "v": np.where(np.isfinite(values), values, np.nan)}
-    ).with_columns(pl.col("v").fill_nan(None))
+    # non-finite values become null inside polars, in one pass and no numpy copy
+    frame = pl.DataFrame({"step": steps, "v": values}).with_columns(
+        pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
+    )
     if per_window >= min_points:
         window = f"{int(window_steps)}i"
         expressions = {
