@@ -11,7 +11,7 @@ from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
     rolling_median_at,
     trailing_median_at,
-    trailing_median_bounds,
+    trailing_median_bound,
     value_window_before,
     window_max_at,
 )
@@ -254,24 +254,27 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
     window, bar = thresholds.spike_window_steps, thresholds.grad_norm_outlier_ratio
     # the trailing median is needed exactly only where a cheap lower bound of it leaves
     # the point possibly >= bar x the median; elsewhere grad / median <= grad / bound < bar
-    lower, _ = trailing_median_bounds(steps, grad, window)
+    lower = trailing_median_bound(steps, grad, window, "lower")
     with np.errstate(invalid="ignore", divide="ignore"):
         below_bar = (grad >= 0) & (lower > 0) & (grad / lower < bar)
     open_rows = np.flatnonzero(~below_bar)
-    baseline = np.full(grad.size, np.nan)
-    baseline[open_rows] = trailing_median_at(steps, grad, window, open_rows)
+    del below_bar
+    # the median and the ratio at the open rows only: elsewhere no point can reach the bar
+    baseline = trailing_median_at(steps, grad, window, open_rows)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = grad / baseline
-    hits = np.flatnonzero(np.isfinite(ratio) & (ratio >= thresholds.grad_norm_outlier_ratio))
+        ratio = grad[open_rows] / baseline
+    hit_at = np.flatnonzero(np.isfinite(ratio) & (ratio >= thresholds.grad_norm_outlier_ratio))
+    hits = open_rows[hit_at]
     if hits.size:
-        worst = hits[np.argmax(ratio[hits])]
+        worst_at = hit_at[np.argmax(ratio[hit_at])]
+        worst = open_rows[worst_at]
         result.findings.append(
             Finding(
                 "grad-norm-spike",
                 Severity.INFO,
                 f"{hits.size} grad-norm outlier(s) >= {thresholds.grad_norm_outlier_ratio:g}x the "
                 f"trailing median; largest {grad[worst]:.4g} at step {steps[worst]} "
-                f"({ratio[worst]:.1f}x {baseline[worst]:.3g})",
+                f"({ratio[worst_at]:.1f}x {baseline[worst_at]:.3g})",
                 step=int(steps[hits[0]]),
                 metric="grad_norm",
                 evidence={
@@ -279,8 +282,8 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
                     "steps": steps[hits][:20].tolist(),
                     "largest_step": int(steps[worst]),
                     "largest": float(grad[worst]),
-                    "baseline_median": float(baseline[worst]),
-                    "ratio": float(ratio[worst]),
+                    "baseline_median": float(baseline[worst_at]),
+                    "ratio": float(ratio[worst_at]),
                 },
             )
         )

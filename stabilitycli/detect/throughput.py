@@ -9,7 +9,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.windows import trailing_median_at, trailing_median_bounds
+from stabilitycli.detect.windows import trailing_median_at, trailing_median_bound
 from stabilitycli.model import Finding, Severity, Skip
 
 
@@ -58,7 +58,8 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
         return result
     name, steps, values = found
     ok = np.isfinite(values) & (values > 0)
-    steps, values = steps[ok], values[ok]
+    if not ok.all():  # most logs: no copy of either column
+        steps, values = steps[ok], values[ok]
     if values.size < thresholds.min_points_per_window + thresholds.throughput_persist_points:
         result.skipped.append(
             Skip(
@@ -108,7 +109,7 @@ def _low_points(
     points the bound leaves open get the exact median; a shorter one is no drop.
     """
     window, keep = thresholds.spike_window_steps, 1 - thresholds.throughput_drop_frac
-    _, upper = trailing_median_bounds(steps, values, window)
+    upper = trailing_median_bound(steps, values, window, "upper")
     with np.errstate(invalid="ignore"):
         maybe = ~(values >= keep * upper) if keep > 0 else np.ones(values.size, dtype=bool)
     # the stretches, found among the few open rows rather than over the whole column

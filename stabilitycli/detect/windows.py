@@ -8,6 +8,7 @@ logged points instead, and the evidence says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -268,12 +269,13 @@ def trailing_median_at(
     return medians.gather(ends - 1).fill_null(np.nan).to_numpy()
 
 
-def trailing_median_bounds(
-    steps: np.ndarray, values: np.ndarray, window_steps: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, a lower and an upper bound of the median `trailing_median_at` gives
+def trailing_median_bound(
+    steps: np.ndarray, values: np.ndarray, window_steps: int, side: Literal["lower", "upper"]
+) -> np.ndarray:
+    """Per row, a lower or an upper bound of the median `trailing_median_at` gives
     (-inf/+inf where none is cheap), for a rule that needs the exact median only
-    where a bound leaves its test open.
+    where the bound leaves its test open. One side only: each rule tests against
+    one, and the other would be one more whole-column array held for nothing.
 
     The rows are cut into blocks of `block` rows. If every block lying wholly in a
     window of n values has at least `block - rank` values >= y, and those blocks hold
@@ -283,12 +285,24 @@ def trailing_median_bounds(
     so one bound serves the whole block. `values` are finite; `steps` sorted unique
     integers, so a window holds at most `window_steps` values.
     """
+    blocked = _block_bounds(steps, values, window_steps)
+    if blocked is None:
+        return np.full(steps.size, -np.inf if side == "lower" else np.inf)
+    q_lower, q_upper, block = blocked
+    return np.repeat(q_lower if side == "lower" else q_upper, block)[: steps.size]
+
+
+def _block_bounds(
+    steps: np.ndarray, values: np.ndarray, window_steps: int
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The bounds of `trailing_median_bound` per block of rows, and the block's length in
+    rows; None where no bound is cheap."""
     n = steps.size
     span = float(steps[-1] - steps[0]) if n else 0.0
     window_rows = min(window_steps, window_steps * (n - 1) / span if span > 0 else 0.0)
     block = int(window_rows // 5)
     if block < 4 or n < 2 * block:
-        return np.full(n, -np.inf), np.full(n, np.inf)
+        return None
     blocks = n // block
     first_row = np.arange(0, n, block)
     last_row = np.minimum(first_row + block - 1, n - 1)
@@ -300,17 +314,17 @@ def trailing_median_bounds(
     need = np.minimum(last_row - lo_first, window_steps) // 2 + 1  # n // 2 + 1 at most
     usable = count > 0
     if not usable.any():
-        return np.full(n, -np.inf), np.full(n, np.inf)
+        return None
     per_block = int(np.ceil(np.median(need[usable] / count[usable])))
     rank = block - per_block
     if rank < 0:
-        return np.full(n, -np.inf), np.full(n, np.inf)
+        return None
     usable &= count * per_block >= need
     # a sort of short rows is several times faster than np.partition along them
     ordered = np.sort(values[: blocks * block].reshape(blocks, block), axis=1)
     low_stat, high_stat = ordered[:, rank], ordered[:, block - 1 - rank]
     q_lower, q_upper = _range_extremes(low_stat, high_stat, first_full, count, usable)
-    return np.repeat(q_lower, block)[:n], np.repeat(q_upper, block)[:n]
+    return q_lower, q_upper, block
 
 
 def _range_extremes(

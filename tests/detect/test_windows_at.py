@@ -18,7 +18,7 @@ from stabilitycli.detect.windows import (
     rolling_median_at,
     trailing_mean,
     trailing_median_at,
-    trailing_median_bounds,
+    trailing_median_bound,
     trailing_stats,
     value_at_or_before,
     value_window_before,
@@ -84,7 +84,8 @@ def test_trailing_median_at_rows_and_its_bounds(points, window_steps, data):
     steps = np.cumsum([gap for gap, _ in points]).astype(np.int64)
     values = np.array([level for _, level in points], dtype=np.float64)
     whole = whole_trailing_median(steps, values, window_steps)
-    lower, upper = trailing_median_bounds(steps, values, window_steps)
+    lower = trailing_median_bound(steps, values, window_steps, "lower")
+    upper = trailing_median_bound(steps, values, window_steps, "upper")
     has = ~np.isnan(whole)
     assert np.all((lower[has] <= whole[has]) & (whole[has] <= upper[has]))
     chosen = data.draw(st.lists(st.integers(0, steps.size - 1), max_size=6, unique=True))
@@ -96,7 +97,8 @@ def test_trailing_median_on_a_fixture_grad_norm() -> None:
     view = build_view(read(FIXTURES / "rules" / "grad-norm-spike" / "fires" / "run.jsonl"))
     steps, grad = view.finite_points("grad_norm")
     whole = whole_trailing_median(steps, grad, 100)
-    lower, upper = trailing_median_bounds(steps, grad, 100)
+    lower = trailing_median_bound(steps, grad, 100, "lower")
+    upper = trailing_median_bound(steps, grad, 100, "upper")
     bounded = np.isfinite(lower) & np.isfinite(upper)
     assert bounded.mean() > 0.5  # the bounds hold for most rows of a dense log...
     assert np.all((lower[bounded] <= whole[bounded]) & (whole[bounded] <= upper[bounded]))
