@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 
 import stabilitycli
 from stabilitycli.cli import COMMANDS
@@ -77,17 +78,29 @@ def test_a_bug_in_one_of_many_runs_is_that_runs_error(monkeypatch) -> None:
     assert result.error == f"{path}: internal error RuntimeError: boom"
 
 
-def test_stab_has_polars_return_freed_memory_at_once() -> None:
+def test_stab_has_its_allocators_return_freed_memory_at_once() -> None:
     # polars' allocator keeps freed pages for 10 s by default, so one rule's temporaries
     # stacked on the next one's; the console script asks for them back before polars loads
+    import os
     import subprocess
     import sys
 
+    from stabilitycli import cli
+
     code = (
-        "import os, sys; from stabilitycli import cli; sys.argv = ['stab', '--version'];\n"
+        "import json, os, sys; from stabilitycli import cli; sys.argv = ['stab', '--version'];\n"
         "try: cli.main()\nexcept SystemExit: pass\n"
-        "print(os.environ.get(cli.ALLOCATOR_ENV))"
+        "print(json.dumps({k: os.environ.get(k) for k in cli.ALLOCATOR_SETTINGS}))"
     )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "_RJEM_MALLOC_CONF"}
+    env = {k: v for k, v in os.environ.items() if k not in cli.ALLOCATOR_SETTINGS}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert done.stdout.strip().splitlines()[-1] == "dirty_decay_ms:0,muzzy_decay_ms:0"
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:0,muzzy_decay_ms:0"
+    assert seen == cli.ALLOCATOR_SETTINGS
+    # a setting the user made is theirs
+    env["_RJEM_MALLOC_CONF"] = "dirty_decay_ms:5000"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert (
+        json.loads(done.stdout.strip().splitlines()[-1])["_RJEM_MALLOC_CONF"]
+        == "dirty_decay_ms:5000"
+    )
