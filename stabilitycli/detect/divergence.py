@@ -451,7 +451,13 @@ def _onset(
         fit_from = lo + int(np.searchsorted(steps[lo:hi], fine.steps[falling_bracket[0]]))
         earliest_start = int(steps[fit_from])
         latest_start = int(fine.end_steps[falling_bracket[1]])
-    start_step = _ramp_onset(steps[fit_from:], loss[fit_from:], earliest_start, latest_start)
+    decay = _decay_before(steps, loss, int(np.searchsorted(steps, earliest_step)), fit_from)
+    if decay is not None:
+        # the run's own decay carries its level back to where it had fallen to e^-4 (not
+        # into the fast early drop): a longer stretch before the rise pins its start
+        reach_step = decay.step_down_to(DECAY_LOOKBACK)
+        fit_from = min(fit_from, int(np.searchsorted(steps, reach_step, side="left")))
+    start_step = _ramp_onset(steps[fit_from:], loss[fit_from:], earliest_start, latest_start, decay)
     if start_step is None:
         return int(fine.steps[at]), float(fine.values[at]), int(fine.end_steps[at])
     # the level the rise starts from: the median of one fine bin's worth of points from there
@@ -460,12 +466,90 @@ def _onset(
     return start_step, float(np.median(loss[first : last + 1])), int(steps[last])
 
 
+DECAY_FIT_BINS = 512  # the decay before the fit region is fitted to this many bin medians
+DECAY_TIME_CONSTANTS = np.geomspace(1e-3, 3.0, 80)  # widths tried, as fractions of the stretch
+# power laws (1 + t / w)^-p, as training curves follow; p = inf is the exponential exp(-t / w)
+DECAY_POWERS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, math.inf)
+DECAY_EVIDENCE = 4.0  # Akaike's 2 per parameter, for the decay's width and power
+DECAY_LOOKBACK = math.exp(-4.0)  # the ramp fit reaches back to where the decay is down to this
+
+
+@dataclass(frozen=True)
+class _Decay:
+    """A decay shape (1 + (step - from_step) / width)^-power, exp(-(step - from_step) / width)
+    when the power is infinite: 1 at `from_step`, falling toward 0."""
+
+    from_step: float
+    width: float
+    power: float
+
+    def at(self, steps: np.ndarray) -> np.ndarray:
+        t = (steps - self.from_step) / self.width
+        return np.exp(-t) if math.isinf(self.power) else (1.0 + t) ** -self.power
+
+    def step_down_to(self, fraction: float) -> float:
+        """The step where the shape has fallen to `fraction` of its value at from_step."""
+        t = -math.log(fraction) if math.isinf(self.power) else fraction ** (-1 / self.power) - 1
+        return self.from_step + t * self.width
+
+
+def _decay_before(steps: np.ndarray, loss: np.ndarray, first: int, last: int) -> _Decay | None:
+    """The shape of "a level plus a decay" fitted by least squares to the loss logged at
+    indices first..last-1; None when the loss was not falling there.
+
+    Training curves fall ever more slowly, so a straight fall fitted before
+    the rise must be short, and a short stretch pins the level the rise
+    starts from poorly. The shape (power and width) is tried on a grid (the
+    level and the size of the decay are linear), on bin medians so that
+    heavy-tailed noise cannot bend it and the cost does not grow with the log.
+    """
+    if last - first < 4:
+        return None
+    bins = bin_medians(
+        steps[first:last], loss[first:last], math.ceil((last - first) / DECAY_FIT_BINS)
+    )
+    x = (bins.steps - bins.steps[0]).astype(float)
+    if bins.values.size < 4 or not x[-1] > 0:
+        return None
+    widths = x[-1] * DECAY_TIME_CONSTANTS
+    t = x[None, None, :] / widths[None, :, None]
+    powers = np.array(DECAY_POWERS)[:, None, None]
+    finite = np.isfinite(powers)
+    shapes = np.where(finite, (1.0 + t) ** -np.where(finite, powers, 1.0), np.exp(-t))
+    shapes = shapes.reshape(-1, x.size)
+    centred = shapes - shapes.mean(axis=1, keepdims=True)
+    spread = (centred * centred).sum(axis=1)
+    along = centred @ (bins.values - bins.values.mean())
+    # along > 0: the loss falls with the shape (a positive decay)
+    explained = np.where(
+        (spread > 0) & (along > 0), along**2 / np.where(spread > 0, spread, 1.0), -np.inf
+    )
+    if not np.isfinite(explained).any():
+        return None
+    # ...and only where it beats a straight line clearly (Akaike's criterion for its two
+    # shape parameters): a short or noisy stretch says nothing about the curve's shape
+    total = float(((bins.values - bins.values.mean()) ** 2).sum())
+    x_centred = x - x.mean()
+    line = float(x_centred @ bins.values) ** 2 / float(x_centred @ x_centred)
+    left_by_line, left_by_decay = total - line, total - float(explained.max())
+    if not (left_by_decay > 0 and left_by_line > left_by_decay) or (
+        x.size * math.log(left_by_line / left_by_decay) < DECAY_EVIDENCE
+    ):
+        return None
+    p, w = np.unravel_index(int(np.argmax(explained)), (len(DECAY_POWERS), widths.size))
+    return _Decay(float(bins.steps[0]), float(widths[w]), DECAY_POWERS[p])
+
+
 RAMP_START_CANDIDATES = 256  # first pass of the ramp fit: start steps tried on a grid
 RAMP_END_CANDIDATES = 64  # end steps tried (the last one is the end of the log)
 
 
 def _ramp_onset(
-    steps: np.ndarray, loss: np.ndarray, earliest_start_step: int, latest_start_step: int
+    steps: np.ndarray,
+    loss: np.ndarray,
+    earliest_start_step: int,
+    latest_start_step: int,
+    decay_shape: _Decay | None = None,
 ) -> int | None:
     """Where a "level, then a straight rise, then level again" least-squares fit over the
     logged points, from the fit region to the end of the log, starts its rise.
@@ -476,34 +560,43 @@ def _ramp_onset(
     its start far better. The start is searched from `earliest_start_step` up
     to `latest_start_step` on a grid, then on every logged point around the
     best grid point; the end on `RAMP_END_CANDIDATES` steps. Heavy-tailed
-    noise is clipped first, so one wild point cannot move the fit.
+    noise is clipped first, so one wild point cannot move the fit. Given
+    `decay_shape`, the loss before the start is a level plus that decay (the
+    run still improving), not a straight fall.
     """
     finite = np.isfinite(loss)
     x, y = steps[finite].astype(float), _clip_wild(loss[finite].astype(float))
+    decay = None if decay_shape is None else decay_shape.at(x)
     starts = x[(x >= earliest_start_step) & (x < latest_start_step) & (x < x[-1])]
     if starts.size < 2 or x.size < 4:
         return None
-    end_grid = np.quantile(x, np.linspace(0, 1, RAMP_END_CANDIDATES))
+    # ends only after the earliest start: the stretch before it can be long (a decay)
+    later = x[x >= starts[0]]
+    end_grid = np.quantile(later, np.linspace(0, 1, RAMP_END_CANDIDATES))
     ends = np.unique(np.concatenate([end_grid, x[-1:]]))
     start_at = np.linspace(0, starts.size - 1, RAMP_START_CANDIDATES).round().astype(int)
     grid = starts[np.unique(start_at)]
-    best = _best_ramp(x, y, grid, ends)
+    best = _best_ramp(x, y, grid, ends, decay)
     if best is None:
         return None
     # then every logged point around the best grid pair: the end first, then the start
     start_spacing = starts.size // RAMP_START_CANDIDATES + 1
-    end_spacing = x.size // RAMP_END_CANDIDATES + 1
+    end_spacing = later.size // RAMP_END_CANDIDATES + 1
     at = int(np.searchsorted(x, best[1]))
     near_ends = x[max(0, at - end_spacing) : at + end_spacing + 1]
-    best = _best_ramp(x, y, np.array([best[0]]), near_ends) or best
+    best = _best_ramp(x, y, np.array([best[0]]), near_ends, decay) or best
     at = int(np.searchsorted(starts, best[0]))
     near_starts = starts[max(0, at - start_spacing) : at + start_spacing + 1]
-    best = _best_ramp(x, y, near_starts, np.array([best[1]])) or best
+    best = _best_ramp(x, y, near_starts, np.array([best[1]]), decay) or best
     return int(best[0])
 
 
 def _best_ramp(
-    x: np.ndarray, y: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    x: np.ndarray,
+    y: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    decay: np.ndarray | None = None,
 ) -> tuple[float, float] | None:
     """The (start, end) pair of the best least-squares fit of "falling or level, then a
     straight rise, then level": y = a + s * min(0, x - start) + b * clip(x - start, 0,
@@ -512,6 +605,8 @@ def _best_ramp(
 
     The slope before the start matters: a run is often still improving when it
     turns, and a level fitted to a fall sits too high, which pushes the start late.
+    Given a `decay` column (the run's own decay curve at each point), it takes
+    the place of the straight fall: y = a + c * decay + b * clip(...), c >= 0.
     """
     origin, scale = x[0], max(float(x[-1] - x[0]), 1.0)
     # steps in [0, 1]: the sums of squares below subtract large, nearly equal numbers
@@ -543,8 +638,17 @@ def _best_ramp(
     u = -(t0 * p0 - p1)
     uu = t0**2 * p0 - 2 * t0 * p1 + p2
     uy = -(t0 * py - pxy)
+    ug = np.zeros(1)
+    if decay is not None:
+        # the decay stands in for the straight fall, as u = -decay (so a fall is still
+        # s <= 0); it reaches under the ramp, so the two columns overlap
+        u, uu, uy = -decay.sum(), decay @ decay, -(decay @ y)
+        d_after = [np.concatenate([np.cumsum(v[::-1])[::-1], zero]) for v in (decay, decay * x)]
+        d0, d1 = (v[np.searchsorted(x, starts, side="right")][:, None] for v in d_after)
+        e_d0, e_d1 = (v[np.searchsorted(x, ends, side="right")][None, :] for v in d_after)
+        ug = -((d1 - t0 * d0) - (e_d1 - t1 * e_d0))
     v_gg, c_gy = gg - g**2 / n, gy - g * y_mean
-    v_uu, c_uy, v_ug = uu - u**2 / n, uy - u * y_mean, -u * g / n
+    v_uu, c_uy, v_ug = uu - u**2 / n, uy - u * y_mean, ug - u * g / n
     det = v_uu * v_gg - v_ug**2
     safe_det = np.where(det > 0, det, 1.0)
     fall = (v_gg * c_uy - v_ug * c_gy) / safe_det
