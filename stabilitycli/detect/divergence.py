@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -576,7 +577,8 @@ def _ramp_onset(
     ends = np.unique(np.concatenate([end_grid, x[-1:]]))
     start_at = np.linspace(0, starts.size - 1, RAMP_START_CANDIDATES).round().astype(int)
     grid = starts[np.unique(start_at)]
-    best = _best_ramp(x, y, grid, ends, decay)
+    best_ramp = _ramp_fitter(x, y, decay)
+    best = best_ramp(grid, ends)
     if best is None:
         return None
     # then every logged point around the best grid pair: the end first, then the start
@@ -584,24 +586,20 @@ def _ramp_onset(
     end_spacing = later.size // RAMP_END_CANDIDATES + 1
     at = int(np.searchsorted(x, best[1]))
     near_ends = x[max(0, at - end_spacing) : at + end_spacing + 1]
-    best = _best_ramp(x, y, np.array([best[0]]), near_ends, decay) or best
+    best = best_ramp(np.array([best[0]]), near_ends) or best
     at = int(np.searchsorted(starts, best[0]))
     near_starts = starts[max(0, at - start_spacing) : at + start_spacing + 1]
-    best = _best_ramp(x, y, near_starts, np.array([best[1]]), decay) or best
+    best = best_ramp(near_starts, np.array([best[1]])) or best
     return int(best[0])
 
 
-def _best_ramp(
-    x: np.ndarray,
-    y: np.ndarray,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    decay: np.ndarray | None = None,
-) -> tuple[float, float] | None:
-    """The (start, end) pair of the best least-squares fit of "falling or level, then a
-    straight rise, then level": y = a + s * min(0, x - start) + b * clip(x - start, 0,
-    end - start) with s <= 0 < b, every pair at once from prefix and suffix sums (linear
-    in the points); None when no pair rises.
+def _ramp_fitter(
+    x: np.ndarray, y: np.ndarray, decay: np.ndarray | None = None
+) -> Callable[[np.ndarray, np.ndarray], tuple[float, float] | None]:
+    """best(starts, ends): the (start, end) pair of the best least-squares fit of "falling or
+    level, then a straight rise, then level": y = a + s * min(0, x - start) + b * clip(x -
+    start, 0, end - start) with s <= 0 < b, every pair at once from prefix and suffix sums
+    (linear in the points, summed once for every call); None when no pair rises.
 
     The slope before the start matters: a run is often still improving when it
     turns, and a level fitted to a fall sits too high, which pushes the start late.
@@ -610,62 +608,68 @@ def _best_ramp(
     """
     origin, scale = x[0], max(float(x[-1] - x[0]), 1.0)
     # steps in [0, 1]: the sums of squares below subtract large, nearly equal numbers
-    x, starts, ends = (x - origin) / scale, (starts - origin) / scale, (ends - origin) / scale
+    x = (x - origin) / scale
     n = x.size
     zero = np.zeros(1)
     columns = (np.ones(n), x, x * x, y, x * y)
     after = [np.concatenate([np.cumsum(v[::-1])[::-1], zero]) for v in columns]
     before = [np.concatenate([zero, np.cumsum(v)]) for v in columns]
+    y_mean = y.mean()
+    if decay is not None:
+        d_after = [np.concatenate([np.cumsum(v[::-1])[::-1], zero]) for v in (decay, decay * x)]
+        d_u, d_uu, d_uy = -decay.sum(), decay @ decay, -(decay @ y)
 
     def tail(t: np.ndarray) -> list[np.ndarray]:  # sums over the points after t
         k = np.searchsorted(x, t, side="right")
         return [v[k] for v in after]
 
-    p0, p1, p2, py, pxy = (v[np.searchsorted(x, starts, side="left")][:, None] for v in before)
-    c0, c1, c2, cy, cxy = (v[:, None] for v in tail(starts))
-    e0, e1, e2, ey, exy = (v[None, :] for v in tail(ends))
-    t0, t1 = starts[:, None], ends[None, :]
-    y_mean = y.mean()
-    # the ramp column g = max(0, x - t0) - max(0, x - t1)
-    g = (c1 - t0 * c0) - (e1 - t1 * e0)
-    gg = (
-        (c2 - 2 * t0 * c1 + t0**2 * c0)
-        - 2 * (e2 - (t0 + t1) * e1 + t0 * t1 * e0)
-        + (e2 - 2 * t1 * e1 + t1**2 * e0)
-    )
-    gy = (cxy - t0 * cy) - (exy - t1 * ey)
-    # the fall column u = min(0, x - t0); it is zero wherever g is not
-    u = -(t0 * p0 - p1)
-    uu = t0**2 * p0 - 2 * t0 * p1 + p2
-    uy = -(t0 * py - pxy)
-    ug = np.zeros(1)
-    if decay is not None:
-        # the decay stands in for the straight fall, as u = -decay (so a fall is still
-        # s <= 0); it reaches under the ramp, so the two columns overlap
-        u, uu, uy = -decay.sum(), decay @ decay, -(decay @ y)
-        d_after = [np.concatenate([np.cumsum(v[::-1])[::-1], zero]) for v in (decay, decay * x)]
-        d0, d1 = (v[np.searchsorted(x, starts, side="right")][:, None] for v in d_after)
-        e_d0, e_d1 = (v[np.searchsorted(x, ends, side="right")][None, :] for v in d_after)
-        ug = -((d1 - t0 * d0) - (e_d1 - t1 * e_d0))
-    v_gg, c_gy = gg - g**2 / n, gy - g * y_mean
-    v_uu, c_uy, v_ug = uu - u**2 / n, uy - u * y_mean, ug - u * g / n
-    det = v_uu * v_gg - v_ug**2
-    safe_det = np.where(det > 0, det, 1.0)
-    fall = (v_gg * c_uy - v_ug * c_gy) / safe_det
-    rise = (v_uu * c_gy - v_ug * c_uy) / safe_det
-    with_fall = (det > 0) & (fall <= 0) & (rise > 0)
-    level_only = (v_gg > 0) & (c_gy > 0)
-    # with s > 0 the constrained optimum is s = 0: "level, then a rise"
-    explained = np.where(
-        with_fall,
-        fall * c_uy + rise * c_gy,
-        np.where(level_only, c_gy**2 / np.where(v_gg > 0, v_gg, 1.0), -np.inf),
-    )
-    explained = np.where(t1 > t0, explained, -np.inf)
-    if not np.isfinite(explained).any():
-        return None
-    i, k = np.unravel_index(int(np.argmax(explained)), explained.shape)
-    return float(starts[i] * scale + origin), float(ends[k] * scale + origin)
+    def best(starts: np.ndarray, ends: np.ndarray) -> tuple[float, float] | None:
+        starts, ends = (starts - origin) / scale, (ends - origin) / scale
+        p0, p1, p2, py, pxy = (v[np.searchsorted(x, starts, side="left")][:, None] for v in before)
+        c0, c1, c2, cy, cxy = (v[:, None] for v in tail(starts))
+        e0, e1, e2, ey, exy = (v[None, :] for v in tail(ends))
+        t0, t1 = starts[:, None], ends[None, :]
+        # the ramp column g = max(0, x - t0) - max(0, x - t1)
+        g = (c1 - t0 * c0) - (e1 - t1 * e0)
+        gg = (
+            (c2 - 2 * t0 * c1 + t0**2 * c0)
+            - 2 * (e2 - (t0 + t1) * e1 + t0 * t1 * e0)
+            + (e2 - 2 * t1 * e1 + t1**2 * e0)
+        )
+        gy = (cxy - t0 * cy) - (exy - t1 * ey)
+        # the fall column u = min(0, x - t0); it is zero wherever g is not
+        u = -(t0 * p0 - p1)
+        uu = t0**2 * p0 - 2 * t0 * p1 + p2
+        uy = -(t0 * py - pxy)
+        ug = np.zeros(1)
+        if decay is not None:
+            # the decay stands in for the straight fall, as u = -decay (so a fall is still
+            # s <= 0); it reaches under the ramp, so the two columns overlap
+            u, uu, uy = d_u, d_uu, d_uy
+            d0, d1 = (v[np.searchsorted(x, starts, side="right")][:, None] for v in d_after)
+            e_d0, e_d1 = (v[np.searchsorted(x, ends, side="right")][None, :] for v in d_after)
+            ug = -((d1 - t0 * d0) - (e_d1 - t1 * e_d0))
+        v_gg, c_gy = gg - g**2 / n, gy - g * y_mean
+        v_uu, c_uy, v_ug = uu - u**2 / n, uy - u * y_mean, ug - u * g / n
+        det = v_uu * v_gg - v_ug**2
+        safe_det = np.where(det > 0, det, 1.0)
+        fall = (v_gg * c_uy - v_ug * c_gy) / safe_det
+        rise = (v_uu * c_gy - v_ug * c_uy) / safe_det
+        with_fall = (det > 0) & (fall <= 0) & (rise > 0)
+        level_only = (v_gg > 0) & (c_gy > 0)
+        # with s > 0 the constrained optimum is s = 0: "level, then a rise"
+        explained = np.where(
+            with_fall,
+            fall * c_uy + rise * c_gy,
+            np.where(level_only, c_gy**2 / np.where(v_gg > 0, v_gg, 1.0), -np.inf),
+        )
+        explained = np.where(t1 > t0, explained, -np.inf)
+        if not np.isfinite(explained).any():
+            return None
+        i, k = np.unravel_index(int(np.argmax(explained)), explained.shape)
+        return float(starts[i] * scale + origin), float(ends[k] * scale + origin)
+
+    return best
 
 
 def _running_median(y: np.ndarray, points: int = 5) -> np.ndarray:
