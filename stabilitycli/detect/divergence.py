@@ -61,7 +61,10 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     window's starting level; a rise the run later undoes is `loss-rise` (info).
     The divergence starts where a least-squares fit of "falling or level, then
     a straight rise, then level" over the logged points, from before the first
-    rising window to the end of the log, starts its rise. For the first
+    rising window to the end of the log, starts its rise; where the loss before
+    it follows a decay curve (a power law or exponential fitted to what was
+    logged before, kept only when it beats a straight line by Akaike's
+    criterion), that curve stands in for the straight fall. For the first
     diverging window it asks Q4.2 (LR rising by more than {lr_rise_frac:.0%}
     outside warmup -> `lr-increasing`), Q4.3 (a weight norm changing more than
     {weight_norm_ratio:g}x -> `weight-norm`) and Q4.4 (grad-norm moving average
