@@ -614,17 +614,22 @@ def _ramp_fitter(
     x = (x - origin) / scale
     n = x.size
     zero = np.zeros(1)
+
+    def suffix_sums(v: np.ndarray) -> np.ndarray:  # [i]: the sum of v[i:]
+        return np.concatenate([np.cumsum(v[::-1])[::-1], zero])
+
     columns = (np.ones(n), x, x * x, y, x * y)
-    after = [np.concatenate([np.cumsum(v[::-1])[::-1], zero]) for v in columns]
+    after = [suffix_sums(v) for v in columns]
     before = [np.concatenate([zero, np.cumsum(v)]) for v in columns]
     y_mean = y.mean()
     if decay is not None:
-        d_after = [np.concatenate([np.cumsum(v[::-1])[::-1], zero]) for v in (decay, decay * x)]
+        d_after = [suffix_sums(v) for v in (decay, decay * x)]
         d_u, d_uu, d_uy = -decay.sum(), decay @ decay, -(decay @ y)
 
-    def tail(t: np.ndarray) -> list[np.ndarray]:  # sums over the points after t
+    def tail(t: np.ndarray, sums: list[np.ndarray] = after) -> list[np.ndarray]:
+        """The sums over the points after each of t."""
         k = np.searchsorted(x, t, side="right")
-        return [v[k] for v in after]
+        return [v[k] for v in sums]
 
     def best(starts: np.ndarray, ends: np.ndarray) -> tuple[float, float] | None:
         starts, ends = (starts - origin) / scale, (ends - origin) / scale
@@ -649,8 +654,8 @@ def _ramp_fitter(
             # the decay stands in for the straight fall, as u = -decay (so a fall is still
             # s <= 0); it reaches under the ramp, so the two columns overlap
             u, uu, uy = d_u, d_uu, d_uy
-            d0, d1 = (v[np.searchsorted(x, starts, side="right")][:, None] for v in d_after)
-            e_d0, e_d1 = (v[np.searchsorted(x, ends, side="right")][None, :] for v in d_after)
+            d0, d1 = (v[:, None] for v in tail(starts, d_after))
+            e_d0, e_d1 = (v[None, :] for v in tail(ends, d_after))
             ug = -((d1 - t0 * d0) - (e_d1 - t1 * e_d0))
         v_gg, c_gy = gg - g**2 / n, gy - g * y_mean
         v_uu, c_uy, v_ug = uu - u**2 / n, uy - u * y_mean, ug - u * g / n
