@@ -16,8 +16,12 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stabilitycli.ingest.limits import InputLimits, limit_hit
+
+if TYPE_CHECKING:
+    import numpy as np
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -338,6 +342,8 @@ class Screened:
 
     bad: dict[int, str]
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # line -> (start, end)
+    # newline bytes in the buffer, counted on the way: a reader then need not count again
+    newlines: int = 0
 
     def blanked(self, data: bytes) -> bytes:
         """The buffer with those lines emptied (their newlines kept, so numbering holds)."""
@@ -376,18 +382,14 @@ def screen_lines(data: bytes, limits: InputLimits) -> Screened:
         for i in np.flatnonzero(ends - starts > limits.max_line_bytes).tolist():
             bad[lines_before + i + 1] = too_long(int(ends[i] - starts[i]), limits)
             spans[lines_before + i + 1] = (int(starts[i]), int(ends[i]))
-        # a flat log has no `[`: one compare instead of two
-        is_open = (window == _OPEN[0]) | (window == _OPEN[1]) if squares else window == _OPEN[0]
-        opens = np.flatnonzero(is_open) + base
-        if opens.size > limits.max_json_depth:
+        # the first line may have begun in an earlier window: always counted whole below
+        suspects.add((lines_before + 1, int(starts[0]), int(ends[0])))
+        if _most_brackets_in_a_line(window, buf[starts[1:]], squares) > limits.max_json_depth:
+            is_open = (window == _OPEN[0]) | (window == _OPEN[1]) if squares else window == _OPEN[0]
+            opens = np.flatnonzero(is_open) + base
             counts = np.bincount(np.searchsorted(ends, opens), minlength=ends.size + 1)
-            # the first line may have begun in an earlier window: count it whole below
-            many = set(np.flatnonzero(counts[: ends.size] > limits.max_json_depth).tolist())
-            many.add(0)
-            for i in sorted(many):
+            for i in np.flatnonzero(counts[: ends.size] > limits.max_json_depth).tolist():
                 suspects.add((lines_before + i + 1, int(starts[i]), int(ends[i])))
-        elif line_start < base:
-            suspects.add((lines_before + 1, line_start, int(ends[0])))
         lines_before += ends.size
         line_start = int(ends[-1]) + 1
     if line_start < buf.size:
@@ -398,7 +400,23 @@ def screen_lines(data: bytes, limits: InputLimits) -> Screened:
             if fault is not None:
                 bad[number] = fault
                 spans[number] = (start, end)
-    return Screened(bad, spans)
+    return Screened(bad, spans, newlines=lines_before)
+
+
+def _most_brackets_in_a_line(window: np.ndarray, first_bytes: np.ndarray, squares: bool) -> int:
+    """A bound on the opening brackets any one line after the window's first holds.
+
+    Every line that begins with `{` holds at least one, so one line holds at most
+    the window's brackets less one for each other such line. A flat log (one `{`
+    a line) bounds it at 1 with two counts over the window, where counting per
+    line means finding every bracket. Past the limit, the caller counts per line.
+    """
+    import numpy as np
+
+    brackets = int(np.count_nonzero(window == _OPEN[0]))
+    if squares:
+        brackets += int(np.count_nonzero(window == _OPEN[1]))
+    return brackets - int(np.count_nonzero(first_bytes == _OPEN[0])) + 1
 
 
 def too_long(size: int, limits: InputLimits) -> str:

@@ -57,13 +57,14 @@ def read_in_pieces(
                     "max_input_bytes",
                     limits.max_input_bytes,
                 )
-            data = carry + block
-            end = data.rfind(b"\n") + 1
+            end = block.rfind(b"\n") + 1
             if end == 0:  # one line longer than a piece: keep reading until it ends
-                carry = data
+                carry += block
                 continue
-            carry = data[end:]
-            lines_before = _parse(data[:end], lines_before, trial, options, frames)
+            # one copy of the piece: slicing `block` and then joining would make two
+            piece = b"".join((carry, memoryview(block)[:end]))
+            carry = block[end:]
+            lines_before = _parse(piece, lines_before, trial, options, frames)
             progress.tell("read", bytes_read, size)
     cut_line = None
     if carry:
@@ -104,11 +105,14 @@ def _parse(
     frames: list[pl.DataFrame],
 ) -> int:
     """Parse one piece of whole lines into `frames`; the number of lines read so far."""
+    screened = _bounded.screen_lines(piece, options.limits)
     if piece and not jsonl._blank(piece):
-        raw = jsonl.parse_piece(piece, lines_before + 1, source, options, whole=False)
+        raw = jsonl.parse_piece(
+            piece, lines_before + 1, source, options, whole=False, screened=screened
+        )
         if raw is not None:
             frames.append(raw)
-    return lines_before + piece.count(b"\n")
+    return lines_before + screened.newlines
 
 
 def _adopt(source: SourceInfo, trial: SourceInfo) -> None:

@@ -176,6 +176,34 @@ def test_screen_matches_a_line_by_line_scan_across_window_edges(monkeypatch) -> 
                 assert kept[n - 1] == (b"" if n in expected else line)
 
 
+def test_screen_of_a_mostly_flat_log_finds_every_deep_line_and_counts_newlines(
+    monkeypatch,
+) -> None:
+    """Flat lines let the screen bound a window's nesting by two counts; a deep line among
+    them must still lift the bound and be found, wherever it falls."""
+    import random
+
+    rng = random.Random(26)
+    limits = InputLimits(max_json_depth=3, max_line_bytes=60)
+    for window in (16, 50, 1 << 20):
+        monkeypatch.setattr(_bounded, "_WINDOW", window)
+        for _ in range(150):
+            lines = []
+            for n in range(rng.randint(0, 40)):
+                depth = rng.choice([0] * 12 + [1, 2, 3, 4, 6])
+                head = rng.choice([b"", b" ", b"x"])  # a line need not open with `{`
+                lines.append(head + b'{"s":%d,"a":' % n + b"[" * depth + b"1" + b"]" * depth + b"}")
+            data = b"\n".join(lines) + rng.choice([b"", b"\n"])
+            expected = {
+                n: fault
+                for n, line in enumerate(data.split(b"\n"), start=1)
+                if (fault := _bounded.line_fault(line, limits)) is not None
+            }
+            screened = _bounded.screen_lines(data, limits)
+            assert screened.bad == expected
+            assert screened.newlines == data.count(b"\n")
+
+
 @pytest.mark.parametrize(
     ("text", "depth"),
     [
