@@ -18,6 +18,7 @@ from stabilitycli.detect.spike import SpikeEvent
 from stabilitycli.detect.trend import (
     Binned,
     bin_medians,
+    mann_kendall_at,
     mann_kendall_windows,
     plain_values,
     suffix_min_after,
@@ -314,7 +315,7 @@ class _Scan:
     binned: Binned
     m: int  # bins per window
     part: int  # bins in a window's first and last part
-    z: np.ndarray
+    z: np.ndarray  # NaN where a slow-rise scan had no need of it (`_scan`, every_window)
     first_mean: np.ndarray
     last_mean: np.ndarray
     after_min: np.ndarray
@@ -334,7 +335,16 @@ def _slow_rise(
     times... as long, up to half the log, and return the shortest that finds a rise."""
     longer = window_points * 2
     while longer <= steps.size // 2:
-        wider = _scan(steps, loss, known, longer, thresholds.divergence_slow_z, thresholds, facts)
+        wider = _scan(
+            steps,
+            loss,
+            known,
+            longer,
+            thresholds.divergence_slow_z,
+            thresholds,
+            facts,
+            every_window=False,
+        )
         if wider is None:
             return None
         candidates = np.flatnonzero(wider.rising & wider.never_back)
@@ -352,26 +362,42 @@ def _scan(
     z_bar: float,
     thresholds: Thresholds,
     facts: Facts,
+    *,
+    every_window: bool = True,
 ) -> _Scan | None:
+    """The test over every window of `window_points`; with `every_window` False (the
+    longer windows of a slow rise), z and `rising` only where a window never came back."""
     bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
     interval, plain = known
     binned = bin_medians(steps, loss, bin_points, plain=plain)
     m = max(3, round(window_points / bin_points))
     if binned.values.size < m:
         return None
-    z = mann_kendall_windows(binned.values, m)
     part = max(1, m // 4)
     first_mean, last_mean = window_means(binned.values, m, part)
     after_min = suffix_min_after(binned.values, m)
-    rising = (z >= z_bar) & (last_mean > first_mean)
+    never_back = after_min > first_mean
+    rising = last_mean > first_mean
     # a window that holds a spike's onset is that spike's story (§2), not a trend; so is
     # one that ends on the few points of a level shift before the spike rule flagged it
     lead_steps = 2 * interval
     for spike in facts.spikes:
-        holds = (binned.steps[: z.size] <= spike.onset_step) & (
+        holds = (binned.steps[: rising.size] <= spike.onset_step) & (
             binned.end_steps[m - 1 :] >= spike.onset_step - lead_steps
         )
         rising &= ~holds
+    if every_window:
+        z = mann_kendall_windows(binned.values, m)
+    else:
+        # a slow rise is sought only among windows that rose and never came back: z is
+        # computed there alone (a healthy log has a handful), NaN elsewhere
+        maybe = np.flatnonzero(rising & never_back)
+        z = np.full(rising.size, np.nan)
+        if maybe.size * m < rising.size:
+            z[maybe] = mann_kendall_at(binned.values, m, maybe)
+        else:
+            z[maybe] = mann_kendall_windows(binned.values, m)[maybe]
+    rising &= z >= z_bar
     return _Scan(
         window_points,
         bin_points,
@@ -383,7 +409,7 @@ def _scan(
         last_mean,
         after_min,
         rising,
-        after_min > first_mean,
+        never_back,
     )
 
 

@@ -9,11 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilitycli import read
+from stabilitycli.detect import trend
 from stabilitycli.detect.series import build_view
 from stabilitycli.detect.trend import (
     _mann_kendall_s,
     _mann_kendall_s_float,
     _row_medians,
+    mann_kendall_at,
+    mann_kendall_windows,
     plain_values,
 )
 
@@ -67,3 +70,36 @@ def test_integer_mann_kendall_s_on_a_fixture_loss() -> None:
         n_windows = loss.size - m + 1
         exact = _mann_kendall_s(loss, m, n_windows).astype(np.float64)
         assert same_bits(exact, _mann_kendall_s_float(loss, m, n_windows))
+
+
+def test_row_medians_partitioned_in_blocks_are_np_median(monkeypatch) -> None:
+    """Long rows are partitioned a block of rows at a time; the blocks' edges change nothing."""
+    rng = np.random.default_rng(26)
+    monkeypatch.setattr(trend, "PARTITION_BLOCK_VALUES", 500)
+    for width in (65, 66, 130, 257):
+        rows = np.round(rng.normal(size=(37, width)), 1)  # ties across rows and blocks
+        assert same_bits(_row_medians(rows, plain_values(rows)), np.median(rows, axis=1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(-3, 3), min_size=3, max_size=150),
+    st.integers(3, 40),
+    st.data(),
+)
+def test_mann_kendall_at_some_windows_is_the_all_windows_z(levels, m, data):
+    values = np.array(levels, dtype=np.float64)
+    every = mann_kendall_windows(values, m)
+    if every.size == 0:
+        return
+    starts = np.array(
+        sorted(data.draw(st.sets(st.integers(0, every.size - 1), min_size=1))), dtype=np.int64
+    )
+    assert same_bits(mann_kendall_at(values, m, starts), every[starts])
+
+
+def test_mann_kendall_at_takes_the_all_windows_numbers_when_a_value_is_not_finite() -> None:
+    values = np.array([1.0, 2.0, np.nan, 3.0, 1.0, 4.0, np.inf, 2.0, 5.0, 6.0])
+    starts = np.array([0, 3, 5])
+    got, want = mann_kendall_at(values, 4, starts), mann_kendall_windows(values, 4)[starts]
+    assert np.array_equal(got, want, equal_nan=True)

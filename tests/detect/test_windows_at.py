@@ -191,3 +191,42 @@ def test_median_interval_is_the_median_gap(gaps, as_float):
 def test_median_interval_of_a_dense_fixture_log() -> None:
     steps = build_view(read(FIXTURES / "rules" / "spike" / "fires" / "run.jsonl")).steps
     assert median_interval(steps) == float(np.median(np.diff(steps))) == 1.0
+
+
+def by_step_window(steps: np.ndarray, values: np.ndarray, window_steps: int) -> dict:
+    """Trailing mean, std and count over [t - window_steps, t) with polars' windows by step."""
+    frame = pl.DataFrame({"step": steps, "v": values}).with_columns(
+        pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
+    )
+    window = f"{window_steps}i"
+    out = frame.select(
+        pl.col("v").rolling_mean_by("step", window_size=window, closed="left").alias("mean"),
+        pl.col("v").rolling_std_by("step", window_size=window, closed="left").alias("std"),
+        pl.col("v")
+        .is_not_null()
+        .cast(pl.Float64)
+        .rolling_sum_by("step", window_size=window, closed="left")
+        .alias("count"),
+    )
+    return {
+        "mean": out["mean"].fill_null(np.nan).to_numpy(),
+        "std": out["std"].fill_null(np.nan).to_numpy(),
+        "count": out["count"].fill_null(0).to_numpy(),
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(values_strategy, st.integers(1, 40), st.integers(0, 10**6))
+def test_trailing_stats_when_every_step_is_logged_are_the_by_step_window(
+    values, window_steps, first_step
+):
+    """Every step logged, the window is a fixed number of rows, taken by the faster path."""
+    if len(values) < 2:
+        return  # one point has no interval: the window is widened on either path
+    steps = np.arange(first_step, first_step + len(values), dtype=np.int64)
+    series = np.array(values, dtype=np.float64)
+    got = trailing_stats(steps, series, window_steps, 1, 20)
+    assert not got.widened
+    want = by_step_window(steps, series, window_steps)
+    for name in ("mean", "std", "count"):
+        assert same_bits(getattr(got, name), want[name]), name
