@@ -45,5 +45,9 @@ def test_the_fast_path_is_taken_exactly_when_steps_only_go_forward() -> None:
     assert not frame_module._steps_only_forward(rows.with_columns(step=pl.Series([0, 1, 1, 2])), [])
     assert not frame_module._steps_only_forward(rows.with_columns(step=pl.Series([0, 2, 1, 3])), [])
     ranked = rows.with_columns(rank=pl.Series([0, 1, 0, 1]), step=pl.Series([0, 0, 1, 1]))
-    assert frame_module._steps_only_forward(ranked, ["rank"])
     assert not frame_module._steps_only_forward(ranked, [])
+    # per rank, the caller hands over each rank's rows together, in file order
+    by_rank = ranked.sort("rank", maintain_order=True)
+    assert frame_module._steps_only_forward(by_rank, ["rank"])  # rank 1 starts at step 0 again
+    back = ranked.with_columns(step=pl.Series([1, 0, 0, 1])).sort("rank", maintain_order=True)
+    assert not frame_module._steps_only_forward(back, ["rank"])  # rank 0: step 1, then 0
