@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import copy
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
 
 from stabilitycli import progress
 from stabilitycli.frame import RunData, one_chunk_frame
 from stabilitycli.ingest import _bounded, jsonl
+from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
@@ -46,32 +49,25 @@ def read_in_pieces(
         trial = copy.deepcopy(source)
         frames: list[pl.DataFrame] = []
         lines_before = 0
-        carry = b""
-        bytes_read = 0
-        while block := handle.read(piece_bytes):
-            bytes_read += len(block)
-            if bytes_read > limits.max_input_bytes:
-                raise _bounded.limit_hit(
-                    str(path),
-                    "the file grew past the limit while read",
-                    "max_input_bytes",
-                    limits.max_input_bytes,
-                )
-            end = block.rfind(b"\n") + 1
-            if end == 0:  # one line longer than a piece: keep reading until it ends
-                carry += block
-                continue
-            # one copy of the piece: slicing `block` and then joining would make two
-            piece = b"".join((carry, memoryview(block)[:end]))
-            carry = block[end:]
-            lines_before = _parse(piece, lines_before, trial, options, frames)
-            progress.tell("read", bytes_read, size)
+        pieces = _Pieces(handle, path, piece_bytes, limits)
+        # the next piece is read and screened (numpy, which lets go of the GIL) on a second
+        # thread while polars parses this one: the two overlap instead of taking turns
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stab-read") as reader:
+            ahead = reader.submit(pieces.next)
+            while (got := ahead.result()) is not None:
+                ahead = reader.submit(pieces.next)
+                piece, screened, bytes_read = got
+                lines_before = _parse(piece, screened, lines_before, trial, options, frames)
+                progress.tell("read", bytes_read, size)
+        carry = pieces.carry
     cut_line = None
     if carry:
         last, cut = jsonl._strip_truncated_tail(carry, limits)
         if cut is not None:
             cut_line = lines_before + cut
-        lines_before = _parse(last, lines_before, trial, options, frames)
+        lines_before = _parse(
+            last, _bounded.screen_lines(last, limits), lines_before, trial, options, frames
+        )
     if cut_line is not None:
         # said first, as the whole-log path says it
         trial.warnings.insert(
@@ -97,15 +93,46 @@ def read_in_pieces(
     return run
 
 
+class _Pieces:
+    """The file's whole lines a piece at a time, each with its screen (`next`); what
+    follows the last newline is left in `carry`. One thread calls `next` at a time."""
+
+    def __init__(self, handle: BinaryIO, path: Path, piece_bytes: int, limits: InputLimits):
+        self.handle, self.path, self.piece_bytes, self.limits = handle, path, piece_bytes, limits
+        self.carry = b""
+        self.bytes_read = 0
+
+    def next(self) -> tuple[bytes, _bounded.Screened, int] | None:
+        """The next piece, its screen and the bytes read up to its end; None at the end."""
+        while block := self.handle.read(self.piece_bytes):
+            self.bytes_read += len(block)
+            if self.bytes_read > self.limits.max_input_bytes:
+                raise _bounded.limit_hit(
+                    str(self.path),
+                    "the file grew past the limit while read",
+                    "max_input_bytes",
+                    self.limits.max_input_bytes,
+                )
+            end = block.rfind(b"\n") + 1
+            if end == 0:  # one line longer than a piece: keep reading until it ends
+                self.carry += block
+                continue
+            # one copy of the piece: slicing `block` and then joining would make two
+            piece = b"".join((self.carry, memoryview(block)[:end]))
+            self.carry = block[end:]
+            return piece, _bounded.screen_lines(piece, self.limits), self.bytes_read
+        return None
+
+
 def _parse(
     piece: bytes,
+    screened: _bounded.Screened,
     lines_before: int,
     source: SourceInfo,
     options: ReadOptions,
     frames: list[pl.DataFrame],
 ) -> int:
     """Parse one piece of whole lines into `frames`; the number of lines read so far."""
-    screened = _bounded.screen_lines(piece, options.limits)
     if piece and not jsonl._blank(piece):
         raw = jsonl.parse_piece(
             piece, lines_before + 1, source, options, whole=False, screened=screened

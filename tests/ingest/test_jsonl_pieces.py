@@ -131,3 +131,27 @@ def test_pieces_are_joined_a_column_at_a_time_into_one_chunk_each() -> None:
     loss = frame["loss"].to_list()
     assert loss[0] == 2.0 and math.isnan(loss[1]) and loss[2] == math.inf and loss[3] == 1.5
     assert frame["lr"].to_list() == [None, None, 0.1, 1.0]
+
+
+def test_a_limit_hit_while_the_next_piece_is_read_ahead_is_the_same_input_error(
+    tmp_path, monkeypatch
+) -> None:
+    """The next piece is read on a second thread; what goes wrong there reaches the caller
+    as the one-line input error, not as a traceback from the thread."""
+    from stabilitycli.ingest import limits as limits_module
+
+    lines = [f'{{"step": {i}, "loss": 2.0}}' for i in range(400)]
+    log = tmp_path / "run.jsonl"
+    _write(log, lines)
+    size = log.stat().st_size
+    # past the size check at open (the file as it was), hit while the pieces are read, as
+    # when the job still writes the log
+    monkeypatch.setattr(jsonl, "PIECE_BYTES", 500)
+    real = limits_module.limits_in_force()
+    monkeypatch.setattr(
+        "stabilitycli.ingest.jsonl_pieces._bounded.refuse_oversize", lambda *args: None
+    )
+    monkeypatch.setenv("STAB_LIMIT_MAX_INPUT_BYTES", str(size // 2))
+    assert real.max_input_bytes > size
+    with pytest.raises(StabInputError, match="grew past the limit while read"):
+        read(log)
