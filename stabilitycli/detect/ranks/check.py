@@ -57,6 +57,7 @@ from stabilitycli.detect.ranks.cohort import (
     flag_runs,
     positions,
     rank_bounds,
+    step_totals,
     steps_back,
 )
 from stabilitycli.detect.ranks.pair import pair_level
@@ -262,8 +263,9 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
         return []
     ranks = np.array(sorted(confirmed), dtype=np.int64)  # long_rows casts rank to Int64
     starts, ends = rank_bounds(rows, ranks)
-    table = cohort.steps["t"].to_numpy()
-    totals = cohort.steps["total"].fill_null(np.nan).to_numpy()
+    summed = step_totals(rows)
+    table = summed["t"].to_numpy()
+    totals = summed["total"].fill_null(np.nan).to_numpy()
     out = []
     for rank, lo, hi in zip(ranks.tolist(), starts, ends, strict=True):
         part = rows.slice(int(lo), int(hi - lo))

@@ -40,7 +40,7 @@ class Cohort:
 
     `rows`: rank, step, t (the step the cohort is taken at), x, med, sigma, n,
     n_fin, hi, z, i (row index in (rank, step) order). `steps`: one row per t
-    with med, mad, sigma, n, n_fin, hi, total (the sum of the finite values).
+    with med, mad, sigma, n, n_fin, hi (`step_totals` gives the sums).
     """
 
     rows: pl.DataFrame
@@ -80,23 +80,62 @@ def _stride(rows: pl.DataFrame) -> int | None:
     return int(cast(float, diffs["d"].median()))  # polars types a median as any scalar
 
 
-def _step_stats(rows: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
-    """Per cohort step t: median, max, sum of the finite values; ranks reporting; finite count."""
+def _step_stats(by_step: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
+    """Per cohort step t: median and max of the finite values; ranks reporting; finite count.
+
+    `by_step` is `step_major(rows)`: every statistic here is one of the values' set, not
+    of their order, and polars groups rows already in t order by slices, several times
+    faster than by hashing t.
+    """
     fin = pl.col("x").is_finite()
     # n counts ranks, not rows, when a stride bucket may hold two rows of one rank
     count = pl.col("rank").n_unique() if distinct_ranks else pl.len()
     return (
-        rows.group_by("t")
+        by_step.group_by("t")
         .agg(
             pl.col("x").filter(fin).median().alias("med"),
             pl.col("x").filter(fin).max().alias("hi"),
-            # the all-rank mean with and without one rank, for the ranks found (few)
-            pl.col("x").filter(fin).sum().alias("total"),
             count.cast(pl.Int64).alias("n"),
             fin.sum().cast(pl.Int64).alias("n_fin"),
         )
         .sort("t")
     )
+
+
+def step_major(rows: pl.DataFrame) -> pl.DataFrame:
+    """rank, t and x of `rows` ((rank, step) order) in t order, t flagged sorted.
+
+    When every rank logs the same steps (the usual case) the rows are a ranks x
+    steps matrix and t order is its transpose, a blocked copy; else a sort by t.
+    """
+    rank = rows["rank"].to_numpy()
+    n_ranks = int(np.count_nonzero(np.diff(rank))) + 1 if rank.size else 0
+    per_rank = rank.size // n_ranks if n_ranks else 0
+    if n_ranks > 1 and per_rank * n_ranks == rank.size:
+        t = rows["t"].to_numpy().reshape(n_ranks, per_rank)
+        firsts = rank[::per_rank]
+        lockstep = (
+            bool((firsts == rank[per_rank - 1 :: per_rank]).all())
+            and bool((t == t[0]).all())
+            and bool((np.diff(t[0]) >= 0).all())
+        )
+        if lockstep:
+            x = rows["x"].to_numpy().reshape(n_ranks, per_rank)
+            return pl.DataFrame(
+                {
+                    "rank": np.tile(firsts, per_rank),
+                    "t": np.repeat(t[0], n_ranks),
+                    "x": np.ascontiguousarray(x.T).ravel(),
+                }
+            ).with_columns(pl.col("t").set_sorted())
+    return rows.select("rank", "t", "x").sort("t").with_columns(pl.col("t").set_sorted())
+
+
+def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
+    """t and the sum of the finite values at t, for the few cohorts that need it (a rank
+    found off the cohort), summed in the rows' (rank, step) order."""
+    fin = pl.col("x").is_finite()
+    return rows.group_by("t").agg(pl.col("x").filter(fin).sum().alias("total")).sort("t")
 
 
 def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
@@ -117,7 +156,7 @@ def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
         f"compared within buckets of {stride} steps"
     )
     rows = rows.with_columns(((pl.col("step") // stride) * stride).alias("t"))
-    return rows, _step_stats(rows, distinct_ranks=True), stride
+    return rows, _step_stats(step_major(rows), distinct_ranks=True), stride
 
 
 LOOKUP_MAX_SPAN = 1 << 26  # a step span up to this size is indexed by a lookup table (<= 256 MiB)
@@ -153,20 +192,25 @@ def build_cohort(
     by position (a lookup table over the sorted step table), not by join.
     """
     rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
-    steps = _step_stats(rows, distinct_ranks=False)
+    steps = _step_stats(step_major(rows), distinct_ranks=False)
     rows, steps, stride = _align(rows, steps, notes)
-    pos = positions(steps["t"].to_numpy(), rows["t"].to_numpy())
-    x = rows["x"].to_numpy()
+    table = steps["t"].to_numpy()
     med = steps["med"].fill_null(np.nan).to_numpy()
-    med_row = med[pos]
-    dev = np.abs(x - med_row)
+    # the deviations are taken in t order too, so their medians group by slices
+    by_step = step_major(rows)
+    t_sorted = by_step["t"]
+    dev = np.abs(by_step["x"].to_numpy() - med[positions(table, t_sorted.to_numpy())])
+    del by_step
     mad = (
-        pl.DataFrame({"t": rows["t"], "dev": dev})
+        pl.DataFrame({"t": t_sorted, "dev": dev})
         .filter(pl.col("dev").is_finite())
+        .with_columns(pl.col("t").set_sorted())
         .group_by("t")
         .agg(pl.col("dev").median().alias("mad"))
     )
-    del dev
+    del dev, t_sorted
+    pos = positions(table, rows["t"].to_numpy())
+    med_row = med[pos]
     steps = steps.join(mad, on="t", how="left").sort("t")
     typical = steps["med"].abs().median()
     abs_floor = rel_floor * (float(typical) if typical else 1.0)
