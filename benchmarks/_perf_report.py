@@ -3,7 +3,7 @@ docs/performance.md. Both are made from the run's raw numbers (the `--json` file
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass
@@ -34,6 +34,19 @@ def _ratio_target(results, name, requirement, case, num, den, bar, at_most=True)
     )
 
 
+def _with_peer_ceiling(results: dict, case: str, target: Target) -> Target:
+    """The pandas target, with the most any reader of the file could reach: the peer's time
+    over the read floor's. A command that only read the file would be that much faster."""
+    peer, floor = _get(results, case, "pandas"), _get(results, case, "floor")
+    if peer is None or floor is None:
+        return target
+    ceiling = peer["seconds"] / floor["seconds"]
+    return replace(
+        target,
+        measured=f"{target.measured} (ceiling {ceiling:.1f}x: the peer over read_ndjson alone)",
+    )
+
+
 def _why_missing(results: dict, *wanted: tuple[str, str]) -> str:
     for case, key in wanted:
         subject = results.get(case, {}).get("subjects", {}).get(key)
@@ -61,16 +74,20 @@ def targets(run: dict) -> list[Target]:
         # pandas is skipped where its memory would not fit: judged at the largest size it ran
         peer_case = next((c for c in (c10, c1) if _get(results, c, "pandas")), c10)
         out.append(
-            _ratio_target(
+            _with_peer_ceiling(
                 results,
-                f"pandas-{ranks}",
-                f"analyze >= 10x faster than the pandas peer ({ranks}; at "
-                f"{'10M' if peer_case == c10 else '1M: the peer did not fit at 10M'})",
                 peer_case,
-                (peer_case, "pandas"),
-                (peer_case, "stab"),
-                10.0,
-                at_most=False,
+                _ratio_target(
+                    results,
+                    f"pandas-{ranks}",
+                    f"analyze >= 10x faster than the pandas peer ({ranks}; at "
+                    f"{'10M' if peer_case == c10 else '1M: the peer did not fit at 10M'})",
+                    peer_case,
+                    (peer_case, "pandas"),
+                    (peer_case, "stab"),
+                    10.0,
+                    at_most=False,
+                ),
             )
         )
         out.append(
