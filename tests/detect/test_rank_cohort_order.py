@@ -34,8 +34,9 @@ SHAPES = {
 @pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
 def test_step_major_holds_the_same_rows_in_step_order(shape) -> None:
     rows = rank_rows(SHAPES[shape])
-    by_step = step_major(rows)
+    by_step = step_major(rows, with_rank=True)
     assert by_step["t"].is_sorted()
+    assert step_major(rows).columns == ["t", "x"]
     key = ["t", "rank"]
     assert by_step.sort(key).equals(rows.select("rank", "t", "x").sort(key))
 
@@ -55,6 +56,9 @@ def test_step_stats_in_step_order_are_the_hashed_group_by(shape) -> None:
         .sort("t")
     )
     assert _step_stats(step_major(rows), distinct_ranks=False).equals(hashed)
+    ranks_per_step = rows.group_by("t").agg(pl.col("rank").n_unique().cast(pl.Int64)).sort("t")
+    by_ranks = _step_stats(step_major(rows, with_rank=True), distinct_ranks=True)
+    assert by_ranks["n"].equals(ranks_per_step["rank"].alias("n"))
 
 
 def test_a_cohort_on_lockstep_ranks_is_the_cohort_the_sorting_path_gives(monkeypatch) -> None:
@@ -67,7 +71,11 @@ def test_a_cohort_on_lockstep_ranks_is_the_cohort_the_sorting_path_gives(monkeyp
     monkeypatch.setattr(
         cohort,
         "step_major",
-        lambda rows: rows.select("rank", "t", "x").sort("t").with_columns(pl.col("t").set_sorted()),
+        lambda rows, with_rank=False: (
+            rows.select(["rank", "t", "x"] if with_rank else ["t", "x"])
+            .sort("t")
+            .with_columns(pl.col("t").set_sorted())
+        ),
     )
     sorted_path = build_cohort(frame, "loss", 0.01, [], pool_points=5)
     assert fast.steps.equals(sorted_path.steps)

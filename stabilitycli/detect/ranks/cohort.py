@@ -102,12 +102,14 @@ def _step_stats(by_step: pl.DataFrame, *, distinct_ranks: bool) -> pl.DataFrame:
     )
 
 
-def step_major(rows: pl.DataFrame) -> pl.DataFrame:
-    """rank, t and x of `rows` ((rank, step) order) in t order, t flagged sorted.
+def step_major(rows: pl.DataFrame, *, with_rank: bool = False) -> pl.DataFrame:
+    """t and x (and rank, `with_rank`) of `rows` ((rank, step) order) in t order, t
+    flagged sorted.
 
     When every rank logs the same steps (the usual case) the rows are a ranks x
     steps matrix and t order is its transpose, a blocked copy; else a sort by t.
     """
+    names = ["rank", "t", "x"] if with_rank else ["t", "x"]
     rank = rows["rank"].to_numpy()
     n_ranks = int(np.count_nonzero(np.diff(rank))) + 1 if rank.size else 0
     per_rank = rank.size // n_ranks if n_ranks else 0
@@ -121,14 +123,11 @@ def step_major(rows: pl.DataFrame) -> pl.DataFrame:
         )
         if lockstep:
             x = rows["x"].to_numpy().reshape(n_ranks, per_rank)
-            return pl.DataFrame(
-                {
-                    "rank": np.tile(firsts, per_rank),
-                    "t": np.repeat(t[0], n_ranks),
-                    "x": np.ascontiguousarray(x.T).ravel(),
-                }
-            ).with_columns(pl.col("t").set_sorted())
-    return rows.select("rank", "t", "x").sort("t").with_columns(pl.col("t").set_sorted())
+            columns = {"t": np.repeat(t[0], n_ranks), "x": np.ascontiguousarray(x.T).ravel()}
+            if with_rank:
+                columns["rank"] = np.tile(firsts, per_rank)
+            return pl.DataFrame(columns).select(names).with_columns(pl.col("t").set_sorted())
+    return rows.select(names).sort("t").with_columns(pl.col("t").set_sorted())
 
 
 def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
@@ -156,7 +155,7 @@ def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
         f"compared within buckets of {stride} steps"
     )
     rows = rows.with_columns(((pl.col("step") // stride) * stride).alias("t"))
-    return rows, _step_stats(step_major(rows), distinct_ranks=True), stride
+    return rows, _step_stats(step_major(rows, with_rank=True), distinct_ranks=True), stride
 
 
 LOOKUP_MAX_SPAN = 1 << 26  # a step span up to this size is indexed by a lookup table (<= 256 MiB)
@@ -192,12 +191,14 @@ def build_cohort(
     by position (a lookup table over the sorted step table), not by join.
     """
     rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
-    steps = _step_stats(step_major(rows), distinct_ranks=False)
+    by_step = step_major(rows)
+    steps = _step_stats(by_step, distinct_ranks=False)
     rows, steps, stride = _align(rows, steps, notes)
     table = steps["t"].to_numpy()
     med = steps["med"].fill_null(np.nan).to_numpy()
     # the deviations are taken in t order too, so their medians group by slices
-    by_step = step_major(rows)
+    if stride is not None:  # t is now the stride bucket
+        by_step = step_major(rows)
     t_sorted = by_step["t"]
     dev = np.abs(by_step["x"].to_numpy() - med[positions(table, t_sorted.to_numpy())])
     del by_step
