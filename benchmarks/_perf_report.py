@@ -273,15 +273,17 @@ def text(run: dict) -> str:
 
 
 def _earlier(run: dict) -> list[str]:
-    if "earlier" not in run:
-        return []
-    e = run["earlier"]
-    kept = ", ".join(r["case"] for r in run["results"] if r.get("earlier"))
-    return [
-        f"* Cases kept from an earlier run ({e['machine']['date_utc']} UTC, load average "
-        f"{e['machine']['load_start'][0]:.2f} to {e['machine']['load_end'][0]:.2f}, "
-        f"`{e['command']}`, {e['machine'].get('label') or e['machine']['commit']}): {kept}"
-    ]
+    lines = []
+    for number, e in enumerate(run.get("earlier_runs", []), start=1):
+        kept = ", ".join(r["case"] for r in run["results"] if r.get("earlier") == number)
+        if not kept:
+            continue
+        lines.append(
+            f"* Cases kept from an earlier run ({e['machine']['date_utc']} UTC, load average "
+            f"{e['machine']['load_start'][0]:.2f} to {e['machine']['load_end'][0]:.2f}, "
+            f"`{e['command']}`, {e['machine'].get('label') or e['machine']['commit']}): {kept}"
+        )
+    return lines
 
 
 def markdown(run: dict) -> str:

@@ -6,7 +6,7 @@ How to run it (from the repository root):
     .venv/bin/python benchmarks/run.py --quick              # 1/100 sizes, 1 run each: a smoke run
     .venv/bin/python benchmarks/run.py --only jsonl-10m --repeat 5
     .venv/bin/python benchmarks/run.py --out docs/performance.md --json /tmp/perf.json
-    # refresh some cases, keep the others from an earlier --json run:
+    # refresh some cases, keep the others from earlier --json runs (--merge repeats):
     .venv/bin/python benchmarks/run.py --only startup --merge /tmp/perf.json --json /tmp/perf2.json
 
 To measure committed sources while the checkout changes, point the console
@@ -156,15 +156,17 @@ def machine(env: dict[str, str]) -> dict:
 
 def merged(run: dict, earlier: dict) -> dict:
     """`run`, with the cases it did not measure taken from an `earlier` run of the same sizes
-    (so that a long case need not be rerun to refresh the short ones)."""
+    (so that a long case need not be rerun to refresh the short ones). Merged again, a
+    later `earlier` fills only what is still missing; each kept case names its run."""
     if earlier["scale"] != run["scale"]:
         raise SystemExit(f"--merge: sizes differ (scale {earlier['scale']} and {run['scale']})")
+    runs = run.setdefault("earlier_runs", [])
+    runs.append({"command": earlier["command"], "machine": earlier["machine"]})
     mine = {r["case"]: r for r in run["results"]}
-    theirs = {r["case"]: {**r, "earlier": True} for r in earlier["results"]}
+    theirs = {r["case"]: {**r, "earlier": len(runs)} for r in earlier["results"]}
     run["results"] = [
         mine.get(name) or theirs[name] for name in cases.NAMES if name in mine or name in theirs
     ]
-    run["earlier"] = {"command": earlier["command"], "machine": earlier["machine"]}
     return run
 
 
@@ -189,7 +191,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the raw numbers")
     parser.add_argument("--label", help="what was measured, when not this checkout's HEAD")
     parser.add_argument(
-        "--merge", type=Path, help="an earlier --json run: its cases not run now are kept"
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier --json run: its cases not run now are kept (repeatable; the first "
+        "named wins where two hold a case)",
     )
     parser.add_argument(
         "--render", type=Path, help="measure nothing: print (and --out) a saved --json run"
@@ -260,8 +267,8 @@ def main() -> None:
 
 def publish(run: dict, args: argparse.Namespace) -> None:
     """Print the tables and write --out, with --merge's earlier cases added."""
-    if args.merge:
-        run = merged(run, json.loads(args.merge.read_text()))
+    for path in args.merge:
+        run = merged(run, json.loads(path.read_text()))
     if args.out:
         args.out.write_text(report.markdown(run))
     print(report.text(run))
