@@ -155,6 +155,15 @@ def test_jsonl_many_kinds_of_damage_at_once(tmp_path) -> None:
     check_exact(run, set(damaged))
 
 
+def faults_line_by_line(data: bytes, limits: InputLimits) -> dict[int, str]:
+    """What the screen must find: each line judged on its own, by number."""
+    return {
+        n: fault
+        for n, line in enumerate(data.split(b"\n"), start=1)
+        if (fault := _bounded.line_fault(line, limits)) is not None
+    }
+
+
 def test_screen_matches_a_line_by_line_scan_across_window_edges(monkeypatch) -> None:
     import random
 
@@ -164,11 +173,7 @@ def test_screen_matches_a_line_by_line_scan_across_window_edges(monkeypatch) -> 
         monkeypatch.setattr(_bounded, "_WINDOW", window)
         for _ in range(200):
             data = bytes(rng.choice(b'{[]}"\\ax\n') for _ in range(rng.randint(0, 200)))
-            expected = {
-                n: fault
-                for n, line in enumerate(data.split(b"\n"), start=1)
-                if (fault := _bounded.line_fault(line, limits)) is not None
-            }
+            expected = faults_line_by_line(data, limits)
             screened = _bounded.screen_lines(data, limits)
             assert screened.bad == expected
             kept = screened.blanked(data).split(b"\n")
@@ -194,13 +199,8 @@ def test_screen_of_a_mostly_flat_log_finds_every_deep_line_and_counts_newlines(
                 head = rng.choice([b"", b" ", b"x"])  # a line need not open with `{`
                 lines.append(head + b'{"s":%d,"a":' % n + b"[" * depth + b"1" + b"]" * depth + b"}")
             data = b"\n".join(lines) + rng.choice([b"", b"\n"])
-            expected = {
-                n: fault
-                for n, line in enumerate(data.split(b"\n"), start=1)
-                if (fault := _bounded.line_fault(line, limits)) is not None
-            }
             screened = _bounded.screen_lines(data, limits)
-            assert screened.bad == expected
+            assert screened.bad == faults_line_by_line(data, limits)
             assert screened.newlines == data.count(b"\n")
 
 
