@@ -20,32 +20,34 @@ def overflow_per_step(view: SeriesView) -> np.ndarray:
     """
     n = view.steps.size
     counts = np.zeros(n)
+    # in place, with boolean evidence cast a buffer at a time: each whole-log temporary
+    # is another copy of a column on a long log
     for name in ("overflow", "skipped_steps"):
         if view.has(name):
             counts = np.maximum(counts, np.nan_to_num(view.columns[name], nan=0.0, posinf=1.0))
     if view.has("grad_norm"):
         grad = view.columns["grad_norm"]
-        counts = np.maximum(counts, (view.logged["grad_norm"] & ~np.isfinite(grad)).astype(float))
+        np.maximum(counts, view.logged["grad_norm"] & ~np.isfinite(grad), out=counts)
     if view.has("loss_scale"):
         scale_steps, scale = view.points("loss_scale")
         drops = np.zeros(scale.size, dtype=bool)
         drops[1:] = scale[1:] < scale[:-1]
         # logged at every step (`points` then hands out the view's own steps): no search
-        same = scale_steps is view.steps
-        idx = np.arange(n) if same else np.searchsorted(view.steps, scale_steps)
+        at = slice(None) if scale_steps is view.steps else np.searchsorted(view.steps, scale_steps)
+        before = counts[at]
         # a logger that records the scale a step ran with shows the backoff one
         # row after the overflow it answers: that drop is the same overflow
-        seen_before = np.zeros(idx.size, dtype=bool)
-        seen_before[1:] = counts[idx[:-1]] > 0
-        counts[idx] = np.maximum(
-            counts[idx], (drops & ~seen_before & (counts[idx] == 0)).astype(float)
-        )
+        seen_before = np.zeros(scale.size, dtype=bool)
+        seen_before[1:] = before[:-1] > 0
+        drops &= ~seen_before
+        drops &= before == 0
+        np.maximum(before, drops, out=before)
+        counts[at] = before  # the view's own rows already (at is every row): a no-op copy
     return counts
 
 
 def _finite_scale(view: SeriesView) -> np.ndarray:
-    scale = view.points("loss_scale")[1] if view.has("loss_scale") else np.zeros(0)
-    return scale[np.isfinite(scale)]
+    return view.finite_points("loss_scale")[1] if view.has("loss_scale") else np.zeros(0)
 
 
 def runs_fp16(view: SeriesView) -> bool:
@@ -196,9 +198,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
 def _scale_history(
     view: SeriesView, thresholds: Thresholds, overflow: dict, result: RuleResult
 ) -> None:
-    steps, scale = view.points("loss_scale")
-    ok = np.isfinite(scale)
-    steps, scale = steps[ok], scale[ok]
+    steps, scale = view.finite_points("loss_scale")
     if not scale.size:
         return
     drops = np.flatnonzero(scale[1:] < scale[:-1]) + 1

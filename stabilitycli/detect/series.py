@@ -87,9 +87,15 @@ def build_view(run: RunData) -> SeriesView:
     steps = frame["step"].to_numpy().astype(np.int64, copy=False)
     columns: dict[str, np.ndarray] = {}
     logged: dict[str, np.ndarray] = {}
+    every_row: np.ndarray | None = None
     for name in metrics:
         series = frame[name]
-        logged[name] = series.is_not_null().to_numpy()
+        if series.null_count():
+            logged[name] = series.is_not_null().to_numpy()
+        else:  # logged at every step: one mask serves every such metric (all are read-only)
+            if every_row is None:
+                every_row = np.ones(frame.height, dtype=bool)
+            logged[name] = every_row
         # no copy when polars can hand over its own buffer (a Float64 column with no nulls)
         columns[name] = series.fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
     # read-only: `points` hands out these arrays themselves, so a rule that wrote into one

@@ -10,9 +10,11 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.pointwise import Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
+    CHUNK_ROWS,
     ForwardMedian,
     median_interval,
     trailing_mean,
@@ -104,11 +106,11 @@ def _sustained(
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
     excess, rise, lowest = _accumulated_excess(candidates, loss, mean, sigma, thresholds)
-    finite = loss[np.isfinite(loss)]
     # a level only means something for a loss that is never negative (cross-entropy); a
     # signed objective (a PPO actor loss swings through zero) has no level to rise above,
-    # so only the large-z bar or a cause can make its spike
-    if finite.size and finite.min() < 0:
+    # so only the large-z bar or a cause can make its spike. (NaN compares false: a
+    # finite negative value, without a finite copy of the loss to find it)
+    if np.any((loss < 0) & (loss > -np.inf)):
         return np.zeros(candidates.size, dtype=bool)
     return (
         (excess >= thresholds.spike_excess_sigma)
@@ -155,6 +157,22 @@ def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.n
     all_z = np.concatenate([z, np.array([e.z for e in weak], dtype=float)])
     order = np.argsort(all_steps, kind="stable")
     return all_steps[order], all_z[order]
+
+
+def _above(
+    loss: np.ndarray, mean: np.ndarray, sigma: np.ndarray, k: float, eligible: np.ndarray
+) -> np.ndarray:
+    """Where an eligible, finite loss is above mean + k * sigma. The threshold is taken a
+    chunk at a time (an event recomputes its own point's from mean and sigma): whole, it
+    would be one more copy of the loss beside mean and sigma."""
+    flagged = np.zeros(loss.size, dtype=bool)
+    for first in range(0, loss.size, CHUNK_ROWS):  # loop over chunks, not rows
+        rows = slice(first, first + CHUNK_ROWS)
+        threshold = sigma[rows] * k
+        threshold += mean[rows]
+        with np.errstate(invalid="ignore"):
+            flagged[rows] = eligible[rows] & np.isfinite(loss[rows]) & (loss[rows] > threshold)
+    return flagged
 
 
 def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
@@ -315,18 +333,16 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         window,
         thresholds.min_points_per_window,
         thresholds.widened_window_points,
-        copy=False,  # only read below
     )
-    # in place, and std and count let go once read: each whole-series temporary is another
-    # copy of the loss on a long log
+    # in place, the count's buffer reused for the floor once read: each whole-series
+    # temporary is another copy of the loss on a long log
     mean, widened, window_text = stats.mean, stats.widened, stats.description
-    sigma = np.nan_to_num(stats.std, nan=0.0)
-    sigma_floor = np.abs(mean)
+    enough = stats.count >= thresholds.min_points_per_window
+    sigma = np.nan_to_num(stats.std, nan=0.0, copy=False)
+    sigma_floor = np.abs(mean, out=stats.count)
     sigma_floor *= thresholds.sigma_floor_frac
     np.maximum(sigma, sigma_floor, out=sigma)
-    del sigma_floor
-    enough = stats.count >= thresholds.min_points_per_window
-    del stats
+    del sigma_floor, stats
     if interval > 0 and window / interval < thresholds.stable_std_points:
         # a window this sparse holds too few points for its own std: pool the noise over
         # the last several windows' worth of points instead (see _difference_sigma)
@@ -339,12 +355,12 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             np.where(np.isfinite(pooled), pooled, sigma),
             thresholds.sigma_floor_frac * np.abs(mean),
         )
-    threshold = sigma * thresholds.spike_sigma
-    threshold += mean
     eligible = enough & (steps > steps[0] + (0 if widened else window)) & np.isfinite(mean)
-    with np.errstate(invalid="ignore"):
-        flagged = eligible & np.isfinite(loss) & (loss > threshold)
-    del threshold  # an event recomputes its own point's threshold from mean and sigma
+    del enough
+    candidates = np.flatnonzero(_above(loss, mean, sigma, thresholds.spike_sigma, eligible))
+    # the first point with a baseline, and no mask over the log held past here
+    first_eligible = int(steps[np.argmax(eligible)]) if eligible.any() else None
+    del eligible
     causes_ctx = _CauseContext.build(view, steps, thresholds)
     # "back to baseline" is judged on a 5-point rolling median in dense logs, so
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
@@ -358,9 +374,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         view,
         thresholds,
         result,
-        before_step=int(steps[np.argmax(eligible)]) if eligible.any() else None,
+        before_step=first_eligible,
     )
-    candidates = np.flatnonzero(flagged)
     sustained = _sustained(candidates, loss, mean, sigma, thresholds)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
@@ -423,10 +438,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
 
 @dataclass
 class _CauseContext:
-    grad_ratio: np.ndarray | None  # grad norm / its trailing mean, at loss steps
+    # computed at the rows read (the flagged points' windows), not over the whole log
+    grad_ratio: Ratio | None  # grad norm / its trailing mean, at loss steps
     grad_norm: np.ndarray | None
     grad_baseline: np.ndarray | None
-    lr_rel_jump: np.ndarray | None
+    lr_rel_jump: RelativeChange | np.ndarray | None
     lr: np.ndarray | None
     batch_id: np.ndarray | None
     restart_steps: np.ndarray
@@ -468,7 +484,8 @@ class _CauseContext:
 
     @staticmethod
     def build(view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds) -> _CauseContext:
-        grad_ratio = grad = grad_base = lr_jump = lr = batch = None
+        grad_ratio = grad = grad_base = lr = batch = None
+        lr_jump: RelativeChange | np.ndarray | None = None
         if view.has("grad_norm"):
             g_steps, g = view.points("grad_norm")
             g_mean = trailing_mean(
@@ -478,23 +495,17 @@ class _CauseContext:
                 thresholds.min_points_per_window,
                 thresholds.widened_window_points,
             )
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.divide(g, g_mean)
-            # a non-finite grad norm is an overflow (§3) or a NaN (§1), not a long-tail batch
-            ratio[~np.isfinite(g)] = np.nan
-            grad_ratio = _align(g_steps, ratio, loss_steps)
-            grad = _align(g_steps, g, loss_steps)
-            grad_base = _align(g_steps, g_mean, loss_steps)
+            grad, grad_base = _align(g_steps, g, loss_steps), _align(g_steps, g_mean, loss_steps)
+            # taken apart from the aligned series: where the grad norm was not logged both
+            # are NaN, and so is their ratio
+            grad_ratio = Ratio(grad, grad_base)
         if view.has("lr"):
             l_steps, l_values = view.points("lr")
-            # the change from the point before over its size, in place (a copy less per step)
-            rel = np.empty(l_values.size)
-            rel[:1] = 0.0
-            np.subtract(l_values[1:], l_values[:-1], out=rel[1:])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                np.divide(rel[1:], np.abs(l_values[:-1]), out=rel[1:])
-            lr_jump = _align(l_steps, rel, loss_steps)
             lr = _align(l_steps, l_values, loss_steps)
+            if lr is l_values:
+                lr_jump = RelativeChange(l_values)
+            else:  # the change from the LR's own point before, then looked up at the loss's
+                lr_jump = _align(l_steps, RelativeChange(l_values)[:], loss_steps)
         if view.has("batch_id"):
             b_steps, b = view.points("batch_id")
             batch = _align(b_steps, b, loss_steps)
@@ -511,14 +522,11 @@ class _CauseContext:
         )
 
 
-def _lead_max(
-    steps: np.ndarray, values: np.ndarray | None, lead_steps: int, rows: np.ndarray
-) -> np.ndarray | None:
+def _lead_max(steps: np.ndarray, values, lead_steps: int, rows: np.ndarray) -> np.ndarray | None:
     """max of values (NaN and Inf as 0) over [t - lead_steps, t] at each of `rows`."""
     if values is None:
         return None
-    finite = np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
-    return window_max_at(steps, finite, lead_steps + 1, rows)
+    return window_max_at(steps, values, lead_steps + 1, rows, non_finite_as=0.0)
 
 
 def _recently_seen(steps: np.ndarray, batch_id: np.ndarray, window_steps: int) -> np.ndarray:

@@ -32,29 +32,31 @@ def median_interval(steps: np.ndarray) -> float:
     return float(np.median(gaps))
 
 
+# rows whose windows polars computes at a time: its temporaries (the shifted copies and
+# each statistic) then cost a piece of the column, not several copies of a long log
+CHUNK_ROWS = 1 << 20
+
+
 def trailing_stats(
     steps: np.ndarray,
     values: np.ndarray,
     window_steps: int,
     min_points: int,
     widened_points: int,
-    *,
-    copy: bool = True,
 ) -> TrailingStats:
     """Mean and std of `values` over [t - window_steps, t), excluding t itself.
 
     Non-finite values are left out of the baseline (a NaN would otherwise blind
     every window that holds it, polars' rolling semantics); the raw values are
-    untouched. `copy=False` hands over polars' own buffers (read-only arrays)
-    instead of writable copies.
+    untouched.
     """
     out, widened, description = _trailing(
         steps, values, window_steps, min_points, widened_points, ("mean", "std", "count")
     )
     return TrailingStats(
-        mean=out["mean"].fill_null(np.nan).to_numpy().astype(np.float64, copy=copy),
-        std=out["std"].fill_null(np.nan).to_numpy().astype(np.float64, copy=copy),
-        count=out["count"].fill_null(0).to_numpy().astype(np.float64, copy=copy),
+        mean=out["mean"],
+        std=out["std"],
+        count=out["count"],
         widened=widened,
         description=description,
     )
@@ -67,9 +69,9 @@ def trailing_mean(
     min_points: int,
     widened_points: int,
 ) -> np.ndarray:
-    """`trailing_stats(...).mean` alone (a read-only array), for a rule that needs no spread."""
+    """`trailing_stats(...).mean` alone, for a rule that needs no spread."""
     out, _, _ = _trailing(steps, values, window_steps, min_points, widened_points, ("mean",))
-    return out["mean"].fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
+    return out["mean"]
 
 
 def _trailing(
@@ -79,54 +81,79 @@ def _trailing(
     min_points: int,
     widened_points: int,
     names: tuple[str, ...],
-) -> tuple[pl.DataFrame, bool, str]:
-    """The trailing `names` (of mean, std, count), whether the window was widened, and how."""
+) -> tuple[dict[str, np.ndarray], bool, str]:
+    """The trailing `names` (of mean, std, count; NaN, or a count of 0, where a window is
+    empty), whether the window was widened, and how.
+
+    A long series is taken `CHUNK_ROWS` rows at a time, each chunk with the rows
+    its first window reaches back to. polars' rolling sums are running sums, so a
+    window's mean can differ in the last bit from the same window taken in one
+    pass: no log of one chunk or less is affected.
+    """
     interval = median_interval(steps)
     per_window = window_steps / interval if interval and interval > 0 else 0.0
-    # non-finite values become null inside polars, in one pass and no numpy copy
-    frame = pl.DataFrame({"step": steps, "v": values}).with_columns(
-        pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
-    )
+    by_step = False
     if per_window >= min_points and every_step_logged(steps) and interval == 1.0:
         # every step logged: the window is the last window_steps rows, and polars' fixed
         # windows give the same numbers as its windows by step, in about two thirds the time
-        shifted = pl.col("v").shift(1)
-        rows = int(window_steps)
-        expressions = {
-            "mean": shifted.rolling_mean(rows, min_samples=1),
-            "std": shifted.rolling_std(rows, min_samples=1),
-            "count": shifted.is_not_null().cast(pl.Float64).rolling_sum(rows, min_samples=1),
-        }
+        reach_rows, min_samples = int(window_steps), 1
         description = f"{window_steps}-step window (about {per_window:.0f} points)"
         widened = False
     elif per_window >= min_points:
-        window = f"{int(window_steps)}i"
-        expressions = {
-            "mean": pl.col("v").rolling_mean_by("step", window_size=window, closed="left"),
-            "std": pl.col("v").rolling_std_by("step", window_size=window, closed="left"),
-            "count": pl.col("v")
-            .is_not_null()
-            .cast(pl.Float64)
-            .rolling_sum_by("step", window_size=window, closed="left"),
-        }
+        by_step, reach_rows, min_samples = True, 0, 1
         description = f"{window_steps}-step window (about {per_window:.0f} points)"
         widened = False
     else:
-        shifted = pl.col("v").shift(1)
-        expressions = {
-            "mean": shifted.rolling_mean(widened_points, min_samples=2),
-            "std": shifted.rolling_std(widened_points, min_samples=2),
-            "count": shifted.is_not_null()
-            .cast(pl.Float64)
-            .rolling_sum(widened_points, min_samples=1),
-        }
+        reach_rows, min_samples = int(widened_points), 2
         description = (
             f"window widened to {widened_points} points = {widened_points * interval:,.0f} steps: "
             f"one point per {interval:,.0f} steps"
         )
         widened = True
-    out = frame.select([expressions[name].alias(name) for name in names])
+    expressions = _window_expressions(names, by_step, window_steps, reach_rows, min_samples)
+    out = {name: np.empty(values.size) for name in names}
+    for first in range(0, values.size, CHUNK_ROWS):
+        stop = min(values.size, first + CHUNK_ROWS)
+        if by_step:
+            reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
+        else:
+            reach = max(0, first - reach_rows)
+        # non-finite values become null inside polars, in one pass and no numpy copy
+        chunk = (
+            pl.DataFrame({"step": steps[reach:stop], "v": values[reach:stop]})
+            .with_columns(pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v"))
+            .select(expressions)
+            .slice(first - reach)
+        )
+        for name in names:
+            empty = 0.0 if name == "count" else np.nan
+            out[name][first:stop] = chunk[name].fill_null(empty).to_numpy()
     return out, widened, description
+
+
+def _window_expressions(
+    names: tuple[str, ...], by_step: bool, window_steps: int, rows: int, min_samples: int
+) -> list[pl.Expr]:
+    """polars' trailing `names` over `window_steps` steps (`by_step`) or the `rows` rows
+    before each row (`min_samples` of them for a mean or a std)."""
+    if by_step:
+        window = f"{int(window_steps)}i"
+        built = {
+            "mean": pl.col("v").rolling_mean_by("step", window, closed="left"),
+            "std": pl.col("v").rolling_std_by("step", window, closed="left"),
+            "count": pl.col("v")
+            .is_not_null()
+            .cast(pl.Float64)
+            .rolling_sum_by("step", window, closed="left"),
+        }
+    else:
+        shifted = pl.col("v").shift(1)
+        built = {
+            "mean": shifted.rolling_mean(rows, min_samples=min_samples),
+            "std": shifted.rolling_std(rows, min_samples=min_samples),
+            "count": shifted.is_not_null().cast(pl.Float64).rolling_sum(rows, min_samples=1),
+        }
+    return [built[name].alias(name) for name in names]
 
 
 def value_at_or_before(steps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -155,19 +182,39 @@ def value_window_before(steps: np.ndarray, values: np.ndarray, window_steps: int
 
 
 def window_max_at(
-    steps: np.ndarray, values: np.ndarray, window_steps: int, rows: np.ndarray
+    steps: np.ndarray,
+    values,
+    window_steps: int,
+    rows: np.ndarray,
+    *,
+    non_finite_as: float | None = None,
 ) -> np.ndarray:
     """The max of `values` over the steps (t - window_steps, t] at `rows` only, as polars'
     `rolling_max_by(..., closed="right")` gives it; `steps` sorted unique integers, so a
-    window holds at most window_steps rows."""
-    if window_steps < 1 or rows.size * window_steps >= steps.size or np.isnan(values).any():
-        frame = pl.DataFrame({"step": steps, "v": values})
-        window = pl.col("v").rolling_max_by("step", f"{window_steps}i", closed="right")
-        return frame.select(window)["v"].to_numpy()[rows]
-    first = np.searchsorted(steps, steps[rows] - window_steps, side="right")
-    at = rows[:, None] - np.arange(window_steps)[None, :]  # each row and the rows before it
-    inside = at >= first[:, None]
-    return values[np.where(inside, at, rows[:, None])].max(axis=1)  # outside: the row again
+    window holds at most window_steps rows.
+
+    `non_finite_as`: NaN and +-Inf read as this value. Few rows then read only their
+    windows' values, so `values` may be anything indexable by an array of rows (a
+    series computed where it is read) and no finite copy of it is made.
+    """
+    few_rows = window_steps >= 1 and rows.size * window_steps < steps.size
+    if few_rows and (non_finite_as is not None or not np.isnan(values).any()):
+        first = np.searchsorted(steps, steps[rows] - window_steps, side="right")
+        at = rows[:, None] - np.arange(window_steps)[None, :]  # each row and the rows before it
+        inside = at >= first[:, None]
+        held = values[np.where(inside, at, rows[:, None])]  # outside: the row again
+        if non_finite_as is not None:
+            held = np.nan_to_num(
+                held, nan=non_finite_as, posinf=non_finite_as, neginf=non_finite_as
+            )
+        return held.max(axis=1)
+    if non_finite_as is not None:
+        values = np.nan_to_num(
+            values[:], nan=non_finite_as, posinf=non_finite_as, neginf=non_finite_as
+        )
+    frame = pl.DataFrame({"step": steps, "v": values})
+    window = pl.col("v").rolling_max_by("step", f"{window_steps}i", closed="right")
+    return frame.select(window)["v"].to_numpy()[rows]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from unittest import mock
 
 import numpy as np
 import polars as pl
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from stabilitycli import analyze
 from stabilitycli.config import Thresholds
+from stabilitycli.detect import spike, windows
 from stabilitycli.detect.trend import (
     bin_medians,
     mann_kendall_windows,
@@ -111,16 +113,23 @@ def naive_trailing(steps, values, window_steps, min_points, widened_points):
     return np.array(mean), np.array(std), np.array(count), widened
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     series(),
     st.integers(1, 300),
     st.integers(1, 12),
     st.integers(2, 25),
+    # a long log's windows are computed a chunk of rows at a time, each chunk reaching
+    # back for its first window's rows: chunks of a few rows put every kind of window
+    # (by rows, by step, widened) across a chunk's edge
+    st.one_of(st.just(windows.CHUNK_ROWS), st.integers(1, 40)),
 )
-def test_trailing_stats_equal_a_per_row_loop(data, window_steps, min_points, widened_points):
+def test_trailing_stats_equal_a_per_row_loop(
+    data, window_steps, min_points, widened_points, chunk_rows
+):
     steps, values = data
-    got = trailing_stats(steps, values.copy(), window_steps, min_points, widened_points)
+    with mock.patch.object(windows, "CHUNK_ROWS", chunk_rows):
+        got = trailing_stats(steps, values.copy(), window_steps, min_points, widened_points)
     mean, std, count, widened = naive_trailing(
         steps, values, window_steps, min_points, widened_points
     )
@@ -269,8 +278,10 @@ def noisy_losses(draw):
     st.integers(3, 25),
     st.sampled_from([1.0, 2.0, 3.0]),
     st.sampled_from([0.0, 0.01, 0.1]),
+    # a long log's windows and thresholds are taken a chunk of rows at a time
+    st.sampled_from([windows.CHUNK_ROWS, 1, 7, 50]),
 )
-def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k, floor):
+def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k, floor, chunk_rows):
     steps, raw = data
     logged = [(int(s), v) for s, v in zip(steps, raw, strict=True) if v is not None]
     assume(logged)  # a log without one loss value is an input error, not a series
@@ -290,7 +301,11 @@ def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k,
         recurring_spike_min_count=10**9,
     )
     frame = pl.DataFrame({"step": steps, "loss": pl.Series(raw, dtype=pl.Float64)}, strict=False)
-    result = analyze(frame, t, select=["spike"])
+    with (
+        mock.patch.object(windows, "CHUNK_ROWS", chunk_rows),
+        mock.patch.object(spike, "CHUNK_ROWS", chunk_rows),
+    ):
+        result = analyze(frame, t, select=["spike"])
     # findings come ordered by severity first
     got = sorted(f.step for f in result.findings if f.code == "spike")
     s = np.array([p[0] for p in logged], dtype=np.int64)

@@ -72,13 +72,18 @@ def test_integer_mann_kendall_s_on_a_fixture_loss() -> None:
         assert same_bits(exact, _mann_kendall_s_float(loss, m, n_windows))
 
 
-def test_row_medians_partitioned_in_blocks_are_np_median(monkeypatch) -> None:
-    """Long rows are partitioned a block of rows at a time; the blocks' edges change nothing."""
+def test_row_medians_taken_in_blocks_are_np_median(monkeypatch) -> None:
+    """Rows are sorted or partitioned a block of rows at a time, whatever their values; the
+    blocks' edges change nothing."""
     rng = np.random.default_rng(26)
     monkeypatch.setattr(trend, "PARTITION_BLOCK_VALUES", 500)
-    for width in (65, 66, 130, 257):
+    for width in (2, 5, 6, 64, 65, 66, 130, 257):
         rows = np.round(rng.normal(size=(37, width)), 1)  # ties across rows and blocks
-        assert same_bits(_row_medians(rows, plain_values(rows)), np.median(rows, axis=1))
+        rows[3, 0] = -0.0
+        rows[30, -1] = np.nan if width % 2 else np.inf  # not plain: np.median's own path
+        for block in (rows, rows[:3]):
+            plain = plain_values(block)
+            assert same_bits(_row_medians(block, plain), np.median(block, axis=1))
 
 
 @settings(max_examples=150, deadline=None)

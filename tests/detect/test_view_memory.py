@@ -47,3 +47,22 @@ def test_the_view_borrows_the_frames_columns_and_keeps_their_values() -> None:
     np.testing.assert_array_equal(view.steps, expected["step"])
     assert np.shares_memory(view.steps, run.frame["step"].to_numpy())
     assert np.isnan(view.columns["loss"][3]) and np.isposinf(view.columns["loss"][5])
+
+
+def test_metrics_logged_at_every_step_share_one_read_only_mask() -> None:
+    run = _run_in_chunks(chunks=2, rows_each=50)
+    sparse_lr = run.frame["lr"].to_numpy().copy()
+    frame = run.frame.with_columns(
+        pl.Series("grad_norm", np.ones(run.frame.height)),
+        pl.Series(
+            "lr", np.where(np.arange(run.frame.height) % 10 == 0, sparse_lr, np.nan)
+        ).fill_nan(None),
+    )
+    view = build_view(RunData(frame=frame, source=SourceInfo(path="<mask>", format="frame")))
+
+    assert view.logged["loss"] is view.logged["grad_norm"]  # NaN and Inf still count as logged
+    assert view.logged["loss"].all() and not view.logged["loss"].flags.writeable
+    assert view.logged["lr"] is not view.logged["loss"]
+    assert view.logged["lr"].sum() == 10 and view.points("lr")[0].tolist() == list(
+        range(0, 100, 10)
+    )

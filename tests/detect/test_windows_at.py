@@ -115,7 +115,6 @@ def test_trailing_mean_is_the_mean_of_trailing_stats() -> None:
         stats = trailing_stats(steps, grad, window, 8, 20)
         assert stats.widened == (window == 50)
         assert same_bits(trailing_mean(steps, grad, window, 8, 20), stats.mean)
-        assert same_bits(trailing_stats(steps, grad, window, 8, 20, copy=False).std, stats.std)
 
 
 @settings(max_examples=100, deadline=None)
