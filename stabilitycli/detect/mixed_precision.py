@@ -42,7 +42,7 @@ def overflow_per_step(view: SeriesView) -> np.ndarray:
         drops &= ~seen_before
         drops &= before == 0
         np.maximum(before, drops, out=before)
-        counts[at] = before  # the view's own rows already (at is every row): a no-op copy
+        counts[at] = before  # at every row, `before` is counts itself: written onto itself
     return counts
 
 
