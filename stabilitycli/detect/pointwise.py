@@ -10,10 +10,12 @@ element with the same operations, at the rows asked for: `series[i]`,
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 
-class _Pointwise:
+class _Pointwise(ABC):
     size: int
 
     def __len__(self) -> int:
@@ -30,8 +32,9 @@ class _Pointwise:
         out = self._at(rows)
         return out[0] if one else out
 
+    @abstractmethod
     def _at(self, rows: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The series at `rows`, a one-dimensional or larger array of row indices."""
 
 
 class Ratio(_Pointwise):
