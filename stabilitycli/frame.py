@@ -94,6 +94,8 @@ def _to_float(name: str, dtype: pl.DataType) -> pl.Expr | None:
 
 
 _RANK_MAX = 2**31 - 1
+# keys that place a record in time but are never a step, a rank or a metric
+CLOCK_KEYS = frozenset({"epoch", "_runtime", "_timestamp", "timestamp"})
 # the working columns of `finalize` and `_merge_and_resume` (`step` and `rank` are axes:
 # a raw column spelled so is never read as a metric)
 _WORKING = frozenset({SEGMENT, "_has_metric", "_step_fault", "_n_rows", "_back", "_prev_max"})
@@ -175,6 +177,12 @@ def one_chunk_frame(pieces: list[pl.DataFrame]) -> pl.DataFrame:
     return frame
 
 
+def unread_columns(columns: list[str], keep: tuple[str, ...] = ()) -> list[str]:
+    """The columns `finalize` never reads (the clock keys: epoch, timestamps), but those
+    in `keep` (a step or rank key the user named): a reader may drop them early."""
+    return [c for c in columns if aliases.normalise_key(c) in CLOCK_KEYS and c not in keep]
+
+
 def finalize(
     raw: pl.DataFrame,
     source: SourceInfo,
@@ -198,11 +206,7 @@ def finalize(
             "those names for its own bookkeeping"
         )
     # the step and rank columns, and any other spelling of them, are axes, not metrics
-    axis_names = (
-        set(aliases.STEP_KEYS)
-        | set(aliases.RANK_KEYS)
-        | {"epoch", "_runtime", "_timestamp", "timestamp"}
-    )
+    axis_names = set(aliases.STEP_KEYS) | set(aliases.RANK_KEYS) | CLOCK_KEYS
     skip_cols = {ROW, step_key, rank_key} | {
         c for c in raw.columns if aliases.normalise_key(c) in axis_names
     }

@@ -6,12 +6,14 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.pointwise import ForwardChange, Rise
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
+    CHUNK_ROWS,
     rolling_median_at,
+    rows_left_open,
     trailing_median_at,
-    trailing_median_bound,
     value_window_before,
     window_max_at,
 )
@@ -44,12 +46,19 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     if found is None:
         return result
     steps, lr = found
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(lr[:-1] > 0, np.diff(lr) / lr[:-1], 0.0)
+    # the change to the next point, computed where it is read: whole, it and its
+    # magnitude were two more copies of the LR on a long log
+    rel = ForwardChange(lr)
+    rose = np.concatenate(
+        [np.zeros(0, dtype=np.int64)]
+        + [  # a chunk of rows at a time, not a row
+            np.flatnonzero(rel[first : first + CHUNK_ROWS] > thresholds.lr_jump_ratio) + first
+            for first in range(0, rel.size, CHUNK_ROWS)
+        ]
+    )
     # the recent change is needed only where the LR rose past the ratio (a warmup's first
     # few points, a jump), so its rolling median is taken there alone
-    rose = np.flatnonzero(rel > thresholds.lr_jump_ratio)
-    local = rolling_median_at(np.abs(rel), 10, 3, rose)  # NaN (too few points) never flags
+    local = rolling_median_at(ForwardChange(lr, magnitude=True), 10, 3, rose)  # NaN never flags
     jumps = rose[rel[rose] > thresholds.lr_jump_local_ratio * local]
     # one jump that the log shows over several consecutive points (a x10 LR reached in
     # three logged rises) is one event: from the point before its first rise to its last
@@ -109,18 +118,20 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
     steps, lr = found
     window = thresholds.divergence_window_steps
     warmup_over = warmup_end(steps, lr, thresholds)
-    before = value_window_before(steps, lr, window)
-    eligible = (steps - window >= warmup_over) & np.isfinite(before) & (before > 0)
-    rising = eligible & (lr > before * (1 + thresholds.lr_rise_frac))
-    # a rise made of one jump is the lr-jump rule's finding, not a rising schedule; the
-    # biggest single rise is needed only where the LR rose over the window at all
-    with np.errstate(divide="ignore", invalid="ignore"):
-        step_rise = np.concatenate(([0.0], np.maximum(np.diff(lr), 0.0)))
-        rose = np.flatnonzero(rising)
-        biggest = window_max_at(steps, step_rise, window, rose)
-        rising[rose] = biggest < 0.5 * (lr[rose] - before[rose])
-    if rising.any():
-        at = int(np.argmax(rising))
+    rising_count = eligible_count = 0
+    first_rise: tuple[int, float] | None = None  # the row and the LR a window before it
+    for first in range(0, steps.size, CHUNK_ROWS):  # a chunk of rows at a time, not a row
+        stop = min(steps.size, first + CHUNK_ROWS)
+        rising, eligible, before = _rising_after_warmup(
+            steps, lr, window, warmup_over, thresholds, first, stop
+        )
+        rising_count += int(rising.sum())
+        eligible_count += int(eligible.sum())
+        if first_rise is None and rising.any():
+            at = int(np.argmax(rising))
+            first_rise = (first + at, float(before[at]))
+    if first_rise is not None:
+        at, lr_before = first_rise
         # the LR compared with is the last one logged at or before a window earlier
         before_step = int(steps[int(np.searchsorted(steps, steps[at] - window, "right")) - 1])
         result.findings.append(
@@ -128,14 +139,14 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
                 "lr-increasing",
                 Severity.WARNING,
                 "learning rate still rising after warmup: "
-                f"{before[at]:.3g} at step {before_step} -> "
+                f"{lr_before:.3g} at step {before_step} -> "
                 f"{lr[at]:.3g} at step {steps[at]} "
-                f"(rising in {int(rising.sum())} of {int(eligible.sum())} windows)",
+                f"(rising in {rising_count} of {eligible_count} windows)",
                 step=int(steps[at] - window),
                 end_step=int(steps[at]),
                 metric="lr",
                 evidence={
-                    "lr_before": float(before[at]),
+                    "lr_before": lr_before,
                     "lr_before_step": before_step,
                     "lr_after": float(lr[at]),
                     "warmup_end_step": float(warmup_over),
@@ -143,6 +154,35 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
             )
         )
     return result
+
+
+def _rising_after_warmup(
+    steps: np.ndarray,
+    lr: np.ndarray,
+    window: int,
+    warmup_over: float,
+    thresholds: Thresholds,
+    first: int,
+    stop: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At the rows [first, stop): whether the LR rose over the window before it (not in one
+    jump), whether that window starts after warmup, and the LR a window before."""
+    at_steps, at_lr = steps[first:stop], lr[first:stop]
+    before = value_window_before(steps, lr, window, first, stop)
+    eligible = (at_steps - window >= warmup_over) & np.isfinite(before) & (before > 0)
+    rising = eligible & (at_lr > before * (1 + thresholds.lr_rise_frac))
+    # a rise made of one jump is the lr-jump rule's finding, not a rising schedule; the
+    # biggest single rise is needed only where the LR rose over the window at all, and
+    # its window reaches back no further than `reach`
+    rose = np.flatnonzero(rising)
+    if rose.size:
+        reach = int(np.searchsorted(steps, at_steps[0] - window, side="right"))
+        with np.errstate(invalid="ignore"):
+            biggest = window_max_at(
+                steps[reach:stop], Rise(lr)[reach:stop], window, rose + first - reach
+            )
+            rising[rose] = biggest < 0.5 * (at_lr[rose] - before[rose])
+    return rising, eligible, before
 
 
 def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> float:
@@ -154,11 +194,13 @@ def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> flo
     """
     if steps.size < 2:
         return float(steps[0]) if steps.size else 0.0
-    decreases = np.flatnonzero(np.diff(lr) < 0)
     by_fraction = steps[0] + thresholds.warmup_frac * (steps[-1] - steps[0])
-    return (
-        float(min(steps[decreases[0] + 1], by_fraction)) if decreases.size else float(by_fraction)
-    )
+    for first in range(0, lr.size - 1, CHUNK_ROWS):  # the first decrease, a chunk at a time
+        part = lr[first : first + CHUNK_ROWS + 1]
+        decreases = np.flatnonzero(part[1:] < part[:-1])
+        if decreases.size:
+            return float(min(steps[first + decreases[0] + 1], by_fraction))
+    return float(by_fraction)
 
 
 @rule(
@@ -252,13 +294,14 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
         return result
     steps, grad = found
     window, bar = thresholds.spike_window_steps, thresholds.grad_norm_outlier_ratio
+
     # the trailing median is needed exactly only where a cheap lower bound of it leaves
     # the point possibly >= bar x the median; elsewhere grad / median <= grad / bound < bar
-    lower = trailing_median_bound(steps, grad, window, "lower")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        below_bar = (grad >= 0) & (lower > 0) & (grad / lower < bar)
-    open_rows = np.flatnonzero(~below_bar)
-    del below_bar
+    def below_bar(grad: np.ndarray, lower: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (grad >= 0) & (lower > 0) & (grad / lower < bar)
+
+    open_rows = rows_left_open(steps, grad, window, "lower", below_bar)
     # the median and the ratio at the open rows only: elsewhere no point can reach the bar
     baseline = trailing_median_at(steps, grad, window, open_rows)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -10,15 +10,16 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.pointwise import Ratio, RelativeChange
+from stabilitycli.detect.pointwise import KeptAt, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
-    CHUNK_ROWS,
     ForwardMedian,
+    WindowPlan,
     median_interval,
+    plan_window,
+    trailing_chunks,
     trailing_mean,
-    trailing_stats,
     window_max_at,
 )
 from stabilitycli.model import Finding, Severity, Skip
@@ -64,8 +65,8 @@ class SpikeEvent:
 def _accumulated_excess(
     candidates: np.ndarray,
     loss: np.ndarray,
-    mean: np.ndarray,
-    sigma: np.ndarray,
+    mean: KeptAt,
+    sigma: KeptAt,
     thresholds: Thresholds,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per flagged point: the excess over its own frozen baseline, summed over it and the
@@ -98,8 +99,8 @@ def _accumulated_excess(
 def _sustained(
     candidates: np.ndarray,
     loss: np.ndarray,
-    mean: np.ndarray,
-    sigma: np.ndarray,
+    mean: KeptAt,
+    sigma: KeptAt,
     thresholds: Thresholds,
 ) -> np.ndarray:
     """Materiality (a), read as an accumulated excess rather than a run of flagged points."""
@@ -159,20 +160,68 @@ def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.n
     return all_steps[order], all_z[order]
 
 
-def _above(
-    loss: np.ndarray, mean: np.ndarray, sigma: np.ndarray, k: float, eligible: np.ndarray
-) -> np.ndarray:
-    """Where an eligible, finite loss is above mean + k * sigma. The threshold is taken a
-    chunk at a time (an event recomputes its own point's from mean and sigma): whole, it
-    would be one more copy of the loss beside mean and sigma."""
-    flagged = np.zeros(loss.size, dtype=bool)
-    for first in range(0, loss.size, CHUNK_ROWS):  # loop over chunks, not rows
-        rows = slice(first, first + CHUNK_ROWS)
-        threshold = sigma[rows] * k
-        threshold += mean[rows]
+@dataclass
+class _Baseline:
+    candidates: np.ndarray  # rows above mu + k * sigma with a baseline
+    mean: KeptAt
+    sigma: KeptAt
+    first_eligible_step: int | None  # the first point with a baseline
+
+
+def _flag_above_baseline(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    plan: WindowPlan,
+    thresholds: Thresholds,
+    pooled_points: int | None,
+) -> _Baseline:
+    """Every eligible, finite loss above mu + k * sigma of its trailing window, taken a
+    chunk of rows at a time; mu and sigma kept at those rows only.
+
+    sigma is the window's std with a floor of sigma_floor_frac * |mu|; with
+    `pooled_points`, the noise pooled from successive differences where there is
+    one (see `_difference_sigma`), under the same floor.
+    """
+    window = thresholds.spike_window_steps
+    first_row_step = steps[0] + (0 if plan.widened else window)
+    found_rows, found_mean, found_sigma = [], [], []
+    first_eligible_step = None
+    names = ("mean", "std", "count")
+    for first, stats in trailing_chunks(steps, loss, window, plan, names):
+        mean, count = stats["mean"], stats["count"]
+        stop = first + mean.size
+        # in place, the count's buffer reused for the floor once read
+        eligible = count >= thresholds.min_points_per_window
+        sigma = np.nan_to_num(stats["std"], nan=0.0, copy=False)
+        sigma_floor = np.abs(mean, out=count)
+        sigma_floor *= thresholds.sigma_floor_frac
+        np.maximum(sigma, sigma_floor, out=sigma)
+        if pooled_points is not None:
+            # a window this sparse holds too few points for its own std: pool the noise
+            # over the last several windows' worth of points instead
+            reach = max(0, first - pooled_points - 1)
+            pooled = _difference_sigma(loss[reach:stop], pooled_points)[first - reach :]
+            sigma = np.maximum(np.where(np.isfinite(pooled), pooled, sigma), sigma_floor)
+        eligible &= steps[first:stop] > first_row_step
+        eligible &= np.isfinite(mean)
+        if first_eligible_step is None and eligible.any():
+            first_eligible_step = int(steps[first + int(np.argmax(eligible))])
+        chunk_loss = loss[first:stop]
+        threshold = sigma * thresholds.spike_sigma
+        threshold += mean
         with np.errstate(invalid="ignore"):
-            flagged[rows] = eligible[rows] & np.isfinite(loss[rows]) & (loss[rows] > threshold)
-    return flagged
+            flagged = np.flatnonzero(eligible & np.isfinite(chunk_loss) & (chunk_loss > threshold))
+        found_rows.append(flagged + first)
+        found_mean.append(mean[flagged])
+        found_sigma.append(sigma[flagged])
+    # one chunk at least: the rule runs only on a series of several points
+    candidates = np.concatenate(found_rows)
+    return _Baseline(
+        candidates,
+        KeptAt(loss.size, candidates, np.concatenate(found_mean)),
+        KeptAt(loss.size, candidates, np.concatenate(found_sigma)),
+        first_eligible_step,
+    )
 
 
 def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
@@ -303,7 +352,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         return result
     steps, loss = view.points("loss")
     window = thresholds.spike_window_steps
-    finite_steps = steps[np.isfinite(loss)]
+    finite = np.isfinite(loss)
+    finite_steps = steps if finite.all() else steps[finite]  # most logs: no copy
+    del finite
     interval = median_interval(finite_steps)
     sparse = not (interval > 0 and window / interval >= thresholds.min_points_per_window)
     span = int(finite_steps[-1] - finite_steps[0]) if finite_steps.size else 0
@@ -327,40 +378,19 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         _short_log_jumps(view, thresholds, result)
         return result
 
-    stats = trailing_stats(
-        steps,
-        loss,
-        window,
-        thresholds.min_points_per_window,
-        thresholds.widened_window_points,
+    plan = plan_window(
+        steps, window, thresholds.min_points_per_window, thresholds.widened_window_points
     )
-    # in place, the count's buffer reused for the floor once read: each whole-series
-    # temporary is another copy of the loss on a long log
-    mean, widened, window_text = stats.mean, stats.widened, stats.description
-    enough = stats.count >= thresholds.min_points_per_window
-    sigma = np.nan_to_num(stats.std, nan=0.0, copy=False)
-    sigma_floor = np.abs(mean, out=stats.count)
-    sigma_floor *= thresholds.sigma_floor_frac
-    np.maximum(sigma, sigma_floor, out=sigma)
-    del sigma_floor, stats
+    widened, window_text = plan.widened, plan.description
+    pooled_points = None
     if interval > 0 and window / interval < thresholds.stable_std_points:
-        # a window this sparse holds too few points for its own std: pool the noise over
-        # the last several windows' worth of points instead (see _difference_sigma)
         window_points = thresholds.widened_window_points if widened else round(window / interval)
         pooled_points = max(
             thresholds.stable_std_points, window_points * thresholds.noise_level_windows
         )
-        pooled = _difference_sigma(loss, pooled_points)
-        sigma = np.maximum(
-            np.where(np.isfinite(pooled), pooled, sigma),
-            thresholds.sigma_floor_frac * np.abs(mean),
-        )
-    eligible = enough & (steps > steps[0] + (0 if widened else window)) & np.isfinite(mean)
-    del enough
-    candidates = np.flatnonzero(_above(loss, mean, sigma, thresholds.spike_sigma, eligible))
-    # the first point with a baseline, and no mask over the log held past here
-    first_eligible = int(steps[np.argmax(eligible)]) if eligible.any() else None
-    del eligible
+    baseline = _flag_above_baseline(steps, loss, plan, thresholds, pooled_points)
+    candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
+    first_eligible = baseline.first_eligible_step
     causes_ctx = _CauseContext.build(view, steps, thresholds)
     # "back to baseline" is judged on a 5-point rolling median in dense logs, so
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery

@@ -9,7 +9,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.windows import trailing_median_at, trailing_median_bound
+from stabilitycli.detect.windows import rows_left_open, trailing_median_at
 from stabilitycli.model import Finding, Severity, Skip
 
 
@@ -69,7 +69,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
         )
         _short_log_drop(name, steps, values, thresholds, result)
         return result
-    baseline, low = _low_points(steps, values, thresholds)
+    low, median_rows, median = _low_points(steps, values, thresholds)
     run = pl.Series(low).rle()
     lengths, flags = run.struct.field("len").to_numpy(), run.struct.field("value").to_numpy()
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
@@ -77,7 +77,8 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
     for h in hits[:10]:
         begin, length = int(starts[h]), int(lengths[h])
         level = float(np.median(values[begin : begin + length]))
-        base = float(baseline[begin])
+        # a drop's first point is low, so its median was taken
+        base = float(median[np.searchsorted(median_rows, begin)])
         result.findings.append(
             Finding(
                 "throughput-drop",
@@ -100,31 +101,35 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
 
 def _low_points(
     steps: np.ndarray, values: np.ndarray, thresholds: Thresholds
-) -> tuple[np.ndarray, np.ndarray]:
-    """The trailing median, and which points sit throughput_drop_frac below it, exactly
-    where a drop of throughput_persist_points could be (NaN and False elsewhere).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which points sit throughput_drop_frac below their trailing median, exactly where a
+    drop of throughput_persist_points could be (False elsewhere); the rows the median was
+    taken at, and the median there.
 
     A point at or above (1 - frac) x an upper bound of its median is not low. A drop
     is throughput_persist_points low points in a row, so only stretches of that many
     points the bound leaves open get the exact median; a shorter one is no drop.
     """
     window, keep = thresholds.spike_window_steps, 1 - thresholds.throughput_drop_frac
-    upper = trailing_median_bound(steps, values, window, "upper")
-    with np.errstate(invalid="ignore"):
-        maybe = ~(values >= keep * upper) if keep > 0 else np.ones(values.size, dtype=bool)
+
+    def not_low(values: np.ndarray, upper: np.ndarray) -> np.ndarray:
+        if keep <= 0:
+            return np.zeros(values.size, dtype=bool)
+        with np.errstate(invalid="ignore"):
+            return values >= keep * upper
+
     # the stretches, found among the few open rows rather than over the whole column
-    maybe_rows = np.flatnonzero(maybe)
+    maybe_rows = rows_left_open(steps, values, window, "upper", not_low)
     # each open row's stretch number from 0 (prepending -2 opens the first; none: none)
     stretch = np.cumsum(np.diff(maybe_rows, prepend=-2) != 1) - 1
     lengths = np.bincount(stretch)
     long = lengths >= max(1, thresholds.throughput_persist_points)
     open_rows = maybe_rows[long[stretch]]
-    baseline = np.full(values.size, np.nan)
-    baseline[open_rows] = trailing_median_at(steps, values, window, open_rows)
+    baseline = trailing_median_at(steps, values, window, open_rows)
     low = np.zeros(values.size, dtype=bool)
     with np.errstate(invalid="ignore"):
-        low[open_rows] = values[open_rows] < keep * baseline[open_rows]
-    return baseline, low
+        low[open_rows] = values[open_rows] < keep * baseline
+    return low, open_rows, baseline
 
 
 def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleResult) -> None:

@@ -7,11 +7,14 @@ logged points instead, and the evidence says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import polars as pl
+
+from stabilitycli.detect.pointwise import Pointwise
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,82 @@ def trailing_mean(
     return out["mean"]
 
 
+@dataclass(frozen=True)
+class WindowPlan:
+    """How a trailing window is taken over one series (see `plan_window`)."""
+
+    by_step: bool  # polars' windows by step, for irregular steps
+    reach_rows: int  # else the last `reach_rows` rows before each row
+    min_samples: int  # points a mean or a std needs
+    widened: bool
+    description: str
+
+
+def plan_window(
+    steps: np.ndarray, window_steps: int, min_points: int, widened_points: int
+) -> WindowPlan:
+    """The window over `steps`: `window_steps` steps, or widened to the last
+    `widened_points` points when the log is sparser than `min_points` per window."""
+    interval = median_interval(steps)
+    per_window = window_steps / interval if interval and interval > 0 else 0.0
+    if per_window >= min_points:
+        description = f"{window_steps}-step window (about {per_window:.0f} points)"
+        if every_step_logged(steps) and interval == 1.0:
+            # every step logged: the window is the last window_steps rows, and polars' fixed
+            # windows give the same numbers as its windows by step, in about two thirds the time
+            return WindowPlan(False, int(window_steps), 1, False, description)
+        return WindowPlan(True, 0, 1, False, description)
+    description = (
+        f"window widened to {widened_points} points = {widened_points * interval:,.0f} steps: "
+        f"one point per {interval:,.0f} steps"
+    )
+    return WindowPlan(False, int(widened_points), 2, True, description)
+
+
+def trailing_chunks(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    plan: WindowPlan,
+    names: tuple[str, ...],
+) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """The trailing `names` (of mean, std, count; NaN, or a count of 0, where a window is
+    empty) `CHUNK_ROWS` rows at a time: each chunk's first row and its statistics, arrays
+    the caller may write into.
+
+    Each chunk is computed with the rows its first window reaches back to, so a
+    rule can keep what it needs of a chunk and let the rest go. polars' rolling
+    sums are running sums, so a window's mean can differ in the last bit from the
+    same window taken in one pass: no log of one chunk or less is affected.
+    """
+    expressions = _window_expressions(
+        names, plan.by_step, window_steps, plan.reach_rows, plan.min_samples
+    )
+    chunk_rows = CHUNK_ROWS  # read at call time: tests take small chunks
+    for first in range(0, values.size, chunk_rows):
+        stop = min(values.size, first + chunk_rows)
+        if plan.by_step:
+            reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
+        else:
+            reach = max(0, first - plan.reach_rows)
+        # non-finite values become null inside polars, in one pass and no numpy copy
+        chunk = (
+            pl.DataFrame({"step": steps[reach:stop], "v": values[reach:stop]})
+            .with_columns(pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v"))
+            .select(expressions)
+            .slice(first - reach)
+        )
+        yield (
+            first,
+            {
+                name: chunk[name]
+                .fill_null(0.0 if name == "count" else np.nan)
+                .to_numpy(writable=True)
+                for name in names
+            },
+        )
+
+
 def _trailing(
     steps: np.ndarray,
     values: np.ndarray,
@@ -82,53 +161,13 @@ def _trailing(
     widened_points: int,
     names: tuple[str, ...],
 ) -> tuple[dict[str, np.ndarray], bool, str]:
-    """The trailing `names` (of mean, std, count; NaN, or a count of 0, where a window is
-    empty), whether the window was widened, and how.
-
-    A long series is taken `CHUNK_ROWS` rows at a time, each chunk with the rows
-    its first window reaches back to. polars' rolling sums are running sums, so a
-    window's mean can differ in the last bit from the same window taken in one
-    pass: no log of one chunk or less is affected.
-    """
-    interval = median_interval(steps)
-    per_window = window_steps / interval if interval and interval > 0 else 0.0
-    by_step = False
-    if per_window >= min_points and every_step_logged(steps) and interval == 1.0:
-        # every step logged: the window is the last window_steps rows, and polars' fixed
-        # windows give the same numbers as its windows by step, in about two thirds the time
-        reach_rows, min_samples = int(window_steps), 1
-        description = f"{window_steps}-step window (about {per_window:.0f} points)"
-        widened = False
-    elif per_window >= min_points:
-        by_step, reach_rows, min_samples = True, 0, 1
-        description = f"{window_steps}-step window (about {per_window:.0f} points)"
-        widened = False
-    else:
-        reach_rows, min_samples = int(widened_points), 2
-        description = (
-            f"window widened to {widened_points} points = {widened_points * interval:,.0f} steps: "
-            f"one point per {interval:,.0f} steps"
-        )
-        widened = True
-    expressions = _window_expressions(names, by_step, window_steps, reach_rows, min_samples)
+    """The trailing `names` over the whole series, whether the window was widened, and how."""
+    plan = plan_window(steps, window_steps, min_points, widened_points)
     out = {name: np.empty(values.size) for name in names}
-    for first in range(0, values.size, CHUNK_ROWS):
-        stop = min(values.size, first + CHUNK_ROWS)
-        if by_step:
-            reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
-        else:
-            reach = max(0, first - reach_rows)
-        # non-finite values become null inside polars, in one pass and no numpy copy
-        chunk = (
-            pl.DataFrame({"step": steps[reach:stop], "v": values[reach:stop]})
-            .with_columns(pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v"))
-            .select(expressions)
-            .slice(first - reach)
-        )
-        for name in names:
-            empty = 0.0 if name == "count" else np.nan
-            out[name][first:stop] = chunk[name].fill_null(empty).to_numpy()
-    return out, widened, description
+    for first, chunk in trailing_chunks(steps, values, window_steps, plan, names):
+        for name, part in chunk.items():
+            out[name][first : first + part.size] = part
+    return out, plan.widened, plan.description
 
 
 def _window_expressions(
@@ -170,15 +209,24 @@ def every_step_logged(steps: np.ndarray) -> bool:
     return bool(steps.size) and int(steps[-1]) - int(steps[0]) == steps.size - 1
 
 
-def value_window_before(steps: np.ndarray, values: np.ndarray, window_steps: int) -> np.ndarray:
-    """`value_at_or_before(steps, values, steps - window_steps)`, without a search over the
-    whole column when every step is logged (the point a window back is then window_steps
-    rows back)."""
+def value_window_before(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    first: int = 0,
+    stop: int | None = None,
+) -> np.ndarray:
+    """`value_at_or_before(steps, values, steps - window_steps)` at the rows [first, stop),
+    without a search over the whole column when every step is logged (the point a window
+    back is then window_steps rows back)."""
+    stop = steps.size if stop is None else stop
     if every_step_logged(steps) and window_steps >= 0:
-        out = np.full(steps.size, np.nan)
-        out[window_steps:] = values[: max(0, steps.size - window_steps)]
+        out = np.full(stop - first, np.nan)
+        reads_from = max(first, window_steps)  # the first row with a point a window back
+        if reads_from < stop:  # else a negative slice end would count from the end
+            out[reads_from - first :] = values[reads_from - window_steps : stop - window_steps]
         return out
-    return value_at_or_before(steps, values, steps - window_steps)
+    return value_at_or_before(steps, values, steps[first:stop] - window_steps)
 
 
 def window_max_at(
@@ -256,7 +304,7 @@ class ForwardMedian:
 
 
 def rolling_median_at(
-    values: np.ndarray, window_points: int, min_samples: int, rows: np.ndarray
+    values: np.ndarray | Pointwise, window_points: int, min_samples: int, rows: np.ndarray
 ) -> np.ndarray:
     """`pl.Series(values).shift(1).rolling_median(window_points, min_samples)` at `rows` only
     (NaN where that is null).
@@ -269,7 +317,7 @@ def rolling_median_at(
     if rows.size == 0:
         return np.zeros(0)
     if rows.size * window_points >= values.size:  # many rows: the whole series is cheaper
-        whole = pl.Series(values, dtype=pl.Float64).shift(1)
+        whole = pl.Series(values[:], dtype=pl.Float64).shift(1)  # a per-point series made whole
         medians = whole.rolling_median(window_points, min_samples=min_samples)
         return medians.fill_null(np.nan).to_numpy()[rows]
     # shifted position p holds values[p - 1]; p < 1 (the shifted-in null, or before the
@@ -333,8 +381,7 @@ def trailing_median_bound(
 ) -> np.ndarray:
     """Per row, a lower or an upper bound of the median `trailing_median_at` gives
     (-inf/+inf where none is cheap), for a rule that needs the exact median only
-    where the bound leaves its test open. One side only: each rule tests against
-    one, and the other would be one more whole-column array held for nothing.
+    where the bound leaves its test open (`rows_left_open` takes it a chunk at a time).
 
     The rows are cut into blocks of `block` rows. If every block lying wholly in a
     window of n values has at least `block - rank` values >= y, and those blocks hold
@@ -344,11 +391,42 @@ def trailing_median_bound(
     so one bound serves the whole block. `values` are finite; `steps` sorted unique
     integers, so a window holds at most `window_steps` values.
     """
+    return _bound_rows(_block_bounds(steps, values, window_steps), side, 0, steps.size)
+
+
+def rows_left_open(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    side: Literal["lower", "upper"],
+    settled: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """The rows where `settled(values, bound)` is False, `bound` that row's
+    `trailing_median_bound`: the only rows whose exact median a rule needs.
+
+    Taken `CHUNK_ROWS` rows at a time: the bound and the test's temporaries cost
+    a chunk, where whole they were each one more copy of the column.
+    """
     blocked = _block_bounds(steps, values, window_steps)
+    found = []
+    for first in range(0, steps.size, CHUNK_ROWS):  # loop over chunks, not rows
+        stop = min(steps.size, first + CHUNK_ROWS)
+        bound = _bound_rows(blocked, side, first, stop)
+        found.append(np.flatnonzero(~settled(values[first:stop], bound)) + first)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _bound_rows(
+    blocked: tuple[np.ndarray, np.ndarray, int] | None,
+    side: Literal["lower", "upper"],
+    first: int,
+    stop: int,
+) -> np.ndarray:
+    """The bound at rows [first, stop): each row takes its block's."""
     if blocked is None:
-        return np.full(steps.size, -np.inf if side == "lower" else np.inf)
+        return np.full(stop - first, -np.inf if side == "lower" else np.inf)
     q_lower, q_upper, block = blocked
-    return np.repeat(q_lower if side == "lower" else q_upper, block)[: steps.size]
+    return (q_lower if side == "lower" else q_upper)[np.arange(first, stop) // block]
 
 
 def _block_bounds(
@@ -379,11 +457,25 @@ def _block_bounds(
     if rank < 0:
         return None
     usable &= count * per_block >= need
-    # a sort of short rows is several times faster than np.partition along them
-    ordered = np.sort(values[: blocks * block].reshape(blocks, block), axis=1)
-    low_stat, high_stat = ordered[:, rank], ordered[:, block - 1 - rank]
+    low_stat, high_stat = _block_order_stats(values, block, blocks, rank)
     q_lower, q_upper = _range_extremes(low_stat, high_stat, first_full, count, usable)
     return q_lower, q_upper, block
+
+
+def _block_order_stats(
+    values: np.ndarray, block: int, blocks: int, rank: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per whole block of `block` values, its `rank`-th smallest and largest. Sorted a
+    chunk of blocks at a time: a sorted copy of the whole column would be held only
+    to read two values of each block."""
+    low_stat, high_stat = np.empty(blocks), np.empty(blocks)
+    per_chunk = max(1, CHUNK_ROWS // block)
+    for first in range(0, blocks, per_chunk):  # loop over chunks of blocks, not rows
+        stop = min(blocks, first + per_chunk)
+        # a sort of short rows is several times faster than np.partition along them
+        ordered = np.sort(values[first * block : stop * block].reshape(stop - first, block), axis=1)
+        low_stat[first:stop], high_stat[first:stop] = ordered[:, rank], ordered[:, block - 1 - rank]
+    return low_stat, high_stat
 
 
 def _range_extremes(

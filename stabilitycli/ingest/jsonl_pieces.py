@@ -26,11 +26,13 @@ from typing import BinaryIO
 import polars as pl
 
 from stabilitycli import progress
-from stabilitycli.frame import RunData, one_chunk_frame
+from stabilitycli.frame import ROW, RunData, one_chunk_frame, unread_columns
 from stabilitycli.ingest import _bounded, jsonl
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
+
+_INT32_LIMIT = 2**31
 
 
 def read_in_pieces(
@@ -138,8 +140,19 @@ def _parse(
             piece, lines_before + 1, source, options, whole=False, screened=screened
         )
         if raw is not None:
-            frames.append(raw)
+            frames.append(_lean(raw, lines_before + screened.newlines, options))
     return lines_before + screened.newlines
+
+
+def _lean(raw: pl.DataFrame, lines_through: int, options: ReadOptions) -> pl.DataFrame:
+    """A piece without what the join would carry for nothing: the clock columns finalize
+    never reads (epoch, timestamps: one float column of the whole log each), and line
+    numbers in 32 bits while they fit (half the column)."""
+    keep = tuple(k for k in (options.step_key, options.rank_key) if k)
+    raw = raw.drop(unread_columns(raw.columns, keep))
+    if lines_through < _INT32_LIMIT and raw.schema[ROW] == pl.Int64:
+        raw = raw.with_columns(pl.col(ROW).cast(pl.Int32))
+    return raw
 
 
 def _adopt(source: SourceInfo, trial: SourceInfo) -> None:

@@ -1,4 +1,4 @@
-"""The spike rule's lazily computed series give, at any rows, exactly the numbers of the
+"""The rules' lazily computed series give, at any rows, exactly the numbers of the
 whole-series computation they replace (NaN and Inf included)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stabilitycli.detect.pointwise import Ratio, RelativeChange
+from stabilitycli.detect.pointwise import ForwardChange, Ratio, RelativeChange, Rise
 
 values_strategy = st.lists(
     st.one_of(
@@ -36,6 +36,18 @@ def whole_relative_change(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def whole_forward_change(values: np.ndarray) -> np.ndarray:
+    """What the lr-jump rule computed over the whole LR before it went lazy."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(values[:-1] > 0, np.diff(values) / values[:-1], 0.0)
+
+
+def whole_rise(values: np.ndarray) -> np.ndarray:
+    """What the lr-increasing rule computed over the whole LR before it went lazy."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.concatenate(([0.0], np.maximum(np.diff(values), 0.0)))
+
+
 def same(a, b) -> bool:
     return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
 
@@ -48,15 +60,20 @@ def test_lazy_series_equal_the_whole_series_at_every_kind_of_key(values, data):
     for lazy, whole in (
         (Ratio(x, y), whole_ratio(x, y)),
         (RelativeChange(x), whole_relative_change(x)),
+        (ForwardChange(x), whole_forward_change(x)),
+        (ForwardChange(x, magnitude=True), np.abs(whole_forward_change(x))),
+        (Rise(x), whole_rise(x)),
     ):
-        assert len(lazy) == x.size
+        assert len(lazy) == whole.size
         assert same(lazy[:], whole)
-        i = data.draw(st.integers(-x.size, x.size - 1))
+        if whole.size == 0:
+            continue
+        i = data.draw(st.integers(-whole.size, whole.size - 1))
         assert same(lazy[i], whole[i]) and np.ndim(lazy[i]) == 0
-        a, b = sorted(data.draw(st.lists(st.integers(0, x.size), min_size=2, max_size=2)))
+        a, b = sorted(data.draw(st.lists(st.integers(0, whole.size), min_size=2, max_size=2)))
         assert same(lazy[a:b], whole[a:b])
         rows = np.array(
-            data.draw(st.lists(st.integers(0, x.size - 1), max_size=12)), dtype=np.int64
+            data.draw(st.lists(st.integers(0, whole.size - 1), max_size=12)), dtype=np.int64
         )
         assert same(lazy[rows], whole[rows])
         grid = np.resize(rows, (3, rows.size // 3)) if rows.size >= 3 else rows.reshape(1, -1)

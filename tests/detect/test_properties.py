@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from stabilitycli import analyze
 from stabilitycli.config import Thresholds
-from stabilitycli.detect import spike, windows
+from stabilitycli.detect import windows
 from stabilitycli.detect.trend import (
     bin_medians,
     mann_kendall_windows,
@@ -301,10 +301,7 @@ def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k,
         recurring_spike_min_count=10**9,
     )
     frame = pl.DataFrame({"step": steps, "loss": pl.Series(raw, dtype=pl.Float64)}, strict=False)
-    with (
-        mock.patch.object(windows, "CHUNK_ROWS", chunk_rows),
-        mock.patch.object(spike, "CHUNK_ROWS", chunk_rows),
-    ):
+    with mock.patch.object(windows, "CHUNK_ROWS", chunk_rows):
         result = analyze(frame, t, select=["spike"])
     # findings come ordered by severity first
     got = sorted(f.step for f in result.findings if f.code == "spike")

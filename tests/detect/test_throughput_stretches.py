@@ -41,7 +41,7 @@ def test_the_open_stretches_find_the_drops_a_whole_scan_finds(seed: int) -> None
     for start in rng.integers(300, points - 100, size=4):  # drops of 5-60 points to 40-60%
         values[start : start + rng.integers(5, 60)] *= rng.uniform(0.4, 0.6)
     thresholds = Thresholds()
-    _, low = throughput._low_points(steps, values, thresholds)
+    low, _, _ = throughput._low_points(steps, values, thresholds)
     expected = _whole_column_low(steps, values, thresholds)
     assert expected.any()
     # every point of a long enough run is low in both
@@ -50,6 +50,6 @@ def test_the_open_stretches_find_the_drops_a_whole_scan_finds(seed: int) -> None
 
 def test_a_series_with_no_open_point_has_no_low_point() -> None:
     empty = np.zeros(0)
-    baseline, low = throughput._low_points(empty.astype(np.int64), empty, Thresholds())
-    assert baseline.size == 0
+    low, median_rows, median = throughput._low_points(empty.astype(np.int64), empty, Thresholds())
+    assert median_rows.size == median.size == 0
     assert low.size == 0

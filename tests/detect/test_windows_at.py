@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import polars as pl
@@ -10,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilitycli import read
+from stabilitycli.detect import windows
 from stabilitycli.detect.series import build_view
 from stabilitycli.detect.spike import _lead_max
 from stabilitycli.detect.windows import (
     ForwardMedian,
     median_interval,
     rolling_median_at,
+    rows_left_open,
     trailing_mean,
     trailing_median_at,
     trailing_median_bound,
@@ -91,6 +94,30 @@ def test_trailing_median_at_rows_and_its_bounds(points, window_steps, data):
     chosen = data.draw(st.lists(st.integers(0, steps.size - 1), max_size=6, unique=True))
     rows = np.array(sorted(chosen), dtype=np.int64)
     assert same_bits(trailing_median_at(steps, values, window_steps, rows), whole[rows])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.floats(-5, 5)), min_size=2, max_size=300),
+    st.sampled_from([20, 50, 100]),
+    st.sampled_from([1, 3, 8, 64]),
+    st.sampled_from(["lower", "upper"]),
+)
+def test_open_rows_taken_a_chunk_at_a_time_are_those_of_the_whole_bound(
+    points, window_steps, chunk_rows, side
+):
+    steps = np.cumsum([gap for gap, _ in points]).astype(np.int64)
+    values = np.array([level for _, level in points], dtype=np.float64)
+    whole = trailing_median_bound(steps, values, window_steps, side)
+
+    def settled(v: np.ndarray, bound: np.ndarray) -> np.ndarray:
+        return v > 0.5 * bound
+
+    with mock.patch.object(windows, "CHUNK_ROWS", chunk_rows):
+        chunked = trailing_median_bound(steps, values, window_steps, side)
+        rows = rows_left_open(steps, values, window_steps, side, settled)
+    assert same_bits(chunked, whole)
+    assert np.array_equal(rows, np.flatnonzero(~settled(values, whole)))
 
 
 def test_trailing_median_on_a_fixture_grad_norm() -> None:
