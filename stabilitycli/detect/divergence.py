@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -16,15 +17,16 @@ from stabilitycli.detect.schedule import warmup_end
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.spike import SpikeEvent
 from stabilitycli.detect.trend import (
+    CHUNK_WINDOWS,
     Binned,
     bin_medians,
     mann_kendall_at,
+    mann_kendall_between,
     mann_kendall_windows,
     plain_values,
-    suffix_min_after,
-    window_means,
+    window_chunks,
 )
-from stabilitycli.detect.windows import median_interval
+from stabilitycli.detect.windows import CHUNK_ROWS, median_interval
 from stabilitycli.model import Finding, Severity, Skip
 
 
@@ -83,7 +85,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     steps, loss = view.finite_points("loss")
     # once: every scan below reads them
-    interval, plain = median_interval(steps), plain_values(loss)
+    interval, plain = _median_interval(steps), plain_values(loss)
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
@@ -103,26 +105,28 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
     first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
-    rising, never_back = scan.rising, scan.never_back
     trend = {
         "window": description,
-        "windows": int(z.size),
-        "max_z": float(z.max()) if z.size else 0.0,
+        "windows": scan.windows,
+        "max_z": scan.max_z,
         "shortened": shortened,
     }
     result.facts["divergence"] = trend
 
     # windows that rose and fell back again: told as `loss-rise` (info), but only those
     # before a divergence, whose rise never came back: inside it they are its noise
-    undone = np.flatnonzero(rising & ~never_back)
-    undone_scan = (binned, z, m, first_mean, last_mean)
-    candidates = np.flatnonzero(rising & never_back)
+    undone = scan.undone
+    # a loss-rise window is told by its bins' steps alone, not their medians
+    undone_scan = (replace(binned, values=np.empty(0)), z, m, first_mean, last_mean)
+    candidates = scan.diverging
     if not candidates.size:
+        # the longer scans need none of this scan's medians: they go before those come
+        del scan, binned
         slow = _slow_rise(steps, loss, (interval, plain), window_points, thresholds, facts)
         if slow is None:
             result.findings += _loss_rise(undone, *undone_scan)
             return result
-        scan, candidates = slow
+        scan, candidates = slow, slow.diverging
         binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
         first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
         span_steps = round(scan.window_points * interval)
@@ -278,10 +282,10 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
 def _loss_rise(
     undone: np.ndarray,
     binned: Binned,
-    z: np.ndarray,
+    z: _AtWindows,
     m: int,
-    first_mean: np.ndarray,
-    last_mean: np.ndarray,
+    first_mean: _AtWindows,
+    last_mean: _AtWindows,
 ) -> list[Finding]:
     """The windows (indices `undone`) where the loss rose and the run later undid it."""
     if not undone.size:
@@ -307,20 +311,35 @@ def _loss_rise(
 
 
 @dataclass(frozen=True)
+class _AtWindows:
+    """A per-window statistic kept only at the windows later read (`windows`, ascending):
+    indexed by window, as the whole column was."""
+
+    windows: np.ndarray
+    values: np.ndarray
+
+    def __getitem__(self, window: Any) -> Any:
+        return self.values[np.searchsorted(self.windows, window)]
+
+
+@dataclass(frozen=True)
 class _Scan:
-    """The Mann-Kendall test over every window of one length, on bin medians."""
+    """The Mann-Kendall test over every window of one length, on bin medians; a window's
+    numbers are kept only where it rose (passed the test), the only windows read later."""
 
     window_points: int
     bin_points: int
     binned: Binned
     m: int  # bins per window
     part: int  # bins in a window's first and last part
-    z: np.ndarray  # NaN where a slow-rise scan had no need of it (`_scan`, every_window)
-    first_mean: np.ndarray
-    last_mean: np.ndarray
-    after_min: np.ndarray
-    rising: np.ndarray
-    never_back: np.ndarray
+    windows: int  # windows tested
+    max_z: float  # NaN for a slow-rise scan (`_scan`, every_window), which needs no z elsewhere
+    z: _AtWindows
+    first_mean: _AtWindows
+    last_mean: _AtWindows
+    after_min: _AtWindows
+    undone: np.ndarray  # windows that rose and fell back again
+    diverging: np.ndarray  # windows that rose and never came back
 
 
 def _slow_rise(
@@ -330,7 +349,7 @@ def _slow_rise(
     window_points: int,
     thresholds: Thresholds,
     facts: Facts,
-) -> tuple[_Scan, np.ndarray] | None:
+) -> _Scan | None:
     """A slow ramp (+10% over 20,000 steps) moves no trend window: test windows twice, four
     times... as long, up to half the log, and return the shortest that finds a rise."""
     longer = window_points * 2
@@ -347,9 +366,8 @@ def _slow_rise(
         )
         if wider is None:
             return None
-        candidates = np.flatnonzero(wider.rising & wider.never_back)
-        if candidates.size:
-            return wider, candidates
+        if wider.diverging.size:
+            return wider
         longer *= 2
     return None
 
@@ -374,43 +392,136 @@ def _scan(
     if binned.values.size < m:
         return None
     part = max(1, m // 4)
-    first_mean, last_mean = window_means(binned.values, m, part)
-    after_min = suffix_min_after(binned.values, m)
-    never_back = after_min > first_mean
-    rising = last_mean > first_mean
-    # a window that holds a spike's onset is that spike's story (§2), not a trend; so is
-    # one that ends on the few points of a level shift before the spike rule flagged it
-    lead_steps = 2 * interval
-    for spike in facts.spikes:
-        holds = (binned.steps[: rising.size] <= spike.onset_step) & (
-            binned.end_steps[m - 1 :] >= spike.onset_step - lead_steps
+    n_windows = binned.values.size - m + 1
+    (windows, first_mean, last_mean, after_min, never_back, z), max_z = _rising_windows(
+        binned, m, part, z_bar, facts.spikes, 2 * interval, every_window=every_window
+    )
+    if not every_window:
+        z = _slow_z(binned.values, m, windows, n_windows)
+        rose = z >= z_bar
+        windows, first_mean, last_mean, after_min, never_back, z = (
+            column[rose] for column in (windows, first_mean, last_mean, after_min, never_back, z)
         )
-        rising &= ~holds
-    if every_window:
-        z = mann_kendall_windows(binned.values, m)
-    else:
-        # a slow rise is sought only among windows that rose and never came back: z is
-        # computed there alone (a healthy log has a handful), NaN elsewhere
-        maybe = np.flatnonzero(rising & never_back)
-        z = np.full(rising.size, np.nan)
-        if maybe.size * m < rising.size:
-            z[maybe] = mann_kendall_at(binned.values, m, maybe)
-        else:
-            z[maybe] = mann_kendall_windows(binned.values, m)[maybe]
-    rising &= z >= z_bar
+
+    def at_windows(values: np.ndarray) -> _AtWindows:
+        return _AtWindows(windows, values)
+
     return _Scan(
         window_points,
         bin_points,
         binned,
         m,
         part,
-        z,
-        first_mean,
-        last_mean,
-        after_min,
-        rising,
-        never_back,
+        n_windows,
+        max_z,
+        at_windows(z),
+        at_windows(first_mean),
+        at_windows(last_mean),
+        at_windows(after_min),
+        windows[~never_back],
+        windows[never_back],
     )
+
+
+def _rising_windows(
+    binned: Binned,
+    m: int,
+    part: int,
+    z_bar: float,
+    spikes: list[SpikeEvent],
+    lead_steps: float,
+    *,
+    every_window: bool,
+) -> tuple[list[np.ndarray], float]:
+    """The windows that rose, with their first and last part means, the minimum after
+    them, whether they never came back and their z (NaN without `every_window`); and the
+    largest z of all (NaN without `every_window`).
+
+    The windows are taken a chunk at a time (`window_chunks`): a long log has millions,
+    and of each only the few that rose are kept."""
+    # the chunked z needs finite medians; otherwise the all-windows path's NaN sums, once
+    whole_z = None
+    if every_window and not np.isfinite(binned.values).all():
+        whole_z = mann_kendall_windows(binned.values, m)
+    kept: list[tuple[np.ndarray, ...]] = []
+    max_z: list[float] = []
+    for chunk in window_chunks(binned.values, m, part):  # loop over chunks of windows
+        never_back = chunk.after_min > chunk.first_mean
+        rising = chunk.last_mean > chunk.first_mean
+        rising &= ~_spike_held(binned, m, chunk.start, chunk.stop, spikes, lead_steps)
+        if every_window:
+            z = _chunk_z(binned.values, m, chunk.start, chunk.stop, whole_z)
+            max_z.append(z.max())
+            rising &= z >= z_bar
+        else:
+            # a slow rise is sought only among windows that rose and never came back: z is
+            # computed there alone (a healthy log has a handful), after the chunks
+            rising &= never_back
+            z = np.full(rising.size, np.nan)
+        at = np.flatnonzero(rising)
+        stats = (chunk.first_mean, chunk.last_mean, chunk.after_min, never_back, z)
+        kept.append((chunk.start + at, *(column[at] for column in stats)))
+    columns = [np.concatenate(column) for column in zip(*kept, strict=True)]
+    return columns, float(np.max(max_z)) if max_z else math.nan
+
+
+def _spike_held(
+    binned: Binned,
+    m: int,
+    start: int,
+    stop: int,
+    spikes: list[SpikeEvent],
+    lead_steps: float,
+) -> np.ndarray:
+    """Which of the windows start..stop-1 hold a spike's onset, or end on the few points of
+    a level shift before the spike rule flagged it: that spike's story (§2), not a trend."""
+    held = np.zeros(stop - start, dtype=bool)
+    opens, closes = binned.steps[start:stop], binned.end_steps[start + m - 1 : stop + m - 1]
+    for spike in spikes:  # loop over spikes, each a pass over the chunk's windows
+        held |= (opens <= spike.onset_step) & (closes >= spike.onset_step - lead_steps)
+    return held
+
+
+def _chunk_z(
+    values: np.ndarray, m: int, start: int, stop: int, whole_z: np.ndarray | None
+) -> np.ndarray:
+    """Mann-Kendall z of the windows start..stop-1 (`whole_z` sliced, when given)."""
+    if whole_z is not None:
+        return whole_z[start:stop]
+    return mann_kendall_between(values, m, start, stop)
+
+
+def _slow_z(values: np.ndarray, m: int, windows: np.ndarray, n_windows: int) -> np.ndarray:
+    """Mann-Kendall z of `windows` alone: their own pairs when few (m * m a window against
+    m for all), else every window's z a chunk at a time, read at them."""
+    if windows.size * m < n_windows:
+        return mann_kendall_at(values, m, windows)
+    if not np.isfinite(values).all():
+        return mann_kendall_windows(values, m)[windows]
+    z = np.empty(windows.size)
+    for start in range(0, n_windows, CHUNK_WINDOWS):  # loop over chunks of windows
+        stop = min(n_windows, start + CHUNK_WINDOWS)
+        inside = (windows >= start) & (windows < stop)
+        if inside.any():
+            z[inside] = mann_kendall_between(values, m, start, stop)[windows[inside] - start]
+    return z
+
+
+def _median_interval(steps: np.ndarray) -> float:
+    """`median_interval(steps)`; when every step is logged, found without its copy of every
+    gap (as long as the log), a chunk of rows at a time."""
+    if steps.size >= 2 and steps.dtype.kind in "iu" and _every_step(steps):
+        return 1.0
+    return median_interval(steps)
+
+
+def _every_step(steps: np.ndarray) -> bool:
+    """Whether each integer step is one more than the step before it."""
+    for first in range(0, steps.size - 1, CHUNK_ROWS):  # loop over chunks of rows
+        gaps = np.diff(steps[first : first + CHUNK_ROWS + 1])
+        if not bool((gaps == 1).all()):
+            return False
+    return True
 
 
 def _is_a_jump(spike: SpikeEvent, steps: np.ndarray, loss: np.ndarray, final_level: float) -> bool:

@@ -10,6 +10,7 @@ tolerant of heavy-tailed noise and the cost bounded.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,17 +31,29 @@ def bin_medians(
     when the caller knows it (a scan over many bin sizes asks once, not per size)."""
     if bin_points <= 1:
         return Binned(steps, steps, values, 1)
-    usable = (values.size // bin_points) * bin_points
-    # the tail that does not fill a bin is kept as a last, shorter bin
+    full_bins = values.size // bin_points
+    usable = full_bins * bin_points
     head = values[:usable].reshape(-1, bin_points)
-    medians = _row_medians(head, plain_values(head) if plain is None else plain)
     starts = steps[:usable:bin_points]
     ends = steps[bin_points - 1 : usable : bin_points]
-    if usable < values.size:
-        medians = np.append(medians, np.median(values[usable:]))
-        starts = np.append(starts, steps[usable])
-        ends = np.append(ends, steps[-1])
-    return Binned(starts, ends, medians, bin_points)
+    if usable == values.size:  # starts and ends stay views of `steps`: no copy of them
+        return Binned(starts, ends, _row_medians(head, plain), bin_points)
+    # the tail that does not fill a bin is kept as a last, shorter bin; each column is
+    # filled in place, not appended to (which would hold it twice for a moment)
+    medians = np.empty(full_bins + 1)
+    _row_medians(head, plain, out=medians[:full_bins])
+    medians[-1] = np.median(values[usable:])
+    return Binned(
+        _with_last(starts, steps[usable]), _with_last(ends, steps[-1]), medians, bin_points
+    )
+
+
+def _with_last(column: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """`np.append(column, last)`, written into one new array."""
+    out = np.empty(column.size + 1, dtype=np.result_type(column, last))
+    out[:-1] = column
+    out[-1] = last
+    return out
 
 
 SORT_ROW_POINTS = 64  # rows up to this long: a sort is faster than a partition
@@ -51,7 +64,9 @@ def plain_values(values: np.ndarray) -> bool:
     return bool(np.isfinite(values).all()) and not bool(np.signbit(values[values == 0]).any())
 
 
-def _row_medians(rows: np.ndarray, plain: bool) -> np.ndarray:
+def _row_medians(
+    rows: np.ndarray, plain: bool | None, *, out: np.ndarray | None = None
+) -> np.ndarray:
     """np.median along each row, several times faster for rows of finite values.
 
     np.median partitions each row at both middle positions and at the last one (its
@@ -59,13 +74,17 @@ def _row_medians(rows: np.ndarray, plain: bool) -> np.ndarray:
     rows are sorted instead; long ones are partitioned at the lower middle only, the
     upper middle being the least value above it. Equal values then have equal bits, so
     which of them lands in the middle does not matter, except for 0.0 and -0.0: rows
-    holding a -0.0 keep np.median, and so do rows with NaN or Inf (`plain` False).
+    holding a -0.0 keep np.median, and so do rows with NaN or Inf (`plain` False;
+    None: asked here). Written into `out` when given.
     """
+    if plain is None:
+        plain = plain_values(rows)
     # a block of rows at a time: each block's sorted or partitioned copy stays in cache (a
     # third faster than one partition of the whole log) and small (not a second copy of
     # the series); every row's median is its own, so the blocks change no number
     block_rows = max(1, PARTITION_BLOCK_VALUES // rows.shape[1])
-    out = np.empty(rows.shape[0])
+    if out is None:
+        out = np.empty(rows.shape[0])
     for first in range(0, rows.shape[0], block_rows):  # loop over blocks, not rows
         out[first : first + block_rows] = _block_medians(rows[first : first + block_rows], plain)
     return out
@@ -179,3 +198,100 @@ def suffix_min_after(values: np.ndarray, window_points: int) -> np.ndarray:
     rev_min = np.append(rev_min, np.inf)
     n_windows = values.size - window_points + 1
     return rev_min[np.arange(n_windows) + window_points]
+
+
+# windows whose statistics are computed at a time: every per-window temporary then costs a
+# chunk (2 MB of float64), not a copy of the whole binned series
+CHUNK_WINDOWS = 1 << 18
+
+
+@dataclass(frozen=True)
+class WindowChunk:
+    """`window_means` and `suffix_min_after` of the windows start..stop-1."""
+
+    start: int
+    stop: int
+    first_mean: np.ndarray
+    last_mean: np.ndarray
+    after_min: np.ndarray
+
+
+def window_chunks(
+    values: np.ndarray, window_points: int, part_points: int
+) -> Iterator[WindowChunk]:
+    """Each window's first and last part means and the minimum after it, `CHUNK_WINDOWS`
+    windows at a time, the same numbers as the whole-series functions.
+
+    The running sum carries from chunk to chunk and the suffix minimum from each chunk
+    to the one before it, in the order the whole-series passes add and compare, so every
+    number has the same bits."""
+    m = int(window_points)
+    n_windows = values.size - m + 1
+    bounds = list(range(0, max(n_windows, 0), CHUNK_WINDOWS))
+    min_carries = _suffix_min_carries(values, m, bounds)
+    sum_carry = 0.0
+    for start, min_carry in zip(bounds, min_carries, strict=True):
+        stop = min(n_windows, start + CHUNK_WINDOWS)
+        csum = _running_sum_from(values[start : stop + m - 1], start, sum_carry)
+        sum_carry = float(csum[stop - start])
+        yield WindowChunk(
+            start,
+            stop,
+            _part_means(csum, 0, stop - start, part_points),
+            _part_means(csum, m - part_points, stop - start, part_points),
+            _suffix_min_with(values[start + m : stop + m - 1], min_carry),
+        )
+
+
+def _running_sum_from(piece: np.ndarray, start: int, carry: float) -> np.ndarray:
+    """The whole series' `[0] + cumsum` at indices start..start+piece.size, from the sum
+    before `start`; the first piece is summed exactly as the whole series is (its first
+    value is not added to 0.0, which would turn a -0.0 into 0.0)."""
+    if start == 0:
+        return np.concatenate(([0.0], np.cumsum(piece)))
+    return np.cumsum(np.concatenate(([carry], piece)))
+
+
+def _part_means(csum: np.ndarray, offset: int, windows: int, part_points: int) -> np.ndarray:
+    """Mean of `part_points` values from `offset` into each of `windows` windows."""
+    out = (
+        csum[offset + part_points : offset + part_points + windows]
+        - csum[offset : offset + windows]
+    )
+    out /= part_points
+    return out
+
+
+def _suffix_min_with(piece: np.ndarray, carry: float) -> np.ndarray:
+    """Running minimum from the end of `piece` back to its start, starting from `carry`
+    (the minimum of everything after it), with `carry` itself last."""
+    reversed_with_carry = np.concatenate(([carry], piece[::-1]))
+    return np.minimum.accumulate(reversed_with_carry)[::-1]
+
+
+def _suffix_min_carries(values: np.ndarray, m: int, bounds: list[int]) -> list[float]:
+    """For each chunk (starting windows `bounds`), the minimum of the values after its last
+    window's last point: +inf after the series, then carried back chunk by chunk."""
+    carries = []
+    carry = np.inf
+    edges = [*[start + m - 1 for start in bounds[1:]], values.size]
+    for low, high in zip(edges[-2::-1], edges[:0:-1], strict=True):  # later chunk first
+        carries.append(carry)
+        carry = float(_suffix_min_with(values[low:high], carry)[0])
+    carries.append(carry)
+    return carries[::-1] if bounds else []
+
+
+def mann_kendall_between(
+    values: np.ndarray, window_points: int, start: int, stop: int
+) -> np.ndarray:
+    """`mann_kendall_windows(values, window_points)[start:stop]` for finite `values`.
+
+    S is an integer sum over each window's own pairs, so the windows of a chunk need
+    only the chunk's values and no sum carried in from before it; a value that is not
+    finite makes the all-windows path sum NaN across windows, so that path is the
+    caller's to take then."""
+    m = int(window_points)
+    return _z_of_s(
+        _mann_kendall_s(values[start : stop + m - 1], m, stop - start).astype(np.float64), m
+    )
