@@ -17,7 +17,8 @@ from polars.testing import assert_frame_equal
 from stabilitycli import read
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import one_chunk_frame
-from stabilitycli.ingest import jsonl
+from stabilitycli.ingest import jsonl, jsonl_pieces
+from stabilitycli.ingest.options import ReadOptions
 from tests.conftest import FIXTURES
 
 LOGS = sorted(p for p in FIXTURES.rglob("*.jsonl") if p.stat().st_size > 300)
@@ -155,3 +156,50 @@ def test_a_limit_hit_while_the_next_piece_is_read_ahead_is_the_same_input_error(
     assert real.max_input_bytes > size
     with pytest.raises(StabInputError, match="grew past the limit while read"):
         read(log)
+
+
+def _pieces_joined(monkeypatch) -> list[pl.DataFrame]:
+    """Record the pieces as they reach the join."""
+    seen: list[pl.DataFrame] = []
+    join = jsonl_pieces.one_chunk_frame
+
+    def spy(pieces):
+        seen.extend(pieces)
+        return join(pieces)
+
+    monkeypatch.setattr(jsonl_pieces, "one_chunk_frame", spy)
+    return seen
+
+
+def test_the_pieces_carry_no_clock_column_and_narrow_line_numbers(tmp_path, monkeypatch) -> None:
+    # epoch and the timestamps are never a metric: finalize skips them, so the pieces
+    # drop them before the join instead of holding a column of the whole log each
+    lines = [
+        f'{{"step": {i}, "epoch": {i / 100}, "_timestamp": {1.7e9 + i}, "loss": 2.0}}'
+        for i in range(300)
+    ]
+    log = tmp_path / "run.jsonl"
+    _write(log, lines)
+    seen = _pieces_joined(monkeypatch)
+    whole, pieces = _whole_and_pieces(log, monkeypatch, 400)
+    _same(whole, pieces)
+    assert len(seen) > 5
+    assert all(set(p.columns) == {"step", "loss", "_row"} for p in seen)
+    assert {p.schema["_row"] for p in seen} == {pl.Int32}
+    assert pieces.frame.columns == ["step", "loss"]
+
+
+def test_a_clock_key_named_as_the_step_is_kept(tmp_path, monkeypatch) -> None:
+    lines = [f'{{"epoch": {i}, "loss": {2.0 + i % 3}}}' for i in range(300)]
+    log = tmp_path / "run.jsonl"
+    _write(log, lines)
+    options = ReadOptions(step_key="epoch")
+    with monkeypatch.context() as patch:
+        patch.setattr(jsonl, "PIECE_BYTES", 1 << 40)
+        whole = read(log, options)
+    seen = _pieces_joined(monkeypatch)
+    monkeypatch.setattr(jsonl, "PIECE_BYTES", 400)
+    pieces = read(log, options)
+    _same(whole, pieces)
+    assert len(seen) > 5 and all("epoch" in p.columns for p in seen)
+    assert pieces.frame["step"].to_list() == list(range(300))
