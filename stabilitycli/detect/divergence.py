@@ -24,6 +24,8 @@ from stabilitycli.detect.trend import (
     mann_kendall_between,
     mann_kendall_windows,
     plain_values,
+    running_sum_from,
+    suffix_sum_from,
     window_chunks,
 )
 from stabilitycli.detect.windows import CHUNK_ROWS, median_interval
@@ -625,8 +627,16 @@ class _Decay:
     power: float
 
     def at(self, steps: np.ndarray) -> np.ndarray:
-        t = (steps - self.from_step) / self.width
-        return np.exp(-t) if math.isinf(self.power) else (1.0 + t) ** -self.power
+        """The shape at each of `steps`, in one new array (each step of the formula in
+        place: the steps of a long ramp fit are millions)."""
+        t = steps - self.from_step
+        t /= self.width
+        if math.isinf(self.power):
+            np.negative(t, out=t)
+            return np.exp(t, out=t)
+        t += 1.0
+        t **= -self.power  # `t ** p`, with its fast paths (p = -1: a reciprocal)
+        return t
 
     def step_down_to(self, fraction: float) -> float:
         """The step where the shape has fallen to `fraction` of its value at from_step."""
@@ -706,13 +716,18 @@ def _ramp_onset(
     run still improving), not a straight fall.
     """
     finite = np.isfinite(loss)
-    x, y = steps[finite].astype(float), _clip_wild(loss[finite].astype(float))
+    if finite.all():  # the usual case (finite_points): no copy of the loss, one of the steps
+        x, y = steps.astype(float), _clip_wild(loss.astype(float, copy=False))
+    else:
+        x, y = steps[finite].astype(float), _clip_wild(loss[finite].astype(float))
+    del finite
     decay = None if decay_shape is None else decay_shape.at(x)
     starts = x[(x >= earliest_start_step) & (x < latest_start_step) & (x < x[-1])]
     if starts.size < 2 or x.size < 4:
         return None
-    # ends only after the earliest start: the stretch before it can be long (a decay)
-    later = x[x >= starts[0]]
+    # ends only after the earliest start: the stretch before it can be long (a decay); the
+    # steps are sorted (the view's), so those points are a slice, not a copy
+    later = x[int(np.searchsorted(x, starts[0], side="left")) :]
     end_grid = np.quantile(later, np.linspace(0, 1, RAMP_END_CANDIDATES))
     ends = np.unique(np.concatenate([end_grid, x[-1:]]))
     start_at = np.linspace(0, starts.size - 1, RAMP_START_CANDIDATES).round().astype(int)
@@ -739,7 +754,8 @@ def _ramp_fitter(
     """best(starts, ends): the (start, end) pair of the best least-squares fit of "falling or
     level, then a straight rise, then level": y = a + s * min(0, x - start) + b * clip(x -
     start, 0, end - start) with s <= 0 < b, every pair at once from prefix and suffix sums
-    (linear in the points, summed once for every call); None when no pair rises.
+    (linear in the points: each call sums the columns once, a chunk of rows at a time, and
+    reads the sums at its starts and ends alone); None when no pair rises.
 
     The slope before the start matters: a run is often still improving when it
     turns, and a level fitted to a fall sits too high, which pushes the start late.
@@ -748,31 +764,34 @@ def _ramp_fitter(
     """
     origin, scale = x[0], max(float(x[-1] - x[0]), 1.0)
     # steps in [0, 1]: the sums of squares below subtract large, nearly equal numbers
-    x = (x - origin) / scale
+    x = x - origin
+    x /= scale
     n = x.size
-    zero = np.zeros(1)
-
-    def suffix_sums(v: np.ndarray) -> np.ndarray:  # [i]: the sum of v[i:]
-        return np.concatenate([np.cumsum(v[::-1])[::-1], zero])
-
-    columns = (np.ones(n), x, x * x, y, x * y)
-    after = [suffix_sums(v) for v in columns]
-    before = [np.concatenate([zero, np.cumsum(v)]) for v in columns]
     y_mean = y.mean()
     if decay is not None:
-        d_after = [suffix_sums(v) for v in (decay, decay * x)]
         d_u, d_uu, d_uy = -decay.sum(), decay @ decay, -(decay @ y)
 
-    def tail(t: np.ndarray, sums: list[np.ndarray] = after) -> list[np.ndarray]:
-        """The sums over the points after each of t."""
-        k = np.searchsorted(x, t, side="right")
-        return [v[k] for v in sums]
+    def columns(lo: int, hi: int) -> list[np.ndarray]:
+        """Rows lo..hi-1 of the summed columns: 1, x, x^2, y, x y (and decay, decay x)."""
+        xs, ys = x[lo:hi], y[lo:hi]
+        out = [np.ones(hi - lo), xs, xs * xs, ys, xs * ys]
+        if decay is not None:
+            out += [decay[lo:hi], decay[lo:hi] * xs]
+        return out
+
+    def tail(starts: np.ndarray, ends: np.ndarray) -> list[list[np.ndarray]]:
+        """Each column's sums over the points after each of starts, and each of ends."""
+        after = [np.searchsorted(x, t, side="right") for t in (starts, ends)]
+        return _sums_at(columns, n, after, from_end=True)
 
     def best(starts: np.ndarray, ends: np.ndarray) -> tuple[float, float] | None:
         starts, ends = (starts - origin) / scale, (ends - origin) / scale
-        p0, p1, p2, py, pxy = (v[np.searchsorted(x, starts, side="left")][:, None] for v in before)
-        c0, c1, c2, cy, cxy = (v[:, None] for v in tail(starts))
-        e0, e1, e2, ey, exy = (v[None, :] for v in tail(ends))
+        k_before = np.searchsorted(x, starts, side="left")
+        before = _sums_at(columns, n, [k_before], from_end=False)[0]
+        p0, p1, p2, py, pxy = (v[:, None] for v in before[:5])
+        after_starts, after_ends = tail(starts, ends)
+        c0, c1, c2, cy, cxy = (v[:, None] for v in after_starts[:5])
+        e0, e1, e2, ey, exy = (v[None, :] for v in after_ends[:5])
         t0, t1 = starts[:, None], ends[None, :]
         # the ramp column g = max(0, x - t0) - max(0, x - t1)
         g = (c1 - t0 * c0) - (e1 - t1 * e0)
@@ -791,8 +810,8 @@ def _ramp_fitter(
             # the decay stands in for the straight fall, as u = -decay (so a fall is still
             # s <= 0); it reaches under the ramp, so the two columns overlap
             u, uu, uy = d_u, d_uu, d_uy
-            d0, d1 = (v[:, None] for v in tail(starts, d_after))
-            e_d0, e_d1 = (v[None, :] for v in tail(ends, d_after))
+            d0, d1 = (v[:, None] for v in after_starts[5:])
+            e_d0, e_d1 = (v[None, :] for v in after_ends[5:])
             ug = -((d1 - t0 * d0) - (e_d1 - t1 * e_d0))
         v_gg, c_gy = gg - g**2 / n, gy - g * y_mean
         v_uu, c_uy, v_ug = uu - u**2 / n, uy - u * y_mean, ug - u * g / n
@@ -817,22 +836,84 @@ def _ramp_fitter(
     return best
 
 
+RAMP_CHUNK_ROWS = 1 << 18  # rows of the ramp fit's columns made at a time (2 MB each)
+
+
+def _sums_at(
+    columns: Callable[[int, int], list[np.ndarray]],
+    n: int,
+    at: list[np.ndarray],
+    *,
+    from_end: bool,
+) -> list[list[np.ndarray]]:
+    """For each index array of `at`, each column's `[0] + cumsum` (or, `from_end`, its
+    `cumsum` from the end with a 0 after it) read at those indices (0..n).
+
+    The columns of `n` rows are made and summed `RAMP_CHUNK_ROWS` rows at a time, the
+    sum carried from chunk to chunk in the order the whole column's cumsum adds, so the
+    numbers are the whole column's: a long ramp fit reads a few hundred of them, and
+    would otherwise hold a dozen columns as long as the log."""
+    out: list[list[np.ndarray]] = []
+    carries: list[float] = []
+    firsts = range(0, n, RAMP_CHUNK_ROWS)
+    for lo in reversed(firsts) if from_end else firsts:  # loop over chunks of rows
+        hi = min(n, lo + RAMP_CHUNK_ROWS)
+        chunk = columns(lo, hi)
+        if not out:
+            out = [[np.zeros(k.size) for _ in chunk] for k in at]
+            carries = [0.0] * len(chunk)
+        for c, column in enumerate(chunk):
+            if from_end:
+                sums = suffix_sum_from(column, hi == n, carries[c])
+                carries[c] = float(sums[0])
+            else:
+                sums = running_sum_from(column, lo, carries[c])
+                carries[c] = float(sums[-1])
+            for q, k in enumerate(at):
+                inside = (k >= lo) & (k <= hi)
+                out[q][c][inside] = sums[k[inside] - lo]
+    return out
+
+
 def _running_median(y: np.ndarray, points: int = 5) -> np.ndarray:
     """Centred running median over `points` finite values (fewer at the ends)."""
     series = pl.Series(y, dtype=pl.Float64)
     return series.rolling_median(points, center=True, min_samples=1).to_numpy()
 
 
+def _running_median_rows(y: np.ndarray, lo: int, hi: int, points: int = 5) -> np.ndarray:
+    """`_running_median(y, points)[lo:hi]`, from those rows and the few either side that
+    their windows reach: each window's median is of its own values alone."""
+    reach = points // 2
+    first = max(0, lo - reach)
+    piece = _running_median(y[first : min(y.size, hi + reach)], points)
+    return piece[lo - first : hi - first]
+
+
 def _clip_wild(y: np.ndarray) -> np.ndarray:
-    """Each value pulled to within 4 robust sigmas of its 5-point running median."""
+    """Each value pulled to within 4 robust sigmas of its 5-point running median.
+
+    The running median is taken `RAMP_CHUNK_ROWS` rows at a time, twice (for the
+    offsets, then to add the clipped offsets back to): the ramp fit of a long rise
+    holds one offset column, not the median, its copies and the offsets at once."""
     if y.size < 5:
         return y
-    running = _running_median(y)
-    off = y - running
-    spread = 1.4826 * float(np.median(np.abs(off)))
+    off = np.empty(y.size)
+    for lo in range(0, y.size, RAMP_CHUNK_ROWS):  # loop over chunks of rows
+        hi = min(y.size, lo + RAMP_CHUNK_ROWS)
+        np.subtract(y[lo:hi], _running_median_rows(y, lo, hi), out=off[lo:hi])
+    magnitude = np.abs(off)
+    # the median partitions its own copy: `magnitude` is that copy
+    spread = 1.4826 * float(np.median(magnitude, overwrite_input=True))
+    del magnitude
     if not spread > 0:
         return y
-    return running + np.clip(off, -4 * spread, 4 * spread)
+    np.clip(off, -4 * spread, 4 * spread, out=off)
+    for lo in range(0, y.size, RAMP_CHUNK_ROWS):  # loop over chunks of rows
+        hi = min(y.size, lo + RAMP_CHUNK_ROWS)
+        # the running median + the clipped offset
+        np.add(_running_median_rows(y, lo, hi), off[lo:hi], out=off[lo:hi])
+    return off
 
 
 def _bend_fit(values: np.ndarray, flat_before: bool) -> tuple[int, float]:

@@ -232,7 +232,7 @@ def window_chunks(
     sum_carry = 0.0
     for start, min_carry in zip(bounds, min_carries, strict=True):
         stop = min(n_windows, start + CHUNK_WINDOWS)
-        csum = _running_sum_from(values[start : stop + m - 1], start, sum_carry)
+        csum = running_sum_from(values[start : stop + m - 1], start, sum_carry)
         sum_carry = float(csum[stop - start])
         yield WindowChunk(
             start,
@@ -243,13 +243,22 @@ def window_chunks(
         )
 
 
-def _running_sum_from(piece: np.ndarray, start: int, carry: float) -> np.ndarray:
+def running_sum_from(piece: np.ndarray, start: int, carry: float) -> np.ndarray:
     """The whole series' `[0] + cumsum` at indices start..start+piece.size, from the sum
     before `start`; the first piece is summed exactly as the whole series is (its first
     value is not added to 0.0, which would turn a -0.0 into 0.0)."""
     if start == 0:
         return np.concatenate(([0.0], np.cumsum(piece)))
     return np.cumsum(np.concatenate(([carry], piece)))
+
+
+def suffix_sum_from(piece: np.ndarray, last: bool, carry: float) -> np.ndarray:
+    """The whole series' `cumsum(values[::-1])[::-1]`, a 0 after it, at the indices of
+    `piece` and the one after it, from the sum of everything after `piece` (`carry`); the
+    `last` piece is summed exactly as the whole series is (see `running_sum_from`)."""
+    if last:
+        return np.concatenate((np.cumsum(piece[::-1])[::-1], [0.0]))
+    return np.cumsum(np.concatenate(([carry], piece[::-1])))[::-1]
 
 
 def _part_means(csum: np.ndarray, offset: int, windows: int, part_points: int) -> np.ndarray:
