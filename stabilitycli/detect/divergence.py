@@ -510,20 +510,46 @@ def _slow_z(values: np.ndarray, m: int, windows: np.ndarray, n_windows: int) -> 
 
 
 def _median_interval(steps: np.ndarray) -> float:
-    """`median_interval(steps)`; when every step is logged, found without its copy of every
-    gap (as long as the log), a chunk of rows at a time."""
-    if steps.size >= 2 and steps.dtype.kind in "iu" and _every_step(steps):
-        return 1.0
-    return median_interval(steps)
+    """`median_interval(steps)`, for integer steps without its whole-log copies (every gap,
+    then the median's own copy of them): the gaps counted a chunk of rows at a time, the
+    median read from the counts."""
+    if steps.size < 2 or steps.dtype.kind not in "iu":
+        return median_interval(steps)
+    counted = _gap_counts(steps)
+    if counted is None:
+        return median_interval(steps)
+    gaps, counts = counted
+    total = steps.size - 1
+    # np.median's middle one or two gaps, in order; their np.median is its mean of them
+    middle = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
+    order = np.searchsorted(np.cumsum(counts), middle, side="right")
+    return float(np.median(gaps[order]))
 
 
-def _every_step(steps: np.ndarray) -> bool:
-    """Whether each integer step is one more than the step before it."""
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_counts=True)`; a log at a fixed interval has one gap, and
+    then no sort is needed to say so."""
+    if bool((values == values[0]).all()):
+        return values[:1], np.array([values.size])
+    return np.unique(values, return_counts=True)
+
+
+MAX_DISTINCT_GAPS = 1 << 16  # more distinct gaps (an irregular log): the whole-log median
+
+
+def _gap_counts(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each distinct gap between consecutive steps (ascending) and how often it occurs, or
+    None past `MAX_DISTINCT_GAPS` of them."""
+    gaps, counts = np.zeros(0, dtype=np.diff(steps[:2]).dtype), np.zeros(0, dtype=np.int64)
     for first in range(0, steps.size - 1, CHUNK_ROWS):  # loop over chunks of rows
-        gaps = np.diff(steps[first : first + CHUNK_ROWS + 1])
-        if not bool((gaps == 1).all()):
-            return False
-    return True
+        piece, piece_counts = _distinct(np.diff(steps[first : first + CHUNK_ROWS + 1]))
+        gaps, where = np.unique(np.concatenate((gaps, piece)), return_inverse=True)
+        summed = np.zeros(gaps.size, dtype=np.int64)
+        np.add.at(summed, where, np.concatenate((counts, piece_counts)))
+        counts = summed
+        if gaps.size > MAX_DISTINCT_GAPS:
+            return None
+    return gaps, counts
 
 
 def _is_a_jump(spike: SpikeEvent, steps: np.ndarray, loss: np.ndarray, final_level: float) -> bool:

@@ -179,13 +179,29 @@ def test_slow_rise_windows_are_those_of_the_whole_array_z() -> None:
         assert same_bits(got.z[got.diverging], want["z"][got.diverging])
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(1, 3), min_size=1, max_size=80), st.integers(1, 9))
-def test_median_interval_a_chunk_of_rows_at_a_time(gaps, chunk_rows) -> None:
-    steps = np.concatenate(([5], 5 + np.cumsum(gaps))).astype(np.int64)
-    with mock.patch.object(divergence, "CHUNK_ROWS", chunk_rows):
-        assert divergence._median_interval(steps) == median_interval(steps)
-        assert divergence._median_interval(steps[:1]) is not None  # NaN, as median_interval
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from((1, 1, 2, 3, 10, 10, 500)), min_size=0, max_size=80),
+    st.integers(1, 9),
+    st.sampled_from((np.int64, np.uint64)),
+    st.integers(1, 3),
+)
+def test_median_interval_from_gap_counts(gaps, chunk_rows, dtype, max_distinct) -> None:
+    steps = np.concatenate(([5], 5 + np.cumsum(gaps, dtype=np.int64))).astype(dtype)
+    with (
+        mock.patch.object(divergence, "CHUNK_ROWS", chunk_rows),
+        mock.patch.object(divergence, "MAX_DISTINCT_GAPS", max_distinct),
+    ):
+        got, want = divergence._median_interval(steps), median_interval(steps)
+    assert same_bits(np.float64(got), np.float64(want))
+
+
+def test_median_interval_of_float_and_unordered_steps_is_the_whole_log_median() -> None:
+    for steps in (np.array([0.0, 0.5, 2.0, 2.25]), np.array([4, 2, 9, 1, 1], dtype=np.int64)):
+        with mock.patch.object(divergence, "CHUNK_ROWS", 2):
+            assert same_bits(
+                np.float64(divergence._median_interval(steps)), np.float64(median_interval(steps))
+            )
 
 
 def test_bin_medians_with_a_short_last_bin_are_the_appended_columns() -> None:
