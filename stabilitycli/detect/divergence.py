@@ -28,7 +28,7 @@ from stabilitycli.detect.trend import (
     suffix_sum_from,
     window_chunks,
 )
-from stabilitycli.detect.windows import CHUNK_ROWS, median_interval
+from stabilitycli.detect.windows import median_interval
 from stabilitycli.model import Finding, Severity, Skip
 
 
@@ -87,7 +87,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     steps, loss = view.finite_points("loss")
     # once: every scan below reads them
-    interval, plain = _median_interval(steps), plain_values(loss)
+    interval, plain = median_interval(steps), plain_values(loss)
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
         result.skipped.append(Skip("divergence", description))
@@ -507,49 +507,6 @@ def _slow_z(values: np.ndarray, m: int, windows: np.ndarray, n_windows: int) -> 
         if inside.any():
             z[inside] = mann_kendall_between(values, m, start, stop)[windows[inside] - start]
     return z
-
-
-def _median_interval(steps: np.ndarray) -> float:
-    """`median_interval(steps)`, for integer steps without its whole-log copies (every gap,
-    then the median's own copy of them): the gaps counted a chunk of rows at a time, the
-    median read from the counts."""
-    if steps.size < 2 or steps.dtype.kind not in "iu":
-        return median_interval(steps)
-    counted = _gap_counts(steps)
-    if counted is None:
-        return median_interval(steps)
-    gaps, counts = counted
-    total = steps.size - 1
-    # np.median's middle one or two gaps, in order; their np.median is its mean of them
-    middle = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
-    order = np.searchsorted(np.cumsum(counts), middle, side="right")
-    return float(np.median(gaps[order]))
-
-
-def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(values, return_counts=True)`; a log at a fixed interval has one gap, and
-    then no sort is needed to say so."""
-    if bool((values == values[0]).all()):
-        return values[:1], np.array([values.size])
-    return np.unique(values, return_counts=True)
-
-
-MAX_DISTINCT_GAPS = 1 << 16  # more distinct gaps (an irregular log): the whole-log median
-
-
-def _gap_counts(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each distinct gap between consecutive steps (ascending) and how often it occurs, or
-    None past `MAX_DISTINCT_GAPS` of them."""
-    gaps, counts = np.zeros(0, dtype=np.diff(steps[:2]).dtype), np.zeros(0, dtype=np.int64)
-    for first in range(0, steps.size - 1, CHUNK_ROWS):  # loop over chunks of rows
-        piece, piece_counts = _distinct(np.diff(steps[first : first + CHUNK_ROWS + 1]))
-        gaps, where = np.unique(np.concatenate((gaps, piece)), return_inverse=True)
-        summed = np.zeros(gaps.size, dtype=np.int64)
-        np.add.at(summed, where, np.concatenate((counts, piece_counts)))
-        counts = summed
-        if gaps.size > MAX_DISTINCT_GAPS:
-            return None
-    return gaps, counts
 
 
 def _is_a_jump(spike: SpikeEvent, steps: np.ndarray, loss: np.ndarray, final_level: float) -> bool:

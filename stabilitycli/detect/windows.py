@@ -27,12 +27,51 @@ class TrailingStats:
 
 
 def median_interval(steps: np.ndarray) -> float:
+    """`np.median(np.diff(steps))`: the steps between logged points, typically.
+
+    Integer steps are read from the count of each distinct gap, taken a chunk of
+    rows at a time: the whole log's gaps, and the median's own copy of them, were
+    two more copies of the step column. An irregular log (more than
+    `MAX_DISTINCT_GAPS` distinct gaps) and float steps take the whole-log median.
+    """
     if steps.size < 2:
         return float("nan")
-    gaps = np.diff(steps)
-    if gaps.dtype.kind in "iu" and gaps[0] == 1 and bool((gaps == 1).all()):
-        return 1.0  # every step logged: no median (a copy and a partition) to take
-    return float(np.median(gaps))
+    counted = _gap_counts(steps) if steps.dtype.kind in "iu" else None
+    if counted is None:
+        return float(np.median(np.diff(steps)))
+    gaps, counts = counted
+    total = steps.size - 1
+    # np.median's middle one or two gaps, in order; its median of them is their mean
+    middle = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
+    order = np.searchsorted(np.cumsum(counts), middle, side="right")
+    return float(np.median(gaps[order]))
+
+
+MAX_DISTINCT_GAPS = 1 << 16
+
+
+def _gap_counts(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each distinct gap between consecutive steps (ascending) and how often it occurs, or
+    None past `MAX_DISTINCT_GAPS` of them."""
+    gaps, counts = np.zeros(0, dtype=np.diff(steps[:2]).dtype), np.zeros(0, dtype=np.int64)
+    chunk_rows = CHUNK_ROWS  # read at call time: tests take small chunks
+    for first in range(0, steps.size - 1, chunk_rows):  # loop over chunks of rows
+        piece, piece_counts = _distinct(np.diff(steps[first : first + chunk_rows + 1]))
+        gaps, where = np.unique(np.concatenate((gaps, piece)), return_inverse=True)
+        summed = np.zeros(gaps.size, dtype=np.int64)
+        np.add.at(summed, where, np.concatenate((counts, piece_counts)))
+        counts = summed
+        if gaps.size > MAX_DISTINCT_GAPS:
+            return None
+    return gaps, counts
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_counts=True)`; a log at a fixed interval has one gap, and
+    then no sort is needed to say so."""
+    if bool((values == values[0]).all()):
+        return values[:1], np.array([values.size])
+    return np.unique(values, return_counts=True)
 
 
 # rows whose windows polars computes at a time: its temporaries (the shifted copies and

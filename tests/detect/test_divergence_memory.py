@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 
 from stabilitycli import analyze
 from stabilitycli.config import Thresholds
-from stabilitycli.detect import divergence, trend
+from stabilitycli.detect import divergence, trend, windows
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.spike import SpikeEvent
-from stabilitycli.detect.windows import median_interval
 
 # bin medians of every kind: ties, signed zeros, NaN and both infinities
 LEVELS = (0.0, -0.0, 1.0, 1.0, 2.5, 1e-3, 3.25, 1e308, math.nan, math.inf, -math.inf)
@@ -179,31 +178,6 @@ def test_slow_rise_windows_are_those_of_the_whole_array_z() -> None:
         assert same_bits(got.z[got.diverging], want["z"][got.diverging])
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.sampled_from((1, 1, 2, 3, 10, 10, 500)), min_size=0, max_size=80),
-    st.integers(1, 9),
-    st.sampled_from((np.int64, np.uint64)),
-    st.integers(1, 3),
-)
-def test_median_interval_from_gap_counts(gaps, chunk_rows, dtype, max_distinct) -> None:
-    steps = np.concatenate(([5], 5 + np.cumsum(gaps, dtype=np.int64))).astype(dtype)
-    with (
-        mock.patch.object(divergence, "CHUNK_ROWS", chunk_rows),
-        mock.patch.object(divergence, "MAX_DISTINCT_GAPS", max_distinct),
-    ):
-        got, want = divergence._median_interval(steps), median_interval(steps)
-    assert same_bits(np.float64(got), np.float64(want))
-
-
-def test_median_interval_of_float_and_unordered_steps_is_the_whole_log_median() -> None:
-    for steps in (np.array([0.0, 0.5, 2.0, 2.25]), np.array([4, 2, 9, 1, 1], dtype=np.int64)):
-        with mock.patch.object(divergence, "CHUNK_ROWS", 2):
-            assert same_bits(
-                np.float64(divergence._median_interval(steps)), np.float64(median_interval(steps))
-            )
-
-
 def test_bin_medians_with_a_short_last_bin_are_the_appended_columns() -> None:
     steps = np.arange(0, 225, 3, dtype=np.int64)  # 75 points: every bin size leaves a tail
     values = noisy_loss(5, steps.size, False)
@@ -240,7 +214,7 @@ def test_the_rule_says_the_same_with_a_chunk_of_five_windows() -> None:
         with (
             patch_trend,
             patch_divergence,
-            mock.patch.object(divergence, "CHUNK_ROWS", 7),
+            mock.patch.object(windows, "CHUNK_ROWS", 7),
             mock.patch.object(divergence, "RAMP_CHUNK_ROWS", 11),
         ):
             assert findings_of(frame) == whole

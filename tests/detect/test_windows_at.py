@@ -256,3 +256,28 @@ def test_trailing_stats_when_every_step_is_logged_are_the_by_step_window(
     want = by_step_window(steps, series, window_steps)
     for name in ("mean", "std", "count"):
         assert same_bits(getattr(got, name), want[name]), name
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from((1, 1, 2, 3, 10, 10, 500)), min_size=0, max_size=80),
+    st.integers(1, 9),
+    st.sampled_from((np.int64, np.uint64)),
+    st.integers(1, 3),
+)
+def test_median_interval_from_gap_counts(gaps, chunk_rows, dtype, max_distinct) -> None:
+    steps = np.concatenate(([5], 5 + np.cumsum(gaps, dtype=np.int64))).astype(dtype)
+    with (
+        mock.patch.object(windows, "CHUNK_ROWS", chunk_rows),
+        mock.patch.object(windows, "MAX_DISTINCT_GAPS", max_distinct),
+    ):
+        got = median_interval(steps)
+    want = np.median(np.diff(steps)) if steps.size >= 2 else np.nan
+    assert same_bits(np.float64(got), np.float64(want))
+
+
+def test_median_interval_of_float_and_unordered_steps_is_the_whole_log_median() -> None:
+    for steps in (np.array([0.0, 0.5, 2.0, 2.25]), np.array([4, 2, 9, 1, 1], dtype=np.int64)):
+        with mock.patch.object(windows, "CHUNK_ROWS", 2):
+            got = median_interval(steps)
+        assert same_bits(np.float64(got), np.float64(np.median(np.diff(steps))))
