@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
+import numpy as np
 import polars as pl
 
 from stabilitycli import aliases
@@ -421,11 +422,30 @@ def _merge_and_resume(
 
 def _steps_only_forward(ordered: pl.DataFrame, keys: list[str]) -> bool:
     """Whether every rank's steps strictly increase in file order; `ordered` holds each
-    rank's rows together, in file order (a stable sort by `keys`)."""
-    forward = (pl.col("step").diff() > 0) & (pl.col(ROW).diff() > 0)
-    for key in keys:  # a rank's first row follows another rank's rows: not a step back
-        forward |= pl.col(key).diff() != 0
-    return bool(ordered.select(forward.all()).item())
+    rank's rows together, in file order (a stable sort by `keys`).
+
+    Compared a chunk of rows at a time: whole, each difference was one more column of
+    the log held at once. The columns have no nulls here (rows without a step or a rank
+    were rejected), so numpy reads them in place.
+    """
+    columns = [ordered[name].to_numpy() for name in ("step", ROW, *keys)]
+    step, row, ranks = columns[0], columns[1], columns[2:]
+    for first in range(0, ordered.height - 1, _CHECK_ROWS):  # loop over chunks, not rows
+        rows = slice(first, min(ordered.height, first + _CHECK_ROWS + 1))
+        forward = _rises(step[rows]) & _rises(row[rows])
+        for rank in ranks:  # a rank's first row follows another rank's rows: not a step back
+            part = rank[rows]
+            forward |= part[1:] != part[:-1]
+        if not forward.all():
+            return False
+    return True
+
+
+_CHECK_ROWS = 1 << 20
+
+
+def _rises(values: np.ndarray) -> np.ndarray:
+    return values[1:] > values[:-1]
 
 
 def _described(

@@ -56,15 +56,24 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def read(path: Path, options: ReadOptions):
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
-    raw = load_table(path, source, options.limits)
+    keep = tuple(k for k in (options.step_key, options.rank_key) if k)
+    raw = load_table(path, source, options.limits, keep=keep)
     return finish(raw, source, options)
 
 
-def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None):
-    """A raw polars frame with a `_row` column, from any of the table formats."""
+def load_table(
+    path: Path,
+    source: SourceInfo,
+    limits: InputLimits | None = None,
+    *,
+    keep: tuple[str, ...] = (),
+):
+    """A raw polars frame with a `_row` column, from any of the table formats. A Parquet
+    file's clock columns (epoch, timestamps), never a metric, are not read, but those
+    named in `keep` (a step or rank key the user gave)."""
     import polars as pl
 
-    from stabilitycli.frame import ROW, one_chunk_frame
+    from stabilitycli.frame import ROW, one_chunk_frame, unread_columns
 
     limits = limits or limits_in_force()
     _bounded.refuse_oversize(path, path.stat().st_size, limits)
@@ -72,7 +81,11 @@ def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None
     with open(path, "rb") as handle:
         head = handle.read(8)
     if name.endswith(PARQUET_SUFFIXES) or head.startswith(PARQUET_MAGIC):
-        kind, reader = "parquet", _read_parquet
+        kind = "parquet"
+
+        def reader(path: Path, limits: InputLimits):
+            return _read_parquet(path, limits, lambda names: unread_columns(names, keep))
+
     elif name.endswith(ARROW_SUFFIXES) or head.startswith(ARROW_MAGIC):
         kind, reader = "Arrow IPC", _read_ipc
     else:
@@ -84,7 +97,9 @@ def load_table(path: Path, source: SourceInfo, limits: InputLimits | None = None
     if frame.height == 0:
         raise StabInputError(str(path), "the table has no rows")
     frame = _keep_own_row_column(frame, source)
-    return frame.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
+    # row numbers in 32 bits while they fit: half the column on a long table
+    row_type = pl.Int32 if frame.height < 2**31 else pl.Int64
+    return frame.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(row_type))
 
 
 def _keep_own_row_column(frame, source: SourceInfo):
@@ -134,11 +149,16 @@ def _read_ipc(path: Path, limits: InputLimits):
     return pa.Table.from_batches(kept, schema=schema)
 
 
-def _read_parquet(path: Path, limits: InputLimits):
+def _read_parquet(path: Path, limits: InputLimits, unread):
+    """The table without the columns `unread(names)` names (all of them when that would
+    leave none), read a row group at a time: pyarrow's whole-file read holds its
+    decompression buffers for every column at once, about half the table again."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    parquet = pq.ParquetFile(str(path))
     # the footer states every row group's size once decompressed: checked before reading
-    meta = pq.ParquetFile(str(path)).metadata
+    meta = parquet.metadata
     inflated = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     if inflated > limits.max_input_bytes:
         raise limit_hit(
@@ -147,7 +167,16 @@ def _read_parquet(path: Path, limits: InputLimits):
             "max_input_bytes",
             limits.max_input_bytes,
         )
-    return pq.read_table(str(path))
+    names = parquet.schema_arrow.names
+    skipped = set(unread(names))
+    columns = [n for n in names if n not in skipped] if len(skipped) < len(names) else []
+    groups = [
+        parquet.read_row_group(i, columns=columns or None) for i in range(meta.num_row_groups)
+    ]
+    if not groups:
+        empty = parquet.schema_arrow.empty_table()
+        return empty.select(columns) if columns else empty
+    return pa.concat_tables(groups)
 
 
 def _binary(path: Path, kind: str, reader, limits: InputLimits):
@@ -473,6 +502,8 @@ def _step_order_warnings(raw, step_key: str, source: SourceInfo) -> None:
     column = raw[step_key]
     if not (column.dtype.is_numeric() or column.dtype in (pl.String, pl.Utf8)):
         return
+    if _sorted_whole_steps(column):
+        return _far_steps_in_order(raw, column, source)
     table = raw.select(pl.col("_row"), column.cast(pl.Float64, strict=False).alias("s"))
     table = table.filter(pl.col("s").is_finite())
     if table.height < 3:
@@ -487,7 +518,52 @@ def _step_order_warnings(raw, step_key: str, source: SourceInfo) -> None:
     typical = max(float(table["s"].abs().median() or 0.0), 1024.0)
     far = table.filter(pl.col("s").abs() > typical * _FAR_FACTOR)
     if far.height:
-        source.warnings.append(
-            f"{far.height} row(s) with a step far beyond the others (first at row "
-            f"{far['_row'][0]}: step {far['s'][0]:.4g}); the file may be damaged"
-        )
+        _warn_far(source, far.height, far["_row"][0], far["s"][0])
+
+
+def _warn_far(source: SourceInfo, count: int, row: int, step: float) -> None:
+    source.warnings.append(
+        f"{count} row(s) with a step far beyond the others (first at row "
+        f"{row}: step {step:.4g}); the file may be damaged"
+    )
+
+
+def _sorted_whole_steps(column) -> bool:
+    """Whole, non-negative steps in order, none missing: the table as a logger writes it,
+    and the one shape that is checked without a float copy of the steps (and the
+    median's copy of that) beside the table."""
+    import numpy as np
+
+    if not column.dtype.is_integer() or column.null_count() or column.len() < 3:
+        return False
+    steps = column.to_numpy()
+    if steps[0] < 0:
+        return False
+    for first in range(0, steps.size - 1, _ORDER_CHUNK_ROWS):  # loop over chunks, not rows
+        part = steps[first : first + _ORDER_CHUNK_ROWS + 1]
+        if not bool(np.all(part[1:] >= part[:-1])):
+            return False
+    return True
+
+
+_ORDER_CHUNK_ROWS = 1 << 20
+
+
+def _far_steps_in_order(raw, column, source: SourceInfo) -> None:
+    """`_step_order_warnings` for sorted, whole, non-negative steps: none goes back, the
+    median is read at the middle, and the far steps are the last ones (the same numbers
+    as the general path, which takes them from the steps as floats)."""
+    import numpy as np
+    import polars as pl
+
+    steps = column.to_numpy()
+    middle = steps[(steps.size - 1) // 2 : steps.size // 2 + 1].astype(np.float64)
+    typical = max(float(pl.Series(middle).median() or 0.0), 1024.0)
+    bar = typical * _FAR_FACTOR
+    # every step at or below the bar as an integer is at or below it as a float too
+    start = int(np.searchsorted(steps, int(min(bar, 2.0**62)), side="right"))
+    tail = steps[start:].astype(np.float64)
+    far = np.flatnonzero(tail > bar)
+    if far.size:
+        first = start + int(far[0])
+        _warn_far(source, far.size, int(raw["_row"][first]), float(steps[first]))
