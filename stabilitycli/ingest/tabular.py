@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import cast
 
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
@@ -558,7 +559,7 @@ def _far_steps_in_order(raw, column, source: SourceInfo) -> None:
 
     steps = column.to_numpy()
     middle = steps[(steps.size - 1) // 2 : steps.size // 2 + 1].astype(np.float64)
-    typical = max(float(pl.Series(middle).median() or 0.0), 1024.0)
+    typical = max(float(cast("float | None", pl.Series(middle).median()) or 0.0), 1024.0)
     bar = typical * _FAR_FACTOR
     # every step at or below the bar as an integer is at or below it as a float too
     start = int(np.searchsorted(steps, int(min(bar, 2.0**62)), side="right"))
