@@ -535,7 +535,7 @@ def _sorted_whole_steps(column) -> bool:
     median's copy of that) beside the table."""
     import numpy as np
 
-    if not column.dtype.is_integer() or column.null_count() or column.len() < 3:
+    if column.dtype not in _numpy_integers() or column.null_count() or column.len() < 3:
         return False
     steps = column.to_numpy()
     if steps[0] < 0:
@@ -548,6 +548,15 @@ def _sorted_whole_steps(column) -> bool:
 
 
 _ORDER_CHUNK_ROWS = 1 << 20
+
+
+def _numpy_integers() -> frozenset:
+    """The integer types numpy holds (not Int128, which a damaged table can carry)."""
+    import polars as pl
+
+    return frozenset(
+        (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)
+    )
 
 
 def _far_steps_in_order(raw, column, source: SourceInfo) -> None:

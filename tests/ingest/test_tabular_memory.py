@@ -74,3 +74,10 @@ def test_a_far_step_at_the_end_of_a_sorted_table_is_named() -> None:
     assert tabular._sorted_whole_steps(steps)
     (warning,) = step_warnings(steps)
     assert warning.startswith("1 row(s) with a step far beyond the others (first at row 101")
+
+
+def test_an_int128_step_column_takes_the_general_path() -> None:
+    # numpy holds no 128-bit integers: a damaged table's Int128 steps are checked as floats
+    steps = pl.Series("step", [0, 1, 2, 10**15], dtype=pl.Int128)
+    assert not tabular._sorted_whole_steps(steps)
+    assert step_warnings(steps) == step_warnings(steps.cast(pl.Float64))
