@@ -600,7 +600,7 @@ def _build_event(
     mu, sd = float(mean[idx]), float(sigma[idx])
     thr = sd * thresholds.spike_sigma + mu  # the flagging threshold at idx, to the last bit
     onset = int(steps[idx])
-    # the trailing window trailing_stats took mu and sigma over: [t - W, t), or the last
+    # the trailing window mu and sigma were taken over: [t - W, t), or the last
     # widened_window_points points in a sparse log
     base_lo = (
         max(0, idx - thresholds.widened_window_points)
