@@ -62,21 +62,14 @@ def test_step_stats_in_step_order_are_the_hashed_group_by(shape) -> None:
 
 
 def test_a_cohort_on_lockstep_ranks_is_the_cohort_the_sorting_path_gives(monkeypatch) -> None:
-    """Lockstep ranks take the transpose; sorting the same rows must give the same cohort."""
+    """Lockstep ranks take the ranks x steps grid; sorting the same rows must give the same
+    cohort."""
     from stabilitycli.detect.ranks import cohort
 
     frame = rank_rows({r: list(range(60)) for r in range(6)}, seed=5).drop("t")
     frame = frame.rename({"x": "loss"})
     fast = build_cohort(frame, "loss", 0.01, [], pool_points=5)
-    monkeypatch.setattr(
-        cohort,
-        "step_major",
-        lambda rows, with_rank=False: (
-            rows.select(["rank", "t", "x"] if with_rank else ["t", "x"])
-            .sort("t")
-            .with_columns(pl.col("t").set_sorted())
-        ),
-    )
+    monkeypatch.setattr(cohort, "lockstep_grid", lambda rows: None)
     sorted_path = build_cohort(frame, "loss", 0.01, [], pool_points=5)
     assert fast.steps.equals(sorted_path.steps)
     assert fast.rows.equals(sorted_path.rows)

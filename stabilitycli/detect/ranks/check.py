@@ -51,12 +51,16 @@ from stabilitycli.detect.ranks.change import (
     recovery,
 )
 from stabilitycli.detect.ranks.cohort import (
+    STEP_STATS,
     Cohort,
     build_cohort,
     cohort_steps_after,
     flag_runs,
+    last_rows,
     positions,
     rank_bounds,
+    rank_chunks,
+    row_chunks,
     step_totals,
     steps_back,
 )
@@ -175,15 +179,29 @@ def _order(o: RankOutlier) -> tuple:
 
 
 def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
-    """Only the rows that deviate (level) or are non-finite against a finite cohort."""
-    fin = pl.col("x").is_finite()
-    level = (
-        fin & (pl.col("n") >= thresholds.rank_min_cohort) & (pl.col("z").abs() >= thresholds.rank_z)
-    )
+    """Only the rows that deviate (level) or are non-finite against a finite cohort, with
+    their steps' statistics."""
+    judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
     # at least half of the *other* ranks finite: the cohort is finite, this rank is not
-    lone_nonfinite = ~fin & (pl.col("n_fin") >= 1) & (2 * pl.col("n_fin") >= pl.col("n") - 1)
-    return cohort.rows.filter(level | lone_nonfinite).with_columns(
-        level.alias("lvl"), lone_nonfinite.alias("nf"), (level | lone_nonfinite).alias("bad")
+    finite_cohort_step = cohort.per_step(
+        (pl.col("n_fin") >= 1) & (2 * pl.col("n_fin") >= pl.col("n") - 1)
+    )
+    rows = cohort.rows
+    level = np.empty(rows.height, dtype=bool)
+    lone_nonfinite = np.empty(rows.height, dtype=bool)
+    for start, stop in row_chunks(rows.height):
+        part = rows.slice(start, stop - start)
+        x, z, at = part["x"].to_numpy(), part["z"].to_numpy(), part["pos"].to_numpy()
+        finite = np.isfinite(x)
+        # "not under the bar" rather than "over it": a NaN z counts as over, as polars
+        # orders NaN above every number
+        level[start:stop] = finite & judged_step[at] & ~(np.abs(z) < thresholds.rank_z)
+        lone_nonfinite[start:stop] = ~finite & finite_cohort_step[at]
+    bad = level | lone_nonfinite
+    return cohort.flagged(bad).with_columns(
+        pl.Series("lvl", level[bad]),
+        pl.Series("nf", lone_nonfinite[bad]),
+        pl.lit(True).alias("bad"),
     )
 
 
@@ -246,17 +264,7 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
         thresholds.rank_max_gap_points,
     )
     rows = cohort.rows
-    judged = pl.col("x").is_finite() & (pl.col("n") >= thresholds.rank_min_cohort)
-    z = rows.select(pl.when(judged).then(pl.col("z")).fill_null(np.nan))["z"].to_numpy()
-    step_column = rows["step"].to_numpy()
-    cusum_ranks, cusum_rows = first_crossings(
-        z,
-        rows["rank"].to_numpy(),
-        k=thresholds.rank_cusum_k,
-        clip=thresholds.rank_z,
-        bar=thresholds.rank_cusum_decide,
-    )
-    confirmed = dict(zip(cusum_ranks.tolist(), step_column[cusum_rows].tolist(), strict=True))
+    confirmed = _cusum_crossings(cohort, thresholds)
     for rank, start in zip(runs["rank"].to_list(), runs["start"].to_list(), strict=True):
         confirmed[rank] = min(start, confirmed.get(rank, start))
     if not confirmed:
@@ -268,13 +276,36 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
     totals = summed["total"].fill_null(np.nan).to_numpy()
     out = []
     for rank, lo, hi in zip(ranks.tolist(), starts, ends, strict=True):
-        part = rows.slice(int(lo), int(hi - lo))
+        part = cohort.with_stats(rows.slice(int(lo), int(hi - lo)), *STEP_STATS)
         e = _level_episode(
             part, int(confirmed[rank]), totals[positions(table, part["t"].to_numpy())], thresholds
         )
         e["rank"] = rank
         out.append(_outlier(LEVEL, e, cohort.column))
     return out
+
+
+def _cusum_crossings(cohort: Cohort, thresholds: Thresholds) -> dict[int, int]:
+    """Rank -> the step where its CUSUM of z first reaches `rank_cusum_decide`, for the ranks
+    whose CUSUM does; a chunk of whole ranks at a time, since the CUSUM's running sums are
+    several columns as long as the rows they cover."""
+    judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
+    crossings: dict[int, int] = {}
+    for start, stop in rank_chunks(cohort.rows):
+        part = cohort.rows.slice(start, stop - start)
+        x = part["x"].to_numpy()
+        z = np.where(
+            np.isfinite(x) & judged_step[part["pos"].to_numpy()], part["z"].to_numpy(), np.nan
+        )
+        ranks, at = first_crossings(
+            z,
+            part["rank"].to_numpy(),
+            k=thresholds.rank_cusum_k,
+            clip=thresholds.rank_z,
+            bar=thresholds.rank_cusum_decide,
+        )
+        crossings.update(zip(ranks.tolist(), part["step"].to_numpy()[at].tolist(), strict=True))
+    return crossings
 
 
 def _pooled_z(x: np.ndarray, med: np.ndarray, sigma: np.ndarray, judged: np.ndarray) -> np.ndarray:
@@ -377,22 +408,26 @@ def _nonfinite(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) ->
 
 def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[RankOutlier]:
     """Throughput below straggler_ratio x the cohort median (x the faster rank with 2 ranks)."""
-    fin = pl.col("x").is_finite()
-    ref = (
-        pl.when(pl.col("n") >= thresholds.rank_min_cohort)
-        .then(pl.col("med"))
-        .otherwise(pl.col("hi"))
-    )
-    slow = (
-        fin
-        & (pl.col("x") < thresholds.straggler_ratio * ref)
-        & (
-            ((pl.col("n") >= thresholds.rank_min_cohort) & (pl.col("z") <= -thresholds.rank_z))
-            | (pl.col("n") == 2)
+    judged = pl.col("n") >= thresholds.rank_min_cohort
+    ref_step = cohort.per_step(pl.when(judged).then(pl.col("med")).otherwise(pl.col("hi")))
+    judged_step = cohort.per_step(judged)
+    pair_step = cohort.per_step(pl.col("n") == 2)
+    rows = cohort.rows
+    slow = np.empty(rows.height, dtype=bool)
+    for start, stop in row_chunks(rows.height):
+        part = rows.slice(start, stop - start)
+        x, z, at = part["x"].to_numpy(), part["z"].to_numpy(), part["pos"].to_numpy()
+        ref = ref_step[at]
+        # a NaN reference counts as above the rank, as polars orders NaN above every number
+        below = (x < thresholds.straggler_ratio * ref) | np.isnan(ref)
+        slow[start:stop] = (
+            np.isfinite(x) & below & ((judged_step[at] & (z <= -thresholds.rank_z)) | pair_step[at])
         )
-    )
-    flagged = cohort.rows.filter(slow).with_columns(
-        pl.lit(True).alias("slow"), pl.lit(True).alias("bad"), ref.alias("ref")
+    flagged = cohort.flagged(slow)
+    flagged = flagged.with_columns(
+        pl.lit(True).alias("slow"),
+        pl.lit(True).alias("bad"),
+        pl.Series("ref", ref_step[flagged["pos"].to_numpy()]),
     )
     original = (1.0 / pl.col("x")) if invert else pl.col("x")
     original_ref = (1.0 / pl.col("ref")) if invert else pl.col("ref")
@@ -420,19 +455,16 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
 
 def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
     """Ranks whose last report is rank_persist_steps cohort steps before the cohort's last."""
-    last = (
-        cohort.rows.group_by("rank")
-        .agg(pl.col("t").max().alias("last_t"), pl.col("i").max())
-        .sort("rank")
-    )
+    # rows are in (rank, step) order: a rank's last row holds its last t
+    _, last_i = last_rows(cohort.rows)
     cohort_t = cohort.steps["t"].to_numpy()
-    last_t = last["last_t"].to_numpy()
+    last_t = cohort.rows["t"].to_numpy()[last_i]
     reference = float(np.quantile(last_t, 0.5, method="higher"))
     missed = cohort_steps_after(cohort_t, last_t, reference)
     silent = np.flatnonzero(missed >= max(1, thresholds.rank_persist_steps))
     if silent.size == 0:
         return []
-    at = cohort.rows[last["i"].to_numpy()[silent].astype(np.int64)]
+    at = cohort.with_stats(cohort.rows[last_i[silent].astype(np.int64)], *STEP_STATS)
     onsets = cohort_t[np.searchsorted(cohort_t, last_t[silent], side="right")]
     out = []
     for row, onset, count in zip(at.to_dicts(), onsets, missed[silent], strict=True):
@@ -665,46 +697,42 @@ def _mean(series: pl.Series) -> float | None:
 
 
 def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | None:
-    """Mean clipped robust z per rank and step bucket (see `RankPicture`); numpy bincounts."""
+    """Mean clipped robust z per rank and step bucket (see `RankPicture`); numpy bincounts
+    over a chunk of rows at a time."""
     rows = cohort.rows
     t = rows["t"].to_numpy()
     first, last = int(t.min()), int(t.max())
     span = last - first + 1
     buckets = max(1, min(buckets, span))
-    rank = rows["rank"].to_numpy()
-    # rows are in (rank, step) order: a rank's index is the count of rank changes before it
-    change = np.empty(rank.size, dtype=bool)
-    change[0] = False
-    np.not_equal(rank[1:], rank[:-1], out=change[1:])
-    index = np.cumsum(change)
-    ranks = rank[np.concatenate(([0], np.flatnonzero(change)))]
-    del change
-    # in place where it can be: each temporary would be another copy of every row
-    # steps may be anywhere in int64 (a log is not ours to bound), so the bucket of a step is
-    # found in float64: (t - first) * buckets would overflow for steps near 2**63
-    offset = (t - first).astype(np.float64)
-    offset *= buckets
-    offset /= span
-    bucket = offset.astype(np.int64)
-    del offset
-    np.minimum(bucket, buckets - 1, out=bucket)
-    index *= buckets
-    index += bucket
-    key = index
-    del bucket
+    ranks, _ = last_rows(rows)
     cells = ranks.size * buckets
-    x = rows["x"].to_numpy()
-    z = rows["z"].to_numpy()
-    finite = np.isfinite(x) & np.isfinite(z)
-    kept_key = key[finite]
-    kept_z = z[finite]
-    np.clip(kept_z, -PICTURE_CLIP_Z, PICTURE_CLIP_Z, out=kept_z)
-    total = np.bincount(kept_key, weights=kept_z, minlength=cells)
-    count = np.bincount(kept_key, minlength=cells)
-    del kept_key, kept_z
+    total = np.zeros(cells)
+    count = np.zeros(cells, dtype=np.int64)
+    nonfinite = np.zeros(cells, dtype=bool)
+    # rows are in (rank, step) order, so a row's cell (rank index x buckets + bucket) never
+    # falls: a cell's rows are contiguous, and the sum of the one cell a chunk boundary
+    # splits is carried into the next chunk as its first term, so every sum is taken in row
+    # order exactly as one bincount over all rows would take it
+    carried_cell: np.ndarray = np.zeros(0, dtype=np.int64)
+    carried_sum: np.ndarray = np.zeros(0)
+    for start, stop in row_chunks(t.size):
+        part = rows.slice(start, stop - start)
+        cell = _cells(part, ranks, first, span, buckets)
+        x = part["x"].to_numpy()
+        z = part["z"].to_numpy()
+        finite = np.isfinite(x) & np.isfinite(z)
+        kept_cell = np.concatenate((carried_cell, cell[finite]))
+        kept_z = np.concatenate((carried_sum, np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z)))
+        nonfinite[cell[~np.isfinite(x)]] = True
+        count += np.bincount(cell[finite], minlength=cells)
+        if kept_cell.size:
+            low, high = int(kept_cell[0]), int(kept_cell[-1])
+            sums = np.bincount(kept_cell - low, weights=kept_z, minlength=high - low + 1)
+            total[low : high + 1] = sums
+            carried_cell, carried_sum = kept_cell[-1:], sums[-1:]
     with np.errstate(invalid="ignore", divide="ignore"):
         deviation = np.where(count > 0, total / count, np.nan)
-    deviation[np.bincount(key[~np.isfinite(x)], minlength=cells) > 0] = np.inf
+    deviation[nonfinite] = np.inf
     # Python ints over the few bucket edges (not the rows), clipped to int64: exact at any step
     int64_max = int(np.iinfo(np.int64).max)
     edges = [min(first + (edge * span) // buckets, int64_max) for edge in range(buckets + 1)]
@@ -713,3 +741,20 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
         step_edges=np.array(edges, dtype=np.int64),
         deviation=deviation.reshape(ranks.size, buckets).astype(np.float32),
     )
+
+
+def _cells(
+    part: pl.DataFrame, ranks: np.ndarray, first: int, span: int, buckets: int
+) -> np.ndarray:
+    """Each row's picture cell: its rank's index (`ranks` sorted) x buckets + its step bucket."""
+    # steps may be anywhere in int64 (a log is not ours to bound), so the bucket of a step is
+    # found in float64: (t - first) * buckets would overflow for steps near 2**63
+    offset = (part["t"].to_numpy() - first).astype(np.float64)
+    offset *= buckets
+    offset /= span
+    bucket = offset.astype(np.int64)
+    np.minimum(bucket, buckets - 1, out=bucket)
+    cell = np.searchsorted(ranks, part["rank"].to_numpy()).astype(np.int64)
+    cell *= buckets
+    cell += bucket
+    return cell

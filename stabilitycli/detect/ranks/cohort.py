@@ -24,6 +24,7 @@ with fewer are not judged by z (2-rank runs go through `rank_pair`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import cast
 
 import numpy as np
@@ -32,15 +33,22 @@ import polars as pl
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its sigma
 # a rank stride is only used to align steps when ranks mostly log at different steps
 MISALIGNED_FRACTION = 0.5
+# rows per piece where a whole-log temporary would otherwise be made (a 64-rank log has
+# tens of millions of rows; a piece of this size is a few MB)
+COHORT_CHUNK_ROWS = 1 << 20
+STEP_STATS = ("med", "sigma", "n", "n_fin", "hi")  # a cohort step's numbers a row may need
 
 
 @dataclass
 class Cohort:
     """A metric's rows with their cohort statistics.
 
-    `rows`: rank, step, t (the step the cohort is taken at), x, med, sigma, n,
-    n_fin, hi, z, i (row index in (rank, step) order). `steps`: one row per t
-    with med, mad, sigma, n, n_fin, hi (`step_totals` gives the sums).
+    `rows`: rank, step, t (the step the cohort is taken at), x, z and pos (t's
+    row in `steps`), in (rank, step) order. `steps`: one row per t with med,
+    hi, n, n_fin, mad, sigma (`step_totals` gives the sums). The per-step
+    numbers stay in `steps`: copied onto every row they would be five more
+    columns as long as the log; `flagged` and `with_stats` bring them, and the
+    row index i, to the few rows that need them.
     """
 
     rows: pl.DataFrame
@@ -48,25 +56,59 @@ class Cohort:
     column: str
     stride: int | None  # steps were bucketed by this stride to align ranks
 
+    def with_stats(self, part: pl.DataFrame, *names: str) -> pl.DataFrame:
+        """`part` (rows of `rows`, with pos) with the step statistics `names` of each row."""
+        at = part["pos"].to_numpy()
+        return part.with_columns(pl.Series(name, self.per_step(name)[at]) for name in names)
+
+    def flagged(self, mask: np.ndarray) -> pl.DataFrame:
+        """The rows where `mask` holds, with their row index i and their steps' statistics."""
+        part = self.rows.filter(pl.Series(mask)).with_columns(pl.Series("i", np.flatnonzero(mask)))
+        return self.with_stats(part, *STEP_STATS)
+
+    def per_step(self, what: str | pl.Expr) -> np.ndarray:
+        """A column of `steps`, or an expression over them, one value per step: null (a
+        step with no finite value) as NaN, or False for a test."""
+        values = self.steps.select(pl.col(what) if isinstance(what, str) else what).to_series()
+        if values.dtype == pl.Boolean:
+            values = values.fill_null(False)
+        elif values.dtype.is_float():
+            values = values.fill_null(np.nan)
+        return values.to_numpy()
+
+    def at_rows(self, what: str | pl.Expr) -> pl.Series:
+        """`per_step(what)` for every row: evaluated once per step and gathered, so a test
+        of n or med costs a step table, not a column per row for each term."""
+        return pl.Series(self.per_step(what)[self.rows["pos"].to_numpy()])
+
 
 def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.DataFrame:
     """rank, step, x for the rows where `column` was logged, sorted by (rank, step)."""
     x = pl.col(column).cast(pl.Float64)
     if invert:  # a time per step becomes a rate, so "low" means "slow" for both
         x = 1.0 / x
-    rows = (
-        frame.lazy()
-        .filter(pl.col(column).is_not_null())
-        .select(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x"))
-        .collect()
-    )
+    wanted = (pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x"))
+    if frame[column].null_count() == 0:
+        # every row logged it: the frame's own columns, not a filtered copy of them
+        rows = frame.select(*wanted)
+    else:
+        rows = frame.lazy().filter(pl.col(column).is_not_null()).select(*wanted).collect()
     # `finalize` already sorts by (rank, step): checking is one pass, sorting is several
-    ordered = rows.select(
-        ((pl.col("rank").diff() > 0) | ((pl.col("rank").diff() == 0) & (pl.col("step").diff() > 0)))
-        .fill_null(True)
-        .all()
-    ).item()
-    return rows if ordered else rows.sort(["rank", "step"])
+    return rows if _in_rank_step_order(rows) else rows.sort(["rank", "step"])
+
+
+def _in_rank_step_order(rows: pl.DataFrame) -> bool:
+    """Whether (rank, step) rises strictly from row to row, a chunk of rows at a time."""
+    rank = rows["rank"].to_numpy()
+    step = rows["step"].to_numpy()
+    for start in range(0, rank.size, COHORT_CHUNK_ROWS):
+        # one row of overlap, so the pair across the chunk boundary is compared too
+        stop = min(start + COHORT_CHUNK_ROWS + 1, rank.size)
+        rank_change = np.diff(rank[start:stop])
+        step_change = np.diff(step[start:stop])
+        if not ((rank_change > 0) | ((rank_change == 0) & (step_change > 0))).all():
+            return False
+    return True
 
 
 def _stride(rows: pl.DataFrame) -> int | None:
@@ -110,24 +152,38 @@ def step_major(rows: pl.DataFrame, *, with_rank: bool = False) -> pl.DataFrame:
     steps matrix and t order is its transpose, a blocked copy; else a sort by t.
     """
     names = ["rank", "t", "x"] if with_rank else ["t", "x"]
-    rank = rows["rank"].to_numpy()
-    n_ranks = int(np.count_nonzero(np.diff(rank))) + 1 if rank.size else 0
-    per_rank = rank.size // n_ranks if n_ranks else 0
-    if n_ranks > 1 and per_rank * n_ranks == rank.size:
-        t = rows["t"].to_numpy().reshape(n_ranks, per_rank)
-        firsts = rank[::per_rank]
-        lockstep = (
-            bool((firsts == rank[per_rank - 1 :: per_rank]).all())
-            and bool((t == t[0]).all())
-            and bool((np.diff(t[0]) >= 0).all())
-        )
-        if lockstep:
-            x = rows["x"].to_numpy().reshape(n_ranks, per_rank)
-            columns = {"t": np.repeat(t[0], n_ranks), "x": np.ascontiguousarray(x.T).ravel()}
-            if with_rank:
-                columns["rank"] = np.tile(firsts, per_rank)
-            return pl.DataFrame(columns).select(names).with_columns(pl.col("t").set_sorted())
+    grid = lockstep_grid(rows)
+    if grid is not None:
+        ranks, steps, x = grid
+        n_ranks = ranks.size
+        columns = {"t": np.repeat(steps, n_ranks), "x": np.ascontiguousarray(x.T).ravel()}
+        if with_rank:
+            columns["rank"] = np.tile(ranks, steps.size)
+        return pl.DataFrame(columns).select(names).with_columns(pl.col("t").set_sorted())
     return rows.select(names).sort("t").with_columns(pl.col("t").set_sorted())
+
+
+def lockstep_grid(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(ranks, steps, x as a ranks x steps matrix) when every rank of `rows` ((rank, step)
+    order, two ranks or more) logs the same t in the same order; else None.
+
+    The matrix is a view of the rows' x, not a copy.
+    """
+    rank = rows["rank"].to_numpy()
+    n_ranks = int(np.count_nonzero(rank[1:] != rank[:-1])) + 1 if rank.size else 0
+    per_rank = rank.size // n_ranks if n_ranks else 0
+    if n_ranks < 2 or per_rank * n_ranks != rank.size:
+        return None
+    t = rows["t"].to_numpy().reshape(n_ranks, per_rank)
+    firsts = rank[::per_rank]
+    lockstep = (
+        bool((firsts == rank[per_rank - 1 :: per_rank]).all())
+        and bool((t == t[0]).all())
+        and bool((np.diff(t[0]) >= 0).all())
+    )
+    if not lockstep:
+        return None
+    return firsts, t[0], rows["x"].to_numpy().reshape(n_ranks, per_rank)
 
 
 def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
@@ -187,33 +243,18 @@ def build_cohort(
 ) -> Cohort:
     """Median, MAD, sigma and each row's robust z, per cohort step (module doc).
 
-    Two group-bys (median, then MAD); the per-step numbers go back to the rows
-    by position (a lookup table over the sorted step table), not by join.
+    Two group-bys (median, then MAD); each row finds its step's numbers by
+    position in the sorted step table, not by join.
     """
     rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
-    by_step = step_major(rows)
-    steps = _step_stats(by_step, distinct_ranks=False)
-    rows, steps, stride = _align(rows, steps, notes)
-    table = steps["t"].to_numpy()
-    med = steps["med"].fill_null(np.nan).to_numpy()
-    # the deviations are taken in t order too, so their medians group by slices
-    if stride is not None:  # t is now the stride bucket
-        by_step = step_major(rows)
-    t_sorted = by_step["t"]
-    dev = np.abs(by_step["x"].to_numpy() - med[positions(table, t_sorted.to_numpy())])
-    del by_step
-    mad = (
-        pl.DataFrame({"t": t_sorted, "dev": dev})
-        .filter(pl.col("dev").is_finite())
-        .with_columns(pl.col("t").set_sorted())
-        .group_by("t")
-        .agg(pl.col("dev").median().alias("mad"))
-    )
-    del dev, t_sorted
-    pos = positions(table, rows["t"].to_numpy())
-    med_row = med[pos]
-    steps = steps.join(mad, on="t", how="left").sort("t")
-    typical = steps["med"].abs().median()
+    grid = lockstep_grid(rows)
+    stride = None
+    if grid is not None and bool((np.diff(grid[1]) > 0).all()):
+        steps = _grid_step_stats(grid[1], grid[2])
+    else:
+        rows, steps, stride = _sorted_step_stats(rows, notes)
+    del grid
+    typical = cast("float | None", steps["med"].abs().median())  # a float column's median
     abs_floor = rel_floor * (float(typical) if typical else 1.0)
     abs_floor = abs_floor if abs_floor > 0 else 1e-12
     raw_sigma = pl.col("mad") * MAD_TO_SIGMA
@@ -225,19 +266,86 @@ def build_cohort(
             pl.lit(abs_floor),
         ).alias("sigma")
     )
-    sigma = steps["sigma"].fill_null(np.nan).to_numpy()
-    rows = (
-        rows.with_row_index("i")
-        .with_columns(
-            pl.Series("med", med_row),
-            pl.Series("sigma", sigma[pos]),
-            pl.Series("n", steps["n"].to_numpy()[pos]),
-            pl.Series("n_fin", steps["n_fin"].to_numpy()[pos]),
-            pl.Series("hi", steps["hi"].fill_null(np.nan).to_numpy()[pos]),
-        )
-        .with_columns(((pl.col("x") - pl.col("med")) / pl.col("sigma")).alias("z"))
+    pos = positions(steps["t"].to_numpy(), rows["t"].to_numpy())
+    z = _robust_z(
+        rows["x"].to_numpy(),
+        pos,
+        steps["med"].fill_null(np.nan).to_numpy(),
+        steps["sigma"].fill_null(np.nan).to_numpy(),
     )
+    rows = rows.with_columns(pl.Series("z", z), pl.Series("pos", pos))
     return Cohort(rows=rows, steps=steps, column=column, stride=stride)
+
+
+def _robust_z(x: np.ndarray, pos: np.ndarray, med: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """(x - med) / sigma of each row's step, a chunk of rows at a time: the gathered
+    median and sigma would each be a column as long as the log."""
+    z = np.empty(x.size)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for start in range(0, x.size, COHORT_CHUNK_ROWS):
+            stop = start + COHORT_CHUNK_ROWS
+            at = pos[start:stop]
+            np.subtract(x[start:stop], med[at], out=z[start:stop])
+            z[start:stop] /= sigma[at]
+    return z
+
+
+def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
+    """The step table (t, med, hi, n, n_fin, mad) of lockstep ranks (`lockstep_grid`:
+    strictly rising steps, x a ranks x steps matrix), a block of steps at a time.
+
+    Each step's group is whole inside one block, and a median or a maximum is of
+    the values' set, so the numbers are those `_sorted_step_stats` gives; only
+    the block in step order exists at once, not a step-ordered copy of the log.
+    """
+    n_ranks = x.shape[0]
+    block_steps = max(1, COHORT_CHUNK_ROWS // n_ranks)
+    blocks = []
+    for start in range(0, steps.size, block_steps):
+        t = steps[start : start + block_steps]
+        by_step = pl.DataFrame(
+            {
+                "t": np.repeat(t, n_ranks),
+                "x": np.ascontiguousarray(x[:, start : start + block_steps].T).ravel(),
+            }
+        ).with_columns(pl.col("t").set_sorted())
+        block = _step_stats(by_step, distinct_ranks=False)
+        med = block["med"].fill_null(np.nan).to_numpy()
+        dev = np.abs(by_step["x"].to_numpy() - np.repeat(med, n_ranks))
+        blocks.append(block.join(_mad(by_step["t"], dev), on="t", how="left").sort("t"))
+    return pl.concat(blocks)
+
+
+def _mad(t_sorted: pl.Series, dev: np.ndarray) -> pl.DataFrame:
+    """t and the median of the finite absolute deviations at t (`t_sorted` in order)."""
+    return (
+        pl.DataFrame({"t": t_sorted, "dev": dev})
+        .filter(pl.col("dev").is_finite())
+        .with_columns(pl.col("t").set_sorted())
+        .group_by("t")
+        .agg(pl.col("dev").median().alias("mad"))
+    )
+
+
+def _sorted_step_stats(
+    rows: pl.DataFrame, notes: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, int | None]:
+    """The step table of ranks that do not log in lockstep: the rows sorted by t, with
+    steps re-keyed by stride buckets when ranks mostly log at different steps."""
+    by_step = step_major(rows)
+    steps = _step_stats(by_step, distinct_ranks=False)
+    rows, steps, stride = _align(rows, steps, notes)
+    table = steps["t"].to_numpy()
+    med = steps["med"].fill_null(np.nan).to_numpy()
+    # the deviations are taken in t order too, so their medians group by slices
+    if stride is not None:  # t is now the stride bucket
+        by_step = step_major(rows)
+    t_sorted = by_step["t"]
+    dev = np.abs(by_step["x"].to_numpy() - med[positions(table, t_sorted.to_numpy())])
+    del by_step
+    mad = _mad(t_sorted, dev)
+    del dev, t_sorted
+    return rows, steps.join(mad, on="t", how="left").sort("t"), stride
 
 
 def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int, max_gap: int) -> pl.DataFrame:
@@ -306,3 +414,36 @@ def cohort_steps_after(steps: np.ndarray, after: np.ndarray, upto: float) -> np.
     hi = np.searchsorted(steps, upto, side="right")
     lo = np.searchsorted(steps, after, side="right")
     return np.maximum(hi - lo, 0)
+
+
+def row_chunks(n_rows: int) -> list[tuple[int, int]]:
+    """(start, stop) ranges of about COHORT_CHUNK_ROWS rows covering `n_rows` rows."""
+    return [
+        (start, min(start + COHORT_CHUNK_ROWS, n_rows))
+        for start in range(0, n_rows, COHORT_CHUNK_ROWS)
+    ]
+
+
+def rank_chunks(rows: pl.DataFrame, max_rows: int | None = None) -> list[tuple[int, int]]:
+    """(start, stop) row ranges of `rows` ((rank, step) order) that hold whole ranks, about
+    `max_rows` rows each (one rank alone when it has more)."""
+    max_rows = max_rows or COHORT_CHUNK_ROWS
+    rank = rows["rank"].to_numpy()
+    firsts = np.concatenate(([0], np.flatnonzero(rank[1:] != rank[:-1]) + 1, [rank.size]))
+    cuts = [0]
+    while cuts[-1] < rank.size:
+        # the last rank start within max_rows of this cut, or the next one when a rank is longer
+        at = int(np.searchsorted(firsts, cuts[-1] + max_rows, side="right")) - 1
+        if firsts[at] <= cuts[-1]:
+            at = int(np.searchsorted(firsts, cuts[-1], side="right"))
+        cuts.append(int(firsts[at]))
+    return list(pairwise(cuts))
+
+
+def last_rows(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each rank of `rows` ((rank, step) order) and the index of its last row."""
+    rank = rows["rank"].to_numpy()
+    if rank.size == 0:
+        return rank[:0], np.zeros(0, dtype=np.int64)
+    last = np.concatenate((np.flatnonzero(rank[1:] != rank[:-1]), [rank.size - 1]))
+    return rank[last], last
