@@ -229,7 +229,11 @@ def positions(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
         return np.searchsorted(table, keys)
     lookup = np.zeros(span, dtype=np.int32)
     lookup[table - first] = np.arange(table.size, dtype=np.int32)
-    return lookup[keys - first]
+    out = np.empty(keys.size, dtype=np.int32)
+    # a chunk at a time: `keys - first` whole would be another 64-bit column of every row
+    for start, stop in row_chunks(keys.size):
+        np.take(lookup, keys[start:stop] - first, out=out[start:stop])
+    return out
 
 
 def build_cohort(
