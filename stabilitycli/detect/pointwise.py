@@ -43,7 +43,7 @@ class Ratio(Pointwise):
     """`numerator / denominator`, NaN wherever the numerator is not finite (an overflowed
     or NaN grad norm is not a long-tail batch)."""
 
-    def __init__(self, numerator: np.ndarray, denominator: np.ndarray):
+    def __init__(self, numerator: np.ndarray, denominator: np.ndarray | Pointwise):
         self.numerator, self.denominator, self.size = numerator, denominator, numerator.size
 
     def _at(self, rows: np.ndarray) -> np.ndarray:

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+from typing import overload
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.pointwise import KeptAt, Ratio, RelativeChange
+from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
     ForwardMedian,
+    TrailingAt,
     WindowPlan,
     median_interval,
     plan_window,
     trailing_chunks,
-    trailing_mean,
     window_max_at,
 )
 from stabilitycli.model import Finding, Severity, Skip
@@ -471,7 +472,7 @@ class _CauseContext:
     # computed at the rows read (the flagged points' windows), not over the whole log
     grad_ratio: Ratio | None  # grad norm / its trailing mean, at loss steps
     grad_norm: np.ndarray | None
-    grad_baseline: np.ndarray | None
+    grad_baseline: np.ndarray | Pointwise | None
     lr_rel_jump: RelativeChange | np.ndarray | None
     lr: np.ndarray | None
     batch_id: np.ndarray | None
@@ -518,13 +519,15 @@ class _CauseContext:
         lr_jump: RelativeChange | np.ndarray | None = None
         if view.has("grad_norm"):
             g_steps, g = view.points("grad_norm")
-            g_mean = trailing_mean(
+            # computed at the rows the causes read (the flagged points' lead windows), not
+            # held whole: at 30M steps the whole mean was 240 MB for a few hundred reads
+            plan = plan_window(
                 g_steps,
-                g,
                 thresholds.spike_window_steps,
                 thresholds.min_points_per_window,
                 thresholds.widened_window_points,
             )
+            g_mean = TrailingAt(g_steps, g, thresholds.spike_window_steps, plan, "mean")
             grad, grad_base = _align(g_steps, g, loss_steps), _align(g_steps, g_mean, loss_steps)
             # taken apart from the aligned series: where the grad norm was not logged both
             # are NaN, and so is their ratio
@@ -575,8 +578,15 @@ def _suffix_max(loss: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(finite[::-1])[::-1]
 
 
-def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> np.ndarray:
-    """values of a series at `at_steps` (NaN where it was not logged at that step)."""
+@overload
+def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> np.ndarray: ...
+@overload
+def _align(
+    src_steps: np.ndarray, values: Pointwise, at_steps: np.ndarray
+) -> np.ndarray | Pointwise: ...
+def _align(src_steps, values, at_steps):
+    """values of a series at `at_steps` (NaN where it was not logged at that step); a
+    series computed where it is read stays so when the steps are the same."""
     if src_steps is at_steps or np.array_equal(src_steps, at_steps):
         return values  # logged at the same steps as the loss (the usual case): no lookup
     idx = np.searchsorted(src_steps, at_steps)

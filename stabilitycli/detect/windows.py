@@ -104,18 +104,6 @@ def trailing_stats(
     )
 
 
-def trailing_mean(
-    steps: np.ndarray,
-    values: np.ndarray,
-    window_steps: int,
-    min_points: int,
-    widened_points: int,
-) -> np.ndarray:
-    """`trailing_stats(...).mean` alone, for a rule that needs no spread."""
-    out, _, _ = _trailing(steps, values, window_steps, min_points, widened_points, ("mean",))
-    return out["mean"]
-
-
 @dataclass(frozen=True)
 class WindowPlan:
     """How a trailing window is taken over one series (see `plan_window`)."""
@@ -164,32 +152,71 @@ def trailing_chunks(
     sums are running sums, so a window's mean can differ in the last bit from the
     same window taken in one pass: no log of one chunk or less is affected.
     """
-    expressions = _window_expressions(
-        names, plan.by_step, window_steps, plan.reach_rows, plan.min_samples
-    )
     chunk_rows = CHUNK_ROWS  # read at call time: tests take small chunks
     for first in range(0, values.size, chunk_rows):
         stop = min(values.size, first + chunk_rows)
-        if plan.by_step:
-            reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
-        else:
-            reach = max(0, first - plan.reach_rows)
-        # non-finite values become null inside polars, in one pass and no numpy copy
-        chunk = (
-            pl.DataFrame({"step": steps[reach:stop], "v": values[reach:stop]})
-            .with_columns(pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v"))
-            .select(expressions)
-            .slice(first - reach)
-        )
-        yield (
-            first,
-            {
-                name: chunk[name]
-                .fill_null(0.0 if name == "count" else np.nan)
-                .to_numpy(writable=True)
-                for name in names
-            },
-        )
+        yield first, _trailing_chunk(steps, values, window_steps, plan, names, first, stop)
+
+
+def _trailing_chunk(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    plan: WindowPlan,
+    names: tuple[str, ...],
+    first: int,
+    stop: int,
+) -> dict[str, np.ndarray]:
+    """The trailing `names` at the rows [first, stop), with the rows before `first` that
+    its windows reach back to (`trailing_chunks`)."""
+    expressions = _window_expressions(
+        names, plan.by_step, window_steps, plan.reach_rows, plan.min_samples
+    )
+    if plan.by_step:
+        reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
+    else:
+        reach = max(0, first - plan.reach_rows)
+    # non-finite values become null inside polars, in one pass and no numpy copy
+    chunk = (
+        pl.DataFrame({"step": steps[reach:stop], "v": values[reach:stop]})
+        .with_columns(pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v"))
+        .select(expressions)
+        .slice(first - reach)
+    )
+    return {
+        name: chunk[name].fill_null(0.0 if name == "count" else np.nan).to_numpy(writable=True)
+        for name in names
+    }
+
+
+class TrailingAt(Pointwise):
+    """One trailing statistic (`name` of mean, std, count) computed at the rows read
+    only: the chunks of `trailing_chunks` that hold them, so each row's number is the
+    one the whole series gives. The last chunk computed is kept, as a rule reads a
+    few neighbouring rows at a time."""
+
+    def __init__(
+        self, steps: np.ndarray, values: np.ndarray, window_steps: int, plan: WindowPlan, name: str
+    ):
+        self.steps, self.values, self.window_steps = steps, values, window_steps
+        self.plan, self.name, self.size = plan, name, values.size
+        self._kept: tuple[int, np.ndarray] | None = None
+
+    def _at(self, rows: np.ndarray) -> np.ndarray:
+        chunk_rows = CHUNK_ROWS  # read at call time, as trailing_chunks reads it
+        out = np.empty(rows.shape)
+        chunk_of = rows // chunk_rows
+        for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
+            if self._kept is None or self._kept[0] != chunk:
+                first = chunk * chunk_rows
+                stop = min(self.size, first + chunk_rows)
+                computed = _trailing_chunk(
+                    self.steps, self.values, self.window_steps, self.plan, (self.name,), first, stop
+                )
+                self._kept = (chunk, computed[self.name])
+            here = chunk_of == chunk
+            out[here] = self._kept[1][rows[here] - chunk * chunk_rows]
+        return out
 
 
 def _trailing(

@@ -19,7 +19,6 @@ from stabilitycli.detect.windows import (
     median_interval,
     rolling_median_at,
     rows_left_open,
-    trailing_mean,
     trailing_median_at,
     trailing_median_bound,
     trailing_stats,
@@ -132,16 +131,6 @@ def test_trailing_median_on_a_fixture_grad_norm() -> None:
     rows = np.flatnonzero(grad > 3 * lower)  # ...and leave few rows open
     assert 0 < rows.size < steps.size // 4
     assert same_bits(trailing_median_at(steps, grad, 100, rows), whole[rows])
-
-
-def test_trailing_mean_is_the_mean_of_trailing_stats() -> None:
-    # a dense log, and one logged every 10 steps whose 50-step window is widened
-    for path, window in (("rules/spike/fires/run.jsonl", 100), ("compare/every-10/run.jsonl", 50)):
-        view = build_view(read(FIXTURES / path))
-        steps, grad = view.points("grad_norm")
-        stats = trailing_stats(steps, grad, window, 8, 20)
-        assert stats.widened == (window == 50)
-        assert same_bits(trailing_mean(steps, grad, window, 8, 20), stats.mean)
 
 
 @settings(max_examples=100, deadline=None)
@@ -281,3 +270,29 @@ def test_median_interval_of_float_and_unordered_steps_is_the_whole_log_median() 
         with mock.patch.object(windows, "CHUNK_ROWS", 2):
             got = median_interval(steps)
         assert same_bits(np.float64(got), np.float64(np.median(np.diff(steps))))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values_strategy,
+    st.sampled_from([1, 2, 5]),
+    st.sampled_from([(6, 2), (40, 2), (40, 30)]),
+    st.sampled_from([1, 3, 16, 1 << 20]),
+    st.data(),
+)
+def test_a_trailing_mean_at_rows_is_the_whole_trailing_mean(
+    values, step_gap, window_and_points, chunk_rows, data
+):
+    """Read at any rows, in any order and more than once, `TrailingAt` gives each row the
+    number the whole series gives it, in every plan (rows, steps, widened)."""
+    x = np.array(values, dtype=np.float64)
+    steps = np.arange(x.size, dtype=np.int64) * step_gap
+    window_steps, min_points = window_and_points
+    with mock.patch.object(windows, "CHUNK_ROWS", chunk_rows):
+        whole = trailing_stats(steps, x, window_steps, min_points, 4).mean
+        plan = windows.plan_window(steps, window_steps, min_points, 4)
+        at = windows.TrailingAt(steps, x, window_steps, plan, "mean")
+        rows = np.array(data.draw(st.lists(st.integers(0, x.size - 1), max_size=20)), dtype=int)
+        assert same_bits(at[rows], whole[rows])
+        assert same_bits(at[:], whole)
+        assert same_bits(at[rows[::-1]], whole[rows[::-1]])
