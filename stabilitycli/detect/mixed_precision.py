@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect import windows
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
@@ -12,37 +13,68 @@ from stabilitycli.model import Finding, Severity, Skip
 
 
 def overflow_per_step(view: SeriesView) -> np.ndarray:
-    """How many overflows each logged row stands for (0 where none).
+    """How many overflows each logged row stands for (0 where none): `overflow_points`
+    spread over every row, for the readers that plot or compare it row by row."""
+    counts = np.zeros(view.steps.size)
+    rows, per_row = overflow_points(view)
+    counts[rows] = per_row
+    return counts
+
+
+def overflow_points(view: SeriesView) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that stand for one overflow or more, in order, and how many each.
 
     Evidence, any of: an overflow message (DeepSpeed `OVERFLOW!`), a skipped
     iteration counter (Megatron counts per log interval), a non-finite grad
-    norm, or a loss scale lower than at the previous logged point.
+    norm, or a loss scale lower than at the previous logged point. Taken a
+    chunk of rows at a time and kept where there is one: a count for every row
+    was a float column as long as the log (240 MB at 30M steps) for a few
+    overflows.
     """
-    n = view.steps.size
-    counts = np.zeros(n)
-    # in place, with boolean evidence cast a buffer at a time: each whole-log temporary
-    # is another copy of a column on a long log
-    for name in ("overflow", "skipped_steps"):
-        if view.has(name):
-            counts = np.maximum(counts, np.nan_to_num(view.columns[name], nan=0.0, posinf=1.0))
-    if view.has("grad_norm"):
-        grad = view.columns["grad_norm"]
-        np.maximum(counts, view.logged["grad_norm"] & ~np.isfinite(grad), out=counts)
+    chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+    rows, counts = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
+    for first in range(0, view.steps.size, chunk_rows):
+        seen = _evidence(view, np.arange(first, min(view.steps.size, first + chunk_rows)))
+        hit = np.flatnonzero(seen > 0)
+        rows.append(hit + first)
+        counts.append(seen[hit])
     if view.has("loss_scale"):
         scale_steps, scale = view.points("loss_scale")
-        drops = np.zeros(scale.size, dtype=bool)
-        drops[1:] = scale[1:] < scale[:-1]
-        # logged at every step (`points` then hands out the view's own steps): no search
-        at = slice(None) if scale_steps is view.steps else np.searchsorted(view.steps, scale_steps)
-        before = counts[at]
-        # a logger that records the scale a step ran with shows the backoff one
-        # row after the overflow it answers: that drop is the same overflow
-        seen_before = np.zeros(scale.size, dtype=bool)
-        seen_before[1:] = before[:-1] > 0
-        drops &= ~seen_before
-        drops &= before == 0
-        np.maximum(before, drops, out=before)
-        counts[at] = before  # at every row, `before` is counts itself: written onto itself
+        every_step = scale_steps is view.steps  # `points` hands out the view's own steps
+        for first in range(0, scale.size, chunk_rows):
+            # from the point before the chunk: a drop is against it, and an overflow there
+            # may be what this point's drop answers
+            lo, stop = max(0, first - 1), min(scale.size, first + chunk_rows)
+            at = (
+                np.arange(lo, stop)
+                if every_step
+                else np.searchsorted(view.steps, scale_steps[lo:stop])
+            )
+            before = _evidence(view, at)
+            drops = scale[lo + 1 : stop] < scale[lo : stop - 1]
+            # a logger that records the scale a step ran with shows the backoff one
+            # row after the overflow it answers: that drop is the same overflow
+            drops &= ~(before[:-1] > 0)
+            drops &= before[1:] == 0
+            hit = at[1:][drops]
+            rows.append(hit)
+            counts.append(np.ones(hit.size))
+    # a drop is counted only on a row without other evidence, so no row is listed twice
+    all_rows, all_counts = np.concatenate(rows), np.concatenate(counts)
+    order = np.argsort(all_rows, kind="stable")
+    return all_rows[order], all_counts[order]
+
+
+def _evidence(view: SeriesView, rows: np.ndarray) -> np.ndarray:
+    """Overflows at `rows` by messages, skipped-step counters and non-finite grad norms."""
+    counts = np.zeros(rows.size)
+    for name in ("overflow", "skipped_steps"):
+        if view.has(name):
+            part = np.nan_to_num(view.columns[name][rows], nan=0.0, posinf=1.0)
+            np.maximum(counts, part, out=counts)
+    if view.has("grad_norm"):
+        bad_grad = view.logged["grad_norm"][rows] & ~np.isfinite(view.columns["grad_norm"][rows])
+        np.maximum(counts, bad_grad, out=counts)
     return counts
 
 
@@ -143,8 +175,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         # calling it an fp16 overflow would be a guess, and §1 reads the grad norm instead
         result.skipped.append(Skip("loss-scale", not_fp16))
         return result
-    counts = overflow_per_step(view)
-    overflow_rows = np.flatnonzero(counts > 0)
+    overflow_rows, counts = overflow_points(view)
     total = float(counts.sum())
     span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
     overflow = {
