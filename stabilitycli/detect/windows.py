@@ -513,8 +513,12 @@ def _block_bounds(
     lo_last = _window_start(steps, last_row, window_steps)
     lo_first = _window_start(steps, first_row, window_steps)
     first_full = -(-lo_last // block)
+    del lo_last
     count = np.arange(first_row.size) - first_full  # whole blocks in every window of q
     need = np.minimum(last_row - lo_first, window_steps) // 2 + 1  # n // 2 + 1 at most
+    # per block, but blocks are a fifth of a window: on a long log each of these arrays is
+    # a sizeable part of a column, so they go as soon as they are read
+    del first_row, last_row, lo_first
     usable = count > 0
     if not usable.any():
         return None
@@ -523,6 +527,7 @@ def _block_bounds(
     if rank < 0:
         return None
     usable &= count * per_block >= need
+    del need
     low_stat, high_stat = _block_order_stats(values, block, blocks, rank)
     q_lower, q_upper = _range_extremes(low_stat, high_stat, first_full, count, usable)
     return q_lower, q_upper, block
