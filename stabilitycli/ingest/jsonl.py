@@ -153,7 +153,11 @@ def parse_piece(
 
 
 def finish(raw: pl.DataFrame, source: SourceInfo, options: ReadOptions) -> RunData:
-    """Every record read: count them, find the step and rank keys, build the canonical frame."""
+    """Every record read: count them, find the step and rank keys, build the canonical frame.
+
+    `raw` is used up (left empty): the caller's name for it must not keep the raw columns
+    alive while the frame is sorted by rank (`finalize(owned=True)`).
+    """
     source.rows_read = raw.height + source.rows_rejected
     if LOGGED_ROW in raw.columns:
         source.notes.append(
@@ -166,7 +170,12 @@ def finish(raw: pl.DataFrame, source: SourceInfo, options: ReadOptions) -> RunDa
         )
     rank_key = options.rank_key or aliases.find_key(raw.columns, aliases.RANK_KEYS)
     return finalize(
-        raw, source, step_key=step_key, rank_key=rank_key, overrides=options.metric_overrides
+        raw,
+        source,
+        step_key=step_key,
+        rank_key=rank_key,
+        overrides=options.metric_overrides,
+        owned=True,
     )
 
 

@@ -1,0 +1,163 @@
+"""A per-rank log is sorted by rank a column at a time, each unsorted column let go as its
+sorted copy is made (issue 15: sorted whole, the frame was held twice over). It must give
+the very run polars' stable sort of the whole frame gives: the same frame bit for bit
+(NaN, +-Inf and -0.0 included), the same rewritten rows, the same accounting.
+
+The chunks the row order is counted in are made tiny here (1 to 64 rows), and the
+pieces a log is read in too, so that every boundary falls inside the data."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+import stabilitycli.frame as frame_module
+from stabilitycli import read
+from stabilitycli.frame import finalize
+from stabilitycli.ingest import jsonl
+from stabilitycli.model import SourceInfo
+
+_ODD_VALUES = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-300, 2.5)
+
+
+def _same_bits(new: pl.DataFrame, old: pl.DataFrame) -> None:
+    """The same columns, dtypes, nulls, bits and sorted flags: NaN is NaN, -0.0 is -0.0."""
+    assert new.columns == old.columns
+    assert new.schema == old.schema
+    for name in new.columns:
+        a, b = new[name], old[name]
+        assert a.flags == b.flags, name
+        assert a.is_null().to_list() == b.is_null().to_list(), name
+        values_a, values_b = a.drop_nulls().to_numpy(), b.drop_nulls().to_numpy()
+        if values_a.dtype.kind == "f":
+            values_a, values_b = values_a.view(np.int64), values_b.view(np.int64)
+        assert np.array_equal(values_a, values_b), name
+
+
+def _log(seed: int, *, ranks: list[int], evals: bool, resume: bool, cut: bool) -> str:
+    """Per-rank records in a shuffled rank order per step and odd values; (`evals`) sparse
+    eval lines that log a step again, (`resume`) a rank that goes back and logs steps anew,
+    (`cut`) a last line cut off mid-write. Without the first two, steps only go forward."""
+    rng = random.Random(seed)
+    lines = []
+    for step in range(12):
+        order = ranks[:]
+        rng.shuffle(order)
+        for rank in order:
+            record: dict = {"step": step, "rank": rank, "loss": rng.choice(_ODD_VALUES)}
+            if rng.random() < 0.7:
+                record["grad_norm"] = rng.choice(_ODD_VALUES)
+            lines.append(json.dumps(record))
+            if evals and rng.random() < 0.2:  # an eval line for the same step
+                lines.append(json.dumps({"step": step, "rank": rank, "eval_loss": rng.random()}))
+        if resume and step == 8:
+            for back in (5, 6):
+                lines.append(json.dumps({"step": back, "rank": ranks[0], "loss": -0.0}))
+    text = "\n".join(lines) + "\n"
+    return text + '{"step": 99, "rank": 0, "lo' if cut else text
+
+
+def _old_sort(table: pl.DataFrame) -> pl.DataFrame:
+    return table.sort("rank", maintain_order=True)  # the whole-frame sort it replaced
+
+
+@pytest.mark.parametrize("order_rows", [1, 3, 64])
+@pytest.mark.parametrize("piece_bytes", [300, 1 << 40])
+@pytest.mark.parametrize(
+    "ranks",
+    [[0, 1, 2, 3], [5, 0, 3], [0, 70_000, 2], [0]],
+    ids=["four", "gaps", "past-16-bits", "one"],
+)
+@pytest.mark.parametrize(
+    ("evals", "resume", "cut"),
+    [(False, False, False), (False, False, True), (True, False, False), (True, True, True)],
+    ids=["forward", "forward-cut", "evals", "resumed-cut"],
+)
+def test_the_column_at_a_time_sort_gives_the_whole_frame_sort(
+    tmp_path, monkeypatch, order_rows, piece_bytes, ranks, evals, resume, cut
+) -> None:
+    log = tmp_path / "train.jsonl"
+    seed = len(ranks) + order_rows
+    log.write_text(_log(seed, ranks=ranks, evals=evals, resume=resume, cut=cut))
+    monkeypatch.setattr(jsonl, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(frame_module, "_ORDER_ROWS", order_rows)
+    new = read(log)
+    with monkeypatch.context() as patch:
+        patch.setattr(frame_module, "_by_rank", _old_sort)
+        old = read(log)
+    _same_bits(new.frame, old.frame)
+    _same_bits(new.abandoned, old.abandoned)
+    assert new.source.to_dict() == old.source.to_dict()
+    assert bool(new.source.restarts) == resume
+    assert new.abandoned.height > 0 or not resume
+    if not (evals or resume):  # the path that takes no merge, whose order is the sort's own
+        assert new.frame["rank"].is_sorted() and new.frame["rank"].flags["SORTED_ASC"]
+
+
+def test_rows_already_by_rank_are_not_gathered(tmp_path, monkeypatch) -> None:
+    lines = [
+        json.dumps({"step": step, "rank": rank, "loss": -0.0 if step % 2 else math.nan})
+        for rank in (0, 1, 2)
+        for step in range(5)
+    ]
+    log = tmp_path / "train.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(
+        frame_module, "_stable_order", lambda ranks: pytest.fail("sorted rows were gathered")
+    )
+    new = read(log)
+    monkeypatch.setattr(frame_module, "_by_rank", _old_sort)
+    _same_bits(new.frame, read(log).frame)
+
+
+@pytest.mark.parametrize("order_rows", [1, 2, 7, 64])
+@pytest.mark.parametrize("top", [0, 1, 63, 70_000])
+def test_the_counted_order_is_numpys_stable_argsort(monkeypatch, order_rows, top) -> None:
+    monkeypatch.setattr(frame_module, "_ORDER_ROWS", order_rows)
+    ranks = np.random.default_rng(top + order_rows).integers(0, top + 1, size=500)
+    order = frame_module._stable_order(ranks)
+    assert order.dtype == np.uint32
+    assert np.array_equal(order, np.argsort(ranks, kind="stable"))
+
+
+def test_a_column_is_gathered_as_polars_gathers_it_with_or_without_nulls() -> None:
+    values = [math.nan, -0.0, None, math.inf, -math.inf, 0.0]
+    order = np.array([5, 3, 0, 2, 4, 1], dtype=np.uint32)
+    with_nulls = pl.Series("x", values, dtype=pl.Float64)
+    expected = with_nulls.gather(pl.Series(order))
+    _same_bits(frame_module._gathered(with_nulls, order).to_frame(), expected.to_frame())
+    no_nulls = with_nulls.fill_null(-0.0)
+    _same_bits(
+        frame_module._gathered(no_nulls, order).to_frame(),
+        no_nulls.gather(pl.Series(order)).to_frame(),
+    )
+
+
+def _raw() -> pl.DataFrame:
+    return pl.DataFrame(
+        {"step": [1, 0, 1, 0], "rank": [1, 1, 0, 0], "loss": [1.0, -0.0, math.nan, math.inf]}
+    )
+
+
+def test_a_frame_handed_over_is_left_empty_and_one_lent_is_untouched() -> None:
+    lent = _raw()
+    kept = finalize(
+        lent, SourceInfo(path="<frame>", format="frame"), step_key="step", rank_key="rank"
+    )
+    assert lent.equals(_raw(), null_equal=True)  # a user's own frame (`analyze(frame)`)
+    handed = _raw()
+    taken = finalize(
+        handed,
+        SourceInfo(path="<frame>", format="frame"),
+        step_key="step",
+        rank_key="rank",
+        owned=True,
+    )
+    assert handed.width == 0
+    _same_bits(taken.frame, kept.frame)
+    assert kept.frame["rank"].to_list() == [0, 0, 1, 1]
