@@ -119,3 +119,17 @@ def test_rank_chunks_hold_whole_ranks_and_cover_every_row(max_rows) -> None:
         assert rank[start - 1] != rank[start]  # a cut falls between two ranks
     for start, stop in chunks:
         assert stop - start <= max_rows or np.unique(rank[start:stop]).size == 1
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 64, 1 << 20])
+def test_step_totals_of_lockstep_ranks_are_the_sums_over_every_row(chunk_rows, monkeypatch) -> None:
+    """Taken a block of steps at a time, each step's sum keeps its bits: the same values in
+    the same (rank) order, grouped the same way."""
+    cohort = build_cohort(troubled_run(seed=9).frame, "loss", 0.01, [], pool_points=5)
+    whole = cohort_module._totals(cohort.rows)
+    monkeypatch.setattr(cohort_module, "COHORT_CHUNK_ROWS", chunk_rows)
+    blocked = cohort_module.step_totals(cohort.rows)
+    assert blocked["t"].equals(whole["t"])
+    assert np.array_equal(
+        blocked["total"].to_numpy().view(np.int64), whole["total"].to_numpy().view(np.int64)
+    )
