@@ -377,7 +377,9 @@ def rolling_median_at(
 
     polars takes each window's median from that window alone, so the windows of
     `rows`, laid end to end, give the very same numbers at a fraction of the cost
-    when `rows` are few. A leading all-null window keeps polars on the null-aware
+    when `rows` are few; only a zero median's sign may differ, as polars keeps
+    each window sorted from the one before and a window holding both 0.0 and -0.0
+    may have either in the middle. A leading all-null window keeps polars on the null-aware
     kernel that the full series (its shifted-in null) takes.
     """
     if rows.size == 0:
