@@ -76,11 +76,6 @@ class Cohort:
             values = values.fill_null(np.nan)
         return values.to_numpy()
 
-    def at_rows(self, what: str | pl.Expr) -> pl.Series:
-        """`per_step(what)` for every row: evaluated once per step and gathered, so a test
-        of n or med costs a step table, not a column per row for each term."""
-        return pl.Series(self.per_step(what)[self.rows["pos"].to_numpy()])
-
 
 def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.DataFrame:
     """rank, step, x for the rows where `column` was logged, sorted by (rank, step)."""
@@ -186,11 +181,19 @@ def lockstep_grid(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return firsts, t[0], rows["x"].to_numpy().reshape(n_ranks, per_rank)
 
 
+def _rising_grid(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """`lockstep_grid` when its steps rise strictly, so that a block of whole steps holds
+    each step's every row and nothing else: the condition for taking steps a block at a
+    time."""
+    grid = lockstep_grid(rows)
+    return grid if grid is not None and bool((np.diff(grid[1]) > 0).all()) else None
+
+
 def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
     """t and the sum of the finite values at t, for the few cohorts that need it (a rank
     found off the cohort), summed in the rows' (rank, step) order."""
-    grid = lockstep_grid(rows)
-    if grid is None or not bool((np.diff(grid[1]) > 0).all()):
+    grid = _rising_grid(rows)
+    if grid is None:
         return _totals(rows)
     # lockstep ranks: a block of steps at a time from the ranks x steps view, each step's
     # values still in rank order and grouped by hashing as above, so the sums are those
@@ -273,9 +276,9 @@ def build_cohort(
     position in the sorted step table, not by join.
     """
     rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
-    grid = lockstep_grid(rows)
+    grid = _rising_grid(rows)
     stride = None
-    if grid is not None and bool((np.diff(grid[1]) > 0).all()):
+    if grid is not None:
         steps = _grid_step_stats(grid[1], grid[2])
     else:
         rows, steps, stride = _sorted_step_stats(rows, notes)
@@ -308,8 +311,7 @@ def _robust_z(x: np.ndarray, pos: np.ndarray, med: np.ndarray, sigma: np.ndarray
     median and sigma would each be a column as long as the log."""
     z = np.empty(x.size)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        for start in range(0, x.size, COHORT_CHUNK_ROWS):
-            stop = start + COHORT_CHUNK_ROWS
+        for start, stop in row_chunks(x.size):
             at = pos[start:stop]
             np.subtract(x[start:stop], med[at], out=z[start:stop])
             z[start:stop] /= sigma[at]
