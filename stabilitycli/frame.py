@@ -26,6 +26,7 @@ import polars as pl
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.model import Restart, SourceInfo
+from stabilitycli.rank_sort import by_rank
 
 ROW = "_row"
 SEGMENT = "_segment"
@@ -286,7 +287,7 @@ def finalize(
     if rank_key is not None:
         table = table.with_columns(_rank_column(raw, rank_key, source.path))
     # from here `table` alone holds the columns, so the sort by rank can let each one go
-    # as its sorted copy is made (`_by_rank`)
+    # as its sorted copy is made (`rank_sort.by_rank`)
     del raw, numeric, step_series, step_fault
 
     # 4. Account for rows that cannot be used. Most logs have none, and each filter below
@@ -396,7 +397,7 @@ def _merge_and_resume(
     # alone keeps each rank's rows in file order, so the check runs on the sorted rows with
     # no window per rank, and when it holds the order is already (rank, step)
     if has_rank:
-        table = _by_rank(table)
+        table = by_rank(table)
     if _steps_only_forward(table, keys):
         source.rows_used = table.height
         frame = table.select(["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]])
@@ -445,90 +446,6 @@ def _merge_and_resume(
     )
     abandoned = abandoned.sort([*keys, SEGMENT, "step"]).drop("_n_rows", ROW)
     return _described(frame, source, metric_names, has_rank, abandoned)
-
-
-def _by_rank(table: pl.DataFrame) -> pl.DataFrame:
-    """`table` sorted by rank, stably (each rank's rows in file order); `table` is left
-    empty when its rows are not already in that order.
-
-    Sorted whole, the sorted copy of every column was made while the unsorted one was
-    still held: the log twice over. Gathered a column at a time, each unsorted column
-    goes as its sorted copy is made (when `table` alone holds it, see `finalize`'s
-    `owned`), and the extra memory is one column and the row order.
-    """
-    ranks = table["rank"]
-    if ranks.is_sorted():
-        return table.with_columns(ranks.set_sorted())  # the flag a sort leaves
-    order = _stable_order(ranks.to_numpy())
-    del ranks
-    columns = []
-    for name in table.columns:  # loop over columns, not rows
-        column = _gathered(table.drop_in_place(name), order)
-        columns.append(column.set_sorted() if name == "rank" else column)
-    return pl.DataFrame(columns)
-
-
-# the dtypes numpy holds bit for bit (a Decimal or an Int128 it would not)
-_NUMPY_EXACT = (
-    pl.Int8,
-    pl.Int16,
-    pl.Int32,
-    pl.Int64,
-    pl.UInt8,
-    pl.UInt16,
-    pl.UInt32,
-    pl.UInt64,
-    pl.Float32,
-    pl.Float64,
-)
-
-
-def _gathered(column: pl.Series, order: np.ndarray) -> pl.Series:
-    """`column`'s values in `order`. A number column without nulls is gathered by numpy
-    into a buffer polars then borrows: polars' own gather held half as much again beside
-    its result (+120 MB for a 10M-row float column, against +80)."""
-    if column.dtype in _NUMPY_EXACT and column.null_count() == 0:
-        return pl.Series(column.name, column.to_numpy()[order], dtype=column.dtype)
-    return column.gather(pl.Series(order))
-
-
-# ranks below this are sorted by counting (a bin per rank); a higher one, by numpy
-_COUNTED_RANKS = 1 << 16
-# small enough that a chunk's working arrays stay in the CPU cache
-_ORDER_ROWS = 1 << 16
-
-
-def _stable_order(ranks: np.ndarray) -> np.ndarray:
-    """The row order that sorts `ranks` (whole numbers from 0, no nulls) stably, as row
-    numbers in 32 bits while they fit (polars' own index type).
-
-    numpy's stable argsort of the whole column returns 64-bit indices and works beside
-    them (+130 to +180 MB for 10M rows, three to four times the 32-bit order); counted a
-    chunk of rows at a time, each rank's rows are placed after the ones before them, and
-    nothing but the order is as long as the column.
-    """
-    rows = ranks.size
-    top = int(ranks.max()) if rows else 0
-    if top >= _COUNTED_RANKS:
-        order = np.argsort(ranks, kind="stable")
-        return order.astype(np.uint32) if rows < 2**32 else order
-    # the first free slot of each rank in the sorted rows
-    per_rank = np.bincount(ranks, minlength=top + 1)
-    next_slot = np.cumsum(per_rank) - per_rank
-    order = np.empty(rows, dtype=np.uint32 if rows < 2**32 else np.int64)
-    for first in range(0, rows, _ORDER_ROWS):  # loop over chunks, not rows
-        part = ranks[first : first + _ORDER_ROWS].astype(np.uint16)
-        # 16-bit keys take numpy's radix sort, stable and linear
-        local = np.argsort(part, kind="stable")
-        in_part = np.bincount(part, minlength=top + 1)
-        # a rank's k-th row in the sorted chunk goes to its next free slot plus k
-        slot_past_chunk_start = next_slot - (np.cumsum(in_part) - in_part)
-        slots = slot_past_chunk_start[part[local]]
-        slots += np.arange(part.size)
-        local += first
-        order[slots] = local
-        next_slot += in_part
-    return order
 
 
 def _steps_only_forward(ordered: pl.DataFrame, keys: list[str]) -> bool:

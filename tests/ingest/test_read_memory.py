@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 import stabilitycli.frame as frame_module
+import stabilitycli.rank_sort as rank_sort
 from stabilitycli import read
 from stabilitycli.frame import finalize
 from stabilitycli.ingest import jsonl
@@ -85,10 +86,10 @@ def test_the_column_at_a_time_sort_gives_the_whole_frame_sort(
     seed = len(ranks) + order_rows
     log.write_text(_log(seed, ranks=ranks, evals=evals, resume=resume, cut=cut))
     monkeypatch.setattr(jsonl, "PIECE_BYTES", piece_bytes)
-    monkeypatch.setattr(frame_module, "_ORDER_ROWS", order_rows)
+    monkeypatch.setattr(rank_sort, "_ORDER_ROWS", order_rows)
     new = read(log)
     with monkeypatch.context() as patch:
-        patch.setattr(frame_module, "_by_rank", _old_sort)
+        patch.setattr(frame_module, "by_rank", _old_sort)
         old = read(log)
     _same_bits(new.frame, old.frame)
     _same_bits(new.abandoned, old.abandoned)
@@ -108,19 +109,19 @@ def test_rows_already_by_rank_are_not_gathered(tmp_path, monkeypatch) -> None:
     log = tmp_path / "train.jsonl"
     log.write_text("\n".join(lines) + "\n")
     monkeypatch.setattr(
-        frame_module, "_stable_order", lambda ranks: pytest.fail("sorted rows were gathered")
+        rank_sort, "_stable_order", lambda ranks: pytest.fail("sorted rows were gathered")
     )
     new = read(log)
-    monkeypatch.setattr(frame_module, "_by_rank", _old_sort)
+    monkeypatch.setattr(frame_module, "by_rank", _old_sort)
     _same_bits(new.frame, read(log).frame)
 
 
 @pytest.mark.parametrize("order_rows", [1, 2, 7, 64])
 @pytest.mark.parametrize("top", [0, 1, 63, 70_000])
 def test_the_counted_order_is_numpys_stable_argsort(monkeypatch, order_rows, top) -> None:
-    monkeypatch.setattr(frame_module, "_ORDER_ROWS", order_rows)
+    monkeypatch.setattr(rank_sort, "_ORDER_ROWS", order_rows)
     ranks = np.random.default_rng(top + order_rows).integers(0, top + 1, size=500)
-    order = frame_module._stable_order(ranks)
+    order = rank_sort._stable_order(ranks)
     assert order.dtype == np.uint32
     assert np.array_equal(order, np.argsort(ranks, kind="stable"))
 
@@ -130,10 +131,10 @@ def test_a_column_is_gathered_as_polars_gathers_it_with_or_without_nulls() -> No
     order = np.array([5, 3, 0, 2, 4, 1], dtype=np.uint32)
     with_nulls = pl.Series("x", values, dtype=pl.Float64)
     expected = with_nulls.gather(pl.Series(order))
-    _same_bits(frame_module._gathered(with_nulls, order).to_frame(), expected.to_frame())
+    _same_bits(rank_sort._Gather(order).sorted(with_nulls).to_frame(), expected.to_frame())
     no_nulls = with_nulls.fill_null(-0.0)
     _same_bits(
-        frame_module._gathered(no_nulls, order).to_frame(),
+        rank_sort._Gather(order).sorted(no_nulls).to_frame(),
         no_nulls.gather(pl.Series(order)).to_frame(),
     )
 
@@ -161,3 +162,88 @@ def test_a_frame_handed_over_is_left_empty_and_one_lent_is_untouched() -> None:
     assert handed.width == 0
     _same_bits(taken.frame, kept.frame)
     assert kept.frame["rank"].to_list() == [0, 0, 1, 1]
+
+
+def _grid_log(seed: int, ranks: list[int], steps: int) -> str:
+    """Every step logs every rank, in one shuffled order; a sparse column (nulls) and odd
+    values (NaN, +-Inf, -0.0)."""
+    rng = random.Random(seed)
+    order = ranks[:]
+    rng.shuffle(order)
+    lines = []
+    for step in range(steps):
+        for rank in order:
+            record: dict = {"step": step, "rank": rank, "loss": rng.choice(_ODD_VALUES)}
+            if rng.random() < 0.5:
+                record["grad_norm"] = rng.choice(_ODD_VALUES)
+            lines.append(json.dumps(record))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("block_values", [1, 3, 8, 1 << 14])
+@pytest.mark.parametrize(
+    "ranks", [[0, 1, 2, 3], [7, 2, 0, 5, 1], [3, 0]], ids=["four", "gaps", "two"]
+)
+@pytest.mark.parametrize("piece_bytes", [300, 1 << 40])
+def test_a_lockstep_grid_is_transposed_to_the_whole_frame_sort(
+    tmp_path, monkeypatch, block_values, ranks, piece_bytes
+) -> None:
+    log = tmp_path / "train.jsonl"
+    log.write_text(_grid_log(len(ranks) + block_values, ranks, steps=13))
+    monkeypatch.setattr(jsonl, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(rank_sort, "_BLOCK_VALUES", block_values)
+    with monkeypatch.context() as patch:
+        # a grid needs no row order: counting one would mean the grid went unseen
+        patch.setattr(rank_sort, "_stable_order", lambda _: pytest.fail("a grid was gathered"))
+        new = read(log)
+    with monkeypatch.context() as patch:
+        patch.setattr(frame_module, "by_rank", _old_sort)
+        old = read(log)
+    assert new.frame["grad_norm"].null_count() > 0  # the sparse column went through
+    _same_bits(new.frame, old.frame)
+    assert new.source.to_dict() == old.source.to_dict()
+    assert new.frame["rank"].flags["SORTED_ASC"]
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [
+        [0, 1, 2, 0, 1],  # the rows are no whole number of steps
+        [0, 1, 1, 0, 1, 1],  # a rank twice in a step
+        [0, 1, 2, 0, 2, 1],  # a step in another order
+        [0, 1, 2, 0, 1, 3],  # a rank in one step only
+        [1, 0, 2, 3, 4, 5],  # no step repeats the first rank
+    ],
+)
+def test_rows_that_are_no_lockstep_grid_are_counted_into_an_order(ranks) -> None:
+    assert rank_sort._Grid.of(np.array(ranks, dtype=np.int64)) is None
+    table = pl.DataFrame({"rank": ranks, "x": [float(i) for i in range(len(ranks))]})
+    _same_bits(rank_sort.by_rank(table.clone()), _old_sort(table))
+
+
+def test_a_grid_first_step_past_the_search_is_counted(monkeypatch) -> None:
+    monkeypatch.setattr(rank_sort, "_GRID_SEARCH_ROWS", 3)
+    ranks = np.tile(np.array([3, 1, 2, 0], dtype=np.int64), 5)
+    assert rank_sort._Grid.of(ranks) is None
+    monkeypatch.setattr(rank_sort, "_GRID_SEARCH_ROWS", 5)
+    assert rank_sort._Grid.of(ranks) is not None
+
+
+@pytest.mark.parametrize("block_values", [1, 2, 5, 1 << 14])
+def test_every_column_type_of_a_grid_sorts_as_polars_sorts_it(monkeypatch, block_values) -> None:
+    monkeypatch.setattr(rank_sort, "_BLOCK_VALUES", block_values)
+    steps, order = 6, [2, 0, 3, 1]
+    rows = steps * len(order)
+    rng = np.random.default_rng(block_values)
+    floats = rng.choice(np.array(_ODD_VALUES), size=rows)
+    table = pl.DataFrame(
+        {
+            "rank": np.tile(order, steps),
+            "x": pl.Series(floats).scatter([1, 5, 22], None),  # NaN and null, both kept
+            "n": pl.Series(np.arange(rows), dtype=pl.Int64).scatter([0], None),
+            "i": pl.Series(np.arange(rows), dtype=pl.UInt32),
+            "flag": [bool(v) for v in rng.integers(0, 2, size=rows)],  # gathered by order
+            "text": [f"r{v}" for v in range(rows)],
+        }
+    )
+    _same_bits(rank_sort.by_rank(table.clone()), _old_sort(table))
