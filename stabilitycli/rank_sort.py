@@ -115,6 +115,7 @@ class _Grid:
         # a null's slot holds a zero while transposed and is made null again after
         values = (column.fill_null(0) if missing else column).to_numpy()
         out = pl.Series(column.name, self._transposed(values), dtype=column.dtype)
+        del values  # the filled copy, when there are nulls, goes before the mask is made
         if missing:
             valid = self._transposed(column.is_not_null().to_numpy())
             out.scatter(np.flatnonzero(~valid), None)
