@@ -463,7 +463,9 @@ def reject_bad_cells(frame, source: SourceInfo, keep_text: tuple[str, ...] = ())
 
 
 def finish(raw, source: SourceInfo, options: ReadOptions):
-    """Pick the step and rank columns and hand the raw table to `finalize`."""
+    """Pick the step and rank columns and hand the raw table to `finalize`, which takes it
+    over (`raw` is left empty): a per-rank table is then sorted by rank a column at a
+    time with each unsorted column let go, not held whole beside its sorted copy."""
     from stabilitycli.frame import finalize
 
     columns = [c for c in raw.columns if c != "_row"]
@@ -478,7 +480,12 @@ def finish(raw, source: SourceInfo, options: ReadOptions):
     if step_key is not None:
         _step_order_warnings(raw, step_key, source)
     return finalize(
-        raw, source, step_key=step_key, rank_key=rank_key, overrides=options.metric_overrides
+        raw,
+        source,
+        step_key=step_key,
+        rank_key=rank_key,
+        overrides=options.metric_overrides,
+        owned=True,
     )
 
 

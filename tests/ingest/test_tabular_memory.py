@@ -81,3 +81,30 @@ def test_an_int128_step_column_takes_the_general_path() -> None:
     steps = pl.Series("step", [0, 1, 2, 10**15], dtype=pl.Int128)
     assert not tabular._sorted_whole_steps(steps)
     assert step_warnings(steps) == step_warnings(steps.cast(pl.Float64))
+
+
+def test_a_per_rank_table_is_handed_over_to_finalize_and_sorted_as_before(tmp_path) -> None:
+    """A per-rank table's raw frame is left empty by `finish` (so no name keeps its
+    columns alive while they are sorted by rank), and the run is the one a lent frame
+    gives."""
+    from stabilitycli.ingest.options import ReadOptions
+
+    steps, ranks = 7, [2, 0, 1]
+    table = pl.DataFrame(
+        {
+            "step": np.repeat(np.arange(steps), len(ranks)),
+            "rank": np.tile(ranks, steps),
+            "loss": [np.nan if i == 4 else -0.0 if i == 5 else float(i) for i in range(21)],
+        }
+    )
+    path = tmp_path / "train.parquet"
+    table.write_parquet(path)
+    raw = tabular.load_table(path, SourceInfo(path=str(path), format="table"))
+    lent = frame.finalize(
+        raw.clone(), SourceInfo(path=str(path), format="table"), step_key="step", rank_key="rank"
+    )
+    run = tabular.finish(raw, SourceInfo(path=str(path), format="table"), ReadOptions())
+    assert raw.width == 0
+    assert run.frame.equals(lent.frame, null_equal=True)
+    assert run.frame["rank"].to_list() == [0] * steps + [1] * steps + [2] * steps
+    assert np.isnan(run.frame.filter(pl.col("rank") == 0, pl.col("step") == 1)["loss"][0])
