@@ -77,8 +77,8 @@ class _Gather:
 
 
 class _Grid:
-    """Rows that are a lockstep grid: `steps` runs of the same `ranks_per_step` ranks, each
-    run in the order `first_step` holds them (a permutation: no rank twice in it)."""
+    """Rows that are a lockstep grid: `steps` runs of the same ranks, each run in the order
+    `first_step` holds them (no rank twice in it)."""
 
     def __init__(self, first_step: np.ndarray, steps: int):
         self.first_step, self.steps = first_step, steps
@@ -94,7 +94,8 @@ class _Grid:
         width = int(again[0]) + 1
         if ranks.size % width:
             return None
-        first_step = ranks[:width]
+        # a copy: a view would keep the whole unsorted rank column alive with the grid
+        first_step = ranks[:width].copy()
         if np.unique(first_step).size != width:
             return None
         steps_per_block = max(1, _BLOCK_VALUES // width)
