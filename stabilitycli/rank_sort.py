@@ -98,7 +98,7 @@ class _Grid:
         first_step = ranks[:width].copy()
         if np.unique(first_step).size != width:
             return None
-        steps_per_block = max(1, _BLOCK_VALUES // width)
+        steps_per_block = _steps_per_block(width)
         grid = ranks.reshape(-1, width)
         for first in range(0, grid.shape[0], steps_per_block):  # loop over blocks, not rows
             if not (grid[first : first + steps_per_block] == first_step).all():
@@ -132,13 +132,18 @@ class _Grid:
         width = self.first_step.size
         by_step = values.reshape(self.steps, width)
         by_rank = np.empty((width, self.steps), dtype=values.dtype)
-        steps_per_block = max(1, _BLOCK_VALUES // width)
+        steps_per_block = _steps_per_block(width)
         for first in range(0, self.steps, steps_per_block):  # loop over blocks, not rows
             block = by_step[first : first + steps_per_block]
             if not self.in_order:
                 block = block[:, self.rank_order]
             by_rank[:, first : first + steps_per_block] = block.T
         return by_rank.reshape(-1)
+
+
+def _steps_per_block(ranks_per_step: int) -> int:
+    """How many whole steps of a grid one cache-sized block holds (one at least)."""
+    return max(1, _BLOCK_VALUES // ranks_per_step)
 
 
 def _stable_order(ranks: np.ndarray) -> np.ndarray:
