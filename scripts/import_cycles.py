@@ -1,4 +1,4 @@
-"""Print every import circle between stabilitycli's modules, and private names imported across modules.
+"""Print every import circle among stabilitycli's modules and private names taken across them.
 
 An import circle is two or more modules that reach each other through imports
 (lazy ones inside functions included, since they tie the modules as tightly).
@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
 
 PACKAGE = "stabilitycli"
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _imported_by(graph: grimp.ImportGraph, module: str) -> Iterator[str]:
+    return iter(sorted(graph.find_modules_directly_imported_by(module)))
 
 
 def circles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -32,7 +37,7 @@ def circles(graph: grimp.ImportGraph) -> list[list[str]]:
     for start in modules:
         if start in index:
             continue
-        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
+        work = [(start, _imported_by(graph, start))]
         index[start] = low[start] = counter
         counter += 1
         stack.append(start)
@@ -46,9 +51,7 @@ def circles(graph: grimp.ImportGraph) -> list[list[str]]:
                     counter += 1
                     stack.append(child)
                     on_stack.add(child)
-                    work.append(
-                        (child, iter(sorted(graph.find_modules_directly_imported_by(child))))
-                    )
+                    work.append((child, _imported_by(graph, child)))
                     advanced = True
                     break
                 if child in on_stack:
