@@ -63,6 +63,7 @@ from _dq_synth import (
     RealNoise,
     real_residuals,
 )
+from _paths import portable
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REAL_LOGS = ROOT.parent / "shared" / "real-logs"
@@ -627,7 +628,7 @@ def emit(text, out_path, json_path, meta, targets, cells, healthy, real_sources,
     print(text)
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(text + "\n")
+        out_path.write_text(portable(text) + "\n")
         print(f"wrote {out_path}", file=sys.stderr)
     if json_path is not None:
         payload = {

@@ -46,6 +46,7 @@ from _dq_synth import (
     real_residuals,
     single_run,
 )
+from _paths import portable
 from detection_quality import DEFAULT_REAL_LOGS, INTERVALS, RAMP_SIZES, SIGMAS
 
 RAMP_TOLERANCE_FRAC = 0.05  # O2: |onset error| <= 5% of the ramp's length
@@ -379,7 +380,7 @@ def main() -> None:
         args.json.write_text(json.dumps({"rows": rows, "gap": gap}, indent=1))
     if args.out:
         lines = [*_reading_md(runs, args, rows, measured, gap), "", *table_md(rows, measured), ""]
-        args.out.write_text("\n".join(lines))
+        args.out.write_text(portable("\n".join(lines)))
 
 
 def _reading_md(

@@ -61,6 +61,7 @@ from statistics import median
 
 import _perf_cases as cases
 import _perf_report as report
+from _paths import portable
 from _perf_measure import Sample, measure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,7 +271,7 @@ def publish(run: dict, args: argparse.Namespace) -> None:
     for path in args.merge:
         run = merged(run, json.loads(path.read_text()))
     if args.out:
-        args.out.write_text(report.markdown(run))
+        args.out.write_text(portable(report.markdown(run)))
     print(report.text(run))
 
 
