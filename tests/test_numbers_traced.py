@@ -36,7 +36,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.test_thresholds_in_text import (  # noqa: F401 (fixtures)
+from tests.report.test_thresholds_in_text import (  # noqa: F401 (fixtures)
     _fixture_logs,
     default_runs,
     overridden_runs,
