@@ -315,7 +315,7 @@ def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k,
 
 # --- trend.py: the Q4.1 scan over every window -----------------------------------------
 #
-# tests/test_trend.py holds Mann-Kendall to the double loop on untied floats
+# tests/detect/test_trend.py holds Mann-Kendall to the double loop on untied floats
 # and short windows; here: heavy ties (a quantised loss), windows up to the
 # 64 bins the divergence rule uses, and the other per-window statistics.
 
