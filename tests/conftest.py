@@ -44,3 +44,15 @@ def cli():
         return result
 
     return invoke
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_size_from_the_runner(monkeypatch):
+    """Every test starts without COLUMNS and LINES, as in a shell that does not export them.
+
+    pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, and
+    `stab` sizes a piped terminal output by COLUMNS when it is set: without this, a long
+    temporary path wraps on a worker and not in a serial run. A test that means a width
+    sets one itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

@@ -13,6 +13,7 @@ from unittest import mock
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -201,6 +202,7 @@ def findings_of(frame: pl.DataFrame) -> list[str]:
     return [repr(f) for f in analyze(frame).findings if f.code in DIVERGENCE_CODES]
 
 
+@pytest.mark.slow  # ~3 s: two 6000-point runs analysed whole and in tiny chunks
 def test_the_rule_says_the_same_with_a_chunk_of_five_windows() -> None:
     """A divergence, undone rises before it and a slow ramp: the same findings, to the bit."""
     steps = np.arange(0, 60000, 10, dtype=np.int64)
@@ -274,6 +276,7 @@ def test_running_median_and_clipping_a_chunk_of_rows_at_a_time() -> None:
     assert same_bits(clipped, whole + np.clip(off, -4 * spread, 4 * spread))
 
 
+@pytest.mark.slow  # ~3 s: the ramp fit 9 times, down to one row a chunk
 def test_ramp_onset_a_chunk_of_rows_at_a_time() -> None:
     """The ramp fit's start, with and without a decay before it, whatever the chunk."""
     rng = np.random.default_rng(8)

@@ -14,6 +14,7 @@ from unittest import mock
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -113,6 +114,7 @@ def naive_trailing(steps, values, window_steps, min_points, widened_points):
     return np.array(mean), np.array(std), np.array(count), widened
 
 
+@pytest.mark.slow  # ~2.5 s: 200 hypothesis examples against a per-row loop
 @settings(max_examples=200, deadline=None)
 @given(
     series(),
@@ -270,6 +272,7 @@ def noisy_losses(draw):
     return steps, out
 
 
+@pytest.mark.slow  # ~5 s: 80 hypothesis examples against a per-row loop
 @settings(max_examples=80, deadline=None)
 @given(
     noisy_losses(),
@@ -312,7 +315,7 @@ def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k,
 
 # --- trend.py: the Q4.1 scan over every window -----------------------------------------
 #
-# tests/test_trend.py holds Mann-Kendall to the double loop on untied floats
+# tests/detect/test_trend.py holds Mann-Kendall to the double loop on untied floats
 # and short windows; here: heavy ties (a quantised loss), windows up to the
 # 64 bins the divergence rule uses, and the other per-window statistics.
 

@@ -7,6 +7,7 @@ from unittest import mock
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def lr_logs(draw):
     return steps, lr
 
 
+@pytest.mark.slow  # ~2 s: 120 hypothesis examples
 @settings(max_examples=120, deadline=None)
 @given(lr_logs(), st.sampled_from([4, 10, 25]), st.sampled_from([1, 3, 17]))
 def test_lr_rules_in_chunks_find_what_the_whole_columns_find(log, window, chunk_rows):

@@ -312,6 +312,7 @@ def test_jsonl_integers_past_int64(tmp_path, nonfinite) -> None:
     assert run.frame.filter(run.frame["step"] == 20)["tokens"].to_list() == [math.inf]
 
 
+@pytest.mark.slow  # ~1.5 s: deep JSON read in many windows
 def test_json_depth_is_the_same_in_windows(monkeypatch) -> None:
     import random
 

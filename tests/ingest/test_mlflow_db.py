@@ -109,6 +109,7 @@ def test_truncated_database_is_a_one_line_input_error(tmp_path):
     assert "\n" not in str(err.value) and str(copy) in str(err.value)
 
 
+@pytest.mark.slow  # ~2 s: the MLflow client writes a sqlite store
 def test_mlflow_client_sqlite_round_trip(tmp_path, monkeypatch):
     pytest.importorskip("mlflow", reason="mlflow not installed (pip install mlflow)")
     pytest.importorskip("sqlalchemy", reason="the mlflow sqlite store needs sqlalchemy")

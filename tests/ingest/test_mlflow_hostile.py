@@ -342,7 +342,9 @@ def _serve(api: _Api):
     server.daemon_threads = True
     server.block_on_close = False
     server.api = api  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop to look at its flag: every 0.5 s by default, which was
+    # half a second of every test here
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -449,7 +451,14 @@ class _Trickle(_Api):
         handler.close_connection = True
 
 
-@pytest.mark.parametrize("in_headers", [False, True])
+@pytest.mark.parametrize(
+    "in_headers",
+    [
+        # ~10 s: the body trickles a byte every 50 ms until the server gives up
+        pytest.param(False, marks=pytest.mark.slow),
+        True,
+    ],
+)
 def test_server_that_trickles_is_cut_at_the_request_deadline(limits, in_headers):
     api = _Trickle()
     api.in_headers = in_headers

@@ -19,6 +19,10 @@ from tests.conftest import FIXTURES, RUNS
 
 pytest.importorskip("moto")
 
+# the tests that start moto's S3 server (`store` for the module, or one of their own): the
+# server takes ~3 s to answer
+s3_server_start = pytest.mark.slow
+
 BUCKET = "stab-logs"
 # (what is uploaded, the part of the URI after the bucket): single logs, a gzip log, a log
 # with a manifest beside it, a TensorBoard folder, a per-rank folder
@@ -82,6 +86,7 @@ def _document(result, local: Path, uri: str) -> str:
     return json.dumps(result.to_dict(), sort_keys=True).replace(str(local), uri)
 
 
+@s3_server_start
 @pytest.mark.parametrize("local,key", CASES, ids=[key for _, key in CASES])
 def test_a_run_in_the_store_reads_as_the_same_run_on_disk(store, tmp_path, local, key) -> None:
     # a copy under the folder name the store has, since readers name a run by its folder
@@ -103,6 +108,7 @@ def test_a_run_in_the_store_reads_as_the_same_run_on_disk(store, tmp_path, local
     assert _document(from_store, copy, uri) == _document(from_disk, copy, uri)
 
 
+@s3_server_start
 def test_nan_and_inf_come_through_the_store_exactly(store) -> None:
     from stabilitycli import read
 
@@ -113,6 +119,7 @@ def test_nan_and_inf_come_through_the_store_exactly(store) -> None:
     assert [repr(v) for v in loss] == [repr(v) for v in expected]
 
 
+@s3_server_start
 def test_ranks_read_a_per_rank_folder_in_the_store(store) -> None:
     report = ranks(f"s3://{BUCKET}/ranks/seed_64", options=ReadOptions(endpoint_url=store))
     on_disk = ranks(FIXTURES / "ranks" / "seed_64")
@@ -120,6 +127,7 @@ def test_ranks_read_a_per_rank_folder_in_the_store(store) -> None:
     assert report.outliers
 
 
+@s3_server_start
 @pytest.mark.parametrize(
     "uri,reason",
     [
@@ -134,6 +142,7 @@ def test_a_missing_key_or_bucket_is_one_line_and_exit_2(store, cli, uri, reason)
     assert len(lines) == 1 and uri in lines[0] and reason in lines[0]
 
 
+@s3_server_start
 def test_refused_credentials_are_one_line_and_exit_2(cli, monkeypatch) -> None:
     for name, value in CREDENTIALS.items():
         monkeypatch.setenv(name, value)
@@ -145,6 +154,7 @@ def test_refused_credentials_are_one_line_and_exit_2(cli, monkeypatch) -> None:
     assert "the object store refused" in lines[0] and "ACCESS_DENIED" in lines[0]
 
 
+@s3_server_start
 def test_the_cli_reads_a_log_in_the_store(store, cli) -> None:
     uri = f"s3://{BUCKET}/runs/spike-persistent/run.jsonl"
     result = cli("analyze", uri, "--endpoint-url", store, "--format", "json")
@@ -159,6 +169,7 @@ def test_a_file_uri_is_the_local_path(tmp_path) -> None:
     assert by_uri.to_dict() == analyze(log.resolve()).to_dict()
 
 
+@s3_server_start
 def test_an_object_over_the_size_limit_is_refused_before_it_is_fetched(store, monkeypatch) -> None:
     monkeypatch.setenv("STAB_LIMIT_MAX_INPUT_BYTES", "1000")
     with pytest.raises(StabInputError) as err:
@@ -170,6 +181,7 @@ def test_an_object_over_the_size_limit_is_refused_before_it_is_fetched(store, mo
     assert str(err.value).startswith(f"s3://{BUCKET}/runs/spike-persistent/run.jsonl")
 
 
+@s3_server_start
 def test_a_sweep_of_a_prefix_is_the_sweep_of_the_same_folder_on_disk(store, cli, tmp_path) -> None:
     folder = tmp_path / "sweep"
     for name in SWEEP:
@@ -201,6 +213,7 @@ def _s3(endpoint: str):
     )
 
 
+@s3_server_start
 def test_a_results_store_reanalyses_only_the_objects_that_changed(store, cli, tmp_path) -> None:
     fs = _s3(store)
     for name in SWEEP:

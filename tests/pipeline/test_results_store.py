@@ -254,7 +254,7 @@ def test_summary_of_a_missing_store_is_exit_2(cli, tmp_path) -> None:
 
 
 def test_every_summary_key_is_in_the_contract(cli, tmp_path) -> None:
-    from tests.test_contract_doc import named, section
+    from tests.report.test_contract_doc import named, section
 
     root, store = _runs(tmp_path), tmp_path / "results.db"
     (root / "broken.jsonl").write_text("{not json\n")

@@ -23,7 +23,7 @@ from stabilitycli.config import Thresholds
 from stabilitycli.detect import registry
 from stabilitycli.detect.registry import Rule, RuleResult, load_rules
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "rules.md"
 
 

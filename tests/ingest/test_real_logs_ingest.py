@@ -16,7 +16,7 @@ import pytest
 
 from stabilitycli.ingest import read
 
-REAL = Path(__file__).parents[1].parent / "shared" / "real-logs"
+REAL = Path(__file__).parents[2].parent / "shared" / "real-logs"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real logs not present at {REAL}")
 
 CHRON = "bigscience-chronicles-excerpts"

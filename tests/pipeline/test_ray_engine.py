@@ -79,6 +79,7 @@ def _hangs(path: str, settings: BatchSettings) -> RunResult:
     return batch.analyze_one(path, settings)
 
 
+@pytest.mark.slow  # ~15 s: 2 x 200 runs through Ray and the local engine, after Ray's ~3 s start
 def test_same_documents_and_exit_status_as_the_local_engine(local_ray, tmp_path) -> None:
     paths = _runs(tmp_path / "runs", 199)
     unreadable = tmp_path / "unreadable.jsonl"
@@ -104,6 +105,7 @@ def test_same_documents_and_exit_status_as_the_local_engine(local_ray, tmp_path)
         )
 
 
+@pytest.mark.slow  # ~6 s: waits for Ray to notice a dead worker and retry
 def test_a_worker_killed_mid_sweep_loses_no_result(local_ray, tmp_path) -> None:
     paths = _runs(tmp_path / "runs", 12)
     results = ray_engine.analyze_many(paths, BatchSettings(), task=_dies_once)
@@ -112,6 +114,7 @@ def test_a_worker_killed_mid_sweep_loses_no_result(local_ray, tmp_path) -> None:
     assert _lines(results) == _lines(batch.analyze_many(paths, BatchSettings(), jobs=1))
 
 
+@pytest.mark.slow  # ~1-4 s: waits on Ray's retries of a dying worker
 def test_a_run_whose_worker_always_dies_fails_alone(local_ray, tmp_path) -> None:
     paths = _runs(tmp_path / "runs", 6)
     results = ray_engine.analyze_many(paths, BatchSettings(), retries=1, task=_always_dies)
@@ -123,6 +126,7 @@ def test_a_run_whose_worker_always_dies_fails_alone(local_ray, tmp_path) -> None
     assert batch.exit_status(results) == 2
 
 
+@pytest.mark.slow  # ~22 s: waits out the time limit
 def test_a_run_over_the_time_limit_is_cancelled_and_fails_alone(local_ray, tmp_path) -> None:
     paths = _runs(tmp_path / "runs", 6)
     start = time.monotonic()
@@ -153,6 +157,7 @@ def test_without_ray_installed_the_error_says_which_extra(monkeypatch) -> None:
         ray_engine.analyze_many(["x"], BatchSettings())
 
 
+@pytest.mark.slow  # ~2 s: on the module's Ray instance (its start and stop)
 def test_a_stored_result_is_not_sent_to_ray(local_ray, tmp_path) -> None:
     paths = _runs(tmp_path / "runs", 4)
     victim = paths[2]

@@ -10,6 +10,7 @@ from tests.conftest import RUNS
 LOGS = [RUNS / name / "run.jsonl" for name in ("spike-persistent", "healthy-every-10", "plateau")]
 
 
+@pytest.mark.slow  # ~5 s: starts a local Ray instance
 def test_the_ray_engine_prints_what_the_local_engine_prints(cli) -> None:
     pytest.importorskip("ray")
     local = cli("analyze", *LOGS, "--format", "json", "-j", "1")

@@ -837,6 +837,7 @@ def test_a_rank_three_sigmas_off_for_good_is_found_by_its_cusum(seed):
     assert find_rank_outliers(memory_run(steps, values), "loss", persistence_only).outliers == ()
 
 
+@pytest.mark.slow  # ~3 s: many seeded sparse cohorts
 def test_the_onset_of_a_rank_shift_in_a_sparse_noisy_cohort_is_its_first_shifted_step():
     """Cohorts of 4, 8 and 16 ranks logged every 50 steps, per-step spread 15% of the level
     (gamma noise), rank 1 up by +50% or +100% of the level from step 7,500: the onset is that

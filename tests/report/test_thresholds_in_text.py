@@ -12,6 +12,7 @@ overridden value in the overridden ones.
 
 from __future__ import annotations
 
+import functools
 import html
 import io
 import json
@@ -141,14 +142,22 @@ def _render_all(sets: dict[str, str]) -> dict[str, dict]:
     return runs
 
 
+@functools.cache
+def _rendered(overridden: bool) -> dict[str, dict]:
+    """Every fixture rendered once a process: test_numbers_traced and test_quantities take
+    these fixtures too, and a module-scoped fixture would render them again in each module.
+    The tests only read what it returns."""
+    return _render_all(OVERRIDES if overridden else {})
+
+
 @pytest.fixture(scope="module")
 def default_runs() -> dict[str, dict]:
-    return _render_all({})
+    return _rendered(overridden=False)
 
 
 @pytest.fixture(scope="module")
 def overridden_runs() -> dict[str, dict]:
-    return _render_all(OVERRIDES)
+    return _rendered(overridden=True)
 
 
 def _value_text(name: str, value: str | None = None) -> str:

@@ -115,6 +115,7 @@ def test_all_unreadable_is_exit_2(cli, tmp_path) -> None:
     assert [r["schema"] for r in records] == ["stab.error/1", "stab.error/1"]
 
 
+@pytest.mark.slow  # ~1.5 s: three batch runs, each starting a process pool
 def test_batch_ci_formats(cli, tmp_path) -> None:
     import xml.etree.ElementTree as ET
 

@@ -26,6 +26,7 @@ that it cannot pass by matching nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -36,7 +37,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.test_thresholds_in_text import (  # noqa: F401 (fixtures)
+from tests.report.test_thresholds_in_text import (  # noqa: F401 (fixtures)
     _fixture_logs,
     default_runs,
     overridden_runs,
@@ -1492,7 +1493,13 @@ def _name(log) -> str:
 
 @pytest.fixture(scope="module")
 def extra_runs() -> dict[str, dict]:
-    """The headline and post-mortem of the EXTRA logs, made as test_thresholds_in_text does."""
+    return _extra_runs()
+
+
+@functools.cache
+def _extra_runs() -> dict[str, dict]:
+    """Made once a process (test_quantities takes `extra_runs` too; the tests only read it):
+    the headline and post-mortem of the EXTRA logs, made as test_thresholds_in_text does."""
     from stabilitycli.commands._common import with_settings
     from stabilitycli.pipeline import run as pipeline
     from stabilitycli.postmortem.data import build

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.test_numbers_traced import EXTRA, Raw, extra_runs  # noqa: F401 (fixtures)
-from tests.test_thresholds_in_text import _fixture_logs, default_runs  # noqa: F401 (fixtures)
+from tests.postmortem.test_numbers_traced import EXTRA, Raw, extra_runs  # noqa: F401 (fixtures)
+from tests.report.test_thresholds_in_text import _fixture_logs, default_runs  # noqa: F401 (fixtures)
 
 RECOMPUTED_SERIES = ("loss", "grad_norm", "lr", "loss_scale", "param_norm")
 

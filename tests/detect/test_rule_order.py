@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from stabilitycli.detect.registry import RULE_MODULES
 
 ORDER = "from stabilitycli.detect.registry import load_rules; print(' '.join(load_rules()))"
@@ -20,6 +22,7 @@ def _order(first_import: str | None) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow  # ~2 s: one Python subprocess per rule module
 def test_importing_a_rule_module_first_does_not_change_the_run_order() -> None:
     plain = _order(None)
     assert len(plain.split()) >= len(RULE_MODULES)

@@ -43,7 +43,8 @@ def test_healthy_runs_have_no_error_or_spike(name: str) -> None:
 def test_every_verdict_and_cause_of_the_contract_has_a_fixture() -> None:
     verdicts = {expected(n)["verdict"] for n in all_runs()}
     causes = {expected(n).get("cause") for n in all_runs()}
-    # rank-outlier lives in the per-rank fixtures (tests/test_ranks*.py)
+    # rank-outlier lives in the per-rank fixtures (tests/detect/test_ranks.py,
+    # tests/pipeline/test_ranks_in_analyze.py)
     assert verdicts >= {
         "healthy",
         "insufficient-data",

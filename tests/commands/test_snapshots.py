@@ -5,9 +5,9 @@ Six bundled runs of six different verdicts, each in every output a user or CI re
 exit status with stderr, here and for two refused inputs. A change to any number,
 sentence or layout fails here with a diff of what changed; when the change is meant:
 
-    .venv/bin/python -m pytest tests/test_snapshots.py --snapshot-update
+    .venv/bin/python -m pytest tests/commands/test_snapshots.py --snapshot-update
 
-and review the diff of tests/__snapshots__/test_snapshots.ambr before committing.
+and review the diff of tests/commands/__snapshots__/test_snapshots.ambr before committing.
 
 The CLI runs in-process from the repository root on relative paths; whatever could still
 differ between machines is normalised first (`_normalised`): the repository's absolute
