@@ -204,7 +204,7 @@ def test_a_bug_in_a_renderer_is_exit_2_in_every_command(monkeypatch, tmp_path) -
         raise RuntimeError("renderer broke")
 
     monkeypatch.setattr("stabilitycli.commands._common.print_rendered", broken)
-    for module in ("analyze", "ranks", "compare"):
+    for module in ("analyze", "analyze_many", "ranks", "compare"):
         monkeypatch.setattr(f"stabilitycli.commands.{module}.print_rendered", broken)
     monkeypatch.setattr("stabilitycli.commands._common.write_output", broken)
     for module in ("postmortem", "report"):

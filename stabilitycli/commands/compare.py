@@ -18,15 +18,14 @@ from typing import Annotated
 import typer
 
 from stabilitycli.commands._common import (
-    FormatInOpt,
     SetOpt,
-    StepKeyOpt,
     boundary,
     internal_error,
     metric_keys,
     pairs,
     print_rendered,
 )
+from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.exit_codes import ExitCode
 
@@ -46,6 +45,7 @@ class XAxis(StrEnum):
     tokens = "tokens"
 
 
+@takes_read_options(only=("step_key", "format_in"))
 def command(
     runs: Annotated[
         list[str],
@@ -54,6 +54,7 @@ def command(
             show_default=False,
         ),
     ],
+    *,
     expect: Annotated[
         list[str] | None,
         typer.Option(
@@ -134,8 +135,7 @@ def command(
     output: Annotated[
         CompareFormat, typer.Option("--format", "-f", help="Output format.")
     ] = CompareFormat.terminal,
-    step_key: StepKeyOpt = None,
-    format_in: FormatInOpt = None,
+    read: ReadArgs,
     set_values: SetOpt = None,
 ) -> None:
     """Compare two runs (or a resume with what it replaced) and check --expect bounds."""
@@ -153,8 +153,7 @@ def command(
             metric,
             strict,
             band.value if band else None,
-            step_key,
-            format_in,
+            read,
             set_values,
         )
     except (StabInputError, StabUsageError) as err:
@@ -185,15 +184,13 @@ def _compare(
     metric,
     strict,
     band,
-    step_key,
-    format_in,
+    read: ReadArgs,
     set_values,
 ):
     from stabilitycli.compare.expect import parse_expect
     from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
     from stabilitycli.detect.deviation import Smoothing
-    from stabilitycli.ingest import read
-    from stabilitycli.ingest.options import ReadOptions
+    from stabilitycli.ingest import read as read_run
     from stabilitycli.settings import load_settings, sentence
 
     if not 1 <= len(runs) <= 2:
@@ -221,8 +218,8 @@ def _compare(
         band=band,
         thresholds=thresholds,
     )
-    read_options = ReadOptions(metric_overrides=overrides, step_key=step_key, format_in=format_in)
-    loaded = [read(path, read_options) for path in runs]
+    read_options = read.options(metric_overrides=overrides)
+    loaded = [read_run(path, read_options) for path in runs]
     if restart is not None:
         result = compare_restart(loaded[0], restart, options)
     elif len(loaded) == 1:
