@@ -2,14 +2,13 @@
 
 Defaults are the seeds' numbers (shared/spec/stability-tree.md); a user changes
 them in `[tool.stab]` of a pyproject.toml, in a stab.toml, or with
-`--set name=value` on the command line. Unknown names are refused.
+`--set name=value` on the command line (`settings.load_settings` reads both).
+Unknown names are refused.
 """
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 from stabilitycli.errors import StabUsageError
@@ -368,51 +367,3 @@ class Thresholds:
 
 THRESHOLD_NAMES: frozenset[str] = frozenset(spec.name for spec in fields(Thresholds))
 _FIELD_DOCS: dict[str, str] = {spec.name: spec.metadata["doc"] for spec in fields(Thresholds)}
-
-
-def load_config(
-    near: str | Path | None = None, cli_values: dict[str, str] | None = None
-) -> Thresholds:
-    """Defaults <- [tool.stab] / stab.toml found from the run's folder upwards <- --set values.
-
-    `near` is the run's path (a URI or a missing path searches from the
-    working directory).
-    """
-    thresholds = Thresholds()
-    text = str(near) if near is not None else ""
-    start = Path(text) if text and "://" not in text and Path(text).exists() else Path.cwd()
-    found = _find_config_file(start)
-    if found is not None:
-        path, table = found
-        thresholds = thresholds.with_overrides(table, str(path))
-    if cli_values:
-        thresholds = thresholds.with_overrides(cli_values, "--set")
-    return thresholds
-
-
-def _find_config_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
-    folder = start if start.is_dir() else start.parent
-    for candidate in [folder, *folder.resolve().parents]:
-        stab_toml = candidate / "stab.toml"
-        if stab_toml.is_file():
-            return stab_toml, _load_table(stab_toml, section=None)
-        pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
-            table = _load_table(pyproject, section="stab")
-            if table:
-                return pyproject, table
-    return None
-
-
-def _load_table(path: Path, section: str | None) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise StabUsageError(f"{path}: cannot read config: {err}") from None
-    if section is None:
-        return data.get("thresholds", data)
-    return (
-        data.get("tool", {})
-        .get(section, {})
-        .get("thresholds", data.get("tool", {}).get(section, {}))
-    )
