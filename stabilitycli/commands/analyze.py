@@ -158,7 +158,7 @@ def command(
     _check_engine(engine, ray_address, retries, time_limit)
     if len(path) > 1 or recursive or results or engine is EngineName.ray:
         from stabilitycli.commands.analyze_many import ManyRuns, analyze_many
-        from stabilitycli.pipeline.batch import Engine
+        from stabilitycli.pipeline.engines import Engine
 
         asked = ManyRuns(
             path,

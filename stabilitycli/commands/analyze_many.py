@@ -21,7 +21,8 @@ from stabilitycli.report.formats import Format
 
 if TYPE_CHECKING:
     from stabilitycli.ingest.options import ReadOptions
-    from stabilitycli.pipeline.batch import BatchSettings, Engine, RunResult
+    from stabilitycli.pipeline.batch import BatchSettings, RunResult
+    from stabilitycli.pipeline.engines import Engine
     from stabilitycli.results.store import Sweep
 
 
@@ -145,12 +146,12 @@ def _analysed(
     paths: list[str], settings: BatchSettings, asked: ManyRuns, sweep: Sweep | None
 ) -> list[RunResult]:
     """Every run's result, in input order, under a bar when a person is watching."""
-    from stabilitycli.pipeline import batch
+    from stabilitycli.pipeline import engines
 
     stored = sweep.stored if sweep is not None else None
 
     def run(on_done: Any = None) -> list[RunResult]:
-        return batch.sweep(
+        return engines.sweep(
             paths, settings, asked.jobs, asked.engine, on_done=on_done, stored=stored
         )
 
