@@ -161,18 +161,18 @@ def command(
         from stabilitycli.pipeline.engines import Engine
 
         asked = ManyRuns(
-            path,
-            recursive,
-            jobs,
-            quiet,
-            output,
-            fail_on,
-            options,
-            select,
-            ignore,
-            set_values,
-            results,
-            Engine(engine.value, ray_address, retries, time_limit),
+            targets=path,
+            recursive=recursive,
+            jobs=jobs,
+            quiet=quiet,
+            output=output,
+            fail_on=fail_on,
+            options=options,
+            select=select,
+            ignore=ignore,
+            set_values=set_values,
+            results_path=results,
+            engine=Engine(engine.value, ray_address, retries, time_limit),
         )
         raise typer.Exit(analyze_many(asked))
     verbosity = "quiet" if quiet else "verbose" if verbose else "normal"

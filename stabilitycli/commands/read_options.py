@@ -138,6 +138,8 @@ def takes_read_options(
         own = inspect.signature(command, eval_str=True).parameters
         if own.get("read") is None or own["read"].annotation is not ReadArgs:
             raise TypeError(f"{command.__qualname__} has no parameter `read: ReadArgs`")
+        if not set(then or {}) <= set(names):  # its options would vanish from --help
+            raise TypeError(f"{command.__qualname__}: `then` names a read option not taken")
         placed_later = {name for after in (then or {}).values() for name in after}
         params: list[inspect.Parameter] = []
         for param in own.values():
