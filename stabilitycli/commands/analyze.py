@@ -51,99 +51,114 @@ EPILOG = f"Inputs: {SUPPORTED}"
 PROGRESS_MIN_BYTES = 64 << 20
 
 
+# the options of `stab analyze` besides the read options, in its --help order
+PathsArg = Annotated[
+    list[str],
+    typer.Argument(
+        help="Log file(s), directories or URIs (formats below), or - for standard input; "
+        "several runs are analysed in parallel."
+    ),
+]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+FailOnOpt = Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")]
+SelectOpt = Annotated[
+    list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")
+]
+IgnoreOpt = Annotated[
+    list[str] | None, typer.Option(help="Skip these rule/finding codes (comma list).")
+]
+RecursiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--recursive",
+        "-r",
+        help="Find every run inside the directories given (a run directory is one run).",
+    ),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs", "-j", min=1, help="Worker processes for several runs (default: all cores)."
+    ),
+]
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Say less: no progress bar; the terminal shows the verdict only, "
+        "concise only warnings and errors, without its summary line.",
+    ),
+]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose", "-v", help="Say more: every finding (the terminal shows the first 40)."
+    ),
+]
+EngineOpt = Annotated[
+    EngineName,
+    typer.Option(
+        help="Where several runs are analysed: a local process pool, or Ray tasks "
+        "(the ray extra) on a local instance or the cluster at --ray-address."
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(help="An existing Ray cluster for --engine ray (default: RAY_ADDRESS)."),
+]
+RetriesOpt = Annotated[
+    int,
+    typer.Option(help="--engine ray: tries again a run whose worker died."),
+]
+TimeLimitOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="--engine ray: seconds one run may take; past it, it is that run's failure.",
+    ),
+]
+ResultsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--results",
+        help="Keep every run's result in this SQLite file and reuse it while the run "
+        "and the settings are unchanged: a rerun analyses only new or changed runs "
+        "(see `stab summary`).",
+    ),
+]
+ShowSettingsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--show-settings",
+        help="Print every threshold in force for the run, its value and its source "
+        "(default, config file and key, or --set), and exit.",
+    ),
+]
+
+
 @takes_read_options(then={"dtype": ("select", "ignore", "set_values")})
 def command(
-    path: Annotated[
-        list[str],
-        typer.Argument(
-            help="Log file(s), directories or URIs (formats below), or - for standard input; "
-            "several runs are analysed in parallel."
-        ),
-    ],
+    path: PathsArg,
     *,
-    output: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = (
-        Format.terminal
-    ),
-    fail_on: Annotated[
-        FailOn, typer.Option(help="Lowest finding severity that exits 1.")
-    ] = FailOn.error,
+    output: FormatOpt = Format.terminal,
+    fail_on: FailOnOpt = FailOn.error,
     read: ReadArgs,
-    select: Annotated[
-        list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")
-    ] = None,
-    ignore: Annotated[
-        list[str] | None, typer.Option(help="Skip these rule/finding codes (comma list).")
-    ] = None,
+    select: SelectOpt = None,
+    ignore: IgnoreOpt = None,
+    # the one --set (set_flag), here pointing to the list of thresholds
     set_values: Annotated[
         list[str] | None, set_flag(see_also="; see `stab explain thresholds`")
     ] = None,
-    recursive: Annotated[
-        bool,
-        typer.Option(
-            "--recursive",
-            "-r",
-            help="Find every run inside the directories given (a run directory is one run).",
-        ),
-    ] = False,
-    jobs: Annotated[
-        int | None,
-        typer.Option(
-            "--jobs", "-j", min=1, help="Worker processes for several runs (default: all cores)."
-        ),
-    ] = None,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "--quiet",
-            "-q",
-            help="Say less: no progress bar; the terminal shows the verdict only, "
-            "concise only warnings and errors, without its summary line.",
-        ),
-    ] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose", "-v", help="Say more: every finding (the terminal shows the first 40)."
-        ),
-    ] = False,
-    engine: Annotated[
-        EngineName,
-        typer.Option(
-            help="Where several runs are analysed: a local process pool, or Ray tasks "
-            "(the ray extra) on a local instance or the cluster at --ray-address."
-        ),
-    ] = EngineName.local,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(help="An existing Ray cluster for --engine ray (default: RAY_ADDRESS)."),
-    ] = None,
-    retries: Annotated[
-        int,
-        typer.Option(help="--engine ray: tries again a run whose worker died."),
-    ] = 2,
-    time_limit: Annotated[
-        float | None,
-        typer.Option(
-            help="--engine ray: seconds one run may take; past it, it is that run's failure.",
-        ),
-    ] = None,
-    results: Annotated[
-        str | None,
-        typer.Option(
-            "--results",
-            help="Keep every run's result in this SQLite file and reuse it while the run "
-            "and the settings are unchanged: a rerun analyses only new or changed runs "
-            "(see `stab summary`).",
-        ),
-    ] = None,
-    show_settings: Annotated[
-        bool,
-        typer.Option(
-            "--show-settings",
-            help="Print every threshold in force for the run, its value and its source "
-            "(default, config file and key, or --set), and exit.",
-        ),
-    ] = False,
+    recursive: RecursiveOpt = False,
+    jobs: JobsOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    engine: EngineOpt = EngineName.local,
+    ray_address: RayAddressOpt = None,
+    retries: RetriesOpt = 2,
+    time_limit: TimeLimitOpt = None,
+    results: ResultsOpt = None,
+    show_settings: ShowSettingsOpt = False,
 ) -> None:
     """Read one run (or many), walk the stability decision tree (NaN, spikes, fp16 loss
     scale, divergence) and print the verdict with its evidence and remedies."""

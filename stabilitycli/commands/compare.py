@@ -45,96 +45,107 @@ class XAxis(StrEnum):
     tokens = "tokens"
 
 
+# the options of `stab compare` besides the read options, in its --help order
+RunsArg = Annotated[
+    list[str],
+    typer.Argument(
+        help="BASELINE CANDIDATE; or one RUN with --expect (checks only) or with --restart N.",
+        show_default=False,
+    ),
+]
+ExpectOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--expect",
+        "-e",
+        help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
+        "on the candidate unless prefixed 'baseline:' (repeatable).",
+    ),
+]
+RestartOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Compare restart N (1-based) of one log: "
+        "the abandoned trajectory against the resumed one."
+    ),
+]
+ToleranceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tolerance",
+        "-t",
+        help="Absolute band: VALUE (for loss) or METRIC=VALUE (repeatable). "
+        "Default: the noise measured in the baseline.",
+    ),
+]
+RelToleranceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Relative band: FRAC (every metric) or METRIC=FRAC, times |baseline| (repeatable)."
+    ),
+]
+UntilOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Compare up to this step (tokens with --x tokens); a run that stops before it fails."
+    ),
+]
+SinceOpt = Annotated[
+    int | None, typer.Option(help="Compare from this step (tokens with --x tokens).")
+]
+XOpt = Annotated[XAxis, typer.Option("--x", help="Align on optimizer steps or on consumed tokens.")]
+SmoothOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) "
+        "or window:N (trailing mean of N points)."
+    ),
+]
+MetricOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metric",
+        "-m",
+        help="Metric to compare (NAME, or NAME=LOGKEY to map a key in both runs); repeatable. "
+        "Default: loss, grad_norm, eval_loss, lr where both runs log them.",
+    ),
+]
+BandOpt = Annotated[
+    Band | None,
+    typer.Option(
+        "--band",
+        help="one-sided: only a candidate worse than the baseline beyond the band fails "
+        "(verifying a fix; the default for two runs). two-sided: a point outside on either "
+        "side fails (a determinism check; the default for --restart).",
+        show_default=False,
+    ),
+]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Judge every point on its own (default: the median of 5 neighbouring points, "
+        "so one noisy mini-batch never fails a comparison)."
+    ),
+]
+FormatOpt = Annotated[CompareFormat, typer.Option("--format", "-f", help="Output format.")]
+
+
 @takes_read_options(only=("step_key", "format_in"))
 def command(
-    runs: Annotated[
-        list[str],
-        typer.Argument(
-            help="BASELINE CANDIDATE; or one RUN with --expect (checks only) or with --restart N.",
-            show_default=False,
-        ),
-    ],
+    runs: RunsArg,
     *,
-    expect: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--expect",
-            "-e",
-            help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
-            "on the candidate unless prefixed 'baseline:' (repeatable).",
-        ),
-    ] = None,
-    restart: Annotated[
-        int | None,
-        typer.Option(
-            help="Compare restart N (1-based) of one log: "
-            "the abandoned trajectory against the resumed one."
-        ),
-    ] = None,
-    tolerance: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tolerance",
-            "-t",
-            help="Absolute band: VALUE (for loss) or METRIC=VALUE (repeatable). "
-            "Default: the noise measured in the baseline.",
-        ),
-    ] = None,
-    rel_tolerance: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Relative band: FRAC (every metric) or METRIC=FRAC, times |baseline| (repeatable)."
-        ),
-    ] = None,
-    until: Annotated[
-        int | None,
-        typer.Option(
-            help="Compare up to this step (tokens with --x tokens); "
-            "a run that stops before it fails."
-        ),
-    ] = None,
-    since: Annotated[
-        int | None, typer.Option(help="Compare from this step (tokens with --x tokens).")
-    ] = None,
-    x: Annotated[
-        XAxis, typer.Option("--x", help="Align on optimizer steps or on consumed tokens.")
-    ] = XAxis.step,
-    smooth: Annotated[
-        str | None,
-        typer.Option(
-            help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) "
-            "or window:N (trailing mean of N points)."
-        ),
-    ] = None,
-    metric: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--metric",
-            "-m",
-            help="Metric to compare (NAME, or NAME=LOGKEY to map a key in both runs); repeatable. "
-            "Default: loss, grad_norm, eval_loss, lr where both runs log them.",
-        ),
-    ] = None,
-    band: Annotated[
-        Band | None,
-        typer.Option(
-            "--band",
-            help="one-sided: only a candidate worse than the baseline beyond the band fails "
-            "(verifying a fix; the default for two runs). two-sided: a point outside on either "
-            "side fails (a determinism check; the default for --restart).",
-            show_default=False,
-        ),
-    ] = None,
-    strict: Annotated[
-        bool,
-        typer.Option(
-            help="Judge every point on its own (default: the median of 5 neighbouring points, "
-            "so one noisy mini-batch never fails a comparison)."
-        ),
-    ] = False,
-    output: Annotated[
-        CompareFormat, typer.Option("--format", "-f", help="Output format.")
-    ] = CompareFormat.terminal,
+    expect: ExpectOpt = None,
+    restart: RestartOpt = None,
+    tolerance: ToleranceOpt = None,
+    rel_tolerance: RelToleranceOpt = None,
+    until: UntilOpt = None,
+    since: SinceOpt = None,
+    x: XOpt = XAxis.step,
+    smooth: SmoothOpt = None,
+    metric: MetricOpt = None,
+    band: BandOpt = None,
+    strict: StrictOpt = False,
+    output: FormatOpt = CompareFormat.terminal,
     read: ReadArgs,
     set_values: SetOpt = None,
 ) -> None:
