@@ -43,6 +43,11 @@ def set_flag(example: str = "spike_sigma=4", see_also: str = "") -> Any:
 SetOpt = Annotated[list[str] | None, set_flag()]
 
 
+def split_codes(values: list[str] | None) -> list[str]:
+    """`--select a,b --select c` -> ['a', 'b', 'c'] (analyze, one run or many)."""
+    return [c.strip() for v in values or [] for c in v.split(",") if c.strip()]
+
+
 def metric_keys(values: list[str] | None) -> tuple[tuple[str, ...], dict[str, str]]:
     """NAME or NAME=LOGKEY items (`--metric` of compare and ranks): the metrics, in order,
     and the log keys given for some of them."""

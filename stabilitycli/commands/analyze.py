@@ -26,9 +26,9 @@ from stabilitycli.commands._common import (
     pairs,
     print_rendered,
     set_flag,
+    split_codes,
     with_settings,
 )
-from stabilitycli.commands.analyze_many import split_codes
 from stabilitycli.commands.bars import ReadingBar, progress_wanted
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 from stabilitycli.errors import StabInputError, StabUsageError, visible

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from stabilitycli.commands._common import FailOn, boundary, fail, pairs, print_rendered
+from stabilitycli.commands._common import (
+    FailOn,
+    boundary,
+    fail,
+    pairs,
+    print_rendered,
+    split_codes,
+)
 from stabilitycli.commands.bars import progress_wanted, with_sweep_bar
 from stabilitycli.errors import StabInputError, StabUsageError, visible
 from stabilitycli.report.formats import Format
@@ -24,11 +31,6 @@ if TYPE_CHECKING:
     from stabilitycli.pipeline.batch import BatchSettings, RunResult
     from stabilitycli.pipeline.engines import Engine
     from stabilitycli.results.store import Sweep
-
-
-def split_codes(values: list[str] | None) -> list[str]:
-    """`--select a,b --select c` -> ['a', 'b', 'c']."""
-    return [c.strip() for v in values or [] for c in v.split(",") if c.strip()]
 
 
 @dataclass(frozen=True)
