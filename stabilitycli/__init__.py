@@ -4,7 +4,9 @@
     result = analyze("run.jsonl")
     print(result.verdict.code, result.verdict.summary)
 
-Heavy modules (polars, numpy) are imported on first use, not here.
+Heavy modules (polars, numpy) are imported on first use, not here. Memory: the `stab`
+command sets how polars and pyarrow give freed memory back; a library caller keeps its
+own settings (`stabilitycli.cli.ALLOCATOR_SETTINGS` says which and why).
 """
 
 from __future__ import annotations

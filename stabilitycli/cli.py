@@ -6,7 +6,9 @@ shell completion (`stab --install-completion` / `--show-completion`). No
 thresholds and no detection logic here, and polars is never imported at
 module level (here or in `commands/`), so `stab --help` and every TAB a shell
 asks to complete stay instant; nor is pydantic, which typer would import to
-convert option values that need no converting (`commands/_params.py`).
+convert option values that need no converting (`commands/_params.py`). `main()` also
+sets the memory allocators of polars and pyarrow (`ALLOCATOR_SETTINGS`: the command's
+only, and why).
 """
 
 from __future__ import annotations
@@ -21,13 +23,12 @@ from typing import Annotated
 import typer
 
 from stabilitycli import __version__
-from stabilitycli.exit_codes import ExitCode
 
-try:  # commands whose options need no pydantic when their values need no converting
-    from stabilitycli.commands._params import Command, Group
-except ImportError:  # a typer that converts without pydantic has no layer to go around
-    from typer.core import TyperCommand as Command  # type: ignore[assignment]
-    from typer.core import TyperGroup as Group  # type: ignore[assignment]
+# Command, Group: commands whose options need no pydantic when their values need no
+# converting; built on typer internals, so pyproject.toml pins typer to the minor version
+# tests/test_cli_params.py checks them on
+from stabilitycli.commands._params import Command, Group
+from stabilitycli.exit_codes import ExitCode
 
 # `-h` as well as `--help`, on `stab` and on every command
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -118,6 +119,13 @@ for _name in COMMANDS:
 # between identical runs; its jemalloc returning pages at once held 1.0 GB every time. No
 # slower on 10M rows. Set only where the user has not, and before either library loads;
 # pyarrow ships jemalloc in its Linux wheels only.
+#
+# They are the `stab` command's only (and its batch workers', which inherit them), on
+# purpose. Both libraries read them once, when they load, from the process environment:
+# a library caller (`from stabilitycli import analyze`) has often loaded polars already,
+# and setting them on `import stabilitycli` would change the memory of the caller's own
+# polars and pyarrow work, and of every process it starts. A caller who wants stab's
+# behaviour sets these variables before importing polars or pyarrow.
 ALLOCATOR_SETTINGS = {
     "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0",
     **(

@@ -2,245 +2,328 @@
 
 Defaults are the seeds' numbers (shared/spec/stability-tree.md); a user changes
 them in `[tool.stab]` of a pyproject.toml, in a stab.toml, or with
-`--set name=value` on the command line. Unknown names are refused.
+`--set name=value` on the command line (`settings.load_settings` reads both).
+Unknown names are refused.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
-import tomllib
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from stabilitycli.errors import StabUsageError
 
 
+def threshold(default: Any, doc: str) -> Any:
+    """A `Thresholds` field: its default, and what it does (`Thresholds.describe`)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True, kw_only=True)
 class Thresholds:
-    # The string under each field is its `stab explain thresholds` text, read verbatim by
-    # _field_docs: long ones are concatenated literals, since a wrapped """ block keeps its breaks.
+    # Each field's text is its `stab explain thresholds` line and the README's: kept in the
+    # field's metadata, so it is there at run time without the source (a zipped install).
 
     # --- windows (spec 0) ---
-    min_points_per_window: int = 8
-    """A step window needs this many logged points; fewer and it widens (spec 0)."""
-    widened_window_points: int = 20
-    """A too-sparse window widens to this many trailing logged points (spec 0)."""
+    min_points_per_window: int = threshold(
+        8,
+        "A step window needs this many logged points; fewer and it widens (spec 0).",
+    )
+    widened_window_points: int = threshold(
+        20,
+        "A too-sparse window widens to this many trailing logged points (spec 0).",
+    )
 
     # --- §2 spikes ---
-    spike_window_steps: int = 100
-    """Trailing baseline window [t-100, t) in steps (Q2.1)."""
-    spike_sigma: float = 3.0
-    """A point above mu + spike_sigma * sigma is flagged (Q2.1)."""
-    sigma_floor_frac: float = 0.01
-    """sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick."""
-    spike_excess_points: int = 3
-    "Materiality (a): excess summed over a flagged point and the logged points after it, in all."
-    spike_excess_sigma: float = 11.0
-    """...and must reach this many baseline sigmas (noise rarely puts three points that far up)."""
-    spike_excess_cap_sigma: float = 6.0
-    "...each point counting at most this many sigmas (one huge point is the large-z bar's case)."
-    spike_excess_min_sigma: float = 2.0
-    """...with none of them under this many sigmas (one noise triple rarely stays up)."""
-    spike_sustained_min_rise_frac: float = 0.03
-    """...and those points must sit this fraction above the baseline on average."""
-    recurring_spike_min_count: int = 3
-    """This many causeless one-point spikes that came straight back are one recurring finding."""
-    noise_level_windows: int = 10
-    (
-        "In a sparse log, sigma is pooled from the successive differences of this many trailing "
-        "windows' worth of points (a 10-point window's own std is too noisy to trust)."
+    spike_window_steps: int = threshold(100, "Trailing baseline window [t-100, t) in steps (Q2.1).")
+    spike_sigma: float = threshold(3.0, "A point above mu + spike_sigma * sigma is flagged (Q2.1).")
+    sigma_floor_frac: float = threshold(
+        0.01,
+        "sigma is at least this fraction of |mu|, so a flat loss does not spike on every uptick.",
     )
-    spike_large_z: float = 6.0
-    """Materiality (c): an isolated point is a spike at z >= this (OLMo-core's threshold)..."""
-    spike_large_ratio: float = 1.5
-    """...and a peak at least this multiple of the baseline mean (real spikes: 2-100x)."""
-    recovery_window_steps: int = 50
-    (
-        "Recovered if the loss returns to <= mu + recovery_sigma * sigma within this many steps "
-        "(Q2.2)."
+    spike_excess_points: int = threshold(
+        3,
+        "Materiality (a): excess summed over a flagged point and the logged points after "
+        "it, in all.",
     )
-    recovery_sigma: float = 0.5
-    """Recovery level in baseline sigmas above mu (Q2.2)."""
-    cause_lead_steps: int = 3
-    """Causes are looked for in [t - cause_lead_steps, t]: grad norm leads the loss by 1-3 steps."""
-    grad_norm_outlier_ratio: float = 10.0
-    (
-        "A pre-clip grad norm this multiple of its trailing level is noted (info), "
-        "and explains a large spike."
+    spike_excess_sigma: float = threshold(
+        11.0,
+        "...and must reach this many baseline sigmas (noise rarely puts three points that far up).",
     )
-    grad_norm_spike_ratio: float = 30.0
-    """Pre-clip grad norm at least this multiple of its trailing mean -> long-tail batch (Q2.3)."""
-    lr_jump_ratio: float = 0.5
-    """An upward LR change of more than this fraction between logged points is a jump (Q2.3)."""
-    lr_jump_cause_steps: int = 50
-    (
-        "An LR jump is a spike's cause up to this many steps later, "
-        "while the LR stays up (a step change keeps acting)."
+    spike_excess_cap_sigma: float = threshold(
+        6.0,
+        "...each point counting at most this many sigmas (one huge point is the large-z "
+        "bar's case).",
     )
-    restart_spike_steps: int = 10
-    "A spike within this many steps after a restart points at unrestored state."
-    duplicate_batch_window_steps: int = 100
-    """A batch id repeated within this many steps is a duplicate batch (Q2.3)."""
-    recovery_median_points: int = 5
-    (
-        "Back to baseline is judged on the median of a point and the next ones, "
-        "this many in all (Q2.2)."
+    spike_excess_min_sigma: float = threshold(
+        2.0,
+        "...with none of them under this many sigmas (one noise triple rarely stays up).",
     )
-    stable_std_points: int = 30
-    "A window with fewer logged points takes its sigma from the pooled recent noise (sparse logs)."
-    lr_jump_local_ratio: float = 10.0
-    (
-        "An LR jump must also be this multiple of the LR's recent step-to-step change (warmup is "
-        "no jump)."
+    spike_sustained_min_rise_frac: float = threshold(
+        0.03,
+        "...and those points must sit this fraction above the baseline on average.",
     )
-    lr_jump_still_up_frac: float = 0.8
-    """An LR jump keeps acting while the LR stays within this fraction of its jumped value."""
-    short_log_loss_jump_ratio: float = 1.5
-    """In a log too short for a baseline, a loss rise of this factor between points is reported."""
-    short_log_grad_norm_jump_ratio: float = 2.0
-    """...and a grad-norm rise of this factor."""
-    ce_loss_max_nats: float = 25.0
-    (
-        "A loss in (0, this) reads as cross-entropy in nats, "
-        "and is also said as a probability (spec 6)."
+    recurring_spike_min_count: int = threshold(
+        3,
+        "This many causeless one-point spikes that came straight back are one recurring finding.",
+    )
+    noise_level_windows: int = threshold(
+        10,
+        "In a sparse log, sigma is pooled from the successive differences of this many "
+        "trailing windows' worth of points (a 10-point window's own std is too noisy to "
+        "trust).",
+    )
+    spike_large_z: float = threshold(
+        6.0,
+        "Materiality (c): an isolated point is a spike at z >= this (OLMo-core's threshold)...",
+    )
+    spike_large_ratio: float = threshold(
+        1.5,
+        "...and a peak at least this multiple of the baseline mean (real spikes: 2-100x).",
+    )
+    recovery_window_steps: int = threshold(
+        50,
+        "Recovered if the loss returns to <= mu + recovery_sigma * sigma within this many "
+        "steps (Q2.2).",
+    )
+    recovery_sigma: float = threshold(0.5, "Recovery level in baseline sigmas above mu (Q2.2).")
+    cause_lead_steps: int = threshold(
+        3,
+        "Causes are looked for in [t - cause_lead_steps, t]: grad norm leads the loss by "
+        "1-3 steps.",
+    )
+    grad_norm_outlier_ratio: float = threshold(
+        10.0,
+        "A pre-clip grad norm this multiple of its trailing level is noted (info), and "
+        "explains a large spike.",
+    )
+    grad_norm_spike_ratio: float = threshold(
+        30.0,
+        "Pre-clip grad norm at least this multiple of its trailing mean -> long-tail batch (Q2.3).",
+    )
+    lr_jump_ratio: float = threshold(
+        0.5,
+        "An upward LR change of more than this fraction between logged points is a jump (Q2.3).",
+    )
+    lr_jump_cause_steps: int = threshold(
+        50,
+        "An LR jump is a spike's cause up to this many steps later, while the LR stays up "
+        "(a step change keeps acting).",
+    )
+    restart_spike_steps: int = threshold(
+        10,
+        "A spike within this many steps after a restart points at unrestored state.",
+    )
+    duplicate_batch_window_steps: int = threshold(
+        100,
+        "A batch id repeated within this many steps is a duplicate batch (Q2.3).",
+    )
+    recovery_median_points: int = threshold(
+        5,
+        "Back to baseline is judged on the median of a point and the next ones, this many "
+        "in all (Q2.2).",
+    )
+    stable_std_points: int = threshold(
+        30,
+        "A window with fewer logged points takes its sigma from the pooled recent noise "
+        "(sparse logs).",
+    )
+    lr_jump_local_ratio: float = threshold(
+        10.0,
+        "An LR jump must also be this multiple of the LR's recent step-to-step change "
+        "(warmup is no jump).",
+    )
+    lr_jump_still_up_frac: float = threshold(
+        0.8,
+        "An LR jump keeps acting while the LR stays within this fraction of its jumped value.",
+    )
+    short_log_loss_jump_ratio: float = threshold(
+        1.5,
+        "In a log too short for a baseline, a loss rise of this factor between points is reported.",
+    )
+    short_log_grad_norm_jump_ratio: float = threshold(
+        2.0,
+        "...and a grad-norm rise of this factor.",
+    )
+    ce_loss_max_nats: float = threshold(
+        25.0,
+        "A loss in (0, this) reads as cross-entropy in nats, and is also said as a "
+        "probability (spec 6).",
     )
 
     # --- §3 mixed precision ---
-    min_loss_scale: float = 1.0
-    """A dynamic loss scale below this has collapsed (Q3.2)."""
-    overflow_rate_unabsorbed: float = 0.01
-    (
-        "Overflows on more than this fraction of steps with no scaler evidence -> fp16-overflow "
-        "(Q3.2)."
+    min_loss_scale: float = threshold(1.0, "A dynamic loss scale below this has collapsed (Q3.2).")
+    overflow_rate_unabsorbed: float = threshold(
+        0.01,
+        "Overflows on more than this fraction of steps with no scaler evidence -> "
+        "fp16-overflow (Q3.2).",
     )
-    static_scale_min_overflows: int = 2
-    """This many overflows under a constant scale means dynamic scaling is off (Q3.2)."""
+    static_scale_min_overflows: int = threshold(
+        2,
+        "This many overflows under a constant scale means dynamic scaling is off (Q3.2).",
+    )
 
     # --- §4 silent divergence ---
-    divergence_window_steps: int = 200
-    """Trend window in steps (Q4.1)."""
-    divergence_z: float = 3.0
-    """Mann-Kendall z at or above which a window's rise is significant (Q4.1)."""
-    divergence_min_rise_frac: float = 0.05
-    (
-        "A rise smaller than this fraction of the window's starting level is a plateau, "
-        "not divergence."
+    divergence_window_steps: int = threshold(200, "Trend window in steps (Q4.1).")
+    divergence_z: float = threshold(
+        3.0,
+        "Mann-Kendall z at or above which a window's rise is significant (Q4.1).",
     )
-    divergence_slow_z: float = 4.0
-    (
-        "Windows longer than the trend window (2x, 4x... for a slow rise) need this Mann-Kendall "
-        "z: every extra length is another chance for noise to look like a trend."
+    divergence_min_rise_frac: float = threshold(
+        0.05,
+        "A rise smaller than this fraction of the window's starting level is a plateau, not"
+        " divergence.",
     )
-    divergence_falling_evidence: float = 2.0
-    (
-        'The onset fit prefers "level, then rise" unless "falling, then rise" beats it by this '
-        "much (n * ln of the ratio of their squared errors: Akaike's price of its extra slope)."
+    divergence_slow_z: float = threshold(
+        4.0,
+        "Windows longer than the trend window (2x, 4x... for a slow rise) need this "
+        "Mann-Kendall z: every extra length is another chance for noise to look like a "
+        "trend.",
     )
-    trend_points: int = 64
-    "Long windows are binned to about this many medians before the trend test (cost, and noise)."
-    warmup_frac: float = 0.5
-    """LR rising before its first decrease and within this fraction of the run is warmup (Q4.2)."""
-    lr_rise_frac: float = 0.05
-    """LR up by more than this fraction over a window counts as rising (Q4.2)."""
-    weight_norm_ratio: float = 2.0
-    """A weight norm changing more than this factor within the window (Q4.3)."""
-    grad_norm_rise_frac: float = 0.25
-    """Grad-norm moving average up by more than this fraction over the window is rising (Q4.4)."""
+    divergence_falling_evidence: float = threshold(
+        2.0,
+        'The onset fit prefers "level, then rise" unless "falling, then rise" beats it by '
+        "this much (n * ln of the ratio of their squared errors: Akaike's price of its "
+        "extra slope).",
+    )
+    trend_points: int = threshold(
+        64,
+        "Long windows are binned to about this many medians before the trend test (cost, "
+        "and noise).",
+    )
+    warmup_frac: float = threshold(
+        0.5,
+        "LR rising before its first decrease and within this fraction of the run is warmup (Q4.2).",
+    )
+    lr_rise_frac: float = threshold(
+        0.05,
+        "LR up by more than this fraction over a window counts as rising (Q4.2).",
+    )
+    weight_norm_ratio: float = threshold(
+        2.0,
+        "A weight norm changing more than this factor within the window (Q4.3).",
+    )
+    grad_norm_rise_frac: float = threshold(
+        0.25,
+        "Grad-norm moving average up by more than this fraction over the window is rising (Q4.4).",
+    )
 
     # --- ranks (spec 5) ---
-    rank_z: float = 6.0
-    """A rank this many robust sigmas from the cohort median is deviating."""
-    rank_persist_steps: int = 10
-    (
-        "...for at least this many logged steps in a row to be an outlier, "
-        "not noise (one step back in line inside the run is tolerated)."
+    rank_z: float = threshold(
+        6.0,
+        "A rank this many robust sigmas from the cohort median is deviating.",
     )
-    rank_rel_floor: float = 0.01
-    (
-        "MAD floor as a fraction of |median|: identical all-reduced values do not make every rank "
-        "an outlier."
+    rank_persist_steps: int = threshold(
+        10,
+        "...for at least this many logged steps in a row to be an outlier, not noise (one "
+        "step back in line inside the run is tolerated).",
     )
-    rank_nonfinite_steps: int = 1
-    (
-        "A rank reporting NaN/Inf for this many logged steps in a row while the cohort is finite "
-        "is named (1: a NaN is never noise)."
+    rank_rel_floor: float = threshold(
+        0.01,
+        "MAD floor as a fraction of |median|: identical all-reduced values do not make "
+        "every rank an outlier.",
     )
-    straggler_ratio: float = 0.8
-    """A rank whose throughput sits below this fraction of the cohort median is a straggler."""
-    rank_min_cohort: int = 3
-    (
-        "With fewer finite ranks at a step, a median cannot outvote a bad rank: "
-        "the step is not judged."
+    rank_nonfinite_steps: int = threshold(
+        1,
+        "A rank reporting NaN/Inf for this many logged steps in a row while the cohort is "
+        "finite is named (1: a NaN is never noise).",
     )
-    rank_pair_culprit_ratio: float = 3.0
-    "Two ranks: one is named only if its own level moved this many times as much as the other's."
-    rank_history_points: int = 50
-    (
-        'Logged points of the past that give a level "before" an onset (a rank\'s own, '
-        "or the mean's)."
+    straggler_ratio: float = threshold(
+        0.8,
+        "A rank whose throughput sits below this fraction of the cohort median is a straggler.",
     )
-    rank_max_gap_points: int = 1
-    (
-        "Unflagged logged steps tolerated inside a run of deviating steps (one noisy step breaks "
-        "nothing)."
+    rank_min_cohort: int = threshold(
+        3,
+        "With fewer finite ranks at a step, a median cannot outvote a bad rank: the step is"
+        " not judged.",
     )
-    rank_spread_pool_points: int = 51
-    "Cohort steps in the rolling median of the per-step spread (a tight step is no hair trigger)."
-    rank_cusum_k: float = 2.0
-    (
-        "CUSUM drift allowance, in robust sigmas per logged step: a rank's CUSUM grows only while "
-        "its z exceeds this."
+    rank_pair_culprit_ratio: float = threshold(
+        3.0,
+        "Two ranks: one is named only if its own level moved this many times as much as the"
+        " other's.",
     )
-    rank_cusum_h: float = 12.0
-    (
-        "CUSUM onset level, in robust sigmas summed over logged steps: the onset is the step "
-        "after the CUSUM was last zero before reaching this (and the end, seen backwards)."
+    rank_history_points: int = threshold(
+        50,
+        'Logged points of the past that give a level "before" an onset (a rank\'s own, or '
+        "the mean's).",
     )
-    rank_cusum_decide: float = 40.0
-    (
+    rank_max_gap_points: int = threshold(
+        1,
+        "Unflagged logged steps tolerated inside a run of deviating steps (one noisy step "
+        "breaks nothing).",
+    )
+    rank_spread_pool_points: int = threshold(
+        51,
+        "Cohort steps in the rolling median of the per-step spread (a tight step is no hair"
+        " trigger).",
+    )
+    rank_cusum_k: float = threshold(
+        2.0,
+        "CUSUM drift allowance, in robust sigmas per logged step: a rank's CUSUM grows only"
+        " while its z exceeds this.",
+    )
+    rank_cusum_h: float = threshold(
+        12.0,
+        "CUSUM onset level, in robust sigmas summed over logged steps: the onset is the "
+        "step after the CUSUM was last zero before reaching this (and the end, seen "
+        "backwards).",
+    )
+    rank_cusum_decide: float = threshold(
+        40.0,
         "A rank whose CUSUM reaches this is an outlier even when it never holds rank_z for "
-        "rank_persist_steps in a row: that bar's evidence (10 steps x (6 - 2)), accumulated."
+        "rank_persist_steps in a row: that bar's evidence (10 steps x (6 - 2)), "
+        "accumulated.",
     )
-    rank_recovery_steps: int = 20
-    (
-        "Logged steps a rank must stay under rank_z, up to the end of the log, to be back in line "
-        "(still out at the last step: not recovered)."
+    rank_recovery_steps: int = threshold(
+        20,
+        "Logged steps a rank must stay under rank_z, up to the end of the log, to be back "
+        "in line (still out at the last step: not recovered).",
     )
-    rank_onset_lead_steps: int = 3
-    (
-        "A spike or drift of the mean from this many steps before a rank's onset on is that rank's "
-        "doing."
+    rank_onset_lead_steps: int = threshold(
+        3,
+        "A spike or drift of the mean from this many steps before a rank's onset on is that"
+        " rank's doing.",
     )
-    throughput_persist_points: int = 3
-    (
-        "Throughput must stay low for this many logged points: one slow step (a checkpoint) "
-        "is no drop."
+    throughput_persist_points: int = threshold(
+        3,
+        "Throughput must stay low for this many logged points: one slow step (a checkpoint)"
+        " is no drop.",
     )
-    throughput_drop_frac: float = 0.05
-    """Run throughput this fraction below its trailing median is a throughput drop."""
+    throughput_drop_frac: float = threshold(
+        0.05,
+        "Run throughput this fraction below its trailing median is a throughput drop.",
+    )
 
     # --- remedies: advice a team may set to its own practice, read by no rule ---
-    remedy_clip_norm: float = 0.5
-    """The global grad-norm clip a spike's remedy advises restarting with (Q2.4)."""
-    remedy_clip_value: float = 100.0
-    """The clip-by-value bound (+-) a NaN's remedy advises for an infinite gradient (Q1.4)."""
+    remedy_clip_norm: float = threshold(
+        0.5,
+        "The global grad-norm clip a spike's remedy advises restarting with (Q2.4).",
+    )
+    remedy_clip_value: float = threshold(
+        100.0,
+        "The clip-by-value bound (+-) a NaN's remedy advises for an infinite gradient (Q1.4).",
+    )
 
     # --- restart replays and `stab compare` ---
-    replay_noise_steps: int = 100
-    """A restart replay is judged against the loss noise over this many steps before the restart."""
-    noise_band_sigmas: float = 3.0
-    (
-        "Default tolerance: this many noise sigmas of the difference of two runs as noisy as the "
-        "baseline."
+    replay_noise_steps: int = threshold(
+        100,
+        "A restart replay is judged against the loss noise over this many steps before the "
+        "restart.",
     )
-    smoothed_noise_band_sigmas: float = 5.0
-    "...on smoothed curves, where one heavy-tailed mini-batch outlier is spread over many points."
-    judge_points: int = 5
-    (
-        "A deviation counts when the median of this many neighbouring points is outside the band "
-        "(1: each point)."
+    noise_band_sigmas: float = threshold(
+        3.0,
+        "Default tolerance: this many noise sigmas of the difference of two runs as noisy "
+        "as the baseline.",
+    )
+    smoothed_noise_band_sigmas: float = threshold(
+        5.0,
+        "...on smoothed curves, where one heavy-tailed mini-batch outlier is spread over "
+        "many points.",
+    )
+    judge_points: int = threshold(
+        5,
+        "A deviation counts when the median of this many neighbouring points is outside the"
+        " band (1: each point).",
     )
 
     def __post_init__(self) -> None:
@@ -278,80 +361,9 @@ class Thresholds:
 
     @staticmethod
     def describe(name: str) -> str:
-        """The docstring line under a field, for `stab explain` and the README."""
-        return _field_docs().get(name, "")
+        """What the threshold `name` does, for `stab explain` and the README ('' if unknown)."""
+        return _FIELD_DOCS.get(name, "")
 
 
 THRESHOLD_NAMES: frozenset[str] = frozenset(spec.name for spec in fields(Thresholds))
-
-
-@functools.cache
-def _field_docs() -> dict[str, str]:
-    """Parsed from this module's source on first use (only `explain` and the docs ask): at
-    import it cost a sixth of a small log's analysis."""
-    import ast
-    import inspect
-
-    try:
-        tree = ast.parse(inspect.getsource(Thresholds))
-    except (OSError, TypeError):  # source not available (zipped install): docs are optional
-        return {}
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-        ):
-            docs[node.target.id] = str(nxt.value.value)
-    return docs
-
-
-def load_config(
-    near: str | Path | None = None, cli_values: dict[str, str] | None = None
-) -> Thresholds:
-    """Defaults <- [tool.stab] / stab.toml found from the run's folder upwards <- --set values.
-
-    `near` is the run's path (a URI or a missing path searches from the
-    working directory).
-    """
-    thresholds = Thresholds()
-    text = str(near) if near is not None else ""
-    start = Path(text) if text and "://" not in text and Path(text).exists() else Path.cwd()
-    found = _find_config_file(start)
-    if found is not None:
-        path, table = found
-        thresholds = thresholds.with_overrides(table, str(path))
-    if cli_values:
-        thresholds = thresholds.with_overrides(cli_values, "--set")
-    return thresholds
-
-
-def _find_config_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
-    folder = start if start.is_dir() else start.parent
-    for candidate in [folder, *folder.resolve().parents]:
-        stab_toml = candidate / "stab.toml"
-        if stab_toml.is_file():
-            return stab_toml, _load_table(stab_toml, section=None)
-        pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
-            table = _load_table(pyproject, section="stab")
-            if table:
-                return pyproject, table
-    return None
-
-
-def _load_table(path: Path, section: str | None) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise StabUsageError(f"{path}: cannot read config: {err}") from None
-    if section is None:
-        return data.get("thresholds", data)
-    return (
-        data.get("tool", {})
-        .get(section, {})
-        .get("thresholds", data.get("tool", {}).get(section, {}))
-    )
+_FIELD_DOCS: dict[str, str] = {spec.name: spec.metadata["doc"] for spec in fields(Thresholds)}

@@ -1,7 +1,7 @@
 """The thresholds in force for one run, and where each one came from.
 
-`load_settings(near, cli_values)` returns the same `Thresholds` as
-`config.load_config` and, beside them, a `Settings`: per threshold its value,
+`load_settings(near, cli_values)` is the one loader of thresholds: the `Thresholds`
+in force and, beside them, a `Settings`: per threshold its value,
 its default and its source - `default`, the config file and key
 (`/repo/pyproject.toml [tool.stab] spike_sigma`, `/runs/stab.toml spike_sigma`),
 or the flag (`--set spike_sigma=4`). Commands put `Settings.to_dict()` in the
@@ -13,11 +13,12 @@ from; `stab analyze --show-settings` prints them all.
 from __future__ import annotations
 
 import difflib
+import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.config import THRESHOLD_NAMES, Thresholds, _find_config_file
+from stabilitycli.config import THRESHOLD_NAMES, Thresholds
 from stabilitycli.errors import StabUsageError
 
 
@@ -86,6 +87,36 @@ def load_settings(
         for spec in fields(Thresholds)
     )
     return thresholds, Settings(entries)
+
+
+def _find_config_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The first stab.toml, or pyproject.toml with a [tool.stab] table, from `start`'s
+    folder upwards, and its thresholds table."""
+    folder = start if start.is_dir() else start.parent
+    for candidate in [folder, *folder.resolve().parents]:
+        stab_toml = candidate / "stab.toml"
+        if stab_toml.is_file():
+            return stab_toml, _load_table(stab_toml, section=None)
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            table = _load_table(pyproject, section="stab")
+            if table:
+                return pyproject, table
+    return None
+
+
+def _load_table(path: Path, section: str | None) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise StabUsageError(f"{path}: cannot read config: {err}") from None
+    if section is None:
+        return data.get("thresholds", data)
+    return (
+        data.get("tool", {})
+        .get(section, {})
+        .get("thresholds", data.get("tool", {}).get(section, {}))
+    )
 
 
 def _name(key: str) -> str:

@@ -10,10 +10,11 @@ import os
 from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from stabilitycli.commands.read_options import ReadArgs, pairs
 from stabilitycli.errors import (
     NOT_ERRORS,
     StabInputError,
@@ -32,37 +33,19 @@ class FailOn(StrEnum):
     error = "error"
 
 
-MetricOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--metric",
-        "-m",
-        help="Map a canonical metric to a log key, e.g. loss=train/my_loss (repeatable).",
-    ),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a threshold, e.g. spike_sigma=4 (repeatable)."),
-]
-StepKeyOpt = Annotated[str | None, typer.Option(help="Log key holding the step.")]
-FormatInOpt = Annotated[
-    str | None, typer.Option(help="Input format, when detection guesses wrong.")
-]
-DtypeOpt = Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")]
-RunOpt = Annotated[
-    str | None, typer.Option(help="Run id or name inside a store with several runs.")
-]
+def set_flag(example: str = "spike_sigma=4", see_also: str = "") -> Any:
+    """`--set`, its help giving an example threshold of the command (and where to look)."""
+    return typer.Option(
+        "--set", help=f"Override a threshold, e.g. {example} (repeatable{see_also})."
+    )
 
 
-def pairs(values: list[str] | None, flag: str) -> dict[str, str]:
-    """NAME=VALUE items (`--set`, `--metric` of analyze): both sides required."""
-    out: dict[str, str] = {}
-    for item in values or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise StabUsageError(f"{flag} expects NAME=VALUE, got {item!r}")
-        out[name.strip()] = value.strip()
-    return out
+SetOpt = Annotated[list[str] | None, set_flag()]
+
+
+def split_codes(values: list[str] | None) -> list[str]:
+    """`--select a,b --select c` -> ['a', 'b', 'c'] (analyze, one run or many)."""
+    return [c.strip() for v in values or [] for c in v.split(",") if c.strip()]
 
 
 def metric_keys(values: list[str] | None) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -181,23 +164,13 @@ def print_rendered(rendered, width: int | None = None) -> None:
     console.print(rendered)
 
 
-def load_and_analyze(
-    path: str, *, metric=None, step_key=None, format_in=None, dtype=None, run=None, set_values=None
-):
+def load_and_analyze(path: str, read: ReadArgs | None = None, set_values=None):
     """(RunData, Analysis, Thresholds) for one run; exit 2 with one line on bad input."""
     try:
-        from stabilitycli.ingest.options import ReadOptions
         from stabilitycli.pipeline import run as pipeline
 
         thresholds, settings = load_thresholds(path, set_values)
-        options = ReadOptions(
-            format_in=format_in,
-            metric_overrides=pairs(metric, "--metric"),
-            step_key=step_key,
-            dtype=dtype,
-            run=run,
-        )
-        data = pipeline.load_run(path, options)
+        data = pipeline.load_run(path, (read or ReadArgs()).options())
         analysis = with_settings(pipeline.analyze(data, thresholds), settings)
         return data, analysis, thresholds
     except (StabInputError, StabUsageError) as err:

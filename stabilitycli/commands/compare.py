@@ -18,15 +18,14 @@ from typing import Annotated
 import typer
 
 from stabilitycli.commands._common import (
-    FormatInOpt,
     SetOpt,
-    StepKeyOpt,
     boundary,
     internal_error,
     metric_keys,
     pairs,
     print_rendered,
 )
+from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.exit_codes import ExitCode
 
@@ -46,96 +45,108 @@ class XAxis(StrEnum):
     tokens = "tokens"
 
 
+# the options of `stab compare` besides the read options, in its --help order
+RunsArg = Annotated[
+    list[str],
+    typer.Argument(
+        help="BASELINE CANDIDATE; or one RUN with --expect (checks only) or with --restart N.",
+        show_default=False,
+    ),
+]
+ExpectOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--expect",
+        "-e",
+        help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
+        "on the candidate unless prefixed 'baseline:' (repeatable).",
+    ),
+]
+RestartOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Compare restart N (1-based) of one log: "
+        "the abandoned trajectory against the resumed one."
+    ),
+]
+ToleranceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tolerance",
+        "-t",
+        help="Absolute band: VALUE (for loss) or METRIC=VALUE (repeatable). "
+        "Default: the noise measured in the baseline.",
+    ),
+]
+RelToleranceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Relative band: FRAC (every metric) or METRIC=FRAC, times |baseline| (repeatable)."
+    ),
+]
+UntilOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Compare up to this step (tokens with --x tokens); a run that stops before it fails."
+    ),
+]
+SinceOpt = Annotated[
+    int | None, typer.Option(help="Compare from this step (tokens with --x tokens).")
+]
+XOpt = Annotated[XAxis, typer.Option("--x", help="Align on optimizer steps or on consumed tokens.")]
+SmoothOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) "
+        "or window:N (trailing mean of N points)."
+    ),
+]
+MetricOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metric",
+        "-m",
+        help="Metric to compare (NAME, or NAME=LOGKEY to map a key in both runs); repeatable. "
+        "Default: loss, grad_norm, eval_loss, lr where both runs log them.",
+    ),
+]
+BandOpt = Annotated[
+    Band | None,
+    typer.Option(
+        "--band",
+        help="one-sided: only a candidate worse than the baseline beyond the band fails "
+        "(verifying a fix; the default for two runs). two-sided: a point outside on either "
+        "side fails (a determinism check; the default for --restart).",
+        show_default=False,
+    ),
+]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Judge every point on its own (default: the median of 5 neighbouring points, "
+        "so one noisy mini-batch never fails a comparison)."
+    ),
+]
+FormatOpt = Annotated[CompareFormat, typer.Option("--format", "-f", help="Output format.")]
+
+
+@takes_read_options(only=("step_key", "format_in"))
 def command(
-    runs: Annotated[
-        list[str],
-        typer.Argument(
-            help="BASELINE CANDIDATE; or one RUN with --expect (checks only) or with --restart N.",
-            show_default=False,
-        ),
-    ],
-    expect: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--expect",
-            "-e",
-            help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
-            "on the candidate unless prefixed 'baseline:' (repeatable).",
-        ),
-    ] = None,
-    restart: Annotated[
-        int | None,
-        typer.Option(
-            help="Compare restart N (1-based) of one log: "
-            "the abandoned trajectory against the resumed one."
-        ),
-    ] = None,
-    tolerance: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tolerance",
-            "-t",
-            help="Absolute band: VALUE (for loss) or METRIC=VALUE (repeatable). "
-            "Default: the noise measured in the baseline.",
-        ),
-    ] = None,
-    rel_tolerance: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Relative band: FRAC (every metric) or METRIC=FRAC, times |baseline| (repeatable)."
-        ),
-    ] = None,
-    until: Annotated[
-        int | None,
-        typer.Option(
-            help="Compare up to this step (tokens with --x tokens); "
-            "a run that stops before it fails."
-        ),
-    ] = None,
-    since: Annotated[
-        int | None, typer.Option(help="Compare from this step (tokens with --x tokens).")
-    ] = None,
-    x: Annotated[
-        XAxis, typer.Option("--x", help="Align on optimizer steps or on consumed tokens.")
-    ] = XAxis.step,
-    smooth: Annotated[
-        str | None,
-        typer.Option(
-            help="Compare smoothed curves: ema:ALPHA (0<ALPHA<=1) "
-            "or window:N (trailing mean of N points)."
-        ),
-    ] = None,
-    metric: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--metric",
-            "-m",
-            help="Metric to compare (NAME, or NAME=LOGKEY to map a key in both runs); repeatable. "
-            "Default: loss, grad_norm, eval_loss, lr where both runs log them.",
-        ),
-    ] = None,
-    band: Annotated[
-        Band | None,
-        typer.Option(
-            "--band",
-            help="one-sided: only a candidate worse than the baseline beyond the band fails "
-            "(verifying a fix; the default for two runs). two-sided: a point outside on either "
-            "side fails (a determinism check; the default for --restart).",
-            show_default=False,
-        ),
-    ] = None,
-    strict: Annotated[
-        bool,
-        typer.Option(
-            help="Judge every point on its own (default: the median of 5 neighbouring points, "
-            "so one noisy mini-batch never fails a comparison)."
-        ),
-    ] = False,
-    output: Annotated[
-        CompareFormat, typer.Option("--format", "-f", help="Output format.")
-    ] = CompareFormat.terminal,
-    step_key: StepKeyOpt = None,
-    format_in: FormatInOpt = None,
+    runs: RunsArg,
+    *,
+    expect: ExpectOpt = None,
+    restart: RestartOpt = None,
+    tolerance: ToleranceOpt = None,
+    rel_tolerance: RelToleranceOpt = None,
+    until: UntilOpt = None,
+    since: SinceOpt = None,
+    x: XOpt = XAxis.step,
+    smooth: SmoothOpt = None,
+    metric: MetricOpt = None,
+    band: BandOpt = None,
+    strict: StrictOpt = False,
+    output: FormatOpt = CompareFormat.terminal,
+    read: ReadArgs,
     set_values: SetOpt = None,
 ) -> None:
     """Compare two runs (or a resume with what it replaced) and check --expect bounds."""
@@ -153,8 +164,7 @@ def command(
             metric,
             strict,
             band.value if band else None,
-            step_key,
-            format_in,
+            read,
             set_values,
         )
     except (StabInputError, StabUsageError) as err:
@@ -185,15 +195,13 @@ def _compare(
     metric,
     strict,
     band,
-    step_key,
-    format_in,
+    read: ReadArgs,
     set_values,
 ):
     from stabilitycli.compare.expect import parse_expect
     from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
     from stabilitycli.detect.deviation import Smoothing
-    from stabilitycli.ingest import read
-    from stabilitycli.ingest.options import ReadOptions
+    from stabilitycli.ingest import read as read_run
     from stabilitycli.settings import load_settings, sentence
 
     if not 1 <= len(runs) <= 2:
@@ -221,8 +229,8 @@ def _compare(
         band=band,
         thresholds=thresholds,
     )
-    read_options = ReadOptions(metric_overrides=overrides, step_key=step_key, format_in=format_in)
-    loaded = [read(path, read_options) for path in runs]
+    read_options = read.options(metric_overrides=overrides)
+    loaded = [read_run(path, read_options) for path in runs]
     if restart is not None:
         result = compare_restart(loaded[0], restart, options)
     elif len(loaded) == 1:

@@ -12,28 +12,22 @@ from typing import Annotated
 import typer
 
 from stabilitycli.commands._common import (
-    DtypeOpt,
-    FormatInOpt,
-    MetricOpt,
-    RunOpt,
     SetOpt,
-    StepKeyOpt,
     load_and_analyze,
     write_output,
 )
+from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 
 
+@takes_read_options()
 def command(
     path: Annotated[str, typer.Argument(help="Log file, directory or URI of one run.")],
+    *,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the Markdown here (default: stdout)."),
     ] = None,
-    metric: MetricOpt = None,
-    step_key: StepKeyOpt = None,
-    format_in: FormatInOpt = None,
-    dtype: DtypeOpt = None,
-    run: RunOpt = None,
+    read: ReadArgs,
     set_values: SetOpt = None,
 ) -> None:
     # typer prints this line as is in `stab --help`; a wrapped docstring would break the listing
@@ -43,14 +37,6 @@ def command(
     from stabilitycli.postmortem.data import build
     from stabilitycli.report.postmortem import render
 
-    data, analysis, thresholds = load_and_analyze(
-        path,
-        metric=metric,
-        step_key=step_key,
-        format_in=format_in,
-        dtype=dtype,
-        run=run,
-        set_values=set_values,
-    )
+    data, analysis, thresholds = load_and_analyze(path, read, set_values)
     document = render(build(analysis, data, thresholds), date=datetime.date.today().isoformat())
     write_output(document, output)

@@ -22,7 +22,9 @@ from stabilitycli.commands._common import (
     metric_keys,
     pairs,
     print_rendered,
+    set_flag,
 )
+from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 from stabilitycli.errors import StabInputError, StabUsageError
 
 
@@ -31,11 +33,23 @@ class RanksFormat(StrEnum):
     json = "json"
 
 
+@takes_read_options(
+    only=("rank_pattern", "rank_key", "step_key", "experiment", "tracking_uri", "endpoint_url"),
+    helps={
+        "rank_pattern": "Regex with one group: the rank in a per-rank file name, e.g. 'gpu(\\d+)'.",
+        "experiment": "MLflow experiment (name or id) whose runs are the ranks.",
+        "tracking_uri": "MLflow store or server holding the run (--run is then a run id or name).",
+        "endpoint_url": "Endpoint of an S3-compatible store for s3:// runs "
+        "(default: AWS_ENDPOINT_URL).",
+    },
+    then={"rank_pattern": ("fail_on",), "step_key": ("set_values",)},
+)
 def command(
     run: Annotated[
         str,
         typer.Option("--run", help="The run: a log file, a directory of per-rank files, or a URI."),
     ],
+    *,
     metric: Annotated[
         str,
         typer.Option(
@@ -47,12 +61,7 @@ def command(
     output: Annotated[
         RanksFormat, typer.Option("--format", "-f", help="Output format.")
     ] = RanksFormat.terminal,
-    rank_pattern: Annotated[
-        str | None,
-        typer.Option(
-            help="Regex with one group: the rank in a per-rank file name, e.g. 'gpu(\\d+)'."
-        ),
-    ] = None,
+    read: ReadArgs,
     fail_on: Annotated[
         FailOn,
         typer.Option(
@@ -60,41 +69,11 @@ def command(
             "(level/nonfinite: error; silent/straggler: warning)."
         ),
     ] = FailOn.error,
-    rank_key: Annotated[str | None, typer.Option(help="Log key holding the rank.")] = None,
-    step_key: Annotated[str | None, typer.Option(help="Log key holding the step.")] = None,
-    set_values: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a threshold, e.g. rank_z=8 (repeatable)."),
-    ] = None,
-    experiment: Annotated[
-        str | None, typer.Option(help="MLflow experiment (name or id) whose runs are the ranks.")
-    ] = None,
-    tracking_uri: Annotated[
-        str | None,
-        typer.Option(
-            help="MLflow store or server holding the run (--run is then a run id or name)."
-        ),
-    ] = None,
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option(
-            help="Endpoint of an S3-compatible store for s3:// runs (default: AWS_ENDPOINT_URL)."
-        ),
-    ] = None,
+    set_values: Annotated[list[str] | None, set_flag("rank_z=8")] = None,
 ) -> None:
     """Compare every rank with its cohort: name outlier, non-finite, silent and straggling ranks."""
     try:
-        report = _report(
-            run,
-            metric,
-            rank_pattern,
-            rank_key,
-            step_key,
-            set_values,
-            experiment,
-            tracking_uri,
-            endpoint_url,
-        )
+        report = _report(run, metric, read, set_values)
     except (StabInputError, StabUsageError) as err:
         raise boundary(err, run) from None
     except BaseException as err:
@@ -113,37 +92,18 @@ def command(
     raise typer.Exit(int(exit_code_for(report.worst_severity, Severity.parse(fail_on.value))))
 
 
-def _report(
-    run: str,
-    metric: str,
-    rank_pattern,
-    rank_key,
-    step_key,
-    set_values,
-    experiment=None,
-    tracking_uri=None,
-    endpoint_url=None,
-):
+def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None):
     from dataclasses import replace
 
     from stabilitycli.detect.ranks.check import find_rank_outliers
-    from stabilitycli.ingest import read
-    from stabilitycli.ingest.options import ReadOptions
+    from stabilitycli.ingest import read as read_run
 
     (name,), overrides = metric_keys([metric])
-    options = ReadOptions(
-        metric_overrides=overrides,
-        rank_pattern=rank_pattern,
-        rank_key=rank_key,
-        step_key=step_key,
-        experiment=experiment,
-        tracking_uri=tracking_uri,
-        endpoint_url=endpoint_url,
-    )
+    options = read.options(metric_overrides=overrides)
     from stabilitycli.settings import load_settings, sentence
 
     thresholds, settings = load_settings(run, pairs(set_values, "--set"))
-    data = read(run, options)
+    data = read_run(run, options)
     report = find_rank_outliers(data, name, thresholds)
     said = sentence(settings.to_dict())
     # thresholds not at their defaults change what is an outlier: the first note says so

@@ -19,16 +19,12 @@ from typing import Annotated
 import typer
 
 from stabilitycli.commands._common import (
-    DtypeOpt,
-    FormatInOpt,
-    MetricOpt,
-    RunOpt,
     SetOpt,
-    StepKeyOpt,
     fail,
     load_and_analyze,
     write_output,
 )
+from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 
 
 class XAxis(StrEnum):
@@ -42,8 +38,10 @@ class JsFrom(StrEnum):
     cdn = "cdn"
 
 
+@takes_read_options()
 def command(
     path: Annotated[str, typer.Argument(help="Log file, directory or URI of one run.")],
+    *,
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
     x: Annotated[
         XAxis,
@@ -62,11 +60,7 @@ def command(
             ),
         ),
     ] = JsFrom.inline,
-    metric: MetricOpt = None,
-    step_key: StepKeyOpt = None,
-    format_in: FormatInOpt = None,
-    dtype: DtypeOpt = None,
-    run: RunOpt = None,
+    read: ReadArgs,
     set_values: SetOpt = None,
 ) -> None:
     # typer prints this line as is in `stab --help`; a wrapped docstring would break the listing
@@ -77,15 +71,7 @@ def command(
 
     if importlib.util.find_spec("plotly") is None:
         raise fail(PLOTLY_MISSING)
-    data, analysis, thresholds = load_and_analyze(
-        path,
-        metric=metric,
-        step_key=step_key,
-        format_in=format_in,
-        dtype=dtype,
-        run=run,
-        set_values=set_values,
-    )
+    data, analysis, thresholds = load_and_analyze(path, read, set_values)
     from stabilitycli.errors import StabUsageError
     from stabilitycli.report.html import cdn_script, render
     from stabilitycli.report.plotdata import build

@@ -298,46 +298,6 @@ def renamed(result: RunResult, to_uri: Callable[[str], str] | None) -> RunResult
     )
 
 
-@dataclass(frozen=True)
-class Engine:
-    """Where a sweep's runs are analysed: a local process pool, or Ray tasks (`ray_engine`)
-    on a local instance or the cluster at `ray_address` (else RAY_ADDRESS)."""
-
-    name: str = "local"  # "local" or "ray"
-    ray_address: str | None = None
-    # Ray only: how often a run whose worker died is tried again, and how long one run
-    # may take before it is cancelled and reported as that run's failure
-    retries: int = 2
-    time_limit_s: float | None = None
-
-
-def sweep(
-    paths: list[str],
-    settings: BatchSettings,
-    jobs: int | None = None,
-    engine: Engine | None = None,
-    *,
-    on_done: Callable[[RunResult], None] | None = None,
-    stored: Callable[[str], RunResult | None] | None = None,
-) -> list[RunResult]:
-    """Every run, in input order, on the engine asked for (the same documents either way)."""
-    engine = engine or Engine()
-    if engine.name == "ray":
-        from stabilitycli.pipeline import ray_engine
-
-        return ray_engine.analyze_many(
-            paths,
-            settings,
-            address=engine.ray_address,
-            retries=engine.retries,
-            time_limit_s=engine.time_limit_s,
-            on_done=on_done,
-            num_cpus=jobs,
-            stored=stored,
-        )
-    return analyze_many(paths, settings, jobs, on_done=on_done, stored=stored)
-
-
 def _analyze_chunk(paths: list[str], settings: BatchSettings) -> list[RunResult]:
     return [analyze_one(path, settings) for path in paths]
 

@@ -18,8 +18,9 @@ import polars as pl
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.config import Thresholds, load_config
+from stabilitycli.config import Thresholds
 from stabilitycli.pipeline.run import load_run
+from stabilitycli.settings import load_settings
 
 STEPS = np.arange(1200)
 
@@ -194,7 +195,7 @@ def test_explain_covers_every_code_the_outputs_use() -> None:
 
 def test_remedies_state_the_thresholds_in_force_not_the_defaults() -> None:
     # as `--set recovery_window_steps=120` gives them
-    thresholds = load_config(cli_values={"recovery_window_steps": "120"})
+    thresholds, _ = load_settings(cli_values={"recovery_window_steps": "120"})
     assert thresholds.recovery_window_steps != Thresholds().recovery_window_steps
     default = analyze(_lr_jump_level_shift_run()).verdict.remediation
     changed = analyze(_lr_jump_level_shift_run(), thresholds).verdict.remediation
@@ -231,7 +232,7 @@ def test_a_run_that_logs_a_pre_clip_grad_norm_is_told_to_lower_the_clip_once() -
 def test_the_clip_a_remedy_advises_is_the_one_in_force() -> None:
     """`--set remedy_clip_norm=...` changes both clip remedies: add one, or lower the one used."""
     default = f"{Thresholds().remedy_clip_norm:g}"
-    thresholds = load_config(cli_values={"remedy_clip_norm": "1.25"})
+    thresholds, _ = load_settings(cli_values={"remedy_clip_norm": "1.25"})
     advised = (("grad_norm", "clip the global grad norm at"), ("Grad/norm_preclip", "lower"))
     for key, verb in advised:
         changed = analyze(_long_tail_spike_run(key), thresholds).verdict.remediation
@@ -245,7 +246,7 @@ CLIP_ADVICE = re.compile(r"grad-clip threshold|\bclip the\b")
 
 
 def test_a_collapse_remedy_states_the_loss_scale_floor_in_force() -> None:
-    thresholds = load_config(cli_values={"min_loss_scale": "0.5"})
+    thresholds, _ = load_settings(cli_values={"min_loss_scale": "0.5"})
     default = analyze(_collapsing_scale_run()).verdict.remediation
     changed = analyze(_collapsing_scale_run(), thresholds).verdict.remediation
     assert any("with the scale below 1," in r for r in default), default

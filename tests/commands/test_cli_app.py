@@ -104,3 +104,38 @@ def test_stab_has_its_allocators_return_freed_memory_at_once() -> None:
         json.loads(done.stdout.strip().splitlines()[-1])["_RJEM_MALLOC_CONF"]
         == "dirty_decay_ms:5000"
     )
+
+
+def test_a_library_caller_keeps_its_own_allocators() -> None:
+    # cli.ALLOCATOR_SETTINGS are the command's only (its comment says why): analysing a run
+    # through the library leaves polars and pyarrow their own defaults (polars writes its
+    # own _RJEM_MALLOC_CONF when it loads)
+    import os
+    import subprocess
+    import sys
+
+    from stabilitycli import cli
+
+    code = (
+        "import json, os; import stabilitycli; from tests.conftest import run_fixture;\n"
+        "stabilitycli.analyze(run_fixture('plateau'));\n"
+        "names = json.loads(os.environ['WATCH']);\n"
+        "print(json.dumps({k: os.environ.get(k) for k in names}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in cli.ALLOCATOR_SETTINGS}
+    env["WATCH"] = json.dumps(list(cli.ALLOCATOR_SETTINGS))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(seen[name] != value for name, value in cli.ALLOCATOR_SETTINGS.items()), seen
+
+
+def test_every_command_fits_on_a_screen() -> None:
+    """A command parses, calls the library and renders: its function (signature and
+    body) fits on one screen; the steps live in named functions beside it."""
+    import inspect
+
+    for name in COMMANDS:
+        command = importlib.import_module(f"stabilitycli.commands.{name}").command
+        lines, _ = inspect.getsourcelines(inspect.unwrap(command))
+        assert len(lines) <= 65, f"stab {name}: {len(lines)} lines"

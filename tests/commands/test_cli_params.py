@@ -79,3 +79,18 @@ def test_every_parameter_is_compared() -> None:
     assert any(p.type_descriptor.is_path for _, _, p in PARAMS)
     assert any(p.type_descriptor.is_choice for _, _, p in PARAMS)
     assert any(p.type_descriptor.is_ranged for _, _, p in PARAMS)
+
+
+def test_the_typer_installed_is_one_the_pin_allows() -> None:
+    """The comparison above is what lets pyproject.toml pin typer where it does."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    (pin,) = [d for d in pyproject["project"]["dependencies"] if d.startswith("typer")]
+    lowest, below = (part.strip(">=<") for part in pin.removeprefix("typer").split(","))
+
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split("."))
+
+    assert version(lowest) <= version(typer.__version__) < version(below), pin

@@ -203,12 +203,13 @@ def test_a_bug_in_a_renderer_is_exit_2_in_every_command(monkeypatch, tmp_path) -
     def broken(*args, **kwargs):
         raise RuntimeError("renderer broke")
 
-    monkeypatch.setattr("stabilitycli.commands._common.print_rendered", broken)
-    for module in ("analyze", "ranks", "compare"):
+    # the commands first: one imported while _common's is broken would keep the broken one
+    for module in ("analyze", "analyze_many", "ranks", "compare"):
         monkeypatch.setattr(f"stabilitycli.commands.{module}.print_rendered", broken)
-    monkeypatch.setattr("stabilitycli.commands._common.write_output", broken)
     for module in ("postmortem", "report"):
         monkeypatch.setattr(f"stabilitycli.commands.{module}.write_output", broken)
+    monkeypatch.setattr("stabilitycli.commands._common.print_rendered", broken)
+    monkeypatch.setattr("stabilitycli.commands._common.write_output", broken)
     monkeypatch.setattr("stabilitycli.commands.explain.explain_text", broken)
     run = str(run_fixture("plateau"))
     cases = [

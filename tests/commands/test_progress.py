@@ -32,7 +32,7 @@ def test_progress_is_for_a_person_at_a_terminal_only(monkeypatch) -> None:
 def test_a_big_log_gets_a_bar_and_a_small_one_nothing(monkeypatch) -> None:
     size = RUN.stat().st_size
     monkeypatch.setattr(analyze_command, "PROGRESS_MIN_BYTES", size)
-    assert isinstance(analyze_command._reading(str(RUN), wanted=True), analyze_command._ReadingBar)
+    assert isinstance(analyze_command._reading(str(RUN), wanted=True), analyze_command.ReadingBar)
     assert isinstance(analyze_command._reading(str(RUN), wanted=False), contextlib.nullcontext)
     monkeypatch.setattr(analyze_command, "PROGRESS_MIN_BYTES", size + 1)
     assert isinstance(analyze_command._reading(str(RUN), wanted=True), contextlib.nullcontext)
@@ -62,7 +62,7 @@ def test_the_library_tells_the_bytes_read_and_the_rules_done(monkeypatch) -> Non
 
 
 def test_the_bar_shows_what_it_hears() -> None:
-    bar = analyze_command._ReadingBar("run.jsonl", 10 << 20)
+    bar = analyze_command.ReadingBar("run.jsonl", 10 << 20)
     task = bar.bar.tasks[0]
     assert task.total is None  # a pulse until a reader says how far it got
     bar.heard("read", 5 << 20, 10 << 20)

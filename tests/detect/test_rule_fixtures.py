@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.config import load_config
 from stabilitycli.detect.registry import load_rules
+from stabilitycli.settings import load_settings
 from tests.conftest import FIXTURES
 
 RULE_FIXTURES = FIXTURES / "rules"
@@ -49,7 +49,7 @@ def cases() -> list[Path]:
 
 def _findings(path: Path, settings: dict[str, str], code: str) -> tuple[list, list[str]]:
     """Findings of `code` as `stab analyze PATH --set ...` reports them, and every code seen."""
-    result = analyze(path, load_config(path, settings))
+    result = analyze(path, load_settings(path, settings)[0])
     return [f for f in result.findings if f.code == code], sorted({f.code for f in result.findings})
 
 
