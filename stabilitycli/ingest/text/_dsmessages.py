@@ -45,7 +45,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from stabilitycli.ingest._textlog import INT64_MAX, whole
+from stabilitycli.ingest.text.textlog import INT64_MAX, whole
 
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|inf|nan))(?![\d.])"
 _SKIP_STEP = re.compile(

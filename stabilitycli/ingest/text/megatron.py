@@ -52,10 +52,10 @@ from pathlib import Path
 
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _dsmessages as dsm
-from stabilitycli.ingest import _textlog as tl
-from stabilitycli.ingest._dtype import dtype_from
+from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import _dsmessages as dsm
+from stabilitycli.ingest.text import textlog as tl
 from stabilitycli.model import SourceInfo
 
 NAME = "megatron"
