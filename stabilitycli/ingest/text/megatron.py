@@ -107,104 +107,12 @@ def parse_lines(
 
     from stabilitycli.frame import finalize
 
-    args: dict[str, str] = {}
-    arg_rows: dict[str, int] = {}
-    stated: dict[str, tuple[str, str]] = {}  # "banner" / "command" -> (dtype, origin)
-    records: list[dict] = []
-    validation: list[dict] = []
-    mentions: list[dsm.Mention] = []
-    state: dict = {}
-    memory_lines = 0
-    # lines that are (part of) a record, read or rejected; the rest is text
-    record_lines = rejected_lines
-    layouts = _Layouts()
-    last_line = len(lines)
+    scan = _Scan(lines, cut, source, rejected_lines)
     index = 0
     while index < len(lines):
-        line = lines[index]
-        row = index + 1
-        index += 1
-        if "iteration" in line and (m := ITERATION.search(line)) is not None:
-            text = line[m.end() :]
-            joined = 0
-            while (
-                not text.rstrip().endswith("|")
-                and joined < MAX_CONTINUATION_LINES
-                and index < len(lines)
-            ):
-                follow = lines[index]
-                if _RECORD_START.search(follow):
-                    break
-                text += " " + follow
-                index += 1
-                joined += 1
-            record_lines += 1 + joined
-            complete = text.rstrip().endswith("|")
-            # a record on the unfinished last line is cut even when it stops after a `|`:
-            # Megatron ends every record with a newline, and the fields after the cut are lost
-            if cut and index == last_line:
-                complete = False
-            if not complete:
-                if cut and index == last_line:
-                    source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
-                    source.reject(row, "last iteration record cut off mid-write")
-                else:
-                    source.reject(row, "iteration record without its closing `|` (cut or wrapped)")
-                continue
-            iteration = tl.whole(m.group(1))
-            if iteration is None:
-                source.reject(row, tl.STEP_RANGE_REASON)
-                continue
-            record = layouts.parse(text, row, source)
-            if record is not None:
-                record["_row"], record["_step"] = row, iteration
-                record["_time"] = line  # turned into a timestamp only if DeepSpeed messages need it
-                records.append(record)
-            continue
-        if "validation loss at" in line and (m := _VALIDATION.search(line)) is not None:
-            record_lines += 1
-            fields = _fields(line[m.end() :], row, source, layouts.skipped)
-            if fields is None:
-                continue
-            step = tl.whole(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
-            if step is None:
-                source.reject(row, tl.STEP_RANGE_REASON)
-                continue
-            prefix = "test " if "test" in m.group(2) else ""
-            rec = {f"{prefix}{k}": v for k, v in fields.items()}
-            rec["_row"], rec["_step"] = row, step
-            validation.append(rec)
-            continue
-        if "|" in line and line.count("|") >= 2 and _RECORD_FIELD.search(line):
-            # a record whose `iteration N/ T |` was damaged (a flipped byte, a cut in the
-            # middle): said, not dropped as text (and not read as a loss-scale message)
-            record_lines += 1
-            source.reject(row, "an iteration record without a readable `iteration N/ T |`")
-            continue
-        if "verflow" in line or "loss scale" in line:
-            found = dsm.scan_line(row, line, tl.timestamp(line), state)
-            record_lines += bool(found)
-            mentions.extend(found)
-            continue
-        if "...." in line and (m := _ARG.search(line)) is not None:
-            args.setdefault(m.group(1), m.group(2))
-            arg_rows.setdefault(m.group(1), row)
-            continue
-        if "memory (MB)" in line:
-            memory_lines += 1
-        elif "using torch." in line and (m := _USING_DTYPE.search(line)):
-            dtype = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[m.group(1)]
-            origin = f"Megatron banner: using torch.{m.group(1)} for parameters (line {row})"
-            stated.setdefault("banner", (dtype, origin))
-        elif (
-            ("--fp16" in line or "--bf16" in line)
-            and (flags := set(_DTYPE_FLAG.findall(line)))
-            and len(flags) == 1  # a command naming both says nothing
-        ):
-            (flag,) = flags
-            stated.setdefault("command", (flag, f"launch command: --{flag} (line {row})"))
-
-    if not records and not validation:
+        index = scan.line(index)
+    records = scan.records
+    if not records and not scan.validation:
         if source.rows_rejected:
             first = source.rejections[0]
             raise StabInputError(
@@ -217,43 +125,164 @@ def parse_lines(
             f"{source.rows_rejected} record(s) could not be read; first at line {first.line}: "
             f"{first.reason}"
         )
-    _stated_dtype(args, arg_rows, stated, source)
-    _missing_loss(records, args, source)
-    _tokens_and_time(records, args, source)
+    _stated_dtype(scan.args, scan.arg_rows, scan.stated, source)
+    _missing_loss(records, scan.args, source)
+    _tokens_and_time(records, scan.args, source)
     anchors = [
-        dsm.Anchor(r["_row"], r["_step"], tl.timestamp(r.pop("_time")) if mentions else None)
+        dsm.Anchor(r["_row"], r["_step"], tl.timestamp(r.pop("_time")) if scan.mentions else None)
         for r in records
     ]
-    events = dsm.place(mentions, anchors)
+    events = dsm.place(scan.mentions, anchors)
     event_rows = dsm.frame_rows(events, "loss scale")
-    source.notes.extend(dsm.summary(mentions, events))
+    source.notes.extend(dsm.summary(scan.mentions, events))
     _dtype_from_scale(records, events, source)
-    interval = args.get("log_interval")
+    _notes(scan, len(lines), source)
+    for r in records:
+        r.pop("_time", None)
+    rows = records + scan.validation + event_rows
+    raw = pl.DataFrame(rows, infer_schema_length=None).rename({"_step": "step"})
+    source.rows_read = raw.height + source.rows_rejected
+    return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
+
+
+class _Scan:
+    """One pass over a Megatron log: its records, and what the text around them says."""
+
+    def __init__(self, lines: list[str], cut: bool, source: SourceInfo, rejected_lines: int):
+        self.lines, self.cut, self.source = lines, cut, source
+        self.args: dict[str, str] = {}
+        self.arg_rows: dict[str, int] = {}
+        self.stated: dict[str, tuple[str, str]] = {}  # "banner" / "command" -> (dtype, origin)
+        self.records: list[dict] = []
+        self.validation: list[dict] = []
+        self.mentions: list[dsm.Mention] = []
+        self.state: dict = {}  # what `dsm.scan_line` carries from one line to the next
+        self.memory_lines = 0
+        # lines that are (part of) a record, read or rejected; the rest is text
+        self.record_lines = rejected_lines
+        self.layouts = _Layouts()
+
+    def line(self, index: int) -> int:
+        """Read the line at `index` (with the lines a wrapped record takes); the next index."""
+        line = self.lines[index]
+        row = index + 1
+        index += 1
+        if "iteration" in line and (m := ITERATION.search(line)) is not None:
+            return self._iteration(line, row, index, m)
+        if "validation loss at" in line and (m := _VALIDATION.search(line)) is not None:
+            self.record_lines += 1
+            self._validation(line, row, m)
+        elif "|" in line and line.count("|") >= 2 and _RECORD_FIELD.search(line):
+            # a record whose `iteration N/ T |` was damaged (a flipped byte, a cut in the
+            # middle): said, not dropped as text (and not read as a loss-scale message)
+            self.record_lines += 1
+            self.source.reject(row, "an iteration record without a readable `iteration N/ T |`")
+        elif "verflow" in line or "loss scale" in line:
+            found = dsm.scan_line(row, line, tl.timestamp(line), self.state)
+            self.record_lines += bool(found)
+            self.mentions.extend(found)
+        elif "...." in line and (m := _ARG.search(line)) is not None:
+            self.args.setdefault(m.group(1), m.group(2))
+            self.arg_rows.setdefault(m.group(1), row)
+        else:
+            self._text(line, row)
+        return index
+
+    def _iteration(self, line: str, row: int, index: int, m: re.Match[str]) -> int:
+        text, index = self._unwrapped(line[m.end() :], index)
+        # a record on the unfinished last line is cut even when it stops after a `|`:
+        # Megatron ends every record with a newline, and the fields after the cut are lost
+        on_cut_line = self.cut and index == len(self.lines)
+        if on_cut_line or not text.rstrip().endswith("|"):
+            if on_cut_line:
+                self.source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
+                self.source.reject(row, "last iteration record cut off mid-write")
+            else:
+                self.source.reject(row, "iteration record without its closing `|` (cut or wrapped)")
+            return index
+        iteration = tl.whole(m.group(1))
+        if iteration is None:
+            self.source.reject(row, tl.STEP_RANGE_REASON)
+            return index
+        record = self.layouts.parse(text, row, self.source)
+        if record is not None:
+            record["_row"], record["_step"] = row, iteration
+            record["_time"] = line  # turned into a timestamp only if DeepSpeed messages need it
+            self.records.append(record)
+        return index
+
+    def _unwrapped(self, text: str, index: int) -> tuple[str, int]:
+        """A hard-wrapped record joined with the lines after it until it ends with `|` (at
+        most MAX_CONTINUATION_LINES, never a line that starts another record)."""
+        joined = 0
+        while (
+            not text.rstrip().endswith("|")
+            and joined < MAX_CONTINUATION_LINES
+            and index < len(self.lines)
+        ):
+            follow = self.lines[index]
+            if _RECORD_START.search(follow):
+                break
+            text += " " + follow
+            index += 1
+            joined += 1
+        self.record_lines += 1 + joined
+        return text, index
+
+    def _validation(self, line: str, row: int, m: re.Match[str]) -> None:
+        fields = _fields(line[m.end() :], row, self.source, self.layouts.skipped)
+        if fields is None:
+            return
+        records = self.records
+        step = tl.whole(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
+        if step is None:
+            self.source.reject(row, tl.STEP_RANGE_REASON)
+            return
+        prefix = "test " if "test" in m.group(2) else ""
+        rec = {f"{prefix}{k}": v for k, v in fields.items()}
+        rec["_row"], rec["_step"] = row, step
+        self.validation.append(rec)
+
+    def _text(self, line: str, row: int) -> None:
+        """A line of no record: memory lines are counted, a banner or a launch command may
+        state the dtype."""
+        if "memory (MB)" in line:
+            self.memory_lines += 1
+        elif "using torch." in line and (m := _USING_DTYPE.search(line)):
+            dtype = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[m.group(1)]
+            origin = f"Megatron banner: using torch.{m.group(1)} for parameters (line {row})"
+            self.stated.setdefault("banner", (dtype, origin))
+        elif (
+            ("--fp16" in line or "--bf16" in line)
+            and (flags := set(_DTYPE_FLAG.findall(line)))
+            and len(flags) == 1  # a command naming both says nothing
+        ):
+            (flag,) = flags
+            self.stated.setdefault("command", (flag, f"launch command: --{flag} (line {row})"))
+
+
+def _notes(scan: _Scan, n_lines: int, source: SourceInfo) -> None:
+    """What the loss means, the fields skipped, and how much of the log was records."""
+    interval = scan.args.get("log_interval")
     source.notes.append(
         "Megatron's `lm loss` is the mean over the iterations of each log interval"
         + (f" (log_interval {interval})" if interval else "")
         + ", skipped iterations excluded; a one-iteration spike is diluted by the interval"
     )
-    for key, count in sorted(layouts.skipped.items(), key=lambda kv: -kv[1])[:5]:
+    for key, count in sorted(scan.layouts.skipped.items(), key=lambda kv: -kv[1])[:5]:
         source.notes.append(
             f"field {key!r} skipped on {count} record(s): its value is not a number"
         )
-    source.lines_skipped = len(lines) - record_lines
+    source.lines_skipped = n_lines - scan.record_lines
     source.notes.append(
-        f"{record_lines} of {len(lines)} lines are records; {source.lines_skipped} other lines "
-        "(banners, argument dumps, timers) skipped as text"
+        f"{scan.record_lines} of {n_lines} lines are records; {source.lines_skipped} other "
+        "lines (banners, argument dumps, timers) skipped as text"
     )
-    if memory_lines:
+    if scan.memory_lines:
         source.notes.append(
-            f"{memory_lines} `[Rank N] memory (MB)` lines not read "
+            f"{scan.memory_lines} `[Rank N] memory (MB)` lines not read "
             "(memory is not a stability metric)"
         )
-    for r in records:
-        r.pop("_time", None)
-    rows = records + validation + event_rows
-    raw = pl.DataFrame(rows, infer_schema_length=None).rename({"_step": "step"})
-    source.rows_read = raw.height + source.rows_rejected
-    return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
 
 
 _KEYS: dict[str, str] = {}  # raw key text -> normalised key (keys repeat on every line)
