@@ -14,7 +14,7 @@ A folder of versions (`lightning_logs/`) holding several runs is read as its
 latest run, and the notes say which versions were taken as resumes and why;
 `stab analyze -r` offers each run. A `version_N` folder is read with the
 versions it resumes. `hparams.yaml` beside a metrics.csv gives the dtype from
-its top-level settings named in `_dtype` (`precision: bf16-mixed`, `bf16: true`),
+its top-level settings named in `ingest.dtype` (`precision: bf16-mixed`, `bf16: true`),
 read with a one-line parser: no YAML library.
 """
 

@@ -15,7 +15,7 @@ Scalars come in three encodings, all read (every point, never downsampled):
   `tf.summary.scalar` (its plugin metadata is only on a tag's first event).
 
 `simple_value` events, nearly all of a scalar log, are decoded in bulk with numpy
-(`_tbproto.decode_simple_scalars`); every other record goes through protobuf.
+(`_proto.decode_simple_scalars`); every other record goes through protobuf.
 Values are float32 for most writers: 1e-3 reads back as 0.0010000000474974513.
 Records failing their CRC are skipped and named (see `_tfrecord`). The dtype
 comes from hparams (`precision`, `mixed_precision`, `bf16`, ...) when logged.
@@ -183,7 +183,7 @@ class _Collector:
         return self.bulk_points + len(self.values)
 
     def add_simple(self, scalars, seqs) -> None:
-        """Points decoded in bulk (`_tbproto.decode_simple_scalars`).
+        """Points decoded in bulk (`_proto.decode_simple_scalars`).
 
         `seqs` are their records' places."""
         import polars as pl
