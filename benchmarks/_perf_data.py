@@ -154,7 +154,7 @@ def _frame_crcs(records: np.ndarray) -> None:
     """Fill each record's two masked CRC-32C fields (the format checks every record)."""
     from google_crc32c import value as crc32c
 
-    from stabilitycli.ingest._tfrecord import _mask
+    from stabilitycli.ingest.tensorboard._tfrecord import _mask
 
     data_end = records.shape[1] - 4
     header_crc = _mask(crc32c(records[0, :8].tobytes()))  # equal lengths: one header CRC
@@ -199,7 +199,7 @@ def tensorboard_run(cache: Path, points: int, seed: int) -> Path:
 def _file_version_record() -> bytes:
     from _series import tfrecord
 
-    from stabilitycli.ingest import _tbproto
+    from stabilitycli.ingest.tensorboard import _proto as _tbproto
 
     payload = (
         _tbproto.messages()["Event"](wall_time=1.7e9, file_version="brain.Event:2")

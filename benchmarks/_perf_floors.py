@@ -42,7 +42,7 @@ def read_parquet(path: str) -> dict:
 def tb_walk(folder: str) -> dict:
     """TFRecord framing plus one protobuf parse per event (stab's own Event message), no CRC
     check: the least a reader of the event file can do."""
-    from stabilitycli.ingest._tbproto import messages
+    from stabilitycli.ingest.tensorboard._proto import messages
 
     event_cls = messages()["Event"]
     points = 0

@@ -21,7 +21,7 @@ def loss_curve(points: int) -> np.ndarray:
 
 def tfrecord(payload: bytes) -> bytes:
     """One TFRecord: the length, its masked CRC, the payload, its masked CRC."""
-    from stabilitycli.ingest._tfrecord import masked_crc
+    from stabilitycli.ingest.tensorboard._tfrecord import masked_crc
 
     header = struct.pack("<Q", len(payload))
     return (

@@ -39,7 +39,7 @@ def make_values(points: int) -> np.ndarray:
 
 def write_own(path: Path, values: np.ndarray) -> None:
 
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
 
     event_cls = tbp.messages()["Event"]
 
@@ -74,7 +74,7 @@ def timed(fn):
 
 
 def record_loop(path: Path, verify: bool) -> int:
-    from stabilitycli.ingest.tensorboard import _Collector, read_event_file
+    from stabilitycli.ingest.tensorboard.reader import _Collector, read_event_file
     from stabilitycli.model import SourceInfo
 
     collector = _Collector()

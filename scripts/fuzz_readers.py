@@ -738,7 +738,7 @@ def m_protobuf(buf: bytes, rng: random.Random, depth: int = 0) -> bytes:
 
 
 def tfrecords(data: bytes) -> list[bytes] | None:
-    from stabilitycli.ingest._tfrecord import masked_crc
+    from stabilitycli.ingest.tensorboard._tfrecord import masked_crc
 
     out, pos = [], 0
     while pos + 12 <= len(data):
@@ -754,7 +754,7 @@ def tfrecords(data: bytes) -> list[bytes] | None:
 
 
 def tfrecord_frame(payload: bytes, length: int | None = None) -> bytes:
-    from stabilitycli.ingest._tfrecord import masked_crc
+    from stabilitycli.ingest.tensorboard._tfrecord import masked_crc
 
     header = struct.pack("<Q", len(payload) if length is None else length)
     return (

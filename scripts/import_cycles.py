@@ -78,7 +78,7 @@ def private_imports(graph: grimp.ImportGraph) -> list[str]:
     """`from stabilitycli.x import _name` taken by a module other than x.
 
     A package's private submodule imported by a module of that same package is its
-    own business (`from stabilitycli.ingest import _bounded` inside `ingest/`).
+    own business (`from stabilitycli.ingest.text import _textline` inside `ingest/text/`).
     """
     found = []
     for path in sorted((ROOT / PACKAGE).rglob("*.py")):

@@ -202,8 +202,29 @@ def finalize(
     """
     if owned:
         raw = _taken(raw)
-    overrides = dict(overrides or {})
     source.rows_read = max(source.rows_read, raw.height + source.rows_rejected)
+    raw = _own_names(raw, source, step_key, rank_key)
+    # 1. Every other column as Float64; columns with no number anywhere are not metrics.
+    numeric, metric_keys = _numeric_columns(raw, step_key, rank_key)
+    # 2. Aliases: which metric each numeric key is.
+    out_cols = _metric_columns(metric_keys, dict(overrides or {}), source, rank_key is not None)
+    # 3. Step and rank.
+    table = numeric.select([pl.col(ROW), *out_cols])
+    metric_names = [c for c in table.columns if c != ROW]
+    table = _with_axes(table, raw, source, metric_names, step_key, rank_key)
+    # from here `table` alone holds the columns, so the sort by rank can let each one go
+    # as its sorted copy is made (`rank_sort.by_rank`)
+    del raw, numeric
+    # 4. Account for rows that cannot be used.
+    has_rank = rank_key is not None
+    table = _usable_rows(table, source, has_rank)
+    return _checked_frame(table, source, metric_names, metric_keys, has_rank)
+
+
+def _own_names(
+    raw: pl.DataFrame, source: SourceInfo, step_key: str | None, rank_key: str | None
+) -> pl.DataFrame:
+    """`raw` with its line numbers, and no logged key under a name finalize works with."""
     if ROW not in raw.columns:
         raw = raw.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(pl.Int64))
     # a logged key spelled like a column finalize works with would overwrite it (a TB tag
@@ -215,29 +236,40 @@ def finalize(
             f"key(s) {', '.join(map(repr, clash))} read as '<key> (as logged)': stab uses "
             "those names for its own bookkeeping"
         )
+    return raw
+
+
+def _numeric_columns(
+    raw: pl.DataFrame, step_key: str | None, rank_key: str | None
+) -> tuple[pl.DataFrame, list[str]]:
+    """The line number and every column but the axes as Float64, and the keys that hold
+    a number somewhere (the metric keys)."""
     # the step and rank columns, and any other spelling of them, are axes, not metrics
     axis_names = set(aliases.STEP_KEYS) | set(aliases.RANK_KEYS) | CLOCK_KEYS
     skip_cols = {ROW, step_key, rank_key} | {
         c for c in raw.columns if aliases.normalise_key(c) in axis_names
     }
-
-    # 1. Every other column as Float64; columns with no number anywhere are not metrics.
     exprs: dict[str, pl.Expr] = {}
-    for name, dtype in raw.schema.items():
+    for name, dtype in raw.schema.items():  # loop over columns, not rows
         if name in skip_cols:
             continue
         expr = _to_float(name, dtype)
         if expr is not None:
             exprs[name] = expr
-    numeric = (
-        raw.select([ROW, *[e.alias(n) for n, e in exprs.items()]]) if exprs else raw.select(ROW)
-    )
-    counts = (
-        numeric.select([pl.col(n).is_not_null().sum().alias(n) for n in exprs]) if exprs else None
-    )
-    metric_keys = [n for n in exprs if counts is not None and counts[n][0] > 0]
+    if not exprs:
+        return raw.select(ROW), []
+    numeric = raw.select([ROW, *[e.alias(n) for n, e in exprs.items()]])
+    counts = numeric.select([pl.col(n).is_not_null().sum().alias(n) for n in exprs])
+    return numeric, [n for n in exprs if counts[n][0] > 0]
 
-    # 2. Aliases: overrides must name a key that exists.
+
+def _metric_columns(
+    metric_keys: list[str], overrides: dict[str, str], source: SourceInfo, per_rank: bool
+) -> list[pl.Expr]:
+    """Each metric key under its canonical name (`loss`, `grad_norm`...) when it has one.
+
+    Overrides must name a key that exists; the metrics found and how are noted in `source`.
+    """
     for canonical, raw_key in overrides.items():
         if raw_key not in metric_keys:
             shown = ", ".join(sorted(metric_keys)[:20]) or "none"
@@ -245,7 +277,7 @@ def finalize(
                 f"--metric {canonical}={raw_key}: no numeric key {raw_key!r} in {source.path} "
                 f"(numeric keys: {shown})"
             )
-    resolution = aliases.resolve(metric_keys, overrides, per_rank=rank_key is not None)
+    resolution = aliases.resolve(metric_keys, overrides, per_rank=per_rank)
     mapping = resolution.mapping
     source.notes.extend(resolution.notes)
     source.metric_origin = dict(sorted(resolution.origin.items()))
@@ -259,13 +291,22 @@ def finalize(
         used_names.add(name)
         out_cols.append(pl.col(key).alias(name))
     source.metrics = {c: r for c, r in sorted(mapping.items())}
+    return out_cols
 
-    # 3. Step and rank.
+
+def _with_axes(
+    table: pl.DataFrame,
+    raw: pl.DataFrame,
+    source: SourceInfo,
+    metric_names: list[str],
+    step_key: str | None,
+    rank_key: str | None,
+) -> pl.DataFrame:
+    """`table` with `_has_metric`, `step` (and `_step_fault` when some step is unusable)
+    and, per rank, `rank`."""
     step_series, step_fault = (
         _step_column(raw, step_key, source.path) if step_key is not None else (None, None)
     )
-    table = numeric.select([pl.col(ROW), *out_cols])
-    metric_names = [c for c in table.columns if c != ROW]
     has_metric = (
         pl.any_horizontal([pl.col(c).is_not_null() for c in metric_names])
         if metric_names
@@ -286,15 +327,16 @@ def finalize(
         )
     if rank_key is not None:
         table = table.with_columns(_rank_column(raw, rank_key, source.path))
-    # from here `table` alone holds the columns, so the sort by rank can let each one go
-    # as its sorted copy is made (`rank_sort.by_rank`)
-    del raw, numeric, step_series, step_fault
+    return table
 
-    # 4. Account for rows that cannot be used. Most logs have none, and each filter below
-    # copies every row: one pass asks first
-    if _all_usable(table, rank_key is not None):
-        table = table.drop("_has_metric", *(["_step_fault"] if "_step_fault" in table else []))
-        return _checked_frame(table, source, metric_names, metric_keys, rank_key is not None)
+
+def _usable_rows(table: pl.DataFrame, source: SourceInfo, has_rank: bool) -> pl.DataFrame:
+    """The rows with a metric, a usable step and (per rank) a usable rank; the others
+    rejected in `source`, with the working columns dropped."""
+    # Most logs have none to reject, and each filter below copies every row: one pass asks
+    # first
+    if _all_usable(table, has_rank):
+        return table.drop("_has_metric", *(["_step_fault"] if "_step_fault" in table else []))
     no_metric = table.filter(~pl.col("_has_metric"))
     _reject_rows(source, no_metric, "not a metric record (no numeric metric value)")
     table = table.filter(pl.col("_has_metric"))
@@ -305,19 +347,21 @@ def finalize(
     no_step = table.filter(pl.col("step").is_null())
     _reject_rows(source, no_step, "metric record without a usable step")
     table = table.filter(pl.col("step").is_not_null()).drop("_has_metric")
-    if rank_key is not None:
-        no_rank = table.filter(pl.col("rank").is_null())
-        _reject_rows(source, no_rank, "per-rank record without a usable rank")
-        table = table.filter(pl.col("rank").is_not_null())
-        # a rank numbers a process: below 0 or past any cluster it is damage, not a rank
-        odd_rank = ~pl.col("rank").is_between(0, _RANK_MAX)
-        _reject_rows(
-            source,
-            table.filter(odd_rank),
-            f"per-rank record whose rank is no process index (below 0 or over {_RANK_MAX})",
-        )
-        table = table.filter(~odd_rank)
-    return _checked_frame(table, source, metric_names, metric_keys, rank_key is not None)
+    return _with_usable_rank(table, source) if has_rank else table
+
+
+def _with_usable_rank(table: pl.DataFrame, source: SourceInfo) -> pl.DataFrame:
+    no_rank = table.filter(pl.col("rank").is_null())
+    _reject_rows(source, no_rank, "per-rank record without a usable rank")
+    table = table.filter(pl.col("rank").is_not_null())
+    # a rank numbers a process: below 0 or past any cluster it is damage, not a rank
+    odd_rank = ~pl.col("rank").is_between(0, _RANK_MAX)
+    _reject_rows(
+        source,
+        table.filter(odd_rank),
+        f"per-rank record whose rank is no process index (below 0 or over {_RANK_MAX})",
+    )
+    return table.filter(~odd_rank)
 
 
 def _taken(frame: pl.DataFrame) -> pl.DataFrame:

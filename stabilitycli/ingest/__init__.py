@@ -4,128 +4,39 @@ Each reader module provides what `ingest.base.Reader` describes: `NAME`,
 `sniff(path, head) -> bool` and `read(path, options) -> RunData` (plus
 `sniff_uri(text)` for a `UriReader`). Readers are imported lazily so that
 `stab --help` does not pay for polars, and detection imports only the readers
-that a path could be for (`_TAKES`).
+that a path could be for (each reader's `Takes`, gathered in `ingest.formats`).
+
+The readers live in family packages (`text/`, `jsonl/`, `tabular/`, `mlflow/`,
+`tensorboard/`, `wandb/`); what they all use (bounded reading, limits, options,
+folders, per-rank folders, remote sources) is here at the `ingest` level.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 from stabilitycli.errors import NOT_ERRORS, StabInputError, StabUsageError, input_error_from
-from stabilitycli.ingest._dtype import dtype_from
-from stabilitycli.ingest._walk import list_folder
-from stabilitycli.ingest.base import Reader, UriReader
+from stabilitycli.ingest.base import Takes, UriReader
+from stabilitycli.ingest.dtype import dtype_from
+from stabilitycli.ingest.folders import list_folder
+from stabilitycli.ingest.formats import ENTRIES, READERS, SUPPORTED, reader
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 
-# Order matters: the first reader whose `sniff` accepts the path wins, so more
-# specific layouts come before generic ones. `tensorboard` accepts any directory
-# with event files below it (HF output dirs and lightning_logs often have some),
-# so it comes after the specific directory layouts.
-READERS: tuple[str, ...] = (
-    "mlflow_file",
-    "mlflow_db",
-    "mlflow_server",
-    "rank_dir",
-    "hf_trainer",
-    "wandb_offline",
-    "lightning",
-    "wandb_csv",
-    "llmc",
-    "megatron",
-    "dictlog",
-    "deepspeed",
-    "tensorboard",
-    "tabular",
-    "jsonl",
-    "kvlog",
-)
-
-# shown once, in `stab analyze --help`; input errors point there instead of repeating it
-SUPPORTED = (
-    "JSONL (.jsonl, .jsonl.gz, .jsonl.zst); Megatron / Megatron-DeepSpeed / GPT-NeoX / ms-swift "
-    "stdout; DeepSpeed / DeepSpeed-Chat stdout; llm.c main.log; trainer stdout with `key: value` "
-    "records (nanoGPT, modded-nanogpt, torchtitan, litgpt, MLX-LM, Keras fit, NeMo, fairseq; "
-    "anything else with --pattern) or dict / JSON lines (Hugging Face Trainer, fairseq); "
-    "`-` reads standard input; Hugging Face trainer_state.json (or a "
-    "checkpoint / output dir); Lightning CSVLogger metrics.csv (or lightning_logs/ with "
-    "version_N: a version that resumes an earlier one is read with it); W&B offline run (.wandb, "
-    "its run dir, or wandb/); W&B chart CSV export; CSV / TSV / Parquet / Arrow IPC tables; "
-    "MLflow file store (mlruns/, an experiment or run folder); MLflow sqlite (mlflow.db, "
-    "sqlite:///path); MLflow tracking server (http(s)://host:port); TensorBoard event files "
-    "(events.out.tfevents.* or a log dir; run folders that resume one another are one run). "
-    "A folder of per-rank logs in any of the file formats (rank_7.jsonl, rank-007.jsonl.gz, "
-    "worker_7.csv, rank_7.log, rank_7/metrics.jsonl) is one per-rank run; "
-    "a folder holding one log is that log."
-)
-
-
-def reader(name: str) -> Reader:
-    # a module satisfies the protocol structurally; tests/ingest check every one in READERS
-    return cast(Reader, importlib.import_module(f".{name}", __name__))
-
-
-@dataclass(frozen=True)
-class _Takes:
-    """What a reader's `sniff` can accept at all, told without importing the reader.
-
-    Importing every reader to ask each cost more than reading a small log (0.1 s),
-    so a reader is imported only when the path could be its: a folder, a file name
-    (lower case) ending in one of `suffixes` or holding one of `marks`, a file
-    starting with one of `magic`, or a text log. These are each sniff's own first
-    tests, never more: a reader skipped here would have refused the path
-    (tests/ingest/test_detect_cheap.py checks that against every fixture).
-    """
-
-    folders: bool = False
-    suffixes: tuple[str, ...] = ()
-    marks: tuple[str, ...] = ()
-    magic: tuple[bytes, ...] = ()
-    text_log: bool = False
-    any_file: bool = False
-
-    def may_take(self, path: Path, is_folder: bool, head: bytes, name: str) -> bool:
-        if is_folder:
-            return self.folders
-        if self.any_file or name.endswith(self.suffixes) or head.startswith(self.magic):
-            return True
-        if any(mark in name for mark in self.marks):
-            return True
-        if not self.text_log:
-            return False
-        # asked only when a text reader's turn comes: the sniffs before it never ask
-        from stabilitycli.ingest._textlog import is_text_log
-
-        return is_text_log(path, head)
-
-
-# keyed like READERS (a test keeps both in step); a magic here is the reader's own constant
-_TAKES: dict[str, _Takes] = {
-    "mlflow_file": _Takes(folders=True),
-    "mlflow_db": _Takes(magic=(b"SQLite format 3\x00",)),
-    "mlflow_server": _Takes(),  # a tracking URI only (`sniff_uri`), never a path
-    "rank_dir": _Takes(folders=True),
-    "hf_trainer": _Takes(folders=True, suffixes=(".json",)),
-    "wandb_offline": _Takes(folders=True, suffixes=(".wandb",), magic=(b":W&B\xe1\xbe",)),
-    "lightning": _Takes(folders=True, suffixes=(".csv",)),
-    "wandb_csv": _Takes(suffixes=(".csv",)),
-    "llmc": _Takes(text_log=True),
-    "megatron": _Takes(text_log=True),
-    "dictlog": _Takes(text_log=True),
-    "deepspeed": _Takes(text_log=True),
-    "tensorboard": _Takes(folders=True, marks=("events.out.tfevents.",)),
-    "tabular": _Takes(
-        suffixes=(".csv", ".tsv", ".parquet", ".pq", ".arrow", ".feather", ".ipc", ".arrows"),
-        magic=(b"PAR1", b"ARROW1"),
-    ),
-    # cheap to import, and its sniff looks inside gzip and zstd streams
-    "jsonl": _Takes(any_file=True),
-    "kvlog": _Takes(text_log=True),
-}
+# what callers take from `stabilitycli.ingest`; the rest is its own or its modules'
+__all__ = [
+    "FORMATS_HINT",
+    "NOT_LOGS",
+    "READERS",
+    "STDIN",
+    "STDIN_NAME",
+    "SUPPORTED",
+    "detect_format",
+    "read",
+    "reader",
+]
 
 
 def detect_format(path: Path) -> str:
@@ -134,12 +45,23 @@ def detect_format(path: Path) -> str:
         with open(path, "rb") as handle:
             head = handle.read(8192)
     is_folder, name = path.is_dir(), path.name.lower()
-    for candidate in READERS:
-        if not _TAKES[candidate].may_take(path, is_folder, head, name):
+    for entry in ENTRIES:
+        if not _may_take(entry.takes, path, is_folder, head, name):
             continue
-        if reader(candidate).sniff(path, head):
-            return candidate
+        if reader(entry.name).sniff(path, head):
+            return entry.name
     raise StabInputError(str(path), f"not a log stab reads ({FORMATS_HINT})")
+
+
+def _may_take(takes: Takes, path: Path, is_folder: bool, head: bytes, name: str) -> bool:
+    if takes.may_take(is_folder, head, name):
+        return True
+    if is_folder or not takes.text_log:
+        return False
+    # asked only when a text reader's turn comes: the sniffs before it never ask
+    from stabilitycli.ingest.text.textlog import is_text_log
+
+    return is_text_log(path, head)
 
 
 FORMATS_HINT = "`stab analyze --help` lists the formats"

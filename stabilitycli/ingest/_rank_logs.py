@@ -10,6 +10,7 @@ warnings of every file are carried over, so nothing read is lost from view.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,6 @@ from stabilitycli.model import Rejection, Restart, SourceInfo
 
 if TYPE_CHECKING:
     from stabilitycli.frame import RunData
-    from stabilitycli.ingest.rank_dir import RankFile
 
 # formats of one file holding one process's log; stores and event-file folders
 # (MLflow, TensorBoard, W&B runs) have their own per-rank layouts
@@ -27,9 +27,18 @@ FILE_FORMATS = ("tabular", "llmc", "megatron", "deepspeed", "jsonl")
 _SIDE_FILES = (".md", ".txt", ".yaml", ".yml", ".json", ".py", ".sh", ".toml", ".cfg", ".ini")
 
 
+@dataclass(frozen=True)
+class RankFile:
+    """One rank's log in a per-rank folder (`rank_dir` finds them, every format reads them)."""
+
+    path: Path
+    rel: str  # path relative to the directory, as shown in messages
+    rank: int
+
+
 def log_format(path: Path) -> str | None:
     """The reader of a one-process log file, or None when it is no log stab reads."""
-    from stabilitycli.ingest import reader
+    from stabilitycli.ingest.formats import reader
 
     if not path.is_file() or path.name.lower().endswith(_SIDE_FILES):
         return None
@@ -49,7 +58,7 @@ def read_files(files: list[RankFile], source: SourceInfo, options: ReadOptions) 
     import polars as pl
 
     from stabilitycli.frame import SEGMENT, RunData
-    from stabilitycli.ingest import reader
+    from stabilitycli.ingest.formats import reader
 
     frames: list[pl.DataFrame] = []
     abandoned: list[pl.DataFrame] = []

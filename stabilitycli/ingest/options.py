@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stabilitycli.ingest._dtype import dtype_option
+from stabilitycli.ingest.dtype import dtype_option
 from stabilitycli.ingest.limits import InputLimits
 
 

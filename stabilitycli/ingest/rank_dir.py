@@ -28,7 +28,6 @@ the runs are stacked by rank (`_rank_logs`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -36,8 +35,11 @@ import polars as pl
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import ROW, RunData, finalize
-from stabilitycli.ingest import _rank_logs, jsonl
-from stabilitycli.ingest._walk import list_folder
+from stabilitycli.ingest import _rank_logs
+from stabilitycli.ingest._rank_logs import RankFile
+from stabilitycli.ingest.folders import list_folder
+from stabilitycli.ingest.jsonl import parse as jsonl
+from stabilitycli.ingest.jsonl.reader import read_bytes
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import Rejection, Restart, SourceInfo
 
@@ -60,13 +62,6 @@ RECOGNISED = (
     "rank_7/metrics.jsonl, rank_7.csv, rank_7.log (or give --rank-pattern with one capture group)"
 )
 _MAX_SCAN = 20_000  # entries looked at by sniff: a huge unrelated folder is not scanned whole
-
-
-@dataclass(frozen=True)
-class RankFile:
-    path: Path
-    rel: str  # path relative to the directory, as shown in messages
-    rank: int
 
 
 def _stem(name: str) -> str:
@@ -245,19 +240,19 @@ def _parse_file(
     item: RankFile, source: SourceInfo, empty: list[str], cut: list[str]
 ) -> pl.DataFrame | None:
     """One file's raw rows with `rank`, `_file_row` (its own line number) columns."""
-    data = jsonl.read_bytes(item.path)
-    data, cut_line = jsonl._strip_truncated_tail(data)
+    data = read_bytes(item.path)
+    data, cut_line = jsonl.strip_truncated_tail(data)
     if cut_line is not None:
         cut.append(f"{item.rel}:{cut_line}")
         _reject(source, item.rel, cut_line, jsonl.TRUNCATED_REASON)
     if not data.strip():
         empty.append(item.rel)
         return None
-    raw = jsonl._fast_parse(data)
+    raw = jsonl.fast_parse(data)
     if raw is None:
         local = SourceInfo(path=str(item.path), format=NAME)
         try:
-            raw = jsonl._slow_parse(data, local)
+            raw = jsonl.slow_parse(data, local)
         except StabInputError:
             raw = None
         for reason, count in local.rejection_counts.items():

@@ -114,7 +114,7 @@ def _walk(root: Path, warnings: list[str], known: Callable[[str], bool] | None =
     folder once, so two symlinks to `.` end; sorting by path parts afterwards
     gives the order a depth-first walk in name order would.
     """
-    from stabilitycli.ingest._walk import WalkReport, walk
+    from stabilitycli.ingest.folders import WalkReport, walk
 
     found: list[tuple[tuple[str, ...], int, str]] = []
 
@@ -160,7 +160,7 @@ def _sniffed_run(path: Path) -> bool:
 
     name = detect_format(path)
     if name == "tensorboard":
-        from stabilitycli.ingest import tensorboard
+        from stabilitycli.ingest.tensorboard import reader as tensorboard
 
         within = not path.is_dir() or _events_within(path, _TB_MAX_DEPTH)
         return within and tensorboard.has_scalars(path)
@@ -180,11 +180,11 @@ def _runs_of_folders(folder: Path) -> list[Path] | None:
         # each reader imported only for its own folders: both import polars, which a
         # walk over plain logs (and a rerun that reuses every run) never needs
         if name == "lightning":
-            from stabilitycli.ingest import lightning
+            from stabilitycli.ingest.tabular import lightning
 
             return lightning.run_paths(folder)
         if name == "tensorboard":
-            from stabilitycli.ingest import tensorboard
+            from stabilitycli.ingest.tensorboard import reader as tensorboard
 
             return tensorboard.run_paths(folder)
     except (StabInputError, OSError):
@@ -215,7 +215,7 @@ def _ranks_here(folder: Path) -> bool:
 
 
 def _events_within(folder: Path, depth: int) -> bool:
-    from stabilitycli.ingest._walk import walk
+    from stabilitycli.ingest.folders import walk
 
     return any(
         any(p.name.startswith("events.out.tfevents") and p.is_file() for p in files)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest._walk import WalkReport, walk
+from stabilitycli.ingest.folders import WalkReport, walk
 
 
 @dataclass(frozen=True)

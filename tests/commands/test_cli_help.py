@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stabilitycli.cli import COMMANDS, app
-from stabilitycli.ingest import _TAKES, READERS
+from stabilitycli.ingest.formats import BY_NAME, ENTRIES
 
 runner = CliRunner()
 
@@ -63,7 +63,7 @@ HEAVY = (
     "stabilitycli.pipeline",
     "stabilitycli.detect",
     "stabilitycli.classify",
-    *(f"stabilitycli.ingest.{name}" for name in READERS),
+    *(entry.module for entry in ENTRIES),
 )
 
 # runs `stab` in-process after the environment is set, then reports what got imported
@@ -132,7 +132,7 @@ UNUSED_BY_AN_ANALYSIS = (
     "plotly",
     "rich.markdown",
     *(f"stabilitycli.report.{name}" for name in ("html", "markdown", "plotdata", "json_report")),
-    *(f"stabilitycli.ingest.{name}" for name in READERS),
+    *(entry.module for entry in ENTRIES),
 )
 
 
@@ -143,12 +143,12 @@ UNUSED_BY_AN_ANALYSIS = (
 def test_an_analysis_imports_one_reader_and_one_renderer(log: str, reader: str) -> None:
     proc, loaded = _run_stab(["analyze", log], watch=UNUSED_BY_AN_ANALYSIS)
     assert proc.returncode in (0, 1), proc.stderr
-    readers = {m.rpartition(".")[2] for m in loaded if m.startswith("stabilitycli.ingest.")}
+    readers = {name for name, entry in BY_NAME.items() if entry.module in loaded}
     assert reader in readers
     if os.path.isdir(log):
         # a folder is offered to the readers of folders before its own (which import a
         # couple of file readers they build on), never to the readers of text logs
-        assert not {name for name, takes in _TAKES.items() if takes.text_log} & readers
+        assert not {entry.name for entry in ENTRIES if entry.takes.text_log} & readers
     else:
         assert readers == {reader}
     assert [m for m in loaded if not m.startswith("stabilitycli.ingest.")] == []

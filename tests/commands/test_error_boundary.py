@@ -95,7 +95,7 @@ def test_anything_a_reader_raises_is_an_input_error(monkeypatch, err, said) -> N
     from stabilitycli.ingest import read
 
     path = run_fixture("plateau")
-    monkeypatch.setattr("stabilitycli.ingest.jsonl.read", _raising(err))
+    monkeypatch.setattr("stabilitycli.ingest.jsonl.reader.read", _raising(err))
     with pytest.raises(StabInputError) as caught:
         read(path)
     assert caught.value.path == str(path)
@@ -107,14 +107,14 @@ def test_anything_a_reader_raises_is_an_input_error(monkeypatch, err, said) -> N
 def test_ctrl_c_and_exits_are_never_swallowed(monkeypatch, stop) -> None:
     from stabilitycli.ingest import read
 
-    monkeypatch.setattr("stabilitycli.ingest.jsonl.read", _raising(stop()))
+    monkeypatch.setattr("stabilitycli.ingest.jsonl.reader.read", _raising(stop()))
     with pytest.raises(stop):
         read(run_fixture("plateau"))
 
 
 def test_a_panic_in_a_command_is_exit_2_not_a_crash(monkeypatch) -> None:
     path = run_fixture("plateau")
-    monkeypatch.setattr("stabilitycli.ingest.jsonl.read", _raising(PanicException("boom")))
+    monkeypatch.setattr("stabilitycli.ingest.jsonl.reader.read", _raising(PanicException("boom")))
     line = _one_error_line(_stab("analyze", path))
     assert f"{path}: cannot parse jsonl: the decoder failed on damaged data (boom)" in line
 
@@ -122,7 +122,7 @@ def test_a_panic_in_a_command_is_exit_2_not_a_crash(monkeypatch) -> None:
 @pytest.mark.parametrize(
     "where",
     # reading, and sniffing (opening the file for its first bytes, before any reader)
-    ["stabilitycli.ingest.jsonl.read", "stabilitycli.ingest.detect_format"],
+    ["stabilitycli.ingest.jsonl.reader.read", "stabilitycli.ingest.detect_format"],
 )
 def test_permission_denied_is_an_input_error(monkeypatch, where) -> None:
     path = run_fixture("plateau")
@@ -148,7 +148,7 @@ def test_an_unreadable_file_on_disk_says_permission_denied(tmp_path) -> None:
 
 def test_a_directory_given_as_a_log_is_an_input_error(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(
-        "stabilitycli.ingest.jsonl.read",
+        "stabilitycli.ingest.jsonl.reader.read",
         _raising(IsADirectoryError(errno.EISDIR, "Is a directory", str(tmp_path))),
     )
     path = run_fixture("plateau")
@@ -189,7 +189,9 @@ def test_debug_shows_the_traceback_and_still_exits_2(monkeypatch) -> None:
 
 
 def test_debug_shows_what_a_reader_raised(monkeypatch) -> None:
-    monkeypatch.setattr("stabilitycli.ingest.jsonl.read", _raising(PanicException("deep down")))
+    monkeypatch.setattr(
+        "stabilitycli.ingest.jsonl.reader.read", _raising(PanicException("deep down"))
+    )
     result = _stab("--debug", "analyze", run_fixture("plateau"))
     assert result.exit_code == 2
     assert "PanicException: deep down" in result.stderr
@@ -264,7 +266,7 @@ def test_markup_in_names_is_shown_as_written(monkeypatch) -> None:
 
 def test_control_characters_in_an_error_stay_on_one_line(monkeypatch) -> None:
     monkeypatch.setattr(
-        "stabilitycli.ingest.jsonl.read",
+        "stabilitycli.ingest.jsonl.reader.read",
         _raising(StabInputError("evil\nname\x1b[2J", "bad\rthing")),
     )
     line = _one_error_line(_stab("analyze", run_fixture("plateau")))

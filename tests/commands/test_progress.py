@@ -12,7 +12,7 @@ from stabilitycli import analyze, progress
 from stabilitycli.cli import app
 from stabilitycli.commands import analyze as analyze_command
 from stabilitycli.detect.registry import load_rules
-from stabilitycli.ingest import jsonl
+from stabilitycli.ingest.jsonl import reader as jsonl
 from stabilitycli.report.formats import Format
 from tests.conftest import FIXTURES
 

@@ -129,7 +129,7 @@ def write_tensorboardx(run: dict[str, list], logdir: Path, hparams: dict | None 
 
 
 def _frame(payload: bytes) -> bytes:
-    from stabilitycli.ingest._tfrecord import masked_crc
+    from stabilitycli.ingest.tensorboard._tfrecord import masked_crc
 
     header = struct.pack("<Q", len(payload))
     return (
@@ -151,7 +151,7 @@ def event_bytes(run: dict[str, list] | None, encoding: str = "tf2") -> bytes:
     * "tf2_double": the same with DT_DOUBLE and 8 bytes.
     `run=None` gives a file with only the `file_version` header event.
     """
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
 
     event_cls = tbp.messages()["Event"]
     out = [_frame(event_cls(wall_time=1.7e9, file_version="brain.Event:2").SerializeToString())]

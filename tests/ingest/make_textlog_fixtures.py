@@ -4,7 +4,7 @@ These trainers do not run on a CPU-only test box (GPU kernels, Apple silicon,
 multi-GB models), so each line is produced with the format string the
 trainer's source prints it with (quoted in each writer below and checked
 against the upstream sources for issue 14;
-`stabilitycli/ingest/_kvfamilies.py` cites them too), around it the chatter
+`stabilitycli/ingest/text/_kvfamilies.py` cites them too), around it the chatter
 that comes with it (banners, bars, eval lines), from one seeded loss curve.
 Every sample has a NaN record and ends in a record cut mid-write (no final
 newline), as a log of a job that died looks. The trainers that do run on CPU

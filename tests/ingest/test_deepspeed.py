@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import deepspeed, detect_format
+from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import deepspeed
 from tests.conftest import FIXTURES
 
 FUSED = FIXTURES / "deepspeed" / "fused_4ranks.log"

@@ -1,7 +1,7 @@
 """`detect_format` imports a reader only when the path could be its, and picks what
 asking every reader in turn would pick.
 
-The cheap tests in `ingest._TAKES` (a folder, a file name, magic bytes, a text log)
+The cheap tests in each reader's `Takes` (a folder, a file name, magic bytes, a text log)
 only skip readers; the check here is that on every path under fixtures/ (and on a
 few made-up ones) they never skip the reader that would have taken it. That an
 analysis imports no other reader is checked on the real `stab` in test_cli_help.py.
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from stabilitycli.ingest import _TAKES, READERS, detect_format, reader
+from stabilitycli.ingest import READERS, SUPPORTED, detect_format, reader
+from stabilitycli.ingest.formats import BY_NAME, ENTRIES
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -49,12 +50,19 @@ def _both(paths: list[Path]) -> tuple[dict[str, str], dict[str, str]]:
     )
 
 
-def test_every_reader_has_cheap_tests() -> None:
-    assert list(_TAKES) == list(READERS)
+_TAKES = {entry.name: entry.takes for entry in ENTRIES}
+
+
+def test_every_reader_is_declared_once_with_its_phrase_in_the_help() -> None:
+    assert len(BY_NAME) == len(ENTRIES) == len(READERS)
+    for entry in ENTRIES:
+        assert entry.supported in SUPPORTED, entry.name
 
 
 def test_the_magic_bytes_are_the_readers_own() -> None:
-    from stabilitycli.ingest import mlflow_db, tabular, wandb_offline
+    from stabilitycli.ingest.mlflow import database as mlflow_db
+    from stabilitycli.ingest.tabular import tables as tabular
+    from stabilitycli.ingest.wandb import offline as wandb_offline
 
     assert _TAKES["mlflow_db"].magic == (mlflow_db.SQLITE_MAGIC,)
     assert _TAKES["wandb_offline"].magic == (wandb_offline.MAGIC,)

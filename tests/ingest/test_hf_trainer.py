@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import detect_format, hf_trainer
+from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import hf_trainer
 from tests.conftest import FIXTURES
 
 STATE = FIXTURES / "hf_trainer" / "trainer_state.json"

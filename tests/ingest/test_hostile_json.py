@@ -16,7 +16,8 @@ import tracemalloc
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _bounded, jsonl, read
+from stabilitycli.ingest import bounded, read
+from stabilitycli.ingest.jsonl import reader as jsonl
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 
@@ -160,7 +161,7 @@ def faults_line_by_line(data: bytes, limits: InputLimits) -> dict[int, str]:
     return {
         n: fault
         for n, line in enumerate(data.split(b"\n"), start=1)
-        if (fault := _bounded.line_fault(line, limits)) is not None
+        if (fault := bounded.line_fault(line, limits)) is not None
     }
 
 
@@ -170,11 +171,11 @@ def test_screen_matches_a_line_by_line_scan_across_window_edges(monkeypatch) -> 
     rng = random.Random(12)
     limits = InputLimits(max_json_depth=3, max_line_bytes=30)
     for window in (7, 16, 33):
-        monkeypatch.setattr(_bounded, "_WINDOW", window)
+        monkeypatch.setattr(bounded, "_WINDOW", window)
         for _ in range(200):
             data = bytes(rng.choice(b'{[]}"\\ax\n') for _ in range(rng.randint(0, 200)))
             expected = faults_line_by_line(data, limits)
-            screened = _bounded.screen_lines(data, limits)
+            screened = bounded.screen_lines(data, limits)
             assert screened.bad == expected
             kept = screened.blanked(data).split(b"\n")
             for n, line in enumerate(data.split(b"\n"), start=1):
@@ -191,7 +192,7 @@ def test_screen_of_a_mostly_flat_log_finds_every_deep_line_and_counts_newlines(
     rng = random.Random(26)
     limits = InputLimits(max_json_depth=3, max_line_bytes=60)
     for window in (16, 50, 1 << 20):
-        monkeypatch.setattr(_bounded, "_WINDOW", window)
+        monkeypatch.setattr(bounded, "_WINDOW", window)
         for _ in range(150):
             lines = []
             for n in range(rng.randint(0, 40)):
@@ -199,7 +200,7 @@ def test_screen_of_a_mostly_flat_log_finds_every_deep_line_and_counts_newlines(
                 head = rng.choice([b"", b" ", b"x"])  # a line need not open with `{`
                 lines.append(head + b'{"s":%d,"a":' % n + b"[" * depth + b"1" + b"]" * depth + b"}")
             data = b"\n".join(lines) + rng.choice([b"", b"\n"])
-            screened = _bounded.screen_lines(data, limits)
+            screened = bounded.screen_lines(data, limits)
             assert screened.bad == faults_line_by_line(data, limits)
             assert screened.newlines == data.count(b"\n")
 
@@ -216,7 +217,7 @@ def test_screen_of_a_mostly_flat_log_finds_every_deep_line_and_counts_newlines(
     ],
 )
 def test_json_depth_without_recursion(text, depth) -> None:
-    assert _bounded.json_depth(text) == depth
+    assert bounded.json_depth(text) == depth
 
 
 # --- decompression ---------------------------------------------------------------------
@@ -318,10 +319,10 @@ def test_json_depth_is_the_same_in_windows(monkeypatch) -> None:
 
     rng = random.Random(5)
     texts = [bytes(rng.choice(b'[]{}"\\ax') for _ in range(rng.randint(0, 60))) for _ in range(500)]
-    whole = [(_bounded.json_depth(t), _bounded.deeper_than(t, 2)) for t in texts]
+    whole = [(bounded.json_depth(t), bounded.deeper_than(t, 2)) for t in texts]
     for window in (1, 2, 3, 7):
-        monkeypatch.setattr(_bounded, "_LEVEL_WINDOW", window)
-        assert [(_bounded.json_depth(t), _bounded.deeper_than(t, 2)) for t in texts] == whole
+        monkeypatch.setattr(bounded, "_LEVEL_WINDOW", window)
+        assert [(bounded.json_depth(t), bounded.deeper_than(t, 2)) for t in texts] == whole
 
 
 def test_damaged_gzip_keeps_the_lines_before_the_damage(tmp_path) -> None:
@@ -378,7 +379,7 @@ def test_a_metric_key_with_thousands_of_digits_is_matched_not_a_crash(tmp_path):
 def test_a_rank_pattern_that_captures_a_superscript_digit_names_no_rank():
     """'²'.isdigit() is true and int('²') raises: a folder named rank_² under
     --rank-pattern 'rank_(.)' made the reader fail instead of leaving the rank unknown."""
-    from stabilitycli.ingest._points import rank_from_name
+    from stabilitycli.ingest.points import rank_from_name
 
     assert rank_from_name("rank_²", r"rank_(.)") is None
     assert rank_from_name("rank_7", r"rank_(.)") == 7

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import tabular
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.tabular import tables as tabular
 
 BIG = 2**63 - 1
 
@@ -250,7 +250,7 @@ def test_a_table_over_max_input_bytes_is_refused_with_the_setting(tmp_path: Path
 
 
 def test_a_wandb_export_without_its_step_column_is_an_input_error(tmp_path: Path):
-    from stabilitycli.ingest import wandb_csv
+    from stabilitycli.ingest.wandb import csv_export as wandb_csv
 
     path = tmp_path / "export.csv"
     path.write_text("step,run - loss\n1,2.0\n2,3.0\n")

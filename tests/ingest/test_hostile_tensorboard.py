@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stabilitycli.ingest import _tfrecord, tensorboard
-from stabilitycli.ingest._tfrecord import masked_crc
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.tensorboard import _tfrecord
+from stabilitycli.ingest.tensorboard import reader as tensorboard
+from stabilitycli.ingest.tensorboard._tfrecord import masked_crc
 
 MiB = 1 << 20
 LOSS = [2.5, 2.4, 2.3, math.nan, math.inf, -math.inf, 2.0, 1.9, 1.8, 1.7]
@@ -28,7 +29,7 @@ def _frame(payload: bytes) -> bytes:
 
 
 def _scalars(steps: range) -> bytes:
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
 
     event_cls = tbp.messages()["Event"]
     out = []
@@ -134,7 +135,7 @@ def test_a_resync_through_a_run_of_zero_bytes_checks_few_crcs(tmp_path, monkeypa
 
 
 def test_tags_spelled_like_the_readers_own_columns_are_read_under_another_name(tmp_path):
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
 
     event_cls = tbp.messages()["Event"]
     tags = ["__step", "_row", "_segment", "_back", "_has_metric", "_n_rows", "_prev_max"]

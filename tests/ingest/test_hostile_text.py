@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import deepspeed, kvlog, llmc, megatron
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import deepspeed, kvlog, llmc, megatron
 
 LOSSES = [2.5, math.nan, math.inf, -math.inf, 2.0, 1.9]
 
@@ -279,7 +279,7 @@ def test_a_few_bad_bytes_near_the_top_leave_the_log_recognised(tmp_path: Path, n
 
 
 def test_a_binary_head_is_still_no_text_log(tmp_path: Path):
-    from stabilitycli.ingest._textlog import looks_textual
+    from stabilitycli.ingest.text.textlog import looks_textual
 
     path = tmp_path / "train.log"
     noise = bytes(range(256)) * 16  # 16 NULs and 2,048 bytes that are not UTF-8

@@ -17,7 +17,8 @@ from polars.testing import assert_frame_equal
 from stabilitycli import read
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import one_chunk_frame
-from stabilitycli.ingest import jsonl, jsonl_pieces
+from stabilitycli.ingest.jsonl import pieces as jsonl_pieces
+from stabilitycli.ingest.jsonl import reader as jsonl
 from stabilitycli.ingest.options import ReadOptions
 from tests.conftest import FIXTURES
 
@@ -150,7 +151,7 @@ def test_a_limit_hit_while_the_next_piece_is_read_ahead_is_the_same_input_error(
     monkeypatch.setattr(jsonl, "PIECE_BYTES", 500)
     real = limits_module.limits_in_force()
     monkeypatch.setattr(
-        "stabilitycli.ingest.jsonl_pieces._bounded.refuse_oversize", lambda *args: None
+        "stabilitycli.ingest.jsonl.pieces.bounded.refuse_oversize", lambda *args: None
     )
     monkeypatch.setenv("STAB_LIMIT_MAX_INPUT_BYTES", str(size // 2))
     assert real.max_input_bytes > size

@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import detect_format, llmc
+from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import llmc
 from tests.conftest import FIXTURES
 
 LOG = FIXTURES / "llmc" / "main.log"

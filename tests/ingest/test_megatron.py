@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import detect_format, megatron, read
+from stabilitycli.ingest import detect_format, read
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import megatron
 from tests.conftest import FIXTURES
 
 LOG = FIXTURES / "megatron" / "gpt_fp16.log"

@@ -17,9 +17,9 @@ import pytest
 from stabilitycli import analyze
 from stabilitycli.classify.remedies import ENABLE_DYNAMIC_SCALING, MOVE_TO_BF16
 from stabilitycli.errors import StabUsageError
-from stabilitycli.ingest import megatron
-from stabilitycli.ingest._dtype import dtype_from, dtype_option
+from stabilitycli.ingest.dtype import dtype_from, dtype_option
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import megatron
 
 TOTAL = 159576
 

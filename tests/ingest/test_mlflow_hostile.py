@@ -22,7 +22,8 @@ import pytest
 
 from stabilitycli import ingest
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import mlflow_db, mlflow_file
+from stabilitycli.ingest.mlflow import database as mlflow_db
+from stabilitycli.ingest.mlflow import file_store as mlflow_file
 from stabilitycli.ingest.options import ReadOptions
 from tests.ingest._synthetic_run import training_run
 

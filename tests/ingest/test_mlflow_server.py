@@ -16,7 +16,7 @@ pytest.importorskip("sqlalchemy", reason="mlflow server needs sqlalchemy for its
 
 from stabilitycli import ingest
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import mlflow_server
+from stabilitycli.ingest.mlflow import server as mlflow_server
 from stabilitycli.ingest.options import ReadOptions
 from tests.ingest._mlflow_server_proc import free_port
 from tests.ingest._mlflow_server_proc import mlflow_server as start_server

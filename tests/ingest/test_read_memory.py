@@ -20,7 +20,7 @@ import stabilitycli.frame as frame_module
 import stabilitycli.rank_sort as rank_sort
 from stabilitycli import read
 from stabilitycli.frame import finalize
-from stabilitycli.ingest import jsonl
+from stabilitycli.ingest.jsonl import reader as jsonl
 from stabilitycli.model import SourceInfo
 
 _ODD_VALUES = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-300, 2.5)

@@ -15,7 +15,7 @@ import pytest
 
 from stabilitycli import ingest
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _resume
+from stabilitycli.ingest import resume
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.pipeline import batch
 from tests.conftest import FIXTURES
@@ -32,15 +32,15 @@ def _accounted(source) -> None:
 
 def test_rule_resume_inside_the_range_new_run_from_the_beginning_lost_start_alone():
     parts = [
-        _resume.Part("a", 5, 700, 5),  # HF: first logging step 5
-        _resume.Part("b", 605, 1000, 5),  # resumed from checkpoint-600
-        _resume.Part("c", 5, 300, 5),  # started again from scratch
-        _resume.Part("d", 305, 400, 5),  # resumed c right after its end
-        _resume.Part("e", 5000, 5100, 5),  # starts after 0, nothing here to resume
+        resume.Part("a", 5, 700, 5),  # HF: first logging step 5
+        resume.Part("b", 605, 1000, 5),  # resumed from checkpoint-600
+        resume.Part("c", 5, 300, 5),  # started again from scratch
+        resume.Part("d", 305, 400, 5),  # resumed c right after its end
+        resume.Part("e", 5000, 5100, 5),  # starts after 0, nothing here to resume
     ]
-    groups = _resume.chain(parts)
+    groups = resume.chain(parts)
     assert [g.names for g in groups] == [["a", "b"], ["c", "d"], ["e"]]
-    notes = " | ".join(_resume.describe(groups))
+    notes = " | ".join(resume.describe(groups))
     assert "b resumes a: its first step 605 is inside a's steps 5–700" in notes
     assert "d resumes c: it starts at step 305, right after c's steps 5–300" in notes
     assert "c: new run(s)" in notes and "e: read as run(s) of their own" in notes

@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import detect_format, tabular
+from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.tabular import tables as tabular
 from tests.conftest import FIXTURES
 
 CSV = FIXTURES / "tabular" / "metrics.csv"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from stabilitycli import frame
 from stabilitycli.frame import ROW
-from stabilitycli.ingest import tabular
+from stabilitycli.ingest.tabular import tables as tabular
 from stabilitycli.model import SourceInfo
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from stabilitycli import ingest
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import tensorboard
-from stabilitycli.ingest._tfrecord import RecordReader, masked_crc
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.tensorboard import reader as tensorboard
+from stabilitycli.ingest.tensorboard._tfrecord import RecordReader, masked_crc
 from tests.ingest._synthetic_run import (
     assert_same_values,
     event_bytes,
@@ -126,7 +126,7 @@ def test_every_scalar_encoding_reads_the_same_values(tmp_path, encoding):
 
 
 def test_non_scalar_tensors_are_not_read_as_scalars(tmp_path):
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
     from tests.ingest._synthetic_run import _frame
 
     event_cls = tbp.messages()["Event"]
@@ -300,7 +300,7 @@ def _plain_walk(data: bytes) -> tuple[list[tuple[int, int, int]], list[tuple[str
     """The reference: a record-by-record walk with the same rules.
 
     Returns (number, start, end) per record, and the problems."""
-    from stabilitycli.ingest._tfrecord import _resync
+    from stabilitycli.ingest.tensorboard._tfrecord import _resync
 
     records, problems, pos, number = [], [], 0, 0
     while pos < len(data):
@@ -328,7 +328,7 @@ def _plain_walk(data: bytes) -> tuple[list[tuple[int, int, int]], list[tuple[str
 
 
 def test_bulk_walk_finds_exactly_the_records_of_a_plain_walk_in_a_long_damaged_file():
-    from stabilitycli.ingest._tfrecord import frame_records
+    from stabilitycli.ingest.tensorboard._tfrecord import frame_records
 
     # 3 tags x 3000 steps: long repeating stretches (the bulk walk's case), the step
     # varint growing at 128, and damage in the middle of a repeating stretch
@@ -362,7 +362,7 @@ def test_bulk_walk_finds_exactly_the_records_of_a_plain_walk_in_a_long_damaged_f
 
 
 def test_an_irregular_file_walks_the_same_as_a_plain_walk():
-    from stabilitycli.ingest._tfrecord import frame_records
+    from stabilitycli.ingest.tensorboard._tfrecord import frame_records
     from tests.ingest._synthetic_run import _frame
 
     # an eval metric every 7th step and a long tag now and then break the pattern again and again
@@ -392,7 +392,7 @@ def test_an_irregular_file_walks_the_same_as_a_plain_walk():
 
 
 def _event(step: int, values: list[tuple[str, float]], wall_time: float = 1.7e9) -> bytes:
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
 
     event = tbp.messages()["Event"](wall_time=wall_time, step=step)
     for tag, value in values:
@@ -403,7 +403,7 @@ def _event(step: int, values: list[tuple[str, float]], wall_time: float = 1.7e9)
 def test_bulk_decoder_reads_what_protobuf_reads_and_leaves_it_the_rest():
     import numpy as np
 
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
 
     event_cls = tbp.messages()["Event"]
     bad_utf8 = _event(5, [("lossX", 1.0)]).replace(b"lossX", b"loss\xff")
@@ -442,7 +442,7 @@ def test_bulk_decoder_reads_what_protobuf_reads_and_leaves_it_the_rest():
 
 
 def test_bulk_and_protobuf_points_keep_file_order(tmp_path):
-    from stabilitycli.ingest import _tbproto as tbp
+    from stabilitycli.ingest.tensorboard import _proto as tbp
     from tests.ingest._synthetic_run import _frame
 
     # simple_value events (decoded in bulk) interleaved with tensor events (protobuf)

@@ -8,9 +8,9 @@ from polars.testing import assert_frame_equal
 
 from stabilitycli import read
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _kvfields as kf
-from stabilitycli.ingest import _kvscan as ks
-from stabilitycli.ingest import _textline as tx
+from stabilitycli.ingest.text import _kvfields as kf
+from stabilitycli.ingest.text import _kvscan as ks
+from stabilitycli.ingest.text import _textline as tx
 from tests.conftest import FIXTURES
 
 
@@ -117,7 +117,7 @@ def test_keys_that_differ_by_a_digit_are_other_fields(tmp_path) -> None:
 
 @pytest.mark.parametrize("name", ["hf_stdout/train.log", "fairseq/json.log"])
 def test_dict_lines_read_by_shape_equal_one_by_one(name: str, monkeypatch) -> None:
-    from stabilitycli.ingest import _dictline as dl
+    from stabilitycli.ingest.text import _dictline as dl
 
     path = FIXTURES / "textlogs" / name
     fast = read(path)

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import detect_format, wandb_csv
+from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.wandb import csv_export as wandb_csv
 from tests.conftest import FIXTURES
 
 EXPORT = FIXTURES / "wandb_csv" / "export.csv"

@@ -11,8 +11,9 @@ import polars as pl
 import pytest
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import detect_format, wandb_offline
+from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.wandb import offline as wandb_offline
 from tests.conftest import FIXTURES
 
 WANDB_DIR = FIXTURES / "wandb" / "wandb"

@@ -31,12 +31,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _bounded
-from stabilitycli.ingest import _dictline as dl
-from stabilitycli.ingest import _dsmessages as dsm
-from stabilitycli.ingest import _textline as tx
-from stabilitycli.ingest import _textlog as tl
+from stabilitycli.ingest import bounded
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import _dictline as dl
+from stabilitycli.ingest.text import _dsmessages as dsm
+from stabilitycli.ingest.text import _textline as tx
+from stabilitycli.ingest.text import textlog as tl
 from stabilitycli.model import SourceInfo
 
 NAME = "dictlog"
@@ -81,7 +81,7 @@ def read(path: Path, options: ReadOptions):
     import polars as pl
 
     limits = options.limits
-    _bounded.refuse_oversize(path, path.stat().st_size, limits)
+    bounded.refuse_oversize(path, path.stat().st_size, limits)
     lines, cut = tl.read_lines(path)
     source = SourceInfo(path=str(path), format=NAME, run=path.stem or None)
     reader = _Reader(source)

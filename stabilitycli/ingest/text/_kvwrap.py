@@ -13,9 +13,9 @@ records are read again, line by line.
 
 from __future__ import annotations
 
-from stabilitycli.ingest import _kvfields as kf
-from stabilitycli.ingest import _kvscan as ks
-from stabilitycli.ingest import _textline as tx
+from stabilitycli.ingest.text import _kvfields as kf
+from stabilitycli.ingest.text import _kvscan as ks
+from stabilitycli.ingest.text import _textline as tx
 
 MAX_PIECES = 4  # a record and up to three continuation lines, as Megatron's reader allows
 LONG = 60  # lines shorter than this never set the width: a log's short chatter is not a wrap

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
-from stabilitycli.ingest._dtype import dtype_from
-from stabilitycli.ingest._points import rank_from_name
+from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.points import rank_from_name
 from stabilitycli.model import SourceInfo
 
 
@@ -144,7 +144,7 @@ def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_point
     """Shared tail of the MLflow readers: metrics of the chosen run(s) -> RunData."""
     import polars as pl
 
-    from stabilitycli.ingest._points import points_to_run
+    from stabilitycli.ingest.points import points_to_run
 
     label = chosen[0].label if len(chosen) == 1 else f"{len(chosen)} per-rank runs"
     source = SourceInfo(path=str(target), format=fmt, run=label)

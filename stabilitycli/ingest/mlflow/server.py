@@ -44,11 +44,11 @@ from dataclasses import replace
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
-from stabilitycli.ingest._mlflow_common import MlflowRun, build_run, order_points, select_runs
-from stabilitycli.ingest._points import reject_many
 from stabilitycli.ingest.limits import InputLimits, limit_hit
-from stabilitycli.ingest.mlflow_db import INF_NOTE
+from stabilitycli.ingest.mlflow._common import MlflowRun, build_run, order_points, select_runs
+from stabilitycli.ingest.mlflow.database import INF_NOTE
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.points import reject_many
 
 NAME = "mlflow_server"
 API = "/api/2.0/mlflow/"

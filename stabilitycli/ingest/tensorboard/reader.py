@@ -15,7 +15,7 @@ Scalars come in three encodings, all read (every point, never downsampled):
   `tf.summary.scalar` (its plugin metadata is only on a tag's first event).
 
 `simple_value` events, nearly all of a scalar log, are decoded in bulk with numpy
-(`_tbproto.decode_simple_scalars`); every other record goes through protobuf.
+(`_proto.decode_simple_scalars`); every other record goes through protobuf.
 Values are float32 for most writers: 1e-3 reads back as 0.0010000000474974513.
 Records failing their CRC are skipped and named (see `_tfrecord`). The dtype
 comes from hparams (`precision`, `mixed_precision`, `bf16`, ...) when logged.
@@ -31,12 +31,12 @@ from typing import Any
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
-from stabilitycli.ingest import _resume
-from stabilitycli.ingest import _tbproto as tbp
-from stabilitycli.ingest._points import points_to_run, rank_from_name
-from stabilitycli.ingest._walk import list_folder, walk
+from stabilitycli.ingest import resume
+from stabilitycli.ingest.folders import list_folder, walk
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.points import points_to_run, rank_from_name
+from stabilitycli.ingest.tensorboard import _proto as tbp
 from stabilitycli.model import Rejection, SourceInfo
 
 NAME = "tensorboard"
@@ -183,7 +183,7 @@ class _Collector:
         return self.bulk_points + len(self.values)
 
     def add_simple(self, scalars, seqs) -> None:
-        """Points decoded in bulk (`_tbproto.decode_simple_scalars`).
+        """Points decoded in bulk (`_proto.decode_simple_scalars`).
 
         `seqs` are their records' places."""
         import polars as pl
@@ -356,7 +356,7 @@ def read_event_file(
     import numpy as np
     from google.protobuf.message import DecodeError
 
-    from stabilitycli.ingest._tfrecord import frame_records
+    from stabilitycli.ingest.tensorboard._tfrecord import frame_records
 
     limits = limits or limits_in_force()
     data = _file_bytes(path, limits)
@@ -431,7 +431,7 @@ class _Run:
     collector: _Collector | None = None
     empty: str | None = None  # why it holds no scalars
     source: SourceInfo | None = None  # its own warnings, rejections and notes
-    part: _resume.Part | None = None
+    part: resume.Part | None = None
     limits: InputLimits | None = None  # those in force when None
 
     def load(self) -> _Run:
@@ -440,7 +440,7 @@ class _Run:
             self.collector, self.empty = _run_points(self.files, self.source, self.limits)
             if self.empty is None:
                 steps = self.collector.points["step"].to_list()
-                self.part = _resume.part_of(self.display, steps)
+                self.part = resume.part_of(self.display, steps)
         return self
 
     @property
@@ -468,7 +468,7 @@ def read(path: Path, options: ReadOptions) -> RunData:
     """Read the selected TensorBoard run(s) into the canonical frame."""
     import polars as pl
 
-    from stabilitycli.ingest._dtype import dtype_from
+    from stabilitycli.ingest.dtype import dtype_from
 
     all_runs = find_runs(path)
     chosen, _ = select_runs(all_runs, path, options, one_run=False)
@@ -549,7 +549,7 @@ def _one_run(
     ordered = sorted(
         (run for run in candidates.values() if run.part is not None), key=lambda r: r.started
     )
-    groups = _resume.chain([run.part for run in ordered if run.part is not None])
+    groups = resume.chain([run.part for run in ordered if run.part is not None])
     wanted = {run.display for run in selected}
     relevant = [g for g in groups if wanted & set(g.names)]
     if len(relevant) > 1:
@@ -619,7 +619,7 @@ def run_paths(folder: Path) -> list[Path] | None:
     scalar = sorted((run for run in loaded if run.part is not None), key=lambda r: r.started)
     if _ranks_of(scalar, ReadOptions()) is not None or not scalar:
         return None
-    groups = _resume.chain([run.part for run in scalar if run.part is not None])
+    groups = resume.chain([run.part for run in scalar if run.part is not None])
     if len(groups) == 1 and len(scalar) > 1:
         return [folder]
     return [folder / group.names[-1] for group in groups]

@@ -33,10 +33,10 @@ import re
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _dsmessages as dsm
-from stabilitycli.ingest import _textlog as tl
-from stabilitycli.ingest._dtype import dtype_from
+from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import _dsmessages as dsm
+from stabilitycli.ingest.text import textlog as tl
 from stabilitycli.model import SourceInfo
 
 NAME = "deepspeed"
@@ -96,146 +96,175 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         source.warnings.append(tl.truncation_warning(len(lines), "the last line"))
         source.reject(len(lines), "last line cut off mid-write")
         lines = lines[:-1]
-    records: list[dict] = []  # rows with their own step
-    after: list[dict] = []  # rows that belong to the step line before them
-    before: list[dict] = []  # rows that belong to the step line after them
-    anchors: list[dsm.Anchor] = []
-    mentions: list[dsm.Mention] = []
-    state: dict = {}
-    engine_step: tuple[int, int] | None = None  # (step, engine index) of the last progress line
-    rec: dict | None  # one row: numbers by key (None where a value could not be read)
-    skipped_prev: dict[int, int] = {}
-    last_skipped: dict[int, int] = {}
-    switches: dict[str, tuple[str, int]] = {}  # config-dump switch -> (value, line)
+    scan = _Scan(source)
     for index, line in enumerate(lines):
         if not any(token in line for token in _CANDIDATE):
             continue
-        row = index + 1
-        if "_enabled" in line and (m := _DTYPE.search(line)):
-            switches.setdefault(m.group(1), (m.group(2), row))
-        if "verflow" in line or "loss scale" in line:
-            mentions.extend(dsm.scan_line(row, line, tl.timestamp(line), state))
-        if (m := _PROGRESS.search(line)) is not None:
-            step, skipped = tl.whole(m.group(1)), tl.whole(m.group(2))
-            if step is None or skipped is None:
-                source.reject(row, tl.STEP_RANGE_REASON)
-                continue
-            engine = engine_step[1] + 1 if engine_step and engine_step[0] == step else 1
-            engine_step = (step, engine)
-            prefix = "" if engine == 1 else f"engine{engine}/"
-            lrs = [x for x in m.group(3).split(",") if x.strip()]
-            rec = {
-                "_row": row,
-                "_step": step,
-                f"{prefix}skipped": float(skipped - skipped_prev.get(engine, 0))
-                if skipped >= skipped_prev.get(engine, 0)
-                else float(skipped),
-            }
-            skipped_prev[engine] = skipped
-            last_skipped[engine] = skipped
-            if lrs:
-                rec[f"{prefix}lr"] = _num(lrs[0])
-            records.append(rec)
-            anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
-            continue
-        if (m := _TIMER.search(line)) is not None:
-            step = tl.whole(m.group(1))
-            if step is None:
-                source.reject(row, tl.STEP_RANGE_REASON)
-                continue
-            records.append({"_row": row, "_step": step, "CurrSamplesPerSec": _num(m.group(3))})
-            anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
-            continue
-        if (m := _PPO.search(line)) is not None:
-            ppo_step = tl.whole(m.group(2))
-            if ppo_step is None or ppo_step == tl.INT64_MAX:
-                source.reject(row, tl.STEP_RANGE_REASON)
-                continue
-            step = ppo_step + 1
-            fields: dict[str, str] = {}
-            clash = None
-            for part in m.group(3).split("|"):
-                key, sep, value = part.partition(":")
-                key = key.strip()
-                if not sep or key == "ppo_ep":
-                    continue
-                if key in fields or key == "step" or key.startswith("_"):
-                    clash = key  # which of two values is meant cannot be told
-                    break
-                fields[key] = value
-            if clash is not None:
-                source.reject(row, f"field {clash[:30]!r} given twice on a PPO step line")
-                continue
-            rec = _numbers(row, fields, source)
-            if rec is not None:
-                rec["_step"] = step
-                records.append(rec)
-                anchors.append(dsm.Anchor(row, step, tl.timestamp(line)))
-            continue
-        rec = None
-        if (m := _REWARD.search(line)) is not None:
-            rec, where = _numbers(row, {"reward_score": m.group(1)}, source), after
-        elif (m := _PPL.search(line)) is not None:
-            rec, where = _numbers(row, {"eval_ppl": m.group(1)}, source), after
-        elif (m := _RM_EVAL.search(line)) is not None:
-            rec, where = (
-                _numbers(
-                    row, {"eval_chosen_score": m.group(1), "eval_reward_acc": m.group(2)}, source
-                ),
-                after,
-            )
-        elif (m := _DPO_EVAL.search(line)) is not None:
-            rec, where = (
-                _numbers(
-                    row,
-                    {
-                        "eval_chosen_reward": m.group(1),
-                        "eval_rejected_reward": m.group(2),
-                        "eval_loss": m.group(3),
-                    },
-                    source,
-                ),
-                after,
-            )
-        elif (m := _EPOCH_LOSS.search(line)) is not None:
-            rec, where = _numbers(row, {"epoch_mean_loss": m.group(3)}, source), after
-        elif (m := _THROUGHPUT.search(line)) is not None:
-            rec, where = (
-                _numbers(row, {"TFLOPs": m.group(1), "Samples/sec": m.group(2)}, source),
-                before,
-            )
-        if rec is not None:
-            where.append(rec)
-    n_rows = len(records) + len(after) + len(before) + len(mentions)
+        scan.line(index + 1, line)
     if source.rows_rejected:
         first = source.rejections[0]
         source.warnings.append(
             f"{source.rows_rejected} line(s) could not be read; first at line {first.line}: "
             f"{first.reason}"
         )
-    if n_rows == 0:
+    if not (scan.records or scan.after or scan.before or scan.mentions):
         raise StabInputError(
             source.path, "no DeepSpeed progress, loss-scale or DeepSpeed-Chat lines found"
         )
+    events, event_rows = scan.place_steps()
+    source.notes.extend(dsm.summary(scan.mentions, events))
+    _note_skipped(scan, events, source)
+    _read_dtype(scan, source)
+    rows = scan.records + scan.after + scan.before + event_rows
+    raw = pl.DataFrame(rows, infer_schema_length=None).rename({"_step": "step"})
+    source.rows_read = raw.height + source.rows_rejected
+    return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
 
-    anchors.sort(key=lambda a: a.row)
-    _attach(after, anchors, source, later=False)
-    _attach(before, anchors, source, later=True)
-    events = dsm.place(mentions, anchors)
-    event_rows = dsm.frame_rows(events, "loss_scale")
-    fixed = [(a.row, a.step) for a in anchors] + [(r["_row"], r["_step"]) for r in event_rows]
-    _make_monotone(after + before, fixed)
-    _average_throughput(before)
-    source.notes.extend(dsm.summary(mentions, events))
-    if engine_step is not None and len(skipped_prev) > 1:
+
+# lines that carry no step, each (pattern, (key, group) of each value, printed after its step)
+_STEPLESS: tuple[tuple[re.Pattern[str], tuple[tuple[str, int], ...], bool], ...] = (
+    (_REWARD, (("reward_score", 1),), True),
+    (_PPL, (("eval_ppl", 1),), True),
+    (_RM_EVAL, (("eval_chosen_score", 1), ("eval_reward_acc", 2)), True),
+    (
+        _DPO_EVAL,
+        (("eval_chosen_reward", 1), ("eval_rejected_reward", 2), ("eval_loss", 3)),
+        True,
+    ),
+    (_EPOCH_LOSS, (("epoch_mean_loss", 3),), True),
+    (_THROUGHPUT, (("TFLOPs", 1), ("Samples/sec", 2)), False),
+)
+
+
+class _Scan:
+    """What the lines of one log have given so far: rows, steps and loss-scale messages."""
+
+    def __init__(self, source: SourceInfo) -> None:
+        self.source = source
+        self.records: list[dict] = []  # rows with their own step
+        self.after: list[dict] = []  # rows that belong to the step line before them
+        self.before: list[dict] = []  # rows that belong to the step line after them
+        self.anchors: list[dsm.Anchor] = []
+        self.mentions: list[dsm.Mention] = []
+        self.state: dict = {}  # what `dsm.scan_line` carries from one line to the next
+        # (step, engine index) of the last progress line
+        self.engine_step: tuple[int, int] | None = None
+        # each engine's cumulative `skipped=` on its last progress line
+        self.skipped_so_far: dict[int, int] = {}
+        self.switches: dict[str, tuple[str, int]] = {}  # config-dump switch -> (value, line)
+
+    def line(self, row: int, line: str) -> None:
+        if "_enabled" in line and (m := _DTYPE.search(line)):
+            self.switches.setdefault(m.group(1), (m.group(2), row))
+        if "verflow" in line or "loss scale" in line:
+            self.mentions.extend(dsm.scan_line(row, line, tl.timestamp(line), self.state))
+        if (m := _PROGRESS.search(line)) is not None:
+            self._progress(row, line, m)
+        elif (m := _TIMER.search(line)) is not None:
+            self._timer(row, line, m)
+        elif (m := _PPO.search(line)) is not None:
+            self._ppo(row, line, m)
+        else:
+            self._stepless(row, line)
+
+    def _stepped(self, row: int, line: str, rec: dict) -> None:
+        self.records.append(rec)
+        self.anchors.append(dsm.Anchor(row, rec["_step"], tl.timestamp(line)))
+
+    def _progress(self, row: int, line: str, m: re.Match[str]) -> None:
+        """`step=N, skipped=K, lr=[...]`: `skipped` made per interval, a second engine's
+        line of the same step kept under `engine2/`."""
+        step, skipped = tl.whole(m.group(1)), tl.whole(m.group(2))
+        if step is None or skipped is None:
+            self.source.reject(row, tl.STEP_RANGE_REASON)
+            return
+        last = self.engine_step
+        engine = last[1] + 1 if last and last[0] == step else 1
+        self.engine_step = (step, engine)
+        prefix = "" if engine == 1 else f"engine{engine}/"
+        lrs = [x for x in m.group(3).split(",") if x.strip()]
+        before = self.skipped_so_far.get(engine, 0)
+        rec: dict = {  # one row: numbers by key (None where a value could not be read)
+            "_row": row,
+            "_step": step,
+            f"{prefix}skipped": float(skipped - before) if skipped >= before else float(skipped),
+        }
+        self.skipped_so_far[engine] = skipped
+        if lrs:
+            rec[f"{prefix}lr"] = _num(lrs[0])
+        self._stepped(row, line, rec)
+
+    def _timer(self, row: int, line: str, m: re.Match[str]) -> None:
+        step = tl.whole(m.group(1))
+        if step is None:
+            self.source.reject(row, tl.STEP_RANGE_REASON)
+            return
+        self._stepped(
+            row, line, {"_row": row, "_step": step, "CurrSamplesPerSec": _num(m.group(3))}
+        )
+
+    def _ppo(self, row: int, line: str, m: re.Match[str]) -> None:
+        ppo_step = tl.whole(m.group(2))
+        if ppo_step is None or ppo_step == tl.INT64_MAX:
+            self.source.reject(row, tl.STEP_RANGE_REASON)
+            return
+        fields, clash = _ppo_fields(m.group(3))
+        if clash is not None:
+            self.source.reject(row, f"field {clash[:30]!r} given twice on a PPO step line")
+            return
+        rec = _numbers(row, fields, self.source)
+        if rec is not None:
+            rec["_step"] = ppo_step + 1
+            self._stepped(row, line, rec)
+
+    def _stepless(self, row: int, line: str) -> None:
+        for pattern, groups, printed_after in _STEPLESS:
+            if (m := pattern.search(line)) is not None:
+                rec = _numbers(row, {key: m.group(g) for key, g in groups}, self.source)
+                if rec is not None:
+                    (self.after if printed_after else self.before).append(rec)
+                return
+
+    def place_steps(self) -> tuple[list[dsm.Event], list[dict]]:
+        """Steps for the rows and messages that have none; the overflow events and their rows."""
+        anchors = self.anchors
+        anchors.sort(key=lambda a: a.row)
+        _attach(self.after, anchors, self.source, later=False)
+        _attach(self.before, anchors, self.source, later=True)
+        events = dsm.place(self.mentions, anchors)
+        event_rows = dsm.frame_rows(events, "loss_scale")
+        fixed = [(a.row, a.step) for a in anchors] + [(r["_row"], r["_step"]) for r in event_rows]
+        _make_monotone(self.after + self.before, fixed)
+        _average_throughput(self.before)
+        return events, event_rows
+
+
+def _ppo_fields(text: str) -> tuple[dict[str, str], str | None]:
+    """The `key: value` fields after a PPO line's step, and a key that cannot be one (given
+    twice, or `step` or `_...` again), which makes the line unreadable."""
+    fields: dict[str, str] = {}
+    for part in text.split("|"):
+        key, sep, value = part.partition(":")
+        key = key.strip()
+        if not sep or key == "ppo_ep":
+            continue
+        if key in fields or key == "step" or key.startswith("_"):
+            return fields, key  # which of two values is meant cannot be told
+        fields[key] = value
+    return fields, None
+
+
+def _note_skipped(scan: _Scan, events: list[dsm.Event], source: SourceInfo) -> None:
+    """What `skipped=` was turned into, or why two engines' messages are not told apart."""
+    if scan.engine_step is not None and len(scan.skipped_so_far) > 1:
         source.notes.append(
-            f"{len(skipped_prev)} DeepSpeed engines log `step=` lines (DeepSpeed-Chat RLHF: "
-            "actor, then critic); the second engine's values are kept as engine2/..., "
+            f"{len(scan.skipped_so_far)} DeepSpeed engines log `step=` lines (DeepSpeed-Chat "
+            "RLHF: actor, then critic); the second engine's values are kept as engine2/..., "
             "and the loss-scale messages of both engines cannot be told apart"
         )
-    elif 1 in last_skipped:
+    elif 1 in scan.skipped_so_far:
         n_over = sum(e.kind == "overflow" for e in events)
-        said = last_skipped[1]
+        said = scan.skipped_so_far[1]
         source.notes.append(
             f"DeepSpeed's `skipped=` is cumulative (last: {said}); "
             f"kept as skipped steps per progress interval. Overflow events read: {n_over}"
@@ -251,20 +280,23 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
                 + ")"
             )
         )
-    if switches and source.dtype is None:
+
+
+def _read_dtype(scan: _Scan, source: SourceInfo) -> None:
+    """The config dump's switches, else fp16 when there are loss-scale messages."""
+    if scan.switches and source.dtype is None:
         # both switches off is fp32, DeepSpeed's default: evidence too, not only a True
         found = dtype_from(
-            *((f"DeepSpeed config dump (line {row})", {k: v}) for k, (v, row) in switches.items())
+            *(
+                (f"DeepSpeed config dump (line {row})", {k: v})
+                for k, (v, row) in scan.switches.items()
+            )
         )
         if found is not None:
             source.dtype, source.dtype_origin = found
-    if mentions and source.dtype is None:
+    if scan.mentions and source.dtype is None:
         source.dtype = "fp16"
         source.dtype_origin = "inferred: DeepSpeed fp16 dynamic loss-scale messages"
-    rows = records + after + before + event_rows
-    raw = pl.DataFrame(rows, infer_schema_length=None).rename({"_step": "step"})
-    source.rows_read = raw.height + source.rows_rejected
-    return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
 
 
 def _num(text: str) -> float | None:

@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from stabilitycli.ingest import _kvfields as kf
-from stabilitycli.ingest import _lightningbar as lb
-from stabilitycli.ingest import _textline as tx
+from stabilitycli.ingest.text import _kvfields as kf
+from stabilitycli.ingest.text import _lightningbar as lb
+from stabilitycli.ingest.text import _textline as tx
 
 LINE, SEG, KIND, STEP, EPOCH, RANK = "_line", "_seg", "_kind", "step", "_epoch", "_rank"
 # a step and `key: something` after it: a record whose numbers could not be read

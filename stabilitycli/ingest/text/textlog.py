@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _bounded
+from stabilitycli.ingest import bounded
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 
 # How far `peek` reads into a text file to find a format's marker: a Megatron
@@ -93,7 +93,7 @@ def read_log(path: Path, source, limits: InputLimits | None = None) -> tuple[lis
     import numpy as np
 
     limits = limits or limits_in_force()
-    data = _bounded.read_plain(path, limits)
+    data = bounded.read_plain(path, limits)
     if not data.strip():
         raise StabInputError(str(path), "the file is empty")
     buffer = np.frombuffer(data, dtype=np.uint8)

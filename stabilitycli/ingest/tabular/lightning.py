@@ -6,7 +6,7 @@ of keys not logged in a row are empty), values are float32 `item()`s, and NaN
 `lr-AdamW`, `val_loss`... (aliases.py maps them).
 
 Every `trainer.fit` writes a NEW `version_<N+1>` folder, whether it resumed a
-checkpoint or started from scratch; only the steps tell which (`_resume`): a
+checkpoint or started from scratch; only the steps tell which (`ingest.resume`): a
 version whose first step falls inside an earlier version's steps continues it
 and is read with it as one run (`finalize` sees the step go back and reports
 the restart), a version that starts from the beginning is a run of its own.
@@ -14,7 +14,7 @@ A folder of versions (`lightning_logs/`) holding several runs is read as its
 latest run, and the notes say which versions were taken as resumes and why;
 `stab analyze -r` offers each run. A `version_N` folder is read with the
 versions it resumes. `hparams.yaml` beside a metrics.csv gives the dtype from
-its top-level settings named in `_dtype` (`precision: bf16-mixed`, `bf16: true`),
+its top-level settings named in `ingest.dtype` (`precision: bf16-mixed`, `bf16: true`),
 read with a one-line parser: no YAML library.
 """
 
@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _resume, tabular
-from stabilitycli.ingest._walk import list_folder
+from stabilitycli.ingest import resume
+from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.tabular import tables as tabular
 from stabilitycli.model import SourceInfo
 
 NAME = "lightning"
@@ -156,16 +157,16 @@ def _one_run(
     if len(versions) == 1:
         return versions
     by_name = {v.name: v for v in versions}
-    parts = [p for v in versions if (p := _resume.part_of(v.name, _steps(v, options)))]
+    parts = [p for v in versions if (p := resume.part_of(v.name, _steps(v, options)))]
     if len(parts) < 2:
         return versions
-    groups = _resume.chain(parts)
+    groups = resume.chain(parts)
     chosen = groups[-1]
     if _VERSION.match(path.name):
-        chosen = _resume.group_of(groups, path.name) or chosen
+        chosen = resume.group_of(groups, path.name) or chosen
         source.notes.extend(chosen.why)
         return [by_name[name] for name in chosen.names]
-    source.notes.extend(_resume.describe(groups))
+    source.notes.extend(resume.describe(groups))
     if len(groups) > 1:
         source.warnings.append(
             f"{len(groups)} separate runs in {len(versions)} version folders; read the latest "
@@ -179,7 +180,7 @@ def _with_earlier(
     version: _Version, folder: Path, source: SourceInfo, options: ReadOptions
 ) -> list[_Version]:
     """A version that does not start from the beginning, with the earlier versions beside it."""
-    own = _resume.part_of(version.name, _steps(version, options))
+    own = resume.part_of(version.name, _steps(version, options))
     if own is None or own.starts_fresh():
         return [version]
     number = int(_VERSION.match(folder.name).group(1))  # type: ignore[union-attr]
@@ -214,7 +215,7 @@ def _run_name(file: Path) -> str | None:
 
 
 def _dtype(files: list[Path], source: SourceInfo, max_bytes: int) -> None:
-    from stabilitycli.ingest._dtype import dtype_from
+    from stabilitycli.ingest.dtype import dtype_from
 
     for file in reversed(files):
         hparams = file.parent / "hparams.yaml"
@@ -239,8 +240,8 @@ def run_paths(folder: Path, options: ReadOptions | None = None) -> list[Path]:
         return [folder]
     options = options or ReadOptions()
     versions = _load_quietly(files, SourceInfo(path=str(folder), format=NAME))
-    parts = [p for v in versions if (p := _resume.part_of(v.name, _steps(v, options)))]
-    groups = _resume.chain(parts)
+    parts = [p for v in versions if (p := resume.part_of(v.name, _steps(v, options)))]
+    groups = resume.chain(parts)
     if len(groups) < 2:
         return [folder]
     base = files[0].parent.parent

@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import tabular
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.tabular import tables as tabular
 from stabilitycli.model import SourceInfo
 
 NAME = "wandb_csv"

@@ -1,28 +1,8 @@
-"""JSON Lines logs: one JSON object per line, as training scripts write them.
+"""JSON lines bytes into rows: the three parsers, fastest first, and what is rejected.
 
-Three readers, fastest first, so that the common case is fast and the odd
-case is still exact:
-
-1. polars' NDJSON reader with the schema of the first lines, kept only when
-   it provably dropped no key (`_polars_parse`); it raises on a bare
-   NaN/Infinity token or a later value of another type;
-2. pyarrow's JSON reader, which parses Python's bare `NaN`, `Infinity` and
-   `-Infinity` tokens natively, in blocks (then polars over every line when a
-   key changes type between blocks);
-3. a per-line `json.loads` pass, only when a line is malformed or a key
-   changes type in a way neither accepts: it names every bad line.
-
-A plain log larger than `PIECE_BYTES` goes through the same steps a piece at a
-time (`jsonl_pieces`), so the file is never held whole.
-
-A last line cut off mid-write (the job died) is dropped with a warning before
-any reader sees it: it would make both fast readers raise.
-
-No parser sees a line over `max_line_bytes` or nested deeper than
-`max_json_depth` (pyarrow's parser overflows the C stack on 100k-deep nesting,
-`json.loads` raises RecursionError): a vectorised screen (`_bounded`) finds them
-first and they are rejected by number, so the rest still takes a fast path.
-Compressed logs are inflated within the same limits.
+`reader` hands a whole log here (`parse_bytes`), `pieces` a large one a piece at
+a time (`parse_piece`, then `finish` once for the log); per-rank folders parse
+each rank's file with the same steps (`fast_parse`, `slow_parse`).
 """
 
 from __future__ import annotations
@@ -30,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import re
-from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -39,75 +18,23 @@ import polars as pl
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import ROW, RunData, finalize
-from stabilitycli.ingest import _bounded
-from stabilitycli.ingest._bounded import GZIP_MAGIC, ZSTD_MAGIC
+from stabilitycli.ingest import bounded
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
 
-NAME = "jsonl"
 _NONFINITE_TOKENS = (b"NaN", b"Infinity")
 LOGGED_ROW = f"{ROW} (as logged)"
 TRUNCATED_REASON = "last line cut off mid-write (the job died while writing)"
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    if path.is_dir():
-        return False
-    name = path.name.lower()
-    if any(
-        name.endswith(ext) for ext in (".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".ndjson.gz")
-    ):
-        return True
-    text = _maybe_decompress_head(head)
-    return text.lstrip().startswith(b"{") and b"\n" in text and not name.endswith(".json")
-
-
-def _maybe_decompress_head(head: bytes) -> bytes:
-    if head.startswith(GZIP_MAGIC):
-        import zlib
-
-        try:
-            return zlib.decompressobj(31).decompress(head, 4096)
-        except zlib.error:
-            return b""
-    if head.startswith(ZSTD_MAGIC):
-        return b"{\n"  # a compressed stream we cannot peek cheaply; JSONL is the likely content
-    return head
-
-
-def read_bytes(path: Path, limits: InputLimits | None = None) -> bytes:
-    """File contents, decompressed when the magic bytes say gzip or zstd, within the limits.
-
-    A compressed log cut off mid-write keeps what decompresses.
-    """
-    return _bounded.read_input(path, limits or limits_in_force()).data
-
-
-# a plain log larger than this is parsed a piece of about this size at a time: the file is
-# never held whole, and no parser copies more than a piece (issue 15)
-PIECE_BYTES = 16 << 20
-
-
-def read(path: Path, options: ReadOptions) -> RunData:
-    source = SourceInfo(path=str(path), format=NAME, run=path.parent.name or None)
-    from stabilitycli.ingest.jsonl_pieces import read_in_pieces
-
-    run = read_in_pieces(path, source, options, PIECE_BYTES)
-    if run is not None:
-        return run
-    loaded = _bounded.read_input(path, options.limits)
-    source.warnings.extend(loaded.warnings)
-    return parse_bytes(loaded.data, source, options)
-
-
 def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunData:
     """Parse JSONL bytes into the canonical frame (also used by per-rank readers)."""
     limits = options.limits
-    data, cut_line = _strip_truncated_tail(data, limits)
+    data, cut_line = strip_truncated_tail(data, limits)
     if cut_line is not None:
         source.warnings.append(f"line {cut_line}: {TRUNCATED_REASON}; kept everything before it")
-    if _blank(data):
+    if blank(data):
         if cut_line is not None:
             source.reject(cut_line, TRUNCATED_REASON)
             source.rows_read = 1
@@ -126,7 +53,7 @@ def parse_piece(
     options: ReadOptions,
     *,
     whole: bool,
-    screened: _bounded.Screened | None = None,
+    screened: bounded.Screened | None = None,
 ) -> pl.DataFrame | None:
     """The records of `data` (whole lines, the first one numbered `first_line`), rejections
     recorded in `source`. A piece of a larger log (`whole=False`) may hold no record (None);
@@ -135,18 +62,18 @@ def parse_piece(
     limits = options.limits
     offset = first_line - 1
     if screened is None:
-        screened = _bounded.screen_lines(data, limits)
+        screened = bounded.screen_lines(data, limits)
     for number, reason in sorted(screened.bad.items()):
         source.reject(number + offset, reason)
     data = screened.blanked(data)
     axes = tuple(k for k in (options.step_key, options.rank_key) if k)
     raw = (
-        _fast_parse(data, screened=True, axes=axes, newlines=screened.newlines)
-        if not _blank(data)
+        fast_parse(data, screened=True, axes=axes, newlines=screened.newlines)
+        if not blank(data)
         else None
     )
     if raw is None:  # the per-line pass numbers its lines from `first_line` itself
-        return _slow_parse(data, source, limits, axes=axes, first_line=first_line, whole=whole)
+        return slow_parse(data, source, limits, axes=axes, first_line=first_line, whole=whole)
     if screened.bad and whole:
         warn_rejected(source)
     return raw.with_columns(pl.col(ROW) + offset) if offset else raw
@@ -179,12 +106,12 @@ def finish(raw: pl.DataFrame, source: SourceInfo, options: ReadOptions) -> RunDa
     )
 
 
-def _blank(data: bytes) -> bool:
+def blank(data: bytes) -> bool:
     """Nothing but whitespace: stops at the first other byte, where `strip` copies it all."""
     return not data or data.isspace()
 
 
-def _strip_truncated_tail(
+def strip_truncated_tail(
     data: bytes, limits: InputLimits | None = None
 ) -> tuple[bytes, int | None]:
     """Drop a final line that has no newline and is not complete JSON.
@@ -200,7 +127,7 @@ def _strip_truncated_tail(
     last = data[cut + 1 :]
     if (
         not last.strip()
-        or _bounded.line_fault(last, limits or limits_in_force()) is not None
+        or bounded.line_fault(last, limits or limits_in_force()) is not None
         or _is_json(last)
     ):
         return data + b"\n", None
@@ -229,7 +156,7 @@ def _line_numbers(data: bytes) -> np.ndarray:
 _NOT_AXIS = (pl.List, pl.Struct, pl.Array, pl.Boolean, pl.Binary, pl.Object)
 
 
-def _fast_parse(
+def fast_parse(
     data: bytes,
     *,
     screened: bool = False,
@@ -239,11 +166,11 @@ def _fast_parse(
     """Every line through polars or pyarrow, or None when the per-line pass must decide.
 
     `screened`: the caller has already taken out the lines no parser may see
-    (`_bounded.screen_lines`); else any such line sends the whole buffer to the
+    (`bounded.screen_lines`); else any such line sends the whole buffer to the
     per-line pass. `axes`: keys named as step or rank besides the usual ones.
     `newlines`: the buffer's newline bytes, when the screen has counted them.
     """
-    if not screened and _bounded.screen_lines(data, limits_in_force()).bad:
+    if not screened and bounded.screen_lines(data, limits_in_force()).bad:
         return None
     frame = _polars_parse(data)
     if frame is None:
@@ -372,7 +299,7 @@ def warn_rejected(source: SourceInfo) -> None:
     )
 
 
-def _slow_parse(
+def slow_parse(
     data: bytes,
     source: SourceInfo,
     limits: InputLimits | None = None,
@@ -390,7 +317,7 @@ def _slow_parse(
     for number, line in enumerate(data.split(b"\n"), start=first_line):
         if not line.strip():
             continue
-        fault = _bounded.line_fault(line, limits)
+        fault = bounded.line_fault(line, limits)
         if fault is not None:
             source.reject(number, fault)
             continue
@@ -419,7 +346,7 @@ def _slow_parse(
         if fault is None and (b"\\u" in line or b"\xed" in line):
             fault = _unicode_fault(record)
         if _LONG_DIGITS.search(line) is not None:
-            _bounded.widen_ints(record)
+            bounded.widen_ints(record)
         if fault is not None:
             source.reject(number, fault)
             continue

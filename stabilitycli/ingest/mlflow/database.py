@@ -29,16 +29,16 @@ from urllib.request import pathname2url
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
-from stabilitycli.ingest._mlflow_common import (
+from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
+from stabilitycli.ingest.mlflow._common import (
     MlflowRun,
     build_run,
     filter_experiments,
     order_points,
     select_runs,
 )
-from stabilitycli.ingest._points import reject_many
-from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.points import reject_many
 
 NAME = "mlflow_db"
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from stabilitycli.ingest import _textline as tx
+from stabilitycli.ingest.text import _textline as tx
 
 _NUM = (
     r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"

@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from stabilitycli.ingest._textlog import INT64_MAX, whole
+from stabilitycli.ingest.text.textlog import INT64_MAX, whole
 
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|inf|nan))(?![\d.])"
 _SKIP_STEP = re.compile(
@@ -156,12 +157,31 @@ def _signature(m: Mention | Event) -> tuple:
 def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
     """Group mentions into events and give every event a step (module doc)."""
     anchors = sorted(anchors, key=lambda a: a.row)
-    anchor_rows = [a.row for a in anchors]
+    explicit, stepless = _named_by_iteration(mentions)
+    groups = _fold_rank_copies(stepless, [a.row for a in anchors])
+    # Rules 2 and 3.
+    events = list(explicit.values())
+    last_in_interval: dict[int, tuple[int, int]] = {}  # interval -> (order, last step)
+    for where, group in groups:
+        prev = anchors[where - 1] if where > 0 else None
+        nxt = anchors[where] if where < len(anchors) else None
+        twin = _twin(explicit.values(), group, prev, nxt)
+        if twin is not None:
+            twin.rows.extend(group.rows)
+            continue
+        order, last = last_in_interval.get(where, (0, -1))
+        order += 1
+        step, how = _inferred_step(group, prev, nxt, order, last)
+        last_in_interval[where] = (order, max(step, last))
+        group.step, group.placed_by = step, how
+        events.append(group)
+    events.sort(key=lambda e: (e.step, e.rows[0]))
+    return events
 
-    def interval(row: int) -> int:
-        return bisect.bisect_left(anchor_rows, row)  # index of the next anchor
 
-    # Rule 1: events named by an iteration number.
+def _named_by_iteration(mentions: list[Mention]) -> tuple[dict[tuple, Event], list[Mention]]:
+    """Rule 1: the events named by an iteration number (keyed by step and scales), and
+    the mentions that name no step."""
     explicit: dict[tuple, Event] = {}
     bare: list[tuple[int, Mention]] = []  # `Grad overflow on iteration N` without its scales
     stepless: list[Mention] = []
@@ -184,6 +204,12 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
                     time=m.time,
                 )
             event.rows.append(m.row)
+    _add_bare(explicit, bare)
+    return explicit, stepless
+
+
+def _add_bare(explicit: dict[tuple, Event], bare: list[tuple[int, Mention]]) -> None:
+    """A bare `Grad overflow on iteration N` is the overflow its step already has, or one."""
     by_step: dict[int, list[Event]] = {}
     for event in explicit.values():
         by_step.setdefault(event.step, []).append(event)
@@ -198,84 +224,86 @@ def place(mentions: list[Mention], anchors: list[Anchor]) -> list[Event]:
             by_step.setdefault(step, []).append(event)
             explicit[(step, "overflow", None, None, False)] = event
 
-    # Rank copies of step-less messages become one group each.
-    groups: list[tuple[int, Event]] = []  # (interval index, event)
+
+def _fold_rank_copies(stepless: list[Mention], anchor_rows: list[int]) -> list[tuple[int, Event]]:
+    """Rank copies of step-less messages become one group each: (interval index, event),
+    the interval being the index of the next anchor."""
+    groups: list[tuple[int, Event]] = []
     for m in stepless:
-        where = interval(m.row)
-        joined = False
-        for where_g, group in reversed(groups[-64:]):
-            if where_g != where or _signature(group) != _signature(m):
-                continue
-            if m.rank is not None and m.rank in group.ranks:
-                continue  # the same rank again: a second event
-            if (
-                m.time is not None
-                and group.time is not None
-                and abs(m.time - group.time) > SAME_BURST_S
-            ):
-                continue
+        where = bisect.bisect_left(anchor_rows, m.row)
+        group = _copied(m, where, groups)
+        if group is not None:
             group.rows.append(m.row)
-            if m.rank is not None:
-                group.ranks.add(m.rank)
-            joined = True
-            break
-        if not joined:
+        else:
             group = Event(
                 -1, m.kind, m.attempted, m.reduced, m.hysteresis, "", [m.row], time=m.time
             )
-            if m.rank is not None:
-                group.ranks.add(m.rank)
             groups.append((where, group))
+        if m.rank is not None:
+            group.ranks.add(m.rank)
+    return groups
 
-    # Rules 2 and 3.
-    events = list(explicit.values())
-    last_in_interval: dict[int, tuple[int, int]] = {}  # interval -> (order, last step)
-    for where, group in groups:
-        prev = anchors[where - 1] if where > 0 else None
-        nxt = anchors[where] if where < len(anchors) else None
-        lo_row = prev.row if prev else 0
-        hi_row = nxt.row if nxt else 1 << 62
-        twins = [
-            e
-            for e in explicit.values()
-            if lo_row < e.rows[0] < hi_row
-            and _signature(e) == _signature(group)
-            and (e.time is None or group.time is None or abs(e.time - group.time) <= TWIN_WINDOW_S)
-        ]
-        twin = min(twins, key=lambda e: abs(e.rows[0] - group.rows[0]), default=None)
-        if twin is not None:
-            twin.rows.extend(group.rows)
+
+def _copied(m: Mention, where: int, groups: list[tuple[int, Event]]) -> Event | None:
+    """The recent group `m` is a rank copy of: same interval and scales, another rank, the
+    same burst of time."""
+    for where_g, group in reversed(groups[-64:]):
+        if where_g != where or _signature(group) != _signature(m):
             continue
-        order, last = last_in_interval.get(where, (0, -1))
-        order += 1
-        if prev is None:
-            if nxt is None:
-                step, how = order, "order in the file (no step-carrying line)"
-            else:
-                step, how = min(nxt.step, order), "order before the first step line"
-        elif nxt is None:
-            step, how = prev.step + order, "order after the last step line"
-        elif nxt.step - prev.step <= 1:
-            step, how = nxt.step, "the step line that follows"
-        elif (
-            prev.time is not None
-            and nxt.time is not None
+        if m.rank is not None and m.rank in group.ranks:
+            continue  # the same rank again: a second event
+        if (
+            m.time is not None
             and group.time is not None
-            and nxt.time > prev.time
+            and abs(m.time - group.time) > SAME_BURST_S
         ):
-            frac = (group.time - prev.time) / (nxt.time - prev.time)
-            step = prev.step + round(frac * (nxt.step - prev.step))
-            step = min(max(step, prev.step + 1), nxt.step)
-            if step <= last < nxt.step:
-                step = last + 1  # two events cannot share a step of one engine
-            how = "timestamp between the surrounding step lines"
-        else:
-            step, how = nxt.step, "the step line that follows"
-        last_in_interval[where] = (order, max(step, last))
-        group.step, group.placed_by = step, how
-        events.append(group)
-    events.sort(key=lambda e: (e.step, e.rows[0]))
-    return events
+            continue
+        return group
+    return None
+
+
+def _twin(
+    explicit: Iterable[Event], group: Event, prev: Anchor | None, nxt: Anchor | None
+) -> Event | None:
+    """Rule 2: the event placed by an iteration number that `group` repeats, nearest first."""
+    lo_row = prev.row if prev else 0
+    hi_row = nxt.row if nxt else 1 << 62
+    twins = [
+        e
+        for e in explicit
+        if lo_row < e.rows[0] < hi_row
+        and _signature(e) == _signature(group)
+        and (e.time is None or group.time is None or abs(e.time - group.time) <= TWIN_WINDOW_S)
+    ]
+    return min(twins, key=lambda e: abs(e.rows[0] - group.rows[0]), default=None)
+
+
+def _inferred_step(
+    group: Event, prev: Anchor | None, nxt: Anchor | None, order: int, last: int
+) -> tuple[int, str]:
+    """Rule 3: the step of the `order`-th event between two anchors, and how it was found;
+    `last` is the latest step given in that interval so far."""
+    if prev is None:
+        if nxt is None:
+            return order, "order in the file (no step-carrying line)"
+        return min(nxt.step, order), "order before the first step line"
+    if nxt is None:
+        return prev.step + order, "order after the last step line"
+    if nxt.step - prev.step <= 1:
+        return nxt.step, "the step line that follows"
+    if (
+        prev.time is not None
+        and nxt.time is not None
+        and group.time is not None
+        and nxt.time > prev.time
+    ):
+        frac = (group.time - prev.time) / (nxt.time - prev.time)
+        step = prev.step + round(frac * (nxt.step - prev.step))
+        step = min(max(step, prev.step + 1), nxt.step)
+        if step <= last < nxt.step:
+            step = last + 1  # two events cannot share a step of one engine
+        return step, "timestamp between the surrounding step lines"
+    return nxt.step, "the step line that follows"
 
 
 def summary(mentions: list[Mention], events: list[Event]) -> list[str]:

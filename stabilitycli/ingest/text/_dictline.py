@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from stabilitycli.ingest import _kvfields as kf
-from stabilitycli.ingest import _textline as tx
-from stabilitycli.ingest._kvscan import shape_key_of
-from stabilitycli.ingest.hf_trainer import SUMMARY_KEYS, SUMMARY_REASON
+from stabilitycli.ingest.text import _kvfields as kf
+from stabilitycli.ingest.text import _textline as tx
+from stabilitycli.ingest.text._kvscan import shape_key_of
+from stabilitycli.ingest.text.hf_trainer import SUMMARY_KEYS, SUMMARY_REASON
 
 DICT = re.compile(r"\{([^{}]*)\}")
 _PAIR = re.compile(r"""(['"])([^'"]+)\1\s*:\s*('[^']*'|"[^"]*"|[^,}\s]+)""")

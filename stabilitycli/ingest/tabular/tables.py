@@ -31,7 +31,7 @@ from typing import cast
 
 from stabilitycli import aliases
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _bounded
+from stabilitycli.ingest import bounded
 from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -77,7 +77,7 @@ def load_table(
     from stabilitycli.frame import ROW, one_chunk_frame, unread_columns
 
     limits = limits or limits_in_force()
-    _bounded.refuse_oversize(path, path.stat().st_size, limits)
+    bounded.refuse_oversize(path, path.stat().st_size, limits)
     name = path.name.lower()
     with open(path, "rb") as handle:
         head = handle.read(8)
@@ -228,7 +228,7 @@ def read_csv(
     from stabilitycli.frame import ROW
 
     limits = limits or limits_in_force()
-    data = _bounded.read_plain(path, limits)
+    data = bounded.read_plain(path, limits)
     # Excel and PowerShell open a CSV with a byte-order mark; it is no part of the first name
     data = data.removeprefix(b"\xef\xbb\xbf")
     if not data.strip():

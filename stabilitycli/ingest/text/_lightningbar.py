@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from stabilitycli.ingest import _textline as tx
+from stabilitycli.ingest.text import _textline as tx
 
 # `Epoch 1:  83%|...| 25/30 [00:00<00:00, 257.14it/s, k=v, ...]`
 # ASCII digits only, and few enough for an int64 step (a damaged line can hold thousands;

@@ -27,7 +27,8 @@ import polars as pl
 
 from stabilitycli import progress
 from stabilitycli.frame import ROW, RunData, one_chunk_frame, unread_columns
-from stabilitycli.ingest import _bounded, jsonl
+from stabilitycli.ingest import bounded
+from stabilitycli.ingest.jsonl import parse as jsonl
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -42,9 +43,9 @@ def read_in_pieces(
     limits = options.limits
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        if size <= piece_bytes or _bounded.compression_of(handle.read(4)) is not None:
+        if size <= piece_bytes or bounded.compression_of(handle.read(4)) is not None:
             return None
-        _bounded.refuse_oversize(path, size, limits)
+        bounded.refuse_oversize(path, size, limits)
         handle.seek(0)
         # filled here, handed back only when the pieces join: else the whole-log path
         # starts again from the caller's untouched source
@@ -64,11 +65,11 @@ def read_in_pieces(
         carry = pieces.carry
     cut_line = None
     if carry:
-        last, cut = jsonl._strip_truncated_tail(carry, limits)
+        last, cut = jsonl.strip_truncated_tail(carry, limits)
         if cut is not None:
             cut_line = lines_before + cut
         lines_before = _parse(
-            last, _bounded.screen_lines(last, limits), lines_before, trial, options, frames
+            last, bounded.screen_lines(last, limits), lines_before, trial, options, frames
         )
     if cut_line is not None:
         # said first, as the whole-log path says it
@@ -104,12 +105,12 @@ class _Pieces:
         self.carry = b""
         self.bytes_read = 0
 
-    def next(self) -> tuple[bytes, _bounded.Screened, int] | None:
+    def next(self) -> tuple[bytes, bounded.Screened, int] | None:
         """The next piece, its screen and the bytes read up to its end; None at the end."""
         while block := self.handle.read(self.piece_bytes):
             self.bytes_read += len(block)
             if self.bytes_read > self.limits.max_input_bytes:
-                raise _bounded.limit_hit(
+                raise bounded.limit_hit(
                     str(self.path),
                     "the file grew past the limit while read",
                     "max_input_bytes",
@@ -122,20 +123,20 @@ class _Pieces:
             # one copy of the piece: slicing `block` and then joining would make two
             piece = b"".join((self.carry, memoryview(block)[:end]))
             self.carry = block[end:]
-            return piece, _bounded.screen_lines(piece, self.limits), self.bytes_read
+            return piece, bounded.screen_lines(piece, self.limits), self.bytes_read
         return None
 
 
 def _parse(
     piece: bytes,
-    screened: _bounded.Screened,
+    screened: bounded.Screened,
     lines_before: int,
     source: SourceInfo,
     options: ReadOptions,
     frames: list[pl.DataFrame],
 ) -> int:
     """Parse one piece of whole lines into `frames`; the number of lines read so far."""
-    if piece and not jsonl._blank(piece):
+    if piece and not jsonl.blank(piece):
         raw = jsonl.parse_piece(
             piece, lines_before + 1, source, options, whole=False, screened=screened
         )

@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _textlog as tl
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import textlog as tl
 from stabilitycli.model import SourceInfo
 
 NAME = "llmc"

@@ -35,8 +35,8 @@ import zlib
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _bounded
-from stabilitycli.ingest._walk import list_folder
+from stabilitycli.ingest import bounded
+from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -96,7 +96,7 @@ def read(path: Path, options: ReadOptions):
     from stabilitycli.frame import finalize
 
     file = resolve(path, options)
-    data = _bounded.read_input(file, options.limits).data
+    data = bounded.read_input(file, options.limits).data
     source = SourceInfo(path=str(file), format=NAME, run=_run_id(file))
     if not data:
         raise StabInputError(str(file), "the file is empty")
@@ -407,7 +407,7 @@ def _item(buf: bytes, limits: InputLimits, strict: bool = False) -> tuple[str, o
         elif field == 2 and wire == 2:
             nested.append(raw.decode("utf-8", "replace"))
         elif field == 16 and wire == 2:
-            deep = _bounded.depth_fault(raw, limits)
+            deep = bounded.depth_fault(raw, limits)
             if deep is not None:
                 raise _TooDeep(deep)
             try:
@@ -455,7 +455,7 @@ def _history_row(buf: bytes, number: int, limits: InputLimits) -> tuple[dict | N
     if "_step" not in row and step_num is not None:
         row["_step"] = step_num - (1 << 64) if step_num >= 1 << 63 else step_num
     # a _step past int64 is no step (finalize says so); any integer past a float is +/-inf
-    _bounded.widen_ints(row)
+    bounded.widen_ints(row)
     if len(row) == 1:
         return None, "history record without a scalar value"
     return row, None
@@ -483,7 +483,7 @@ def _config(buf: bytes, limits: InputLimits) -> dict[str, object]:
 
 
 def _dtype(config: dict[str, object], source: SourceInfo) -> None:
-    from stabilitycli.ingest._dtype import dtype_from
+    from stabilitycli.ingest.dtype import dtype_from
 
     found = dtype_from(("W&B run config", config))
     if found is not None:

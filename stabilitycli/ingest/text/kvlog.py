@@ -26,13 +26,13 @@ import re
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError, StabUsageError
-from stabilitycli.ingest import _kvfamilies as kfam
-from stabilitycli.ingest import _kvfields as kf
-from stabilitycli.ingest import _kvscan as ks
-from stabilitycli.ingest import _kvwrap as kw
-from stabilitycli.ingest import _textline as tx
-from stabilitycli.ingest import _textlog as tl
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.text import _kvfamilies as kfam
+from stabilitycli.ingest.text import _kvfields as kf
+from stabilitycli.ingest.text import _kvscan as ks
+from stabilitycli.ingest.text import _kvwrap as kw
+from stabilitycli.ingest.text import _textline as tx
+from stabilitycli.ingest.text import textlog as tl
 from stabilitycli.model import SourceInfo
 
 NAME = "kvlog"

@@ -25,18 +25,18 @@ from pathlib import Path
 
 from stabilitycli.errors import StabInputError
 from stabilitycli.frame import RunData
-from stabilitycli.ingest import _bounded
-from stabilitycli.ingest._mlflow_common import (
+from stabilitycli.ingest import bounded
+from stabilitycli.ingest.folders import list_folder, walk
+from stabilitycli.ingest.limits import InputLimits, limits_in_force
+from stabilitycli.ingest.mlflow._common import (
     MlflowRun,
     build_run,
     filter_experiments,
     order_points,
     select_runs,
 )
-from stabilitycli.ingest._points import reject_many
-from stabilitycli.ingest._walk import list_folder, walk
-from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.ingest.points import reject_many
 from stabilitycli.model import SourceInfo
 
 NAME = "mlflow_file"
@@ -241,7 +241,7 @@ def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimi
 
     limits = limits or limits_in_force()
     try:
-        data = _bounded.read_plain(path, limits)
+        data = bounded.read_plain(path, limits)
     except OSError as err:
         raise StabInputError(
             str(path), f"cannot read metric {key!r}: {err.strerror or err}"

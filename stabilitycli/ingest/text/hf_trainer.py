@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.errors import StabInputError
-from stabilitycli.ingest import _bounded
-from stabilitycli.ingest._walk import list_folder
+from stabilitycli.ingest import bounded
+from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.model import SourceInfo
@@ -83,7 +83,7 @@ def read(path: Path, options: ReadOptions):
     source = SourceInfo(path=str(state_path), format=NAME, run=state_path.parent.name or None)
     if path.is_dir() and state_path.parent != path:
         source.notes.append(f"read {state_path.relative_to(path)} (the latest state in {path})")
-    loaded = _bounded.read_input(state_path, options.limits)
+    loaded = bounded.read_input(state_path, options.limits)
     source.warnings.extend(loaded.warnings)
     if not loaded.data.strip():
         raise StabInputError(str(state_path), "the file is empty")
@@ -112,7 +112,7 @@ def read(path: Path, options: ReadOptions):
             for k, v in entry.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        _bounded.widen_ints(record)
+        bounded.widen_ints(record)
         record["_row"] = number
         records.append(record)
     if not records:
@@ -179,7 +179,7 @@ def _document_fault(data: bytes, limits: InputLimits) -> tuple[int, str] | None:
         data.decode("utf-8")
     except UnicodeDecodeError as err:
         return err.start, "a byte that is not UTF-8"
-    deep = _bounded.deeper_than(data, limits.max_json_depth)
+    deep = bounded.deeper_than(data, limits.max_json_depth)
     if deep is not None:
         return deep, f"nesting deeper than max_json_depth = {limits.max_json_depth}"
     return None
