@@ -87,6 +87,20 @@ def _is_rank_log(path: Path, folder: Path) -> bool:
     return default_rank(path, folder) is not None and _rank_logs.log_format(path) is not None
 
 
+def holds_named_ranks(folder: Path) -> bool:
+    """The folder is a per-rank directory itself, by names alone (rank_7.jsonl, rank_7/x.jsonl).
+
+    A batch sweep asks this to keep such a folder one run; numbered files of one shape
+    without a rank name could as well be separate runs, so they do not count.
+    """
+    for path in _candidates(folder):
+        if default_rank(path, folder) is None:
+            continue
+        if path.parent == folder or _RANK_FOLDER.match(path.parent.name):
+            return True
+    return False
+
+
 def _candidates(folder: Path) -> list[Path]:
     """JSONL files, and rank-named logs of other formats, at the top level and one
     sub-folder down, in name order."""

@@ -206,12 +206,7 @@ def _ranks_here(folder: Path) -> bool:
     """
     from stabilitycli.ingest import rank_dir
 
-    for f in rank_dir._candidates(folder):
-        if rank_dir.default_rank(f, folder) is None:
-            continue
-        if f.parent == folder or rank_dir._RANK_FOLDER.match(f.parent.name):
-            return True
-    return False
+    return rank_dir.holds_named_ranks(folder)
 
 
 def _events_within(folder: Path, depth: int) -> bool:

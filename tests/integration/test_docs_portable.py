@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # an absolute path into a place that exists on one machine only
 MACHINE_PATH = re.compile(r"(?<![\w.$~])/(?:tmp|work|root|home|Users|private/var)/[\w.-]")
 
