@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from stabilitycli.errors import StabInputError, one_line
+from stabilitycli.errors import StabInputError, StabUsageError, one_line, visible
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 SCHEMES = ("s3", "gs", "gcs", "file")
@@ -58,12 +58,31 @@ def filesystem(uri: str, endpoint_url: str | None = None) -> tuple[Any, str]:
     key = rest.strip("/")
     if not key:
         raise StabInputError(uri, "no bucket in the URI")
+    _check_object_uri(uri, rest)
     try:
         if scheme.lower() == "s3":
             return pafs.S3FileSystem(**_s3_settings(endpoint_url)), key
         return pafs.GcsFileSystem(), key
     except (OSError, ValueError) as err:
         raise StabInputError(uri, f"cannot open the object store: {one_line(err)}") from err
+
+
+def _check_object_uri(uri: str, rest: str) -> None:
+    """Refuse what the store would misread: credentials in the URI (never read from there,
+    and never echoed) and an empty, `.` or `..` part in the object path."""
+    bucket = rest.split("/", 1)[0]
+    if "@" in bucket:
+        scheme = uri.partition("://")[0]
+        raise StabUsageError(
+            f"{scheme}://...@{bucket.rpartition('@')[2]}: credentials in an object-store URI "
+            "are not read; give them the way the AWS or Google tools take them (the "
+            "environment, a profile)"
+        )
+    if any(part in ("", ".", "..") for part in rest.rstrip("/").split("/")):
+        raise StabUsageError(
+            f"{uri}: an empty, `.` or `..` part in the object path; name the object by its "
+            "plain path (s3://BUCKET/PREFIX/NAME)"
+        )
 
 
 def _s3_settings(endpoint_url: str | None) -> dict[str, Any]:
@@ -109,8 +128,18 @@ def _listing(uri: str, fs: Any, key: str, limits: InputLimits) -> tuple[bool, li
 
 
 @contextmanager
-def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> Iterator[Path]:
-    """A private local copy of the object, or of every object under the prefix."""
+def staged(
+    uri: str,
+    limits: InputLimits,
+    endpoint_url: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Iterator[Path]:
+    """A private local copy of the object, or of every object under the prefix.
+
+    A key that cannot be a file inside the copy (`..`, an empty part, a name that is
+    also a folder of other keys) is left out, with a warning through `warn` (stderr when
+    none is given): a bucket is not trusted to say where stab writes.
+    """
 
     fs, key = filesystem(uri, endpoint_url)
     single, objects = _listing(uri, fs, key, limits)
@@ -123,21 +152,73 @@ def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> It
                 "max_input_bytes",
                 limits.max_input_bytes,
             )
+    # under the name of the folder it sits in: readers name a run by its parent folder
+    name = PurePosixPath(key)
+    top = (name.parent.name or "store", name.name)
+    places: list[tuple[Any, tuple[str, ...]]]
+    if single:
+        places = [(item, (top[0], PurePosixPath(item.path).name)) for item in objects]
+    else:
+        places = [(item, (*top, *item.path[len(key) + 1 :].split("/"))) for item in objects]
+    kept, refused = _plain_places(places)
+    said = [f"{uri.rstrip('/')}: object {item.path!r} left out: {why}" for item, why in refused]
+    if not kept:
+        raise StabInputError(uri, f"no object here can be copied ({'; '.join(said)[:500]})")
+    for message in said:
+        (warn or _warn_on_stderr)(message)
     folder = tempfile.mkdtemp(prefix="stab-remote-")
     try:
-        # under the name of the folder it sits in: readers name a run by its parent folder
-        name = PurePosixPath(key)
-        local = Path(folder) / (name.parent.name or "store") / name.name
-        for item in objects:
-            if single:
-                target = local.parent / PurePosixPath(item.path).name
-            else:
-                target = local / item.path[len(key) :].lstrip("/")
+        root = Path(folder).resolve()
+        for item, parts in kept:
+            target = root.joinpath(*parts)
+            # proven, not assumed: every part is a plain name, so this never fails
+            if not target.resolve().is_relative_to(root):
+                raise AssertionError(f"{item.path!r} would be staged outside {root}")
             target.parent.mkdir(parents=True, exist_ok=True)
             _ask(uri, functools.partial(_fetch, fs, item.path, target, limits))
-        yield local
+        yield Path(folder) / top[0] / top[1]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
+
+
+def _plain_places(
+    places: list[tuple[Any, tuple[str, ...]]],
+) -> tuple[list[tuple[Any, tuple[str, ...]]], list[tuple[Any, str]]]:
+    """(the objects whose path parts are all plain names and clash with no folder, the
+    others with why): what `staged` may write below its folder."""
+    kept: list[tuple[Any, tuple[str, ...]]] = []
+    refused: list[tuple[Any, str]] = []
+    for item, parts in places:
+        why = _not_plain(parts)
+        if why:
+            refused.append((item, why))
+        else:
+            kept.append((item, parts))
+    folders = {parts[:end] for _, parts in kept for end in range(1, len(parts))}
+    refused += [
+        (item, "its name is also a folder of other objects")
+        for item, parts in kept
+        if parts in folders
+    ]
+    return [(item, parts) for item, parts in kept if parts not in folders], refused
+
+
+def _not_plain(parts: tuple[str, ...]) -> str | None:
+    for part in parts:
+        if part in ("", ".", ".."):
+            return "its key holds an empty, `.` or `..` part"
+        if "\x00" in part or len(part.encode("utf-8", "surrogatepass")) > _NAME_BYTES:
+            return "its key holds a part no file system takes as a file name"
+    return None
+
+
+def _warn_on_stderr(message: str) -> None:
+    import sys
+
+    print(f"stab: warning: {visible(message)}", file=sys.stderr)
 
 
 def _fetch(fs: Any, object_path: str, target: Path, limits: InputLimits) -> None:
@@ -168,7 +249,8 @@ def _ask(uri: str, call: Callable[[], Any]) -> Any:
 
 def read_staged(uri: str, options: Any, read: Callable[[str | Path, Any], Any]) -> Any:
     """The run at `uri`, read from a local copy by `read`, named by its URI throughout."""
-    with staged(uri, options.limits, options.endpoint_url) as local:
+    left_out: list[str] = []
+    with staged(uri, options.limits, options.endpoint_url, left_out.append) as local:
         try:
             run = read(local, options)
         except StabInputError as err:
@@ -180,7 +262,7 @@ def read_staged(uri: str, options: Any, read: Callable[[str | Path, Any], Any]) 
             ) from None
     source = run.source
     source.path = _named(source.path, local, uri)
-    source.warnings[:] = [_named(w, local, uri) for w in source.warnings]
+    source.warnings[:] = [*left_out, *(_named(w, local, uri) for w in source.warnings)]
     source.notes[:] = [_named(n, local, uri) for n in source.notes]
     return run
 

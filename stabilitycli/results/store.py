@@ -225,8 +225,8 @@ class Sweep:
         copy of the prefix (deleted after the walk; each run is fetched again when it is
         analysed, and only then)."""
         options = self.settings.options
-        with remote.staged(prefix, options.limits, options.endpoint_url) as local:
-            said: list[str] = []
+        said: list[str] = []
+        with remote.staged(prefix, options.limits, options.endpoint_url, said.append) as local:
             found = batch.discover([str(local)], True, said)
             uri = prefix.rstrip("/")
             warnings.extend(w.replace(str(local), uri) for w in said)

@@ -1,0 +1,105 @@
+"""A bucket is not trusted to say where stab writes (issue 33, item 1): keys with `..`,
+empty parts, or a name that is also a folder of other keys are left out of the private
+copy with a warning naming the key, and nothing is created outside that copy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stabilitycli import analyze
+from stabilitycli.errors import StabInputError
+from stabilitycli.ingest.options import ReadOptions
+from tests._s3_server import CREDENTIALS, s3_server
+from tests.conftest import RUNS
+
+pytest.importorskip("moto")
+boto3 = pytest.importorskip("boto3")
+
+BUCKET = "hostile"
+GOOD = (RUNS / "spike-persistent" / "run.jsonl").read_bytes()
+
+
+def _escape(prefix: str, victim: Path) -> str:
+    """A key below `prefix` that climbs out of any folder and lands in `victim`."""
+    return prefix + "../" * 30 + str(victim).lstrip("/") + "/escaped/PWNED.jsonl"
+
+
+@pytest.fixture(scope="module")
+def victim(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("victim")
+
+
+@pytest.fixture(scope="module")
+def store(victim):
+    with s3_server() as endpoint, pytest.MonkeyPatch.context() as patch:
+        for name, value in CREDENTIALS.items():
+            patch.setenv(name, value)
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        keys = [
+            "runs/good/run.jsonl",
+            _escape("runs/a/", victim),
+            "runs/b//run.jsonl",
+            "runs/c/run.jsonl",
+            "runs/c/run.jsonl/more.jsonl",
+            "mixed/run.jsonl",
+            _escape("mixed/", victim),
+            _escape("only/", victim),
+        ]
+        for key in keys:
+            client.put_object(Bucket=BUCKET, Key=key, Body=GOOD)
+        # the listing really holds the hostile keys as written
+        listed = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]}
+        assert set(keys) == listed
+        yield endpoint
+
+
+def _untouched(victim: Path) -> None:
+    assert list(victim.iterdir()) == [], "something was written outside the staging folder"
+
+
+def test_a_sweep_of_a_hostile_prefix_writes_nothing_outside(store, victim, cli) -> None:
+    result = cli("analyze", f"s3://{BUCKET}/runs", "-r", "--endpoint-url", store, "-q")
+    _untouched(victim)
+    warnings = [line for line in result.stderr.splitlines() if "left out" in line]
+    assert len(warnings) == 3, result.stderr
+    assert any("../../" in w and "`..`" in w for w in warnings)
+    assert any("runs/b//run.jsonl" in w and "empty" in w for w in warnings)
+    assert any("runs/c/run.jsonl'" in w and "also a folder" in w for w in warnings)
+    # the plain runs are still analysed: the good one and c/run.jsonl/more.jsonl
+    assert result.exit_code == 1  # spike-persistent's finding is error-level
+    assert "internal error" not in result.stderr
+
+
+def test_a_run_read_from_a_prefix_says_which_key_it_left_out(store, victim) -> None:
+    result = analyze(f"s3://{BUCKET}/mixed", options=ReadOptions(endpoint_url=store))
+    _untouched(victim)
+    warnings = json.dumps(result.to_dict()["source"]["warnings"])
+    assert "left out" in warnings and "PWNED.jsonl" in warnings
+
+
+def test_a_prefix_of_only_hostile_keys_is_one_input_error(store, victim) -> None:
+    with pytest.raises(StabInputError) as err:
+        analyze(f"s3://{BUCKET}/only", options=ReadOptions(endpoint_url=store))
+    _untouched(victim)
+    assert "left out" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "said"),
+    [
+        (f"s3://{BUCKET}//runs/good/run.jsonl", "empty, `.` or `..` part"),
+        (f"s3://{BUCKET}/runs/../runs/good/run.jsonl", "empty, `.` or `..` part"),
+        (f"s3://stab:sekrit@{BUCKET}/runs/good/run.jsonl", "credentials in an object-store URI"),
+    ],
+)
+def test_a_malformed_object_uri_is_a_usage_error(store, cli, uri, said) -> None:
+    result = cli("analyze", uri, "--endpoint-url", store)
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and said in lines[0], result.stderr
+    assert "sekrit" not in result.stderr
