@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from stabilitycli.errors import NOT_ERRORS, StabInputError, StabUsageError, input_error_from
+from stabilitycli.errors import (
+    NOT_ERRORS,
+    StabInputError,
+    StabUsageError,
+    from_the_input,
+    input_error_from,
+)
 from stabilitycli.ingest._dtype import dtype_from
 from stabilitycli.ingest._walk import list_folder
 from stabilitycli.ingest.base import Reader, UriReader
@@ -211,6 +217,8 @@ def read(target: str | Path, options: ReadOptions | None = None):
     except _NOT_WRAPPED:
         raise
     except BaseException as err:
+        if not from_the_input(err):
+            raise  # a bug in stab: the command reports it as an internal error
         # reached only when sniffing or choosing a reader failed: a reader's own
         # failure is already named by its format in _read
         raise input_error_from(text, err, "input") from err
@@ -255,6 +263,8 @@ def _read(text: str, options: ReadOptions):
     except _NOT_WRAPPED:
         raise
     except BaseException as err:
+        if not from_the_input(err):
+            raise  # a bug in the reader: the command reports it as an internal error
         raise input_error_from(text, err, name) from err
     _apply_dtype(run, path, options)
     return run

@@ -152,8 +152,12 @@ def _closing(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 def _has_mlflow_tables(conn: sqlite3.Connection) -> bool:
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    return {"metrics", "runs"} <= names
+    # as bytes: a damaged name of some other table is no reason to refuse the store
+    names = {
+        bytes(row[0] or b"")
+        for row in conn.execute("SELECT CAST(name AS BLOB) FROM sqlite_master WHERE type = 'table'")
+    }
+    return {b"metrics", b"runs"} <= names
 
 
 def list_runs(conn: sqlite3.Connection, options: ReadOptions, where: str) -> list[MlflowRun]:

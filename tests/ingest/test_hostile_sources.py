@@ -1,0 +1,41 @@
+"""Crashes of issue 33 fixed at their cause: each input below once ended as a reader's
+exception dressed as an input error; now it reads, or says what is wrong in words."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+from stabilitycli.ingest import read
+from tests.conftest import FIXTURES
+
+
+def test_a_lone_surrogate_key_in_trainer_state_rejects_only_its_entry(tmp_path) -> None:
+    text = (FIXTURES / "hf_trainer" / "trainer_state.json").read_text()
+    path = tmp_path / "trainer_state.json"
+    path.write_text(text.replace('"loss"', '"\\ud800"', 1))
+    run = read(path)
+    reasons = [r.reason for r in run.source.rejections]
+    assert "a lone surrogate in the key '\\ud800' (not valid Unicode)" in reasons
+    clean = read(FIXTURES / "hf_trainer" / "trainer_state.json")
+    assert run.source.rows_read == clean.source.rows_read
+
+
+def test_a_damaged_table_name_in_an_mlflow_store_does_not_hide_the_runs(tmp_path) -> None:
+    path = tmp_path / "mlflow.db"
+    shutil.copy(FIXTURES / "mlflow" / "mlflow.db", path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE zqzqzq (a)")
+    conn.close()
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"zqzqzq", b"\xff\xfeq\xff\xfeq"))
+    expected = read(FIXTURES / "mlflow" / "mlflow.db", _run("spike"))
+    got = read(path, _run("spike"))
+    assert got.source.format == "mlflow_db"
+    assert got.frame.height == expected.frame.height
+
+
+def _run(name: str):
+    from stabilitycli.ingest.options import ReadOptions
+
+    return ReadOptions(run=name)
