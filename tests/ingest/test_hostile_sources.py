@@ -39,3 +39,20 @@ def _run(name: str):
     from stabilitycli.ingest.options import ReadOptions
 
     return ReadOptions(run=name)
+
+
+def test_an_empty_json_key_in_a_per_rank_log_reads(tmp_path) -> None:
+    # found by a seeded generator: ranks out of order, so the rows are sorted by rank,
+    # and a value under the key "" (a column named "")
+    path = tmp_path / "run.jsonl"
+    path.write_text(
+        '{"step": 11, "loss": 0.08, "rank": 5, "epoch": {"": 1}}\n'
+        '{"step": 23, "loss": 0.04, "": 0}\n'
+        '{"step": 28, "loss": 0.03, "iteration": NaN, "epoch": NaN, "lr": 1.5}\n'
+        '{"step": 31, "loss": 0.03, "rank": 1.5}\n'
+    )
+    run = read(path)
+    assert run.source.rows_read == 4
+    assert run.source.rows_read == (
+        run.source.rows_used + run.source.rows_rejected + run.source.rows_rewritten
+    )
