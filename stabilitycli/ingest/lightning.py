@@ -143,7 +143,8 @@ def _steps(version: _Version, options: ReadOptions) -> list[int]:
     if key is None or key not in columns:
         return []
     steps = version.frame[key].cast(pl.String).str.strip_chars().cast(pl.Float64, strict=False)
-    return [int(s) for s in steps.drop_nulls().drop_nans().to_list()]
+    # an `inf` step is damage the rows' own check rejects; no version starts from it
+    return [int(s) for s in steps.filter(steps.is_finite()).to_list()]
 
 
 def _one_run(

@@ -56,3 +56,15 @@ def test_an_empty_json_key_in_a_per_rank_log_reads(tmp_path) -> None:
     assert run.source.rows_read == (
         run.source.rows_used + run.source.rows_rejected + run.source.rows_rewritten
     )
+
+
+def test_an_infinite_step_in_a_lightning_version_rejects_its_row(tmp_path) -> None:
+    # two versions: the step ranges of each are compared to tell a resume, and `-inf`
+    # was turned into an int there (OverflowError on the whole folder)
+    for number, rows in enumerate(("0,1.0\n1,0.5\n-inf,0.3\n", "2,0.4\n3,0.2\n")):
+        folder = tmp_path / "lightning_logs" / f"version_{number}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.csv").write_text("step,train/loss_step\n" + rows)
+    run = read(tmp_path / "lightning_logs")
+    assert run.source.rows_read == 5
+    assert run.source.rows_rejected == 1
