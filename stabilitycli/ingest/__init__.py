@@ -277,21 +277,22 @@ STDIN_NAME = "<stdin>"
 def _read_stdin(options: ReadOptions):
     """`stab analyze -`: standard input, sniffed and read exactly as the same bytes in a file.
 
-    The bytes are spooled to a private temporary file (every reader takes a
-    path, and sniffing needs to look twice); errors and the source name say
-    `<stdin>`, never the temporary path.
+    The bytes are spooled to a private temporary file as they arrive (every reader
+    takes a path, and sniffing needs to look twice), counted on the way: past
+    max_input_bytes the read stops there, holding no more than one chunk. Errors
+    and the source name say `<stdin>`, never the temporary path.
     """
     import sys
     import tempfile
 
     if sys.stdin.isatty():  # nothing piped in: reading would wait for the user to type a log
         raise StabInputError(STDIN_NAME, "standard input is a terminal; pipe a log into it")
-    data = sys.stdin.buffer.read()
-    if not data.strip():
-        raise StabInputError(STDIN_NAME, "nothing on standard input")
     with tempfile.TemporaryDirectory(prefix="stab-stdin-") as folder:
-        path = Path(folder) / f"stdin{_stdin_suffix(data)}"
-        path.write_bytes(data)
+        spool = Path(folder) / "stdin"
+        head, blank = _spool_stdin(sys.stdin.buffer, spool, options.limits)
+        if blank:
+            raise StabInputError(STDIN_NAME, "nothing on standard input")
+        path = spool.rename(spool.with_name(f"stdin{_stdin_suffix(head)}"))
         try:
             run = read(path, options)
         except StabInputError as err:
@@ -299,6 +300,35 @@ def _read_stdin(options: ReadOptions):
     run.source.path, run.source.run = STDIN_NAME, "stdin"
     run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]
     return run
+
+
+_STDIN_CHUNK_BYTES = 1 << 20
+_STDIN_HEAD_BYTES = 65536  # what `_stdin_suffix` looks at
+
+
+def _spool_stdin(stream, spool: Path, limits: InputLimits) -> tuple[bytes, bool]:
+    """Copy `stream` to `spool`, stopping with an input error once it is past
+    max_input_bytes: (its first bytes, whether it held only whitespace)."""
+    from stabilitycli.ingest.limits import limit_hit
+
+    head = b""
+    blank = True
+    total_bytes = 0
+    with open(spool, "wb") as sink:
+        while chunk := stream.read(_STDIN_CHUNK_BYTES):
+            total_bytes += len(chunk)
+            if total_bytes > limits.max_input_bytes:
+                raise limit_hit(
+                    STDIN_NAME,
+                    "standard input goes on past the limit (stopped reading there)",
+                    "max_input_bytes",
+                    limits.max_input_bytes,
+                )
+            if len(head) < _STDIN_HEAD_BYTES:
+                head += chunk[: _STDIN_HEAD_BYTES - len(head)]
+            blank = blank and chunk.isspace()
+            sink.write(chunk)
+    return head, blank
 
 
 def _stdin_suffix(data: bytes) -> str:
