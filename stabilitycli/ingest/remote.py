@@ -22,6 +22,7 @@ import functools
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -29,12 +30,13 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from stabilitycli.errors import StabInputError, StabUsageError, one_line, visible
+from stabilitycli.ingest._store_clock import Progress, StoreClock
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 SCHEMES = ("s3", "gs", "gcs", "file")
 # read beside a log by the readers (_apply_dtype, lightning, hf_trainer): fetched with it
 SIDECARS = ("manifest.json", "hparams.yaml", "scaler.pt")
-_COPY_BYTES = 8 << 20
+_COPY_BYTES = 1 << 20  # one unit of progress: a store under 35 KB/s misses 30 s
 
 
 def is_object_uri(text: str) -> bool:
@@ -100,20 +102,23 @@ def _s3_settings(endpoint_url: str | None) -> dict[str, Any]:
     return settings
 
 
-def _listing(uri: str, fs: Any, key: str, limits: InputLimits) -> tuple[bool, list[Any]]:
+def _listing(clock: StoreClock, fs: Any, key: str, limits: InputLimits) -> tuple[bool, list[Any]]:
     """(whether the URI names one object, the objects `staged` copies): the object and the
     files a reader looks for beside it, or every object under the prefix."""
     import pyarrow.fs as pafs
 
-    info = _ask(uri, lambda: fs.get_file_info(key))
+    uri = clock.where
+    info = _ask(clock, "looking the object up", lambda _: fs.get_file_info(key))
     if info.type == pafs.FileType.NotFound:
         raise StabInputError(uri, "no such object or prefix in the store")
     if info.type == pafs.FileType.File:
         # what a reader reads from the log's folder must not depend on where it is kept
         parent = str(PurePosixPath(key).parent)
-        beside = _ask(uri, lambda: fs.get_file_info([f"{parent}/{n}" for n in SIDECARS]))
+        sidecars = [f"{parent}/{n}" for n in SIDECARS]
+        beside = _ask(clock, "looking for files beside it", lambda _: fs.get_file_info(sidecars))
         return True, [info, *(i for i in beside if i.type == pafs.FileType.File and i.path != key)]
-    listed = _ask(uri, lambda: fs.get_file_info(pafs.FileSelector(key, recursive=True)))
+    everything = pafs.FileSelector(key, recursive=True)
+    listed = _ask(clock, "listing the prefix", lambda _: fs.get_file_info(everything))
     objects = [i for i in listed if i.type == pafs.FileType.File]
     if len(objects) > limits.max_walk_files:
         raise limit_hit(
@@ -142,7 +147,9 @@ def staged(
     """
 
     fs, key = filesystem(uri, endpoint_url)
-    single, objects = _listing(uri, fs, key, limits)
+    port = _store_port(uri, endpoint_url)
+    clock = StoreClock(uri, limits, lambda worker: _left_running(worker, port))
+    single, objects = _listing(clock, fs, key, limits)
     for item in objects:
         if item.size is not None and item.size > limits.max_input_bytes:
             where = item.path[len(key) :].lstrip("/") or PurePosixPath(key).name
@@ -175,7 +182,8 @@ def staged(
             if not target.resolve().is_relative_to(root):
                 raise AssertionError(f"{item.path!r} would be staged outside {root}")
             target.parent.mkdir(parents=True, exist_ok=True)
-            _ask(uri, functools.partial(_fetch, fs, item.path, target, limits))
+            fetch = functools.partial(_fetch, fs, item.path, target, limits)
+            _ask(clock, f"fetching {item.path}", fetch)
         yield Path(folder) / top[0] / top[1]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -221,11 +229,17 @@ def _warn_on_stderr(message: str) -> None:
     print(f"stab: warning: {visible(message)}", file=sys.stderr)
 
 
-def _fetch(fs: Any, object_path: str, target: Path, limits: InputLimits) -> None:
-    """Copy one object to `target`, never past max_input_bytes (an object can grow)."""
+def _fetch(
+    fs: Any, object_path: str, target: Path, limits: InputLimits, progress: Progress
+) -> None:
+    """Copy one object to `target`, never past max_input_bytes (an object can grow); each
+    chunk is progress, and an abandoned copy stops at its next chunk."""
     copied = 0
     with fs.open_input_stream(object_path) as source, open(target, "wb") as sink:
         while chunk := source.read(_COPY_BYTES):
+            if progress.abandoned.is_set():
+                return
+            progress.tick()
             copied += len(chunk)
             if copied > limits.max_input_bytes:
                 raise limit_hit(
@@ -237,14 +251,76 @@ def _fetch(fs: Any, object_path: str, target: Path, limits: InputLimits) -> None
             sink.write(chunk)
 
 
-def _ask(uri: str, call: Callable[[], Any]) -> Any:
-    """One request to the store; what it refuses (credentials, network) is one line."""
+_GIVE_UP_SECONDS = 30.0  # a cut request and its retries end in about a second
+
+
+def _left_running(worker: threading.Thread, port: int) -> None:
+    """A request abandoned inside the store's client cannot be cancelled through it, and
+    pyarrow's exit hook would wait for it (for ever, from a store that trickles): the
+    connections to the store's port are shut down until the request has given up, its
+    retries included. Linux only (/proc); elsewhere the request runs on."""
+
+    import atexit
+
+    def cut() -> None:
+        while worker.is_alive():
+            _shut_down_connections(port)
+            worker.join(0.05)
+
+    threading.Thread(target=cut, name="stab-object-store-cut", daemon=True).start()
+    # pyarrow's exit hook holds the interpreter while it waits, so the cut could not run
+    # then: the process waits for the request first (hooks run last registered first)
+    atexit.register(worker.join, _GIVE_UP_SECONDS)
+
+
+def _shut_down_connections(port: int) -> None:
+    """Shut down every TCP connection of this process to `port` (a store's): during a
+    staging no other connection to a store is open."""
+    import socket
+
     try:
-        return call()
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for descriptor in descriptors:
+        try:
+            copy = os.dup(descriptor)
+        except OSError:  # closed since listed
+            continue
+        try:
+            conn = socket.socket(fileno=copy)
+        except OSError:  # not a socket
+            os.close(copy)
+            continue
+        with conn:
+            if conn.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                if conn.getpeername()[1] == port:
+                    conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                continue
+
+
+def _store_port(uri: str, endpoint_url: str | None) -> int:
+    """The TCP port the store's client connects to: the endpoint's, else HTTPS's."""
+    settings = _s3_settings(endpoint_url) if uri.lower().startswith("s3") else {}
+    endpoint = settings.get("endpoint_override")
+    if endpoint is None:
+        return 443
+    parts = urlsplit(f"{settings['scheme']}://{endpoint}")
+    return parts.port or (80 if parts.scheme == "http" else 443)
+
+
+def _ask(clock: StoreClock, what: str, call: Callable[[Progress], Any]) -> Any:
+    """One request to the store, within its deadlines; what it refuses (credentials,
+    network) is one line."""
+    try:
+        return clock.call(what, call)
     except StabInputError:
         raise
     except OSError as err:
-        raise StabInputError(uri, f"the object store refused: {one_line(err)}") from err
+        raise StabInputError(clock.where, f"the object store refused: {one_line(err)}") from err
 
 
 def read_staged(uri: str, options: Any, read: Callable[[str | Path, Any], Any]) -> Any:
@@ -313,7 +389,9 @@ def content_sha256(uri: str, limits: InputLimits, endpoint_url: str | None = Non
 
     try:
         fs, key = filesystem(uri, endpoint_url)
-        single, objects = _listing(uri, fs, key, limits)
+        port = _store_port(uri, endpoint_url)
+        clock = StoreClock(uri, limits, lambda worker: _left_running(worker, port))
+        single, objects = _listing(clock, fs, key, limits)
     except StabInputError:  # the store refused, or nothing is there
         return None
     base = str(PurePosixPath(key).parent) if single else key

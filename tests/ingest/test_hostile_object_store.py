@@ -4,8 +4,18 @@ copy with a warning naming the key, and nothing is created outside that copy."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -18,7 +28,9 @@ from tests.conftest import RUNS
 pytest.importorskip("moto")
 boto3 = pytest.importorskip("boto3")
 
+ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "hostile"
+STAB = (sys.executable, "-m", "stabilitycli")
 GOOD = (RUNS / "spike-persistent" / "run.jsonl").read_bytes()
 
 
@@ -103,3 +115,66 @@ def test_a_malformed_object_uri_is_a_usage_error(store, cli, uri, said) -> None:
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and said in lines[0], result.stderr
     assert "sekrit" not in result.stderr
+
+
+@contextmanager
+def _trickling(endpoint: str) -> Iterator[str]:
+    """A proxy in front of `endpoint` that passes small answers at once and sends every
+    large one (an object's body) 16 bytes at a time, 320 bytes a second: never silent,
+    so no socket timeout ever fires."""
+    upstream = urlsplit(endpoint)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def pipe(source: socket.socket, sink: socket.socket, slow: bool) -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set() and (data := source.recv(65536)):
+                if not slow or len(data) <= 4096:
+                    sink.sendall(data)
+                    continue
+                for start in range(0, len(data), 16):
+                    if stop.wait(0.05):
+                        return
+                    sink.sendall(data[start : start + 16])
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                client, _ = listener.accept()
+                server = socket.create_connection((upstream.hostname, upstream.port))
+                threading.Thread(target=pipe, args=(client, server, False), daemon=True).start()
+                threading.Thread(target=pipe, args=(server, client, True), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def test_a_store_that_trickles_an_object_is_cut_at_the_request_deadline(store, tmp_path) -> None:
+    client = boto3.client("s3", endpoint_url=store)
+    client.put_object(Bucket=BUCKET, Key="slow/run.jsonl", Body=GOOD * 4)
+    assert len(GOOD) * 4 > 32_000  # minutes at 320 bytes a second
+    env = {
+        **os.environ,
+        **CREDENTIALS,
+        "PYTHONPATH": str(ROOT),
+        "STAB_LIMIT_SERVER_REQUEST_SECONDS": "2",
+        "STAB_LIMIT_SERVER_TOTAL_SECONDS": "6",
+    }
+    with _trickling(store) as slow:
+        started = time.monotonic()
+        result = subprocess.run(
+            [*STAB, "analyze", f"s3://{BUCKET}/slow/run.jsonl", "--endpoint-url", slow],
+            capture_output=True,
+            text=True,
+            timeout=40,
+            env=env,
+        )
+        took_seconds = time.monotonic() - started
+    assert result.returncode == 2, result.stderr
+    assert "the store did not answer in time" in result.stderr
+    assert "server_request_seconds = 2" in result.stderr
+    assert took_seconds < 20, took_seconds  # the deadline, the start-up and the exit
