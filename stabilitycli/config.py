@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -319,7 +321,7 @@ def load_config(
     """
     thresholds = Thresholds()
     text = str(near) if near is not None else ""
-    start = Path(text) if text and "://" not in text and Path(text).exists() else Path.cwd()
+    start = Path(text) if text and "://" not in text and os.path.exists(text) else Path.cwd()
     found = _find_config_file(start)
     if found is not None:
         path, table = found
@@ -330,24 +332,76 @@ def load_config(
 
 
 def _find_config_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
-    folder = start if start.is_dir() else start.parent
+    folder = start if _looks_in(start, Path.is_dir) else start.parent
     for candidate in [folder, *folder.resolve().parents]:
         stab_toml = candidate / "stab.toml"
-        if stab_toml.is_file():
+        if _looks_in(stab_toml, Path.is_file):
             return stab_toml, _load_table(stab_toml, section=None)
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
+        if _looks_in(pyproject, Path.is_file):
             table = _load_table(pyproject, section="stab")
             if table:
                 return pyproject, table
     return None
 
 
+def _looks_in(path: Path, test: Callable[[Path], bool]) -> bool:
+    """`test(path)`, False where stab may not look (a folder without search permission):
+    a config there cannot be read, and the search goes on above it."""
+    try:
+        return test(path)
+    except OSError:
+        return False
+
+
+# TOML arrays and inline tables a config may nest: real ones nest 2 or 3 deep, and the
+# parser recurses once a level
+CONFIG_MAX_DEPTH = 64
+
+
+def _nesting_depth(text: str) -> int:
+    """How deep `[` and `{` nest outside strings and comments, counted without recursion
+    (table headers count as the brackets they are: one or two)."""
+    depth = deepest = 0
+    quote = ""
+    escaped = False
+    in_comment = False
+    for char in text:
+        if in_comment:
+            in_comment = char != "\n"
+        elif quote:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            in_comment = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def _load_table(path: Path, section: str | None) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
+        text = path.read_text()
+        depth = _nesting_depth(text)
+        if depth > CONFIG_MAX_DEPTH:
+            raise StabUsageError(
+                f"{path}: cannot read config: arrays and tables nested {depth:,} deep "
+                f"(nested too deep; a config needs no more than {CONFIG_MAX_DEPTH})"
+            )
+        data = tomllib.loads(text)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise StabUsageError(f"{path}: cannot read config: {err}") from None
+    except RecursionError:  # the bound above counts brackets in strings out: a last resort
+        raise StabUsageError(f"{path}: cannot read config: nested too deep to parse") from None
     if section is None:
         return data.get("thresholds", data)
     return (

@@ -13,6 +13,7 @@ from; `stab analyze --show-settings` prints them all.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def load_settings(
     thresholds = Thresholds()
     sources = {spec.name: "default" for spec in fields(Thresholds)}
     text = str(near) if near is not None else ""
-    start = Path(text) if text and "://" not in text and Path(text).exists() else Path.cwd()
+    start = Path(text) if text and "://" not in text and os.path.exists(text) else Path.cwd()
     found = _find_config_file(start)
     if found is not None:
         path, table = found

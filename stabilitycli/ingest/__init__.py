@@ -366,9 +366,17 @@ def _apply_dtype(run, path: Path, options: ReadOptions) -> None:
     folder = path if path.is_dir() else path.parent
     manifest = folder / "manifest.json"
     if manifest.is_file():
+        from stabilitycli.ingest._bounded import depth_fault
+
         try:
-            meta = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+            data = manifest.read_bytes()
+            # a sidecar says the dtype at most: too deep to parse, it is skipped, never the log
+            too_deep = depth_fault(data, options.limits)
+            if too_deep is not None:
+                source.warnings.append(f"{manifest}: {too_deep}; dtype not taken from it")
+                return
+            meta = json.loads(data)
+        except (OSError, ValueError, RecursionError):
             source.warnings.append(f"{manifest}: not readable JSON; dtype not taken from it")
             return
         if not isinstance(meta, dict):
