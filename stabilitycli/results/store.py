@@ -120,6 +120,15 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _stored_json(text: Any) -> Any:
+    """What a stored JSON column holds, or None when it is not JSON (edited by hand, or
+    damaged): the store is a cache, and a damaged entry is only a miss."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
 def open_store(path: str | Path, create: bool) -> sqlite3.Connection:
     """The store at `path`, its schema checked; created when missing and `create`.
 
@@ -237,7 +246,10 @@ class Sweep:
             "SELECT runs FROM walks WHERE root = ? AND tree_sha256 = ? AND options_sha256 = ?",
             (root, tree, self._options),
         ).fetchone()
-        return None if row is None else json.loads(row[0])
+        runs = None if row is None else _stored_json(row[0])
+        if not isinstance(runs, list) or not all(isinstance(run, str) for run in runs):
+            return None  # never stored, or damaged since: walked again
+        return runs
 
     def known(self, location: str) -> bool:
         """`discover`'s hook: the file was found to be a run by this stab version and has
@@ -301,7 +313,10 @@ class Sweep:
                 if found is None:
                     return None  # this format was never printed for it: analyse to make it
                 fragment = found[0]
-            result = RunResult(location, doc=json.loads(document), fragment=fragment, worst=worst)
+            doc = _stored_json(document)
+            if not isinstance(doc, dict):
+                return None  # a document damaged in the store: analysed again, and replaced
+            result = RunResult(location, doc=doc, fragment=fragment, worst=worst)
         self.reused.add(location)
         return result
 

@@ -68,3 +68,44 @@ def test_an_infinite_step_in_a_lightning_version_rejects_its_row(tmp_path) -> No
     run = read(tmp_path / "lightning_logs")
     assert run.source.rows_read == 5
     assert run.source.rows_rejected == 1
+
+
+def test_a_file_of_one_line_that_is_not_json_is_not_called_empty(tmp_path) -> None:
+    import pytest
+
+    from stabilitycli.errors import StabInputError
+
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"garbage")  # no newline: read as a line cut off mid-write
+    with pytest.raises(StabInputError) as err:
+        read(path)
+    assert "empty" not in str(err.value)
+    assert str(err.value) == (
+        f"{path}:1: no JSON object could be read: its one line is not JSON and ends "
+        "without a newline"
+    )
+
+
+def test_an_mlflow_run_whose_points_are_all_unusable_says_so(tmp_path) -> None:
+    import pytest
+
+    from stabilitycli.errors import StabInputError
+
+    path = tmp_path / "mlflow.db"
+    shutil.copy(FIXTURES / "mlflow" / "mlflow.db", path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE metrics SET step = 0.5 WHERE run_uuid = "
+            "(SELECT run_uuid FROM runs WHERE name = 'spike')"
+        )
+        logged = conn.execute(
+            "SELECT COUNT(*) FROM metrics WHERE run_uuid = "
+            "(SELECT run_uuid FROM runs WHERE name = 'spike')"
+        ).fetchone()[0]
+    conn.close()
+    with pytest.raises(StabInputError) as err:
+        read(path, _run("spike"))
+    said = str(err.value)
+    assert "has no metrics logged" not in said
+    assert f"none of its {logged:,} logged metric points is usable" in said
+    assert "not a 64-bit integer (real 0.5)" in said
