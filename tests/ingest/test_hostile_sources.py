@@ -109,3 +109,28 @@ def test_an_mlflow_run_whose_points_are_all_unusable_says_so(tmp_path) -> None:
     assert "has no metrics logged" not in said
     assert f"none of its {logged:,} logged metric points is usable" in said
     assert "not a 64-bit integer (real 0.5)" in said
+
+
+def test_a_step_that_is_no_whole_number_is_rejected_not_truncated(tmp_path) -> None:
+    # short logs take the per-line path, long ones the vectorised one: both checked
+    for count in (5, 400):
+        path = tmp_path / f"train_{count}.log"
+        lines = [f"step {i}/{count} loss: {1.0 / i:.4f}" for i in range(1, count + 1)]
+        lines[2] = f"step 2.5/{count} loss: 0.9000"
+        path.write_text("\n".join(lines) + "\n")
+        run = read(path)
+        assert [(r.line, r.reason) for r in run.source.rejections] == [
+            (3, "metric record without a usable step")
+        ], count
+        assert run.source.format == "kvlog"
+        assert run.frame["step"].to_list().count(2) == 1  # 2.5 was never read as step 2
+
+
+def test_many_steps_that_are_no_whole_number_are_rejected_in_the_vectorised_path(tmp_path):
+    # a shape seen on many lines (`step #.#/# loss: #.#`) is read by one polars pass
+    path = tmp_path / "train.log"
+    lines = [f"step {i}{'.5' if i % 2 else ''}/400 loss: {1.0 / i:.4f}" for i in range(1, 401)]
+    path.write_text("\n".join(lines) + "\n")
+    run = read(path)
+    assert run.source.rows_rejected == 200
+    assert sorted(set(run.frame["step"].to_list())) == list(range(2, 401, 2))
