@@ -49,6 +49,10 @@ def file_uri_path(text: str) -> Path | None:
     parts = urlsplit(text)
     if parts.scheme.lower() != "file":
         return None
+    if parts.netloc not in ("", "localhost"):
+        raise StabUsageError(f"{text}: a file URI on another host is not read (file:///PATH)")
+    if not parts.path:  # `file://` alone: Path("") would be the working folder
+        raise StabUsageError(f"{text}: no path in the file URI (file:///PATH)")
     return Path(unquote(parts.path))
 
 

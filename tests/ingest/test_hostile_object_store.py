@@ -178,3 +178,21 @@ def test_a_store_that_trickles_an_object_is_cut_at_the_request_deadline(store, t
     assert "the store did not answer in time" in result.stderr
     assert "server_request_seconds = 2" in result.stderr
     assert took_seconds < 20, took_seconds  # the deadline, the start-up and the exit
+
+
+@pytest.mark.parametrize(
+    ("uri", "said"),
+    [
+        ("file://", "no path in the file URI"),
+        ("file://elsewhere/run.jsonl", "a file URI on another host is not read"),
+    ],
+)
+@pytest.mark.parametrize("recursive", [False, True])
+def test_a_file_uri_without_a_local_path_is_a_usage_error(
+    cli, tmp_path, monkeypatch, uri, said, recursive
+) -> None:
+    (tmp_path / "run.jsonl").write_bytes(GOOD)  # `file://` once read the working folder
+    monkeypatch.chdir(tmp_path)
+    result = cli("analyze", *(["-r"] if recursive else []), uri)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"stab: error: {uri}: {said} (file:///PATH)"
