@@ -81,9 +81,11 @@ def _uri(path: Path, *flags: str) -> str:
 
 
 def _is_wal(path: Path) -> bool:
-    # header bytes 18-19 are the read/write format versions: 2 means WAL
+    # header bytes 18-19 are the read/write format versions: 2 means WAL. Either byte at 2
+    # (or damaged) gets the WAL handling: sqlite opens a file whose write version alone
+    # says WAL as one, creating `-wal` and `-shm` beside it even read-only
     with open(path, "rb") as handle:
-        return handle.read(20)[18:20] == b"\x02\x02"
+        return handle.read(20)[18:20] != b"\x01\x01"
 
 
 @contextlib.contextmanager
