@@ -403,9 +403,21 @@ def _load_table(path: Path, section: str | None) -> dict[str, Any]:
     except RecursionError:  # the bound above counts brackets in strings out: a last resort
         raise StabUsageError(f"{path}: cannot read config: nested too deep to parse") from None
     if section is None:
-        return data.get("thresholds", data)
-    return (
-        data.get("tool", {})
-        .get(section, {})
-        .get("thresholds", data.get("tool", {}).get(section, {}))
-    )
+        return _table(path, data, "thresholds")
+    tool = _table(path, data, "tool", fallback={})
+    ours = _table(path, tool, section, fallback={}, where=f"[tool.{section}]")
+    return _table(path, ours, "thresholds", where=f"[tool.{section}.thresholds]")
+
+
+def _table(
+    path: Path, data: dict[str, Any], key: str, fallback: Any = None, where: str = ""
+) -> dict[str, Any]:
+    """`data[key]` when it is a table (`data` itself when absent, unless `fallback`); a
+    value of another kind there (`thresholds = -1`) is one usage error naming it."""
+    found = data.get(key, data if fallback is None else fallback)
+    if not isinstance(found, dict):
+        shown = where or f"[{key}]"
+        raise StabUsageError(
+            f"{path}: {shown} must be a table of settings, not a {type(found).__name__}"
+        )
+    return found

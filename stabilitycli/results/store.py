@@ -146,8 +146,17 @@ def open_store(path: str | Path, create: bool) -> sqlite3.Connection:
                 path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None
             )
         _check_schema(conn, path, create)
+        # text damaged in the file reads as text that is no JSON (a cache miss), not as an
+        # error halfway through a sweep
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+        damage = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     except sqlite3.DatabaseError as err:
         raise StabInputError(str(path), f"not a stab results store ({err})") from None
+    if damage != "ok":
+        conn.close()
+        raise StabInputError(
+            str(path), f"the results store is damaged ({damage}); remove it to start afresh"
+        )
     return conn
 
 
