@@ -12,6 +12,7 @@ connection); a download stops at its next chunk, which it drops.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -93,3 +94,54 @@ class StoreClock:
                 request_seconds,
             )
         return None
+
+
+_GIVE_UP_SECONDS = 30.0  # a cut request and its retries end in about a second
+
+
+def cut_when_abandoned(worker: threading.Thread, port: int) -> None:
+    """A request abandoned inside the store's client cannot be cancelled through it, and
+    pyarrow's exit hook would wait for it (for ever, from a store that trickles): the
+    connections to the store's port are shut down until the request has given up, its
+    retries included. Linux only (/proc); elsewhere the request runs on."""
+
+    import atexit
+
+    def cut() -> None:
+        while worker.is_alive():
+            _shut_down_connections(port)
+            worker.join(0.05)
+
+    threading.Thread(target=cut, name="stab-object-store-cut", daemon=True).start()
+    # pyarrow's exit hook holds the interpreter while it waits, so the cut could not run
+    # then: the process waits for the request first (hooks run last registered first)
+    atexit.register(worker.join, _GIVE_UP_SECONDS)
+
+
+def _shut_down_connections(port: int) -> None:
+    """Shut down every TCP connection of this process to `port` (a store's): during a
+    staging no other connection to a store is open."""
+    import socket
+
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for descriptor in descriptors:
+        try:
+            copy = os.dup(descriptor)
+        except OSError:  # closed since listed
+            continue
+        try:
+            conn = socket.socket(fileno=copy)
+        except OSError:  # not a socket
+            os.close(copy)
+            continue
+        with conn:
+            if conn.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                if conn.getpeername()[1] == port:
+                    conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                continue

@@ -22,7 +22,6 @@ import functools
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -30,7 +29,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from stabilitycli.errors import StabInputError, StabUsageError, one_line, visible
-from stabilitycli.ingest._store_clock import Progress, StoreClock
+from stabilitycli.ingest._store_clock import Progress, StoreClock, cut_when_abandoned
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 SCHEMES = ("s3", "gs", "gcs", "file")
@@ -152,7 +151,7 @@ def staged(
 
     fs, key = filesystem(uri, endpoint_url)
     port = _store_port(uri, endpoint_url)
-    clock = StoreClock(uri, limits, lambda worker: _left_running(worker, port))
+    clock = StoreClock(uri, limits, lambda worker: cut_when_abandoned(worker, port))
     single, objects = _listing(clock, fs, key, limits)
     for item in objects:
         if item.size is not None and item.size > limits.max_input_bytes:
@@ -255,57 +254,6 @@ def _fetch(
             sink.write(chunk)
 
 
-_GIVE_UP_SECONDS = 30.0  # a cut request and its retries end in about a second
-
-
-def _left_running(worker: threading.Thread, port: int) -> None:
-    """A request abandoned inside the store's client cannot be cancelled through it, and
-    pyarrow's exit hook would wait for it (for ever, from a store that trickles): the
-    connections to the store's port are shut down until the request has given up, its
-    retries included. Linux only (/proc); elsewhere the request runs on."""
-
-    import atexit
-
-    def cut() -> None:
-        while worker.is_alive():
-            _shut_down_connections(port)
-            worker.join(0.05)
-
-    threading.Thread(target=cut, name="stab-object-store-cut", daemon=True).start()
-    # pyarrow's exit hook holds the interpreter while it waits, so the cut could not run
-    # then: the process waits for the request first (hooks run last registered first)
-    atexit.register(worker.join, _GIVE_UP_SECONDS)
-
-
-def _shut_down_connections(port: int) -> None:
-    """Shut down every TCP connection of this process to `port` (a store's): during a
-    staging no other connection to a store is open."""
-    import socket
-
-    try:
-        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        return
-    for descriptor in descriptors:
-        try:
-            copy = os.dup(descriptor)
-        except OSError:  # closed since listed
-            continue
-        try:
-            conn = socket.socket(fileno=copy)
-        except OSError:  # not a socket
-            os.close(copy)
-            continue
-        with conn:
-            if conn.family not in (socket.AF_INET, socket.AF_INET6):
-                continue
-            try:
-                if conn.getpeername()[1] == port:
-                    conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                continue
-
-
 def _store_port(uri: str, endpoint_url: str | None) -> int:
     """The TCP port the store's client connects to: the endpoint's, else HTTPS's."""
     settings = _s3_settings(endpoint_url) if uri.lower().startswith("s3") else {}
@@ -394,7 +342,7 @@ def content_sha256(uri: str, limits: InputLimits, endpoint_url: str | None = Non
     try:
         fs, key = filesystem(uri, endpoint_url)
         port = _store_port(uri, endpoint_url)
-        clock = StoreClock(uri, limits, lambda worker: _left_running(worker, port))
+        clock = StoreClock(uri, limits, lambda worker: cut_when_abandoned(worker, port))
         single, objects = _listing(clock, fs, key, limits)
     except StabInputError:  # the store refused, or nothing is there
         return None
