@@ -104,8 +104,9 @@ def read(path: Path, options: ReadOptions):
         if extra > 0:
             source.rows_rejected += extra
         source.warnings.extend(f"{version.name}: {w}" for w in part_source.warnings)
-        spans.append(f"{version.name}: rows {frame[ROW].min()}-{frame[ROW].max()}")
-        offset = int(frame[ROW].max()) + 1  # +1: room for a cut-off last line's number
+        if frame.height:  # a version whose every row was rejected numbers nothing
+            spans.append(f"{version.name}: rows {frame[ROW].min()}-{frame[ROW].max()}")
+            offset = int(frame[ROW].max()) + 1  # +1: room for a cut-off last line's number
         frames.append(frame)
     raw = pl.concat(frames, how="diagonal_relaxed")
     if len(versions) > 1:

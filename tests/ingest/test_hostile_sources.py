@@ -134,3 +134,20 @@ def test_many_steps_that_are_no_whole_number_are_rejected_in_the_vectorised_path
     run = read(path)
     assert run.source.rows_rejected == 200
     assert sorted(set(run.frame["step"].to_list())) == list(range(2, 401, 2))
+
+
+def test_a_lightning_version_whose_every_row_is_rejected_is_an_input_error(tmp_path):
+    # found by a seeded generator: its frame is empty, and numbering the rows after it
+    # was int(None), an internal error on the whole folder
+    folder = tmp_path / "lightning_logs" / "version_0"
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text(
+        "epoch,train/loss_step,val_loss,step\nx,1.0,1.0,0\n1,x,0.5,1\n"
+    )
+    import pytest
+
+    from stabilitycli.errors import StabInputError
+
+    with pytest.raises(StabInputError) as err:
+        read(tmp_path / "lightning_logs")
+    assert "version_0/metrics.csv" in str(err.value)
