@@ -279,3 +279,40 @@ def test_a_damaged_results_store_is_never_an_internal_error(tmp_path) -> None:
                     repr(result.exception),
                 )
                 assert "internal error" not in result.stderr, (number, args, result.stderr)
+
+
+LIGHTNING_CELLS = ("", "nan", "x", "1e400", "-1", "0.5", "inf", "-inf", "9223372036854775808")
+LIGHTNING_COLUMNS = ("epoch", "lr-AdamW", "step", "train/loss_step", "val_loss", "", "loss")
+
+
+def test_lightning_folders_of_versions_answer_every_mutant(tmp_path) -> None:
+    """Random folders of versions: columns kept or dropped, cells damaged, versions that
+    start anywhere or hold no row (this found an int(None) and an int(inf))."""
+    from stabilitycli.ingest import lightning
+
+    rng = random.Random(f"{SEED}-lightning")
+    with _bounded():
+        for number in range(150):
+            logs = tmp_path / f"l{number}" / "lightning_logs"
+            for version in rng.sample(range(5), rng.randint(1, 3)):
+                folder = logs / f"version_{version}"
+                folder.mkdir(parents=True)
+                header = [c for c in LIGHTNING_COLUMNS if rng.random() < 0.5] or ["step"]
+                start = rng.choice((0, 3, 1000))
+                rows = [
+                    ",".join(
+                        rng.choice(LIGHTNING_CELLS)
+                        if rng.random() < 0.3
+                        else str(start + i if c in ("step", "epoch") else 1.0 / (i + 1))
+                        for c in header
+                    )
+                    for i in range(rng.randint(0, 12))
+                ]
+                (folder / "metrics.csv").write_text(",".join(header) + "\n" + "\n".join(rows))
+            before = _listing(logs)
+            _read_or_refuse(logs)
+            try:
+                lightning.run_paths(logs)  # what `-r` asks of such a folder
+            except (StabInputError, StabUsageError):
+                pass
+            assert _listing(logs) == before
