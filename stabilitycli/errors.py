@@ -31,7 +31,42 @@ def internal_error_message(err: BaseException, where: str) -> str:
     Every command and the batch workers say it the same way, so a user who
     reports one can be asked for the same thing: the run, the type, the text.
     """
-    return f"{where}: internal error {type(err).__name__}: {one_line(err)}"
+    return (
+        f"{where}: internal error {type(err).__name__}: {one_line(err)}; "
+        "this is a bug in stab, not a fault in the input"
+    )
+
+
+# What the decoders stab reads with raise on bytes they cannot decode (by name, so that
+# this module imports neither polars nor pyarrow): a fault of the input whatever reader
+# met it. Anything else a reader raises (a KeyError, a TypeError, polars' ColumnNotFound)
+# is a bug in that reader and is reported as one, never as the input's fault.
+_DECODER_ERRORS = frozenset(
+    {
+        "PanicException",  # polars' Rust decoders on damaged Parquet / Arrow / CSV
+        "ComputeError",  # polars on a table it cannot parse
+        "ArrowInvalid",  # pyarrow on a damaged file
+        "UnicodeDecodeError",
+        "JSONDecodeError",
+        "EOFError",  # a compressed stream cut short
+        "error",  # zlib.error
+        "ZstdError",
+        "BadGzipFile",
+        "DatabaseError",  # sqlite3 on a damaged database
+        "YAMLError",
+        "ScannerError",
+        "ParserError",
+        "TOMLDecodeError",
+    }
+)
+
+
+def from_the_input(err: BaseException) -> bool:
+    """Whether `err`, raised while reading, says the input is damaged (an input error)
+    rather than that stab has a bug (an internal error)."""
+    if isinstance(err, (StabInputError, StabUsageError, OSError, RecursionError, MemoryError)):
+        return True
+    return any(kind.__name__ in _DECODER_ERRORS for kind in type(err).__mro__[:-2])
 
 
 # The interpreter's own ways of stopping (Ctrl-C, sys.exit, a generator closed): never an

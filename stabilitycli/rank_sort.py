@@ -54,10 +54,12 @@ def by_rank(table: pl.DataFrame) -> pl.DataFrame:
     grid = _Grid.of(rank_values)
     sort = grid.sorted if grid is not None else _Gather(_stable_order(rank_values)).sorted
     del rank_values
-    columns = []
+    # by name: a list of Series would turn a column named "" (an empty JSON key) into
+    # `column_N`, and the rows would lose the metric they were read with
+    columns = {}
     for name in table.columns:  # loop over columns, not rows
         column = sort(table.drop_in_place(name))
-        columns.append(column.set_sorted() if name == "rank" else column)
+        columns[name] = column.set_sorted() if name == "rank" else column
     return pl.DataFrame(columns)
 
 

@@ -13,7 +13,9 @@ from; `stab analyze --show-settings` prints them all.
 from __future__ import annotations
 
 import difflib
+import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -62,7 +64,7 @@ def load_settings(
     thresholds = Thresholds()
     sources = {spec.name: "default" for spec in fields(Thresholds)}
     text = str(near) if near is not None else ""
-    start = Path(text) if text and "://" not in text and Path(text).exists() else Path.cwd()
+    start = Path(text) if text and "://" not in text and os.path.exists(text) else Path.cwd()
     found = _find_config_file(start)
     if found is not None:
         path, table = found
@@ -92,31 +94,95 @@ def load_settings(
 def _find_config_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
     """The first stab.toml, or pyproject.toml with a [tool.stab] table, from `start`'s
     folder upwards, and its thresholds table."""
-    folder = start if start.is_dir() else start.parent
+    folder = start if _looks_in(start, Path.is_dir) else start.parent
     for candidate in [folder, *folder.resolve().parents]:
         stab_toml = candidate / "stab.toml"
-        if stab_toml.is_file():
+        if _looks_in(stab_toml, Path.is_file):
             return stab_toml, _load_table(stab_toml, section=None)
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
+        if _looks_in(pyproject, Path.is_file):
             table = _load_table(pyproject, section="stab")
             if table:
                 return pyproject, table
     return None
 
 
+def _looks_in(path: Path, test: Callable[[Path], bool]) -> bool:
+    """`test(path)`, False where stab may not look (a folder without search permission):
+    a config there cannot be read, and the search goes on above it."""
+    try:
+        return test(path)
+    except OSError:
+        return False
+
+
+# TOML arrays and inline tables a config may nest: real ones nest 2 or 3 deep, and the
+# parser recurses once a level
+CONFIG_MAX_DEPTH = 64
+
+
+def _nesting_depth(text: str) -> int:
+    """How deep `[` and `{` nest outside strings and comments, counted without recursion
+    (table headers count as the brackets they are: one or two)."""
+    depth = deepest = 0
+    quote = ""
+    escaped = False
+    in_comment = False
+    for char in text:
+        if in_comment:
+            in_comment = char != "\n"
+        elif quote:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            in_comment = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def _load_table(path: Path, section: str | None) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
+        text = path.read_text()
+        depth = _nesting_depth(text)
+        if depth > CONFIG_MAX_DEPTH:
+            raise StabUsageError(
+                f"{path}: cannot read config: arrays and tables nested {depth:,} deep "
+                f"(nested too deep; a config needs no more than {CONFIG_MAX_DEPTH})"
+            )
+        data = tomllib.loads(text)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise StabUsageError(f"{path}: cannot read config: {err}") from None
+    except RecursionError:  # the bound above counts brackets in strings out: a last resort
+        raise StabUsageError(f"{path}: cannot read config: nested too deep to parse") from None
     if section is None:
-        return data.get("thresholds", data)
-    return (
-        data.get("tool", {})
-        .get(section, {})
-        .get("thresholds", data.get("tool", {}).get(section, {}))
-    )
+        return _table(path, data, "thresholds")
+    tool = _table(path, data, "tool", fallback={})
+    ours = _table(path, tool, section, fallback={}, where=f"[tool.{section}]")
+    return _table(path, ours, "thresholds", where=f"[tool.{section}.thresholds]")
+
+
+def _table(
+    path: Path, data: dict[str, Any], key: str, fallback: Any = None, where: str = ""
+) -> dict[str, Any]:
+    """`data[key]` when it is a table (`data` itself when absent, unless `fallback`); a
+    value of another kind there (`thresholds = -1`) is one usage error naming it."""
+    found = data.get(key, data if fallback is None else fallback)
+    if not isinstance(found, dict):
+        shown = where or f"[{key}]"
+        raise StabUsageError(
+            f"{path}: {shown} must be a table of settings, not a {type(found).__name__}"
+        )
+    return found
 
 
 def _name(key: str) -> str:

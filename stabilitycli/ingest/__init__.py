@@ -17,7 +17,13 @@ import json
 from pathlib import Path
 from typing import cast
 
-from stabilitycli.errors import NOT_ERRORS, StabInputError, StabUsageError, input_error_from
+from stabilitycli.errors import (
+    NOT_ERRORS,
+    StabInputError,
+    StabUsageError,
+    from_the_input,
+    input_error_from,
+)
 from stabilitycli.ingest.base import Takes, UriReader
 from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.folders import list_folder
@@ -133,6 +139,8 @@ def read(target: str | Path, options: ReadOptions | None = None):
     except _NOT_WRAPPED:
         raise
     except BaseException as err:
+        if not from_the_input(err):
+            raise  # a bug in stab: the command reports it as an internal error
         # reached only when sniffing or choosing a reader failed: a reader's own
         # failure is already named by its format in _read
         raise input_error_from(text, err, "input") from err
@@ -177,6 +185,8 @@ def _read(text: str, options: ReadOptions):
     except _NOT_WRAPPED:
         raise
     except BaseException as err:
+        if not from_the_input(err):
+            raise  # a bug in the reader: the command reports it as an internal error
         raise input_error_from(text, err, name) from err
     _apply_dtype(run, path, options)
     return run
@@ -189,21 +199,22 @@ STDIN_NAME = "<stdin>"
 def _read_stdin(options: ReadOptions):
     """`stab analyze -`: standard input, sniffed and read exactly as the same bytes in a file.
 
-    The bytes are spooled to a private temporary file (every reader takes a
-    path, and sniffing needs to look twice); errors and the source name say
-    `<stdin>`, never the temporary path.
+    The bytes are spooled to a private temporary file as they arrive (every reader
+    takes a path, and sniffing needs to look twice), counted on the way: past
+    max_input_bytes the read stops there, holding no more than one chunk. Errors
+    and the source name say `<stdin>`, never the temporary path.
     """
     import sys
     import tempfile
 
     if sys.stdin.isatty():  # nothing piped in: reading would wait for the user to type a log
         raise StabInputError(STDIN_NAME, "standard input is a terminal; pipe a log into it")
-    data = sys.stdin.buffer.read()
-    if not data.strip():
-        raise StabInputError(STDIN_NAME, "nothing on standard input")
     with tempfile.TemporaryDirectory(prefix="stab-stdin-") as folder:
-        path = Path(folder) / f"stdin{_stdin_suffix(data)}"
-        path.write_bytes(data)
+        spool = Path(folder) / "stdin"
+        head, blank = _spool_stdin(sys.stdin.buffer, spool, options.limits)
+        if blank:
+            raise StabInputError(STDIN_NAME, "nothing on standard input")
+        path = spool.rename(spool.with_name(f"stdin{_stdin_suffix(head)}"))
         try:
             run = read(path, options)
         except StabInputError as err:
@@ -211,6 +222,35 @@ def _read_stdin(options: ReadOptions):
     run.source.path, run.source.run = STDIN_NAME, "stdin"
     run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]
     return run
+
+
+_STDIN_CHUNK_BYTES = 1 << 20
+_STDIN_HEAD_BYTES = 65536  # what `_stdin_suffix` looks at
+
+
+def _spool_stdin(stream, spool: Path, limits: InputLimits) -> tuple[bytes, bool]:
+    """Copy `stream` to `spool`, stopping with an input error once it is past
+    max_input_bytes: (its first bytes, whether it held only whitespace)."""
+    from stabilitycli.ingest.limits import limit_hit
+
+    head = b""
+    blank = True
+    total_bytes = 0
+    with open(spool, "wb") as sink:
+        while chunk := stream.read(_STDIN_CHUNK_BYTES):
+            total_bytes += len(chunk)
+            if total_bytes > limits.max_input_bytes:
+                raise limit_hit(
+                    STDIN_NAME,
+                    "standard input goes on past the limit (stopped reading there)",
+                    "max_input_bytes",
+                    limits.max_input_bytes,
+                )
+            if len(head) < _STDIN_HEAD_BYTES:
+                head += chunk[: _STDIN_HEAD_BYTES - len(head)]
+            blank = blank and chunk.isspace()
+            sink.write(chunk)
+    return head, blank
 
 
 def _stdin_suffix(data: bytes) -> str:
@@ -248,9 +288,17 @@ def _apply_dtype(run, path: Path, options: ReadOptions) -> None:
     folder = path if path.is_dir() else path.parent
     manifest = folder / "manifest.json"
     if manifest.is_file():
+        from stabilitycli.ingest.bounded import depth_fault
+
         try:
-            meta = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+            data = manifest.read_bytes()
+            # a sidecar says the dtype at most: too deep to parse, it is skipped, never the log
+            too_deep = depth_fault(data, options.limits)
+            if too_deep is not None:
+                source.warnings.append(f"{manifest}: {too_deep}; dtype not taken from it")
+                return
+            meta = json.loads(data)
+        except (OSError, ValueError, RecursionError):
             source.warnings.append(f"{manifest}: not readable JSON; dtype not taken from it")
             return
         if not isinstance(meta, dict):

@@ -48,6 +48,7 @@ class InputLimits:
     def from_env(cls, environ: dict[str, str] | None = None) -> InputLimits:
         """The defaults, with any `STAB_LIMIT_<FIELD>` set in the environment."""
         environ = dict(os.environ) if environ is None else environ
+        _refuse_unknown(environ)
         values: dict[str, int | float] = {}
         for spec in fields(cls):
             raw = environ.get(ENV_PREFIX + spec.name.upper())
@@ -64,6 +65,19 @@ class InputLimits:
                 raise StabInputError(ENV_PREFIX + spec.name.upper(), f"must be > 0, got {raw!r}")
             values[spec.name] = value
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _refuse_unknown(environ: dict[str, str]) -> None:
+    """A misspelt `STAB_LIMIT_*` would leave the limit the user meant to change as it was,
+    silently: refused, with the names there are."""
+    known = [ENV_PREFIX + spec.name.upper() for spec in fields(InputLimits)]
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            import difflib
+
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise StabInputError(name, f"no such limit ({hint}the limits are {', '.join(known)})")
 
 
 def limit_hit(path: str, what: str, setting: str, value: int | float, **where) -> StabInputError:

@@ -28,13 +28,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from stabilitycli.errors import StabInputError, one_line
+from stabilitycli.errors import StabInputError, StabUsageError, one_line, visible
+from stabilitycli.ingest._store_clock import Progress, StoreClock, cut_when_abandoned
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 SCHEMES = ("s3", "gs", "gcs", "file")
 # read beside a log by the readers (_apply_dtype, lightning, hf_trainer): fetched with it
 SIDECARS = ("manifest.json", "hparams.yaml", "scaler.pt")
-_COPY_BYTES = 8 << 20
+_COPY_BYTES = 1 << 20  # one unit of progress: a store under 35 KB/s misses 30 s
 
 
 def is_object_uri(text: str) -> bool:
@@ -47,6 +48,10 @@ def file_uri_path(text: str) -> Path | None:
     parts = urlsplit(text)
     if parts.scheme.lower() != "file":
         return None
+    if parts.netloc not in ("", "localhost"):
+        raise StabUsageError(f"{text}: a file URI on another host is not read (file:///PATH)")
+    if not parts.path:  # `file://` alone: Path("") would be the working folder
+        raise StabUsageError(f"{text}: no path in the file URI (file:///PATH)")
     return Path(unquote(parts.path))
 
 
@@ -58,12 +63,31 @@ def filesystem(uri: str, endpoint_url: str | None = None) -> tuple[Any, str]:
     key = rest.strip("/")
     if not key:
         raise StabInputError(uri, "no bucket in the URI")
+    _check_object_uri(uri, rest)
     try:
         if scheme.lower() == "s3":
             return pafs.S3FileSystem(**_s3_settings(endpoint_url)), key
         return pafs.GcsFileSystem(), key
     except (OSError, ValueError) as err:
         raise StabInputError(uri, f"cannot open the object store: {one_line(err)}") from err
+
+
+def _check_object_uri(uri: str, rest: str) -> None:
+    """Refuse what the store would misread: credentials in the URI (never read from there,
+    and never echoed) and an empty, `.` or `..` part in the object path."""
+    bucket = rest.split("/", 1)[0]
+    if "@" in bucket:
+        scheme = uri.partition("://")[0]
+        raise StabUsageError(
+            f"{scheme}://...@{bucket.rpartition('@')[2]}: credentials in an object-store URI "
+            "are not read; give them the way the AWS or Google tools take them (the "
+            "environment, a profile)"
+        )
+    if any(part in ("", ".", "..") for part in rest.rstrip("/").split("/")):
+        raise StabUsageError(
+            f"{uri}: an empty, `.` or `..` part in the object path; name the object by its "
+            "plain path (s3://BUCKET/PREFIX/NAME)"
+        )
 
 
 def _s3_settings(endpoint_url: str | None) -> dict[str, Any]:
@@ -81,20 +105,23 @@ def _s3_settings(endpoint_url: str | None) -> dict[str, Any]:
     return settings
 
 
-def _listing(uri: str, fs: Any, key: str, limits: InputLimits) -> tuple[bool, list[Any]]:
+def _listing(clock: StoreClock, fs: Any, key: str, limits: InputLimits) -> tuple[bool, list[Any]]:
     """(whether the URI names one object, the objects `staged` copies): the object and the
     files a reader looks for beside it, or every object under the prefix."""
     import pyarrow.fs as pafs
 
-    info = _ask(uri, lambda: fs.get_file_info(key))
+    uri = clock.where
+    info = _ask(clock, "looking the object up", lambda _: fs.get_file_info(key))
     if info.type == pafs.FileType.NotFound:
         raise StabInputError(uri, "no such object or prefix in the store")
     if info.type == pafs.FileType.File:
         # what a reader reads from the log's folder must not depend on where it is kept
         parent = str(PurePosixPath(key).parent)
-        beside = _ask(uri, lambda: fs.get_file_info([f"{parent}/{n}" for n in SIDECARS]))
+        sidecars = [f"{parent}/{n}" for n in SIDECARS]
+        beside = _ask(clock, "looking for files beside it", lambda _: fs.get_file_info(sidecars))
         return True, [info, *(i for i in beside if i.type == pafs.FileType.File and i.path != key)]
-    listed = _ask(uri, lambda: fs.get_file_info(pafs.FileSelector(key, recursive=True)))
+    everything = pafs.FileSelector(key, recursive=True)
+    listed = _ask(clock, "listing the prefix", lambda _: fs.get_file_info(everything))
     objects = [i for i in listed if i.type == pafs.FileType.File]
     if len(objects) > limits.max_walk_files:
         raise limit_hit(
@@ -109,11 +136,23 @@ def _listing(uri: str, fs: Any, key: str, limits: InputLimits) -> tuple[bool, li
 
 
 @contextmanager
-def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> Iterator[Path]:
-    """A private local copy of the object, or of every object under the prefix."""
+def staged(
+    uri: str,
+    limits: InputLimits,
+    endpoint_url: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Iterator[Path]:
+    """A private local copy of the object, or of every object under the prefix.
+
+    A key that cannot be a file inside the copy (`..`, an empty part, a name that is
+    also a folder of other keys) is left out, with a warning through `warn` (stderr when
+    none is given): a bucket is not trusted to say where stab writes.
+    """
 
     fs, key = filesystem(uri, endpoint_url)
-    single, objects = _listing(uri, fs, key, limits)
+    port = _store_port(uri, endpoint_url)
+    clock = StoreClock(uri, limits, lambda worker: cut_when_abandoned(worker, port))
+    single, objects = _listing(clock, fs, key, limits)
     for item in objects:
         if item.size is not None and item.size > limits.max_input_bytes:
             where = item.path[len(key) :].lstrip("/") or PurePosixPath(key).name
@@ -123,28 +162,87 @@ def staged(uri: str, limits: InputLimits, endpoint_url: str | None = None) -> It
                 "max_input_bytes",
                 limits.max_input_bytes,
             )
+    # under the name of the folder it sits in: readers name a run by its parent folder
+    name = PurePosixPath(key)
+    top = (name.parent.name or "store", name.name)
+    places: list[tuple[Any, tuple[str, ...]]]
+    if single:
+        places = [(item, (top[0], PurePosixPath(item.path).name)) for item in objects]
+    else:
+        places = [(item, (*top, *item.path[len(key) + 1 :].split("/"))) for item in objects]
+    kept, refused = _plain_places(places)
+    said = [f"{uri.rstrip('/')}: object {item.path!r} left out: {why}" for item, why in refused]
+    if not kept:
+        raise StabInputError(uri, f"no object here can be copied ({'; '.join(said)[:500]})")
+    for message in said:
+        (warn or _warn_on_stderr)(message)
     folder = tempfile.mkdtemp(prefix="stab-remote-")
     try:
-        # under the name of the folder it sits in: readers name a run by its parent folder
-        name = PurePosixPath(key)
-        local = Path(folder) / (name.parent.name or "store") / name.name
-        for item in objects:
-            if single:
-                target = local.parent / PurePosixPath(item.path).name
-            else:
-                target = local / item.path[len(key) :].lstrip("/")
+        root = Path(folder).resolve()
+        for item, parts in kept:
+            target = root.joinpath(*parts)
+            # proven, not assumed: every part is a plain name, so this never fails
+            if not target.resolve().is_relative_to(root):
+                raise AssertionError(f"{item.path!r} would be staged outside {root}")
             target.parent.mkdir(parents=True, exist_ok=True)
-            _ask(uri, functools.partial(_fetch, fs, item.path, target, limits))
-        yield local
+            fetch = functools.partial(_fetch, fs, item.path, target, limits)
+            _ask(clock, f"fetching {item.path}", fetch)
+        yield Path(folder) / top[0] / top[1]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _fetch(fs: Any, object_path: str, target: Path, limits: InputLimits) -> None:
-    """Copy one object to `target`, never past max_input_bytes (an object can grow)."""
+_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
+
+
+def _plain_places(
+    places: list[tuple[Any, tuple[str, ...]]],
+) -> tuple[list[tuple[Any, tuple[str, ...]]], list[tuple[Any, str]]]:
+    """(the objects whose path parts are all plain names and clash with no folder, the
+    others with why): what `staged` may write below its folder."""
+    kept: list[tuple[Any, tuple[str, ...]]] = []
+    refused: list[tuple[Any, str]] = []
+    for item, parts in places:
+        why = _not_plain(parts)
+        if why:
+            refused.append((item, why))
+        else:
+            kept.append((item, parts))
+    folders = {parts[:end] for _, parts in kept for end in range(1, len(parts))}
+    refused += [
+        (item, "its name is also a folder of other objects")
+        for item, parts in kept
+        if parts in folders
+    ]
+    return [(item, parts) for item, parts in kept if parts not in folders], refused
+
+
+def _not_plain(parts: tuple[str, ...]) -> str | None:
+    for part in parts:
+        if part in ("", ".", ".."):
+            return "its key holds an empty, `.` or `..` part"
+        if "\x00" in part or len(part.encode("utf-8", "surrogatepass")) > _NAME_BYTES:
+            return "its key holds a part no file system takes as a file name"
+    return None
+
+
+def _warn_on_stderr(message: str) -> None:
+    import sys
+
+    print(f"stab: warning: {visible(message)}", file=sys.stderr)
+
+
+def _fetch(
+    fs: Any, object_path: str, target: Path, limits: InputLimits, progress: Progress
+) -> None:
+    """Copy one object to `target`, never past max_input_bytes (an object can grow); each
+    chunk is progress, and an abandoned copy stops at its next chunk."""
     copied = 0
     with fs.open_input_stream(object_path) as source, open(target, "wb") as sink:
         while chunk := source.read(_COPY_BYTES):
+            if progress.abandoned.is_set():
+                return
+            progress.tick()
             copied += len(chunk)
             if copied > limits.max_input_bytes:
                 raise limit_hit(
@@ -156,19 +254,31 @@ def _fetch(fs: Any, object_path: str, target: Path, limits: InputLimits) -> None
             sink.write(chunk)
 
 
-def _ask(uri: str, call: Callable[[], Any]) -> Any:
-    """One request to the store; what it refuses (credentials, network) is one line."""
+def _store_port(uri: str, endpoint_url: str | None) -> int:
+    """The TCP port the store's client connects to: the endpoint's, else HTTPS's."""
+    settings = _s3_settings(endpoint_url) if uri.lower().startswith("s3") else {}
+    endpoint = settings.get("endpoint_override")
+    if endpoint is None:
+        return 443
+    parts = urlsplit(f"{settings['scheme']}://{endpoint}")
+    return parts.port or (80 if parts.scheme == "http" else 443)
+
+
+def _ask(clock: StoreClock, what: str, call: Callable[[Progress], Any]) -> Any:
+    """One request to the store, within its deadlines; what it refuses (credentials,
+    network) is one line."""
     try:
-        return call()
+        return clock.call(what, call)
     except StabInputError:
         raise
     except OSError as err:
-        raise StabInputError(uri, f"the object store refused: {one_line(err)}") from err
+        raise StabInputError(clock.where, f"the object store refused: {one_line(err)}") from err
 
 
 def read_staged(uri: str, options: Any, read: Callable[[str | Path, Any], Any]) -> Any:
     """The run at `uri`, read from a local copy by `read`, named by its URI throughout."""
-    with staged(uri, options.limits, options.endpoint_url) as local:
+    left_out: list[str] = []
+    with staged(uri, options.limits, options.endpoint_url, left_out.append) as local:
         try:
             run = read(local, options)
         except StabInputError as err:
@@ -180,7 +290,7 @@ def read_staged(uri: str, options: Any, read: Callable[[str | Path, Any], Any]) 
             ) from None
     source = run.source
     source.path = _named(source.path, local, uri)
-    source.warnings[:] = [_named(w, local, uri) for w in source.warnings]
+    source.warnings[:] = [*left_out, *(_named(w, local, uri) for w in source.warnings)]
     source.notes[:] = [_named(n, local, uri) for n in source.notes]
     return run
 
@@ -231,7 +341,9 @@ def content_sha256(uri: str, limits: InputLimits, endpoint_url: str | None = Non
 
     try:
         fs, key = filesystem(uri, endpoint_url)
-        single, objects = _listing(uri, fs, key, limits)
+        port = _store_port(uri, endpoint_url)
+        clock = StoreClock(uri, limits, lambda worker: cut_when_abandoned(worker, port))
+        single, objects = _listing(clock, fs, key, limits)
     except StabInputError:  # the store refused, or nothing is there
         return None
     base = str(PurePosixPath(key).parent) if single else key

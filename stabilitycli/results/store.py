@@ -120,6 +120,15 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _stored_json(text: Any) -> Any:
+    """What a stored JSON column holds, or None when it is not JSON (edited by hand, or
+    damaged): the store is a cache, and a damaged entry is only a miss."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
 def open_store(path: str | Path, create: bool) -> sqlite3.Connection:
     """The store at `path`, its schema checked; created when missing and `create`.
 
@@ -137,8 +146,17 @@ def open_store(path: str | Path, create: bool) -> sqlite3.Connection:
                 path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None
             )
         _check_schema(conn, path, create)
+        # text damaged in the file reads as text that is no JSON (a cache miss), not as an
+        # error halfway through a sweep
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+        damage = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     except sqlite3.DatabaseError as err:
         raise StabInputError(str(path), f"not a stab results store ({err})") from None
+    if damage != "ok":
+        conn.close()
+        raise StabInputError(
+            str(path), f"the results store is damaged ({damage}); remove it to start afresh"
+        )
     return conn
 
 
@@ -225,8 +243,8 @@ class Sweep:
         copy of the prefix (deleted after the walk; each run is fetched again when it is
         analysed, and only then)."""
         options = self.settings.options
-        with remote.staged(prefix, options.limits, options.endpoint_url) as local:
-            said: list[str] = []
+        said: list[str] = []
+        with remote.staged(prefix, options.limits, options.endpoint_url, said.append) as local:
             found = batch.discover([str(local)], True, said)
             uri = prefix.rstrip("/")
             warnings.extend(w.replace(str(local), uri) for w in said)
@@ -237,7 +255,10 @@ class Sweep:
             "SELECT runs FROM walks WHERE root = ? AND tree_sha256 = ? AND options_sha256 = ?",
             (root, tree, self._options),
         ).fetchone()
-        return None if row is None else json.loads(row[0])
+        runs = None if row is None else _stored_json(row[0])
+        if not isinstance(runs, list) or not all(isinstance(run, str) for run in runs):
+            return None  # never stored, or damaged since: walked again
+        return runs
 
     def known(self, location: str) -> bool:
         """`discover`'s hook: the file was found to be a run by this stab version and has
@@ -301,7 +322,10 @@ class Sweep:
                 if found is None:
                     return None  # this format was never printed for it: analyse to make it
                 fragment = found[0]
-            result = RunResult(location, doc=json.loads(document), fragment=fragment, worst=worst)
+            doc = _stored_json(document)
+            if not isinstance(doc, dict):
+                return None  # a document damaged in the store: analysed again, and replaced
+            result = RunResult(location, doc=doc, fragment=fragment, worst=worst)
         self.reused.add(location)
         return result
 

@@ -32,13 +32,16 @@ def test_every_command_module_is_registered(cli) -> None:
         assert name in result.stdout
 
 
+BUG = "; this is a bug in stab, not a fault in the input"
+
+
 def _boom(*args, **kwargs):
     raise RuntimeError("boom")
 
 
 def _internal_line(where: str) -> str:
     hint = "(run `stab --debug ...` or set STAB_DEBUG=1 for a traceback)"
-    return f"stab: error: {where}: internal error RuntimeError: boom {hint}\n"
+    return f"stab: error: {where}: internal error RuntimeError: boom{BUG} {hint}\n"
 
 
 def test_a_bug_is_one_line_in_every_command(cli, monkeypatch) -> None:
@@ -68,14 +71,14 @@ def test_stab_debug_shows_the_traceback(cli, monkeypatch) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.exit_code == 2
     assert "Traceback (most recent call last)" in result.stderr
-    assert result.stderr.endswith("internal error RuntimeError: boom\n")
+    assert result.stderr.endswith(f"internal error RuntimeError: boom{BUG}\n")
 
 
 def test_a_bug_in_one_of_many_runs_is_that_runs_error(monkeypatch) -> None:
     monkeypatch.setattr("stabilitycli.pipeline.run.analyze", _boom)
     path = str(run_fixture("plateau"))
     result = analyze_one(path, BatchSettings())
-    assert result.error == f"{path}: internal error RuntimeError: boom"
+    assert result.error == f"{path}: internal error RuntimeError: boom{BUG}"
 
 
 def test_stab_has_its_allocators_return_freed_memory_at_once() -> None:

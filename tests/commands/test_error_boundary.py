@@ -88,10 +88,10 @@ def _raising(err: BaseException):
         (_polars_panic("madvise: Invalid argument (os error 22)"), "damaged data (madvise"),
         (RecursionError("maximum recursion depth exceeded"), "nested too deeply"),
         (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), "cannot parse jsonl"),
-        (ValueError("bad\nline"), "cannot parse jsonl: ValueError: bad line"),
+        (json.JSONDecodeError("bad\nline", "{", 0), "cannot parse jsonl: JSONDecodeError: bad"),
     ],
 )
-def test_anything_a_reader_raises_is_an_input_error(monkeypatch, err, said) -> None:
+def test_what_a_decoder_raises_in_a_reader_is_an_input_error(monkeypatch, err, said) -> None:
     from stabilitycli.ingest import read
 
     path = run_fixture("plateau")

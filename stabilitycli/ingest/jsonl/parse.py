@@ -35,9 +35,10 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
     if cut_line is not None:
         source.warnings.append(f"line {cut_line}: {TRUNCATED_REASON}; kept everything before it")
     if blank(data):
-        if cut_line is not None:
+        if cut_line is not None:  # one line and no newline (`garbage`): not an empty file
             source.reject(cut_line, TRUNCATED_REASON)
             source.rows_read = 1
+            raise only_a_cut_line(source, cut_line)
         raise StabInputError(source.path, "no JSON lines to read (the file is empty)")
     raw = parse_piece(data, 1, source, options, whole=True)
     assert raw is not None  # a whole log with no record raised in the per-line pass
@@ -372,6 +373,16 @@ def nothing_read(source: SourceInfo) -> StabInputError:
             if source.rejections
             else ""
         ),
+    )
+
+
+def only_a_cut_line(source: SourceInfo, line: int) -> StabInputError:
+    """The error for a log whose one line is not JSON and ends without a newline: cut off
+    mid-write, or no JSON log at all (`garbage`); never "empty"."""
+    return StabInputError(
+        source.path,
+        "no JSON object could be read: its one line is not JSON and ends without a newline",
+        line=line,
     )
 
 

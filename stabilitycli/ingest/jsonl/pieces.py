@@ -81,7 +81,7 @@ def read_in_pieces(
         if cut_line is not None and not trial.rows_rejected:
             trial.reject(cut_line, jsonl.TRUNCATED_REASON)
             trial.rows_read = 1
-            raise jsonl.StabInputError(trial.path, "no JSON lines to read (the file is empty)")
+            raise jsonl.only_a_cut_line(trial, cut_line)
         raise jsonl.nothing_read(trial)
     try:
         raw = one_chunk_frame(frames)

@@ -140,6 +140,15 @@ def order_points(points):
     return points.select("key", "step", "value", pl.col("_order").cast(pl.Int64))
 
 
+def _nothing_usable(label: str, unusable: int, rejections) -> str:
+    """Why a run gave no point: none logged, or every one logged rejected (and the first
+    reason), which is not the same news."""
+    if unusable == 0:
+        return f"run {label} has no metrics logged"
+    first = f" (the first: {rejections[0].reason})" if rejections else ""
+    return f"run {label}: none of its {unusable:,} logged metric points is usable{first}"
+
+
 def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_points) -> RunData:
     """Shared tail of the MLflow readers: metrics of the chosen run(s) -> RunData."""
     import polars as pl
@@ -152,11 +161,17 @@ def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_point
     for run in chosen:
         if not run.params and not run.tags:
             load_meta(run)
+        rejected_before, reasons_before = source.rows_rejected, len(source.rejections)
         points = load_points(run, source)
         if points is None or points.height == 0:
+            said = _nothing_usable(
+                run.label,
+                source.rows_rejected - rejected_before,
+                source.rejections[reasons_before:],
+            )
             if len(chosen) == 1:
-                raise StabInputError(str(target), f"run {run.label} has no metrics logged")
-            source.warnings.append(f"run {run.label} has no metrics logged")
+                raise StabInputError(str(target), said)
+            source.warnings.append(said)
             continue
         if ranks is not None:
             points = points.with_columns(pl.lit(ranks[run.run_id], dtype=pl.Int64).alias("rank"))

@@ -81,9 +81,11 @@ def _uri(path: Path, *flags: str) -> str:
 
 
 def _is_wal(path: Path) -> bool:
-    # header bytes 18-19 are the read/write format versions: 2 means WAL
+    # header bytes 18-19 are the read/write format versions: 2 means WAL. Either byte at 2
+    # (or damaged) gets the WAL handling: sqlite opens a file whose write version alone
+    # says WAL as one, creating `-wal` and `-shm` beside it even read-only
     with open(path, "rb") as handle:
-        return handle.read(20)[18:20] == b"\x02\x02"
+        return handle.read(20)[18:20] != b"\x01\x01"
 
 
 @contextlib.contextmanager
@@ -152,8 +154,12 @@ def _closing(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 def _has_mlflow_tables(conn: sqlite3.Connection) -> bool:
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    return {"metrics", "runs"} <= names
+    # as bytes: a damaged name of some other table is no reason to refuse the store
+    names = {
+        bytes(row[0] or b"")
+        for row in conn.execute("SELECT CAST(name AS BLOB) FROM sqlite_master WHERE type = 'table'")
+    }
+    return {b"metrics", b"runs"} <= names
 
 
 def list_runs(conn: sqlite3.Connection, options: ReadOptions, where: str) -> list[MlflowRun]:

@@ -105,8 +105,9 @@ def read(path: Path, options: ReadOptions):
         if extra > 0:
             source.rows_rejected += extra
         source.warnings.extend(f"{version.name}: {w}" for w in part_source.warnings)
-        spans.append(f"{version.name}: rows {frame[ROW].min()}-{frame[ROW].max()}")
-        offset = int(frame[ROW].max()) + 1  # +1: room for a cut-off last line's number
+        if frame.height:  # a version whose every row was rejected numbers nothing
+            spans.append(f"{version.name}: rows {frame[ROW].min()}-{frame[ROW].max()}")
+            offset = int(frame[ROW].max()) + 1  # +1: room for a cut-off last line's number
         frames.append(frame)
     raw = pl.concat(frames, how="diagonal_relaxed")
     if len(versions) > 1:
@@ -144,7 +145,8 @@ def _steps(version: _Version, options: ReadOptions) -> list[int]:
     if key is None or key not in columns:
         return []
     steps = version.frame[key].cast(pl.String).str.strip_chars().cast(pl.Float64, strict=False)
-    return [int(s) for s in steps.drop_nulls().drop_nans().to_list()]
+    # an `inf` step is damage the rows' own check rejects; no version starts from it
+    return [int(s) for s in steps.filter(steps.is_finite()).to_list()]
 
 
 def _one_run(

@@ -50,10 +50,16 @@ class Fields:
         self.skipped: list[str] = []
 
     def step(self) -> int | None:
+        """The step, None when the line names none or one that is no whole number
+        (`iteration 0.5/...`: never step 0)."""
         for key in STEP_KEYS:
             if key in self.axes:
-                return int(self.axes[key][0])
+                value = self.axes[key][0]
+                return int(value) if float(value).is_integer() else None
         return None
+
+    def names_a_step(self) -> bool:
+        return any(key in self.axes for key in STEP_KEYS)
 
 
 def fields(line: str) -> Fields:

@@ -38,7 +38,7 @@ def kind(found: kf.Fields) -> tuple[str, int | None]:
     step = found.step()
     epoch = found.axes.get(kf.EPOCH_KEY)
     if found.metrics:
-        if step is not None:
+        if step is not None or found.names_a_step():  # a step no whole number: rejected
             return "record", step
         if epoch is not None:
             return "record", int(epoch[0])
@@ -159,7 +159,10 @@ def _shape_frame(fit, shape: kf.Shape, what: str):
         return token.str.replace_all(",", "").cast(pl.Float64, strict=False)
 
     if step_key is not None:
-        cols.append(value(axes[step_key]).cast(pl.Int64, strict=False).alias(STEP))
+        step = value(axes[step_key])
+        # a step that is no whole number (`iteration 0.5/...`) is none, never truncated
+        whole = pl.when(step == step.floor()).then(step)
+        cols.append(whole.cast(pl.Int64, strict=False).alias(STEP))
     elif kf.EPOCH_KEY in axes:  # Keras: the epoch is the step, or opens the records below it
         epoch = value(axes[kf.EPOCH_KEY]).cast(pl.Int64, strict=False)
         cols.append(epoch.alias(EPOCH if what == "context" else STEP))

@@ -112,6 +112,10 @@ def read(path: Path, options: ReadOptions):
             for k, v in entry.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
+        damaged = next((k for k in record if not _valid_unicode(k)), None)
+        if damaged is not None:  # a `\ud800` escape: no column can be named by it
+            source.reject(number, f"a lone surrogate in the key {damaged!a} (not valid Unicode)")
+            continue
         bounded.widen_ints(record)
         record["_row"] = number
         records.append(record)
@@ -121,6 +125,14 @@ def read(path: Path, options: ReadOptions):
     raw = pl.DataFrame(records, infer_schema_length=None)
     source.rows_read = raw.height + source.rows_rejected
     return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
