@@ -288,7 +288,7 @@ LIGHTNING_COLUMNS = ("epoch", "lr-AdamW", "step", "train/loss_step", "val_loss",
 def test_lightning_folders_of_versions_answer_every_mutant(tmp_path) -> None:
     """Random folders of versions: columns kept or dropped, cells damaged, versions that
     start anywhere or hold no row (this found an int(None) and an int(inf))."""
-    from stabilitycli.ingest import lightning
+    from stabilitycli.ingest.tabular import lightning
 
     rng = random.Random(f"{SEED}-lightning")
     with _bounded():
