@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.divergence import DIVERGENCE, PLATEAU
+from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.ranks.report import RankOutlier, RankReport
 from stabilitycli.model import Finding, Severity
 
 # findings about the mean that a bad rank can produce on its own
-_MEAN_CODES = ("spike", "divergence", "plateau")
+_MEAN_KINDS = (SPIKE, DIVERGENCE, PLATEAU)
 
 
 def attribute_to_ranks(
@@ -29,10 +31,10 @@ def attribute_to_ranks(
     ranks = sorted({o.rank for o in blamed if o.rank is not None})
     out = []
     for f in findings:
-        if f.code in _MEAN_CODES and _after_onset(f.step, blamed, thresholds):
+        if f.kind in _MEAN_KINDS and _after_onset(f.step, blamed, thresholds):
             out.append(
                 Finding(
-                    f.code,
+                    f.kind,
                     Severity.INFO,
                     f"{f.message} - explained by rank outlier(s) {', '.join(map(str, ranks))}, "
                     "not an optimisation problem",

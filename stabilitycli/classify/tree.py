@@ -27,8 +27,8 @@ from stabilitycli.classify.remedies import (
 )
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.ranks import RANK_KINDS
 from stabilitycli.detect.nan import forward_order_key
-from stabilitycli.detect.ranks.rule import RANK_CODES
 from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
 from stabilitycli.metric_names import words
 from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
@@ -95,7 +95,7 @@ def walk(
 
 def _ranks(w: _Walk) -> None:
     """R: does one rank sit away from the cohort?"""
-    rank_findings = [f for f in w.findings if f.code in RANK_CODES]
+    rank_findings = [f for f in w.findings if f.kind in RANK_KINDS]
     if not w.source.ranks:
         return
     errors = [f for f in rank_findings if f.severity >= Severity.ERROR]
@@ -116,7 +116,7 @@ def _ranks(w: _Walk) -> None:
 def _nan(w: _Walk) -> None:
     """§1: Q1.1 non-finite loss, Q1.2 what the dtype makes of it, Q1.3 where it started."""
     if "nan" not in w.by_code:
-        points = (w.facts.nan or {}).get("points", 0)
+        points = (w.facts.nonfinite or {}).get("points", 0)
         w.ask(
             "Q1.1",
             "no" if "nan" not in w.skipped else "unknown",
@@ -254,7 +254,7 @@ def _mixed_precision(w: _Walk) -> None:
 
 def _divergence(w: _Walk) -> None:
     """§4: Q4.1 a lasting rise, then Q4.2-Q4.4 its cause (LR, weight norm, grad norm)."""
-    div = w.facts.divergence
+    div = w.facts.trend
     if "divergence" in w.skipped:
         w.ask("Q4.1", "insufficient data", w.skipped["divergence"])
         return
@@ -415,7 +415,7 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
             None,
         )
     if dtype == "fp32":
-        nan = facts.nan or {}
+        nan = facts.nonfinite or {}
         early = nan.get("earliest_nonfinite")
         layer = nan.get("origin")
         if early and early["series"].startswith("param_norm"):

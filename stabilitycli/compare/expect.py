@@ -127,10 +127,10 @@ class CheckResult:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        from stabilitycli.model import _jsonable
+        from stabilitycli.model import jsonable
 
         c = self.check
-        return _jsonable(
+        return jsonable(
             {
                 "expression": c.text,
                 "side": c.side,

@@ -50,7 +50,7 @@ from stabilitycli.detect.deviation import (
 from stabilitycli.detect.replay import replay_noise
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import RunData
-from stabilitycli.model import _jsonable
+from stabilitycli.model import jsonable
 
 SCHEMA = "stab.compare/1"
 # compared unless --metric names others: the trajectory, not the machine (throughput,
@@ -113,7 +113,7 @@ class MetricComparison:
     stats: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
+        return jsonable(
             {
                 "metric": self.metric,
                 "passed": self.passed,
@@ -152,7 +152,7 @@ class Comparison:
         return next(m for m in self.metrics if m.metric == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
+        return jsonable(
             {
                 "schema": SCHEMA,
                 "mode": self.mode,

@@ -12,6 +12,8 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, LOSS_RISE, PLATEAU
+from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.schedule import warmup_end
 from stabilitycli.detect.series import SeriesView
@@ -29,14 +31,14 @@ from stabilitycli.detect.trend import (
     window_chunks,
 )
 from stabilitycli.detect.windows import median_interval
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Finding, Skip
 
 
 @rule(
-    "divergence",
-    "4",
+    DIVERGENCE.rule,
+    DIVERGENCE.section,
     "loss rising for good (Mann-Kendall over trailing windows and longer ones), with its cause",
-    emits=("divergence", "plateau", "loss-rise", "grad-norm-rising"),
+    emits=(DIVERGENCE, PLATEAU, LOSS_RISE, GRAD_NORM_RISING),
     reads=(
         "divergence_min_rise_frac",
         "divergence_falling_evidence",
@@ -52,7 +54,7 @@ from stabilitycli.model import Finding, Severity, Skip
         "widened_window_points",
     ),
     needs=("spikes",),
-    provides=("divergence",),
+    provides=("trend",),
 )
 def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A loss that keeps rising and never comes back, and which §4 cause fits.
@@ -83,14 +85,14 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip("divergence", "no loss series in the log"))
+        result.skipped.append(Skip(DIVERGENCE.rule, "no loss series in the log"))
         return result
     steps, loss = view.finite_points("loss")
     # once: every scan below reads them
     interval, plain = median_interval(steps), plain_values(loss)
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
-        result.skipped.append(Skip("divergence", description))
+        result.skipped.append(Skip(DIVERGENCE.rule, description))
         return result
     scan = _scan(
         steps, loss, (interval, plain), window_points, thresholds.divergence_z, thresholds, facts
@@ -99,7 +101,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         bins = max(1, math.ceil(window_points / thresholds.trend_points))
         result.skipped.append(
             Skip(
-                "divergence",
+                DIVERGENCE.rule,
                 f"insufficient data: {math.ceil(steps.size / bins)} bins < "
                 f"{max(3, round(window_points / bins))}",
             )
@@ -113,7 +115,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "max_z": scan.max_z,
         "shortened": shortened,
     }
-    result.facts["divergence"] = trend
+    result.facts["trend"] = trend
 
     # windows that rose and fell back again: told as `loss-rise` (info), but only those
     # before a divergence, whose rise never came back: inside it they are its noise
@@ -160,11 +162,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         view, start_step, max(end_step, start_step + thresholds.divergence_window_steps), thresholds
     ) or _causes(view, start_step, int(steps[-1]), thresholds)
     for c in causes:
-        if c["cause"] == "grad-norm-rising":
+        if c["cause"] == GRAD_NORM_RISING.code:
             result.findings.append(
-                Finding(
-                    "grad-norm-rising",
-                    Severity.WARNING,
+                GRAD_NORM_RISING.finding(
                     f"{cause_words(c)}; the loss began to rise at step {start_step}",
                     step=start_step,
                     metric="grad_norm",
@@ -249,9 +249,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     cause = causes[0]["cause"] if causes else None
     if rise < thresholds.divergence_min_rise_frac and cause is None:
         result.findings.append(
-            Finding(
-                "plateau",
-                Severity.WARNING,
+            PLATEAU.finding(
                 f"loss drifted up from step {start_step}: {rise_words}; Mann-Kendall "
                 f"z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, and it never came back, "
                 "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
@@ -264,9 +262,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     note = f" ({description})" if shortened else ""
     result.findings.append(
-        Finding(
-            "divergence",
-            Severity.ERROR,
+        DIVERGENCE.finding(
             f"silent divergence from step {start_step}: the loss rose {rise_words}; "
             f"Mann-Kendall z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, never back "
             f"down to {first_mean[j]:.4g} ({window_opens})"
@@ -294,9 +290,7 @@ def _loss_rise(
         return []
     worst = int(undone[np.argmax(z[undone])])
     return [
-        Finding(
-            "loss-rise",
-            Severity.INFO,
+        LOSS_RISE.finding(
             f"{undone.size} window(s) where the loss rose and the run later undid it "
             f"(largest: z = {z[worst]:.1f} from step {binned.steps[worst]}, "
             f"+{last_mean[worst] - first_mean[worst]:.3g}): not divergence",
@@ -1002,7 +996,7 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
                 # loss turning up while the LR still climbs says the peak LR is too high
                 causes.append(
                     {
-                        "cause": "lr-increasing",
+                        "cause": LR_INCREASING.code,
                         "lr_start": lr_start,
                         "lr_end": lr_end,
                         "within_warmup": not past_warmup,
@@ -1041,7 +1035,7 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
             if early > 0 and late > early * (1 + thresholds.grad_norm_rise_frac):
                 causes.append(
                     {
-                        "cause": "grad-norm-rising",
+                        "cause": GRAD_NORM_RISING.code,
                         "grad_norm_start": early,
                         "grad_norm_end": late,
                         # the grad norm's mean over the first and last quarter of the points
@@ -1054,7 +1048,7 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
 
 def cause_words(c: dict) -> str:
     """A divergence cause's numbers, each with what it is (for the path and the post-mortem)."""
-    if c["cause"] == "lr-increasing" and "lr_start_step" in c:
+    if c["cause"] == LR_INCREASING.code and "lr_start_step" in c:
         return (
             f"LR {c['lr_start']:.4g} at step {c['lr_start_step']} -> {c['lr_end']:.4g} at step "
             f"{c['lr_end_step']}" + (", still in warmup" if c.get("within_warmup") else "")
@@ -1064,7 +1058,7 @@ def cause_words(c: dict) -> str:
             f"{c['series']} {c['direction']}: between {c['min']:.4g} (step {c['min_step']}) and "
             f"{c['max']:.4g} (step {c['max_step']}) over steps {c['steps'][0]}-{c['steps'][1]}"
         )
-    if c["cause"] == "grad-norm-rising" and "grad_norm_start_steps" in c:
+    if c["cause"] == GRAD_NORM_RISING.code and "grad_norm_start_steps" in c:
         a, b = c["grad_norm_start_steps"], c["grad_norm_end_steps"]
         return (
             f"grad norm rose from {c['grad_norm_start']:.4g} (the mean over steps {a[0]}-{a[1]}) "

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stabilitycli.detect.ranks.report import RankReport
-    from stabilitycli.detect.spike import SpikeEvent
+    from stabilitycli.detect.spike_event import SpikeEvent
 
 
 @dataclass
 class Facts:
     rank_report: RankReport | None = None
     """The per-rank comparison (rule `ranks`); None for a log without ranks."""
-    nan: dict[str, Any] | None = None
+    nonfinite: dict[str, Any] | None = None
     """§1 evidence: first step, count, origin layer... (rule `nan`); `count` 0 when clean."""
     spikes: list[SpikeEvent] = field(default_factory=list)
     """§2 material spikes, in step order (rule `spike`)."""
@@ -33,7 +33,7 @@ class Facts:
     """The log is too short for the spike baseline: the run cannot be called healthy."""
     overflow: dict[str, Any] | None = None
     """§3 overflow counts and loss-scale history (rule `loss-scale`)."""
-    divergence: dict[str, Any] | None = None
+    trend: dict[str, Any] | None = None
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
     restart_replays: list[dict[str, Any]] = field(default_factory=list)
     """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""

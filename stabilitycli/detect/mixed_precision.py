@@ -7,9 +7,16 @@ import numpy as np
 from stabilitycli.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.mixed_precision import (
+    FP16_OVERFLOW,
+    LOSS_SCALE_COLLAPSED,
+    LOSS_SCALE_HALVING,
+    LOSS_SCALE_STATIC,
+    RULE,
+)
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Skip
 
 
 def overflow_per_step(view: SeriesView) -> np.ndarray:
@@ -135,10 +142,10 @@ def _not_fp16(view: SeriesView) -> str | None:
 
 
 @rule(
-    "loss-scale",
-    "3",
+    RULE,
+    FP16_OVERFLOW.section,
     "fp16 overflows and the dynamic loss scale's history",
-    emits=("fp16-overflow", "loss-scale-halving", "loss-scale-static", "loss-scale-collapsed"),
+    emits=(FP16_OVERFLOW, LOSS_SCALE_HALVING, LOSS_SCALE_STATIC, LOSS_SCALE_COLLAPSED),
     reads=(
         "cause_lead_steps",
         "min_loss_scale",
@@ -173,7 +180,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if (not_fp16 := _not_fp16(view)) is not None:
         # a loss scale of 1, or a non-finite grad norm, is what every regime can print:
         # calling it an fp16 overflow would be a guess, and §1 reads the grad norm instead
-        result.skipped.append(Skip("loss-scale", not_fp16))
+        result.skipped.append(Skip(RULE, not_fp16))
         return result
     overflow_rows, counts = overflow_points(view)
     total = float(counts.sum())
@@ -209,9 +216,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         )
         first = int(view.steps[overflow_rows[0]])
         result.findings.append(
-            Finding(
-                "fp16-overflow",
-                Severity.ERROR,
+            FP16_OVERFLOW.finding(
                 f"fp16 overflow not absorbed by the scaler: {why}",
                 step=first,
                 metric="grad_norm",
@@ -257,9 +262,7 @@ def _scale_history(
         known = [s for s in (first_overflow, began) if s is not None]
         start = min(known) if known else None
         result.findings.append(
-            Finding(
-                "loss-scale-collapsed",
-                Severity.ERROR,
+            LOSS_SCALE_COLLAPSED.finding(
                 f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
                 f"(from {scale_text(scale.max())} down to {scale_text(scale.min())}): overflow on "
                 "nearly every step"
@@ -283,9 +286,7 @@ def _scale_history(
         )
     elif np.all(scale == scale[0]) and total >= thresholds.static_scale_min_overflows:
         result.findings.append(
-            Finding(
-                "loss-scale-static",
-                Severity.ERROR,
+            LOSS_SCALE_STATIC.finding(
                 f"loss scale constant at {scale_text(scale[0])} while {total} overflow(s) "
                 "happened: dynamic loss scaling is not active",
                 step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
@@ -293,13 +294,11 @@ def _scale_history(
                 evidence={"scale": float(scale[0]), "overflows": total, **history},
             )
         )
-    broken = any(f.code in ("loss-scale-collapsed", "loss-scale-static") for f in result.findings)
+    broken = any(f.kind in (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC) for f in result.findings)
     if drops.size and not broken:
         chain = " -> ".join(f"{v:g}" for v in scale[np.concatenate(([drops[0] - 1], drops))][:6])
         result.findings.append(
-            Finding(
-                "loss-scale-halving",
-                Severity.INFO,
+            LOSS_SCALE_HALVING.finding(
                 f"the loss scaler backed off {drops.size} time(s) "
                 f"({chain}{' ...' if drops.size > 5 else ''}); "
                 f"final scale {scale_text(scale[-1])}, minimum {scale_text(scale.min())}, regrew "

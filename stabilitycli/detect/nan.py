@@ -9,10 +9,11 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.nan import NAN
 from stabilitycli.detect.mixed_precision import runs_fp16
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Skip
 
 # Forward order of a transformer's layers (spec Q1.3); a layer name is placed by
 # the first of these words it contains, then by its block index.
@@ -54,11 +55,11 @@ def _nonfinite_summary(values: np.ndarray) -> dict[str, int]:
 
 
 @rule(
-    "nan",
-    "1",
+    NAN.rule,
+    NAN.section,
     "loss is NaN or Inf (or a logger hid it)",
-    emits=("nan",),
-    provides=("nan",),
+    emits=(NAN,),
+    provides=("nonfinite",),
 )
 def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Non-finite loss: the first step, how many follow, and the layer it started in.
@@ -78,7 +79,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip("nan", "no loss series in the log"))
+        result.skipped.append(Skip(NAN.rule, "no loss series in the log"))
         return result
     steps, loss = view.points("loss")
     bad = ~np.isfinite(loss)
@@ -87,7 +88,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     if not bad.any():
         steps, bad, hidden_by = _hidden_nan(view)
         if hidden_by is None:
-            result.facts["nan"] = {"count": 0, "points": int(loss.size)}
+            result.facts["nonfinite"] = {"count": 0, "points": int(loss.size)}
             return result
         evidence_series = hidden_by
     first = int(np.argmax(bad))
@@ -124,9 +125,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
         f"; first non-finite layer: {origin['layer']}" if origin else ""
     )
     result.findings.append(
-        Finding(
-            "nan",
-            Severity.ERROR,
+        NAN.finding(
             message,
             step=first_step,
             end_step=int(steps[bad][-1]),
@@ -134,7 +133,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
             evidence=evidence,
         )
     )
-    result.facts["nan"] = evidence
+    result.facts["nonfinite"] = evidence
     return result
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import overload
 
@@ -11,9 +11,12 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
+from stabilitycli.detect.kinds.spike import BLIP, GRAD_NORM_JUMP, LOSS_JUMP, RECURRING_SPIKES, SPIKE
 from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.spike_event import SpikeEvent
 from stabilitycli.detect.windows import (
     ForwardMedian,
     TrailingAt,
@@ -27,40 +30,6 @@ from stabilitycli.model import Finding, Severity, Skip
 
 # extent/recovery scans look ahead in chunks, never over the whole tail
 _SCAN_CHUNK_POINTS = 256
-
-
-@dataclass
-class SpikeEvent:
-    onset_step: int
-    end_step: int
-    peak_step: int
-    points: int
-    mu: float
-    sigma: float
-    threshold: float
-    peak: float
-    z: float
-    recovered: bool
-    recovery_step: int | None
-    recovery_steps: int | None
-    spike_type: int
-    material: bool
-    causes: list[dict] = field(default_factory=list)
-    window: str = ""
-    # the first loss logged recovery_window_steps or more after the peak, and its step
-    after_window_loss: float | None = None
-    after_window_step: int | None = None
-    # the logged steps the frozen baseline (mu, sigma) was taken over
-    baseline_first_step: int | None = None
-    baseline_last_step: int | None = None
-    recovery_level: float | None = None  # mu + recovery_sigma * sigma
-    # steps after the onset the loss had to be back within (recovery_window_steps, or the
-    # gap to the next logged point when that is longer)
-    recovery_horizon_steps: int | None = None
-
-    @property
-    def cause(self) -> str | None:
-        return self.causes[0]["cause"] if self.causes else None
 
 
 def _accumulated_excess(
@@ -284,10 +253,10 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
 
 
 @rule(
-    "spike",
-    "2",
+    SPIKE.rule,
+    SPIKE.section,
     "loss spike above mu + {spike_sigma:g} sigma of the trailing {spike_window_steps} steps",
-    emits=("spike", "recurring-spikes", "blip", "loss-jump", "grad-norm-jump"),
+    emits=(SPIKE, RECURRING_SPIKES, BLIP, LOSS_JUMP, GRAD_NORM_JUMP),
     reads=(
         "cause_lead_steps",
         "duplicate_batch_window_steps",
@@ -349,7 +318,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip("spike", "no loss series in the log"))
+        result.skipped.append(Skip(SPIKE.rule, "no loss series in the log"))
         return result
     steps, loss = view.points("loss")
     window = thresholds.spike_window_steps
@@ -369,7 +338,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     if too_short:
         result.skipped.append(
             Skip(
-                "spike",
+                SPIKE.rule,
                 f"insufficient data: {finite_points} finite loss points over {span} steps; "
                 f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} "
                 f"points before it (or {thresholds.widened_window_points} points in a sparse log)",
@@ -446,9 +415,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             result.findings.append(_spike_finding(event, thresholds))
     if blip_steps.size:
         result.findings.append(
-            Finding(
-                "blip",
-                Severity.INFO,
+            BLIP.finding(
                 f"{blip_steps.size} isolated single-point loss bump(s) "
                 f"above mu + {thresholds.spike_sigma:g} sigma with no cause and below the "
                 "materiality bar (heavy-tailed mini-batch noise)",
@@ -735,7 +702,7 @@ def _causes(
         if same.size:
             causes.append(
                 {
-                    "cause": "duplicate-batch",
+                    "cause": DUPLICATE_BATCH.code,
                     "batch_id": float(ctx.batch_id[idx]),
                     "repeat_of_step": int(steps[first + same[-1]]),
                 }
@@ -817,9 +784,7 @@ def _recurring_finding(group: list[SpikeEvent]) -> Finding:
     )
     shown = ", ".join(map(str, summary["steps"][:8]))
     more = f", ... ({summary['count'] - 8} more)" if summary["count"] > 8 else ""
-    return Finding(
-        "recurring-spikes",
-        Severity.WARNING,
+    return RECURRING_SPIKES.finding(
         f"{summary['count']} one-point loss spikes with no evident cause, each {size}, "
         f"all back at baseline within {summary['longest_recovery_steps']} steps "
         f"(steps {shown}{more}): rare batches, worth a look at the data, not a rollback",
@@ -870,10 +835,9 @@ def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
         f"{kind}, {recovery}" + (f"; cause: {event.cause}" if event.cause else "")
     )
     evidence = {k: v for k, v in asdict(event).items() if k not in ("material",)}
-    return Finding(
-        "spike",
-        Severity.WARNING if event.recovered else Severity.ERROR,
+    return SPIKE.finding(
         message,
+        severity=Severity.WARNING if event.recovered else Severity.ERROR,
         step=event.onset_step,
         end_step=event.end_step,
         metric="loss",
@@ -910,16 +874,14 @@ def _short_log_jumps(
         if not ratio.size:
             continue
         at = int(np.argmax(ratio))
-        jump_ratio = {
-            "loss": thresholds.short_log_loss_jump_ratio,
-            "grad_norm": thresholds.short_log_grad_norm_jump_ratio,
+        kind, jump_ratio = {
+            "loss": (LOSS_JUMP, thresholds.short_log_loss_jump_ratio),
+            "grad_norm": (GRAD_NORM_JUMP, thresholds.short_log_grad_norm_jump_ratio),
         }[metric]
         if ratio[at] < jump_ratio:
             continue
         result.findings.append(
-            Finding(
-                f"{metric.replace('_', '-')}-jump",
-                Severity.WARNING,
+            kind.finding(
                 f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) "
                 f"to {v[at + 1]:.4g} (step {s[at + 1]}); "
                 + (
