@@ -9,7 +9,7 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.nan import NAN
+from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT
 from stabilitycli.detect.mixed_precision import runs_fp16
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
@@ -48,7 +48,7 @@ def forward_order_key(layer: str) -> tuple[int, int, int]:
 
 def _nonfinite_summary(values: np.ndarray) -> dict[str, int]:
     return {
-        "nan": int(np.isnan(values).sum()),
+        NAN_COUNT: int(np.isnan(values).sum()),
         "pos_inf": int(np.isposinf(values).sum()),
         "neg_inf": int(np.isneginf(values).sum()),
     }

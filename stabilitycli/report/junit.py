@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from stabilitycli.detect.kinds.ranks import RANK_KINDS
+from stabilitycli.detect.kinds.ranks import RULE as RANK_RULE
 from stabilitycli.model import Analysis, Finding, Severity
 from stabilitycli.report import escape
 from stabilitycli.settings import sentence
-
-_RANK_CODES = ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
 
 
 def _x(text: object) -> str:
@@ -29,8 +29,8 @@ def _lines(*lines: object) -> str:
 
 
 def _rule_of(codes: dict[str, str], finding: Finding) -> str:
-    if finding.code in _RANK_CODES:
-        return "ranks"
+    if finding.kind in RANK_KINDS:
+        return RANK_RULE
     return codes.get(finding.code, finding.code)
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from stabilitycli.model import FindingKind, Severity
 from stabilitycli.quantity_schema import COUNT, STEP, Spec
 
+# the evidence key that counts the NaN points (beside `pos_inf` and `neg_inf`)
+NAN_COUNT = "nan"
+
 NAN = FindingKind(
     code="nan",
     rule="nan",
@@ -21,7 +24,7 @@ NAN = FindingKind(
         "count": COUNT,
         "following": COUNT,
         "points": COUNT,
-        "nan": COUNT,
+        NAN_COUNT: COUNT,
         "pos_inf": COUNT,
         "neg_inf": COUNT,
         "last_finite_loss": Spec("point", "loss", step="last_finite_step"),

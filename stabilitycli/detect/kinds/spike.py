@@ -130,8 +130,8 @@ LOSS_JUMP = FindingKind(
     rule=RULE,
     section="2",
     severity=Severity.WARNING,
-    meaning="in a log too short for the spike window, the loss jumped {short_log_loss_jump_ratio:g}x "
-    "or more between two points",
+    meaning="in a log too short for the spike window, the loss jumped "
+    "{short_log_loss_jump_ratio:g}x or more between two points",
     todo="log more steps so that the spike rule can judge it; meanwhile look at that step's batch",
     why="a short log cannot be judged against a noise band, but a jump that large is worth a "
     "look before the run goes on",
