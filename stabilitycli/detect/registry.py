@@ -62,7 +62,7 @@ def rule(
     code: str,
     section: str,
     summary: str,
-    emits: tuple[FindingKind, ...],
+    emits: tuple[FindingKind, ...] = (),
     *,
     reads: tuple[str, ...] = (),
     needs: tuple[str, ...] = (),
