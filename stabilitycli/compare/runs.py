@@ -58,6 +58,9 @@ SCHEMA = "stab.compare/1"
 DEFAULT_METRICS = ("loss", "grad_norm", "eval_loss", "lr")
 PREVIEW_POINTS = 60
 BANDS = ("one-sided", "two-sided")
+# the mode that compares a resume's replay with the trajectory it abandoned; its details go
+# under the same name in the JSON
+RESTART_MODE = "restart"
 # which way a metric gets better, by the words of its name (checked in this order)
 _LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "grad_norm", "step_time", "error")
 _HIGHER_IS_BETTER = ("acc", "accuracy", "tokens_per_sec", "throughput", "mfu", "samples_per_sec")
@@ -164,7 +167,7 @@ class Comparison:
                 },
                 "baseline": self.baseline,
                 "candidate": self.candidate,
-                "restart": self.restart,
+                RESTART_MODE: self.restart,
                 "x": self.x,
                 "range": {"since": self.since, "until": self.until},
                 "smoothing": self.smoothing,
@@ -269,7 +272,7 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
         "replayed_points": results[0].points,
     }
     return _result(
-        "restart", base, cand, window_opts, results, checks, (), notes, (), restart=restart
+        RESTART_MODE, base, cand, window_opts, results, checks, (), notes, (), restart=restart
     )
 
 
@@ -555,7 +558,7 @@ def _preview(
         bad = ~np.isfinite(values)
         top = np.maximum.reduceat(np.where(bad, -np.inf, values), starts)
         has_bad = np.add.reduceat(bad.astype(int), starts) > 0
-        return [float("nan") if b else float(v) for v, b in zip(top, has_bad, strict=True)]
+        return [math.nan if b else float(v) for v, b in zip(top, has_bad, strict=True)]
 
     out_buckets = np.add.reduceat(verdict.outside.astype(int), starts) > 0
     return {

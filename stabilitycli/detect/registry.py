@@ -113,20 +113,17 @@ def _check_template(code: str, doc: str) -> None:
 
 
 # the modules whose import registers rules, in the order that breaks ties in the run order
-RULE_MODULES: tuple[str, ...] = tuple(
-    f"stabilitycli.detect.{module}"
-    for module in (
-        "ranks.rule",
-        "restarts",
-        "restart_replay",
-        "nan",
-        "spike",
-        "schedule",
-        "data",
-        "mixed_precision",
-        "divergence",
-        "throughput",
-    )
+RULE_MODULES: tuple[str, ...] = (
+    "stabilitycli.detect.ranks.rule",
+    "stabilitycli.detect.restarts",
+    "stabilitycli.detect.restart_replay",
+    "stabilitycli.detect.nan",
+    "stabilitycli.detect.spike",
+    "stabilitycli.detect.schedule",
+    "stabilitycli.detect.data",
+    "stabilitycli.detect.mixed_precision",
+    "stabilitycli.detect.divergence",
+    "stabilitycli.detect.throughput",
 )
 
 

@@ -462,7 +462,7 @@ def _nan_incident(
             "non-finite points",
             f"{ev['count']} of {ev['points']}"
             + (
-                f" ({ev['nan']} NaN, {ev.get('pos_inf', 0)} +Inf, {ev.get('neg_inf', 0)} -Inf)"
+                f" ({ev[NAN_COUNT]} NaN, {ev.get('pos_inf', 0)} +Inf, {ev.get('neg_inf', 0)} -Inf)"
                 if NAN_COUNT in ev
                 else ""
             )
