@@ -61,9 +61,9 @@ class FindingKind:
     # to any finding (`COMMON`) are added here
     evidence: Schema = field(default_factory=dict)
     question: str | None = None  # the tree question it answers ("Q2.1"), if any
-    # the post-mortem incident it opens, as the document's headline names it
-    incident: str | None = None
-    marker: str | None = None  # the plot marker it is drawn with, if it is drawn on its own
+    # the post-mortem incident it opens, as the document's headline names it ("": none)
+    incident: str = ""
+    marker: str = ""  # the plot marker it is drawn with ("": not drawn on its own)
 
     def __post_init__(self) -> None:
         if self.code in _KINDS:
