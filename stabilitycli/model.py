@@ -14,7 +14,7 @@ from enum import IntEnum
 from typing import Any
 
 from stabilitycli.quantities import quantities
-from stabilitycli.quantity_schema import COMMON, Schema
+from stabilitycli.quantity_schema import COMMON, Evidence, Schema
 
 
 class Severity(IntEnum):
@@ -60,6 +60,8 @@ class FindingKind:
     # per evidence key, what the number is (`quantity_schema.Spec`); keys a later stage may add
     # to any finding (`COMMON`) are added here
     evidence: Schema = field(default_factory=dict)
+    # its evidence as a typed dataclass; when given, `evidence` is read off its fields
+    evidence_type: type[Evidence] | None = None
     question: str | None = None  # the tree question it answers ("Q2.1"), if any
     # the post-mortem incident it opens, as the document's headline names it ("": none)
     incident: str = ""
@@ -68,7 +70,8 @@ class FindingKind:
     def __post_init__(self) -> None:
         if self.code in _KINDS:
             raise ValueError(f"finding kind {self.code!r} declared twice")
-        object.__setattr__(self, "evidence", {**COMMON, **self.evidence})
+        declared = self.evidence_type.schema() if self.evidence_type else self.evidence
+        object.__setattr__(self, "evidence", {**COMMON, **declared})
         _KINDS[self.code] = self
 
     def finding(self, message: str, *, severity: Severity | None = None, **where: Any) -> Finding:
@@ -105,7 +108,9 @@ class Finding:
     end_step: int | None = None
     rank: int | None = None
     metric: str | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
+    # typed (`quantity_schema.Evidence`, declared beside the kind) or, for a kind not yet
+    # typed, a dict; either reads as the same mapping
+    evidence: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.kind, str):  # a finding written out by hand (tests, notebooks)
@@ -336,7 +341,7 @@ def jsonable(value: Any) -> Any:
         if value in (float("inf"), float("-inf")):
             return "Infinity" if value > 0 else "-Infinity"
         return value
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # a dict, or typed evidence read as one
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]

@@ -8,8 +8,9 @@ does not declare is a number without a meaning: `tests/test_quantities.py` fails
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any, Union
 
 FINDING_METRIC = "@metric"  # the finding's own `metric`
@@ -75,3 +76,81 @@ def two(key: str) -> tuple[str, str]:
 
 # every code: keys a later stage may add to any finding
 COMMON: Schema = {"explained_by_ranks": LABEL}
+
+
+# ---------------------------------------------------------------- typed evidence
+
+
+class _Absent:
+    """The value of an evidence field the finding does not state (the key is left out)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "ABSENT"  # one sentinel in every process: unpickled by name
+
+
+ABSENT: Any = _Absent()
+_QUANTITY = "quantity"
+
+
+def measure(what: Spec | By | EachItem | Schema | None) -> dict[str, Any]:
+    """An evidence field's metadata: what its number is (None: not a number, like a name).
+
+    Declared as `mu: float = field(metadata=measure(Spec("mean", ...)))`; a key the rule
+    states only sometimes defaults to `ABSENT` (left out of the JSON).
+    """
+    return {_QUANTITY: what}
+
+
+@dataclass(frozen=True, eq=False)
+class Evidence(Mapping[str, Any]):
+    """A finding's evidence as typed fields, declared beside its kind.
+
+    `to_dict()` is the JSON object: the fields in declaration order, an `ABSENT` one left
+    out. It reads as that mapping too (`ev["mu"]`, `ev.get("causes")`, `ev == {...}`), so
+    a reader may take either view. Subclasses are `@dataclass(frozen=True, eq=False)`: equal
+    as mappings, like the dicts they replace.
+    """
+
+    @classmethod
+    def schema(cls) -> Schema:
+        """Per evidence key, what its number is: the fields' declarations."""
+        return {
+            f.name: f.metadata[_QUANTITY]
+            for f in fields(cls)
+            if f.metadata.get(_QUANTITY) is not None
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not ABSENT:
+                out[f.name] = _plain(value)
+        return out
+
+    @cached_property
+    def _view(self) -> dict[str, Any]:
+        return self.to_dict()
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view)
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Evidence):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

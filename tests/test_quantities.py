@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -80,7 +81,7 @@ def _leaves(value, path: str = "") -> list[str]:
     """The path of every number in the evidence ('causes[0].ratio', 'halving_steps[3]')."""
     from stabilitycli.quantities import is_number
 
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # a dict, or typed evidence
         return [p for k, v in value.items() for p in _leaves(v, f"{path}.{k}" if path else k)]
     if isinstance(value, (list, tuple)):
         return [p for i, v in enumerate(value) for p in _leaves(v, f"{path}[{i}]")]

@@ -7,7 +7,7 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH, DuplicateBatchEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 
@@ -61,14 +61,14 @@ def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Fact
             step=int(steps[first]),
             end_step=int(steps[hits[-1]]),
             metric="batch_id",
-            evidence={
-                "repeats": int(hits.size),
-                "first_step": int(steps[first]),
-                "batch_id": float(batch[first]),
-                "previous_step": int(previous[first]),
-                "longest_run": int(lengths.max()),
-                "steps": steps[hits][:20].tolist(),
-            },
+            evidence=DuplicateBatchEvidence(
+                repeats=int(hits.size),
+                first_step=int(steps[first]),
+                batch_id=float(batch[first]),
+                previous_step=int(previous[first]),
+                longest_run=int(lengths.max()),
+                steps=steps[hits][:20].tolist(),
+            ),
         )
     )
     return result

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.ranks.report import RankReport
     from stabilitycli.detect.spike_event import SpikeEvent
 
@@ -35,7 +36,7 @@ class Facts:
     """§3 overflow counts and loss-scale history (rule `loss-scale`)."""
     trend: dict[str, Any] | None = None
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
-    restart_replays: list[dict[str, Any]] = field(default_factory=list)
+    restart_replays: list[RestartReplayEvidence] = field(default_factory=list)
     """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ import math
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.restart_replay import RESTART_REPLAY
+from stabilitycli.detect.kinds.restart_replay import RESTART_REPLAY, RestartReplayEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Severity, Skip
@@ -74,16 +74,15 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
                 )
             )
             continue
-        evidence = {
-            "restart": index,
-            "resumed_from_step": lo,
-            "last_step_before": hi,
-            **{k: v for k, v in numbers.items() if k != "worst_band_ratio"},
-        }
-        # 0: never left the band; None: left it and was still outside at the end of the replay
         back = numbers["within_from"]
-        evidence["steps_to_return"] = (
-            0 if not numbers["departed"] else (back - lo if back is not None else None)
+        # 0: never left the band; None: left it and was still outside at the end of the replay
+        returned = 0 if not numbers["departed"] else (back - lo if back is not None else None)
+        evidence = RestartReplayEvidence(
+            restart=index,
+            resumed_from_step=lo,
+            last_step_before=hi,
+            **{k: v for k, v in numbers.items() if k != "worst_band_ratio"},
+            steps_to_return=returned,
         )
         replays.append(evidence)
         result.findings.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.restarts import RESTART
+from stabilitycli.detect.kinds.restarts import RESTART, RestartEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 
@@ -35,7 +35,12 @@ def detect_restarts(view: SeriesView, thresholds: Thresholds, facts: Facts) -> R
                 f"{restart.last_step_before} (row {restart.at_row})",
                 step=restart.resumed_from_step,
                 rank=restart.rank,
-                evidence=restart.to_dict(),
+                evidence=RestartEvidence.of(
+                    restart.at_row,
+                    restart.resumed_from_step,
+                    restart.last_step_before,
+                    restart.rank,
+                ),
             )
         )
     return result

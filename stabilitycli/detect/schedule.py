@@ -11,6 +11,10 @@ from stabilitycli.detect.kinds.schedule import (
     LR_INCREASING,
     LR_JUMP,
     WEIGHT_NORM_CHANGE,
+    GradNormSpikeEvidence,
+    LrIncreasingEvidence,
+    LrJumpEvidence,
+    WeightNormChangeEvidence,
 )
 from stabilitycli.detect.pointwise import ForwardChange, Rise
 from stabilitycli.detect.registry import RuleResult, rule
@@ -84,13 +88,13 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
                 step=int(steps[first + 1]),
                 end_step=int(steps[last + 1]),
                 metric="lr",
-                evidence={
-                    "lr_before": before,
-                    "lr_after": after,
-                    "relative_jump": float(rise),
-                    "step_before": int(steps[first]),
-                    "rises": int(last - first + 1),
-                },
+                evidence=LrJumpEvidence(
+                    lr_before=before,
+                    lr_after=after,
+                    relative_jump=float(rise),
+                    step_before=int(steps[first]),
+                    rises=int(last - first + 1),
+                ),
             )
         )
     return result
@@ -147,12 +151,12 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
                 step=int(steps[at] - window),
                 end_step=int(steps[at]),
                 metric="lr",
-                evidence={
-                    "lr_before": lr_before,
-                    "lr_before_step": before_step,
-                    "lr_after": float(lr[at]),
-                    "warmup_end_step": float(warmup_over),
-                },
+                evidence=LrIncreasingEvidence(
+                    lr_before=lr_before,
+                    lr_before_step=before_step,
+                    lr_after=float(lr[at]),
+                    warmup_end_step=float(warmup_over),
+                ),
             )
         )
     return result
@@ -255,12 +259,12 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
                     f"{steps[at]})",
                     step=int(steps[at]),
                     metric=name,
-                    evidence={
-                        "ratio": float(ratio[at]),
-                        "before": float(before[at]),
-                        "before_step": before_step,
-                        "after": float(norm[at]),
-                    },
+                    evidence=WeightNormChangeEvidence(
+                        ratio=float(ratio[at]),
+                        before=float(before[at]),
+                        before_step=before_step,
+                        after=float(norm[at]),
+                    ),
                 )
             )
     return result
@@ -318,14 +322,14 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
                 f"({ratio[worst_at]:.1f}x {baseline[worst_at]:.3g})",
                 step=int(steps[hits[0]]),
                 metric="grad_norm",
-                evidence={
-                    "count": int(hits.size),
-                    "steps": steps[hits][:20].tolist(),
-                    "largest_step": int(steps[worst]),
-                    "largest": float(grad[worst]),
-                    "baseline_median": float(baseline[worst_at]),
-                    "ratio": float(ratio[worst_at]),
-                },
+                evidence=GradNormSpikeEvidence(
+                    count=int(hits.size),
+                    steps=steps[hits][:20].tolist(),
+                    largest_step=int(steps[worst]),
+                    largest=float(grad[worst]),
+                    baseline_median=float(baseline[worst_at]),
+                    ratio=float(ratio[worst_at]),
+                ),
             )
         )
     return result

@@ -7,7 +7,7 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.throughput import THROUGHPUT_DROP
+from stabilitycli.detect.kinds.throughput import THROUGHPUT_DROP, ThroughputDropEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import rows_left_open, trailing_median_at
@@ -87,12 +87,12 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
                 step=int(steps[begin]),
                 end_step=int(steps[begin + length - 1]),
                 metric=name,
-                evidence={
-                    "baseline": base,
-                    "level": level,
-                    "drop_frac": 1 - level / base,
-                    "points": length,
-                },
+                evidence=ThroughputDropEvidence(
+                    baseline=base,
+                    level=level,
+                    drop_frac=1 - level / base,
+                    points=length,
+                ),
             )
         )
     return result
@@ -150,11 +150,11 @@ def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleRes
                 step=int(steps[drop_at]),
                 end_step=int(steps[-1]),
                 metric=name,
-                evidence={
-                    "baseline": head,
-                    "level": tail,
-                    "drop_frac": 1 - tail / head,
-                    "short_log": True,
-                },
+                evidence=ThroughputDropEvidence(
+                    baseline=head,
+                    level=tail,
+                    drop_frac=1 - tail / head,
+                    short_log=True,
+                ),
             )
         )

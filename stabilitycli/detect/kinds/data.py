@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import COUNT, LABEL, STEP, STEPS
+from stabilitycli.quantity_schema import COUNT, LABEL, STEP, STEPS, Evidence, measure
+
+
+@dataclass(frozen=True, eq=False)
+class DuplicateBatchEvidence(Evidence):
+    repeats: int = field(metadata=measure(COUNT))  # steps whose batch id was seen recently
+    first_step: int = field(metadata=measure(STEP))
+    batch_id: float = field(metadata=measure(LABEL))  # the first repeated id
+    previous_step: int = field(metadata=measure(STEP))  # where that id was used before
+    longest_run: int = field(metadata=measure(COUNT))  # consecutive repeating steps
+    steps: list[int] = field(metadata=measure(STEPS))  # the first 20 repeating steps
+
 
 DUPLICATE_BATCH = FindingKind(
     code="duplicate-batch",
@@ -15,12 +28,5 @@ DUPLICATE_BATCH = FindingKind(
     why="a repeated batch over-weights its samples and is a classic cause of a spike right "
     "after a resume",
     question="Q2.3",
-    evidence={
-        "repeats": COUNT,
-        "first_step": STEP,
-        "batch_id": LABEL,
-        "previous_step": STEP,
-        "longest_run": COUNT,
-        "steps": STEPS,
-    },
+    evidence_type=DuplicateBatchEvidence,
 )

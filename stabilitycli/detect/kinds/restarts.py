@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import LABEL, STEP
+from stabilitycli.quantity_schema import ABSENT, LABEL, STEP, Evidence, measure
+
+
+@dataclass(frozen=True, eq=False)
+class RestartEvidence(Evidence):
+    at_row: int = field(metadata=measure(LABEL))  # the log row where the step went backwards
+    resumed_from_step: int = field(metadata=measure(STEP))
+    last_step_before: int = field(metadata=measure(STEP))
+    rank: int = field(default=ABSENT, metadata=measure(LABEL))  # a per-rank log's rank
+
+    @classmethod
+    def of(cls, at_row: int, resumed_from_step: int, last_step_before: int, rank: int | None):
+        return cls(at_row, resumed_from_step, last_step_before, ABSENT if rank is None else rank)
+
 
 RESTART = FindingKind(
     code="restart",
@@ -15,10 +30,5 @@ RESTART = FindingKind(
     "compared with the abandoned ones",
     why="a resume that does not restore the whole training state shows up as a spike or a "
     "shifted loss right after it; knowing where resumes happened explains those",
-    evidence={
-        "at_row": LABEL,
-        "resumed_from_step": STEP,
-        "last_step_before": STEP,
-        "rank": LABEL,
-    },
+    evidence_type=RestartEvidence,
 )

@@ -3,8 +3,47 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import COUNT, RATIO, STEP, STEPS, Spec
+from stabilitycli.quantity_schema import COUNT, RATIO, STEP, STEPS, Evidence, Spec, measure
+
+
+@dataclass(frozen=True, eq=False)
+class LrJumpEvidence(Evidence):
+    lr_before: float = field(metadata=measure(Spec("point", step="step_before")))
+    lr_after: float = field(metadata=measure(Spec("point", step="@end_step")))
+    relative_jump: float = field(metadata=measure(Spec("relative_change")))
+    step_before: int = field(metadata=measure(STEP))
+    rises: int = field(metadata=measure(COUNT))  # consecutive rising points in the jump
+
+
+@dataclass(frozen=True, eq=False)
+class GradNormSpikeEvidence(Evidence):
+    count: int = field(metadata=measure(COUNT))
+    steps: list[int] = field(metadata=measure(STEPS))  # the first 20
+    largest_step: int = field(metadata=measure(STEP))
+    largest: float = field(metadata=measure(Spec("peak", step="largest_step")))
+    baseline_median: float = field(metadata=measure(Spec("trailing_median", step="largest_step")))
+    ratio: float = field(metadata=measure(RATIO))
+
+
+@dataclass(frozen=True, eq=False)
+class LrIncreasingEvidence(Evidence):
+    lr_before: float = field(metadata=measure(Spec("point", step="lr_before_step")))
+    lr_before_step: int = field(metadata=measure(STEP))
+    lr_after: float = field(metadata=measure(Spec("point", step="@end_step")))
+    warmup_end_step: float = field(metadata=measure(STEP))  # estimated: may fall between steps
+
+
+@dataclass(frozen=True, eq=False)
+class WeightNormChangeEvidence(Evidence):
+    ratio: float = field(metadata=measure(RATIO))
+    # the norm last logged at or before step - divergence_window_steps
+    before: float = field(metadata=measure(Spec("point", step="before_step")))
+    before_step: int = field(metadata=measure(STEP))
+    after: float = field(metadata=measure(Spec("point", step="@step")))
+
 
 LR_JUMP = FindingKind(
     code="lr-jump",
@@ -17,13 +56,7 @@ LR_JUMP = FindingKind(
     why="an LR that jumps where the schedule says it should not is a schedule or resume bug, "
     "and a jump just before a spike is that spike's cause",
     question="Q2.3",
-    evidence={
-        "lr_before": Spec("point", step="step_before"),
-        "lr_after": Spec("point", step="@end_step"),
-        "relative_jump": Spec("relative_change"),
-        "step_before": STEP,
-        "rises": COUNT,
-    },
+    evidence_type=LrJumpEvidence,
 )
 GRAD_NORM_SPIKE = FindingKind(
     code="grad-norm-spike",
@@ -37,14 +70,7 @@ GRAD_NORM_SPIKE = FindingKind(
     why="a grad-norm outlier is the first sign of a batch the model cannot digest, often a "
     "step before the loss shows it",
     question="Q2.3",
-    evidence={
-        "count": COUNT,
-        "steps": STEPS,
-        "largest_step": STEP,
-        "largest": Spec("peak", step="largest_step"),
-        "baseline_median": Spec("trailing_median", step="largest_step"),
-        "ratio": RATIO,
-    },
+    evidence_type=GradNormSpikeEvidence,
 )
 LR_INCREASING = FindingKind(
     code="lr-increasing",
@@ -56,14 +82,8 @@ LR_INCREASING = FindingKind(
     why="an LR that keeps rising after warmup drives the loss up sooner or later: it is the "
     "first cause the divergence question looks for",
     question="Q4.2",
-    evidence={
-        "lr_before": Spec("point", step="lr_before_step"),
-        "lr_before_step": STEP,
-        "lr_after": Spec("point", step="@end_step"),
-        "warmup_end_step": STEP,
-    },
+    evidence_type=LrIncreasingEvidence,
 )
-# `before` is the norm last logged at or before step - divergence_window_steps
 WEIGHT_NORM_CHANGE = FindingKind(
     code="weight-norm-change",
     rule="weight-norm-change",
@@ -75,10 +95,5 @@ WEIGHT_NORM_CHANGE = FindingKind(
     why="weights that grow or shrink that fast point at the weight decay, and a loss that "
     "rises with them will not come back by itself",
     question="Q4.3",
-    evidence={
-        "before": Spec("point", step="before_step"),
-        "before_step": STEP,
-        "after": Spec("point", step="@step"),
-        "ratio": RATIO,
-    },
+    evidence_type=WeightNormChangeEvidence,
 )

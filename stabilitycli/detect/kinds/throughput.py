@@ -2,8 +2,43 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import COUNT, By, Spec, over
+from stabilitycli.quantity_schema import ABSENT, COUNT, By, Evidence, Spec, measure, over
+
+
+@dataclass(frozen=True, eq=False)
+class ThroughputDropEvidence(Evidence):
+    """A lasting fall; in a log too short for a trailing baseline (`short_log`), its first
+    two points against its last one."""
+
+    baseline: float = field(
+        metadata=measure(
+            By(
+                "short_log",
+                {
+                    None: Spec("trailing_median", step="@step"),
+                    True: Spec("median"),  # of the log's first two points
+                },
+            )
+        )
+    )
+    level: float = field(
+        metadata=measure(
+            By(
+                "short_log",
+                {
+                    None: over("median", "@step", "@end_step"),
+                    True: Spec("point", step="@end_step"),
+                },
+            )
+        )
+    )
+    drop_frac: float = field(metadata=measure(Spec("relative_change")))
+    points: int = field(default=ABSENT, metadata=measure(COUNT))  # the points it stayed down
+    short_log: bool = field(default=ABSENT, metadata=measure(None))
+
 
 THROUGHPUT_DROP = FindingKind(
     code="throughput-drop",
@@ -15,19 +50,5 @@ THROUGHPUT_DROP = FindingKind(
     "contention on the machine",
     why="a lasting fall in throughput costs compute on every later step and often marks a "
     "failing host or a stalled data pipeline",
-    evidence={
-        "baseline": By(
-            "short_log",
-            {
-                None: Spec("trailing_median", step="@step"),
-                True: Spec("median"),  # of the log's first two points
-            },
-        ),
-        "level": By(
-            "short_log",
-            {None: over("median", "@step", "@end_step"), True: Spec("point", step="@end_step")},
-        ),
-        "drop_frac": Spec("relative_change"),
-        "points": COUNT,
-    },
+    evidence_type=ThroughputDropEvidence,
 )
