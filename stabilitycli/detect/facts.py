@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
+    from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence
     from stabilitycli.detect.ranks.report import RankReport
     from stabilitycli.detect.spike_event import SpikeEvent
 
@@ -24,7 +25,7 @@ class Facts:
     """§1 evidence: first step, count, origin layer... (rule `nan`); `count` 0 when clean."""
     spikes: list[SpikeEvent] = field(default_factory=list)
     """§2 material spikes, in step order (rule `spike`)."""
-    recurring_spikes: dict[str, Any] | None = None
+    recurring_spikes: RecurringSpikesEvidence | None = None
     """Many causeless one-point spikes told once: count, steps, sizes (rule `spike`)."""
     blips: list[int] = field(default_factory=list)
     """Steps of flagged points below the materiality bar (rule `spike`)."""

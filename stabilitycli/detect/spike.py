@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cached_property
 from typing import overload
 
@@ -11,8 +11,22 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
-from stabilitycli.detect.kinds.spike import BLIP, GRAD_NORM_JUMP, LOSS_JUMP, RECURRING_SPIKES, SPIKE
+from stabilitycli.detect.kinds.spike import (
+    BLIP,
+    GRAD_NORM_JUMP,
+    LOSS_JUMP,
+    RECURRING_SPIKES,
+    SPIKE,
+    BlipEvidence,
+    JumpEvidence,
+    LongTailToken,
+    LrDiscontinuity,
+    OptimizerReset,
+    RecurringSpikesEvidence,
+    RepeatedBatch,
+    SpikeCause,
+    SpikeEvidence,
+)
 from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
@@ -421,11 +435,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
                 "materiality bar (heavy-tailed mini-batch noise)",
                 step=int(blip_steps[0]),
                 metric="loss",
-                evidence={
-                    "count": int(blip_steps.size),
-                    "steps": blip_steps[:20].tolist(),
-                    "largest_z": round(float(blip_z.max()), 2),
-                },
+                evidence=BlipEvidence(
+                    count=int(blip_steps.size),
+                    steps=blip_steps[:20].tolist(),
+                    largest_z=round(float(blip_z.max()), 2),
+                ),
             )
         )
     result.facts["spikes"] = spikes
@@ -677,35 +691,33 @@ def _point_after(steps, loss, at_step: int) -> tuple[int, float] | None:
 
 def _causes(
     idx, peak_idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool
-) -> list[dict]:
+) -> list[SpikeCause]:
     """Evident causes, most specific first (Q2.3 and the restart pattern)."""
     # index ranges by binary search: an event looks at a few rows, never the whole log.
     # Up to the peak: when a noise point just before the spike opens the event, the
     # batch that made the spike is logged after the onset, not before it
     lo = int(np.searchsorted(steps, onset - thresholds.cause_lead_steps))
     hi = max(idx, peak_idx) + 1
-    causes: list[dict] = []
+    causes: list[SpikeCause] = []
     recent = ctx.restart_steps[
         (ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)
     ]
     if recent.size:
         causes.append(
-            {
-                "cause": "optimizer-reset",
-                "restart_step": int(recent[-1]),
-                "steps_after_restart": int(onset - recent[-1]),
-            }
+            OptimizerReset(
+                restart_step=int(recent[-1]),
+                steps_after_restart=int(onset - recent[-1]),
+            )
         )
     if ctx.batch_id is not None and np.isfinite(ctx.batch_id[idx]):
         first = int(np.searchsorted(steps, onset - thresholds.duplicate_batch_window_steps))
         same = np.flatnonzero(ctx.batch_id[first:idx] == ctx.batch_id[idx])
         if same.size:
             causes.append(
-                {
-                    "cause": DUPLICATE_BATCH.code,
-                    "batch_id": float(ctx.batch_id[idx]),
-                    "repeat_of_step": int(steps[first + same[-1]]),
-                }
+                RepeatedBatch(
+                    batch_id=float(ctx.batch_id[idx]),
+                    repeat_of_step=int(steps[first + same[-1]]),
+                )
             )
     if ctx.lr_rel_jump is not None and ctx.lr is not None:  # build() sets both or neither
         # a step change of the LR keeps acting for as long as the LR stays up, so
@@ -718,14 +730,13 @@ def _causes(
             if still_up or at >= lo:
                 jump = float(ctx.lr_rel_jump[at])
                 causes.append(
-                    {
-                        "cause": "lr-discontinuity",
-                        "lr_step": int(steps[at]),
-                        "lr": float(ctx.lr[at]),
-                        "lr_before": float(ctx.lr[at] / (1 + jump)),
-                        "relative_jump": round(jump, 3),
-                        "lead_steps": int(onset - steps[at]),
-                    }
+                    LrDiscontinuity(
+                        lr_step=int(steps[at]),
+                        lr=float(ctx.lr[at]),
+                        lr_before=float(ctx.lr[at] / (1 + jump)),
+                        relative_jump=round(jump, 3),
+                        lead_steps=int(onset - steps[at]),
+                    )
                 )
     # build() sets the three grad-norm series together
     if ctx.grad_ratio is not None and ctx.grad_norm is not None and ctx.grad_baseline is not None:
@@ -735,15 +746,14 @@ def _causes(
         if ratios.size and ratios.max() >= bar:
             at = lo + int(np.argmax(ratios))
             causes.append(
-                {
-                    "cause": "long-tail-token",
-                    "grad_norm_step": int(steps[at]),
-                    "grad_norm": float(ctx.grad_norm[at]),
-                    "grad_norm_baseline": float(ctx.grad_baseline[at]),
-                    "ratio": float(ctx.grad_ratio[at]),
-                    "lead_steps": int(onset - steps[at]),
-                    "bar": bar,  # the ratio this spike needed (a large spike needs less)
-                }
+                LongTailToken(
+                    grad_norm_step=int(steps[at]),
+                    grad_norm=float(ctx.grad_norm[at]),
+                    grad_norm_baseline=float(ctx.grad_baseline[at]),
+                    ratio=float(ctx.grad_ratio[at]),
+                    lead_steps=int(onset - steps[at]),
+                    bar=bar,
+                )
             )
     return causes
 
@@ -761,18 +771,18 @@ def _recurring(spikes: list[SpikeEvent], thresholds: Thresholds) -> list[SpikeEv
     return isolated if len(isolated) >= thresholds.recurring_spike_min_count else []
 
 
-def _recurring_summary(group: list[SpikeEvent]) -> dict:
+def _recurring_summary(group: list[SpikeEvent]) -> RecurringSpikesEvidence:
     ratios = [e.peak / e.mu for e in group if e.mu > 0]
-    return {
-        "count": len(group),
-        "steps": [e.onset_step for e in group],
-        "ratio_min": float(min(ratios)) if ratios else None,
-        "ratio_max": float(max(ratios)) if ratios else None,
-        "z_min": float(min(e.z for e in group)),
-        "z_max": float(max(e.z for e in group)),
-        "recovered_share": 1.0,
-        "longest_recovery_steps": max(e.recovery_steps or 0 for e in group),
-    }
+    return RecurringSpikesEvidence(
+        count=len(group),
+        steps=[e.onset_step for e in group],
+        ratio_min=float(min(ratios)) if ratios else None,
+        ratio_max=float(max(ratios)) if ratios else None,
+        z_min=float(min(e.z for e in group)),
+        z_max=float(max(e.z for e in group)),
+        recovered_share=1.0,
+        longest_recovery_steps=max(e.recovery_steps or 0 for e in group),
+    )
 
 
 def _recurring_finding(group: list[SpikeEvent]) -> Finding:
@@ -834,7 +844,7 @@ def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
         f"> {baseline_text(event)} + {thresholds.spike_sigma:g}*sigma {event.sigma:.3g}; "
         f"{kind}, {recovery}" + (f"; cause: {event.cause}" if event.cause else "")
     )
-    evidence = {k: v for k, v in asdict(event).items() if k not in ("material",)}
+    evidence = SpikeEvidence.of(event)
     return SPIKE.finding(
         message,
         severity=Severity.WARNING if event.recovered else Severity.ERROR,
@@ -892,12 +902,12 @@ def _short_log_jumps(
                 + ", so not judged as a spike",
                 step=int(s[at + 1]),
                 metric=metric,
-                evidence={
-                    "from_step": int(s[at]),
-                    "to_step": int(s[at + 1]),
-                    "before": float(v[at]),
-                    "after": float(v[at + 1]),
-                    "ratio": float(ratio[at]),
-                },
+                evidence=JumpEvidence(
+                    from_step=int(s[at]),
+                    to_step=int(s[at + 1]),
+                    before=float(v[at]),
+                    after=float(v[at + 1]),
+                    ratio=float(ratio[at]),
+                ),
             )
         )

@@ -7,6 +7,10 @@ Apart from the rule so that `Facts` can name the type without importing the rule
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stabilitycli.detect.kinds.spike import SpikeCause
 
 
 @dataclass
@@ -25,7 +29,7 @@ class SpikeEvent:
     recovery_steps: int | None
     spike_type: int
     material: bool
-    causes: list[dict] = field(default_factory=list)
+    causes: list[SpikeCause] = field(default_factory=list)
     window: str = ""
     # the first loss logged recovery_window_steps or more after the peak, and its step
     after_window_loss: float | None = None

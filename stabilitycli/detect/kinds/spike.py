@@ -3,7 +3,8 @@ of a log too short for the spike window."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.model import FindingKind, Severity
@@ -17,41 +18,158 @@ from stabilitycli.quantity_schema import (
     STEP,
     STEPS,
     EachItem,
-    Schema,
+    Evidence,
     Spec,
+    measure,
     over,
 )
 
+if TYPE_CHECKING:
+    from stabilitycli.detect.spike_event import SpikeEvent
+
 RULE = "spike"
 
-# what each cause of a spike states, by its `cause` value
-_CAUSES: Mapping[str, Schema] = {
-    "optimizer-reset": {"restart_step": STEP, "steps_after_restart": DURATION},
-    DUPLICATE_BATCH.code: {"batch_id": LABEL, "repeat_of_step": STEP},
-    "lr-discontinuity": {
-        "lr_step": STEP,
-        "lr": Spec("point", "lr", step="lr_step"),
-        "lr_before": Spec("previous_point", "lr", step="lr_step"),
-        "relative_jump": Spec("relative_change", "lr"),
-        "lead_steps": DURATION,
-    },
-    "long-tail-token": {
-        "grad_norm_step": STEP,
-        "grad_norm": Spec("point", "grad_norm", step="grad_norm_step"),
-        "grad_norm_baseline": Spec("trailing_mean", "grad_norm", step="grad_norm_step"),
-        "ratio": Spec("ratio", "grad_norm"),
-        "lead_steps": DURATION,
-        "bar": Spec("bound", "grad_norm"),  # the grad-norm ratio this spike needed
-    },
-}
 
-_JUMP: Schema = {
-    "from_step": STEP,
-    "to_step": STEP,
-    "before": Spec("point", step="from_step"),
-    "after": Spec("point", step="to_step"),
-    "ratio": RATIO,
-}
+def _names(code: str) -> Any:
+    """The `cause` field of a cause type: its name, written first in the JSON."""
+    return field(default=code, kw_only=True, metadata=measure(None))
+
+
+# ---------------------------------------------------------------- the causes of a spike
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizerReset(Evidence):
+    """The spike began right after a resume."""
+
+    cause: str = _names("optimizer-reset")
+    restart_step: int = field(metadata=measure(STEP))
+    steps_after_restart: int = field(metadata=measure(DURATION))
+
+
+@dataclass(frozen=True, eq=False)
+class RepeatedBatch(Evidence):
+    """The batch at the spike repeats a recent one."""
+
+    cause: str = _names(DUPLICATE_BATCH.code)
+    batch_id: float = field(metadata=measure(LABEL))
+    repeat_of_step: int = field(metadata=measure(STEP))
+
+
+@dataclass(frozen=True, eq=False)
+class LrDiscontinuity(Evidence):
+    """The LR jumped just before the spike."""
+
+    cause: str = _names("lr-discontinuity")
+    lr_step: int = field(metadata=measure(STEP))
+    lr: float = field(metadata=measure(Spec("point", "lr", step="lr_step")))
+    lr_before: float = field(metadata=measure(Spec("previous_point", "lr", step="lr_step")))
+    relative_jump: float = field(metadata=measure(Spec("relative_change", "lr")))
+    lead_steps: int = field(metadata=measure(DURATION))
+
+
+@dataclass(frozen=True, eq=False)
+class LongTailToken(Evidence):
+    """The pre-clip grad norm jumped just before the spike."""
+
+    cause: str = _names("long-tail-token")
+    grad_norm_step: int = field(metadata=measure(STEP))
+    grad_norm: float = field(metadata=measure(Spec("point", "grad_norm", step="grad_norm_step")))
+    grad_norm_baseline: float = field(
+        metadata=measure(Spec("trailing_mean", "grad_norm", step="grad_norm_step"))
+    )
+    ratio: float = field(metadata=measure(Spec("ratio", "grad_norm")))
+    lead_steps: int = field(metadata=measure(DURATION))
+    # the grad-norm ratio this spike needed (a large spike needs less)
+    bar: float = field(metadata=measure(Spec("bound", "grad_norm")))
+
+
+SpikeCause = OptimizerReset | RepeatedBatch | LrDiscontinuity | LongTailToken
+_CAUSE_TYPES: tuple[type[Evidence], ...] = (
+    OptimizerReset,
+    RepeatedBatch,
+    LrDiscontinuity,
+    LongTailToken,
+)
+
+
+def _cause_name(cause_type: type[Evidence]) -> str:
+    return next(f.default for f in fields(cause_type) if f.name == "cause")  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- the findings' evidence
+
+
+@dataclass(frozen=True, eq=False)
+class SpikeEvidence(Evidence):
+    """A spike as the rule measured it: its frozen baseline, its peak, its recovery."""
+
+    onset_step: int = field(metadata=measure(STEP))
+    end_step: int = field(metadata=measure(STEP))
+    peak_step: int = field(metadata=measure(STEP))
+    points: int = field(metadata=measure(COUNT))
+    mu: float = field(metadata=measure(over("mean", "baseline_first_step", "baseline_last_step")))
+    sigma: float = field(
+        metadata=measure(over("sigma", "baseline_first_step", "baseline_last_step"))
+    )
+    threshold: float = field(metadata=measure(BOUND))
+    peak: float = field(metadata=measure(Spec("peak", step="peak_step")))
+    z: float = field(
+        metadata=measure(over("z", "baseline_first_step", "baseline_last_step", step="peak_step"))
+    )
+    recovered: bool = field(metadata=measure(None))
+    recovery_step: int | None = field(metadata=measure(STEP))
+    recovery_steps: int | None = field(metadata=measure(DURATION))
+    spike_type: int = field(metadata=measure(LABEL))  # 1 recoverable, 2 persistent, 3 divergent
+    causes: list[SpikeCause] = field(
+        metadata=measure(EachItem("cause", {_cause_name(t): t.schema() for t in _CAUSE_TYPES}))
+    )
+    window: str = field(metadata=measure(None))  # how the baseline window was formed
+    # the first loss logged recovery_window_steps or more after the peak
+    after_window_loss: float | None = field(
+        metadata=measure(Spec("point", step="after_window_step"))
+    )
+    after_window_step: int | None = field(metadata=measure(STEP))
+    baseline_first_step: int | None = field(metadata=measure(STEP))
+    baseline_last_step: int | None = field(metadata=measure(STEP))
+    recovery_level: float | None = field(metadata=measure(BOUND))
+    recovery_horizon_steps: int | None = field(metadata=measure(DURATION))
+
+    @classmethod
+    def of(cls, event: SpikeEvent) -> SpikeEvidence:
+        return cls(**{f.name: getattr(event, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True, eq=False)
+class RecurringSpikesEvidence(Evidence):
+    count: int = field(metadata=measure(COUNT))
+    steps: list[int] = field(metadata=measure(STEPS))
+    # peak over the trailing mean, the smallest and the largest of the group
+    ratio_min: float | None = field(metadata=measure(RATIO))
+    ratio_max: float | None = field(metadata=measure(RATIO))
+    z_min: float = field(metadata=measure(Spec("z")))
+    z_max: float = field(metadata=measure(Spec("z")))
+    recovered_share: float = field(metadata=measure(FRACTION))
+    longest_recovery_steps: int = field(metadata=measure(DURATION))
+
+
+@dataclass(frozen=True, eq=False)
+class BlipEvidence(Evidence):
+    count: int = field(metadata=measure(COUNT))
+    steps: list[int] = field(metadata=measure(STEPS))  # the first 20
+    largest_z: float = field(metadata=measure(Spec("z")))
+
+
+@dataclass(frozen=True, eq=False)
+class JumpEvidence(Evidence):
+    """One jump between two logged points of a log too short for the spike window."""
+
+    from_step: int = field(metadata=measure(STEP))
+    to_step: int = field(metadata=measure(STEP))
+    before: float = field(metadata=measure(Spec("point", step="from_step")))
+    after: float = field(metadata=measure(Spec("point", step="to_step")))
+    ratio: float = field(metadata=measure(RATIO))
+
 
 SPIKE = FindingKind(
     code="spike",
@@ -67,28 +185,7 @@ SPIKE = FindingKind(
     question="Q2.1",
     incident="Loss spike",
     marker="spike",
-    evidence={
-        "onset_step": STEP,
-        "end_step": STEP,
-        "peak_step": STEP,
-        "baseline_first_step": STEP,
-        "baseline_last_step": STEP,
-        "recovery_step": STEP,
-        "points": COUNT,
-        "mu": over("mean", "baseline_first_step", "baseline_last_step"),
-        "sigma": over("sigma", "baseline_first_step", "baseline_last_step"),
-        "threshold": BOUND,
-        "recovery_level": BOUND,
-        "peak": Spec("peak", step="peak_step"),
-        "z": over("z", "baseline_first_step", "baseline_last_step", step="peak_step"),
-        "recovery_steps": DURATION,
-        "recovery_horizon_steps": DURATION,
-        "spike_type": LABEL,
-        # the first loss logged recovery_window_steps or more after the peak
-        "after_window_loss": Spec("point", step="after_window_step"),
-        "after_window_step": STEP,
-        "causes": EachItem("cause", _CAUSES),
-    },
+    evidence_type=SpikeEvidence,
 )
 RECURRING_SPIKES = FindingKind(
     code="recurring-spikes",
@@ -101,16 +198,7 @@ RECURRING_SPIKES = FindingKind(
     "holds batches the model keeps stumbling on",
     question="Q2.1",
     incident="Loss spike",
-    evidence={
-        "count": COUNT,
-        "steps": STEPS,
-        "ratio_min": RATIO,  # peak over the trailing mean, the smallest of the group
-        "ratio_max": RATIO,
-        "z_min": Spec("z"),
-        "z_max": Spec("z"),
-        "recovered_share": FRACTION,
-        "longest_recovery_steps": DURATION,
-    },
+    evidence_type=RecurringSpikesEvidence,
 )
 BLIP = FindingKind(
     code="blip",
@@ -123,7 +211,7 @@ BLIP = FindingKind(
     "and judged it noise",
     question="Q2.1",
     marker="blip",
-    evidence={"count": COUNT, "steps": STEPS, "largest_z": Spec("z")},
+    evidence_type=BlipEvidence,
 )
 LOSS_JUMP = FindingKind(
     code="loss-jump",
@@ -136,7 +224,7 @@ LOSS_JUMP = FindingKind(
     why="a short log cannot be judged against a noise band, but a jump that large is worth a "
     "look before the run goes on",
     question="Q2.1",
-    evidence=_JUMP,
+    evidence_type=JumpEvidence,
 )
 GRAD_NORM_JUMP = FindingKind(
     code="grad-norm-jump",
@@ -149,5 +237,5 @@ GRAD_NORM_JUMP = FindingKind(
     why="in a short log a grad-norm jump is the only early sign of a spike the spike rule "
     "cannot yet judge",
     question="Q2.3",
-    evidence=_JUMP,
+    evidence_type=JumpEvidence,
 )
