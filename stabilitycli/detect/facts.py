@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence
     from stabilitycli.detect.ranks.report import RankReport
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 class Facts:
     rank_report: RankReport | None = None
     """The per-rank comparison (rule `ranks`); None for a log without ranks."""
-    nonfinite: dict[str, Any] | None = None
+    nonfinite: NanEvidence | FiniteLoss | None = None
     """§1 evidence: first step, count, origin layer... (rule `nan`); `count` 0 when clean."""
     spikes: list[SpikeEvent] = field(default_factory=list)
     """§2 material spikes, in step order (rule `spike`)."""

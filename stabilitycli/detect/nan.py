@@ -9,11 +9,12 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT
+from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT, FiniteLoss, NanEvidence
 from stabilitycli.detect.mixed_precision import runs_fp16
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.model import Skip
+from stabilitycli.quantity_schema import ABSENT
 
 # Forward order of a transformer's layers (spec Q1.3); a layer name is placed by
 # the first of these words it contains, then by its block index.
@@ -88,7 +89,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     if not bad.any():
         steps, bad, hidden_by = _hidden_nan(view)
         if hidden_by is None:
-            result.facts["nonfinite"] = {"count": 0, "points": int(loss.size)}
+            result.facts["nonfinite"] = FiniteLoss(count=0, points=int(loss.size))
             return result
         evidence_series = hidden_by
     first = int(np.argmax(bad))
@@ -103,23 +104,21 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     else:
         values = None
     origin = _origin_layer(view, first_step)
-    evidence: dict[str, Any] = {
-        "first_step": first_step,
-        "count": count,
-        "following": count - 1,
-        "points": int(steps.size),
-        "series": evidence_series,
-        **(_nonfinite_summary(values) if values is not None else {}),
-        "last_finite_loss": _last_finite_before(view, first_step),
-        "last_finite_step": _last_finite_step_before(view, first_step),
-        "dtype": view.dtype,
-    }
     earliest = _earliest_nonfinite(view, first_step)
-    if earliest is not None:
-        evidence["earliest_nonfinite"] = earliest
-    if origin is not None:
-        evidence["origin"] = origin["layer"]
-        evidence["origin_evidence"] = origin
+    evidence = NanEvidence(
+        first_step=first_step,
+        count=count,
+        following=count - 1,
+        points=int(steps.size),
+        series=evidence_series,
+        **(_nonfinite_summary(values) if values is not None else {}),
+        last_finite_loss=_last_finite_before(view, first_step),
+        last_finite_step=_last_finite_step_before(view, first_step),
+        dtype=view.dtype,
+        earliest_nonfinite=ABSENT if earliest is None else earliest,
+        origin=ABSENT if origin is None else origin["layer"],
+        origin_evidence=ABSENT if origin is None else origin,
+    )
     where = f" (hidden in the loss; seen in {hidden_by})" if hidden_by else ""
     message = f"loss non-finite from step {first_step}{where}: {count} of {steps.size} points" + (
         f"; first non-finite layer: {origin['layer']}" if origin else ""
