@@ -13,6 +13,10 @@ from stabilitycli.detect.kinds.mixed_precision import (
     LOSS_SCALE_HALVING,
     LOSS_SCALE_STATIC,
     RULE,
+    Fp16OverflowEvidence,
+    LossScaleCollapsedEvidence,
+    LossScaleHalvingEvidence,
+    LossScaleStaticEvidence,
 )
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
@@ -220,12 +224,12 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                 f"fp16 overflow not absorbed by the scaler: {why}",
                 step=first,
                 metric="grad_norm",
-                evidence={
-                    "overflows": int(total),
-                    "rate": round(rate, 5),
-                    "first_step": first,
-                    "spike_step": at_spike[0].onset_step if at_spike else None,
-                },
+                evidence=Fp16OverflowEvidence(
+                    overflows=int(total),
+                    rate=round(rate, 5),
+                    first_step=first,
+                    spike_step=at_spike[0].onset_step if at_spike else None,
+                ),
             )
         )
     return result
@@ -273,15 +277,15 @@ def _scale_history(
                 ),
                 step=int(steps[at]),
                 metric="loss_scale",
-                evidence={
-                    "scale_min": float(scale.min()),
-                    "scale_max": float(scale.max()),
-                    "first_step_below": int(steps[at]),
-                    "first_overflow_step": first_overflow,
-                    "first_halving_step": began,
-                    "overflows": total,
+                evidence=LossScaleCollapsedEvidence(
+                    scale_min=float(scale.min()),
+                    scale_max=float(scale.max()),
+                    first_step_below=int(steps[at]),
+                    first_overflow_step=first_overflow,
+                    first_halving_step=began,
+                    overflows=total,
                     **history,
-                },
+                ),
             )
         )
     elif np.all(scale == scale[0]) and total >= thresholds.static_scale_min_overflows:
@@ -291,7 +295,7 @@ def _scale_history(
                 "happened: dynamic loss scaling is not active",
                 step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
                 metric="loss_scale",
-                evidence={"scale": float(scale[0]), "overflows": total, **history},
+                evidence=LossScaleStaticEvidence(scale=float(scale[0]), overflows=total, **history),
             )
         )
     broken = any(f.kind in (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC) for f in result.findings)
@@ -307,14 +311,14 @@ def _scale_history(
                 step=int(steps[drops[0]]),
                 end_step=int(steps[drops[-1]]),
                 metric="loss_scale",
-                evidence={
-                    "drops": int(drops.size),
-                    "rises": int(rises.size),
-                    "first_drop_step": int(steps[drops[0]]),
-                    "scale_min": float(scale.min()),
-                    "scale_final": float(scale[-1]),
-                    "drop_steps": steps[drops][:20].tolist(),
+                evidence=LossScaleHalvingEvidence(
+                    drops=int(drops.size),
+                    rises=int(rises.size),
+                    first_drop_step=int(steps[drops[0]]),
+                    scale_min=float(scale.min()),
+                    scale_final=float(scale[-1]),
+                    drop_steps=steps[drops][:20].tolist(),
                     **history,
-                },
+                ),
             )
         )

@@ -2,17 +2,66 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import COUNT, FRACTION, STEP, STEPS, Schema, Spec
+from stabilitycli.quantity_schema import COUNT, FRACTION, STEP, STEPS, Evidence, Spec, measure
 
 RULE = "loss-scale"
 
-_HISTORY: Schema = {
-    "overflow_steps": STEPS,
-    "halving_steps": STEPS,
-    # the scale right after each halving, at the halving's step
-    "halving_scales": Spec("point", step="halving_steps[]", each=True),
-}
+
+_STEPS = measure(STEPS)
+# the scale right after each halving, at the halving's step
+_AFTER_HALVING = measure(Spec("point", step="halving_steps[]", each=True))
+
+
+# The scaler's history closes the evidence of every kind that reads the loss scale: every
+# overflow onset and every halving, so the story of a collapse starts where it did.
+
+
+@dataclass(frozen=True, eq=False)
+class Fp16OverflowEvidence(Evidence):
+    overflows: int = field(metadata=measure(COUNT))
+    rate: float = field(metadata=measure(FRACTION))  # overflow steps per step of the log
+    first_step: int = field(metadata=measure(STEP))
+    spike_step: int | None = field(metadata=measure(STEP))  # the loss spike it came with
+
+
+@dataclass(frozen=True, eq=False)
+class LossScaleHalvingEvidence(Evidence):
+    drops: int = field(metadata=measure(COUNT))
+    rises: int = field(metadata=measure(COUNT))
+    first_drop_step: int = field(metadata=measure(STEP))
+    scale_min: float = field(metadata=measure(Spec("min")))
+    scale_final: float = field(metadata=measure(Spec("point")))  # its step is not in the evidence
+    drop_steps: list[int] = field(metadata=_STEPS)  # the first 20
+    overflow_steps: list[int] = field(metadata=_STEPS)
+    halving_steps: list[int] = field(metadata=_STEPS)
+    halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+
+
+@dataclass(frozen=True, eq=False)
+class LossScaleStaticEvidence(Evidence):
+    # constant over the log, so also its value at the first overflow
+    scale: float = field(metadata=measure(Spec("point", step="@step")))
+    overflows: int = field(metadata=measure(COUNT))
+    overflow_steps: list[int] = field(metadata=_STEPS)
+    halving_steps: list[int] = field(metadata=_STEPS)
+    halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+
+
+@dataclass(frozen=True, eq=False)
+class LossScaleCollapsedEvidence(Evidence):
+    scale_min: float = field(metadata=measure(Spec("min")))  # over the whole log
+    scale_max: float = field(metadata=measure(Spec("max")))
+    first_step_below: int = field(metadata=measure(STEP))
+    first_overflow_step: int | None = field(metadata=measure(STEP))
+    first_halving_step: int | None = field(metadata=measure(STEP))
+    overflows: int = field(metadata=measure(COUNT))
+    overflow_steps: list[int] = field(metadata=_STEPS)
+    halving_steps: list[int] = field(metadata=_STEPS)
+    halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+
 
 FP16_OVERFLOW = FindingKind(
     code="fp16-overflow",
@@ -26,12 +75,7 @@ FP16_OVERFLOW = FindingKind(
     "the weights at worst",
     question="Q3.1",
     incident="fp16 overflow",
-    evidence={
-        "overflows": COUNT,
-        "rate": FRACTION,
-        "first_step": STEP,
-        "spike_step": STEP,
-    },
+    evidence_type=Fp16OverflowEvidence,
 )
 LOSS_SCALE_HALVING = FindingKind(
     code="loss-scale-halving",
@@ -44,15 +88,7 @@ LOSS_SCALE_HALVING = FindingKind(
     why="healthy back-off is normal in fp16; it is listed so that a later collapse can be "
     "told from it",
     question="Q3.2",
-    evidence={
-        "drops": COUNT,
-        "rises": COUNT,
-        "first_drop_step": STEP,
-        "scale_min": Spec("min"),
-        "scale_final": Spec("point"),  # the last one logged: that step is not in the evidence
-        "drop_steps": STEPS,
-        **_HISTORY,
-    },
+    evidence_type=LossScaleHalvingEvidence,
 )
 LOSS_SCALE_STATIC = FindingKind(
     code="loss-scale-static",
@@ -65,12 +101,7 @@ LOSS_SCALE_STATIC = FindingKind(
     "lowers the scale to stop the next one",
     question="Q3.2",
     incident="Static loss scale",
-    evidence={
-        # constant over the log, so also its value at the first overflow
-        "scale": Spec("point", step="@step"),
-        "overflows": COUNT,
-        **_HISTORY,
-    },
+    evidence_type=LossScaleStaticEvidence,
 )
 LOSS_SCALE_COLLAPSED = FindingKind(
     code="loss-scale-collapsed",
@@ -84,13 +115,5 @@ LOSS_SCALE_COLLAPSED = FindingKind(
     "have lost their signal",
     question="Q3.2",
     incident="Loss-scale collapse",
-    evidence={
-        "scale_min": Spec("min"),  # over the whole log
-        "scale_max": Spec("max"),
-        "first_step_below": STEP,
-        "first_overflow_step": STEP,
-        "first_halving_step": STEP,
-        "overflows": COUNT,
-        **_HISTORY,
-    },
+    evidence_type=LossScaleCollapsedEvidence,
 )
