@@ -8,6 +8,7 @@ numbers behind its answer.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +127,8 @@ def _ranks(w: _Walk) -> None:
 def _nan(w: _Walk) -> None:
     """§1: Q1.1 non-finite loss, Q1.2 what the dtype makes of it, Q1.3 where it started."""
     if NAN.code not in w.by_code:
-        points = (w.facts.nonfinite or {}).get("points", 0)
+        clean: Mapping[str, Any] = w.facts.nonfinite or {}
+        points = clean.get("points", 0)
         w.ask(
             "Q1.1",
             "no" if NAN.rule not in w.skipped else "unknown",
@@ -425,7 +427,7 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
             None,
         )
     if dtype == "fp32":
-        nan = facts.nonfinite or {}
+        nan: Mapping[str, Any] = facts.nonfinite or {}
         early = nan.get("earliest_nonfinite")
         layer = nan.get("origin")
         if early and early["series"].startswith("param_norm"):
@@ -506,7 +508,7 @@ def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
     return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({_cause_numbers(c)})"
 
 
-def _cause_numbers(c: dict) -> str:
+def _cause_numbers(c: Mapping[str, Any]) -> str:
     """A spike cause's numbers, each with what it is (the generic key-value list otherwise)."""
     lead = f"{c.get('lead_steps')} step(s) before the spike"
     if c["cause"] == "long-tail-token" and "grad_norm_step" in c:

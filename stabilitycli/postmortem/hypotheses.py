@@ -11,6 +11,7 @@ order, so the first supported hypothesis is the root cause.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,7 +347,7 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
     )
 
 
-def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
+def _rank_test(analysis: Analysis, ev: Mapping[str, Any]) -> Hypothesis | None:
     title = "one data-parallel rank went bad and moved the mean"
     ranks = ev.get("explained_by_ranks")
     if ranks:

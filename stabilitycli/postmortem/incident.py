@@ -7,6 +7,7 @@ verdicts' sections) build `Incident`s from these.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +94,7 @@ def _steps(pair: Any) -> str:
     return f"{int(pair[0])}–{int(pair[1])}"
 
 
-def rise_from_words(ev: dict) -> str:
+def rise_from_words(ev: Mapping[str, Any]) -> str:
     """The level a divergence or plateau rose from, with what it is (its evidence names it)."""
     level = fmt(float(ev["rise_from_level"]))
     if not ev.get("rise_from_steps"):
@@ -101,12 +102,12 @@ def rise_from_words(ev: dict) -> str:
     return f"{level} ({_stat(ev)} steps {_steps(ev['rise_from_steps'])})"
 
 
-def _stat(ev: dict) -> str:
+def _stat(ev: Mapping[str, Any]) -> str:
     median = ev.get("rise_from_stat") == "median"
     return "the median of" if median else "the mean of the medians over"
 
 
-def below_words(ev: dict) -> str:
+def below_words(ev: Mapping[str, Any]) -> str:
     """What a re-run's bound sits below: the level the rising window opened at."""
     if not ev.get("start_level_steps"):
         return "below the level where the trend window opened"
@@ -116,7 +117,7 @@ def below_words(ev: dict) -> str:
     )
 
 
-def trend_symptoms(ev: dict) -> list[tuple[str, Any]]:
+def trend_symptoms(ev: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """A divergence's or plateau's levels, each named by the steps it is a statistic of."""
     rise = ev.get("relative_rise")
     out: list[tuple[str, Any]] = []

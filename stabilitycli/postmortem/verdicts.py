@@ -12,6 +12,7 @@ A–B, the first step, a count.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from stabilitycli.classify.remedies import FP16_MAX
@@ -100,7 +101,7 @@ def _num(value: Any) -> float:
         return math.nan
 
 
-def _relative(ev: dict) -> str:
+def _relative(ev: Mapping[str, Any]) -> str:
     """The relative rise of a divergence or plateau, `+12.3%`; a rise from a level of 0
     has none (its evidence holds None), and says so instead of printing `+nan%`."""
     rise = _num(ev.get("relative_rise"))

@@ -4,7 +4,7 @@ of a log too short for the spike window."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.model import FindingKind, Severity
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 RULE = "spike"
 
 
-def _names(code: str) -> Any:
-    """The `cause` field of a cause type: its name, written first in the JSON."""
-    return field(default=code, kw_only=True, metadata=measure(None))
+# each cause type's `cause` field is its name, written first in the JSON (keyword-only: it
+# has the default every instance shares)
+_NAME = measure(None)
 
 
 # ---------------------------------------------------------------- the causes of a spike
@@ -42,7 +42,7 @@ def _names(code: str) -> Any:
 class OptimizerReset(Evidence):
     """The spike began right after a resume."""
 
-    cause: str = _names("optimizer-reset")
+    cause: str = field(default="optimizer-reset", kw_only=True, metadata=_NAME)
     restart_step: int = field(metadata=measure(STEP))
     steps_after_restart: int = field(metadata=measure(DURATION))
 
@@ -51,7 +51,7 @@ class OptimizerReset(Evidence):
 class RepeatedBatch(Evidence):
     """The batch at the spike repeats a recent one."""
 
-    cause: str = _names(DUPLICATE_BATCH.code)
+    cause: str = field(default=DUPLICATE_BATCH.code, kw_only=True, metadata=_NAME)
     batch_id: float = field(metadata=measure(LABEL))
     repeat_of_step: int = field(metadata=measure(STEP))
 
@@ -60,7 +60,7 @@ class RepeatedBatch(Evidence):
 class LrDiscontinuity(Evidence):
     """The LR jumped just before the spike."""
 
-    cause: str = _names("lr-discontinuity")
+    cause: str = field(default="lr-discontinuity", kw_only=True, metadata=_NAME)
     lr_step: int = field(metadata=measure(STEP))
     lr: float = field(metadata=measure(Spec("point", "lr", step="lr_step")))
     lr_before: float = field(metadata=measure(Spec("previous_point", "lr", step="lr_step")))
@@ -72,7 +72,7 @@ class LrDiscontinuity(Evidence):
 class LongTailToken(Evidence):
     """The pre-clip grad norm jumped just before the spike."""
 
-    cause: str = _names("long-tail-token")
+    cause: str = field(default="long-tail-token", kw_only=True, metadata=_NAME)
     grad_norm_step: int = field(metadata=measure(STEP))
     grad_norm: float = field(metadata=measure(Spec("point", "grad_norm", step="grad_norm_step")))
     grad_norm_baseline: float = field(

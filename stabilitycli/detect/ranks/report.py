@@ -91,14 +91,16 @@ class RankOutlier:
             for k, v in self.to_dict().items()
             if k not in ("rank", "kind", "onset_step", "end_step", "metric", "message", "severity")
         }
-        evidence["kind"] = self.kind
-        return FINDING_KINDS[self.kind].finding(
+        kind = FINDING_KINDS[self.kind]
+        # every per-rank kind declares one (made from one template: typed by its fields)
+        evidence_type: Any = kind.evidence_type
+        return kind.finding(
             self.message,
             step=self.onset_step,
             end_step=self.end_step,
             rank=self.rank,
             metric=self.metric,
-            evidence=evidence,
+            evidence=evidence_type(**evidence, kind=self.kind),
         )
 
 
