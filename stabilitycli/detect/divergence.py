@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -12,7 +12,18 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, LOSS_RISE, PLATEAU
+from stabilitycli.detect.kinds.divergence import (
+    DIVERGENCE,
+    GRAD_NORM_RISING,
+    LOSS_RISE,
+    PLATEAU,
+    LossRiseEvidence,
+    RiseCause,
+    RisingGradNorm,
+    RisingLr,
+    TrendEvidence,
+    WeightNormMove,
+)
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.schedule import warmup_end
@@ -168,7 +179,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                     f"{cause_words(c)}; the loss began to rise at step {start_step}",
                     step=start_step,
                     metric="grad_norm",
-                    evidence=dict(c),
+                    evidence=c,
                 )
             )
     # every level is named by what it is: a window's levels are means of the bin medians
@@ -209,7 +220,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         rise_words = f"{climb:.4g} in loss units (no relative rise from 0), {span_words}"
     in_window = (steps >= start_step) & (steps <= end_step)
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
-    evidence = {
+    trend_numbers: dict[str, Any] = {
         "start_step": start_step,
         "end_step": end_step,
         "z": round(float(z[j]), 2),
@@ -240,11 +251,12 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     undone_before = undone[undone_ends < start_step]
     result.findings += _loss_rise(undone_before, *undone_scan)
     if undone.size > undone_before.size:
-        evidence["loss_rise_windows_inside"] = int(undone.size - undone_before.size)
-        evidence["folded"] = (
+        trend_numbers["loss_rise_windows_inside"] = int(undone.size - undone_before.size)
+        trend_numbers["folded"] = (
             "windows inside this rise that rose and fell back are its noise, not a recovery: "
             "they are counted here (loss_rise_windows_inside), not reported as loss-rise"
         )
+    evidence = TrendEvidence(**trend_numbers)
     trend.update(evidence)
     cause = causes[0]["cause"] if causes else None
     if rise < thresholds.divergence_min_rise_frac and cause is None:
@@ -297,11 +309,11 @@ def _loss_rise(
             step=int(binned.steps[worst]),
             end_step=int(binned.end_steps[worst + m - 1]),
             metric="loss",
-            evidence={
-                "windows": int(undone.size),
-                "z": round(float(z[worst]), 2),
-                "rise": float(last_mean[worst] - first_mean[worst]),
-            },
+            evidence=LossRiseEvidence(
+                windows=int(undone.size),
+                z=round(float(z[worst]), 2),
+                rise=float(last_mean[worst] - first_mean[worst]),
+            ),
         )
     ]
 
@@ -981,9 +993,9 @@ def _window_points(
     )
 
 
-def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[dict]:
+def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[RiseCause]:
     """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the tree's order."""
-    causes: list[dict] = []
+    causes: list[RiseCause] = []
     if view.has("lr"):
         s, lr = view.points("lr")
         inside = (s >= start) & (s <= end) & np.isfinite(lr)
@@ -995,14 +1007,13 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
                 # outside warmup a rising LR is a schedule bug (Q4.2); inside it, the
                 # loss turning up while the LR still climbs says the peak LR is too high
                 causes.append(
-                    {
-                        "cause": LR_INCREASING.code,
-                        "lr_start": lr_start,
-                        "lr_end": lr_end,
-                        "within_warmup": not past_warmup,
-                        "lr_start_step": lr_steps[0],
-                        "lr_end_step": lr_steps[1],
-                    }
+                    RisingLr(
+                        lr_start=lr_start,
+                        lr_end=lr_end,
+                        within_warmup=not past_warmup,
+                        lr_start_step=lr_steps[0],
+                        lr_end_step=lr_steps[1],
+                    )
                 )
     for name in view.param_norm_columns():
         s, norm = view.points(name)
@@ -1012,16 +1023,15 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
             at = s[inside]
             if high / low > thresholds.weight_norm_ratio:
                 causes.append(
-                    {
-                        "cause": "weight-norm",
-                        "series": name,
-                        "min": low,
-                        "max": high,
-                        "direction": "grows" if norm[inside][-1] > norm[inside][0] else "collapses",
-                        "min_step": int(at[int(np.argmin(norm[inside]))]),
-                        "max_step": int(at[int(np.argmax(norm[inside]))]),
-                        "steps": [int(at[0]), int(at[-1])],
-                    }
+                    WeightNormMove(
+                        series=name,
+                        min=low,
+                        max=high,
+                        direction="grows" if norm[inside][-1] > norm[inside][0] else "collapses",
+                        min_step=int(at[int(np.argmin(norm[inside]))]),
+                        max_step=int(at[int(np.argmax(norm[inside]))]),
+                        steps=[int(at[0]), int(at[-1])],
+                    )
                 )
                 break
     if view.has("grad_norm"):
@@ -1034,19 +1044,18 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
             at = s[inside]
             if early > 0 and late > early * (1 + thresholds.grad_norm_rise_frac):
                 causes.append(
-                    {
-                        "cause": GRAD_NORM_RISING.code,
-                        "grad_norm_start": early,
-                        "grad_norm_end": late,
+                    RisingGradNorm(
+                        grad_norm_start=early,
+                        grad_norm_end=late,
                         # the grad norm's mean over the first and last quarter of the points
-                        "grad_norm_start_steps": [int(at[0]), int(at[quarter - 1])],
-                        "grad_norm_end_steps": [int(at[-quarter]), int(at[-1])],
-                    }
+                        grad_norm_start_steps=[int(at[0]), int(at[quarter - 1])],
+                        grad_norm_end_steps=[int(at[-quarter]), int(at[-1])],
+                    )
                 )
     return causes
 
 
-def cause_words(c: dict) -> str:
+def cause_words(c: Mapping[str, Any]) -> str:
     """A divergence cause's numbers, each with what it is (for the path and the post-mortem)."""
     if c["cause"] == LR_INCREASING.code and "lr_start_step" in c:
         return (
