@@ -271,12 +271,12 @@ def _divergence(w: _Walk) -> None:
         w.ask("Q4.1", "insufficient data", w.skipped[DIVERGENCE.rule])
         return
     if DIVERGENCE.code not in w.by_code and PLATEAU.code not in w.by_code:
-        max_z = div.get("max_z", 0.0) if div else 0.0
+        max_z = div.max_z if div else 0.0
         w.ask(
             "Q4.1",
             "no",
-            f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
-            f"({div.get('window', '') if div else ''}; max Mann-Kendall z = {max_z:.1f})",
+            f"no lasting rise in {div.windows if div else 0} windows "
+            f"({div.window if div else ''}; max Mann-Kendall z = {max_z:.1f})",
         )
         return
     f = (w.by_code.get(DIVERGENCE.code) or w.by_code[PLATEAU.code])[0]
@@ -379,7 +379,7 @@ def _verdict(w: _Walk) -> Verdict:
 _TREE_RULES = (NAN.rule, SPIKE.rule, DIVERGENCE.rule)
 
 
-def log_shows(source: SourceInfo, overflow: dict[str, Any] | None) -> frozenset[str]:
+def log_shows(source: SourceInfo, overflow: Mapping[str, Any] | None) -> frozenset[str]:
     """What the log shows of the run's set-up, for picking remedies (`questions.SHOWS_*`).
 
     A remedy for what is already in place is left out: a loss scale that moves

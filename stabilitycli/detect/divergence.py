@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.config import Thresholds
-from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.facts import Facts, TrendScan
 from stabilitycli.detect.kinds.divergence import (
     DIVERGENCE,
     GRAD_NORM_RISING,
@@ -120,12 +120,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
     first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
-    trend = {
-        "window": description,
-        "windows": scan.windows,
-        "max_z": scan.max_z,
-        "shortened": shortened,
-    }
+    trend = TrendScan(description, scan.windows, scan.max_z, shortened)
     result.facts["trend"] = trend
 
     # windows that rose and fell back again: told as `loss-rise` (info), but only those
@@ -257,7 +252,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
             "they are counted here (loss_rise_windows_inside), not reported as loss-rise"
         )
     evidence = TrendEvidence(**trend_numbers)
-    trend.update(evidence)
+    result.facts["trend"] = replace(trend, rise=evidence)
     cause = causes[0]["cause"] if causes else None
     if rise < thresholds.divergence_min_rise_frac and cause is None:
         result.findings.append(

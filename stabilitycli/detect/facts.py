@@ -8,14 +8,43 @@ is derived from those declarations. The classifier reads the finished object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
+    from stabilitycli.detect.kinds.divergence import TrendEvidence
     from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence
     from stabilitycli.detect.ranks.report import RankReport
     from stabilitycli.detect.spike_event import SpikeEvent
+
+
+class OverflowSummary(TypedDict, total=False):
+    """§3's reading of the fp16 scaler, built up as the rule goes (the scale keys only when
+    a loss-scale series is logged)."""
+
+    overflows: int  # overflow steps
+    overflow_steps: list[int]
+    span_steps: int  # steps the log spans
+    has_scale: bool  # a loss-scale series is logged
+    has_messages: bool  # overflow messages are logged
+    rate: float  # overflows per step
+    scale_min: float
+    scale_max: float
+    scale_final: float
+    scale_drops: int
+    scale_rises: int
+
+
+@dataclass(frozen=True)
+class TrendScan:
+    """What §4's scan looked at, and the lasting rise it found (None: none)."""
+
+    window: str  # how the trend window was formed, in words
+    windows: int  # windows scanned
+    max_z: float  # the largest Mann-Kendall z among them
+    shortened: bool  # the window was shortened to fit the log
+    rise: TrendEvidence | None = None
 
 
 @dataclass
@@ -34,9 +63,9 @@ class Facts:
     """How the spike baseline window was formed, said in the Q2.1 evidence (rule `spike`)."""
     spike_insufficient: bool = False
     """The log is too short for the spike baseline: the run cannot be called healthy."""
-    overflow: dict[str, Any] | None = None
+    overflow: OverflowSummary | None = None
     """§3 overflow counts and loss-scale history (rule `loss-scale`)."""
-    trend: dict[str, Any] | None = None
+    trend: TrendScan | None = None
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
     restart_replays: list[RestartReplayEvidence] = field(default_factory=list)
     """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect import windows
-from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.facts import Facts, OverflowSummary
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
     LOSS_SCALE_COLLAPSED,
@@ -189,7 +189,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     overflow_rows, counts = overflow_points(view)
     total = float(counts.sum())
     span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
-    overflow = {
+    overflow: OverflowSummary = {
         "overflows": int(total),
         "overflow_steps": view.steps[overflow_rows].tolist(),
         "span_steps": span_steps,
@@ -236,7 +236,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
 
 
 def _scale_history(
-    view: SeriesView, thresholds: Thresholds, overflow: dict, result: RuleResult
+    view: SeriesView, thresholds: Thresholds, overflow: OverflowSummary, result: RuleResult
 ) -> None:
     steps, scale = view.finite_points("loss_scale")
     if not scale.size:
