@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -100,9 +101,14 @@ def test_kind_has_both_fixtures_and_they_behave(kind: FindingKind) -> None:
 
 @pytest.mark.parametrize("kind", KINDS, ids=_id)
 def test_kind_declares_what_every_evidence_number_is(kind: FindingKind) -> None:
+    assert kind.evidence_type is not None, f"{kind.code}: no typed evidence"
+    _command, finding = gen.example(kind.code)
+    assert isinstance(finding.evidence, kind.evidence_type)
+    # every field says what it is: a quantity kind, or None for a name, a flag or a text
+    for spec in fields(kind.evidence_type):
+        assert "quantity" in spec.metadata, f"{kind.code}.{spec.name}: no quantity declared"
     declared = _spec_kinds(kind.evidence)
     assert declared <= set(QUANTITY_KINDS), sorted(declared - set(QUANTITY_KINDS))
-    _command, finding = gen.example(kind.code)
     numbers = {
         key
         for key, value in finding.evidence.items()
