@@ -14,9 +14,8 @@ if TYPE_CHECKING:
     from stabilitycli.detect.kinds.divergence import TrendEvidence
     from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
-    from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence
+    from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence, SpikeEvent
     from stabilitycli.detect.ranks.report import RankReport
-    from stabilitycli.detect.spike_event import SpikeEvent
 
 
 class OverflowSummary(TypedDict, total=False):

@@ -25,12 +25,12 @@ from stabilitycli.detect.kinds.spike import (
     RecurringSpikesEvidence,
     RepeatedBatch,
     SpikeCause,
+    SpikeEvent,
     SpikeEvidence,
 )
 from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.spike_event import SpikeEvent
 from stabilitycli.detect.windows import (
     ForwardMedian,
     TrailingAt,

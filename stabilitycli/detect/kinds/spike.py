@@ -4,7 +4,6 @@ of a log too short for the spike window."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
 
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.model import FindingKind, Severity
@@ -23,9 +22,6 @@ from stabilitycli.quantity_schema import (
     measure,
     over,
 )
-
-if TYPE_CHECKING:
-    from stabilitycli.detect.spike_event import SpikeEvent
 
 RULE = "spike"
 
@@ -95,6 +91,43 @@ _CAUSE_TYPES: tuple[type[Evidence], ...] = (
 
 def _cause_name(cause_type: type[Evidence]) -> str:
     return next(f.default for f in fields(cause_type) if f.name == "cause")  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- one spike, as measured
+
+
+@dataclass
+class SpikeEvent:
+    onset_step: int
+    end_step: int
+    peak_step: int
+    points: int
+    mu: float
+    sigma: float
+    threshold: float
+    peak: float
+    z: float
+    recovered: bool
+    recovery_step: int | None
+    recovery_steps: int | None
+    spike_type: int
+    material: bool
+    causes: list[SpikeCause] = field(default_factory=list)
+    window: str = ""
+    # the first loss logged recovery_window_steps or more after the peak, and its step
+    after_window_loss: float | None = None
+    after_window_step: int | None = None
+    # the logged steps the frozen baseline (mu, sigma) was taken over
+    baseline_first_step: int | None = None
+    baseline_last_step: int | None = None
+    recovery_level: float | None = None  # mu + recovery_sigma * sigma
+    # steps after the onset the loss had to be back within (recovery_window_steps, or the
+    # gap to the next logged point when that is longer)
+    recovery_horizon_steps: int | None = None
+
+    @property
+    def cause(self) -> str | None:
+        return self.causes[0]["cause"] if self.causes else None
 
 
 # ---------------------------------------------------------------- the findings' evidence
