@@ -108,8 +108,8 @@ class Finding:
     end_step: int | None = None
     rank: int | None = None
     metric: str | None = None
-    # typed (`quantity_schema.Evidence`, declared beside the kind) or, for a kind not yet
-    # typed, a dict; either reads as the same mapping
+    # typed (`quantity_schema.Evidence`, declared beside the kind); a dict is accepted too
+    # (a finding written out by hand, or one a later stage re-labels), read the same way
     evidence: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
