@@ -9,7 +9,7 @@ does not declare is a number without a meaning: `tests/test_quantities.py` fails
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any, Union
 
@@ -132,7 +132,13 @@ class Evidence(Mapping[str, Any]):
             value = getattr(self, f.name)
             if value is not ABSENT:
                 out[f.name] = _plain(value)
-        return out
+        return out | self.__dict__.get("_added", {})
+
+    def adding(self, **keys: Any) -> Evidence:
+        """A copy with keys a later stage adds to any finding (`COMMON`), written last."""
+        copy = replace(self)
+        object.__setattr__(copy, "_added", {**self.__dict__.get("_added", {}), **keys})
+        return copy
 
     @cached_property
     def _view(self) -> dict[str, Any]:

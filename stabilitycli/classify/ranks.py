@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, PLATEAU
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.ranks.report import RankOutlier, RankReport
 from stabilitycli.model import Finding, Severity
+from stabilitycli.quantity_schema import Evidence
 
 # findings about the mean that a bad rank can produce on its own
 _MEAN_KINDS = (SPIKE, DIVERGENCE, PLATEAU)
@@ -41,7 +45,7 @@ def attribute_to_ranks(
                     step=f.step,
                     end_step=f.end_step,
                     metric=f.metric,
-                    evidence={**f.evidence, "explained_by_ranks": ranks},
+                    evidence=_adding(f.evidence, explained_by_ranks=ranks),
                 )
             )
         else:
@@ -59,3 +63,10 @@ def _after_onset(step: int | None, blamed: list[RankOutlier], thresholds: Thresh
     # first step the mean reacts to, so the window opens a little early
     first_onset = min(o.onset_step for o in blamed)
     return step is not None and step >= first_onset - thresholds.rank_onset_lead_steps
+
+
+def _adding(evidence: Mapping[str, Any], **keys: Any) -> Mapping[str, Any]:
+    """The evidence with keys added last, typed evidence kept typed."""
+    if isinstance(evidence, Evidence):
+        return evidence.adding(**keys)
+    return {**evidence, **keys}
