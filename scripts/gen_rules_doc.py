@@ -12,6 +12,8 @@ The texts are filled in by the same templates the outputs use, with the default 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import re
 import sys
 from dataclasses import fields
@@ -24,6 +26,7 @@ if str(ROOT) not in sys.path:
 from stabilitycli.classify.questions import (  # noqa: E402
     VERDICT_ORDER,
     cause_texts,
+    fill,
     finding_texts,
     question_next,
     questions,
@@ -40,8 +43,10 @@ from stabilitycli.classify.remedies import (  # noqa: E402
 from stabilitycli.commands.explain import plain_words  # noqa: E402
 from stabilitycli.config import Thresholds  # noqa: E402
 from stabilitycli.detect.registry import Rule, load_rules  # noqa: E402
+from stabilitycli.model import Finding, FindingKind  # noqa: E402
 
 DOC = ROOT / "docs" / "rules.md"
+RULE_FIXTURES = ROOT / "fixtures" / "rules"
 REGENERATE = ".venv/bin/python scripts/gen_rules_doc.py"
 
 # A private Python name (`_accumulated_excess`): a reader of the doc
@@ -124,6 +129,62 @@ def remedy_lines(rows: tuple[Remedy, ...], t: Thresholds) -> list[str]:
     return lines or ["- none"]
 
 
+@functools.cache
+def example(code: str) -> tuple[str, Finding]:
+    """The finding of `code` that its `fires` fixture produces (the one at the step the fixture
+    names), and the command that shows it."""
+    from stabilitycli import analyze
+
+    folder = RULE_FIXTURES / code / "fires"
+    want = json.loads((folder / "expected.json").read_text(encoding="utf-8"))
+    settings = {str(k): str(v) for k, v in want.get("set", {}).items()}
+    thresholds = Thresholds().with_overrides(settings, "the fixture")
+    path = folder / want["input"]
+    found = [f for f in analyze(path, thresholds).findings if f.code == code]
+    if not found:
+        raise ValueError(f"{code}: its fires fixture does not fire")
+    at = [f for f in found if f.step == want.get("step")]
+    sets = [f"--set {k}={v}" for k, v in settings.items()]
+    command = " ".join(["stab analyze", str(path.relative_to(ROOT)), *sets])
+    return command, (at or found)[0]
+
+
+def example_lines(kind: FindingKind) -> list[str]:
+    """The kind's Example: its `fires` fixture's finding as `stab analyze --format json` writes
+    it (without the `quantities` view, which repeats the evidence)."""
+    command, finding = example(kind.code)
+    shown = {k: v for k, v in finding.to_dict().items() if k != "quantities"}
+    return [
+        f"**Example** (`{command}`):",
+        "",
+        "```json",
+        json.dumps(shown, indent=2, ensure_ascii=False),
+        "```",
+    ]
+
+
+def kind_lines(kind: FindingKind, t: Thresholds) -> list[str]:
+    """One finding kind's doc: What, Why, and an Example rendered from its `fires` fixture."""
+    what = escape(plain(fill(kind.meaning, t), f"finding {kind.code!r}"))
+    why = escape(plain(fill(kind.why, t), f"finding {kind.code!r}"))
+    severity = f"Default severity: {kind.severity}."
+    asks = f" Tree question: {kind.question}." if kind.question else ""
+    return [
+        f'<a id="finding-{kind.code}"></a>',
+        "",
+        f"#### Finding `{kind.code}`",
+        "",
+        severity + asks,
+        "",
+        f"**What:** {what}",
+        "",
+        f"**Why:** {why}",
+        "",
+        *example_lines(kind),
+        "",
+    ]
+
+
 def render(defaults: Thresholds | None = None) -> str:
     """The text of docs/rules.md."""
     t = defaults or Thresholds()
@@ -137,7 +198,9 @@ def render(defaults: Thresholds | None = None) -> str:
         "",
         f"Generated from the code by `scripts/gen_rules_doc.py`; do not edit it by hand, run "
         f"`{REGENERATE}` (the tests fail while it is stale). The sources: the rule registry "
-        "(`stabilitycli/detect/registry.py` and the rule modules' docstrings), the thresholds "
+        "(`stabilitycli/detect/registry.py` and the rule modules' docstrings), the finding kinds "
+        "(`stabilitycli/detect/kinds/`, each with an Example from its `fires` fixture under "
+        "`fixtures/rules/`), the thresholds "
         "(`stabilitycli/config.py`), the tree's texts (`stabilitycli/classify/questions.py`) "
         "and its remedies (`stabilitycli/classify/remedies.py`).",
         "",
@@ -185,6 +248,8 @@ def render(defaults: Thresholds | None = None) -> str:
         else:
             out += ["Thresholds it reads: none.", ""]
         out += docstring_markdown(rule, t)
+        for kind in rule.kinds:
+            out += kind_lines(kind, t)
         out.pop()  # the blank line after the last paragraph
 
     in_order = [v for v in VERDICT_ORDER if v in verdict_texts]

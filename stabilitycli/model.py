@@ -6,12 +6,15 @@ exactly the shapes of `docs/contract.md`.
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
 
 from stabilitycli.quantities import quantities
+from stabilitycli.quantity_schema import COMMON, Evidence, Schema
 
 
 class Severity(IntEnum):
@@ -32,18 +35,90 @@ class Severity(IntEnum):
         return self.name.lower()
 
 
+# where the kinds are declared (beside their rules); imported by name on the first lookup so
+# that this basement module does not import the layer above it
+_KIND_PACKAGE = "stabilitycli.detect.kinds"
+_KINDS: dict[str, FindingKind] = {}
+
+
+@dataclass(frozen=True, eq=False)
+class FindingKind:
+    """Everything one finding code means, declared once, beside the rule that emits it.
+
+    Readers ask the kind (`finding.kind.meaning`, `finding.kind is SPIKE`) instead of
+    keeping tables keyed by the code. Texts are `str.format` templates over the
+    `Thresholds` fields, filled with the thresholds in force where they are shown.
+    """
+
+    code: str
+    rule: str  # the rule that emits it (`stab explain RULE`, `--select RULE`)
+    section: str  # its section of the stability tree ("1"-"5")
+    severity: Severity  # what `finding()` gives unless the rule says otherwise
+    meaning: str  # what it means, in plain words (`stab explain CODE`)
+    todo: str  # what to do about it
+    why: str  # why it matters: what it costs the run when it is ignored
+    # per evidence key, what the number is (`quantity_schema.Spec`); keys a later stage may add
+    # to any finding (`COMMON`) are added here
+    evidence: Schema = field(default_factory=dict)
+    # its evidence as a typed dataclass; when given, `evidence` is read off its fields
+    evidence_type: type[Evidence] | None = None
+    question: str | None = None  # the tree question it answers ("Q2.1"), if any
+    # the post-mortem incident it opens, as the document's headline names it ("": none)
+    incident: str = ""
+    marker: str = ""  # the plot marker it is drawn with ("": not drawn on its own)
+
+    def __post_init__(self) -> None:
+        if self.code in _KINDS:
+            raise ValueError(f"finding kind {self.code!r} declared twice")
+        declared = self.evidence_type.schema() if self.evidence_type else self.evidence
+        object.__setattr__(self, "evidence", {**COMMON, **declared})
+        _KINDS[self.code] = self
+
+    def finding(self, message: str, *, severity: Severity | None = None, **where: Any) -> Finding:
+        """A finding of this kind at its default severity unless the rule chooses one."""
+        return Finding(self, self.severity if severity is None else severity, message, **where)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # one object per code in every process: a kind crossing a process pool is looked up
+        return kind_named, (self.code,)
+
+    def __repr__(self) -> str:
+        return f"FindingKind({self.code!r})"
+
+
+def all_kinds() -> Mapping[str, FindingKind]:
+    """Every declared kind by code, in the order the kind modules declare them."""
+    importlib.import_module(_KIND_PACKAGE)  # declares them all on the first call
+    return _KINDS
+
+
+def kind_named(code: str) -> FindingKind:
+    """The kind of a finding code; KeyError for a code no rule emits."""
+    return all_kinds()[code]
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing a rule saw in the run, with the numbers behind it."""
 
-    code: str
+    kind: FindingKind
     severity: Severity
     message: str
     step: int | None = None
     end_step: int | None = None
     rank: int | None = None
     metric: str | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
+    # typed (`quantity_schema.Evidence`, declared beside the kind); a dict is accepted too
+    # (a finding written out by hand, or one a later stage re-labels), read the same way
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kind, str):  # a finding written out by hand (tests, notebooks)
+            object.__setattr__(self, "kind", kind_named(self.kind))
+
+    @property
+    def code(self) -> str:
+        return self.kind.code
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,7 +129,7 @@ class Finding:
             "rank": self.rank,
             "metric": self.metric,
             "message": self.message,
-            "evidence": _jsonable(self.evidence),
+            "evidence": jsonable(self.evidence),
             # what each evidence number is (a point at step S, a mean over steps A-B...)
             "quantities": [q.to_dict() for q in quantities(self)],
         }
@@ -254,11 +329,11 @@ class Analysis:
         if self.rank_report is not None:
             out["ranks"] = self.rank_report.to_dict()
         for key, value in self.extras.items():
-            out[key] = _jsonable(value)
+            out[key] = jsonable(value)
         return out
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Numbers that JSON cannot hold (NaN, Inf) become the strings 'NaN'/'Infinity'."""
     if isinstance(value, float):
         if math.isnan(value):
@@ -266,10 +341,10 @@ def _jsonable(value: Any) -> Any:
         if value in (float("inf"), float("-inf")):
             return "Infinity" if value > 0 else "-Infinity"
         return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, Mapping):  # a dict, or typed evidence read as one
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "item") and callable(value.item):  # numpy scalar
-        return _jsonable(value.item())
+        return jsonable(value.item())
     return value

@@ -2,7 +2,7 @@
 
 A finding's `evidence` is a flat dict of named numbers that the renderers
 print from. The name alone does not say what a number is: `mu` is a mean, but
-over which steps? `quantity_schema.SCHEMA` declares, per finding code and
+over which steps? Each finding kind's `evidence` schema declares, per
 evidence key, the number's kind (one of `KINDS`: a point value at step S, a
 mean over steps A-B, a peak at step S...), the series it was read from, and
 where its step or steps are found (another evidence key, or the finding's own
@@ -19,12 +19,38 @@ import math
 import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from stabilitycli.quantity_schema import COMMON, FINDING_METRIC, SCHEMA, By, EachItem, Schema, Spec
+from stabilitycli.quantity_schema import FINDING_METRIC, By, EachItem, Schema, Spec
 
-if TYPE_CHECKING:
-    from stabilitycli.model import Finding
+
+class _Kind(Protocol):
+    @property
+    def evidence(self) -> Schema: ...
+
+
+class Finding(Protocol):
+    """What the walk reads of a `model.Finding` (typed here so that neither module imports
+    the other both ways)."""
+
+    @property
+    def kind(self) -> _Kind: ...
+
+    @property
+    def step(self) -> int | None: ...
+
+    @property
+    def end_step(self) -> int | None: ...
+
+    @property
+    def rank(self) -> int | None: ...
+
+    @property
+    def metric(self) -> str | None: ...
+
+    @property
+    def evidence(self) -> Mapping[str, Any]: ...
+
 
 # The closed set of kinds, each with what it means. A number whose meaning fits none of
 # them gets a kind of its own here rather than the nearest one.
@@ -99,9 +125,8 @@ class Quantity:
 
 
 def quantities(finding: Finding) -> tuple[Quantity, ...]:
-    """Every number of the finding's evidence that its code's schema describes."""
-    schema = SCHEMA.get(finding.code, COMMON)
-    return tuple(_walk(finding, finding.evidence, finding.evidence, schema, ""))
+    """Every number of the finding's evidence that its kind's schema describes."""
+    return tuple(_walk(finding, finding.evidence, finding.evidence, finding.kind.evidence, ""))
 
 
 def _walk(

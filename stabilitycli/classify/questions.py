@@ -20,6 +20,19 @@ from stabilitycli.classify.remedies import (
     NAN_IN_WEIGHTS,
 )
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
+from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
+from stabilitycli.detect.kinds.mixed_precision import (
+    FP16_OVERFLOW,
+    LOSS_SCALE_COLLAPSED,
+    LOSS_SCALE_STATIC,
+)
+from stabilitycli.detect.kinds.nan import NAN
+from stabilitycli.detect.kinds.ranks import RANK_OUTLIER
+from stabilitycli.detect.kinds.schedule import (
+    LR_INCREASING,
+)
+from stabilitycli.model import all_kinds
 
 _QUESTIONS: dict[str, str] = {
     "R": "Does one rank sit away from the cohort (the mean hides it)?",
@@ -49,12 +62,12 @@ _QUESTIONS: dict[str, str] = {
 
 # verdict code -> (section, severity name, what it means)
 _VERDICTS: dict[str, tuple[str | None, str, str]] = {
-    "nan": (
+    NAN.code: (
         "1",
         "error",
         "The loss went NaN or Inf: training stopped being useful at the first such step.",
     ),
-    "rank-outlier": (
+    RANK_OUTLIER.code: (
         "5",
         "error",
         "One or more data-parallel ranks disagree with the cohort; the mean hides them.",
@@ -67,18 +80,18 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
             "optimizer state is suspect."
         ),
     ),
-    "loss-scale-collapsed": (
+    LOSS_SCALE_COLLAPSED.code: (
         "3",
         "error",
         "The fp16 loss scale fell below {min_loss_scale:g}: overflow on nearly every step.",
     ),
-    "loss-scale-static": (
+    LOSS_SCALE_STATIC.code: (
         "3",
         "error",
         "Overflows under a constant loss scale: dynamic loss scaling is off.",
     ),
-    "fp16-overflow": ("3", "error", "fp16 overflows the scaler does not absorb."),
-    "divergence": (
+    FP16_OVERFLOW.code: ("3", "error", "fp16 overflows the scaler does not absorb."),
+    DIVERGENCE.code: (
         "4",
         "error",
         "The loss rose for good (silent divergence): no NaN, no overflow, just no way back.",
@@ -91,7 +104,7 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
             "before it recurs."
         ),
     ),
-    "plateau": (
+    PLATEAU.code: (
         "4",
         "warning",
         (
@@ -109,15 +122,15 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
 
 # the verdict order of spec 0b: the first that applies names the run
 VERDICT_ORDER: tuple[str, ...] = (
-    "nan",
-    "rank-outlier",
+    NAN.code,
+    RANK_OUTLIER.code,
     "spike-persistent",
-    "loss-scale-collapsed",
-    "loss-scale-static",
-    "fp16-overflow",
-    "divergence",
+    LOSS_SCALE_COLLAPSED.code,
+    LOSS_SCALE_STATIC.code,
+    FP16_OVERFLOW.code,
+    DIVERGENCE.code,
     "spike-recoverable",
-    "plateau",
+    PLATEAU.code,
 )
 
 _CAUSE_TEXT: dict[str, str] = {
@@ -126,11 +139,11 @@ _CAUSE_TEXT: dict[str, str] = {
         "rare-token batch"
     ),
     "lr-discontinuity": "the learning rate jumped just before the spike: a schedule bug",
-    "duplicate-batch": "the batch at the spike repeats a recent batch id: a data-loader bug",
+    DUPLICATE_BATCH.code: "the batch at the spike repeats a recent batch id: a data-loader bug",
     "optimizer-reset": (
         "the spike began right after a restart: optimizer/scheduler/data state was not restored"
     ),
-    "lr-increasing": "the learning rate rises after warmup: schedule misconfigured",
+    LR_INCREASING.code: "the learning rate rises after warmup: schedule misconfigured",
     NAN_IN_WEIGHTS: (
         "a weight norm went non-finite before the loss did: the optimizer update wrote NaN into "
         "the weights (optimizer eps, LR), not log(0)"
@@ -145,7 +158,7 @@ _CAUSE_TEXT: dict[str, str] = {
     "weight-norm": (
         "a weight norm changed more than {weight_norm_ratio:g}x: weight decay too low or too high"
     ),
-    "grad-norm-rising": (
+    GRAD_NORM_RISING.code: (
         "the grad norm's mean over a quarter of the window rises: the landscape is getting "
         "harder (data, init drift, LR too high)"
     ),
@@ -248,133 +261,6 @@ _QUESTION_NEXT: dict[str, str] = {
     ),
 }
 
-# Every finding code a rule emits, in plain words: (what it means, what to do).
-_FINDING_TEXT: dict[str, tuple[str, str]] = {
-    "rank-outlier": (
-        "one data-parallel rank's loss sits {rank_z:g} robust sigmas or more from the other "
-        "ranks' median for {rank_persist_steps} logged steps or more",
-        "check that rank's host (ECC and Xid errors, throttling, NCCL warnings) and its data "
-        "shard; exclude the node and resume from before its onset",
-    ),
-    "rank-nonfinite": (
-        "one rank reports NaN or Inf while the others are finite",
-        "look at that rank's host and data shard first: the non-finite values begin there",
-    ),
-    "rank-silent": (
-        "a rank stopped logging before the others",
-        "look at that rank's own log for a crash, a hang or a killed process",
-    ),
-    "straggler": (
-        "a rank's throughput lags the others' (below {straggler_ratio:g}x their median)",
-        "check that host for throttling, a slow disk or network link, or a noisy neighbour",
-    ),
-    "throughput-drop": (
-        "tokens per second fell by {throughput_drop_frac:.0%} or more and stayed down",
-        "look for what changed at that step: a host, the data pipeline, checkpointing, or "
-        "contention on the machine",
-    ),
-    "restart": (
-        "the step went backwards: the run was resumed from a checkpoint here",
-        "nothing, unless a spike follows it (then see optimizer-reset); the replayed steps are "
-        "compared with the abandoned ones",
-    ),
-    "restart-replay": (
-        "after a resume, the replayed steps compared with the abandoned trajectory: within "
-        "{noise_band_sigmas:g}x the noise band, or not",
-        "a replay that departs means the resume lost state: save and restore the optimizer "
-        "moments, LR scheduler and data cursor with the weights",
-    ),
-    "nan": (
-        "the loss (or a series that shows it, like the grad norm) went NaN or Inf",
-        "see the verdict nan: what to do depends on the dtype and on where the NaN began",
-    ),
-    "spike": (
-        "a loss spike: the loss rose above the trailing {spike_window_steps}-step mean + "
-        "{spike_sigma:g} sigma and met the materiality bar",
-        "if it came back within {recovery_window_steps} steps, fix its cause; if not, also "
-        "reload the last checkpoint before it (see spike-recoverable and spike-persistent)",
-    ),
-    "recurring-spikes": (
-        "several one-point spikes of one character with no evident cause, reported as one",
-        "log the batch id and per-layer grad norms so that the batches behind them can be found",
-    ),
-    "blip": (
-        "one isolated, moderate point above the spike bar with no cause: noise, not a spike",
-        "nothing; it is listed so that nothing is hidden",
-    ),
-    "loss-jump": (
-        "in a log too short for the spike window, the loss jumped {short_log_loss_jump_ratio:g}x "
-        "or more between two points",
-        "log more steps so that the spike rule can judge it; meanwhile look at that step's batch",
-    ),
-    "grad-norm-jump": (
-        "in a log too short for the spike window, the grad norm jumped "
-        "{short_log_grad_norm_jump_ratio:g}x or more between two points",
-        "log more steps so that the spike rule can judge it",
-    ),
-    "lr-jump": (
-        "the learning rate changed abruptly between two logged points",
-        "check that the schedule meant it: a resume that lost the scheduler state, or a "
-        "warmup restarted, jumps the LR",
-    ),
-    "grad-norm-spike": (
-        "the pre-clip grad norm went {grad_norm_outlier_ratio:g}x or more above its trailing "
-        "median, with or without a loss spike",
-        "inspect that step's batch for rare or long-tail tokens; clipping absorbs one, a series "
-        "of them needs stratified batching",
-    ),
-    "duplicate-batch": (
-        "a batch id repeated one seen within the {duplicate_batch_window_steps} steps before",
-        "fix the data loader: the sampler's seed and its position after a resume",
-    ),
-    "fp16-overflow": (
-        "fp16 overflows that the log does not show a loss scaler absorbing",
-        "enable dynamic loss scaling (or log the loss scale), find the op that overflows, or "
-        "move to bf16",
-    ),
-    "loss-scale-halving": (
-        "the fp16 loss scaler halved its scale after overflows and training went on: the "
-        "scaler doing its job",
-        "nothing, as long as the scale stays at or above {min_loss_scale:g}",
-    ),
-    "loss-scale-static": (
-        "overflows happened while the loss scale stayed constant: dynamic loss scaling is off",
-        "turn on dynamic loss scaling, or move to bf16",
-    ),
-    "loss-scale-collapsed": (
-        "the fp16 loss scale fell below {min_loss_scale:g}: overflow on nearly every step",
-        "find the op that overflows, halve the learning rate, or move to bf16; resume from "
-        "before the overflows began",
-    ),
-    "lr-increasing": (
-        "the learning rate rises after warmup",
-        "fix the schedule: a cosine written as an inverse cosine, or a warmup that never ends",
-    ),
-    "weight-norm-change": (
-        "a parameter group's weight norm changed more than {weight_norm_ratio:g}x within "
-        "{divergence_window_steps} steps",
-        "change the weight decay by 2x: raise it if the norm grew, lower it if it collapsed",
-    ),
-    "divergence": (
-        "the loss rose over a {divergence_window_steps}-step window and never came back to the "
-        "level where the rise began",
-        "see the verdict divergence: fix its cause and resume from the checkpoint before the rise",
-    ),
-    "plateau": (
-        "the loss drifted up by less than {divergence_min_rise_frac:.0%} with no cause in the "
-        "LR, the weight norm or the grad norm",
-        "check the eval loss: if it has stopped improving too, stop training or decay the LR",
-    ),
-    "loss-rise": (
-        "the loss rose over a window, then the run undid the rise: not a divergence",
-        "nothing; it is listed so that nothing is hidden",
-    ),
-    "grad-norm-rising": (
-        "the grad norm's moving average is rising: the loss landscape is getting harder",
-        "halve the learning rate if the loss rises with it; check the data stream",
-    ),
-}
-
 
 def question_next(thresholds: Thresholds) -> dict[str, str]:
     """Question id -> what its answers lead to, with the thresholds in force."""
@@ -382,10 +268,11 @@ def question_next(thresholds: Thresholds) -> dict[str, str]:
 
 
 def finding_texts(thresholds: Thresholds) -> dict[str, tuple[str, str]]:
-    """Finding code -> (what it means, what to do), with the thresholds in force."""
+    """Finding code -> (what it means, what to do), with the thresholds in force (each kind
+    says both)."""
     return {
-        code: (fill(meaning, thresholds), fill(todo, thresholds))
-        for code, (meaning, todo) in _FINDING_TEXT.items()
+        code: (fill(kind.meaning, thresholds), fill(kind.todo, thresholds))
+        for code, kind in all_kinds().items()
     }
 
 

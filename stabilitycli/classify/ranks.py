@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.divergence import DIVERGENCE, PLATEAU
+from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.ranks.report import RankOutlier, RankReport
 from stabilitycli.model import Finding, Severity
+from stabilitycli.quantity_schema import Evidence
 
 # findings about the mean that a bad rank can produce on its own
-_MEAN_CODES = ("spike", "divergence", "plateau")
+_MEAN_KINDS = (SPIKE, DIVERGENCE, PLATEAU)
 
 
 def attribute_to_ranks(
@@ -29,17 +35,17 @@ def attribute_to_ranks(
     ranks = sorted({o.rank for o in blamed if o.rank is not None})
     out = []
     for f in findings:
-        if f.code in _MEAN_CODES and _after_onset(f.step, blamed, thresholds):
+        if f.kind in _MEAN_KINDS and _after_onset(f.step, blamed, thresholds):
             out.append(
                 Finding(
-                    f.code,
+                    f.kind,
                     Severity.INFO,
                     f"{f.message} - explained by rank outlier(s) {', '.join(map(str, ranks))}, "
                     "not an optimisation problem",
                     step=f.step,
                     end_step=f.end_step,
                     metric=f.metric,
-                    evidence={**f.evidence, "explained_by_ranks": ranks},
+                    evidence=_adding(f.evidence, explained_by_ranks=ranks),
                 )
             )
         else:
@@ -57,3 +63,10 @@ def _after_onset(step: int | None, blamed: list[RankOutlier], thresholds: Thresh
     # first step the mean reacts to, so the window opens a little early
     first_onset = min(o.onset_step for o in blamed)
     return step is not None and step >= first_onset - thresholds.rank_onset_lead_steps
+
+
+def _adding(evidence: Mapping[str, Any], **keys: Any) -> Mapping[str, Any]:
+    """The evidence with keys added last, typed evidence kept typed."""
+    if isinstance(evidence, Evidence):
+        return evidence.adding(**keys)
+    return {**evidence, **keys}

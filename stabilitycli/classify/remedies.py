@@ -13,6 +13,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
+from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
+from stabilitycli.detect.kinds.mixed_precision import (
+    FP16_OVERFLOW,
+    LOSS_SCALE_COLLAPSED,
+    LOSS_SCALE_STATIC,
+)
+from stabilitycli.detect.kinds.nan import NAN
+from stabilitycli.detect.kinds.ranks import RANK_OUTLIER
+from stabilitycli.detect.kinds.schedule import LR_INCREASING
 
 # ---------------------------------------------------------------- remedies
 #
@@ -252,8 +262,8 @@ _UNABSORBED_OVERFLOW = (_ENABLE_SCALER, _TURN_ON_SCALER, _FIND_OVERFLOWING_OP, _
 
 # (verdict, cause) -> the remedies, the cause's fix first, then what to do about the damage
 REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
-    ("nan", "log-of-zero"): (_LOG_SOFTMAX, _CLIP_BY_VALUE, _RERUN_WITH_ANOMALY_DETECTION),
-    ("nan", "activation-overflow"): (
+    (NAN.code, "log-of-zero"): (_LOG_SOFTMAX, _CLIP_BY_VALUE, _RERUN_WITH_ANOMALY_DETECTION),
+    (NAN.code, "activation-overflow"): (
         _FIND_OVERFLOWING_OP,
         _ENABLE_SCALER,
         _TURN_ON_SCALER,
@@ -261,18 +271,23 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
         _HALVE_LR_IF_OVERFLOWS_GO_ON,
         _RESUME_BEFORE_NAN,
     ),
-    ("nan", NAN_IN_WEIGHTS): (
+    (NAN.code, NAN_IN_WEIGHTS): (
         _RESUME_AND_CHECKPOINT_OFTEN,
         _FIX_NAN_UPDATE,
         _FIND_FIRST_NONFINITE_OP,
     ),
-    ("nan", NAN_BEFORE_LOGITS): (_RESUME_BEFORE_NAN, _FIX_NAN_LAYER, _FIND_FIRST_NONFINITE_OP),
-    ("nan", None): (_RESUME_BEFORE_NAN, _FIND_FIRST_NONFINITE_OP, _BF16_RUNAWAY, _STRUCTURAL_NAN),
-    ("rank-outlier", None): (_RANK_HOST, _RANK_SHARD, _RANK_EXCLUDE),
+    (NAN.code, NAN_BEFORE_LOGITS): (_RESUME_BEFORE_NAN, _FIX_NAN_LAYER, _FIND_FIRST_NONFINITE_OP),
+    (NAN.code, None): (
+        _RESUME_BEFORE_NAN,
+        _FIND_FIRST_NONFINITE_OP,
+        _BF16_RUNAWAY,
+        _STRUCTURAL_NAN,
+    ),
+    (RANK_OUTLIER.code, None): (_RANK_HOST, _RANK_SHARD, _RANK_EXCLUDE),
     # a persistent spike leaves the optimizer state suspect: back to the checkpoint first (Q2.4)
     ("spike-persistent", "long-tail-token"): (_RELOAD_BEFORE_SPIKE, *_LONG_TAIL_FIX),
     ("spike-persistent", "lr-discontinuity"): (_RELOAD_BEFORE_SPIKE, _FIX_LR_JUMP),
-    ("spike-persistent", "duplicate-batch"): (_RELOAD_BEFORE_SPIKE, _FIX_DATA_LOADER),
+    ("spike-persistent", DUPLICATE_BATCH.code): (_RELOAD_BEFORE_SPIKE, _FIX_DATA_LOADER),
     # the resume itself lost the state: resuming again, with all of it, is the repair
     ("spike-persistent", "optimizer-reset"): _RESUME_FIX,
     # spec Q2.4: with no cause seen, the generic repair
@@ -285,24 +300,24 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
     ),
     ("spike-recoverable", "long-tail-token"): _LONG_TAIL_FIX,
     ("spike-recoverable", "lr-discontinuity"): (_FIX_LR_JUMP,),
-    ("spike-recoverable", "duplicate-batch"): (_FIX_DATA_LOADER,),
+    ("spike-recoverable", DUPLICATE_BATCH.code): (_FIX_DATA_LOADER,),
     ("spike-recoverable", "optimizer-reset"): _RESUME_FIX,
     ("spike-recoverable", None): (_TRACE_UNEXPLAINED_SPIKE,),
-    ("loss-scale-collapsed", "activation-overflow"): _COLLAPSE,
-    ("loss-scale-collapsed", None): _COLLAPSE,
-    ("loss-scale-static", None): (_TURN_ON_SCALER, _TO_BF16, _FIND_OVERFLOWING_OP),
-    ("fp16-overflow", "activation-overflow"): _UNABSORBED_OVERFLOW,
-    ("fp16-overflow", None): _UNABSORBED_OVERFLOW,
-    ("divergence", "lr-increasing"): (_FIX_RISING_LR, _RESUME_BEFORE_RISE),
-    ("divergence", LR_TOO_HIGH): (_LOWER_PEAK_LR, _RESUME_BEFORE_RISE),
-    ("divergence", "weight-norm"): (_ADJUST_WEIGHT_DECAY, _RESUME_BEFORE_RISE),
-    ("divergence", "grad-norm-rising"): (
+    (LOSS_SCALE_COLLAPSED.code, "activation-overflow"): _COLLAPSE,
+    (LOSS_SCALE_COLLAPSED.code, None): _COLLAPSE,
+    (LOSS_SCALE_STATIC.code, None): (_TURN_ON_SCALER, _TO_BF16, _FIND_OVERFLOWING_OP),
+    (FP16_OVERFLOW.code, "activation-overflow"): _UNABSORBED_OVERFLOW,
+    (FP16_OVERFLOW.code, None): _UNABSORBED_OVERFLOW,
+    (DIVERGENCE.code, LR_INCREASING.code): (_FIX_RISING_LR, _RESUME_BEFORE_RISE),
+    (DIVERGENCE.code, LR_TOO_HIGH): (_LOWER_PEAK_LR, _RESUME_BEFORE_RISE),
+    (DIVERGENCE.code, "weight-norm"): (_ADJUST_WEIGHT_DECAY, _RESUME_BEFORE_RISE),
+    (DIVERGENCE.code, GRAD_NORM_RISING.code): (
         _HALVE_LR_HARDER_LANDSCAPE,
         _CHECK_DATA_AND_INIT,
         _RESUME_BEFORE_RISE,
     ),
-    ("divergence", None): (_HALVE_LR_NO_CAUSE, _RESUME_BEFORE_RISE),
-    ("plateau", None): (_CHECK_EVAL, _KEEP_TRAINING),
+    (DIVERGENCE.code, None): (_HALVE_LR_NO_CAUSE, _RESUME_BEFORE_RISE),
+    (PLATEAU.code, None): (_CHECK_EVAL, _KEEP_TRAINING),
     ("insufficient-data", None): (_LOG_MORE,),
     ("healthy", None): (),
 }

@@ -8,6 +8,7 @@ numbers behind its answer.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +28,18 @@ from stabilitycli.classify.remedies import (
 )
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
+from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
+from stabilitycli.detect.kinds.mixed_precision import (
+    FP16_OVERFLOW,
+    LOSS_SCALE_COLLAPSED,
+    LOSS_SCALE_STATIC,
+)
+from stabilitycli.detect.kinds.nan import NAN
+from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER
+from stabilitycli.detect.kinds.schedule import LR_INCREASING
+from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.nan import forward_order_key
-from stabilitycli.detect.ranks.rule import RANK_CODES
 from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
 from stabilitycli.metric_names import words
 from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
@@ -95,7 +106,7 @@ def walk(
 
 def _ranks(w: _Walk) -> None:
     """R: does one rank sit away from the cohort?"""
-    rank_findings = [f for f in w.findings if f.code in RANK_CODES]
+    rank_findings = [f for f in w.findings if f.kind in RANK_KINDS]
     if not w.source.ranks:
         return
     errors = [f for f in rank_findings if f.severity >= Severity.ERROR]
@@ -108,22 +119,23 @@ def _ranks(w: _Walk) -> None:
         ranks = sorted({f.rank for f in errors if f.rank is not None})
         others = [r for r in ranks if r != errors[0].rank]
         also = f"; also rank(s) {', '.join(map(str, others))}" if others else ""
-        w.applies["rank-outlier"] = _Applies(
+        w.applies[RANK_OUTLIER.code] = _Applies(
             None, errors[0].message + also, start=errors[0].step, rank=errors[0].rank
         )
 
 
 def _nan(w: _Walk) -> None:
     """§1: Q1.1 non-finite loss, Q1.2 what the dtype makes of it, Q1.3 where it started."""
-    if "nan" not in w.by_code:
-        points = (w.facts.nan or {}).get("points", 0)
+    if NAN.code not in w.by_code:
+        clean: Mapping[str, Any] = w.facts.nonfinite or {}
+        points = clean.get("points", 0)
         w.ask(
             "Q1.1",
-            "no" if "nan" not in w.skipped else "unknown",
-            w.skipped.get("nan") or f"0 non-finite of {points} loss points",
+            "no" if NAN.rule not in w.skipped else "unknown",
+            w.skipped.get(NAN.rule) or f"0 non-finite of {points} loss points",
         )
         return
-    f = w.by_code["nan"][0]
+    f = w.by_code[NAN.code][0]
     ev = f.evidence
     w.ask("Q1.1", "yes", f.message)
     cause, reading, remedy_cause = _nan_reading(w.source, w.facts)
@@ -137,10 +149,10 @@ def _nan(w: _Walk) -> None:
             + (f" (its input {before} still finite)" if before else " (the first layer)"),
         )
     first_rank = next(
-        (r.rank for r in w.findings if r.code == "rank-nonfinite" and r.rank is not None),
+        (r.rank for r in w.findings if r.kind is RANK_NONFINITE and r.rank is not None),
         None,
     )
-    w.applies["nan"] = _Applies(
+    w.applies[NAN.code] = _Applies(
         cause,
         (
             f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
@@ -159,8 +171,8 @@ def _nan(w: _Walk) -> None:
 def _spikes(w: _Walk) -> None:
     """§2: Q2.1 a spike, Q2.2 did it recover, Q2.3/Q2.4 what caused it."""
     spikes, blips = w.facts.spikes, w.facts.blips
-    if "spike" in w.skipped:
-        w.ask("Q2.1", "insufficient data", w.skipped["spike"])
+    if SPIKE.rule in w.skipped:
+        w.ask("Q2.1", "insufficient data", w.skipped[SPIKE.rule])
         return
     if not spikes:
         w.ask(
@@ -222,10 +234,10 @@ def _spikes(w: _Walk) -> None:
 def _mixed_precision(w: _Walk) -> None:
     """§3: Q3.1 did fp16 gradients overflow, Q3.2 what did the loss scale do."""
     overflow = w.facts.overflow
-    if "loss-scale" in w.skipped:
+    if LOSS_SCALE_STATIC.rule in w.skipped:
         # with no dtype stated, §3 may apply: say it is unknown rather than not applicable
         answer = "unknown" if w.source.dtype is None else "not applicable"
-        w.ask("Q3.1", answer, w.skipped["loss-scale"])
+        w.ask("Q3.1", answer, w.skipped[LOSS_SCALE_STATIC.rule])
         return
     if overflow is None:
         return
@@ -242,10 +254,10 @@ def _mixed_precision(w: _Walk) -> None:
             f"{_scale(overflow.get('scale_final', 0))}, {overflow.get('scale_drops', 0)} drop(s)"
         )
     answer = "healthy backoff"
-    for code in ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow"):
+    for code in (LOSS_SCALE_COLLAPSED.code, LOSS_SCALE_STATIC.code, FP16_OVERFLOW.code):
         if code in w.by_code:
             answer = code
-            cause = "activation-overflow" if code != "loss-scale-static" else None
+            cause = "activation-overflow" if code != LOSS_SCALE_STATIC.code else None
             finding = w.by_code[code][0]
             w.applies[code] = _Applies(cause, finding.message, start=_first_overflow(finding))
             break
@@ -254,20 +266,20 @@ def _mixed_precision(w: _Walk) -> None:
 
 def _divergence(w: _Walk) -> None:
     """§4: Q4.1 a lasting rise, then Q4.2-Q4.4 its cause (LR, weight norm, grad norm)."""
-    div = w.facts.divergence
-    if "divergence" in w.skipped:
-        w.ask("Q4.1", "insufficient data", w.skipped["divergence"])
+    div = w.facts.trend
+    if DIVERGENCE.rule in w.skipped:
+        w.ask("Q4.1", "insufficient data", w.skipped[DIVERGENCE.rule])
         return
-    if "divergence" not in w.by_code and "plateau" not in w.by_code:
-        max_z = div.get("max_z", 0.0) if div else 0.0
+    if DIVERGENCE.code not in w.by_code and PLATEAU.code not in w.by_code:
+        max_z = div.max_z if div else 0.0
         w.ask(
             "Q4.1",
             "no",
-            f"no lasting rise in {div.get('windows', 0) if div else 0} windows "
-            f"({div.get('window', '') if div else ''}; max Mann-Kendall z = {max_z:.1f})",
+            f"no lasting rise in {div.windows if div else 0} windows "
+            f"({div.window if div else ''}; max Mann-Kendall z = {max_z:.1f})",
         )
         return
-    f = (w.by_code.get("divergence") or w.by_code["plateau"])[0]
+    f = (w.by_code.get(DIVERGENCE.code) or w.by_code[PLATEAU.code])[0]
     ev = f.evidence
     w.ask(
         "Q4.1",
@@ -288,15 +300,15 @@ def _divergence(w: _Walk) -> None:
     )
     causes = {c["cause"]: c for c in ev.get("causes", [])}
     for question, cause_code in (
-        ("Q4.2", "lr-increasing"),
+        ("Q4.2", LR_INCREASING.code),
         ("Q4.3", "weight-norm"),
-        ("Q4.4", "grad-norm-rising"),
+        ("Q4.4", GRAD_NORM_RISING.code),
     ):
         c = causes.get(cause_code)
         w.ask(question, "yes" if c else "no", _cause_words(c) if c else "no")
     cause = next(iter(causes), None)
-    code = "divergence" if "divergence" in w.by_code else "plateau"
-    in_warmup = cause == "lr-increasing" and causes[cause].get("within_warmup")
+    code = DIVERGENCE.code if DIVERGENCE.code in w.by_code else PLATEAU.code
+    in_warmup = cause == LR_INCREASING.code and causes[cause].get("within_warmup")
     warmup_text = (
         "; the loss turned up while warmup was still raising the LR "
         f"({causes[cause]['lr_start']:.3g} at the turn): the peak LR is too high"
@@ -364,10 +376,10 @@ def _verdict(w: _Walk) -> Verdict:
 
 
 # the rules that answer §1, §2 and §4: a run is healthy only when each of them answered
-_TREE_RULES = ("nan", "spike", "divergence")
+_TREE_RULES = (NAN.rule, SPIKE.rule, DIVERGENCE.rule)
 
 
-def log_shows(source: SourceInfo, overflow: dict[str, Any] | None) -> frozenset[str]:
+def log_shows(source: SourceInfo, overflow: Mapping[str, Any] | None) -> frozenset[str]:
     """What the log shows of the run's set-up, for picking remedies (`questions.SHOWS_*`).
 
     A remedy for what is already in place is left out: a loss scale that moves
@@ -415,7 +427,7 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
             None,
         )
     if dtype == "fp32":
-        nan = facts.nan or {}
+        nan: Mapping[str, Any] = facts.nonfinite or {}
         early = nan.get("earliest_nonfinite")
         layer = nan.get("origin")
         if early and early["series"].startswith("param_norm"):
@@ -496,7 +508,7 @@ def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
     return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({_cause_numbers(c)})"
 
 
-def _cause_numbers(c: dict) -> str:
+def _cause_numbers(c: Mapping[str, Any]) -> str:
     """A spike cause's numbers, each with what it is (the generic key-value list otherwise)."""
     lead = f"{c.get('lead_steps')} step(s) before the spike"
     if c["cause"] == "long-tail-token" and "grad_norm_step" in c:
@@ -509,7 +521,7 @@ def _cause_numbers(c: dict) -> str:
             f"LR {c['lr_before']:.4g} -> {c['lr']:.4g} at step {c['lr_step']} "
             f"({c['relative_jump']:+.0%}), {lead}"
         )
-    if c["cause"] == "duplicate-batch" and "repeat_of_step" in c:
+    if c["cause"] == DUPLICATE_BATCH.code and "repeat_of_step" in c:
         return (
             f"batch id {c['batch_id']:g} at the spike was served at step {c['repeat_of_step']} too"
         )

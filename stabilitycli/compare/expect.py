@@ -127,10 +127,10 @@ class CheckResult:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        from stabilitycli.model import _jsonable
+        from stabilitycli.model import jsonable
 
         c = self.check
-        return _jsonable(
+        return jsonable(
             {
                 "expression": c.text,
                 "side": c.side,
@@ -155,7 +155,7 @@ def _aggregate(name: str, values: Any) -> float:
         return float(values[-1])
     # NaN propagates through max/min/mean on purpose: a NaN in the window is a failed check
     if np.isnan(values).any():
-        return float("nan")
+        return math.nan
     reducers: dict[str, Callable[[Any], Any]] = {"max": np.max, "min": np.min, "mean": np.mean}
     return float(reducers[name](values))
 

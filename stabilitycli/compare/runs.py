@@ -50,7 +50,7 @@ from stabilitycli.detect.deviation import (
 from stabilitycli.detect.replay import replay_noise
 from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import RunData
-from stabilitycli.model import _jsonable
+from stabilitycli.model import jsonable
 
 SCHEMA = "stab.compare/1"
 # compared unless --metric names others: the trajectory, not the machine (throughput,
@@ -58,6 +58,9 @@ SCHEMA = "stab.compare/1"
 DEFAULT_METRICS = ("loss", "grad_norm", "eval_loss", "lr")
 PREVIEW_POINTS = 60
 BANDS = ("one-sided", "two-sided")
+# the mode that compares a resume's replay with the trajectory it abandoned; its details go
+# under the same name in the JSON
+RESTART_MODE = "restart"
 # which way a metric gets better, by the words of its name (checked in this order)
 _LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "grad_norm", "step_time", "error")
 _HIGHER_IS_BETTER = ("acc", "accuracy", "tokens_per_sec", "throughput", "mfu", "samples_per_sec")
@@ -113,7 +116,7 @@ class MetricComparison:
     stats: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
+        return jsonable(
             {
                 "metric": self.metric,
                 "passed": self.passed,
@@ -152,7 +155,7 @@ class Comparison:
         return next(m for m in self.metrics if m.metric == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
+        return jsonable(
             {
                 "schema": SCHEMA,
                 "mode": self.mode,
@@ -164,7 +167,7 @@ class Comparison:
                 },
                 "baseline": self.baseline,
                 "candidate": self.candidate,
-                "restart": self.restart,
+                RESTART_MODE: self.restart,
                 "x": self.x,
                 "range": {"since": self.since, "until": self.until},
                 "smoothing": self.smoothing,
@@ -269,7 +272,7 @@ def compare_restart(run: RunData, index: int, options: CompareOptions | None = N
         "replayed_points": results[0].points,
     }
     return _result(
-        "restart", base, cand, window_opts, results, checks, (), notes, (), restart=restart
+        RESTART_MODE, base, cand, window_opts, results, checks, (), notes, (), restart=restart
     )
 
 
@@ -555,7 +558,7 @@ def _preview(
         bad = ~np.isfinite(values)
         top = np.maximum.reduceat(np.where(bad, -np.inf, values), starts)
         has_bad = np.add.reduceat(bad.astype(int), starts) > 0
-        return [float("nan") if b else float(v) for v, b in zip(top, has_bad, strict=True)]
+        return [math.nan if b else float(v) for v, b in zip(top, has_bad, strict=True)]
 
     out_buckets = np.add.reduceat(verdict.outside.astype(int), starts) > 0
     return {

@@ -7,16 +7,16 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH, DuplicateBatchEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Finding, Severity
 
 
 @rule(
-    "duplicate-batch",
-    "2",
+    DUPLICATE_BATCH.rule,
+    DUPLICATE_BATCH.section,
     "a batch id repeated within {duplicate_batch_window_steps} steps (data-loader bug)",
-    emits=("duplicate-batch",),
+    emits=(DUPLICATE_BATCH,),
     reads=("duplicate_batch_window_steps",),
 )
 def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -34,7 +34,7 @@ def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Fact
     cause it is Q2.3's data-loader bug.
     """
     result = RuleResult()
-    found = view.finite_or_skip("batch_id", "duplicate-batch", 2, result.skipped)
+    found = view.finite_or_skip("batch_id", DUPLICATE_BATCH.rule, 2, result.skipped)
     if found is None:
         return result
     steps, batch = found
@@ -52,9 +52,7 @@ def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Fact
     lengths = runs.struct.field("len").to_numpy()[runs.struct.field("value").to_numpy()]
     first = int(hits[0])
     result.findings.append(
-        Finding(
-            "duplicate-batch",
-            Severity.WARNING,
+        DUPLICATE_BATCH.finding(
             f"{hits.size} step(s) reuse a batch id seen within "
             f"{thresholds.duplicate_batch_window_steps} steps; "
             f"first at step {steps[first]} (batch {batch[first]:.0f}, "
@@ -63,14 +61,14 @@ def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Fact
             step=int(steps[first]),
             end_step=int(steps[hits[-1]]),
             metric="batch_id",
-            evidence={
-                "repeats": int(hits.size),
-                "first_step": int(steps[first]),
-                "batch_id": float(batch[first]),
-                "previous_step": int(previous[first]),
-                "longest_run": int(lengths.max()),
-                "steps": steps[hits][:20].tolist(),
-            },
+            evidence=DuplicateBatchEvidence(
+                repeats=int(hits.size),
+                first_step=int(steps[first]),
+                batch_id=float(batch[first]),
+                previous_step=int(previous[first]),
+                longest_run=int(lengths.max()),
+                steps=steps[hits][:20].tolist(),
+            ),
         )
     )
     return result

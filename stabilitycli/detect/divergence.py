@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -11,7 +11,20 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.config import Thresholds
-from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.facts import Facts, TrendScan
+from stabilitycli.detect.kinds.divergence import (
+    DIVERGENCE,
+    GRAD_NORM_RISING,
+    LOSS_RISE,
+    PLATEAU,
+    LossRiseEvidence,
+    RiseCause,
+    RisingGradNorm,
+    RisingLr,
+    TrendEvidence,
+    WeightNormMove,
+)
+from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.schedule import warmup_end
 from stabilitycli.detect.series import SeriesView
@@ -29,14 +42,14 @@ from stabilitycli.detect.trend import (
     window_chunks,
 )
 from stabilitycli.detect.windows import median_interval
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Finding, Skip
 
 
 @rule(
-    "divergence",
-    "4",
+    DIVERGENCE.rule,
+    DIVERGENCE.section,
     "loss rising for good (Mann-Kendall over trailing windows and longer ones), with its cause",
-    emits=("divergence", "plateau", "loss-rise", "grad-norm-rising"),
+    emits=(DIVERGENCE, PLATEAU, LOSS_RISE, GRAD_NORM_RISING),
     reads=(
         "divergence_min_rise_frac",
         "divergence_falling_evidence",
@@ -52,7 +65,7 @@ from stabilitycli.model import Finding, Severity, Skip
         "widened_window_points",
     ),
     needs=("spikes",),
-    provides=("divergence",),
+    provides=("trend",),
 )
 def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A loss that keeps rising and never comes back, and which §4 cause fits.
@@ -83,14 +96,14 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip("divergence", "no loss series in the log"))
+        result.skipped.append(Skip(DIVERGENCE.rule, "no loss series in the log"))
         return result
     steps, loss = view.finite_points("loss")
     # once: every scan below reads them
     interval, plain = median_interval(steps), plain_values(loss)
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
-        result.skipped.append(Skip("divergence", description))
+        result.skipped.append(Skip(DIVERGENCE.rule, description))
         return result
     scan = _scan(
         steps, loss, (interval, plain), window_points, thresholds.divergence_z, thresholds, facts
@@ -99,7 +112,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         bins = max(1, math.ceil(window_points / thresholds.trend_points))
         result.skipped.append(
             Skip(
-                "divergence",
+                DIVERGENCE.rule,
                 f"insufficient data: {math.ceil(steps.size / bins)} bins < "
                 f"{max(3, round(window_points / bins))}",
             )
@@ -107,13 +120,8 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
     first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
-    trend = {
-        "window": description,
-        "windows": scan.windows,
-        "max_z": scan.max_z,
-        "shortened": shortened,
-    }
-    result.facts["divergence"] = trend
+    trend = TrendScan(description, scan.windows, scan.max_z, shortened)
+    result.facts["trend"] = trend
 
     # windows that rose and fell back again: told as `loss-rise` (info), but only those
     # before a divergence, whose rise never came back: inside it they are its noise
@@ -160,15 +168,13 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         view, start_step, max(end_step, start_step + thresholds.divergence_window_steps), thresholds
     ) or _causes(view, start_step, int(steps[-1]), thresholds)
     for c in causes:
-        if c["cause"] == "grad-norm-rising":
+        if c["cause"] == GRAD_NORM_RISING.code:
             result.findings.append(
-                Finding(
-                    "grad-norm-rising",
-                    Severity.WARNING,
+                GRAD_NORM_RISING.finding(
                     f"{cause_words(c)}; the loss began to rise at step {start_step}",
                     step=start_step,
                     metric="grad_norm",
-                    evidence=dict(c),
+                    evidence=c,
                 )
             )
     # every level is named by what it is: a window's levels are means of the bin medians
@@ -209,7 +215,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         rise_words = f"{climb:.4g} in loss units (no relative rise from 0), {span_words}"
     in_window = (steps >= start_step) & (steps <= end_step)
     strictly = bool(np.all(np.diff(loss[in_window]) > 0))
-    evidence = {
+    trend_numbers: dict[str, Any] = {
         "start_step": start_step,
         "end_step": end_step,
         "z": round(float(z[j]), 2),
@@ -240,18 +246,17 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     undone_before = undone[undone_ends < start_step]
     result.findings += _loss_rise(undone_before, *undone_scan)
     if undone.size > undone_before.size:
-        evidence["loss_rise_windows_inside"] = int(undone.size - undone_before.size)
-        evidence["folded"] = (
+        trend_numbers["loss_rise_windows_inside"] = int(undone.size - undone_before.size)
+        trend_numbers["folded"] = (
             "windows inside this rise that rose and fell back are its noise, not a recovery: "
             "they are counted here (loss_rise_windows_inside), not reported as loss-rise"
         )
-    trend.update(evidence)
+    evidence = TrendEvidence(**trend_numbers)
+    result.facts["trend"] = replace(trend, rise=evidence)
     cause = causes[0]["cause"] if causes else None
     if rise < thresholds.divergence_min_rise_frac and cause is None:
         result.findings.append(
-            Finding(
-                "plateau",
-                Severity.WARNING,
+            PLATEAU.finding(
                 f"loss drifted up from step {start_step}: {rise_words}; Mann-Kendall "
                 f"z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, and it never came back, "
                 "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
@@ -264,9 +269,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     note = f" ({description})" if shortened else ""
     result.findings.append(
-        Finding(
-            "divergence",
-            Severity.ERROR,
+        DIVERGENCE.finding(
             f"silent divergence from step {start_step}: the loss rose {rise_words}; "
             f"Mann-Kendall z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, never back "
             f"down to {first_mean[j]:.4g} ({window_opens})"
@@ -294,20 +297,18 @@ def _loss_rise(
         return []
     worst = int(undone[np.argmax(z[undone])])
     return [
-        Finding(
-            "loss-rise",
-            Severity.INFO,
+        LOSS_RISE.finding(
             f"{undone.size} window(s) where the loss rose and the run later undid it "
             f"(largest: z = {z[worst]:.1f} from step {binned.steps[worst]}, "
             f"+{last_mean[worst] - first_mean[worst]:.3g}): not divergence",
             step=int(binned.steps[worst]),
             end_step=int(binned.end_steps[worst + m - 1]),
             metric="loss",
-            evidence={
-                "windows": int(undone.size),
-                "z": round(float(z[worst]), 2),
-                "rise": float(last_mean[worst] - first_mean[worst]),
-            },
+            evidence=LossRiseEvidence(
+                windows=int(undone.size),
+                z=round(float(z[worst]), 2),
+                rise=float(last_mean[worst] - first_mean[worst]),
+            ),
         )
     ]
 
@@ -987,9 +988,9 @@ def _window_points(
     )
 
 
-def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[dict]:
+def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[RiseCause]:
     """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the tree's order."""
-    causes: list[dict] = []
+    causes: list[RiseCause] = []
     if view.has("lr"):
         s, lr = view.points("lr")
         inside = (s >= start) & (s <= end) & np.isfinite(lr)
@@ -1001,14 +1002,13 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
                 # outside warmup a rising LR is a schedule bug (Q4.2); inside it, the
                 # loss turning up while the LR still climbs says the peak LR is too high
                 causes.append(
-                    {
-                        "cause": "lr-increasing",
-                        "lr_start": lr_start,
-                        "lr_end": lr_end,
-                        "within_warmup": not past_warmup,
-                        "lr_start_step": lr_steps[0],
-                        "lr_end_step": lr_steps[1],
-                    }
+                    RisingLr(
+                        lr_start=lr_start,
+                        lr_end=lr_end,
+                        within_warmup=not past_warmup,
+                        lr_start_step=lr_steps[0],
+                        lr_end_step=lr_steps[1],
+                    )
                 )
     for name in view.param_norm_columns():
         s, norm = view.points(name)
@@ -1018,16 +1018,15 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
             at = s[inside]
             if high / low > thresholds.weight_norm_ratio:
                 causes.append(
-                    {
-                        "cause": "weight-norm",
-                        "series": name,
-                        "min": low,
-                        "max": high,
-                        "direction": "grows" if norm[inside][-1] > norm[inside][0] else "collapses",
-                        "min_step": int(at[int(np.argmin(norm[inside]))]),
-                        "max_step": int(at[int(np.argmax(norm[inside]))]),
-                        "steps": [int(at[0]), int(at[-1])],
-                    }
+                    WeightNormMove(
+                        series=name,
+                        min=low,
+                        max=high,
+                        direction="grows" if norm[inside][-1] > norm[inside][0] else "collapses",
+                        min_step=int(at[int(np.argmin(norm[inside]))]),
+                        max_step=int(at[int(np.argmax(norm[inside]))]),
+                        steps=[int(at[0]), int(at[-1])],
+                    )
                 )
                 break
     if view.has("grad_norm"):
@@ -1040,21 +1039,20 @@ def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> l
             at = s[inside]
             if early > 0 and late > early * (1 + thresholds.grad_norm_rise_frac):
                 causes.append(
-                    {
-                        "cause": "grad-norm-rising",
-                        "grad_norm_start": early,
-                        "grad_norm_end": late,
+                    RisingGradNorm(
+                        grad_norm_start=early,
+                        grad_norm_end=late,
                         # the grad norm's mean over the first and last quarter of the points
-                        "grad_norm_start_steps": [int(at[0]), int(at[quarter - 1])],
-                        "grad_norm_end_steps": [int(at[-quarter]), int(at[-1])],
-                    }
+                        grad_norm_start_steps=[int(at[0]), int(at[quarter - 1])],
+                        grad_norm_end_steps=[int(at[-quarter]), int(at[-1])],
+                    )
                 )
     return causes
 
 
-def cause_words(c: dict) -> str:
+def cause_words(c: Mapping[str, Any]) -> str:
     """A divergence cause's numbers, each with what it is (for the path and the post-mortem)."""
-    if c["cause"] == "lr-increasing" and "lr_start_step" in c:
+    if c["cause"] == LR_INCREASING.code and "lr_start_step" in c:
         return (
             f"LR {c['lr_start']:.4g} at step {c['lr_start_step']} -> {c['lr_end']:.4g} at step "
             f"{c['lr_end_step']}" + (", still in warmup" if c.get("within_warmup") else "")
@@ -1064,7 +1062,7 @@ def cause_words(c: dict) -> str:
             f"{c['series']} {c['direction']}: between {c['min']:.4g} (step {c['min_step']}) and "
             f"{c['max']:.4g} (step {c['max_step']}) over steps {c['steps'][0]}-{c['steps'][1]}"
         )
-    if c["cause"] == "grad-norm-rising" and "grad_norm_start_steps" in c:
+    if c["cause"] == GRAD_NORM_RISING.code and "grad_norm_start_steps" in c:
         a, b = c["grad_norm_start_steps"], c["grad_norm_end_steps"]
         return (
             f"grad norm rose from {c['grad_norm_start']:.4g} (the mean over steps {a[0]}-{a[1]}) "

@@ -8,22 +8,53 @@ is derived from those declarations. The classifier reads the finished object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
+    from stabilitycli.detect.kinds.divergence import TrendEvidence
+    from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
+    from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
+    from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence, SpikeEvent
     from stabilitycli.detect.ranks.report import RankReport
-    from stabilitycli.detect.spike import SpikeEvent
+
+
+class OverflowSummary(TypedDict, total=False):
+    """§3's reading of the fp16 scaler, built up as the rule goes (the scale keys only when
+    a loss-scale series is logged)."""
+
+    overflows: int  # overflow steps
+    overflow_steps: list[int]
+    span_steps: int  # steps the log spans
+    has_scale: bool  # a loss-scale series is logged
+    has_messages: bool  # overflow messages are logged
+    rate: float  # overflows per step
+    scale_min: float
+    scale_max: float
+    scale_final: float
+    scale_drops: int
+    scale_rises: int
+
+
+@dataclass(frozen=True)
+class TrendScan:
+    """What §4's scan looked at, and the lasting rise it found (None: none)."""
+
+    window: str  # how the trend window was formed, in words
+    windows: int  # windows scanned
+    max_z: float  # the largest Mann-Kendall z among them
+    shortened: bool  # the window was shortened to fit the log
+    rise: TrendEvidence | None = None
 
 
 @dataclass
 class Facts:
     rank_report: RankReport | None = None
     """The per-rank comparison (rule `ranks`); None for a log without ranks."""
-    nan: dict[str, Any] | None = None
+    nonfinite: NanEvidence | FiniteLoss | None = None
     """§1 evidence: first step, count, origin layer... (rule `nan`); `count` 0 when clean."""
     spikes: list[SpikeEvent] = field(default_factory=list)
     """§2 material spikes, in step order (rule `spike`)."""
-    recurring_spikes: dict[str, Any] | None = None
+    recurring_spikes: RecurringSpikesEvidence | None = None
     """Many causeless one-point spikes told once: count, steps, sizes (rule `spike`)."""
     blips: list[int] = field(default_factory=list)
     """Steps of flagged points below the materiality bar (rule `spike`)."""
@@ -31,11 +62,11 @@ class Facts:
     """How the spike baseline window was formed, said in the Q2.1 evidence (rule `spike`)."""
     spike_insufficient: bool = False
     """The log is too short for the spike baseline: the run cannot be called healthy."""
-    overflow: dict[str, Any] | None = None
+    overflow: OverflowSummary | None = None
     """§3 overflow counts and loss-scale history (rule `loss-scale`)."""
-    divergence: dict[str, Any] | None = None
+    trend: TrendScan | None = None
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
-    restart_replays: list[dict[str, Any]] = field(default_factory=list)
+    restart_replays: list[RestartReplayEvidence] = field(default_factory=list)
     """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:

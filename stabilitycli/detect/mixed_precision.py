@@ -6,10 +6,21 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect import windows
-from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.facts import Facts, OverflowSummary
+from stabilitycli.detect.kinds.mixed_precision import (
+    FP16_OVERFLOW,
+    LOSS_SCALE_COLLAPSED,
+    LOSS_SCALE_HALVING,
+    LOSS_SCALE_STATIC,
+    RULE,
+    Fp16OverflowEvidence,
+    LossScaleCollapsedEvidence,
+    LossScaleHalvingEvidence,
+    LossScaleStaticEvidence,
+)
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Skip
 
 
 def overflow_per_step(view: SeriesView) -> np.ndarray:
@@ -135,10 +146,10 @@ def _not_fp16(view: SeriesView) -> str | None:
 
 
 @rule(
-    "loss-scale",
-    "3",
+    RULE,
+    FP16_OVERFLOW.section,
     "fp16 overflows and the dynamic loss scale's history",
-    emits=("fp16-overflow", "loss-scale-halving", "loss-scale-static", "loss-scale-collapsed"),
+    emits=(FP16_OVERFLOW, LOSS_SCALE_HALVING, LOSS_SCALE_STATIC, LOSS_SCALE_COLLAPSED),
     reads=(
         "cause_lead_steps",
         "min_loss_scale",
@@ -173,12 +184,12 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if (not_fp16 := _not_fp16(view)) is not None:
         # a loss scale of 1, or a non-finite grad norm, is what every regime can print:
         # calling it an fp16 overflow would be a guess, and §1 reads the grad norm instead
-        result.skipped.append(Skip("loss-scale", not_fp16))
+        result.skipped.append(Skip(RULE, not_fp16))
         return result
     overflow_rows, counts = overflow_points(view)
     total = float(counts.sum())
     span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
-    overflow = {
+    overflow: OverflowSummary = {
         "overflows": int(total),
         "overflow_steps": view.steps[overflow_rows].tolist(),
         "span_steps": span_steps,
@@ -209,25 +220,23 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         )
         first = int(view.steps[overflow_rows[0]])
         result.findings.append(
-            Finding(
-                "fp16-overflow",
-                Severity.ERROR,
+            FP16_OVERFLOW.finding(
                 f"fp16 overflow not absorbed by the scaler: {why}",
                 step=first,
                 metric="grad_norm",
-                evidence={
-                    "overflows": int(total),
-                    "rate": round(rate, 5),
-                    "first_step": first,
-                    "spike_step": at_spike[0].onset_step if at_spike else None,
-                },
+                evidence=Fp16OverflowEvidence(
+                    overflows=int(total),
+                    rate=round(rate, 5),
+                    first_step=first,
+                    spike_step=at_spike[0].onset_step if at_spike else None,
+                ),
             )
         )
     return result
 
 
 def _scale_history(
-    view: SeriesView, thresholds: Thresholds, overflow: dict, result: RuleResult
+    view: SeriesView, thresholds: Thresholds, overflow: OverflowSummary, result: RuleResult
 ) -> None:
     steps, scale = view.finite_points("loss_scale")
     if not scale.size:
@@ -257,9 +266,7 @@ def _scale_history(
         known = [s for s in (first_overflow, began) if s is not None]
         start = min(known) if known else None
         result.findings.append(
-            Finding(
-                "loss-scale-collapsed",
-                Severity.ERROR,
+            LOSS_SCALE_COLLAPSED.finding(
                 f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
                 f"(from {scale_text(scale.max())} down to {scale_text(scale.min())}): overflow on "
                 "nearly every step"
@@ -270,36 +277,32 @@ def _scale_history(
                 ),
                 step=int(steps[at]),
                 metric="loss_scale",
-                evidence={
-                    "scale_min": float(scale.min()),
-                    "scale_max": float(scale.max()),
-                    "first_step_below": int(steps[at]),
-                    "first_overflow_step": first_overflow,
-                    "first_halving_step": began,
-                    "overflows": total,
+                evidence=LossScaleCollapsedEvidence(
+                    scale_min=float(scale.min()),
+                    scale_max=float(scale.max()),
+                    first_step_below=int(steps[at]),
+                    first_overflow_step=first_overflow,
+                    first_halving_step=began,
+                    overflows=total,
                     **history,
-                },
+                ),
             )
         )
     elif np.all(scale == scale[0]) and total >= thresholds.static_scale_min_overflows:
         result.findings.append(
-            Finding(
-                "loss-scale-static",
-                Severity.ERROR,
+            LOSS_SCALE_STATIC.finding(
                 f"loss scale constant at {scale_text(scale[0])} while {total} overflow(s) "
                 "happened: dynamic loss scaling is not active",
                 step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
                 metric="loss_scale",
-                evidence={"scale": float(scale[0]), "overflows": total, **history},
+                evidence=LossScaleStaticEvidence(scale=float(scale[0]), overflows=total, **history),
             )
         )
-    broken = any(f.code in ("loss-scale-collapsed", "loss-scale-static") for f in result.findings)
+    broken = any(f.kind in (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC) for f in result.findings)
     if drops.size and not broken:
         chain = " -> ".join(f"{v:g}" for v in scale[np.concatenate(([drops[0] - 1], drops))][:6])
         result.findings.append(
-            Finding(
-                "loss-scale-halving",
-                Severity.INFO,
+            LOSS_SCALE_HALVING.finding(
                 f"the loss scaler backed off {drops.size} time(s) "
                 f"({chain}{' ...' if drops.size > 5 else ''}); "
                 f"final scale {scale_text(scale[-1])}, minimum {scale_text(scale.min())}, regrew "
@@ -308,14 +311,14 @@ def _scale_history(
                 step=int(steps[drops[0]]),
                 end_step=int(steps[drops[-1]]),
                 metric="loss_scale",
-                evidence={
-                    "drops": int(drops.size),
-                    "rises": int(rises.size),
-                    "first_drop_step": int(steps[drops[0]]),
-                    "scale_min": float(scale.min()),
-                    "scale_final": float(scale[-1]),
-                    "drop_steps": steps[drops][:20].tolist(),
+                evidence=LossScaleHalvingEvidence(
+                    drops=int(drops.size),
+                    rises=int(rises.size),
+                    first_drop_step=int(steps[drops[0]]),
+                    scale_min=float(scale.min()),
+                    scale_final=float(scale[-1]),
+                    drop_steps=steps[drops][:20].tolist(),
                     **history,
-                },
+                ),
             )
         )

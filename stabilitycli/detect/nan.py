@@ -9,10 +9,12 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT, FiniteLoss, NanEvidence
 from stabilitycli.detect.mixed_precision import runs_fp16
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Skip
+from stabilitycli.quantity_schema import ABSENT
 
 # Forward order of a transformer's layers (spec Q1.3); a layer name is placed by
 # the first of these words it contains, then by its block index.
@@ -47,18 +49,18 @@ def forward_order_key(layer: str) -> tuple[int, int, int]:
 
 def _nonfinite_summary(values: np.ndarray) -> dict[str, int]:
     return {
-        "nan": int(np.isnan(values).sum()),
+        NAN_COUNT: int(np.isnan(values).sum()),
         "pos_inf": int(np.isposinf(values).sum()),
         "neg_inf": int(np.isneginf(values).sum()),
     }
 
 
 @rule(
-    "nan",
-    "1",
+    NAN.rule,
+    NAN.section,
     "loss is NaN or Inf (or a logger hid it)",
-    emits=("nan",),
-    provides=("nan",),
+    emits=(NAN,),
+    provides=("nonfinite",),
 )
 def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Non-finite loss: the first step, how many follow, and the layer it started in.
@@ -78,7 +80,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip("nan", "no loss series in the log"))
+        result.skipped.append(Skip(NAN.rule, "no loss series in the log"))
         return result
     steps, loss = view.points("loss")
     bad = ~np.isfinite(loss)
@@ -87,7 +89,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     if not bad.any():
         steps, bad, hidden_by = _hidden_nan(view)
         if hidden_by is None:
-            result.facts["nan"] = {"count": 0, "points": int(loss.size)}
+            result.facts["nonfinite"] = FiniteLoss(count=0, points=int(loss.size))
             return result
         evidence_series = hidden_by
     first = int(np.argmax(bad))
@@ -102,31 +104,27 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     else:
         values = None
     origin = _origin_layer(view, first_step)
-    evidence: dict[str, Any] = {
-        "first_step": first_step,
-        "count": count,
-        "following": count - 1,
-        "points": int(steps.size),
-        "series": evidence_series,
-        **(_nonfinite_summary(values) if values is not None else {}),
-        "last_finite_loss": _last_finite_before(view, first_step),
-        "last_finite_step": _last_finite_step_before(view, first_step),
-        "dtype": view.dtype,
-    }
     earliest = _earliest_nonfinite(view, first_step)
-    if earliest is not None:
-        evidence["earliest_nonfinite"] = earliest
-    if origin is not None:
-        evidence["origin"] = origin["layer"]
-        evidence["origin_evidence"] = origin
+    evidence = NanEvidence(
+        first_step=first_step,
+        count=count,
+        following=count - 1,
+        points=int(steps.size),
+        series=evidence_series,
+        **(_nonfinite_summary(values) if values is not None else {}),
+        last_finite_loss=_last_finite_before(view, first_step),
+        last_finite_step=_last_finite_step_before(view, first_step),
+        dtype=view.dtype,
+        earliest_nonfinite=ABSENT if earliest is None else earliest,
+        origin=ABSENT if origin is None else origin["layer"],
+        origin_evidence=ABSENT if origin is None else origin,
+    )
     where = f" (hidden in the loss; seen in {hidden_by})" if hidden_by else ""
     message = f"loss non-finite from step {first_step}{where}: {count} of {steps.size} points" + (
         f"; first non-finite layer: {origin['layer']}" if origin else ""
     )
     result.findings.append(
-        Finding(
-            "nan",
-            Severity.ERROR,
+        NAN.finding(
             message,
             step=first_step,
             end_step=int(steps[bad][-1]),
@@ -134,7 +132,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
             evidence=evidence,
         )
     )
-    result.facts["nan"] = evidence
+    result.facts["nonfinite"] = evidence
     return result
 
 

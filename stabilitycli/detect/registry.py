@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stabilitycli.model import Finding, Skip
+from stabilitycli.model import Finding, FindingKind, Skip
 
 if TYPE_CHECKING:
     from stabilitycli.config import Thresholds
@@ -30,11 +30,16 @@ class Rule:
     code: str
     section: str
     summary: str
-    emits: tuple[str, ...]
+    kinds: tuple[FindingKind, ...]  # the kinds of finding it emits, declared beside it
     run: Callable[..., RuleResult]
     reads: tuple[str, ...] = ()  # `Thresholds` fields the rule's result depends on
     needs: tuple[str, ...] = ()  # `Facts` fields it reads (so it runs after their providers)
     provides: tuple[str, ...] = ()  # `Facts` fields it sets
+
+    @property
+    def emits(self) -> tuple[str, ...]:
+        """The codes of the findings it emits."""
+        return tuple(kind.code for kind in self.kinds)
 
     def summary_for(self, thresholds: Thresholds) -> str:
         """The summary with the thresholds in force (summaries are `str.format` templates)."""
@@ -57,7 +62,7 @@ def rule(
     code: str,
     section: str,
     summary: str,
-    emits: tuple[str, ...] = (),
+    emits: tuple[FindingKind, ...] = (),
     *,
     reads: tuple[str, ...] = (),
     needs: tuple[str, ...] = (),
@@ -80,12 +85,15 @@ def rule(
         for heading in ("What it detects", "Why it matters"):
             if heading not in doc:
                 raise ValueError(f"rule {code!r}: docstring lacks a '{heading}' section")
+        strays = [k.code for k in emits if (k.rule, k.section) != (code, section)]
+        if strays:
+            raise ValueError(f"rule {code!r} emits kinds declared for another rule: {strays}")
         unknown = [name for name in reads if name not in THRESHOLD_NAMES]
         unknown += [name for name in (*needs, *provides) if name not in FACT_NAMES]
         if unknown:
             raise ValueError(f"rule {code!r} declares unknown threshold(s) or fact(s): {unknown}")
         _check_template(code, doc)
-        RULES[code] = Rule(code, section, summary, emits or (code,), func, reads, needs, provides)
+        RULES[code] = Rule(code, section, summary, emits, func, reads, needs, provides)
         return func
 
     return register
@@ -104,18 +112,18 @@ def _check_template(code: str, doc: str) -> None:
         ) from None
 
 
-# the modules whose import registers rules
+# the modules whose import registers rules, in the order that breaks ties in the run order
 RULE_MODULES: tuple[str, ...] = (
-    "ranks.rule",
-    "restarts",
-    "restart_replay",
-    "nan",
-    "spike",
-    "schedule",
-    "data",
-    "mixed_precision",
-    "divergence",
-    "throughput",
+    "stabilitycli.detect.ranks.rule",
+    "stabilitycli.detect.restarts",
+    "stabilitycli.detect.restart_replay",
+    "stabilitycli.detect.nan",
+    "stabilitycli.detect.spike",
+    "stabilitycli.detect.schedule",
+    "stabilitycli.detect.data",
+    "stabilitycli.detect.mixed_precision",
+    "stabilitycli.detect.divergence",
+    "stabilitycli.detect.throughput",
 )
 
 
@@ -124,10 +132,10 @@ def load_rules() -> dict[str, Rule]:
     import importlib
 
     for module in RULE_MODULES:
-        importlib.import_module(f"stabilitycli.detect.{module}")
+        importlib.import_module(module)
     # RULE_MODULES' order, not the order the modules happened to be imported in (a caller
     # that imports one rule module first would otherwise change the run order)
-    place = {f"stabilitycli.detect.{module}": i for i, module in enumerate(RULE_MODULES)}
+    place = {module: i for i, module in enumerate(RULE_MODULES)}
     registered = sorted(RULES.values(), key=lambda r: place.get(r.run.__module__, len(place)))
     return {r.code: r for r in _dependency_order(registered)}
 

@@ -6,16 +6,17 @@ import math
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.restart_replay import RESTART_REPLAY, RestartReplayEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Severity, Skip
 
 
 @rule(
-    "restart-replay",
-    "0",
+    RESTART_REPLAY.rule,
+    RESTART_REPLAY.section,
     "a resume's replay of the steps it rewrote departs from the abandoned trajectory",
-    emits=("restart-replay",),
+    emits=(RESTART_REPLAY,),
     reads=("judge_points", "noise_band_sigmas", "replay_noise_steps"),
     provides=("restart_replays",),
 )
@@ -47,7 +48,7 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
         return result
     if view.abandoned is None:
         result.skipped.append(
-            Skip("restart-replay", "the abandoned rows of the restart(s) were not kept")
+            Skip(RESTART_REPLAY.rule, "the abandoned rows of the restart(s) were not kept")
         )
         return result
     replays = []
@@ -58,7 +59,7 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
         if numbers is None or numbers["points"] < 3:
             result.skipped.append(
                 Skip(
-                    "restart-replay",
+                    RESTART_REPLAY.rule,
                     f"restart {index} (resumed from step {lo}): fewer than "
                     "3 loss points logged both before and after it; nothing to compare",
                 )
@@ -67,29 +68,27 @@ def detect_restart_replay(view: SeriesView, thresholds: Thresholds, facts: Facts
         if not math.isfinite(numbers["noise_sigma"]):
             result.skipped.append(
                 Skip(
-                    "restart-replay",
+                    RESTART_REPLAY.rule,
                     f"restart {index} (resumed from step {lo}): no finite "
                     "loss before it to measure the noise against",
                 )
             )
             continue
-        evidence = {
-            "restart": index,
-            "resumed_from_step": lo,
-            "last_step_before": hi,
-            **{k: v for k, v in numbers.items() if k != "worst_band_ratio"},
-        }
-        # 0: never left the band; None: left it and was still outside at the end of the replay
         back = numbers["within_from"]
-        evidence["steps_to_return"] = (
-            0 if not numbers["departed"] else (back - lo if back is not None else None)
+        # 0: never left the band; None: left it and was still outside at the end of the replay
+        returned = 0 if not numbers["departed"] else (back - lo if back is not None else None)
+        evidence = RestartReplayEvidence(
+            restart=index,
+            resumed_from_step=lo,
+            last_step_before=hi,
+            **{k: v for k, v in numbers.items() if k != "worst_band_ratio"},
+            steps_to_return=returned,
         )
         replays.append(evidence)
         result.findings.append(
-            Finding(
-                "restart-replay",
-                Severity.WARNING if numbers["departed"] else Severity.INFO,
+            RESTART_REPLAY.finding(
                 _message(index, lo, hi, numbers, thresholds),
+                severity=Severity.WARNING if numbers["departed"] else Severity.INFO,
                 step=lo,
                 end_step=hi,
                 metric="loss",

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.restarts import RESTART, RestartEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Finding, Severity
 
 
 @rule(
-    "restart",
-    "0",
+    RESTART.rule,
+    RESTART.section,
     "the run was resumed from a checkpoint (step went backwards)",
-    emits=("restart",),
+    emits=(RESTART,),
 )
 def detect_restarts(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Every resume from a checkpoint, as an event.
@@ -30,14 +30,17 @@ def detect_restarts(view: SeriesView, thresholds: Thresholds, facts: Facts) -> R
     result = RuleResult()
     for restart in view.restarts:
         result.findings.append(
-            Finding(
-                "restart",
-                Severity.INFO,
+            RESTART.finding(
                 f"resumed from step {restart.resumed_from_step} after the log had reached step "
                 f"{restart.last_step_before} (row {restart.at_row})",
                 step=restart.resumed_from_step,
                 rank=restart.rank,
-                evidence=restart.to_dict(),
+                evidence=RestartEvidence.of(
+                    restart.at_row,
+                    restart.resumed_from_step,
+                    restart.last_step_before,
+                    restart.rank,
+                ),
             )
         )
     return result

@@ -6,6 +6,16 @@ import numpy as np
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.schedule import (
+    GRAD_NORM_SPIKE,
+    LR_INCREASING,
+    LR_JUMP,
+    WEIGHT_NORM_CHANGE,
+    GradNormSpikeEvidence,
+    LrIncreasingEvidence,
+    LrJumpEvidence,
+    WeightNormChangeEvidence,
+)
 from stabilitycli.detect.pointwise import ForwardChange, Rise
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
@@ -17,14 +27,14 @@ from stabilitycli.detect.windows import (
     value_window_before,
     window_max_at,
 )
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Skip
 
 
 @rule(
-    "lr-jump",
-    "2",
+    LR_JUMP.rule,
+    LR_JUMP.section,
     "learning rate jumped up between logged points",
-    emits=("lr-jump",),
+    emits=(LR_JUMP,),
     reads=("lr_jump_local_ratio", "lr_jump_ratio"),
 )
 def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -42,7 +52,7 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     (`lr_jump_cause_steps`) while the LR stays up.
     """
     result = RuleResult()
-    found = view.finite_or_skip("lr", "lr-jump", 3, result.skipped)
+    found = view.finite_or_skip("lr", LR_JUMP.rule, 3, result.skipped)
     if found is None:
         return result
     steps, lr = found
@@ -73,30 +83,28 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
             else f" at step {steps[last + 1]}"
         )
         result.findings.append(
-            Finding(
-                "lr-jump",
-                Severity.WARNING,
+            LR_JUMP.finding(
                 f"learning rate jumped {before:.3g} -> {after:.3g} (+{rise:.0%}){over}",
                 step=int(steps[first + 1]),
                 end_step=int(steps[last + 1]),
                 metric="lr",
-                evidence={
-                    "lr_before": before,
-                    "lr_after": after,
-                    "relative_jump": float(rise),
-                    "step_before": int(steps[first]),
-                    "rises": int(last - first + 1),
-                },
+                evidence=LrJumpEvidence(
+                    lr_before=before,
+                    lr_after=after,
+                    relative_jump=float(rise),
+                    step_before=int(steps[first]),
+                    rises=int(last - first + 1),
+                ),
             )
         )
     return result
 
 
 @rule(
-    "lr-increasing",
-    "4",
+    LR_INCREASING.rule,
+    LR_INCREASING.section,
     "learning rate still rising after warmup",
-    emits=("lr-increasing",),
+    emits=(LR_INCREASING,),
     reads=("divergence_window_steps", "lr_rise_frac", "warmup_frac"),
 )
 def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -112,7 +120,7 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
     the first cause §4 checks.
     """
     result = RuleResult()
-    found = view.finite_or_skip("lr", "lr-increasing", 3, result.skipped)
+    found = view.finite_or_skip("lr", LR_INCREASING.rule, 3, result.skipped)
     if found is None:
         return result
     steps, lr = found
@@ -135,9 +143,7 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
         # the LR compared with is the last one logged at or before a window earlier
         before_step = int(steps[int(np.searchsorted(steps, steps[at] - window, "right")) - 1])
         result.findings.append(
-            Finding(
-                "lr-increasing",
-                Severity.WARNING,
+            LR_INCREASING.finding(
                 "learning rate still rising after warmup: "
                 f"{lr_before:.3g} at step {before_step} -> "
                 f"{lr[at]:.3g} at step {steps[at]} "
@@ -145,12 +151,12 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
                 step=int(steps[at] - window),
                 end_step=int(steps[at]),
                 metric="lr",
-                evidence={
-                    "lr_before": lr_before,
-                    "lr_before_step": before_step,
-                    "lr_after": float(lr[at]),
-                    "warmup_end_step": float(warmup_over),
-                },
+                evidence=LrIncreasingEvidence(
+                    lr_before=lr_before,
+                    lr_before_step=before_step,
+                    lr_after=float(lr[at]),
+                    warmup_end_step=float(warmup_over),
+                ),
             )
         )
     return result
@@ -204,11 +210,11 @@ def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> flo
 
 
 @rule(
-    "weight-norm-change",
-    "4",
+    WEIGHT_NORM_CHANGE.rule,
+    WEIGHT_NORM_CHANGE.section,
     "a parameter norm changed more than {weight_norm_ratio:g}x within {divergence_window_steps} "
     "steps",
-    emits=("weight-norm-change",),
+    emits=(WEIGHT_NORM_CHANGE,),
     reads=("divergence_window_steps", "weight_norm_ratio"),
 )
 def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -227,7 +233,7 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
     result = RuleResult()
     columns = view.param_norm_columns()
     if not columns:
-        result.skipped.append(Skip("weight-norm-change", "no parameter-norm series in the log"))
+        result.skipped.append(Skip(WEIGHT_NORM_CHANGE.rule, "no parameter-norm series in the log"))
         return result
     window = thresholds.divergence_window_steps
     for name in columns:
@@ -247,30 +253,28 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
             before_step = int(steps[int(np.searchsorted(steps, steps[at] - window, "right")) - 1])
             direction = "grew" if ratio[at] > 1 else "collapsed"
             result.findings.append(
-                Finding(
-                    "weight-norm-change",
-                    Severity.WARNING,
+                WEIGHT_NORM_CHANGE.finding(
                     f"{name} {direction} {ratio[at]:.2f}x within {window} steps "
                     f"({before[at]:.4g} at step {before_step} -> {norm[at]:.4g} at step "
                     f"{steps[at]})",
                     step=int(steps[at]),
                     metric=name,
-                    evidence={
-                        "ratio": float(ratio[at]),
-                        "before": float(before[at]),
-                        "before_step": before_step,
-                        "after": float(norm[at]),
-                    },
+                    evidence=WeightNormChangeEvidence(
+                        ratio=float(ratio[at]),
+                        before=float(before[at]),
+                        before_step=before_step,
+                        after=float(norm[at]),
+                    ),
                 )
             )
     return result
 
 
 @rule(
-    "grad-norm-spike",
-    "2",
+    GRAD_NORM_SPIKE.rule,
+    GRAD_NORM_SPIKE.section,
     "pre-clip grad norm far above its trailing median (info)",
-    emits=("grad-norm-spike",),
+    emits=(GRAD_NORM_SPIKE,),
     reads=("grad_norm_outlier_ratio", "min_points_per_window", "spike_window_steps"),
 )
 def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -288,7 +292,7 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
     """
     result = RuleResult()
     found = view.finite_or_skip(
-        "grad_norm", "grad-norm-spike", thresholds.min_points_per_window + 1, result.skipped
+        "grad_norm", GRAD_NORM_SPIKE.rule, thresholds.min_points_per_window + 1, result.skipped
     )
     if found is None:
         return result
@@ -312,22 +316,20 @@ def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Fact
         worst_at = hit_at[np.argmax(ratio[hit_at])]
         worst = open_rows[worst_at]
         result.findings.append(
-            Finding(
-                "grad-norm-spike",
-                Severity.INFO,
+            GRAD_NORM_SPIKE.finding(
                 f"{hits.size} grad-norm outlier(s) >= {thresholds.grad_norm_outlier_ratio:g}x the "
                 f"trailing median; largest {grad[worst]:.4g} at step {steps[worst]} "
                 f"({ratio[worst_at]:.1f}x {baseline[worst_at]:.3g})",
                 step=int(steps[hits[0]]),
                 metric="grad_norm",
-                evidence={
-                    "count": int(hits.size),
-                    "steps": steps[hits][:20].tolist(),
-                    "largest_step": int(steps[worst]),
-                    "largest": float(grad[worst]),
-                    "baseline_median": float(baseline[worst_at]),
-                    "ratio": float(ratio[worst_at]),
-                },
+                evidence=GradNormSpikeEvidence(
+                    count=int(hits.size),
+                    steps=steps[hits][:20].tolist(),
+                    largest_step=int(steps[worst]),
+                    largest=float(grad[worst]),
+                    baseline_median=float(baseline[worst_at]),
+                    ratio=float(ratio[worst_at]),
+                ),
             )
         )
     return result

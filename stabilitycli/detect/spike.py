@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import overload
 
@@ -11,6 +11,23 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.spike import (
+    BLIP,
+    GRAD_NORM_JUMP,
+    LOSS_JUMP,
+    RECURRING_SPIKES,
+    SPIKE,
+    BlipEvidence,
+    JumpEvidence,
+    LongTailToken,
+    LrDiscontinuity,
+    OptimizerReset,
+    RecurringSpikesEvidence,
+    RepeatedBatch,
+    SpikeCause,
+    SpikeEvent,
+    SpikeEvidence,
+)
 from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
@@ -27,40 +44,6 @@ from stabilitycli.model import Finding, Severity, Skip
 
 # extent/recovery scans look ahead in chunks, never over the whole tail
 _SCAN_CHUNK_POINTS = 256
-
-
-@dataclass
-class SpikeEvent:
-    onset_step: int
-    end_step: int
-    peak_step: int
-    points: int
-    mu: float
-    sigma: float
-    threshold: float
-    peak: float
-    z: float
-    recovered: bool
-    recovery_step: int | None
-    recovery_steps: int | None
-    spike_type: int
-    material: bool
-    causes: list[dict] = field(default_factory=list)
-    window: str = ""
-    # the first loss logged recovery_window_steps or more after the peak, and its step
-    after_window_loss: float | None = None
-    after_window_step: int | None = None
-    # the logged steps the frozen baseline (mu, sigma) was taken over
-    baseline_first_step: int | None = None
-    baseline_last_step: int | None = None
-    recovery_level: float | None = None  # mu + recovery_sigma * sigma
-    # steps after the onset the loss had to be back within (recovery_window_steps, or the
-    # gap to the next logged point when that is longer)
-    recovery_horizon_steps: int | None = None
-
-    @property
-    def cause(self) -> str | None:
-        return self.causes[0]["cause"] if self.causes else None
 
 
 def _accumulated_excess(
@@ -284,10 +267,10 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
 
 
 @rule(
-    "spike",
-    "2",
+    SPIKE.rule,
+    SPIKE.section,
     "loss spike above mu + {spike_sigma:g} sigma of the trailing {spike_window_steps} steps",
-    emits=("spike", "recurring-spikes", "blip", "loss-jump", "grad-norm-jump"),
+    emits=(SPIKE, RECURRING_SPIKES, BLIP, LOSS_JUMP, GRAD_NORM_JUMP),
     reads=(
         "cause_lead_steps",
         "duplicate_batch_window_steps",
@@ -349,7 +332,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip("spike", "no loss series in the log"))
+        result.skipped.append(Skip(SPIKE.rule, "no loss series in the log"))
         return result
     steps, loss = view.points("loss")
     window = thresholds.spike_window_steps
@@ -369,7 +352,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     if too_short:
         result.skipped.append(
             Skip(
-                "spike",
+                SPIKE.rule,
                 f"insufficient data: {finite_points} finite loss points over {span} steps; "
                 f"a spike needs a {window}-step baseline of >= {thresholds.min_points_per_window} "
                 f"points before it (or {thresholds.widened_window_points} points in a sparse log)",
@@ -446,19 +429,17 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             result.findings.append(_spike_finding(event, thresholds))
     if blip_steps.size:
         result.findings.append(
-            Finding(
-                "blip",
-                Severity.INFO,
+            BLIP.finding(
                 f"{blip_steps.size} isolated single-point loss bump(s) "
                 f"above mu + {thresholds.spike_sigma:g} sigma with no cause and below the "
                 "materiality bar (heavy-tailed mini-batch noise)",
                 step=int(blip_steps[0]),
                 metric="loss",
-                evidence={
-                    "count": int(blip_steps.size),
-                    "steps": blip_steps[:20].tolist(),
-                    "largest_z": round(float(blip_z.max()), 2),
-                },
+                evidence=BlipEvidence(
+                    count=int(blip_steps.size),
+                    steps=blip_steps[:20].tolist(),
+                    largest_z=round(float(blip_z.max()), 2),
+                ),
             )
         )
     result.facts["spikes"] = spikes
@@ -710,35 +691,33 @@ def _point_after(steps, loss, at_step: int) -> tuple[int, float] | None:
 
 def _causes(
     idx, peak_idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool
-) -> list[dict]:
+) -> list[SpikeCause]:
     """Evident causes, most specific first (Q2.3 and the restart pattern)."""
     # index ranges by binary search: an event looks at a few rows, never the whole log.
     # Up to the peak: when a noise point just before the spike opens the event, the
     # batch that made the spike is logged after the onset, not before it
     lo = int(np.searchsorted(steps, onset - thresholds.cause_lead_steps))
     hi = max(idx, peak_idx) + 1
-    causes: list[dict] = []
+    causes: list[SpikeCause] = []
     recent = ctx.restart_steps[
         (ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)
     ]
     if recent.size:
         causes.append(
-            {
-                "cause": "optimizer-reset",
-                "restart_step": int(recent[-1]),
-                "steps_after_restart": int(onset - recent[-1]),
-            }
+            OptimizerReset(
+                restart_step=int(recent[-1]),
+                steps_after_restart=int(onset - recent[-1]),
+            )
         )
     if ctx.batch_id is not None and np.isfinite(ctx.batch_id[idx]):
         first = int(np.searchsorted(steps, onset - thresholds.duplicate_batch_window_steps))
         same = np.flatnonzero(ctx.batch_id[first:idx] == ctx.batch_id[idx])
         if same.size:
             causes.append(
-                {
-                    "cause": "duplicate-batch",
-                    "batch_id": float(ctx.batch_id[idx]),
-                    "repeat_of_step": int(steps[first + same[-1]]),
-                }
+                RepeatedBatch(
+                    batch_id=float(ctx.batch_id[idx]),
+                    repeat_of_step=int(steps[first + same[-1]]),
+                )
             )
     if ctx.lr_rel_jump is not None and ctx.lr is not None:  # build() sets both or neither
         # a step change of the LR keeps acting for as long as the LR stays up, so
@@ -751,14 +730,13 @@ def _causes(
             if still_up or at >= lo:
                 jump = float(ctx.lr_rel_jump[at])
                 causes.append(
-                    {
-                        "cause": "lr-discontinuity",
-                        "lr_step": int(steps[at]),
-                        "lr": float(ctx.lr[at]),
-                        "lr_before": float(ctx.lr[at] / (1 + jump)),
-                        "relative_jump": round(jump, 3),
-                        "lead_steps": int(onset - steps[at]),
-                    }
+                    LrDiscontinuity(
+                        lr_step=int(steps[at]),
+                        lr=float(ctx.lr[at]),
+                        lr_before=float(ctx.lr[at] / (1 + jump)),
+                        relative_jump=round(jump, 3),
+                        lead_steps=int(onset - steps[at]),
+                    )
                 )
     # build() sets the three grad-norm series together
     if ctx.grad_ratio is not None and ctx.grad_norm is not None and ctx.grad_baseline is not None:
@@ -768,15 +746,14 @@ def _causes(
         if ratios.size and ratios.max() >= bar:
             at = lo + int(np.argmax(ratios))
             causes.append(
-                {
-                    "cause": "long-tail-token",
-                    "grad_norm_step": int(steps[at]),
-                    "grad_norm": float(ctx.grad_norm[at]),
-                    "grad_norm_baseline": float(ctx.grad_baseline[at]),
-                    "ratio": float(ctx.grad_ratio[at]),
-                    "lead_steps": int(onset - steps[at]),
-                    "bar": bar,  # the ratio this spike needed (a large spike needs less)
-                }
+                LongTailToken(
+                    grad_norm_step=int(steps[at]),
+                    grad_norm=float(ctx.grad_norm[at]),
+                    grad_norm_baseline=float(ctx.grad_baseline[at]),
+                    ratio=float(ctx.grad_ratio[at]),
+                    lead_steps=int(onset - steps[at]),
+                    bar=bar,
+                )
             )
     return causes
 
@@ -794,18 +771,18 @@ def _recurring(spikes: list[SpikeEvent], thresholds: Thresholds) -> list[SpikeEv
     return isolated if len(isolated) >= thresholds.recurring_spike_min_count else []
 
 
-def _recurring_summary(group: list[SpikeEvent]) -> dict:
+def _recurring_summary(group: list[SpikeEvent]) -> RecurringSpikesEvidence:
     ratios = [e.peak / e.mu for e in group if e.mu > 0]
-    return {
-        "count": len(group),
-        "steps": [e.onset_step for e in group],
-        "ratio_min": float(min(ratios)) if ratios else None,
-        "ratio_max": float(max(ratios)) if ratios else None,
-        "z_min": float(min(e.z for e in group)),
-        "z_max": float(max(e.z for e in group)),
-        "recovered_share": 1.0,
-        "longest_recovery_steps": max(e.recovery_steps or 0 for e in group),
-    }
+    return RecurringSpikesEvidence(
+        count=len(group),
+        steps=[e.onset_step for e in group],
+        ratio_min=float(min(ratios)) if ratios else None,
+        ratio_max=float(max(ratios)) if ratios else None,
+        z_min=float(min(e.z for e in group)),
+        z_max=float(max(e.z for e in group)),
+        recovered_share=1.0,
+        longest_recovery_steps=max(e.recovery_steps or 0 for e in group),
+    )
 
 
 def _recurring_finding(group: list[SpikeEvent]) -> Finding:
@@ -817,9 +794,7 @@ def _recurring_finding(group: list[SpikeEvent]) -> Finding:
     )
     shown = ", ".join(map(str, summary["steps"][:8]))
     more = f", ... ({summary['count'] - 8} more)" if summary["count"] > 8 else ""
-    return Finding(
-        "recurring-spikes",
-        Severity.WARNING,
+    return RECURRING_SPIKES.finding(
         f"{summary['count']} one-point loss spikes with no evident cause, each {size}, "
         f"all back at baseline within {summary['longest_recovery_steps']} steps "
         f"(steps {shown}{more}): rare batches, worth a look at the data, not a rollback",
@@ -869,11 +844,10 @@ def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
         f"> {baseline_text(event)} + {thresholds.spike_sigma:g}*sigma {event.sigma:.3g}; "
         f"{kind}, {recovery}" + (f"; cause: {event.cause}" if event.cause else "")
     )
-    evidence = {k: v for k, v in asdict(event).items() if k not in ("material",)}
-    return Finding(
-        "spike",
-        Severity.WARNING if event.recovered else Severity.ERROR,
+    evidence = SpikeEvidence.of(event)
+    return SPIKE.finding(
         message,
+        severity=Severity.WARNING if event.recovered else Severity.ERROR,
         step=event.onset_step,
         end_step=event.end_step,
         metric="loss",
@@ -910,16 +884,14 @@ def _short_log_jumps(
         if not ratio.size:
             continue
         at = int(np.argmax(ratio))
-        jump_ratio = {
-            "loss": thresholds.short_log_loss_jump_ratio,
-            "grad_norm": thresholds.short_log_grad_norm_jump_ratio,
+        kind, jump_ratio = {
+            "loss": (LOSS_JUMP, thresholds.short_log_loss_jump_ratio),
+            "grad_norm": (GRAD_NORM_JUMP, thresholds.short_log_grad_norm_jump_ratio),
         }[metric]
         if ratio[at] < jump_ratio:
             continue
         result.findings.append(
-            Finding(
-                f"{metric.replace('_', '-')}-jump",
-                Severity.WARNING,
+            kind.finding(
                 f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) "
                 f"to {v[at + 1]:.4g} (step {s[at + 1]}); "
                 + (
@@ -930,12 +902,12 @@ def _short_log_jumps(
                 + ", so not judged as a spike",
                 step=int(s[at + 1]),
                 metric=metric,
-                evidence={
-                    "from_step": int(s[at]),
-                    "to_step": int(s[at + 1]),
-                    "before": float(v[at]),
-                    "after": float(v[at + 1]),
-                    "ratio": float(ratio[at]),
-                },
+                evidence=JumpEvidence(
+                    from_step=int(s[at]),
+                    to_step=int(s[at + 1]),
+                    before=float(v[at]),
+                    after=float(v[at + 1]),
+                    ratio=float(ratio[at]),
+                ),
             )
         )

@@ -7,10 +7,11 @@ import polars as pl
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.kinds.throughput import THROUGHPUT_DROP, ThroughputDropEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import rows_left_open, trailing_median_at
-from stabilitycli.model import Finding, Severity, Skip
+from stabilitycli.model import Skip
 
 
 def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
@@ -26,10 +27,10 @@ def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
 
 
 @rule(
-    "throughput-drop",
-    "5",
+    THROUGHPUT_DROP.rule,
+    THROUGHPUT_DROP.section,
     "the run's throughput fell below its recent level",
-    emits=("throughput-drop",),
+    emits=(THROUGHPUT_DROP,),
     reads=(
         "min_points_per_window",
         "spike_window_steps",
@@ -53,7 +54,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
     found = _throughput(view)
     if found is None:
         result.skipped.append(
-            Skip("throughput-drop", "no throughput or step-time series in the log")
+            Skip(THROUGHPUT_DROP.rule, "no throughput or step-time series in the log")
         )
         return result
     name, steps, values = found
@@ -63,7 +64,7 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
     if values.size < thresholds.min_points_per_window + thresholds.throughput_persist_points:
         result.skipped.append(
             Skip(
-                "throughput-drop",
+                THROUGHPUT_DROP.rule,
                 f"insufficient data: {values.size} throughput points for a trailing baseline",
             )
         )
@@ -80,20 +81,18 @@ def detect_throughput_drop(view: SeriesView, thresholds: Thresholds, facts: Fact
         # a drop's first point is low, so its median was taken
         base = float(median[np.searchsorted(median_rows, begin)])
         result.findings.append(
-            Finding(
-                "throughput-drop",
-                Severity.WARNING,
+            THROUGHPUT_DROP.finding(
                 f"{name} fell {1 - level / base:.1%} ({base:.4g} -> {level:.4g}) "
                 f"from step {steps[begin]} for {length} points",
                 step=int(steps[begin]),
                 end_step=int(steps[begin + length - 1]),
                 metric=name,
-                evidence={
-                    "baseline": base,
-                    "level": level,
-                    "drop_frac": 1 - level / base,
-                    "points": length,
-                },
+                evidence=ThroughputDropEvidence(
+                    baseline=base,
+                    level=level,
+                    drop_frac=1 - level / base,
+                    points=length,
+                ),
             )
         )
     return result
@@ -145,19 +144,17 @@ def _short_log_drop(name, steps, values, thresholds: Thresholds, result: RuleRes
     ):
         drop_at = int(np.argmax(values < (1 - thresholds.throughput_drop_frac / 2) * head))
         result.findings.append(
-            Finding(
-                "throughput-drop",
-                Severity.WARNING,
+            THROUGHPUT_DROP.finding(
                 f"{name} fell {1 - tail / head:.1%} ({head:.4g} -> {tail:.4g}) "
                 f"from step {steps[drop_at]} to the end of this short log",
                 step=int(steps[drop_at]),
                 end_step=int(steps[-1]),
                 metric=name,
-                evidence={
-                    "baseline": head,
-                    "level": tail,
-                    "drop_frac": 1 - tail / head,
-                    "short_log": True,
-                },
+                evidence=ThroughputDropEvidence(
+                    baseline=head,
+                    level=tail,
+                    drop_frac=1 - tail / head,
+                    short_log=True,
+                ),
             )
         )

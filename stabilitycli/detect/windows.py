@@ -7,6 +7,7 @@ logged points instead, and the evidence says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -35,7 +36,7 @@ def median_interval(steps: np.ndarray) -> float:
     `MAX_DISTINCT_GAPS` distinct gaps) and float steps take the whole-log median.
     """
     if steps.size < 2:
-        return float("nan")
+        return math.nan
     counted = _gap_counts(steps) if steps.dtype.kind in "iu" else None
     if counted is None:
         return float(np.median(np.diff(steps)))

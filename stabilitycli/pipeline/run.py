@@ -130,5 +130,5 @@ def _preview(view, points: int = 60) -> tuple[list[float], list[int]]:
     for a, b in itertools.pairwise(edges):  # loop over 60 buckets, not rows
         chunk = loss[a:b]
         finite = chunk[np.isfinite(chunk)]
-        out.append(float(finite.max()) if finite.size == chunk.size else float("nan"))
+        out.append(float(finite.max()) if finite.size == chunk.size else np.nan)
     return out, [int(s) for s in steps[edges[:-1]]]

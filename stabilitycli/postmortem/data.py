@@ -19,47 +19,31 @@ from stabilitycli.classify.questions import cause_texts
 from stabilitycli.classify.remedies import remedies_for
 from stabilitycli.classify.tree import log_shows
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.kinds.divergence import DIVERGENCE
+from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT
+from stabilitycli.detect.kinds.spike import RECURRING_SPIKES, SPIKE
 from stabilitycli.detect.mixed_precision import scale_text
 from stabilitycli.detect.series import SeriesView, build_view
-from stabilitycli.detect.windows import median_interval, trailing_stats, value_at_or_before
+from stabilitycli.detect.windows import median_interval, trailing_stats
 from stabilitycli.frame import RunData
 from stabilitycli.model import Analysis, Finding
+from stabilitycli.postmortem import verdicts
 from stabilitycli.postmortem.hypotheses import Hypothesis, nan_hypotheses, spike_hypotheses
+from stabilitycli.postmortem.incident import (
+    Cost,
+    Incident,
+    below_words,
+    cost_between,
+    dtype_symptom,
+    fmt,
+    rise_from_words,
+    round_up,
+    series_at,
+    trend_symptoms,
+)
 from stabilitycli.settings import sentence
 
 EMA_STEPS = 50  # the template's "pre-spike loss (50-step EMA)"
-
-
-@dataclass
-class Cost:
-    steps: int | None
-    until_end_of_log: bool  # True: the damage lasted to the last logged step
-    tokens: float | None = None
-    samples: float | None = None
-    note: str | None = None  # a cost told in words (recurring spikes: no span to count)
-
-
-@dataclass
-class Incident:
-    """One section of the post-mortem: a spike, a NaN, or a divergence."""
-
-    # "spike" | "recurring-spikes" | "nan" | "divergence" | "rank" | "loss-scale-collapsed"
-    # | "loss-scale-static" | "fp16-overflow" | "plateau" | "insufficient-data"
-    kind: str
-    title: str
-    symptoms: list[tuple[str, Any]]  # (label, value); a None value is "needs a human"
-    hypotheses: list[Hypothesis]
-    root_cause: str | None
-    remediation: list[str]
-    verification: list[str]  # human-readable bounds
-    expects: list[str]  # the same bounds as `stab compare --expect` expressions
-    cost: Cost
-    rerun: bool = True  # the verification is a re-run from a checkpoint (not: a longer log)
-    # the verdict this event would be on its own, its cause and first step: its remedies are
-    # the remedy table's row for them (the verdict's own list when it is the verdict's event)
-    verdict: str | None = None
-    cause: str | None = None
-    start: int | None = None
 
 
 @dataclass
@@ -97,20 +81,17 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
         remediation=list(analysis.verdict.remediation),
         settings=sentence(analysis.extras.get("settings")),
     )
-    # the sections of the other verdicts (rank, fp16, plateau, too short) live in verdicts.py,
-    # which builds on this module's helpers
-    from stabilitycli.postmortem import verdicts
-
+    # the sections of the other verdicts (rank, fp16, plateau, too short) live in verdicts.py
     for finding in analysis.findings:
-        if finding.code == "nan":
+        if finding.kind is NAN:
             pm.incidents.append(_nan_incident(finding, view, analysis, thresholds))
     pm.incidents += verdicts.rank_incidents(analysis, view)
     ranked = verdicts.ranks_with_incidents(analysis)
     for finding in sorted(
-        (f for f in analysis.findings if f.code in ("spike", "recurring-spikes")),
+        (f for f in analysis.findings if f.kind in (SPIKE, RECURRING_SPIKES)),
         key=lambda f: f.step or 0,
     ):
-        if finding.code == "recurring-spikes":
+        if finding.kind is RECURRING_SPIKES:
             # the group of causeless one-point spikes is one event, told once
             pm.incidents.append(_recurring_incident(finding, view, thr=thresholds))
             continue
@@ -119,7 +100,7 @@ def build(analysis: Analysis, run: RunData, thresholds: Thresholds | None = None
             continue  # one event, one account: the rank's section tells this spike of the mean
         pm.incidents.append(_spike_incident(finding, view, analysis, thresholds))
     for finding in analysis.findings:
-        if finding.code == "divergence":
+        if finding.kind is DIVERGENCE:
             pm.incidents.append(_divergence_incident(finding, view, thresholds))
     pm.incidents += verdicts.incidents(analysis, view, thresholds)
     _remedies_from_the_table(pm, analysis, view, thresholds)
@@ -161,15 +142,6 @@ def _scaler_summary(view: SeriesView) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- numbers
 
 
-def series_at(view: SeriesView, metric: str, step: int) -> float | None:
-    """The value logged at `step`, or at the last logged step before it; None if never logged."""
-    if not view.has(metric):
-        return None
-    steps, values = view.points(metric)
-    value = float(value_at_or_before(steps, values, np.array([step]))[0])
-    return None if math.isnan(value) and not np.any(steps <= step) else value
-
-
 def ema_before(view: SeriesView, step: int, span_steps: int = EMA_STEPS) -> float | None:
     """Exponential moving average of the finite loss before `step`, span in steps.
 
@@ -196,37 +168,6 @@ def first_logged_at_or_after(view: SeriesView, metric: str, step: int) -> tuple[
     if idx >= steps.size:
         return None
     return int(steps[idx]), float(values[idx])
-
-
-def round_up(value: float, digits: int = 3) -> float:
-    """A bound a little above `value`, written with `digits` significant digits."""
-    if value == 0 or not math.isfinite(value):
-        return value
-    exponent = math.floor(math.log10(abs(value))) - digits + 1
-    scale = 10.0**exponent
-    return round(math.ceil(value / scale) * scale, max(0, -exponent))
-
-
-def fmt(value: float) -> str:
-    if not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Inf" if value > 0 else "-Inf")
-    return f"{value:.4g}"
-
-
-def _cost(view: SeriesView, start: int, end: int | None) -> Cost:
-    last = int(view.steps[-1])
-    stop = last if end is None else end
-    cost = Cost(steps=stop - start, until_end_of_log=end is None)
-    for metric in ("tokens", "samples"):
-        a, b = series_at(view, metric, start), series_at(view, metric, stop)
-        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
-            setattr(cost, metric, b - a)
-    return cost
-
-
-def _dtype_symptom(view: SeriesView) -> str | None:
-    src = view.source
-    return f"{src.dtype} ({src.dtype_origin})" if src.dtype else None
 
 
 def _batch_symptom(view: SeriesView, step: int) -> Any:
@@ -283,7 +224,7 @@ def _spike_incident(
             _grad_text(grad) if grad else ("not logged" if not view.has("grad_norm") else None),
         ),
         ("LR at the spike", f"{lr:.4g}" if lr is not None else "not logged"),
-        ("dtype regime", _dtype_symptom(view)),
+        ("dtype regime", dtype_symptom(view)),
         ("batch index at the spike", _batch_symptom(view, onset)),
         ("unusual tokens in that batch", None),
     ]
@@ -298,7 +239,7 @@ def _spike_incident(
     verification, expects = _spike_checks(view, ev, grad, thr, after, recovered)
     end = ev.get("recovery_step") if recovered else None
     return Incident(
-        kind="spike",
+        kind=SPIKE.code,
         title=f"Loss spike at step {onset} ("
         f"{'recovered' if recovered else 'did not recover'}"
         f"{'; divergent: the loss kept rising' if ev['spike_type'] == 3 else ''})"
@@ -309,7 +250,7 @@ def _spike_incident(
         remediation=[],  # from the remedy table (build)
         verification=verification,
         expects=expects,
-        cost=_cost(view, onset, end),
+        cost=cost_between(view, onset, end),
         verdict="spike-recoverable" if recovered else "spike-persistent",
         cause=causes[0]["cause"] if causes else None,
         start=onset,
@@ -366,7 +307,7 @@ def _recurring_incident(finding: Finding, view: SeriesView, thr: Thresholds) -> 
             + _and([*checked, "restarts"])
             + (f" (not logged: {_and(missing)})" if missing else ""),
         ),
-        ("dtype regime", _dtype_symptom(view)),
+        ("dtype regime", dtype_symptom(view)),
         ("batch ids at the spikes", _batch_ids(view, steps)),
         ("unusual samples in those batches", None),
     ]
@@ -420,7 +361,7 @@ def _recurring_incident(finding: Finding, view: SeriesView, thr: Thresholds) -> 
         f"step{plural} of its onset (the longest recovery)",
     )
     return Incident(
-        kind="recurring-spikes",
+        kind=RECURRING_SPIKES.code,
         title=f"{count} recurring one-point loss spikes, steps {first}–{last} (recovered)",
         symptoms=symptoms,
         hypotheses=hyps,
@@ -477,7 +418,7 @@ def _spike_checks(view, ev, grad, thr: Thresholds, after, recovered) -> tuple[li
         f"the spike peaked at {fmt(float(ev['peak']))} at step {int(ev['peak_step'])})"
     ]
     expects = [f"loss@{onset}<{bound:g}"]
-    if grad and math.isfinite(grad.get("grad_norm_baseline", float("nan"))):
+    if grad and math.isfinite(grad.get("grad_norm_baseline", math.nan)):
         lo, hi = onset - thr.cause_lead_steps, onset + thr.recovery_window_steps
         g_bound = round_up(thr.grad_norm_outlier_ratio * grad["grad_norm_baseline"])
         # "it was": the largest grad norm the run logged in that same span, and where
@@ -521,8 +462,8 @@ def _nan_incident(
             "non-finite points",
             f"{ev['count']} of {ev['points']}"
             + (
-                f" ({ev['nan']} NaN, {ev.get('pos_inf', 0)} +Inf, {ev.get('neg_inf', 0)} -Inf)"
-                if "nan" in ev
+                f" ({ev[NAN_COUNT]} NaN, {ev.get('pos_inf', 0)} +Inf, {ev.get('neg_inf', 0)} -Inf)"
+                if NAN_COUNT in ev
                 else ""
             )
             + (f"; seen in {ev['series']}" if ev.get("series") != "loss" else ""),
@@ -551,7 +492,7 @@ def _nan_incident(
             "LR at that step",
             f"{lr:.4g}" if (lr := series_at(view, "lr", first)) is not None else "not logged",
         ),
-        ("dtype regime", _dtype_symptom(view)),
+        ("dtype regime", dtype_symptom(view)),
         (
             "first non-finite layer",
             f"{origin['layer']} (input {origin.get('input_layer') or 'none'} finite)"
@@ -564,14 +505,14 @@ def _nan_incident(
     if scale is not None:
         symptoms.insert(6, ("loss scale at that step", scale_text(scale)))
     supported = [h for h in hyps if h.status == "supported"]
-    cause = analysis.verdict.cause if analysis.verdict.code == "nan" else None
+    cause = analysis.verdict.cause if analysis.verdict.code == NAN.code else None
     root = next((h.root_sentence for h in supported if h.root_sentence), None)
     if root is None and cause:
         text = cause_texts(thr)[cause]
         root = text[:1].upper() + text[1:] + "."
     verification, expects = _nan_checks(view, first, thr)
     return Incident(
-        kind="nan",
+        kind=NAN.code,
         title=f"Non-finite loss from step {first}",
         symptoms=symptoms,
         hypotheses=hyps,
@@ -579,10 +520,10 @@ def _nan_incident(
         remediation=[],  # from the remedy table (build)
         verification=verification,
         expects=expects,
-        cost=_cost(
+        cost=cost_between(
             view, first, None if not _finite_after(view, first) else _finite_after(view, first)
         ),
-        verdict="nan",
+        verdict=NAN.code,
         cause=cause,
         start=first,
     )
@@ -601,8 +542,8 @@ def _nan_checks(view: SeriesView, first: int, thr: Thresholds) -> tuple[list[str
         steps, loss, thr.spike_window_steps, thr.min_points_per_window, thr.widened_window_points
     )
     idx = int(np.searchsorted(steps, first))
-    mean = stats.mean[idx] if idx < steps.size else float("nan")
-    std = stats.std[idx] if idx < steps.size else float("nan")
+    mean = stats.mean[idx] if idx < steps.size else math.nan
+    std = stats.std[idx] if idx < steps.size else math.nan
     if not (math.isfinite(mean) and math.isfinite(std)):
         return ([f"loss finite at step {first} and after (no baseline before it to bound it)"], [])
     bound = round_up(mean + thr.spike_sigma * max(std, thr.sigma_floor_frac * abs(mean)))
@@ -654,7 +595,7 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
             f"LR at step {start} (where the rise began) / step {last} (the end of the log)",
             f"{lr_a:.4g} -> {lr_b:.4g}" if lr_a is not None and lr_b is not None else "not logged",
         ),
-        ("dtype regime", _dtype_symptom(view)),
+        ("dtype regime", dtype_symptom(view)),
     ]
     hyps = [
         Hypothesis(
@@ -672,7 +613,7 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
     ]
     bound = round_up(float(ev["start_level"]))
     return Incident(
-        kind="divergence",
+        kind=DIVERGENCE.code,
         title=f"Silent divergence from step {start}",
         symptoms=symptoms,
         hypotheses=hyps,
@@ -680,68 +621,8 @@ def _divergence_incident(finding: Finding, view: SeriesView, thr: Thresholds) ->
         remediation=[],  # from the remedy table (build)
         verification=[f"loss at step {last} < {bound:g} ({below_words(ev)})"],
         expects=[f"loss@{last}<{bound:g}"],
-        cost=_cost(view, start, None),
-        verdict="divergence",
+        cost=cost_between(view, start, None),
+        verdict=DIVERGENCE.code,
         cause=causes[0]["cause"] if causes else None,
         start=start,
     )
-
-
-def _steps(pair: Any) -> str:
-    return f"{int(pair[0])}–{int(pair[1])}"
-
-
-def rise_from_words(ev: dict) -> str:
-    """The level a divergence or plateau rose from, with what it is (its evidence names it)."""
-    level = fmt(float(ev["rise_from_level"]))
-    if not ev.get("rise_from_steps"):
-        return level
-    return f"{level} ({_stat(ev)} steps {_steps(ev['rise_from_steps'])})"
-
-
-def _stat(ev: dict) -> str:
-    median = ev.get("rise_from_stat") == "median"
-    return "the median of" if median else "the mean of the medians over"
-
-
-def below_words(ev: dict) -> str:
-    """What a re-run's bound sits below: the level the rising window opened at."""
-    if not ev.get("start_level_steps"):
-        return "below the level where the trend window opened"
-    return (
-        f"below {fmt(float(ev['start_level']))}, the mean of the medians over steps "
-        f"{_steps(ev['start_level_steps'])}, where the trend window opened"
-    )
-
-
-def trend_symptoms(ev: dict) -> list[tuple[str, Any]]:
-    """A divergence's or plateau's levels, each named by the steps it is a statistic of."""
-    rise = ev.get("relative_rise")
-    out: list[tuple[str, Any]] = []
-    if ev.get("rise_to_steps"):
-        stat = _stat(ev)
-        out.append(
-            (
-                "rise",
-                (f"+{float(rise):.1%}, " if rise is not None else "")
-                + f"from {fmt(float(ev['rise_from_level']))} ({stat} steps "
-                f"{_steps(ev['rise_from_steps'])}) to {fmt(float(ev['rise_to_level']))} (the mean "
-                f"of the medians over steps {_steps(ev['rise_to_steps'])})",
-            )
-        )
-    if ev.get("start_level_steps") and ev.get("end_level_steps"):
-        out.append(
-            (
-                f"loss: the mean of the medians over steps {_steps(ev['start_level_steps'])} -> "
-                f"over steps {_steps(ev['end_level_steps'])} (the start and end of the trend "
-                "window)",
-                f"{fmt(float(ev['start_level']))} -> {fmt(float(ev['end_level']))}",
-            )
-        )
-    out.append(
-        (
-            f"Mann-Kendall z over steps {int(ev['window_start_step'])}–{int(ev['end_step'])}",
-            ev.get("z"),
-        )
-    )
-    return out

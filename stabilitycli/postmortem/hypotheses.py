@@ -11,6 +11,7 @@ order, so the first supported hypothesis is the root cause.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,9 @@ import numpy as np
 
 from stabilitycli.classify.remedies import FP16_MAX
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
+from stabilitycli.detect.kinds.mixed_precision import FP16_OVERFLOW
+from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER
 from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import trailing_stats
@@ -74,7 +78,7 @@ def spike_hypotheses(
     if rank is not None:
         hyps.append(rank)
     found = [c["cause"] for c in ev.get("causes") or []]
-    return _rank([h for h in hyps if h is not None], ["rank-outlier", *found])
+    return _rank([h for h in hyps if h is not None], [RANK_OUTLIER.code, *found])
 
 
 def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
@@ -235,19 +239,19 @@ def _batch_test(view, onset, ev, thr: Thresholds) -> Hypothesis:
     title = "data-loader bug: the same batch was served again"
     if not view.has("batch_id"):
         return Hypothesis(
-            "duplicate-batch",
+            DUPLICATE_BATCH.code,
             title,
             "not testable",
             "no batch id logged (hash the batches at the spike and the steps before: "
             "needs a human)",
             "batch_id",
         )
-    cause = next((c for c in ev.get("causes") or [] if c["cause"] == "duplicate-batch"), None)
+    cause = next((c for c in ev.get("causes") or [] if c["cause"] == DUPLICATE_BATCH.code), None)
     if cause is None:
         steps, ids = _window(view, "batch_id", onset - thr.duplicate_batch_window_steps, onset)
-        current = ids[-1] if steps.size and steps[-1] == onset else float("nan")
+        current = ids[-1] if steps.size and steps[-1] == onset else math.nan
         return Hypothesis(
-            "duplicate-batch",
+            DUPLICATE_BATCH.code,
             title,
             "ruled out",
             f"batch id {_g(current)} at step {onset} differs from every id in the "
@@ -257,7 +261,7 @@ def _batch_test(view, onset, ev, thr: Thresholds) -> Hypothesis:
     bid = cause["batch_id"]
     bid_text = str(int(bid)) if float(bid).is_integer() else _g(bid)
     return Hypothesis(
-        "duplicate-batch",
+        DUPLICATE_BATCH.code,
         title,
         "supported",
         f"batch id {bid_text} at step {onset} repeats step {cause['repeat_of_step']}",
@@ -305,7 +309,7 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
     evidence_series = [m for m in ("loss_scale", "overflow", "skipped_steps") if view.has(m)]
     if dtype in ("fp32", "bf16"):
         return Hypothesis(
-            "fp16-overflow",
+            FP16_OVERFLOW.code,
             title,
             "ruled out",
             f"{dtype} run: no fp16 range limit (dtype from {view.source.dtype_origin})",
@@ -313,7 +317,7 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
         )
     if not runs_fp16(view):
         return Hypothesis(
-            "fp16-overflow",
+            FP16_OVERFLOW.code,
             title,
             "not testable",
             "dtype unknown, and no overflow series or loss scale other than 1 shows fp16 "
@@ -325,7 +329,7 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
     series = "/".join(evidence_series) or "grad_norm"
     if not in_window.any():
         return Hypothesis(
-            "fp16-overflow",
+            FP16_OVERFLOW.code,
             title,
             "ruled out",
             f"no overflow (non-finite grad norm, skipped step or scale drop) in [{lo}, {end}]",
@@ -333,7 +337,7 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
         )
     first = int(view.steps[np.argmax(in_window)])
     return Hypothesis(
-        "fp16-overflow",
+        FP16_OVERFLOW.code,
         title,
         "supported",
         f"overflow at step {first}, within the spike [{lo}, {end}]",
@@ -343,7 +347,7 @@ def _overflow_test(view, lo, end) -> Hypothesis | None:
     )
 
 
-def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
+def _rank_test(analysis: Analysis, ev: Mapping[str, Any]) -> Hypothesis | None:
     title = "one data-parallel rank went bad and moved the mean"
     ranks = ev.get("explained_by_ranks")
     if ranks:
@@ -351,7 +355,7 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
         outliers = [
             f
             for f in analysis.findings
-            if f.code in ("rank-outlier", "rank-nonfinite") and f.rank in ranks
+            if f.kind in (RANK_OUTLIER, RANK_NONFINITE) and f.rank in ranks
         ]
         detail = "; ".join(
             f"rank {f.rank} from step {f.step}: {_g(f.evidence['value'])} against a cohort median "
@@ -361,7 +365,7 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
             and isinstance(f.evidence.get("cohort_median"), float)
         )
         return Hypothesis(
-            "rank-outlier",
+            RANK_OUTLIER.code,
             title,
             "supported",
             f"rank(s) {names} left the cohort at or before the spike"
@@ -374,7 +378,7 @@ def _rank_test(analysis: Analysis, ev: dict) -> Hypothesis | None:
         )
     if analysis.source.ranks:
         return Hypothesis(
-            "rank-outlier",
+            RANK_OUTLIER.code,
             title,
             "ruled out",
             f"{analysis.source.ranks} ranks agree at the spike",

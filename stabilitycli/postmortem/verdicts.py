@@ -12,38 +12,52 @@ A–B, the first step, a count.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from stabilitycli.classify.remedies import FP16_MAX
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.kinds.divergence import PLATEAU
+from stabilitycli.detect.kinds.mixed_precision import (
+    FP16_OVERFLOW,
+    LOSS_SCALE_COLLAPSED,
+    LOSS_SCALE_STATIC,
+)
+from stabilitycli.detect.kinds.ranks import (
+    RANK_KINDS,
+    RANK_NONFINITE,
+    RANK_OUTLIER,
+    RANK_SILENT,
+    STRAGGLER,
+)
+from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.mixed_precision import scale_text
 from stabilitycli.model import Analysis, Finding, Severity
-from stabilitycli.postmortem.data import (
+from stabilitycli.postmortem.hypotheses import Hypothesis
+from stabilitycli.postmortem.incident import (
     Cost,
     Incident,
-    _cost,
-    _dtype_symptom,
     below_words,
+    cost_between,
+    dtype_symptom,
     fmt,
     rise_from_words,
     round_up,
     series_at,
     trend_symptoms,
 )
-from stabilitycli.postmortem.hypotheses import Hypothesis
 
-RANK_CODES = ("rank-outlier", "rank-nonfinite", "straggler", "rank-silent")
-SCALE_CODES = ("loss-scale-collapsed", "loss-scale-static", "fp16-overflow")
+SCALE_KINDS = (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC, FP16_OVERFLOW)
 
 
 def rank_incidents(analysis: Analysis, view) -> list[Incident]:
     """One section per rank finding; a spike of the mean that the rank explains is folded in."""
     out = []
     for f in analysis.findings:
-        if f.code in RANK_CODES:
+        if f.kind in RANK_KINDS:
             inc = _rank_incident(f, view)
             for spike in analysis.findings:
-                if spike.code == "spike" and f.rank in (
+                if spike.kind is SPIKE and f.rank in (
                     spike.evidence.get("explained_by_ranks") or []
                 ):
                     ev = spike.evidence
@@ -63,10 +77,10 @@ def incidents(analysis: Analysis, view, thr: Thresholds) -> list[Incident]:
     """The sections for loss-scale, overflow, plateau and insufficient-data verdicts."""
     out: list[Incident] = []
     for f in analysis.findings:
-        if f.code in SCALE_CODES:
+        if f.kind in SCALE_KINDS:
             out.append(_scale_incident(f, view, thr))
     for f in analysis.findings:
-        if f.code == "plateau":
+        if f.kind is PLATEAU:
             out.append(_plateau_incident(f, view))
     if analysis.verdict.code == "insufficient-data":
         out.append(_insufficient_incident(analysis))
@@ -74,7 +88,7 @@ def incidents(analysis: Analysis, view, thr: Thresholds) -> list[Incident]:
 
 
 def ranks_with_incidents(analysis: Analysis) -> set[int]:
-    return {f.rank for f in analysis.findings if f.code in RANK_CODES and f.rank is not None}
+    return {f.rank for f in analysis.findings if f.kind in RANK_KINDS and f.rank is not None}
 
 
 # ---------------------------------------------------------------- ranks
@@ -87,7 +101,7 @@ def _num(value: Any) -> float:
         return math.nan
 
 
-def _relative(ev: dict) -> str:
+def _relative(ev: Mapping[str, Any]) -> str:
     """The relative rise of a divergence or plateau, `+12.3%`; a rise from a level of 0
     has none (its evidence holds None), and says so instead of printing `+nan%`."""
     rise = _num(ev.get("relative_rise"))
@@ -136,7 +150,7 @@ def _rank_incident(f: Finding, view) -> Incident:
         )
         hyps.append(
             Hypothesis(
-                "rank-nonfinite",
+                RANK_NONFINITE.code,
                 f"{who} computed a NaN/Inf first",
                 "supported",
                 f"{who} non-finite at step {onset}; cohort median "
@@ -163,7 +177,7 @@ def _rank_incident(f: Finding, view) -> Incident:
         )
         hyps.append(
             Hypothesis(
-                "rank-silent",
+                RANK_SILENT.code,
                 f"{who}'s process died or hung",
                 "possible",
                 f"no {metric} from {who} after step {end}",
@@ -173,7 +187,7 @@ def _rank_incident(f: Finding, view) -> Incident:
         verification.append(
             f"every rank reports {metric} to the last step (stab ranks reports no silent rank)"
         )
-    elif kind == "straggler":
+    elif kind == STRAGGLER.code:
         title = f"Rank {rank} runs slow from step {onset}"
         symptoms += [
             (f"{who}'s {metric} (median over its slow steps)", fmt(_num(ev.get("value")))),
@@ -190,7 +204,7 @@ def _rank_incident(f: Finding, view) -> Incident:
         root = None
         hyps.append(
             Hypothesis(
-                "straggler",
+                STRAGGLER.code,
                 f"{who}'s host is slower (throttling, a slow link or data loader)",
                 "possible",
                 f"{who} at {fmt(_num(ev.get('value')))} against a cohort median of "
@@ -261,7 +275,7 @@ def _rank_incident(f: Finding, view) -> Incident:
         f"check {who}'s data shard: the files or sample indices it read from step {onset} "
         "(duplicated, empty or mis-tokenised batches move one rank's loss away from the rest)",
     ]
-    if kind != "straggler" and not recovered:
+    if kind != STRAGGLER.code and not recovered:
         remediation.append(
             f"exclude or replace that node and resume from the last checkpoint before step "
             f"{onset}: the gradients averaged over ranks carried {who}'s from then on"
@@ -282,11 +296,11 @@ def _rank_incident(f: Finding, view) -> Incident:
         remediation=remediation,
         verification=verification,
         expects=expects,
-        cost=_cost(view, onset, None if not recovered else end)
+        cost=cost_between(view, onset, None if not recovered else end)
         if onset is not None
         else Cost(None, False),
         # the rank that makes the verdict shows the verdict's remedies (data.build)
-        verdict="rank-outlier" if f.severity >= Severity.ERROR else None,
+        verdict=RANK_OUTLIER.code if f.severity >= Severity.ERROR else None,
         start=onset,
     )
 
@@ -310,7 +324,7 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             if steps
             else f"{overflows}, the first at step {first}",
         ),
-        ("dtype regime", _dtype_symptom(view) or "fp16 (the loss scaler's series show it)"),
+        ("dtype regime", dtype_symptom(view) or "fp16 (the loss scaler's series show it)"),
         ("LR at the first overflow", f"{lr:.4g}" if lr is not None else "not logged"),
     ]
     hyps = [
@@ -324,7 +338,7 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
     ]
     verification: list[str] = []
     expects: list[str] = []
-    if f.code == "loss-scale-collapsed":
+    if f.kind is LOSS_SCALE_COLLAPSED:
         halvings = len(ev.get("halving_steps") or [])
         below = ev.get("first_step_below")
         floor = f"{thr.min_loss_scale:g}"
@@ -350,8 +364,8 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             f"min loss scale over steps {first}–{last} >= 1 (it fell to "
             f"{scale_text(_num(ev.get('scale_min')))})"
         )
-        cost = _cost(view, first, None)
-    elif f.code == "loss-scale-static":
+        cost = cost_between(view, first, None)
+    elif f.kind is LOSS_SCALE_STATIC:
         scale = _num(ev.get("scale"))
         title = f"Overflows under a constant loss scale of {scale_text(scale)}"
         symptoms.append(("loss scale (constant over the log)", scale_text(scale)))
@@ -393,7 +407,7 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
         expects=expects,
         cost=cost,
         verdict=f.code,
-        cause=None if f.code == "loss-scale-static" else "activation-overflow",
+        cause=None if f.kind is LOSS_SCALE_STATIC else "activation-overflow",
         start=first,
     )
 
@@ -417,12 +431,12 @@ def _plateau_incident(f: Finding, view) -> Incident:
     ]
     bound = round_up(start_level)
     return Incident(
-        kind="plateau",
+        kind=PLATEAU.code,
         title=f"Loss plateau from step {start}",
         symptoms=symptoms,
         hypotheses=[
             Hypothesis(
-                "plateau",
+                PLATEAU.code,
                 "the model stopped improving on this data at this LR",
                 "possible",
                 f"a slow rise of {_relative(ev)}, from {rise_from_words(ev)}, with no cause in "
@@ -434,8 +448,8 @@ def _plateau_incident(f: Finding, view) -> Incident:
         remediation=[],  # from the remedy table (data.build)
         verification=[f"mean loss over steps {start}–{last} < {bound:g} ({below_words(ev)})"],
         expects=[f"mean(loss)[{start}:{last}]<{bound:g}"],
-        cost=_cost(view, start, None),
-        verdict="plateau",
+        cost=cost_between(view, start, None),
+        verdict=PLATEAU.code,
         start=start,
     )
 

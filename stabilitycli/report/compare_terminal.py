@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from stabilitycli.compare.runs import Comparison, MetricComparison
+from stabilitycli.compare.runs import RESTART_MODE, Comparison, MetricComparison
 from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets, merge_buckets
 
@@ -48,7 +48,7 @@ def _build(result: Comparison) -> Group:
 
 def _title(result: Comparison) -> str:
     name = result.candidate.get("run") or result.candidate["path"]
-    if result.mode == "restart":
+    if result.mode == RESTART_MODE:
         assert result.restart is not None  # restart mode always carries the restart
         return f"{name}, restart {result.restart['index']}"
     return name
@@ -69,7 +69,7 @@ def headline_sentences(result: Comparison) -> list[str]:
     if result.mode == "checks":
         held = len(result.checks) - len(failed_checks)
         out.append(f"{held} of {len(result.checks)} check(s) hold on {result.candidate['path']}.")
-    elif result.mode == "restart":
+    elif result.mode == RESTART_MODE:
         r = result.restart
         assert r is not None  # restart mode always carries the restart
         what = _what_failed(failed_metrics, failed_checks, result)
@@ -244,7 +244,7 @@ def _curves(result: Comparison) -> Fitted:
     assert pv is not None  # drawn only when there is a preview
     values = [v for v in pv["baseline"] + pv["candidate"] if v is not None and math.isfinite(v)]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    names = ("abandoned", "resumed") if result.mode == "restart" else ("baseline", "candidate")
+    names = ("abandoned", "resumed") if result.mode == RESTART_MODE else ("baseline", "candidate")
     width = max(len(n) for n in names)
     metric = terminal(pv["metric"])
     indent = len(metric) + width + 2
@@ -292,7 +292,7 @@ def _spark(values: list[float], low: float, high: float) -> str:
 def _metric_table(result: Comparison) -> Group:
     title = (
         "Deviation of the resumed trajectory from the abandoned one"
-        if result.mode == "restart"
+        if result.mode == RESTART_MODE
         else "Deviation of the candidate from the baseline"
     )
     table = Table(

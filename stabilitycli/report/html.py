@@ -26,6 +26,7 @@ import hashlib
 import json
 from typing import Any
 
+from stabilitycli.detect.kinds.spike import BLIP, SPIKE
 from stabilitycli.model import Analysis, Severity
 from stabilitycli.report import escape
 from stabilitycli.report.plotdata import Line, Markers, Panel, Plots
@@ -34,7 +35,7 @@ from stabilitycli.settings import sentence
 PLOTLY_MISSING = "stab report needs plotly: pip install 'stabilitycli[report]'"
 
 _MARKER_STYLE = {
-    "spike": {
+    SPIKE.marker: {
         "symbol": "triangle-up",
         "size": 13,
         "color": "#d62728",
@@ -48,7 +49,7 @@ _MARKER_STYLE = {
     },
     "nonfinite": {"symbol": "x", "size": 10, "color": "#b00000"},
     "overflow": {"symbol": "diamond", "size": 7, "color": "#ff7f0e"},
-    "blip": {"symbol": "circle-open", "size": 7, "color": "#7f7f7f"},
+    BLIP.marker: {"symbol": "circle-open", "size": 7, "color": "#7f7f7f"},
     "jump": {"symbol": "triangle-down", "size": 11, "color": "#9467bd"},
     "onset": {
         "symbol": "diamond",

@@ -8,5 +8,5 @@ from stabilitycli.model import Analysis
 
 
 def render(analysis: Analysis) -> str:
-    # allow_nan=False: any NaN that slipped past `_jsonable` is a bug, not output
+    # allow_nan=False: any NaN that slipped past `jsonable` is a bug, not output
     return json.dumps(analysis.to_dict(), indent=2, allow_nan=False)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from stabilitycli.detect.kinds.ranks import RULE as RANK_RULE
 from stabilitycli.model import Analysis, Finding, Severity
 from stabilitycli.report import escape
 from stabilitycli.settings import sentence
-
-_RANK_CODES = ("rank-outlier", "rank-nonfinite", "rank-silent", "straggler")
 
 
 def _x(text: object) -> str:
@@ -28,24 +27,17 @@ def _lines(*lines: object) -> str:
     return "\n".join(_x(line) for line in lines)
 
 
-def _rule_of(codes: dict[str, str], finding: Finding) -> str:
-    if finding.code in _RANK_CODES:
-        return "ranks"
-    return codes.get(finding.code, finding.code)
-
-
 def testsuite(analysis: Analysis, fail_on: Severity = Severity.ERROR) -> ET.Element:
     """One `<testsuite>` for one run."""
     from stabilitycli.detect.registry import load_rules
 
     rules = load_rules()
-    codes = {code: r.code for r in rules.values() for code in (r.code, *r.emits)}
     names = list(rules)
     if analysis.source.ranks:
-        names.insert(0, "ranks")
+        names.insert(0, RANK_RULE)
     by_rule: dict[str, list[Finding]] = {}
     for f in analysis.findings:
-        name = _rule_of(codes, f)
+        name = f.kind.rule  # each finding reports under the rule that emits it
         by_rule.setdefault(name, []).append(f)
         if name not in names:
             names.append(name)

@@ -23,6 +23,10 @@ import numpy as np
 
 from stabilitycli import numfmt
 from stabilitycli.config import Thresholds
+from stabilitycli.detect.kinds.divergence import DIVERGENCE
+from stabilitycli.detect.kinds.nan import NAN
+from stabilitycli.detect.kinds.schedule import LR_INCREASING, LR_JUMP
+from stabilitycli.detect.kinds.spike import BLIP, SPIKE
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import trailing_stats, value_at_or_before
 from stabilitycli.errors import StabUsageError
@@ -184,7 +188,7 @@ def _flagged_steps(analysis: Analysis) -> np.ndarray:
             for key in ("grad_norm_step", "lr_step", "repeat_of_step", "restart_step"):
                 if isinstance(cause.get(key), (int, np.integer)):
                     steps.add(int(cause[key]))
-        if f.code == "blip":
+        if f.kind is BLIP:
             steps.update(int(s) for s in f.evidence.get("steps", []))
     return np.array(sorted(steps), dtype=np.int64)
 
@@ -321,7 +325,7 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
     )
     sigma = np.maximum(np.nan_to_num(stats.std, nan=0.0), thr.sigma_floor_frac * np.abs(stats.mean))
     mean, high = stats.mean.copy(), stats.mean + thr.spike_sigma * sigma
-    spikes = [f for f in analysis.findings if f.code == "spike"]
+    spikes = [f for f in analysis.findings if f.kind is SPIKE]
     for f in spikes:
         # the rule judges an event against the baseline frozen at its onset, until the loss is
         # back (or, never back, for a trailing window): the band drawn is that one, not the
@@ -361,11 +365,11 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
             xs.append(float(to_x(np.array([peak_step]))[0]))
             ys.append(peak if math.isfinite(peak) else top)
             texts.append(text)
-        panel.markers.append(Markers("spike", xs, ys, texts, "spike"))
+        panel.markers.append(Markers(SPIKE.code, xs, ys, texts, SPIKE.marker))
     for f in analysis.findings:
-        if f.code == "divergence":
+        if f.kind is DIVERGENCE:
             _mark_divergence(panel, f, steps, loss, to_x)
-    blip = next((f for f in analysis.findings if f.code == "blip"), None)
+    blip = next((f for f in analysis.findings if f.kind is BLIP), None)
     if blip is not None:
         bs = np.array(blip.evidence.get("steps", []), dtype=np.int64)
         vals = value_at_or_before(steps, loss, bs) if bs.size else np.array([])
@@ -375,7 +379,7 @@ def _loss_panel(view, analysis, thr: Thresholds, to_x, flagged, buckets, plots) 
                 display_x(to_x(bs)),
                 _marker_y(vals, _top(loss)),
                 [f"blip at step {int(s)}" for s in bs.tolist()],
-                "blip",
+                BLIP.marker,
             )
         )
     return panel
@@ -486,9 +490,7 @@ def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | Non
     panel.lines.append(Line("lr", display_x(to_x(steps[idx])), display_values(lr[idx])))
     _lr_axis(panel, lr)
     jumps = [
-        f
-        for f in analysis.findings
-        if f.code in ("lr-jump", "lr-increasing") and f.step is not None
+        f for f in analysis.findings if f.kind in (LR_JUMP, LR_INCREASING) and f.step is not None
     ]
     if jumps:
         at = np.array([f.step for f in jumps], dtype=np.int64)
@@ -551,7 +553,7 @@ def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
 
 
 def _layer_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
-    nan = next((f for f in analysis.findings if f.code == "nan"), None)
+    nan = next((f for f in analysis.findings if f.kind is NAN), None)
     layers = view.layer_columns()
     if nan is None or not layers:
         return None

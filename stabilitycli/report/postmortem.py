@@ -8,6 +8,14 @@ evidence) goes through `escape`'s Markdown functions.
 
 from __future__ import annotations
 
+from stabilitycli.detect.kinds.divergence import DIVERGENCE, PLATEAU
+from stabilitycli.detect.kinds.mixed_precision import (
+    FP16_OVERFLOW,
+    LOSS_SCALE_COLLAPSED,
+    LOSS_SCALE_STATIC,
+)
+from stabilitycli.detect.kinds.nan import NAN
+from stabilitycli.detect.kinds.spike import RECURRING_SPIKES, SPIKE
 from stabilitycli.postmortem.data import Cost, Incident, Postmortem
 from stabilitycli.report import escape
 
@@ -55,15 +63,20 @@ def render(pm: Postmortem, date: str | None = None) -> str:
 
 # the document's kind: the first of these its sections hold (the verdict order)
 _KINDS = (
-    ("nan", "NaN loss"),
+    (NAN.code, NAN.incident),
     ("rank", "Rank outlier"),
-    ("spike", "Loss spike"),
-    ("recurring-spikes", "Loss spike"),
-    ("loss-scale-collapsed", "Loss-scale collapse"),
-    ("loss-scale-static", "Static loss scale"),
-    ("fp16-overflow", "fp16 overflow"),
-    ("divergence", "Divergence"),
-    ("plateau", "Plateau"),
+    *(
+        (kind.code, kind.incident)
+        for kind in (
+            SPIKE,
+            RECURRING_SPIKES,
+            LOSS_SCALE_COLLAPSED,
+            LOSS_SCALE_STATIC,
+            FP16_OVERFLOW,
+            DIVERGENCE,
+            PLATEAU,
+        )
+    ),
     ("insufficient-data", "Short log"),
 )
 
@@ -161,7 +174,7 @@ def _cost(cost: Cost, kind: str) -> str:
         if cost.until_end_of_log
         else ""
     )
-    what = "until recovery" if kind == "spike" and not cost.until_end_of_log else "lost"
+    what = "until recovery" if kind == SPIKE.code and not cost.until_end_of_log else "lost"
     parts = [f"{cost.steps:,} step{'' if cost.steps == 1 else 's'} {what}{until}"]
     if cost.tokens is not None:
         parts.append(f"{cost.tokens:,.0f} tokens")

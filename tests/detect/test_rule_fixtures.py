@@ -8,7 +8,6 @@ registered rule can emit, and every per-rank code, must have both folders.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -21,22 +20,12 @@ from tests.conftest import FIXTURES
 
 RULE_FIXTURES = FIXTURES / "rules"
 KINDS = ("fires", "quiet")
-# where the per-rank finding codes are declared (the module moved once already)
-_RANK_CODE_MODULES = ("stabilitycli.detect.ranks.report", "stabilitycli.detect.ranks.check")
 
 
 def rank_codes() -> set[str]:
-    codes: set[str] = set()
-    for name in _RANK_CODE_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        table = getattr(module, "FINDING_CODES", None)
-        if table:
-            codes |= {code for code, _severity in table.values()}
-    assert codes, f"no FINDING_CODES table of per-rank codes in any of {_RANK_CODE_MODULES}"
-    return codes
+    from stabilitycli.detect.kinds.ranks import RANK_KINDS
+
+    return {kind.code for kind in RANK_KINDS}
 
 
 def every_code() -> set[str]:

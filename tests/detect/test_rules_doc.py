@@ -62,7 +62,7 @@ def _fake_rule(code: str, doc: str) -> Rule:
         return RuleResult()
 
     run.__doc__ = doc
-    return Rule(code, "2", "a made-up rule", (code,), run, reads=("spike_sigma",))
+    return Rule(code, "2", "a made-up rule", (), run, reads=("spike_sigma",))
 
 
 def test_doc_is_what_the_generator_writes_now() -> None:

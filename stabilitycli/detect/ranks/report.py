@@ -11,16 +11,20 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli.model import Finding, Severity, _jsonable
+from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER, RANK_SILENT
+from stabilitycli.detect.kinds.ranks import STRAGGLER as STRAGGLER_KIND
+from stabilitycli.model import Finding, FindingKind, Severity, jsonable
 
 SCHEMA = "stab.ranks/1"
-LEVEL, NONFINITE, SILENT, STRAGGLER = "level", "nonfinite", "silent", "straggler"
+# a straggler is named in the `stab ranks` JSON as in the findings
+LEVEL, NONFINITE, SILENT, STRAGGLER = "level", "nonfinite", "silent", STRAGGLER_KIND.code
 KINDS = (NONFINITE, LEVEL, STRAGGLER, SILENT)  # also the order in which reports list them
-FINDING_CODES = {
-    LEVEL: ("rank-outlier", Severity.ERROR),
-    NONFINITE: ("rank-nonfinite", Severity.ERROR),
-    SILENT: ("rank-silent", Severity.WARNING),
-    STRAGGLER: ("straggler", Severity.WARNING),
+# the finding kind each way of disagreeing is reported as
+FINDING_KINDS: dict[str, FindingKind] = {
+    LEVEL: RANK_OUTLIER,
+    NONFINITE: RANK_NONFINITE,
+    SILENT: RANK_SILENT,
+    STRAGGLER: STRAGGLER_KIND,
 }
 
 
@@ -53,7 +57,7 @@ class RankOutlier:
 
     @property
     def severity(self) -> Severity:
-        return FINDING_CODES[self.kind][1]
+        return FINDING_KINDS[self.kind].severity
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -79,25 +83,24 @@ class RankOutlier:
             out["effect_steps"] = list(self.effect_steps)
             out["mean_with"] = _num(self.mean_with)
             out["mean_without"] = _num(self.mean_without)
-        return _jsonable(out)
+        return jsonable(out)
 
     def finding(self) -> Finding:
-        code, severity = FINDING_CODES[self.kind]
         evidence = {
             k: v
             for k, v in self.to_dict().items()
             if k not in ("rank", "kind", "onset_step", "end_step", "metric", "message", "severity")
         }
-        evidence["kind"] = self.kind
-        return Finding(
-            code=code,
-            severity=severity,
-            message=self.message,
+        kind = FINDING_KINDS[self.kind]
+        # every per-rank kind declares one (made from one template: typed by its fields)
+        evidence_type: Any = kind.evidence_type
+        return kind.finding(
+            self.message,
             step=self.onset_step,
             end_step=self.end_step,
             rank=self.rank,
             metric=self.metric,
-            evidence=evidence,
+            evidence=evidence_type(**evidence, kind=self.kind),
         )
 
 
@@ -136,7 +139,7 @@ class MeanShift:
         return explained / shift
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
+        return jsonable(
             {
                 "start_step": self.start_step,
                 "end_step": self.end_step,

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from stabilitycli.config import Thresholds
 from stabilitycli.detect.facts import Facts
-from stabilitycli.detect.ranks.report import FINDING_CODES
+from stabilitycli.detect.kinds.ranks import RANK_KINDS, RULE
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 
-RANK_CODES: tuple[str, ...] = tuple(code for code, _ in FINDING_CODES.values())
-
 
 @rule(
-    "ranks",
+    RULE,
     "5",
     "one data-parallel rank sits away from its cohort, goes non-finite, falls silent or lags",
-    emits=RANK_CODES,
+    emits=RANK_KINDS,
     reads=(
         "rank_z",
         "rank_persist_steps",
@@ -56,7 +54,7 @@ def detect_rank_outliers(view: SeriesView, thresholds: Thresholds, facts: Facts)
     result = RuleResult()
     run = view.run
     if run is None or not run.has_ranks:
-        result.skipped.append(Skip("ranks", "one series, no per-rank values in the log"))
+        result.skipped.append(Skip(RULE, "one series, no per-rank values in the log"))
         return result
     metric = "loss" if "loss" in run.frame.columns else run.metric_columns[0]
     report = find_rank_outliers(run, metric, thresholds)

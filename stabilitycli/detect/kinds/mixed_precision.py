@@ -1,0 +1,119 @@
+"""The kinds of rule `loss-scale` (§3): what the fp16 loss scaler did about overflows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stabilitycli.model import FindingKind, Severity
+from stabilitycli.quantity_schema import COUNT, FRACTION, STEP, STEPS, Evidence, Spec, measure
+
+RULE = "loss-scale"
+
+
+_STEPS = measure(STEPS)
+# the scale right after each halving, at the halving's step
+_AFTER_HALVING = measure(Spec("point", step="halving_steps[]", each=True))
+
+
+# The scaler's history closes the evidence of every kind that reads the loss scale: every
+# overflow onset and every halving, so the story of a collapse starts where it did.
+
+
+@dataclass(frozen=True, eq=False)
+class Fp16OverflowEvidence(Evidence):
+    overflows: int = field(metadata=measure(COUNT))
+    rate: float = field(metadata=measure(FRACTION))  # overflow steps per step of the log
+    first_step: int = field(metadata=measure(STEP))
+    spike_step: int | None = field(metadata=measure(STEP))  # the loss spike it came with
+
+
+@dataclass(frozen=True, eq=False)
+class LossScaleHalvingEvidence(Evidence):
+    drops: int = field(metadata=measure(COUNT))
+    rises: int = field(metadata=measure(COUNT))
+    first_drop_step: int = field(metadata=measure(STEP))
+    scale_min: float = field(metadata=measure(Spec("min")))
+    scale_final: float = field(metadata=measure(Spec("point")))  # its step is not in the evidence
+    drop_steps: list[int] = field(metadata=_STEPS)  # the first 20
+    overflow_steps: list[int] = field(metadata=_STEPS)
+    halving_steps: list[int] = field(metadata=_STEPS)
+    halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+
+
+@dataclass(frozen=True, eq=False)
+class LossScaleStaticEvidence(Evidence):
+    # constant over the log, so also its value at the first overflow
+    scale: float = field(metadata=measure(Spec("point", step="@step")))
+    overflows: int = field(metadata=measure(COUNT))
+    overflow_steps: list[int] = field(metadata=_STEPS)
+    halving_steps: list[int] = field(metadata=_STEPS)
+    halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+
+
+@dataclass(frozen=True, eq=False)
+class LossScaleCollapsedEvidence(Evidence):
+    scale_min: float = field(metadata=measure(Spec("min")))  # over the whole log
+    scale_max: float = field(metadata=measure(Spec("max")))
+    first_step_below: int = field(metadata=measure(STEP))
+    first_overflow_step: int | None = field(metadata=measure(STEP))
+    first_halving_step: int | None = field(metadata=measure(STEP))
+    overflows: int = field(metadata=measure(COUNT))
+    overflow_steps: list[int] = field(metadata=_STEPS)
+    halving_steps: list[int] = field(metadata=_STEPS)
+    halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+
+
+FP16_OVERFLOW = FindingKind(
+    code="fp16-overflow",
+    rule=RULE,
+    section="3",
+    severity=Severity.ERROR,
+    meaning="fp16 overflows that the log does not show a loss scaler absorbing",
+    todo="enable dynamic loss scaling (or log the loss scale), find the op that overflows, or "
+    "move to bf16",
+    why="an overflow no scaler absorbs writes Inf into the update: the step is lost at best, "
+    "the weights at worst",
+    question="Q3.1",
+    incident="fp16 overflow",
+    evidence_type=Fp16OverflowEvidence,
+)
+LOSS_SCALE_HALVING = FindingKind(
+    code="loss-scale-halving",
+    rule=RULE,
+    section="3",
+    severity=Severity.INFO,
+    meaning="the fp16 loss scaler halved its scale after overflows and training went on: the "
+    "scaler doing its job",
+    todo="nothing, as long as the scale stays at or above {min_loss_scale:g}",
+    why="healthy back-off is normal in fp16; it is listed so that a later collapse can be "
+    "told from it",
+    question="Q3.2",
+    evidence_type=LossScaleHalvingEvidence,
+)
+LOSS_SCALE_STATIC = FindingKind(
+    code="loss-scale-static",
+    rule=RULE,
+    section="3",
+    severity=Severity.ERROR,
+    meaning="overflows happened while the loss scale stayed constant: dynamic loss scaling is off",
+    todo="turn on dynamic loss scaling, or move to bf16",
+    why="with a fixed scale every overflow is skipped or written into the weights, and nothing "
+    "lowers the scale to stop the next one",
+    question="Q3.2",
+    incident="Static loss scale",
+    evidence_type=LossScaleStaticEvidence,
+)
+LOSS_SCALE_COLLAPSED = FindingKind(
+    code="loss-scale-collapsed",
+    rule=RULE,
+    section="3",
+    severity=Severity.ERROR,
+    meaning="the fp16 loss scale fell below {min_loss_scale:g}: overflow on nearly every step",
+    todo="find the op that overflows, halve the learning rate, or move to bf16; resume from "
+    "before the overflows began",
+    why="below that scale small gradients underflow to zero, so the updates since the collapse "
+    "have lost their signal",
+    question="Q3.2",
+    incident="Loss-scale collapse",
+    evidence_type=LossScaleCollapsedEvidence,
+)

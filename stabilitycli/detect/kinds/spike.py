@@ -1,0 +1,274 @@
+"""The kinds of rule `spike` (§2): spikes, their recurring and small relatives, and the jumps
+of a log too short for the spike window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
+from stabilitycli.model import FindingKind, Severity
+from stabilitycli.quantity_schema import (
+    BOUND,
+    COUNT,
+    DURATION,
+    FRACTION,
+    LABEL,
+    RATIO,
+    STEP,
+    STEPS,
+    EachItem,
+    Evidence,
+    Spec,
+    measure,
+    over,
+)
+
+RULE = "spike"
+
+
+# each cause type's `cause` field is its name, written first in the JSON (keyword-only: it
+# has the default every instance shares)
+_NAME = measure(None)
+
+
+# ---------------------------------------------------------------- the causes of a spike
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizerReset(Evidence):
+    """The spike began right after a resume."""
+
+    cause: str = field(default="optimizer-reset", kw_only=True, metadata=_NAME)
+    restart_step: int = field(metadata=measure(STEP))
+    steps_after_restart: int = field(metadata=measure(DURATION))
+
+
+@dataclass(frozen=True, eq=False)
+class RepeatedBatch(Evidence):
+    """The batch at the spike repeats a recent one."""
+
+    cause: str = field(default=DUPLICATE_BATCH.code, kw_only=True, metadata=_NAME)
+    batch_id: float = field(metadata=measure(LABEL))
+    repeat_of_step: int = field(metadata=measure(STEP))
+
+
+@dataclass(frozen=True, eq=False)
+class LrDiscontinuity(Evidence):
+    """The LR jumped just before the spike."""
+
+    cause: str = field(default="lr-discontinuity", kw_only=True, metadata=_NAME)
+    lr_step: int = field(metadata=measure(STEP))
+    lr: float = field(metadata=measure(Spec("point", "lr", step="lr_step")))
+    lr_before: float = field(metadata=measure(Spec("previous_point", "lr", step="lr_step")))
+    relative_jump: float = field(metadata=measure(Spec("relative_change", "lr")))
+    lead_steps: int = field(metadata=measure(DURATION))
+
+
+@dataclass(frozen=True, eq=False)
+class LongTailToken(Evidence):
+    """The pre-clip grad norm jumped just before the spike."""
+
+    cause: str = field(default="long-tail-token", kw_only=True, metadata=_NAME)
+    grad_norm_step: int = field(metadata=measure(STEP))
+    grad_norm: float = field(metadata=measure(Spec("point", "grad_norm", step="grad_norm_step")))
+    grad_norm_baseline: float = field(
+        metadata=measure(Spec("trailing_mean", "grad_norm", step="grad_norm_step"))
+    )
+    ratio: float = field(metadata=measure(Spec("ratio", "grad_norm")))
+    lead_steps: int = field(metadata=measure(DURATION))
+    # the grad-norm ratio this spike needed (a large spike needs less)
+    bar: float = field(metadata=measure(Spec("bound", "grad_norm")))
+
+
+SpikeCause = OptimizerReset | RepeatedBatch | LrDiscontinuity | LongTailToken
+_CAUSE_TYPES: tuple[type[Evidence], ...] = (
+    OptimizerReset,
+    RepeatedBatch,
+    LrDiscontinuity,
+    LongTailToken,
+)
+
+
+def _cause_name(cause_type: type[Evidence]) -> str:
+    return next(f.default for f in fields(cause_type) if f.name == "cause")  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- one spike, as measured
+
+
+@dataclass
+class SpikeEvent:
+    onset_step: int
+    end_step: int
+    peak_step: int
+    points: int
+    mu: float
+    sigma: float
+    threshold: float
+    peak: float
+    z: float
+    recovered: bool
+    recovery_step: int | None
+    recovery_steps: int | None
+    spike_type: int
+    material: bool
+    causes: list[SpikeCause] = field(default_factory=list)
+    window: str = ""
+    # the first loss logged recovery_window_steps or more after the peak, and its step
+    after_window_loss: float | None = None
+    after_window_step: int | None = None
+    # the logged steps the frozen baseline (mu, sigma) was taken over
+    baseline_first_step: int | None = None
+    baseline_last_step: int | None = None
+    recovery_level: float | None = None  # mu + recovery_sigma * sigma
+    # steps after the onset the loss had to be back within (recovery_window_steps, or the
+    # gap to the next logged point when that is longer)
+    recovery_horizon_steps: int | None = None
+
+    @property
+    def cause(self) -> str | None:
+        return self.causes[0]["cause"] if self.causes else None
+
+
+# ---------------------------------------------------------------- the findings' evidence
+
+
+@dataclass(frozen=True, eq=False)
+class SpikeEvidence(Evidence):
+    """A spike as the rule measured it: its frozen baseline, its peak, its recovery."""
+
+    onset_step: int = field(metadata=measure(STEP))
+    end_step: int = field(metadata=measure(STEP))
+    peak_step: int = field(metadata=measure(STEP))
+    points: int = field(metadata=measure(COUNT))
+    mu: float = field(metadata=measure(over("mean", "baseline_first_step", "baseline_last_step")))
+    sigma: float = field(
+        metadata=measure(over("sigma", "baseline_first_step", "baseline_last_step"))
+    )
+    threshold: float = field(metadata=measure(BOUND))
+    peak: float = field(metadata=measure(Spec("peak", step="peak_step")))
+    z: float = field(
+        metadata=measure(over("z", "baseline_first_step", "baseline_last_step", step="peak_step"))
+    )
+    recovered: bool = field(metadata=measure(None))
+    recovery_step: int | None = field(metadata=measure(STEP))
+    recovery_steps: int | None = field(metadata=measure(DURATION))
+    spike_type: int = field(metadata=measure(LABEL))  # 1 recoverable, 2 persistent, 3 divergent
+    causes: list[SpikeCause] = field(
+        metadata=measure(EachItem("cause", {_cause_name(t): t.schema() for t in _CAUSE_TYPES}))
+    )
+    window: str = field(metadata=measure(None))  # how the baseline window was formed
+    # the first loss logged recovery_window_steps or more after the peak
+    after_window_loss: float | None = field(
+        metadata=measure(Spec("point", step="after_window_step"))
+    )
+    after_window_step: int | None = field(metadata=measure(STEP))
+    baseline_first_step: int | None = field(metadata=measure(STEP))
+    baseline_last_step: int | None = field(metadata=measure(STEP))
+    recovery_level: float | None = field(metadata=measure(BOUND))
+    recovery_horizon_steps: int | None = field(metadata=measure(DURATION))
+
+    @classmethod
+    def of(cls, event: SpikeEvent) -> SpikeEvidence:
+        return cls(**{f.name: getattr(event, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True, eq=False)
+class RecurringSpikesEvidence(Evidence):
+    count: int = field(metadata=measure(COUNT))
+    steps: list[int] = field(metadata=measure(STEPS))
+    # peak over the trailing mean, the smallest and the largest of the group
+    ratio_min: float | None = field(metadata=measure(RATIO))
+    ratio_max: float | None = field(metadata=measure(RATIO))
+    z_min: float = field(metadata=measure(Spec("z")))
+    z_max: float = field(metadata=measure(Spec("z")))
+    recovered_share: float = field(metadata=measure(FRACTION))
+    longest_recovery_steps: int = field(metadata=measure(DURATION))
+
+
+@dataclass(frozen=True, eq=False)
+class BlipEvidence(Evidence):
+    count: int = field(metadata=measure(COUNT))
+    steps: list[int] = field(metadata=measure(STEPS))  # the first 20
+    largest_z: float = field(metadata=measure(Spec("z")))
+
+
+@dataclass(frozen=True, eq=False)
+class JumpEvidence(Evidence):
+    """One jump between two logged points of a log too short for the spike window."""
+
+    from_step: int = field(metadata=measure(STEP))
+    to_step: int = field(metadata=measure(STEP))
+    before: float = field(metadata=measure(Spec("point", step="from_step")))
+    after: float = field(metadata=measure(Spec("point", step="to_step")))
+    ratio: float = field(metadata=measure(RATIO))
+
+
+SPIKE = FindingKind(
+    code="spike",
+    rule=RULE,
+    section="2",
+    severity=Severity.ERROR,  # WARNING when it recovered
+    meaning="a loss spike: the loss rose above the trailing {spike_window_steps}-step mean + "
+    "{spike_sigma:g} sigma and met the materiality bar",
+    todo="if it came back within {recovery_window_steps} steps, fix its cause; if not, also "
+    "reload the last checkpoint before it (see spike-recoverable and spike-persistent)",
+    why="a spike that does not come back leaves the optimizer moments poisoned; one that does "
+    "still has a cause that will strike again",
+    question="Q2.1",
+    incident="Loss spike",
+    marker="spike",
+    evidence_type=SpikeEvidence,
+)
+RECURRING_SPIKES = FindingKind(
+    code="recurring-spikes",
+    rule=RULE,
+    section="2",
+    severity=Severity.WARNING,
+    meaning="several one-point spikes of one character with no evident cause, reported as one",
+    todo="log the batch id and per-layer grad norms so that the batches behind them can be found",
+    why="told one by one they would bury the rest of the report; together they say the data "
+    "holds batches the model keeps stumbling on",
+    question="Q2.1",
+    incident="Loss spike",
+    evidence_type=RecurringSpikesEvidence,
+)
+BLIP = FindingKind(
+    code="blip",
+    rule=RULE,
+    section="2",
+    severity=Severity.INFO,
+    meaning="one isolated, moderate point above the spike bar with no cause: noise, not a spike",
+    todo="nothing; it is listed so that nothing is hidden",
+    why="it costs nothing, but a reader who sees the bump on a plot can tell the rule saw it "
+    "and judged it noise",
+    question="Q2.1",
+    marker="blip",
+    evidence_type=BlipEvidence,
+)
+LOSS_JUMP = FindingKind(
+    code="loss-jump",
+    rule=RULE,
+    section="2",
+    severity=Severity.WARNING,
+    meaning="in a log too short for the spike window, the loss jumped "
+    "{short_log_loss_jump_ratio:g}x or more between two points",
+    todo="log more steps so that the spike rule can judge it; meanwhile look at that step's batch",
+    why="a short log cannot be judged against a noise band, but a jump that large is worth a "
+    "look before the run goes on",
+    question="Q2.1",
+    evidence_type=JumpEvidence,
+)
+GRAD_NORM_JUMP = FindingKind(
+    code="grad-norm-jump",
+    rule=RULE,
+    section="2",
+    severity=Severity.WARNING,
+    meaning="in a log too short for the spike window, the grad norm jumped "
+    "{short_log_grad_norm_jump_ratio:g}x or more between two points",
+    todo="log more steps so that the spike rule can judge it",
+    why="in a short log a grad-norm jump is the only early sign of a spike the spike rule "
+    "cannot yet judge",
+    question="Q2.3",
+    evidence_type=JumpEvidence,
+)
