@@ -86,7 +86,7 @@ def test_the_typer_installed_is_one_the_pin_allows() -> None:
     import tomllib
     from pathlib import Path
 
-    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     (pin,) = [d for d in pyproject["project"]["dependencies"] if d.startswith("typer")]
     lowest, below = (part.strip(">=<") for part in pin.removeprefix("typer").split(","))
 

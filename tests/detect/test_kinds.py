@@ -24,7 +24,7 @@ from stabilitycli.model import FindingKind, Severity, all_kinds
 from stabilitycli.quantities import KINDS as QUANTITY_KINDS
 from stabilitycli.quantity_schema import By, EachItem, Spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULE_FIXTURES = ROOT / "fixtures" / "rules"
 DEFAULTS = Thresholds()
 
