@@ -27,7 +27,7 @@ from _dq_synth import (
     single_run,
 )
 
-WARNING = 1  # stabilitycli.model.Severity: INFO 0, WARNING 1, ERROR 2
+WARNING = 1  # stabilitycli.core.model.Severity: INFO 0, WARNING 1, ERROR 2
 
 FAMILY_CODES = {
     "spike": ("spike",),

@@ -21,10 +21,10 @@ import argparse
 import numpy as np
 import polars as pl
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.detect.ranks.check import find_rank_outliers
 from stabilitycli.frame import RunData
-from stabilitycli.model import SourceInfo
 
 N_STEPS = 600
 SPREAD = 0.15

@@ -35,10 +35,10 @@ def one(ranks: int, steps: int) -> dict:
     import polars as pl
 
     sys.path.insert(0, str(ROOT))
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
+    from stabilitycli.core.model import SourceInfo
     from stabilitycli.detect.ranks.check import find_rank_outliers
     from stabilitycli.frame import RunData
-    from stabilitycli.model import SourceInfo
 
     rng = np.random.default_rng(7)
     step_axis = np.arange(steps, dtype=np.int64)

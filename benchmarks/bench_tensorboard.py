@@ -74,8 +74,8 @@ def timed(fn):
 
 
 def record_loop(path: Path, verify: bool) -> int:
+    from stabilitycli.core.model import SourceInfo
     from stabilitycli.ingest.tensorboard.reader import _Collector, read_event_file
-    from stabilitycli.model import SourceInfo
 
     collector = _Collector()
     read_event_file(

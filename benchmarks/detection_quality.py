@@ -426,7 +426,7 @@ def render(
     real_sources: list[dict],
     comparison: list[str] | None,
 ) -> str:
-    from stabilitycli.config import Thresholds  # the measured package's own bar
+    from stabilitycli.core.config import Thresholds  # the measured package's own bar
 
     single = [c for c in cells if not c["case"]["ranks"]]
     ranked = [c for c in cells if c["case"]["ranks"]]

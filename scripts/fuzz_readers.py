@@ -1047,7 +1047,7 @@ def run_one(target: str, reader: str | None, folder: str, options: dict | None =
     """Read, analyse and render one input; the outcome as a dict (never raises)."""
     from rich.console import Console
 
-    from stabilitycli.errors import StabInputError, StabUsageError
+    from stabilitycli.core.errors import StabInputError, StabUsageError
     from stabilitycli.ingest import read
     from stabilitycli.ingest.options import ReadOptions
     from stabilitycli.pipeline.run import analyze
@@ -1173,7 +1173,7 @@ def _wrapped_cause(err: BaseException) -> BaseException | None:
     names the exception type (`cannot parse jsonl: NameError: ...`) or one of a few
     stock phrases. OSError causes (permission denied, ...) are input errors.
     """
-    from stabilitycli.errors import StabInputError
+    from stabilitycli.core.errors import StabInputError
 
     cause = err.__cause__
     while isinstance(cause, StabInputError) and cause.__cause__ is not None:

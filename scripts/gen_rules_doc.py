@@ -41,9 +41,9 @@ from stabilitycli.classify.remedies import (  # noqa: E402
     remedy_rows,
 )
 from stabilitycli.commands.explain import plain_words  # noqa: E402
-from stabilitycli.config import Thresholds  # noqa: E402
+from stabilitycli.core.config import Thresholds  # noqa: E402
+from stabilitycli.core.model import Finding, FindingKind  # noqa: E402
 from stabilitycli.detect.registry import Rule, load_rules  # noqa: E402
-from stabilitycli.model import Finding, FindingKind  # noqa: E402
 
 DOC = ROOT / "docs" / "rules.md"
 RULE_FIXTURES = ROOT / "fixtures" / "rules"
@@ -201,7 +201,7 @@ def render(defaults: Thresholds | None = None) -> str:
         "(`stabilitycli/detect/registry.py` and the rule modules' docstrings), the finding kinds "
         "(`stabilitycli/detect/kinds/`, each with an Example from its `fires` fixture under "
         "`fixtures/rules/`), the thresholds "
-        "(`stabilitycli/config.py`), the tree's texts (`stabilitycli/classify/questions.py`) "
+        "(`stabilitycli/core/config.py`), the tree's texts (`stabilitycli/classify/questions.py`) "
         "and its remedies (`stabilitycli/classify/remedies.py`).",
         "",
         "Every threshold stated is at its default. A `[tool.stab]` table in a `pyproject.toml`, "

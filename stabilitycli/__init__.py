@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stabilitycli.model import Analysis
+    from stabilitycli.core.model import Analysis
 
 __all__ = ["analyze", "ranks", "read"]
 __version__ = "0.1.0"

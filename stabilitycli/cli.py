@@ -28,7 +28,7 @@ from stabilitycli import __version__
 # converting; built on typer internals, so pyproject.toml pins typer to the minor version
 # tests/test_cli_params.py checks them on
 from stabilitycli.commands._params import Command, Group
-from stabilitycli.exit_codes import ExitCode
+from stabilitycli.core.exit_codes import ExitCode
 
 # `-h` as well as `--help`, on `stab` and on every command
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}

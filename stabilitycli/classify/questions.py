@@ -19,7 +19,8 @@ from stabilitycli.classify.remedies import (
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
 )
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import all_kinds
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
 from stabilitycli.detect.kinds.mixed_precision import (
@@ -32,7 +33,6 @@ from stabilitycli.detect.kinds.ranks import RANK_OUTLIER
 from stabilitycli.detect.kinds.schedule import (
     LR_INCREASING,
 )
-from stabilitycli.model import all_kinds
 
 _QUESTIONS: dict[str, str] = {
     "R": "Does one rank sit away from the cohort (the mean hides it)?",

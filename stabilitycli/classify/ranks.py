@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Finding, Severity
+from stabilitycli.core.quantity_schema import Evidence
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, PLATEAU
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.ranks.report import RankOutlier, RankReport
-from stabilitycli.model import Finding, Severity
-from stabilitycli.quantity_schema import Evidence
 
 # findings about the mean that a bad rank can produce on its own
 _MEAN_KINDS = (SPIKE, DIVERGENCE, PLATEAU)

@@ -26,7 +26,9 @@ from stabilitycli.classify.remedies import (
     SHOWS_SCALE_MOVING,
     remedies_for,
 )
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.metric_names import words
+from stabilitycli.core.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
@@ -41,8 +43,6 @@ from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.nan import forward_order_key
 from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
-from stabilitycli.metric_names import words
-from stabilitycli.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
 

@@ -15,14 +15,14 @@ from typing import Annotated, Any
 import typer
 
 from stabilitycli.commands.read_options import ReadArgs, pairs
-from stabilitycli.errors import (
+from stabilitycli.core.errors import (
     NOT_ERRORS,
     StabInputError,
     StabUsageError,
     internal_error_message,
     visible,
 )
-from stabilitycli.exit_codes import ExitCode
+from stabilitycli.core.exit_codes import ExitCode
 
 
 class FailOn(StrEnum):
@@ -125,7 +125,7 @@ def _print_traceback(err: BaseException) -> None:
 def load_thresholds(path: str, set_values: list[str] | None):
     """(Thresholds, settings) for a run: defaults <- config file above it <- --set, and
     `settings` the thresholds that differ from the defaults with their sources (a dict)."""
-    from stabilitycli.settings import load_settings
+    from stabilitycli.core.settings import load_settings
 
     thresholds, settings = load_settings(path, pairs(set_values, "--set"))
     return thresholds, settings.to_dict()

@@ -31,7 +31,7 @@ from stabilitycli.commands._common import (
 )
 from stabilitycli.commands.bars import ReadingBar, progress_wanted
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
-from stabilitycli.errors import StabInputError, StabUsageError, visible
+from stabilitycli.core.errors import StabInputError, StabUsageError, visible
 from stabilitycli.ingest import SUPPORTED
 from stabilitycli.report.formats import Format
 
@@ -192,8 +192,8 @@ def command(
         raise typer.Exit(analyze_many(asked))
     verbosity = "quiet" if quiet else "verbose" if verbose else "normal"
     one = _analyze_one(path[0], options, select, ignore, set_values, output, quiet)
-    from stabilitycli.exit_codes import exit_code_for
-    from stabilitycli.model import Severity
+    from stabilitycli.core.exit_codes import exit_code_for
+    from stabilitycli.core.model import Severity
 
     threshold = Severity.parse(fail_on.value)
     print_rendered(output.render(one, threshold, verbosity))
@@ -256,7 +256,7 @@ def _reading(target: str, wanted: bool):
 
 def _show_settings(target: str, set_values: list[str] | None) -> int:
     """Every threshold for the run at `target`: name, value, default, source. Exit status."""
-    from stabilitycli.settings import load_settings
+    from stabilitycli.core.settings import load_settings
 
     try:
         _, settings = load_settings(target, pairs(set_values, "--set"))

@@ -23,7 +23,7 @@ from stabilitycli.commands._common import (
     split_codes,
 )
 from stabilitycli.commands.bars import progress_wanted, with_sweep_bar
-from stabilitycli.errors import StabInputError, StabUsageError, visible
+from stabilitycli.core.errors import StabInputError, StabUsageError, visible
 from stabilitycli.report.formats import Format
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ def _mirrored(targets: list[str], options: ReadOptions):
 
 def _batch_settings(asked: ManyRuns) -> BatchSettings:
     """What every worker needs besides its path; a bad --set or code is one line, exit 2."""
+    from stabilitycli.core.model import Severity
     from stabilitycli.detect.registry import select_rules
-    from stabilitycli.model import Severity
     from stabilitycli.pipeline import batch
 
     try:

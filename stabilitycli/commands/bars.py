@@ -21,7 +21,7 @@ def progress_wanted(output: Format, quiet: bool) -> bool:
 
 class ReadingBar:
     """A transient bar while one big log is read and analysed: a rich Progress that
-    listens to `stabilitycli.progress`."""
+    listens to `stabilitycli.core.progress`."""
 
     def __init__(self, name: str, size_bytes: int) -> None:
         from rich.console import Console
@@ -62,7 +62,7 @@ class ReadingBar:
         self.bar.update(self.task, completed=done, total=total or None, doing=doing, amount=amount)
 
     def __enter__(self) -> ReadingBar:
-        from stabilitycli.progress import listening
+        from stabilitycli.core.progress import listening
 
         self._stack.enter_context(self.bar)
         self._stack.enter_context(listening(self.heard))

@@ -26,8 +26,8 @@ from stabilitycli.commands._common import (
     print_rendered,
 )
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
-from stabilitycli.errors import StabInputError, StabUsageError
-from stabilitycli.exit_codes import ExitCode
+from stabilitycli.core.errors import StabInputError, StabUsageError
+from stabilitycli.core.exit_codes import ExitCode
 
 
 class CompareFormat(StrEnum):
@@ -200,9 +200,9 @@ def _compare(
 ):
     from stabilitycli.compare.expect import parse_expect
     from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
+    from stabilitycli.core.settings import load_settings, sentence
     from stabilitycli.detect.deviation import Smoothing
     from stabilitycli.ingest import read as read_run
-    from stabilitycli.settings import load_settings, sentence
 
     if not 1 <= len(runs) <= 2:
         raise StabUsageError(

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from stabilitycli.commands._common import SetOpt, fail, pairs
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.errors import StabUsageError
 
 if TYPE_CHECKING:
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
 
 
 def complete_code(incomplete: str) -> list[tuple[str, str]]:
@@ -55,7 +55,7 @@ def command(
 ) -> None:
     """Print the documentation of a rule, finding code or verdict, with the thresholds in
     force here (a config file above the working directory, then --set)."""
-    from stabilitycli.settings import load_settings, sentence
+    from stabilitycli.core.settings import load_settings, sentence
 
     try:
         # the texts state the thresholds a run here would use, and say which are not defaults
@@ -80,7 +80,7 @@ def explain_text(code: str | None, thresholds: Thresholds | None = None) -> str:
         questions,
         verdicts,
     )
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
     from stabilitycli.detect.registry import load_rules
 
     in_force = thresholds or Thresholds()
@@ -138,7 +138,7 @@ def _rule_parts(code: str, rules, findings: dict[str, tuple[str, str]], in_force
 
 def _threshold_entry(name: str, in_force: Thresholds) -> str:
     """`name = value`, the default beside a value that is not it, and what the threshold does."""
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
 
     value, default = getattr(in_force, name), getattr(Thresholds(), name)
     moved = f"  (default {default!r})" if value != default else ""

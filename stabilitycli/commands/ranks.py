@@ -25,7 +25,7 @@ from stabilitycli.commands._common import (
     set_flag,
 )
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.core.errors import StabInputError, StabUsageError
 
 
 class RanksFormat(StrEnum):
@@ -86,8 +86,8 @@ def command(
         from stabilitycli.report.ranks_terminal import build
 
         print_rendered(build(report))
-    from stabilitycli.exit_codes import exit_code_for
-    from stabilitycli.model import Severity
+    from stabilitycli.core.exit_codes import exit_code_for
+    from stabilitycli.core.model import Severity
 
     raise typer.Exit(int(exit_code_for(report.worst_severity, Severity.parse(fail_on.value))))
 
@@ -100,7 +100,7 @@ def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None)
 
     (name,), overrides = metric_keys([metric])
     options = read.options(metric_overrides=overrides)
-    from stabilitycli.settings import load_settings, sentence
+    from stabilitycli.core.settings import load_settings, sentence
 
     thresholds, settings = load_settings(run, pairs(set_values, "--set"))
     data = read_run(run, options)

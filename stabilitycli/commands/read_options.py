@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.errors import StabUsageError
 
 if TYPE_CHECKING:
     from stabilitycli.ingest.options import ReadOptions

@@ -72,7 +72,7 @@ def command(
     if importlib.util.find_spec("plotly") is None:
         raise fail(PLOTLY_MISSING)
     data, analysis, thresholds = load_and_analyze(path, read, set_values)
-    from stabilitycli.errors import StabUsageError
+    from stabilitycli.core.errors import StabUsageError
     from stabilitycli.report.html import cdn_script, render
     from stabilitycli.report.plotdata import build
 

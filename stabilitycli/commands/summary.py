@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from stabilitycli.commands._common import boundary, print_rendered
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 
 EPILOG = "Worst first: unreadable, error, warning, insufficient-data, then healthy (--all)."
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.errors import StabUsageError
 
 AGGREGATES = ("max", "min", "mean", "last")
 SIDES = ("candidate", "baseline")
@@ -127,7 +127,7 @@ class CheckResult:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        from stabilitycli.model import jsonable
+        from stabilitycli.core.model import jsonable
 
         c = self.check
         return jsonable(

@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 from stabilitycli.compare.expect import Check, CheckResult
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.errors import StabInputError, StabUsageError
+from stabilitycli.core.model import jsonable
 from stabilitycli.detect.deviation import (
     Aligned,
     Judgement,
@@ -48,9 +50,7 @@ from stabilitycli.detect.deviation import (
     local_noise,
 )
 from stabilitycli.detect.replay import replay_noise
-from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import RunData
-from stabilitycli.model import jsonable
 
 SCHEMA = "stab.compare/1"
 # compared unless --metric names others: the trajectory, not the machine (throughput,
@@ -421,7 +421,7 @@ def _compare_metric(
 
 def better_direction(metric: str) -> int:
     """-1 when a lower value is better (loss, grad norm), +1 when higher is, 0 when neither."""
-    from stabilitycli.metric_names import words
+    from stabilitycli.core.metric_names import words
 
     name = metric.lower()
     ws = set(words(metric))

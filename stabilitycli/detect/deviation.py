@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.errors import StabUsageError
 
 RESIDUAL_POINTS = 21  # rolling median the residual is measured around (points)
 NOISE_WINDOW_POINTS = 101  # points the local noise RMS is taken over

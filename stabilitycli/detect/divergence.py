@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Finding, Skip
 from stabilitycli.detect.facts import Facts, TrendScan
 from stabilitycli.detect.kinds.divergence import (
     DIVERGENCE,
@@ -42,7 +43,6 @@ from stabilitycli.detect.trend import (
     window_chunks,
 )
 from stabilitycli.detect.windows import median_interval
-from stabilitycli.model import Finding, Skip
 
 
 @rule(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Skip
 from stabilitycli.detect import windows
 from stabilitycli.detect.facts import Facts, OverflowSummary
 from stabilitycli.detect.kinds.mixed_precision import (
@@ -20,7 +21,6 @@ from stabilitycli.detect.kinds.mixed_precision import (
 )
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Skip
 
 
 def overflow_per_step(view: SeriesView) -> np.ndarray:

@@ -7,14 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Skip
+from stabilitycli.core.quantity_schema import ABSENT
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT, FiniteLoss, NanEvidence
 from stabilitycli.detect.mixed_precision import runs_fp16
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Skip
-from stabilitycli.quantity_schema import ABSENT
 
 # Forward order of a transformer's layers (spec Q1.3); a layer name is placed by
 # the first of these words it contains, then by its block index.

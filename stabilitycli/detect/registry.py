@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stabilitycli.model import Finding, FindingKind, Skip
+from stabilitycli.core.model import Finding, FindingKind, Skip
 
 if TYPE_CHECKING:
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
 
 
 @dataclass
@@ -75,7 +75,7 @@ def rule(
     refuses a rule whose declarations do not check out, so a wiring mistake fails at
     import, not on some user's log.
     """
-    from stabilitycli.config import THRESHOLD_NAMES
+    from stabilitycli.core.config import THRESHOLD_NAMES
     from stabilitycli.detect.facts import FACT_NAMES
 
     def register(func: Callable[..., RuleResult]) -> Callable[..., RuleResult]:
@@ -101,7 +101,7 @@ def rule(
 
 def _check_template(code: str, doc: str) -> None:
     """A docstring is a template: a field that is no threshold, or a lone brace, fails here."""
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
 
     try:
         doc.format(**asdict(Thresholds()))
@@ -186,7 +186,7 @@ def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[li
 
     for code in [*(select or []), *(ignore or [])]:
         if not any(matches(code, r) for r in rules.values()):
-            from stabilitycli.errors import StabUsageError
+            from stabilitycli.core.errors import StabUsageError
 
             raise StabUsageError(f"unknown rule or finding code {code!r} (see `stab explain`)")
     chosen = [r for r in rules.values() if not select or any(matches(c, r) for c in select)]

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Restart
 from stabilitycli.detect.deviation import judge, window_noise
 from stabilitycli.frame import SEGMENT
-from stabilitycli.model import Restart
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Severity, Skip
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.restart_replay import RESTART_REPLAY, RestartReplayEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.model import Severity, Skip
 
 
 @rule(

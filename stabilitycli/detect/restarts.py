@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.restarts import RESTART, RestartEvidence
 from stabilitycli.detect.registry import RuleResult, rule

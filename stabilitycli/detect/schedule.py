@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Skip
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.schedule import (
     GRAD_NORM_SPIKE,
@@ -27,7 +28,6 @@ from stabilitycli.detect.windows import (
     value_window_before,
     window_max_at,
 )
-from stabilitycli.model import Skip
 
 
 @rule(

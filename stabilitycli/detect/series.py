@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from stabilitycli.core.model import Restart, Skip, SourceInfo
 from stabilitycli.frame import RunData
-from stabilitycli.model import Restart, Skip, SourceInfo
 
 
 @dataclass

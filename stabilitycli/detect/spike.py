@@ -9,7 +9,8 @@ from typing import overload
 import numpy as np
 import polars as pl
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Finding, Severity, Skip
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
     BLIP,
@@ -40,7 +41,6 @@ from stabilitycli.detect.windows import (
     trailing_chunks,
     window_max_at,
 )
-from stabilitycli.model import Finding, Severity, Skip
 
 # extent/recovery scans look ahead in chunks, never over the whole tail
 _SCAN_CHUNK_POINTS = 256

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Skip
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.throughput import THROUGHPUT_DROP, ThroughputDropEvidence
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import rows_left_open, trailing_median_at
-from stabilitycli.model import Skip
 
 
 def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:

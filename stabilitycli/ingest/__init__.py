@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import cast
 
-from stabilitycli.errors import (
+from stabilitycli.core.errors import (
     NOT_ERRORS,
     StabInputError,
     StabUsageError,

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import Rejection, Restart, SourceInfo
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import Rejection, Restart, SourceInfo
 
 if TYPE_CHECKING:
     from stabilitycli.frame import RunData

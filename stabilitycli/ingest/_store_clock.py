@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 _POLL_SECONDS = 0.05

@@ -218,7 +218,7 @@ def _unzstd(handle, path: Path, bound: int, setting: str, limits: InputLimits) -
 
 
 def _undecodable(path: Path, compression: str, err: BaseException):
-    from stabilitycli.errors import StabInputError
+    from stabilitycli.core.errors import StabInputError
 
     return StabInputError(str(path), f"cannot decompress {compression} stream: {err}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.errors import StabUsageError
 
 DTYPES = ("fp32", "fp16", "bf16")
 

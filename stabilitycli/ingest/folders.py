@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stabilitycli.errors import os_reason
+from stabilitycli.core.errors import os_reason
 from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 
 

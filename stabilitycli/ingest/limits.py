@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 
 ENV_PREFIX = "STAB_LIMIT_"
 MiB = 1024 * 1024

@@ -21,10 +21,10 @@ import re
 
 import polars as pl
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import ROW, RunData, finalize
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
 
 # internal index names that no metric key can collide with
 STEP_COL = "__step"

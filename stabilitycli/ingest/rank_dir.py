@@ -32,8 +32,9 @@ from pathlib import Path
 
 import polars as pl
 
-from stabilitycli import aliases
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.core import aliases
+from stabilitycli.core.errors import StabInputError, StabUsageError
+from stabilitycli.core.model import Rejection, Restart, SourceInfo
 from stabilitycli.frame import ROW, RunData, finalize
 from stabilitycli.ingest import _rank_logs
 from stabilitycli.ingest._rank_logs import RankFile
@@ -41,7 +42,6 @@ from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.jsonl import parse as jsonl
 from stabilitycli.ingest.jsonl.reader import read_bytes
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import Rejection, Restart, SourceInfo
 
 NAME = "rank_dir"
 JSONL_SUFFIXES = (

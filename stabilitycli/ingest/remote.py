@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from stabilitycli.errors import StabInputError, StabUsageError, one_line, visible
+from stabilitycli.core.errors import StabInputError, StabUsageError, one_line, visible
 from stabilitycli.ingest._store_clock import Progress, StoreClock, cut_when_abandoned
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.errors import NOT_ERRORS, StabInputError, internal_error_message, visible
+from stabilitycli.core.errors import NOT_ERRORS, StabInputError, internal_error_message, visible
 
 # directories that are themselves one run (a store, a log dir) are not descended
 # into; a TensorBoard sniff accepts any tree with event files somewhere below, so
@@ -223,9 +223,9 @@ def _events_within(folder: Path, depth: int) -> bool:
 
 def analyze_one(path: str, settings: BatchSettings) -> RunResult:
     """One run, in a worker: the document, the fragment, or the reason it failed."""
-    from stabilitycli.errors import StabUsageError
+    from stabilitycli.core.errors import StabUsageError
+    from stabilitycli.core.settings import load_settings
     from stabilitycli.pipeline.run import analyze
-    from stabilitycli.settings import load_settings
 
     try:
         thresholds, in_force = load_settings(path, settings.set_values)
@@ -359,8 +359,8 @@ def analyze_many(
 def exit_status(results: list[RunResult], fail_on: str = "error") -> int:
     """The worst run's status: 2 when any run could not be read (an unread run must never
     let a sweep pass), else 1 when any run is at/above `fail_on`, else 0."""
-    from stabilitycli.exit_codes import ExitCode, exit_code_for
-    from stabilitycli.model import Severity
+    from stabilitycli.core.exit_codes import ExitCode, exit_code_for
+    from stabilitycli.core.model import Severity
 
     readable = [r for r in results if r.ok]
     if len(readable) < len(results):

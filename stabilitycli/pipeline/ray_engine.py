@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stabilitycli.errors import NOT_ERRORS, StabUsageError, internal_error_message, one_line
+from stabilitycli.core.errors import NOT_ERRORS, StabUsageError, internal_error_message, one_line
 from stabilitycli.pipeline.batch import BatchSettings, RunResult, analyze_one, reusing
 
 # tasks queued per CPU without a time limit: enough that a worker never waits on the

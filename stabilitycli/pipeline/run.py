@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli import progress
-from stabilitycli.config import Thresholds
+from stabilitycli.core import progress
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Analysis, Coverage, Finding, Skip, SourceInfo
 from stabilitycli.frame import RunData, from_wide
 from stabilitycli.ingest import read
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import Analysis, Coverage, Finding, Skip, SourceInfo
 
 
 def load_run(source: Any, options: ReadOptions | None = None) -> RunData:

@@ -18,7 +18,9 @@ import numpy as np
 from stabilitycli.classify.questions import cause_texts
 from stabilitycli.classify.remedies import remedies_for
 from stabilitycli.classify.tree import log_shows
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Analysis, Finding
+from stabilitycli.core.settings import sentence
 from stabilitycli.detect.kinds.divergence import DIVERGENCE
 from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT
 from stabilitycli.detect.kinds.spike import RECURRING_SPIKES, SPIKE
@@ -26,7 +28,6 @@ from stabilitycli.detect.mixed_precision import scale_text
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import median_interval, trailing_stats
 from stabilitycli.frame import RunData
-from stabilitycli.model import Analysis, Finding
 from stabilitycli.postmortem import verdicts
 from stabilitycli.postmortem.hypotheses import Hypothesis, nan_hypotheses, spike_hypotheses
 from stabilitycli.postmortem.incident import (
@@ -41,7 +42,6 @@ from stabilitycli.postmortem.incident import (
     series_at,
     trend_symptoms,
 )
-from stabilitycli.settings import sentence
 
 EMA_STEPS = 50  # the template's "pre-spike loss (50-step EMA)"
 

@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 
 from stabilitycli.classify.remedies import FP16_MAX
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Analysis, Finding
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.mixed_precision import FP16_OVERFLOW
 from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER
 from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import trailing_stats
-from stabilitycli.model import Analysis, Finding
 
 STATUS_ORDER = ("supported", "possible", "not testable", "ruled out")
 

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from stabilitycli.classify.remedies import FP16_MAX
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Analysis, Finding, Severity
 from stabilitycli.detect.kinds.divergence import PLATEAU
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
@@ -32,7 +33,6 @@ from stabilitycli.detect.kinds.ranks import (
 )
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.mixed_precision import scale_text
-from stabilitycli.model import Analysis, Finding, Severity
 from stabilitycli.postmortem.hypotheses import Hypothesis
 from stabilitycli.postmortem.incident import (
     Cost,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+from stabilitycli.core.settings import sentence
 from stabilitycli.pipeline.batch import RunResult, summary_rows
 from stabilitycli.report import escape
 from stabilitycli.report import github as gh
-from stabilitycli.settings import sentence
 
 _VERDICT_STYLE = {"error": "bold red", "warning": "yellow", "info": "green"}
 
@@ -190,7 +190,7 @@ def render_fragment(analysis, fmt: str, fail_on: str) -> str:
 
         return concise.render(analysis, quiet=True)
     if fmt == "junit":
-        from stabilitycli.model import Severity
+        from stabilitycli.core.model import Severity
         from stabilitycli.report import junit as ju
 
         return ET.tostring(ju.testsuite(analysis, Severity.parse(fail_on)), encoding="unicode")

@@ -12,9 +12,9 @@ Paths and messages may quote the input: their control characters are shown.
 
 from __future__ import annotations
 
-from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.core.model import Analysis, Finding, Severity
+from stabilitycli.core.settings import sentence
 from stabilitycli.report import escape
-from stabilitycli.settings import sentence
 
 
 def _one_line(text: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from stabilitycli.model import Analysis, Severity
+from stabilitycli.core.model import Analysis, Severity
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

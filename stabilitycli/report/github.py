@@ -9,9 +9,9 @@ not line numbers, so annotations are file-level (no `line=`).
 
 from __future__ import annotations
 
-from stabilitycli.model import Analysis, Finding, Severity
+from stabilitycli.core.model import Analysis, Finding, Severity
+from stabilitycli.core.settings import sentence
 from stabilitycli.report import escape
-from stabilitycli.settings import sentence
 
 LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 

@@ -26,11 +26,11 @@ import hashlib
 import json
 from typing import Any
 
+from stabilitycli.core.model import Analysis, Severity
+from stabilitycli.core.settings import sentence
 from stabilitycli.detect.kinds.spike import BLIP, SPIKE
-from stabilitycli.model import Analysis, Severity
 from stabilitycli.report import escape
 from stabilitycli.report.plotdata import Line, Markers, Panel, Plots
-from stabilitycli.settings import sentence
 
 PLOTLY_MISSING = "stab report needs plotly: pip install 'stabilitycli[report]'"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from stabilitycli.model import Analysis
+from stabilitycli.core.model import Analysis
 
 
 def render(analysis: Analysis) -> str:

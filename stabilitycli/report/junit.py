@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from stabilitycli.core.model import Analysis, Finding, Severity
+from stabilitycli.core.settings import sentence
 from stabilitycli.detect.kinds.ranks import RULE as RANK_RULE
-from stabilitycli.model import Analysis, Finding, Severity
 from stabilitycli.report import escape
-from stabilitycli.settings import sentence
 
 
 def _x(text: object) -> str:

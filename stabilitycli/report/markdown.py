@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from stabilitycli.model import Analysis, Severity
+from stabilitycli.core.model import Analysis, Severity
+from stabilitycli.core.settings import sentence
 from stabilitycli.report import escape
-from stabilitycli.settings import sentence
 
 ICON = {Severity.ERROR: "🔴", Severity.WARNING: "🟠", Severity.INFO: "⚪"}
 MAX_FINDINGS = 50

@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stabilitycli import numfmt
-from stabilitycli.config import Thresholds
+from stabilitycli.core import numfmt
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.errors import StabUsageError
+from stabilitycli.core.model import Analysis
 from stabilitycli.detect.kinds.divergence import DIVERGENCE
 from stabilitycli.detect.kinds.nan import NAN
 from stabilitycli.detect.kinds.schedule import LR_INCREASING, LR_JUMP
 from stabilitycli.detect.kinds.spike import BLIP, SPIKE
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import trailing_stats, value_at_or_before
-from stabilitycli.errors import StabUsageError
 from stabilitycli.frame import RunData
-from stabilitycli.model import Analysis
 
 DISPLAY_BUCKETS = 1500  # per series: at most ~3000 drawn points plus flagged ones
 LAYER_WINDOW_STEPS = 100  # per-layer norms are drawn over this many steps before the first NaN

@@ -14,8 +14,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from stabilitycli import numfmt
-from stabilitycli.model import Severity
+from stabilitycli.core import numfmt
+from stabilitycli.core.model import Severity
 from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets
 

@@ -10,11 +10,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from stabilitycli.model import Analysis, Severity
+from stabilitycli.core.model import Analysis, Severity
+from stabilitycli.core.settings import sentence
 from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.layout import Fitted, bullets, elide_path, merge_buckets
 from stabilitycli.report.sparkline import sparkline
-from stabilitycli.settings import sentence
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 _VERDICT_STYLE = {"healthy": "bold green", "insufficient-data": "bold yellow"}

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.folders import WalkReport, walk
 
 
@@ -146,8 +146,8 @@ def _config_folder(location: str, content: Fingerprint) -> str:
 
 
 def _thresholds_of_folder(folder: str, set_values: dict[str, str]) -> str | None:
-    from stabilitycli.errors import StabUsageError
-    from stabilitycli.settings import load_settings
+    from stabilitycli.core.errors import StabUsageError
+    from stabilitycli.core.settings import load_settings
 
     try:
         _, settings = load_settings(folder, set_values)

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest import remote
 from stabilitycli.pipeline import batch
 from stabilitycli.pipeline.batch import BatchSettings, RunResult, first_bad_step

@@ -12,7 +12,7 @@ import sys
 import polars as pl
 
 from stabilitycli import analyze
-from stabilitycli.model import Severity
+from stabilitycli.core.model import Severity
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -18,9 +18,9 @@ import polars as pl
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.settings import load_settings
 from stabilitycli.pipeline.run import load_run
-from stabilitycli.settings import load_settings
 
 STEPS = np.arange(1200)
 

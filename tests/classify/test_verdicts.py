@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.model import Severity
+from stabilitycli.core.model import Severity
 from tests.conftest import all_runs, expected, run_fixture
 
 

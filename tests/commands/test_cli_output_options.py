@@ -111,7 +111,7 @@ def test_a_config_file_above_the_log_is_named_with_its_key(cli, tmp_path) -> Non
 
 
 def test_show_settings_lists_every_threshold(cli) -> None:
-    from stabilitycli.config import THRESHOLD_NAMES
+    from stabilitycli.core.config import THRESHOLD_NAMES
 
     out = ok(cli("analyze", run_fixture("plateau"), "--show-settings"), 0).stdout.splitlines()
     assert {line.split()[0] for line in out} == THRESHOLD_NAMES

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stabilitycli.cli import app
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from tests.conftest import FIXTURES, run_fixture
 
 

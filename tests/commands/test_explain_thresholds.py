@@ -11,7 +11,7 @@ from string import Formatter
 import pytest
 
 from stabilitycli.commands.explain import complete_code, explain_text, plain_words
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.registry import Rule, load_rules
 
 DEFAULTS = Thresholds()

@@ -8,9 +8,10 @@ import sys
 
 from typer.testing import CliRunner
 
-from stabilitycli import analyze, progress
+from stabilitycli import analyze
 from stabilitycli.cli import app
 from stabilitycli.commands import analyze as analyze_command
+from stabilitycli.core import progress
 from stabilitycli.detect.registry import load_rules
 from stabilitycli.ingest.jsonl import reader as jsonl
 from stabilitycli.report.formats import Format

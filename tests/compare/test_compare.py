@@ -18,8 +18,8 @@ import pytest
 
 from stabilitycli.compare.expect import ExpectSyntaxError, parse_expect
 from stabilitycli.compare.runs import CompareOptions, check_run, compare, compare_restart
+from stabilitycli.core.errors import StabUsageError
 from stabilitycli.detect.deviation import Smoothing
-from stabilitycli.errors import StabUsageError
 from stabilitycli.ingest import read
 from stabilitycli.pipeline.run import load_run
 from tests.conftest import FIXTURES, ROOT, RUNS

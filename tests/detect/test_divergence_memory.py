@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilitycli import analyze
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import divergence, trend, windows
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.spike import SpikeEvent

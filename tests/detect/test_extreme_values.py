@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.ranks.check import find_rank_outliers
 from stabilitycli.ingest import read
 from stabilitycli.pipeline.run import analyze

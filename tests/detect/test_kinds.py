@@ -18,11 +18,11 @@ from stabilitycli import analyze
 from stabilitycli.classify.questions import QUESTIONS, VERDICTS, fill
 from stabilitycli.classify.remedies import remedy_causes
 from stabilitycli.commands.explain import explain_text
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import FindingKind, Severity, all_kinds
+from stabilitycli.core.quantities import KINDS as QUANTITY_KINDS
+from stabilitycli.core.quantity_schema import By, EachItem, Spec
 from stabilitycli.detect.registry import load_rules
-from stabilitycli.model import FindingKind, Severity, all_kinds
-from stabilitycli.quantities import KINDS as QUANTITY_KINDS
-from stabilitycli.quantity_schema import By, EachItem, Spec
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FIXTURES = ROOT / "fixtures" / "rules"

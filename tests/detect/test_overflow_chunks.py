@@ -11,11 +11,11 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.detect import windows
 from stabilitycli.detect.mixed_precision import overflow_per_step, overflow_points
 from stabilitycli.detect.series import build_view
 from stabilitycli.frame import RunData
-from stabilitycli.model import SourceInfo
 
 
 def whole_column_counts(view) -> np.ndarray:

@@ -19,7 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stabilitycli import analyze
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.trend import (
     bin_medians,

@@ -12,13 +12,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.detect.ranks import cohort as cohort_module
 from stabilitycli.detect.ranks.check import find_rank_outliers
 from stabilitycli.detect.ranks.cohort import STEP_STATS, build_cohort, rank_chunks
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import read
-from stabilitycli.model import SourceInfo
 from tests.conftest import FIXTURES
 
 CHUNK_ROWS = (1, 5, 64)

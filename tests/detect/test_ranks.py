@@ -15,17 +15,17 @@ import typer
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from stabilitycli import numfmt
-from stabilitycli.config import Thresholds
+from stabilitycli.core import numfmt
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.errors import StabInputError, StabUsageError
+from stabilitycli.core.model import Severity, SourceInfo
 from stabilitycli.detect.ranks.check import (
     explained_mean_shift,
     find_rank_outliers,
     global_mean,
 )
-from stabilitycli.errors import StabInputError, StabUsageError
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import read
-from stabilitycli.model import Severity, SourceInfo
 from tests.conftest import FIXTURES, ROOT
 
 RANKS = FIXTURES / "ranks"

@@ -16,13 +16,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Severity
 from stabilitycli.detect.registry import load_rules
 from stabilitycli.detect.replay import replay_from_view
 from stabilitycli.detect.series import build_view
 from stabilitycli.frame import SEGMENT
 from stabilitycli.ingest import read
-from stabilitycli.model import Severity
 from stabilitycli.pipeline.run import analyze, load_run
 from tests.conftest import FIXTURES, RUNS
 

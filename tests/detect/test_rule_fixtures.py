@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from stabilitycli import analyze
+from stabilitycli.core.settings import load_settings
 from stabilitycli.detect.registry import load_rules
-from stabilitycli.settings import load_settings
 from tests.conftest import FIXTURES
 
 RULE_FIXTURES = FIXTURES / "rules"

@@ -19,7 +19,7 @@ from stabilitycli.classify.questions import (
     verdicts,
 )
 from stabilitycli.classify.remedies import fill_remedy, remedy_causes, remedy_rows
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import registry
 from stabilitycli.detect.registry import Rule, RuleResult, load_rules
 

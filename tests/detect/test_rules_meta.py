@@ -10,7 +10,7 @@ import pytest
 import stabilitycli
 from stabilitycli import analyze
 from stabilitycli.commands.explain import explain_text
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.registry import load_rules, select_rules
 from stabilitycli.detect.series import build_view

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilitycli import analyze
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import schedule
 from stabilitycli.detect.windows import value_window_before, window_max_at
 

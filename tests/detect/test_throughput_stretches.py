@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import throughput
 
 

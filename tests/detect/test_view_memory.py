@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.detect.series import build_view
 from stabilitycli.frame import RunData
-from stabilitycli.model import SourceInfo
 
 
 def _run_in_chunks(chunks: int, rows_each: int) -> RunData:

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stabilitycli.cli import app
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import read
 from tests.conftest import FIXTURES, run_fixture
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import read, remote
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions

@@ -15,7 +15,7 @@ import tracemalloc
 
 import pytest
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest import bounded, read
 from stabilitycli.ingest.jsonl import reader as jsonl
 from stabilitycli.ingest.limits import InputLimits

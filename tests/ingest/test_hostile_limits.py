@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stabilitycli.cli import app
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.limits import InputLimits
 from tests.conftest import run_fixture
 

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.options import ReadOptions
 from tests._s3_server import CREDENTIALS, s3_server
 from tests.conftest import RUNS

@@ -73,7 +73,7 @@ def test_an_infinite_step_in_a_lightning_version_rejects_its_row(tmp_path) -> No
 def test_a_file_of_one_line_that_is_not_json_is_not_called_empty(tmp_path) -> None:
     import pytest
 
-    from stabilitycli.errors import StabInputError
+    from stabilitycli.core.errors import StabInputError
 
     path = tmp_path / "run.jsonl"
     path.write_bytes(b"garbage")  # no newline: read as a line cut off mid-write
@@ -89,7 +89,7 @@ def test_a_file_of_one_line_that_is_not_json_is_not_called_empty(tmp_path) -> No
 def test_an_mlflow_run_whose_points_are_all_unusable_says_so(tmp_path) -> None:
     import pytest
 
-    from stabilitycli.errors import StabInputError
+    from stabilitycli.core.errors import StabInputError
 
     path = tmp_path / "mlflow.db"
     shutil.copy(FIXTURES / "mlflow" / "mlflow.db", path)
@@ -146,7 +146,7 @@ def test_a_lightning_version_whose_every_row_is_rejected_is_an_input_error(tmp_p
     )
     import pytest
 
-    from stabilitycli.errors import StabInputError
+    from stabilitycli.core.errors import StabInputError
 
     with pytest.raises(StabInputError) as err:
         read(tmp_path / "lightning_logs")

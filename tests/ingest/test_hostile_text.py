@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import deepspeed, kvlog, llmc, megatron

@@ -66,7 +66,7 @@ def test_lightning_giant_hparams_is_read_only_as_far_as_a_line_may_go(tmp_path, 
 
 
 def test_dictlog_file_over_max_input_bytes_is_refused(tmp_path, monkeypatch) -> None:
-    from stabilitycli.errors import StabInputError
+    from stabilitycli.core.errors import StabInputError
 
     monkeypatch.setenv("STAB_LIMIT_MAX_INPUT_BYTES", "1000")
     path = tmp_path / "train.log"

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import read
 from stabilitycli.ingest.options import ReadOptions
 

@@ -15,7 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from stabilitycli import read
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.frame import one_chunk_frame
 from stabilitycli.ingest.jsonl import pieces as jsonl_pieces
 from stabilitycli.ingest.jsonl import reader as jsonl

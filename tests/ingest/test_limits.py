@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "limits.md"

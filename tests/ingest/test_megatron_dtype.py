@@ -16,7 +16,7 @@ import pytest
 
 from stabilitycli import analyze
 from stabilitycli.classify.remedies import ENABLE_DYNAMIC_SCALING, MOVE_TO_BF16
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.errors import StabUsageError
 from stabilitycli.ingest.dtype import dtype_from, dtype_option
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import megatron

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stabilitycli import ingest
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.mlflow import file_store as mlflow_file
 from stabilitycli.ingest.options import ReadOptions
 from tests.ingest._synthetic_run import assert_same_values, log_mlflow, training_run

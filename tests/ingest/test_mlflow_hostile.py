@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from stabilitycli import ingest
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.mlflow import database as mlflow_db
 from stabilitycli.ingest.mlflow import file_store as mlflow_file
 from stabilitycli.ingest.options import ReadOptions

@@ -15,7 +15,7 @@ pytest.importorskip(
 pytest.importorskip("sqlalchemy", reason="mlflow server needs sqlalchemy for its sqlite backend")
 
 from stabilitycli import ingest
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.mlflow import server as mlflow_server
 from stabilitycli.ingest.options import ReadOptions
 from tests.ingest._mlflow_server_proc import free_port

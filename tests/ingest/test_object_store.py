@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stabilitycli import analyze, ranks
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.options import ReadOptions
 from tests._s3_server import CREDENTIALS, s3_server
 from tests.conftest import FIXTURES, RUNS

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import detect_format, read
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.rank_dir import default_rank

@@ -17,11 +17,11 @@ import polars as pl
 import pytest
 
 import stabilitycli.frame as frame_module
-import stabilitycli.rank_sort as rank_sort
+import stabilitycli.frame.rank_sort as rank_sort
 from stabilitycli import read
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import finalize
 from stabilitycli.ingest.jsonl import reader as jsonl
-from stabilitycli.model import SourceInfo
 
 _ODD_VALUES = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-300, 2.5)
 

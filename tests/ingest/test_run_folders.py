@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from stabilitycli import ingest
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest import resume
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.pipeline import batch

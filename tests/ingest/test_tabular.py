@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.tabular import tables as tabular

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilitycli import frame
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import ROW
 from stabilitycli.ingest.tabular import tables as tabular
-from stabilitycli.model import SourceInfo
 
 
 def whole_column_forward(table: pl.DataFrame, keys: list[str]) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stabilitycli import ingest
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.tensorboard import reader as tensorboard
 from stabilitycli.ingest.tensorboard._tfrecord import RecordReader, masked_crc

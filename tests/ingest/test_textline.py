@@ -7,7 +7,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from stabilitycli import read
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.text import _kvfields as kf
 from stabilitycli.ingest.text import _kvscan as ks
 from stabilitycli.ingest.text import _textline as tx

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stabilitycli.cli import app
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.folders import WalkReport, list_folder, walk
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.pipeline.batch import discover

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest import detect_format
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.wandb import csv_export as wandb_csv

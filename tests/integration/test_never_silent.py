@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.aliases import resolve
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.aliases import resolve
+from stabilitycli.core.errors import StabInputError
 from tests.conftest import run_fixture
 
 NO_LOSS_MESSAGE = "no loss series found"

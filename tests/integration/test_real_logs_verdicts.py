@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.errors import StabInputError
-from stabilitycli.model import Severity
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import Severity
 from tests.conftest import REAL_LOGS
 
 pytestmark = pytest.mark.skipif(

@@ -18,8 +18,8 @@ from functools import cache
 import pytest
 
 from stabilitycli import analyze
+from stabilitycli.core.model import Severity
 from stabilitycli.ingest import read
-from stabilitycli.model import Severity
 from tests.conftest import FIXTURES
 
 TORCH_RUNS = FIXTURES / "torch-runs"

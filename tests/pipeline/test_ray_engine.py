@@ -139,7 +139,7 @@ def test_a_run_over_the_time_limit_is_cancelled_and_fails_alone(local_ray, tmp_p
 
 
 def test_bad_limits_are_usage_errors() -> None:
-    from stabilitycli.errors import StabUsageError
+    from stabilitycli.core.errors import StabUsageError
 
     with pytest.raises(StabUsageError, match="--retries"):
         ray_engine.analyze_many(["x"], BatchSettings(), retries=-1)
@@ -150,7 +150,7 @@ def test_bad_limits_are_usage_errors() -> None:
 def test_without_ray_installed_the_error_says_which_extra(monkeypatch) -> None:
     import sys
 
-    from stabilitycli.errors import StabUsageError
+    from stabilitycli.core.errors import StabUsageError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(StabUsageError, match=r"pip install 'stabilitycli\[ray\]'"):

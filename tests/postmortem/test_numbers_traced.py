@@ -1501,10 +1501,10 @@ def _extra_runs() -> dict[str, dict]:
     """Made once a process (test_quantities takes `extra_runs` too; the tests only read it):
     the headline and post-mortem of the EXTRA logs, made as test_thresholds_in_text does."""
     from stabilitycli.commands._common import with_settings
+    from stabilitycli.core.settings import load_settings
     from stabilitycli.pipeline import run as pipeline
     from stabilitycli.postmortem.data import build
     from stabilitycli.report.postmortem import render
-    from stabilitycli.settings import load_settings
 
     runs = {}
     for log in EXTRA:

@@ -12,7 +12,7 @@ from tests.conftest import run_fixture
 @cache
 def analysed(name: str):
     """(RunData, Analysis) for a committed fixture run (cached: renderers never mutate them)."""
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
     from stabilitycli.pipeline import run as pipeline
 
     data = pipeline.load_run(str(run_fixture(name)))
@@ -20,7 +20,7 @@ def analysed(name: str):
 
 
 def analyse_path(path: Path):
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
     from stabilitycli.pipeline import run as pipeline
 
     data = pipeline.load_run(str(path))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from stabilitycli.model import Analysis, Finding, PathStep, Severity, Skip, SourceInfo, Verdict
+from stabilitycli.core.model import Analysis, Finding, PathStep, Severity, Skip, SourceInfo, Verdict
 from stabilitycli.report import github, junit, markdown
 from tests.conftest import run_fixture
 

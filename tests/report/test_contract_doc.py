@@ -35,7 +35,7 @@ def _inputs() -> list[tuple[Path, str | None]]:
 @cache
 def documents() -> tuple[dict, ...]:
     """The `stab.analysis/1` document of every input, as the JSON renderer writes it."""
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
     from stabilitycli.ingest.options import ReadOptions
     from stabilitycli.pipeline import run as pipeline
     from stabilitycli.report.formats import Format
@@ -226,7 +226,7 @@ def test_every_json_lines_record_is_documented(tmp_path: Path) -> None:
 
 
 def test_every_exit_status_is_documented() -> None:
-    from stabilitycli.exit_codes import ExitCode
+    from stabilitycli.core.exit_codes import ExitCode
 
     # the first cell of each row of the table: the status
     statuses = set(re.findall(r"^\| (\d+) \|", section("Exit status"), re.MULTILINE))

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from rich.console import Console
 
-from stabilitycli.model import Severity
+from stabilitycli.core.model import Severity
 from stabilitycli.pipeline.batch import BatchSettings, RunResult, analyze_one
 from stabilitycli.report.formats import _RENDERERS, Format
 from tests.conftest import run_fixture

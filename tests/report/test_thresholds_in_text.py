@@ -111,12 +111,12 @@ def _render_all(sets: dict[str, str]) -> dict[str, dict]:
     from rich.console import Console
 
     from stabilitycli.commands._common import with_settings
-    from stabilitycli.model import Severity
+    from stabilitycli.core.model import Severity
+    from stabilitycli.core.settings import load_settings
     from stabilitycli.pipeline import run as pipeline
     from stabilitycli.postmortem.data import build
     from stabilitycli.report.formats import Format
     from stabilitycli.report.postmortem import render as render_postmortem
-    from stabilitycli.settings import load_settings
 
     runs = {}
     for log in _fixture_logs():
@@ -161,7 +161,7 @@ def overridden_runs() -> dict[str, dict]:
 
 
 def _value_text(name: str, value: str | None = None) -> str:
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
 
     return f"{float(value if value is not None else getattr(Thresholds(), name)):g}"
 
@@ -177,7 +177,7 @@ def _hits(runs: dict[str, dict], regex: re.Pattern[str]) -> list[str]:
 
 
 def test_every_phrase_names_an_overridden_threshold() -> None:
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
 
     names = {f.name for f in fields(Thresholds)}
     assert {p.threshold for p in PHRASES} <= set(OVERRIDES) <= names

@@ -1,7 +1,7 @@
 """Every finding kind, declared beside its rule: one module here per rule module.
 
 Importing this package declares them all (a kind registers itself in
-`stabilitycli.model` when it is made); `model.all_kinds()` and `model.kind_named()`
+`stabilitycli.core.model` when it is made); `model.all_kinds()` and `model.kind_named()`
 read the registry. No polars and no numpy here: renderers and `stab explain` read the
 kinds without loading the rules.
 """

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stabilitycli.detect.kinds.schedule import LR_INCREASING
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import (
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import (
     ABSENT,
     COUNT,
     STEP,
@@ -20,6 +19,7 @@ from stabilitycli.quantity_schema import (
     over,
     two,
 )
+from stabilitycli.detect.kinds.schedule import LR_INCREASING
 
 RULE = "divergence"
 # the kind, and the cause of a rise it stands for

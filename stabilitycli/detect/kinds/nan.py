@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import ABSENT, COUNT, STEP, Evidence, Spec, measure
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import ABSENT, COUNT, STEP, Evidence, Spec, measure
 
 # the evidence key that counts the NaN points (beside `pos_inf` and `neg_inf`)
 NAN_COUNT = "nan"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import field, make_dataclass
 from typing import Any
 
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import (
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import (
     ABSENT,
     COUNT,
     LABEL,

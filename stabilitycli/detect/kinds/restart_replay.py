@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import (
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import (
     BOUND,
     COUNT,
     DURATION,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import ABSENT, LABEL, STEP, Evidence, measure
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import ABSENT, LABEL, STEP, Evidence, measure
 
 
 @dataclass(frozen=True, eq=False)

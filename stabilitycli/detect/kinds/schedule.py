@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import COUNT, RATIO, STEP, STEPS, Evidence, Spec, measure
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import COUNT, RATIO, STEP, STEPS, Evidence, Spec, measure
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import (
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import (
     BOUND,
     COUNT,
     DURATION,
@@ -22,6 +21,7 @@ from stabilitycli.quantity_schema import (
     measure,
     over,
 )
+from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 
 RULE = "spike"
 

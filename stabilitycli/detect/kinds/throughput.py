@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stabilitycli.model import FindingKind, Severity
-from stabilitycli.quantity_schema import ABSENT, COUNT, By, Evidence, Spec, measure, over
+from stabilitycli.core.model import FindingKind, Severity
+from stabilitycli.core.quantity_schema import ABSENT, COUNT, By, Evidence, Spec, measure, over
 
 
 @dataclass(frozen=True, eq=False)

@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import polars as pl
 
-from stabilitycli import numfmt
+from stabilitycli.core import numfmt
+from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.detect.ranks.change import (
     change_point,
     deviation_end,
@@ -76,10 +77,9 @@ from stabilitycli.detect.ranks.report import (
     RankPicture,
     RankReport,
 )
-from stabilitycli.errors import StabInputError, StabUsageError
 
 if TYPE_CHECKING:
-    from stabilitycli.config import Thresholds
+    from stabilitycli.core.config import Thresholds
     from stabilitycli.frame import RunData
 
 THROUGHPUT = (("tokens_per_s", False), ("step_time_ms", True))  # (column, invert to a rate)

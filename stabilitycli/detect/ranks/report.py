@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from stabilitycli.core.model import Finding, FindingKind, Severity, jsonable
 from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.ranks import STRAGGLER as STRAGGLER_KIND
-from stabilitycli.model import Finding, FindingKind, Severity, jsonable
 
 SCHEMA = "stab.ranks/1"
 # a straggler is named in the `stab ranks` JSON as in the findings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stabilitycli.config import Thresholds
+from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.ranks import RANK_KINDS, RULE
 from stabilitycli.detect.registry import RuleResult, rule
@@ -48,8 +48,8 @@ def detect_rank_outliers(view: SeriesView, thresholds: Thresholds, facts: Facts)
     would blame on optimisation, while the fix is a host, a GPU or a data
     shard.
     """
+    from stabilitycli.core.model import Skip
     from stabilitycli.detect.ranks.check import find_rank_outliers
-    from stabilitycli.model import Skip
 
     result = RuleResult()
     run = view.run

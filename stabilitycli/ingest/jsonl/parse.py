@@ -15,13 +15,13 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from stabilitycli import aliases
-from stabilitycli.errors import StabInputError
+from stabilitycli.core import aliases
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import ROW, RunData, finalize
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
 
 _NONFINITE_TOKENS = (b"NaN", b"Infinity")
 LOGGED_ROW = f"{ROW} (as logged)"

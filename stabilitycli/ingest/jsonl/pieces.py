@@ -25,13 +25,13 @@ from typing import BinaryIO
 
 import polars as pl
 
-from stabilitycli import progress
+from stabilitycli.core import progress
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import ROW, RunData, one_chunk_frame, unread_columns
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.jsonl import parse as jsonl
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
 
 _INT32_LIMIT = 2**31
 

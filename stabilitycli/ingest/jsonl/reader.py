@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.bounded import GZIP_MAGIC, ZSTD_MAGIC
@@ -36,7 +37,6 @@ from stabilitycli.ingest.jsonl.parse import parse_bytes
 from stabilitycli.ingest.jsonl.pieces import read_in_pieces
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
 
 NAME = "jsonl"
 

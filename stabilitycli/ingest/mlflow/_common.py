@@ -16,13 +16,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from stabilitycli import aliases
-from stabilitycli.errors import StabInputError
+from stabilitycli.core import aliases
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import RunData
 from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.points import rank_from_name
-from stabilitycli.model import SourceInfo
 
 
 @dataclass

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.request import pathname2url
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.frame import RunData
 from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.mlflow._common import (

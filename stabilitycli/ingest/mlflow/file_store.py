@@ -23,7 +23,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.folders import list_folder, walk
@@ -37,7 +38,6 @@ from stabilitycli.ingest.mlflow._common import (
 )
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.points import reject_many
-from stabilitycli.model import SourceInfo
 
 NAME = "mlflow_file"
 TRASH = ".trash"

@@ -42,7 +42,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import replace
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.frame import RunData
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 from stabilitycli.ingest.mlflow._common import MlflowRun, build_run, order_points, select_runs

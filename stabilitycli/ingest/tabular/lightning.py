@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest import resume
 from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.tabular import tables as tabular
-from stabilitycli.model import SourceInfo
 
 NAME = "lightning"
 FILE_NAME = "metrics.csv"
@@ -138,7 +138,7 @@ def _load(files: list[Path], source: SourceInfo) -> list[_Version]:
 def _steps(version: _Version, options: ReadOptions) -> list[int]:
     import polars as pl
 
-    from stabilitycli import aliases
+    from stabilitycli.core import aliases
 
     columns = version.frame.columns
     key = options.step_key or aliases.find_key(columns, aliases.STEP_KEYS)

@@ -29,12 +29,12 @@ import io
 from pathlib import Path
 from typing import cast
 
-from stabilitycli import aliases
-from stabilitycli.errors import StabInputError
+from stabilitycli.core import aliases
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
 
 NAME = "tabular"
 CSV_SUFFIXES = (".csv", ".tsv")

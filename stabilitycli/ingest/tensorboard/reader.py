@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import Rejection, SourceInfo
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import resume
 from stabilitycli.ingest.folders import list_folder, walk
@@ -37,7 +38,6 @@ from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.points import points_to_run, rank_from_name
 from stabilitycli.ingest.tensorboard import _proto as tbp
-from stabilitycli.model import Rejection, SourceInfo
 
 NAME = "tensorboard"
 EVENT_MARK = "tfevents"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import re
 
-from stabilitycli import aliases
+from stabilitycli.core import aliases
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest.dtype import dtype_from
-from stabilitycli.model import SourceInfo
 
 NOTE_LIMIT = 5  # iterations named one by one in a note; the rest are counted
 # DeepSpeed's config dump names its switches apart from Megatron's arguments

@@ -32,12 +32,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import _dsmessages as dsm
 from stabilitycli.ingest.text import textlog as tl
-from stabilitycli.model import SourceInfo
 
 NAME = "deepspeed"
 

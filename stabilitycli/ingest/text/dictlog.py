@@ -30,14 +30,14 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import _dictline as dl
 from stabilitycli.ingest.text import _dsmessages as dsm
 from stabilitycli.ingest.text import _textline as tx
 from stabilitycli.ingest.text import textlog as tl
-from stabilitycli.model import SourceInfo
 
 NAME = "dictlog"
 _OPEN = re.compile(r"\{\s*['\"][\w/.-]+['\"]\s*:")

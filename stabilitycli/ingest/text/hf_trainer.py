@@ -30,12 +30,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
 
 NAME = "hf_trainer"
 FILE_NAME = "trainer_state.json"

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError, StabUsageError
+from stabilitycli.core.errors import StabInputError, StabUsageError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import _kvfamilies as kfam
 from stabilitycli.ingest.text import _kvfields as kf
@@ -33,7 +34,6 @@ from stabilitycli.ingest.text import _kvscan as ks
 from stabilitycli.ingest.text import _kvwrap as kw
 from stabilitycli.ingest.text import _textline as tx
 from stabilitycli.ingest.text import textlog as tl
-from stabilitycli.model import SourceInfo
 
 NAME = "kvlog"
 # a log may open with a printed training script or an argument dump before its first record

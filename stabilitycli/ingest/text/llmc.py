@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import textlog as tl
-from stabilitycli.model import SourceInfo
 
 NAME = "llmc"
 _SNIFF = re.compile(r"(?m)^s:\d+ (?:trl|tel):\S+")

@@ -51,13 +51,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stabilitycli import aliases
-from stabilitycli.errors import StabInputError
+from stabilitycli.core import aliases
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import _dsmessages as dsm
 from stabilitycli.ingest.text import _megatron_derive as derive
 from stabilitycli.ingest.text import textlog as tl
-from stabilitycli.model import SourceInfo
 
 NAME = "megatron"
 

@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 

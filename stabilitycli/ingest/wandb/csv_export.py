@@ -17,10 +17,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.tabular import tables as tabular
-from stabilitycli.model import SourceInfo
 
 NAME = "wandb_csv"
 SEPARATOR = " - "

@@ -34,12 +34,12 @@ import struct
 import zlib
 from pathlib import Path
 
-from stabilitycli.errors import StabInputError
+from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.model import SourceInfo
 
 NAME = "wandb_offline"
 MAGIC = b":W&B\xe1\xbe"

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from stabilitycli.quantity_schema import FINDING_METRIC, By, EachItem, Schema, Spec
+from stabilitycli.core.quantity_schema import FINDING_METRIC, By, EachItem, Schema, Spec
 
 
 class _Kind(Protocol):

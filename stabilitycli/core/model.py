@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from stabilitycli.quantities import quantities
-from stabilitycli.quantity_schema import COMMON, Evidence, Schema
+from stabilitycli.core.quantities import quantities
+from stabilitycli.core.quantity_schema import COMMON, Evidence, Schema
 
 
 class Severity(IntEnum):

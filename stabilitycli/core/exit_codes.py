@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from stabilitycli.model import Severity
+from stabilitycli.core.model import Severity
 
 
 class ExitCode(IntEnum):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from stabilitycli import numfmt
+from stabilitycli.core import numfmt
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Issue 16 item 1: every evidence number says what it is, and is what it says.
 
-`stabilitycli.quantities` types each number of a finding's evidence (a point at step S, a
+`stabilitycli.core.quantities` types each number of a finding's evidence (a point at step S, a
 mean over steps A-B, a peak at step S...). Over the runs the number tests use (every fixture
 of `fixtures/runs/` and `fixtures/torch-runs/`, plus the rank and recurring-spike logs of
 `test_numbers_traced.EXTRA`) and the firing example of every rule (`fixtures/rules/*/fires`):
@@ -51,8 +51,8 @@ def _rule_logs() -> list:
 @pytest.fixture(scope="module")
 def rule_runs() -> dict[str, dict]:
     """The firing example of every rule, analysed with the default thresholds."""
+    from stabilitycli.core.settings import load_settings
     from stabilitycli.pipeline import run as pipeline
-    from stabilitycli.settings import load_settings
 
     runs = {}
     for log in _rule_logs():
@@ -79,7 +79,7 @@ def all_runs(default_runs, extra_runs, rule_runs) -> dict[str, tuple]:  # noqa: 
 
 def _leaves(value, path: str = "") -> list[str]:
     """The path of every number in the evidence ('causes[0].ratio', 'halving_steps[3]')."""
-    from stabilitycli.quantities import is_number
+    from stabilitycli.core.quantities import is_number
 
     if isinstance(value, Mapping):  # a dict, or typed evidence
         return [p for k, v in value.items() for p in _leaves(v, f"{path}.{k}" if path else k)]
@@ -90,7 +90,7 @@ def _leaves(value, path: str = "") -> list[str]:
 
 def _coverage_errors(finding) -> list[str]:
     """Numbers no quantity covers, or more than one does; quantities with no number."""
-    from stabilitycli.quantities import KINDS, quantities
+    from stabilitycli.core.quantities import KINDS, quantities
 
     found = quantities(finding)
     covering = Counter()
@@ -121,7 +121,7 @@ def test_every_evidence_number_is_one_quantity(all_runs) -> None:
 
 
 def _schemas() -> dict:
-    from stabilitycli.model import all_kinds
+    from stabilitycli.core.model import all_kinds
 
     return {code: kind.evidence for code, kind in all_kinds().items()}
 
@@ -135,8 +135,8 @@ def test_every_code_a_rule_emits_has_a_schema() -> None:
 
 
 def test_every_kind_in_the_schema_is_a_declared_kind() -> None:
-    from stabilitycli.quantities import KINDS
-    from stabilitycli.quantity_schema import By, EachItem, Spec
+    from stabilitycli.core.quantities import KINDS
+    from stabilitycli.core.quantity_schema import By, EachItem, Spec
 
     def kinds(node) -> set[str]:
         if isinstance(node, Spec):
@@ -153,7 +153,7 @@ def test_every_kind_in_the_schema_is_a_declared_kind() -> None:
 
 
 def test_an_unschema_d_evidence_number_is_caught() -> None:
-    from stabilitycli.model import Finding, Severity
+    from stabilitycli.core.model import Finding, Severity
 
     finding = Finding(
         "blip", Severity.INFO, "m", step=5, metric="loss", evidence={"count": 2, "new_number": 1.5}
@@ -195,7 +195,7 @@ def _truth(q, raw: Raw, finding, thresholds) -> float | None:
 
 
 def test_numbers_equal_the_raw_log(all_runs) -> None:
-    from stabilitycli.quantities import quantities
+    from stabilitycli.core.quantities import quantities
 
     checked, errors = Counter(), []
     for name, (log, analysis, thresholds) in all_runs.items():
@@ -229,7 +229,7 @@ def test_numbers_equal_the_raw_log(all_runs) -> None:
 
 
 def _spike() -> object:
-    from stabilitycli.model import Finding, Severity
+    from stabilitycli.core.model import Finding, Severity
 
     return Finding(
         "spike",
@@ -266,7 +266,7 @@ def _spike() -> object:
 
 
 def test_quantities_of_a_hand_built_spike() -> None:
-    from stabilitycli.quantities import Quantity, quantities
+    from stabilitycli.core.quantities import Quantity, quantities
 
     by_key = {q.key: q for q in quantities(_spike())}
     # a bool, a None and a text are not numbers
@@ -285,8 +285,8 @@ def test_quantities_of_a_hand_built_spike() -> None:
 
 
 def test_list_elements_take_the_step_at_their_index() -> None:
-    from stabilitycli.model import Finding, Severity
-    from stabilitycli.quantities import quantities
+    from stabilitycli.core.model import Finding, Severity
+    from stabilitycli.core.quantities import quantities
 
     finding = Finding(
         "loss-scale-halving",
@@ -312,7 +312,7 @@ def test_list_elements_take_the_step_at_their_index() -> None:
 def test_the_json_of_a_finding_carries_its_quantities() -> None:
     import json
 
-    from stabilitycli.model import Finding, Severity
+    from stabilitycli.core.model import Finding, Severity
 
     spike = _spike()
     out = spike.to_dict()
@@ -341,7 +341,7 @@ def test_the_json_of_a_finding_carries_its_quantities() -> None:
 
 
 def test_the_contract_lists_every_kind() -> None:
-    from stabilitycli.quantities import KINDS
+    from stabilitycli.core.quantities import KINDS
     from tests.conftest import ROOT
 
     doc = (ROOT / "docs" / "analysis-contract.md").read_text()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.errors import StabUsageError
 
 
 def threshold(default: Any, doc: str) -> Any:

@@ -23,10 +23,10 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from stabilitycli import aliases
-from stabilitycli.errors import StabInputError, StabUsageError
-from stabilitycli.model import Restart, SourceInfo
-from stabilitycli.rank_sort import by_rank
+from stabilitycli.core import aliases
+from stabilitycli.core.errors import StabInputError, StabUsageError
+from stabilitycli.core.model import Restart, SourceInfo
+from stabilitycli.frame.rank_sort import by_rank
 
 ROW = "_row"
 SEGMENT = "_segment"

@@ -20,8 +20,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.config import THRESHOLD_NAMES, Thresholds
-from stabilitycli.errors import StabUsageError
+from stabilitycli.core.config import THRESHOLD_NAMES, Thresholds
+from stabilitycli.core.errors import StabUsageError
 
 
 @dataclass(frozen=True)

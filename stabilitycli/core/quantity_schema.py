@@ -1,7 +1,7 @@
 """The words of evidence schemas: what the number under one evidence key is.
 
 Each finding kind declares its schema beside its rule (`stabilitycli/detect/kinds/`)
-in these words; `stabilitycli.quantities` walks a finding's evidence by it (the
+in these words; `stabilitycli.core.quantities` walks a finding's evidence by it (the
 kinds of number and what they mean are listed there, in `KINDS`). A key a kind
 does not declare is a number without a meaning: `tests/test_quantities.py` fails on it.
 """

@@ -224,7 +224,7 @@ def resolve(
     then the alias table; then, for the metrics every rule needs and that
     the table did not find, `metric_names` (a match on the key's words).
     """
-    from stabilitycli import metric_names
+    from stabilitycli.core import metric_names
 
     overrides = overrides or {}
     chosen: dict[str, tuple[int, str]] = {}
