@@ -18,7 +18,7 @@ event sits just under a configurable bar names it in `fires_with`: the
 `--set` that moves the bar past the event, under which the same log must
 fire at `event_step` (proof that it is a near miss, not a log with nothing in
 it). `why` is
-one line for the reader. tests/test_rule_fixtures.py runs them all.
+one line for the reader. tests/detect/test_rule_fixtures.py runs them all.
 
 Loss curves are `make_fixtures.base_run` (power-law decay, right-skewed gamma
 mini-batch noise, log-normal grad-norm jitter, warmup + cosine LR); per-rank

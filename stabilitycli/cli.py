@@ -26,7 +26,7 @@ from stabilitycli import __version__
 
 # Command, Group: commands whose options need no pydantic when their values need no
 # converting; built on typer internals, so pyproject.toml pins typer to the minor version
-# tests/test_cli_params.py checks them on
+# tests/commands/test_cli_params.py checks them on
 from stabilitycli.commands._params import Command, Group
 from stabilitycli.core.exit_codes import ExitCode
 

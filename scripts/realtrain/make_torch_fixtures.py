@@ -273,8 +273,8 @@ def write_readme(torch_version: str) -> None:
         "`step_tolerance`, `origin`,",
         "`restarts`, as in `fixtures/runs/`), plus `injected` and `truth` in words. `cause: "
         "null` means no",
-        "cause code fits (stab should name none). `tests/test_torch_runs.py` holds stab to them; "
-        "where stab",
+        "cause code fits (stab should name none). `tests/integration/test_torch_runs.py` holds "
+        "stab to them; where stab",
         "is wrong today the test is a strict xfail with the reason.",
         "",
         "| run | command (from the repository root) | injected | true diagnosis |",

@@ -7,7 +7,7 @@ of the run) to hand back values that were right as they came. The command classe
 give each parameter, before parsing, a stand-in that returns such values unchanged, as
 typer's adapter would, and passes every other value to typer's own conversion (built
 then), so conversions, errors and their messages stay typer's. Nothing here changes what
-a command receives: tests/test_cli_params.py compares the two on every parameter.
+a command receives: tests/commands/test_cli_params.py compares the two on every parameter.
 
 These are typer's private modules, so pyproject.toml pins typer to 0.29.x, the versions
 whose `_coercion`, `_param_types` and `core` the comparison has run on; a newer typer is

@@ -3,7 +3,7 @@
 Each finding kind declares its schema beside its rule (`stabilitycli/detect/kinds/`)
 in these words; `stabilitycli.core.quantities` walks a finding's evidence by it (the
 kinds of number and what they mean are listed there, in `KINDS`). A key a kind
-does not declare is a number without a meaning: `tests/test_quantities.py` fails on it.
+does not declare is a number without a meaning: `tests/core/test_quantities.py` fails on it.
 """
 
 from __future__ import annotations
