@@ -20,7 +20,7 @@ from stabilitycli.classify.remedies import (
     NAN_IN_WEIGHTS,
 )
 from stabilitycli.core.config import Thresholds
-from stabilitycli.core.model import all_kinds
+from stabilitycli.detect.kinds import all_kinds
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
 from stabilitycli.detect.kinds.mixed_precision import (

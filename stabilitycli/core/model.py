@@ -6,9 +6,8 @@ exactly the shapes of `docs/contract.md`.
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -35,10 +34,12 @@ class Severity(IntEnum):
         return self.name.lower()
 
 
-# where the kinds are declared (beside their rules); imported by name on the first lookup so
-# that this basement module does not import the layer above it
-_KIND_PACKAGE = "stabilitycli.detect.kinds"
+# every kind declared so far, by code: a kind registers itself when it is made
 _KINDS: dict[str, FindingKind] = {}
+# how a kind is found by its code in another process (a pickled finding crossing a pool):
+# the package that declares the kinds sets it when imported, so this basement module
+# never names the layer above it
+_LOOKUP: list[Callable[[str], FindingKind]] = []
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,21 +81,30 @@ class FindingKind:
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         # one object per code in every process: a kind crossing a process pool is looked up
-        return kind_named, (self.code,)
+        # there by the declaring package's own function, which the unpickler imports
+        return _LOOKUP[0], (self.code,)
 
     def __repr__(self) -> str:
         return f"FindingKind({self.code!r})"
 
 
-def all_kinds() -> Mapping[str, FindingKind]:
-    """Every declared kind by code, in the order the kind modules declare them."""
-    importlib.import_module(_KIND_PACKAGE)  # declares them all on the first call
+def declared_kinds() -> Mapping[str, FindingKind]:
+    """The kinds declared so far, by code, in declaration order.
+
+    `stabilitycli.detect.kinds.all_kinds()` declares them all first; ask that one.
+    """
     return _KINDS
 
 
-def kind_named(code: str) -> FindingKind:
-    """The kind of a finding code; KeyError for a code no rule emits."""
-    return all_kinds()[code]
+def set_kind_lookup(lookup: Callable[[str], FindingKind]) -> None:
+    """Called once by the package that declares the kinds (see `_LOOKUP`)."""
+    _LOOKUP[:] = [lookup]
+
+
+def _kind_for(code: str) -> FindingKind:
+    if _LOOKUP:
+        return _LOOKUP[0](code)
+    return _KINDS[code]
 
 
 @dataclass(frozen=True)
@@ -114,7 +124,7 @@ class Finding:
 
     def __post_init__(self) -> None:
         if isinstance(self.kind, str):  # a finding written out by hand (tests, notebooks)
-            object.__setattr__(self, "kind", kind_named(self.kind))
+            object.__setattr__(self, "kind", _kind_for(self.kind))
 
     @property
     def code(self) -> str:

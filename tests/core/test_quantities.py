@@ -121,7 +121,7 @@ def test_every_evidence_number_is_one_quantity(all_runs) -> None:
 
 
 def _schemas() -> dict:
-    from stabilitycli.core.model import all_kinds
+    from stabilitycli.detect.kinds import all_kinds
 
     return {code: kind.evidence for code, kind in all_kinds().items()}
 

@@ -19,9 +19,10 @@ from stabilitycli.classify.questions import QUESTIONS, VERDICTS, fill
 from stabilitycli.classify.remedies import remedy_causes
 from stabilitycli.commands.explain import explain_text
 from stabilitycli.core.config import Thresholds
-from stabilitycli.core.model import FindingKind, Severity, all_kinds
+from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantities import KINDS as QUANTITY_KINDS
 from stabilitycli.core.quantity_schema import By, EachItem, Spec
+from stabilitycli.detect.kinds import all_kinds
 from stabilitycli.detect.registry import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +126,30 @@ def test_kind_has_a_remedy_and_an_explain_entry(kind: FindingKind) -> None:
     assert fill(kind.todo, DEFAULTS) in text
     if kind.code in VERDICTS:  # a kind that names a verdict has the verdict's remedies
         assert remedy_causes(kind.code), f"{kind.code}: a verdict with no remedy row"
+
+
+def test_a_kind_crossing_a_process_is_the_same_kind_there() -> None:
+    """A finding sent through a process pool keeps its kind by identity, and the basement
+    (`core.model`) reaches the kinds only through the lookup their package hands it."""
+    import pickle
+    import subprocess
+    import sys
+
+    from stabilitycli.detect.kinds.spike import SPIKE
+
+    load_and_compare = (
+        "import pickle, sys\n"
+        "import stabilitycli.core.model\n"
+        "assert 'stabilitycli.detect' not in sys.modules, 'core.model imported detect'\n"
+        "kind = pickle.loads(sys.stdin.buffer.read())\n"
+        "from stabilitycli.detect.kinds.spike import SPIKE\n"
+        "print(kind is SPIKE, kind.code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", load_and_compare],
+        input=pickle.dumps(SPIKE),
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["True", "spike"]

@@ -1,7 +1,7 @@
 """Every finding kind, declared beside its rule: one module here per rule module.
 
 Importing this package declares them all (a kind registers itself in
-`stabilitycli.core.model` when it is made); `model.all_kinds()` and `model.kind_named()`
+`stabilitycli.core.model` when it is made); `all_kinds()` and `kind_named()` here
 read the registry. No polars and no numpy here: renderers and `stab explain` read the
 kinds without loading the rules.
 """
@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
+
+from stabilitycli.core.model import FindingKind, declared_kinds, set_kind_lookup
 
 
 def _declare_all() -> None:
@@ -18,4 +21,15 @@ def _declare_all() -> None:
         importlib.import_module(f"{__name__}.{module}")
 
 
+def all_kinds() -> Mapping[str, FindingKind]:
+    """Every finding kind by code, in the order their modules declare them."""
+    return declared_kinds()
+
+
+def kind_named(code: str) -> FindingKind:
+    """The kind of a finding code; KeyError for a code no rule emits."""
+    return declared_kinds()[code]
+
+
 _declare_all()
+set_kind_lookup(kind_named)
