@@ -9,23 +9,9 @@ import sqlite3
 
 import pytest
 
-from stabilitycli.pipeline import batch
 from tests.conftest import run_fixture
 
 NAMES = ("spike-persistent", "plateau")
-
-
-@pytest.fixture
-def analysed(monkeypatch):
-    seen: list[str] = []
-    real = batch.analyze_one
-
-    def spy(path, settings):
-        seen.append(path)
-        return real(path, settings)
-
-    monkeypatch.setattr(batch, "analyze_one", spy)
-    return seen
 
 
 def _sweep(cli, root, store):

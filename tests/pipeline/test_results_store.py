@@ -26,20 +26,6 @@ def _runs(tmp_path):
     return root
 
 
-@pytest.fixture
-def analysed(monkeypatch):
-    """The runs analysed in this process (`--jobs 1` keeps them here), in order."""
-    seen: list[str] = []
-    real = batch.analyze_one
-
-    def spy(path, settings):
-        seen.append(path)
-        return real(path, settings)
-
-    monkeypatch.setattr(batch, "analyze_one", spy)
-    return seen
-
-
 def _sweep(cli, root, store, *extra):
     return cli("analyze", "-r", root, "--results", store, "--jobs", "1", *extra)
 
