@@ -7,3 +7,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff format --check stabilitycli tests benchmarks scripts
 .venv/bin/mypy stabilitycli
 .venv/bin/lint-imports
+# no import circle, no private name taken across modules (lazy imports included)
+.venv/bin/python scripts/import_cycles.py

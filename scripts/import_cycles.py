@@ -97,6 +97,33 @@ def private_imports(graph: grimp.ImportGraph) -> list[str]:
                         continue
                     rel = path.relative_to(ROOT)
                     found.append(f"{rel}:{node.lineno}: {node.module}.{alias.name}")
+        found += _private_attributes(path, tree, graph)
+    return found
+
+
+def _private_attributes(path: Path, tree: ast.Module, graph: grimp.ImportGraph) -> list[str]:
+    """`module._name` where `module` is another stabilitycli module this file imported."""
+    bound: dict[str, str] = {}  # local name -> the module it names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE):
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in graph.modules:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(PACKAGE) and alias.asname:
+                    bound[alias.asname] = alias.name
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            rel = path.relative_to(ROOT)
+            found.append(f"{rel}:{node.lineno}: {bound[node.value.id]}.{node.attr}")
     return found
 
 
