@@ -241,17 +241,24 @@ def _mixed_precision(w: _Walk) -> None:
         return
     if overflow is None:
         return
+    at_least = "" if overflow.get("overflows_exact", True) else "at least "
     w.ask(
         "Q3.1",
         "yes" if overflow["overflows"] else "no",
-        f"{overflow['overflows']} overflow step(s) in {overflow['span_steps']} steps",
+        f"{at_least}{overflow['overflows']} overflow(s) in {overflow['span_steps']} steps"
+        + (f" ({overflow['sources']})" if overflow.get("sources") else "")
+        + (f"; {overflow['hidden']}" if overflow.get("hidden") else ""),
     )
     scale_text = "no loss-scale series"
     if overflow.get("has_scale"):
+        halvings = ("" if overflow.get("halvings_exact", True) else "at least ") + str(
+            overflow.get("scale_halvings", 0)
+        )
         scale_text = (
             f"scale max {_scale(overflow.get('scale_max', 0))} -> min "
             f"{_scale(overflow.get('scale_min', 0))}, final "
-            f"{_scale(overflow.get('scale_final', 0))}, {overflow.get('scale_drops', 0)} drop(s)"
+            f"{_scale(overflow.get('scale_final', 0))}; {overflow.get('scale_drops', 0)} "
+            f"drop(s) taking {halvings} halving(s), {overflow.get('scale_rises', 0)} rise(s)"
         )
     answer = "healthy backoff"
     for code in (LOSS_SCALE_COLLAPSED.code, LOSS_SCALE_STATIC.code, FP16_OVERFLOW.code):

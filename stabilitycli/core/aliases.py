@@ -145,6 +145,8 @@ METRIC_ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "nan_steps": ("nan_steps", "number of nan iterations"),
     "overflow": ("overflow", "found_inf", "grad_overflow"),
+    # the scale an overflowed step ran with, from DeepSpeed's `Attempted loss scale: A`
+    "loss_scale_attempted": ("loss_scale_attempted",),
 }
 
 STEP_KEYS: tuple[str, ...] = (

@@ -162,6 +162,29 @@ class Thresholds:
         2,
         "This many overflows under a constant scale means dynamic scaling is off (Q3.2).",
     )
+    failing_scaler_window_steps: int = threshold(
+        20,
+        "The last this many steps of the log are read for a failing loss scaler (Q3.2).",
+    )
+    failing_scaler_overflow_fraction: float = threshold(
+        0.5,
+        "Overflows on more than this fraction of those steps, from the first of them to the end "
+        "of the log, with the scale falling and never regrowing -> fp16-overflow (Q3.2).",
+    )
+    failing_scaler_min_overflows: int = threshold(
+        3,
+        "...and at least this many overflows there.",
+    )
+    scale_search_steps: int = threshold(
+        50,
+        "Overflows beginning within this many steps of step 0 are the scaler searching for its "
+        "first scale, not a failing scaler.",
+    )
+    overflow_loss_jump_ratio: float = threshold(
+        1.5,
+        "An overflow at a step whose loss is this many times the loss logged before it -> "
+        "fp16-overflow (the overflow came with a loss jump; Q3.2).",
+    )
 
     # --- §4 silent divergence ---
     divergence_window_steps: int = threshold(200, "Trend window in steps (Q4.1).")

@@ -96,7 +96,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip(DIVERGENCE.rule, "no loss series in the log"))
+        result.skipped.append(Skip(DIVERGENCE.rule, "loss not read: no loss series in the log"))
         return result
     steps, loss = view.finite_points("loss")
     # once: every scan below reads them

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence, SpikeEvent
+    from stabilitycli.detect.overflow_ledger import OverflowLedger
     from stabilitycli.detect.ranks.report import RankReport
 
 
@@ -22,7 +23,8 @@ class OverflowSummary(TypedDict, total=False):
     """§3's reading of the fp16 scaler, built up as the rule goes (the scale keys only when
     a loss-scale series is logged)."""
 
-    overflows: int  # overflow steps
+    overflows: int  # overflows in the ledger (a lower bound unless overflows_exact)
+    overflows_exact: bool
     overflow_steps: list[int]
     span_steps: int  # steps the log spans
     has_scale: bool  # a loss-scale series is logged
@@ -32,7 +34,11 @@ class OverflowSummary(TypedDict, total=False):
     scale_max: float
     scale_final: float
     scale_drops: int
+    scale_halvings: int  # the halvings the drops took (a lower bound unless halvings_exact)
+    halvings_exact: bool
     scale_rises: int
+    sources: str  # the ledger's count by source, in words
+    hidden: str  # why the count is a lower bound, in words ('' when exact)
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,9 @@ class Facts:
     spike_insufficient: bool = False
     """The log is too short for the spike baseline: the run cannot be called healthy."""
     overflow: OverflowSummary | None = None
-    """§3 overflow counts and loss-scale history (rule `loss-scale`)."""
+    """§3 overflow counts and loss-scale history (rule `loss-scale`), read off the ledger."""
+    overflow_ledger: OverflowLedger | None = None
+    """Every overflow and scale move, reconciled across sources (rule `loss-scale`)."""
     trend: TrendScan | None = None
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
     restart_replays: list[RestartReplayEvidence] = field(default_factory=list)

@@ -6,7 +6,6 @@ import numpy as np
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Skip
-from stabilitycli.detect import windows
 from stabilitycli.detect.facts import Facts, OverflowSummary
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
@@ -19,74 +18,17 @@ from stabilitycli.detect.kinds.mixed_precision import (
     LossScaleHalvingEvidence,
     LossScaleStaticEvidence,
 )
+from stabilitycli.detect.overflow_ledger import OverflowLedger, ledger_of, scale_text
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 
+__all__ = ["overflow_per_step", "runs_fp16", "scale_text"]
+
 
 def overflow_per_step(view: SeriesView) -> np.ndarray:
-    """How many overflows each logged row stands for (0 where none): `overflow_points`
-    spread over every row, for the readers that plot or compare it row by row."""
-    counts = np.zeros(view.steps.size)
-    rows, per_row = overflow_points(view)
-    counts[rows] = per_row
-    return counts
-
-
-def overflow_points(view: SeriesView) -> tuple[np.ndarray, np.ndarray]:
-    """The rows that stand for one overflow or more, in order, and how many each.
-
-    Evidence, any of: an overflow message (DeepSpeed `OVERFLOW!`), a skipped
-    iteration counter (Megatron counts per log interval), a non-finite grad
-    norm, or a loss scale lower than at the previous logged point. Taken a
-    chunk of rows at a time and kept where there is one: a count for every row
-    was a float column as long as the log (240 MB at 30M steps) for a few
-    overflows.
-    """
-    chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
-    rows, counts = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
-    for first in range(0, view.steps.size, chunk_rows):
-        seen = _evidence(view, np.arange(first, min(view.steps.size, first + chunk_rows)))
-        hit = np.flatnonzero(seen > 0)
-        rows.append(hit + first)
-        counts.append(seen[hit])
-    if view.has("loss_scale"):
-        scale_steps, scale = view.points("loss_scale")
-        every_step = scale_steps is view.steps  # `points` hands out the view's own steps
-        for first in range(0, scale.size, chunk_rows):
-            # from the point before the chunk: a drop is against it, and an overflow there
-            # may be what this point's drop answers
-            lo, stop = max(0, first - 1), min(scale.size, first + chunk_rows)
-            at = (
-                np.arange(lo, stop)
-                if every_step
-                else np.searchsorted(view.steps, scale_steps[lo:stop])
-            )
-            before = _evidence(view, at)
-            drops = scale[lo + 1 : stop] < scale[lo : stop - 1]
-            # a logger that records the scale a step ran with shows the backoff one
-            # row after the overflow it answers: that drop is the same overflow
-            drops &= ~(before[:-1] > 0)
-            drops &= before[1:] == 0
-            hit = at[1:][drops]
-            rows.append(hit)
-            counts.append(np.ones(hit.size))
-    # a drop is counted only on a row without other evidence, so no row is listed twice
-    all_rows, all_counts = np.concatenate(rows), np.concatenate(counts)
-    order = np.argsort(all_rows, kind="stable")
-    return all_rows[order], all_counts[order]
-
-
-def _evidence(view: SeriesView, rows: np.ndarray) -> np.ndarray:
-    """Overflows at `rows` by messages, skipped-step counters and non-finite grad norms."""
-    counts = np.zeros(rows.size)
-    for name in ("overflow", "skipped_steps"):
-        if view.has(name):
-            part = np.nan_to_num(view.columns[name][rows], nan=0.0, posinf=1.0)
-            np.maximum(counts, part, out=counts)
-    if view.has("grad_norm"):
-        bad_grad = view.logged["grad_norm"][rows] & ~np.isfinite(view.columns["grad_norm"][rows])
-        np.maximum(counts, bad_grad, out=counts)
-    return counts
+    """How many overflows the ledger puts at each logged row (0 where none), for the readers
+    that plot or compare it row by row."""
+    return ledger_of(view).per_row(view.steps)
 
 
 def _finite_scale(view: SeriesView) -> np.ndarray:
@@ -103,14 +45,6 @@ def runs_fp16(view: SeriesView) -> bool:
     if view.dtype is not None:
         return view.dtype == "fp16"
     return view.has("overflow") or bool(np.any(_finite_scale(view) != 1.0))
-
-
-def scale_text(value: float) -> str:
-    """A loss scale as logged: a whole scale in full (2097152, not 2.09715e+06)."""
-    value = float(value)
-    if np.isfinite(value) and value >= 1 and value == int(value):
-        return str(int(value))
-    return f"{value:g}"
 
 
 def _not_fp16(view: SeriesView) -> str | None:
@@ -155,169 +89,308 @@ def _not_fp16(view: SeriesView) -> str | None:
         "min_loss_scale",
         "overflow_rate_unabsorbed",
         "static_scale_min_overflows",
+        "failing_scaler_window_steps",
+        "failing_scaler_overflow_fraction",
+        "failing_scaler_min_overflows",
+        "scale_search_steps",
+        "overflow_loss_jump_ratio",
     ),
     needs=("spikes",),
-    provides=("overflow",),
+    provides=("overflow", "overflow_ledger"),
 )
 def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """fp16 overflow steps and what the loss scaler did about them.
 
-    What it detects: steps where the gradients overflowed (a non-finite grad
-    norm, a skipped-step counter, an `OVERFLOW!` message, or a loss-scale
-    drop; Q3.1), and the loss-scale history (Q3.2): an overflow followed by a
-    halving is the scaler working (info, however often); a scale that stays
-    constant through {static_scale_min_overflows} or more overflows means dynamic
-    scaling is off (`loss-scale-static`); a scale below {min_loss_scale:g} has
-    collapsed (`loss-scale-collapsed`); overflows with no scaler evidence on more
-    than {overflow_rate_unabsorbed:.0%} of steps, or overflows during a loss spike
-    or in the {cause_lead_steps} steps before it, are `fp16-overflow`.
+    What it detects: the run's overflows, read once into the overflow ledger
+    from every source the log holds (an `OVERFLOW!` message with its attempted
+    and new scale, a skipped-step counter, a non-finite grad norm, a fall of
+    the loss scale; Q3.1), and the loss-scale history (Q3.2). An overflow
+    followed by a halving, after which the overflows stop, is the scaler
+    working (info). A scale that stays constant through
+    {static_scale_min_overflows} or more overflows means dynamic scaling is off
+    (`loss-scale-static`); a scale below {min_loss_scale:g} has collapsed
+    (`loss-scale-collapsed`). `fp16-overflow` is a scaler that does not absorb
+    the overflows: overflows with no scaler evidence on more than
+    {overflow_rate_unabsorbed:.0%} of steps; overflows on more than
+    {failing_scaler_overflow_fraction:.0%} (and at least
+    {failing_scaler_min_overflows}) of the last {failing_scaler_window_steps}
+    steps with the scale falling and never regrowing (a failing scaler; not
+    within the first {scale_search_steps} steps, where it searches for its
+    scale); an overflow at a step whose loss is {overflow_loss_jump_ratio:g}x
+    the one before; or overflows during a loss spike or in the
+    {cause_lead_steps} steps before it.
 
     Why it matters: fp16 tops out at 65504. A working dynamic scaler skips
-    the overflowing step and halves its scale, and training goes on; a static
-    or collapsing scale means activations are systematically too large and
-    updates are being lost or poisoned (Q3.4: dynamic scaler, halve the LR,
-    or move to bf16).
+    the overflowing step and halves its scale, and training goes on; a static,
+    collapsing or endlessly halving scale means activations are systematically
+    too large and updates are being lost or poisoned (Q3.4: dynamic scaler,
+    halve the LR, or move to bf16).
     """
     result = RuleResult()
-    has_scale = view.has("loss_scale")
-    has_messages = view.has("overflow")
     if (not_fp16 := _not_fp16(view)) is not None:
         # a loss scale of 1, or a non-finite grad norm, is what every regime can print:
         # calling it an fp16 overflow would be a guess, and §1 reads the grad norm instead
         result.skipped.append(Skip(RULE, not_fp16))
         return result
-    overflow_rows, counts = overflow_points(view)
-    total = float(counts.sum())
-    span_steps = int(view.steps[-1] - view.steps[0] + 1) if view.steps.size else 0
-    overflow: OverflowSummary = {
-        "overflows": int(total),
-        "overflow_steps": view.steps[overflow_rows].tolist(),
-        "span_steps": span_steps,
-        "has_scale": has_scale,
-        "has_messages": has_messages,
-    }
-    result.facts["overflow"] = overflow
-    if has_scale:
-        _scale_history(view, thresholds, overflow, result)
-    rate = total / span_steps if span_steps else 0.0
-    overflow["rate"] = rate
-    spikes = facts.spikes
-    at_spike = [
-        s
-        for s in spikes
-        if np.any(
-            (view.steps[overflow_rows] >= s.onset_step - thresholds.cause_lead_steps)
-            & (view.steps[overflow_rows] <= s.end_step)
-        )
-    ]
-    unabsorbed = not has_scale and not has_messages and rate > thresholds.overflow_rate_unabsorbed
-    if total and (unabsorbed or at_spike):
-        why = (
-            f"{int(total)} overflow(s) on {rate:.1%} of {span_steps} steps "
-            "with no loss-scale series or messages"
-            if unabsorbed
-            else f"overflow at the loss spike of step {at_spike[0].onset_step}"
-        )
-        first = int(view.steps[overflow_rows[0]])
+    ledger = ledger_of(view)
+    result.facts["overflow_ledger"] = ledger
+    result.facts["overflow"] = overflow = _summary(ledger)
+    if ledger.scale is not None:
+        _scale_history(view, thresholds, ledger, result)
+    if any(f.kind in (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC) for f in result.findings):
+        return result
+    unabsorbed = (
+        not ledger.has_scale
+        and not ledger.has_messages
+        and overflow["rate"] > thresholds.overflow_rate_unabsorbed
+    )
+    failing = None if unabsorbed else _unabsorbed(view, thresholds, ledger, facts)
+    if ledger.total and (unabsorbed or failing is not None):
+        first = int(ledger.steps[0])
+        if failing is None:
+            why = (
+                "fp16 overflow not absorbed by the scaler: "
+                f"{ledger.total_text()} overflow(s) on {overflow['rate']:.1%} of "
+                f"{ledger.span_steps} steps with no loss-scale series or messages"
+            )
+            extra: dict = {}
+        else:
+            why, extra = failing
+        result.findings = [f for f in result.findings if f.kind is not LOSS_SCALE_HALVING]
         result.findings.append(
             FP16_OVERFLOW.finding(
-                f"fp16 overflow not absorbed by the scaler: {why}",
-                step=first,
+                why,
+                step=int(extra.get("window_first_step") or extra.get("jump_step") or first),
                 metric="grad_norm",
                 evidence=Fp16OverflowEvidence(
-                    overflows=int(total),
-                    rate=round(rate, 5),
+                    overflows=ledger.total,
+                    overflows_exact=ledger.exact,
+                    rate=round(overflow["rate"], 5),
                     first_step=first,
-                    spike_step=at_spike[0].onset_step if at_spike else None,
+                    spike_step=extra.pop("spike_step", None),
+                    **extra,
                 ),
             )
         )
     return result
 
 
-def _scale_history(
-    view: SeriesView, thresholds: Thresholds, overflow: OverflowSummary, result: RuleResult
-) -> None:
-    steps, scale = view.finite_points("loss_scale")
-    if not scale.size:
-        return
-    drops = np.flatnonzero(scale[1:] < scale[:-1]) + 1
-    rises = np.flatnonzero(scale[1:] > scale[:-1]) + 1
-    overflow.update(
-        {
-            "scale_min": float(scale.min()),
-            "scale_max": float(scale.max()),
-            "scale_final": float(scale[-1]),
-            "scale_drops": int(drops.size),
-            "scale_rises": int(rises.size),
-        }
+def _summary(ledger: OverflowLedger) -> OverflowSummary:
+    """§3's reading of the ledger for the classifier (Q3.1, Q3.2 and the remedies)."""
+    summary: OverflowSummary = {
+        "overflows": ledger.total,
+        "overflows_exact": ledger.exact,
+        "overflow_steps": ledger.steps.tolist(),
+        "span_steps": ledger.span_steps,
+        "has_scale": ledger.has_scale,
+        "has_messages": ledger.has_messages,
+        "rate": ledger.total / ledger.span_steps if ledger.span_steps else 0.0,
+        "sources": ledger.sources_text(),
+        "hidden": ledger.hidden_text(),
+    }
+    if ledger.scale is not None:
+        sc = ledger.scale
+        summary.update(
+            {
+                "scale_min": sc.min,
+                "scale_max": sc.max,
+                "scale_final": sc.final,
+                "scale_drops": sc.drops,
+                "scale_halvings": sc.halvings,
+                "halvings_exact": sc.halvings_exact,
+                "scale_rises": sc.rises,
+            }
+        )
+    return summary
+
+
+def _unabsorbed(
+    view: SeriesView, thresholds: Thresholds, ledger: OverflowLedger, facts: Facts
+) -> tuple[str, dict] | None:
+    """Why a scaler that is there does not absorb the overflows (and the evidence), or None."""
+    steps = ledger.steps
+    at_spike = [
+        s
+        for s in facts.spikes
+        if np.any((steps >= s.onset_step - thresholds.cause_lead_steps) & (steps <= s.end_step))
+    ]
+    if at_spike:
+        spike = at_spike[0].onset_step
+        return (
+            f"fp16 overflow not absorbed by the scaler: overflow at the loss spike of step {spike}",
+            {
+                "reason": "at-spike",
+                "spike_step": spike,
+            },
+        )
+    return _failing(view, thresholds, ledger) or _loss_jump(view, thresholds, ledger)
+
+
+def _failing(
+    view: SeriesView, thresholds: Thresholds, ledger: OverflowLedger
+) -> tuple[str, dict] | None:
+    """Overflow on most of the log's last steps, the scale falling and never regrowing."""
+    sc = ledger.scale
+    if sc is None or not ledger.total or not view.steps.size:
+        return None
+    last = int(view.steps[-1])
+    recent = ledger.steps >= max(last - thresholds.failing_scaler_window_steps + 1, 0)
+    if not recent.any():
+        return None
+    begin = int(ledger.steps[recent][0])
+    if begin <= thresholds.scale_search_steps:
+        return None  # the scaler's first search for its scale
+    window = last - begin + 1
+    count = int(ledger.counts[recent].sum())
+    fell = sc.fall_steps[sc.fall_steps >= begin]
+    if (
+        count < thresholds.failing_scaler_min_overflows
+        or min(count, window) / window <= thresholds.failing_scaler_overflow_fraction
+        or not fell.size
+        or np.any(sc.rise_steps >= begin)
+    ):
+        return None
+    s_steps, s_values = view.finite_points("loss_scale")
+    before = s_values[s_steps < begin]
+    attempted = ledger.attempted[recent]
+    start = (
+        float(attempted[np.isfinite(attempted)][0])
+        if np.isfinite(attempted).any()
+        else float(before[-1])
+        if before.size
+        else sc.max
     )
-    total = overflow["overflows"]
+    return (
+        f"fp16 loss scaler failing: {'at least ' if not ledger.exact else ''}{count} overflow(s) "
+        f"in the {window} steps {begin}-{last} (the end of the log), the scale falling from "
+        f"{scale_text(start)} to {scale_text(sc.final)} in {sc.halvings_text()} halving(s) "
+        "and never regrowing",
+        {
+            "reason": "failing",
+            "window_first_step": begin,
+            "window_steps": window,
+            "window_overflows": count,
+            "scale_from": start,
+            "scale_to": sc.final,
+        },
+    )
+
+
+def _loss_jump(
+    view: SeriesView, thresholds: Thresholds, ledger: OverflowLedger
+) -> tuple[str, dict] | None:
+    """The first overflow at a step whose loss jumped against the loss logged before it."""
+    if not view.has("loss") or not ledger.total:
+        return None
+    l_steps, loss = view.finite_points("loss")
+    if loss.size < 2:
+        return None
+    # an interval entry coincides with a jump inside its interval: judged at its last step
+    late = ledger.from_steps > thresholds.scale_search_steps  # not the scaler's first search
+    at = np.searchsorted(l_steps, ledger.steps[late])
+    ok = (at > 0) & (at < l_steps.size)
+    ok[ok] &= l_steps[at[ok]] == ledger.steps[late][ok]
+    idx = at[ok]
+    before, after = loss[idx - 1], loss[idx]
+    jumped = np.flatnonzero((before > 0) & (after >= thresholds.overflow_loss_jump_ratio * before))
+    if not jumped.size:
+        return None
+    entry = np.flatnonzero(late)[np.flatnonzero(ok)[jumped[0]]]
+    k = idx[jumped[0]]
+    step = int(l_steps[k])
+    count = int(ledger.counts[entry])
+    exact = ledger.sources[entry] < 2  # a message or a non-finite grad norm
+    return (
+        f"fp16 overflow at a loss jump: {'' if exact else 'at least '}{count} overflow(s) at "
+        f"{ledger.span_text(entry)}, where the loss jumped from {loss[k - 1]:.4g} (step "
+        f"{int(l_steps[k - 1])}) to {loss[k]:.4g} (step {step}, {loss[k] / loss[k - 1]:.2f}x)",
+        {
+            "reason": "loss-jump",
+            "jump_step": step,
+            "loss_before": float(loss[k - 1]),
+            "loss_at": float(loss[k]),
+        },
+    )
+
+
+def _scale_history(
+    view: SeriesView, thresholds: Thresholds, ledger: OverflowLedger, result: RuleResult
+) -> None:
+    sc = ledger.scale
+    assert sc is not None
+    total = ledger.total
+    first_overflow = int(ledger.steps[0]) if total else None
     # every overflow onset and every halving, so the story of a collapse starts where it did
     history = {
-        "overflow_steps": list(overflow["overflow_steps"]),
-        "halving_steps": steps[drops].tolist(),
-        "halving_scales": scale[drops].tolist(),
+        "overflow_steps": ledger.steps.tolist(),
+        "halving_steps": sc.fall_steps.tolist(),
+        "halving_scales": sc.fall_to.tolist(),
     }
-    if scale.min() < thresholds.min_loss_scale:
-        at = int(np.argmax(scale < thresholds.min_loss_scale))
-        first_overflow = history["overflow_steps"][0] if history["overflow_steps"] else None
-        began = int(steps[drops[0]]) if drops.size else None
+    steps, scale = view.finite_points("loss_scale")
+    if sc.min < thresholds.min_loss_scale:
+        below = sc.fall_steps[sc.fall_to < thresholds.min_loss_scale]
+        at = (
+            int(below[0])
+            if below.size
+            else int(steps[np.argmax(scale < thresholds.min_loss_scale)])
+        )
+        began = int(sc.fall_steps[0]) if sc.drops else None
         known = [s for s in (first_overflow, began) if s is not None]
         start = min(known) if known else None
         result.findings.append(
             LOSS_SCALE_COLLAPSED.finding(
-                f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {steps[at]} "
-                f"(from {scale_text(scale.max())} down to {scale_text(scale.min())}): overflow on "
+                f"loss scale collapsed below {thresholds.min_loss_scale:g} at step {at} "
+                f"(from {scale_text(sc.max)} down to {scale_text(sc.min)}): overflow on "
                 "nearly every step"
                 + (
-                    f"; the overflows began at step {start} ({drops.size} halvings in all)"
+                    f"; the overflows began at step {start} ({ledger.total_text()} overflow(s), "
+                    f"{sc.halvings_text()} halving(s))"
                     if start is not None
                     else ""
                 ),
-                step=int(steps[at]),
+                step=at,
                 metric="loss_scale",
                 evidence=LossScaleCollapsedEvidence(
-                    scale_min=float(scale.min()),
-                    scale_max=float(scale.max()),
-                    first_step_below=int(steps[at]),
+                    scale_min=sc.min,
+                    scale_max=sc.max,
+                    first_step_below=at,
                     first_overflow_step=first_overflow,
                     first_halving_step=began,
                     overflows=total,
+                    halvings=sc.halvings,
+                    halvings_exact=sc.halvings_exact,
                     **history,
                 ),
             )
         )
-    elif np.all(scale == scale[0]) and total >= thresholds.static_scale_min_overflows:
+    elif sc.drops == 0 and sc.rises == 0 and total >= thresholds.static_scale_min_overflows:
         result.findings.append(
             LOSS_SCALE_STATIC.finding(
-                f"loss scale constant at {scale_text(scale[0])} while {total} overflow(s) "
-                "happened: dynamic loss scaling is not active",
-                step=int(overflow["overflow_steps"][0]) if overflow["overflow_steps"] else None,
+                f"loss scale constant at {scale_text(sc.first)} while {ledger.total_text()} "
+                "overflow(s) happened: dynamic loss scaling is not active",
+                step=first_overflow,
                 metric="loss_scale",
-                evidence=LossScaleStaticEvidence(scale=float(scale[0]), overflows=total, **history),
+                evidence=LossScaleStaticEvidence(scale=sc.first, overflows=total, **history),
             )
         )
-    broken = any(f.kind in (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC) for f in result.findings)
-    if drops.size and not broken:
-        chain = " -> ".join(f"{v:g}" for v in scale[np.concatenate(([drops[0] - 1], drops))][:6])
+    elif sc.drops:
         result.findings.append(
             LOSS_SCALE_HALVING.finding(
-                f"the loss scaler backed off {drops.size} time(s) "
-                f"({chain}{' ...' if drops.size > 5 else ''}); "
-                f"final scale {scale_text(scale[-1])}, minimum {scale_text(scale.min())}, regrew "
-                f"{rises.size} time(s): "
-                "overflow followed by a halving is the scaler doing its job",
-                step=int(steps[drops[0]]),
-                end_step=int(steps[drops[-1]]),
+                f"the loss scaler backed off {sc.halvings_text()} time(s) ({sc.chain()}); "
+                f"final scale {scale_text(sc.final)}, minimum {scale_text(sc.min)}, regrew "
+                f"{sc.rises} time(s): overflow followed by a halving is the scaler doing its job",
+                step=int(sc.fall_steps[0]),
+                end_step=int(sc.fall_steps[-1]),
                 metric="loss_scale",
                 evidence=LossScaleHalvingEvidence(
-                    drops=int(drops.size),
-                    rises=int(rises.size),
-                    first_drop_step=int(steps[drops[0]]),
-                    scale_min=float(scale.min()),
-                    scale_final=float(scale[-1]),
-                    drop_steps=steps[drops][:20].tolist(),
+                    drops=sc.drops,
+                    rises=sc.rises,
+                    first_drop_step=int(sc.fall_steps[0]),
+                    scale_min=sc.min,
+                    scale_final=sc.final,
+                    drop_steps=sc.fall_steps[:20].tolist(),
+                    halvings=sc.halvings,
+                    halvings_exact=sc.halvings_exact,
                     **history,
                 ),
             )

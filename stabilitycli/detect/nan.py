@@ -80,7 +80,7 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip(NAN.rule, "no loss series in the log"))
+        result.skipped.append(Skip(NAN.rule, "loss not read: no loss series in the log"))
         return result
     steps, loss = view.points("loss")
     bad = ~np.isfinite(loss)

@@ -9,6 +9,7 @@ from, only this view.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -30,6 +31,8 @@ class SeriesView:
     run: RunData | None = None
     # per metric: logged at every step of the view (then `points` needs no mask)
     _every_step: dict[str, bool] = field(default_factory=dict, repr=False)
+    # what is read from the view once and shared by every reader (the overflow ledger)
+    derived: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def has(self, metric: str) -> bool:
         return metric in self.columns and bool(self.logged[metric].any())

@@ -332,7 +332,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     """
     result = RuleResult()
     if not view.has("loss"):
-        result.skipped.append(Skip(SPIKE.rule, "no loss series in the log"))
+        result.skipped.append(Skip(SPIKE.rule, "loss not read: no loss series in the log"))
         return result
     steps, loss = view.points("loss")
     window = thresholds.spike_window_steps

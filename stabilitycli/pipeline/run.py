@@ -46,7 +46,9 @@ def analyze(
     from stabilitycli.detect.series import build_view
 
     thresholds = config or Thresholds()
-    run = load_run(source, options).require_loss()
+    run = load_run(source, options)
+    if "loss" not in run.frame.columns and not _scaler_columns(run):
+        run.require_loss()
     rules, dropped_codes = select_rules(select, ignore)
     findings: list[Finding] = []
     skipped: list[Skip] = []
@@ -77,7 +79,16 @@ def analyze(
         thresholds,
         not_run=not_run,
     )
+    if "loss" not in run.frame.columns and verdict.section != "3":
+        # only the loss scaler's own evidence decides a run whose loss was not read
+        run.require_loss()
     preview, preview_steps = _preview(view)
+    extras: dict = {
+        "spike_markers": [s.onset_step for s in facts.spikes],
+        "preview_steps": preview_steps,
+    }
+    if facts.overflow_ledger is not None:
+        extras["overflow_ledger"] = facts.overflow_ledger.to_dict()
     return Analysis(
         source=run.source,
         verdict=verdict,
@@ -86,11 +97,13 @@ def analyze(
         rank_report=facts.rank_report,
         loss_preview=preview,
         coverage=coverage,
-        extras={
-            "spike_markers": [s.onset_step for s in facts.spikes],
-            "preview_steps": preview_steps,
-        },
+        extras=extras,
     )
+
+
+def _scaler_columns(run: RunData) -> bool:
+    """The log holds a loss scaler's evidence, which can decide §3 without a loss."""
+    return any(c in run.frame.columns for c in ("loss_scale", "overflow"))
 
 
 def _coverage(ran: list[str], not_run: tuple[str, ...], skipped: list[Skip]) -> Coverage:

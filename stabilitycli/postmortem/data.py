@@ -24,7 +24,7 @@ from stabilitycli.core.settings import sentence
 from stabilitycli.detect.kinds.divergence import DIVERGENCE
 from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT
 from stabilitycli.detect.kinds.spike import RECURRING_SPIKES, SPIKE
-from stabilitycli.detect.mixed_precision import scale_text
+from stabilitycli.detect.overflow_ledger import ledger_of, scale_text
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import median_interval, trailing_stats
 from stabilitycli.frame import RunData
@@ -131,12 +131,14 @@ def _scaler_summary(view: SeriesView) -> dict[str, Any] | None:
     """What the log shows of a loss scaler, as §3 summarises it (None: §3 does not apply)."""
     if view.source.dtype not in (None, "fp16"):
         return None
-    has_scale = view.has("loss_scale")
-    moves = 0
-    if has_scale:
-        scale = view.finite_points("loss_scale")[1]
-        moves = int(np.count_nonzero(np.diff(scale)))
-    return {"has_scale": has_scale, "scale_drops": moves, "has_messages": view.has("overflow")}
+    ledger = ledger_of(view)
+    scale = ledger.scale
+    return {
+        "has_scale": ledger.has_scale,
+        "scale_drops": scale.drops if scale is not None else 0,
+        "scale_rises": scale.rises if scale is not None else 0,
+        "has_messages": ledger.has_messages,
+    }
 
 
 # ---------------------------------------------------------------- numbers

@@ -32,7 +32,7 @@ from stabilitycli.detect.kinds.ranks import (
     STRAGGLER,
 )
 from stabilitycli.detect.kinds.spike import SPIKE
-from stabilitycli.detect.mixed_precision import scale_text
+from stabilitycli.detect.overflow_ledger import ledger_of, scale_text
 from stabilitycli.postmortem.hypotheses import Hypothesis
 from stabilitycli.postmortem.incident import (
     Cost,
@@ -311,16 +311,22 @@ def _rank_incident(f: Finding, view) -> Incident:
 def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
     ev = f.evidence
     last = int(view.steps[-1])
-    overflows = int(ev.get("overflows", 0))
+    ledger = ledger_of(view)  # the one count of overflows and halvings every output gives
+    overflows = ledger.total_text()
     first = int(ev.get("first_overflow_step") or ev.get("first_step") or (f.step if f.step else 0))
     lr = series_at(view, "lr", first)
-    steps = [int(x) for x in ev.get("overflow_steps") or []]
+    steps = ledger.steps.tolist()
     symptoms: list[tuple[str, Any]] = [
         ("first overflow step", first),
         (
-            "overflow steps",
+            "overflows",
             f"{overflows}, at steps {steps[0]}–{steps[-1]}"
-            + (" (every step)" if steps[-1] - steps[0] + 1 == len(steps) else "")
+            + (
+                " (every step)"
+                if ledger.exact and steps[-1] - steps[0] + 1 == ledger.total == len(steps)
+                else ""
+            )
+            + (f" ({ledger.hidden_text()})" if ledger.hidden_text() else "")
             if steps
             else f"{overflows}, the first at step {first}",
         ),
@@ -332,14 +338,14 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             "activation-overflow",
             f"activations or gradients exceed fp16's largest value ({FP16_MAX:g})",
             "supported",
-            f"{overflows} overflow step(s) from step {first}",
+            f"{overflows} overflow(s) from step {first}",
             "overflow / loss_scale",
         )
     ]
     verification: list[str] = []
     expects: list[str] = []
     if f.kind is LOSS_SCALE_COLLAPSED:
-        halvings = len(ev.get("halving_steps") or [])
+        halvings = ledger.scale.halvings_text() if ledger.scale is not None else "0"
         below = ev.get("first_step_below")
         floor = f"{thr.min_loss_scale:g}"
         title = f"Loss scale collapsed below {floor} at step {below}"
@@ -350,10 +356,15 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
                 f"{scale_text(_num(ev.get('scale_min')))}",
             ),
             (f"first step with the scale below {floor}", below),
-            ("halvings", f"{halvings}, the first at step {ev.get('first_halving_step')}"),
+            (
+                "halvings",
+                f"{halvings}, the first at step {ev['first_halving_step']}"
+                if ev.get("first_halving_step") is not None
+                else halvings,
+            ),
         ]
         root = (
-            f"From step {first} the gradients overflowed on {overflows} step(s); the dynamic "
+            f"From step {first} the gradients overflowed {overflows} time(s); the dynamic "
             f"scaler halved the scale {halvings} times, to {scale_text(_num(ev.get('scale_min')))} "
             f"(below {floor} from step {below}). An overflowed step is skipped, and under a "
             "scale below 1 small fp16 gradients underflow to zero, so the updates from then on "
@@ -389,6 +400,8 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
             f"{overflows} fp16 overflow(s) from step {first} ({rate:.1%} of the steps) with no "
             "loss-scale series or scaler messages in the log: nothing shows a scaler answering "
             "them."
+            if ev.get("reason", "unabsorbed") == "unabsorbed"
+            else f"{overflows} fp16 overflow(s) from step {first}; {f.message}."
         )
         if view.has("grad_norm"):
             expects.append(f"max(grad_norm)[{first}:{last}]<inf")

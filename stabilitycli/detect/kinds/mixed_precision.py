@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stabilitycli.core.model import FindingKind, Severity
-from stabilitycli.core.quantity_schema import COUNT, FRACTION, STEP, STEPS, Evidence, Spec, measure
+from stabilitycli.core.quantity_schema import (
+    COUNT,
+    DURATION,
+    FRACTION,
+    STEP,
+    STEPS,
+    Evidence,
+    Spec,
+    measure,
+)
 
 RULE = "loss-scale"
 
@@ -21,10 +30,24 @@ _AFTER_HALVING = measure(Spec("point", step="halving_steps[]", each=True))
 
 @dataclass(frozen=True, eq=False)
 class Fp16OverflowEvidence(Evidence):
-    overflows: int = field(metadata=measure(COUNT))
+    overflows: int = field(metadata=measure(COUNT))  # the ledger's total (a lower bound when
+    overflows_exact: bool = field(metadata=measure(None))  # ... this is false)
     rate: float = field(metadata=measure(FRACTION))  # overflow steps per step of the log
     first_step: int = field(metadata=measure(STEP))
     spike_step: int | None = field(metadata=measure(STEP))  # the loss spike it came with
+    # why the scaler is not absorbing them: unabsorbed | at-spike | failing | loss-jump
+    reason: str = field(default="unabsorbed", metadata=measure(None))
+    # a failing scaler: overflows on `window_overflows` of the `window_steps` steps from
+    # `window_first_step` to the end of the log, the scale from `scale_from` to `scale_to`
+    window_first_step: int | None = field(default=None, metadata=measure(STEP))
+    window_steps: int | None = field(default=None, metadata=measure(DURATION))
+    window_overflows: int | None = field(default=None, metadata=measure(COUNT))
+    scale_from: float | None = field(default=None, metadata=measure(Spec("max")))
+    scale_to: float | None = field(default=None, metadata=measure(Spec("point")))
+    # an overflow at a loss jump: the loss logged before it and at it
+    jump_step: int | None = field(default=None, metadata=measure(STEP))
+    loss_before: float | None = field(default=None, metadata=measure(Spec("point")))
+    loss_at: float | None = field(default=None, metadata=measure(Spec("point", step="jump_step")))
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +61,9 @@ class LossScaleHalvingEvidence(Evidence):
     overflow_steps: list[int] = field(metadata=_STEPS)
     halving_steps: list[int] = field(metadata=_STEPS)
     halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+    # the halvings the drops took (a 16x drop between two logged points: at least 4)
+    halvings: int = field(default=0, metadata=measure(COUNT))
+    halvings_exact: bool = field(default=True, metadata=measure(None))
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +87,8 @@ class LossScaleCollapsedEvidence(Evidence):
     overflow_steps: list[int] = field(metadata=_STEPS)
     halving_steps: list[int] = field(metadata=_STEPS)
     halving_scales: list[float] = field(metadata=_AFTER_HALVING)
+    halvings: int = field(default=0, metadata=measure(COUNT))
+    halvings_exact: bool = field(default=True, metadata=measure(None))
 
 
 FP16_OVERFLOW = FindingKind(
@@ -68,7 +96,9 @@ FP16_OVERFLOW = FindingKind(
     rule=RULE,
     section="3",
     severity=Severity.ERROR,
-    meaning="fp16 overflows that the log does not show a loss scaler absorbing",
+    meaning="fp16 overflows that no loss scaler absorbs: none is seen, or it is failing (overflow "
+    "on most of the last steps with the scale falling and never regrowing), or an overflow came "
+    "with a loss spike or jump",
     todo="enable dynamic loss scaling (or log the loss scale), find the op that overflows, or "
     "move to bf16",
     why="an overflow no scaler absorbs writes Inf into the update: the step is lost at best, "
@@ -82,7 +112,7 @@ LOSS_SCALE_HALVING = FindingKind(
     rule=RULE,
     section="3",
     severity=Severity.INFO,
-    meaning="the fp16 loss scaler halved its scale after overflows and training went on: the "
+    meaning="the fp16 loss scaler halved its scale after overflows and the overflows stopped: the "
     "scaler doing its job",
     todo="nothing, as long as the scale stays at or above {min_loss_scale:g}",
     why="healthy back-off is normal in fp16; it is listed so that a later collapse can be "

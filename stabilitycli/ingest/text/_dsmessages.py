@@ -63,6 +63,7 @@ _SKIP_STEP = re.compile(
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:?\s*(\d+)")
 _REDUCING = re.compile(r"Reducing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
 _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
+ATTEMPTED_KEY = "loss_scale_attempted"
 SAME_BURST_S = 1.0  # rank copies of one message are printed within milliseconds
 TWIN_WINDOW_S = 5.0  # a rank-0 summary line and the per-rank lines of the same overflow
 
@@ -345,15 +346,21 @@ def frame_rows(events: list[Event], scale_key: str, overflow_key: str = "overflo
     `overflow` on each row is the number of overflow events at that step (1
     normally, 2 when two engines overflowed in the same step), and the scale
     is the one in force after the step's last event, so that merging the rows
-    of one step gives the same answer whichever row comes last.
+    of one step gives the same answer whichever row comes last. The scale the
+    step's first event started from (the attempted scale of an overflow, the old
+    scale of an increase) is kept beside it as `loss_scale_attempted`: the
+    first message of a log is the only place its highest scale is said.
     """
     count: dict[int, int] = {}
     scale: dict[int, float | None] = {}
+    attempted: dict[int, float] = {}
     for e in events:  # sorted by (step, first row)
         if e.kind == "overflow":
             count[e.step] = count.get(e.step, 0) + 1
         if e.scale_after is not None:
             scale[e.step] = e.scale_after
+        if e.attempted is not None:
+            attempted.setdefault(e.step, e.attempted)
     rows = []
     for e in events:
         for row in e.rows:
@@ -363,6 +370,7 @@ def frame_rows(events: list[Event], scale_key: str, overflow_key: str = "overflo
                     "_step": e.step,
                     overflow_key: float(count[e.step]) if e.kind == "overflow" else None,
                     scale_key: scale.get(e.step),
+                    ATTEMPTED_KEY: attempted.get(e.step),
                 }
             )
     return rows
