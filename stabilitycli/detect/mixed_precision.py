@@ -261,8 +261,9 @@ def _failing(
         else sc.max
     )
     return (
-        f"fp16 loss scaler failing: {'at least ' if not ledger.exact else ''}{count} overflow(s) "
-        f"in the {window} steps {begin}-{last} (the end of the log), the scale falling from "
+        f"fp16 loss scaler failing: overflow on {'at least ' if not ledger.exact else ''}"
+        f"{min(count, window)} of the {window} steps {begin}-{last} (the end of the log), the "
+        "scale falling from "
         f"{scale_text(start)} to {scale_text(sc.final)} in {sc.halvings_text()} halving(s) "
         "and never regrowing",
         {
@@ -285,8 +286,9 @@ def _loss_jump(
     l_steps, loss = view.finite_points("loss")
     if loss.size < 2:
         return None
-    # an interval entry coincides with a jump inside its interval: judged at its last step
-    late = ledger.from_steps > thresholds.scale_search_steps  # not the scaler's first search
+    # overflows at a known step (a message, a non-finite grad norm): an interval entry does not
+    # say whether its overflows came before the jump or after; and not the scaler's first search
+    late = (ledger.steps > thresholds.scale_search_steps) & ledger.step_known
     at = np.searchsorted(l_steps, ledger.steps[late])
     ok = (at > 0) & (at < l_steps.size)
     ok[ok] &= l_steps[at[ok]] == ledger.steps[late][ok]
@@ -298,11 +300,9 @@ def _loss_jump(
     entry = np.flatnonzero(late)[np.flatnonzero(ok)[jumped[0]]]
     k = idx[jumped[0]]
     step = int(l_steps[k])
-    count = int(ledger.counts[entry])
-    exact = ledger.sources[entry] < 2  # a message or a non-finite grad norm
     return (
-        f"fp16 overflow at a loss jump: {'' if exact else 'at least '}{count} overflow(s) at "
-        f"{ledger.span_text(entry)}, where the loss jumped from {loss[k - 1]:.4g} (step "
+        f"fp16 overflow at a loss jump: {int(ledger.counts[entry])} overflow(s) at step {step}, "
+        f"where the loss jumped from {loss[k - 1]:.4g} (step "
         f"{int(l_steps[k - 1])}) to {loss[k]:.4g} (step {step}, {loss[k] / loss[k - 1]:.2f}x)",
         {
             "reason": "loss-jump",

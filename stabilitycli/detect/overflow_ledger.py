@@ -91,16 +91,13 @@ class OverflowLedger:
     @property
     def exact(self) -> bool:
         """The total is a count, not a lower bound (no interval hides events)."""
-        return not np.any(self.sources >= _COUNTER)
+        return bool(self.step_known.all())
 
     @property
-    def overflow_steps(self) -> np.ndarray:
-        return self.steps
-
-    def span_text(self, k: int) -> str:
-        """Where entry `k` is: 'step 378', or 'steps 29041-29050' for an interval entry."""
-        lo, hi = int(self.from_steps[k]), int(self.steps[k])
-        return f"step {hi}" if lo >= hi else f"steps {lo}-{hi}"
+    def step_known(self) -> np.ndarray:
+        """Per entry: its overflows are at its step (a message, a non-finite grad norm, a
+        counter over one step), not somewhere in an interval."""
+        return self.sources < _COUNTER
 
     def total_text(self) -> str:
         return f"{'' if self.exact else 'at least '}{self.total}"

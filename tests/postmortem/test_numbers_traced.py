@@ -266,7 +266,7 @@ OVERFLOW = re.compile(r"(?P<n>\d+) overflow\(s\) on (?P<pct>[\d.]+)% of (?P<step
 COLLAPSED = re.compile(
     r"collapsed below (?P<floor>\S+) at step (?P<below>\d+) \(from (?P<max>\S+) down to "
     r"(?P<min>[^)]+)\): overflow on nearly every step; the overflows began at step "
-    r"(?P<first>\d+) \((?P<halvings>\d+) halvings in all\)"
+    r"(?P<first>\d+) \((?P<n>\d+) overflow\(s\), (?P<halvings>\d+) halving\(s\)\)"
 )
 STATIC = re.compile(r"constant at (?P<scale>\S+) while (?P<n>\d+) overflow\(s\) happened")
 RANK = re.compile(
@@ -970,7 +970,7 @@ def _scale_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
         ln = Line(text)
         if m := ln.take(r"first overflow step: (\d+)"):
             ledger.same("first overflow", int(m[1]), overflows[0])
-        if m := ln.take(r"overflow steps: (\d+), (?:at steps (\d+)–(\d+)|the first at step (\d+))"):
+        if m := ln.take(r"overflows: (\d+), (?:at steps (\d+)–(\d+)|the first at step (\d+))"):
             ledger.same("overflow count", int(m[1]), len(overflows))
             if m[2]:
                 ledger.same("overflow span", (int(m[2]), int(m[3])), (overflows[0], overflows[-1]))
@@ -997,7 +997,7 @@ def _scale_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
             ledger.number("constant scale", m[1], float(v[0]))
             ledger.same("scale in full", m[1], _whole(float(v[0])))
         if m := ln.take(
-            r"From step (\d+) the gradients overflowed on (\d+) step\(s\); the dynamic scaler "
+            r"From step (\d+) the gradients overflowed (\d+) time\(s\); the dynamic scaler "
             r"halved the scale (\d+) times, to " + NUM + r" \(below (\S+) from step (\d+)\)"
         ):
             s, v = raw.series("loss_scale")
@@ -1323,7 +1323,7 @@ def _hypotheses(ledger: Ledger, raw: Raw, ev: dict | None, lines: list[str], thr
             ledger.same("layer non-finite (raw)", math.isfinite(raw.at(m[1], int(m[2]))), False)
             ledger.same("layer step", int(m[2]), ev["first_step"])
         ln.take(r"forward order: [^)]*\)|while [\w.]+ was finite|first non-finite layer, [\w.]+,")
-        if m := ln.take(r"(\d+) overflow step\(s\) from step (\d+)"):
+        if m := ln.take(r"(\d+) overflow\(s\) from step (\d+)"):
             overflows = raw.overflow_steps()
             ledger.same("overflows", int(m[1]), len(overflows))
             ledger.same("first overflow", int(m[2]), overflows[0])
