@@ -147,6 +147,8 @@ METRIC_ALIASES: dict[str, tuple[str, ...]] = {
     "overflow": ("overflow", "found_inf", "grad_overflow"),
     # the scale an overflowed step ran with, from DeepSpeed's `Attempted loss scale: A`
     "loss_scale_attempted": ("loss_scale_attempted",),
+    # 1 where DeepSpeed said the scale was already at its minimum (`cannot decrease scale`)
+    "loss_scale_at_minimum": ("loss_scale_at_minimum",),
 }
 
 STEP_KEYS: tuple[str, ...] = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
-from stabilitycli.core.model import Skip
+from stabilitycli.core.model import Finding, Skip
 from stabilitycli.detect.facts import Facts, OverflowSummary
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
@@ -135,7 +135,9 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     ledger = ledger_of(view)
     result.facts["overflow_ledger"] = ledger
     result.facts["overflow"] = overflow = _summary(ledger)
-    if ledger.scale is not None:
+    if ledger.at_minimum_steps.size:
+        result.findings.append(_at_minimum(ledger))
+    elif ledger.scale is not None:
         _scale_history(view, thresholds, ledger, result)
     if any(f.kind in (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC) for f in result.findings):
         return result
@@ -310,6 +312,33 @@ def _loss_jump(
             "loss_before": float(loss[k - 1]),
             "loss_at": float(loss[k]),
         },
+    )
+
+
+def _at_minimum(ledger: OverflowLedger) -> Finding:
+    """The scaler said it could not lower its scale any more: collapsed, whatever its value."""
+    at = int(ledger.at_minimum_steps[0])
+    sc = ledger.scale
+    scale = f" ({scale_text(sc.max)} down to {scale_text(sc.min)})" if sc is not None else ""
+    return LOSS_SCALE_COLLAPSED.finding(
+        f"loss scale collapsed at step {at}: the scaler said its scale{scale} was already at "
+        f"its minimum and could not be lowered on another overflow ({ledger.total_text()} "
+        "overflow(s) before it)",
+        step=at,
+        metric="loss_scale",
+        evidence=LossScaleCollapsedEvidence(
+            scale_min=sc.min if sc is not None else float("nan"),
+            scale_max=sc.max if sc is not None else float("nan"),
+            first_step_below=at,
+            first_overflow_step=int(ledger.steps[0]) if ledger.total else None,
+            first_halving_step=int(sc.fall_steps[0]) if sc is not None and sc.drops else None,
+            overflows=ledger.total,
+            overflow_steps=ledger.steps.tolist(),
+            halving_steps=sc.fall_steps.tolist() if sc is not None else [],
+            halving_scales=sc.fall_to.tolist() if sc is not None else [],
+            halvings=sc.halvings if sc is not None else 0,
+            halvings_exact=sc.halvings_exact if sc is not None else True,
+        ),
     )
 
 

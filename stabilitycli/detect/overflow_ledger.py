@@ -35,6 +35,7 @@ from stabilitycli.detect.series import SeriesView
 SOURCES = ("message", "grad-norm", "skip-counter", "scale-fall")
 _MESSAGE, _GRAD, _COUNTER, _FALL = range(4)
 ATTEMPTED = "loss_scale_attempted"  # the scale an overflowed step ran with (the readers' column)
+AT_MINIMUM = "loss_scale_at_minimum"  # the scaler said it could not lower its scale any more
 EVENTS_IN_JSON = 1000  # entries listed in the JSON ledger; the counts cover them all
 
 
@@ -83,6 +84,8 @@ class OverflowLedger:
     # counter intervals that read 0 while the scale fell inside them: the counter hides events
     hidden_intervals: int
     scale: ScaleHistory | None
+    # steps where the scaler said its scale was already at its minimum (DeepSpeed's exception)
+    at_minimum_steps: np.ndarray
 
     @property
     def total(self) -> int:
@@ -167,6 +170,7 @@ class OverflowLedger:
                 )
             ],
             "events_listed": min(self.steps.size, EVENTS_IN_JSON),
+            "at_minimum_steps": self.at_minimum_steps.tolist(),
             "scale": None,
         }
         if self.scale is not None:
@@ -240,7 +244,7 @@ def _counter_entries(
     (counter steps, their values, residual counts, each counter's interval width in steps)."""
     c_steps, c_values = view.points("skipped_steps")
     ok = np.isfinite(c_values)
-    c_steps, c_values = c_steps[ok], np.maximum(c_values[ok], 0.0)
+    c_steps, c_values = c_steps[ok], np.floor(np.maximum(c_values[ok], 0.0))  # whole skips
     # an entry at step s belongs to the first counter at or after s
     where = np.searchsorted(c_steps, steps)
     seen = np.bincount(where, weights=counts, minlength=c_steps.size + 1)[: c_steps.size]
@@ -313,6 +317,9 @@ def _build(view: SeriesView) -> OverflowLedger:
         has_counter=has_counter,
         hidden_intervals=hidden,
         scale=scale,
+        at_minimum_steps=(
+            view.points(AT_MINIMUM)[0] if view.has(AT_MINIMUM) else np.zeros(0, np.int64)
+        ),
     )
 
 

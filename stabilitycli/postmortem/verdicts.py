@@ -348,14 +348,24 @@ def _scale_incident(f: Finding, view, thr: Thresholds) -> Incident:
         halvings = ledger.scale.halvings_text() if ledger.scale is not None else "0"
         below = ev.get("first_step_below")
         floor = f"{thr.min_loss_scale:g}"
-        title = f"Loss scale collapsed below {floor} at step {below}"
+        floor_said = bool(ledger.at_minimum_steps.size)  # the scaler said it could go no lower
+        title = (
+            f"Loss scale at the scaler's minimum at step {below}"
+            if floor_said
+            else f"Loss scale collapsed below {floor} at step {below}"
+        )
         symptoms += [
             (
                 "loss scale: largest / smallest logged",
                 f"{scale_text(_num(ev.get('scale_max')))} / "
                 f"{scale_text(_num(ev.get('scale_min')))}",
             ),
-            (f"first step with the scale below {floor}", below),
+            (
+                "step the scaler said its scale was at its minimum"
+                if floor_said
+                else f"first step with the scale below {floor}",
+                below,
+            ),
             (
                 "halvings",
                 f"{halvings}, the first at step {ev['first_halving_step']}"

@@ -56,12 +56,13 @@ def test_nanogpt_issue_paste_is_nan_from_3010() -> None:
 
 def test_hf_deepspeed_paste_takes_steps_from_the_bars() -> None:
     result = analyze(PASTED / "chinese-llama-issue534-scale-halving" / "issue_excerpt.log")
-    assert result.verdict.code == "insufficient-data"
+    # overflow on every step, the scale halving to 2 and never regrowing: a failing scaler
+    assert result.verdict.code == "fp16-overflow"
     src = result.source
     assert (src.first_step, src.last_step) == (378, 382)
     assert src.dtype == "fp16"
-    halving = next(f for f in result.findings if f.code == "loss-scale-halving")
-    assert halving.evidence["scale_min"] == 2.0
+    failing = next(f for f in result.findings if f.code == "fp16-overflow")
+    assert (failing.evidence["scale_from"], failing.evidence["scale_to"]) == (64.0, 2.0)
 
 
 def test_modded_nanogpt_spikes_are_one_recurring_finding() -> None:

@@ -60,7 +60,10 @@ def test_tr8_104b_missing_lm_loss_is_the_nan_at_9027() -> None:
 )
 def test_documented_spikes_in_short_excerpts(name: str, jump_step: int) -> None:
     result = analyze(EXCERPTS / name)
-    assert result.verdict.code == "insufficient-data"
+    # tr8b: six overflows in seven steps, the scale halving with no regrowth (it then
+    # "diverged into NaN loss"): a failing scaler, not a log too short to judge
+    want = "fp16-overflow" if name.startswith("tr8b") else "insufficient-data"
+    assert result.verdict.code == want
     assert jump_step in steps_of(result, "loss-jump")
 
 

@@ -63,7 +63,10 @@ _SKIP_STEP = re.compile(
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:?\s*(\d+)")
 _REDUCING = re.compile(r"Reducing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
 _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*" + _NUM + r"\s*to\s*" + _NUM)
+# DeepSpeed's exception when an overflow comes with the scale at its `min_loss_scale`
+_AT_MINIMUM = re.compile(r"loss scale already at minimum", re.IGNORECASE)
 ATTEMPTED_KEY = "loss_scale_attempted"
+MINIMUM_KEY = "loss_scale_at_minimum"
 SAME_BURST_S = 1.0  # rank copies of one message are printed within milliseconds
 TWIN_WINDOW_S = 5.0  # a rank-0 summary line and the per-rank lines of the same overflow
 
@@ -73,7 +76,7 @@ class Mention:
     """One message line (or one message inside a torn line)."""
 
     row: int
-    kind: str  # "overflow" or "grow"
+    kind: str  # "overflow", "grow" or "minimum" (the scale could not be lowered any more)
     step: int | None
     attempted: float | None
     reduced: float | None
@@ -148,6 +151,8 @@ def scan_line(row: int, line: str, time: float | None, state: dict) -> list[Ment
         out.append(
             Mention(row, "grow", None, float(match.group(1)), float(match.group(2)), None, time)
         )
+    if _AT_MINIMUM.search(line):
+        out.append(Mention(row, "minimum", None, None, None, None, time))
     return out
 
 
@@ -332,6 +337,12 @@ def summary(mentions: list[Mention], events: list[Event]) -> list[str]:
         if set(how) != {"iteration number"}:
             parts = ", ".join(f"{n} by {k}" for k, n in sorted(how.items(), key=lambda kv: -kv[1]))
             notes.append(f"overflow messages carry no step; steps inferred: {parts}")
+    floor = [e for e in events if e.kind == "minimum"]
+    if floor:
+        notes.append(
+            f"the loss scaler said its scale was already at its minimum at step {floor[0].step} "
+            "(`cannot decrease scale anymore`)"
+        )
     grow = [e for e in events if e.kind == "grow"]
     if grow:
         notes.append(
@@ -371,6 +382,7 @@ def frame_rows(events: list[Event], scale_key: str, overflow_key: str = "overflo
                     overflow_key: float(count[e.step]) if e.kind == "overflow" else None,
                     scale_key: scale.get(e.step),
                     ATTEMPTED_KEY: attempted.get(e.step),
+                    MINIMUM_KEY: 1.0 if e.kind == "minimum" else None,
                 }
             )
     return rows
