@@ -254,11 +254,13 @@ def _mixed_precision(w: _Walk) -> None:
         halvings = ("" if overflow.get("halvings_exact", True) else "at least ") + str(
             overflow.get("scale_halvings", 0)
         )
+        drops = overflow.get("scale_drops", 0)
         scale_text = (
             f"scale max {_scale(overflow.get('scale_max', 0))} -> min "
             f"{_scale(overflow.get('scale_min', 0))}, final "
-            f"{_scale(overflow.get('scale_final', 0))}; {overflow.get('scale_drops', 0)} "
-            f"drop(s) taking {halvings} halving(s), {overflow.get('scale_rises', 0)} rise(s)"
+            f"{_scale(overflow.get('scale_final', 0))}; "
+            + (f"{drops} drop(s) taking {halvings} halving(s)" if drops else "no drop")
+            + f", {overflow.get('scale_rises', 0)} rise(s)"
         )
     answer = "healthy backoff"
     for code in (LOSS_SCALE_COLLAPSED.code, LOSS_SCALE_STATIC.code, FP16_OVERFLOW.code):

@@ -239,7 +239,7 @@ def _direct(view: SeriesView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _counter_entries(
     view: SeriesView, steps: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each skipped-step counter says beyond the entries in its interval:
     (counter steps, their values, residual counts, each counter's interval width in steps)."""
     c_steps, c_values = view.points("skipped_steps")

@@ -18,7 +18,6 @@ from stabilitycli.detect.overflow_ledger import ledger_of
 from stabilitycli.detect.series import build_view
 from stabilitycli.frame import RunData
 
-
 maybe_value = st.one_of(
     st.none(),
     st.sampled_from([0.0, 1.0, 2.0, 3.5, np.nan, np.inf, -np.inf, -1.0]),
