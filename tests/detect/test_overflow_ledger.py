@@ -138,6 +138,37 @@ def test_scale_zero_without_a_loss_is_a_verdict_with_the_loss_not_read(tmp_path)
     assert refused.exit_code == 2
 
 
+def test_a_scaler_that_regrows_or_searches_its_first_scale_is_not_failing() -> None:
+    # the reward model's scale halves 20 times and regrows 15: the scaler doing its job
+    reward = analyze(REWARD)
+    assert "fp16-overflow" not in [f.code for f in reward.findings]
+    assert "loss-scale-halving" in [f.code for f in reward.findings]
+    # n8's 19 skips are at steps 1-30, the scaler finding its first scale
+    n8 = analyze(N8)
+    assert n8.verdict.code == "insufficient-data"
+    assert "fp16-overflow" not in [f.code for f in n8.findings]
+
+
+AT_MINIMUM = (
+    "[2023-06-07 22:16:00,018] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
+    "Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1\n"
+    "[2023-06-07 22:16:01,018] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=1, "
+    "lr=[5e-05], mom=[(0.9, 0.95)]\n"
+    "[rank0]: Exception: Current loss scale already at minimum - cannot decrease scale anymore."
+    " Exiting run.\n"
+)
+
+
+def test_already_at_minimum_is_a_collapsed_scale(tmp_path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(AT_MINIMUM)
+    result = analyze(log)
+    assert result.verdict.code == "loss-scale-collapsed"
+    assert "already at its minimum" in result.verdict.summary
+    assert ledger(log).at_minimum_steps.tolist() == [11]
+    assert any("already at its minimum" in n for n in result.source.notes)
+
+
 # ---------------------------------------------------------------- agreement
 
 _NUM = r"([0-9.]+(?:e[+-]?\d+)?)"
