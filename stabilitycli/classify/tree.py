@@ -15,6 +15,7 @@ from typing import Any
 from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
 from stabilitycli.classify.remedies import (
     FP16_MAX,
+    GRAD_NAN_LOSS_FINITE,
     LR_TOO_HIGH,
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
@@ -24,6 +25,7 @@ from stabilitycli.classify.remedies import (
     SHOWS_NO_SCALE,
     SHOWS_SCALE_CONSTANT,
     SHOWS_SCALE_MOVING,
+    SHOWS_WRITER_SCALER,
     remedies_for,
 )
 from stabilitycli.core.config import Thresholds
@@ -41,6 +43,7 @@ from stabilitycli.detect.kinds.nan import NAN
 from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE
+from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
 from stabilitycli.detect.nan import forward_order_key
 from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
 
@@ -58,10 +61,14 @@ class _Applies:
     # the remedy table's cause when it differs from the verdict's (a rise within warmup)
     remedy_cause: str | None = None
 
-    def event(self) -> dict[str, str]:
-        """The event's words for the remedy texts (`{start}`, `{who}`)."""
+    def event(self, said: LogWords, thresholds: Thresholds) -> dict[str, str]:
+        """The event's words for the remedy texts (`{start}`, `{who}`, `{clip_at}`...)."""
         words = {} if self.start is None else {"start": f"step {self.start}"}
-        return words | ({} if self.rank is None else {"who": f"rank {self.rank}"})
+        return (
+            words
+            | ({} if self.rank is None else {"who": f"rank {self.rank}"})
+            | event_words(said, self.start, thresholds)
+        )
 
 
 @dataclass
@@ -81,6 +88,11 @@ class _Walk:
 
     def ask(self, question: str, answer: str, evidence: str) -> None:
         self.path.append(PathStep(question, answer, evidence))
+
+    @property
+    def said(self) -> LogWords:
+        """What the log says its loss and grad norm are."""
+        return self.facts.log_words or no_log_words()
 
 
 def walk(
@@ -152,20 +164,57 @@ def _nan(w: _Walk) -> None:
         (r.rank for r in w.findings if r.kind is RANK_NONFINITE and r.rank is not None),
         None,
     )
+    intermittent = ev.get("series", "loss") != "loss" and ev["count"] < ev.get(
+        "points_from_first", ev["count"]
+    )
     w.applies[NAN.code] = _Applies(
         cause,
-        (
-            f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
-            if ev.get("series", "loss") == "loss"
-            else f"the run went non-finite at step {ev['first_step']}: {ev['series']} shows it "
-            f"({ev['count']} non-finite points) while the logged loss hides it"
-        )
+        _nan_summary(ev, intermittent)
         + (f", first on rank {first_rank}" if first_rank is not None else "")
         + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
-        + (f"; {cause_texts(w.thresholds)[cause]}" if cause else ""),
+        + (f"; {_cause_said(w, cause)}" if cause and not intermittent else ""),
         start=int(ev["first_step"]),
-        remedy_cause=remedy_cause,
+        remedy_cause=GRAD_NAN_LOSS_FINITE if intermittent else remedy_cause,
     )
+
+
+def _nan_summary(ev: Mapping[str, Any], intermittent: bool) -> str:
+    """The NaN in words: of the loss, or of a series that shows one while the loss is finite."""
+    first, count, series = ev["first_step"], ev["count"], ev.get("series", "loss")
+    if series == "loss":
+        return f"loss went non-finite at step {first} ({count} non-finite points)"
+    trend = ""
+    if ev.get("loss_last_step") is not None:
+        trend = (
+            f" (it {'falls' if ev['loss_falls'] else 'does not fall'}: {ev['loss_at_first']:.4g} "
+            f"at step {first}, {ev['loss_last']:.4g} at step {ev['loss_last_step']})"
+        )
+    if intermittent:
+        named = "the grad norm" if series == "grad_norm" else series
+        return (
+            f"{named} is non-finite on {count} of {ev['points_from_first']} logged points from "
+            f"step {first} while the loss stays finite{trend}; inferred, not seen in the log: a "
+            "grad norm non-finite on some steps only usually means steps a loss scaler skipped "
+            "on an overflow, or a bug in how the grad norm is reported, not NaN weights"
+        )
+    return (
+        f"the run went non-finite at step {first}: {series} shows it (non-finite at every "
+        f"logged point from there, {count} points) while the logged loss hides it{trend}"
+    )
+
+
+def event_words(said: LogWords, start: int | None, thresholds: Thresholds) -> dict[str, str]:
+    """The remedy words the log decides: where to clip (from the run's grad norms before the
+    event), the grad norm as the writer logs it, what an outlier batch holds."""
+    return {
+        "clip_at": said.clip_words(start, thresholds.remedy_clip_percentile),
+        "grad_norm": said.grad_norm,
+        "outlier_samples": (
+            "rare or long-tail tokens"
+            if said.loss_is_token_ce.holds
+            else "unusual or long-tail samples"
+        ),
+    }
 
 
 def _spikes(w: _Walk) -> None:
@@ -201,7 +250,7 @@ def _spikes(w: _Walk) -> None:
     lead = persistent[0] if persistent else recoverable[0]
     w.ask("Q2.2", "no" if persistent else "yes", _recovery_text(lead, w.thresholds))
     question = "Q2.4" if persistent else "Q2.3"
-    w.ask(question, lead.cause or "no evident cause", _cause_text(lead, w.thresholds))
+    w.ask(question, lead.cause or "no evident cause", _cause_text(lead, w))
     for spike in persistent[:1]:
         w.applies["spike-persistent"] = _Applies(
             spike.cause,
@@ -334,7 +383,7 @@ def _verdict(w: _Walk) -> Verdict:
                 applies.remedy_cause or applies.cause,
                 w.thresholds,
                 log_shows(w.source, w.facts.overflow),
-                applies.event(),
+                applies.event(w.said, w.thresholds),
             )
             return Verdict(
                 code,
@@ -399,6 +448,8 @@ def log_shows(source: SourceInfo, overflow: Mapping[str, Any] | None) -> frozens
             shows.add(SHOWS_SCALE_CONSTANT)
         elif not overflow.get("has_messages"):
             shows.add(SHOWS_NO_SCALE)
+    if uses_dynamic_scaler(source).holds:
+        shows.add(SHOWS_WRITER_SCALER)
     grad_key = set(words(source.metrics.get("grad_norm", "")))
     if grad_key & {"preclip", "unclipped"} or {"pre", "clip"} <= grad_key:
         shows.add(SHOWS_CLIPPING)
@@ -423,7 +474,8 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
         return (
             "activation-overflow",
             f"fp16 ({origin}): a NaN in fp16 is most often an activation past fp16's largest "
-            f"value, {FP16_MAX:g}; the loss-scale questions (Q3.1-Q3.4) look at the overflows",
+            f"value, {FP16_MAX:g} (inferred from the dtype); the loss-scale questions "
+            "(Q3.1-Q3.4) look at the overflows",
             None,
         )
     if dtype == "fp32":
@@ -447,11 +499,17 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
             )
         return (
             "log-of-zero",
-            "fp32: almost always log(0) in the loss or 0/0 in its reduction",
+            "fp32: the usual cause is log(0) in the loss or 0/0 in its reduction (inferred from "
+            "the dtype, not seen in the log)",
             None,
         )
     if dtype == "bf16":
-        return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed", None
+        return (
+            None,
+            "bf16: rarer; the usual causes are a value past bf16's range (about 3e38) or an "
+            "overflowing gradient (inferred from the dtype, not seen in the log)",
+            None,
+        )
     return (
         None,
         "dtype unknown (no manifest, run parameter or flag states it, and no loss scaler is "
@@ -464,7 +522,8 @@ def _in_probability(before: float, after: float, w: _Walk) -> str:
     """A loss change read in nats (spec 6): exp(-L) is the geometric-mean probability of the right
     token.
 
-    Said only for losses that look like cross-entropy in nats (0 < L <
+    Said only for a loss the log shows to be a token cross-entropy
+    (`log_words.loss_is_token_ce`) and in the range of one in nats (0 < L <
     `ce_loss_max_nats`); with a vocabulary size, also how far from uniform
     guessing (ln V) it is.
     """
@@ -472,8 +531,7 @@ def _in_probability(before: float, after: float, w: _Walk) -> str:
     vocab_size = w.source.vocab_size
     if not (0 < before < top and 0 < after < top):
         return ""
-    if w.source.metric_origin.get("loss") == "name":
-        # a key found by its words (act_loss, Loss/train) may be any objective, not cross-entropy
+    if not w.said.loss_is_token_ce.holds:
         return ""
     text = f"; geometric-mean p(correct token) {math.exp(-before):.3g} -> {math.exp(-after):.3g}"
     if vocab_size and vocab_size > 1:
@@ -501,19 +559,34 @@ def _recovery_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
     return f"never back to <= {level}{spike_type_note(spike.spike_type)}"
 
 
-def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
+def _cause_text(spike: SpikeEvent, w: _Walk) -> str:
     if not spike.causes:
         return "grad norm, LR, batch id and restarts show no evident cause"
     c = spike.causes[0]
-    return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({_cause_numbers(c)})"
+    return f"{_cause_said(w, c['cause'])} ({_cause_numbers(c, w.said.grad_norm)})"
 
 
-def _cause_numbers(c: Mapping[str, Any]) -> str:
+def _cause_said(w: _Walk, cause: str) -> str:
+    """A cause in words, claiming only what the log supports: a rare-token batch only for a
+    token loss; for an fp16 NaN, the overflows when the log shows them."""
+    text = cause_texts(w.thresholds).get(cause, cause)
+    if cause == "long-tail-token" and w.said.loss_is_token_ce.holds:
+        return text.replace("(a long-tail batch)", "(a long-tail / rare-token batch)")
+    overflows = (w.facts.overflow or {}).get("overflows", 0)
+    if cause == "activation-overflow" and overflows:
+        return (
+            f"fp16: the gradients overflowed on {overflows} logged step(s) (Q3.1); an activation "
+            f"past {FP16_MAX:g} is the usual cause, inferred from the dtype"
+        )
+    return text
+
+
+def _cause_numbers(c: Mapping[str, Any], grad_norm: str = "grad norm") -> str:
     """A spike cause's numbers, each with what it is (the generic key-value list otherwise)."""
     lead = f"{c.get('lead_steps')} step(s) before the spike"
     if c["cause"] == "long-tail-token" and "grad_norm_step" in c:
         return (
-            f"pre-clip grad norm {c['grad_norm']:.4g} at step {c['grad_norm_step']} = "
+            f"{grad_norm} {c['grad_norm']:.4g} at step {c['grad_norm_step']} = "
             f"{c['ratio']:.1f}x its trailing mean {c['grad_norm_baseline']:.4g}, {lead}"
         )
     if c["cause"] == "lr-discontinuity" and "lr_step" in c:

@@ -118,11 +118,13 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
         earliest_nonfinite=ABSENT if earliest is None else earliest,
         origin=ABSENT if origin is None else origin["layer"],
         origin_evidence=ABSENT if origin is None else origin,
+        **(_beside_finite_loss(view, steps, first) if hidden_by else {}),
     )
-    where = f" (hidden in the loss; seen in {hidden_by})" if hidden_by else ""
-    message = f"loss non-finite from step {first_step}{where}: {count} of {steps.size} points" + (
-        f"; first non-finite layer: {origin['layer']}" if origin else ""
-    )
+    message = (
+        _hidden_message(evidence)
+        if hidden_by
+        else f"loss non-finite from step {first_step}: {count} of {steps.size} points"
+    ) + (f"; first non-finite layer: {origin['layer']}" if origin else "")
     result.findings.append(
         NAN.finding(
             message,
@@ -134,6 +136,38 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     )
     result.facts["nonfinite"] = evidence
     return result
+
+
+def _beside_finite_loss(view: SeriesView, steps: np.ndarray, first: int) -> dict[str, Any]:
+    """How many points of the hidden NaN's series follow its first, and what the (finite) loss
+    did from there: its value at the first, its last, and whether its last third sits below
+    its first third."""
+    loss_steps, loss = view.finite_points("loss")
+    after = loss_steps >= steps[first]
+    tail_steps, tail = loss_steps[after], loss[after]
+    out: dict[str, Any] = {"points_from_first": int(steps.size - first)}
+    if tail.size >= 3:
+        third = max(tail.size // 3, 1)
+        out |= {
+            "loss_at_first": float(tail[0]),
+            "loss_last": float(tail[-1]),
+            "loss_last_step": int(tail_steps[-1]),
+            "loss_falls": bool(np.median(tail[-third:]) < np.median(tail[:third])),
+        }
+    return out
+
+
+def _hidden_message(ev: NanEvidence) -> str:
+    """What the series that shows a hidden NaN shows, beside the finite loss."""
+    if ev.count < ev.points_from_first:
+        return (
+            f"{ev.series} non-finite on {ev.count} of {ev.points_from_first} logged points from "
+            f"step {ev.first_step} while the loss stays finite"
+        )
+    return (
+        f"{ev.series} non-finite at every logged point from step {ev.first_step} "
+        f"({ev.count} points) while the logged loss stays finite"
+    )
 
 
 def _hidden_nan(view: SeriesView) -> tuple[np.ndarray, np.ndarray, str | None]:
