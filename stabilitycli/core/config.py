@@ -298,7 +298,7 @@ class Thresholds:
     remedy_clip_percentile: float = threshold(
         90.0,
         "The percentile of the run's own grad norm before the event that a spike's remedy"
-        " advises clipping at (Q2.4).",
+        " advises clipping at (Q2.4); above 100 reads as 100.",
     )
     remedy_clip_value: float = threshold(
         100.0,
@@ -343,8 +343,6 @@ class Thresholds:
         ):
             if getattr(self, name) <= 0:
                 raise StabUsageError(f"thresholds.{name} must be > 0")
-        if self.remedy_clip_percentile > 100:
-            raise StabUsageError("thresholds.remedy_clip_percentile must be <= 100")
 
     def with_overrides(self, values: dict[str, Any], origin: str) -> Thresholds:
         known = {spec.name: spec for spec in fields(self)}

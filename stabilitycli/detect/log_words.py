@@ -145,6 +145,7 @@ class ClipChoice:
 
 def clip_how_to_choose(percentile: float) -> str:
     """Where to clip, said when the log has no grad norm to take the number from."""
+    percentile = min(percentile, 100.0)
     return (
         "a value near a high percentile of the run's usual grad norm (log the grad norm, then "
         f"take about its {percentile:g}th percentile over the healthy steps before the event)"
@@ -170,6 +171,7 @@ class LogWords:
         """The `percentile` of the finite grad norms logged before `before_step` (all of them
         when no event step is given); None without at least 8 such points."""
         steps, grad = self.grad_steps, self.grad_values
+        percentile = min(percentile, 100.0)
         if before_step is not None:
             keep = steps < before_step
             steps, grad = steps[keep], grad[keep]
