@@ -66,9 +66,9 @@ FP16_MAX = 65504.0
 FORMAT_LIMITS: dict[str, float] = {"fp16_max": FP16_MAX}
 
 # the event words when no run is at hand (`stab explain`)
-GENERIC_EVENT: dict[str, str] = {
-    "start": "the first step of the event",
-    "who": "the outlying rank",
+GENERIC_EVENT: dict[str, str] = {"start": "the first step of the event", "who": "the outlying rank"}
+# and the words a run's log decides (`tree.event_words`), as they read without a log
+GENERIC_LOG_WORDS: dict[str, str] = {
     "grad_norm": "grad norm",
     "outlier_samples": "unusual or long-tail samples (rare tokens, for a language model)",
 }
@@ -365,7 +365,7 @@ def fill_remedy(remedy: Remedy, thresholds: Thresholds, event: dict[str, str] | 
     """A remedy's text with the thresholds in force, the format limits and the event's words."""
     values: dict[str, Any] = {f.name: getattr(thresholds, f.name) for f in fields(thresholds)}
     clip_at = {"clip_at": clip_how_to_choose(thresholds.remedy_clip_percentile)}
-    values |= FORMAT_LIMITS | GENERIC_EVENT | clip_at | (event or {})
+    values |= FORMAT_LIMITS | GENERIC_EVENT | GENERIC_LOG_WORDS | clip_at | (event or {})
     return remedy.text.format_map(values)
 
 

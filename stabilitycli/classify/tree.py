@@ -275,7 +275,9 @@ def _spikes(w: _Walk) -> None:
             spike.cause,
             f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
-            f"recovered in {spike.recovery_steps} steps",
+            f"recovered in {spike.recovery_steps} steps (back to <= {spike.recovery_level:.4g}, "
+            f"the baseline mean + {w.thresholds.recovery_sigma:g}*sigma, at step "
+            f"{spike.recovery_step})",
             start=spike.onset_step,
         )
 
@@ -345,7 +347,7 @@ def _divergence(w: _Walk) -> None:
         + f" in the window of steps {ev.get('window_start_step', ev['start_step'])}-"
         f"{ev['end_step']}, Mann-Kendall z = {ev['z']}"
         + ("; it rose at every logged step" if ev["strictly_monotone"] else "")
-        + "; never back below the start level",
+        + f"; after step {ev['end_step']}, never back below the start level",
     )
     causes = {c["cause"]: c for c in ev.get("causes", [])}
     for question, cause_code in (
