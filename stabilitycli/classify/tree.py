@@ -577,8 +577,8 @@ def _cause_said(w: _Walk, cause: str) -> str:
     overflows = (w.facts.overflow or {}).get("overflows", 0)
     if cause == "activation-overflow" and overflows:
         return (
-            f"fp16: the gradients overflowed on {overflows} logged step(s) (Q3.1); an activation "
-            f"past {FP16_MAX:g} is the usual cause, inferred from the dtype"
+            "fp16: the log shows gradient overflows (Q3.1 counts them); an activation past "
+            f"{FP16_MAX:g} is their usual cause, inferred from the dtype"
         )
     return text
 

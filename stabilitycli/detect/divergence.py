@@ -192,11 +192,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     # that passed the test: that window can open halfway up a slow ramp
     if trough_level <= float(first_mean[j]):
         rise_from, from_steps, from_stat = trough_level, [start_step, trough_end_step], "median"
-        from_words = (
-            f"the loss at step {start_step}"
-            if trough_end_step == start_step
-            else f"the median of steps {start_step}-{trough_end_step}"
-        )
+        from_words = f"the median of steps {start_step}-{trough_end_step}"
     else:
         rise_from, from_steps, from_stat = float(first_mean[j]), opens_steps, "mean-of-medians"
         from_words = window_opens
@@ -603,6 +599,7 @@ def _onset(
 # a fitted onset the raw loss still falls from by this fraction of its level (in a strictly
 # falling run of points) is moved to the bottom of that fall: the rise cannot start above it
 ONSET_FALL_FRAC = 0.05
+ONSET_FALL_POINTS = 3  # ...over at least this many falling steps: one noisy dip is no fall
 
 
 def _past_the_fall(
@@ -620,7 +617,7 @@ def _past_the_fall(
     falls = np.diff(loss[i:]) < 0
     run = int(np.argmin(falls)) if not falls.all() else falls.size  # strictly falling points
     bottom = i + run
-    if run == 0 or not np.isfinite(loss[bottom]):
+    if run < ONSET_FALL_POINTS or not np.isfinite(loss[bottom]):
         return start, level, level_end
     if level - float(loss[bottom]) <= ONSET_FALL_FRAC * abs(level):
         return start, level, level_end

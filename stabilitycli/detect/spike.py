@@ -837,11 +837,7 @@ def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
         if event.recovered
         else (
             "did not recover"
-            + (
-                f" ({back} only at step {event.recovery_step})"
-                if event.recovery_step
-                else ""
-            )
+            + (f" ({back} only at step {event.recovery_step})" if event.recovery_step else "")
         )
     )
     message = (

@@ -133,7 +133,8 @@ def test_the_clip_remedy_comes_from_the_runs_own_grad_norm() -> None:
     path = run_fixture("spike-long-tail")
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     before = np.array(
-        [r["train/grad_norm"] for r in rows if r["step"] < 900 and "train/grad_norm" in r], dtype=float
+        [r["train/grad_norm"] for r in rows if r["step"] < 900 and "train/grad_norm" in r],
+        dtype=float,
     )
     before = before[np.isfinite(before)]
     result = analyze(path)

@@ -95,7 +95,7 @@ def test_the_megatron_divergence_starts_where_the_loss_stops_falling() -> None:
     trough = int(steps[np.argmin(loss[steps <= ev["end_step"]])])
     assert ev["start_step"] == trough == 31
     at = float(loss[steps == 31][0])
-    assert f"from {at:.4g} (the loss at step 31)" in div.message
+    assert f"from {at:.4g} (the median of steps 31-31)" in div.message
     # the loss after the reported start only rises, and "never back down" is about what
     # follows the trend window: every point after it is above the level named
     after_start = loss[steps >= ev["start_step"]]
