@@ -44,7 +44,7 @@ from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUT
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
-from stabilitycli.detect.nan import forward_order_key
+from stabilitycli.detect.nan import forward_order_key, nan_summary, only_some_steps
 from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
@@ -67,7 +67,7 @@ class _Applies:
         return (
             words
             | ({} if self.rank is None else {"who": f"rank {self.rank}"})
-            | event_words(said, self.start, thresholds)
+            | said.remedy_words(self.start, thresholds.remedy_clip_percentile)
         )
 
 
@@ -164,57 +164,16 @@ def _nan(w: _Walk) -> None:
         (r.rank for r in w.findings if r.kind is RANK_NONFINITE and r.rank is not None),
         None,
     )
-    intermittent = ev.get("series", "loss") != "loss" and ev["count"] < ev.get(
-        "points_from_first", ev["count"]
-    )
+    intermittent = only_some_steps(ev)
     w.applies[NAN.code] = _Applies(
         cause,
-        _nan_summary(ev, intermittent)
+        nan_summary(ev)
         + (f", first on rank {first_rank}" if first_rank is not None else "")
         + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
         + (f"; {_cause_said(w, cause)}" if cause and not intermittent else ""),
         start=int(ev["first_step"]),
         remedy_cause=GRAD_NAN_LOSS_FINITE if intermittent else remedy_cause,
     )
-
-
-def _nan_summary(ev: Mapping[str, Any], intermittent: bool) -> str:
-    """The NaN in words: of the loss, or of a series that shows one while the loss is finite."""
-    first, count, series = ev["first_step"], ev["count"], ev.get("series", "loss")
-    if series == "loss":
-        return f"loss went non-finite at step {first} ({count} non-finite points)"
-    trend = ""
-    if ev.get("loss_last_step") is not None:
-        trend = (
-            f" (it {'falls' if ev['loss_falls'] else 'does not fall'}: {ev['loss_at_first']:.4g} "
-            f"at step {first}, {ev['loss_last']:.4g} at step {ev['loss_last_step']})"
-        )
-    if intermittent:
-        named = "the grad norm" if series == "grad_norm" else series
-        return (
-            f"{named} is non-finite on {count} of {ev['points_from_first']} logged points from "
-            f"step {first} while the loss stays finite{trend}; inferred, not seen in the log: a "
-            "grad norm non-finite on some steps only usually means steps a loss scaler skipped "
-            "on an overflow, or a bug in how the grad norm is reported, not NaN weights"
-        )
-    return (
-        f"the run went non-finite at step {first}: {series} shows it (non-finite at every "
-        f"logged point from there, {count} points) while the logged loss hides it{trend}"
-    )
-
-
-def event_words(said: LogWords, start: int | None, thresholds: Thresholds) -> dict[str, str]:
-    """The remedy words the log decides: where to clip (from the run's grad norms before the
-    event), the grad norm as the writer logs it, what an outlier batch holds."""
-    return {
-        "clip_at": said.clip_words(start, thresholds.remedy_clip_percentile),
-        "grad_norm": said.grad_norm,
-        "outlier_samples": (
-            "rare or long-tail tokens"
-            if said.loss_is_token_ce.holds
-            else "unusual or long-tail samples"
-        ),
-    }
 
 
 def _spikes(w: _Walk) -> None:

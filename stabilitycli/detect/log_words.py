@@ -180,6 +180,19 @@ class LogWords:
         value = float(np.percentile(grad, percentile))
         return ClipChoice(value, percentile, int(steps[0]), int(steps[-1]), int(grad.size))
 
+    def remedy_words(self, start: int | None, percentile: float) -> dict[str, str]:
+        """The remedy words the log decides: where to clip (from the run's grad norms before
+        the event), the grad norm as the writer logs it, what an outlier batch holds."""
+        return {
+            "clip_at": self.clip_words(start, percentile),
+            "grad_norm": self.grad_norm,
+            "outlier_samples": (
+                "rare or long-tail tokens"
+                if self.loss_is_token_ce.holds
+                else "unusual or long-tail samples"
+            ),
+        }
+
     def clip_words(self, before_step: int | None, percentile: float) -> str:
         """Where to clip, with what the number is; how to choose it when the log has none."""
         choice = self.clip(before_step, percentile)

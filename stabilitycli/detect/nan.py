@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -136,6 +137,38 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     )
     result.facts["nonfinite"] = evidence
     return result
+
+
+def only_some_steps(ev: Mapping[str, Any]) -> bool:
+    """A NaN shown by another series than the loss on some of its points from the first only."""
+    return ev.get("series", "loss") != "loss" and ev["count"] < ev.get(
+        "points_from_first", ev["count"]
+    )
+
+
+def nan_summary(ev: Mapping[str, Any]) -> str:
+    """The NaN in words: of the loss, or of a series that shows one while the loss is finite."""
+    first, count, series = ev["first_step"], ev["count"], ev.get("series", "loss")
+    if series == "loss":
+        return f"loss went non-finite at step {first} ({count} non-finite points)"
+    trend = ""
+    if ev.get("loss_last_step") is not None:
+        trend = (
+            f" (it {'falls' if ev['loss_falls'] else 'does not fall'}: {ev['loss_at_first']:.4g} "
+            f"at step {first}, {ev['loss_last']:.4g} at step {ev['loss_last_step']})"
+        )
+    if only_some_steps(ev):
+        named = "the grad norm" if series == "grad_norm" else series
+        return (
+            f"{named} is non-finite on {count} of {ev['points_from_first']} logged points from "
+            f"step {first} while the loss stays finite{trend}; inferred, not seen in the log: a "
+            "grad norm non-finite on some steps only usually means steps a loss scaler skipped "
+            "on an overflow, or a bug in how the grad norm is reported, not NaN weights"
+        )
+    return (
+        f"the run went non-finite at step {first}: {series} shows it (non-finite at every "
+        f"logged point from there, {count} points) while the logged loss hides it{trend}"
+    )
 
 
 def _beside_finite_loss(view: SeriesView, steps: np.ndarray, first: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from stabilitycli.classify.questions import cause_texts
 from stabilitycli.classify.remedies import remedies_for
-from stabilitycli.classify.tree import event_words, log_shows
+from stabilitycli.classify.tree import log_shows
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Analysis, Finding
 from stabilitycli.core.settings import sentence
@@ -131,7 +131,7 @@ def _remedies_from_the_table(
             inc.remediation = list(analysis.verdict.remediation)
         elif inc.verdict is not None and inc.kind != "rank":
             event = {} if inc.start is None else {"start": f"step {inc.start}"}
-            event |= event_words(said, inc.start, thr)
+            event |= said.remedy_words(inc.start, thr.remedy_clip_percentile)
             inc.remediation = remedies_for(inc.verdict, inc.cause, thr, shows, event)
 
 
