@@ -48,7 +48,7 @@ def forward_order_key(layer: str) -> tuple[int, int, int]:
     return (2, 0, stage)
 
 
-def _nonfinite_summary(values: np.ndarray) -> dict[str, int]:
+def _nonfinite_summary(values: np.ndarray) -> dict[str, Any]:
     return {
         NAN_COUNT: int(np.isnan(values).sum()),
         "pos_inf": int(np.isposinf(values).sum()),
