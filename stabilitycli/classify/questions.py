@@ -15,6 +15,7 @@ from dataclasses import fields
 
 from stabilitycli.classify.remedies import (
     FORMAT_LIMITS,
+    GRAD_NAN_LOSS_FINITE,
     LR_TOO_HIGH,
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
@@ -135,8 +136,8 @@ VERDICT_ORDER: tuple[str, ...] = (
 
 _CAUSE_TEXT: dict[str, str] = {
     "long-tail-token": (
-        "pre-clip grad norm far above its trailing mean just before the spike: a long-tail / "
-        "rare-token batch"
+        "the grad norm far above its trailing mean just before the spike: one batch's gradient "
+        "dominated the update (a long-tail batch)"
     ),
     "lr-discontinuity": "the learning rate jumped just before the spike: a schedule bug",
     DUPLICATE_BATCH.code: "the batch at the spike repeats a recent batch id: a data-loader bug",
@@ -152,6 +153,10 @@ _CAUSE_TEXT: dict[str, str] = {
         "the first non-finite layer comes before the logits: not log(0) in the loss; that layer's "
         "weights or input"
     ),
+    GRAD_NAN_LOSS_FINITE: (
+        "the grad norm is non-finite on some steps while the loss stays finite: inferred, not "
+        "seen in the log, usually steps a loss scaler skipped or a grad-norm reporting bug"
+    ),
     LR_TOO_HIGH: (
         "the loss turned up while warmup was still raising the LR: the peak LR is too high"
     ),
@@ -163,10 +168,13 @@ _CAUSE_TEXT: dict[str, str] = {
         "harder (data, init drift, LR too high)"
     ),
     "log-of-zero": (
-        "fp32 NaN: almost always log(0) in the loss (a probability driven to exactly 0) or 0/0 in "
-        "the reduction"
+        "fp32 NaN: the usual cause is log(0) in the loss (a probability driven to exactly 0) or "
+        "0/0 in the reduction; inferred from the dtype, not seen in the log"
     ),
-    "activation-overflow": "fp16: an activation exceeded {fp16_max:g}",
+    "activation-overflow": (
+        "fp16: the usual cause is an activation past {fp16_max:g}; inferred from the dtype, not "
+        "seen in the log"
+    ),
 }
 
 
@@ -228,7 +236,8 @@ _QUESTION_NEXT: dict[str, str] = {
     ),
     "Q2.4": (
         "fix the cause as for Q2.3, then reload the last checkpoint before the spike and "
-        "restart; with no cause seen, also clip the grad norm at {remedy_clip_norm:g} and stratify "
+        "restart; with no cause seen, also clip the grad norm near the "
+        "{remedy_clip_percentile:g}th percentile of its values before the spike, and stratify "
         "batches."
     ),
     "Q3.1": "yes: Q3.2 reads what the loss scaler did about it. No: nothing to do here.",

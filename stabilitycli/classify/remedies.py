@@ -23,6 +23,7 @@ from stabilitycli.detect.kinds.mixed_precision import (
 from stabilitycli.detect.kinds.nan import NAN
 from stabilitycli.detect.kinds.ranks import RANK_OUTLIER
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
+from stabilitycli.detect.log_words import clip_how_to_choose
 
 # ---------------------------------------------------------------- remedies
 #
@@ -31,7 +32,10 @@ from stabilitycli.detect.kinds.schedule import LR_INCREASING
 # can need something the log must show (bf16 is advice for an fp16 run) and is dropped when the
 # log shows it is already in place (a loss scale that moves means dynamic loss scaling is on).
 # Texts are templates over the `Thresholds` fields, `FORMAT_LIMITS`, and the event:
-# `{start}` is where it began ("step 800"), `{who}` the rank ("rank 41").
+# `{start}` is where it began ("step 800"), `{who}` the rank ("rank 41"), `{clip_at}` the clip
+# taken from the run's own grad norms, `{grad_norm}` the grad norm as the writer logs it
+# ("pre-clip grad norm" only when it logs that one), `{outlier_samples}` what a batch that
+# dominates the update holds (rare tokens only for a token loss).
 
 # What a log can show, for `Remedy.needs` and `Remedy.unless` (`tree.log_shows` finds them).
 SHOWS_FP16 = "fp16"  # stated, or the loss scaler's own series say so
@@ -40,6 +44,8 @@ SHOWS_SCALE_MOVING = "loss scale moving"  # the scale drops and rises: dynamic s
 SHOWS_SCALE_CONSTANT = "loss scale constant"  # logged, and never moved
 SHOWS_NO_SCALE = "no loss scale"  # neither a loss-scale series nor scaler messages
 SHOWS_CLIPPING = "grad clipping"  # the grad norm is logged as the pre-clip one: the run clips
+# the writer scales an fp16 loss dynamically on its own (nanoGPT's GradScaler), logged or not
+SHOWS_WRITER_SCALER = "writer's loss scaler"
 
 # how `stab explain` says a condition, after "only when the log shows" / "unless the log shows"
 SHOWS_WORDS: dict[str, str] = {
@@ -49,6 +55,7 @@ SHOWS_WORDS: dict[str, str] = {
     SHOWS_SCALE_CONSTANT: "a loss scale that never moved",
     SHOWS_NO_SCALE: "no loss scale at all",
     SHOWS_CLIPPING: "gradient clipping in place: a grad norm logged as the pre-clip one",
+    SHOWS_WRITER_SCALER: "a writer that scales an fp16 loss dynamically by itself",
 }
 
 # The largest finite fp16 value: a property of the number format, so no setting can move it.
@@ -60,6 +67,11 @@ FORMAT_LIMITS: dict[str, float] = {"fp16_max": FP16_MAX}
 
 # the event words when no run is at hand (`stab explain`)
 GENERIC_EVENT: dict[str, str] = {"start": "the first step of the event", "who": "the outlying rank"}
+# and the words a run's log decides (`tree.event_words`), as they read without a log
+GENERIC_LOG_WORDS: dict[str, str] = {
+    "grad_norm": "grad norm",
+    "outlier_samples": "unusual or long-tail samples (rare tokens, for a language model)",
+}
 
 
 @dataclass(frozen=True)
@@ -88,9 +100,13 @@ def _remedy(text: str, needs: tuple[str, ...] = (), unless: tuple[str, ...] = ()
 # (the verdict's cause stays None; its remedies follow where the NaN showed first).
 NAN_IN_WEIGHTS = "nan-in-weights"
 NAN_BEFORE_LOGITS = "nan-before-logits"
+# a grad norm non-finite on some steps while the loss stays finite: not NaN weights
+GRAD_NAN_LOSS_FINITE = "grad-nan-loss-finite"
 # and a divergence that began while warmup still raised the LR (no Q4 cause: the peak LR)
 LR_TOO_HIGH = "lr-too-high"
-REMEDY_ONLY_CAUSES = frozenset({NAN_IN_WEIGHTS, NAN_BEFORE_LOGITS, LR_TOO_HIGH})
+REMEDY_ONLY_CAUSES = frozenset(
+    {NAN_IN_WEIGHTS, NAN_BEFORE_LOGITS, GRAD_NAN_LOSS_FINITE, LR_TOO_HIGH}
+)
 
 # kept as names: tests and callers check that a run is (not) told these
 ENABLE_DYNAMIC_SCALING = (
@@ -99,7 +115,9 @@ ENABLE_DYNAMIC_SCALING = (
 MOVE_TO_BF16 = "move fp16 -> bf16 (bf16 has the fp32 exponent range and needs no loss scaling)"
 
 # fp16
-_ENABLE_SCALER = _remedy(ENABLE_DYNAMIC_SCALING, needs=(SHOWS_NO_SCALE,))
+_ENABLE_SCALER = _remedy(
+    ENABLE_DYNAMIC_SCALING, needs=(SHOWS_NO_SCALE,), unless=(SHOWS_WRITER_SCALER,)
+)
 _TURN_ON_SCALER = _remedy(
     "turn on dynamic loss scaling: the logged loss scale stayed constant through the overflows "
     '(PyTorch AMP: a GradScaler; DeepSpeed: "loss_scale": 0; Megatron: leave out --loss-scale)',
@@ -159,6 +177,20 @@ _FIX_NAN_LAYER = _remedy(
     "look at the first non-finite layer's weights and its input at that step: a normalisation "
     "dividing by a zero variance, a residual that keeps growing, or a bad init"
 )
+_CHECK_SKIPPED_STEPS = _remedy(
+    "check whether the steps with a non-finite grad norm were skipped: log the loss scale and a "
+    "skipped-step count (a loss scaler skips the update on an overflow, and the loss goes on as "
+    "before)"
+)
+_CHECK_GRAD_NORM_REPORT = _remedy(
+    "if no scaler skipped them, look at how the grad norm is computed and reported (a parameter "
+    "with no gradient, a zero division in the norm's reduction): a finite loss says the weights "
+    "are not NaN"
+)
+_RESUME_ONLY_IF_LOSS_BREAKS = _remedy(
+    "resume from the last checkpoint before {start} only if the loss itself turns non-finite or "
+    "stops falling; while it keeps falling, training is doing its work"
+)
 _STRUCTURAL_NAN = _remedy(
     "if log_softmax, value clipping and loss scaling are already in and the NaN persists, the bug "
     "is structural: look at the model code and the data, not the numerics"
@@ -166,16 +198,12 @@ _STRUCTURAL_NAN = _remedy(
 
 # spikes
 _INSPECT_LONG_TAIL_BATCH = _remedy(
-    "inspect the batch at {start} for rare or long-tail tokens: the pre-clip grad norm jumped far "
-    "above its trailing mean just before the loss did (`stab postmortem` lists what the log shows)"
+    "inspect the batch at {start} for {outlier_samples}: the {grad_norm} jumped far above its "
+    "trailing mean just before the loss did (`stab postmortem` lists what the log shows)"
 )
 _STRATIFY = _remedy("enable stratified batching, so that such samples are spread across batches")
-_ADD_CLIPPING = _remedy(
-    "clip the global grad norm at {remedy_clip_norm:g}", unless=(SHOWS_CLIPPING,)
-)
-_LOWER_CLIPPING = _remedy(
-    "lower the grad-clip threshold to {remedy_clip_norm:g}", needs=(SHOWS_CLIPPING,)
-)
+_ADD_CLIPPING = _remedy("clip the global grad norm at {clip_at}", unless=(SHOWS_CLIPPING,))
+_LOWER_CLIPPING = _remedy("lower the grad-clip threshold to {clip_at}", needs=(SHOWS_CLIPPING,))
 _FIX_LR_JUMP = _remedy(
     "fix the LR schedule: the LR jumped just before {start} (look at the scheduler's state after "
     "a resume, the warmup and step bookkeeping, and any LR changed by hand)"
@@ -277,6 +305,11 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
         _FIND_FIRST_NONFINITE_OP,
     ),
     (NAN.code, NAN_BEFORE_LOGITS): (_RESUME_BEFORE_NAN, _FIX_NAN_LAYER, _FIND_FIRST_NONFINITE_OP),
+    (NAN.code, GRAD_NAN_LOSS_FINITE): (
+        _CHECK_SKIPPED_STEPS,
+        _CHECK_GRAD_NORM_REPORT,
+        _RESUME_ONLY_IF_LOSS_BREAKS,
+    ),
     (NAN.code, None): (
         _RESUME_BEFORE_NAN,
         _FIND_FIRST_NONFINITE_OP,
@@ -331,7 +364,8 @@ def remedy_rows(verdict: str, cause: str | None) -> tuple[Remedy, ...]:
 def fill_remedy(remedy: Remedy, thresholds: Thresholds, event: dict[str, str] | None = None) -> str:
     """A remedy's text with the thresholds in force, the format limits and the event's words."""
     values: dict[str, Any] = {f.name: getattr(thresholds, f.name) for f in fields(thresholds)}
-    values |= FORMAT_LIMITS | GENERIC_EVENT | (event or {})
+    clip_at = {"clip_at": clip_how_to_choose(thresholds.remedy_clip_percentile)}
+    values |= FORMAT_LIMITS | GENERIC_EVENT | GENERIC_LOG_WORDS | clip_at | (event or {})
     return remedy.text.format_map(values)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
 from stabilitycli.classify.remedies import (
     FP16_MAX,
+    GRAD_NAN_LOSS_FINITE,
     LR_TOO_HIGH,
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
@@ -24,6 +25,7 @@ from stabilitycli.classify.remedies import (
     SHOWS_NO_SCALE,
     SHOWS_SCALE_CONSTANT,
     SHOWS_SCALE_MOVING,
+    SHOWS_WRITER_SCALER,
     remedies_for,
 )
 from stabilitycli.core.config import Thresholds
@@ -41,7 +43,8 @@ from stabilitycli.detect.kinds.nan import NAN
 from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE
-from stabilitycli.detect.nan import forward_order_key
+from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
+from stabilitycli.detect.nan import forward_order_key, nan_summary, only_some_steps
 from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
@@ -58,10 +61,14 @@ class _Applies:
     # the remedy table's cause when it differs from the verdict's (a rise within warmup)
     remedy_cause: str | None = None
 
-    def event(self) -> dict[str, str]:
-        """The event's words for the remedy texts (`{start}`, `{who}`)."""
+    def event(self, said: LogWords, thresholds: Thresholds) -> dict[str, str]:
+        """The event's words for the remedy texts (`{start}`, `{who}`, `{clip_at}`...)."""
         words = {} if self.start is None else {"start": f"step {self.start}"}
-        return words | ({} if self.rank is None else {"who": f"rank {self.rank}"})
+        return (
+            words
+            | ({} if self.rank is None else {"who": f"rank {self.rank}"})
+            | said.remedy_words(self.start, thresholds.remedy_clip_percentile)
+        )
 
 
 @dataclass
@@ -81,6 +88,11 @@ class _Walk:
 
     def ask(self, question: str, answer: str, evidence: str) -> None:
         self.path.append(PathStep(question, answer, evidence))
+
+    @property
+    def said(self) -> LogWords:
+        """What the log says its loss and grad norm are."""
+        return self.facts.log_words or no_log_words()
 
 
 def walk(
@@ -152,19 +164,15 @@ def _nan(w: _Walk) -> None:
         (r.rank for r in w.findings if r.kind is RANK_NONFINITE and r.rank is not None),
         None,
     )
+    intermittent = only_some_steps(ev)
     w.applies[NAN.code] = _Applies(
         cause,
-        (
-            f"loss went non-finite at step {ev['first_step']} ({ev['count']} non-finite points)"
-            if ev.get("series", "loss") == "loss"
-            else f"the run went non-finite at step {ev['first_step']}: {ev['series']} shows it "
-            f"({ev['count']} non-finite points) while the logged loss hides it"
-        )
+        nan_summary(ev)
         + (f", first on rank {first_rank}" if first_rank is not None else "")
         + (f", starting in layer {ev['origin']}" if ev.get("origin") else "")
-        + (f"; {cause_texts(w.thresholds)[cause]}" if cause else ""),
+        + (f"; {_cause_said(w, cause)}" if cause and not intermittent else ""),
         start=int(ev["first_step"]),
-        remedy_cause=remedy_cause,
+        remedy_cause=GRAD_NAN_LOSS_FINITE if intermittent else remedy_cause,
     )
 
 
@@ -201,7 +209,7 @@ def _spikes(w: _Walk) -> None:
     lead = persistent[0] if persistent else recoverable[0]
     w.ask("Q2.2", "no" if persistent else "yes", _recovery_text(lead, w.thresholds))
     question = "Q2.4" if persistent else "Q2.3"
-    w.ask(question, lead.cause or "no evident cause", _cause_text(lead, w.thresholds))
+    w.ask(question, lead.cause or "no evident cause", _cause_text(lead, w))
     for spike in persistent[:1]:
         w.applies["spike-persistent"] = _Applies(
             spike.cause,
@@ -226,7 +234,9 @@ def _spikes(w: _Walk) -> None:
             spike.cause,
             f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
-            f"recovered in {spike.recovery_steps} steps",
+            f"recovered in {spike.recovery_steps} steps (back to <= {spike.recovery_level:.4g}, "
+            f"the baseline mean + {w.thresholds.recovery_sigma:g}*sigma, at step "
+            f"{spike.recovery_step})",
             start=spike.onset_step,
         )
 
@@ -305,7 +315,7 @@ def _divergence(w: _Walk) -> None:
         + f" in the window of steps {ev.get('window_start_step', ev['start_step'])}-"
         f"{ev['end_step']}, Mann-Kendall z = {ev['z']}"
         + ("; it rose at every logged step" if ev["strictly_monotone"] else "")
-        + "; never back below the start level",
+        + f"; after step {ev['end_step']}, never back below the start level",
     )
     causes = {c["cause"]: c for c in ev.get("causes", [])}
     for question, cause_code in (
@@ -343,7 +353,7 @@ def _verdict(w: _Walk) -> Verdict:
                 applies.remedy_cause or applies.cause,
                 w.thresholds,
                 log_shows(w.source, w.facts.overflow),
-                applies.event(),
+                applies.event(w.said, w.thresholds),
             )
             return Verdict(
                 code,
@@ -408,6 +418,8 @@ def log_shows(source: SourceInfo, overflow: Mapping[str, Any] | None) -> frozens
             shows.add(SHOWS_SCALE_CONSTANT)
         elif not overflow.get("has_messages"):
             shows.add(SHOWS_NO_SCALE)
+    if uses_dynamic_scaler(source).holds:
+        shows.add(SHOWS_WRITER_SCALER)
     grad_key = set(words(source.metrics.get("grad_norm", "")))
     if grad_key & {"preclip", "unclipped"} or {"pre", "clip"} <= grad_key:
         shows.add(SHOWS_CLIPPING)
@@ -432,7 +444,8 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
         return (
             "activation-overflow",
             f"fp16 ({origin}): a NaN in fp16 is most often an activation past fp16's largest "
-            f"value, {FP16_MAX:g}; the loss-scale questions (Q3.1-Q3.4) look at the overflows",
+            f"value, {FP16_MAX:g} (inferred from the dtype); the loss-scale questions "
+            "(Q3.1-Q3.4) look at the overflows",
             None,
         )
     if dtype == "fp32":
@@ -456,11 +469,17 @@ def _nan_reading(source: SourceInfo, facts: Facts) -> tuple[str | None, str, str
             )
         return (
             "log-of-zero",
-            "fp32: almost always log(0) in the loss or 0/0 in its reduction",
+            "fp32: the usual cause is log(0) in the loss or 0/0 in its reduction (inferred from "
+            "the dtype, not seen in the log)",
             None,
         )
     if dtype == "bf16":
-        return None, "bf16: rarer; exponent overflow near 1e38, or the gradient overflowed", None
+        return (
+            None,
+            "bf16: rarer; the usual causes are a value past bf16's range (about 3e38) or an "
+            "overflowing gradient (inferred from the dtype, not seen in the log)",
+            None,
+        )
     return (
         None,
         "dtype unknown (no manifest, run parameter or flag states it, and no loss scaler is "
@@ -473,7 +492,8 @@ def _in_probability(before: float, after: float, w: _Walk) -> str:
     """A loss change read in nats (spec 6): exp(-L) is the geometric-mean probability of the right
     token.
 
-    Said only for losses that look like cross-entropy in nats (0 < L <
+    Said only for a loss the log shows to be a token cross-entropy
+    (`log_words.loss_is_token_ce`) and in the range of one in nats (0 < L <
     `ce_loss_max_nats`); with a vocabulary size, also how far from uniform
     guessing (ln V) it is.
     """
@@ -481,8 +501,7 @@ def _in_probability(before: float, after: float, w: _Walk) -> str:
     vocab_size = w.source.vocab_size
     if not (0 < before < top and 0 < after < top):
         return ""
-    if w.source.metric_origin.get("loss") == "name":
-        # a key found by its words (act_loss, Loss/train) may be any objective, not cross-entropy
+    if not w.said.loss_is_token_ce.holds:
         return ""
     text = f"; geometric-mean p(correct token) {math.exp(-before):.3g} -> {math.exp(-after):.3g}"
     if vocab_size and vocab_size > 1:
@@ -510,19 +529,34 @@ def _recovery_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
     return f"never back to <= {level}{spike_type_note(spike.spike_type)}"
 
 
-def _cause_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
+def _cause_text(spike: SpikeEvent, w: _Walk) -> str:
     if not spike.causes:
         return "grad norm, LR, batch id and restarts show no evident cause"
     c = spike.causes[0]
-    return f"{cause_texts(thresholds).get(c['cause'], c['cause'])} ({_cause_numbers(c)})"
+    return f"{_cause_said(w, c['cause'])} ({_cause_numbers(c, w.said.grad_norm)})"
 
 
-def _cause_numbers(c: Mapping[str, Any]) -> str:
+def _cause_said(w: _Walk, cause: str) -> str:
+    """A cause in words, claiming only what the log supports: a rare-token batch only for a
+    token loss; for an fp16 NaN, the overflows when the log shows them."""
+    text = cause_texts(w.thresholds).get(cause, cause)
+    if cause == "long-tail-token" and w.said.loss_is_token_ce.holds:
+        return text.replace("(a long-tail batch)", "(a long-tail / rare-token batch)")
+    overflows = (w.facts.overflow or {}).get("overflows", 0)
+    if cause == "activation-overflow" and overflows:
+        return (
+            "fp16: the log shows gradient overflows (Q3.1 counts them); an activation past "
+            f"{FP16_MAX:g} is their usual cause, inferred from the dtype"
+        )
+    return text
+
+
+def _cause_numbers(c: Mapping[str, Any], grad_norm: str = "grad norm") -> str:
     """A spike cause's numbers, each with what it is (the generic key-value list otherwise)."""
     lead = f"{c.get('lead_steps')} step(s) before the spike"
     if c["cause"] == "long-tail-token" and "grad_norm_step" in c:
         return (
-            f"pre-clip grad norm {c['grad_norm']:.4g} at step {c['grad_norm_step']} = "
+            f"{grad_norm} {c['grad_norm']:.4g} at step {c['grad_norm_step']} = "
             f"{c['ratio']:.1f}x its trailing mean {c['grad_norm_baseline']:.4g}, {lead}"
         )
     if c["cause"] == "lr-discontinuity" and "lr_step" in c:

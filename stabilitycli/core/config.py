@@ -318,9 +318,10 @@ class Thresholds:
     )
 
     # --- remedies: advice a team may set to its own practice, read by no rule ---
-    remedy_clip_norm: float = threshold(
-        0.5,
-        "The global grad-norm clip a spike's remedy advises restarting with (Q2.4).",
+    remedy_clip_percentile: float = threshold(
+        90.0,
+        "The percentile of the run's own grad norm before the event that a spike's remedy"
+        " advises clipping at (Q2.4); above 100 reads as 100.",
     )
     remedy_clip_value: float = threshold(
         100.0,
@@ -360,7 +361,7 @@ class Thresholds:
             "min_points_per_window",
             "replay_noise_steps",
             "judge_points",
-            "remedy_clip_norm",
+            "remedy_clip_percentile",
             "remedy_clip_value",
         ):
             if getattr(self, name) <= 0:

@@ -215,6 +215,9 @@ class SourceInfo:
     last_step: int | None = None
     ranks: int | None = None
     vocab_size: int | None = None
+    # the program that wrote the log when the format alone does not say (the trainer whose
+    # stdout `kvlog` recognised: "nanoGPT", "torchtitan"...); `detect.log_words` reads it
+    writer: str | None = None
 
     def reject(self, line: int | None, reason: str, keep_first: int = 5) -> None:
         self.rows_rejected += 1

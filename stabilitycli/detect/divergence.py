@@ -162,6 +162,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         thresholds.divergence_falling_evidence,
         max(before, default=int(steps[0])),
     )
+    start_step, trough_level, trough_end_step = _past_the_fall(
+        steps, loss, start_step, trough_level, trough_end_step
+    )
     end_step = int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
     causes = _causes(
@@ -271,8 +274,8 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     result.findings.append(
         DIVERGENCE.finding(
             f"silent divergence from step {start_step}: the loss rose {rise_words}; "
-            f"Mann-Kendall z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, never back "
-            f"down to {first_mean[j]:.4g} ({window_opens})"
+            f"Mann-Kendall z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}; after step "
+            f"{end_step}, never back down to {first_mean[j]:.4g} ({window_opens})"
             + (f"; cause: {cause}" if cause else "")
             + note,
             step=start_step,
@@ -591,6 +594,34 @@ def _onset(
     first = int(np.searchsorted(steps, start_step, side="left"))
     last = min(steps.size, first + bin_points) - 1
     return start_step, float(np.median(loss[first : last + 1])), int(steps[last])
+
+
+# a fitted onset the raw loss still falls from by this fraction of its level (in a strictly
+# falling run of points) is moved to the bottom of that fall: the rise cannot start above it
+ONSET_FALL_FRAC = 0.05
+ONSET_FALL_POINTS = 3  # ...over at least this many falling steps: one noisy dip is no fall
+
+
+def _past_the_fall(
+    steps: np.ndarray, loss: np.ndarray, start: int, level: float, level_end: int
+) -> tuple[int, float, int]:
+    """The onset, moved to where the loss stops falling when the fit put it mid-fall.
+
+    The ramp fit models decay plus rise, so on a short log its bend can lie a few
+    points before the lowest one; a sentence "rose from step S" is then false for the
+    points after S that are lower still.
+    """
+    i = int(np.searchsorted(steps, start, side="left"))
+    if i >= loss.size - 1:
+        return start, level, level_end
+    falls = np.diff(loss[i:]) < 0
+    run = int(np.argmin(falls)) if not falls.all() else falls.size  # strictly falling points
+    bottom = i + run
+    if run < ONSET_FALL_POINTS or not np.isfinite(loss[bottom]):
+        return start, level, level_end
+    if level - float(loss[bottom]) <= ONSET_FALL_FRAC * abs(level):
+        return start, level, level_end
+    return int(steps[bottom]), float(loss[bottom]), int(steps[bottom])
 
 
 DECAY_FIT_BINS = 512  # the decay before the fit region is fitted to this many bin medians

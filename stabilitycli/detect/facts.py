@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence, SpikeEvent
+    from stabilitycli.detect.log_words import LogWords
     from stabilitycli.detect.overflow_ledger import OverflowLedger
     from stabilitycli.detect.ranks.report import RankReport
 
@@ -76,6 +77,9 @@ class Facts:
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
     restart_replays: list[RestartReplayEvidence] = field(default_factory=list)
     """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""
+    log_words: LogWords | None = None
+    """What the log says its loss and grad norm are (`log_words.read_log_words`): set by the
+    pipeline from the view, not by a rule, since it reports no instability."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:
         """Store what a rule found, refusing names it did not declare (a wiring bug, not input)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ def forward_order_key(layer: str) -> tuple[int, int, int]:
     return (2, 0, stage)
 
 
-def _nonfinite_summary(values: np.ndarray) -> dict[str, int]:
+def _nonfinite_summary(values: np.ndarray) -> dict[str, Any]:
     return {
         NAN_COUNT: int(np.isnan(values).sum()),
         "pos_inf": int(np.isposinf(values).sum()),
@@ -118,11 +119,13 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
         earliest_nonfinite=ABSENT if earliest is None else earliest,
         origin=ABSENT if origin is None else origin["layer"],
         origin_evidence=ABSENT if origin is None else origin,
+        **(_beside_finite_loss(view, steps, first) if hidden_by else {}),
     )
-    where = f" (hidden in the loss; seen in {hidden_by})" if hidden_by else ""
-    message = f"loss non-finite from step {first_step}{where}: {count} of {steps.size} points" + (
-        f"; first non-finite layer: {origin['layer']}" if origin else ""
-    )
+    message = (
+        _hidden_message(evidence)
+        if hidden_by
+        else f"loss non-finite from step {first_step}: {count} of {steps.size} points"
+    ) + (f"; first non-finite layer: {origin['layer']}" if origin else "")
     result.findings.append(
         NAN.finding(
             message,
@@ -134,6 +137,70 @@ def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleRe
     )
     result.facts["nonfinite"] = evidence
     return result
+
+
+def only_some_steps(ev: Mapping[str, Any]) -> bool:
+    """A NaN shown by another series than the loss on some of its points from the first only."""
+    return ev.get("series", "loss") != "loss" and ev["count"] < ev.get(
+        "points_from_first", ev["count"]
+    )
+
+
+def nan_summary(ev: Mapping[str, Any]) -> str:
+    """The NaN in words: of the loss, or of a series that shows one while the loss is finite."""
+    first, count, series = ev["first_step"], ev["count"], ev.get("series", "loss")
+    if series == "loss":
+        return f"loss went non-finite at step {first} ({count} non-finite points)"
+    trend = ""
+    if ev.get("loss_last_step") is not None:
+        trend = (
+            f" (it {'falls' if ev['loss_falls'] else 'does not fall'}: {ev['loss_at_first']:.4g} "
+            f"at step {first}, {ev['loss_last']:.4g} at step {ev['loss_last_step']})"
+        )
+    if only_some_steps(ev):
+        named = "the grad norm" if series == "grad_norm" else series
+        return (
+            f"{named} is non-finite on {count} of {ev['points_from_first']} logged points from "
+            f"step {first} while the loss stays finite{trend}; inferred, not seen in the log: a "
+            "grad norm non-finite on some steps only usually means steps a loss scaler skipped "
+            "on an overflow, or a bug in how the grad norm is reported, not NaN weights"
+        )
+    return (
+        f"the run went non-finite at step {first}: {series} shows it (non-finite at every "
+        f"logged point from there, {count} points) while the logged loss hides it{trend}"
+    )
+
+
+def _beside_finite_loss(view: SeriesView, steps: np.ndarray, first: int) -> dict[str, Any]:
+    """How many points of the hidden NaN's series follow its first, and what the (finite) loss
+    did from there: its value at the first, its last, and whether its last third sits below
+    its first third."""
+    loss_steps, loss = view.finite_points("loss")
+    after = loss_steps >= steps[first]
+    tail_steps, tail = loss_steps[after], loss[after]
+    out: dict[str, Any] = {"points_from_first": int(steps.size - first)}
+    if tail.size >= 3:
+        third = max(tail.size // 3, 1)
+        out |= {
+            "loss_at_first": float(tail[0]),
+            "loss_last": float(tail[-1]),
+            "loss_last_step": int(tail_steps[-1]),
+            "loss_falls": bool(np.median(tail[-third:]) < np.median(tail[:third])),
+        }
+    return out
+
+
+def _hidden_message(ev: NanEvidence) -> str:
+    """What the series that shows a hidden NaN shows, beside the finite loss."""
+    if ev.count < ev.points_from_first:
+        return (
+            f"{ev.series} non-finite on {ev.count} of {ev.points_from_first} logged points from "
+            f"step {ev.first_step} while the loss stays finite"
+        )
+    return (
+        f"{ev.series} non-finite at every logged point from step {ev.first_step} "
+        f"({ev.count} points) while the logged loss stays finite"
+    )
 
 
 def _hidden_nan(view: SeriesView) -> tuple[np.ndarray, np.ndarray, str | None]:

@@ -125,8 +125,9 @@ def _message(index: int, lo: int, hi: int, n: dict, thresholds: Thresholds) -> s
         back = f"and did not come back within the {n['points']} replayed point(s)"
     else:
         back = (
-            f"and came back within noise after {n['within_from'] - lo} steps "
-            f"(step {n['within_from']})"
+            f"and came back within noise of the abandoned trajectory after "
+            f"{n['within_from'] - lo} steps (step {n['within_from']}; back to the abandoned "
+            "run's level, not to the pre-spike baseline a spike's recovery is timed against)"
         )
     return head + (
         f"the resumed loss left the abandoned trajectory at step {n['first_outside']} {back} "

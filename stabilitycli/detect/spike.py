@@ -827,16 +827,17 @@ def spike_type_note(spike_type: int) -> str:
 
 def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
     kind = SPIKE_TYPE_WORDS[event.spike_type]
+    back = (
+        f"back to <= {event.recovery_level:.4g} (baseline mean + "
+        f"{thresholds.recovery_sigma:g}*sigma)"
+    )
     recovery = (
-        f"recovered by step {event.recovery_step} ({event.recovery_steps} steps)"
+        f"above the spike bar through step {event.end_step}, {back} by step "
+        f"{event.recovery_step} ({event.recovery_steps} steps after onset)"
         if event.recovered
         else (
             "did not recover"
-            + (
-                f" (back to baseline only at step {event.recovery_step})"
-                if event.recovery_step
-                else ""
-            )
+            + (f" ({back} only at step {event.recovery_step})" if event.recovery_step else "")
         )
     )
     message = (

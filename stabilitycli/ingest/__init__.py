@@ -14,6 +14,7 @@ folders, per-rank folders, remote sources) is here at the `ingest` level.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -151,8 +152,6 @@ def _read(text: str, options: ReadOptions):
     is_uri = "://" in text
     if options.tracking_uri and not is_uri and not path.exists():
         # `stab analyze RUN --tracking-uri URI`: the target names a run of that store
-        from dataclasses import replace
-
         uri = options.tracking_uri
         options = replace(options, run=options.run or text)
         text = uri
@@ -189,7 +188,40 @@ def _read(text: str, options: ReadOptions):
             raise  # a bug in the reader: the command reports it as an internal error
         raise input_error_from(text, err, name) from err
     _apply_dtype(run, path, options)
+    if not is_uri and path.is_file() and _is_paste(path):
+        _reword_cut(run.source, PASTE_CUT)
     return run
+
+
+# A cut last line is read as a job that died while writing it, unless the input says otherwise:
+# standard input, or a paste whose last line carries a Markdown quote marker (`> `, as a log
+# copied into a GitHub issue has), was cut where the text it came from ends.
+STDIN_CUT = "standard input ends there"
+PASTE_CUT = "a paste (its lines carry Markdown quote markers) cut where the copied text ends"
+_TAIL_BYTES = 4096
+
+
+def _is_paste(path: Path) -> bool:
+    """The file's last line is quoted as Markdown quotes a paste (`> ...`)."""
+    with path.open("rb") as handle:
+        handle.seek(max(path.stat().st_size - _TAIL_BYTES, 0))
+        tail = handle.read().rstrip(b"\r\n")
+    last = tail.rsplit(b"\n", 1)[-1].lstrip()
+    return last.startswith(b">")
+
+
+def _reword_cut(source, why: str) -> None:
+    """Say why the last line is cut from what the input is, not from a job that died."""
+
+    def reword(text: str) -> str:
+        for died in ("the job died while writing it", "the job died while writing"):
+            text = text.replace(died, why)
+        return text.replace("cut off mid-write", "cut off mid-line")
+
+    source.warnings[:] = [reword(w) for w in source.warnings]
+    source.notes[:] = [reword(n) for n in source.notes]
+    source.rejections[:] = [replace(r, reason=reword(r.reason)) for r in source.rejections]
+    source.rejection_counts = {reword(k): v for k, v in source.rejection_counts.items()}
 
 
 STDIN = "-"
@@ -220,6 +252,7 @@ def _read_stdin(options: ReadOptions):
         except StabInputError as err:
             raise StabInputError(STDIN_NAME, err.reason, line=err.line, record=err.record) from None
     run.source.path, run.source.run = STDIN_NAME, "stdin"
+    _reword_cut(run.source, STDIN_CUT)
     run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]
     return run
 

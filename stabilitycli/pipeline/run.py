@@ -42,6 +42,7 @@ def analyze(
     from stabilitycli.classify.ranks import attribute_to_ranks
     from stabilitycli.classify.tree import walk
     from stabilitycli.detect.facts import Facts
+    from stabilitycli.detect.log_words import read_log_words
     from stabilitycli.detect.registry import load_rules, select_rules
     from stabilitycli.detect.series import build_view
 
@@ -62,6 +63,7 @@ def analyze(
         facts.provide(rule.code, rule.provides, outcome.facts)
         progress.tell("rules", done, len(rules))
 
+    facts.log_words = read_log_words(view)
     ran = [rule.code for rule in rules]
     not_run = tuple(code for code in load_rules() if code not in ran)
     coverage = _coverage(ran, not_run, skipped)

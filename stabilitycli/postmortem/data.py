@@ -24,12 +24,18 @@ from stabilitycli.core.settings import sentence
 from stabilitycli.detect.kinds.divergence import DIVERGENCE
 from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT
 from stabilitycli.detect.kinds.spike import RECURRING_SPIKES, SPIKE
+from stabilitycli.detect.log_words import read_log_words
 from stabilitycli.detect.overflow_ledger import ledger_of, scale_text
 from stabilitycli.detect.series import SeriesView, build_view
 from stabilitycli.detect.windows import median_interval, trailing_stats
 from stabilitycli.frame import RunData
 from stabilitycli.postmortem import verdicts
-from stabilitycli.postmortem.hypotheses import Hypothesis, nan_hypotheses, spike_hypotheses
+from stabilitycli.postmortem.hypotheses import (
+    Hypothesis,
+    grad_norm_name,
+    nan_hypotheses,
+    spike_hypotheses,
+)
 from stabilitycli.postmortem.incident import (
     Cost,
     Incident,
@@ -118,12 +124,14 @@ def _remedies_from_the_table(
     incident gets the table's row for the verdict it would be on its own.
     """
     shows = log_shows(view.source, _scaler_summary(view))
+    said = read_log_words(view)
     lead = next((i for i in pm.incidents if i.verdict == analysis.verdict.code), None)
     for inc in pm.incidents:
         if inc is lead:
             inc.remediation = list(analysis.verdict.remediation)
         elif inc.verdict is not None and inc.kind != "rank":
             event = {} if inc.start is None else {"start": f"step {inc.start}"}
+            event |= said.remedy_words(inc.start, thr.remedy_clip_percentile)
             inc.remediation = remedies_for(inc.verdict, inc.cause, thr, shows, event)
 
 
@@ -222,7 +230,7 @@ def _spike_incident(
         (f"peak loss (step {peak_step})", f"{fmt(float(ev['peak']))} (z = {float(ev['z']):.1f})"),
         (f"loss {thr.recovery_window_steps} steps after the peak", recovery),
         (
-            "pre-clip grad norm at the spike",
+            f"{grad_norm_name(view)} at the spike",
             _grad_text(grad) if grad else ("not logged" if not view.has("grad_norm") else None),
         ),
         ("LR at the spike", f"{lr:.4g}" if lr is not None else "not logged"),
@@ -489,7 +497,7 @@ def _nan_incident(
             if not _finite_after(view, first)
             else "the loss is finite again later",
         ),
-        ("pre-clip grad norm at that step", fmt(grad) if grad is not None else "not logged"),
+        (f"{grad_norm_name(view)} at that step", fmt(grad) if grad is not None else "not logged"),
         (
             "LR at that step",
             f"{lr:.4g}" if (lr := series_at(view, "lr", first)) is not None else "not logged",

@@ -23,6 +23,7 @@ from stabilitycli.core.model import Analysis, Finding
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.mixed_precision import FP16_OVERFLOW
 from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER
+from stabilitycli.detect.log_words import grad_norm_is_preclip, loss_is_token_ce
 from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import trailing_stats
@@ -81,11 +82,21 @@ def spike_hypotheses(
     return _rank([h for h in hyps if h is not None], [RANK_OUTLIER.code, *found])
 
 
+def grad_norm_name(view: SeriesView) -> str:
+    """'pre-clip grad norm' only when the writer logs the norm before clipping."""
+    return "pre-clip grad norm" if grad_norm_is_preclip(view.source).holds else "grad norm"
+
+
 def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
-    title = "long-tail / rare-token batch: one batch's gradient dominated the update"
+    title = (
+        "long-tail / rare-token batch"
+        if loss_is_token_ce(view).holds
+        else "long-tail batch (unusual samples)"
+    ) + ": one batch's gradient dominated the update"
+    gn = grad_norm_name(view)
     if not view.has("grad_norm"):
         return Hypothesis(
-            "long-tail-token", title, "not testable", "no pre-clip grad norm logged", "grad_norm"
+            "long-tail-token", title, "not testable", "no grad norm logged", "grad_norm"
         )
     steps, grad = view.points("grad_norm")
     stats = trailing_stats(
@@ -123,7 +134,7 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
     }
     over = _over(numbers["grad_norm_baseline_steps"])
     text = (
-        f"pre-clip grad norm {_g(numbers['grad_norm'])} at step {numbers['grad_norm_step']} = "
+        f"{gn} {_g(numbers['grad_norm'])} at step {numbers['grad_norm_step']} = "
         f"{numbers['ratio']:.1f}x its trailing mean {_g(numbers['grad_norm_baseline'])}{over}"
     )
     # the bar the spike rule held this spike to (a large spike needs less of a grad-norm jump)
@@ -146,7 +157,7 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
         )
     lead = onset - numbers["grad_norm_step"]
     root = (
-        f"At step {numbers['grad_norm_step']} the pre-clip grad norm reached "
+        f"At step {numbers['grad_norm_step']} the {gn} reached "
         f"{_g(numbers['grad_norm'])}, {numbers['ratio']:.0f}x its trailing mean of "
         f"{_g(numbers['grad_norm_baseline'])}"
         + (
@@ -521,7 +532,7 @@ def _nan_gradient_test(view, first, thr: Thresholds) -> Hypothesis:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = seg / base
     k = int(np.nanargmax(ratio)) if np.isfinite(ratio).any() else 0
-    text = f"max pre-clip grad norm {_g(float(seg[k]))} at step {int(steps[a + k])}"
+    text = f"max {grad_norm_name(view)} {_g(float(seg[k]))} at step {int(steps[a + k])}"
     if math.isfinite(float(ratio[k])):
         over = _over(_trailing_steps(steps, grad, a + k, stats.widened, thr))
         text += f" = {float(ratio[k]):.1f}x its trailing mean {_g(float(base[k]))}{over}"

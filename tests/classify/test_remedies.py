@@ -219,26 +219,46 @@ def _long_tail_spike_run(grad_norm_key: str) -> pl.DataFrame:
 def test_a_run_that_logs_a_pre_clip_grad_norm_is_told_to_lower_the_clip_once() -> None:
     """A grad norm logged as the pre-clip one means the run clips: lower it, never add it."""
     clipping = analyze(_long_tail_spike_run("Grad/norm_preclip")).verdict
-    plain = analyze(_long_tail_spike_run("grad_norm")).verdict
+    plain_run = _long_tail_spike_run("grad_norm")
+    plain = analyze(plain_run).verdict
     assert (clipping.code, clipping.cause) == ("spike-persistent", "long-tail-token")
     clip_remedies = [r for r in clipping.remediation if CLIP_ADVICE.search(r)]
     assert len(clip_remedies) == 1 and clip_remedies[0].startswith("lower the grad-clip")
-    # where the log does not show clipping, the remedy says to clip
+    # where the log does not show clipping, the remedy says to clip, at the run's own 90th
+    # percentile of the grad norm before the spike (issue 35: never a fixed 0.5)
+    before = plain_run.filter(pl.col("step") < 800)["grad_norm"].to_numpy()
+    expected = f"{np.percentile(before, 90):.3g}"
     assert [r for r in plain.remediation if CLIP_ADVICE.search(r)] == [
-        f"clip the global grad norm at {Thresholds().remedy_clip_norm:g}"
+        f"clip the global grad norm at about {expected}, the 90th percentile of the grad norm "
+        "over steps 0-799 (800 points)"
     ]
 
 
 def test_the_clip_a_remedy_advises_is_the_one_in_force() -> None:
-    """`--set remedy_clip_norm=...` changes both clip remedies: add one, or lower the one used."""
-    default = f"{Thresholds().remedy_clip_norm:g}"
-    thresholds, _ = load_settings(cli_values={"remedy_clip_norm": "1.25"})
+    """`--set remedy_clip_percentile=...` changes both clip remedies: add one, or lower the one
+    used."""
+    thresholds, _ = load_settings(cli_values={"remedy_clip_percentile": "99"})
     advised = (("grad_norm", "clip the global grad norm at"), ("Grad/norm_preclip", "lower"))
     for key, verb in advised:
-        changed = analyze(_long_tail_spike_run(key), thresholds).verdict.remediation
+        run = _long_tail_spike_run(key)
+        changed = analyze(run, thresholds).verdict.remediation
         advice = [r for r in changed if CLIP_ADVICE.search(r)]
+        value = np.percentile(run.filter(pl.col("step") < 800)[key].to_numpy(), 99)
         assert len(advice) == 1 and advice[0].startswith(verb), advice
-        assert advice[0].endswith(" 1.25") and not advice[0].endswith(f" {default}"), advice
+        assert f"about {value:.3g}, the 99th percentile" in advice[0], advice
+
+
+def test_a_run_without_a_grad_norm_is_told_how_to_choose_the_clip() -> None:
+    """No grad norm series: no number, but how to choose one."""
+    rng = np.random.default_rng(7)
+    loss = 2.0 + 0.01 * rng.standard_normal(STEPS.size) + np.where(STEPS >= 800, 0.8, 0.0)
+    verdict = analyze(pl.DataFrame({"step": STEPS, "loss": loss})).verdict
+    advice = [r for r in verdict.remediation if CLIP_ADVICE.search(r)]
+    assert advice == [
+        "clip the global grad norm at a value near a high percentile of the run's usual grad "
+        "norm (log the grad norm, then take about its 90th percentile over the healthy steps "
+        "before the event)"
+    ], verdict.remediation
 
 
 # advice about the clip threshold ("pre-clip grad norm" in a finding's words is not advice)

@@ -128,15 +128,16 @@ def test_the_defaults_fill_every_doc() -> None:
 
 def test_explain_states_the_clip_a_remedy_advises_in_force(cli, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    norm, value = f"{DEFAULTS.remedy_clip_norm:g}", f"{DEFAULTS.remedy_clip_value:g}"
-    sets = ("--set", "remedy_clip_norm=1.25", "--set", "remedy_clip_value=40")
+    norm, value = f"{DEFAULTS.remedy_clip_percentile:g}", f"{DEFAULTS.remedy_clip_value:g}"
+    sets = ("--set", "remedy_clip_percentile=95", "--set", "remedy_clip_value=40")
     q24, q14 = cli("explain", "Q2.4", *sets).stdout, cli("explain", "Q1.4", *sets).stdout
-    assert "clip the grad norm at 1.25 " in q24 and f"at {norm} " not in q24
+    assert "near the 95th percentile" in " ".join(q24.split()) and f"{norm}th" not in q24
     assert "(+-40)" in q14 and f"(+-{value})" not in q14
-    persistent = cli("explain", "spike-persistent", *sets).stdout
-    assert "grad norm at 1.25" in persistent and f"at {norm}\n" not in persistent
+    # with no run, the remedy says how to choose the clip, at the percentile in force
+    persistent = " ".join(cli("explain", "spike-persistent", *sets).stdout.split())
+    assert "about its 95th percentile" in persistent and f"its {norm}th" not in persistent
     shown = cli("explain", "thresholds", *sets).stdout
-    assert f"remedy_clip_norm = 1.25  (default {DEFAULTS.remedy_clip_norm!r})" in shown
+    assert f"remedy_clip_percentile = 95.0  (default {DEFAULTS.remedy_clip_percentile!r})" in shown
 
 
 # ---------------------------------------------------------------- stab explain <TAB>

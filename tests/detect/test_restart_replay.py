@@ -77,7 +77,10 @@ def test_lost_optimizer_state_departs_and_comes_back_after_k_steps():
         abs(second["steps_to_return"] - k_expected) <= 2 and 20 <= second["steps_to_return"] <= 35
     )
     assert second["max_deviation"] == pytest.approx(bump["amplitude"], abs=0.01)
-    assert f"came back within noise after {second['steps_to_return']} steps" in found[1].message
+    assert (
+        "came back within noise of the abandoned trajectory after "
+        f"{second['steps_to_return']} steps" in found[1].message
+    )
     assert result.verdict.code in (
         "spike-recoverable",
         "spike-persistent",
@@ -179,7 +182,7 @@ def test_analyze_terminal_shows_departure_and_return(cli):
     lost = cli("analyze", COMPARE / "restart-two-optimizer-lost" / "run.jsonl")
     flat = " ".join(lost.output.replace("│", " ").split())
     assert "restart-replay" in flat and "left the abandoned trajectory at step 1200" in flat
-    assert "came back within noise after" in flat
+    assert "came back within noise of the abandoned trajectory after" in flat
     clean = cli("analyze", COMPARE / "restart-one-clean" / "run.jsonl")
     flat = " ".join(clean.output.replace("│", " ").split())
     assert "tracks the abandoned trajectory within noise" in flat

@@ -250,17 +250,21 @@ TREND = re.compile(
     r"to (?P<final>\S+) \(.*?\); Mann-Kendall z = (?P<z>\S+) over steps (?P<a>\d+)-(?P<b>\d+)"
 )
 NEVER_BACK = re.compile(r"never back down to (?P<level>\S+) \(")
+AFTER_WINDOW = re.compile(r"after step (?P<after>\d+), (?=never back)")
 AT_THE_TURN = re.compile(r"\((?P<lr>\S+) at the turn\)")
 SPIKE = re.compile(
     r"(?i:l)oss spike at step (?P<onset>\d+) \(baseline mean (?P<mu>\S+) over steps "
-    r"(?P<a>\d+)-(?P<b>\d+) -> peak (?P<peak>\S+) at step (?P<peak_step>\d+); geometric-mean "
+    r"(?P<a>\d+)-(?P<b>\d+) -> peak (?P<peak>\S+) at step (?P<peak_step>\d+)(?:; geometric-mean "
     r"p\(correct token\) (?P<p0>\S+) -> (?P<p1>[^,)]+)(?:, uniform guessing over (?P<v>\d+) "
-    r"tokens is (?P<nats>\S+) nats)?\) (?:recovered in (?P<rec>\d+) steps|did not recover "
+    r"tokens is (?P<nats>\S+) nats)?)?\) (?:recovered in (?P<rec>\d+) steps \(back to <= "
+    r"(?P<level>\S+), the baseline mean \+ \S+\*sigma, at step (?P<rec_step>\d+)\)|did not recover "
     r"within (?P<within>\d+) steps(?P<divergent> \(divergent: the loss kept rising\))?)"
 )
 NAN = re.compile(
-    r"non-finite at step (?P<first>\d+)(?:: (?P<series>\w+) shows it)? \((?P<count>\d+) "
-    r"non-finite points\)"
+    r"non-finite at step (?P<first>\d+)(?:: (?P<series>\w+) shows it \(non-finite at every "
+    r"logged point from there, (?P<hidden>\d+) points\) while the logged loss hides it(?: \(it "
+    r"(?:falls|does not fall): (?P<l0>\S+) at step (?P<s0>\d+), (?P<l1>\S+) at step "
+    r"(?P<s1>\d+)\))?| \((?P<count>\d+) non-finite points\))"
 )
 OVERFLOW = re.compile(r"(?P<n>\d+) overflow\(s\) on (?P<pct>[\d.]+)% of (?P<steps>\d+) steps")
 COLLAPSED = re.compile(
@@ -334,6 +338,9 @@ def _trend_headline(ledger: Ledger, raw: Raw, text: str, ev: dict) -> str:
     back = NEVER_BACK.search(text)
     if back:
         ledger.number("never back down to", back["level"], ev["start_level"])
+    after = AFTER_WINDOW.search(text)
+    if after:  # "never back" is about what follows the trend window (issue 35)
+        ledger.same("never back after", int(after["after"]), ev["end_step"])
     # the percentage is the rise between the two levels it names first
     low, high = named[0], named[1]
     rise = (high - low) / abs(low)
@@ -345,7 +352,7 @@ def _trend_headline(ledger: Ledger, raw: Raw, text: str, ev: dict) -> str:
         ledger.number(
             "LR at the turn", turn["lr"], cause["lr_start"], raw.at("lr", ev["start_step"])
         )
-    for mm in [m, *levels, back, turn]:
+    for mm in [m, *levels, back, turn, after]:
         if mm:
             text = text.replace(mm.group(0), "")
     return text
@@ -381,18 +388,21 @@ def _spike_headline(ledger: Ledger, raw: Raw, text: str, analysis, thresholds) -
         ev["peak"],
         float(np.max(raw.between("loss", ev["onset_step"], ev["end_step"]))),
     )
-    ledger.number("p(correct) at the baseline", m["p0"], math.exp(-ev["mu"]), math.exp(-mu))
-    ledger.number(
-        "p(correct) at the peak",
-        m["p1"],
-        math.exp(-ev["peak"]),
-        math.exp(-raw.at("loss", ev["peak_step"])),
-    )
+    if m["p0"]:  # said only for a loss the log shows to be a token cross-entropy (issue 35)
+        ledger.number("p(correct) at the baseline", m["p0"], math.exp(-ev["mu"]), math.exp(-mu))
+        ledger.number(
+            "p(correct) at the peak",
+            m["p1"],
+            math.exp(-ev["peak"]),
+            math.exp(-raw.at("loss", ev["peak_step"])),
+        )
     if m["v"]:
         ledger.same("vocabulary", int(m["v"]), raw.source.vocab_size)
         ledger.number("uniform guessing nats", m["nats"], math.log(int(m["v"])))
     if m["rec"]:
         ledger.same("recovery steps", int(m["rec"]), ev["recovery_steps"])
+        ledger.same("recovery step", int(m["rec_step"]), ev["recovery_step"])
+        ledger.number("recovery level", m["level"], ev["recovery_level"])
         ledger.same(
             "recovery step - onset", ev["recovery_steps"], ev["recovery_step"] - ev["onset_step"]
         )
@@ -465,7 +475,12 @@ def _headline(ledger: Ledger, raw: Raw, run: dict) -> None:
         ledger.same("series", series, ev["series"])
         ledger.same("first non-finite step", int(m["first"]), ev["first_step"])
         ledger.same("first non-finite step (raw)", ev["first_step"], int(s[bad][0]))
-        ledger.same("non-finite points", int(m["count"]), ev["count"])
+        ledger.same("non-finite points", int(m["count"] or m["hidden"]), ev["count"])
+        if m["l0"]:
+            ledger.number(
+                "loss at the first", m["l0"], ev["loss_at_first"], raw.at("loss", ev["first_step"])
+            )
+            ledger.number("last loss", m["l1"], ev["loss_last"], raw.at("loss", int(m["s1"])))
         ledger.same("non-finite points (raw)", ev["count"], int(bad.sum()))
         text = text.replace(m.group(0), "").replace("65504", "")
     elif code == "fp16-overflow":
@@ -643,7 +658,7 @@ def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
             )
             ledger.number("loss after the peak", m[2], raw.at("loss", s))
         if m := ln.take(
-            r"pre-clip grad norm at the spike: "
+            r"(?:pre-clip )?grad norm at the spike: "
             + NUM
             + r" at step (\d+) \(baseline "
             + NUM
@@ -666,7 +681,9 @@ def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
             ledger.number("batch id at onset", m[1], raw.at_or_before("batch_id", onset))
         # root causes
         if m := ln.take(
-            r"At step (\d+) the pre-clip grad norm reached " + NUM + r", (\d+)x its trailing mean "
+            r"At step (\d+) the (?:pre-clip )?grad norm reached "
+            + NUM
+            + r", (\d+)x its trailing mean "
             r"of "
             + NUM
             + r"(?: \(steps (\d+)-(\d+)\))?, (\d+) step\(s\) before the loss jumped from "
@@ -802,7 +819,7 @@ def _nan_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
                     f"{ledger.fixture} [post-mortem nan]: 'last finite loss: {m[2]}' "
                     "without its step"
                 )
-        if m := ln.take(r"pre-clip grad norm at that step: " + NUM):
+        if m := ln.take(r"(?:pre-clip )?grad norm at that step: " + NUM):
             ledger.number("grad at first", m[1], raw.at_or_before("grad_norm", first))
         if m := ln.take(r"loss scale at that step: " + NUM):
             ledger.number("scale at first", m[1], raw.at_or_before("loss_scale", first))
@@ -1244,7 +1261,7 @@ def _hypotheses(ledger: Ledger, raw: Raw, ev: dict | None, lines: list[str], thr
             ledger.number("LR after the rise", m[6], float(v[a + k + 1]))
             ledger.number("LR jump bar %", m[8], 100 * thr.lr_jump_ratio)
         if m := ln.take(
-            r"pre-clip grad norm "
+            r"(?:pre-clip )?grad norm "
             + NUM
             + r" at step (\d+) = "
             + NUM
@@ -1300,7 +1317,7 @@ def _hypotheses(ledger: Ledger, raw: Raw, ev: dict | None, lines: list[str], thr
             )
             ledger.same("the loss's step", int(m[1]), ev["first_step"])
         if m := ln.take(
-            r"max pre-clip grad norm "
+            r"max (?:pre-clip )?grad norm "
             + NUM
             + r" at step (\d+) = "
             + NUM
@@ -1575,7 +1592,7 @@ def test_numbers_with_thresholds_overridden(overridden_ledgers) -> None:
 
 SPIKE_CAUSE = [
     re.compile(
-        r"pre-clip grad norm (?P<g>\S+) at step (?P<s>\d+) = (?P<r>\S+)x its trailing mean "
+        r"(?:pre-clip )?grad norm (?P<g>\S+) at step (?P<s>\d+) = (?P<r>\S+)x its trailing mean "
         r"(?P<b>\S+), (?P<lead>\d+) step\(s\) before the spike"
     ),
     re.compile(

@@ -39,7 +39,7 @@ OVERRIDES = {
     "duplicate_batch_window_steps": "90",
     "restart_spike_steps": "12",
     # the numbers the remedies advise
-    "remedy_clip_norm": "1",
+    "remedy_clip_percentile": "95",
     "remedy_clip_value": "50",
 }
 
@@ -82,7 +82,7 @@ PHRASES = [
     Phrase("min_loss_scale", r"\(below {v} from step"),
     Phrase("duplicate_batch_window_steps", r"batch id seen within {v} steps"),
     Phrase("restart_spike_steps", r"no restart within the {v} steps before"),
-    Phrase("remedy_clip_norm", r"clip the global grad norm at {v}"),
+    Phrase("remedy_clip_percentile", r"the {v}th percentile of the grad norm"),
     Phrase("remedy_clip_value", r"clip gradients by value \(\+-{v}\)"),
 ]
 

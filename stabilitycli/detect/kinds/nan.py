@@ -34,6 +34,18 @@ class NanEvidence(Evidence):
     earliest_nonfinite: dict[str, Any] = field(default=ABSENT, metadata=measure({"step": STEP}))
     origin: str = field(default=ABSENT, metadata=measure(None))
     origin_evidence: dict[str, Any] = field(default=ABSENT, metadata=measure({"step": STEP}))
+    # a NaN the loss does not show: how many of the series' points from the first on are
+    # non-finite (all: the run broke; some: skipped steps or a reporting bug), and what the
+    # finite loss did meanwhile
+    points_from_first: int = field(default=ABSENT, metadata=measure(COUNT))
+    loss_at_first: float = field(
+        default=ABSENT, metadata=measure(Spec("point", "loss", step="first_step"))
+    )
+    loss_last: float = field(
+        default=ABSENT, metadata=measure(Spec("point", "loss", step="loss_last_step"))
+    )
+    loss_last_step: int = field(default=ABSENT, metadata=measure(STEP))
+    loss_falls: bool = field(default=ABSENT, metadata=measure(None))
 
 
 @dataclass(frozen=True, eq=False)

@@ -63,10 +63,10 @@ GRAD_NORM_SPIKE = FindingKind(
     rule="grad-norm-spike",
     section="2",
     severity=Severity.INFO,
-    meaning="the pre-clip grad norm went {grad_norm_outlier_ratio:g}x or more above its trailing "
+    meaning="the grad norm went {grad_norm_outlier_ratio:g}x or more above its trailing "
     "median, with or without a loss spike",
-    todo="inspect that step's batch for rare or long-tail tokens; clipping absorbs one, a series "
-    "of them needs stratified batching",
+    todo="inspect that step's batch for unusual or long-tail samples (rare tokens, for a language "
+    "model); clipping absorbs one, a series of them needs stratified batching",
     why="a grad-norm outlier is the first sign of a batch the model cannot digest, often a "
     "step before the loss shows it",
     question="Q2.3",

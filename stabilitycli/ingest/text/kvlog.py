@@ -96,6 +96,7 @@ def read(path: Path, options: ReadOptions):
             )
         raise StabInputError(source.path, "no `step ... loss ...` record found")
     family = kfam.family_of([found.texts[n] for n in sorted(found.texts)[:50]])
+    source.writer = None if family is kfam.GENERIC else family.name
     if family.name == "Keras fit":
         step_from = "the `Epoch N/M` line before each record"
     elif family.name == "Lightning progress bar":
