@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stabilitycli.classify.evals import EvalAnswer, nonfinite_answer, overfitting_answer
 from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
 from stabilitycli.classify.remedies import (
     FP16_MAX,
@@ -38,7 +39,7 @@ from stabilitycli.detect.kinds.mixed_precision import (
     LOSS_SCALE_STATIC,
 )
 from stabilitycli.detect.kinds.nan import NAN
-from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER
+from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.nan import forward_order_key
@@ -99,9 +100,26 @@ def walk(
         source, findings, facts, thresholds, by_code, {s.code: s.reason for s in skipped}, not_run
     )
     # ranks first: an outlier rank explains what the mean shows (spec 5)
-    for section in (_ranks, _nan, _spikes, _mixed_precision, _divergence):
+    for section in (_ranks, _nan, _eval_nan, _spikes, _mixed_precision, _divergence, _eval_fit):
         section(state)
     return _verdict(state)
+
+
+def _eval_nan(w: _Walk) -> None:
+    """Q1.5: a non-finite eval loss."""
+    _take(w, nonfinite_answer(w.by_code, w.skipped, w.facts.evals))
+
+
+def _eval_fit(w: _Walk) -> None:
+    """Q4.5: over-fitting."""
+    _take(w, overfitting_answer(w.by_code, w.skipped, w.facts.evals))
+
+
+def _take(w: _Walk, answer: EvalAnswer) -> None:
+    if answer.step is not None:
+        w.path.append(answer.step)
+    if answer.verdict is not None:
+        w.applies[answer.verdict] = _Applies(None, answer.summary, start=answer.start)
 
 
 def _ranks(w: _Walk) -> None:
@@ -121,6 +139,14 @@ def _ranks(w: _Walk) -> None:
         also = f"; also rank(s) {', '.join(map(str, others))}" if others else ""
         w.applies[RANK_OUTLIER.code] = _Applies(
             None, errors[0].message + also, start=errors[0].step, rank=errors[0].rank
+        )
+    # a rank whose log ends early is not healthy either, though the cohort went on (a warning)
+    silent = [f for f in rank_findings if f.kind is RANK_SILENT and f.severity >= Severity.WARNING]
+    if silent:
+        others = sorted({f.rank for f in silent[1:] if f.rank is not None})
+        also = f"; also rank(s) {', '.join(map(str, others))}" if others else ""
+        w.applies[RANK_SILENT.code] = _Applies(
+            None, silent[0].message + also, start=silent[0].step, rank=silent[0].rank
         )
 
 

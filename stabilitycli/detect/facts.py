@@ -35,6 +35,17 @@ class OverflowSummary(TypedDict, total=False):
     scale_rises: int
 
 
+class EvalSeries(TypedDict):
+    """One eval/validation loss series as read (rule `eval-nonfinite`)."""
+
+    series: str  # the column: `eval_loss`, or a second eval set's own key
+    key: str  # the key the log wrote it under
+    points: int  # evaluations logged
+    nonfinite: int
+    first_step: int
+    last_step: int
+
+
 @dataclass(frozen=True)
 class TrendScan:
     """What §4's scan looked at, and the lasting rise it found (None: none)."""
@@ -68,6 +79,8 @@ class Facts:
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
     restart_replays: list[RestartReplayEvidence] = field(default_factory=list)
     """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""
+    evals: list[EvalSeries] = field(default_factory=list)
+    """Every eval loss series read: its key, evaluations and non-finite ones (`eval-nonfinite`)."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:
         """Store what a rule found, refusing names it did not declare (a wiring bug, not input)."""
