@@ -29,7 +29,15 @@ from stabilitycli.classify.remedies import (
 )
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.metric_names import words
-from stabilitycli.core.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
+from stabilitycli.core.model import (
+    Finding,
+    PathStep,
+    SeriesRead,
+    Severity,
+    Skip,
+    SourceInfo,
+    Verdict,
+)
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
@@ -76,6 +84,7 @@ class _Walk:
     by_code: dict[str, list[Finding]]
     skipped: dict[str, str]  # rule code -> why it could not run
     not_run: tuple[str, ...]  # rule codes left out by --select/--ignore
+    basis: tuple[SeriesRead, ...] = ()  # the main series read, for the verdict to name
     path: list[PathStep] = field(default_factory=list)
     # verdict code -> why it applies
     applies: dict[str, _Applies] = field(default_factory=dict)
@@ -91,13 +100,21 @@ def walk(
     facts: Facts,
     thresholds: Thresholds,
     not_run: tuple[str, ...] = (),
+    basis: tuple[SeriesRead, ...] = (),
 ) -> Verdict:
     """Answer every section's questions (spec 0b: post-hoc, all of them) and name the verdict."""
     by_code: dict[str, list[Finding]] = {}
     for finding in findings:
         by_code.setdefault(finding.code, []).append(finding)
     state = _Walk(
-        source, findings, facts, thresholds, by_code, {s.code: s.reason for s in skipped}, not_run
+        source,
+        findings,
+        facts,
+        thresholds,
+        by_code,
+        {s.code: s.reason for s in skipped},
+        not_run,
+        basis,
     )
     # ranks first: an outlier rank explains what the mean shows (spec 5)
     for section in (_ranks, _nan, _eval_nan, _spikes, _mixed_precision, _divergence, _eval_fit):
@@ -370,6 +387,7 @@ def _verdict(w: _Walk) -> Verdict:
                 path,
                 remedy,
                 Severity.parse(severity),
+                w.basis,
             )
     # the spike baseline is the shortest window: a log too short for it cannot be called healthy
     unanswered = [code for code in _TREE_RULES if code in w.skipped]
@@ -390,6 +408,7 @@ def _verdict(w: _Walk) -> Verdict:
                 "insufficient-data", None, w.thresholds, log_shows(w.source, w.facts.overflow)
             ),
             Severity.INFO,
+            w.basis,
         )
     notes = [f for f in findings if f.severity == Severity.WARNING]
     left_out = [code for code in _TREE_RULES if code in w.not_run]
@@ -397,8 +416,20 @@ def _verdict(w: _Walk) -> Verdict:
         "no instability found"
         + (f" by the selected checks ({', '.join(left_out)} not run)" if left_out else "")
         + (f" ({len(notes)} warning(s) worth a look)" if notes else "")
+        + _resting_on(w)
     )
-    return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO)
+    return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO, w.basis)
+
+
+def _resting_on(w: _Walk) -> str:
+    """'; checked: loss 2,000 points (steps 0-1999), 8 ranks; not checked: eval loss (none
+    logged)': what a healthy verdict rests on, and the main part it lacks."""
+    if not w.basis:
+        return ""
+    lacking = [] if any(s.role == "eval" for s in w.basis) else ["eval loss (none logged)"]
+    return f"; checked: {', '.join(s.words() for s in w.basis)}" + (
+        f"; not checked: {', '.join(lacking)}" if lacking else ""
+    )
 
 
 # the rules that answer §1, §2 and §4: a run is healthy only when each of them answered
