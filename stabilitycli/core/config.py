@@ -221,7 +221,7 @@ class Thresholds:
     overfit_sigma: float = threshold(
         3.0,
         "The bar above the eval minimum, in sigmas of the eval loss's own noise (robust, "
-        "from its successive differences).",
+        "from its second differences).",
     )
     overfit_rel_floor: float = threshold(
         0.01,

@@ -24,8 +24,9 @@ from stabilitycli.detect.series import SeriesView
 
 EVAL_LOSS = "eval_loss"
 _NO_EVAL = "no eval/validation loss series in the log"
-# 1.4826 * MAD estimates a normal sigma; a difference of two points has sqrt(2) of it
-_MAD_SIGMA = 1.4826 / np.sqrt(2.0)
+# 1.4826 * MAD estimates a normal sigma; a second difference (x[i+1] - 2 x[i] + x[i-1]) of
+# independent noise has sqrt(6) of it, and a smooth decay adds almost nothing to it
+_MAD_SIGMA = 1.4826 / np.sqrt(6.0)
 
 
 def eval_series(view: SeriesView) -> list[tuple[str, str]]:
@@ -96,7 +97,7 @@ def detect_eval_nonfinite(view: SeriesView, thresholds: Thresholds, facts: Facts
     follows = train_step is not None and train_step <= first_step
     count = int(nonfinite.sum())
     message = (
-        f"{name} ('{key}') non-finite from step {first_step}: {count} of {steps.size} evaluations"
+        f"eval loss '{key}' non-finite from step {first_step}: {count} of {steps.size} evaluations"
         + (f"; it follows the training loss, non-finite from step {train_step}" if follows else "")
         + (f"; also non-finite: {', '.join(repr(b[2]) for b in bad[1:])}" if len(bad) > 1 else "")
     )
@@ -145,7 +146,8 @@ def detect_overfitting(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     What it detects: the lowest finite eval loss (the onset) comes before the
     last {overfit_rising_evals} evaluations, and each of those sits above the
     minimum by {overfit_sigma:g} sigma of the eval loss's noise (1.4826 MAD of
-    its successive differences up to the minimum, over sqrt 2) and by at least
+    its second differences over the later half of its fall to the minimum, over
+    sqrt 6) and by at least
     {overfit_rel_floor:.0%} of it; over the same steps the training loss's
     median fell by {overfit_train_drop_frac:.0%} or more (last third of the
     training points after the onset against the first third). Needs
@@ -178,7 +180,7 @@ def detect_overfitting(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     if evidence is not None:
         result.findings.append(
             OVERFITTING.finding(
-                f"{name} ('{key}') rose from {evidence.eval_at_onset:.4g} at step "
+                f"eval loss '{key}' rose from {evidence.eval_at_onset:.4g} at step "
                 f"{evidence.onset_step} (its minimum) to {evidence.eval_end:.4g} at step "
                 f"{evidence.end_step} (points), above {evidence.bar:.4g} at each of its last "
                 f"{evidence.rising_evals} evaluations, while the training loss fell "
@@ -207,9 +209,11 @@ def _overfitting(
     onset = int(np.argmin(values))
     if onset >= n - last:
         return None
-    # noise from the falling part up to the minimum; too few evaluations there: all of them
-    upto = slice(0, onset + 1) if onset >= 3 else slice(0, n)
-    diffs = np.diff(values[upto])
+    # noise from the later half of the fall to the minimum (the first evaluations fall steeply:
+    # their curvature is no noise); too few evaluations there: all of them
+    half = onset // 2
+    upto = slice(half, onset + 1) if onset - half >= 4 else slice(0, n)
+    diffs = np.diff(values[upto], n=2)
     sigma = float(_MAD_SIGMA * np.median(np.abs(diffs - np.median(diffs))))
     low = float(values[onset])
     bar = low + max(thresholds.overfit_sigma * sigma, thresholds.overfit_rel_floor * abs(low))
