@@ -21,9 +21,7 @@ class EvalNonfiniteEvidence(Evidence):
     first_step: int = field(metadata=measure(STEP))
     count: int = field(metadata=measure(COUNT))  # non-finite evaluations
     points: int = field(metadata=measure(COUNT))  # evaluations logged
-    last_finite: float | None = field(
-        metadata=measure(Spec("point", step="last_finite_step"))
-    )
+    last_finite: float | None = field(metadata=measure(Spec("point", step="last_finite_step")))
     last_finite_step: int | None = field(metadata=measure(STEP))
     train_loss_finite: bool = field(metadata=measure(None))  # the training loss stayed finite
     # other eval series that went non-finite too, by key
@@ -38,9 +36,7 @@ class OverfittingEvidence(Evidence):
     series: str = field(metadata=measure(None))
     key: str = field(metadata=measure(None))
     onset_step: int = field(metadata=measure(STEP))  # the step of the lowest eval loss
-    eval_at_onset: float = field(
-        metadata=measure(Spec("point", step="onset_step"))
-    )
+    eval_at_onset: float = field(metadata=measure(Spec("point", step="onset_step")))
     eval_end: float = field(metadata=measure(Spec("point", step="end_step")))
     end_step: int = field(metadata=measure(STEP))  # the last evaluation
     rising_evals: int = field(metadata=measure(COUNT))  # evals after the onset above the bar
@@ -53,7 +49,9 @@ class OverfittingEvidence(Evidence):
     train_start: float = field(
         metadata=measure(over("median", *two("train_start_steps"), metric="loss"))
     )
-    train_end: float = field(metadata=measure(over("median", *two("train_end_steps"), metric="loss")))
+    train_end: float = field(
+        metadata=measure(over("median", *two("train_end_steps"), metric="loss"))
+    )
     train_start_steps: list[int] = field(metadata=measure(STEPS))
     train_end_steps: list[int] = field(metadata=measure(STEPS))
     train_drop: float = field(metadata=measure(Spec("relative_change", "loss")))
