@@ -241,7 +241,7 @@ _QUESTION_NEXT: dict[str, str] = {
         "are in and the NaN persists, the bug is structural."
     ),
     "Q1.5": (
-        "yes: the verdict is eval-nonfinite unless the training loss went non-finite first; "
+        "yes: the verdict is eval-nonfinite unless the training loss went non-finite too; "
         "re-run that evaluation alone. No: the eval series are finite."
     ),
     "Q2.1": "yes: Q2.2 asks whether it recovered. No: no spike to act on.",

@@ -56,8 +56,8 @@ def detect_eval_nonfinite(view: SeriesView, thresholds: Thresholds, facts: Facts
     What it detects: an eval loss (`eval_loss`, `val_loss`, `eval/loss`, or a
     second eval set's loss found by its name) logged as NaN, +Inf or -Inf at
     any evaluation; the first such step, and how many of the evaluations.
-    When the training loss went non-finite at or before that step, the eval
-    NaN is its consequence and is kept at info.
+    When the training loss went non-finite too (before or after: the same
+    broken weights), §1 tells that event and the eval NaN is kept at info.
 
     Why it matters: the training loss can stay finite while every evaluation
     is NaN (an empty or fully masked eval batch, an fp16 eval overflow, broken
@@ -94,11 +94,16 @@ def detect_eval_nonfinite(view: SeriesView, thresholds: Thresholds, facts: Facts
     before = np.isfinite(values) & (steps < first_step)
     train = facts.nonfinite
     train_step = getattr(train, "first_step", None) if train is not None and train.count else None
-    follows = train_step is not None and train_step <= first_step
     count = int(nonfinite.sum())
+    if train_step is None:
+        told = ""
+    elif train_step <= first_step:
+        told = f"; it follows the training loss, non-finite from step {train_step}"
+    else:  # the weights broke before a training step showed it: one event, §1 tells it
+        told = f"; the training loss went non-finite too, from step {train_step}"
     message = (
         f"eval loss '{key}' non-finite from step {first_step}: {count} of {steps.size} evaluations"
-        + (f"; it follows the training loss, non-finite from step {train_step}" if follows else "")
+        + told
         + (f"; also non-finite: {', '.join(repr(b[2]) for b in bad[1:])}" if len(bad) > 1 else "")
     )
     evidence = EvalNonfiniteEvidence(
@@ -115,7 +120,7 @@ def detect_eval_nonfinite(view: SeriesView, thresholds: Thresholds, facts: Facts
     result.findings.append(
         EVAL_NONFINITE.finding(
             message,
-            severity=Severity.INFO if follows else None,
+            severity=Severity.INFO if train_step is not None else None,
             step=first_step,
             end_step=int(steps[nonfinite][-1]),
             metric=name,
