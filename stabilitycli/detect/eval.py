@@ -115,7 +115,7 @@ def detect_eval_nonfinite(view: SeriesView, thresholds: Thresholds, facts: Facts
         last_finite=float(values[before][-1]) if before.any() else None,
         last_finite_step=int(steps[before][-1]) if before.any() else None,
         train_loss_finite=train_step is None,
-        also=[b[2] for b in bad[1:]],
+        also=", ".join(b[2] for b in bad[1:]),
     )
     result.findings.append(
         EVAL_NONFINITE.finding(
@@ -151,8 +151,8 @@ def detect_overfitting(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     What it detects: the lowest finite eval loss (the onset) comes before the
     last {overfit_rising_evals} evaluations, and each of those sits above the
     minimum by {overfit_sigma:g} sigma of the eval loss's noise (1.4826 MAD of
-    its second differences over the later half of its fall to the minimum, over
-    sqrt 6) and by at least
+    its second differences over the later half of its fall to the minimum,
+    scaled to one point's noise) and by at least
     {overfit_rel_floor:.0%} of it; over the same steps the training loss's
     median fell by {overfit_train_drop_frac:.0%} or more (last third of the
     training points after the onset against the first third). Needs

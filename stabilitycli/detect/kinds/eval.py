@@ -24,8 +24,8 @@ class EvalNonfiniteEvidence(Evidence):
     last_finite: float | None = field(metadata=measure(Spec("point", step="last_finite_step")))
     last_finite_step: int | None = field(metadata=measure(STEP))
     train_loss_finite: bool = field(metadata=measure(None))  # the training loss stayed finite
-    # other eval series that went non-finite too, by key
-    also: list[str] = field(default_factory=list, metadata=measure(None))
+    # the keys of other eval series that went non-finite too, comma-separated ("" for none)
+    also: str = field(default="", metadata=measure(None))
 
 
 @dataclass(frozen=True, eq=False)
