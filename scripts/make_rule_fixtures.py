@@ -791,6 +791,67 @@ def rank_cases() -> None:
     )
 
 
+# --- eval series --------------------------------------------------------------------
+
+
+def with_evals(run: dict[str, np.ndarray], every: int, evals: np.ndarray) -> list[dict]:
+    """Training rows, with `eval_loss` on every `every`-th step (the value, NaN kept)."""
+    rows = rows_of(run, "loss", "grad_norm", "lr")
+    for row, value in zip(rows[every - 1 :: every], evals, strict=False):
+        row["eval_loss"] = float(value)
+    return rows
+
+
+def eval_curve(run: dict[str, np.ndarray], every: int, seed: int) -> np.ndarray:
+    """An eval loss a little above the training loss's clean level, with small noise."""
+    rng = np.random.default_rng(seed)
+    t = run["step"][every - 1 :: every].astype(float)
+    return 2.3 + 8.6 * (1 + t / 40.0) ** -0.75 + rng.normal(0.0, 0.004, t.size)
+
+
+def eval_cases() -> None:
+    run = base_run(131, steps=2000)
+    evals = eval_curve(run, 100, 132)
+    evals[9:] = np.nan  # the evaluations at steps 999, 1099, ... 1999
+    write_case(
+        "eval-nonfinite",
+        "fires",
+        with_evals(run, 100, evals),
+        "eval_loss NaN at every evaluation from step 999 on (11 of 20), training loss finite",
+        step=999,
+    )
+    write_case(
+        "eval-nonfinite",
+        "quiet",
+        with_evals(run, 100, eval_curve(run, 100, 132)),
+        "the same run with every evaluation finite",
+    )
+    run = base_run(133, steps=2000)
+    evals = eval_curve(run, 100, 134)
+    # from the evaluation at step 1199 on the eval loss climbs 0.03 per evaluation
+    evals[12:] = evals[11] + 0.03 * np.arange(1, 9)
+    write_case(
+        "overfitting",
+        "fires",
+        with_evals(run, 100, evals),
+        "eval_loss lowest at step 1199, then 0.03 higher at each of the 8 evaluations after it "
+        "while the training loss keeps falling",
+        step=1199,
+        tolerance=100,
+    )
+    evals = eval_curve(run, 100, 134)
+    evals[12:] = evals[11] + 0.004 * np.arange(1, 9)
+    write_case(
+        "overfitting",
+        "quiet",
+        with_evals(run, 100, evals),
+        "eval_loss up 0.004 per evaluation after step 1199: at most 1.4% above its minimum, "
+        "under the 1% floor for the first evaluations after it",
+        fires_with={"overfit_rel_floor": 0.001},
+        event_step=1199,
+    )
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -809,6 +870,7 @@ def main() -> None:
         restart_cases,
         throughput_cases,
         rank_cases,
+        eval_cases,
     ):
         build()
     folders = sorted(p.parent for p in OUT.glob("*/*/expected.json"))

@@ -24,13 +24,14 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.kinds import all_kinds
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
+from stabilitycli.detect.kinds.eval import EVAL_NONFINITE, OVERFITTING
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
     LOSS_SCALE_COLLAPSED,
     LOSS_SCALE_STATIC,
 )
 from stabilitycli.detect.kinds.nan import NAN
-from stabilitycli.detect.kinds.ranks import RANK_OUTLIER
+from stabilitycli.detect.kinds.ranks import RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.schedule import (
     LR_INCREASING,
 )
@@ -41,6 +42,7 @@ _QUESTIONS: dict[str, str] = {
     "Q1.2": "What dtype regime was the run in, and what does that make of the NaN?",
     "Q1.3": "Which layer went non-finite first (forward order)?",
     "Q1.4": "What fixes the NaN?",
+    "Q1.5": "Is any logged eval/validation loss NaN or Inf?",
     "Q2.1": (
         "Is there a loss spike above mu + {spike_sigma:g} sigma of the trailing "
         "{spike_window_steps} steps?"
@@ -59,6 +61,10 @@ _QUESTIONS: dict[str, str] = {
     "Q4.2": "Did the LR rise in that window (outside warmup)?",
     "Q4.3": "Did a weight norm change more than {weight_norm_ratio:g}x in that window?",
     "Q4.4": "Is the grad-norm moving average rising?",
+    "Q4.5": (
+        "Has the eval loss risen over its last {overfit_rising_evals} evaluations while the "
+        "training loss fell (over-fitting)?"
+    ),
 }
 
 # verdict code -> (section, severity name, what it means)
@@ -68,10 +74,20 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
         "error",
         "The loss went NaN or Inf: training stopped being useful at the first such step.",
     ),
+    EVAL_NONFINITE.code: (
+        "1",
+        "error",
+        "An eval/validation loss went NaN or Inf while the training loss stayed finite.",
+    ),
     RANK_OUTLIER.code: (
         "5",
         "error",
         "One or more data-parallel ranks disagree with the cohort; the mean hides them.",
+    ),
+    RANK_SILENT.code: (
+        "5",
+        "warning",
+        "A rank stopped logging while the others went on: its log ends, the run did not.",
     ),
     "spike-persistent": (
         "2",
@@ -113,6 +129,11 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
             "consider stopping."
         ),
     ),
+    OVERFITTING.code: (
+        "4",
+        "warning",
+        "The eval loss turned up at its minimum and kept rising while the training loss fell.",
+    ),
     "healthy": (None, "info", "No instability found by any rule."),
     "insufficient-data": (
         None,
@@ -124,14 +145,17 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
 # the verdict order of spec 0b: the first that applies names the run
 VERDICT_ORDER: tuple[str, ...] = (
     NAN.code,
+    EVAL_NONFINITE.code,
     RANK_OUTLIER.code,
     "spike-persistent",
     LOSS_SCALE_COLLAPSED.code,
     LOSS_SCALE_STATIC.code,
     FP16_OVERFLOW.code,
     DIVERGENCE.code,
+    RANK_SILENT.code,
     "spike-recoverable",
     PLATEAU.code,
+    OVERFITTING.code,
 )
 
 _CAUSE_TEXT: dict[str, str] = {
@@ -224,6 +248,10 @@ _QUESTION_NEXT: dict[str, str] = {
         "as well as by norm; for an fp16 overflow, dynamic loss scaling or bf16. If all of them "
         "are in and the NaN persists, the bug is structural."
     ),
+    "Q1.5": (
+        "yes: the verdict is eval-nonfinite unless the training loss went non-finite too; "
+        "re-run that evaluation alone. No: the eval series are finite."
+    ),
     "Q2.1": "yes: Q2.2 asks whether it recovered. No: no spike to act on.",
     "Q2.2": (
         "yes: find its cause (Q2.3) before it recurs. No: the optimizer state is suspect; "
@@ -267,6 +295,10 @@ _QUESTION_NEXT: dict[str, str] = {
     "Q4.4": (
         "yes: halve the LR and check the data stream. No to Q4.2-Q4.4: a plateau; check the "
         "eval loss and stop if it has stopped improving too."
+    ),
+    "Q4.5": (
+        "yes: the verdict is overfitting; keep the checkpoint at the eval minimum. No: the eval "
+        "loss still follows the training loss."
     ),
 }
 

@@ -15,13 +15,14 @@ from typing import Any
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
+from stabilitycli.detect.kinds.eval import EVAL_NONFINITE, OVERFITTING
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
     LOSS_SCALE_COLLAPSED,
     LOSS_SCALE_STATIC,
 )
 from stabilitycli.detect.kinds.nan import NAN
-from stabilitycli.detect.kinds.ranks import RANK_OUTLIER
+from stabilitycli.detect.kinds.ranks import RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.log_words import clip_how_to_choose
 
@@ -261,6 +262,32 @@ _CHECK_EVAL = _remedy(
 )
 _KEEP_TRAINING = _remedy("if the eval loss still improves, keep training and check again later")
 
+# eval series, a silent rank
+_RERUN_EVAL = _remedy(
+    "run the evaluation alone on the checkpoint of {start}: with the training loss finite, look "
+    "for an empty or fully masked eval batch (0/0) or an fp16 eval overflow before suspecting "
+    "the weights"
+)
+_SELECT_BY_FINITE_EVAL = _remedy(
+    "do not select checkpoints by this eval loss until it is finite again; keep the last one "
+    "with a finite evaluation"
+)
+_KEEP_EVAL_MINIMUM = _remedy(
+    "keep the checkpoint nearest the eval minimum ({start}) and stop there (early stopping)"
+)
+_REGULARISE = _remedy(
+    "to train on: more data or augmentation, more weight decay or dropout, or fewer epochs "
+    "over the same data"
+)
+_SILENT_RANK_LOG = _remedy(
+    "read {who}'s own log and the scheduler's record around {start}: a crash, an OOM kill or a "
+    "hang ends a rank's log"
+)
+_SILENT_RANK_BATCH = _remedy(
+    "if the job went on without it (elastic training), the global batch shrank from {start}: "
+    "check that the LR and the batch size still match"
+)
+
 # ranks, short logs
 _RANK_HOST = _remedy(
     "on the host that ran {who}, look for hardware faults around {start}: ECC and Xid errors "
@@ -351,6 +378,9 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
     ),
     (DIVERGENCE.code, None): (_HALVE_LR_NO_CAUSE, _RESUME_BEFORE_RISE),
     (PLATEAU.code, None): (_CHECK_EVAL, _KEEP_TRAINING),
+    (EVAL_NONFINITE.code, None): (_RERUN_EVAL, _SELECT_BY_FINITE_EVAL),
+    (OVERFITTING.code, None): (_KEEP_EVAL_MINIMUM, _REGULARISE),
+    (RANK_SILENT.code, None): (_SILENT_RANK_LOG, _SILENT_RANK_BATCH),
     ("insufficient-data", None): (_LOG_MORE,),
     ("healthy", None): (),
 }

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stabilitycli.classify.evals import EvalAnswer, nonfinite_answer, overfitting_answer
 from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
 from stabilitycli.classify.remedies import (
     FP16_MAX,
@@ -30,7 +31,15 @@ from stabilitycli.classify.remedies import (
 )
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.metric_names import words
-from stabilitycli.core.model import Finding, PathStep, Severity, Skip, SourceInfo, Verdict
+from stabilitycli.core.model import (
+    Finding,
+    PathStep,
+    SeriesRead,
+    Severity,
+    Skip,
+    SourceInfo,
+    Verdict,
+)
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
@@ -40,7 +49,7 @@ from stabilitycli.detect.kinds.mixed_precision import (
     LOSS_SCALE_STATIC,
 )
 from stabilitycli.detect.kinds.nan import NAN
-from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER
+from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
@@ -82,6 +91,7 @@ class _Walk:
     by_code: dict[str, list[Finding]]
     skipped: dict[str, str]  # rule code -> why it could not run
     not_run: tuple[str, ...]  # rule codes left out by --select/--ignore
+    basis: tuple[SeriesRead, ...] = ()  # the main series read, for the verdict to name
     path: list[PathStep] = field(default_factory=list)
     # verdict code -> why it applies
     applies: dict[str, _Applies] = field(default_factory=dict)
@@ -102,18 +112,43 @@ def walk(
     facts: Facts,
     thresholds: Thresholds,
     not_run: tuple[str, ...] = (),
+    basis: tuple[SeriesRead, ...] = (),
 ) -> Verdict:
     """Answer every section's questions (spec 0b: post-hoc, all of them) and name the verdict."""
     by_code: dict[str, list[Finding]] = {}
     for finding in findings:
         by_code.setdefault(finding.code, []).append(finding)
     state = _Walk(
-        source, findings, facts, thresholds, by_code, {s.code: s.reason for s in skipped}, not_run
+        source,
+        findings,
+        facts,
+        thresholds,
+        by_code,
+        {s.code: s.reason for s in skipped},
+        not_run,
+        basis,
     )
     # ranks first: an outlier rank explains what the mean shows (spec 5)
-    for section in (_ranks, _nan, _spikes, _mixed_precision, _divergence):
+    for section in (_ranks, _nan, _eval_nan, _spikes, _mixed_precision, _divergence, _eval_fit):
         section(state)
     return _verdict(state)
+
+
+def _eval_nan(w: _Walk) -> None:
+    """Q1.5: a non-finite eval loss."""
+    _take(w, nonfinite_answer(w.by_code, w.skipped, w.facts.evals))
+
+
+def _eval_fit(w: _Walk) -> None:
+    """Q4.5: over-fitting."""
+    _take(w, overfitting_answer(w.by_code, w.skipped, w.facts.evals))
+
+
+def _take(w: _Walk, answer: EvalAnswer) -> None:
+    if answer.step is not None:
+        w.path.append(answer.step)
+    if answer.verdict is not None:
+        w.applies[answer.verdict] = _Applies(None, answer.summary, start=answer.start)
 
 
 def _ranks(w: _Walk) -> None:
@@ -133,6 +168,14 @@ def _ranks(w: _Walk) -> None:
         also = f"; also rank(s) {', '.join(map(str, others))}" if others else ""
         w.applies[RANK_OUTLIER.code] = _Applies(
             None, errors[0].message + also, start=errors[0].step, rank=errors[0].rank
+        )
+    # a rank whose log ends early is not healthy either, though the cohort went on (a warning)
+    silent = [f for f in rank_findings if f.kind is RANK_SILENT and f.severity >= Severity.WARNING]
+    if silent:
+        others = sorted({f.rank for f in silent[1:] if f.rank is not None})
+        also = f"; also rank(s) {', '.join(map(str, others))}" if others else ""
+        w.applies[RANK_SILENT.code] = _Applies(
+            None, silent[0].message + also, start=silent[0].step, rank=silent[0].rank
         )
 
 
@@ -363,6 +406,7 @@ def _verdict(w: _Walk) -> Verdict:
                 path,
                 remedy,
                 Severity.parse(severity),
+                w.basis,
             )
     # the spike baseline is the shortest window: a log too short for it cannot be called healthy
     unanswered = [code for code in _TREE_RULES if code in w.skipped]
@@ -383,6 +427,7 @@ def _verdict(w: _Walk) -> Verdict:
                 "insufficient-data", None, w.thresholds, log_shows(w.source, w.facts.overflow)
             ),
             Severity.INFO,
+            w.basis,
         )
     notes = [f for f in findings if f.severity == Severity.WARNING]
     left_out = [code for code in _TREE_RULES if code in w.not_run]
@@ -390,8 +435,20 @@ def _verdict(w: _Walk) -> Verdict:
         "no instability found"
         + (f" by the selected checks ({', '.join(left_out)} not run)" if left_out else "")
         + (f" ({len(notes)} warning(s) worth a look)" if notes else "")
+        + _resting_on(w)
     )
-    return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO)
+    return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO, w.basis)
+
+
+def _resting_on(w: _Walk) -> str:
+    """'; checked: loss 2,000 points (steps 0-1999), 8 ranks; not checked: eval loss (none
+    logged)': what a healthy verdict rests on, and the main part it lacks."""
+    if not w.basis:
+        return ""
+    lacking = [] if any(s.role == "eval" for s in w.basis) else ["eval loss (none logged)"]
+    return f"; checked: {', '.join(s.words() for s in w.basis)}" + (
+        f"; not checked: {', '.join(lacking)}" if lacking else ""
+    )
 
 
 # the rules that answer §1, §2 and §4: a run is healthy only when each of them answered

@@ -231,6 +231,32 @@ class Thresholds:
         "Grad-norm moving average up by more than this fraction over the window is rising (Q4.4).",
     )
 
+    # --- eval series (over-fitting, §4) ---
+    overfit_min_evals: int = threshold(
+        6,
+        "Finite evaluations an eval loss needs before over-fitting is judged on it.",
+    )
+    overfit_rising_evals: int = threshold(
+        3,
+        "The last evaluations that must all sit above the eval minimum's bar: one bad "
+        "evaluation is no trend.",
+    )
+    overfit_sigma: float = threshold(
+        3.0,
+        "The bar above the eval minimum, in sigmas of the eval loss's own noise (robust, "
+        "from its second differences).",
+    )
+    overfit_rel_floor: float = threshold(
+        0.01,
+        "The bar above the eval minimum is at least this fraction of it (a smooth eval "
+        "curve has almost no noise to measure).",
+    )
+    overfit_train_drop_frac: float = threshold(
+        0.01,
+        "The training loss must fall by this fraction (median over the last third of the "
+        "steps after the eval minimum against the first third) for a rise to be over-fitting.",
+    )
+
     # --- ranks (spec 5) ---
     rank_z: float = threshold(
         6.0,
@@ -361,6 +387,7 @@ class Thresholds:
             "min_points_per_window",
             "replay_noise_steps",
             "judge_points",
+            "overfit_rising_evals",
             "remedy_clip_percentile",
             "remedy_clip_value",
         ):

@@ -263,6 +263,42 @@ class PathStep:
 
 
 @dataclass(frozen=True)
+class SeriesRead:
+    """One series the checks read: how much of it there is, and which checks judged it."""
+
+    series: str  # the column: a canonical name (loss, eval_loss), or the key it was logged under
+    key: str  # the key the log wrote it under ("ranks": the per-rank loss)
+    role: str  # train | eval | ranks | other
+    points: int  # logged points (evaluations for an eval series; ranks for "ranks")
+    first_step: int | None
+    last_step: int | None
+    checks: tuple[str, ...]  # rule codes that answered on it
+
+    def words(self) -> str:
+        """'loss 2,000 points (steps 0-1999)', 'eval_loss 20 evaluations (steps 100-2000)',
+        '8 ranks'."""
+        if self.role == "ranks":
+            return f"{self.points:,} ranks"
+        unit = "evaluation" if self.role == "eval" else "point"
+        unit += "" if self.points == 1 else "s"
+        steps = (
+            f" (steps {self.first_step}-{self.last_step})" if self.first_step is not None else ""
+        )
+        return f"{self.series} {self.points:,} {unit}{steps}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "series": self.series,
+            "key": self.key,
+            "role": self.role,
+            "points": self.points,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "checks": list(self.checks),
+        }
+
+
+@dataclass(frozen=True)
 class Verdict:
     code: str
     cause: str | None
@@ -271,6 +307,8 @@ class Verdict:
     path: list[PathStep]
     remediation: list[str]
     severity: Severity
+    # what a verdict rests on: the main series and the checks that judged them
+    basis: tuple[SeriesRead, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -281,6 +319,7 @@ class Verdict:
             "summary": self.summary,
             "path": [p.to_dict() for p in self.path],
             "remediation": list(self.remediation),
+            "basis": [b.to_dict() for b in self.basis],
         }
 
 
@@ -294,6 +333,7 @@ class Coverage:
 
     checked: tuple[str, ...]
     not_checked: tuple[Skip, ...]
+    series: tuple[SeriesRead, ...] = ()  # every series read, with the checks that judged it
 
     def line(self) -> str:
         text = "checked: " + (", ".join(self.checked) or "nothing")
@@ -301,13 +341,24 @@ class Coverage:
             text += "; not checked: " + "; ".join(
                 f"{s.code} ({s.reason})" for s in self.not_checked
             )
+        if self.series:
+            text += "; series read: " + self.series_line()
         return text
+
+    def series_line(self) -> str:
+        """'loss (2,000 points, steps 0-1999): nan, spike; eval_loss 'eval/loss' (...): ...'."""
+        return "; ".join(
+            f"{s.words()}{'' if s.key in (s.series, 'ranks') else f' ({s.key!r})'}: "
+            + ", ".join(s.checks)
+            for s in self.series
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "checked": list(self.checked),
             "not_checked": [{"check": s.code, "reason": s.reason} for s in self.not_checked],
             "summary": self.line(),
+            "series": [s.to_dict() for s in self.series],
         }
 
 

@@ -17,6 +17,7 @@ from stabilitycli.detect.series import SeriesView
     DUPLICATE_BATCH.section,
     "a batch id repeated within {duplicate_batch_window_steps} steps (data-loader bug)",
     emits=(DUPLICATE_BATCH,),
+    series=("batch_id",),
     reads=("duplicate_batch_window_steps",),
 )
 def detect_duplicate_batch(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:

@@ -50,6 +50,7 @@ from stabilitycli.detect.windows import median_interval
     DIVERGENCE.section,
     "loss rising for good (Mann-Kendall over trailing windows and longer ones), with its cause",
     emits=(DIVERGENCE, PLATEAU, LOSS_RISE, GRAD_NORM_RISING),
+    series=("loss", "lr", "param_norm", "grad_norm"),
     reads=(
         "divergence_min_rise_frac",
         "divergence_falling_evidence",

@@ -42,6 +42,17 @@ class OverflowSummary(TypedDict, total=False):
     hidden: str  # why the count is a lower bound, in words ('' when exact)
 
 
+class EvalSeries(TypedDict):
+    """One eval/validation loss series as read (rule `eval-nonfinite`)."""
+
+    series: str  # the column: `eval_loss`, or a second eval set's own key
+    key: str  # the key the log wrote it under
+    points: int  # evaluations logged
+    nonfinite: int
+    first_step: int
+    last_step: int
+
+
 @dataclass(frozen=True)
 class TrendScan:
     """What §4's scan looked at, and the lasting rise it found (None: none)."""
@@ -80,6 +91,8 @@ class Facts:
     log_words: LogWords | None = None
     """What the log says its loss and grad norm are (`log_words.read_log_words`): set by the
     pipeline from the view, not by a rule, since it reports no instability."""
+    evals: list[EvalSeries] = field(default_factory=list)
+    """Every eval loss series read: its key, evaluations and non-finite ones (`eval-nonfinite`)."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:
         """Store what a rule found, refusing names it did not declare (a wiring bug, not input)."""

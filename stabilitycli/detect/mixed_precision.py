@@ -85,6 +85,7 @@ def _not_fp16(view: SeriesView) -> str | None:
     FP16_OVERFLOW.section,
     "fp16 overflows and the dynamic loss scale's history",
     emits=(FP16_OVERFLOW, LOSS_SCALE_HALVING, LOSS_SCALE_STATIC, LOSS_SCALE_COLLAPSED),
+    series=("loss_scale", "overflow", "grad_norm"),
     reads=(
         "cause_lead_steps",
         "min_loss_scale",

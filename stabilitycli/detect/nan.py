@@ -61,6 +61,7 @@ def _nonfinite_summary(values: np.ndarray) -> dict[str, Any]:
     NAN.section,
     "loss is NaN or Inf (or a logger hid it)",
     emits=(NAN,),
+    series=("loss", "grad_norm", "nan_steps", "skipped_steps"),
     provides=("nonfinite",),
 )
 def detect_nan(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:

@@ -35,6 +35,8 @@ class Rule:
     reads: tuple[str, ...] = ()  # `Thresholds` fields the rule's result depends on
     needs: tuple[str, ...] = ()  # `Facts` fields it reads (so it runs after their providers)
     provides: tuple[str, ...] = ()  # `Facts` fields it sets
+    # the series it judges (canonical names), for the coverage of each series read
+    series: tuple[str, ...] = ()
 
     @property
     def emits(self) -> tuple[str, ...]:
@@ -67,6 +69,7 @@ def rule(
     reads: tuple[str, ...] = (),
     needs: tuple[str, ...] = (),
     provides: tuple[str, ...] = (),
+    series: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., RuleResult]], Callable[..., RuleResult]]:
     """Register a rule function `(view, thresholds, facts) -> RuleResult`.
 
@@ -93,7 +96,7 @@ def rule(
         if unknown:
             raise ValueError(f"rule {code!r} declares unknown threshold(s) or fact(s): {unknown}")
         _check_template(code, doc)
-        RULES[code] = Rule(code, section, summary, emits, func, reads, needs, provides)
+        RULES[code] = Rule(code, section, summary, emits, func, reads, needs, provides, series)
         return func
 
     return register
@@ -124,6 +127,7 @@ RULE_MODULES: tuple[str, ...] = (
     "stabilitycli.detect.mixed_precision",
     "stabilitycli.detect.divergence",
     "stabilitycli.detect.throughput",
+    "stabilitycli.detect.eval",
 )
 
 

@@ -17,6 +17,7 @@ from stabilitycli.detect.series import SeriesView
     RESTART_REPLAY.section,
     "a resume's replay of the steps it rewrote departs from the abandoned trajectory",
     emits=(RESTART_REPLAY,),
+    series=("loss",),
     reads=("judge_points", "noise_band_sigmas", "replay_noise_steps"),
     provides=("restart_replays",),
 )

@@ -35,6 +35,7 @@ from stabilitycli.detect.windows import (
     LR_JUMP.section,
     "learning rate jumped up between logged points",
     emits=(LR_JUMP,),
+    series=("lr",),
     reads=("lr_jump_local_ratio", "lr_jump_ratio"),
 )
 def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -105,6 +106,7 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     LR_INCREASING.section,
     "learning rate still rising after warmup",
     emits=(LR_INCREASING,),
+    series=("lr",),
     reads=("divergence_window_steps", "lr_rise_frac", "warmup_frac"),
 )
 def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -215,6 +217,7 @@ def warmup_end(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> flo
     "a parameter norm changed more than {weight_norm_ratio:g}x within {divergence_window_steps} "
     "steps",
     emits=(WEIGHT_NORM_CHANGE,),
+    series=("param_norm",),
     reads=("divergence_window_steps", "weight_norm_ratio"),
 )
 def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
@@ -275,6 +278,7 @@ def detect_weight_norm_change(view: SeriesView, thresholds: Thresholds, facts: F
     GRAD_NORM_SPIKE.section,
     "pre-clip grad norm far above its trailing median (info)",
     emits=(GRAD_NORM_SPIKE,),
+    series=("grad_norm",),
     reads=("grad_norm_outlier_ratio", "min_points_per_window", "spike_window_steps"),
 )
 def detect_grad_norm_spike(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:

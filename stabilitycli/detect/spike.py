@@ -271,6 +271,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
     SPIKE.section,
     "loss spike above mu + {spike_sigma:g} sigma of the trailing {spike_window_steps} steps",
     emits=(SPIKE, RECURRING_SPIKES, BLIP, LOSS_JUMP, GRAD_NORM_JUMP),
+    series=("loss", "grad_norm", "lr", "batch_id"),
     reads=(
         "cause_lead_steps",
         "duplicate_batch_window_steps",

@@ -31,6 +31,7 @@ def _throughput(view: SeriesView) -> tuple[str, np.ndarray, np.ndarray] | None:
     THROUGHPUT_DROP.section,
     "the run's throughput fell below its recent level",
     emits=(THROUGHPUT_DROP,),
+    series=("tokens_per_s", "tflops", "step_time_ms"),
     reads=(
         "min_points_per_window",
         "spike_window_steps",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ def analyze(
     from stabilitycli.detect.log_words import read_log_words
     from stabilitycli.detect.registry import load_rules, select_rules
     from stabilitycli.detect.series import build_view
+    from stabilitycli.pipeline.basis import headline_basis, series_read
 
     thresholds = config or Thresholds()
     run = load_run(source, options)
@@ -67,6 +69,8 @@ def analyze(
     ran = [rule.code for rule in rules]
     not_run = tuple(code for code in load_rules() if code not in ran)
     coverage = _coverage(ran, not_run, skipped)
+    read = series_read(view, rules, coverage)
+    coverage = replace(coverage, series=tuple(read))
     findings = attribute_to_ranks(findings, facts, thresholds)
     findings = [f for f in findings if f.code not in dropped_codes]
     # a fixed order that does not depend on the order the rules ran in
@@ -80,6 +84,7 @@ def analyze(
         facts,
         thresholds,
         not_run=not_run,
+        basis=headline_basis(read),
     )
     if "loss" not in run.frame.columns and verdict.section != "3":
         # only the loss scaler's own evidence decides a run whose loss was not read

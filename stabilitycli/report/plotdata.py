@@ -127,7 +127,9 @@ def build(
         if panel is not None:
             plots.panels.append(panel)
     drawn = {line.name.split("  (")[0] for p in plots.panels for line in p.lines}
-    for name in cited_series(analysis):
+    # the eval series a verdict rests on are drawn too: the headline names them
+    evals = [b.series for b in analysis.verdict.basis if b.role == "eval"]
+    for name in dict.fromkeys([*cited_series(analysis), *evals]):
         if name not in drawn and view.has(name):
             plots.panels.append(_cited_panel(view, analysis, name, to_x, flagged, buckets, plots))
     heat = _rank_panel(analysis, to_x)
@@ -603,7 +605,9 @@ def _cited_by(f) -> list[str]:
 def _cited_panel(view, analysis, name: str, to_x, flagged, buckets, plots) -> Panel:
     steps, values, idx = _series(view, name, flagged, buckets, plots)
     codes = sorted({f.code for f in analysis.findings if name in _cited_by(f)})
-    panel = Panel(f"cited:{name}", f"{name} (cited by: {', '.join(codes)})", name)
+    checks = [c for b in analysis.verdict.basis if b.series == name for c in b.checks]
+    title = f"cited by: {', '.join(codes)}" if codes else f"checked by: {', '.join(checks)}"
+    panel = Panel(f"cited:{name}", f"{name} ({title})", name)
     panel.lines.append(Line(name, display_x(to_x(steps[idx])), display_values(values[idx])))
     finite = values[np.isfinite(values)]
     if finite.size and finite.min() > 0 and finite.max() / finite.min() > 100:

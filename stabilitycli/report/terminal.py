@@ -102,6 +102,8 @@ def _coverage_line(analysis: Analysis) -> Table:
     if cov.not_checked:
         reasons = "; ".join(f"{s.code} ({s.reason})" for s in cov.not_checked)
         grid.add_row("not checked:", Text(terminal(reasons), style="yellow"))
+    if cov.series:
+        grid.add_row("series read:", Text(terminal(cov.series_line())))
     return grid
 
 

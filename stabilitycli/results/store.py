@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.model import Severity
 from stabilitycli.ingest import remote
 from stabilitycli.pipeline import batch
 from stabilitycli.pipeline.batch import BatchSettings, RunResult, first_bad_step
@@ -325,6 +326,8 @@ class Sweep:
             doc = _stored_json(document)
             if not isinstance(doc, dict):
                 return None  # a document damaged in the store: analysed again, and replaced
+            if worst is not None and worst not in {int(s) for s in Severity}:
+                return None  # so is a damaged severity
             result = RunResult(location, doc=doc, fragment=fragment, worst=worst)
         self.reused.add(location)
         return result

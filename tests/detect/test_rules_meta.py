@@ -46,6 +46,8 @@ FIRES = {
     "rank-nonfinite": FIXTURES / "ranks" / "nan_rank.jsonl.gz",
     "rank-silent": FIXTURES / "ranks" / "silent_rank.jsonl.gz",
     "straggler": FIXTURES / "ranks" / "straggler.jsonl.gz",
+    "eval-nonfinite": FIXTURES / "rules" / "eval-nonfinite" / "fires" / "run.jsonl.gz",
+    "overfitting": FIXTURES / "rules" / "overfitting" / "fires" / "run.jsonl.gz",
 }
 QUIET = run_fixture("healthy-low-noise")
 ALL_CODES = sorted({code for rule in load_rules().values() for code in rule.emits})

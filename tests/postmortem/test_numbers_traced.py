@@ -287,6 +287,11 @@ RECURRING = re.compile(
     r"(?:step|steps)\b"
 )
 WARNINGS = re.compile(r"\((?P<n>\d+) warning\(s\) worth a look\)")
+# what a healthy headline rests on: "loss 1,500 points (steps 0-1499)", "8 ranks"
+BASIS = re.compile(
+    r"(?P<series>[\w/.]+) (?P<n>[\d,]+) (?:points?|evaluations?) \(steps (?P<a>\d+)-(?P<b>\d+)\)"
+)
+BASIS_RANKS = re.compile(r"(?P<n>\d+) ranks\b")
 
 
 def _whole(value: float) -> str:
@@ -531,6 +536,14 @@ def _headline(ledger: Ledger, raw: Raw, run: dict) -> None:
             text = text.replace(m.group(0), "")
         else:
             ledger.same("no warning left unsaid", warnings, 0)
+        for b in BASIS.finditer(text):
+            s, _ = raw.series(b["series"])
+            ledger.same(f"{b['series']} points", int(b["n"].replace(",", "")), s.size)
+            ledger.same(f"{b['series']} steps", (int(b["a"]), int(b["b"])), (s[0], s[-1]))
+        if (r := BASIS_RANKS.search(text)) and raw.by_rank is not None:
+            ledger.same("ranks", int(r["n"]), raw.by_rank["rank"].n_unique())
+            text = text.replace(r.group(0), "")
+        text = BASIS.sub("", text)
     else:
         ledger.counts[ledger.kind] += 1  # insufficient-data: a headline with no number
     left = re.findall(r"(?<![\w.])\d[\d.,]*(?:e[+-]?\d+)?", re.sub(CONSTANTS, " ", text))

@@ -20,6 +20,9 @@ VERDICTS = {
     "divergence",
     "plateau",
     "rank-outlier",
+    "rank-silent",
+    "eval-nonfinite",
+    "overfitting",
 }
 CAUSES = {
     None,

@@ -14,6 +14,7 @@ from stabilitycli.detect.series import SeriesView
     "5",
     "one data-parallel rank sits away from its cohort, goes non-finite, falls silent or lags",
     emits=RANK_KINDS,
+    series=("loss",),
     reads=(
         "rank_z",
         "rank_persist_steps",
