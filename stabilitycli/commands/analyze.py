@@ -136,6 +136,16 @@ ShowSettingsOpt = Annotated[
 ]
 
 
+PlannedRestartsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--planned-restarts",
+        help="Steps where the LR is restarted on purpose (e.g. 1000,2000): a loss bump there "
+        "that decays is a schedule-restart, not a spike (--set planned_lr_restart_steps=...).",
+    ),
+]
+
+
 @takes_read_options(then={"dtype": ("select", "ignore", "set_values")})
 def command(
     path: PathsArg,
@@ -159,9 +169,12 @@ def command(
     time_limit: TimeLimitOpt = None,
     results: ResultsOpt = None,
     show_settings: ShowSettingsOpt = False,
+    planned_restarts: PlannedRestartsOpt = None,
 ) -> None:
     """Read one run (or many), walk the stability decision tree (NaN, spikes, fp16 loss
     scale, divergence) and print the verdict with its evidence and remedies."""
+    if planned_restarts:  # the flag is the threshold, said shorter
+        set_values = [*(set_values or []), f"planned_lr_restart_steps={planned_restarts}"]
     try:
         options = read.options()
     except StabUsageError as err:

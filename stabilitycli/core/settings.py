@@ -207,7 +207,17 @@ def sentence(settings: dict[str, Any] | None) -> str | None:
     if not changed:
         return None
     parts = [
-        f"{s['name']} = {s['value']:g} (default {s['default']:g}; from {s['source']})"
+        f"{s['name']} = {_shown(s['value'])} (default {_shown(s['default'])}; "
+        f"from {s['source']})"
         for s in changed
     ]
     return "Thresholds not at their defaults: " + "; ".join(parts) + "."
+
+
+def _shown(value: Any) -> str:
+    """A setting as said: a number in %g, a list of steps comma-separated, a flag as a word."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "none"
+    return f"{value:g}"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     from stabilitycli.detect.kinds.divergence import TrendEvidence
+    from stabilitycli.detect.lr_plan import LrPlan
     from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence, SpikeEvent
@@ -68,6 +69,12 @@ class Facts:
     """§4 trend windows scanned and their largest z (rule `divergence`)."""
     restart_replays: list[RestartReplayEvidence] = field(default_factory=list)
     """Per restart, the replayed steps judged against pre-restart noise (rule `restart-replay`)."""
+
+    lr_plan: LrPlan | None = None
+    """The LR schedule as planned (warmup, restarts, decays, cooldown), read from the LR and
+    the declared restarts before any rule runs (`lr_plan.recognise_plan`)."""
+    ignored: frozenset[str] = frozenset()
+    """Codes the user ignored (--ignore): a spike cause resting on one is not named."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:
         """Store what a rule found, refusing names it did not declare (a wiring bug, not input)."""

@@ -1,0 +1,96 @@
+"""Loss bumps after planned LR restarts: the schedule working, or a spike the restart caused.
+
+A warm restart raises the LR back to its peak and the loss bumps up and decays back; the
+spike rule builds the event as it does any other and names the restart as its cause
+(`LrRestart`), and this module decides which it was. Decayed: back to the event's baseline
+within `restart_decay_period_frac` of the period (or `recovery_window_steps`, if longer), not
+kept rising past its peak, and not far longer (`restart_decay_ratio`) than the earlier
+restarts took. Such a bump is an informational `schedule-restart`; any other stays a spike
+(persistent or divergent, caused by the restart), so a blow-up after a restart is reported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.core.model import Finding
+from stabilitycli.detect.kinds.spike import (
+    SCHEDULE_RESTART,
+    LrRestart,
+    ScheduleRestartEvidence,
+    SpikeEvent,
+)
+from stabilitycli.detect.lr_plan import LrPlan
+
+
+def restart_cause(event: SpikeEvent) -> LrRestart | None:
+    return next((c for c in event.causes if isinstance(c, LrRestart)), None)
+
+
+def split_restart_bumps(
+    spikes: list[SpikeEvent], plan: LrPlan | None, last_step: int, thresholds: Thresholds
+) -> tuple[list[SpikeEvent], list[Finding]]:
+    """The spikes left, and a `schedule-restart` finding for each decayed restart bump."""
+    if plan is None or not plan.restarts:
+        return spikes, []
+    kept: list[SpikeEvent] = []
+    bumps: list[Finding] = []
+    decays: list[int] = []  # of the earlier restarts that decayed
+    later = [r.step for r in plan.restarts]
+    for event in spikes:
+        cause = restart_cause(event)
+        if cause is None:
+            kept.append(event)
+            continue
+        step = cause["restart_step"]
+        following = [s for s in later if s > step]
+        period = plan.period_steps or ((following[0] if following else last_step) - step)
+        limit = int(max(thresholds.recovery_window_steps, thresholds.restart_decay_period_frac * period))
+        decay = None if event.recovery_step is None else event.recovery_step - step
+        slower = bool(
+            decays
+            and decay is not None
+            and decay > thresholds.recovery_window_steps
+            and decay > thresholds.restart_decay_ratio * float(np.median(decays))
+        )
+        if decay is None or decay > limit or event.spike_type == 3 or slower:
+            kept.append(event)
+            continue
+        decays.append(decay)
+        bumps.append(_finding(event, cause, decay, limit, plan))
+    return kept, bumps
+
+
+def _finding(
+    event: SpikeEvent, cause: LrRestart, decay: int, limit: int, plan: LrPlan
+) -> Finding:
+    restart = next(r for r in plan.restarts if r.step == cause["restart_step"])
+    bump = event.peak - event.mu
+    origin = "declared" if restart.declared else "planned"
+    return SCHEDULE_RESTART.finding(
+        f"{origin} LR restart at step {restart.step} (LR {restart.lr_before:.3g} at step "
+        f"{restart.step_before} -> {restart.lr_after:.3g}): the loss bumped +{bump:.3g} "
+        f"(peak {event.peak:.4g} at step {event.peak_step} over the baseline mean "
+        f"{event.mu:.4g}) and was back at baseline by step {event.recovery_step}, "
+        f"{decay} steps after the restart (a decayed bump comes back within {limit})",
+        step=restart.step,
+        end_step=event.recovery_step,
+        metric="loss",
+        evidence=ScheduleRestartEvidence(
+            restart_step=restart.step,
+            step_before=restart.step_before,
+            lr_before=restart.lr_before,
+            lr_after=restart.lr_after,
+            baseline_mean=event.mu,
+            baseline_first_step=event.baseline_first_step,
+            baseline_last_step=event.baseline_last_step,
+            peak=event.peak,
+            peak_step=event.peak_step,
+            bump=float(bump),
+            recovery_step=int(event.recovery_step or 0),
+            decay_steps=int(decay),
+            decay_limit_steps=limit,
+            declared=restart.declared,
+        ),
+    )
