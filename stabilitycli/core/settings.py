@@ -207,8 +207,7 @@ def sentence(settings: dict[str, Any] | None) -> str | None:
     if not changed:
         return None
     parts = [
-        f"{s['name']} = {_shown(s['value'])} (default {_shown(s['default'])}; "
-        f"from {s['source']})"
+        f"{s['name']} = {_shown(s['value'])} (default {_shown(s['default'])}; from {s['source']})"
         for s in changed
     ]
     return "Thresholds not at their defaults: " + "; ".join(parts) + "."

@@ -64,7 +64,7 @@ from stabilitycli.detect.windows import median_interval
         "weight_norm_ratio",
         "widened_window_points",
     ),
-    needs=("spikes", "lr_plan"),
+    needs=("spikes",),
     provides=("trend",),
 )
 def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:

@@ -182,7 +182,11 @@ def _planned(
         earlier = float(np.max(lr[: low + 1]))
         at_resume = any(steps[low] <= s <= steps[top] for s in resumes)
         same = abs(lr[top] - earlier) <= tol * earlier
-        shaped = _same_shape(int(np.argmax(lr[: low + 1])), top, steps, lr, tol)
+        peak = int(np.argmax(lr[: low + 1]))
+        # a peak at the first point is one only where the log starts with the run: a log that
+        # starts mid-schedule shows its first LR as a top it never rose to
+        real = peak > 0 or steps[0] <= np.median(np.diff(steps[: low + 1]))
+        shaped = real and _same_shape(peak, top, steps, lr, tol)
         return candidates if same and shaped and not at_resume else []
     same_peak = np.abs(tops - np.median(tops)) <= tol * np.median(tops)
     group = [c for c, ok in zip(candidates, same_peak, strict=True) if ok]

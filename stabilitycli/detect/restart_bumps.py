@@ -3,8 +3,8 @@
 A warm restart raises the LR back to its peak and the loss bumps up and decays back; the
 spike rule builds the event as it does any other and names the restart as its cause
 (`LrRestart`), and this module decides which it was. Decayed: back to the event's baseline
-within `restart_decay_period_frac` of the period (or `recovery_window_steps`, if longer), not
-kept rising past its peak, and not far longer (`restart_decay_ratio`) than the earlier
+within `restart_decay_period_frac` of the period (or `recovery_window_steps`, if longer),
+and not far longer (`restart_decay_ratio`) than the earlier
 restarts took. Such a bump is an informational `schedule-restart`; any other stays a spike
 (persistent or divergent, caused by the restart), so a blow-up after a restart is reported.
 """
@@ -46,7 +46,9 @@ def split_restart_bumps(
         step = cause["restart_step"]
         following = [s for s in later if s > step]
         period = plan.period_steps or ((following[0] if following else last_step) - step)
-        limit = int(max(thresholds.recovery_window_steps, thresholds.restart_decay_period_frac * period))
+        limit = int(
+            max(thresholds.recovery_window_steps, thresholds.restart_decay_period_frac * period)
+        )
         decay = None if event.recovery_step is None else event.recovery_step - step
         slower = bool(
             decays
@@ -54,7 +56,9 @@ def split_restart_bumps(
             and decay > thresholds.recovery_window_steps
             and decay > thresholds.restart_decay_ratio * float(np.median(decays))
         )
-        if decay is None or decay > limit or event.spike_type == 3 or slower:
+        # back within the limit is decayed, whatever later restarts do (a type-3 spike's
+        # "kept rising" looks at the whole rest of the log, the next restarts' bumps too)
+        if decay is None or decay > limit or slower:
             kept.append(event)
             continue
         decays.append(decay)
@@ -62,9 +66,7 @@ def split_restart_bumps(
     return kept, bumps
 
 
-def _finding(
-    event: SpikeEvent, cause: LrRestart, decay: int, limit: int, plan: LrPlan
-) -> Finding:
+def _finding(event: SpikeEvent, cause: LrRestart, decay: int, limit: int, plan: LrPlan) -> Finding:
     restart = next(r for r in plan.restarts if r.step == cause["restart_step"])
     bump = event.peak - event.mu
     origin = "declared" if restart.declared else "planned"

@@ -43,7 +43,6 @@ from stabilitycli.detect.windows import (
         "lr_restarts_intended",
         "planned_lr_restart_steps",
     ),
-    needs=("lr_plan",),
 )
 def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """An upward discontinuity in the learning rate.
@@ -133,7 +132,6 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
         "planned_lr_restart_steps",
         "warmup_frac",
     ),
-    needs=("lr_plan",),
 )
 def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A learning rate that keeps rising past the warmup.

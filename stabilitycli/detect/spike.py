@@ -312,7 +312,6 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "stable_std_points",
         "widened_window_points",
     ),
-    needs=("lr_plan", "ignored"),
     provides=("spikes", "recurring_spikes", "blips", "spike_window", "spike_insufficient"),
 )
 def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
