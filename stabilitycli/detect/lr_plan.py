@@ -21,6 +21,8 @@ _FLAT = 1e-3
 _COOLDOWN_END_FRAC = 0.1
 # ...and takes at most this fraction of the run
 _COOLDOWN_MAX_FRAC = 0.5
+# a step decay starts from at least this fraction of the LR's peak
+_DECAY_MIN_FRAC = 0.01
 # a restart's rise is quick: it takes at most this fraction of the cycle before it
 _RISE_MAX_CYCLE_FRAC = 0.25
 
@@ -116,7 +118,9 @@ def recognise_plan(view: SeriesView, thresholds: Thresholds) -> LrPlan | None:
     if lr.size < 3:
         return None
     rises = _rises(steps, lr, thresholds)
-    warmup = rises[0] if rises and rises[0][0] == 0 else None
+    warmup = _warmup(lr, thresholds)
+    if warmup is not None:  # the ramp (plateaus of a rounded LR and all) is no restart
+        rises = [warmup] + [r for r in rises if r[0] >= warmup[1]]
     candidates = [r for r in rises if r is not warmup and _quick(r, steps, rises)]
     resumes = [r.resumed_from_step for r in view.restarts]
     planned = _planned(candidates, steps, lr, thresholds, resumes)
@@ -152,6 +156,16 @@ def _rises(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> list[tu
         big = lr[tops] > lr[lows] * (1 + thresholds.lr_jump_ratio)
     big |= (lr[lows] <= 0) & (lr[tops] > 0)
     return [(int(a), int(b)) for a, b in zip(lows[big], tops[big], strict=True)]
+
+
+def _warmup(lr: np.ndarray, thresholds: Thresholds) -> tuple[int, int] | None:
+    """(0, top row) of a ramp from the first point to the LR's first fall (a rounded LR
+    repeats values on the way up), when it rises more than `lr_jump_ratio`."""
+    falls = np.flatnonzero(np.diff(lr) < 0)
+    top = int(falls[0]) if falls.size else lr.size - 1
+    top = int(np.argmax(lr[: top + 1] >= lr[top]))  # where it reached its level (WSD: early)
+    rose = lr[top] > lr[0] * (1 + thresholds.lr_jump_ratio) or (lr[0] <= 0 < lr[top])
+    return (0, top) if top > 0 and rose else None
 
 
 def _quick(rise: tuple[int, int], steps: np.ndarray, rises: list[tuple[int, int]]) -> bool:
@@ -205,7 +219,9 @@ def _same_shape(first: int, top: int, steps: np.ndarray, lr: np.ndarray, tol: fl
         return False
     now = np.interp(steps[top] + offsets, steps, lr) / lr[top]
     then = np.interp(steps[first] + offsets, steps, lr) / lr[first]
-    return bool(np.all(np.abs(now - then) <= tol))
+    # twice the peak tolerance: a first cycle counted from step 0 under its warmup is a
+    # little ahead of the restarted one
+    return bool(np.all(np.abs(now - then) <= 2 * tol))
 
 
 def _period(
@@ -255,7 +271,10 @@ def _step_decays(
     flat = np.abs(ratio - 1) <= _FLAT
     flat_before = np.concatenate(([False], flat[:-1]))
     flat_after = np.concatenate((flat[1:], [True]))
+    # a rounded LR near 0 (1e-06 printed) steps down by its last digit: not a decay
+    material = lr[:-1] >= _DECAY_MIN_FRAC * np.max(lr)
     drop = (ratio <= 1 / (1 + thresholds.lr_jump_ratio)) & (ratio > 0) & flat_before & flat_after
+    drop &= material
     at = np.flatnonzero(drop)[:20]
     return tuple((int(steps[i + 1]), round(float(ratio[i]), 4)) for i in at)
 
