@@ -153,6 +153,11 @@ class Thresholds:
         "A loss bump after a planned restart has decayed when it is back to baseline within "
         "this fraction of the restart period (or recovery_window_steps, if longer).",
     )
+    restart_back_sigma: float = threshold(
+        1.0,
+        "A restart's bump is back when the median of recovery_median_points points is within "
+        "this many sigmas of the baseline mean before the restart.",
+    )
     restart_decay_ratio: float = threshold(
         3.0,
         "...and within this multiple of the earlier restarts' median decay (one that stays "

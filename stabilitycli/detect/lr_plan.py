@@ -21,6 +21,8 @@ _FLAT = 1e-3
 _COOLDOWN_END_FRAC = 0.1
 # ...and takes at most this fraction of the run
 _COOLDOWN_MAX_FRAC = 0.5
+# a single restart comes after its cycle fell to this fraction of the peak or below
+_CYCLE_DONE_FRAC = 0.25
 # a step decay starts from at least this fraction of the LR's peak
 _DECAY_MIN_FRAC = 0.01
 # a restart's rise is quick: it takes at most this fraction of the cycle before it
@@ -184,8 +186,8 @@ def _planned(
     resumes: list[int],
 ) -> list[tuple[int, int]]:
     """The rises that are restarts: all of them when intended; else two or more back to the
-    same peak at a regular period, or a single one back to the run's earlier peak that then
-    falls as the first cycle fell (not at a resume, where a scheduler that lost its state
+    same peak at a regular period, or a single one from the bottom of a cycle back to the
+    run's earlier peak that then falls as the first cycle fell (not at a resume, where a scheduler that lost its state
     restarts the same way; and not a whole schedule multiplied up, which falls faster)."""
     if thresholds.lr_restarts_intended or not candidates:
         return candidates
@@ -196,22 +198,35 @@ def _planned(
         earlier = float(np.max(lr[: low + 1]))
         at_resume = any(steps[low] <= s <= steps[top] for s in resumes)
         same = abs(lr[top] - earlier) <= tol * earlier
+        # the cycle before ran its course: a scheduler reset half-way down is no restart
+        same &= bool(lr[low] <= _CYCLE_DONE_FRAC * earlier)
         peak = int(np.argmax(lr[: low + 1]))
         # a peak at the first point is one only where the log starts with the run: a log that
         # starts mid-schedule shows its first LR as a top it never rose to
         real = peak > 0 or steps[0] <= np.median(np.diff(steps[: low + 1]))
         shaped = real and _same_shape(peak, top, steps, lr, tol)
         return candidates if same and shaped and not at_resume else []
-    same_peak = np.abs(tops - np.median(tops)) <= tol * np.median(tops)
-    group = [c for c, ok in zip(candidates, same_peak, strict=True) if ok]
-    if len(group) < 2:
-        return []
-    period, _ = _period([int(steps[a + 1]) for a, _ in group], int(steps[0]), thresholds)
-    return group if period is not None else []
+    # restarts to one peak, by cluster of tops: a bug that multiplies the schedule up
+    # leaves regular restarts to a second peak after it, and those are planned too
+    clusters: list[list[int]] = []
+    for i in np.argsort(tops):
+        if clusters and tops[i] <= tops[clusters[-1][0]] * (1 + 2 * tol):
+            clusters[-1].append(int(i))
+        else:
+            clusters.append([int(i)])
+    planned: list[tuple[int, int]] = []
+    for members in clusters:
+        group = sorted(candidates[i] for i in members)
+        at = [int(steps[a + 1]) for a, _ in group]
+        if len(group) >= 2 and _period(at, int(steps[0]), thresholds)[0] is not None:
+            planned += group
+    return sorted(planned)
 
 
 def _same_shape(first: int, top: int, steps: np.ndarray, lr: np.ndarray, tol: float) -> bool:
-    """Does the LR after `top` fall, relative to its top, as it fell after the first peak?"""
+    """Does the LR after `top` fall, relative to its top, no faster than it fell after the
+    first peak? (A longer cycle, T_mult > 1, falls slower; a schedule multiplied up, which
+    goes on from where it was, falls faster.)"""
     cycle = steps[top] - steps[first]
     offsets = np.array([0.1, 0.25, 0.5]) * cycle
     offsets = offsets[steps[top] + offsets <= steps[-1]]
@@ -221,17 +236,19 @@ def _same_shape(first: int, top: int, steps: np.ndarray, lr: np.ndarray, tol: fl
     then = np.interp(steps[first] + offsets, steps, lr) / lr[first]
     # twice the peak tolerance: a first cycle counted from step 0 under its warmup is a
     # little ahead of the restarted one
-    return bool(np.all(np.abs(now - then) <= 2 * tol))
+    return bool(np.all(now >= then - 2 * tol))
 
 
 def _period(
     restart_steps: list[int], first_step: int, thresholds: Thresholds
 ) -> tuple[float | None, float | None]:
-    """(period, growth) when the gaps between restarts (the first from the run's start) are
-    equal, or each a constant whole multiple of the one before (T_mult); else (None, None)."""
+    """(period, growth) when the gaps between restarts (with two, and the gap from the run's
+    start) are equal, or each a constant whole multiple of the one before (T_mult); else (None, None)."""
     if len(restart_steps) < 2:
         return None, None
-    gaps = np.diff(np.array([first_step, *restart_steps], dtype=float))
+    # from the run's start only with two restarts (one gap between them says nothing)
+    points = restart_steps if len(restart_steps) >= 3 else [first_step, *restart_steps]
+    gaps = np.diff(np.array(points, dtype=float))
     tol = thresholds.lr_restart_period_frac
     median = float(np.median(gaps))
     if median > 0 and np.all(np.abs(gaps - median) <= tol * median):

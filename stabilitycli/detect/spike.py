@@ -281,6 +281,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "lr_restart_period_frac",
         "lr_restarts_intended",
         "planned_lr_restart_steps",
+        "restart_back_sigma",
         "restart_decay_period_frac",
         "restart_decay_ratio",
         "cause_lead_steps",
@@ -328,7 +329,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     {restart_spike_steps} steps before), or is large (z >= {spike_large_z:g} and peak
     >= {spike_large_ratio:g}x the baseline); anything else is a blip (info).
     A bump after a planned LR restart (warm restarts recognised from the LR, or
-    declared in `planned_lr_restart_steps`) that is back to baseline within
+    declared in `planned_lr_restart_steps`) that is back within
+    {restart_back_sigma:g} sigma of its baseline mean within
     {restart_decay_period_frac:.0%} of the restart period (or the recovery window,
     if longer) and no slower than {restart_decay_ratio:g}x the earlier restarts is a
     `schedule-restart` (info); one that does not decay stays a spike caused by the
@@ -434,7 +436,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         next_free = _after_event(event, steps, thresholds)
 
     spikes, restart_bumps = split_restart_bumps(
-        [e for e in events if e.material], facts.lr_plan, int(steps[-1]), thresholds
+        [e for e in events if e.material], facts.lr_plan, steps, loss, thresholds
     )
     result.findings.extend(restart_bumps)
     blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, mean, sigma)

@@ -35,7 +35,9 @@ def sgdr(
     loss = loss + np.where(cycle > 0, bump * np.exp(-into / (decay_steps / 3)), 0.0)
     if blowup_at is not None:
         later = np.clip(step - blowup_at, 0, None)
-        loss = loss + np.where(step >= blowup_at, 0.5 * np.minimum(later / 100, 1) + later / 2000, 0)
+        loss = loss + np.where(
+            step >= blowup_at, 0.5 * np.minimum(later / 100, 1) + later / 2000, 0
+        )
     return {"step": step, "loss": loss + rng.normal(0, 0.02, step.size), "lr": lr}
 
 
