@@ -80,7 +80,9 @@ def bug_run(kind, interval, period, rng) -> tuple[dict[str, np.ndarray], int]:
     if kind == "blowup-after-restart":  # the loss climbs after a restart and stays up
         lr, into = _sgdr_lr(steps, period, 1)
         loss = _bumped(loss, into, 0.05, 100)
-        at = int(np.flatnonzero((into == 0) & (np.arange(steps.size) >= at))[0])
+        restarts = np.flatnonzero(into == 0)
+        inside = restarts[(restarts >= 0.3 * RUN_POINTS) & (restarts <= 0.8 * RUN_POINTS)]
+        at = int(rng.choice(inside)) if inside.size else int(restarts[-1])
         after = steps[at:] - steps[at]
         loss[at:] *= 1 + 0.1 * np.minimum(after / 200, 1)
         return {"step": steps, "loss": loss, "lr": lr}, at

@@ -269,7 +269,7 @@ def _reading(target: str, wanted: bool):
 
 def _show_settings(target: str, set_values: list[str] | None) -> int:
     """Every threshold for the run at `target`: name, value, default, source. Exit status."""
-    from stabilitycli.core.settings import load_settings
+    from stabilitycli.core.settings import load_settings, shown
 
     try:
         _, settings = load_settings(target, pairs(set_values, "--set"))
@@ -277,6 +277,6 @@ def _show_settings(target: str, set_values: list[str] | None) -> int:
         raise fail(str(err)) from None
     width = max(len(s.name) for s in settings.entries)
     for s in settings.entries:
-        default = "" if not s.changed else f" (default {s.default:g})"
-        typer.echo(f"{s.name:<{width}}  {s.value:<10g}  {s.source}{default}")
+        default = "" if not s.changed else f" (default {shown(s.default)})"
+        typer.echo(f"{s.name:<{width}}  {shown(s.value):<10}  {s.source}{default}")
     return 0
