@@ -8,12 +8,12 @@ finding, counted per 10^5 logged points.
 
 LR bugs, each in an otherwise healthy run, at 30-80% of it, the loss answering with a bump:
 the LR jumps x3 to a level never seen (in a plain cosine run, and off-period inside an SGDR
-run), and a scheduler reset half-way down a cosine (at 47-60% of the run the LR, at
-40-60% of its peak, goes back to the peak and the cosine starts over: a rise past the
-+50% jump bar; a reset from higher up is under the bar by definition); and in an SGDR run
-the loss climbing +10% of its level over the 200 steps after a restart and staying there
-(recall: a warning/error `spike` or `divergence` from that restart to half a period on). Recall: an `lr-jump` finding within one logged point of the
-bug.
+run), and a scheduler reset half-way down a cosine (at 47-60% of the run the LR, at 40-60%
+of its peak, goes back to the peak and the cosine starts over: a rise past the +50% jump
+bar; a reset from higher up is under the bar by definition); and in an SGDR run the loss
+climbing +10% of its level over the 200 steps after a restart and staying there (recall: a
+warning/error `spike` or `divergence` from that restart to half a period on). For the
+others, recall is an `lr-jump` finding within one logged point of the bug.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ import typer
 
 from stabilitycli.commands._common import (
     SetOpt,
-    split_codes,
     load_and_analyze,
+    split_codes,
     write_output,
 )
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options

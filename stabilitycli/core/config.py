@@ -395,8 +395,8 @@ class Thresholds:
                 typed[name] = kind(raw)
             except (TypeError, ValueError):
                 raise StabUsageError(
-                    f"{origin}: threshold {key} must be {_KIND_WORDS.get(kind, 'a ' + kind.__name__)}, "
-                    f"got {raw!r}"
+                    f"{origin}: threshold {key} must be "
+                    f"{_KIND_WORDS.get(kind, 'a ' + kind.__name__)}, got {raw!r}"
                 ) from None
         return replace(self, **typed)
 

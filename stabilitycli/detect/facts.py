@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     from stabilitycli.detect.kinds.divergence import TrendEvidence
-    from stabilitycli.detect.lr_plan import LrPlan
     from stabilitycli.detect.kinds.nan import FiniteLoss, NanEvidence
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence, SpikeEvent
+    from stabilitycli.detect.lr_plan import LrPlan
     from stabilitycli.detect.ranks.report import RankReport
 
 

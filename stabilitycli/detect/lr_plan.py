@@ -187,8 +187,9 @@ def _planned(
 ) -> list[tuple[int, int]]:
     """The rises that are restarts: all of them when intended; else two or more back to the
     same peak at a regular period, or a single one from the bottom of a cycle back to the
-    run's earlier peak that then falls as the first cycle fell (not at a resume, where a scheduler that lost its state
-    restarts the same way; and not a whole schedule multiplied up, which falls faster)."""
+    run's earlier peak that then falls no faster than the first cycle fell (not at a resume,
+    where a scheduler that lost its state restarts the same way; and not a whole schedule
+    multiplied up, which falls faster)."""
     if thresholds.lr_restarts_intended or not candidates:
         return candidates
     tol = thresholds.lr_restart_peak_frac
@@ -243,7 +244,8 @@ def _period(
     restart_steps: list[int], first_step: int, thresholds: Thresholds
 ) -> tuple[float | None, float | None]:
     """(period, growth) when the gaps between restarts (with two, and the gap from the run's
-    start) are equal, or each a constant whole multiple of the one before (T_mult); else (None, None)."""
+    start) are equal, or each a constant whole multiple of the one before (T_mult); else
+    (None, None)."""
     if len(restart_steps) < 2:
         return None, None
     # from the run's start only with two restarts (one gap between them says nothing)

@@ -113,7 +113,8 @@ def _finding(
         f"{origin} LR restart at step {restart.step} (LR {restart.lr_before:.3g} at step "
         f"{restart.step_before} -> {restart.lr_after:.3g}): the loss bumped +{bump:.3g} "
         f"(peak {event.peak:.4g} at step {event.peak_step} over the baseline mean "
-        f"{event.mu:.4g}) and was back within {thresholds.restart_back_sigma:g} sigma of it by step {back}, "
+        f"{event.mu:.4g}) and was back within {thresholds.restart_back_sigma:g} sigma of it "
+        f"by step {back}, "
         f"{decay} steps after the restart (a decayed bump is back within {limit} steps)",
         step=restart.step,
         end_step=back,

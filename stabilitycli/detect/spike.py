@@ -14,9 +14,9 @@ from stabilitycli.core.model import Finding, Severity, Skip
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
     BLIP,
+    CAUSE_CODES,
     GRAD_NORM_JUMP,
     LOSS_JUMP,
-    CAUSE_CODES,
     RECURRING_SPIKES,
     SCHEDULE_RESTART,
     SPIKE,
