@@ -51,6 +51,7 @@ from _dq_report import (
     target_matrix_md,
     target_summary_md,
 )
+from _dq_schedule import run_schedule_cases, schedule_md
 from _dq_score import init_worker, run_task
 from _dq_synth import (
     BLOCK_POINTS,
@@ -529,6 +530,8 @@ def render(
             table = kind_table_md(kind, ranked, FAMILIES)
             if table:
                 out += [f"### {kind}: {KIND_TITLE[kind]}", "", *table, ""]
+    if meta.get("schedules"):
+        out += schedule_md(meta["schedules"])
     out += [
         "## The real residual noise",
         "",
@@ -571,6 +574,8 @@ def main() -> None:
         file=sys.stderr,
     )
     results = run_all(tasks, args.jobs, real)
+    # planned schedules against LR bugs (#34): in-process, a few seconds
+    meta_schedule = run_schedule_cases(args.seed, args.quick)
     wall = time.perf_counter() - started
 
     cells, healthy, targets = summaries(results)
@@ -603,6 +608,7 @@ def main() -> None:
         "healthy_points": sum(h["points"] for h in healthy if not h["case"]["ranks"]),
         "healthy_runs": profile["healthy_runs"],
         "long_runs": profile["long_runs"],
+        "schedules": meta_schedule,
     }
     meta["stab"] = describe_identity(meta["stab_identity"], args.label)
     text = render(meta, targets, cells, healthy, real.sources, comparison)

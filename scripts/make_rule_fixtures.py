@@ -356,6 +356,43 @@ def lr_jump_cases() -> None:
     )
 
 
+def sgdr(seed: int, decay_steps: float, steps: int = 4000, period: int = 1000) -> dict:
+    """Cosine with warm restarts every `period` steps (SGDR, 100-step warmup), the loss
+    bumping +0.3 after each restart and falling back with time constant `decay_steps`
+    (a negative one: linearly, to 0 after -decay_steps)."""
+    rng = np.random.default_rng(seed)
+    step = np.arange(steps)
+    into = step % period
+    lr = 1e-6 + 0.5 * (3e-4 - 1e-6) * (1 + np.cos(np.pi * into / period))
+    lr = np.where(step < 100, 3e-4 * (step + 1) / 100, lr)
+    shape = (
+        np.exp(-into / decay_steps) if decay_steps > 0 else np.clip(1 + into / decay_steps, 0, None)
+    )
+    bump = np.where(step >= period, 0.3 * shape, 0.0)
+    loss = 2.0 + 2.0 * np.exp(-step / 250) + bump + rng.normal(0, 0.02, steps)
+    return {"step": step, "loss": loss, "lr": lr}
+
+
+def schedule_restart_cases() -> None:
+    write_case(
+        "schedule-restart",
+        "fires",
+        rows_of(sgdr(181, 20.0), "loss", "lr"),
+        "SGDR: the LR back to its 3e-4 peak every 1000 steps; the loss bumps +0.3 after "
+        "each restart and decays with a 20-step time constant",
+        step=1000,
+    )
+    write_case(
+        "schedule-restart",
+        "quiet",
+        rows_of(sgdr(182, -750.0), "loss", "lr"),
+        "the same restarts, the bump falling linearly to 0 over 750 steps: back to "
+        "baseline after more than half the 1000-step period",
+        fires_with={"restart_decay_period_frac": 0.9},
+        event_step=1000,
+    )
+
+
 # --- §3 --------------------------------------------------------------------------------
 
 
@@ -864,6 +901,7 @@ def main() -> None:
         grad_norm_spike_cases,
         duplicate_batch_cases,
         lr_jump_cases,
+        schedule_restart_cases,
         loss_scale_cases,
         divergence_cases,
         schedule_cases,

@@ -164,6 +164,10 @@ _CAUSE_TEXT: dict[str, str] = {
         "dominated the update (a long-tail batch)"
     ),
     "lr-discontinuity": "the learning rate jumped just before the spike: a schedule bug",
+    "lr-restart": (
+        "the loss rose after a planned LR restart and did not decay as a restart's bump does: "
+        "the restarted LR is too high for this stage of training"
+    ),
     DUPLICATE_BATCH.code: "the batch at the spike repeats a recent batch id: a data-loader bug",
     "optimizer-reset": (
         "the spike began right after a restart: optimizer/scheduler/data state was not restored"

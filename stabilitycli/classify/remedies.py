@@ -209,6 +209,10 @@ _FIX_LR_JUMP = _remedy(
     "fix the LR schedule: the LR jumped just before {start} (look at the scheduler's state after "
     "a resume, the warmup and step bookkeeping, and any LR changed by hand)"
 )
+_LOWER_RESTART_PEAK = _remedy(
+    "lower the peak LR the schedule restarts to (or restart less often): the loss did not "
+    "come back after the planned restart at {start}"
+)
 _FIX_DATA_LOADER = _remedy(
     "fix the data loader: the batch at {start} repeats one seen within the "
     "{duplicate_batch_window_steps} steps before (check the sampler's seed and its position "
@@ -348,6 +352,7 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
     ("spike-persistent", "long-tail-token"): (_RELOAD_BEFORE_SPIKE, *_LONG_TAIL_FIX),
     ("spike-persistent", "lr-discontinuity"): (_RELOAD_BEFORE_SPIKE, _FIX_LR_JUMP),
     ("spike-persistent", DUPLICATE_BATCH.code): (_RELOAD_BEFORE_SPIKE, _FIX_DATA_LOADER),
+    ("spike-persistent", "lr-restart"): (_RELOAD_BEFORE_SPIKE, _LOWER_RESTART_PEAK),
     # the resume itself lost the state: resuming again, with all of it, is the repair
     ("spike-persistent", "optimizer-reset"): _RESUME_FIX,
     # spec Q2.4: with no cause seen, the generic repair
@@ -361,6 +366,7 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
     ("spike-recoverable", "long-tail-token"): _LONG_TAIL_FIX,
     ("spike-recoverable", "lr-discontinuity"): (_FIX_LR_JUMP,),
     ("spike-recoverable", DUPLICATE_BATCH.code): (_FIX_DATA_LOADER,),
+    ("spike-recoverable", "lr-restart"): (_LOWER_RESTART_PEAK,),
     ("spike-recoverable", "optimizer-reset"): _RESUME_FIX,
     ("spike-recoverable", None): (_TRACE_UNEXPLAINED_SPIKE,),
     (LOSS_SCALE_COLLAPSED.code, "activation-overflow"): _COLLAPSE,

@@ -431,10 +431,17 @@ def _verdict(w: _Walk) -> Verdict:
         )
     notes = [f for f in findings if f.severity == Severity.WARNING]
     left_out = [code for code in _TREE_RULES if code in w.not_run]
+    bumps = w.by_code.get("schedule-restart", [])
     summary = (
         "no instability found"
         + (f" by the selected checks ({', '.join(left_out)} not run)" if left_out else "")
         + (f" ({len(notes)} warning(s) worth a look)" if notes else "")
+        + (
+            f"; the loss bumps after {len(bumps)} planned LR restart(s) (steps "
+            f"{', '.join(str(f.step) for f in bumps[:6])}) decayed as planned"
+            if bumps
+            else ""
+        )
         + _resting_on(w)
     )
     return Verdict("healthy", None, None, _sentence(summary), path, [], Severity.INFO, w.basis)
@@ -620,6 +627,11 @@ def _cause_numbers(c: Mapping[str, Any], grad_norm: str = "grad norm") -> str:
         return (
             f"LR {c['lr_before']:.4g} -> {c['lr']:.4g} at step {c['lr_step']} "
             f"({c['relative_jump']:+.0%}), {lead}"
+        )
+    if c["cause"] == "lr-restart" and "restart_step" in c:
+        return (
+            f"{'declared' if c['declared'] else 'recognised'} restart at step {c['restart_step']}: "
+            f"LR {c['lr_before']:.4g} -> {c['lr']:.4g}, {lead}"
         )
     if c["cause"] == DUPLICATE_BATCH.code and "repeat_of_step" in c:
         return (

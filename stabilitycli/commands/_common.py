@@ -164,14 +164,14 @@ def print_rendered(rendered, width: int | None = None) -> None:
     console.print(rendered)
 
 
-def load_and_analyze(path: str, read: ReadArgs | None = None, set_values=None):
+def load_and_analyze(path: str, read: ReadArgs | None = None, set_values=None, ignore=None):
     """(RunData, Analysis, Thresholds) for one run; exit 2 with one line on bad input."""
     try:
         from stabilitycli.pipeline import run as pipeline
 
         thresholds, settings = load_thresholds(path, set_values)
         data = pipeline.load_run(path, (read or ReadArgs()).options())
-        analysis = with_settings(pipeline.analyze(data, thresholds), settings)
+        analysis = with_settings(pipeline.analyze(data, thresholds, ignore=ignore), settings)
         return data, analysis, thresholds
     except (StabInputError, StabUsageError) as err:
         raise boundary(err, path) from None

@@ -136,6 +136,16 @@ ShowSettingsOpt = Annotated[
 ]
 
 
+PlannedRestartsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--planned-restarts",
+        help="Steps where the LR is restarted on purpose (e.g. 1000,2000): a loss bump there "
+        "that decays is a schedule-restart, not a spike (--set planned_lr_restart_steps=...).",
+    ),
+]
+
+
 @takes_read_options(then={"dtype": ("select", "ignore", "set_values")})
 def command(
     path: PathsArg,
@@ -159,9 +169,12 @@ def command(
     time_limit: TimeLimitOpt = None,
     results: ResultsOpt = None,
     show_settings: ShowSettingsOpt = False,
+    planned_restarts: PlannedRestartsOpt = None,
 ) -> None:
     """Read one run (or many), walk the stability decision tree (NaN, spikes, fp16 loss
     scale, divergence) and print the verdict with its evidence and remedies."""
+    if planned_restarts:  # the flag is the threshold, said shorter
+        set_values = [*(set_values or []), f"planned_lr_restart_steps={planned_restarts}"]
     try:
         options = read.options()
     except StabUsageError as err:
@@ -256,7 +269,7 @@ def _reading(target: str, wanted: bool):
 
 def _show_settings(target: str, set_values: list[str] | None) -> int:
     """Every threshold for the run at `target`: name, value, default, source. Exit status."""
-    from stabilitycli.core.settings import load_settings
+    from stabilitycli.core.settings import load_settings, shown
 
     try:
         _, settings = load_settings(target, pairs(set_values, "--set"))
@@ -264,6 +277,6 @@ def _show_settings(target: str, set_values: list[str] | None) -> int:
         raise fail(str(err)) from None
     width = max(len(s.name) for s in settings.entries)
     for s in settings.entries:
-        default = "" if not s.changed else f" (default {s.default:g})"
-        typer.echo(f"{s.name:<{width}}  {s.value:<10g}  {s.source}{default}")
+        default = "" if not s.changed else f" (default {shown(s.default)})"
+        typer.echo(f"{s.name:<{width}}  {shown(s.value):<10}  {s.source}{default}")
     return 0

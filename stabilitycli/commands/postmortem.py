@@ -14,6 +14,7 @@ import typer
 from stabilitycli.commands._common import (
     SetOpt,
     load_and_analyze,
+    split_codes,
     write_output,
 )
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
@@ -29,6 +30,14 @@ def command(
     ] = None,
     read: ReadArgs,
     set_values: SetOpt = None,
+    ignore: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ignore",
+            help="Rule or finding codes to leave out, as `analyze --ignore` does: the "
+            "root cause rests on none of them.",
+        ),
+    ] = None,
 ) -> None:
     # typer prints this line as is in `stab --help`; a wrapped docstring would break the listing
     """Write a Markdown post-mortem: symptoms, ranked hypotheses, root cause, fix, verification, cost."""  # noqa: E501
@@ -37,6 +46,6 @@ def command(
     from stabilitycli.postmortem.data import build
     from stabilitycli.report.postmortem import render
 
-    data, analysis, thresholds = load_and_analyze(path, read, set_values)
+    data, analysis, thresholds = load_and_analyze(path, read, set_values, split_codes(ignore))
     document = render(build(analysis, data, thresholds), date=datetime.date.today().isoformat())
     write_output(document, output)

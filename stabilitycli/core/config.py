@@ -137,6 +137,42 @@ class Thresholds:
         0.8,
         "An LR jump keeps acting while the LR stays within this fraction of its jumped value.",
     )
+    # --- planned schedules (warm restarts): recognised from the LR, or declared ---
+    lr_restart_peak_frac: float = threshold(
+        0.1,
+        "An LR rise whose top is within this fraction of the run's earlier peak (or of the "
+        "other rises' tops) returns to the same peak: a warm restart, not a jump.",
+    )
+    lr_restart_period_frac: float = threshold(
+        0.1,
+        "Warm restarts are regular when each gap between them is within this fraction of "
+        "the gap the period (or its constant growth, T_mult) predicts.",
+    )
+    restart_decay_period_frac: float = threshold(
+        0.5,
+        "A loss bump after a planned restart has decayed when it is back to baseline within "
+        "this fraction of the restart period (or recovery_window_steps, if longer).",
+    )
+    restart_back_sigma: float = threshold(
+        1.0,
+        "A restart's bump is back when the median of recovery_median_points points is within "
+        "this many sigmas of the baseline mean before the restart.",
+    )
+    restart_decay_ratio: float = threshold(
+        3.0,
+        "...and within this multiple of the earlier restarts' median decay (one that stays "
+        "up far longer than the ones before is reported as a spike).",
+    )
+    planned_lr_restart_steps: tuple[int, ...] = threshold(
+        (),
+        "Steps where the LR is restarted on purpose (e.g. 1000,2000): a loss bump there "
+        "that decays is a schedule-restart, not a spike.",
+    )
+    lr_restarts_intended: bool = threshold(
+        False,
+        "Every LR rise back up after warmup is intended (cyclic/restart schedules), "
+        "regular or not.",
+    )
     short_log_loss_jump_ratio: float = threshold(
         1.5,
         "In a log too short for a baseline, a loss rise of this factor between points is reported.",
@@ -379,6 +415,10 @@ class Thresholds:
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
+            if isinstance(value, tuple):  # a list of steps: each one a step
+                if not all(isinstance(v, int) and v >= 0 for v in value):
+                    raise StabUsageError(f"thresholds.{spec.name} must list steps >= 0")
+                continue
             if not isinstance(value, (int, float)) or value < 0:
                 raise StabUsageError(f"thresholds.{spec.name} must be a number >= 0, got {value!r}")
         for name in (
@@ -401,12 +441,13 @@ class Thresholds:
             name = key.replace("-", "_")
             if name not in known:
                 raise StabUsageError(f"{origin}: unknown threshold {key!r}")
-            kind = int if isinstance(getattr(self, name), int) else float
+            kind = _parse_kind(getattr(self, name))
             try:
                 typed[name] = kind(raw)
             except (TypeError, ValueError):
                 raise StabUsageError(
-                    f"{origin}: threshold {key} must be a {kind.__name__}, got {raw!r}"
+                    f"{origin}: threshold {key} must be "
+                    f"{_KIND_WORDS.get(kind, 'a ' + kind.__name__)}, got {raw!r}"
                 ) from None
         return replace(self, **typed)
 
@@ -414,6 +455,34 @@ class Thresholds:
     def describe(name: str) -> str:
         """What the threshold `name` does, for `stab explain` and the README ('' if unknown)."""
         return _FIELD_DOCS.get(name, "")
+
+
+def _steps_list(raw: Any) -> tuple[int, ...]:
+    """'1000,2000' (--set), [1000, 2000] (TOML) or one step, as steps."""
+    items = raw.replace(";", ",").split(",") if isinstance(raw, str) else raw
+    items = items if isinstance(items, (list, tuple)) else [items]
+    return tuple(sorted({int(str(v).strip()) for v in items if str(v).strip()}))
+
+
+def _flag(raw: Any) -> bool:
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+_KIND_WORDS: dict[Any, str] = {_steps_list: "a list of steps", _flag: "true or false"}
+
+
+def _parse_kind(default: Any) -> Any:
+    """How a value given as text or TOML is read for a field with this default."""
+    if isinstance(default, tuple):
+        return _steps_list
+    if isinstance(default, bool):
+        return _flag
+    return int if isinstance(default, int) else float
 
 
 THRESHOLD_NAMES: frozenset[str] = frozenset(spec.name for spec in fields(Thresholds))

@@ -207,7 +207,16 @@ def sentence(settings: dict[str, Any] | None) -> str | None:
     if not changed:
         return None
     parts = [
-        f"{s['name']} = {s['value']:g} (default {s['default']:g}; from {s['source']})"
+        f"{s['name']} = {shown(s['value'])} (default {shown(s['default'])}; from {s['source']})"
         for s in changed
     ]
     return "Thresholds not at their defaults: " + "; ".join(parts) + "."
+
+
+def shown(value: Any) -> str:
+    """A setting as said: a number in %g, a list of steps comma-separated, a flag as a word."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "none"
+    return f"{value:g}"

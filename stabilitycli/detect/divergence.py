@@ -168,9 +168,14 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     )
     end_step = int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
+    restarted = facts.lr_plan.restarts if facts.lr_plan is not None else ()
     causes = _causes(
-        view, start_step, max(end_step, start_step + thresholds.divergence_window_steps), thresholds
-    ) or _causes(view, start_step, int(steps[-1]), thresholds)
+        view,
+        start_step,
+        max(end_step, start_step + thresholds.divergence_window_steps),
+        thresholds,
+        restarted,
+    ) or _causes(view, start_step, int(steps[-1]), thresholds, restarted)
     for c in causes:
         if c["cause"] == GRAD_NORM_RISING.code:
             result.findings.append(
@@ -1020,10 +1025,13 @@ def _window_points(
     )
 
 
-def _causes(view: SeriesView, start: int, end: int, thresholds: Thresholds) -> list[RiseCause]:
-    """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the tree's order."""
+def _causes(
+    view: SeriesView, start: int, end: int, thresholds: Thresholds, restarted: tuple = ()
+) -> list[RiseCause]:
+    """Q4.2 -> Q4.3 -> Q4.4 for the window [start, end], in the tree's order (an LR that is
+    higher at the end only by a planned restart inside the window is not rising)."""
     causes: list[RiseCause] = []
-    if view.has("lr"):
+    if view.has("lr") and not any(start <= r.step <= end for r in restarted):
         s, lr = view.points("lr")
         inside = (s >= start) & (s <= end) & np.isfinite(lr)
         if inside.sum() >= 2:

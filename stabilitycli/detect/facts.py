@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from stabilitycli.detect.kinds.restart_replay import RestartReplayEvidence
     from stabilitycli.detect.kinds.spike import RecurringSpikesEvidence, SpikeEvent
     from stabilitycli.detect.log_words import LogWords
+    from stabilitycli.detect.lr_plan import LrPlan
     from stabilitycli.detect.overflow_ledger import OverflowLedger
     from stabilitycli.detect.ranks.report import RankReport
 
@@ -93,6 +94,12 @@ class Facts:
     pipeline from the view, not by a rule, since it reports no instability."""
     evals: list[EvalSeries] = field(default_factory=list)
     """Every eval loss series read: its key, evaluations and non-finite ones (`eval-nonfinite`)."""
+
+    lr_plan: LrPlan | None = None
+    """The LR schedule as planned (warmup, restarts, decays, cooldown), read from the LR and
+    the declared restarts before any rule runs (`lr_plan.recognise_plan`)."""
+    ignored: frozenset[str] = frozenset()
+    """Codes the user ignored (--ignore): a spike cause resting on one is not named."""
 
     def provide(self, rule_code: str, allowed: tuple[str, ...], values: dict[str, Any]) -> None:
         """Store what a rule found, refusing names it did not declare (a wiring bug, not input)."""

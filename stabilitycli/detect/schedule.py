@@ -36,7 +36,14 @@ from stabilitycli.detect.windows import (
     "learning rate jumped up between logged points",
     emits=(LR_JUMP,),
     series=("lr",),
-    reads=("lr_jump_local_ratio", "lr_jump_ratio"),
+    reads=(
+        "lr_jump_local_ratio",
+        "lr_jump_ratio",
+        "lr_restart_peak_frac",
+        "lr_restart_period_frac",
+        "lr_restarts_intended",
+        "planned_lr_restart_steps",
+    ),
 )
 def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """An upward discontinuity in the learning rate.
@@ -45,7 +52,12 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     from one logged point to the next, and by more than {lr_jump_local_ratio:g} times
     its own recent step-to-step change (`lr_jump_local_ratio`), so a linear warmup
     ramp is not a jump.
-    Scheduled drops (step decay) are deliberate and ignored.
+    Scheduled drops (step decay) are deliberate and ignored, and so are planned warm
+    restarts: rises back to the same peak (within {lr_restart_peak_frac:.0%}) at a regular
+    period (within {lr_restart_period_frac:.0%}), two or more of them, or one back to the
+    run's earlier peak away from a resume; rises at `planned_lr_restart_steps`; every rise
+    after warmup when `lr_restarts_intended`. A jump to a level never seen before is no
+    restart.
 
     Why it matters: a jumping LR is a schedule bug (Q2.3), often a scheduler
     whose state a checkpoint did not restore; the spike rule names it as the
@@ -75,7 +87,13 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     # three logged rises) is one event: from the point before its first rise to its last
     starts = jumps[np.concatenate(([True], np.diff(jumps) > 1))] if jumps.size else jumps
     ends = jumps[np.concatenate((np.diff(jumps) > 1, [True]))] if jumps.size else jumps
-    for first, last in list(zip(starts, ends, strict=True))[:20]:
+    plan = facts.lr_plan
+    events = [
+        (first, last)
+        for first, last in zip(starts, ends, strict=True)
+        if plan is None or plan.restart_near(int(steps[first]), int(steps[last + 1])) is None
+    ]
+    for first, last in events[:20]:
         before, after = float(lr[first]), float(lr[last + 1])
         rise = after / before - 1 if before > 0 else float("inf")
         over = (
@@ -107,7 +125,15 @@ def detect_lr_jump(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Ru
     "learning rate still rising after warmup",
     emits=(LR_INCREASING,),
     series=("lr",),
-    reads=("divergence_window_steps", "lr_rise_frac", "warmup_frac"),
+    reads=(
+        "divergence_window_steps",
+        "lr_restart_peak_frac",
+        "lr_restart_period_frac",
+        "lr_restarts_intended",
+        "lr_rise_frac",
+        "planned_lr_restart_steps",
+        "warmup_frac",
+    ),
 )
 def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A learning rate that keeps rising past the warmup.
@@ -119,7 +145,8 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
 
     Why it matters: a schedule that rises after warmup (cosine implemented as
     inverse cosine, a warmup that never ends) drives silent divergence; it is
-    the first cause §4 checks.
+    the first cause §4 checks. A window that holds a planned LR restart (see lr-jump)
+    is not read as rising.
     """
     result = RuleResult()
     found = view.finite_or_skip("lr", LR_INCREASING.rule, 3, result.skipped)
@@ -135,6 +162,9 @@ def detect_lr_increasing(view: SeriesView, thresholds: Thresholds, facts: Facts)
         rising, eligible, before = _rising_after_warmup(
             steps, lr, window, warmup_over, thresholds, first, stop
         )
+        if facts.lr_plan is not None and facts.lr_plan.restarts:
+            eligible &= ~facts.lr_plan.after_restart(steps[first:stop], window)
+            rising &= eligible
         rising_count += int(rising.sum())
         eligible_count += int(eligible.sum())
         if first_rise is None and rising.any():

@@ -14,14 +14,17 @@ from stabilitycli.core.model import Finding, Severity, Skip
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
     BLIP,
+    CAUSE_CODES,
     GRAD_NORM_JUMP,
     LOSS_JUMP,
     RECURRING_SPIKES,
+    SCHEDULE_RESTART,
     SPIKE,
     BlipEvidence,
     JumpEvidence,
     LongTailToken,
     LrDiscontinuity,
+    LrRestart,
     OptimizerReset,
     RecurringSpikesEvidence,
     RepeatedBatch,
@@ -29,8 +32,10 @@ from stabilitycli.detect.kinds.spike import (
     SpikeEvent,
     SpikeEvidence,
 )
+from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
+from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
     ForwardMedian,
@@ -270,9 +275,16 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
     SPIKE.rule,
     SPIKE.section,
     "loss spike above mu + {spike_sigma:g} sigma of the trailing {spike_window_steps} steps",
-    emits=(SPIKE, RECURRING_SPIKES, BLIP, LOSS_JUMP, GRAD_NORM_JUMP),
+    emits=(SPIKE, RECURRING_SPIKES, BLIP, LOSS_JUMP, GRAD_NORM_JUMP, SCHEDULE_RESTART),
     series=("loss", "grad_norm", "lr", "batch_id"),
     reads=(
+        "lr_restart_peak_frac",
+        "lr_restart_period_frac",
+        "lr_restarts_intended",
+        "planned_lr_restart_steps",
+        "restart_back_sigma",
+        "restart_decay_period_frac",
+        "restart_decay_ratio",
         "cause_lead_steps",
         "duplicate_batch_window_steps",
         "grad_norm_outlier_ratio",
@@ -317,6 +329,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     seen within the {duplicate_batch_window_steps} steps before, a restart within the
     {restart_spike_steps} steps before), or is large (z >= {spike_large_z:g} and peak
     >= {spike_large_ratio:g}x the baseline); anything else is a blip (info).
+    A bump after a planned LR restart (warm restarts recognised from the LR, or
+    declared in `planned_lr_restart_steps`) that is back within
+    {restart_back_sigma:g} sigma of its baseline mean within
+    {restart_decay_period_frac:.0%} of the restart period (or the recovery window,
+    if longer) and no slower than {restart_decay_ratio:g}x the earlier restarts is a
+    `schedule-restart` (info); one that does not decay stays a spike caused by the
+    restart. A cause resting on an ignored code (`--ignore lr-jump`) is not named.
     Sustained is read as an accumulated excess: the {spike_excess_points} logged
     points from the flagged one on, each counting at most {spike_excess_cap_sigma:g}
     sigma and none under {spike_excess_min_sigma:g}, sum to >= {spike_excess_sigma:g}
@@ -376,7 +395,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     baseline = _flag_above_baseline(steps, loss, plan, thresholds, pooled_points)
     candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     first_eligible = baseline.first_eligible_step
-    causes_ctx = _CauseContext.build(view, steps, thresholds)
+    causes_ctx = _CauseContext.build(view, steps, thresholds, facts)
     # "back to baseline" is judged on a 5-point rolling median in dense logs, so
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
     # (a forward-looking median: point t and the 4 after it, so the pre-spike
@@ -417,7 +436,10 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         events.append(event)
         next_free = _after_event(event, steps, thresholds)
 
-    spikes = [e for e in events if e.material]
+    spikes, restart_bumps = split_restart_bumps(
+        [e for e in events if e.material], facts.lr_plan, steps, loss, thresholds
+    )
+    result.findings.extend(restart_bumps)
     blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, mean, sigma)
     recurring = _recurring(spikes, thresholds)
     if recurring:
@@ -460,6 +482,8 @@ class _CauseContext:
     batch_id: np.ndarray | None
     restart_steps: np.ndarray
     loss: np.ndarray
+    plan: LrPlan | None = None
+    ignored: frozenset[str] = frozenset()
 
     @cached_property
     def suffix_max(self) -> np.ndarray:
@@ -484,6 +508,13 @@ class _CauseContext:
             maybe |= _recently_seen(steps, self.batch_id, thresholds.duplicate_batch_window_steps)[
                 candidates
             ]
+        if self.plan is not None and self.plan.restarts:  # a bump after a planned restart
+            planned = np.array([r.step for r in self.plan.restarts])
+            at = steps[candidates]
+            last = np.searchsorted(planned, at, side="right") - 1
+            maybe |= (last >= 0) & (
+                at - planned[np.maximum(last, 0)] <= thresholds.lr_jump_cause_steps
+            )
         if self.restart_steps.size:
             restarts = np.sort(self.restart_steps)
             at = steps[candidates]
@@ -496,7 +527,9 @@ class _CauseContext:
         return maybe
 
     @staticmethod
-    def build(view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds) -> _CauseContext:
+    def build(
+        view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds, facts: Facts
+    ) -> _CauseContext:
         grad_ratio = grad = grad_base = lr = batch = None
         lr_jump: RelativeChange | np.ndarray | None = None
         if view.has("grad_norm"):
@@ -534,6 +567,8 @@ class _CauseContext:
             batch,
             restarts,
             view.points("loss")[1],
+            facts.lr_plan,
+            facts.ignored,
         )
 
 
@@ -720,7 +755,22 @@ def _causes(
                     repeat_of_step=int(steps[first + same[-1]]),
                 )
             )
-    if ctx.lr_rel_jump is not None and ctx.lr is not None:  # build() sets both or neither
+    planned = (
+        ctx.plan.restart_near(onset - thresholds.lr_jump_cause_steps, int(steps[hi - 1]))
+        if ctx.plan is not None
+        else None
+    )
+    if planned is not None:  # the LR rise there is the schedule's, not a bug
+        causes.append(
+            LrRestart(
+                restart_step=planned.step,
+                lr_before=planned.lr_before,
+                lr=planned.lr_after,
+                lead_steps=int(onset - planned.step),
+                declared=planned.declared,
+            )
+        )
+    elif ctx.lr_rel_jump is not None and ctx.lr is not None:  # build() sets both or neither
         # a step change of the LR keeps acting for as long as the LR stays up, so
         # it is looked for further back than the grad norm's 1-3 step lead
         lr_lo = int(np.searchsorted(steps, onset - thresholds.lr_jump_cause_steps))
@@ -756,7 +806,7 @@ def _causes(
                     bar=bar,
                 )
             )
-    return causes
+    return [c for c in causes if CAUSE_CODES.get(c["cause"]) not in ctx.ignored]
 
 
 def _recurring(spikes: list[SpikeEvent], thresholds: Thresholds) -> list[SpikeEvent]:

@@ -44,6 +44,7 @@ def analyze(
     from stabilitycli.classify.tree import walk
     from stabilitycli.detect.facts import Facts
     from stabilitycli.detect.log_words import read_log_words
+    from stabilitycli.detect.lr_plan import recognise_plan
     from stabilitycli.detect.registry import load_rules, select_rules
     from stabilitycli.detect.series import build_view
     from stabilitycli.pipeline.basis import headline_basis, series_read
@@ -55,8 +56,9 @@ def analyze(
     rules, dropped_codes = select_rules(select, ignore)
     findings: list[Finding] = []
     skipped: list[Skip] = []
-    facts = Facts()
     view = build_view(run)
+    ignored = frozenset(code.strip() for code in ignore or [])
+    facts = Facts(lr_plan=recognise_plan(view, thresholds), ignored=ignored)
     progress.tell("rules", 0, len(rules))
     for done, rule in enumerate(rules, start=1):
         outcome = rule.run(view, thresholds, facts)
@@ -73,6 +75,7 @@ def analyze(
     coverage = replace(coverage, series=tuple(read))
     findings = attribute_to_ranks(findings, facts, thresholds)
     findings = [f for f in findings if f.code not in dropped_codes]
+    _forget_dropped(facts, dropped_codes)
     # a fixed order that does not depend on the order the rules ran in
     findings.sort(
         key=lambda f: (-int(f.severity), f.step if f.step is not None else -1, f.code, f.rank or -1)
@@ -90,12 +93,16 @@ def analyze(
         # only the loss scaler's own evidence decides a run whose loss was not read
         run.require_loss()
     preview, preview_steps = _preview(view)
-    extras: dict = {
+    extras: dict[str, Any] = {
         "spike_markers": [s.onset_step for s in facts.spikes],
         "preview_steps": preview_steps,
     }
     if facts.overflow_ledger is not None:
         extras["overflow_ledger"] = facts.overflow_ledger.to_dict()
+    if facts.lr_plan is not None and facts.lr_plan.describes_more_than_warmup():
+        extras["lr_schedule"] = facts.lr_plan.to_dict()
+    if ignored:
+        extras["ignored"] = sorted(ignored)
     return Analysis(
         source=run.source,
         verdict=verdict,
@@ -111,6 +118,17 @@ def analyze(
 def _scaler_columns(run: RunData) -> bool:
     """The log holds a loss scaler's evidence, which can decide §3 without a loss."""
     return any(c in run.frame.columns for c in ("loss_scale", "overflow"))
+
+
+def _forget_dropped(facts: Any, dropped: set[str]) -> None:
+    """What the tree reads of an ignored finding code goes with it: the verdict, its cause
+    and its remedies rest on no code the user asked to ignore."""
+    if "recurring-spikes" in dropped and facts.recurring_spikes:
+        grouped = set(facts.recurring_spikes["steps"])
+        facts.spikes = [s for s in facts.spikes if s.onset_step not in grouped]
+        facts.recurring_spikes = None
+    if "blip" in dropped:
+        facts.blips = []
 
 
 def _coverage(ran: list[str], not_run: tuple[str, ...], skipped: list[Skip]) -> Coverage:

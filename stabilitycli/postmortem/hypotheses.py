@@ -23,6 +23,7 @@ from stabilitycli.core.model import Analysis, Finding
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.mixed_precision import FP16_OVERFLOW
 from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER
+from stabilitycli.detect.kinds.spike import CAUSE_CODES
 from stabilitycli.detect.log_words import grad_norm_is_preclip, loss_is_token_ce
 from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
@@ -70,7 +71,7 @@ def spike_hypotheses(
     lo = onset - thr.cause_lead_steps
     hyps = [
         _grad_norm_test(view, lo, onset, ev, thr),
-        _lr_test(view, lo, onset, thr),
+        _planned_restart(_lr_test(view, lo, onset, thr), analysis, onset),
         _batch_test(view, onset, ev, thr),
         _restart_test(view, onset, thr),
         _overflow_test(view, lo, end),
@@ -79,7 +80,34 @@ def spike_hypotheses(
     if rank is not None:
         hyps.append(rank)
     found = [c["cause"] for c in ev.get("causes") or []]
-    return _rank([h for h in hyps if h is not None], [RANK_OUTLIER.code, *found])
+    # a cause resting on a code the user ignored is not put forward (`--ignore lr-jump`)
+    ignored = set(analysis.extras.get("ignored") or [])
+    kept = [h for h in hyps if h is not None and CAUSE_CODES.get(h.code) not in ignored]
+    return _rank(kept, [RANK_OUTLIER.code, *found])
+
+
+def _planned_restart(hyp: Hypothesis, analysis: Analysis, onset: int) -> Hypothesis:
+    """An LR jump that is a planned restart of the schedule is no scheduler bug."""
+    step = hyp.numbers.get("lr_step")
+    restarts = (analysis.extras.get("lr_schedule") or {}).get("restarts") or []
+    planned = next((r for r in restarts if r["step"] <= (step or -1) <= r["top_step"]), None)
+    if hyp.status != "supported" or planned is None:
+        return hyp
+    origin = "declared" if planned["declared"] else "recognised from the LR series"
+    return Hypothesis(
+        "lr-restart",
+        "planned LR restart: the loss did not come back after it",
+        "supported",
+        f"the LR rise at step {planned['step']} ({_g(planned['lr_before'])} -> "
+        f"{_g(planned['lr_after'])}) is a planned warm restart ({origin})",
+        "lr",
+        root_sentence=f"The loss rose after the planned LR restart at step {planned['step']} "
+        f"(LR {_g(planned['lr_before'])} -> {_g(planned['lr_after'])}), {onset - planned['step']} "
+        "step(s) before the spike, and did not decay as the restart's bump should: the "
+        "restarted LR is too high for this stage of training (the schedule is as planned, "
+        "not a scheduler bug).",
+        numbers=hyp.numbers,
+    )
 
 
 def grad_norm_name(view: SeriesView) -> str:

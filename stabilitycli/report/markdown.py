@@ -34,6 +34,11 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
         lines += [f"**{escape.markdown(settings)}**", ""]
     if analysis.coverage is not None:
         lines += [f"_Coverage_: {escape.markdown(analysis.coverage.line())}", ""]
+    schedule = (analysis.extras.get("lr_schedule") or {}).get("summary")
+    if schedule:
+        lines += [f"_LR schedule_: {escape.markdown(schedule)}", ""]
+    if analysis.extras.get("ignored"):
+        lines += [f"_Ignored_: {escape.markdown(', '.join(analysis.extras['ignored']))}", ""]
     if v.path:
         lines += ["| Q | answer | evidence |", "|---|---|---|"]
         lines += [

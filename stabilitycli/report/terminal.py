@@ -98,6 +98,9 @@ def _coverage_line(analysis: Analysis) -> Table:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     grid.add_row("metrics:", Text(terminal(mapping) or "none"))
+    schedule = (analysis.extras.get("lr_schedule") or {}).get("summary")
+    if schedule:
+        grid.add_row("lr schedule:", Text(terminal(schedule)))
     grid.add_row("checked:", Text(", ".join(cov.checked) or "nothing", style="green"))
     if cov.not_checked:
         reasons = "; ".join(f"{s.code} ({s.reason})" for s in cov.not_checked)

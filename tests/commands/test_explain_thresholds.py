@@ -81,6 +81,8 @@ def test_explain_states_the_rule_threshold_in_force(
 def _default_texts(name: str) -> list[str]:
     """How a doc would write a threshold's default: 3, 1.5 (as in 1.5x), 5%."""
     value = getattr(DEFAULTS, name)
+    if isinstance(value, (tuple, bool)):  # a list of steps or a flag: no number to write
+        return []
     return [f"{value:g}", *([f"{value:.0%}"] if isinstance(value, float) and value < 1 else [])]
 
 

@@ -23,6 +23,7 @@ FIRES = {
     "nan": run_fixture("nan-fp32-origin"),
     "spike": run_fixture("spike-long-tail"),
     "recurring-spikes": FIXTURES / "rules" / "recurring-spikes" / "fires" / "run.jsonl",
+    "schedule-restart": FIXTURES / "rules" / "schedule-restart" / "fires" / "run.jsonl",
     "blip": run_fixture("fp16-healthy-scaler"),
     "grad-norm-spike": run_fixture("spike-long-tail"),
     "loss-scale-halving": run_fixture("fp16-healthy-scaler"),

@@ -80,13 +80,34 @@ class LongTailToken(Evidence):
     bar: float = field(metadata=measure(Spec("bound", "grad_norm")))
 
 
-SpikeCause = OptimizerReset | RepeatedBatch | LrDiscontinuity | LongTailToken
+@dataclass(frozen=True, eq=False)
+class LrRestart(Evidence):
+    """The spike began after a planned LR restart (recognised or declared) and did not decay
+    as a restart's bump does."""
+
+    cause: str = field(default="lr-restart", kw_only=True, metadata=_NAME)
+    restart_step: int = field(metadata=measure(STEP))
+    lr_before: float = field(metadata=measure(Spec("previous_point", "lr", step="restart_step")))
+    lr: float = field(metadata=measure(Spec("point", "lr", step="restart_step")))
+    lead_steps: int = field(metadata=measure(DURATION))
+    declared: bool = field(metadata=measure(None))
+
+
+SpikeCause = OptimizerReset | RepeatedBatch | LrDiscontinuity | LrRestart | LongTailToken
 _CAUSE_TYPES: tuple[type[Evidence], ...] = (
     OptimizerReset,
     RepeatedBatch,
     LrDiscontinuity,
+    LrRestart,
     LongTailToken,
 )
+# the finding code a cause rests on: `--ignore CODE` drops the cause with the code
+CAUSE_CODES: dict[str, str] = {
+    "optimizer-reset": "restart",
+    DUPLICATE_BATCH.code: DUPLICATE_BATCH.code,
+    "lr-discontinuity": "lr-jump",
+    "long-tail-token": "grad-norm-spike",
+}
 
 
 def _cause_name(cause_type: type[Evidence]) -> str:
@@ -194,6 +215,28 @@ class BlipEvidence(Evidence):
 
 
 @dataclass(frozen=True, eq=False)
+class ScheduleRestartEvidence(Evidence):
+    """A loss bump after a planned LR restart that decayed."""
+
+    restart_step: int = field(metadata=measure(STEP))
+    step_before: int = field(metadata=measure(STEP))
+    lr_before: float = field(metadata=measure(Spec("point", "lr", step="step_before")))
+    lr_after: float = field(metadata=measure(Spec("point", "lr", step="restart_step")))
+    baseline_mean: float = field(
+        metadata=measure(over("mean", "baseline_first_step", "baseline_last_step"))
+    )
+    baseline_first_step: int | None = field(metadata=measure(STEP))
+    baseline_last_step: int | None = field(metadata=measure(STEP))
+    peak: float = field(metadata=measure(Spec("peak", step="peak_step")))
+    peak_step: int = field(metadata=measure(STEP))
+    bump: float = field(metadata=measure(Spec("difference")))  # peak - baseline mean
+    recovery_step: int = field(metadata=measure(STEP))
+    decay_steps: int = field(metadata=measure(DURATION))  # restart step -> back to baseline
+    decay_limit_steps: int = field(metadata=measure(DURATION))
+    declared: bool = field(metadata=measure(None))
+
+
+@dataclass(frozen=True, eq=False)
 class JumpEvidence(Evidence):
     """One jump between two logged points of a log too short for the spike window."""
 
@@ -271,4 +314,19 @@ GRAD_NORM_JUMP = FindingKind(
     "cannot yet judge",
     question="Q2.3",
     evidence_type=JumpEvidence,
+)
+SCHEDULE_RESTART = FindingKind(
+    code="schedule-restart",
+    rule=RULE,
+    section="2",
+    severity=Severity.INFO,
+    meaning="the loss bumped after a planned LR restart (warm restarts recognised from the LR, "
+    "or declared in planned_lr_restart_steps) and decayed back to its baseline",
+    todo="nothing: a warm restart raises the loss for a while by design; it is listed so that "
+    "the bump on a plot is accounted for",
+    why="a restart's bump that decays is the schedule working; one that does not decay is "
+    "reported as a spike caused by the restart",
+    question="Q2.1",
+    marker="restart",
+    evidence_type=ScheduleRestartEvidence,
 )
