@@ -123,6 +123,7 @@ RULE_MODULES: tuple[str, ...] = (
     "stabilitycli.detect.data",
     "stabilitycli.detect.mixed_precision",
     "stabilitycli.detect.divergence",
+    "stabilitycli.detect.learning",
     "stabilitycli.detect.throughput",
 )
 
