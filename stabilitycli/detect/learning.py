@@ -49,6 +49,7 @@ _WARMUP_END_SHARE = 0.9
         "learning_window_frac",
         "min_points_per_window",
         "vocab_size",
+        "warmup_frac",
     ),
     needs=("spike_insufficient",),
 )
@@ -118,16 +119,13 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     sigma = _diff_sigma(loss[start:])
     fall = first_level - last_level
     decrease_sigmas = fall / sigma if sigma > 0 else (math.inf if fall > 0 else 0.0)
-    no_decrease = (
-        late is None
-        and decrease_sigmas < thresholds.learning_min_decrease_sigma
-        and fall < thresholds.learning_min_decrease_frac * first_level
-    )
+    # flat: neither bar reached, either way; a material rise is the divergence rules' business
+    sigma_bar = thresholds.learning_min_decrease_sigma * sigma
+    frac_bar = thresholds.learning_min_decrease_frac * first_level
+    flat = abs(fall) < frac_bar and (abs(fall) < sigma_bar or sigma == 0)
+    no_decrease = late is None and flat
     at_chance, chance, vocab = _chance(view, last_level, thresholds)
     grad = _vanished_grad(view, int(steps[start + width]), thresholds)
-    flat = fall < thresholds.learning_min_decrease_frac * first_level or (
-        sigma > 0 and decrease_sigmas < thresholds.learning_min_decrease_sigma
-    )
     vanished = grad is not None and grad[0] >= thresholds.grad_vanish_frac and flat
     if last_level <= thresholds.learning_min_loss or not (no_decrease or at_chance or vanished):
         if late is not None:
@@ -218,7 +216,11 @@ def _judged_start(
         lr_steps, lr = view.finite_points("lr")
         if lr.size >= 2 and lr.max() > 0 and lr[0] < _WARMUP_START_SHARE * lr.max():
             end = int(lr_steps[int(np.argmax(lr >= _WARMUP_END_SHARE * lr.max()))])
-            return int(np.searchsorted(steps, end)), end, None
+            # an LR that rises through most of the log is no warmup (lr-increasing says so):
+            # the run is judged from its first point
+            if end <= steps[0] + thresholds.warmup_frac * (steps[-1] - steps[0]):
+                return int(np.searchsorted(steps, end)), end, None
+            return 0, None, None
     first, last = int(steps[0]), int(steps[-1])
     if first > thresholds.learning_start_max_frac * last:
         return (
