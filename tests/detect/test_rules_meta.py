@@ -46,6 +46,8 @@ FIRES = {
     "rank-nonfinite": FIXTURES / "ranks" / "nan_rank.jsonl.gz",
     "rank-silent": FIXTURES / "ranks" / "silent_rank.jsonl.gz",
     "straggler": FIXTURES / "ranks" / "straggler.jsonl.gz",
+    "no-learning": FIXTURES / "rules" / "no-learning" / "fires" / "run.jsonl",
+    "loss-collapse": FIXTURES / "rules" / "loss-collapse" / "fires" / "run.jsonl",
 }
 QUIET = run_fixture("healthy-low-noise")
 ALL_CODES = sorted({code for rule in load_rules().values() for code in rule.emits})

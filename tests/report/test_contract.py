@@ -20,6 +20,9 @@ VERDICTS = {
     "divergence",
     "plateau",
     "rank-outlier",
+    # docs/analysis-contract.md "Verdicts beyond the shared list" (#34)
+    "loss-collapse",
+    "not-learning",
 }
 CAUSES = {
     None,
