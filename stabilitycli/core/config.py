@@ -259,7 +259,7 @@ class Thresholds:
         "...within this many logged points...",
     )
     collapse_near_zero_loss: float = threshold(
-        0.01,
+        0.05,
         "...to at most this (nats; or exactly 0.0)...",
     )
     collapse_level_points: int = threshold(
