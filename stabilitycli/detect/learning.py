@@ -59,7 +59,8 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     What it detects: (1) no material decrease: the median of the loss over the last
     {learning_window_frac:.0%} of the judged points is less than
     {learning_min_decrease_sigma:g} noise sigmas and less than
-    {learning_min_decrease_frac:.0%} below the median over the first {learning_window_frac:.0%}.
+    {learning_min_decrease_frac:.0%} below the median over the first {learning_window_frac:.0%},
+    nor that much above it (a material rise is the divergence and spike rules' business).
     The noise sigma is the robust sigma (1.4826 x MAD) of the loss's first differences divided
     by sqrt 2: the point-to-point noise, which a slow trend barely moves, so a low-noise run
     is held to a low bar and a noisy one to a high one. The judged points start after warmup
