@@ -62,7 +62,7 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     {learning_min_decrease_frac:.0%} below the median over the first {learning_window_frac:.0%},
     nor that much above it (a material rise is the divergence and spike rules' business).
     The noise sigma is the robust sigma (1.4826 x MAD) of the loss's first differences divided
-    by sqrt 2: the point-to-point noise, which a slow trend barely moves, so a low-noise run
+    by the square root of two: the point-to-point noise, which a slow trend barely moves, so a low-noise run
     is held to a low bar and a noisy one to a high one. The judged points start after warmup
     when an LR series shows one; a log whose first step is more than
     {learning_start_max_frac:.0%} of its last step, with no warmup logged, is an excerpt that
@@ -303,7 +303,7 @@ def detect_loss_collapse(view: SeriesView, thresholds: Thresholds, facts: Facts)
         return result
     k, b = thresholds.collapse_max_points, thresholds.collapse_level_points
     series = pl.Series(loss)
-    # the level window ends k+1 points before the candidate point: the fall happens within k
+    # the level window ends k points before the candidate point: the fall takes at most k
     level = series.rolling_median(b, min_samples=1).shift(k).to_numpy()
     top = series.rolling_max(b, min_samples=1).shift(k).to_numpy()
     low = series.rolling_min(b, min_samples=1).shift(k).to_numpy()
@@ -328,7 +328,7 @@ def detect_loss_collapse(view: SeriesView, thresholds: Thresholds, facts: Facts)
     lo = max(0, j - k)
     near_level = np.flatnonzero(loss[lo:j] * 10 >= base)
     before = lo + int(near_level[-1]) if near_level.size else max(0, j - 1)
-    level_rows = (max(0, j - k - b), max(0, j - k - 1)) if j > k else (0, 0)
+    level_rows = (max(0, j - k - b + 1), j - k) if j > k else (0, 0)
     after = loss[j + 1 :]
     near_zero = int(np.sum(after <= thresholds.collapse_near_zero_loss))
     zeros = int(np.sum(loss[j:] == 0.0))
