@@ -56,7 +56,7 @@ _WARMUP_END_SHARE = 0.9
 def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """A run that never learned: three tests, and how sure each one is.
 
-    What it detects: (1) no material decrease: the median of the loss over the last
+    What it detects: (a) no material decrease: the median of the loss over the last
     {learning_window_frac:.0%} of the judged points is less than
     {learning_min_decrease_sigma:g} noise sigmas and less than
     {learning_min_decrease_frac:.0%} below the median over the first {learning_window_frac:.0%},
@@ -67,16 +67,16 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     when an LR series shows one; a log whose first step is more than
     {learning_start_max_frac:.0%} of its last step, with no warmup logged, is an excerpt that
     starts late in a run: its first window says nothing about whether the run learned, and
-    this test is not judged (said in the evidence). (2) chance level: the last window's median
+    this test is not judged (said in the evidence). (b) chance level: the last window's median
     within {chance_tolerance_nats:g} nats of ln V, when V is known (the `vocab_size` setting,
     a manifest or an MLflow param; never guessed) and the loss reads as cross-entropy.
-    (3) the grad norm below {grad_vanish_norm:g} on {grad_vanish_frac:.0%} of its points
+    (c) the grad norm below {grad_vanish_norm:g} on {grad_vanish_frac:.0%} of its points
     after the first window while the loss stays flat. A loss at or below
     {learning_min_loss:g} has learned its data and is never flagged; a log too short for the
     spike baseline is not judged.
 
-    Severity: error when (2) or (3) holds: uniform guessing and a gradient that no longer
-    reaches the weights have no benign reading. Warning when only (1) holds: a flat loss
+    Severity: error when (b) or (c) holds: uniform guessing and a gradient that no longer
+    reaches the weights have no benign reading. Warning when only (a) holds: a flat loss
     also fits a fine-tune from an already converged checkpoint or an LR set too low, which the
     log alone cannot tell from a broken run.
 
