@@ -13,6 +13,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Severity, Skip
+from stabilitycli.core.quantity_schema import ABSENT
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.learning import (
     LOSS_COLLAPSE,
@@ -61,15 +62,16 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
     {learning_min_decrease_sigma:g} noise sigmas and less than
     {learning_min_decrease_frac:.0%} below the median over the first {learning_window_frac:.0%},
     nor that much above it (a material rise is the divergence and spike rules' business).
-    The noise sigma is the robust sigma (1.4826 x MAD) of the loss's first differences divided
-    by the square root of two: the point-to-point noise, which a slow trend barely moves, so a low-noise run
-    is held to a low bar and a noisy one to a high one. The judged points start after warmup
-    when an LR series shows one; a log whose first step is more than
-    {learning_start_max_frac:.0%} of its last step, with no warmup logged, is an excerpt that
-    starts late in a run: its first window says nothing about whether the run learned, and
-    this test is not judged (said in the evidence). (b) chance level: the last window's median
-    within {chance_tolerance_nats:g} nats of ln V, when V is known (the `vocab_size` setting,
-    a manifest or an MLflow param; never guessed) and the loss reads as cross-entropy.
+    The noise sigma is the robust sigma (1.4826 x MAD) of the loss's first differences
+    divided by the square root of two: the point-to-point noise, which a slow trend barely
+    moves, so a low-noise run is held to a low bar and a noisy one to a high one. The
+    judged points start after warmup when an LR series shows one; a log whose first step
+    is more than {learning_start_max_frac:.0%} of its last step, with no warmup logged, is
+    an excerpt that starts late in a run: its first window says nothing about whether the
+    run learned, and this test is not judged (said in the evidence). (b) chance level: the
+    last window's median within {chance_tolerance_nats:g} nats of ln V, when V is known (the
+    `vocab_size` setting, a manifest or an MLflow param; never guessed) and the loss reads
+    as cross-entropy.
     (c) the grad norm below {grad_vanish_norm:g} on {grad_vanish_frac:.0%} of its points
     after the first window while the loss stays flat. A loss at or below
     {learning_min_loss:g} has learned its data and is never flagged; a log too short for the
@@ -174,19 +176,15 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
         if late is not None or not math.isfinite(decrease_sigmas)
         else decrease_sigmas,
         no_decrease=no_decrease,
-        **({"start_not_judged": late} if late is not None else {}),
-        **({"warmup_end_step": warmup_step} if warmup_step is not None else {}),
-        **({"vocab_size": vocab, "chance_level": chance, "at_chance": at_chance} if vocab else {}),
-        **(
-            {
-                "grad_norm_vanished_frac": grad[0],
-                "grad_norm_median": grad[1],
-                "grad_norm_steps": grad[2],
-                "grad_norm_vanished": vanished,
-            }
-            if grad is not None
-            else {}
-        ),
+        start_not_judged=ABSENT if late is None else late,
+        warmup_end_step=ABSENT if warmup_step is None else warmup_step,
+        vocab_size=vocab or ABSENT,
+        chance_level=chance if vocab else ABSENT,
+        at_chance=at_chance if vocab else ABSENT,
+        grad_norm_vanished_frac=ABSENT if grad is None else grad[0],
+        grad_norm_median=ABSENT if grad is None else grad[1],
+        grad_norm_steps=ABSENT if grad is None else grad[2],
+        grad_norm_vanished=ABSENT if grad is None else vanished,
     )
     result.findings.append(
         NO_LEARNING.finding(
