@@ -203,38 +203,31 @@ def learning_headline(data: dict, healthy: list[dict]) -> list[dict]:
     def grid_alarms(code: str) -> int:
         return sum(h.get("other", {}).get(code, 0) for h in healthy if not h["case"]["ranks"])
 
-    out = []
-    hit, n, _ = _pool(cells, "flat", lambda c: decrease_of(c) <= MUST_FIRE_DECREASE)
-    fa_runs = [
-        _pool(cells, "flat", lambda c: decrease_of(c) >= MUST_NOT_FIRE_DECREASE),
-        _pool(cells, "converged"),
-        _pool(cells, "gradual"),
+    def row(code: str, events: tuple[int, int, int], learned: list) -> dict:
+        hit, n, _ = events
+        alarms = sum(f for f, _, _ in learned) + grid_alarms(code)
+        points = sum(p for _, _, p in learned) + grid_points
+        return {
+            "code": code,
+            "recall": hit / n,
+            "events": n,
+            "false_alarms": alarms,
+            "points": points,
+        }
+
+    learned = [_pool(cells, "converged"), _pool(cells, "gradual")]
+    return [
+        row(
+            "no-learning",
+            _pool(cells, "flat", lambda c: decrease_of(c) <= MUST_FIRE_DECREASE),
+            [_pool(cells, "flat", lambda c: decrease_of(c) >= MUST_NOT_FIRE_DECREASE), *learned],
+        ),
+        row(
+            "loss-collapse",
+            _pool(cells, "collapse", lambda c: fall_of(c) >= MUST_FIRE_FALL),
+            learned,
+        ),
     ]
-    fa = sum(f for f, _, _ in fa_runs) + grid_alarms("no-learning")
-    points = sum(p for _, _, p in fa_runs) + grid_points
-    out.append(
-        {
-            "code": "no-learning",
-            "recall": hit / n,
-            "events": n,
-            "false_alarms": fa,
-            "points": points,
-        }
-    )
-    hit, n, _ = _pool(cells, "collapse", lambda c: fall_of(c) >= MUST_FIRE_FALL)
-    fa_runs = [_pool(cells, "converged"), _pool(cells, "gradual")]
-    fa = sum(f for f, _, _ in fa_runs) + grid_alarms("loss-collapse")
-    points = sum(p for _, _, p in fa_runs) + grid_points
-    out.append(
-        {
-            "code": "loss-collapse",
-            "recall": hit / n,
-            "events": n,
-            "false_alarms": fa,
-            "points": points,
-        }
-    )
-    return out
 
 
 def learning_md(data: dict, healthy: list[dict]) -> list[str]:
