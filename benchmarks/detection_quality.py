@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from _dq_learning import learning_headline, learning_md, run_learning
 from _dq_report import (
     KIND_TITLE,
     RANK_ORDER,
@@ -91,6 +92,7 @@ PROFILES = {
         "healthy_runs": 167,
         "long_runs": 10,
         "healthy_cohorts": {16: 10, 256: 3},
+        "learning_runs": 10,  # per cell of benchmarks/_dq_learning.py
     },
     "quick": {
         "runs": 4,
@@ -98,6 +100,7 @@ PROFILES = {
         "healthy_runs": 10,
         "long_runs": 1,
         "healthy_cohorts": {16: 2},
+        "learning_runs": 2,
     },
 }
 
@@ -426,6 +429,7 @@ def render(
     healthy: list[dict],
     real_sources: list[dict],
     comparison: list[str] | None,
+    learning: dict | None = None,
 ) -> str:
     from stabilitycli.core.config import Thresholds  # the measured package's own bar
 
@@ -532,6 +536,8 @@ def render(
                 out += [f"### {kind}: {KIND_TITLE[kind]}", "", *table, ""]
     if meta.get("schedules"):
         out += schedule_md(meta["schedules"])
+    if learning:
+        out += [*learning_md(learning, healthy), ""]
     out += [
         "## The real residual noise",
         "",
@@ -576,6 +582,7 @@ def main() -> None:
     results = run_all(tasks, args.jobs, real)
     # planned schedules against LR bugs (#34): in-process, a few seconds
     meta_schedule = run_schedule_cases(args.seed, args.quick)
+    learning = run_learning(profile["learning_runs"], args.seed)
     wall = time.perf_counter() - started
 
     cells, healthy, targets = summaries(results)
@@ -611,8 +618,16 @@ def main() -> None:
         "schedules": meta_schedule,
     }
     meta["stab"] = describe_identity(meta["stab_identity"], args.label)
-    text = render(meta, targets, cells, healthy, real.sources, comparison)
+    meta["learning"] = learning
+    text = render(meta, targets, cells, healthy, real.sources, comparison, learning)
     emit(text, out_path, args.json, meta, targets, cells, healthy, real.sources, results)
+    for row in learning_headline(learning, healthy):
+        print(
+            f"{row['code']}: recall {100 * row['recall']:.1f}% of {row['events']}, "
+            f"{1e5 * row['false_alarms'] / max(1, row['points']):.2f} false alarms per 10^5 "
+            f"points ({row['false_alarms']} in {row['points']:,})",
+            file=sys.stderr,
+        )
     print(f"wall time {wall:.0f} s", file=sys.stderr)
 
 
@@ -660,7 +675,13 @@ def resummarise(args: argparse.Namespace) -> None:
     meta = saved["meta"]
     meta["resummarised_from"] = str(args.from_json)
     text = render(
-        meta, targets, cells, healthy, saved["real_noise"], compare_with(args.compare, targets)
+        meta,
+        targets,
+        cells,
+        healthy,
+        saved["real_noise"],
+        compare_with(args.compare, targets),
+        meta.get("learning"),
     )
     emit(text, args.out, args.json, meta, targets, cells, healthy, saved["real_noise"], results)
 

@@ -730,6 +730,52 @@ def throughput_cases() -> None:
     )
 
 
+def learning_cases() -> None:
+    # never learned: flat at ln(50257) with a dead gradient; the manifest gives V
+    rng = np.random.default_rng(301)
+    run = base_run(301, steps=600)
+    run["loss"] = np.log(50257) + 0.02 * rng.standard_normal(run["step"].size)
+    run["grad_norm"] = 1e-6 * rng.lognormal(0.0, 0.1, run["step"].size)
+    write_case(
+        "no-learning",
+        "fires",
+        rows_of(run, "loss", "grad_norm", "lr"),
+        "loss flat at ln(50257) = 10.82 for 600 steps, grad norm about 1e-6 (judged from the "
+        "end of warmup, where the LR first reaches 90% of its peak)",
+        step=int(np.argmax(run["lr"] >= 0.9 * run["lr"].max())),
+        tolerance=2,
+        manifest={"vocab_size": 50257},
+        extra={"severity": "error"},
+    )
+    write_case(
+        "no-learning",
+        "quiet",
+        rows_of(base_run(301, steps=600), "loss", "grad_norm", "lr"),
+        "the same 600 steps learning as usual: 10.8 -> about 3.5",
+    )
+    # collapse: from about 2.6 to 1e-4 in one logged point, and there it stays
+    run = late(303)
+    drop = LATE + 300
+    run["loss"] = np.where(run["step"] >= drop, 1e-4, run["loss"])
+    write_case(
+        "loss-collapse",
+        "fires",
+        rows_of(run, "loss"),
+        "loss falls from about 2.6 to 1e-4 at step 3300 (a 2.6e4x fall in one point)",
+        step=drop,
+    )
+    run = late(303)
+    run["loss"] = np.where(run["step"] >= drop, run["loss"] / 50, run["loss"])
+    write_case(
+        "loss-collapse",
+        "quiet",
+        rows_of(run, "loss"),
+        "loss falls 50x at step 3300, to about 0.05: under the 100x bar",
+        fires_with={"collapse_min_ratio": 40, "collapse_near_zero_loss": 1},
+        event_step=drop,
+    )
+
+
 def rank_cases() -> None:
     ranks, n = 8, 300
     steps = np.arange(n)
@@ -907,6 +953,7 @@ def main() -> None:
         schedule_cases,
         restart_cases,
         throughput_cases,
+        learning_cases,
         rank_cases,
         eval_cases,
     ):

@@ -25,6 +25,7 @@ from stabilitycli.detect.kinds import all_kinds
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
 from stabilitycli.detect.kinds.eval import EVAL_NONFINITE, OVERFITTING
+from stabilitycli.detect.kinds.learning import LOSS_COLLAPSE
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
     LOSS_SCALE_COLLAPSED,
@@ -35,6 +36,9 @@ from stabilitycli.detect.kinds.ranks import RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.schedule import (
     LR_INCREASING,
 )
+
+# a run that never learned: its own verdict, not Q4.4's plateau (a drift up after learning)
+NOT_LEARNING = "not-learning"
 
 _QUESTIONS: dict[str, str] = {
     "R": "Does one rank sit away from the cohort (the mean hides it)?",
@@ -65,6 +69,8 @@ _QUESTIONS: dict[str, str] = {
         "Has the eval loss risen over its last {overfit_rising_evals} evaluations while the "
         "training loss fell (over-fitting)?"
     ),
+    "Q8.1": "Did the loss collapse by orders of magnitude within a few logged points to zero?",
+    "Q8.2": "Did the run learn at all (a material fall, off the chance level, a live grad norm)?",
 }
 
 # verdict code -> (section, severity name, what it means)
@@ -134,6 +140,19 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
         "warning",
         "The eval loss turned up at its minimum and kept rising while the training loss fell.",
     ),
+    LOSS_COLLAPSE.code: (
+        "1",
+        "error",
+        "The loss fell by orders of magnitude within a few logged points to near zero: the "
+        "loss no longer measures the task (label leakage, an all-dropping mask, a NaN logged "
+        "as 0).",
+    ),
+    NOT_LEARNING: (
+        "4",
+        "warning",
+        "The run is not learning: no material fall of the loss in units of its own noise (a "
+        "warning), or a loss at the chance level ln V or a vanished grad norm (an error).",
+    ),
     "healthy": (None, "info", "No instability found by any rule."),
     "insufficient-data": (
         None,
@@ -145,6 +164,7 @@ _VERDICTS: dict[str, tuple[str | None, str, str]] = {
 # the verdict order of spec 0b: the first that applies names the run
 VERDICT_ORDER: tuple[str, ...] = (
     NAN.code,
+    LOSS_COLLAPSE.code,
     EVAL_NONFINITE.code,
     RANK_OUTLIER.code,
     "spike-persistent",
@@ -153,6 +173,7 @@ VERDICT_ORDER: tuple[str, ...] = (
     FP16_OVERFLOW.code,
     DIVERGENCE.code,
     RANK_SILENT.code,
+    NOT_LEARNING,
     "spike-recoverable",
     PLATEAU.code,
     OVERFITTING.code,
@@ -303,6 +324,15 @@ _QUESTION_NEXT: dict[str, str] = {
     "Q4.5": (
         "yes: the verdict is overfitting; keep the checkpoint at the eval minimum. No: the eval "
         "loss still follows the training loss."
+    ),
+    "Q8.1": (
+        "yes: the verdict is loss-collapse; check for label leakage, a loss mask that drops "
+        "every token, and a NaN logged as 0. No: nothing to do here."
+    ),
+    "Q8.2": (
+        "no: the verdict is not-learning; check that the optimizer steps (LR, frozen "
+        "parameters, gradients reaching the weights), the labels and the loss mask. Yes, or not "
+        "judged (an excerpt from late in a run): nothing to do here."
     ),
 }
 

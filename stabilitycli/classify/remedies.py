@@ -16,6 +16,7 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
 from stabilitycli.detect.kinds.eval import EVAL_NONFINITE, OVERFITTING
+from stabilitycli.detect.kinds.learning import LOSS_COLLAPSE
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
     LOSS_SCALE_COLLAPSED,
@@ -291,6 +292,31 @@ _SILENT_RANK_BATCH = _remedy(
     "if the job went on without it (elastic training), the global batch shrank from {start}: "
     "check that the LR and the batch size still match"
 )
+# never learned, collapse
+_CHECK_OPTIMIZER_STEPS = _remedy(
+    "check that the optimizer steps at all: the LR is not 0 after the schedule, the parameters "
+    "are not frozen (requires_grad), and the optimizer holds the model's parameters"
+)
+_CHECK_LABELS = _remedy(
+    "check the labels and the loss mask on one batch by hand: shifted or constant labels, or a "
+    "mask that keeps no token, leave nothing to learn"
+)
+_RAISE_LR = _remedy(
+    "if all of that holds, raise the learning rate (try 3x-10x) over a short run and watch the "
+    "first hundred steps"
+)
+_CHECK_LEAKAGE = _remedy(
+    "check for label leakage: is the target (or the next token) visible in the input at "
+    "{start}? Compare one batch's inputs and labels by hand"
+)
+_CHECK_MASK = _remedy(
+    "check the loss mask from {start}: a mask that drops every token gives a loss of 0 (or a "
+    "0/0 that the logger writes as 0)"
+)
+_LOG_NAN_AS_NAN = _remedy(
+    "check that the logger writes a NaN loss as NaN, not as 0 (log the grad norm too: a NaN "
+    "there shows it)"
+)
 
 # ranks, short logs
 _RANK_HOST = _remedy(
@@ -387,6 +413,8 @@ REMEDY_TABLE: dict[tuple[str, str | None], tuple[Remedy, ...]] = {
     (EVAL_NONFINITE.code, None): (_RERUN_EVAL, _SELECT_BY_FINITE_EVAL),
     (OVERFITTING.code, None): (_KEEP_EVAL_MINIMUM, _REGULARISE),
     (RANK_SILENT.code, None): (_SILENT_RANK_LOG, _SILENT_RANK_BATCH),
+    (LOSS_COLLAPSE.code, None): (_CHECK_LEAKAGE, _CHECK_MASK, _LOG_NAN_AS_NAN),
+    ("not-learning", None): (_CHECK_OPTIMIZER_STEPS, _CHECK_LABELS, _RAISE_LR),
     ("insufficient-data", None): (_LOG_MORE,),
     ("healthy", None): (),
 }

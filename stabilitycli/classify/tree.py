@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.classify.evals import EvalAnswer, nonfinite_answer, overfitting_answer
-from stabilitycli.classify.questions import VERDICT_ORDER, VERDICTS, cause_texts
+from stabilitycli.classify.questions import NOT_LEARNING, VERDICT_ORDER, VERDICTS, cause_texts
 from stabilitycli.classify.remedies import (
     FP16_MAX,
     GRAD_NAN_LOSS_FINITE,
@@ -43,6 +43,7 @@ from stabilitycli.core.model import (
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
+from stabilitycli.detect.kinds.learning import LOSS_COLLAPSE, NO_LEARNING
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
     LOSS_SCALE_COLLAPSED,
@@ -69,6 +70,8 @@ class _Applies:
     rank: int | None = None  # the rank a rank-outlier remedy names
     # the remedy table's cause when it differs from the verdict's (a rise within warmup)
     remedy_cause: str | None = None
+    # the verdict's severity when its finding's decides it (a not-learning run at ln V)
+    severity: Severity | None = None
 
     def event(self, said: LogWords, thresholds: Thresholds) -> dict[str, str]:
         """The event's words for the remedy texts (`{start}`, `{who}`, `{clip_at}`...)."""
@@ -129,7 +132,16 @@ def walk(
         basis,
     )
     # ranks first: an outlier rank explains what the mean shows (spec 5)
-    for section in (_ranks, _nan, _eval_nan, _spikes, _mixed_precision, _divergence, _eval_fit):
+    for section in (
+        _ranks,
+        _nan,
+        _eval_nan,
+        _spikes,
+        _mixed_precision,
+        _divergence,
+        _eval_fit,
+        _learning,
+    ):
         section(state)
     return _verdict(state)
 
@@ -385,6 +397,27 @@ def _divergence(w: _Walk) -> None:
     )
 
 
+def _learning(w: _Walk) -> None:
+    """§8: did the loss collapse to zero (Q8.1); did the run learn at all (Q8.2).
+
+    A collapse decides the verdict even in a log too short for the spike baseline: it needs
+    a few points before the fall, not a window, and a loss at zero is wrong at any length.
+    """
+    # asked only where there is something to say: a run that learned keeps the path it had
+    collapse = w.by_code.get(LOSS_COLLAPSE.code)
+    if collapse:
+        w.ask("Q8.1", "yes", collapse[0].message)
+        w.applies[LOSS_COLLAPSE.code] = _Applies(None, collapse[0].message, start=collapse[0].step)
+    stuck = w.by_code.get(NO_LEARNING.code)
+    if stuck:
+        w.ask("Q8.2", "no", stuck[0].message)
+        w.applies[NOT_LEARNING] = _Applies(
+            None, stuck[0].message, start=stuck[0].step, severity=stuck[0].severity
+        )
+    elif w.skipped.get(NO_LEARNING.rule, "").startswith("decrease not judged"):
+        w.ask("Q8.2", "not judged", w.skipped[NO_LEARNING.rule])
+
+
 def _verdict(w: _Walk) -> Verdict:
     path, findings = w.path, w.findings
     for code in VERDICT_ORDER:
@@ -405,7 +438,7 @@ def _verdict(w: _Walk) -> Verdict:
                 _sentence(applies.summary),
                 path,
                 remedy,
-                Severity.parse(severity),
+                applies.severity or Severity.parse(severity),
                 w.basis,
             )
     # the spike baseline is the shortest window: a log too short for it cannot be called healthy

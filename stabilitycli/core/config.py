@@ -293,6 +293,70 @@ class Thresholds:
         "steps after the eval minimum against the first third) for a rise to be over-fitting.",
     )
 
+    # --- never learned, collapse (spec 8) ---
+    vocab_size: int = threshold(
+        0,
+        "Vocabulary size V, for the chance level ln V (0: unknown; a manifest's or an MLflow "
+        "param's vocab_size is used then; with none, no chance-level test).",
+    )
+    learning_window_frac: float = threshold(
+        0.1,
+        "The first and last windows of the never-learned test each hold this fraction of the "
+        "judged points (at least min_points_per_window).",
+    )
+    learning_min_decrease_sigma: float = threshold(
+        2.0,
+        "A fall from the first window's median to the last's below this many noise sigmas "
+        "(robust sigma of the first differences / sqrt 2)...",
+    )
+    learning_min_decrease_frac: float = threshold(
+        0.02,
+        "...and below this fraction of the first window's median is no material decrease.",
+    )
+    learning_start_max_frac: float = threshold(
+        0.05,
+        "A log is judged from its first window only when its first step is at most this "
+        "fraction of its last step, or its LR series shows a warmup.",
+    )
+    learning_min_loss: float = threshold(
+        0.05,
+        "A flat loss at or below this (nats) has learned its data: never called not learning.",
+    )
+    chance_tolerance_nats: float = threshold(
+        0.1,
+        "A last-window median within this many nats of ln V sits at the chance level.",
+    )
+    grad_vanish_norm: float = threshold(
+        1e-5,
+        "A grad norm below this has vanished (no update reaches the weights).",
+    )
+    grad_vanish_frac: float = threshold(
+        0.8,
+        "The grad norm vanished when this fraction of its points after the first window sit "
+        "below grad_vanish_norm.",
+    )
+    collapse_min_ratio: float = threshold(
+        100.0,
+        "A collapse: the loss falls to 1/this of its level before (two orders of magnitude)...",
+    )
+    collapse_max_points: int = threshold(
+        5,
+        "...within this many logged points...",
+    )
+    collapse_near_zero_loss: float = threshold(
+        0.05,
+        "...to at most this (nats; or exactly 0.0)...",
+    )
+    collapse_level_points: int = threshold(
+        10,
+        "...from a level, the median of up to this many logged points before the fall, that "
+        "spans less than collapse_level_spread (a loss already falling fast is converging).",
+    )
+    collapse_level_spread: float = threshold(
+        10.0,
+        "The max/min ratio that level window must stay under.",
+    )
+
     # --- ranks (spec 5) ---
     rank_z: float = threshold(
         6.0,

@@ -126,6 +126,7 @@ RULE_MODULES: tuple[str, ...] = (
     "stabilitycli.detect.data",
     "stabilitycli.detect.mixed_precision",
     "stabilitycli.detect.divergence",
+    "stabilitycli.detect.learning",
     "stabilitycli.detect.throughput",
     "stabilitycli.detect.eval",
 )

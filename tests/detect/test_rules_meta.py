@@ -49,6 +49,8 @@ FIRES = {
     "straggler": FIXTURES / "ranks" / "straggler.jsonl.gz",
     "eval-nonfinite": FIXTURES / "rules" / "eval-nonfinite" / "fires" / "run.jsonl.gz",
     "overfitting": FIXTURES / "rules" / "overfitting" / "fires" / "run.jsonl.gz",
+    "no-learning": FIXTURES / "rules" / "no-learning" / "fires" / "run.jsonl",
+    "loss-collapse": FIXTURES / "rules" / "loss-collapse" / "fires" / "run.jsonl",
 }
 QUIET = run_fixture("healthy-low-noise")
 ALL_CODES = sorted({code for rule in load_rules().values() for code in rule.emits})

@@ -1452,6 +1452,14 @@ def _notes(ledger: Ledger, raw: Raw, markdown: str, thr) -> None:
             ledger.same("window", int(m[1]), thr.spike_window_steps)
             ledger.same("min points", int(m[2]), thr.min_points_per_window)
             ledger.same("widened", int(m[3]), thr.widened_window_points)
+        if m := ln.take(
+            r"decrease not judged: the log starts at step ([\d,]+), past (\d+)% of its last "
+            r"step ([\d,]+),"
+        ):
+            s_, _ = raw.series("loss")
+            ledger.same("first step", int(m[1].replace(",", "")), int(s_[0]))
+            ledger.same("start bar", int(m[2]), round(100 * thr.learning_start_max_frac))
+            ledger.same("last step", int(m[3].replace(",", "")), int(s_[-1]))
         _leftover(ledger, "notes", ln)
 
 

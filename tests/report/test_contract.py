@@ -23,6 +23,9 @@ VERDICTS = {
     "rank-silent",
     "eval-nonfinite",
     "overfitting",
+    # docs/analysis-contract.md "Verdicts beyond the shared list" (#34)
+    "loss-collapse",
+    "not-learning",
 }
 CAUSES = {
     None,

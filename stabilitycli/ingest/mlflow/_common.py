@@ -191,5 +191,9 @@ def build_run(target, fmt: str, chosen, ranks, options, *, load_meta, load_point
         if found is not None:
             source.dtype, source.dtype_origin = found
             break
+    # the chance level ln V needs V: taken when a run logged it as a param, never guessed
+    vocab = next((r.params.get("vocab_size") for r in chosen if r.params.get("vocab_size")), None)
+    if vocab is not None and vocab.strip().isdigit():
+        source.vocab_size = int(vocab)
     points = pl.concat(parts, how="vertical")
     return points_to_run(points, source, options, per_rank=ranks is not None)
