@@ -140,28 +140,17 @@ def with_settings(analysis, settings: dict | None):
 
 
 def print_rendered(rendered, width: int | None = None) -> None:
-    """Text exactly as rendered; a rich renderable on a console sized to the terminal.
-
-    Piped (not a terminal) there is no width to fit: the console is as wide as the
-    widest line (at least 80 columns), so nothing is cut or wrapped at 80 columns;
-    `COLUMNS` still sets the width when given."""
+    """Text exactly as rendered; a rich renderable laid out for where stdout lands (a
+    terminal: panels at its width; a pipe or a file: plain lines of at most 100 columns,
+    unless `width`, `stab --width` or `COLUMNS` names one; see `report/console.py`)."""
     if isinstance(rendered, str):
         typer.echo(rendered, nl=False)
         return
-    import sys
+    from stabilitycli.report.console import medium, render_text
 
-    from rich.console import Console
-
-    # no markup or emoji codes: every string in a renderable is shown as written, so a run,
-    # metric or layer name holding `[/]` or `:x:` is text, never a style or a crash
-    def plain(columns: int | None) -> Console:
-        return Console(width=columns, markup=False, emoji=False)
-
-    console = plain(width)
-    if width is None and not sys.stdout.isatty() and "COLUMNS" not in os.environ:
-        needed = plain(10_000).measure(rendered).maximum
-        console = plain(min(max(80, needed), 10_000))
-    console.print(rendered)
+    where = medium(width=width)
+    # click strips colour codes from a stream that is not a terminal unless told otherwise
+    typer.echo(render_text(rendered, where), nl=False, color=where.colour)
 
 
 def load_and_analyze(path: str, read: ReadArgs | None = None, set_values=None):

@@ -18,6 +18,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from stabilitycli.report.console import PLAIN
+
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.measure import Measurement
@@ -78,6 +80,26 @@ def merge_buckets(values: list[float], buckets: int) -> tuple[list[float], list[
     starts = np.linspace(0, len(values), max(1, buckets) + 1).astype(int)[:-1]
     merged = np.maximum.reduceat(np.asarray(values, dtype=float), starts)
     return [float(v) for v in merged], [int(s) for s in starts]
+
+
+class Boxed:
+    """`boxed` (a panel) on a terminal, `plain` (the same lines without a border) in a pipe
+    or a file, where a border padded to the widest line is noise in a log."""
+
+    def __init__(self, boxed: RenderableType, plain: RenderableType) -> None:
+        self.boxed = boxed
+        self.plain = plain
+
+    def _chosen(self) -> RenderableType:
+        return self.plain if PLAIN.get() else self.boxed
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self._chosen()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self._chosen())
 
 
 class Widest:

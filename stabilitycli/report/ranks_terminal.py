@@ -81,7 +81,12 @@ def _build(report: RankReport) -> Group:
 
 
 def render(report: RankReport, console: Console | None = None) -> None:
-    (console or Console()).print(build(report))
+    if console is None:
+        from stabilitycli.report.console import console as console_for
+        from stabilitycli.report.console import medium
+
+        console = console_for(medium())
+    console.print(build(report))
 
 
 def _table(report: RankReport) -> Table:

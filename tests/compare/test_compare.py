@@ -613,7 +613,8 @@ def test_cli_verifying_a_fix_is_one_sided(cli):
     assert out.exception is None or isinstance(out.exception, SystemExit)
     flat = _flat(out.output)
     assert out.exit_code == 0, flat
-    assert flat.startswith("╭") and "PASS No worse than the baseline" in flat
+    # piped: the verdict on plain lines, no panel around it
+    assert flat.startswith("stab compare ·") and "PASS No worse than the baseline" in flat
     assert re.search(
         r"loss is lower than the baseline's beyond the band at \d+ point\(s\), "
         r"first at step 90\d",
