@@ -42,6 +42,11 @@ def set_flag(example: str = "spike_sigma=4", see_also: str = "") -> Any:
 
 SetOpt = Annotated[list[str] | None, set_flag()]
 
+FailOnOpt = Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")]
+
+# `-o -`: the document on stdout rather than in a file
+STDOUT = "-"
+
 
 def split_codes(values: list[str] | None) -> list[str]:
     """`--select a,b --select c` -> ['a', 'b', 'c'] (analyze, one run or many)."""
@@ -168,9 +173,29 @@ def load_and_analyze(path: str, read: ReadArgs | None = None, set_values=None):
         raise internal_error(err, path) from None
 
 
+def default_output(analysis, path: str, suffix: str) -> Path:
+    """`<run><suffix>` in the current directory: the run's name (else the log's stem) made
+    safe as a file name, so that reports of several runs written in one folder differ."""
+    import re
+
+    name = analysis.source.run or Path(path.rstrip("/")).stem or "run"
+    safe = re.sub(r"[^\w.-]+", "_", name).strip("._") or "run"
+    return Path(f"{safe}{suffix}")
+
+
+def exit_by_verdict(analysis, fail_on: FailOn) -> typer.Exit:
+    """The exit `stab analyze` gives the same run: 1 when a finding is at or above
+    `--fail-on`, else 0."""
+    from stabilitycli.core.exit_codes import exit_code_for
+    from stabilitycli.core.model import Severity
+
+    return typer.Exit(int(exit_code_for(analysis.worst_severity, Severity.parse(fail_on.value))))
+
+
 def write_output(text: str, output: Path | None) -> None:
-    """To the file when given (one line on stderr says where), else to stdout."""
-    if output is None:
+    """To the file when given (one line on stderr says where), else (None or `-`) to
+    stdout."""
+    if output is None or str(output) == STDOUT:
         typer.echo(text, nl=not text.endswith("\n"))
         return
     try:

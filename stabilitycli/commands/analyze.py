@@ -19,6 +19,7 @@ import typer
 
 from stabilitycli.commands._common import (
     FailOn,
+    FailOnOpt,
     boundary,
     fail,
     internal_error,
@@ -60,7 +61,6 @@ PathsArg = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-FailOnOpt = Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")]
 SelectOpt = Annotated[
     list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")
 ]

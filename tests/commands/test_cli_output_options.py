@@ -82,7 +82,7 @@ def test_overridden_threshold_in_json_and_postmortem(cli) -> None:
             {"name": "spike_sigma", "value": 4.0, "default": 3.0, "source": "--set spike_sigma=4"}
         ]
     }
-    pm = ok(cli("postmortem", path, "--set", "spike_sigma=4"), 0).stdout
+    pm = ok(cli("postmortem", path, "--set", "spike_sigma=4", "-o", "-"), 0).stdout
     assert SET_SENTENCE in pm
 
 
@@ -191,7 +191,7 @@ def test_ranks_names_an_overridden_threshold(cli) -> None:
     from tests.conftest import FIXTURES
 
     log = FIXTURES / "ranks" / "two_outliers.jsonl.gz"
-    doc = json.loads(ok(cli("ranks", "--run", log, "-f", "json", "--set", "rank_z=8")).stdout)
+    doc = json.loads(ok(cli("ranks", log, "-f", "json", "--set", "rank_z=8")).stdout)
     assert doc["notes"][0] == (
         "Thresholds not at their defaults: rank_z = 8 (default 6; from --set rank_z=8)."
     )
