@@ -108,16 +108,19 @@ def _table(title: str, runs: list[dict[str, Any]], was: bool = False):
     from rich.table import Table
     from rich.text import Text
 
+    from stabilitycli.pipeline.batch import relative_names
     from stabilitycli.report import escape
+    from stabilitycli.report.layout import Natural
 
+    names = relative_names([run["location"] for run in runs])
     table = Table(title=title, title_justify="left")
     if was:
         table.add_column("was", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     table.add_column("cause", no_wrap=True)
     table.add_column("first bad step", justify="right")
-    table.add_column("location", overflow="fold")
-    for run in runs:
+    table.add_column("run", overflow="fold")
+    for run, name in zip(runs, names, strict=True):
         cells = [run["previous_verdict"]] if was else []
         step = run["first_bad_step"]
         table.add_row(
@@ -125,9 +128,9 @@ def _table(title: str, runs: list[dict[str, Any]], was: bool = False):
             Text(run["verdict"], style=_style(run)),
             Text(run["cause"] or ""),
             "" if step is None else str(step),
-            Text(escape.terminal(run["location"])),
+            Text(escape.terminal(name)),
         )
-    return table
+    return Natural(table)
 
 
 def _changes(changes: dict[str, Any], escape):

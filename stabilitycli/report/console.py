@@ -84,7 +84,8 @@ def render_text(rendered: RenderableType, where: Medium) -> str:
     token = PLAIN.set(not where.panels)
     try:
         with out.capture() as captured:
-            out.print(rendered)
+            # a table of paths may run past the width in a pipe (`layout.Natural`): not cut
+            out.print(rendered, crop=where.panels)
     finally:
         PLAIN.reset(token)
     return _TRAILING.sub(r"\1", captured.get())
