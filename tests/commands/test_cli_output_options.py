@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import RUNS, run_fixture
 
 LINE = re.compile(
-    r"^(?P<path>[^:]+):(?P<step>\d+): (?P<code>[a-z0-9-]+) (?P<sev>error|warning|info)"
-    r"(?: \[rank \d+\])? (?P<msg>\S.*)$"
+    r"^(?P<path>[^:]+):(?P<line>\d+): (?P<code>[a-z0-9-]+) (?P<sev>error|warning|info)"
+    r"(?: \[rank \d+\])? step (?P<step>\d+): (?P<msg>\S.*)$"
 )
 SET_SENTENCE = "spike_sigma = 4 (default 3; from --set spike_sigma=4)"
 
@@ -60,7 +60,8 @@ def test_concise_many_runs_and_exit_status(cli) -> None:
         ),
         1,
     )
-    assert f"{run_fixture('fp16-overflow')}:200: fp16-overflow error " in result.stdout
+    # the file line of the onset (a JSON line a step, from step 0), then the step itself
+    assert f"{run_fixture('fp16-overflow')}:201: fp16-overflow error step 200: " in result.stdout
     assert all("\n" not in line for line in result.stdout.splitlines())
 
 

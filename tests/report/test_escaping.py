@@ -41,7 +41,7 @@ RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u
 # JSON is left out: its escaping is JSON's own, and test_json_is_exact checks it kept the input
 FORMATS = ("terminal", "github", "junit", "markdown", "concise")
 # a workflow command as stab writes it: properties without raw ':' or ','
-GITHUB_LINE = re.compile(r"^::(error|warning|notice) file=[^:,]*,title=[^:,]*::")
+GITHUB_LINE = re.compile(r"^::(error|warning|notice) file=[^:,]*(,line=\d+)?,title=[^:,]*::")
 
 
 def _fs(text: str) -> str:
