@@ -117,11 +117,20 @@ def _guarded(name: str, command: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
+def _summary(doc: str | None) -> str | None:
+    """A command's line in `stab --help`: its docstring's first paragraph as one line, so
+    that it wraps at the terminal's width and never breaks where the source did."""
+    if not doc:
+        return None
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
 for _name in COMMANDS:
     _module = importlib.import_module(f"stabilitycli.commands.{_name}")
     app.command(
         _name,
         cls=Command,
+        short_help=_summary(_module.command.__doc__),
         epilog=getattr(_module, "EPILOG", None),
         context_settings=HELP_OPTIONS,
     )(_guarded(_name, _module.command))

@@ -46,7 +46,13 @@ class EngineName(StrEnum):
 
 
 # below the options in `stab analyze --help`: input errors point here instead of repeating it
-EPILOG = f"Inputs: {SUPPORTED}"
+EPILOG = (
+    "Examples:\n\n"
+    "stab analyze run.jsonl --fail-on warning\n\n"
+    "stab analyze -r sweeps/ --format github\n\n"
+    "stab analyze train.log --pattern 'it=(?P<step>\\d+) L=(?P<loss>\\S+)'\n\n"
+    f"Inputs: {SUPPORTED}"
+)
 
 # a single log at least this big gets a progress line while it is read and analysed
 PROGRESS_MIN_BYTES = 64 << 20
