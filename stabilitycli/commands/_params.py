@@ -112,7 +112,7 @@ def _tidy_help(command: _click.Command, ctx: _click.Context) -> None:
             # a method looked up on the instance first: this parameter only
             param.display_type_rich = _no_type  # type: ignore[method-assign]
         if getattr(param, "rich_help_panel", None) is None and param.name in _PANEL_OF:
-            param.rich_help_panel = _PANEL_OF[param.name]
+            setattr(param, "rich_help_panel", _PANEL_OF[param.name])  # noqa: B010 (typer, untyped)
 
 
 def _no_type(ctx: _click.Context) -> None:
