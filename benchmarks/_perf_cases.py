@@ -122,7 +122,7 @@ def ranks_case(name: str, setup: Setup) -> Case:
     )
     subjects = [
         _floor(setup, "floor", "polars.read_ndjson", "read_ndjson", jsonl),
-        _stab(setup, "stab ranks", "ranks", "--run", jsonl),
+        _stab(setup, "stab ranks", "ranks", jsonl),
     ]
     return Case(name, ranks * steps, _size_mb(jsonl), subjects)
 

@@ -34,8 +34,8 @@ OUTPUTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analyze-json", ("analyze", "{path}", "--format", "json")),
     ("analyze-markdown", ("analyze", "{path}", "--format", "markdown")),
     ("analyze-terminal", ("analyze", "{path}", "--format", "terminal")),
-    ("ranks-json", ("ranks", "--run", "{path}", "--format", "json")),
-    ("ranks-terminal", ("ranks", "--run", "{path}", "--format", "terminal")),
+    ("ranks-json", ("ranks", "{path}", "--format", "json")),
+    ("ranks-terminal", ("ranks", "{path}", "--format", "terminal")),
 )
 
 

@@ -75,11 +75,23 @@ def _options(
             "before the one-line message (also: STAB_DEBUG=1). The exit status stays 2.",
         ),
     ] = False,
+    width: Annotated[
+        int | None,
+        typer.Option(
+            "--width",
+            min=20,
+            metavar="COLUMNS",
+            help="Lay the terminal output out at this width, panels included (also: COLUMNS). "
+            "Piped without it: plain lines of at most 100 columns.",
+        ),
+    ] = None,
 ) -> None:
     """Options of `stab` itself, given before the command."""
     from stabilitycli.commands._common import DEBUG
+    from stabilitycli.report.console import WIDTH
 
     DEBUG.set(debug)
+    WIDTH.set(width)
 
 
 def _guarded(name: str, command: Callable[..., None]) -> Callable[..., None]:
@@ -90,16 +102,27 @@ def _guarded(name: str, command: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(command)
     def run(*args, **kwargs) -> None:
         from stabilitycli.commands._common import DEBUG, boundary
+        from stabilitycli.report.console import WIDTH
 
         try:
             command(*args, **kwargs)
         except BaseException as err:
             raise boundary(err, f"stab {name}") from None
         finally:
-            # --debug is this invocation's: an in-process caller's next call starts without it
+            # --debug and --width are this invocation's: an in-process caller's next call
+            # starts without them
             DEBUG.set(False)
+            WIDTH.set(None)
 
     return run
+
+
+def _summary(doc: str | None) -> str | None:
+    """A command's line in `stab --help`: its docstring's first paragraph as one line, so
+    that it wraps at the terminal's width and never breaks where the source did."""
+    if not doc:
+        return None
+    return " ".join(doc.strip().split("\n\n")[0].split())
 
 
 for _name in COMMANDS:
@@ -107,6 +130,7 @@ for _name in COMMANDS:
     app.command(
         _name,
         cls=Command,
+        short_help=_summary(_module.command.__doc__),
         epilog=getattr(_module, "EPILOG", None),
         context_settings=HELP_OPTIONS,
     )(_guarded(_name, _module.command))

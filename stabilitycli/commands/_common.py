@@ -42,6 +42,11 @@ def set_flag(example: str = "spike_sigma=4", see_also: str = "") -> Any:
 
 SetOpt = Annotated[list[str] | None, set_flag()]
 
+FailOnOpt = Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")]
+
+# `-o -`: the document on stdout rather than in a file
+STDOUT = "-"
+
 
 def split_codes(values: list[str] | None) -> list[str]:
     """`--select a,b --select c` -> ['a', 'b', 'c'] (analyze, one run or many)."""
@@ -140,28 +145,17 @@ def with_settings(analysis, settings: dict | None):
 
 
 def print_rendered(rendered, width: int | None = None) -> None:
-    """Text exactly as rendered; a rich renderable on a console sized to the terminal.
-
-    Piped (not a terminal) there is no width to fit: the console is as wide as the
-    widest line (at least 80 columns), so nothing is cut or wrapped at 80 columns;
-    `COLUMNS` still sets the width when given."""
+    """Text exactly as rendered; a rich renderable laid out for where stdout lands (a
+    terminal: panels at its width; a pipe or a file: plain lines of at most 100 columns,
+    unless `width`, `stab --width` or `COLUMNS` names one; see `report/console.py`)."""
     if isinstance(rendered, str):
         typer.echo(rendered, nl=False)
         return
-    import sys
+    from stabilitycli.report.console import medium, render_text
 
-    from rich.console import Console
-
-    # no markup or emoji codes: every string in a renderable is shown as written, so a run,
-    # metric or layer name holding `[/]` or `:x:` is text, never a style or a crash
-    def plain(columns: int | None) -> Console:
-        return Console(width=columns, markup=False, emoji=False)
-
-    console = plain(width)
-    if width is None and not sys.stdout.isatty() and "COLUMNS" not in os.environ:
-        needed = plain(10_000).measure(rendered).maximum
-        console = plain(min(max(80, needed), 10_000))
-    console.print(rendered)
+    where = medium(width=width)
+    # click strips colour codes from a stream that is not a terminal unless told otherwise
+    typer.echo(render_text(rendered, where), nl=False, color=where.colour)
 
 
 def load_and_analyze(path: str, read: ReadArgs | None = None, set_values=None, ignore=None):
@@ -179,9 +173,29 @@ def load_and_analyze(path: str, read: ReadArgs | None = None, set_values=None, i
         raise internal_error(err, path) from None
 
 
+def default_output(analysis, path: str, suffix: str) -> Path:
+    """`<run><suffix>` in the current directory: the run's name (else the log's stem) made
+    safe as a file name, so that reports of several runs written in one folder differ."""
+    import re
+
+    name = analysis.source.run or Path(path.rstrip("/")).stem or "run"
+    safe = re.sub(r"[^\w.-]+", "_", name).strip("._") or "run"
+    return Path(f"{safe}{suffix}")
+
+
+def exit_by_verdict(analysis, fail_on: FailOn) -> typer.Exit:
+    """The exit `stab analyze` gives the same run: 1 when a finding is at or above
+    `--fail-on`, else 0."""
+    from stabilitycli.core.exit_codes import exit_code_for
+    from stabilitycli.core.model import Severity
+
+    return typer.Exit(int(exit_code_for(analysis.worst_severity, Severity.parse(fail_on.value))))
+
+
 def write_output(text: str, output: Path | None) -> None:
-    """To the file when given (one line on stderr says where), else to stdout."""
-    if output is None:
+    """To the file when given (one line on stderr says where), else (None or `-`) to
+    stdout."""
+    if output is None or str(output) == STDOUT:
         typer.echo(text, nl=not text.endswith("\n"))
         return
     try:

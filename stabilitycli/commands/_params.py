@@ -78,12 +78,57 @@ def _defer(params: Iterable[_click.Parameter]) -> None:
             )
 
 
+# `--help` groups a command's options by what they are about, in this order
+PANELS: dict[str, tuple[str, ...]] = {
+    "Input": (
+        "metric", "step_key", "rank_key", "format_in", "pattern", "dtype", "run",
+        "experiment", "tracking_uri", "endpoint_url", "rank_pattern", "include_deleted",
+    ),
+    "Rules": ("select", "ignore", "set_values", "fail_on", "tolerance", "expect", "until"),
+    "Output": ("output", "quiet", "verbose", "show_settings", "x", "js"),
+    "Many runs": (
+        "recursive", "jobs", "engine", "ray_address", "retries", "time_limit", "results",
+    ),
+}  # fmt: skip
+_PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+
+
+def _tidy_help(command: _click.Command, ctx: _click.Context) -> None:
+    """What `--help` shows of each parameter at 80 columns: a flag without a `<bool>`
+    type, a value's type only when it is a choice, and the options in their panels, the
+    panels in the order of `PANELS` (typer lists a panel where its first option comes)."""
+    order = list(PANELS)
+
+    def rank(param: _click.Parameter) -> int:
+        panel = _PANEL_OF.get(param.name or "")
+        return order.index(panel) if panel else len(order)
+
+    command.params.sort(key=rank)  # stable: each panel keeps its options' order
+    for param in command.get_params(ctx):
+        if not isinstance(param, _TyperParameter):
+            continue
+        flag = getattr(param, "is_flag", False) or param.type_descriptor.annotation is bool
+        if flag or (not param.type_descriptor.is_choice and param.metavar is None):
+            # a method looked up on the instance first: this parameter only
+            param.display_type_rich = _no_type  # type: ignore[method-assign]
+        if getattr(param, "rich_help_panel", None) is None and param.name in _PANEL_OF:
+            setattr(param, "rich_help_panel", _PANEL_OF[param.name])  # noqa: B010 (typer, untyped)
+
+
+def _no_type(ctx: _click.Context) -> None:
+    return None
+
+
 class Group(TyperGroup):
     """`stab` itself: its options (completion, help) processed without pydantic."""
 
     def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
         _defer(self.get_params(ctx))
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: _click.Context, formatter: Any) -> None:
+        _tidy_help(self, ctx)
+        super().format_help(ctx, formatter)
 
 
 class Command(TyperCommand):
@@ -92,3 +137,7 @@ class Command(TyperCommand):
     def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
         _defer(self.get_params(ctx))
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: _click.Context, formatter: Any) -> None:
+        _tidy_help(self, ctx)
+        super().format_help(ctx, formatter)

@@ -19,6 +19,7 @@ import typer
 
 from stabilitycli.commands._common import (
     FailOn,
+    FailOnOpt,
     boundary,
     fail,
     internal_error,
@@ -45,7 +46,13 @@ class EngineName(StrEnum):
 
 
 # below the options in `stab analyze --help`: input errors point here instead of repeating it
-EPILOG = f"Inputs: {SUPPORTED}"
+EPILOG = (
+    "Examples:\n\n"
+    "stab analyze run.jsonl --fail-on warning\n\n"
+    "stab analyze -r sweeps/ --format github\n\n"
+    "stab analyze train.log --pattern 'it=(?P<step>\\d+) L=(?P<loss>\\S+)'\n\n"
+    f"Inputs: {SUPPORTED}"
+)
 
 # a single log at least this big gets a progress line while it is read and analysed
 PROGRESS_MIN_BYTES = 64 << 20
@@ -60,7 +67,6 @@ PathsArg = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-FailOnOpt = Annotated[FailOn, typer.Option(help="Lowest finding severity that exits 1.")]
 SelectOpt = Annotated[
     list[str] | None, typer.Option(help="Only these rule/finding codes (comma list).")
 ]

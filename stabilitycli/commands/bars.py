@@ -24,7 +24,6 @@ class ReadingBar:
     listens to `stabilitycli.core.progress`."""
 
     def __init__(self, name: str, size_bytes: int) -> None:
-        from rich.console import Console
         from rich.progress import (
             BarColumn,
             Progress,
@@ -41,7 +40,7 @@ class ReadingBar:
             TextColumn("{task.fields[amount]}", markup=False),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=_stderr_console(),
             transient=True,
         )
         self.stage = "read"
@@ -74,7 +73,6 @@ class ReadingBar:
 
 def with_sweep_bar(runs: int, sweep: Callable[[Callable[[Any], None]], Any]) -> Any:
     """`sweep(on_done)` under a transient bar of the runs done, their rate and the time left."""
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -92,7 +90,7 @@ def with_sweep_bar(runs: int, sweep: Callable[[Callable[[Any], None]], Any]) -> 
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
+        console=_stderr_console(),
         transient=True,
     ) as progress:
         task = progress.add_task("runs", total=runs, rate="")
@@ -104,3 +102,10 @@ def with_sweep_bar(runs: int, sweep: Callable[[Callable[[Any], None]], Any]) -> 
                 progress.update(task, rate=f"{state.completed / state.elapsed:.1f} runs/s")
 
         return sweep(done)
+
+
+def _stderr_console():
+    """stderr's console, decided where stdout's is (a bar shows only on a terminal)."""
+    from stabilitycli.report.console import console, medium
+
+    return console(medium(sys.stderr), stderr=True)

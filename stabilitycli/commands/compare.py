@@ -53,13 +53,24 @@ RunsArg = Annotated[
         show_default=False,
     ),
 ]
+# below the options in `stab compare --help`, where a line is never cut
+EPILOG = (
+    "Examples:\n\n"
+    "stab compare baseline.jsonl fixed.jsonl --until 500 --tolerance 0.05\n\n"
+    "stab compare run.jsonl --expect 'loss@312<2.5' "
+    "--expect 'max(grad_norm)\\[300:400]<3.0'\n\n"
+    "stab compare --restart 1 run.jsonl\n\n"
+    "An --expect check is METRIC@STEP OP NUMBER or AGG(METRIC)\\[A:B] OP NUMBER, AGG one of "
+    "max, min, mean, last, OP one of < <= > >= ==."
+)
+
 ExpectOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--expect",
         "-e",
-        help="A check that must hold, e.g. 'loss@312<2.5' or 'max(grad_norm)[300:400]<3.0'; "
-        "on the candidate unless prefixed 'baseline:' (repeatable).",
+        help="A check that must hold (examples below); on the candidate unless prefixed "
+        "'baseline:' (repeatable).",
     ),
 ]
 RestartOpt = Annotated[

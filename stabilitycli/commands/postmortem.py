@@ -1,7 +1,8 @@
 """`stab postmortem PATH [-o FILE]`: the seed-003 post-mortem, filled from the log.
 
-Exit status: 0 when written (whatever the verdict: the document is the
-product), 2 for unreadable input or a bad option.
+Written to `<run>.postmortem.md` in the current directory unless `-o` names a file
+(`-o -`: stdout). Exit status as `stab analyze` (0, or 1 when a finding is at or above
+`--fail-on`), 2 for unreadable input or a bad option.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from typing import Annotated
 import typer
 
 from stabilitycli.commands._common import (
+    FailOn,
+    FailOnOpt,
     SetOpt,
+    default_output,
+    exit_by_verdict,
     load_and_analyze,
     split_codes,
     write_output,
@@ -26,7 +31,12 @@ def command(
     *,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write the Markdown here (default: stdout)."),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the Markdown here; - for stdout (default: <run>.postmortem.md here).",
+            show_default=False,
+        ),
     ] = None,
     read: ReadArgs,
     set_values: SetOpt = None,
@@ -38,6 +48,7 @@ def command(
             "root cause rests on none of them.",
         ),
     ] = None,
+    fail_on: FailOnOpt = FailOn.error,
 ) -> None:
     # typer prints this line as is in `stab --help`; a wrapped docstring would break the listing
     """Write a Markdown post-mortem: symptoms, ranked hypotheses, root cause, fix, verification, cost."""  # noqa: E501
@@ -48,4 +59,5 @@ def command(
 
     data, analysis, thresholds = load_and_analyze(path, read, set_values, split_codes(ignore))
     document = render(build(analysis, data, thresholds), date=datetime.date.today().isoformat())
-    write_output(document, output)
+    write_output(document, output or default_output(analysis, path, ".postmortem.md"))
+    raise exit_by_verdict(analysis, fail_on)

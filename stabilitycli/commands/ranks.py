@@ -18,6 +18,7 @@ import typer
 from stabilitycli.commands._common import (
     FailOn,
     boundary,
+    fail,
     internal_error,
     metric_keys,
     pairs,
@@ -26,6 +27,8 @@ from stabilitycli.commands._common import (
 )
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 from stabilitycli.core.errors import StabInputError, StabUsageError
+
+PATH_HELP = "The run: a log file, a directory of per-rank files, or a URI."
 
 
 class RanksFormat(StrEnum):
@@ -38,18 +41,18 @@ class RanksFormat(StrEnum):
     helps={
         "rank_pattern": "Regex with one group: the rank in a per-rank file name, e.g. 'gpu(\\d+)'.",
         "experiment": "MLflow experiment (name or id) whose runs are the ranks.",
-        "tracking_uri": "MLflow store or server holding the run (--run is then a run id or name).",
+        "tracking_uri": "MLflow store or server holding the run (PATH is then a run id or name).",
         "endpoint_url": "Endpoint of an S3-compatible store for s3:// runs "
         "(default: AWS_ENDPOINT_URL).",
     },
     then={"rank_pattern": ("fail_on",), "step_key": ("set_values",)},
 )
 def command(
-    run: Annotated[
-        str,
-        typer.Option("--run", help="The run: a log file, a directory of per-rank files, or a URI."),
-    ],
+    path: Annotated[str | None, typer.Argument(help=PATH_HELP, show_default=False)] = None,
     *,
+    # the path's name before it became positional like every other command's; kept for one
+    # release so that scripts keep working, with a note on stderr
+    run_option: Annotated[str | None, typer.Option("--run", hidden=True)] = None,
     metric: Annotated[
         str,
         typer.Option(
@@ -72,6 +75,7 @@ def command(
     set_values: Annotated[list[str] | None, set_flag("rank_z=8")] = None,
 ) -> None:
     """Compare every rank with its cohort: name outlier, non-finite, silent and straggling ranks."""
+    run = _the_path(path, run_option)
     try:
         report = _report(run, metric, read, set_values)
     except (StabInputError, StabUsageError) as err:
@@ -90,6 +94,22 @@ def command(
     from stabilitycli.core.model import Severity
 
     raise typer.Exit(int(exit_code_for(report.worst_severity, Severity.parse(fail_on.value))))
+
+
+def _the_path(path: str | None, run_option: str | None) -> str:
+    """PATH, or the deprecated `--run PATH` with a note on stderr; one of the two."""
+    if path is not None and run_option is not None:
+        raise fail("give the run once: `stab ranks PATH` (--run PATH is its old spelling)")
+    if run_option is not None:
+        typer.echo(
+            "stab: note: `stab ranks --run PATH` is deprecated and will be removed; "
+            "give the path as the argument: `stab ranks PATH`",
+            err=True,
+        )
+        return run_option
+    if path is None:
+        raise fail("stab ranks needs the run: `stab ranks PATH` (a log file, a folder or a URI)")
+    return path
 
 
 def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None):

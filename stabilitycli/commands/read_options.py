@@ -96,8 +96,8 @@ READ_OPTIONS: dict[str, Any] = {
     "pattern": Annotated[
         str | None,
         typer.Option(
-            help="Read a text log with this regex: named groups are fields, "
-            "(?P<step>...) the step, e.g. 'it=(?P<step>\\d+) l=(?P<loss>\\S+)'."
+            help="Read a text log with this regex: named groups are fields, the group "
+            "named step the step (example below)."
         ),
     ],
     "dtype": Annotated[str | None, typer.Option(help="dtype regime: fp32, fp16 or bf16.")],

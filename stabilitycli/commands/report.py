@@ -1,8 +1,10 @@
-"""`stab report PATH -o report.html`: a self-contained HTML report with plots.
+"""`stab report PATH [-o report.html]`: a self-contained HTML report with plots.
 
-Needs the optional `report` extra (plotly, for its bundled plotly.min.js);
-without it the command exits 2 with one line naming the extra. Exit status:
-0 when written, 2 for unreadable input, a bad option or the missing extra.
+Written to `<run>.stab.html` in the current directory unless `-o` names a file (`-o -`:
+stdout). Needs the optional `report` extra (plotly, for its bundled plotly.min.js);
+without it the command exits 2 with one line naming the extra. Exit status as `stab
+analyze` (0, or 1 when a finding is at or above `--fail-on`), 2 for unreadable input,
+a bad option or the missing extra.
 
 `--js` says where the page gets plotly.js (4.8 MB, most of a page): `inline`
 (the default: one file that works offline), `beside` (one copy written next to
@@ -19,7 +21,11 @@ from typing import Annotated
 import typer
 
 from stabilitycli.commands._common import (
+    FailOn,
+    FailOnOpt,
     SetOpt,
+    default_output,
+    exit_by_verdict,
     fail,
     load_and_analyze,
     write_output,
@@ -42,7 +48,15 @@ class JsFrom(StrEnum):
 def command(
     path: Annotated[str, typer.Argument(help="Log file, directory or URI of one run.")],
     *,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The HTML file to write; - for stdout (default: <run>.stab.html here).",
+            show_default=False,
+        ),
+    ] = None,
     x: Annotated[
         XAxis,
         typer.Option(
@@ -62,6 +76,7 @@ def command(
     ] = JsFrom.inline,
     read: ReadArgs,
     set_values: SetOpt = None,
+    fail_on: FailOnOpt = FailOn.error,
 ) -> None:
     # typer prints this line as is in `stab --help`; a wrapped docstring would break the listing
     """Write one offline HTML page: verdict, loss with its mu+3 sigma band and spikes, grad norm, LR, loss scale."""  # noqa: E501
@@ -72,6 +87,7 @@ def command(
     if importlib.util.find_spec("plotly") is None:
         raise fail(PLOTLY_MISSING)
     data, analysis, thresholds = load_and_analyze(path, read, set_values)
+    output = output or default_output(analysis, path, ".stab.html")
     from stabilitycli.core.errors import StabUsageError
     from stabilitycli.report.html import cdn_script, render
     from stabilitycli.report.plotdata import build
@@ -88,6 +104,7 @@ def command(
     else:
         page = render(analysis, plots)
     write_output(page, output)
+    raise exit_by_verdict(analysis, fail_on)
 
 
 def _library_beside(output: Path) -> str:

@@ -4,8 +4,10 @@ Registered by `cli.py` like the other commands. sqlite3 and the queries
 (`stabilitycli.results.summary`) are imported inside the function, so `stab --help`
 stays instant. The store is opened read-only.
 
-Exit status: 0 when the summary is printed, 2 when the file is not a results store
-(missing, not SQLite, another program's database, a newer schema: one line on stderr).
+Exit status by the runs of the sweep, as `stab analyze` of the sweep gave it: 1 when a
+run's worst finding is at or above `--fail-on`, 2 when a run could not be read, else 0;
+2 as well when the file is not a results store (missing, not SQLite, another program's
+database, a newer schema: one line on stderr).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stabilitycli.commands._common import boundary, print_rendered
+from stabilitycli.commands._common import FailOn, FailOnOpt, boundary, print_rendered
 from stabilitycli.core.errors import StabInputError
 
 EPILOG = "Worst first: unreadable, error, warning, insufficient-data, then healthy (--all)."
@@ -45,6 +47,7 @@ def command(
     every_run: Annotated[
         bool, typer.Option("--all", help="List every run, the healthy ones too.")
     ] = False,
+    fail_on: FailOnOpt = FailOn.error,
 ) -> None:
     """Which runs of the latest sweep are not healthy, worst first (and with --changed,
     what changed since the sweep before), from a results store."""
@@ -61,8 +64,21 @@ def command(
         raise boundary(err, store) from None
     if output is SummaryFormat.json:
         typer.echo(json.dumps(doc, allow_nan=False))
-        return
-    print_rendered(_terminal(doc, every_run))
+    else:
+        print_rendered(_terminal(doc, every_run))
+    raise typer.Exit(_exit_status(doc["runs"], fail_on))
+
+
+def _exit_status(runs: list[dict[str, Any]], fail_on: FailOn) -> int:
+    """The sweep's exit: 2 if a run was unreadable, 1 if a run's worst finding is at or above
+    `fail_on`, else 0 (the runs listed hold every run that is not healthy)."""
+    from stabilitycli.core.exit_codes import ExitCode, exit_code_for
+    from stabilitycli.core.model import Severity
+
+    if any(run["error"] for run in runs):
+        return int(ExitCode.BAD_INPUT)
+    levels = [Severity.parse(run["severity"]) for run in runs if run["severity"]]
+    return int(exit_code_for(max(levels, default=None), Severity.parse(fail_on.value)))
 
 
 def _terminal(doc: dict[str, Any], every_run: bool):
@@ -92,16 +108,19 @@ def _table(title: str, runs: list[dict[str, Any]], was: bool = False):
     from rich.table import Table
     from rich.text import Text
 
+    from stabilitycli.pipeline.batch import relative_names
     from stabilitycli.report import escape
+    from stabilitycli.report.layout import Natural
 
+    names = relative_names([run["location"] for run in runs])
     table = Table(title=title, title_justify="left")
     if was:
         table.add_column("was", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     table.add_column("cause", no_wrap=True)
     table.add_column("first bad step", justify="right")
-    table.add_column("location", overflow="fold")
-    for run in runs:
+    table.add_column("run", overflow="fold")
+    for run, name in zip(runs, names, strict=True):
         cells = [run["previous_verdict"]] if was else []
         step = run["first_bad_step"]
         table.add_row(
@@ -109,9 +128,9 @@ def _table(title: str, runs: list[dict[str, Any]], was: bool = False):
             Text(run["verdict"], style=_style(run)),
             Text(run["cause"] or ""),
             "" if step is None else str(step),
-            Text(escape.terminal(run["location"])),
+            Text(escape.terminal(name)),
         )
-    return table
+    return Natural(table)
 
 
 def _changes(changes: dict[str, Any], escape):

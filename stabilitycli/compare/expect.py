@@ -43,6 +43,13 @@ _INT = re.compile(r"[+-]?\d+")
 _NUMBER = re.compile(r"[+-]?(?:inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)", re.IGNORECASE)
 
 
+# every --expect error ends with what is allowed, so the fix needs no trip to the docs
+FORMS = (
+    "a check is METRIC@STEP OP NUMBER or AGG(METRIC)[A:B] OP NUMBER, "
+    f"AGG one of {', '.join(AGGREGATES)}, OP one of < <= > >= =="
+)
+
+
 class ExpectSyntaxError(StabUsageError):
     """A malformed --expect expression; `position` is the 1-based column of the problem."""
 
@@ -50,7 +57,7 @@ class ExpectSyntaxError(StabUsageError):
         self.expression = expression
         self.position = position
         self.reason = reason
-        super().__init__(f"--expect {expression!r}: {reason} at column {position}")
+        super().__init__(f"--expect {expression!r}: {reason} at column {position} ({FORMS})")
 
 
 @dataclass(frozen=True)
@@ -227,6 +234,8 @@ def parse_expect(text: str) -> Check:
             cur.fail(f"expected a metric name after '{side}:'")
     assert name is not None
     aggregate = at = start = end = None
+    if name not in AGGREGATES and cur.peek() == "(":
+        cur.fail(f"{name!r} is not an aggregate stab knows")
     if name in AGGREGATES and cur.peek() == "(":
         aggregate = name
         cur.need("(", "'('")

@@ -374,6 +374,17 @@ class Analysis:
     loss_preview: list[float] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     coverage: Coverage | None = None
+    # the file line of each finding's step ((step, rank) -> line; rank None: the step's first
+    # line over ranks), for a line-based log only: what annotations point at. Not in the JSON
+    source_lines: dict[tuple[int, int | None], int] = field(default_factory=dict)
+
+    def line_of(self, finding: Finding) -> int | None:
+        """The file line of `finding`'s onset, when the log has lines."""
+        if finding.step is None:
+            return None
+        return self.source_lines.get((finding.step, finding.rank)) or self.source_lines.get(
+            (finding.step, None)
+        )
 
     @property
     def worst_severity(self) -> Severity | None:

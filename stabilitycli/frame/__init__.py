@@ -9,7 +9,9 @@ Shape (a polars DataFrame, Arrow-backed):
   the raw key for anything else. NaN/+Inf/-Inf are data and kept exactly;
   null means "not logged at this step" (a sparse eval column).
 
-Rows are unique per (rank, step) and sorted. An ingester hands `finalize` a raw
+Rows are unique per (rank, step) and sorted. Beside the frame, `RunData.lines` holds the
+file line of each row (`source_line`) for a line-based log (JSON Lines, text logs, CSV),
+None for formats without lines: what annotations point at. An ingester hands `finalize` a raw
 table (one row per record, a `_row` column with the 1-based line or record
 number) and `finalize` does the rest once for every format: key aliasing,
 casting, restarts, merging of sparse rows, and the row accounting.
@@ -30,6 +32,15 @@ from stabilitycli.frame.rank_sort import by_rank
 
 ROW = "_row"
 SEGMENT = "_segment"
+SOURCE_LINE = "source_line"
+
+# readers whose `_row` is the row's line in the file (JSON Lines, text logs, CSV): a finding
+# can point at the line of its onset. Parquet, Arrow, TensorBoard, MLflow and W&B rows
+# have no line; there `RunData.lines` is None and an output names the file only
+LINE_FORMATS = frozenset(
+    {"jsonl", "kvlog", "dictlog", "megatron", "deepspeed", "llmc", "textlog", "tabular"}
+)
+_BINARY_TABLES = (".parquet", ".arrow", ".feather", ".ipc")
 
 
 @dataclass
@@ -40,6 +51,9 @@ class RunData:
     source: SourceInfo
     # Rows a resume rewrote: the abandoned trajectory, same columns plus `_segment`.
     abandoned: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # for a line-based log: `step`, (`rank`,) `source_line`, the file line of the first row
+    # read for each row of `frame`; kept beside the frame (never a metric column), else None
+    lines: pl.DataFrame | None = None
 
     @property
     def has_ranks(self) -> bool:
@@ -449,7 +463,9 @@ def _merge_and_resume(
             schema={**{k: pl.Int64 for k in keys}, SEGMENT: pl.Int64, "step": pl.Int64}
             | {c: pl.Float64 for c in metric_names}
         )
-        return _described(frame, source, metric_names, has_rank, no_rewrite)
+        run = _described(frame, source, metric_names, has_rank, no_rewrite)
+        run.lines = _lines(table, source, keys)
+        return run
 
     # rows sorted by rank already sort by (rank, row) as the rows in file order do: a
     # rank's rows keep their file order, and row numbers are unique
@@ -485,11 +501,19 @@ def _merge_and_resume(
     if abandoned.height:
         source.rows_rewritten += int(abandoned["_n_rows"].sum())
     source.rows_used = int(kept["_n_rows"].sum())
-    frame = kept.sort([*keys, "step"]).select(
-        ["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]]
-    )
+    kept = kept.sort([*keys, "step"])
+    frame = kept.select(["step", *keys, *[pl.col(c).cast(pl.Float64) for c in metric_names]])
     abandoned = abandoned.sort([*keys, SEGMENT, "step"]).drop("_n_rows", ROW)
-    return _described(frame, source, metric_names, has_rank, abandoned)
+    run = _described(frame, source, metric_names, has_rank, abandoned)
+    run.lines = _lines(kept, source, keys)
+    return run
+
+
+def _lines(table: pl.DataFrame, source: SourceInfo, keys: list[str]) -> pl.DataFrame | None:
+    """The file line of each kept row (a merged step: its first line), for a line-based log."""
+    if source.format not in LINE_FORMATS or source.path.lower().endswith(_BINARY_TABLES):
+        return None
+    return table.select(["step", *keys, pl.col(ROW).alias(SOURCE_LINE)])
 
 
 def _steps_only_forward(ordered: pl.DataFrame, keys: list[str]) -> bool:

@@ -101,6 +101,14 @@ def _only_log(folder: Path, limits: InputLimits | None = None) -> Path:
     if len(logs) == 1:
         return logs[0]
     if not logs:
+        folders = [e for e in list_folder(folder, limits) if e.is_dir() and e.name[:1] != "."]
+        if folders:
+            # a folder of run folders (a sweep): each is its own run, `-r` reads them all
+            raise StabInputError(
+                str(folder),
+                f"no log in this folder itself, but {len(folders)} sub-folder(s): to analyse "
+                f"every run below it, `stab analyze -r {folder}`",
+            )
         raise StabInputError(
             str(folder), f"no log stab reads in this folder ({seen} file(s); {FORMATS_HINT})"
         )

@@ -384,15 +384,33 @@ def first_bad_step(doc: dict[str, Any]) -> int | None:
     return min(steps) if steps else None
 
 
+def relative_names(paths: list[str]) -> list[str]:
+    """Each path after the folders every one of them shares: under `-r sweep/` that is the
+    path below the swept root (`spike/fires`, not the leaf `fires` that 52 runs share). One
+    path alone is kept whole. A URI is split at its slashes like a path."""
+    if len(paths) < 2:
+        return list(paths)
+    split = [path.rstrip("/").split("/") for path in paths]
+    shared = 0
+    # a loop over the folder levels of the runs, not over rows
+    for level in zip(*(parts[:-1] for parts in split), strict=False):
+        if any(part != level[0] for part in level):
+            break
+        shared += 1
+    return ["/".join(parts[shared:]) or path for parts, path in zip(split, paths, strict=True)]
+
+
 def summary_rows(results: list[RunResult]) -> list[dict[str, Any]]:
-    """One row per run: run, verdict, cause, first bad step, rows (or the error)."""
+    """One row per run: run (its path below the folders all runs share), verdict, cause,
+    first bad step, rows (or the error)."""
     rows: list[dict[str, Any]] = []
-    for r in results:
+    names = relative_names([r.path for r in results])
+    for r, name in zip(results, names, strict=True):
         if not r.ok:
             rows.append(
                 {
                     "path": r.path,
-                    "run": r.path,
+                    "run": name,
                     "verdict": "unreadable",
                     "cause": None,
                     "first_bad_step": None,
@@ -407,7 +425,7 @@ def summary_rows(results: list[RunResult]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "path": r.path,
-                "run": source.get("run") or r.path,
+                "run": name,
                 "verdict": verdict.get("code"),
                 "cause": verdict.get("cause"),
                 "first_bad_step": first_bad_step(doc),

@@ -112,6 +112,7 @@ def analyze(
         loss_preview=preview,
         coverage=coverage,
         extras=extras,
+        source_lines=_source_lines(run, findings),
     )
 
 
@@ -129,6 +130,25 @@ def _forget_dropped(facts: Any, dropped: set[str]) -> None:
         facts.recurring_spikes = None
     if "blip" in dropped:
         facts.blips = []
+
+
+def _source_lines(run, findings: list[Finding]) -> dict[tuple[int, int | None], int]:
+    """The file line of each finding's step (and rank), from the frame's `lines`."""
+    import polars as pl
+
+    steps = sorted({f.step for f in findings if f.step is not None})
+    if run.lines is None or not steps:
+        return {}
+    at = run.lines.filter(pl.col("step").is_in(steps))
+    first = at.group_by("step").agg(pl.col("source_line").min())
+    out: dict[tuple[int, int | None], int] = {
+        (int(step), None): int(line)
+        for step, line in first.iter_rows()  # a row per step
+    }
+    if "rank" in at.columns:
+        for step, rank, line in at.select("step", "rank", "source_line").iter_rows():
+            out[(int(step), int(rank))] = int(line)
+    return out
 
 
 def _coverage(ran: list[str], not_run: tuple[str, ...], skipped: list[Skip]) -> Coverage:

@@ -93,7 +93,7 @@ def terminal_table(results: list[RunResult]):
     from rich.console import Group
     from rich.text import Text
 
-    from stabilitycli.report.layout import Fitted, Widest, bullets
+    from stabilitycli.report.layout import Fitted, Natural, Widest, bullets
 
     rows = summary_rows(results)
     # the run name matters most: it keeps 20 columns, folded if longer; the probe, with
@@ -114,7 +114,7 @@ def terminal_table(results: list[RunResult]):
         items = [_run_words(row, room) for row in rows]
         return Group(bullets(f"{title}:", items, ""), *([caption] if said else []))
 
-    return escape.CommandGuard(Widest(table, Fitted(stacked), probe))
+    return escape.CommandGuard(Widest(Natural(table), Fitted(stacked), probe))
 
 
 _RUN_CELLS = 20

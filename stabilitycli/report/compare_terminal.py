@@ -14,7 +14,7 @@ from rich.text import Text
 
 from stabilitycli.compare.runs import RESTART_MODE, Comparison, MetricComparison
 from stabilitycli.report.escape import CommandGuard, terminal
-from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets, merge_buckets
+from stabilitycli.report.layout import Boxed, Fitted, Hanging, Widest, bullets, merge_buckets
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -27,7 +27,10 @@ def build(result: Comparison) -> CommandGuard:
 
 def _build(result: Comparison) -> Group:
     parts: list[RenderableType] = [
-        Panel(_headline(result), title=Text(f"stab compare · {terminal(_title(result))}")),
+        Boxed(
+            Panel(_headline(result), title=Text(f"stab compare · {terminal(_title(result))}")),
+            Group(Text(f"stab compare · {terminal(_title(result))}"), _headline(result)),
+        ),
         Text(_settings(result), style="dim"),
     ]
     if result.preview:

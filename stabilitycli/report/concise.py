@@ -1,8 +1,10 @@
-"""`--format concise`: one line per finding, `path:step: CODE severity message`, like ruff's.
+"""`--format concise`: one line per finding, `path:LINE: CODE severity step N: message`, like
+ruff's: LINE is the file line of the finding's onset in a line-based log (JSON Lines, a
+text log, CSV); a log without lines (Parquet, TensorBoard, a store) gives `path: ...`.
 
 The verdict is a line of its own (`path: VERDICT verdict summary`, after the
 findings), so a run with no finding still says what it is; a finding without
-a step has no `:step`. One line each, never wrapped: messages are single
+a step has no `step N`. One line each, never wrapped: messages are single
 lines (a newline in one is written as a space). `quiet` leaves out the info
 findings and the closing summary line, as ruff's `--quiet` leaves out its
 summary; the settings line (thresholds not at their defaults) is always
@@ -21,17 +23,18 @@ def _one_line(text: str) -> str:
     return escape.plain(" ".join(text.split()))
 
 
-def finding_line(path: str, f: Finding) -> str:
+def finding_line(path: str, f: Finding, line: int | None = None) -> str:
     path = escape.plain_path(path)
-    where = f"{path}:{f.step}" if f.step is not None else path
+    where = f"{path}:{line}" if line is not None else path
     rank = f" [rank {f.rank}]" if f.rank is not None else ""
-    return f"{where}: {f.code} {f.severity}{rank} {_one_line(f.message)}"
+    step = f" step {f.step}:" if f.step is not None else ""
+    return f"{where}: {f.code} {f.severity}{rank}{step} {_one_line(f.message)}"
 
 
 def render(analysis: Analysis, quiet: bool = False) -> str:
     path = escape.plain_path(analysis.source.path)
     shown = [f for f in analysis.findings if not (quiet and f.severity is Severity.INFO)]
-    lines = [finding_line(path, f) for f in sorted(shown, key=_order)]
+    lines = [finding_line(path, f, analysis.line_of(f)) for f in sorted(shown, key=_order)]
     v = analysis.verdict
     if not quiet or v.code != "healthy":
         cause = f" ({v.cause})" if v.cause else ""

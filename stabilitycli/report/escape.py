@@ -83,7 +83,14 @@ class CommandGuard:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         from rich.segment import Segment
 
-        for line in console.render_lines(self.renderable, options, pad=False):
+        from stabilitycli.report.console import PLAIN
+
+        if PLAIN.get():
+            # in a pipe a table of paths runs past the width by its content: never cut
+            lines = Segment.split_lines(console.render(self.renderable, options))
+        else:
+            lines = iter(console.render_lines(self.renderable, options, pad=False))
+        for line in lines:
             if _leads_command("".join(s.text for s in line if not s.control)):
                 line = _escape_first_colon(line)
             yield from line

@@ -18,6 +18,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from stabilitycli.report.console import PLAIN
+
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.measure import Measurement
@@ -80,6 +82,49 @@ def merge_buckets(values: list[float], buckets: int) -> tuple[list[float], list[
     return [float(v) for v in merged], [int(s) for s in starts]
 
 
+class Boxed:
+    """`boxed` (a panel) on a terminal, `plain` (the same lines without a border) in a pipe
+    or a file, where a border padded to the widest line is noise in a log."""
+
+    def __init__(self, boxed: RenderableType, plain: RenderableType) -> None:
+        self.boxed = boxed
+        self.plain = plain
+
+    def _chosen(self) -> RenderableType:
+        return self.plain if PLAIN.get() else self.boxed
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self._chosen()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self._chosen())
+
+
+class Natural:
+    """A table of names and numbers (a run's path, a verdict, a step): in a pipe it is laid
+    out as wide as its content, never folding a path to fit 100 columns (its rows are the
+    only lines that may run past them); on a terminal it fits the terminal."""
+
+    def __init__(self, table: RenderableType) -> None:
+        self.table = table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.measure import Measurement
+
+        if not PLAIN.get():
+            yield self.table
+            return
+        natural = Measurement.get(console, options.update_width(10_000), self.table).maximum
+        yield from console.render(self.table, options.update_width(max(natural, 1)))
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self.table)
+
+
 class Widest:
     """`wide` where the console can hold it without cutting a word (a table whose columns
     would otherwise be cut to `5.9…`), else `narrow`: the same content laid out to wrap.
@@ -100,7 +145,8 @@ class Widest:
         # measured unbounded: a measurement is clamped to the width it is given
         unbounded = options.update_width(10_000)
         fits = Measurement.get(console, unbounded, self.probe).minimum <= options.max_width
-        yield self.wide if fits else self.narrow
+        # in a pipe a table may run past the width by its content (`Natural`)
+        yield self.wide if fits or PLAIN.get() else self.narrow
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         from rich.measure import Measurement

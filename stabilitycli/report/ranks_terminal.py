@@ -81,12 +81,17 @@ def _build(report: RankReport) -> Group:
 
 
 def render(report: RankReport, console: Console | None = None) -> None:
-    (console or Console()).print(build(report))
+    if console is None:
+        from stabilitycli.report.console import console as console_for
+        from stabilitycli.report.console import medium
+
+        console = console_for(medium())
+    console.print(build(report))
 
 
 def _table(report: RankReport) -> Table:
     table = Table(title=_TITLE.format(n=len(report.outliers)), caption=_CAPTION)
-    for name in ("rank", "kind", "onset", "value", "cohort median", "robust z", "mean effect"):
+    for name in ("rank", "kind", "onset", "value", "cohort median", "robust z", "mean shift"):
         table.add_column(name, justify="left" if name == "kind" else "right")
     table.add_column("recovered", justify="right")
     for o in report.outliers:
@@ -112,7 +117,7 @@ def _stacked(report: RankReport) -> Group:
         rank, kind, recovered = _names(o, report)
         items.append(
             f"rank {rank}: {terminal(kind)} from step {o.onset_step}; value {fmt(o.value)}, "
-            f"cohort median {fmt(o.cohort_median)}, robust z {fmt(o.robust_z)}, mean effect "
+            f"cohort median {fmt(o.cohort_median)}, robust z {fmt(o.robust_z)}, mean shift "
             f"{fmt(o.mean_shift, sign=True)}; "
             + ("not recovered" if recovered == "–" else f"recovered: {recovered}")
         )
@@ -125,8 +130,8 @@ def _stacked(report: RankReport) -> Group:
 _TITLE = "Outlier ranks ({n}), most serious first"
 _CAPTION = (
     "level: value, cohort median and robust z are medians over each rank's affected steps "
-    "(onset to recovery, or to the end); mean effect: the mean with the rank minus the "
-    "mean without it, averaged over those steps"
+    "(onset to recovery, or to the end); mean shift (`mean_shift` in the JSON): the mean "
+    "with the rank minus the mean without it, averaged over those steps"
 )
 
 

@@ -13,7 +13,7 @@ from rich.text import Text
 from stabilitycli.core.model import Analysis, Severity
 from stabilitycli.core.settings import sentence
 from stabilitycli.report.escape import CommandGuard, terminal
-from stabilitycli.report.layout import Fitted, bullets, elide_path, merge_buckets
+from stabilitycli.report.layout import Boxed, Fitted, bullets, elide_path, merge_buckets
 from stabilitycli.report.sparkline import sparkline
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
@@ -110,8 +110,9 @@ def _coverage_line(analysis: Analysis) -> Table:
     return grid
 
 
-def _header(headline: Text, run: str | None, path: str, source: str) -> Fitted:
-    """The verdict in a panel titled with the run, over the path and what was read.
+def _header(headline: Text, run: str | None, path: str, source: str) -> Boxed:
+    """The verdict in a panel titled with the run, over the path and what was read; in a
+    pipe the same lines without the panel, the path whole.
 
     The path and the source line sit inside the panel, not on its border, where rich
     cuts them mid-word: the source line wraps at spaces, and a path too long for the
@@ -130,7 +131,9 @@ def _header(headline: Text, run: str | None, path: str, source: str) -> Fitted:
         body = Group(headline, Text(""), *named, Text(where), Text(source, style="dim"))
         return Panel(body, title=title)
 
-    return Fitted(make)
+    named = [Text(f"run: {terminal(run)}")] if run else []
+    plain = Group(headline, *named, Text(path), Text(source, style="dim"), Text(""))
+    return Boxed(Fitted(make), plain)
 
 
 def _source_line(analysis: Analysis, with_metrics: bool) -> str:

@@ -53,8 +53,8 @@ def test_a_bug_is_one_line_in_every_command(cli, monkeypatch) -> None:
     monkeypatch.setattr("stabilitycli.compare.runs.compare", _boom)
     cases = [
         (("analyze", run), run),
-        (("postmortem", run), run),
-        (("ranks", "--run", ranks_run), ranks_run),
+        (("postmortem", run, "-o", "-"), run),
+        (("ranks", ranks_run), ranks_run),
         (("compare", run, run), f"{run} {run}"),
     ]
     for args, where in cases:

@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import RUNS, run_fixture
 
 LINE = re.compile(
-    r"^(?P<path>[^:]+):(?P<step>\d+): (?P<code>[a-z0-9-]+) (?P<sev>error|warning|info)"
-    r"(?: \[rank \d+\])? (?P<msg>\S.*)$"
+    r"^(?P<path>[^:]+):(?P<line>\d+): (?P<code>[a-z0-9-]+) (?P<sev>error|warning|info)"
+    r"(?: \[rank \d+\])? step (?P<step>\d+): (?P<msg>\S.*)$"
 )
 SET_SENTENCE = "spike_sigma = 4 (default 3; from --set spike_sigma=4)"
 
@@ -60,7 +60,8 @@ def test_concise_many_runs_and_exit_status(cli) -> None:
         ),
         1,
     )
-    assert f"{run_fixture('fp16-overflow')}:200: fp16-overflow error " in result.stdout
+    # the file line of the onset (a JSON line a step, from step 0), then the step itself
+    assert f"{run_fixture('fp16-overflow')}:201: fp16-overflow error step 200: " in result.stdout
     assert all("\n" not in line for line in result.stdout.splitlines())
 
 
@@ -82,7 +83,7 @@ def test_overridden_threshold_in_json_and_postmortem(cli) -> None:
             {"name": "spike_sigma", "value": 4.0, "default": 3.0, "source": "--set spike_sigma=4"}
         ]
     }
-    pm = ok(cli("postmortem", path, "--set", "spike_sigma=4"), 0).stdout
+    pm = ok(cli("postmortem", path, "--set", "spike_sigma=4", "-o", "-"), 0).stdout
     assert SET_SENTENCE in pm
 
 
@@ -142,16 +143,20 @@ def test_quiet_terminal_is_the_verdict_only(cli) -> None:
     assert "plateau" in out and "Questions asked" not in out and "Findings" not in out
 
 
-# ---------------------------------------------------------------- full width when piped
+# ---------------------------------------------------------------- plain lines when piped
 
 
-def test_piped_output_is_not_cut_at_80_columns(cli, monkeypatch) -> None:
+def test_piped_output_is_plain_lines_of_at_most_100_columns(cli, monkeypatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     out = ok(cli("analyze", run_fixture("plateau"))).stdout
     doc = json.loads(ok(cli("analyze", run_fixture("plateau"), "-f", "json")).stdout)
     summary = doc["verdict"]["summary"]
-    assert len(summary) > 100  # would wrap at 80 columns
-    assert any(summary in line for line in out.splitlines())
+    assert len(summary) > 100  # wraps, at 100 columns rather than 80
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert " ".join(summary.split()) in " ".join(out.split())
+    assert not any(line.endswith(" ") for line in lines)  # nothing padded to a width
+    assert "╭" not in out and "╰" not in out  # no panel border
     many = ok(
         cli(
             "analyze",
@@ -187,7 +192,7 @@ def test_ranks_names_an_overridden_threshold(cli) -> None:
     from tests.conftest import FIXTURES
 
     log = FIXTURES / "ranks" / "two_outliers.jsonl.gz"
-    doc = json.loads(ok(cli("ranks", "--run", log, "-f", "json", "--set", "rank_z=8")).stdout)
+    doc = json.loads(ok(cli("ranks", log, "-f", "json", "--set", "rank_z=8")).stdout)
     assert doc["notes"][0] == (
         "Thresholds not at their defaults: rank_z = 8 (default 6; from --set rank_z=8)."
     )

@@ -27,12 +27,12 @@ RUNS = "fixtures/runs"
 # case id -> the arguments after `stab`; each a different path through its command
 CASES: dict[str, tuple[str, ...]] = {
     # ranks: healthy, each kind of bad rank, a per-rank folder, JSON, a refused metric
-    "ranks-healthy": ("ranks", "--run", f"{RANKS}/healthy_64.jsonl.gz"),
-    "ranks-outlier-folder": ("ranks", "--run", f"{RANKS}/seed_64"),
-    "ranks-two-outliers": ("ranks", "--run", f"{RANKS}/two_outliers.jsonl.gz"),
-    "ranks-nonfinite": ("ranks", "--run", f"{RANKS}/nan_rank.jsonl.gz"),
-    "ranks-silent": ("ranks", "--run", f"{RANKS}/silent_rank.jsonl.gz"),
-    "ranks-straggler": ("ranks", "--run", f"{RANKS}/straggler.jsonl.gz"),
+    "ranks-healthy": ("ranks", f"{RANKS}/healthy_64.jsonl.gz"),
+    "ranks-outlier-folder": ("ranks", f"{RANKS}/seed_64"),
+    "ranks-two-outliers": ("ranks", f"{RANKS}/two_outliers.jsonl.gz"),
+    "ranks-nonfinite": ("ranks", f"{RANKS}/nan_rank.jsonl.gz"),
+    "ranks-silent": ("ranks", f"{RANKS}/silent_rank.jsonl.gz"),
+    "ranks-straggler": ("ranks", f"{RANKS}/straggler.jsonl.gz"),
     "ranks-straggler-fail-on-warning": (
         "ranks",
         "--run",
@@ -40,8 +40,8 @@ CASES: dict[str, tuple[str, ...]] = {
         "--fail-on",
         "warning",
     ),
-    "ranks-json": ("ranks", "--run", f"{RANKS}/seed_64", "--format", "json"),
-    "ranks-no-such-metric": ("ranks", "--run", f"{RANKS}/trio_3.jsonl", "-m", "no_such_metric"),
+    "ranks-json": ("ranks", f"{RANKS}/seed_64", "--format", "json"),
+    "ranks-no-such-metric": ("ranks", f"{RANKS}/trio_3.jsonl", "-m", "no_such_metric"),
     # compare: two runs that agree, that drift apart, a fix verified with --expect (the line
     # docs/compare-contract.md shows), a restart against what it replaced, JSON, refused input
     "compare-identical": (
@@ -95,20 +95,22 @@ CASES: dict[str, tuple[str, ...]] = {
         "loss@@900<",
     ),
     # postmortem: one run per kind of incident, a healthy run, a per-rank run, a missing file
-    "postmortem-spike": ("postmortem", f"{RUNS}/spike-long-tail/run.jsonl"),
-    "postmortem-spike-persistent": ("postmortem", f"{RUNS}/spike-persistent/run.jsonl"),
-    "postmortem-divergence": ("postmortem", f"{RUNS}/divergence-grad-norm/run.jsonl"),
-    "postmortem-nan-fp16": ("postmortem", f"{RUNS}/nan-fp16-overflow/run.jsonl"),
-    "postmortem-loss-scale": ("postmortem", f"{RUNS}/loss-scale-collapsed/run.jsonl"),
-    "postmortem-healthy": ("postmortem", f"{RUNS}/healthy-low-noise/run.jsonl"),
-    "postmortem-rank-outlier": ("postmortem", f"{RANKS}/seed_64"),
+    "postmortem-spike": ("postmortem", f"{RUNS}/spike-long-tail/run.jsonl", "-o", "-"),
+    "postmortem-spike-persistent": ("postmortem", f"{RUNS}/spike-persistent/run.jsonl", "-o", "-"),
+    "postmortem-divergence": ("postmortem", f"{RUNS}/divergence-grad-norm/run.jsonl", "-o", "-"),
+    "postmortem-nan-fp16": ("postmortem", f"{RUNS}/nan-fp16-overflow/run.jsonl", "-o", "-"),
+    "postmortem-loss-scale": ("postmortem", f"{RUNS}/loss-scale-collapsed/run.jsonl", "-o", "-"),
+    "postmortem-healthy": ("postmortem", f"{RUNS}/healthy-low-noise/run.jsonl", "-o", "-"),
+    "postmortem-rank-outlier": ("postmortem", f"{RANKS}/seed_64", "-o", "-"),
     "postmortem-threshold-set": (
         "postmortem",
         f"{RUNS}/spike-long-tail/run.jsonl",
         "--set",
         "spike_sigma=4",
+        "-o",
+        "-",
     ),
-    "postmortem-missing-file": ("postmortem", f"{RUNS}/no-such-run/run.jsonl"),
+    "postmortem-missing-file": ("postmortem", f"{RUNS}/no-such-run/run.jsonl", "-o", "-"),
     # explain: the list, a rule, a finding code, a verdict, a question, the thresholds (at
     # their defaults and with one set), the questions, an unknown code
     "explain-list": ("explain",),

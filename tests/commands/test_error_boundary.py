@@ -171,7 +171,11 @@ def test_a_bug_in_a_detector_is_one_internal_error_line(monkeypatch) -> None:
     monkeypatch.delenv("STAB_DEBUG", raising=False)
     _inject_bug(monkeypatch)
     path = run_fixture("plateau")
-    for args in (("analyze", path), ("postmortem", path), ("analyze", path, "-f", "json")):
+    for args in (
+        ("analyze", path),
+        ("postmortem", path, "-o", "-"),
+        ("analyze", path, "-f", "json"),
+    ):
         line = _one_error_line(_stab(*args))
         assert "internal error ZeroDivisionError: a bug in a detector" in line
         assert "--debug" in line  # says how to get the traceback
@@ -218,9 +222,9 @@ def test_a_bug_in_a_renderer_is_exit_2_in_every_command(monkeypatch, tmp_path) -
         ("analyze", run),
         ("analyze", run, run, "-j", "1", "-q"),
         ("analyze", "-r", str(FIXTURES / "runs" / "plateau"), "-j", "1", "-q"),
-        ("ranks", "--run", str(FIXTURES / "ranks" / "pair_2.jsonl")),
+        ("ranks", str(FIXTURES / "ranks" / "pair_2.jsonl")),
         ("compare", run, run),
-        ("postmortem", run),
+        ("postmortem", run, "-o", "-"),
         ("explain", "spike"),
     ]
     if importlib.util.find_spec("plotly") is not None:  # `stab report` needs the extra

@@ -47,7 +47,7 @@ def test_postmortem_reads_with_pattern_and_tracking_uri(cli, tmp_path) -> None:
     assert patterned.exception is None or isinstance(patterned.exception, SystemExit)
     assert patterned.exit_code == 0, patterned.stderr
     assert "custom.log" in out.read_text()
-    tracked = cli("postmortem", "spike", "--tracking-uri", f"sqlite:///{DB}")
+    tracked = cli("postmortem", "spike", "--tracking-uri", f"sqlite:///{DB}", "-o", "-")
     assert tracked.exit_code == 0, tracked.stderr
     assert "spike" in tracked.stdout
     # without the option the run name is a missing file: the option reached the reader
@@ -67,7 +67,7 @@ def test_report_reads_with_pattern_and_tracking_uri(cli, tmp_path) -> None:
 
 def test_a_bad_read_option_is_one_line_in_report_and_postmortem(cli, tmp_path) -> None:
     log = _custom_log(tmp_path)
-    for args in (("postmortem", log), ("report", log, "-o", tmp_path / "r.html")):
+    for args in (("postmortem", log, "-o", "-"), ("report", log, "-o", tmp_path / "r.html")):
         result = cli(*args, "--dtype", "fp64")
         assert result.exit_code == 2
         assert "Traceback" not in result.stderr and "dtype" in result.stderr

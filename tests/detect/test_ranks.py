@@ -464,7 +464,7 @@ def ranks_cli():
 
 
 def test_cli_json_seed_story(ranks_cli):
-    result = ranks_cli("--run", RANKS / "seed_64", "--format", "json")
+    result = ranks_cli(RANKS / "seed_64", "--format", "json")
     assert result.exit_code == 1
     d = json.loads(result.stdout)
     assert d["schema"] == "stab.ranks/1" and d["ranks"] == 64 and d["steps"] == [0, 1995]
@@ -474,7 +474,7 @@ def test_cli_json_seed_story(ranks_cli):
 
 
 def test_cli_terminal_says_it_in_words(ranks_cli):
-    result = ranks_cli("--run", RANKS / "seed_64")
+    result = ranks_cli(RANKS / "seed_64")
     assert result.exit_code == 1
     out = " ".join(result.stdout.split())
     assert "rank 41 sits at 40.0 against a cohort median of 2.009 from step 1200 on" in out
@@ -485,34 +485,34 @@ def test_cli_terminal_says_it_in_words(ranks_cli):
 
 
 def test_cli_healthy_exits_0(ranks_cli):
-    result = ranks_cli("--run", RANKS / "healthy_64.jsonl.gz")
+    result = ranks_cli(RANKS / "healthy_64.jsonl.gz")
     assert result.exit_code == 0
     assert "every rank agrees" in result.stdout
 
 
 def test_cli_fail_on_decides_whether_a_warning_fails(ranks_cli):
-    assert ranks_cli("--run", RANKS / "silent_rank.jsonl.gz").exit_code == 0
-    assert ranks_cli("--run", RANKS / "silent_rank.jsonl.gz", "--fail-on", "warning").exit_code == 1
+    assert ranks_cli(RANKS / "silent_rank.jsonl.gz").exit_code == 0
+    assert ranks_cli(RANKS / "silent_rank.jsonl.gz", "--fail-on", "warning").exit_code == 1
 
 
 def test_cli_rank_pattern_and_metric_mapping(ranks_cli):
-    assert ranks_cli("--run", RANKS / "custom_names").exit_code == 2
-    result = ranks_cli("--run", RANKS / "custom_names", "--rank-pattern", r"gpu(\d+)", "-f", "json")
+    assert ranks_cli(RANKS / "custom_names").exit_code == 2
+    result = ranks_cli(RANKS / "custom_names", "--rank-pattern", r"gpu(\d+)", "-f", "json")
     assert result.exit_code == 1
     assert [(o["rank"], o["kind"]) for o in json.loads(result.stdout)["outliers"]] == [
         (1, "nonfinite")
     ]
-    result = ranks_cli("--run", RANKS / "pair_2.jsonl", "--metric", "loss=loss", "-f", "json")
+    result = ranks_cli(RANKS / "pair_2.jsonl", "--metric", "loss=loss", "-f", "json")
     assert result.exit_code == 1
 
 
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (("--run", "/nonexistent/run.jsonl"), "no such file"),
-        (("--run", RANKS / "pair_2.jsonl", "--metric", "grad_norm"), "grad_norm"),
-        (("--run", RANKS / "custom_names", "--rank-pattern", "gpu\\d+"), "capture group"),
-        (("--run", RANKS / "pair_2.jsonl", "--set", "rank_z=abc"), "rank_z"),
+        (("/nonexistent/run.jsonl",), "no such file"),
+        ((RANKS / "pair_2.jsonl", "--metric", "grad_norm"), "grad_norm"),
+        ((RANKS / "custom_names", "--rank-pattern", "gpu\\d+"), "capture group"),
+        ((RANKS / "pair_2.jsonl", "--set", "rank_z=abc"), "rank_z"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(ranks_cli, args, needle):

@@ -63,7 +63,7 @@ def test_no_command_creates_a_file_beside_a_sqlite_store(kind, tmp_path, monkeyp
         ["analyze", path, "--run", "spike", "--format", "json"],
         ["analyze", folder, "--run", "spike"],
         ["analyze", "-r", folder, "--jobs", "1", "-q"],
-        ["postmortem", path, "--run", "spike"],
+        ["postmortem", path, "--run", "spike", "-o", "-"],
         ["compare", f"{path}", f"{path}", "--run", "spike"],
     ]
     before = _fingerprint(folder)

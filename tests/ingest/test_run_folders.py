@@ -246,7 +246,7 @@ def test_per_rank_csv_files_are_one_per_rank_run_in_analyze_and_ranks(tmp_path: 
     _accounted(run.source)
     analyzed = cli("analyze", folder, "--format", "json")
     assert analyzed.exit_code == 1 and '"rank-outlier"' in analyzed.output
-    ranks = cli("ranks", "--run", folder, "--format", "json")
+    ranks = cli("ranks", folder, "--format", "json")
     assert ranks.exit_code == 1 and '"rank": 2' in ranks.output
     # the same data as per-rank JSONL gives the same frame
     jsonl = tmp_path / "jsonl"

@@ -176,9 +176,9 @@ def test_the_suggested_flag_works(cli, no_loss_log) -> None:
     [
         ["analyze", "{log}"],
         ["analyze", "{log}", "--format", "json"],
-        ["ranks", "--run", "{log}"],
+        ["ranks", "{log}"],
         ["report", "{log}", "-o", "{tmp}/r.html"],
-        ["postmortem", "{log}"],
+        ["postmortem", "{log}", "-o", "-"],
         ["compare", "{log}", "{log}"],
         ["compare", "--restart", "1", "{log}"],
     ],

@@ -87,9 +87,9 @@ def _commands(path: str, extra: tuple[str, ...], out: Path) -> list[list[str]]:
         *analyze,
         ["analyze", path, *extra, "--format", "json", "--fail-on", "info"],
         ["analyze", str(Path(path).parent), "--recursive", "--jobs", "1", "--format", "json"],
-        ["ranks", "--run", path],
+        ["ranks", path],
         ["compare", path, path],
-        ["postmortem", path, *extra],
+        ["postmortem", path, *extra, "-o", "-"],
         ["postmortem", path, *extra, "--output", str(out / "postmortem.md")],
         ["report", path, *extra, "--output", str(out / "report.html")],
     ]

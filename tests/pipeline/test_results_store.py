@@ -32,7 +32,8 @@ def _sweep(cli, root, store, *extra):
 
 def _summary(cli, store, *extra) -> dict:
     result = cli("summary", store, "--format", "json", *extra)
-    assert result.exit_code == 0, result.stderr
+    # the exit is the sweep's worst verdict (an unreadable run: 2), the document the same
+    assert result.exit_code in (0, 1, 2), result.stderr
     return json.loads(result.stdout)
 
 
@@ -183,7 +184,9 @@ def test_summary_changed_after_a_verdict_change(cli, tmp_path) -> None:
         (str(root / "nan.jsonl"), "nan")
     ]
     assert changes["gone"] == [{"location": str(root / "plateau.jsonl"), "verdict": "plateau"}]
-    terminal = cli("summary", store, "--changed").stdout
+    # piped: prose wraps at 100 columns
+    terminal = " ".join(cli("summary", store, "--changed").stdout.split(" \n"))
+    terminal = terminal.replace("\n", " ")
     assert "1 new, 1 gone, 1 verdicts changed" in terminal
     assert "gone: " in terminal and "plateau.jsonl (was plateau)" in terminal
     with sqlite3.connect(store) as conn:

@@ -210,7 +210,7 @@ def test_cli_writes_the_file(cli, tmp_path) -> None:
     out = tmp_path / "pm.md"
     result = cli("postmortem", run_fixture("spike-long-tail"), "-o", out)
     assert result.exit_code == 0 and out.read_text().startswith("# Loss spike post-mortem")
-    missing = cli("postmortem", tmp_path / "nope.jsonl")
+    missing = cli("postmortem", tmp_path / "nope.jsonl", "-o", "-")
     assert missing.exit_code == 2 and len(missing.stderr.strip().splitlines()) == 1
 
 
@@ -347,9 +347,9 @@ def test_loss_scale_collapse_numbers_and_check(cli) -> None:
 def test_cli_postmortem_of_a_rank_outlier(cli) -> None:
     from tests.conftest import FIXTURES
 
-    result = cli("postmortem", FIXTURES / "ranks" / "two_outliers.jsonl.gz")
+    result = cli("postmortem", FIXTURES / "ranks" / "two_outliers.jsonl.gz", "-o", "-")
     assert result.exception is None or isinstance(result.exception, SystemExit)
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # an outlier rank: exit as analyze
     assert "## 1. Rank 3 out of line with the cohort from step 200" in result.output
     assert "found no incident" not in result.output
 
@@ -363,8 +363,10 @@ def test_labels_follow_the_thresholds_in_force(cli) -> None:
         "recovery_window_steps=120",
         "--set",
         "spike_window_steps=150",
+        "-o",
+        "-",
     )
-    assert out.exception is None and out.exit_code == 0
+    assert isinstance(out.exception, SystemExit) and out.exit_code == 1  # exit as analyze
     text = out.stdout
     assert "baseline mu / sigma (trailing 150 steps: steps 650-799)" in text
     assert "loss 120 steps after the peak" in text and "within 120 steps;" in text

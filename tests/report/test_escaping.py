@@ -41,7 +41,7 @@ RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u
 # JSON is left out: its escaping is JSON's own, and test_json_is_exact checks it kept the input
 FORMATS = ("terminal", "github", "junit", "markdown", "concise")
 # a workflow command as stab writes it: properties without raw ':' or ','
-GITHUB_LINE = re.compile(r"^::(error|warning|notice) file=[^:,]*,title=[^:,]*::")
+GITHUB_LINE = re.compile(r"^::(error|warning|notice) file=[^:,]*(,line=\d+)?,title=[^:,]*::")
 
 
 def _fs(text: str) -> str:
@@ -226,7 +226,7 @@ def test_ranks(runs) -> None:
     # the metric's own name, as `--metric NAME=LOGKEY` gives it, is what ranks prints
     metric = "my loss" + EVIL.replace("=", "~") + "=" + LOSS_KEY
     for fmt in ("terminal", "json"):
-        result = _invoke(["ranks", "--run", str(runs["ranks"]), "--metric", metric, "-f", fmt])
+        result = _invoke(["ranks", str(runs["ranks"]), "--metric", metric, "-f", fmt])
         assert result.exit_code == 1, result.output  # rank 3 is a level outlier
         _check(result.stdout, fmt)
 
@@ -243,7 +243,7 @@ def test_compare(runs) -> None:
 
 @pytest.mark.parametrize("name", ["jsonl", "mlflow", "lightning"])
 def test_postmortem(runs, name: str, tmp_path: Path) -> None:
-    result = _invoke(["postmortem", *_args(runs, name)])
+    result = _invoke(["postmortem", *_args(runs, name), "-o", "-"])
     assert result.exit_code == 0, result.output
     _check(result.stdout, "markdown")
     written = tmp_path / "pm.md"

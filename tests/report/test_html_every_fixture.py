@@ -141,7 +141,7 @@ def browser(tmp_path_factory):
     for name, js, folder in jobs:
         out = folder / _file(name)
         result = runner.invoke(app, ["report", str(FIXTURE_LOGS[name]), "-o", str(out), "--js", js])
-        assert result.exit_code == 0, (name, js, result.output, result.exception)
+        assert result.exit_code in (0, 1), (name, js, result.output, result.exception)
         pages[(name, js)] = f"../{folder.name}/{out.name}"
     assert [p.name for p in beside.glob("*.js")] == [p.name for p in beside.glob("plotly-*.js")]
     assert len(list(beside.glob("*.js"))) == 1  # the library once for the whole folder
