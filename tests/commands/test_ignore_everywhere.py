@@ -40,9 +40,9 @@ def test_ignoring_lr_jump_drops_the_jump_and_the_spike_cause_resting_on_it() -> 
 
 def test_ignoring_lr_jump_changes_the_postmortem_root_cause() -> None:
     path = str(run_fixture("spike-lr-jump"))
-    before = _run("postmortem", path).stdout
+    before = _run("postmortem", path, "-o", "-").stdout
     assert "scheduler-state bug" in before
-    after = _run("postmortem", path, "--ignore", "lr-jump").stdout
+    after = _run("postmortem", path, "-o", "-", "--ignore", "lr-jump").stdout
     assert "scheduler-state bug" not in after and "LR schedule discontinuity" not in after
 
 
@@ -51,7 +51,7 @@ def test_ignoring_lr_jump_on_the_sgdr_case_leaves_it_healthy(tmp_path) -> None:
     code, doc = _json(path, "--ignore", "lr-jump")
     assert code == 0 and doc["verdict"]["code"] == "healthy"
     assert "lr-discontinuity" not in json.dumps(doc)
-    root = _run("postmortem", path, "--ignore", "lr-jump").stdout
+    root = _run("postmortem", path, "-o", "-", "--ignore", "lr-jump").stdout
     assert "scheduler" not in root
 
 

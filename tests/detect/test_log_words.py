@@ -33,8 +33,9 @@ def _every_text(result) -> str:
 
 
 def _spiky(steps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A loss with a grad-norm-led spike at step 900 that recovers, and its grad norm."""
-    loss = 0.8 + 0.01 * rng.standard_normal(steps)
+    """A loss that learns (so the run is not `not-learning`) with a grad-norm-led spike at
+    step 900 that recovers, and its grad norm."""
+    loss = 0.8 + 1.2 * np.exp(-np.arange(steps) / 150) + 0.01 * rng.standard_normal(steps)
     loss[900:903] += np.array([1.6, 0.8, 0.3])
     grad = 0.5 + 0.02 * rng.standard_normal(steps)
     grad[899] = 25.0

@@ -64,7 +64,7 @@ def test_restart_recovery_and_spike_recovery_say_which_level_they_mean(cli) -> N
         f"above the spike bar through step 1225, back to <= {level} (baseline mean + "
         "0.5*sigma) by step 1248 (48 steps after onset)"
     ) in spike.message
-    post = cli("postmortem", RESTARTS).stdout
+    post = cli("postmortem", RESTARTS, "-o", "-").stdout
     assert "- 48 steps until recovery" in post
 
 
