@@ -213,8 +213,13 @@ def _judged_start(
     or None)."""
     if view.has("lr"):
         lr_steps, lr = view.finite_points("lr")
-        if lr.size >= 2 and lr.max() > 0 and lr[0] < _WARMUP_START_SHARE * lr.max():
-            end = int(lr_steps[int(np.argmax(lr >= _WARMUP_END_SHARE * lr.max()))])
+        # warmup is the LR's first climb: it ends where the LR first stops rising, so an LR
+        # that jumps later in the run (a schedule bug, a restart) is never taken for it
+        stops = np.flatnonzero(lr[1:] <= lr[:-1])
+        top = int(stops[0]) if stops.size else lr.size - 1
+        peak = float(lr[top]) if lr.size else 0.0
+        if lr.size >= 2 and peak > 0 and lr[0] < _WARMUP_START_SHARE * peak:
+            end = int(lr_steps[int(np.argmax(lr[: top + 1] >= _WARMUP_END_SHARE * peak))])
             # an LR that rises through most of the log is no warmup (lr-increasing says so):
             # the run is judged from its first point
             if end <= steps[0] + thresholds.warmup_frac * (steps[-1] - steps[0]):

@@ -283,3 +283,16 @@ def test_explain_new_codes(cli):
         result = cli("explain", code)
         assert result.exception is None and result.exit_code == 0, code
         assert result.stdout.strip()
+
+
+def test_a_later_lr_jump_is_not_taken_for_warmup(tmp_path, cli):
+    # the benchmark's spike+lr case: warmup, then a cosine, and the LR doubles at 60% of the
+    # run; the run learned before the jump, so judging from the jump would call it stuck
+    rng = np.random.default_rng(7)
+    steps = np.arange(3000)
+    loss = (2.0 + 8.0 * np.exp(-steps / 150)) * (1 + 0.01 * rng.standard_normal(steps.size))
+    lr = 3e-4 * np.minimum(1.0, (steps + 1) / 60) * (0.55 + 0.45 * np.cos(np.pi * steps / 3000))
+    lr[1800:] *= 2.0
+    run = {"step": steps, "loss": loss, "lr": lr}
+    report, _ = _analyze(cli, _parquet(run, tmp_path / "r.parquet"))
+    assert "no-learning" not in _codes(report)
