@@ -341,7 +341,13 @@ class Thresholds:
     )
     collapse_max_points: int = threshold(
         5,
-        "...within this many logged points...",
+        "...within this many logged points, or within collapse_max_steps steps where those "
+        "hold more points (a log written every step)...",
+    )
+    collapse_max_steps: int = threshold(
+        50,
+        "The steps a collapse may take when the log holds more than collapse_max_points "
+        "points in them: a fall of orders of magnitude in 50 steps is no convergence.",
     )
     collapse_near_zero_loss: float = threshold(
         0.05,

@@ -23,6 +23,7 @@ from stabilitycli.detect.kinds.learning import (
 )
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.windows import median_interval
 
 # the robust sigma of a normal sample from its median absolute deviation
 _MAD_TO_SIGMA = 1.4826
@@ -267,12 +268,14 @@ def _vanished_grad(
 @rule(
     LOSS_COLLAPSE.rule,
     LOSS_COLLAPSE.section,
-    "the loss fell {collapse_min_ratio:g}x within {collapse_max_points} logged points to near zero",
+    "the loss fell {collapse_min_ratio:g}x within {collapse_max_points} logged points "
+    "(or {collapse_max_steps} steps) to near zero",
     emits=(LOSS_COLLAPSE,),
     reads=(
         "collapse_level_points",
         "collapse_level_spread",
         "collapse_max_points",
+        "collapse_max_steps",
         "collapse_min_ratio",
         "collapse_near_zero_loss",
     ),
@@ -282,7 +285,9 @@ def detect_loss_collapse(view: SeriesView, thresholds: Thresholds, facts: Facts)
 
     What it detects: a logged loss at or below {collapse_near_zero_loss:g} (or exactly 0.0)
     that is {collapse_min_ratio:g}x or more below the level before it, reached within
-    {collapse_max_points} logged points. The level is the median of up to
+    {collapse_max_points} logged points, or within {collapse_max_steps} steps when the log
+    holds more points than that in them (logged every step, a collapse over 30 steps spans
+    30 points). The level is the median of up to
     {collapse_level_points} logged points before those, and must itself span less than
     {collapse_level_spread:g}x (max/min): a loss that was already falling by orders of
     magnitude is converging, however fast, and a classifier that creeps down to 1e-3 over
@@ -304,7 +309,10 @@ def detect_loss_collapse(view: SeriesView, thresholds: Thresholds, facts: Facts)
             Skip(LOSS_COLLAPSE.rule, "not judged: the loss goes below 0, so zero is no floor")
         )
         return result
-    k, b = thresholds.collapse_max_points, thresholds.collapse_level_points
+    interval = median_interval(steps)
+    by_steps = thresholds.collapse_max_steps / interval if interval > 0 else 0.0
+    k = max(thresholds.collapse_max_points, int(by_steps))
+    b = thresholds.collapse_level_points
     series = pl.Series(loss)
     # the level window ends k points before the candidate point: the fall takes at most k
     level = series.rolling_median(b, min_samples=1).shift(k).to_numpy()

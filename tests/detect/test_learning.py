@@ -219,6 +219,32 @@ def test_collapse_to_near_zero(cli, tmp_path, writer):
     assert "label leaking" in finding["message"] and "Causes to check" in finding["message"]
 
 
+def _slow_collapse(points: int = 2000, at: int = 1400, over: int = 40) -> dict[str, np.ndarray]:
+    """Logged every step, the loss slides from about 3.2 to 5e-5 over `over` steps (40
+    points: more than collapse_max_points, within collapse_max_steps)."""
+    rng = np.random.default_rng(7)
+    steps = np.arange(points)
+    loss = (3.2 + 2.8 * np.exp(-steps / 300)) * (1 + 0.01 * rng.standard_normal(points))
+    share = np.clip((steps - at) / over, 0, 1)
+    return {"step": steps, "loss": np.exp(np.log(loss) * (1 - share) + np.log(5e-5) * share)}
+
+
+@pytest.mark.parametrize("writer", ["jsonl", "tensorboardx"])
+def test_collapse_over_forty_steps_logged_every_step(cli, tmp_path, writer):
+    run = _slow_collapse()
+    path = (
+        _jsonl(run, tmp_path / "run.jsonl")
+        if writer == "jsonl"
+        else _tensorboardx(run, tmp_path / "tb")
+    )
+    report, status = _analyze(cli, path)
+    assert report["verdict"]["code"] == "loss-collapse" and status == 1
+    ev = _codes(report)["loss-collapse"]["evidence"]
+    # the first point at or below 0.05 and 100x under the level, and where the slide began
+    assert 1410 <= _codes(report)["loss-collapse"]["step"] <= 1440
+    assert 1 < ev["points_taken"] <= 40 and ev["step_before"] >= 1400
+
+
 @pytest.mark.parametrize("writer", ["tensorboardx", "mlflow"])
 def test_collapse_to_exact_zero_in_a_short_log(cli, tmp_path, writer):
     # OLMo: cross-entropy 12.18 -> 1.8e-6 -> 0.0 in two logged steps; too short for a window
