@@ -56,3 +56,19 @@ def _no_terminal_size_from_the_runner(monkeypatch):
     sets one itself."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+
+
+def _written_beside_the_checkout() -> set[Path]:
+    """The files `report` and `postmortem` write by default, found in the checkout's root."""
+    return {*ROOT.glob("*.postmortem.md"), *ROOT.glob("*.stab.html")}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tests_write_nothing_into_the_checkout():
+    """`report` and `postmortem` write into the current directory unless told `-o`: a test
+    that forgets `-o -` (or a tmp_path) leaves its file in the checkout, and its assertions
+    read only the `wrote ...` line. Fail the session instead."""
+    before = _written_beside_the_checkout()
+    yield
+    new = sorted(p.name for p in _written_beside_the_checkout() - before)
+    assert not new, f"tests wrote into the checkout: {', '.join(new)}"

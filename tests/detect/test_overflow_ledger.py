@@ -47,7 +47,7 @@ def outputs(path: Path) -> dict[str, str]:
         result = runner.invoke(app, ["analyze", str(path), "--format", fmt], env={"COLUMNS": "400"})
         assert result.exception is None or isinstance(result.exception, SystemExit)
         out[fmt] = "" if result.exit_code == 2 else result.output
-    post = runner.invoke(app, ["postmortem", str(path)], env={"COLUMNS": "400"})
+    post = runner.invoke(app, ["postmortem", str(path), "-o", "-"], env={"COLUMNS": "400"})
     assert post.exception is None or isinstance(post.exception, SystemExit)
     out["postmortem"] = "" if post.exit_code == 2 else post.output
     return out
