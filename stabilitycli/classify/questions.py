@@ -172,8 +172,9 @@ VERDICT_ORDER: tuple[str, ...] = (
     LOSS_SCALE_STATIC.code,
     FP16_OVERFLOW.code,
     DIVERGENCE.code,
-    RANK_SILENT.code,
+    # an error when the loss sits at ln V or the grad norm vanished: before a silent rank
     NOT_LEARNING,
+    RANK_SILENT.code,
     "spike-recoverable",
     PLATEAU.code,
     OVERFITTING.code,
