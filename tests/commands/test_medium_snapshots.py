@@ -106,3 +106,30 @@ def test_on_a_pseudo_terminal(case, tmp_path, snapshot) -> None:
     if case != "ranks":  # the verdict in its panel (ranks has none)
         assert text.lstrip().startswith("╭")
     assert _scrubbed(text) == snapshot
+
+
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_summary_piped(columns, tmp_path, snapshot) -> None:
+    """`stab summary` over a store a sweep of the run fixtures wrote: piped plain lines, or
+    panels at COLUMNS=80; it exits by the worst verdict it shows (#37)."""
+    from stabilitycli.cli import app
+
+    store = tmp_path / "store"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        env = {"COLUMNS": columns, "NO_COLOR": None, "FORCE_COLOR": None, "STAB_DEBUG": None}
+        sweep = CliRunner().invoke(app, ["analyze", "-r", RUNS, "--results", str(store)], env=env)
+        assert sweep.exception is None or isinstance(sweep.exception, SystemExit)
+        result = CliRunner().invoke(app, ["summary", str(store)], env=env)
+    finally:
+        os.chdir(cwd)
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 1  # the sweep holds unhealthy runs
+    text = _scrubbed(result.stdout + result.stderr).replace(str(tmp_path), "<tmp>")
+    # the sweep's own time
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+\d:Z]*", "<time>", text)
+    assert not ANSI.search(text)
+    if columns == "80":
+        assert max(len(line) for line in text.splitlines()) <= 80
+    assert f"exit_code: {result.exit_code}\n{text}" == snapshot
