@@ -711,7 +711,11 @@ def _kv(item: dict | None) -> str:
 
 def _sentence(text: str) -> str:
     text = text.strip()
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+    # a name written in lower case stays so ('fp16', 'bf16', a metric key like 'eval/loss')
+    first = text.split(" ", 1)[0]
+    named = any(ch.isdigit() or ch in "/_" for ch in first)
+    head = text[:1] if named else text[:1].upper()
+    return head + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _steps(count: int) -> str:
