@@ -510,6 +510,7 @@ def _lr_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | Non
 
 def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | None:
     from stabilitycli.detect.mixed_precision import overflow_per_step
+    from stabilitycli.detect.overflow_ledger import ledger_of
 
     counts = overflow_per_step(view)
     has_scale = view.has("loss_scale")
@@ -542,9 +543,11 @@ def _scale_panel(view, analysis, thr, to_x, flagged, buckets, plots) -> Panel | 
         if has_scale:
             scale_steps, scale_values = view.points("loss_scale")
             ys = _marker_y(value_at_or_before(scale_steps, scale_values, at), top)
+        # the count is the ledger's, as in every other output; markers sit on logged steps
+        ledger = ledger_of(view)
         panel.markers.append(
             Markers(
-                f"overflow ({over.size} steps)",
+                f"{ledger.total_text()} overflow(s) at {over.size} logged step(s)",
                 display_x(to_x(at)),
                 ys,
                 [f"overflow at step {int(s)}" for s in at.tolist()],

@@ -50,6 +50,10 @@ def outputs(path: Path) -> dict[str, str]:
     post = runner.invoke(app, ["postmortem", str(path), "-o", "-"], env={"COLUMNS": "400"})
     assert post.exception is None or isinstance(post.exception, SystemExit)
     out["postmortem"] = "" if post.exit_code == 2 else post.output
+    # the HTML report: its overflow markers are labelled with the ledger's count
+    html = runner.invoke(app, ["report", str(path), "-o", "-", "--js", "cdn"])
+    assert html.exception is None or isinstance(html.exception, SystemExit)
+    out["html"] = "" if html.exit_code == 2 else html.output
     return out
 
 
