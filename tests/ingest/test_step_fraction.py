@@ -111,3 +111,15 @@ def test_other_text_under_a_step_like_key_is_no_step(tmp_path: Path) -> None:
     run = read(path)
     assert run.frame.filter(pl.col("step") == 2)["loss"].to_list() == [1.9]
     assert not any("N/M" in n for n in run.source.notes)
+
+
+def test_n_over_m_in_a_pandas_csv(tmp_path: Path) -> None:
+    import pandas as pd
+
+    path = tmp_path / "log.csv"
+    # pandas writes NaN as an empty cell (no value) unless told otherwise
+    pd.DataFrame(_swift_logs(range(8200, 8301, 5))).to_csv(path, index=False, na_rep="nan")
+    result = analyze(path)
+    assert result.source.format == "tabular"
+    assert _nan_steps(result) == [NAN_STEP]
+    assert any(f"M = {PLANNED}" in n for n in result.source.notes)
