@@ -98,10 +98,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
 
     from stabilitycli.frame import finalize
 
-    if cut and lines:
-        source.warnings.append(tl.truncation_warning(len(lines), "the last line"))
-        source.reject(len(lines), "last line cut off mid-write")
-        lines = lines[:-1]
+    lines = tl.drop_cut_line(lines, cut, source)
     scan = _Scan(source)
     for index, line in enumerate(lines):
         if not any(token in line for token in _CANDIDATE):
