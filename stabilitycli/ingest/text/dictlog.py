@@ -74,8 +74,9 @@ def sniff(path: Path, head: bytes) -> bool:
     if not tl.is_generic_text_log(path, head):
         return False
     text = tl.peek(path, head)[: 256 << 10]
-    # a file of bare JSON objects is JSONL, read by `jsonl`
-    return not text.lstrip().startswith("{") and _SNIFF.search(text) is not None
+    # a file of bare JSON objects is JSONL, read by `jsonl`; one of Python dicts printed
+    # with repr (`{'loss': 2.5, ...}`, what `grep "{'loss'" train.log` leaves) is this family's
+    return re.match(r"\s*\{\s*[\"}]", text) is None and _SNIFF.search(text) is not None
 
 
 def read(path: Path, options: ReadOptions):
