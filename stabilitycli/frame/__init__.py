@@ -28,6 +28,7 @@ import polars as pl
 from stabilitycli.core import aliases
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Restart, SourceInfo
+from stabilitycli.frame import step_fraction
 from stabilitycli.frame.rank_sort import by_rank
 
 ROW = "_row"
@@ -218,6 +219,7 @@ def finalize(
         raw = _taken(raw)
     source.rows_read = max(source.rows_read, raw.height + source.rows_rejected)
     raw = _own_names(raw, source, step_key, rank_key)
+    raw, step_key = step_fraction.split(raw, source, step_key)
     # 1. Every other column as Float64; columns with no number anywhere are not metrics.
     numeric, metric_keys = _numeric_columns(raw, step_key, rank_key)
     # 2. Aliases: which metric each numeric key is.

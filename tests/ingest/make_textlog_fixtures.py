@@ -336,6 +336,50 @@ def ms_swift(loss: list[float]) -> str:
     return "\n".join(out)
 
 
+def olmo(loss: list[float]) -> str:
+    # OLMo `olmo/train.py` log_metrics_to_console: `log.info(f"{prefix}\n" + "\n".join(
+    # f"    {name}={format_float(value)}" ...))`, prefix `[step={step}/{max_steps},epoch=E]`,
+    # through `olmo/util.py`'s `%(asctime)s\t%(hostname)s:%(local_rank)s\t%(name)s:%(lineno)s
+    # \t%(levelname)s\t%(message)s`; format_float prints values over 1000 as `{int:,d}`
+    def fmt(value: float) -> str:
+        if value < 0.0001 or math.isnan(value):
+            return str(value)
+        if value > 1000:
+            return f"{int(value):,d}"
+        return f"{value:.1f}" if value > 100 else f"{value:.2f}" if value > 10 else f"{value:.3f}"
+
+    out = ["2024-02-05 10:00:00.000\tintern-studio-160750:0\tolmo.train:840\tINFO\tStarting"]
+    for s in range(1, STEPS + 1):
+        metrics = {
+            "train/CrossEntropyLoss": loss[s],
+            "train/Perplexity": math.exp(loss[s]) if not math.isnan(loss[s]) else loss[s],
+            "optim/total_grad_norm": 1.5,
+            "throughput/device/tokens_per_second": 1_048_576.0,
+        }
+        out.append(
+            f"2024-02-05 10:00:{s % 60:02d}.123\tintern-studio-160750:0\tolmo.train:966\tINFO"
+            f"\t[step={s}/739328,epoch=0]\n"
+            + "\n".join(f"    {name}={fmt(value)}" for name, value in metrics.items())
+        )
+    out[-1] = cut(out[-1], "=")
+    return "\n".join(out)
+
+
+def composer(loss: list[float]) -> str:
+    # Composer `composer/loggers/console_logger.py` log_to_console: f"{progress}:" then
+    # f"\n\t {prefix}{name}: {format_log_data_value(value)}" (floats `.4f`, ints `str`)
+    out = ["*" * 30, "Config:", "enabled_algorithms/GradientClipping: true", "*" * 30]
+    for s in range(1, STEPS + 1):
+        data = {"time/batch": str(s - 1), "loss/train/total": f"{loss[s]:.4f}"}
+        data["lr-DecoupledAdamW/group0"] = f"{6e-4:.4f}"
+        out.append(
+            f"[batch={s}/{STEPS}]:"
+            + "".join(f"\n\t Train {name}: {value}" for name, value in data.items())
+        )
+    out[-1] = cut(out[-1], ": ")
+    return "\n".join(out)
+
+
 WRITERS = {
     "nanogpt/train.log": nanogpt,
     "modded_nanogpt/log.txt": modded_nanogpt,
@@ -349,6 +393,8 @@ WRITERS = {
     "hf_stdout/train.log": hf_stdout,
     "gptneox/train.log": gptneox,
     "ms_swift/train.log": ms_swift,
+    "olmo/train.log": olmo,
+    "composer/train.log": composer,
 }
 
 

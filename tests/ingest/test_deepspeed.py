@@ -46,10 +46,10 @@ def test_scale_growth_placed_by_timestamp_and_counter_made_per_interval():
 
 def test_nan_and_inf_are_kept_exactly():
     chat = deepspeed.read(CHAT, ReadOptions())
-    assert math.isnan(_at(chat, 2, "loss"))  # act_loss, found by its name
-    assert _at(chat, 2, "cri_loss") == math.inf
-    assert _at(chat, 2, "unsuper_loss") == -math.inf
-    assert math.isnan(_at(chat, 2, "reward_score"))
+    assert math.isnan(_at(chat, 1, "loss"))  # act_loss, found by its name, at `step: 1`
+    assert _at(chat, 1, "cri_loss") == math.inf
+    assert _at(chat, 1, "unsuper_loss") == -math.inf
+    assert math.isnan(_at(chat, 1, "reward_score"))
     fused = deepspeed.read(FUSED, ReadOptions())
     assert math.isnan(_at(fused, 20, "loss"))
     assert _at(fused, 20, "eval_chosen_score") == math.inf
@@ -57,11 +57,14 @@ def test_nan_and_inf_are_kept_exactly():
 
 def test_two_engines_same_rank_messages_are_two_events():
     run = deepspeed.read(CHAT, ReadOptions())
-    assert _at(run, 1, "overflow") == 2.0  # actor and critic both skipped PPO step 0
-    assert _at(run, 1, "loss_scale") == 65536.0  # hysteresis keeps the scale
-    assert _at(run, 2, "overflow") == 1.0
-    assert _at(run, 4, "lr") == pytest.approx(5e-7)
-    assert _at(run, 4, "engine2/lr") == pytest.approx(3e-7)
+    assert _at(run, 0, "overflow") == 2.0  # actor and critic both skipped PPO step 0
+    assert _at(run, 0, "loss_scale") == 65536.0  # hysteresis keeps the scale
+    assert _at(run, 1, "overflow") == 1.0
+    # the engines' `step=4` (counted from 1) is PPO step 3 (counted from 0); the note says so
+    assert _at(run, 3, "lr") == pytest.approx(5e-7)
+    assert _at(run, 3, "engine2/lr") == pytest.approx(3e-7)
+    notes = run.source.notes
+    assert any("2 `step=` / `global_step=` line(s) are placed at N-1" in n for n in notes)
     # PPO has no LM loss; the actor loss stands in, found by its name, and the note says so
     assert run.source.metrics["loss"] == "act_loss"
     assert run.source.metric_origin["loss"] == "name"
@@ -73,7 +76,8 @@ def test_bad_lines_are_counted_with_line_numbers():
     src = run.source
     assert [(r.line, "oops" in r.reason) for r in src.rejections] == [(11, True)]
     assert src.rows_read == src.rows_used + src.rows_rejected
-    assert _at(run, 4, "loss") is None
+    assert _at(run, 3, "loss") is None  # `step: 3|...|act_loss: oops`
+    assert _at(run, 4, "loss") == pytest.approx(0.19)
 
 
 def test_truncated_last_line(tmp_path: Path):

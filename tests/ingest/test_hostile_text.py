@@ -50,7 +50,7 @@ def _kvlog(n: int = 6) -> list[str]:
 
 READERS = {
     "megatron": (megatron, _megatron, "loss", lambda i: 10 * (i + 1)),
-    "deepspeed": (deepspeed, _deepspeed, "loss", lambda i: i + 1),
+    "deepspeed": (deepspeed, _deepspeed, "loss", lambda i: i),  # PPO `step:` as printed
     "llmc": (llmc, _llmc, "loss", lambda i: i),
     "kvlog": (kvlog, _kvlog, "loss", lambda i: 10 * i),
 }
@@ -111,7 +111,7 @@ def test_a_ppo_line_with_a_repeated_field_is_rejected_with_its_reason(tmp_path: 
     _accounted(run)
     assert [r.line for r in run.source.rejections] == [2]
     assert "given twice" in run.source.rejections[0].reason
-    _check_values(run, "loss", lambda i: i + 1, [0, 2, 3, 4, 5])
+    _check_values(run, "loss", lambda i: i, [0, 2, 3, 4, 5])
 
 
 # --- llm.c: a log of one cut line ------------------------------------------------------------

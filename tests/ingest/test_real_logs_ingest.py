@@ -230,6 +230,7 @@ def test_reward_model_rank_copies_are_one_event_each():
     iterations = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 145, 482, 485, 486, 557, 558, 565, 1541, 1614, 1724]
     # `Grad overflow on iteration N` counts from 0; `step=` from 1: iteration N is step N+1
     assert overflow_steps(name) == [i + 1 for i in iterations]
+    assert any("iteration N is placed at step N+1" in n for n in run_of(name).source.notes)
     assert set(column(name, "overflow").values()) == {1.0}  # 16 ranks, 1 event
     assert "rank" not in run_of(name).frame.columns
     assert run_of(name).source.ranks is None
@@ -255,7 +256,14 @@ def test_dpo_overflow_count():
 def test_rlhf_two_engines():
     name = f"{CHAT}/step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
     assert sum(column(name, "overflow").values()) == 14  # actor and critic together
-    assert len(column(name, "loss")) == 477  # act_loss: PPO steps 0-476, placed at 1-477
+    assert len(column(name, "loss")) == 477  # act_loss: PPO steps 0-476, as printed
+    # `epoch: 0|step: 7|...|act_loss: 0.0040283203125` is step 7, not 8
+    assert at(name, 7, "loss") == pytest.approx(0.0040283203125)
+    assert at(name, 8, "loss") == pytest.approx(0.2315673828125)
+    assert min(column(name, "loss")) == 0 and max(column(name, "loss")) == 476
+    # the engines' `step=10` (printed just before PPO step 9) is placed at 9, and the note says so
+    assert at(name, 9, "lr") == pytest.approx(5.79e-07)
+    assert any("placed at N-1" in n for n in run_of(name).source.notes)
     assert run_of(name).source.metrics["loss"] == "act_loss"
     assert any("2 DeepSpeed engines" in n for n in run_of(name).source.notes)
     assert "engine2/lr" in run_of(name).frame.columns

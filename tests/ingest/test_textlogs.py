@@ -35,6 +35,8 @@ CASES = {
     "hf_stdout/train.log": ("dictlog", "progress bar", NAN_FROM),
     "gptneox/train.log": ("megatron", "", NAN_FROM),
     "ms_swift/train.log": ("megatron", "", NAN_FROM),
+    "olmo/train.log": ("blocklog", "OLMo", NAN_FROM),
+    "composer/train.log": ("blocklog", "Composer", NAN_FROM),
 }
 
 

@@ -165,3 +165,17 @@ def test_every_real_log_has_its_loss_read_or_is_refused() -> None:
         read.append(path.name)
     assert refused == ["step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log"]
     assert len(read) == 16
+
+
+def test_rlhf_steps_are_the_ppo_steps_as_printed() -> None:
+    """`epoch: 0|step: 7|...|act_loss: 0.0040283203125` then `step: 8|...|act_loss: 0.2315...`:
+    the jump is reported between steps 7 and 8 as the log prints them (it was 8 and 9)."""
+    result = analyze(
+        REAL_LOGS
+        / "deepspeed-chat-opt"
+        / "step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
+    )
+    jump = next(f for f in result.findings if f.code == "loss-jump")
+    assert jump.step == 8
+    assert "0.004028 (step 7) to 0.2316 (step 8)" in jump.message
+    assert any("placed at N-1" in n for n in result.source.notes)

@@ -27,6 +27,7 @@ Compressed logs are inflated within the same limits.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from stabilitycli.core.model import SourceInfo
@@ -41,6 +42,9 @@ from stabilitycli.ingest.options import ReadOptions
 NAME = "jsonl"
 
 
+_JSON_OBJECT = re.compile(rb"\s*\{\s*[\"}]")
+
+
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return False
@@ -50,7 +54,8 @@ def sniff(path: Path, head: bytes) -> bool:
     ):
         return True
     text = _maybe_decompress_head(head)
-    return text.lstrip().startswith(b"{") and b"\n" in text and not name.endswith(".json")
+    # `{"` opens a JSON object; `{'` is a Python dict printed with repr (`dictlog`'s)
+    return _JSON_OBJECT.match(text) is not None and b"\n" in text and not name.endswith(".json")
 
 
 def _maybe_decompress_head(head: bytes) -> bytes:

@@ -31,6 +31,13 @@ DICTLOG = ReaderEntry(
     _TEXT_LOG,
     "dict / JSON lines (Hugging Face Trainer, fairseq)",
 )
+BLOCKLOG = ReaderEntry(
+    "blocklog",
+    "stabilitycli.ingest.text.blocklog",
+    _TEXT_LOG,
+    "multi-line records, a `[step=N/M]` or `[batch=N/M]:` header then indented "
+    "`key=value` / `key: value` lines (OLMo, OLMo-core, Composer / LLM Foundry console)",
+)
 DEEPSPEED = ReaderEntry(
     "deepspeed",
     "stabilitycli.ingest.text.deepspeed",

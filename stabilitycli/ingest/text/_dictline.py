@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from stabilitycli.frame.step_fraction import step_like
 from stabilitycli.ingest.text import _kvfields as kf
 from stabilitycli.ingest.text import _textline as tx
 from stabilitycli.ingest.text._kvscan import shape_key_of
@@ -22,6 +23,10 @@ from stabilitycli.ingest.text.hf_trainer import SUMMARY_KEYS, SUMMARY_REASON
 DICT = re.compile(r"\{([^{}]*)\}")
 _PAIR = re.compile(r"""(['"])([^'"]+)\1\s*:\s*('[^']*'|"[^"]*"|[^,}\s]+)""")
 STEP_KEYS = ("step", "global_step", "num_updates", "train_num_updates", "valid_num_updates")
+# ms-swift's `'global_step/max_steps': '8280/11043'`: the step and the planned length as text
+_FRACTION = re.compile(r"(\d+)\s*/\s*(\d+)\Z")
+# the M of an `N/M` step: a row's column `_planned:<key>` until the note is written
+PLANNED = "_planned:"
 _FAIRSEQ_TAG = re.compile(r"\|\s*(train_inner|train|valid\w*)\s*\|\s*\{")
 EPOCH_SUMMARY = "fairseq epoch summary (a mean over the epoch, not a step's value)"
 # U+FFFD is what a byte that is not UTF-8 became when the log was decoded; NUL and the
@@ -39,6 +44,7 @@ class Parsed:
     step_key: str | None = None
     step: float | None = None
     rejected: str | None = None  # the reason, for a summary that is no step's value
+    planned: float | None = None  # M of a step written `N/M` (its start is starts[PLANNED])
 
 
 def parse(text: str) -> Parsed | None:
@@ -51,13 +57,18 @@ def parse(text: str) -> Parsed | None:
     if _DAMAGE.search(match.group(0)) is not None:
         return Parsed(values, starts, rejected=DAMAGED)
     base = match.start(1)
+    fraction: tuple[str, re.Match[str], int] | None = None  # key, `N/M`, where its text starts
     for pair in _PAIR.finditer(match.group(1)):
         raw = pair.group(3)
+        at = base + pair.start(3) + (1 if raw[:1] in "'\"" else 0)
         try:
             values[pair.group(2)] = tx.value(raw.strip("'\""))
         except ValueError:
+            frac = _FRACTION.match(raw.strip("'\""))
+            if fraction is None and frac is not None and step_like(pair.group(2)):
+                fraction = (pair.group(2), frac, at)
             continue  # a string, True, None: not a metric
-        starts[pair.group(2)] = base + pair.start(3) + (1 if raw[:1] in "'\"" else 0)
+        starts[pair.group(2)] = at
     if not values:
         return None
     tag = _FAIRSEQ_TAG.search(text)
@@ -66,6 +77,10 @@ def parse(text: str) -> Parsed | None:
     if any(k in values for k in SUMMARY_KEYS):
         return Parsed(values, starts, rejected=SUMMARY_REASON)
     key = next((k for k in STEP_KEYS if k in values), None)
+    if key is None and fraction is not None:
+        key, frac, at = fraction
+        starts[key], starts[PLANNED] = at + frac.start(1), at + frac.start(2)
+        return Parsed(values, starts, key, float(frac.group(1)), planned=float(frac.group(2)))
     step = values.pop(key) if key is not None else None
     return Parsed(values, starts, key, step)
 
@@ -89,6 +104,7 @@ def vectorised(frame):
             continue
         tokens = {m.start(): i for i, m in enumerate(kf.TOKEN_RE.finditer(group["text"][0]))}
         names = [*parsed.values, *([parsed.step_key] if parsed.step_key else [])]
+        names += [PLANNED] if parsed.planned is not None else []
         if any(parsed.starts[n] not in tokens for n in names):
             left.extend(group.select("_line", "text", "_bar").rows())
             continue
@@ -106,6 +122,11 @@ def vectorised(frame):
                 step.alias("step"),
                 pl.lit(how).alias("_how"),
                 *[_token(index[n]).alias(n) for n in parsed.values],
+                *(
+                    [_token(index[PLANNED]).alias(PLANNED + str(parsed.step_key))]
+                    if parsed.planned is not None
+                    else []
+                ),
             )
         )
     rows = pl.concat(out, how="diagonal_relaxed") if out else None

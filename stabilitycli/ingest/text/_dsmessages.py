@@ -312,8 +312,9 @@ def _inferred_step(
     return nxt.step, "the step line that follows"
 
 
-def summary(mentions: list[Mention], events: list[Event]) -> list[str]:
-    """Notes saying how many messages made how many events, and how they were placed."""
+def summary(mentions: list[Mention], events: list[Event], iteration_offset: int = 1) -> list[str]:
+    """Notes saying how many messages made how many events, and how they were placed
+    (`iteration_offset`: what was added to `Grad overflow on iteration N` to make its step)."""
     notes: list[str] = []
     overflow = [e for e in events if e.kind == "overflow"]
     n_msgs = sum(len(e.rows) for e in overflow)
@@ -334,6 +335,12 @@ def summary(mentions: list[Mention], events: list[Event]) -> list[str]:
         how: dict[str, int] = {}
         for e in overflow:
             how[e.placed_by] = how.get(e.placed_by, 0) + 1
+        if named := how.get("iteration number"):
+            place = "N" if iteration_offset == 0 else f"N{iteration_offset:+d}"
+            notes.append(
+                f"{named} overflow event(s) placed by `Grad overflow on iteration N`, which counts "
+                f"from 0 while the step lines count from 1: iteration N is placed at step {place}"
+            )
         if set(how) != {"iteration number"}:
             parts = ", ".join(f"{n} by {k}" for k, n in sorted(how.items(), key=lambda kv: -kv[1]))
             notes.append(f"overflow messages carry no step; steps inferred: {parts}")

@@ -14,13 +14,18 @@ launcher chatter - is not a row):
   into one event per overflow by `_dsmessages` (see there for how a message
   without a step gets one);
 * DeepSpeed-Chat's own lines: the PPO step line `epoch: 0|step: N|ppo_ep: 1|
-  act_loss: ...|cri_loss: ...` (its `step` counts from 0; placed at engine step
-  N+1, where the engines' `step=` lines put it), `average reward score: X`,
+  act_loss: ...|cri_loss: ...` (kept at its `step` as printed), `average reward score: X`,
   evaluation lines (`ppl: X`, `chosen_last_scores ...: X, acc ...: Y`,
   `chosen: X, rejected: Y, loss: Z`), `Epoch 1/1 with loss X` (a mean over the
   epoch, kept as `epoch_mean_loss`, never as a per-step loss), and the
   per-micro-batch throughput line `Model Parameters: ..., TFLOPs: X,
   Samples/sec: Y, ...` (averaged over the micro-batches before each step line).
+
+Steps are kept as printed, with one exception said in a note: the PPO line counts
+steps from 0 and the engines' `step=` / `global_step=` lines from 1 (engine step N
+is printed just before PPO step N-1), so in a log with both the engine lines are
+placed at N-1; two numberings in one step column would run backwards at every
+progress line, which `finalize` would read as a resumed run.
 
 Lines printed after an evaluation or a PPO step (reward, eval, epoch loss)
 belong to the step before them; messages printed while a step runs (overflow,
@@ -37,6 +42,7 @@ from stabilitycli.core.model import SourceInfo
 from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import _dsmessages as dsm
+from stabilitycli.ingest.text import _dsplace as dsp
 from stabilitycli.ingest.text import textlog as tl
 
 NAME = "deepspeed"
@@ -92,10 +98,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
 
     from stabilitycli.frame import finalize
 
-    if cut and lines:
-        source.warnings.append(tl.truncation_warning(len(lines), "the last line"))
-        source.reject(len(lines), "last line cut off mid-write")
-        lines = lines[:-1]
+    lines = tl.drop_cut_line(lines, cut, source)
     scan = _Scan(source)
     for index, line in enumerate(lines):
         if not any(token in line for token in _CANDIDATE):
@@ -112,7 +115,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
             source.path, "no DeepSpeed progress, loss-scale or DeepSpeed-Chat lines found"
         )
     events, event_rows = scan.place_steps()
-    source.notes.extend(dsm.summary(scan.mentions, events))
+    source.notes.extend(dsm.summary(scan.mentions, events, 1 - scan.shifted))
     _note_skipped(scan, events, source)
     _read_dtype(scan, source)
     rows = scan.records + scan.after + scan.before + event_rows
@@ -152,6 +155,9 @@ class _Scan:
         # each engine's cumulative `skipped=` on its last progress line
         self.skipped_so_far: dict[int, int] = {}
         self.switches: dict[str, tuple[str, int]] = {}  # config-dump switch -> (value, line)
+        self.engine_lines: list[int] = []  # indexes in `records` of `step=` / timer lines
+        self.ppo_lines = 0
+        self.shifted = 0  # 1 when the engine lines were placed at the PPO numbering
 
     def line(self, row: int, line: str) -> None:
         if "_enabled" in line and (m := _DTYPE.search(line)):
@@ -192,6 +198,7 @@ class _Scan:
         self.skipped_so_far[engine] = skipped
         if lrs:
             rec[f"{prefix}lr"] = _num(lrs[0])
+        self.engine_lines.append(len(self.records))
         self._stepped(row, line, rec)
 
     def _timer(self, row: int, line: str, m: re.Match[str]) -> None:
@@ -199,6 +206,7 @@ class _Scan:
         if step is None:
             self.source.reject(row, tl.STEP_RANGE_REASON)
             return
+        self.engine_lines.append(len(self.records))
         self._stepped(
             row, line, {"_row": row, "_step": step, "CurrSamplesPerSec": _num(m.group(3))}
         )
@@ -214,7 +222,8 @@ class _Scan:
             return
         rec = _numbers(row, fields, self.source)
         if rec is not None:
-            rec["_step"] = ppo_step + 1
+            rec["_step"] = ppo_step
+            self.ppo_lines += 1
             self._stepped(row, line, rec)
 
     def _stepless(self, row: int, line: str) -> None:
@@ -227,16 +236,35 @@ class _Scan:
 
     def place_steps(self) -> tuple[list[dsm.Event], list[dict]]:
         """Steps for the rows and messages that have none; the overflow events and their rows."""
+        self._engine_to_ppo_steps()
         anchors = self.anchors
         anchors.sort(key=lambda a: a.row)
-        _attach(self.after, anchors, self.source, later=False)
-        _attach(self.before, anchors, self.source, later=True)
+        dsp.attach(self.after, anchors, self.source, later=False)
+        dsp.attach(self.before, anchors, self.source, later=True)
         events = dsm.place(self.mentions, anchors)
         event_rows = dsm.frame_rows(events, "loss_scale")
         fixed = [(a.row, a.step) for a in anchors] + [(r["_row"], r["_step"]) for r in event_rows]
-        _make_monotone(self.after + self.before, fixed)
-        _average_throughput(self.before)
+        dsp.make_monotone(self.after + self.before, fixed)
+        dsp.average_throughput(self.before)
         return events, event_rows
+
+    def _engine_to_ppo_steps(self) -> None:
+        """In a log with PPO lines, engine step N is placed at N-1 (the PPO line's numbering),
+        and a note says so."""
+        if not (self.ppo_lines and self.engine_lines):
+            return
+        self.shifted = 1
+        for index in self.engine_lines:  # `records` and `anchors` are appended together
+            self.records[index]["_step"] -= 1
+            self.anchors[index].step -= 1
+        for mention in self.mentions:  # `Grad overflow on iteration N` is engine step N+1
+            if mention.step is not None:
+                mention.step -= 1
+        self.source.notes.append(
+            "steps are DeepSpeed-Chat's PPO `step:` as printed (counted from 0); the DeepSpeed "
+            "engines count from 1 (`step=N` is printed just before PPO step N-1), so their "
+            f"{len(self.engine_lines)} `step=` / `global_step=` line(s) are placed at N-1"
+        )
 
 
 def _ppo_fields(text: str) -> tuple[dict[str, str], str | None]:
@@ -316,83 +344,3 @@ def _numbers(row: int, fields: dict[str, str], source: SourceInfo) -> dict | Non
             return None
         out[key] = value
     return out
-
-
-def _attach(
-    rows: list[dict], anchors: list[dsm.Anchor], source: SourceInfo, *, later: bool
-) -> None:
-    """Give step-less rows a step from the step lines around them.
-
-    `later=False`: the step of the line before (evaluation and reward lines
-    are printed after their step). `later=True`: rows printed while the
-    steps between two step lines ran (per-micro-batch throughput) are spread
-    evenly over (previous step, next step] in the order they were printed.
-    """
-    import bisect
-
-    rows_of = [a.row for a in anchors]
-    by_interval: dict[int, list[dict]] = {}
-    for rec in rows:
-        at = bisect.bisect_left(rows_of, rec["_row"])
-        if not later:
-            rec["_step"] = anchors[at - 1].step if at > 0 else 0
-        else:
-            by_interval.setdefault(at, []).append(rec)
-    for at, group in by_interval.items():
-        nxt = anchors[at].step if at < len(anchors) else None
-        prev = anchors[at - 1].step if at > 0 else None
-        if nxt is None:
-            base = prev if prev is not None else 0
-            for rec in group:
-                rec["_step"] = base  # after the last step line: the last step
-            continue
-        lo = prev if prev is not None and prev < nxt else max(nxt - 1, 0)
-        span, m = nxt - lo, len(group)
-        for k, rec in enumerate(group, start=1):
-            rec["_step"] = lo + max(1, -(-k * span // m))
-
-
-def _make_monotone(rows: list[dict], fixed: list[tuple[int, int]]) -> None:
-    """Inferred steps never go backwards against the steps around them.
-
-    `fixed` are (line, step) pairs that are not moved: the step lines and the
-    overflow events (all copies of one event keep one step, so the event count
-    per step stays right). Estimates made by different rules (order, time)
-    could disagree by a step, and `finalize` would read a step going
-    backwards as a resumed run: only step lines may show a real restart. So
-    each inferred row is clamped between the fixed step before it and the
-    fixed step after it.
-    """
-    import bisect
-
-    fixed = sorted(fixed)
-    lines = [f[0] for f in fixed]
-    last = None
-    for rec in sorted(rows, key=lambda r: r["_row"]):
-        at = bisect.bisect_left(lines, rec["_row"])
-        before = fixed[at - 1][1] if at > 0 else None
-        after = fixed[at][1] if at < len(fixed) else None
-        step = rec["_step"]
-        if last is not None and last[0] == at:
-            step = max(step, last[1])
-        if before is not None and (after is None or before <= after):
-            step = max(step, before)
-        if after is not None and (before is None or before <= after):
-            step = min(step, after)
-        rec["_step"] = step
-        last = (at, step)
-
-
-def _average_throughput(rows: list[dict]) -> None:
-    """Per-micro-batch throughput: every row of a step carries that step's mean."""
-    sums: dict[int, list[float]] = {}
-    for rec in rows:
-        acc = sums.setdefault(rec["_step"], [0.0, 0.0, 0])
-        if rec["TFLOPs"] is not None and rec["Samples/sec"] is not None:
-            acc[0] += rec["TFLOPs"]
-            acc[1] += rec["Samples/sec"]
-            acc[2] += 1
-    for rec in rows:
-        total_tflops, total_sps, n = sums[rec["_step"]]
-        if n:
-            rec["TFLOPs"], rec["Samples/sec"] = total_tflops / n, total_sps / n

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.frame.step_fraction import planned_note
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.text import _dictline as dl
@@ -73,8 +74,9 @@ def sniff(path: Path, head: bytes) -> bool:
     if not tl.is_generic_text_log(path, head):
         return False
     text = tl.peek(path, head)[: 256 << 10]
-    # a file of bare JSON objects is JSONL, read by `jsonl`
-    return not text.lstrip().startswith("{") and _SNIFF.search(text) is not None
+    # a file of bare JSON objects is JSONL, read by `jsonl`; one of Python dicts printed
+    # with repr (`{'loss': 2.5, ...}`, what `grep "{'loss'" train.log` leaves) is this family's
+    return re.match(r"\s*\{\s*[\"}]", text) is None and _SNIFF.search(text) is not None
 
 
 def read(path: Path, options: ReadOptions):
@@ -128,7 +130,7 @@ def read(path: Path, options: ReadOptions):
     reader.notes(len(lines), [STEPS_FROM[h] for h in hows])
     if source.dtype is None and events:
         source.dtype, source.dtype_origin = "fp16", "inferred: DeepSpeed fp16 loss-scale messages"
-    raw = records.drop("_how")
+    raw = _planned_length(records.drop("_how"), source)
     if overflow:
         raw = pl.concat([raw, pl.DataFrame(overflow)], how="diagonal_relaxed")
     return tl.finish_records(raw, source, options.metric_overrides)
@@ -156,6 +158,19 @@ def _frame(rows: list[dict]):
     import polars as pl
 
     return pl.DataFrame(rows, infer_schema_length=None) if rows else None
+
+
+def _planned_length(records, source: SourceInfo):
+    """The records without the `N/M` steps' planned lengths, which a note keeps."""
+    import polars as pl
+
+    for column in [c for c in records.columns if c.startswith(dl.PLANNED)]:
+        first = records.filter(pl.col(column).is_not_null()).row(0, named=True)
+        planned = records[column].drop_nulls().cast(pl.Int64).unique(maintain_order=True)
+        example = f"{int(first['step'])}/{int(first[column])}"
+        source.notes.append(planned_note(column[len(dl.PLANNED) :], example, planned.to_list()))
+        records = records.drop(column)
+    return records
 
 
 def _unbuffered_steps(records, source: SourceInfo):
@@ -268,7 +283,10 @@ class _Reader:
         how = "key" if parsed.step is not None else "bar"
         at = self.restored if self.restored is not None else self.bar
         step = parsed.step if parsed.step is not None else at
-        self.rows.append({"_row": number, "step": step, "_how": how, **parsed.values})
+        row = {"_row": number, "step": step, "_how": how, **parsed.values}
+        if parsed.planned is not None:
+            row[dl.PLANNED + str(parsed.step_key)] = parsed.planned
+        self.rows.append(row)
 
     def reject(self, number: int, cut: bool, reason: str) -> None:
         if cut:

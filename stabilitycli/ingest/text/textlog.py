@@ -172,6 +172,16 @@ def truncation_warning(line_number: int, what: str) -> str:
     )
 
 
+def drop_cut_line(lines: list[str], cut: bool, source) -> list[str]:
+    """`lines` without a last line cut off mid-write, which is rejected with a warning:
+    its last value could be a prefix of the real one (`12.1` of `12.18`)."""
+    if not (cut and lines):
+        return lines
+    source.warnings.append(truncation_warning(len(lines), "the last line"))
+    source.reject(len(lines), "last line cut off mid-write")
+    return lines[:-1]
+
+
 # Structured files have their own readers; a text-log reader never claims them.
 _STRUCTURED = (
     ".json",
