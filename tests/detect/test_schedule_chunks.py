@@ -65,6 +65,10 @@ def test_lr_rules_in_chunks_find_what_the_whole_columns_find(log, window, chunk_
     with mock.patch.object(schedule, "CHUNK_ROWS", chunk_rows):
         chunked = analyze(frame, t, select=["lr-increasing", "lr-jump"])
     assert chunked.findings == whole.findings
+    if (whole.extras.get("lr_schedule") or {}).get("restarts"):
+        # the reference predates planned warm restarts (#34), which lr-increasing skips:
+        # on a log read as restarting, only the chunked and whole answers are compared
+        return
     first, rising, eligible = whole_column_lr_increasing(steps, lr, t)
     found = [f for f in whole.findings if f.code == "lr-increasing"]
     if first is None:
