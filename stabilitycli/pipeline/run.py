@@ -118,7 +118,10 @@ def analyze(
 
 def _scaler_columns(run: RunData) -> bool:
     """The log holds a loss scaler's evidence, which can decide §3 without a loss."""
-    return any(c in run.frame.columns for c in ("loss_scale", "overflow"))
+    from stabilitycli.detect.overflow_ledger import AT_MINIMUM, ATTEMPTED
+
+    # every column the ledger reads: a log of `already at minimum` lines alone decides §3
+    return any(c in run.frame.columns for c in ("loss_scale", "overflow", ATTEMPTED, AT_MINIMUM))
 
 
 def _forget_dropped(facts: Any, dropped: set[str]) -> None:

@@ -20,10 +20,10 @@ VERDICTS = {
     "divergence",
     "plateau",
     "rank-outlier",
+    # docs/analysis-contract.md "Verdicts beyond the shared list" (#34)
     "rank-silent",
     "eval-nonfinite",
     "overfitting",
-    # docs/analysis-contract.md "Verdicts beyond the shared list" (#34)
     "loss-collapse",
     "not-learning",
 }
