@@ -218,6 +218,9 @@ class SourceInfo:
     # the program that wrote the log when the format alone does not say (the trainer whose
     # stdout `kvlog` recognised: "nanoGPT", "torchtitan"...); `detect.log_words` reads it
     writer: str | None = None
+    # text logs: the other text formats tried when the one that claimed the log found no
+    # loss, each with what it found (`ingest.fallback`); the no-loss error names them
+    tried: list[str] = field(default_factory=list)
 
     def reject(self, line: int | None, reason: str, keep_first: int = 5) -> None:
         self.rows_rejected += 1

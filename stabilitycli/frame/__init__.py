@@ -91,9 +91,15 @@ class RunData:
         listing = ", ".join(seen[:25]) or "none"
         if len(seen) > 25:
             listing += f", ... ({len(seen) - 25} more)"
+        tried = (
+            f"; the other text formats tried found none either: {', '.join(self.source.tried)}"
+            if self.source.tried
+            else ""
+        )
         raise StabInputError(
             self.source.path,
-            f"no loss series found (numeric keys: {listing}); name it with --metric loss=KEY",
+            f"no loss series found (numeric keys: {listing}); name it with --metric loss=KEY"
+            + tried,
         )
 
 

@@ -27,6 +27,7 @@ from stabilitycli.core.errors import (
 )
 from stabilitycli.ingest.base import Takes, UriReader
 from stabilitycli.ingest.dtype import dtype_from
+from stabilitycli.ingest.fallback import TEXT_FAMILIES, read_text_log
 from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.formats import ENTRIES, READERS, SUPPORTED, reader
 from stabilitycli.ingest.limits import InputLimits
@@ -185,10 +186,17 @@ def _read(text: str, options: ReadOptions):
                 raise
             path = _only_log(path, options.limits)
             text, name = str(path), detect_format(path)
+    detected = not (options.format_in or options.pattern or is_uri)
     try:
         module = reader(name)
-        # a URI goes as given: only a UriReader's sniff_uri (or --format-in) picks a reader for it
-        run = cast(UriReader, module).read(text, options) if is_uri else module.read(path, options)
+        if detected and name in TEXT_FAMILIES:
+            # another text family may read what the one that claimed the log cannot
+            run = read_text_log(path, name, options)
+        else:
+            # a URI goes as given: only a UriReader's sniff_uri (or --format-in) picks its reader
+            run = (
+                cast(UriReader, module).read(text, options) if is_uri else module.read(path, options)
+            )
     except _NOT_WRAPPED:
         raise
     except BaseException as err:

@@ -51,11 +51,52 @@ def _nan_from_the_start(records: list[dict], source: SourceInfo) -> str | None:
     return None
 
 
+CUT = "_cut"  # on a cut record (`megatron._cut_record`): the last whole field's key
+
+
+def _printed_after(records: list[dict], key: str) -> set[str]:
+    """The fields a whole record prints after the loss: a cut record holding one of them was
+    cut past the loss, so its missing loss was omitted, not cut off."""
+    for rec in records:
+        if key in rec and CUT not in rec:
+            keys = [k for k in rec if not k.startswith("_")]
+            return set(keys[keys.index(key) + 1 :])
+    return set()
+
+
+def _cut_before_loss(records: list[dict], key: str, source: SourceInfo) -> None:
+    """A cut record without the loss whose cut comes before where the loss is printed: its
+    loss is unknown (left empty), said in a note; marks are removed either way."""
+    after = _printed_after(records, key)
+    for rec in records:
+        last = rec.pop(CUT, None)
+        if last is None or key in rec:
+            continue
+        if any(k in after for k in rec):
+            source.notes.append(
+                f"iteration {rec['_step']}: the record is cut after `{last}`, which Megatron "
+                f"prints after `{key}`: the loss was omitted before the cut, not cut off"
+            )
+            continue
+        rec[CUT_UNKNOWN] = True
+        source.notes.append(
+            f"iteration {rec['_step']}: the record is cut after `{last}`, before where `{key}` "
+            "is printed: its loss is unknown (left empty, not NaN); its other fields are kept"
+        )
+
+
+CUT_UNKNOWN = "_loss_cut_off"
+
+
 def missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo) -> None:
-    """A record without the loss while others have it: NaN, or empty if all was skipped."""
+    """A record without the loss while others have it: NaN, or empty if all was skipped
+    or if the record was cut before its loss."""
     key = _loss_key(records) or _nan_from_the_start(records, source)
     if key is None:
+        for rec in records:
+            rec.pop(CUT, None)
         return
+    _cut_before_loss(records, key, source)
     nan_at: list[int] = []
     skipped_at: list[int] = []
     prev_step: int | None = None
@@ -68,7 +109,7 @@ def missing_loss(records: list[dict], args: dict[str, str], source: SourceInfo) 
         else:
             span = step  # the first record of a run that started at 0
         prev_step = step
-        if key in rec:
+        if rec.pop(CUT_UNKNOWN, False) or key in rec:
             continue
         skipped = rec.get("number of skipped iterations")
         if skipped is not None and math.isfinite(skipped) and span > 0 and skipped >= span:

@@ -191,18 +191,18 @@ class _Scan:
         # a record on the unfinished last line is cut even when it stops after a `|`:
         # Megatron ends every record with a newline, and the fields after the cut are lost
         on_cut_line = self.cut and index == len(self.lines)
-        if on_cut_line or not text.rstrip().endswith("|"):
-            if on_cut_line:
-                self.source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
-                self.source.reject(row, "last iteration record cut off mid-write")
-            else:
-                self.source.reject(row, "iteration record without its closing `|` (cut or wrapped)")
-            return index
+        cut = on_cut_line or not text.rstrip().endswith("|")
         iteration = tl.whole(m.group(1))
         if iteration is None:
             self.source.reject(row, tl.STEP_RANGE_REASON)
             return index
-        record = self.layouts.parse(text, row, self.source)
+        if cut:
+            # the fields before the last `|` are whole: kept, so that a field missing among
+            # them still shows (a missing `lm loss` is Megatron's NaN); a record that never
+            # closed keeps only its own line, the lines joined to it may be another's text
+            record = _cut_record(text if on_cut_line else line[m.end() :], row, on_cut_line, self)
+        else:
+            record = self.layouts.parse(text, row, self.source)
         if record is not None:
             record["_row"], record["_step"] = row, iteration
             record["_time"] = line  # turned into a timestamp only if DeepSpeed messages need it
@@ -257,6 +257,32 @@ class _Scan:
         ):
             (flag,) = flags
             self.stated.setdefault("command", (flag, f"launch command: --{flag} (line {row})"))
+
+
+def _cut_record(text: str, row: int, at_end: bool, scan: _Scan) -> dict | None:
+    """The whole fields of a cut record (`derive.CUT` holds the last one), or None (rejected)."""
+    whole = text[: text.rfind("|") + 1]
+    out = _fields(whole, row, scan.source, scan.layouts.skipped) if whole.strip() else None
+    if out is None:
+        if not whole.strip():
+            why = "last iteration record cut off mid-write" if at_end else (
+                "iteration record without its closing `|` (cut or wrapped)"
+            )
+            if at_end:
+                scan.source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
+            scan.source.reject(row, why)
+        return None
+    last = _field_keys(whole)[-1]
+    out[derive.CUT] = last
+    where = (
+        "no newline at the end of the file" if at_end else "no closing `|` on its line"
+    )
+    scan.source.warnings.append(
+        f"line {row}: iteration record cut off mid-line after its field `{last}` ({where}); "
+        "its whole fields are kept, the rest is lost. The cut may come from where the text "
+        "was copied (a paste, a terminal), not only from a job that stopped while printing"
+    )
+    return out
 
 
 def _notes(scan: _Scan, n_lines: int, source: SourceInfo) -> None:
