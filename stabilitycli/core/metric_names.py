@@ -36,6 +36,7 @@ _STEP_WORDS = frozenset({"step", "steps", "iter", "iteration", "batch"})
 _PART_WORDS = frozenset(
     {"aux", "z", "kl", "router", "reg", "regularization", "penalty", "entropy", "balance"}
 )
+_CROSS_ENTROPY = frozenset({"cross", "entropy"})
 _REDUCED_WORDS = frozenset({"global", "mean", "avg", "average", "reduced", "allreduce", "all"})
 # words that change a metric into another quantity ("loss scale", "lr scheduler")
 _NOT_LOSS_WORDS = frozenset({"scale", "scaler", "scaling", "weight", "coef", "coeff", "ratio"})
@@ -57,11 +58,16 @@ def words(key: str) -> list[str]:
 
 def _loss_score(ws: list[str], per_rank: bool) -> tuple[str, float] | None:
     """('loss' or 'eval_loss', score) for a key that names a loss, else None."""
-    if "loss" not in ws and "losses" not in ws:
-        return None
     word_set = set(ws)
+    # a cross-entropy is the loss of a language model whatever it is called: Composer's
+    # `metrics/eval/LanguageCrossEntropy`, OLMo's `eval/<set>/CrossEntropyLoss`
+    cross_entropy = _CROSS_ENTROPY <= word_set or "crossentropy" in word_set
+    if "loss" not in ws and "losses" not in ws and not cross_entropy:
+        return None
     if word_set & _NOT_LOSS_WORDS:
         return None
+    if cross_entropy:
+        word_set = (word_set - _CROSS_ENTROPY - {"crossentropy", "language"}) | {"loss"}
     canonical = "eval_loss" if word_set & _EVAL_WORDS else "loss"
     score = 100.0
     if word_set & _TRAIN_WORDS:

@@ -51,7 +51,7 @@ def _olmo_float(value: float) -> str:
     return f"{value:.4f}"
 
 
-def _olmo(steps: range, host: str = "intern-studio-160750") -> str:
+def _olmo(steps: range, host: str = "intern-studio-160750", evals: bool = False) -> str:
     out = [f"2024-02-05 10:00:00.000\t{host}:0\tolmo.train:840\tINFO\tStarting training..."]
     for step in steps:
         loss = _loss(step)
@@ -70,6 +70,16 @@ def _olmo(steps: range, host: str = "intern-studio-160750") -> str:
         out.append(
             f"2024-02-05 10:00:{step % 60:02d}.123\t{host}:0\tolmo.train:966\tINFO\t{message}"
         )
+        if evals and step % 20 == 0:
+            # `eval()`: `log.info(f"[eval_step={eval_step + 1}/{num_eval_batches}]")`, then
+            # `self.log_metrics_to_console(f"{evaluator.label}", metrics)`
+            label = "v3-small-c4_en-validation"
+            values = {f"eval/{label}/CrossEntropyLoss": 3.2, f"eval/{label}/Perplexity": 24.53}
+            out.append(f"2024-02-05 10:01:00.000\t{host}:0\tolmo.train:1002\tINFO\t[eval_step=2/2]")
+            out.append(
+                f"2024-02-05 10:01:00.500\t{host}:0\tolmo.train:966\tINFO\t{label}\n"
+                + "\n".join(f"    {name}={_olmo_float(v)}" for name, v in values.items())
+            )
     return "\n".join(out) + "\n"
 
 
@@ -173,8 +183,28 @@ def test_olmo_host_and_logger_are_not_metrics_and_thousands_are_numbers(tmp_path
 def test_composer_eval_record_takes_the_training_step_before_it(tmp_path: Path) -> None:
     run = read(_write(tmp_path, _composer(range(1, 41))))
     row = run.frame.filter(run.frame["step"] == 20).row(0, named=True)
-    assert row["metrics/eval/LanguageCrossEntropy"] == 3.2  # `Eval ` taken off, the path kept
+    assert row["eval_loss"] == 3.2  # `Eval ` taken off, the path kept
+    assert run.source.metrics["eval_loss"] == "metrics/eval/LanguageCrossEntropy"
     assert "enabled_algorithms/GradientClipping" not in run.frame.columns  # config, not a record
+
+
+@pytest.mark.parametrize(
+    ("text", "eval_key"),
+    [
+        (_olmo(range(1, 61), evals=True), "eval/v3-small-c4_en-validation/CrossEntropyLoss"),
+        (_composer(range(1, 61)), "metrics/eval/LanguageCrossEntropy"),
+    ],
+    ids=["olmo", "composer"],
+)
+def test_eval_cross_entropy_is_the_eval_loss_at_the_step_before(
+    tmp_path: Path, text: str, eval_key: str
+) -> None:
+    run = read(_write(tmp_path, text))
+    assert run.source.metrics["eval_loss"] == eval_key  # matched by name: a cross-entropy
+    evals = run.frame.filter(run.frame["eval_loss"].is_not_null())
+    assert evals["step"].to_list() == [20, 40, 60] and evals["eval_loss"].to_list() == [3.2] * 3
+    assert any("evaluation record(s) print no step" in n for n in run.source.notes)
+    assert "v3-small-c4_en-validation" not in run.frame.columns  # the label is a header
 
 
 def test_composer_in_epochs_counts_batches_over_epochs(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ is OLMo's trainer (one `log.info` with the metrics joined by newlines, so only t
 header has the logging prefix); OLMo-core prints `[step=N/M,epoch=E,eta=...]` the same
 way, and Composer / LLM Foundry's console logger prints `[batch=N/M]:` (or
 `[epoch=E][batch=N/M]:` for a run measured in epochs) followed by tab-indented
-`Train loss/train/total: 2.5000` lines, and `[Eval batch=N/M] ...:` with `Eval ...` lines.
+`Train loss/train/total: 2.5000` lines, and `[Eval batch=N/M] ...:` with `Eval ...` lines;
+OLMo prints an evaluation under the evaluator's label (a header line without a step) with
+`eval/<label>/CrossEntropyLoss=...` lines.
 
 Only the indented lines that follow a header are values: the host and logger names
 in the header's prefix are never read as metrics, and a config dump's indented lines
@@ -82,6 +84,10 @@ def read(path: Path, options: ReadOptions):
         value.struct.field("key").alias("key"),
         value.struct.field("value").alias("value"),
     )
+    # OLMo prints an evaluator's metrics under its label (`v3-small-c4_en-validation`, after
+    # the logging prefix), not under a step: a line of no value with `eval/...` values below
+    olmo_eval = pl.col("key").is_null() & pl.col("key").shift(-1).str.starts_with("eval/")
+    text = text.with_columns(pl.col("_eval") | olmo_eval.fill_null(False))
     is_header = pl.col("_n").is_not_null() | pl.col("_eval")
     # a value line belongs to the header above it, unless another line came between
     text = text.with_columns(
@@ -94,6 +100,12 @@ def read(path: Path, options: ReadOptions):
         .alias("_block")
     )
     headers = _header_steps(text.filter(is_header), source)
+    evals = text.filter(pl.col("_eval")).height
+    if evals:
+        source.notes.append(
+            f"{evals} evaluation record(s) print no step: each is placed at the step of the "
+            "training record before it"
+        )
     values = text.filter(pl.col("key").is_not_null() & ~is_header & (pl.col("_block") > 0)).select(
         "_block", "_row", pl.col("key").str.strip_chars(), "value"
     )
