@@ -61,7 +61,7 @@ def _loss_score(ws: list[str], per_rank: bool) -> tuple[str, float] | None:
     word_set = set(ws)
     # a cross-entropy is the loss of a language model whatever it is called: Composer's
     # `metrics/eval/LanguageCrossEntropy`, OLMo's `eval/<set>/CrossEntropyLoss`
-    cross_entropy = _CROSS_ENTROPY <= word_set or "crossentropy" in word_set
+    cross_entropy = word_set >= _CROSS_ENTROPY or "crossentropy" in word_set
     if "loss" not in ws and "losses" not in ws and not cross_entropy:
         return None
     if word_set & _NOT_LOSS_WORDS:

@@ -192,11 +192,11 @@ def _read(text: str, options: ReadOptions):
         if detected and name in TEXT_FAMILIES:
             # another text family may read what the one that claimed the log cannot
             run = read_text_log(path, name, options)
-        else:
+        elif is_uri:
             # a URI goes as given: only a UriReader's sniff_uri (or --format-in) picks its reader
-            run = (
-                cast(UriReader, module).read(text, options) if is_uri else module.read(path, options)
-            )
+            run = cast(UriReader, module).read(text, options)
+        else:
+            run = module.read(path, options)
     except _NOT_WRAPPED:
         raise
     except BaseException as err:

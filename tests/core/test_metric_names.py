@@ -14,7 +14,11 @@ from stabilitycli.core.aliases import resolve
     [
         # Composer / LLM Foundry: the train loss by the alias table, the eval one by its name
         (
-            ["loss/train/total", "metrics/eval/LanguageCrossEntropy", "metrics/eval/LanguagePerplexity"],
+            [
+                "loss/train/total",
+                "metrics/eval/LanguageCrossEntropy",
+                "metrics/eval/LanguagePerplexity",
+            ],
             {"loss": "loss/train/total", "eval_loss": "metrics/eval/LanguageCrossEntropy"},
         ),
         (

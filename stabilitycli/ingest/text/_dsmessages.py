@@ -30,7 +30,7 @@ before an anchor belongs to a step in (previous anchor, that anchor]):
    estimate, good to a step or two: skipped steps run faster); without
    timestamps it is the later anchor's. Before the first anchor events are
    numbered 1, 2, 3... in order (warm-up overflows are consecutive); after the
-   last anchor they follow it in order.
+   last anchor they follow it in order. The notes say which rule placed how many.
 
 Copies of one message from several ranks are ONE event: messages that name no
 rank fold when they repeat the same scales within a second (or with no
@@ -83,6 +83,9 @@ class Mention:
     rank: int | None
     time: float | None
     hysteresis: bool = False
+    # how `step` was found when the message came with one: its own iteration number, or
+    # where the caller saw it (dictlog: "the progress bar on its line")
+    placed_by: str = "iteration number"
 
 
 @dataclass
@@ -206,7 +209,7 @@ def _named_by_iteration(mentions: list[Mention]) -> tuple[dict[tuple, Event], li
                     m.attempted,
                     m.reduced,
                     m.hysteresis,
-                    "iteration number",
+                    m.placed_by,
                     time=m.time,
                 )
             event.rows.append(m.row)
@@ -291,10 +294,12 @@ def _inferred_step(
     `last` is the latest step given in that interval so far."""
     if prev is None:
         if nxt is None:
-            return order, "order in the file (no step-carrying line)"
-        return min(nxt.step, order), "order before the first step line"
+            return order, "order in the file, numbered 1, 2, 3, ... (no line carries a step)"
+        return min(nxt.step, order), (
+            "order before the first step line, numbered 1, 2, 3, ... up to that line's step"
+        )
     if nxt is None:
-        return prev.step + order, "order after the last step line"
+        return prev.step + order, "order after the last step line, numbered on from its step"
     if nxt.step - prev.step <= 1:
         return nxt.step, "the step line that follows"
     if (

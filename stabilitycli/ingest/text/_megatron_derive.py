@@ -202,3 +202,28 @@ def dtype_from_scale(records: list[dict], events: list, source: SourceInfo) -> N
     elif events:
         source.dtype = "fp16"
         source.dtype_origin = "inferred: DeepSpeed fp16 loss-scale messages"
+
+
+def reading_notes(scan, n_lines: int, source: SourceInfo) -> None:
+    """What the loss means, the fields skipped, and how much of the log was records
+    (`scan`: the reader's pass over the log)."""
+    interval = scan.args.get("log_interval")
+    source.notes.append(
+        "Megatron's `lm loss` is the mean over the iterations of each log interval"
+        + (f" (log_interval {interval})" if interval else "")
+        + ", skipped iterations excluded; a one-iteration spike is diluted by the interval"
+    )
+    for key, count in sorted(scan.layouts.skipped.items(), key=lambda kv: -kv[1])[:5]:
+        source.notes.append(
+            f"field {key!r} skipped on {count} record(s): its value is not a number"
+        )
+    source.lines_skipped = n_lines - scan.record_lines
+    source.notes.append(
+        f"{scan.record_lines} of {n_lines} lines are records; {source.lines_skipped} other "
+        "lines (banners, argument dumps, timers) skipped as text"
+    )
+    if scan.memory_lines:
+        source.notes.append(
+            f"{scan.memory_lines} `[Rank N] memory (MB)` lines not read "
+            "(memory is not a stability metric)"
+        )

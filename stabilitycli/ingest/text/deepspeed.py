@@ -116,6 +116,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         )
     events, event_rows = scan.place_steps()
     source.notes.extend(dsm.summary(scan.mentions, events, 1 - scan.shifted))
+    _note_placed(scan, source)
     _note_skipped(scan, events, source)
     _read_dtype(scan, source)
     rows = scan.records + scan.after + scan.before + event_rows
@@ -280,6 +281,21 @@ def _ppo_fields(text: str) -> tuple[dict[str, str], str | None]:
             return fields, key  # which of two values is meant cannot be told
         fields[key] = value
     return fields, None
+
+
+def _note_placed(scan: _Scan, source: SourceInfo) -> None:
+    """How the lines that print no step got one (`_dsplace`)."""
+    if scan.after:
+        source.notes.append(
+            f"{len(scan.after)} line(s) that print no step (evaluation, reward, epoch loss) are "
+            "placed at the step line before them"
+        )
+    if scan.before:
+        source.notes.append(
+            f"{len(scan.before)} per-micro-batch throughput line(s) print no step: those between "
+            "two step lines are spread over the steps between them, in order, and each step "
+            "carries the mean of its lines"
+        )
 
 
 def _note_skipped(scan: _Scan, events: list[dsm.Event], source: SourceInfo) -> None:

@@ -121,10 +121,6 @@ def read(path: Path, options: ReadOptions):
     for row in overflow:
         row["step"] = row.pop("_step")
     source.notes.extend(dsm.summary(reader.mentions, events))
-    if events:
-        source.notes.append(
-            "overflow messages placed at the step of the progress bar on their line"
-        )
     reader.record_lines.update(records["_row"].to_list())
     hows = sorted(set(records["_how"].to_list()))
     reader.notes(len(lines), [STEPS_FROM[h] for h in hows])
@@ -271,7 +267,9 @@ class _Reader:
                     self.bar = int(bar.group(1))
         if "verflow" in text or "loss scale" in text:
             for m in dsm.scan_line(number, text, tl.timestamp(text), self.state):
-                self.mentions.append(replace(m, step=self.bar) if self.bar is not None else m)
+                if self.bar is not None:
+                    m = replace(m, step=self.bar, placed_by="the progress bar on their line")
+                self.mentions.append(m)
         parsed = dl.parse(text)
         if parsed is None:
             if _OPEN.search(text):

@@ -134,7 +134,7 @@ def parse_lines(
     event_rows = dsm.frame_rows(events, "loss scale")
     source.notes.extend(dsm.summary(scan.mentions, events))
     derive.dtype_from_scale(records, events, source)
-    _notes(scan, len(lines), source)
+    derive.reading_notes(scan, len(lines), source)
     for r in records:
         r.pop("_time", None)
     rows = records + scan.validation + event_rows
@@ -233,6 +233,11 @@ class _Scan:
             return
         records = self.records
         step = tl.whole(m.group(1)) if m.group(1) else (records[-1]["_step"] if records else 0)
+        if not m.group(1) and step is not None:
+            self.source.notes.append(
+                f"line {row}: the validation at the end of training prints no iteration; "
+                + (f"placed at the last iteration read ({step})" if records else "placed at 0")
+            )
         if step is None:
             self.source.reject(row, tl.STEP_RANGE_REASON)
             return
@@ -265,8 +270,10 @@ def _cut_record(text: str, row: int, at_end: bool, scan: _Scan) -> dict | None:
     out = _fields(whole, row, scan.source, scan.layouts.skipped) if whole.strip() else None
     if out is None:
         if not whole.strip():
-            why = "last iteration record cut off mid-write" if at_end else (
-                "iteration record without its closing `|` (cut or wrapped)"
+            why = (
+                "last iteration record cut off mid-write"
+                if at_end
+                else ("iteration record without its closing `|` (cut or wrapped)")
             )
             if at_end:
                 scan.source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
@@ -274,39 +281,13 @@ def _cut_record(text: str, row: int, at_end: bool, scan: _Scan) -> dict | None:
         return None
     last = _field_keys(whole)[-1]
     out[derive.CUT] = last
-    where = (
-        "no newline at the end of the file" if at_end else "no closing `|` on its line"
-    )
+    where = "no newline at the end of the file" if at_end else "no closing `|` on its line"
     scan.source.warnings.append(
         f"line {row}: iteration record cut off mid-line after its field `{last}` ({where}); "
         "its whole fields are kept, the rest is lost. The cut may come from where the text "
         "was copied (a paste, a terminal), not only from a job that stopped while printing"
     )
     return out
-
-
-def _notes(scan: _Scan, n_lines: int, source: SourceInfo) -> None:
-    """What the loss means, the fields skipped, and how much of the log was records."""
-    interval = scan.args.get("log_interval")
-    source.notes.append(
-        "Megatron's `lm loss` is the mean over the iterations of each log interval"
-        + (f" (log_interval {interval})" if interval else "")
-        + ", skipped iterations excluded; a one-iteration spike is diluted by the interval"
-    )
-    for key, count in sorted(scan.layouts.skipped.items(), key=lambda kv: -kv[1])[:5]:
-        source.notes.append(
-            f"field {key!r} skipped on {count} record(s): its value is not a number"
-        )
-    source.lines_skipped = n_lines - scan.record_lines
-    source.notes.append(
-        f"{scan.record_lines} of {n_lines} lines are records; {source.lines_skipped} other "
-        "lines (banners, argument dumps, timers) skipped as text"
-    )
-    if scan.memory_lines:
-        source.notes.append(
-            f"{scan.memory_lines} `[Rank N] memory (MB)` lines not read "
-            "(memory is not a stability metric)"
-        )
 
 
 _KEYS: dict[str, str] = {}  # raw key text -> normalised key (keys repeat on every line)
