@@ -189,7 +189,7 @@ def _read(text: str, options: ReadOptions):
     detected = not (options.format_in or options.pattern or is_uri)
     try:
         module = reader(name)
-        if detected and name in TEXT_FAMILIES:
+        if detected and name in TEXT_FAMILIES and _is_text_log(path):
             # another text family may read what the one that claimed the log cannot
             run = read_text_log(path, name, options)
         elif is_uri:
@@ -207,6 +207,15 @@ def _read(text: str, options: ReadOptions):
     if not is_uri and path.is_file() and _is_paste(path):
         _reword_cut(run.source, PASTE_CUT)
     return run
+
+
+def _is_text_log(path: Path) -> bool:
+    """A text file of no structured format (a `.log`, `.txt`, stdin): what any text family may
+    read, so that the others may try it when the one that claimed it cannot (`fallback`)."""
+    from stabilitycli.ingest.text.textlog import is_text_log
+
+    with open(path, "rb") as handle:
+        return is_text_log(path, handle.read(8192))
 
 
 # A cut last line is read as a job that died while writing it, unless the input says otherwise:

@@ -98,7 +98,14 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
 
     from stabilitycli.frame import finalize
 
-    lines = tl.drop_cut_line(lines, cut, source)
+    whole = _whole_ppo_fields(lines[-1]) if cut and lines else None
+    if whole is not None:  # a PPO step line cut after a `|`: the fields before it are whole
+        lines[-1], last = whole
+        source.warnings.append(
+            tl.cut_kept_warning(len(lines), "the last PPO step line", last, tl.NO_FINAL_NEWLINE)
+        )
+    else:
+        lines = tl.drop_cut_line(lines, cut, source)
     scan = _Scan(source)
     for index, line in enumerate(lines):
         if not any(token in line for token in _CANDIDATE):
@@ -266,6 +273,15 @@ class _Scan:
             "engines count from 1 (`step=N` is printed just before PPO step N-1), so their "
             f"{len(self.engine_lines)} `step=` / `global_step=` line(s) are placed at N-1"
         )
+
+
+def _whole_ppo_fields(line: str) -> tuple[str, str] | None:
+    """A cut PPO step line up to its last `|`, and its last whole field's key; None when it
+    is no PPO line or keeps no field."""
+    whole = line[: line.rfind("|") + 1]
+    m = _PPO.search(whole)
+    fields = _ppo_fields(m.group(3))[0] if m is not None else {}
+    return (whole, list(fields)[-1]) if fields else None
 
 
 def _ppo_fields(text: str) -> tuple[dict[str, str], str | None]:

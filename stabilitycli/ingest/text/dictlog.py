@@ -20,7 +20,8 @@ DeepSpeed's fp16 messages glued to the bars (`... 378/2724 [...][...] [deepspeed
 OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32`) become
 overflow events at the step of the bar on their line (`_dsmessages` reads them).
 Only flat dicts are read; a dict line without its closing brace is a rejected
-record (cut or wrapped). Dict lines are read by shape, vectorised (`_dictline`);
+record (cut or wrapped), but for the last line of a log cut mid-line, whose pairs a
+comma follows are whole and kept when the dict has a step (its key, or a bar). Dict lines are read by shape, vectorised (`_dictline`);
 bars are located vectorised; lines with messages or redrawn bars one by one.
 """
 
@@ -130,6 +131,16 @@ def read(path: Path, options: ReadOptions):
     if overflow:
         raw = pl.concat([raw, pl.DataFrame(overflow)], how="diagonal_relaxed")
     return tl.finish_records(raw, source, options.metric_overrides)
+
+
+def _whole_pairs(text: str) -> dl.Parsed | None:
+    """A dict cut before its closing brace, read without its last pair (its value may be a
+    prefix): the pairs a comma follows are whole. None when none with a number is left."""
+    start = text.rfind("{")
+    keys = [m.start() for m in re.finditer(r"""[,{]\s*['"]""", text[start:])]
+    if len(keys) < 2:
+        return None
+    return dl.parse(text[: start + keys[-1]] + "}")
 
 
 def _oversized(lines: list[str], limit: int) -> list[tuple[int, str]]:
@@ -271,15 +282,24 @@ class _Reader:
                     m = replace(m, step=self.bar, placed_by="the progress bar on their line")
                 self.mentions.append(m)
         parsed = dl.parse(text)
+        if parsed is None and cut and _OPEN.search(text):
+            parsed = _whole_pairs(text)
         if parsed is None:
             if _OPEN.search(text):
                 self.reject(number, cut, "dict record without its closing brace (cut or wrapped)")
             return
-        if cut or parsed.rejected is not None:
+        at = self.restored if self.restored is not None else self.bar
+        if parsed.rejected is not None or (cut and parsed.step is None and at is None):
+            # a cut dict with no step of its own nor a bar: its step key may be what was cut
             self.reject(number, cut, parsed.rejected or "")
             return
+        if cut:
+            last = list(parsed.values)[-1] if parsed.values else str(parsed.step_key)
+            where = tl.NO_FINAL_NEWLINE
+            self.source.warnings.append(
+                tl.cut_kept_warning(number, "the last dict record", last, where)
+            )
         how = "key" if parsed.step is not None else "bar"
-        at = self.restored if self.restored is not None else self.bar
         step = parsed.step if parsed.step is not None else at
         row = {"_row": number, "step": step, "_how": how, **parsed.values}
         if parsed.planned is not None:

@@ -110,7 +110,8 @@ def read(path: Path, options: ReadOptions):
     per_rank = len(ranks) > 1
     # a cut last line that continues a wrapped record cuts that record
     cut_at = records[ks.LINE][-1] if cut and len(lines) in wrapped else len(lines)
-    raw = _rows(records, family, cut, cut_at, source, per_rank=per_rank)
+    cut_text = lines[-1] if cut and cut_at == len(lines) else None
+    raw = _rows(records, family, cut, cut_at, source, per_rank=per_rank, cut_text=cut_text)
     if per_rank:
         source.notes.append(
             f"records of {len(ranks)} ranks ({_span(ranks)}), told apart by their launcher tags"
@@ -132,20 +133,65 @@ def _last_draw_of_each_step(records):
     return records.filter(~same_as_next)
 
 
+def _whole_fields(records, text: str):
+    """The records with the cut last one keeping only its whole fields (those that something
+    follows on the line), and the key of its last one; None when none with a value is left."""
+    import polars as pl
+
+    segments = tx.logical_lines(text)
+    segment = segments[-1] if segments else ""
+    matches = list(kf.FIELD.finditer(segment))
+    if matches and not segment[matches[-1].end() :].strip():
+        segment = segment[: matches[-1].start()]  # nothing follows it: maybe a prefix
+    found = kf.fields(segment)
+    row = records.row(records.height - 1, named=True)
+    # the step must be the line's own (or, with no axis on the line, the `Epoch N/M` line's
+    # above it): an epoch left where the step key was cut off is no step
+    own_step = found.step() == row[ks.STEP] if found.axes else _context_step(records)
+    if not own_step:
+        return None
+    columns = [c for c in records.columns if not c.startswith("_") and c not in (ks.STEP, "rank")]
+    kept = [c for c in found.metrics if c in columns and row[c] is not None]
+    if not kept:
+        return None
+    lost = [pl.lit(None, dtype=records.schema[c]).alias(c) for c in columns if c not in kept]
+    last = records.tail(1).with_columns(lost)
+    return pl.concat([records.head(records.height - 1), last]), kept[-1]
+
+
+def _context_step(records) -> bool:
+    """The last record took its step from a context line above it (Keras' `Epoch N/M`)."""
+    return ks.EPOCH in records.columns and records[ks.EPOCH][-1] == records[ks.STEP][-1]
+
+
 def _span(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 4 else f"{ranks[0]}-{ranks[-1]}"
 
 
 def _rows(
-    records, family: kfam.Family, cut: bool, last_line: int, source: SourceInfo, *, per_rank=False
+    records,
+    family: kfam.Family,
+    cut: bool,
+    last_line: int,
+    source: SourceInfo,
+    *,
+    per_rank=False,
+    cut_text: str | None = None,
 ):
     import polars as pl
 
     if cut and records[ks.LINE][-1] == last_line:
-        # the trainer ends every record with a newline: the last number may be a prefix
-        source.warnings.append(tl.truncation_warning(last_line, "the last record"))
-        source.reject(last_line, "last record cut off mid-write")
-        records = records.head(records.height - 1)  # a bar redrawn on that line keeps the rest
+        # the trainer ends every record with a newline: the last number may be a prefix; the
+        # fields something follows on the line are whole, and kept
+        kept = _whole_fields(records, cut_text) if cut_text is not None else None
+        if kept is not None:
+            records, last = kept
+            where = tl.NO_FINAL_NEWLINE
+            source.warnings.append(tl.cut_kept_warning(last_line, "the last record", last, where))
+        else:
+            source.warnings.append(tl.truncation_warning(last_line, "the last record"))
+            source.reject(last_line, "last record cut off mid-write")
+            records = records.head(records.height - 1)  # a bar redrawn there keeps the rest
     # progress bars redrawn on one physical line hold several records: number them apart,
     # so that a row number orders the records as they were printed
     if records[ks.LINE].n_unique() != records.height:

@@ -5,8 +5,10 @@
     s:250 eval:0.2437                         HellaSwag accuracy -> hellaswag_acc
 
 The writer ends every record with a newline and flushes, so a last line
-without one was cut off while the job died: it is dropped with a warning (its
-number could be a prefix of the real one: `3.2` of `3.2813`). Lines are parsed
+without one was cut off (a job that died, or a copy that stopped there): its
+last field could be a prefix of the real one (`3.2` of `3.2813`) and is dropped;
+the fields a blank follows are whole and kept, with a warning (the line is
+dropped when none with a value is left). Lines are parsed
 with one vectorised regex over the whole file; a line that is not a record is
 rejected with its number.
 """
@@ -42,7 +44,12 @@ def read(path: Path, options: ReadOptions):
 
     source = SourceInfo(path=str(path), format=NAME, run=path.parent.name or None)
     lines, cut, _too_long = tl.read_log(path, source, options.limits)
-    if cut:
+    whole = _whole_fields(lines[-1]) if cut and lines else None
+    if whole is not None:  # the fields a blank follows are whole: kept
+        lines[-1], last = whole
+        where = tl.NO_FINAL_NEWLINE
+        source.warnings.append(tl.cut_kept_warning(len(lines), "the last record", last, where))
+    elif cut:
         source.warnings.append(tl.truncation_warning(len(lines), "the last record"))
         source.reject(len(lines), "last line cut off mid-write")
         lines = lines[:-1]
@@ -97,3 +104,13 @@ def read(path: Path, options: ReadOptions):
     )
     source.rows_read = raw.height + source.rows_rejected
     return finalize(raw, source, step_key="step", overrides=options.metric_overrides)
+
+
+def _whole_fields(line: str) -> tuple[str, str] | None:
+    """A cut last line without its last token (which may be a prefix: `3.2` of `3.2813`), and
+    the key of its last whole field; None when no record with a value is left."""
+    text = line if line[-1:].isspace() else line[: max(line.rfind(" "), line.rfind("\t"), 0)]
+    text = text.rstrip()
+    if re.fullmatch(_RECORD, text) is None:
+        return None
+    return text, text.split()[-1].partition(":")[0]

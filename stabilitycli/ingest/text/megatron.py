@@ -273,7 +273,7 @@ def _cut_record(text: str, row: int, at_end: bool, scan: _Scan) -> dict | None:
             why = (
                 "last iteration record cut off mid-write"
                 if at_end
-                else ("iteration record without its closing `|` (cut or wrapped)")
+                else "iteration record without its closing `|` (cut or wrapped)"
             )
             if at_end:
                 scan.source.warnings.append(tl.truncation_warning(row, "the last iteration record"))
@@ -281,12 +281,8 @@ def _cut_record(text: str, row: int, at_end: bool, scan: _Scan) -> dict | None:
         return None
     last = _field_keys(whole)[-1]
     out[derive.CUT] = last
-    where = "no newline at the end of the file" if at_end else "no closing `|` on its line"
-    scan.source.warnings.append(
-        f"line {row}: iteration record cut off mid-line after its field `{last}` ({where}); "
-        "its whole fields are kept, the rest is lost. The cut may come from where the text "
-        "was copied (a paste, a terminal), not only from a job that stopped while printing"
-    )
+    where = tl.NO_FINAL_NEWLINE if at_end else "no closing `|` on its line"
+    scan.source.warnings.append(tl.cut_kept_warning(row, "iteration record", last, where))
     return out
 
 

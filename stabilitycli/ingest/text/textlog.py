@@ -172,6 +172,19 @@ def truncation_warning(line_number: int, what: str) -> str:
     )
 
 
+def cut_kept_warning(line_number: int, what: str, last_field: str, where: str) -> str:
+    """A record cut mid-line whose whole fields are kept (the ones something follows on the
+    line, or a separator closes): the cut need not be a dying job's."""
+    return (
+        f"line {line_number}: {what} cut off mid-line after its field `{last_field}` ({where}); "
+        "its whole fields are kept, the rest is lost. The cut may come from where the text was "
+        "copied (a paste, a terminal), not only from a job that stopped while printing"
+    )
+
+
+NO_FINAL_NEWLINE = "no newline at the end of the file"
+
+
 def drop_cut_line(lines: list[str], cut: bool, source) -> list[str]:
     """`lines` without a last line cut off mid-write, which is rejected with a warning:
     its last value could be a prefix of the real one (`12.1` of `12.18`)."""
