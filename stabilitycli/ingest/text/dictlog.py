@@ -21,8 +21,9 @@ OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32`) becom
 overflow events at the step of the bar on their line (`_dsmessages` reads them).
 Only flat dicts are read; a dict line without its closing brace is a rejected
 record (cut or wrapped), but for the last line of a log cut mid-line, whose pairs a
-comma follows are whole and kept when the dict has a step (its key, or a bar). Dict lines are read by shape, vectorised (`_dictline`);
-bars are located vectorised; lines with messages or redrawn bars one by one.
+comma follows are whole and kept when the dict has a step (its key, or a bar). Dict
+lines are read by shape, vectorised (`_dictline`); bars are located vectorised; lines
+with messages or redrawn bars one by one.
 """
 
 from __future__ import annotations
