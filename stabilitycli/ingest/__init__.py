@@ -272,14 +272,34 @@ def _read_stdin(options: ReadOptions):
         if blank:
             raise StabInputError(STDIN_NAME, "nothing on standard input")
         path = spool.rename(spool.with_name(f"stdin{_stdin_suffix(head)}"))
+        run, failed = None, None
         try:
             run = read(path, options)
         except StabInputError as err:
-            raise StabInputError(STDIN_NAME, err.reason, line=err.line, record=err.record) from None
+            failed = err
+        if path.suffix != ".log" and not options.format_in and (run is None or _no_loss(run)):
+            # lines that only look like a table (`iter 0: loss 2.5, time 101ms` has as many
+            # commas on every line): read as the text log they may be, as a `.log` would be
+            path = path.rename(path.with_suffix(".log"))
+            try:
+                as_text = read(path, options)
+            except StabInputError:
+                as_text = None
+            if as_text is not None and (run is None or not _no_loss(as_text)):
+                run = as_text
+        if run is None:
+            assert failed is not None  # no run is read only when its read failed
+            raise StabInputError(
+                STDIN_NAME, failed.reason, line=failed.line, record=failed.record
+            ) from None
     run.source.path, run.source.run = STDIN_NAME, "stdin"
     _reword_cut(run.source, STDIN_CUT)
     run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]
     return run
+
+
+def _no_loss(run) -> bool:
+    return "loss" not in run.frame.columns
 
 
 _STDIN_CHUNK_BYTES = 1 << 20
