@@ -105,11 +105,7 @@ def test_nothing_read_names_every_family_tried_and_the_closest(tmp_path: Path) -
     # one Megatron record damaged in its only line, and chatter: megatron rejected a record
     # (so it is the closest); every other family found nothing
     path = tmp_path / "slurm-1234.out"
-    path.write_text(
-        "using world size: 8\n"
-        " iteration        1/     100 | lm loss: abc |\n"
-        "done\n"
-    )
+    path.write_text("using world size: 8\n iteration        1/     100 | lm loss: abc |\ndone\n")
     with pytest.raises(StabInputError) as err:
         read(path)
     reason = err.value.reason

@@ -69,6 +69,9 @@ def test_every_shared_text_log_gives_one_verdict_by_path_other_name_and_stdin(
     other = tmp_path / (path.stem + (".txt" if path.suffix != ".txt" else ".log"))
     shutil.copyfile(path, other)
     assert _stdin_like(other, tmp_path) == by_path
+    bare = tmp_path / "stdout"  # no extension at all, as `kubectl logs > stdout` leaves it
+    shutil.copyfile(path, bare)
+    assert _stdin_like(bare, tmp_path) == by_path
     piped = _stdin(path.read_bytes())
     assert (piped.get("verdict", {}).get("code"), piped.get("source", {}).get("format")) == (
         by_path
