@@ -25,10 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stabilitycli.core.errors import StabInputError, from_the_input, input_error_from
 from stabilitycli.ingest.formats import ENTRIES, reader
 from stabilitycli.ingest.options import ReadOptions
+
+if TYPE_CHECKING:
+    from stabilitycli.frame import RunData
 
 # every family that reads a text log, in the sniff order; `jsonl` takes a `.log` of JSON objects
 TEXT_FAMILIES: tuple[str, ...] = tuple(
@@ -41,26 +45,26 @@ class Attempt:
     """What one family made of the log: its run (None when it raised) and why it did not win."""
 
     name: str
-    run: object | None
+    run: RunData | None
     reason: str
     line: int | None = None
 
     @property
     def rows(self) -> int:
-        return 0 if self.run is None else self.run.frame.height  # type: ignore[attr-defined]
+        return 0 if self.run is None else self.run.frame.height
 
     @property
     def has_loss(self) -> bool:
-        return self.run is not None and "loss" in self.run.frame.columns  # type: ignore[attr-defined]
+        return self.run is not None and "loss" in self.run.frame.columns
 
     def said(self) -> str:
         return f"{self.name} ({self.rows} row(s), no loss)" if self.rows else f"{self.name} (none)"
 
 
-def read_text_log(path: Path, name: str, options: ReadOptions):
+def read_text_log(path: Path, name: str, options: ReadOptions) -> RunData:
     """Read `path`, claimed by the text family `name` (see the module doc)."""
-    first = _attempt(path, name, options, raise_bugs_and_first=True)
-    if first.has_loss:
+    first = _attempt(path, name, options, claimer=True)
+    if first.run is not None and first.has_loss:
         return first.run
     tried = [first]
     for other in TEXT_FAMILIES:
@@ -69,7 +73,8 @@ def read_text_log(path: Path, name: str, options: ReadOptions):
         attempt = _attempt(path, other, options)
         if attempt.has_loss:
             run = attempt.run
-            run.source.notes.insert(  # type: ignore[attr-defined]
+            assert run is not None  # a family that found the loss read a run
+            run.source.notes.insert(
                 0,
                 f"read as {other}: {name} claimed the log first (its sniff matched): "
                 f"{first.reason}; {other} found the loss",
@@ -86,7 +91,8 @@ def read_text_log(path: Path, name: str, options: ReadOptions):
             line=best.line,
         )
     kept = first if first.rows else max(with_rows, key=lambda a: a.rows)
-    source = kept.run.source  # type: ignore[attr-defined]
+    assert kept.run is not None  # `with_rows` holds only families that read a run
+    source = kept.run.source
     source.tried = [a.said() for a in tried if a is not kept]
     if kept is not first:
         source.notes.insert(
@@ -96,7 +102,7 @@ def read_text_log(path: Path, name: str, options: ReadOptions):
     return kept.run
 
 
-def _attempt(path: Path, name: str, options: ReadOptions, raise_bugs_and_first=False) -> Attempt:
+def _attempt(path: Path, name: str, options: ReadOptions, claimer: bool = False) -> Attempt:
     try:
         run = reader(name).read(path, options)
     except StabInputError as err:
@@ -104,7 +110,7 @@ def _attempt(path: Path, name: str, options: ReadOptions, raise_bugs_and_first=F
             raise  # the file itself could not be read, or a bound was reached: no family can
         return Attempt(name, None, err.reason, err.line)
     except BaseException as err:
-        if raise_bugs_and_first or not from_the_input(err):
+        if claimer or not from_the_input(err):
             raise  # the caller's boundary names the claimer, or reports stab's bug
         return Attempt(name, None, input_error_from(str(path), err, name).reason)
     if "loss" in run.frame.columns:
