@@ -8,6 +8,7 @@ numbers behind its answer.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -486,6 +487,12 @@ def _resting_on(w: _Walk) -> str:
     if not w.basis:
         return ""
     lacking = [] if any(s.role == "eval" for s in w.basis) else ["eval loss (none logged)"]
+    # a healthy run is one that learned: when that could not be judged, the headline says so
+    # (its first clause: the whole reason is in the coverage line)
+    unjudged = w.skipped.get(NO_LEARNING.rule)
+    if unjudged:
+        why = re.split(r", |: ", unjudged.split("not judged: ", 1)[-1], maxsplit=1)[0]
+        lacking.insert(0, f"whether it learned ({why})")
     return f"; checked: {', '.join(s.words() for s in w.basis)}" + (
         f"; not checked: {', '.join(lacking)}" if lacking else ""
     )
