@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.classify.evals import EvalAnswer, nonfinite_answer, overfitting_answer
-from stabilitycli.classify.questions import NOT_LEARNING, VERDICT_ORDER, VERDICTS, cause_texts
+from stabilitycli.classify.questions import (
+    INFERRED_CAUSES,
+    NOT_LEARNING,
+    VERDICT_ORDER,
+    VERDICTS,
+    cause_texts,
+)
 from stabilitycli.classify.remedies import (
     FP16_MAX,
     GRAD_NAN_LOSS_FINITE,
@@ -441,6 +447,7 @@ def _verdict(w: _Walk) -> Verdict:
                 remedy,
                 applies.severity or Severity.parse(severity),
                 w.basis,
+                cause_inferred=applies.cause in INFERRED_CAUSES,
             )
     # the spike baseline is the shortest window: a log too short for it cannot be called healthy
     unanswered = [code for code in _TREE_RULES if code in w.skipped]
