@@ -227,6 +227,9 @@ _CAUSE_TEXT: dict[str, str] = {
     ),
 }
 
+# causes named from what usually produces what the log shows, not from a series that shows them
+INFERRED_CAUSES = frozenset({"log-of-zero", "activation-overflow", GRAD_NAN_LOSS_FINITE})
+
 
 def fill(text: str, thresholds: Thresholds) -> str:
     """A text with its `{field}` placeholders filled from these thresholds (and the format

@@ -8,12 +8,19 @@ numbers behind its answer.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.classify.evals import EvalAnswer, nonfinite_answer, overfitting_answer
-from stabilitycli.classify.questions import NOT_LEARNING, VERDICT_ORDER, VERDICTS, cause_texts
+from stabilitycli.classify.questions import (
+    INFERRED_CAUSES,
+    NOT_LEARNING,
+    VERDICT_ORDER,
+    VERDICTS,
+    cause_texts,
+)
 from stabilitycli.classify.remedies import (
     FP16_MAX,
     GRAD_NAN_LOSS_FINITE,
@@ -440,6 +447,7 @@ def _verdict(w: _Walk) -> Verdict:
                 remedy,
                 applies.severity or Severity.parse(severity),
                 w.basis,
+                cause_inferred=applies.cause in INFERRED_CAUSES,
             )
     # the spike baseline is the shortest window: a log too short for it cannot be called healthy
     unanswered = [code for code in _TREE_RULES if code in w.skipped]
@@ -486,6 +494,12 @@ def _resting_on(w: _Walk) -> str:
     if not w.basis:
         return ""
     lacking = [] if any(s.role == "eval" for s in w.basis) else ["eval loss (none logged)"]
+    # a healthy run is one that learned: when that could not be judged, the headline says so
+    # (its first clause: the whole reason is in the coverage line)
+    unjudged = w.skipped.get(NO_LEARNING.rule)
+    if unjudged:
+        why = re.split(r", |: ", unjudged.split("not judged: ", 1)[-1], maxsplit=1)[0]
+        lacking.insert(0, f"whether it learned ({why})")
     return f"; checked: {', '.join(s.words() for s in w.basis)}" + (
         f"; not checked: {', '.join(lacking)}" if lacking else ""
     )

@@ -312,11 +312,14 @@ class Verdict:
     severity: Severity
     # what a verdict rests on: the main series and the checks that judged them
     basis: tuple[SeriesRead, ...] = ()
+    # the cause is the usual one for what the log shows (from the dtype), not seen in it
+    cause_inferred: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "code": self.code,
             "cause": self.cause,
+            "cause_inferred": self.cause_inferred,
             "section": self.section,
             "severity": str(self.severity),
             "summary": self.summary,

@@ -334,7 +334,8 @@ def _e(text: Any) -> str:
 def _verdict_block(analysis: Analysis) -> str:
     v = analysis.verdict
     cls = "healthy" if v.code in ("healthy", "insufficient-data") else _SEVERITY_CLASS[v.severity]
-    cause = f' <span class="cause">cause: {_e(v.cause)}</span>' if v.cause else ""
+    inferred = ", inferred" if v.cause_inferred else ""
+    cause = f' <span class="cause">cause: {_e(v.cause)}{inferred}</span>' if v.cause else ""
     said = sentence(analysis.extras.get("settings"))
     settings = f'<p class="settings"><strong>{_e(said)}</strong></p>' if said else ""
     return (

@@ -16,7 +16,7 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
     icon = "🟢" if v.code in ("healthy", "insufficient-data") else ICON[v.severity]
     lines = [
         f"{h} {icon} stab: `{v.code}`"
-        + (f" (cause: `{v.cause}`)" if v.cause else "")
+        + (f" (cause: `{v.cause}`{', inferred' if v.cause_inferred else ''})" if v.cause else "")
         + f" — {escape.markdown(s.run or s.path)}",
         "",
         escape.markdown(v.summary),

@@ -36,7 +36,8 @@ def _build(analysis: Analysis, verbosity: str) -> Group:
     style = _VERDICT_STYLE.get(v.code, _STYLE.get(v.severity, "bold"))
     headline = Text.assemble((f"{v.code}", style), (f"  {terminal(v.summary)}", ""))
     if v.cause and v.cause not in v.summary:
-        headline.append(f"  [cause: {v.cause}]", style="cyan")
+        inferred = ", inferred" if v.cause_inferred else ""
+        headline.append(f"  [cause: {v.cause}{inferred}]", style="cyan")
     # the metrics read get their own line under the panel when the coverage is shown
     mapped_below = verbosity != "quiet" and analysis.coverage is not None
     source = _source_line(analysis, with_metrics=not mapped_below)
