@@ -26,7 +26,7 @@ PLACE_TEXT = {
     "warmup": "during warmup",
     "epoch": "≤ 100 steps after an epoch boundary",
     "schedule": "≤ 100 steps after a schedule change",
-    "decay": "in the decay tail (85-93% of the run)",
+    "decay": "in the decay tail (the WSD cooldown, else the last 20%), before the last 7%",
     "hump": "on the rise of a mixture hump",
     "mid": "middle of the run (30-70%, control)",
 }
@@ -252,6 +252,25 @@ def _ranks_md(cells: list[dict], healthy: list[dict]) -> list[str]:
     return lines
 
 
+def _ramp_bound_note() -> str:
+    """What LO2 asks of an accelerating ramp, in the noise's own units (computed)."""
+    sizes = [v for _, v, _ in LM_SIZES["ramp"]]
+    rises = ", ".join(
+        f"+{100 * h:g}% at σ = {100 * s:g}%: {h * 0.05**2 / s:.3f}σ"
+        for h in sizes
+        for s in LM_SIGMAS
+    )
+    return (
+        "**LO2 on accelerating ramps.** A ramp rising `h·x²` (x the fraction of its length) "
+        f"has risen h/400 by 5% of its length: {rises} of one logged point's noise. An onset "
+        "error within 5% of the length asks a loss-only rule to date a change whose size "
+        "there is a small fraction of σ, so LO2 measures how early the rule dates a ramp "
+        "(the table's median onset, in % of the length) more than it can be met; a linear "
+        "rank drift (LD1) rises 0.3-0.5σ by 10% of its length and can be dated by a change "
+        "point fitted over the whole drift."
+    )
+
+
 def lm_md(targets: list[dict], cells: list[dict], healthy: list[dict], cpu_s: float) -> list[str]:
     passed = sum(t["pass"] for t in targets)
     places = "; ".join(f"{p}: {t}" for p, t in PLACE_TEXT.items())
@@ -274,6 +293,8 @@ def lm_md(targets: list[dict], cells: list[dict], healthy: list[dict], cpu_s: fl
         f"**{passed} of {len(targets)} LM targets pass.**",
         "",
         *lm_targets_md(targets),
+        "",
+        _ramp_bound_note(),
         "",
         "### Healthy LM runs",
         "",

@@ -211,7 +211,9 @@ def _onset(place: str, run: LMRun, interval: int, rng) -> int:
     if place == "schedule":
         return _after(int(rng.choice(shape.changes())), interval, steps, rng)
     if place == "decay":
-        return frac(0.85, 0.93)
+        # in the WSD cooldown or the last 20% of a cosine/linear decay, before its last 7%
+        first = max(shape.decay_tail, int(0.8 * shape.total)) // interval
+        return int(rng.integers(first, max(first + 1, int(0.93 * n))))
     if place == "hump":
         assert shape.hump is not None
         start, width = shape.hump

@@ -674,7 +674,10 @@ def t3_bar_note(sigmas: tuple[float, ...], bar_ratio: float) -> list[str]:
         f"{target:g} per 10^5. Such a point is, by the spec, a spike, and R3 asks that "
         f"a one-point spike of +{judged:.0%} without a cause be found in ≥ 95% of runs in "
         "the same noise: no rule that judges a lone point by its size can meet both in the "
-        "t(3) scopes, and stab keeps the spec's bar (R3) there.",
+        "t(3) scopes, and stab keeps the spec's bar (R3) there. Issue #36 decided it: the "
+        "generator knows its draws, such a point is labelled an event, and F1 counts only "
+        "the findings where the logged data does not meet the bar (the target matrix gives "
+        "the raw rate and the noise-made events per 10^5 beside).",
     ]
 
 

@@ -87,7 +87,8 @@ def test_events_sit_where_their_place_says(lm, interval):
         run = synth.event_lm("shift", 0.1, "warmup", 4000, interval, 0.01, rng)
         assert synth.MIN_ONSET_STEPS <= run.truth.onset < run.shape.warmup
         run = synth.event_lm("spike", 0.6, "decay", 4000, interval, 0.01, rng)
-        assert run.truth.onset >= 0.85 * run.shape.total - interval
+        assert run.truth.onset >= max(run.shape.decay_tail, 0.8 * run.shape.total) - interval
+        assert run.truth.onset <= 0.93 * run.shape.total
 
 
 def test_lm_curves_have_their_features(lm):
