@@ -16,7 +16,7 @@ from _dq_lm_score import (
     OTHER_SHAPES,
     TARGET_SHAPES,
 )
-from _dq_report import Target, evaluate, summarize
+from _dq_report import Target, evaluate, judged_target, summarize
 
 MULTI_KINDS = ("bump3pt", "bump10pt", "shift")
 NEAR_FEATURE = ("epoch", "schedule")
@@ -171,18 +171,5 @@ def lm_check_targets(cells: list[dict], healthy: list[dict]) -> list[dict]:
                 result = evaluate(target, cells, healthy, interval, LM_FAMILY)
             if result["n"]:
                 scopes[f"{interval}/{LM_FAMILY}"] = result
-        judged = [s for s in scopes.values() if s["pass"] is not None]
-        out.append(
-            {
-                "code": target.code,
-                "text": target.text,
-                "measure": target.measure,
-                "bar": target.bar,
-                "higher_is_better": target.higher_is_better,
-                "scopes": scopes,
-                "pass": bool(judged) and all(s["pass"] for s in judged),
-                "failing": sum(not s["pass"] for s in judged),
-                "judged": len(judged),
-            }
-        )
+        out.append(judged_target(target, scopes))
     return out

@@ -407,21 +407,24 @@ def check_targets(cells: list[dict], healthy: list[dict], intervals, families) -
                 result = evaluate(target, cells, healthy, interval, family)
                 if result["n"]:
                     scopes[f"{interval}/{family}"] = result
-        judged = [s for s in scopes.values() if s["pass"] is not None]
-        out.append(
-            {
-                "code": target.code,
-                "text": target.text,
-                "measure": target.measure,
-                "bar": target.bar,
-                "higher_is_better": target.higher_is_better,
-                "scopes": scopes,
-                "pass": bool(judged) and all(s["pass"] for s in judged),
-                "failing": sum(not s["pass"] for s in judged),
-                "judged": len(judged),
-            }
-        )
+        out.append(judged_target(target, scopes))
     return out
+
+
+def judged_target(target: Target, scopes: dict[str, dict]) -> dict:
+    """A target with its per-scope results: it passes when every judged scope passes."""
+    judged = [s for s in scopes.values() if s["pass"] is not None]
+    return {
+        "code": target.code,
+        "text": target.text,
+        "measure": target.measure,
+        "bar": target.bar,
+        "higher_is_better": target.higher_is_better,
+        "scopes": scopes,
+        "pass": bool(judged) and all(s["pass"] for s in judged),
+        "failing": sum(not s["pass"] for s in judged),
+        "judged": len(judged),
+    }
 
 
 # --- formatting -------------------------------------------------------------------------
