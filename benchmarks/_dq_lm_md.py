@@ -177,14 +177,7 @@ def _events_md(cells: list[dict]) -> list[str]:
             for place in places:
                 parts = []
                 for interval in LM_INTERVALS:
-                    mine = [
-                        c
-                        for c in cells
-                        if c["case"]["kind"] == kind
-                        and c["case"]["size"] == label
-                        and c["place"] == place
-                        and c["case"]["interval"] == interval
-                    ]
+                    mine = _cells_of(cells, kind, label, interval, lambda c: c["place"] == place)  # noqa: B023
                     parts.append(_recall_onset(mine, kind == "ramp"))
                 lines.append(f"| {kind} | {label} | {place} | " + " | ".join(parts) + " |")
     verdicts: Counter = Counter()
@@ -193,6 +186,18 @@ def _events_md(cells: list[dict]) -> list[str]:
             verdicts.update(c["verdicts"])
     lines += ["", "Verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.most_common(8)) + "."]
     return lines
+
+
+def _cells_of(cells: list[dict], kind: str, label: str, interval: int, keep) -> list[dict]:
+    """The cells of one kind, size and logging interval that `keep` accepts."""
+    return [
+        c
+        for c in cells
+        if c["case"]["kind"] == kind
+        and c["case"]["size"] == label
+        and c["case"]["interval"] == interval
+        and keep(c)
+    ]
 
 
 def _recall_onset(mine: list[dict], frac: bool) -> str:
@@ -230,14 +235,13 @@ def _ranks_md(cells: list[dict], healthy: list[dict]) -> list[str]:
     for kind, spread, label in combos:
         parts = []
         for interval in LM_INTERVALS:
-            mine = [
-                c
-                for c in cells
-                if c["case"]["kind"] == kind
-                and c["case"]["size"] == label
-                and abs(c["case"]["sigma"] - spread) < 1e-9
-                and c["case"]["interval"] == interval
-            ]
+            mine = _cells_of(
+                cells,
+                kind,
+                label,
+                interval,
+                lambda c: abs(c["case"]["sigma"] - spread) < 1e-9,  # noqa: B023
+            )
             parts.append(_recall_onset(mine, kind == "rank-drift"))
         lines.append(f"| {kind} | {100 * spread:g}% | {label} | " + " | ".join(parts) + " |")
     rows = [h for h in healthy if h["mode"] == "lm-rank-healthy"]
