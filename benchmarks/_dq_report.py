@@ -108,9 +108,11 @@ def summarize_healthy(results: list[dict]) -> list[dict]:
         case = Case(**result["case"])
         recs = result["records"]
         fam: Counter = Counter()
+        net: Counter = Counter()
         other: Counter = Counter()
         for r in recs:
             fam.update(r.get("fam", {}))
+            net.update(r.get("fam_net", r.get("fam", {})))
             other.update(r.get("other", {}))
         rows.append(
             {
@@ -121,6 +123,8 @@ def summarize_healthy(results: list[dict]) -> list[dict]:
                 "points": sum(r.get("points", 0) for r in recs),
                 "steps": sum(r.get("points", 0) for r in recs) * case.interval,
                 "families": dict(fam),
+                "families_net": dict(net),
+                "noise_events": sum(r.get("ne", 0) for r in recs),
                 "other": dict(other.most_common()),
                 "not_healthy": sum(r.get("v") != "healthy" for r in recs),
                 "verdicts": dict(Counter(r.get("v", "crash") for r in recs).most_common()),
@@ -266,7 +270,8 @@ TARGETS = (
     Target(
         "F1a",
         "Healthy runs of 3,000 points (as long as the event runs): warning/error spike findings "
-        "≤ 1 per 10^5 logged points",
+        "where the logged data does not meet the spec's bar ≤ 1 per 10^5 logged points (a "
+        "finding at a point the noise itself made material is its detection, #36)",
         None,
         "fa",
         1.0,
@@ -275,7 +280,7 @@ TARGETS = (
     ),
     Target(
         "F1b",
-        "Healthy runs of 50,000 points: warning/error spike findings ≤ 1 per 10^5 logged points",
+        "Healthy runs of 50,000 points: as F1a, ≤ 1 per 10^5 logged points",
         None,
         "fa",
         1.0,
@@ -303,7 +308,8 @@ TARGETS = (
     Target(
         "O3",
         "Rank level shift ≥ 50% in a cohort with a 15% per-step spread: ≥ 95% of the shifts "
-        "are detected with |onset error| ≤ 10 steps (a missed shift is not on time)",
+        "are detected with |onset error| ≤ max(10 steps, one logging interval) (a missed "
+        "shift is not on time)",
         _rank_shift_target,
         "within_steps",
         0.95,
@@ -326,9 +332,18 @@ def evaluate(
             and h["run_points"] == target.run_points
         ]
         points = sum(h["points"] for h in rows)
-        count = sum(h["families"].get("spike", 0) for h in rows)
+        raw = sum(h["families"].get("spike", 0) for h in rows)
+        # #36: a finding at a point the noise itself made material is a detection; runs
+        # saved before the truth labelling have only the raw count
+        count = sum(h.get("families_net", h["families"]).get("spike", 0) for h in rows)
+        made = sum(h.get("noise_events", 0) for h in rows)
         value = 1e5 * count / points if points else None
-        return _verdict(target, value, n=points, extra={"findings": count})
+        extra = {
+            "findings": count,
+            "raw": 1e5 * raw / points if points else None,
+            "noise_events": 1e5 * made / points if points else None,
+        }
+        return _verdict(target, value, n=points, extra=extra)
     chosen = [
         c
         for c in cells
@@ -356,13 +371,21 @@ def evaluate(
         extra["recall"] = tp / n
     elif target.measure in ("within_frac", "within_steps"):
         field = "onset_frac_of_length" if target.measure == "within_frac" else "onset_steps"
-        errs = [e for c in chosen for e in c[field]]
-        value = sum(abs(e) <= target.tolerance + 1e-12 for e in errs) / n
+        # O3 (#36): on time within max(10 steps, one logging interval)
+        errs = [(e, c["case"]["interval"]) for c in chosen for e in c[field]]
+        value = sum(abs(e) <= _tolerance(target, i) + 1e-12 for e, i in errs) / n
+        errs = [e for e, _ in errs]
         extra["recall"] = tp / n
         extra["p95"] = _p95(errs)
     else:
         raise ValueError(target.measure)
     return _verdict(target, value, n=n, extra=extra)
+
+
+def _tolerance(target: Target, interval: int) -> float:
+    if target.measure == "within_steps":
+        return max(target.tolerance, interval)
+    return target.tolerance
 
 
 def _verdict(target: Target, value: float | None, n: int, extra: dict) -> dict:
@@ -384,21 +407,24 @@ def check_targets(cells: list[dict], healthy: list[dict], intervals, families) -
                 result = evaluate(target, cells, healthy, interval, family)
                 if result["n"]:
                     scopes[f"{interval}/{family}"] = result
-        judged = [s for s in scopes.values() if s["pass"] is not None]
-        out.append(
-            {
-                "code": target.code,
-                "text": target.text,
-                "measure": target.measure,
-                "bar": target.bar,
-                "higher_is_better": target.higher_is_better,
-                "scopes": scopes,
-                "pass": bool(judged) and all(s["pass"] for s in judged),
-                "failing": sum(not s["pass"] for s in judged),
-                "judged": len(judged),
-            }
-        )
+        out.append(judged_target(target, scopes))
     return out
+
+
+def judged_target(target: Target, scopes: dict[str, dict]) -> dict:
+    """A target with its per-scope results: it passes when every judged scope passes."""
+    judged = [s for s in scopes.values() if s["pass"] is not None]
+    return {
+        "code": target.code,
+        "text": target.text,
+        "measure": target.measure,
+        "bar": target.bar,
+        "higher_is_better": target.higher_is_better,
+        "scopes": scopes,
+        "pass": bool(judged) and all(s["pass"] for s in judged),
+        "failing": sum(not s["pass"] for s in judged),
+        "judged": len(judged),
+    }
 
 
 # --- formatting -------------------------------------------------------------------------
@@ -476,7 +502,13 @@ def target_matrix_md(targets: list[dict], intervals, families) -> list[str]:
                 cells.append("n/a")
                 continue
             mark = "PASS" if s["pass"] else "FAIL"
-            detail = f" (n={s['n']})" if t["measure"] != "fa" else ""
+            detail = f" (n={s['n']})"
+            if t["measure"] == "fa":
+                detail = (
+                    f" (raw {s['raw']:.2f}, noise-made events {s['noise_events']:.2f})"
+                    if s.get("raw") is not None
+                    else ""
+                )
             if t["measure"] == "onset_pts":
                 detail = f" (recall {_pct(s['recall'], 0)}, n={s['n']})"
             elif t["measure"].startswith("within"):
@@ -645,7 +677,10 @@ def t3_bar_note(sigmas: tuple[float, ...], bar_ratio: float) -> list[str]:
         f"{target:g} per 10^5. Such a point is, by the spec, a spike, and R3 asks that "
         f"a one-point spike of +{judged:.0%} without a cause be found in ≥ 95% of runs in "
         "the same noise: no rule that judges a lone point by its size can meet both in the "
-        "t(3) scopes, and stab keeps the spec's bar (R3) there.",
+        "t(3) scopes, and stab keeps the spec's bar (R3) there. Issue #36 decided it: the "
+        "generator knows its draws, such a point is labelled an event, and F1 counts only "
+        "the findings where the logged data does not meet the bar (the target matrix gives "
+        "the raw rate and the noise-made events per 10^5 beside).",
     ]
 
 

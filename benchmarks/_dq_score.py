@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import asdict
 
 import numpy as np
+from _dq_lm_truth import excused, noise_events
 from _dq_synth import (
     BUMP_STEPS,
     NAN_KINDS,
@@ -23,6 +24,7 @@ from _dq_synth import (
     Case,
     RealNoise,
     Truth,
+    level_curve,
     rank_run,
     single_run,
 )
@@ -145,20 +147,33 @@ def score(case: Case, truth: Truth, result) -> dict:
     return record
 
 
-def healthy_record(result, points: int) -> dict:
+def healthy_record(result, points: int, frame=None, sigma: float = 0.0) -> dict:
+    """Findings by family; with the frame, also without those the noise-made events explain."""
     counts = Counter()
+    net = Counter()
     other = Counter()
+    spans, steps, interval = [], None, 1
+    if frame is not None and not frame.is_empty():
+        # the healthy grid's loss is level * (1 + sigma * noise): the generator's own draws
+        steps = frame["step"].to_numpy()
+        interval = int(steps[1] - steps[0]) if steps.size > 1 else 1
+        level = level_curve(steps, steps.size * interval)
+        spans = noise_events(frame["loss"].to_numpy() / level - 1.0, sigma)
     for f in _active(result.findings):
         family = CODE_FAMILY.get(f.code)
         if family is None:
             other[f.code] += 1
         else:
             counts[family] += 1
+            if not (spans and excused(f.step, f.code, spans, steps, interval)):
+                net[family] += 1
     blips = sum(int(f.evidence.get("count", 1)) for f in result.findings if f.code == "blip")
     return {
         "points": points,
         "v": result.verdict.code,
         "fam": dict(counts),
+        "fam_net": dict(net),
+        "ne": len(spans),
         "other": dict(other),
         "blips": blips,
     }
@@ -173,6 +188,11 @@ def run_task(task: dict) -> dict:
     """Generate and analyze every run of one cell; return its records and its cost."""
     from stabilitycli import analyze
 
+    if task.get("lm"):
+        from _dq_lm_score import run_lm_task
+
+        return run_lm_task(task)
+
     case = Case(**task["case"])
     rng = np.random.default_rng(seed_for(task["seed"], task["key"]))
     build = rank_run if case.ranks else single_run
@@ -186,7 +206,12 @@ def run_task(task: dict) -> dict:
             records.append({"x": f"{type(err).__name__}: {err}"[:300], "d": False, "f": 0})
             continue
         if truth is None:
-            records.append(healthy_record(result, frame.height))
+            single = not case.ranks
+            records.append(
+                healthy_record(
+                    result, frame.height, frame if single else None, case.sigma if single else 0
+                )
+            )
         else:
             records.append(score(case, truth, result))
     return {
