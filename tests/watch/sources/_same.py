@@ -30,7 +30,7 @@ def assert_same_run(got: RunData, want: RunData, *, paths: dict[str, str] | None
 def cut_points(size: int, count: int, seed: int) -> list[int]:
     """`count` random cut points in (0, size), sorted, and the end itself."""
     rng = random.Random(seed)
-    return sorted(rng.sample(range(1, size), min(count, size - 1))) + [size]
+    return [*sorted(rng.sample(range(1, size), min(count, size - 1))), size]
 
 
 def grow(path: Path, data: bytes, old: int, new: int) -> None:
