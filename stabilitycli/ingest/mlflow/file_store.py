@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
@@ -326,14 +327,14 @@ def report_bad_lines(source: SourceInfo, path: Path, key: str, bad) -> None:
         )
 
 
-def ordered_points(frames: list[tuple[str, object]]):
+def ordered_points(frames: list[tuple[str, Any]]):
     """Each key's points (keys in name order), tagged and put in time order; None if none."""
     import polars as pl
 
     parts = [
         frame.with_columns(pl.lit(key).alias("key"), pl.lit(index).alias("_key_index"))
         for index, (key, frame) in enumerate(frames)
-        if frame.height  # type: ignore[attr-defined]
+        if frame.height
     ]
     if not parts:
         return None

@@ -57,15 +57,16 @@ def merge_sources(target: SourceInfo, parts: list[SourceInfo]) -> None:
 
 
 class Once:
-    """Problems said once each until they clear: a file gone for an hour is one line."""
+    """Problems said once each until they clear: a file gone for an hour is one line, and
+    a different problem with the same thing (gone, then unreadable) is a line of its own."""
 
     def __init__(self) -> None:
-        self.said: set[str] = set()
+        self.said: dict[str, str] = {}
 
     def tell(self, problems: list[str], key: str, line: str) -> None:
-        if key not in self.said:
-            self.said.add(key)
+        if self.said.get(key) != line:
+            self.said[key] = line
             problems.append(line)
 
     def clear(self, key: str) -> None:
-        self.said.discard(key)
+        self.said.pop(key, None)
