@@ -94,7 +94,7 @@ class DatabaseFollower:
                 metric.rows.append(good)
             last = rowid
             result.records_read += 1
-        self.rows_fetched += result.records_read
+            self.rows_fetched += 1
         self.last_rowid[run.run_id] = last
         self.runs[index] = self._with_meta(conn, run)  # params logged late count too
         return ended(db.run_status(conn, run.run_id), run.label)

@@ -153,9 +153,14 @@ class TensorBoardFollower:
 def _copy(collector: reader.Collector) -> reader.Collector:
     """A collector the snapshot may close (`finish_points` sets its frame) without
     touching the one that goes on collecting."""
+    import polars as pl
+
     twin = reader.Collector()
     twin.__dict__.update(collector.__dict__)
-    twin.bulk = list(collector.bulk)
+    # polls interleave the files of a folder: the points go back to (file, record) order,
+    # which a collector of one part takes for granted
+    if collector.bulk:
+        twin.bulk = [pl.concat(collector.bulk).sort(["seq", "sub"])]
     for name in ("tags", "steps", "values", "seqs", "subs"):
         setattr(twin, name, list(getattr(collector, name)))
     twin.plugin_of, twin.hparams = dict(collector.plugin_of), dict(collector.hparams)

@@ -198,3 +198,29 @@ def test_deleted_unreadable_and_rewritten_files(tmp_path, monkeypatch):
     poll = follower.poll()
     assert poll.problems == []
     assert_same_run(follower.snapshot(), reader.read(run, OPTIONS))
+
+
+def test_two_writers_in_one_folder_keep_the_readers_file_order(tmp_path, monkeypatch):
+    """A trainer and an evaluator writing the same run folder (the evaluator writing the loss
+    too, which makes the order of the files matter): polls take their records
+    interleaved, the snapshot puts them back file by file as the reader reads them (also
+    once a long watch has joined the points of many polls into one frame)."""
+    monkeypatch.setattr(tb_source, "_PARTS_MAX", 1)
+    run = tmp_path / "run"
+    train = SummaryWriter(str(run))
+    time.sleep(1.1)  # a second event file, named a second later
+    evaluate = SummaryWriter(str(run), filename_suffix=".eval")
+    follower = tb_source.follow(str(run), OPTIONS)
+    for start in range(0, 120, 30):
+        _log(train, range(start, start + 30))
+        for step in range(start, start + 30, 10):
+            evaluate.add_scalar("eval/loss", 2.5 - step / 100.0, step)
+            evaluate.add_scalar("train/loss", 2.4 - step / 100.0, step)  # logged twice: order
+        train.flush()
+        evaluate.flush()
+        follower.poll()
+        assert_same_run(follower.snapshot(), reader.read(run, OPTIONS))
+    train.close()
+    evaluate.close()
+    follower.poll()
+    assert_same_run(follower.snapshot(), reader.read(run, OPTIONS))
