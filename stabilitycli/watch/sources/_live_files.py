@@ -70,3 +70,14 @@ class Once:
 
     def clear(self, key: str) -> None:
         self.said.pop(key, None)
+
+    def read(
+        self, problems: list[str], path: Path, offset: int, identity: tuple[int, int] | None
+    ) -> Stretch | None:
+        """`read_from`, its problem said once (None then), and cleared once it reads again."""
+        stretch = read_from(path, offset, identity)
+        if stretch.problem is not None:
+            self.tell(problems, str(path), stretch.problem)
+            return None
+        self.clear(str(path))
+        return stretch

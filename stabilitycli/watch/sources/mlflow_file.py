@@ -84,11 +84,9 @@ class FileStoreFollower:
         return result
 
     def _read(self, key: str, metric: _Metric, result: Poll) -> None:
-        stretch = read_from(metric.path, metric.offset, metric.identity)
-        if stretch.problem is not None:
-            self.once.tell(result.problems, str(metric.path), stretch.problem)
+        stretch = self.once.read(result.problems, metric.path, metric.offset, metric.identity)
+        if stretch is None:
             return
-        self.once.clear(str(metric.path))
         if stretch.shrunk:
             result.reread = f"{metric.path}: the file shrank or was replaced; read again"
             metric.__init__(metric.path)  # type: ignore[misc]

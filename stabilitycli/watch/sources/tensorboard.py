@@ -22,7 +22,7 @@ from stabilitycli.ingest.limits import limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.tensorboard import reader
 from stabilitycli.watch.follow import Poll
-from stabilitycli.watch.sources._live_files import Once, merge_sources, read_from
+from stabilitycli.watch.sources._live_files import Once, merge_sources
 
 # a record's place in its run is (file, record): the file's index in these high bits keeps
 # the order the reader gets by counting records across files, whatever each file grows to
@@ -99,11 +99,9 @@ class TensorBoardFollower:
                 line = f"{ef.path}: gone (deleted or moved); keeping what was read"
                 self.once.tell(result.problems, str(ef.path), line)
                 continue
-            stretch = read_from(ef.path, ef.offset, ef.identity)
-            if stretch.problem is not None:
-                self.once.tell(result.problems, str(ef.path), stretch.problem)
+            stretch = self.once.read(result.problems, ef.path, ef.offset, ef.identity)
+            if stretch is None:
                 continue
-            self.once.clear(str(ef.path))
             if stretch.shrunk:
                 return False
             ef.identity = stretch.identity

@@ -33,11 +33,9 @@ class WandbFollower:
     def poll(self) -> Poll:
         result = Poll()
         offset = self.history.walk.pos if self.started else 0
-        stretch = read_from(self.file, offset, self.identity)
-        if stretch.problem is not None:
-            self.once.tell(result.problems, "file", stretch.problem)
+        stretch = self.once.read(result.problems, self.file, offset, self.identity)
+        if stretch is None:
             return result
-        self.once.clear("file")
         if stretch.shrunk:
             result.reread = f"{self.file}: the file shrank or was replaced; read again"
             self.history = offline.History(self.file, self.options)

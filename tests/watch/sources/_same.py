@@ -37,3 +37,25 @@ def grow(path: Path, data: bytes, old: int, new: int) -> None:
     """Append `data[old:new]` to `path`, as a writer would."""
     with open(path, "ab") as handle:
         handle.write(data[old:new])
+
+
+def refuse_reading(monkeypatch, refused) -> None:
+    """Reading a file for which `refused(path)` is true fails with a permission error, as
+    after a `chmod 000` (which root, running the tests, would read through)."""
+    from stabilitycli.watch.sources import _live_files
+
+    real_open = open
+
+    def guarded(path, *args, **kwargs):
+        if refused(Path(path)):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(_live_files, "open", guarded, raising=False)
+
+
+def assert_said_once(follower, words: str) -> None:
+    """One problem line holding `words` on the next poll, and none on the poll after."""
+    first, second = follower.poll(), follower.poll()
+    assert len(first.problems) == 1 and words in first.problems[0], first.problems
+    assert second.problems == []

@@ -12,10 +12,9 @@ pytest.importorskip("mlflow", reason="the MLflow client writes the stores these 
 
 from stabilitycli import ingest
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.watch.sources import _live_files
 from stabilitycli.watch.sources import mlflow_db as db_source
 from stabilitycli.watch.sources import mlflow_file as file_source
-from tests.watch.sources._same import assert_same_run
+from tests.watch.sources._same import assert_same_run, refuse_reading
 
 SPECIAL = {40: math.nan, 41: math.inf, 42: -math.inf}
 
@@ -121,7 +120,8 @@ def test_store_gone_and_back(store, tmp_path, monkeypatch):
     assert_same_run(follower.snapshot(), ingest.read(target, options))
 
 
-def test_a_file_store_metric_unreadable_then_readable(tmp_path, monkeypatch):
+def _file_store_run(tmp_path, monkeypatch):
+    """A file-store run with 10 steps logged, and a follower that has read them."""
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -130,14 +130,12 @@ def test_a_file_store_metric_unreadable_then_readable(tmp_path, monkeypatch):
     _log(client, run_id, range(10))
     follower = file_source.follow(str(tmp_path / "mlruns"), ReadOptions())
     follower.poll()
-    real_open = open
+    return client, run_id, follower
 
-    def refused(path, *args, **kwargs):
-        if str(path).endswith("loss"):
-            raise PermissionError(13, "Permission denied")
-        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(_live_files, "open", refused, raising=False)
+def test_a_file_store_metric_unreadable_then_readable(tmp_path, monkeypatch):
+    client, run_id, follower = _file_store_run(tmp_path, monkeypatch)
+    refuse_reading(monkeypatch, lambda path: path.name == "loss")
     _log(client, run_id, range(10, 20))
     poll = follower.poll()
     assert len(poll.problems) == 1 and "permission denied" in poll.problems[0]
@@ -151,14 +149,7 @@ def test_a_file_store_metric_unreadable_then_readable(tmp_path, monkeypatch):
 def test_a_cut_line_waits_and_bad_rows_are_rejected_as_the_reader_does(tmp_path, monkeypatch):
     """A half-written history line is not read until its newline comes; hand-damaged sqlite
     rows are rejected by rowid with the reader's reasons."""
-    from mlflow.tracking import MlflowClient
-
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
-    run_id = client.create_run(client.create_experiment("w")).info.run_id
-    _log(client, run_id, range(10))
-    follower = file_source.follow(str(tmp_path / "mlruns"), ReadOptions())
-    follower.poll()
+    client, run_id, follower = _file_store_run(tmp_path, monkeypatch)
     (history,) = (tmp_path / "mlruns").glob("*/*/metrics/train/loss")
     with open(history, "ab") as handle:
         handle.write(b"1700000000010 0.5 1")
@@ -169,6 +160,8 @@ def test_a_cut_line_waits_and_bad_rows_are_rejected_as_the_reader_does(tmp_path,
     want = ingest.read(tmp_path / "mlruns", ReadOptions())
     assert want.source.rows_rejected == 1
     assert_same_run(follower.snapshot(), want)
+
+    from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)

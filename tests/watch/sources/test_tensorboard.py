@@ -6,7 +6,6 @@ import math
 import shutil
 import struct
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +16,14 @@ from tensorboardX import SummaryWriter
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.tensorboard import reader
 from stabilitycli.watch.follow import Follower
-from stabilitycli.watch.sources import _live_files
 from stabilitycli.watch.sources import tensorboard as tb_source
-from tests.watch.sources._same import assert_same_run, cut_points, grow
+from tests.watch.sources._same import (
+    assert_said_once,
+    assert_same_run,
+    cut_points,
+    grow,
+    refuse_reading,
+)
 
 OPTIONS = ReadOptions()
 
@@ -167,17 +171,8 @@ def test_deleted_unreadable_and_rewritten_files(tmp_path, monkeypatch):
     follower.poll()
     kept = follower.snapshot()
     # permission lost: one line, said once, and the run read so far stays
-    real_open = open
-
-    def refused(path, *args, **kwargs):
-        if Path(path) == event_file:
-            raise PermissionError(13, "Permission denied")
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(_live_files, "open", refused, raising=False)
-    first, second = follower.poll(), follower.poll()
-    assert len(first.problems) == 1 and "permission denied" in first.problems[0]
-    assert second.problems == []
+    refuse_reading(monkeypatch, lambda path: path == event_file)
+    assert_said_once(follower, "permission denied")
     monkeypatch.undo()
     assert follower.poll().problems == []
     # deleted: one line, the watch goes on with what it read

@@ -13,11 +13,16 @@ import pytest
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.wandb import offline
-from stabilitycli.watch.sources import _live_files
 from stabilitycli.watch.sources import wandb_offline as wandb_source
 from tests.ingest.test_hostile_wandb import _field, _frame_log, _history_record
 from tests.ingest.test_wandb_offline import FILE1, FILE2
-from tests.watch.sources._same import assert_same_run, cut_points, grow
+from tests.watch.sources._same import (
+    assert_said_once,
+    assert_same_run,
+    cut_points,
+    grow,
+    refuse_reading,
+)
 
 OPTIONS = ReadOptions()
 
@@ -95,17 +100,8 @@ def test_deleted_unreadable_replaced_and_garbage(tmp_path, monkeypatch):
     follower = wandb_source.follow(str(live), OPTIONS)
     follower.poll()
     kept = follower.snapshot()
-    real_open = open
-
-    def refused(path, *args, **kwargs):
-        if Path(path) == live:
-            raise PermissionError(13, "Permission denied")
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(_live_files, "open", refused, raising=False)
-    first, second = follower.poll(), follower.poll()
-    assert len(first.problems) == 1 and "permission denied" in first.problems[0]
-    assert second.problems == []
+    refuse_reading(monkeypatch, lambda path: path == live)
+    assert_said_once(follower, "permission denied")
     monkeypatch.undo()
     moved = tmp_path / "moved.wandb"
     shutil.move(live, moved)
