@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_watch_sources.py [--points 100000] [--new 100] [--server]
 
 For each follower a run of `--points` metric points is written by the real writer
-(tensorboardX, the MLflow client on a file store and on sqlite, and on a local
+(TensorBoard's framing, the MLflow client on a file store and on sqlite, and on a local
 `mlflow server` with `--server`; W&B's framing as the client writes it), the
 follower catches up once, then `--new` points are logged and one poll takes them,
 five times over. Printed per follower: the median seconds of a poll with the new
@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _series import tfrecord  # noqa: E402
+
 from stabilitycli.ingest.options import ReadOptions  # noqa: E402
 from stabilitycli.watch.sources import (  # noqa: E402
     mlflow_db,
@@ -42,22 +44,26 @@ def _value(step: int) -> float:
 
 
 class TensorBoardRun:
-    def __init__(self, folder: Path) -> None:
-        from tensorboardX import SummaryWriter
+    """Events framed as tensorboardX frames `add_scalar` (as `bench_tensorboard.write_own`
+    does), appended at once: tensorboardX's writer thread would trickle them in."""
 
-        self.writer = SummaryWriter(str(folder))
-        self.target = str(folder)
+    def __init__(self, folder: Path) -> None:
+        from stabilitycli.ingest.tensorboard import _proto as tbp
+
+        folder.mkdir()
+        self.target, self.event = str(folder), tbp.messages()["Event"]
+        self.file = folder / "events.out.tfevents.1700000000.bench"
+        version = self.event(wall_time=1.7e9, file_version="brain.Event:2")
+        self.file.write_bytes(tfrecord(version.SerializeToString()))
 
     def log(self, steps: range) -> None:
+        records = []
         for step in steps:
-            self.writer.add_scalar("train/loss", _value(step), step)
-        self.writer.flush()
-        # tensorboardX writes from its own thread: wait until the file stops growing
-        (event_file,) = Path(self.target).iterdir()
-        size = -1
-        while size != event_file.stat().st_size:
-            size = event_file.stat().st_size
-            time.sleep(0.1)
+            event = self.event(wall_time=1.7e9 + step, step=step)
+            event.summary.value.add(tag="train/loss", simple_value=_value(step))
+            records.append(tfrecord(event.SerializeToString()))
+        with open(self.file, "ab") as handle:
+            handle.write(b"".join(records))
 
 
 class MlflowRun:

@@ -23,7 +23,11 @@ def _loss(step: int) -> float:
     return SPECIAL.get(step, 2.0 + math.sin(step / 7.0) / 4.0)
 
 
-@pytest.fixture(params=["file", "sqlite"])
+# the MLflow client takes ~10 s to create a sqlite store (its schema migrations)
+SQLITE_IS_SLOW = pytest.mark.slow
+
+
+@pytest.fixture(params=["file", pytest.param("sqlite", marks=SQLITE_IS_SLOW)])
 def store(request, tmp_path, monkeypatch):
     """(tracking URI the client logs to, target the follower and reader take, follower module)."""
     from mlflow.tracking import MlflowClient
@@ -146,6 +150,7 @@ def test_a_file_store_metric_unreadable_then_readable(tmp_path, monkeypatch):
     assert_same_run(follower.snapshot(), ingest.read(tmp_path / "mlruns", ReadOptions()))
 
 
+@SQLITE_IS_SLOW
 def test_a_cut_line_waits_and_bad_rows_are_rejected_as_the_reader_does(tmp_path, monkeypatch):
     """A half-written history line is not read until its newline comes; hand-damaged sqlite
     rows are rejected by rowid with the reader's reasons."""

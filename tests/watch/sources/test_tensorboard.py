@@ -118,6 +118,7 @@ def _records_end(data: bytes, count: int) -> int:
     return pos
 
 
+@pytest.mark.slow  # 100k points written first
 def test_a_poll_reads_only_what_was_added(tmp_path):
     """100k points, then 100 more: the poll reads the new bytes and nothing else."""
     whole = tmp_path / "whole"

@@ -71,6 +71,7 @@ def _records(steps: range) -> list[bytes]:
     return [_history_record(step, 2.0 + math.sin(step / 9.0) / 4.0) for step in steps]
 
 
+@pytest.mark.slow  # 100k points written first
 def test_a_poll_reads_only_what_was_added(tmp_path):
     """100k history records, then 100 more: the poll reads the bytes they added."""
     first = _frame_log(_records(range(100_000)))
