@@ -3,11 +3,36 @@ putting the per-file accounting back together the way one whole read counts it."
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from stabilitycli.core.errors import (
+    NOT_ERRORS,
+    StabInputError,
+    StabUsageError,
+    from_the_input,
+    input_error_from,
+)
 from stabilitycli.core.model import SourceInfo
+
+_NOT_WRAPPED: tuple[type[BaseException], ...] = (StabInputError, StabUsageError, *NOT_ERRORS)
+
+
+@contextlib.contextmanager
+def input_boundary(where: str, name: str) -> Iterator[None]:
+    """What `ingest.read` makes of a reader's failure, for a snapshot built outside it:
+    a failure that comes from the input is a `StabInputError` naming it."""
+    try:
+        yield
+    except _NOT_WRAPPED:
+        raise
+    except BaseException as err:
+        if not from_the_input(err):
+            raise  # a bug in stab: the command reports it as an internal error
+        raise input_error_from(where, err, name) from err
 
 
 @dataclass

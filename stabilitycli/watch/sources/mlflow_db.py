@@ -20,7 +20,7 @@ from stabilitycli.ingest.mlflow import database as db
 from stabilitycli.ingest.mlflow._common import MlflowRun, build_run, select_runs
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.follow import Poll
-from stabilitycli.watch.sources._live_files import Once
+from stabilitycli.watch.sources._live_files import Once, input_boundary
 from stabilitycli.watch.sources._mlflow_live import ended, unloaded
 
 
@@ -122,6 +122,10 @@ class DatabaseFollower:
         return db.finish_points(parts, source)
 
     def snapshot(self) -> RunData:
+        with input_boundary(self.where, db.NAME):
+            return self._snapshot()
+
+    def _snapshot(self) -> RunData:
         return build_run(
             self.where,
             db.NAME,

@@ -20,7 +20,7 @@ from stabilitycli.ingest.mlflow import file_store as store
 from stabilitycli.ingest.mlflow._common import MlflowRun, build_run, select_runs
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.follow import Poll
-from stabilitycli.watch.sources._live_files import Once, read_from
+from stabilitycli.watch.sources._live_files import Once, input_boundary, read_from
 from stabilitycli.watch.sources._mlflow_live import ended, unloaded
 
 
@@ -115,6 +115,10 @@ class FileStoreFollower:
         return store.ordered_points(frames)
 
     def snapshot(self) -> RunData:
+        with input_boundary(str(self.path), store.NAME):
+            return self._snapshot()
+
+    def _snapshot(self) -> RunData:
         return build_run(
             self.path,
             store.NAME,

@@ -25,11 +25,8 @@ from stabilitycli.ingest.mlflow import server
 from stabilitycli.ingest.mlflow._common import MlflowRun, build_run, select_runs
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.follow import Poll
-from stabilitycli.watch.sources._live_files import Once
+from stabilitycli.watch.sources._live_files import Once, input_boundary
 from stabilitycli.watch.sources._mlflow_live import ended
-
-# points asked for a page while a history is caught up with
-PAGE_POINTS = 25_000
 
 
 @dataclass
@@ -62,6 +59,7 @@ class ServerFollower:
         self.metrics: dict[str, dict[str, _Metric]] = {}
         self.points_fetched = 0  # history points the server sent: what polls cost
         self.requests = 0
+        self.page_points = server.PAGE_POINTS  # as the reader asks, while a history is caught up
         self.once = Once()
         self.client = server.Client(self.base, self.shown, self.options.limits)
         # a server that is not up yet may be starting: the first poll says so, and tries again
@@ -130,6 +128,10 @@ class ServerFollower:
         try:
             page = self._call("metrics/get-history", params)
         except server.ApiError as err:
+            if size > server.FALLBACK_PAGE_POINTS and "max_results" in err.text.lower():
+                # a server that caps pages lower (Databricks): its cap from now on
+                self.page_points = server.FALLBACK_PAGE_POINTS
+                return self._page(run_id, key, token, server.FALLBACK_PAGE_POINTS)
             raise StabInputError(self.shown, f"metric {key!r} of run {run_id}: {err}") from None
         self.points_fetched += len(server.items_of(page, "metrics"))
         return page
@@ -139,7 +141,7 @@ class ServerFollower:
         token, start, points = metric.token, metric.start, []
         last_token, last_start = token, start
         while True:
-            page = self._page(run_id, key, token, PAGE_POINTS)
+            page = self._page(run_id, key, token, self.page_points)
             items = server.items_of(page, "metrics")
             points += items
             following = page.get("next_page_token")
@@ -171,6 +173,10 @@ class ServerFollower:
         return len(new)
 
     def snapshot(self) -> RunData:
+        with input_boundary(self.shown, server.NAME):
+            return self._snapshot()
+
+    def _snapshot(self) -> RunData:
         if not self.runs:
             raise StabInputError(self.shown, "the MLflow server has not answered yet")
 

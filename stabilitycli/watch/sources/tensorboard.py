@@ -22,7 +22,7 @@ from stabilitycli.ingest.limits import limits_in_force
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.tensorboard import reader
 from stabilitycli.watch.follow import Poll
-from stabilitycli.watch.sources._live_files import Once, merge_sources
+from stabilitycli.watch.sources._live_files import Once, input_boundary, merge_sources
 
 # a record's place in its run is (file, record): the file's index in these high bits keeps
 # the order the reader gets by counting records across files, whatever each file grows to
@@ -134,6 +134,10 @@ class TensorBoardFollower:
             collector.bulk = [pl.concat(collector.bulk)]
 
     def snapshot(self) -> RunData:
+        with input_boundary(self.display, reader.NAME):
+            return self._snapshot()
+
+    def _snapshot(self) -> RunData:
         pool = {}
         for name, folder in self.folders.items():
             files = [f.path for f in folder.files]

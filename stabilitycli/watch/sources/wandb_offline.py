@@ -16,7 +16,7 @@ from stabilitycli.frame import RunData
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.ingest.wandb import offline
 from stabilitycli.watch.follow import Poll
-from stabilitycli.watch.sources._live_files import Once, read_from
+from stabilitycli.watch.sources._live_files import Once, input_boundary, read_from
 
 
 class WandbFollower:
@@ -51,7 +51,8 @@ class WandbFollower:
         return result
 
     def snapshot(self) -> RunData:
-        return self.history.run_data(copy.deepcopy(self.history.source))
+        with input_boundary(str(self.file), offline.NAME):
+            return self.history.run_data(copy.deepcopy(self.history.source))
 
     def close(self) -> None:
         """Nothing is held open between polls."""
