@@ -74,6 +74,8 @@ def test_follows_a_live_writer_and_a_resume(tmp_path):
     snapshot = follower.snapshot()
     assert_same_run(snapshot, reader.read(run, OPTIONS))
     assert snapshot.source.restarts and snapshot.frame["step"].max() == 299
+    loss = dict(zip(snapshot.frame["step"].to_list(), snapshot.frame["loss"].to_list()))
+    assert math.isnan(loss[40]) and loss[41] == math.inf and loss[42] == -math.inf
     resumed.close()
     follower.close()
 
