@@ -6,6 +6,7 @@ import math
 import shutil
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,15 @@ def _log(writer: SummaryWriter, steps: range) -> None:
     for step in steps:
         writer.add_scalar("train/loss", _value(step), step)
         writer.add_scalar("train/grad_norm", 1.0 + (step % 5) / 10.0, step)
+
+
+def _written(folder: Path, steps: range) -> tuple[Path, bytes]:
+    """An event file tensorboardX wrote and closed, and its bytes."""
+    writer = SummaryWriter(str(folder))
+    _log(writer, steps)
+    writer.close()
+    (event_file,) = folder.iterdir()
+    return event_file, event_file.read_bytes()
 
 
 def _complete(data: bytes) -> int:
@@ -74,19 +84,16 @@ def test_follows_a_live_writer_and_a_resume(tmp_path):
     snapshot = follower.snapshot()
     assert_same_run(snapshot, reader.read(run, OPTIONS))
     assert snapshot.source.restarts and snapshot.frame["step"].max() == 299
-    loss = dict(zip(snapshot.frame["step"].to_list(), snapshot.frame["loss"].to_list()))
+    loss = dict(
+        zip(snapshot.frame["step"].to_list(), snapshot.frame["loss"].to_list(), strict=True)
+    )
     assert math.isnan(loss[40]) and loss[41] == math.inf and loss[42] == -math.inf
     resumed.close()
     follower.close()
 
 
 def test_random_cut_points_equal_the_reader_on_the_complete_records(tmp_path):
-    whole = tmp_path / "whole"
-    writer = SummaryWriter(str(whole))
-    _log(writer, range(600))
-    writer.close()
-    (source,) = whole.iterdir()
-    data = source.read_bytes()
+    source, data = _written(tmp_path / "whole", range(600))
     live, ref = tmp_path / "live" / "run", tmp_path / "ref" / "run"
     live.mkdir(parents=True)
     ref.mkdir(parents=True)
@@ -123,12 +130,7 @@ def _records_end(data: bytes, count: int) -> int:
 @pytest.mark.slow  # 100k points written first
 def test_a_poll_reads_only_what_was_added(tmp_path):
     """100k points, then 100 more: the poll reads the new bytes and nothing else."""
-    whole = tmp_path / "whole"
-    writer = SummaryWriter(str(whole))
-    _log(writer, range(50_050))  # two tags a step
-    writer.close()
-    (written,) = whole.iterdir()
-    data = written.read_bytes()
+    written, data = _written(tmp_path / "whole", range(50_050))  # two tags a step
     run = tmp_path / "run"
     run.mkdir()
     event_file = run / written.name
@@ -165,11 +167,7 @@ def test_rank_folders_are_one_per_rank_run(tmp_path):
 
 def test_deleted_unreadable_and_rewritten_files(tmp_path, monkeypatch):
     run = tmp_path / "run"
-    writer = SummaryWriter(str(run))
-    _log(writer, range(100))
-    writer.close()
-    (event_file,) = run.iterdir()
-    data = event_file.read_bytes()
+    event_file, data = _written(run, range(100))
     follower = tb_source.follow(str(run), OPTIONS)
     follower.poll()
     kept = follower.snapshot()
