@@ -75,9 +75,9 @@ def timed(fn):
 
 def record_loop(path: Path, verify: bool) -> int:
     from stabilitycli.core.model import SourceInfo
-    from stabilitycli.ingest.tensorboard.reader import _Collector, read_event_file
+    from stabilitycli.ingest.tensorboard.reader import Collector, read_event_file
 
-    collector = _Collector()
+    collector = Collector()
     read_event_file(
         path, collector, SourceInfo(path=str(path), format="tensorboard"), verify_data=verify
     )

@@ -3,7 +3,7 @@
 The database is opened read-only, so a training job that is still logging is
 never blocked and nothing is ever written, not even beside the file: SQLite's
 own `mode=ro` still creates `-wal` and `-shm` for a WAL-mode database, so how
-it is opened depends on what lies beside it (see `_opened`). The tables used are
+it is opened depends on what lies beside it (see `opened`). The tables used are
 `experiments`, `runs`, `metrics`, `params` and `tags`; mlflow is not imported
 (its client pages through the ORM: about a minute for 1M points).
 
@@ -57,8 +57,8 @@ def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir() or not head.startswith(SQLITE_MAGIC):
         return False
     try:
-        with _opened(path, sniffing=True) as conn:
-            return _has_mlflow_tables(conn)
+        with opened(path, sniffing=True) as conn:
+            return has_mlflow_tables(conn)
     except (sqlite3.Error, OSError):
         return False
 
@@ -89,7 +89,7 @@ def _is_wal(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _opened(
+def opened(
     path: Path, *, sniffing: bool = False, limits: InputLimits | None = None
 ) -> Iterator[sqlite3.Connection]:
     """A read-only connection that creates and modifies nothing beside the file.
@@ -113,7 +113,7 @@ def _opened(
         conn = sqlite3.connect(_uri(path, *flags), uri=True, timeout=timeout)
         if sniffing and not flags:
             try:
-                _has_mlflow_tables(conn)
+                has_mlflow_tables(conn)
             except sqlite3.OperationalError:
                 # locked by a writer: the tables can still be named from the file alone
                 conn.close()
@@ -126,7 +126,7 @@ def _opened(
     if shm.exists():
         conn = sqlite3.connect(_uri(path, "readonly_shm=1"), uri=True, timeout=timeout)
         try:
-            _has_mlflow_tables(conn)
+            has_mlflow_tables(conn)
         except sqlite3.Error:
             conn.close()  # a -shm left by a writer that died: read a private copy
         else:
@@ -153,7 +153,7 @@ def _closing(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def _has_mlflow_tables(conn: sqlite3.Connection) -> bool:
+def has_mlflow_tables(conn: sqlite3.Connection) -> bool:
     # as bytes: a damaged name of some other table is no reason to refuse the store
     names = {
         bytes(row[0] or b"")
@@ -192,7 +192,7 @@ def list_runs(conn: sqlite3.Connection, options: ReadOptions, where: str) -> lis
     return runs
 
 
-def _load_params_tags(conn: sqlite3.Connection, run: MlflowRun) -> None:
+def load_params_tags(conn: sqlite3.Connection, run: MlflowRun) -> None:
     run.params = _text_pairs(conn, "params", run.run_id)
     run.tags = _text_pairs(conn, "tags", run.run_id)
     if not run.name:
@@ -237,8 +237,6 @@ _PROBLEM = (
 
 def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
     """All metric points of one run, NaN rebuilt from `is_nan` and the Inf clamp undone."""
-    import polars as pl
-
     keys = [
         _text(k)
         for (k,) in conn.execute(
@@ -247,7 +245,16 @@ def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
     ]
     if not keys:
         return None
-    parts = [_key_points(conn, run.run_id, key, index, source) for index, key in enumerate(keys)]
+    return finish_points(
+        [_key_points(conn, run.run_id, key, index, source) for index, key in enumerate(keys)],
+        source,
+    )
+
+
+def finish_points(parts: list, source):
+    """Each key's rows (`key_frame`, tagged with the key) as one run's points in time order."""
+    import polars as pl
+
     points = pl.concat(parts, how="vertical")
     bound = sys.float_info.max
     clamped = points.filter(pl.col("value").abs() == bound).height
@@ -265,7 +272,14 @@ def run_points(conn: sqlite3.Connection, run: MlflowRun, source):
     return order_points(points.with_columns(value.alias("value")))
 
 
-_COLUMNS = (("value", "f8"), ("timestamp", "i8"), ("step", "i8"), ("is_nan", "i8"), ("_line", "i8"))
+ROW_DTYPE = (
+    ("value", "f8"),
+    ("timestamp", "i8"),
+    ("step", "i8"),
+    ("is_nan", "i8"),
+    ("_line", "i8"),
+)
+_GOOD = "CAST(value AS REAL), CAST(timestamp AS INTEGER), CAST(step AS INTEGER), is_nan, rowid"
 
 
 def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int, source):
@@ -276,21 +290,46 @@ def _key_points(conn: sqlite3.Connection, run_id: str, key: str, index: int, sou
     where = "FROM metrics WHERE run_uuid = ? AND key = ?"
     bad: dict[str, list[int]] = {}
     for rowid, problem in conn.execute(
-        f"SELECT rowid, {_PROBLEM} AS problem {where} AND problem IS NOT NULL", (run_id, key)
+        f"SELECT rowid, {_PROBLEM} AS problem {where} AND problem IS NOT NULL ORDER BY rowid",
+        (run_id, key),
     ):
         bad.setdefault(problem, []).append(rowid)
-    for problem, rowids in bad.items():
-        reject_many(source, rowids, f"metric {key!r}: {problem} (line = sqlite rowid)")
-    query = (
-        "SELECT CAST(value AS REAL), CAST(timestamp AS INTEGER), CAST(step AS INTEGER), "
-        f"is_nan, rowid {where} AND ({_PROBLEM}) IS NULL"
-    )
-    array = np.fromiter(conn.execute(query, (run_id, key)), dtype=np.dtype(list(_COLUMNS)))
-    schema = {name: pl.Float64 if kind == "f8" else pl.Int64 for name, kind in _COLUMNS}
-    frame = pl.DataFrame({name: array[name] for name, _ in _COLUMNS}, schema=schema)
-    return frame.with_columns(
+    reject_rows(source, key, bad)
+    query = f"SELECT {_GOOD} {where} AND ({_PROBLEM}) IS NULL"
+    array = np.fromiter(conn.execute(query, (run_id, key)), dtype=np.dtype(list(ROW_DTYPE)))
+    return key_frame(array).with_columns(
         pl.lit(key).alias("key"), pl.lit(index, dtype=pl.Int64).alias("_key_index")
     )
+
+
+def reject_rows(source, key: str, bad: dict[str, list[int]]) -> None:
+    for problem, rowids in bad.items():
+        reject_many(source, rowids, f"metric {key!r}: {problem} (line = sqlite rowid)")
+
+
+def key_frame(array):
+    """Rows of `ROW_DTYPE` as a polars frame."""
+    import polars as pl
+
+    schema = {name: pl.Float64 if kind == "f8" else pl.Int64 for name, kind in ROW_DTYPE}
+    return pl.DataFrame({name: array[name] for name, _ in ROW_DTYPE}, schema=schema)
+
+
+def rows_after(conn: sqlite3.Connection, run_id: str, rowid: int):
+    """A run's metric rows added after `rowid`, in rowid order: (key, good row or None,
+    problem or None, rowid) each; a live follower's poll, over the run's rowid index."""
+    query = (
+        f"SELECT key, {_GOOD}, {_PROBLEM} AS problem FROM metrics "
+        "WHERE run_uuid = ? AND rowid > ? ORDER BY rowid"
+    )
+    for key, value, timestamp, step, is_nan, row, problem in conn.execute(query, (run_id, rowid)):
+        good = None if problem is not None else (value, timestamp, step, is_nan, row)
+        yield _text(key), good, problem, row
+
+
+def run_status(conn: sqlite3.Connection, run_id: str) -> str:
+    found = conn.execute("SELECT status FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+    return _text(found[0]) if found else ""
 
 
 def read(target, options: ReadOptions) -> RunData:
@@ -300,14 +339,14 @@ def read(target, options: ReadOptions) -> RunData:
     if not path.is_file():
         raise StabInputError(where, "no such sqlite file")
     try:
-        with _opened(path, limits=options.limits) as conn:
-            if not _has_mlflow_tables(conn):
+        with opened(path, limits=options.limits) as conn:
+            if not has_mlflow_tables(conn):
                 raise StabInputError(
                     where, "not an MLflow database (no 'metrics' and 'runs' tables)"
                 )
             runs = list_runs(conn, options, where)
             chosen, ranks = select_runs(
-                runs, options, where, fetch_rank_info=lambda run: _load_params_tags(conn, run)
+                runs, options, where, fetch_rank_info=lambda run: load_params_tags(conn, run)
             )
             return build_run(
                 where,
@@ -315,16 +354,16 @@ def read(target, options: ReadOptions) -> RunData:
                 chosen,
                 ranks,
                 options,
-                load_meta=lambda run: _load_params_tags(conn, run),
+                load_meta=lambda run: load_params_tags(conn, run),
                 load_points=lambda run, source: run_points(conn, run, source),
             )
     except sqlite3.Error as err:
-        raise StabInputError(where, _sqlite_reason(err)) from None
+        raise StabInputError(where, sqlite_reason(err)) from None
     except OSError as err:
         raise StabInputError(where, f"cannot read the sqlite file: {err.strerror or err}") from None
 
 
-def _sqlite_reason(err: sqlite3.Error) -> str:
+def sqlite_reason(err: sqlite3.Error) -> str:
     text = str(err)
     if "locked" in text or "busy" in text:
         return (

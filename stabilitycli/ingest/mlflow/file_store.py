@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
@@ -84,7 +85,7 @@ def _unquote(value: str) -> str:
     return "" if value in ("null", "~") else value
 
 
-def _read_meta(folder: Path) -> dict[str, str] | None:
+def read_meta(folder: Path) -> dict[str, str] | None:
     meta = folder / "meta.yaml"
     try:
         return parse_meta(meta.read_text(encoding="utf-8", errors="replace"))
@@ -94,7 +95,7 @@ def _read_meta(folder: Path) -> dict[str, str] | None:
 
 def _kind(folder: Path) -> str | None:
     """'run', 'experiment', 'root' or None, from the meta.yaml files."""
-    meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
+    meta = read_meta(folder) if (folder / "meta.yaml").is_file() else None
     if meta is not None:
         if "run_id" in meta or "run_uuid" in meta:
             return "run"
@@ -107,7 +108,7 @@ def _kind(folder: Path) -> str | None:
         return None
     for child in children:
         if (child / "meta.yaml").is_file():
-            child_meta = _read_meta(child) or {}
+            child_meta = read_meta(child) or {}
             if "experiment_id" in child_meta and "run_id" not in child_meta:
                 return "root"
     return None
@@ -119,10 +120,10 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def sniff_uri(text: str) -> bool:
     """`file:///abs/mlruns`, the tracking URI form of a file store."""
-    return text.startswith("file:") and sniff(_local_path(text), b"")
+    return text.startswith("file:") and sniff(local_path(text), b"")
 
 
-def _local_path(target) -> Path:
+def local_path(target) -> Path:
     text = str(target)
     if text.startswith("file:"):
         from urllib.parse import unquote, urlparse
@@ -140,7 +141,7 @@ def _experiments(
     """(folder, meta, deleted) of each experiment under the given path."""
     meta: dict[str, str] | None
     if kind == "experiment":
-        meta = _read_meta(path) or {}
+        meta = read_meta(path) or {}
         return [(path, meta, meta.get("lifecycle_stage") == "deleted" or path.parent.name == TRASH)]
     folders = [(c, False) for c in list_folder(path) if c.is_dir() and c.name != TRASH]
     trash = path / TRASH
@@ -148,7 +149,7 @@ def _experiments(
         folders += [(c, True) for c in list_folder(trash) if c.is_dir()]
     out = []
     for folder, trashed in folders:
-        meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
+        meta = read_meta(folder) if (folder / "meta.yaml").is_file() else None
         if meta is None or "experiment_id" not in meta or "run_id" in meta:
             continue
         out.append((folder, meta, trashed or meta.get("lifecycle_stage") == "deleted"))
@@ -158,7 +159,7 @@ def _experiments(
 def _run_from(
     folder: Path, experiment: dict[str, str], experiment_deleted: bool
 ) -> MlflowRun | None:
-    meta = _read_meta(folder) if (folder / "meta.yaml").is_file() else None
+    meta = read_meta(folder) if (folder / "meta.yaml").is_file() else None
     if meta is None or not (meta.get("run_id") or meta.get("run_uuid")):
         return None
     name = meta.get("run_name") or _read_small(folder / "tags" / "mlflow.runName") or ""
@@ -191,7 +192,7 @@ def _key_files(folder: Path) -> dict[str, Path]:
     return out
 
 
-def _load_params_tags(run: MlflowRun) -> None:
+def load_params_tags(run: MlflowRun) -> None:
     folder: Path = run.location  # type: ignore[assignment]
     run.params = {k: _read_small(p) or "" for k, p in _key_files(folder / "params").items()}
     run.tags = {k: _read_small(p) or "" for k, p in _key_files(folder / "tags").items()}
@@ -202,7 +203,7 @@ def list_runs(path: Path, options: ReadOptions) -> list[MlflowRun]:
     if kind is None:
         raise StabInputError(str(path), "not an MLflow file store (no meta.yaml found)")
     if kind == "run":
-        parent = _read_meta(path.parent) if (path.parent / "meta.yaml").is_file() else {}
+        parent = read_meta(path.parent) if (path.parent / "meta.yaml").is_file() else {}
         parent = parent or {}
         run = _run_from(path, parent, parent.get("lifecycle_stage") == "deleted")
         return [run] if run else []
@@ -237,7 +238,6 @@ def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimi
     past the float range, a stray byte) is rejected with its reason rather than
     read as some other number: a step of 60.5 taken as 0 would invent a restart.
     """
-    import polars as pl
 
     limits = limits or limits_in_force()
     try:
@@ -252,9 +252,26 @@ def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimi
         data = data[:cut]
         source.reject(line_no, f"metric {key!r}: {TRUNCATED_REASON}")
         source.warnings.append(f"{path}:{line_no}: {TRUNCATED_REASON}; kept the lines before it")
-    schema = {"timestamp": pl.Int64, "value": pl.Float64, "step": pl.Int64}
+    good, bad = parse_metric_lines(data)
+    report_bad_lines(source, path, key, bad)
+    return good
+
+
+_SCHEMA = {"timestamp": "Int64", "value": "Float64", "step": "Int64"}
+
+
+def parse_metric_lines(data: bytes, first_line: int = 1):
+    """Whole `timestamp value step` lines as (good points, bad lines with their reason).
+
+    Every line, a blank one too, is one row, so lines read in stretches keep the
+    numbers they have in the whole file when `first_line` counts on."""
+    import polars as pl
+
+    schema = {name: getattr(pl, kind) for name, kind in _SCHEMA.items()}
+    bad_schema = {"_line": pl.Int64, "_problem": pl.String}
     if not data.strip():
-        return pl.DataFrame(schema={**schema, "_line": pl.Int64})
+        empty = pl.DataFrame(schema={**schema, "_line": pl.Int64})
+        return empty, pl.DataFrame(schema=bad_schema)
     text = pl.read_csv(
         io.BytesIO(data),
         separator=" ",
@@ -266,7 +283,7 @@ def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimi
         truncate_ragged_lines=True,
         missing_columns="insert",
         extra_columns="ignore",
-    ).with_row_index("_line", offset=1)
+    ).with_row_index("_line", offset=first_line)
     text = text.with_columns(pl.col(c).str.strip_chars() for c in schema)
     parsed = text.select(
         pl.col("_line").cast(pl.Int64),
@@ -291,6 +308,16 @@ def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimi
         pl.when(pl.col("_blank")).then(pl.lit("")).otherwise(problem).alias("_problem")
     )
     bad = parsed.filter(pl.col("_problem").is_not_null() & (pl.col("_problem") != ""))
+    good = parsed.filter(pl.col("_problem").is_null())
+    # a line of two fields is MLflow < 1.0, which had no step: step 0
+    good = good.select("timestamp", "value", pl.col("step").fill_null(0), "_line")
+    return good, bad.select("_line", "_problem")
+
+
+def report_bad_lines(source: SourceInfo, path: Path, key: str, bad) -> None:
+    """Reject each line that is not what MLflow writes, by reason, and warn once for the file."""
+    import polars as pl
+
     for reason, lines in bad.group_by("_problem", maintain_order=True).agg(pl.col("_line")).rows():
         reject_many(source, lines, f"metric {key!r}: {reason}")
     if bad.height:
@@ -298,40 +325,47 @@ def read_metric_file(path: Path, key: str, source: SourceInfo, limits: InputLimi
             f"{path}: {bad.height} line(s) are not 'timestamp value step' as MLflow writes it; "
             f"first at line {bad['_line'][0]} ({bad['_problem'][0]})"
         )
-    good = parsed.filter(pl.col("_problem").is_null())
-    return good.select(
-        "timestamp", "value", pl.col("step").fill_null(0), "_line"
-    )  # a line of two fields is MLflow < 1.0, which had no step: step 0
 
 
-def run_points(run: MlflowRun, source: SourceInfo, limits: InputLimits | None = None):
-    """All metric points of a file-store run: key, step, value, timestamp, per-key order."""
+def ordered_points(frames: list[tuple[str, Any]]):
+    """Each key's points (keys in name order), tagged and put in time order; None if none."""
     import polars as pl
 
-    folder: Path = run.location  # type: ignore[assignment]
-    parts = []
-    for index, (key, file) in enumerate(sorted(_key_files(folder / "metrics").items())):
-        frame = read_metric_file(file, key, source, limits)
-        if frame.height:
-            parts.append(
-                frame.with_columns(pl.lit(key).alias("key"), pl.lit(index).alias("_key_index"))
-            )
+    parts = [
+        frame.with_columns(pl.lit(key).alias("key"), pl.lit(index).alias("_key_index"))
+        for index, (key, frame) in enumerate(frames)
+        if frame.height
+    ]
     if not parts:
         return None
     return order_points(pl.concat(parts, how="vertical"))
 
 
+def run_points(run: MlflowRun, source: SourceInfo, limits: InputLimits | None = None):
+    """All metric points of a file-store run: key, step, value, timestamp, per-key order."""
+    folder: Path = run.location  # type: ignore[assignment]
+    files = sorted(metric_files(folder).items())
+    return ordered_points(
+        [(key, read_metric_file(file, key, source, limits)) for key, file in files]
+    )
+
+
+def metric_files(run_folder: Path) -> dict[str, Path]:
+    """`{metric key: its history file}` of one run folder."""
+    return _key_files(run_folder / "metrics")
+
+
 def read(path: Path, options: ReadOptions) -> RunData:
     """Read the selected run(s) of a file store into the canonical frame."""
-    path = _local_path(path)
+    path = local_path(path)
     runs = list_runs(path, options)
-    chosen, ranks = select_runs(runs, options, str(path), fetch_rank_info=_load_params_tags)
+    chosen, ranks = select_runs(runs, options, str(path), fetch_rank_info=load_params_tags)
     return build_run(
         path,
         NAME,
         chosen,
         ranks,
         options,
-        load_meta=_load_params_tags,
+        load_meta=load_params_tags,
         load_points=lambda run, source: run_points(run, source, options.limits),
     )

@@ -83,14 +83,14 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
 
 
-def _without_userinfo(url: str) -> str:
+def without_userinfo(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if "@" not in parts.netloc:
         return url
     return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-class _Client:
+class Client:
     """A few JSON calls against one server, every failure one readable line.
 
     Bounded in time as a whole (`server_total_seconds`) and per request
@@ -101,7 +101,7 @@ class _Client:
 
     def __init__(self, base: str, where: str, limits: InputLimits):
         parts = urllib.parse.urlsplit(base)
-        self.base = _without_userinfo(base).rstrip("/")
+        self.base = without_userinfo(base).rstrip("/")
         self.where = where
         self.limits = limits
         self.origin = _origin(self.base)
@@ -149,7 +149,7 @@ class _Client:
             request.add_header("Authorization", self.auth)
         status, raw = self._fetch(request, endpoint)
         if status >= 300:  # an error, or a redirect not followed
-            raise _ApiError(status, self.redact(_error_text(raw)))
+            raise ApiError(status, self.redact(_error_text(raw)))
         return self._json(raw, endpoint)
 
     def _deadline(self) -> tuple[float, str, float]:
@@ -217,7 +217,7 @@ class _Client:
             if expired.is_set() or time.monotonic() > deadline or isinstance(err, TimeoutError):
                 raise self._late(endpoint, setting, value) from None
             reason = getattr(err, "reason", None) or err
-            raise StabInputError(
+            raise Unreachable(
                 self.where, f"cannot reach the MLflow server: {self.redact(str(reason))}"
             ) from None
         finally:
@@ -261,6 +261,10 @@ def _deeper_than(value: dict | list, limit: int) -> bool:
     return False
 
 
+class Unreachable(StabInputError):
+    """The server did not answer at all (down, restarting, no route): it may come back."""
+
+
 class _Late(Exception):
     """The deadline passed while a request was still being answered."""
 
@@ -295,7 +299,7 @@ class _OriginRedirects(urllib.request.HTTPRedirectHandler):
 
     max_redirections = MAX_REDIRECTS
 
-    def __init__(self, client: _Client):
+    def __init__(self, client: Client):
         self.client = client
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
@@ -339,7 +343,7 @@ class _TrackedHTTPS(urllib.request.HTTPSHandler):
         return conn
 
 
-class _ApiError(Exception):
+class ApiError(Exception):
     def __init__(self, status: int, text: str):
         super().__init__(f"HTTP {status}: {text}")
         self.status = status
@@ -361,7 +365,7 @@ def _error_text(raw: bytes) -> str:
     return f"not an MLflow answer ({first[:120]!r})" if first else "empty answer"
 
 
-def _split_target(target: str, options: ReadOptions) -> tuple[str, ReadOptions]:
+def split_target(target: str, options: ReadOptions) -> tuple[str, ReadOptions]:
     """Server base URL, and the run/experiment a pasted UI link names."""
     base, _, fragment = target.partition("#")
     run = _UI_RUN.search(fragment)
@@ -374,7 +378,7 @@ def _split_target(target: str, options: ReadOptions) -> tuple[str, ReadOptions]:
     return base.rstrip("/"), options
 
 
-def _pages(client: _Client, what: str, fetch):
+def _pages(client: Client, what: str, fetch):
     """Each page of one paged listing, `fetch(token)` asking for the next.
 
     A server that keeps handing out page tokens (or the same one again) would
@@ -405,7 +409,7 @@ def _pages(client: _Client, what: str, fetch):
         seen.add(token)
 
 
-def _items(page: dict, field: str) -> list[dict]:
+def items_of(page: dict, field: str) -> list[dict]:
     """The objects of a list field in an answer; anything else there is no object."""
     items = page.get(field) or []
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
@@ -415,7 +419,7 @@ def _str(value) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
 
 
-def _experiments(client: _Client, options: ReadOptions) -> dict[str, str]:
+def _experiments(client: Client, options: ReadOptions) -> dict[str, str]:
     """`{id: name}` of the experiments to look in."""
     view = "ALL" if options.include_deleted else "ACTIVE_ONLY"
     if options.experiment:
@@ -426,7 +430,7 @@ def _experiments(client: _Client, options: ReadOptions) -> dict[str, str]:
         ):
             try:
                 exp = client.call(endpoint, {field: wanted}).get("experiment")
-            except _ApiError:
+            except ApiError:
                 continue
             if isinstance(exp, dict) and "experiment_id" in exp:
                 return {_str(exp["experiment_id"]): _str(exp.get("name"))}
@@ -440,7 +444,7 @@ def _experiments(client: _Client, options: ReadOptions) -> dict[str, str]:
         return client.call("experiments/search", body=body)
 
     for page in _pages(client, "experiments/search", fetch):
-        for exp in _items(page, "experiments"):
+        for exp in items_of(page, "experiments"):
             if "experiment_id" in exp:
                 found[_str(exp["experiment_id"])] = _str(exp.get("name"))
     return found
@@ -450,11 +454,11 @@ def _pairs(items: list[dict]) -> dict[str, str]:
     return {_str(i["key"]): _str(i.get("value")) for i in items if "key" in i}
 
 
-def _as_run(raw: dict, experiments: dict[str, str]) -> MlflowRun:
+def as_run(raw: dict, experiments: dict[str, str]) -> MlflowRun:
     info, data = raw.get("info"), raw.get("data")
     info = info if isinstance(info, dict) else {}
     data = data if isinstance(data, dict) else {}
-    tags = _pairs(_items(data, "tags"))
+    tags = _pairs(items_of(data, "tags"))
     eid = _str(info.get("experiment_id"))
     run = MlflowRun(
         run_id=_str(info.get("run_id") or info.get("run_uuid")),
@@ -462,22 +466,22 @@ def _as_run(raw: dict, experiments: dict[str, str]) -> MlflowRun:
         experiment_id=eid,
         experiment_name=experiments.get(eid, ""),
         deleted=info.get("lifecycle_stage") == "deleted",
-        params=_pairs(_items(data, "params")),
+        params=_pairs(items_of(data, "params")),
         tags=tags,
     )
     # metric keys to fetch
-    run.location = sorted({_str(m["key"]) for m in _items(data, "metrics") if "key" in m})
+    run.location = sorted({_str(m["key"]) for m in items_of(data, "metrics") if "key" in m})
     return run
 
 
-def list_runs(client: _Client, options: ReadOptions) -> list[MlflowRun]:
+def list_runs(client: Client, options: ReadOptions) -> list[MlflowRun]:
     if options.run:
         # a run id is the common case: one call, no search
         try:
             raw = client.call("runs/get", {"run_id": options.run.strip()}).get("run")
             if isinstance(raw, dict):
-                return [_as_run(raw, {})]
-        except _ApiError:
+                return [as_run(raw, {})]
+        except ApiError:
             pass
     experiments = _experiments(client, options)
     if not experiments:
@@ -495,11 +499,11 @@ def list_runs(client: _Client, options: ReadOptions) -> list[MlflowRun]:
             return client.call("runs/search", body=body)
 
         for page in _pages(client, "runs/search", fetch):
-            runs += [_as_run(raw, experiments) for raw in _items(page, "runs")]
+            runs += [as_run(raw, experiments) for raw in items_of(page, "runs")]
     return runs
 
 
-def metric_history(client: _Client, run_id: str, key: str) -> list[dict]:
+def metric_history(client: Client, run_id: str, key: str) -> list[dict]:
     """Every point of one metric, page after page; never a sampled view."""
     points: list[dict] = []
     size = [PAGE_POINTS]
@@ -511,7 +515,7 @@ def metric_history(client: _Client, run_id: str, key: str) -> list[dict]:
                 params["page_token"] = token
             try:
                 return client.call("metrics/get-history", params)
-            except _ApiError as err:
+            except ApiError as err:
                 if size[0] != FALLBACK_PAGE_POINTS and "max_results" in err.text.lower():
                     size[0] = FALLBACK_PAGE_POINTS
                     continue
@@ -520,7 +524,7 @@ def metric_history(client: _Client, run_id: str, key: str) -> list[dict]:
                 ) from None
 
     for page in _pages(client, f"metrics/get-history of {key!r}", fetch):
-        points += _items(page, "metrics")
+        points += items_of(page, "metrics")
     return points
 
 
@@ -558,29 +562,37 @@ def _point_int(raw) -> int | None:
     return None
 
 
-def run_points(client: _Client, run: MlflowRun, source):
-    """All metric points of one run as a polars frame (key, step, value, _order).
+def run_points(client: Client, run: MlflowRun, source):
+    """All metric points of one run as a polars frame (key, step, value, _order)."""
+    # the server's listing leaves the run's metric keys in `location`
+    keys: list[str] = list(run.location) if isinstance(run.location, list) else []
+    history = HistoryPoints()
+    for index, key in enumerate(sorted(keys)):
+        part = history.key(key)
+        part.take(metric_history(client, run.run_id, key), 1)
+        history.finish_key(key, index, source)
+    return history.frame(source)
+
+
+class KeyHistory:
+    """The points of one metric's history taken so far, and the ones rejected.
 
     A point whose value, step or timestamp is not what MLflow sends is rejected
     with its reason (line = its place in the metric's history), never read as 0.
     """
-    import polars as pl
 
-    # the server's listing leaves the run's metric keys in `location`
-    keys: list[str] = list(run.location) if isinstance(run.location, list) else []
-    bound = sys.float_info.max
-    columns: dict[str, list] = {
-        "key": [],
-        "value": [],
-        "timestamp": [],
-        "step": [],
-        "_key_index": [],
-        "_line": [],
-    }
-    clamped = 0
-    for index, key in enumerate(sorted(keys)):
-        bad: dict[str, list[int]] = {}
-        for line, point in enumerate(metric_history(client, run.run_id, key), start=1):
+    def __init__(self) -> None:
+        self.value: list[float] = []
+        self.timestamp: list[int] = []
+        self.step: list[int] = []
+        self.line: list[int] = []
+        self.bad: dict[str, list[int]] = {}
+        self.clamped = 0
+
+    def take(self, points: list[dict], first_line: int) -> None:
+        """Points of the history from its `first_line` (1-based) on."""
+        bound = sys.float_info.max
+        for line, point in enumerate(points, start=first_line):
             value = _point_value(point.get("value"))
             # proto3's JSON leaves a zero step or timestamp out
             step = _point_int(point.get("step", 0))
@@ -595,33 +607,62 @@ def run_points(client: _Client, run: MlflowRun, source):
                 else None
             )
             if problem is not None:
-                bad.setdefault(problem, []).append(line)
+                self.bad.setdefault(problem, []).append(line)
                 continue
-            assert value is not None
+            assert value is not None and step is not None and timestamp is not None
             if abs(value) == bound:
                 value = value * float("inf")  # the sqlite clamp undone: +/-Inf
-                clamped += 1
-            columns["key"].append(key)
-            columns["value"].append(value)
-            columns["timestamp"].append(timestamp)
-            columns["step"].append(step)
-            columns["_key_index"].append(index)
-            columns["_line"].append(line)
-        for problem, lines in bad.items():
+                self.clamped += 1
+            self.value.append(value)
+            self.timestamp.append(timestamp)
+            self.step.append(step)
+            self.line.append(line)
+
+
+class HistoryPoints:
+    """Every metric of one run: each key's history, then the run's points in time order."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, KeyHistory] = {}
+        self.columns: dict[str, list] = {
+            name: [] for name in ("key", "value", "timestamp", "step", "_key_index", "_line")
+        }
+        self.clamped = 0
+
+    def key(self, key: str) -> KeyHistory:
+        return self.keys.setdefault(key, KeyHistory())
+
+    def finish_key(self, key: str, index: int, source) -> None:
+        """Add a key's points as the `index`-th key, and reject its bad points."""
+        part = self.keys[key]
+        columns = self.columns
+        columns["key"] += [key] * len(part.value)
+        columns["_key_index"] += [index] * len(part.value)
+        columns["value"] += part.value
+        columns["timestamp"] += part.timestamp
+        columns["step"] += part.step
+        columns["_line"] += part.line
+        self.clamped += part.clamped
+        for problem, lines in part.bad.items():
             reject_many(source, lines, f"metric {key!r}: {problem} (line = point of its history)")
-    if not columns["key"]:
-        return None
-    if clamped:
-        source.notes.append(INF_NOTE.replace("sqlite store", "server") + f" ({clamped} point(s))")
-    schema = {
-        "key": pl.String,
-        "value": pl.Float64,
-        "timestamp": pl.Int64,
-        "step": pl.Int64,
-        "_key_index": pl.Int64,
-        "_line": pl.Int64,
-    }
-    return order_points(pl.DataFrame(columns, schema=schema))
+
+    def frame(self, source):
+        import polars as pl
+
+        if not self.columns["key"]:
+            return None
+        if self.clamped:
+            note = INF_NOTE.replace("sqlite store", "server")
+            source.notes.append(note + f" ({self.clamped} point(s))")
+        schema = {
+            "key": pl.String,
+            "value": pl.Float64,
+            "timestamp": pl.Int64,
+            "step": pl.Int64,
+            "_key_index": pl.Int64,
+            "_line": pl.Int64,
+        }
+        return order_points(pl.DataFrame(self.columns, schema=schema))
 
 
 def read(target, options: ReadOptions) -> RunData:
@@ -630,11 +671,11 @@ def read(target, options: ReadOptions) -> RunData:
     if not sniff_uri(text) and options.tracking_uri:
         text = options.tracking_uri
     # a password in the URL is a credential: never shown, in a message or a report
-    shown = _without_userinfo(text)
+    shown = without_userinfo(text)
     if not sniff_uri(text):
         raise StabInputError(shown, "not an http(s):// MLflow tracking server URL")
-    base, options = _split_target(text, options)
-    client = _Client(base, shown, options.limits)
+    base, options = split_target(text, options)
+    client = Client(base, shown, options.limits)
     try:
         runs = list_runs(client, options)
         chosen, ranks = select_runs(runs, options, shown)
@@ -647,7 +688,7 @@ def read(target, options: ReadOptions) -> RunData:
             load_meta=lambda run: None,
             load_points=lambda run, source: run_points(client, run, source),
         )
-    except _ApiError as err:
+    except ApiError as err:
         raise StabInputError(shown, f"the MLflow server refused: {err}") from None
     except StabInputError as err:
         if client.redact(str(err)) == str(err):

@@ -153,7 +153,7 @@ def _point_schema() -> dict:
 # --- decoding ---------------------------------------------------------------------
 
 
-class _Collector:
+class Collector:
     """Scalar points of one run, plus what was not a scalar.
 
     Points come two ways: whole arrays from the bulk decoder (`add_simple`) and
@@ -342,42 +342,86 @@ def _file_bytes(path: Path, limits: InputLimits):
 
 def read_event_file(
     path: Path,
-    collector: _Collector,
+    collector: Collector,
     source: SourceInfo,
     verify_data: bool = True,
     limits: InputLimits | None = None,
 ) -> int:
-    """Add one event file's scalars to `collector`; returns the number of records read.
+    """Add one event file's scalars to `collector`; returns the number of records read."""
+    limits = limits or limits_in_force()
+    base = collector.records_before
+    done = add_event_records(
+        _file_bytes(path, limits), path, collector, source, limits, verify_data, seq_base=base
+    )
+    collector.records_before = base + done.numbers_used
+    return done.records
+
+
+@dataclass(frozen=True)
+class Added:
+    """What `add_event_records` took from a stretch of an event file."""
+
+    records: int  # valid records framed
+    numbers_used: int  # record numbers used up, damaged and skipped ones included
+    consumed: int  # bytes of the stretch walked; a live tail cut mid-record is not
+
+
+def add_event_records(
+    data,
+    path: Path,
+    collector: Collector,
+    source: SourceInfo,
+    limits: InputLimits,
+    verify_data: bool = True,
+    *,
+    seq_base: int = 0,
+    number_base: int = 0,
+    offset: int = 0,
+    live: bool = False,
+) -> Added:
+    """Add the scalars of `data`, the bytes of `path` from byte `offset` on, to `collector`.
 
     Records of the `add_scalar` layout are decoded in bulk; every other record
     (tensor scalars, hparams, file_version, several values per event...) goes
-    through the protobuf parser, one by one.
+    through the protobuf parser, one by one. Record numbers count on from
+    `number_base` (the records of the file before `offset`), so a file read in
+    stretches names each record as a whole read does. `live`: the file is still
+    being written, so a last record cut off (or damaged with nothing valid after
+    it yet) is not read and not rejected; `consumed` stops before it, and the
+    next stretch starts there.
     """
+    import dataclasses
+
     import numpy as np
     from google.protobuf.message import DecodeError
 
     from stabilitycli.ingest.tensorboard._tfrecord import frame_records
 
-    limits = limits or limits_in_force()
-    data = _file_bytes(path, limits)
     framing = frame_records(data, verify_data=verify_data, max_record_bytes=limits.max_record_bytes)
+    problems = [
+        dataclasses.replace(p, record=p.record + number_base, offset=p.offset + offset)
+        for p in framing.problems
+    ]
+    consumed = len(data)
+    if live and problems and problems[-1].kind in ("truncated", "damaged_end"):
+        consumed = problems.pop().offset - offset
+    numbers = framing.numbers + number_base
     simple = tbp.decode_simple_scalars(data, framing.starts, framing.ends)
-    base = collector.records_before
-    collector.add_simple(simple, framing.numbers[simple.index] + base)
+    collector.add_simple(simple, numbers[simple.index] + seq_base)
     rest = np.ones(framing.starts.size, dtype=bool)
     rest[simple.index] = False
     event_cls = tbp.messages()["Event"]
     for number, start, end in zip(
-        framing.numbers[rest].tolist(),
+        numbers[rest].tolist(),
         framing.starts[rest].tolist(),
         framing.ends[rest].tolist(),
         strict=True,
     ):
         try:
-            collector.add_event(data[start:end], event_cls, seq=base + number)
+            collector.add_event(data[start:end], event_cls, seq=seq_base + number)
         except DecodeError as err:
             source.reject(number, f"{path.name}: record is not a TensorBoard Event ({err})")
-    oversize = [p for p in framing.problems if p.kind == "oversize"]
+    oversize = [p for p in problems if p.kind == "oversize"]
     if oversize:
         first = oversize[0]
         source.warnings.append(
@@ -385,7 +429,7 @@ def read_event_file(
             f"({limits.max_record_bytes} bytes) skipped unread (no scalar is that big); "
             f"first: {first.describe()}"
         )
-    for problem in framing.problems:
+    for problem in problems:
         if problem.kind == "oversize":
             continue
         source.warnings.append(f"{path}: {problem.describe()}")
@@ -393,19 +437,26 @@ def read_event_file(
             source.reject(problem.record, f"{path.name}: last record cut off mid-write")
         else:
             source.reject(problem.record, f"{path.name}: {problem.describe()}")
-    numbers = [int(framing.numbers[-1])] if framing.numbers.size else []
-    collector.records_before = base + max(numbers + [p.record for p in framing.problems], default=0)
-    return int(framing.starts.size)
+    last = [int(numbers[-1])] if numbers.size else []
+    used = max(last + [p.record for p in problems], default=number_base) - number_base
+    return Added(int(framing.starts.size), used, consumed)
 
 
 def _run_points(
     files: list[Path], source: SourceInfo, limits: InputLimits | None = None
-) -> tuple[_Collector, str | None]:
+) -> tuple[Collector, str | None]:
     """One run's scalar points (key, step, value, _order) and hparams; when it holds no
     scalar, why (its `points` stay None)."""
 
-    collector = _Collector()
+    collector = Collector()
     records = sum(read_event_file(file, collector, source, limits=limits) for file in files)
+    return collector, finish_points(collector, source, files, records)
+
+
+def finish_points(
+    collector: Collector, source: SourceInfo, files: list[Path], records: int
+) -> str | None:
+    """Close a run's collection: its points as one frame, or why it holds no scalar."""
     if collector.skipped_values:
         source.notes.append(
             f"{collector.skipped_values} non-scalar summary value(s) ignored "
@@ -414,34 +465,42 @@ def _run_points(
     if not collector.point_count:
         names = ", ".join(f.name for f in files[:3])
         return (
-            collector,
-            f"no scalar summaries in {len(files)} event file(s) "
-            f"({names}; {records} record(s) read)",
+            f"no scalar summaries in {len(files)} event file(s) ({names}; {records} record(s) read)"
         )
     collector.points = collector.frame()
-    return collector, None
+    return None
 
 
 @dataclass
-class _Run:
+class RunFolder:
     """One run folder, read once when first needed."""
 
     name: str  # relative to the path read ("." for the path itself), or a sibling's name
     files: list[Path]
-    collector: _Collector | None = None
+    collector: Collector | None = None
     empty: str | None = None  # why it holds no scalars
     source: SourceInfo | None = None  # its own warnings, rejections and notes
     part: resume.Part | None = None
     limits: InputLimits | None = None  # those in force when None
 
-    def load(self) -> _Run:
+    def load(self) -> RunFolder:
         if self.source is None:
             self.source = SourceInfo(path=str(self.files[0].parent), format=NAME)
             self.collector, self.empty = _run_points(self.files, self.source, self.limits)
-            if self.empty is None:
-                steps = self.collector.points["step"].to_list()
-                self.part = resume.part_of(self.display, steps)
+            self._place()
         return self
+
+    def loaded(self, collector: Collector, source: SourceInfo, records: int) -> RunFolder:
+        """This run as already collected (a live follower reads its files in stretches)."""
+        self.source, self.collector = source, collector
+        self.empty = finish_points(collector, source, self.files, records)
+        self._place()
+        return self
+
+    def _place(self) -> None:
+        if self.empty is None and self.collector is not None:
+            steps = self.collector.points["step"].to_list()
+            self.part = resume.part_of(self.display, steps)
 
     @property
     def folder(self) -> Path:
@@ -466,13 +525,21 @@ _CREATED = re.compile(r"tfevents\.(\d+)")
 
 def read(path: Path, options: ReadOptions) -> RunData:
     """Read the selected TensorBoard run(s) into the canonical frame."""
+    runs = find_runs(path)
+    return read_runs(
+        path, options, {name: RunFolder(name, f, limits=options.limits) for name, f in runs.items()}
+    )
+
+
+def read_runs(path: Path, options: ReadOptions, pool: dict[str, RunFolder]) -> RunData:
+    """`read` on the run folders found under `path`, each read when first needed."""
     import polars as pl
 
     from stabilitycli.ingest.dtype import dtype_from
 
-    all_runs = find_runs(path)
-    chosen, _ = select_runs(all_runs, path, options, one_run=False)
-    pool = {name: _Run(name, files, limits=options.limits) for name, files in all_runs.items()}
+    chosen, _ = select_runs(
+        {name: run.files for name, run in pool.items()}, path, options, one_run=False
+    )
     selected = [pool[name].load() for name in chosen]
     scalar = [run for run in selected if run.empty is None]
     config_only = [run for run in selected if run.empty is not None]
@@ -525,7 +592,7 @@ def read(path: Path, options: ReadOptions) -> RunData:
     return points_to_run(pl.concat(parts), source, options, per_rank=ranks is not None)
 
 
-def _ranks_of(runs: list[_Run], options: ReadOptions) -> dict[str, int] | None:
+def _ranks_of(runs: list[RunFolder], options: ReadOptions) -> dict[str, int] | None:
     """run -> rank when every run folder names a different rank, else None."""
     if len(runs) < 2:
         return None
@@ -537,8 +604,8 @@ def _ranks_of(runs: list[_Run], options: ReadOptions) -> dict[str, int] | None:
 
 
 def _one_run(
-    selected: list[_Run], pool: dict[str, _Run], path: Path
-) -> tuple[list[_Run], list[str]]:
+    selected: list[RunFolder], pool: dict[str, RunFolder], path: Path
+) -> tuple[list[RunFolder], list[str]]:
     """The folders that make the one run asked for: a resumed folder with the earlier
     folders it continues; several separate runs are a choice for the user."""
     candidates = {run.display: run for run in selected}
@@ -564,7 +631,7 @@ def _one_run(
     return [candidates[name] for name in group.names], group.why
 
 
-def _siblings(run: _Run, pool: dict[str, _Run], path: Path) -> list[_Run]:
+def _siblings(run: RunFolder, pool: dict[str, RunFolder], path: Path) -> list[RunFolder]:
     """Run folders beside this one: where the run it resumed would have logged."""
     if run.name != ".":
         parent = run.name.rpartition("/")[0]
@@ -584,11 +651,11 @@ def _siblings(run: _Run, pool: dict[str, _Run], path: Path) -> list[_Run]:
             continue
         files = [p for p in list_folder(entry) if p.is_file() and _is_event_file(p.name)]
         if files:
-            found.append(_Run(f"../{entry.name}", files, limits=run.limits))
+            found.append(RunFolder(f"../{entry.name}", files, limits=run.limits))
     return found
 
 
-def _absorb(source: SourceInfo, run: _Run, prefixed: bool) -> None:
+def _absorb(source: SourceInfo, run: RunFolder, prefixed: bool) -> None:
     """A folder's own rejections, warnings and notes, named by the folder when there are several."""
     part = run.source
     assert part is not None
@@ -615,7 +682,7 @@ def run_paths(folder: Path) -> list[Path] | None:
     runs = find_runs(folder)
     if len(runs) < 2 or any("/" in name for name in runs):
         return None
-    loaded = [_Run(name, files).load() for name, files in runs.items()]
+    loaded = [RunFolder(name, files).load() for name, files in runs.items()]
     scalar = sorted((run for run in loaded if run.part is not None), key=lambda r: r.started)
     if _ranks_of(scalar, ReadOptions()) is not None or not scalar:
         return None
@@ -629,5 +696,7 @@ def has_scalars(path: Path) -> bool:
     """Whether an event file, or any run folder below `path`, logged a scalar: a folder of
     config, graphs or text only is no training run (`stab analyze -r` does not offer it)."""
     if path.is_file():
-        return _Run(path.parent.name, [path]).load().empty is None
-    return any(_Run(name, files).load().empty is None for name, files in find_runs(path).items())
+        return RunFolder(path.parent.name, [path]).load().empty is None
+    return any(
+        RunFolder(name, files).load().empty is None for name, files in find_runs(path).items()
+    )

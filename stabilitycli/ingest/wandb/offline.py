@@ -32,6 +32,7 @@ import json
 import re
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
@@ -91,47 +92,103 @@ def resolve(path: Path, options: ReadOptions) -> Path:
 
 
 def read(path: Path, options: ReadOptions):
-    import polars as pl
-
-    from stabilitycli.frame import finalize
-
     file = resolve(path, options)
+    history = History(file, options)
     data = bounded.read_input(file, options.limits).data
-    source = SourceInfo(path=str(file), format=NAME, run=_run_id(file))
-    if not data:
-        raise StabInputError(str(file), "the file is empty")
-    if not data.startswith(MAGIC):
-        # a damaged header over whole chunks is still the log: the chunks carry their own CRCs
-        if len(data) <= HEADER_LEN or _resync(data, 0) != HEADER_LEN:
-            raise StabInputError(str(file), "not a W&B transaction log (no `:W&B` header)")
-        source.warnings.append(
-            f"the file header is damaged ({data[:HEADER_LEN]!r}); its chunks are whole and read"
+    history.header(data)
+    history.add(data, 0)
+    return history.run_data()
+
+
+@dataclass
+class Walk:
+    """Where reading stopped: the end of the last whole record (absolute byte offset)."""
+
+    pos: int = HEADER_LEN
+    after_damage: bool = False  # fragments there belong to a record counted as damaged
+
+
+class History:
+    """The history rows and config of one `.wandb` file, read at once or in stretches.
+
+    A live follower gives `add` each stretch the file grew by, from `walk.pos`
+    on: a record the writer has not finished waits for the next stretch, and the
+    rows, rejections and config come out as one whole read of the same bytes.
+    """
+
+    def __init__(self, file: Path, options: ReadOptions) -> None:
+        self.file, self.options = file, options
+        self.source = SourceInfo(path=str(file), format=NAME, run=_run_id(file))
+        self.rows: list[dict] = []
+        self.config: dict[str, object] = {}
+        self.count = 0  # records read
+        self.walk = Walk()
+
+    def header(self, data: bytes, live: bool = False) -> bool:
+        """Check the file header; False while a live file is too short to tell."""
+        where = str(self.file)
+        if not data:
+            if live:
+                return False
+            raise StabInputError(where, "the file is empty")
+        if not data.startswith(MAGIC):
+            # a damaged header over whole chunks is still the log: the chunks carry their CRCs
+            found = _resync(data, 0) if len(data) > HEADER_LEN else None
+            if found is None and live:
+                return False
+            if found != HEADER_LEN:
+                raise StabInputError(where, "not a W&B transaction log (no `:W&B` header)")
+            self.source.warnings.append(
+                f"the file header is damaged ({data[:HEADER_LEN]!r}); its chunks are whole and read"
+            )
+        return True
+
+    def add(self, data: bytes, offset: int, live: bool = False) -> int:
+        """Read the records in `data`, the file's bytes from `offset` on; returns how many.
+
+        Blocks are counted from the start of the file, so a stretch starting inside
+        a block is read behind zero bytes standing for the block's start."""
+        lead = offset % BLOCK_LEN
+        buffer = bytes(lead) + data if lead else data
+        limits = self.options.limits
+        before = self.count
+        walked = records(
+            buffer, self.source, limits, walk=self.walk, shift=offset - lead, live=live
         )
-    rows: list[dict] = []
-    config: dict[str, object] = {}
-    n_records = 0
-    for number, payload in enumerate(records(data, source, options.limits), start=1):
-        n_records = number
+        for payload in walked:
+            self.count += 1
+            self._record(payload, self.count, limits)
+        return self.count - before
+
+    def _record(self, payload: bytes, number: int, limits: InputLimits) -> None:
         for field, wire, value in _fields(payload):
             if wire != 2:
                 continue  # every message this reads is length-delimited; damage made it a number
             if field == RECORD_HISTORY:
-                row = _history(value, number, source, options.limits)
+                row = _history(value, number, self.source, limits)
                 if row is not None:
-                    rows.append(row)
+                    self.rows.append(row)
             elif field == RECORD_CONFIG:
-                config.update(_config(value, options.limits))
+                self.config.update(_config(value, limits))
             elif field == RECORD_RUN:
                 for run_field, run_wire, run_value in _fields(value):
                     if run_field == 4 and run_wire == 2:
-                        config.update(_config(run_value, options.limits))
-    if not rows:
-        raise StabInputError(str(file), f"no history record among {n_records} records")
-    _dtype(config, source)
-    raw = pl.DataFrame(rows, infer_schema_length=None)
-    step_key = "_step" if "_step" in raw.columns else None
-    source.rows_read = raw.height + source.rows_rejected
-    return finalize(raw, source, step_key=step_key, overrides=options.metric_overrides)
+                        self.config.update(_config(run_value, limits))
+
+    def run_data(self, source: SourceInfo | None = None):
+        """The canonical run of the rows read (`source`: a copy to fill, for a live follower)."""
+        import polars as pl
+
+        from stabilitycli.frame import finalize
+
+        source = source or self.source
+        if not self.rows:
+            raise StabInputError(str(self.file), f"no history record among {self.count} records")
+        _dtype(self.config, source)
+        raw = pl.DataFrame(self.rows, infer_schema_length=None)
+        step_key = "_step" if "_step" in raw.columns else None
+        source.rows_read = raw.height + source.rows_rejected
+        return finalize(raw, source, step_key=step_key, overrides=self.options.metric_overrides)
 
 
 def _run_id(file: Path) -> str | None:
@@ -139,7 +196,15 @@ def _run_id(file: Path) -> str | None:
     return match.group(1) if match else file.stem.removeprefix("run-")
 
 
-def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
+def records(
+    data: bytes,
+    source: SourceInfo,
+    limits: InputLimits | None = None,
+    *,
+    walk: Walk | None = None,
+    shift: int = 0,
+    live: bool = False,
+):
     """Reassembled record payloads; damaged records counted, a cut-off tail warned about.
 
     After damage (a bad CRC, a chunk header that cannot be) reading picks up at
@@ -147,15 +212,23 @@ def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
     byte costs its record, not the rest of the block. A record over
     max_record_bytes is skipped unread (its chunks are still walked, to keep
     the framing).
+
+    `data` is the file from byte `shift` on, and reading starts at `walk.pos`;
+    `walk` is left at the end of the last whole record. `live`: the file is
+    still being written, so a record cut off at the end (or damage with nothing
+    valid after it yet) is not reported: it waits, unread, for more bytes.
     """
     limit = (limits or limits_in_force()).max_record_bytes
-    pos = HEADER_LEN
+    walk = walk if walk is not None else Walk()
+    pos = walk.pos - shift
+    after_damage = walk.after_damage
     size = len(data)
     pending: bytearray | None = None
     pending_at = pending_size = 0  # where the record being reassembled began, its size
     oversized = False  # the record being reassembled is too big: its bytes are not kept
-    after_damage = False  # fragments now belong to a record already counted as damaged
     while pos < size:
+        if pending is None and not oversized:
+            walk.pos, walk.after_damage = pos + shift, after_damage
         chunk = _chunk_at(data, pos)
         if chunk == _PADDING:
             pos += BLOCK_LEN - pos % BLOCK_LEN
@@ -163,8 +236,10 @@ def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
         found = None
         if chunk == _SHORT or chunk is None:
             found = _resync(data, pos) if pos + CHUNK_HEADER_LEN <= size else None
+            if found is None and live:
+                return  # the writer is still writing here
         if chunk == _SHORT and found is None:
-            _cut(source, pos)  # nothing valid after it: the file ends inside this chunk
+            _cut(source, pos + shift)  # nothing valid after it: the file ends inside this chunk
             return
         if chunk == _SHORT or chunk is None:
             # a length that runs past the end, with whole chunks after it, is damage too
@@ -174,10 +249,11 @@ def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
                 what = "bad CRC"
             else:
                 what = "a chunk header that cannot be"
+            at = pos + shift
             if pending is not None or oversized:
-                source.reject(None, f"record at byte {pending_at} damaged ({what} at byte {pos})")
+                source.reject(None, f"record at byte {pending_at} damaged ({what} at byte {at})")
             elif _lost_record(data, pos, found):
-                source.reject(None, f"record at byte {pos} damaged ({what}); skipped")
+                source.reject(None, f"record at byte {at} damaged ({what}); skipped")
             pending, oversized, after_damage = None, False, True
             if found is None:
                 return
@@ -189,17 +265,20 @@ def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
             if pending is not None or oversized:
                 source.reject(None, f"record at byte {pending_at} lost its last fragment")
                 pending, oversized = None, False
+            walk.pos, walk.after_damage = pos + shift, False
         if kind == FULL:
             if end - payload_start > limit:
-                source.reject(None, _too_big(pos, end - payload_start, limit))
+                source.reject(None, _too_big(pos + shift, end - payload_start, limit))
             else:
                 yield data[payload_start:end]
         elif kind == FIRST:
-            pending, pending_at, pending_size = bytearray(), pos, 0
+            pending, pending_at, pending_size = bytearray(), pos + shift, 0
         if kind in (FIRST, MIDDLE, LAST):
             if pending is None and not oversized:
                 if not after_damage:
-                    source.reject(None, f"record fragment at byte {pos} without its first part")
+                    source.reject(
+                        None, f"record fragment at byte {pos + shift} without its first part"
+                    )
                 pos = end
                 continue
             pending_size += end - payload_start
@@ -214,8 +293,11 @@ def records(data: bytes, source: SourceInfo, limits: InputLimits | None = None):
                     yield bytes(pending)
                 pending, oversized = None, False
         pos = end
-    if pending is not None or oversized:
-        _cut(source, pos)
+    if pending is None and not oversized:
+        # padding may run past what is written yet: the next stretch starts where it stops
+        walk.pos, walk.after_damage = min(pos, size) + shift, after_damage
+    elif not live:
+        _cut(source, pos + shift)
 
 
 _PADDING = (0, 0, 0)  # what _chunk_at finds besides a chunk (or None, for damage)
