@@ -48,6 +48,7 @@ from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.detect.ranks.change import (
     change_point,
     deviation_end,
+    direction_at,
     first_crossings,
     recovery,
 )
@@ -65,6 +66,7 @@ from stabilitycli.detect.ranks.cohort import (
     step_totals,
     steps_back,
 )
+from stabilitycli.detect.ranks.drift import ramp_onset
 from stabilitycli.detect.ranks.pair import pair_level
 from stabilitycli.detect.ranks.report import (
     KINDS,
@@ -335,8 +337,9 @@ def _level_episode(
     )
     confirmed = int(np.searchsorted(steps, confirmed_step))
     sigma = part["sigma"].fill_null(np.nan).to_numpy()
+    pooled = np.where(judged, _pooled_z(x, med, sigma, judged), np.nan)
     onset, _ = change_point(
-        np.where(judged, _pooled_z(x, med, sigma, judged), np.nan),
+        pooled,
         confirmed,
         k=thresholds.rank_cusum_k,
         h=thresholds.rank_cusum_h,
@@ -349,6 +352,15 @@ def _level_episode(
         h=thresholds.rank_cusum_h,
         clip=thresholds.rank_z,
     )
+    drift = ramp_onset(
+        pooled,
+        steps,
+        steps.size - 1 if end is None else end,
+        direction_at(pooled, confirmed),
+        clip=thresholds.rank_z,
+    )
+    if drift is not None and drift < onset:
+        onset = drift
     if end is not None:  # under the bar is not back in line while the CUSUM says it is off
         bad[onset : end + 1] = True
     last, back, rows_back = recovery(bad, judged, onset, thresholds.rank_recovery_steps)
