@@ -19,6 +19,8 @@ from stabilitycli.core.model import Severity
 from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets
 
+from stabilitycli.detect.ranks.decision import phrase
+
 if TYPE_CHECKING:
     from stabilitycli.detect.ranks.report import MeanShift, RankOutlier, RankReport
 
@@ -94,6 +96,7 @@ def _table(report: RankReport) -> Table:
     for name in ("rank", "kind", "onset", "value", "cohort median", "robust z", "mean shift"):
         table.add_column(name, justify="left" if name == "kind" else "right")
     table.add_column("recovered", justify="right")
+    table.add_column("found by", justify="left")
     for o in report.outliers:
         rank, kind, recovered = _names(o, report)
         table.add_row(
@@ -105,6 +108,7 @@ def _table(report: RankReport) -> Table:
             fmt(o.robust_z),
             fmt(o.mean_shift, sign=True),
             recovered,
+            o.test_cell,
         )
     return table
 
@@ -120,6 +124,7 @@ def _stacked(report: RankReport) -> Group:
             f"cohort median {fmt(o.cohort_median)}, robust z {fmt(o.robust_z)}, mean shift "
             f"{fmt(o.mean_shift, sign=True)}; "
             + ("not recovered" if recovered == "–" else f"recovered: {recovered}")
+            + ("" if o.test is None else f"; found by {o.test_cell}")
         )
     return Group(
         bullets(_TITLE.format(n=len(report.outliers)) + ":", items, ""),
@@ -131,7 +136,10 @@ _TITLE = "Outlier ranks ({n}), most serious first"
 _CAPTION = (
     "level: value, cohort median and robust z are medians over each rank's affected steps "
     "(onset to recovery, or to the end); mean shift (`mean_shift` in the JSON): the mean "
-    "with the rank minus the mean without it, averaged over those steps"
+    "with the rank minus the mean without it, averaged over those steps; found by: the test "
+    "that made it an outlier, the statistic it reached >= its bar @ the step (CUSUM: the CUSUM "
+    "of its robust z against rank_cusum_decide; z-run: logged steps in a row at |robust z| >= "
+    "rank_z against rank_persist_steps)"
 )
 
 
@@ -221,9 +229,10 @@ def _one_rank(o: RankOutlier, report: RankReport) -> str:
         if o.mean_with is not None and o.mean_without is not None
         else ""
     )
+    found = phrase(o.to_dict())
     return (
         f"{head}; the mean with rank {o.rank} minus the mean without it over steps {a}–{b}: "
-        f"{fmt(o.mean_shift, sign=True)}{both}"
+        f"{fmt(o.mean_shift, sign=True)}{both}" + (f"; {found}" if found else "")
     )
 
 
