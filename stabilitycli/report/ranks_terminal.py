@@ -16,10 +16,9 @@ from rich.text import Text
 
 from stabilitycli.core import numfmt
 from stabilitycli.core.model import Severity
+from stabilitycli.detect.ranks.decision import phrase
 from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets
-
-from stabilitycli.detect.ranks.decision import phrase
 
 if TYPE_CHECKING:
     from stabilitycli.detect.ranks.report import MeanShift, RankOutlier, RankReport
@@ -92,11 +91,13 @@ def render(report: RankReport, console: Console | None = None) -> None:
 
 
 def _table(report: RankReport) -> Table:
-    table = Table(title=_TITLE.format(n=len(report.outliers)), caption=_CAPTION)
+    tested = any(o.test is not None for o in report.outliers)
+    table = Table(title=_TITLE.format(n=len(report.outliers)), caption=_caption(tested))
     for name in ("rank", "kind", "onset", "value", "cohort median", "robust z", "mean shift"):
         table.add_column(name, justify="left" if name == "kind" else "right")
     table.add_column("recovered", justify="right")
-    table.add_column("found by", justify="left")
+    if tested:  # only a level outlier has a test that decided it
+        table.add_column("test", justify="left")
     for o in report.outliers:
         rank, kind, recovered = _names(o, report)
         table.add_row(
@@ -108,7 +109,7 @@ def _table(report: RankReport) -> Table:
             fmt(o.robust_z),
             fmt(o.mean_shift, sign=True),
             recovered,
-            o.test_cell,
+            *((o.test_cell,) if tested else ()),
         )
     return table
 
@@ -128,7 +129,7 @@ def _stacked(report: RankReport) -> Group:
         )
     return Group(
         bullets(_TITLE.format(n=len(report.outliers)) + ":", items, ""),
-        Text(_CAPTION, style="dim"),
+        Text(_caption(any(o.test is not None for o in report.outliers)), style="dim"),
     )
 
 
@@ -136,11 +137,17 @@ _TITLE = "Outlier ranks ({n}), most serious first"
 _CAPTION = (
     "level: value, cohort median and robust z are medians over each rank's affected steps "
     "(onset to recovery, or to the end); mean shift (`mean_shift` in the JSON): the mean "
-    "with the rank minus the mean without it, averaged over those steps; found by: the test "
-    "that made it an outlier, the statistic it reached >= its bar @ the step (CUSUM: the CUSUM "
-    "of its robust z against rank_cusum_decide; z-run: logged steps in a row at |robust z| >= "
-    "rank_z against rank_persist_steps)"
+    "with the rank minus the mean without it, averaged over those steps"
 )
+_FOUND_BY = (
+    "; test: the one that made it an outlier, its statistic ≥ its bar (CUSUM: of its "
+    "robust z, against rank_cusum_decide; z-run: logged steps in a row at |robust z| ≥ "
+    "rank_z, against rank_persist_steps)"
+)
+
+
+def _caption(tested: bool) -> str:
+    return _CAPTION + (_FOUND_BY if tested else "")
 
 
 def _names(o: RankOutlier, report: RankReport) -> tuple[str, str, str]:

@@ -8,11 +8,11 @@ from typing import Any
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
     ABSENT,
-    By,
     COUNT,
     LABEL,
     STEP,
     STEPS,
+    By,
     Evidence,
     Spec,
     measure,

@@ -104,7 +104,10 @@ def phrase(e: dict) -> str:
         return ""
     stat, bar, step = e["test_statistic"], e["test_bar"], e["test_step"]
     if test == PERSISTENCE:
-        said = f"a run of {stat:.0f} logged steps over the robust-z bar, bar {bar:.0f} met at step {step}"
+        said = (
+            f"a run of {stat:.0f} logged steps over the robust-z bar, bar {bar:.0f} met at "
+            f"step {step}"
+        )
     else:
         said = (
             f"CUSUM of its robust z {numfmt.number(stat)} at step {step}, bar {numfmt.number(bar)}"
@@ -114,11 +117,11 @@ def phrase(e: dict) -> str:
 
 
 def short(e: dict) -> str:
-    """The test in a table cell: "CUSUM 40.6 >= 40 @3105", "z-run 14 >= 10 @812"."""
+    """The test in a table cell, its statistic against its bar: "CUSUM 40.97≥40", "z-run 14≥10"."""
     test = e.get("test")
     if test is None:
         return "–"
-    name = "CUSUM" if test == CUSUM else "z-run"
     stat = e["test_statistic"]
-    shown = numfmt.number(stat) if test == CUSUM else f"{stat:.0f}"
-    return f"{name} {shown} >= {numfmt.number(e['test_bar'])} @{e['test_step']}"
+    if test == CUSUM:
+        return f"CUSUM {numfmt.number(stat)}≥{numfmt.number(e['test_bar'])}"
+    return f"z-run {stat:.0f}≥{numfmt.number(e['test_bar'])}"

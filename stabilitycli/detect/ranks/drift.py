@@ -5,24 +5,26 @@ allowance `rank_cusum_k` (2 robust sigmas). A rank whose z jumps to 3-7 sigmas
 and stays there starts feeding it at the jump, so its last zero is the change
 point. A rank whose z climbs a line from 0 to 4 sigmas over 1,500 steps feeds
 it only from halfway up, and the onset it gives is where the line crossed the
-allowance, not where it left zero: 500 steps late.
+allowance, not where it left zero: 500 steps late (#36).
 
 So the deviation is also fitted, by least squares over the rank's judged rows
-from its first row to the row that decided it, as either of two shapes with
-the same number of free values:
+from its first row to the end of the deviation (`change.deviation_end`, or
+the end of the log), as either of two shapes:
 
-    step:  z = a + c * [t >= tau]              (a level shift at tau)
-    ramp:  z = a + c * max(0, t - tau)         (a line leaving the level a at tau)
+    step:  z = a + c * [row > p]                          a level shift after row p
+    ramp:  z = a + c * clip((t - t_p) / (t_q - t_p), 0, 1) flat to row p, a line up to
+                                                          row q, flat from there on
 
-each at its best tau (every logged step is tried), and the ramp's tau is the
-onset when the ramp fits better, by `RAMP_MARGIN` in squared robust sigmas,
-and climbs the way the rank deviates. z is clipped at +-rank_z first, as for
-the CUSUM, so that one wild step cannot move a line. Every tau at once: with
-the sums from each row to the end (cumulative sums, reversed), the fit at
-each tau is a 2x2 least-squares solve in closed form, so the cost is a few
-numpy passes over the rank's rows, no loop. The sums are taken over the
-distance to the window's last step, which is small where the suffix is short,
-so that the short suffixes, where the fit is most sensitive, lose no digits.
+the step at its best p, the ramp at its best p for each of `RAMP_END_GRID`
+ends q (a drift may go on to the end of the log, or stop and hold). The
+ramp's first row past p is the onset when the ramp fits better, by
+`RAMP_MARGIN` squared robust sigmas, and climbs the way the rank deviates. A
+level shift is the ramp with q = p + 1, so a rank that jumped never fits the
+ramp better by the margin, and keeps the CUSUM's onset. z is clipped at
++-rank_z first, as for the CUSUM, so that one wild step cannot move a line.
+For each q every p at once: with prefix sums of t, t^2, z and t*z, each fit is
+a 2x2 least-squares solve in closed form, so the cost is a few numpy passes
+over the rank's rows per end tried, no loop over rows.
 """
 
 from __future__ import annotations
