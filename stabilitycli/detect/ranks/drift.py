@@ -16,7 +16,8 @@ the end of the log), as either of two shapes:
                                                           row q, flat from there on
 
 the step at its best p, the ramp at its best p for each of `RAMP_END_GRID`
-ends q (a drift may go on to the end of the log, or stop and hold). The
+ends q spread over the window and as many again around the best of them (a
+drift may go on to the end of the log, or stop and hold). The
 ramp's first row past p is the onset when the ramp fits better, by
 `RAMP_MARGIN` squared robust sigmas, and climbs the way the rank deviates. A
 level shift is the ramp with q = p + 1, so a rank that jumped never fits the
@@ -35,7 +36,7 @@ import numpy as np
 
 RAMP_MARGIN = 10.0  # squared robust sigmas the ramp must gain over the step to be the shape
 MIN_SIDE_ROWS = 5  # judged rows each side of tau: a line through fewer says nothing
-RAMP_END_GRID = 200  # ends of the climb tried (every row for shorter windows)
+RAMP_END_GRID = 40  # ends of the climb tried across the window, then again near the best
 
 
 @dataclass(frozen=True)
@@ -89,16 +90,33 @@ def _best_step(y: np.ndarray) -> Fit:
 
 def _best_ramp(y: np.ndarray, t: np.ndarray) -> Fit:
     """The best ramp: y on (1, g) with g = 0 up to row p, rising linearly in t to 1 at row q,
-    1 from there on, over every p and a grid of q (RAMP_END_GRID ends)."""
+    1 from there on, over every p, for RAMP_END_GRID ends q across the window and as many
+    again between the neighbours of the best of them."""
+    n = y.size
+    sums = (_prefix(t), _prefix(t * t), _prefix(y), _prefix(t * y))
+    coarse = np.unique(np.linspace(MIN_SIDE_ROWS + 1, n - 1, RAMP_END_GRID).astype(np.int64))
+    best, at = _best_over_ends(y, t, sums, coarse)
+    i = int(np.searchsorted(coarse, at))
+    lo, hi = coarse[max(i - 1, 0)], coarse[min(i + 1, coarse.size - 1)]
+    fine = np.unique(np.linspace(lo, hi, RAMP_END_GRID).astype(np.int64))
+    refined, _ = _best_over_ends(y, t, sums, fine)
+    return refined if refined.rss < best.rss else best
+
+
+def _best_over_ends(
+    y: np.ndarray, t: np.ndarray, sums: tuple[np.ndarray, ...], ends: np.ndarray
+) -> tuple[Fit, int]:
+    """The best ramp over every p for each end q in `ends`, and the q it ends at."""
     n = y.size
     sy, syy = float(y.sum()), float(np.dot(y, y))
     # prefix sums with a leading 0: the sum over rows a..b-1 is P[b] - P[a]
-    p1, p2 = _prefix(t), _prefix(t * t)
-    py, pty = _prefix(y), _prefix(t * y)
+    p1, p2, py, pty = sums
     rows = np.arange(n)
-    best = Fit(0, np.inf, 0.0)
-    for q in np.unique(np.linspace(MIN_SIDE_ROWS + 1, n - 1, RAMP_END_GRID).astype(np.int64)):
+    best, best_q = Fit(0, np.inf, 0.0), int(ends[0]) if ends.size else 0
+    for q in ends.tolist():  # a few dozen ends, each every p at once
         p = rows[MIN_SIDE_ROWS - 1 : q - 1]  # the last row at the level, before the climb
+        if not p.size:
+            continue
         tp, tq = t[p], t[q]
         d = tq - tp
         inside = (q - p - 1).astype(np.float64)  # rows strictly between p and q
@@ -111,10 +129,10 @@ def _best_ramp(y: np.ndarray, t: np.ndarray) -> Fit:
             sgg = (s2 - 2.0 * tp * s1 + inside * tp * tp) / (d * d) + at_top
             sgy = (s_ty - tp * s_y) / d + top_y
         rss, climb = _solve(n, sy, syy, sg, sgg, sgy, (d > 0) & (at_top >= 1))
-        k = int(np.argmin(rss)) if rss.size else 0
-        if rss.size and rss[k] < best.rss:
-            best = Fit(int(p[k]) + 1, float(rss[k]), float(climb[k]))
-    return best
+        k = int(np.argmin(rss))
+        if rss[k] < best.rss:
+            best, best_q = Fit(int(p[k]) + 1, float(rss[k]), float(climb[k])), q
+    return best, best_q
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
