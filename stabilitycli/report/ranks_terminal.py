@@ -16,7 +16,6 @@ from rich.text import Text
 
 from stabilitycli.core import numfmt
 from stabilitycli.core.model import Severity
-from stabilitycli.detect.ranks.decision import phrase
 from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.layout import Fitted, Hanging, Widest, bullets
 
@@ -236,7 +235,7 @@ def _one_rank(o: RankOutlier, report: RankReport) -> str:
         if o.mean_with is not None and o.mean_without is not None
         else ""
     )
-    found = phrase(o.to_dict())
+    found = o.test_words
     return (
         f"{head}; the mean with rank {o.rank} minus the mean without it over steps {a}–{b}: "
         f"{fmt(o.mean_shift, sign=True)}{both}" + (f"; {found}" if found else "")

@@ -568,6 +568,7 @@ def _outlier(kind: str, e: dict, metric: str, thresholds: Thresholds | None = No
     z, shift = _f(e.get("robust_z")), _f(e.get("mean_shift"))
     back = e.get("recovered_step")
     tail = _tail(e)
+    test_words = ""
     span = e.get("effect_steps")
     over = f"steps {span[0]}–{span[1]}" if span else ""
     if kind == LEVEL and rank is None:
@@ -585,7 +586,8 @@ def _outlier(kind: str, e: dict, metric: str, thresholds: Thresholds | None = No
             f"{_effect_words(rank, metric, over, shift, e)}{tail}"
         )
         if thresholds is not None and e.get("test") is not None:
-            message += "; " + decision_words(e, thresholds.rank_z, thresholds.rank_cusum_k)
+            test_words = decision_words(e, thresholds.rank_z, thresholds.rank_cusum_k)
+            message += "; " + test_words
     elif kind == NONFINITE:
         spread = e.get("cohort_nonfinite_step")
         message = (
@@ -632,6 +634,7 @@ def _outlier(kind: str, e: dict, metric: str, thresholds: Thresholds | None = No
         test_bar=_f(e.get("test_bar")),
         onset_by=e.get("onset_by"),
         message=message,
+        test_words=test_words,
     )
 
 

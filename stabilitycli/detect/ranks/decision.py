@@ -97,25 +97,6 @@ def words(e: dict, rank_z: float, cusum_k: float) -> str:
     return found
 
 
-def phrase(e: dict) -> str:
-    """The test in a clause, from the evidence keys alone ("" without them)."""
-    test = e.get("test")
-    if test is None:
-        return ""
-    stat, bar, step = e["test_statistic"], e["test_bar"], e["test_step"]
-    if test == PERSISTENCE:
-        said = (
-            f"a run of {stat:.0f} logged steps over the robust-z bar, bar {bar:.0f} met at "
-            f"step {step}"
-        )
-    else:
-        said = (
-            f"CUSUM of its robust z {numfmt.number(stat)} at step {step}, bar {numfmt.number(bar)}"
-        )
-    ramp = ", onset from a line fitted to its robust z" if e.get("onset_by") == ONSET_RAMP else ""
-    return f"found by the {'persistence' if test == PERSISTENCE else 'CUSUM'} test ({said}{ramp})"
-
-
 def short(e: dict) -> str:
     """The test in a table cell, its statistic against its bar: "CUSUM 40.97≥40", "z-run 14≥10"."""
     test = e.get("test")

@@ -62,6 +62,7 @@ class RankOutlier:
     test_bar: float | None = None
     onset_by: str | None = None
     message: str = ""
+    test_words: str = ""  # the deciding test in a clause, as the message ends with it
 
     @property
     def severity(self) -> Severity:
