@@ -79,6 +79,9 @@ KINDS: dict[str, str] = {
     "z": "(value - baseline mean) / sigma, the baseline taken over steps "
     "`first_step`-`last_step`; the value is the one at `step` when given",
     "robust_z": "the rank's median robust z against its cohort over steps `first_step`-`last_step`",
+    "cusum": "the one-sided CUSUM of the rank's robust z against its cohort (each step's z "
+    "clipped at rank_z, less the drift allowance rank_cusum_k, summed and floored at 0), "
+    "reached at `step`",
     "trend_z": "the Mann-Kendall statistic of the bin medians over steps `first_step`-`last_step`",
     "ratio": "one value over another (x times)",
     "relative_change": "(after - before) / abs(before) (a fall counts positive where the key says "

@@ -90,10 +90,13 @@ def render(report: RankReport, console: Console | None = None) -> None:
 
 
 def _table(report: RankReport) -> Table:
-    table = Table(title=_TITLE.format(n=len(report.outliers)), caption=_CAPTION)
+    tested = any(o.test is not None for o in report.outliers)
+    table = Table(title=_TITLE.format(n=len(report.outliers)), caption=_caption(tested))
     for name in ("rank", "kind", "onset", "value", "cohort median", "robust z", "mean shift"):
         table.add_column(name, justify="left" if name == "kind" else "right")
     table.add_column("recovered", justify="right")
+    if tested:  # only a level outlier has a test that decided it
+        table.add_column("test", justify="left")
     for o in report.outliers:
         rank, kind, recovered = _names(o, report)
         table.add_row(
@@ -105,6 +108,7 @@ def _table(report: RankReport) -> Table:
             fmt(o.robust_z),
             fmt(o.mean_shift, sign=True),
             recovered,
+            *((o.test_cell,) if tested else ()),
         )
     return table
 
@@ -120,10 +124,11 @@ def _stacked(report: RankReport) -> Group:
             f"cohort median {fmt(o.cohort_median)}, robust z {fmt(o.robust_z)}, mean shift "
             f"{fmt(o.mean_shift, sign=True)}; "
             + ("not recovered" if recovered == "–" else f"recovered: {recovered}")
+            + ("" if o.test is None else f"; found by {o.test_cell}")
         )
     return Group(
         bullets(_TITLE.format(n=len(report.outliers)) + ":", items, ""),
-        Text(_CAPTION, style="dim"),
+        Text(_caption(any(o.test is not None for o in report.outliers)), style="dim"),
     )
 
 
@@ -133,6 +138,15 @@ _CAPTION = (
     "(onset to recovery, or to the end); mean shift (`mean_shift` in the JSON): the mean "
     "with the rank minus the mean without it, averaged over those steps"
 )
+_FOUND_BY = (
+    "; test: the one that made it an outlier, its statistic ≥ its bar (CUSUM: of its "
+    "robust z, against rank_cusum_decide; z-run: logged steps in a row at |robust z| ≥ "
+    "rank_z, against rank_persist_steps)"
+)
+
+
+def _caption(tested: bool) -> str:
+    return _CAPTION + (_FOUND_BY if tested else "")
 
 
 def _names(o: RankOutlier, report: RankReport) -> tuple[str, str, str]:
@@ -221,9 +235,10 @@ def _one_rank(o: RankOutlier, report: RankReport) -> str:
         if o.mean_with is not None and o.mean_without is not None
         else ""
     )
+    found = o.test_words
     return (
         f"{head}; the mean with rank {o.rank} minus the mean without it over steps {a}–{b}: "
-        f"{fmt(o.mean_shift, sign=True)}{both}"
+        f"{fmt(o.mean_shift, sign=True)}{both}" + (f"; {found}" if found else "")
     )
 
 

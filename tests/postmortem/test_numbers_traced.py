@@ -279,7 +279,15 @@ RANK = re.compile(
     r"median too\); the mean of loss with rank (?P=rank) minus the mean without it over steps "
     r"(?P<c>\d+)–(?P<d>\d+): (?P<shift>[+-]\S+) \((?P<with>\S+) with it, (?P<without>\S+) "
     r"without, means over those steps\); (?:not back in line by the end of the log|back in line "
-    r"from step (?P<back>\d+))(?:; also rank\(s\) (?P<also>[\d, ]+))?"
+    r"from step (?P<back>\d+))"
+    # the test that decided (#36): its statistic and bar, and a ramp-placed onset said so (a
+    # rank of a pair is named by the pair's own comparison, without these)
+    r"(?:; found by the persistence test: \|robust z\| >= (?P<pz>\S+) on a run of (?P<prun>\d+) "
+    r"logged steps, its bar of (?P<pbar>\d+) met at step (?P<pstep>\d+)|; found by the CUSUM "
+    r"test: the CUSUM of its robust z \(allowance (?P<ck>\S+) a logged step\) reached "
+    r"(?P<cval>\S+) at step (?P<cstep>\d+) \(bar: (?P<cbar>[^)]+)\))?"
+    r"(?:; the onset is where a line fitted to its robust z leaves the cohort's level)?"
+    r"(?:; also rank\(s\) (?P<also>[\d, ]+))?"
 )
 RECURRING = re.compile(
     r"(?P<n>\d+) one-point loss spikes with no evident cause \((?P<lo>\S+)-(?P<hi>\S+)x the "
@@ -467,6 +475,20 @@ def _headline(ledger: Ledger, raw: Raw, run: dict) -> None:
             ledger.same("back in line", int(m["back"]), ev["recovered_step"])
         else:
             ledger.same("not back", ev["recovered_step"], None)
+        if m["pz"]:
+            ledger.same("test", ev["test"], "persistence")
+            ledger.number("z bar", m["pz"], thresholds.rank_z)
+            ledger.number("run of logged steps", m["prun"], ev["test_statistic"])
+            ledger.number(
+                "persistence bar", m["pbar"], ev["test_bar"], thresholds.rank_persist_steps
+            )
+            ledger.same("decided at", int(m["pstep"]), ev["test_step"])
+        elif m["cval"]:
+            ledger.same("test", ev["test"], "cusum")
+            ledger.number("CUSUM allowance", m["ck"], thresholds.rank_cusum_k)
+            ledger.number("CUSUM reached", m["cval"], ev["test_statistic"])
+            ledger.number("CUSUM bar", m["cbar"], ev["test_bar"], thresholds.rank_cusum_decide)
+            ledger.same("decided at", int(m["cstep"]), ev["test_step"])
         if m["also"]:
             others = {g.rank for g in analysis.findings if g.code == "rank-outlier"} - {f.rank}
             ledger.same("other ranks", {int(r) for r in m["also"].split(",")}, others)

@@ -12,6 +12,7 @@ from stabilitycli.core.quantity_schema import (
     LABEL,
     STEP,
     STEPS,
+    By,
     Evidence,
     Spec,
     measure,
@@ -20,6 +21,15 @@ from stabilitycli.core.quantity_schema import (
 )
 
 RULE = "ranks"
+
+
+# persistence: logged steps at |robust z| >= rank_z in the run, against rank_persist_steps;
+# cusum: the CUSUM of the rank's robust z at test_step, against rank_cusum_decide
+_TEST_STATISTIC = By(
+    "test",
+    {"persistence": COUNT, "cusum": Spec("cusum", None, step="test_step", own_rank=True)},
+)
+_TEST_BAR = By("test", {"persistence": COUNT, "cusum": Spec("bound", None)})
 
 
 def _rank_evidence(name: str, value: Spec, cohort: Spec, robust_z: Spec, shift: Spec) -> Any:
@@ -52,6 +62,13 @@ def _rank_evidence(name: str, value: Spec, cohort: Spec, robust_z: Spec, shift: 
                 float | str | None,
                 sometimes(over("mean_others", *two("effect_steps"))),
             ),
+            # a level outlier: the test that decided (persistence or cusum), where it met its
+            # bar, the statistic it reached and the bar; how the onset was placed
+            ("test", str, field(default=ABSENT, metadata=measure(None))),
+            ("test_step", int, sometimes(STEP)),
+            ("test_statistic", float | str | None, sometimes(_TEST_STATISTIC)),
+            ("test_bar", float | str | None, sometimes(_TEST_BAR)),
+            ("onset_by", str, field(default=ABSENT, metadata=measure(None))),
             # how the rank disagrees (level, nonfinite...); last in the JSON, named by keyword
             ("kind", str, field(kw_only=True, metadata=measure(None))),
         ],

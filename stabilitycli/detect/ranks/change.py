@@ -103,9 +103,7 @@ def change_point(
     """
     # the direction of the rows that confirmed it, not of the first one alone: a wild row the
     # other way can open the run of rows over the bar
-    ahead = z[confirmed : confirmed + DIRECTION_ROWS]
-    ahead = ahead[np.isfinite(ahead)]
-    direction = 1.0 if not ahead.size or np.median(ahead) >= 0 else -1.0
+    direction = direction_at(z, confirmed)
     # ...and the persistence bar's row, as a latest onset, is its first row that way
     same_way = np.flatnonzero(~(direction * z[confirmed:] < 0))
     confirmed += int(same_way[0]) if same_way.size else 0
@@ -124,6 +122,13 @@ def change_point(
         if refined is not None:
             start, s = refined, s_refined
     return min(start, confirmed), s
+
+
+def direction_at(z: np.ndarray, confirmed: int) -> float:
+    """+1 for a rank above its cohort, -1 below: the median z of the rows that confirmed it."""
+    ahead = z[confirmed : confirmed + DIRECTION_ROWS]
+    ahead = ahead[np.isfinite(ahead)]
+    return 1.0 if not ahead.size or np.median(ahead) >= 0 else -1.0
 
 
 SHIFT_ESTIMATE_ROWS = 50  # rows after a first onset that measure the shift's size

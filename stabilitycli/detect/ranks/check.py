@@ -48,6 +48,7 @@ from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.detect.ranks.change import (
     change_point,
     deviation_end,
+    direction_at,
     first_crossings,
     recovery,
 )
@@ -65,6 +66,16 @@ from stabilitycli.detect.ranks.cohort import (
     step_totals,
     steps_back,
 )
+from stabilitycli.detect.ranks.decision import (
+    ONSET_CHANGE_POINT,
+    ONSET_RAMP,
+    Decision,
+    decide,
+    with_cusum,
+)
+from stabilitycli.detect.ranks.decision import evidence as decision_evidence
+from stabilitycli.detect.ranks.decision import words as decision_words
+from stabilitycli.detect.ranks.drift import ramp_onset
 from stabilitycli.detect.ranks.pair import pair_level
 from stabilitycli.detect.ranks.report import (
     KINDS,
@@ -264,9 +275,12 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
         thresholds.rank_max_gap_points,
     )
     rows = cohort.rows
-    confirmed = _cusum_crossings(cohort, thresholds)
-    for rank, start in zip(runs["rank"].to_list(), runs["start"].to_list(), strict=True):
+    crossed = _cusum_crossings(cohort, thresholds)
+    confirmed = dict(crossed)
+    persisted = {}
+    for rank, start, decided, length in runs.select("rank", "start", "decided", "length").rows():
         confirmed[rank] = min(start, confirmed.get(rank, start))
+        persisted[rank] = (decided, length)
     if not confirmed:
         return []
     ranks = np.array(sorted(confirmed), dtype=np.int64)  # long_rows casts rank to Int64
@@ -277,11 +291,21 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
     out = []
     for rank, lo, hi in zip(ranks.tolist(), starts, ends, strict=True):
         part = cohort.with_stats(rows.slice(int(lo), int(hi - lo)), *STEP_STATS)
+        decided = decide(
+            persisted.get(rank),
+            crossed.get(rank),
+            persist_bar=thresholds.rank_persist_steps,
+            cusum_bar=thresholds.rank_cusum_decide,
+        )
         e = _level_episode(
-            part, int(confirmed[rank]), totals[positions(table, part["t"].to_numpy())], thresholds
+            part,
+            int(confirmed[rank]),
+            totals[positions(table, part["t"].to_numpy())],
+            thresholds,
+            decided,
         )
         e["rank"] = rank
-        out.append(_outlier(LEVEL, e, cohort.column))
+        out.append(_outlier(LEVEL, e, cohort.column, thresholds))
     return out
 
 
@@ -319,7 +343,11 @@ def _pooled_z(x: np.ndarray, med: np.ndarray, sigma: np.ndarray, judged: np.ndar
 
 
 def _level_episode(
-    part: pl.DataFrame, confirmed_step: int, total: np.ndarray, thresholds: Thresholds
+    part: pl.DataFrame,
+    confirmed_step: int,
+    total: np.ndarray,
+    thresholds: Thresholds,
+    decided: Decision | None = None,
 ) -> dict:
     """One rank's rows (`part`, in step order) and the per-step sum of the finite values."""
     steps = part["step"].to_numpy()
@@ -335,8 +363,9 @@ def _level_episode(
     )
     confirmed = int(np.searchsorted(steps, confirmed_step))
     sigma = part["sigma"].fill_null(np.nan).to_numpy()
+    pooled = np.where(judged, _pooled_z(x, med, sigma, judged), np.nan)
     onset, _ = change_point(
-        np.where(judged, _pooled_z(x, med, sigma, judged), np.nan),
+        pooled,
         confirmed,
         k=thresholds.rank_cusum_k,
         h=thresholds.rank_cusum_h,
@@ -349,6 +378,24 @@ def _level_episode(
         h=thresholds.rank_cusum_h,
         clip=thresholds.rank_z,
     )
+    drift = ramp_onset(
+        pooled,
+        steps,
+        steps.size - 1 if end is None else end,
+        direction_at(pooled, confirmed),
+        clip=thresholds.rank_z,
+    )
+    onset_by = ONSET_CHANGE_POINT
+    if drift is not None and drift < onset:
+        onset, onset_by = drift, ONSET_RAMP
+    if decided is not None:
+        decided = with_cusum(
+            decided,
+            np.where(judged, z, np.nan),
+            steps,
+            k=thresholds.rank_cusum_k,
+            clip=thresholds.rank_z,
+        )
     if end is not None:  # under the bar is not back in line while the CUSUM says it is off
         bad[onset : end + 1] = True
     last, back, rows_back = recovery(bad, judged, onset, thresholds.rank_recovery_steps)
@@ -374,6 +421,7 @@ def _level_episode(
         "mean_with": float(np.mean(with_it)) if with_it.size else None,
         "mean_without": float(np.mean(without)) if with_it.size else None,
         "n_onset": int(n[onset]),
+        **decision_evidence(decided, onset_by),
     }
 
 
@@ -512,7 +560,7 @@ def _pair(cohort: Cohort, thresholds: Thresholds, notes: list[str]) -> list[Rank
 # --- messages ----------------------------------------------------------------------------
 
 
-def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
+def _outlier(kind: str, e: dict, metric: str, thresholds: Thresholds | None = None) -> RankOutlier:
     rank = e["rank"]
     onset = int(e["onset"])
     n = int(e.get("n_onset") or 0)
@@ -520,6 +568,7 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
     z, shift = _f(e.get("robust_z")), _f(e.get("mean_shift"))
     back = e.get("recovered_step")
     tail = _tail(e)
+    test_words = ""
     span = e.get("effect_steps")
     over = f"steps {span[0]}–{span[1]}" if span else ""
     if kind == LEVEL and rank is None:
@@ -536,6 +585,9 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
             f"from step {onset} on (medians over {over}; robust z {_fmt(z)}, a median too); "
             f"{_effect_words(rank, metric, over, shift, e)}{tail}"
         )
+        if thresholds is not None and e.get("test") is not None:
+            test_words = decision_words(e, thresholds.rank_z, thresholds.rank_cusum_k)
+            message += "; " + test_words
     elif kind == NONFINITE:
         spread = e.get("cohort_nonfinite_step")
         message = (
@@ -576,7 +628,13 @@ def _outlier(kind: str, e: dict, metric: str) -> RankOutlier:
         effect_steps=None if span is None else (int(span[0]), int(span[1])),
         mean_with=_f(e.get("mean_with")),
         mean_without=_f(e.get("mean_without")),
+        test=e.get("test"),
+        test_step=e.get("test_step"),
+        test_statistic=_f(e.get("test_statistic")),
+        test_bar=_f(e.get("test_bar")),
+        onset_by=e.get("onset_by"),
         message=message,
+        test_words=test_words,
     )
 
 

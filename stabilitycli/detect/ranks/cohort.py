@@ -375,7 +375,9 @@ def _sorted_step_stats(
 
 
 def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int, max_gap: int) -> pl.DataFrame:
-    """Per rank, the first run of at least `min_len` logged rows where `flag` holds.
+    """Per rank, the first run of at least `min_len` logged rows where `flag` holds: its
+    first step (`start`), how many flagged rows it holds (`length`), and the step of its
+    `min_len`-th one, where the run met the bar (`decided`).
 
     A run tolerates `max_gap` unflagged rows inside it: one noisy step can no
     more hide an outlier than make one. `flagged` holds only candidate rows
@@ -388,17 +390,31 @@ def flag_runs(flagged: pl.DataFrame, flag: str, min_len: int, max_gap: int) -> p
         return (
             part.select("rank")
             .clear()
-            .with_columns(pl.lit(0, pl.Int64).alias("start"), pl.lit(0, pl.Int64).alias("length"))
+            .with_columns(
+                pl.lit(0, pl.Int64).alias("start"),
+                pl.lit(0, pl.Int64).alias("length"),
+                pl.lit(0, pl.Int64).alias("decided"),
+            )
         )
     gap = pl.col("i").cast(pl.Int64) - pl.col("i").shift(1).cast(pl.Int64) - 1
     breaks = (gap > max_gap) | (pl.col("rank") != pl.col("rank").shift(1))
     runs = (
         part.with_columns(breaks.fill_null(True).cum_sum().alias("run"))
         .group_by("run")
-        .agg(pl.col("rank").first(), pl.col("step").min().alias("start"), pl.len().alias("length"))
+        .agg(
+            pl.col("rank").first(),
+            pl.col("step").min().alias("start"),
+            pl.len().alias("length"),
+            pl.col("step").sort().slice(min_len - 1, 1).first().alias("decided"),
+        )
         .filter(pl.col("length") >= min_len)
     )
-    return runs.group_by("rank").agg(pl.col("start").min(), pl.col("length").max()).sort("rank")
+    return (
+        runs.sort("start")
+        .group_by("rank")
+        .agg(pl.col("start").first(), pl.col("length").first(), pl.col("decided").first())
+        .sort("rank")
+    )
 
 
 def rank_bounds(rows: pl.DataFrame, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

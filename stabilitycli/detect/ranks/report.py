@@ -53,7 +53,16 @@ class RankOutlier:
     effect_steps: tuple[int, int] | None = None
     mean_with: float | None = None
     mean_without: float | None = None
+    # level: the test that decided it (`decision.PERSISTENCE` or `decision.CUSUM`), the step
+    # where it met its bar, the statistic it reached there and that bar; how the onset was
+    # placed (`decision.ONSET_*`)
+    test: str | None = None
+    test_step: int | None = None
+    test_statistic: float | None = None
+    test_bar: float | None = None
+    onset_by: str | None = None
     message: str = ""
+    test_words: str = ""  # the deciding test in a clause, as the message ends with it
 
     @property
     def severity(self) -> Severity:
@@ -83,7 +92,20 @@ class RankOutlier:
             out["effect_steps"] = list(self.effect_steps)
             out["mean_with"] = _num(self.mean_with)
             out["mean_without"] = _num(self.mean_without)
+        if self.test is not None:
+            out["test"] = self.test
+            out["test_step"] = self.test_step
+            out["test_statistic"] = _num(self.test_statistic)
+            out["test_bar"] = _num(self.test_bar)
+            out["onset_by"] = self.onset_by
         return jsonable(out)
+
+    @property
+    def test_cell(self) -> str:
+        """The deciding test, its statistic and bar in a table cell ("–" when none)."""
+        from stabilitycli.detect.ranks.decision import short
+
+        return short(self.to_dict())
 
     def finding(self) -> Finding:
         evidence = {

@@ -1,0 +1,142 @@
+"""Where a gradual drift began: a rank whose robust z climbs a line rather than jumping.
+
+The CUSUM of `change.change_point` grows only while z stays over its drift
+allowance `rank_cusum_k` (2 robust sigmas). A rank whose z jumps to 3-7 sigmas
+and stays there starts feeding it at the jump, so its last zero is the change
+point. A rank whose z climbs a line from 0 to 4 sigmas over 1,500 steps feeds
+it only from halfway up, and the onset it gives is where the line crossed the
+allowance, not where it left zero: 500 steps late (#36).
+
+So the deviation is also fitted, by least squares over the rank's judged rows
+from its first row to the end of the deviation (`change.deviation_end`, or
+the end of the log), as either of two shapes:
+
+    step:  z = a + c * [row > p]                          a level shift after row p
+    ramp:  z = a + c * clip((t - t_p) / (t_q - t_p), 0, 1) flat to row p, a line up to
+                                                          row q, flat from there on
+
+the step at its best p, the ramp at its best p for each of `RAMP_END_GRID`
+ends q spread over the window and as many again around the best of them (a
+drift may go on to the end of the log, or stop and hold). The
+ramp's first row past p is the onset when the ramp fits better, by
+`RAMP_MARGIN` squared robust sigmas, and climbs the way the rank deviates. A
+level shift is the ramp with q = p + 1, so a rank that jumped never fits the
+ramp better by the margin, and keeps the CUSUM's onset. z is clipped at
++-rank_z first, as for the CUSUM, so that one wild step cannot move a line.
+For each q every p at once: with prefix sums of t, t^2, z and t*z, each fit is
+a 2x2 least-squares solve in closed form, so the cost is a few numpy passes
+over the rank's rows per end tried, no loop over rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+RAMP_MARGIN = 10.0  # squared robust sigmas the ramp must gain over the step to be the shape
+MIN_SIDE_ROWS = 5  # judged rows each side of tau: a line through fewer says nothing
+RAMP_END_GRID = 40  # ends of the climb tried across the window, then again near the best
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One shape's best tau: its row, its residual sum of squares, and its climb c."""
+
+    row: int
+    rss: float
+    climb: float
+
+
+def ramp_onset(
+    z: np.ndarray, steps: np.ndarray, last: int, direction: float, clip: float
+) -> int | None:
+    """The row where a linear drift, seen from row 0 to row `last`, began (module doc), or
+    None when a level shift fits as well or the climb goes the other way."""
+    window = np.flatnonzero(np.isfinite(z[: last + 1]))
+    if window.size < 2 * MIN_SIDE_ROWS:
+        return None
+    y = np.clip(z[window], -clip, clip)
+    span = float(steps[window[-1]] - steps[window[0]]) or 1.0
+    t = (steps[window] - steps[window[0]]).astype(np.float64) / span
+    ramp = _best_ramp(y, t)
+    step = _best_step(y)
+    if ramp.rss + RAMP_MARGIN > step.rss or direction * ramp.climb <= 0:
+        return None
+    return int(window[ramp.row])
+
+
+def _solve(n: int, sy: float, syy: float, sg, sgg, sgy, usable) -> tuple[np.ndarray, np.ndarray]:
+    """Residual sum of squares and slope of y on (1, g), from the sums, for each candidate."""
+    det = n * sgg - sg * sg
+    usable = usable & (det > 1e-12 * n * n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        explained = (sgg * sy * sy - 2.0 * sg * sy * sgy + n * sgy * sgy) / det
+        climb = (n * sgy - sg * sy) / det
+    return np.where(usable, syy - explained, np.inf), climb
+
+
+def _best_step(y: np.ndarray) -> Fit:
+    """The best level shift: y on (1, [i >= row]) at every row with MIN_SIDE_ROWS each side."""
+    n = y.size
+    after = np.arange(n, 0, -1, dtype=np.float64)
+    y_after = np.cumsum(y[::-1])[::-1]
+    rows = np.arange(n)
+    usable = (rows >= MIN_SIDE_ROWS) & (rows <= n - MIN_SIDE_ROWS)
+    rss, climb = _solve(n, float(y.sum()), float(np.dot(y, y)), after, after, y_after, usable)
+    best = int(np.argmin(rss))
+    return Fit(best, float(rss[best]), float(climb[best]))
+
+
+def _best_ramp(y: np.ndarray, t: np.ndarray) -> Fit:
+    """The best ramp: y on (1, g) with g = 0 up to row p, rising linearly in t to 1 at row q,
+    1 from there on, over every p, for RAMP_END_GRID ends q across the window and as many
+    again between the neighbours of the best of them."""
+    n = y.size
+    sums = (_prefix(t), _prefix(t * t), _prefix(y), _prefix(t * y))
+    coarse = np.unique(np.linspace(MIN_SIDE_ROWS + 1, n - 1, RAMP_END_GRID).astype(np.int64))
+    best, at = _best_over_ends(y, t, sums, coarse)
+    i = int(np.searchsorted(coarse, at))
+    lo, hi = coarse[max(i - 1, 0)], coarse[min(i + 1, coarse.size - 1)]
+    fine = np.unique(np.linspace(lo, hi, RAMP_END_GRID).astype(np.int64))
+    refined, _ = _best_over_ends(y, t, sums, fine)
+    return refined if refined.rss < best.rss else best
+
+
+def _best_over_ends(
+    y: np.ndarray, t: np.ndarray, sums: tuple[np.ndarray, ...], ends: np.ndarray
+) -> tuple[Fit, int]:
+    """The best ramp over every p for each end q in `ends`, and the q it ends at."""
+    n = y.size
+    sy, syy = float(y.sum()), float(np.dot(y, y))
+    # prefix sums with a leading 0: the sum over rows a..b-1 is P[b] - P[a]
+    p1, p2, py, pty = sums
+    rows = np.arange(n)
+    best, best_q = Fit(0, np.inf, 0.0), int(ends[0]) if ends.size else 0
+    for q in ends.tolist():  # a few dozen ends, each every p at once
+        p = rows[MIN_SIDE_ROWS - 1 : q - 1]  # the last row at the level, before the climb
+        if not p.size:
+            continue
+        tp, tq = t[p], t[q]
+        d = tq - tp
+        inside = (q - p - 1).astype(np.float64)  # rows strictly between p and q
+        s1, s2 = p1[q] - p1[p + 1], p2[q] - p2[p + 1]
+        s_y, s_ty = py[q] - py[p + 1], pty[q] - pty[p + 1]
+        at_top = float(n - q)  # rows from q on, at g = 1
+        top_y = sy - py[q]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sg = (s1 - inside * tp) / d + at_top
+            sgg = (s2 - 2.0 * tp * s1 + inside * tp * tp) / (d * d) + at_top
+            sgy = (s_ty - tp * s_y) / d + top_y
+        rss, climb = _solve(n, sy, syy, sg, sgg, sgy, (d > 0) & (at_top >= 1))
+        k = int(np.argmin(rss))
+        if rss[k] < best.rss:
+            best, best_q = Fit(int(p[k]) + 1, float(rss[k]), float(climb[k])), q
+    return best, best_q
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    out = np.empty(values.size + 1)
+    out[0] = 0.0
+    np.cumsum(values, out=out[1:])
+    return out
