@@ -66,8 +66,14 @@ def _staging_folders() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("stab-remote-*")}
 
 
-def test_random_listings_never_write_outside_the_staging_folder(listings) -> None:
+def test_random_listings_never_write_outside_the_staging_folder(
+    listings, tmp_path, monkeypatch
+) -> None:
     endpoint, victim, prefixes = listings
+    # a temp folder of its own: other workers' remote tests stage in the shared one meanwhile
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
     staged_before = _staging_folders()
 
     def late(signum, frame):
