@@ -32,6 +32,13 @@ from stabilitycli.detect.kinds.spike import (
     SpikeEvent,
     SpikeEvidence,
 )
+from stabilitycli.detect.level import (
+    WINDOW_NAMES,
+    LevelAt,
+    level_changes,
+    local_level,
+    segment_steps,
+)
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
@@ -39,7 +46,6 @@ from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
     ForwardMedian,
-    TrailingAt,
     WindowPlan,
     median_interval,
     plan_window,
@@ -152,9 +158,13 @@ def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.n
 @dataclass
 class _Baseline:
     candidates: np.ndarray  # rows above mu + k * sigma with a baseline
-    mean: KeptAt
+    mean: KeptAt  # the trailing mean, or the local level where the mean lags a fall
     sigma: KeptAt
     first_eligible_step: int | None  # the first point with a baseline
+    falling: KeptAt  # 1 where mean is the local level of a falling curve
+    rise_slope: KeptAt  # the trend's slope per step on a rising stretch, else 0
+    line: KeptAt  # the trend read at the row on a rising stretch, else the mean
+    changes: np.ndarray  # rows where the loss stepped down to a new level
 
 
 def _flag_above_baseline(
@@ -167,24 +177,32 @@ def _flag_above_baseline(
     """Every eligible, finite loss above mu + k * sigma of its trailing window, taken a
     chunk of rows at a time; mu and sigma kept at those rows only.
 
-    sigma is the window's std with a floor of sigma_floor_frac * |mu|; with
-    `pooled_points`, the noise pooled from successive differences where there is
-    one (see `_difference_sigma`), under the same floor.
+    mu is the window's mean, or the curve's local level where the mean lags a fall
+    (`level.local_level`); the window restarts where the loss stepped down to a new
+    level (`level.level_changes`), except in a widened window of the last points.
+    sigma is the window's std (around its trend where mu is the local level) with a
+    floor of sigma_floor_frac * |mu|; with `pooled_points`, the noise pooled from
+    successive differences where there is one (see `_difference_sigma`), under the
+    same floor.
     """
     window = thresholds.spike_window_steps
     first_row_step = steps[0] + (0 if plan.widened else window)
-    found_rows, found_mean, found_sigma = [], [], []
+    found: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line")
+    }
     first_eligible_step = None
-    names = ("mean", "std", "count")
-    for first, stats in trailing_chunks(steps, loss, window, plan, names):
-        mean, count = stats["mean"], stats["count"]
+    changes = np.zeros(0, dtype=np.int64) if plan.widened else level_changes(steps, loss, thresholds)
+    window_steps = steps
+    if changes.size:  # windows by step that never reach back across a change
+        window_steps = segment_steps(steps, changes, window)
+        plan = WindowPlan(True, 0, 1, False, plan.description)
+    for first, stats in trailing_chunks(window_steps, loss, window, plan, WINDOW_NAMES):
+        count = stats["count"]
+        level = local_level(stats, thresholds)
+        mean, sigma = level.level, level.sigma
         stop = first + mean.size
-        # in place, the count's buffer reused for the floor once read
         eligible = count >= thresholds.min_points_per_window
-        sigma = np.nan_to_num(stats["std"], nan=0.0, copy=False)
-        sigma_floor = np.abs(mean, out=count)
-        sigma_floor *= thresholds.sigma_floor_frac
-        np.maximum(sigma, sigma_floor, out=sigma)
+        sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
         if pooled_points is not None:
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
@@ -200,16 +218,27 @@ def _flag_above_baseline(
         threshold += mean
         with np.errstate(invalid="ignore"):
             flagged = np.flatnonzero(eligible & np.isfinite(chunk_loss) & (chunk_loss > threshold))
-        found_rows.append(flagged + first)
-        found_mean.append(mean[flagged])
-        found_sigma.append(sigma[flagged])
+        found["rows"].append(flagged + first)
+        found["mean"].append(mean[flagged])
+        found["sigma"].append(sigma[flagged])
+        found["falling"].append(level.falling[flagged].astype(np.float64))
+        found["slope"].append(level.rise_slope[flagged])
+        found["line"].append(level.line[flagged])
     # one chunk at least: the rule runs only on a series of several points
-    candidates = np.concatenate(found_rows)
+    candidates = np.concatenate(found["rows"])
+
+    def kept(name: str) -> KeptAt:
+        return KeptAt(loss.size, candidates, np.concatenate(found[name]))
+
     return _Baseline(
         candidates,
-        KeptAt(loss.size, candidates, np.concatenate(found_mean)),
-        KeptAt(loss.size, candidates, np.concatenate(found_sigma)),
+        kept("mean"),
+        kept("sigma"),
         first_eligible_step,
+        kept("falling"),
+        kept("slope"),
+        kept("line"),
+        changes,
     )
 
 
@@ -234,19 +263,31 @@ def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
 
 
 def _first_back(
-    loss: np.ndarray, smooth: ForwardMedian | None, level: float, start: int
+    loss: np.ndarray,
+    smooth: ForwardMedian | None,
+    level: float,
+    start: int,
+    trend: tuple[np.ndarray, int, float] | None = None,
 ) -> int | None:
     """`_first_at_or_below(np.maximum(smooth, loss), level, start)` over the forward
     median (the loss itself without one), which is computed only over the chunks
-    scanned; they double in length, so a long scan costs a few polars calls."""
-    if smooth is None:
+    scanned; they double in length, so a long scan costs a few polars calls.
+
+    `trend` (steps, onset step, slope per step > 0): the level rises from the onset
+    by the slope, as the curve the run was on did."""
+    if trend is not None and trend[2] > 0:
+        steps, onset, slope = trend
+    elif smooth is None:
         return _first_at_or_below(loss, level, start)
+    else:
+        steps, onset, slope = np.zeros(0), 0, 0.0
     pos, chunk_points = start, _SCAN_CHUNK_POINTS
     while pos < loss.size:
         end = min(loss.size, pos + chunk_points)
-        chunk = np.maximum(smooth.slice(pos, end), loss[pos:end])
+        chunk = loss[pos:end] if smooth is None else np.maximum(smooth.slice(pos, end), loss[pos:end])
+        bar = level + slope * (steps[pos:end] - onset) if slope > 0 else level
         with np.errstate(invalid="ignore"):
-            hit = np.isfinite(chunk) & (chunk <= level)
+            hit = np.isfinite(chunk) & (chunk <= bar)
         if hit.any():
             return pos + int(np.argmax(hit))
         pos, chunk_points = end, 2 * chunk_points
@@ -278,6 +319,11 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
     emits=(SPIKE, RECURRING_SPIKES, BLIP, LOSS_JUMP, GRAD_NORM_JUMP, SCHEDULE_RESTART),
     series=("loss", "grad_norm", "lr", "batch_id"),
     reads=(
+        "level_change_frac",
+        "level_change_points",
+        "level_change_ratio",
+        "level_change_sigma",
+        "level_lag_sigma",
         "lr_restart_peak_frac",
         "lr_restart_period_frac",
         "lr_restarts_intended",
@@ -425,8 +471,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             steps,
             loss,
             smooth,
-            mean,
-            sigma,
+            baseline,
             thresholds,
             causes_ctx,
             int(idx) in sustained_at,
@@ -542,7 +587,9 @@ class _CauseContext:
                 thresholds.min_points_per_window,
                 thresholds.widened_window_points,
             )
-            g_mean = TrailingAt(g_steps, g, thresholds.spike_window_steps, plan, "mean")
+            # the grad norm falls fast in warmup too: its surge is measured against the
+            # level it was on, not a trailing mean that lags above it
+            g_mean = LevelAt(g_steps, g, thresholds.spike_window_steps, plan, thresholds)
             grad, grad_base = _align(g_steps, g, loss_steps), _align(g_steps, g_mean, loss_steps)
             # taken apart from the aligned series: where the grad norm was not logged both
             # are NaN, and so is their ratio
@@ -617,23 +664,27 @@ def _build_event(
     steps,
     loss,
     smooth,
-    mean,
-    sigma,
+    baseline: _Baseline,
     thresholds: Thresholds,
     ctx: _CauseContext,
     sustained: bool,
     widened: bool,
 ) -> SpikeEvent:
-    mu, sd = float(mean[idx]), float(sigma[idx])
+    mu, sd = float(baseline.mean[idx]), float(baseline.sigma[idx])
     thr = sd * thresholds.spike_sigma + mu  # the flagging threshold at idx, to the last bit
     onset = int(steps[idx])
     # the trailing window mu and sigma were taken over: [t - W, t), or the last
-    # widened_window_points points in a sparse log
+    # widened_window_points points in a sparse log; from a level change, if one is later
     base_lo = (
         max(0, idx - thresholds.widened_window_points)
         if widened
         else int(np.searchsorted(steps, onset - thresholds.spike_window_steps, side="left"))
     )
+    restart = baseline.changes[baseline.changes <= idx]
+    restart_row = int(restart[-1]) if restart.size and restart[-1] > base_lo else None
+    if restart_row is not None:
+        base_lo = restart_row
+    rise_slope = float(baseline.rise_slope[idx])
     # extent: consecutive points still above the frozen threshold (non-finite counts as above)
     first_below = _first_at_or_below(loss, thr, idx + 1)
     end_idx = (first_below - 1) if first_below is not None else loss.size - 1
@@ -646,9 +697,12 @@ def _build_event(
         else 0
     )
     z = (peak - mu) / sd if sd > 0 else float("inf")
-    recovery_level = mu + thresholds.recovery_sigma * sd
+    # on a rising stretch the run was on a trend, not at its mean: back is back at that
+    # trend, carried on from the onset
+    start_level = float(baseline.line[idx]) if rise_slope > 0 else mu
+    recovery_level = start_level + thresholds.recovery_sigma * sd
     # back means the point itself is back and so are most of the next few
-    rec_idx = _first_back(loss, smooth, recovery_level, idx + 1)
+    rec_idx = _first_back(loss, smooth, recovery_level, idx + 1, (steps, onset, rise_slope))
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within recovery_window_steps: the next logged point decides
@@ -657,7 +711,7 @@ def _build_event(
     after_nonfinite = not np.all(np.isfinite(segment))  # the event runs on into NaN/Inf
     spike_type = 1 if recovered else 2
     if not recovered and (
-        after_nonfinite or _keeps_rising(steps, ctx.suffix_max, idx, peak, thresholds)
+        after_nonfinite or _keeps_rising(steps, loss, ctx.suffix_max, idx, peak, thresholds)
     ):
         spike_type = 3
     after_window = _point_after(
@@ -692,6 +746,9 @@ def _build_event(
         baseline_last_step=int(steps[idx - 1]) if idx > 0 else None,
         recovery_level=recovery_level,
         recovery_horizon_steps=int(horizon),
+        baseline_basis="local-level" if baseline.falling[idx] else "mean",
+        window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
+        recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
     )
 
 
@@ -711,10 +768,22 @@ def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -
     return int(np.searchsorted(steps, until, side="right"))
 
 
-def _keeps_rising(steps, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
-    """Does the loss, past the recovery window, go above the spike's own peak (type 3)?"""
+def _keeps_rising(steps, loss, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
+    """Does the loss, past the recovery window, go on rising above the spike's own peak
+    (type 3)? Its level does, not one noisy point: the median of a recovery window's
+    worth of points (at least recovery_median_points) goes above the peak. A loss that
+    settled on a higher level is persistent (type 2), not divergent."""
     later = int(np.searchsorted(steps, steps[idx] + thresholds.recovery_window_steps, side="right"))
-    return later < steps.size and bool(suffix_max[later] > peak)
+    if later >= steps.size or not suffix_max[later] > peak:
+        return False  # no point above the peak at all: no median above it either
+    span = int(np.searchsorted(steps, steps[idx] + 2 * thresholds.recovery_window_steps)) - later
+    points = max(thresholds.recovery_median_points, span)
+    tail = pl.Series(loss[later:]).fill_nan(None)
+    if tail.len() < points:
+        level = tail.median()
+    else:
+        level = tail.rolling_median(points, min_samples=points // 2 + 1).max()
+    return level is not None and float(level) > peak  # type: ignore[arg-type]
 
 
 def _point_after(steps, loss, at_step: int) -> tuple[int, float] | None:
@@ -857,13 +926,40 @@ def _recurring_finding(group: list[SpikeEvent]) -> Finding:
 
 
 def baseline_text(event: SpikeEvent) -> str:
-    """'baseline mean 3.11 over steps 700-799': mu and the steps it was taken over."""
-    over = (
-        f" over steps {event.baseline_first_step}-{event.baseline_last_step}"
+    """'baseline mean 3.11 over steps 700-799': mu and the steps it was taken over; 'local
+    level 4.63 at step 200 (the trend of steps 100-199)' where the mean lagged a fall."""
+    steps = (
+        f"steps {event.baseline_first_step}-{event.baseline_last_step}"
         if event.baseline_first_step is not None
         else ""
     )
-    return f"baseline mean {event.mu:.4g}{over}"
+    restart = (
+        f", the window restarted at the level change at step {event.window_restart_step}"
+        if event.window_restart_step is not None
+        else ""
+    )
+    if event.baseline_basis == "local-level":
+        return (
+            f"local level {event.mu:.4g} at step {event.onset_step} "
+            f"(the trend of {steps or 'the window'}{restart})"
+        )
+    return f"baseline mean {event.mu:.4g}" + (f" over {steps}" if steps else "") + (
+        f" ({restart[2:]})" if restart else ""
+    )
+
+
+def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
+    """'3.15 (baseline mean + 0.5*sigma)': the level the loss had to come back to, and what
+    it was made of."""
+    added = f"{thresholds.recovery_sigma:g}*sigma"
+    if event.recovery_slope_per_step is not None:
+        return (
+            f"{event.recovery_level:.4g} at step {event.onset_step}, rising "
+            f"{event.recovery_slope_per_step:.3g} a step (the rising trend of steps "
+            f"{event.baseline_first_step}-{event.baseline_last_step} + {added})"
+        )
+    what = "local level" if event.baseline_basis == "local-level" else "baseline mean"
+    return f"{event.recovery_level:.4g} ({what} + {added})"
 
 
 # what a spike type is, in the words the outputs use (the number stays in the evidence)
@@ -878,10 +974,7 @@ def spike_type_note(spike_type: int) -> str:
 
 def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
     kind = SPIKE_TYPE_WORDS[event.spike_type]
-    back = (
-        f"back to <= {event.recovery_level:.4g} (baseline mean + "
-        f"{thresholds.recovery_sigma:g}*sigma)"
-    )
+    back = f"back to <= {recovery_level_text(event, thresholds)}"
     recovery = (
         f"above the spike bar through step {event.end_step}, {back} by step "
         f"{event.recovery_step} ({event.recovery_steps} steps after onset)"

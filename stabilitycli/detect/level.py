@@ -1,0 +1,175 @@
+"""Baselines that follow the curve (issue 36): where the loss is now, and where it stepped
+down to a new level.
+
+The spike rule's baseline is the mean over [t - W, t). On a curve that falls fast (warmup,
+the tail of a decay) that mean sits above where the run is at t, and a window that holds
+an epoch boundary (the loss steps down 8-25% as the model sees its data again) straddles
+two levels: its mean and std then hide any rise after the drop. Two remedies, both taken
+from the window's own numbers:
+
+* the local level: the trend of the window read at t (the mean of its later half against
+  that of its earlier half), never below the mean of the window's last quarter and never
+  above the window's mean, used with the spread around that trend where the spike bar
+  they make is `level_lag_sigma` or more below the one of the window's mean and std;
+* level changes: a step down of the loss between two logged points, found from medians
+  of the `level_change_points` points either side; the trailing window restarts there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.detect.pointwise import Pointwise
+from stabilitycli.detect import windows
+from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
+
+# the names `local_level` reads of a trailing window
+WINDOW_NAMES = ("mean", "std", "count", *LEVEL_NAMES)
+
+
+@dataclass(frozen=True)
+class LocalLevel:
+    """Per row of a chunk: the level the rule judges a point against and its noise.
+
+    `level` is the trailing mean, or the local level where the mean lags a falling
+    curve (`falling`); `sigma` the window's std, or, where `falling`, the spread around
+    the window's trend (the fall itself is no noise). `rise_slope` is the window's slope
+    per step where the curve rises by as much (0 elsewhere), and `line` the trend read
+    at the row: recovery from a spike is judged against that line.
+    """
+
+    level: np.ndarray
+    sigma: np.ndarray
+    falling: np.ndarray
+    rise_slope: np.ndarray
+    line: np.ndarray
+
+
+def local_level(stats: dict[str, np.ndarray], thresholds: Thresholds) -> LocalLevel:
+    """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`."""
+    n, n_late = stats["count"], stats["count_half"]
+    mean, late = stats["mean"], stats["mean_half"]
+    n_early = n - n_late
+    with np.errstate(invalid="ignore", divide="ignore"):
+        early = (n * mean - n_late * late) / n_early
+        x_early = (n * stats["x_mean"] - n_late * stats["x_mean_half"]) / n_early
+        slope = (late - early) / (stats["x_mean_half"] - x_early)
+        line = mean + slope * (stats["x"] - stats["x_mean"])
+        spread = np.sqrt(np.maximum(stats["std"] ** 2 - slope**2 * stats["x_var"], 0.0))
+    floor = np.abs(mean) * thresholds.sigma_floor_frac
+    noise = np.maximum(np.nan_to_num(spread, nan=0.0), floor)
+    enough = (n_early >= 2) & (n_late >= 2) & (stats["count_quarter"] >= 2)
+    # a convex fall's trend read at t undershoots the curve, the last quarter's mean
+    # overshoots it: the higher of the two is the cautious level
+    level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
+    bar = thresholds.level_lag_sigma * noise
+    std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
+    with np.errstate(invalid="ignore"):
+        # the spike bar the window's own mean and std make sits this far above the one
+        # the local level and the spread around the trend make: the fall's own doing
+        lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
+        falling = enough & (mean > level) & (lowered >= bar)
+        rising = enough & (line - mean >= bar)
+    return LocalLevel(
+        level=np.where(falling, level, mean),
+        sigma=np.where(falling, noise, std),
+        falling=falling,
+        rise_slope=np.where(rising, slope, 0.0),
+        line=np.where(rising, line, mean),
+    )
+
+
+class LevelAt(Pointwise):
+    """The `LocalLevel.level` of a series (the grad norm) at the rows read only, a chunk
+    of rows at a time as `windows.TrailingAt` takes its trailing mean."""
+
+    def __init__(
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        window_steps: int,
+        plan: WindowPlan,
+        thresholds: Thresholds,
+    ):
+        self.steps, self.values, self.window_steps = steps, values, window_steps
+        self.plan, self.thresholds, self.size = plan, thresholds, values.size
+        self._kept: tuple[int, np.ndarray] | None = None
+
+    def _at(self, rows: np.ndarray) -> np.ndarray:
+        chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+        out = np.empty(rows.shape)
+        chunk_of = rows // chunk_rows
+        for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
+            if self._kept is None or self._kept[0] != chunk:
+                stats = trailing_chunk_at(
+                    self.steps, self.values, self.window_steps, self.plan, WINDOW_NAMES, chunk
+                )
+                self._kept = (chunk, local_level(stats, self.thresholds).level)
+            here = chunk_of == chunk
+            out[here] = self._kept[1][rows[here] - chunk * chunk_rows]
+        return out
+
+
+def level_changes(steps: np.ndarray, loss: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """The rows where the loss stepped down to a new level (an epoch boundary, an LR
+    step): each the first point of the new level.
+
+    A step, not a fall: the median of the `level_change_points` points from the row
+    on is below that of the points before it by `level_change_frac` of the level and
+    `level_change_sigma` times the point-to-point noise, and by `level_change_ratio`
+    times the change between the medians one step further out on either side (a
+    warmup fall changes as much there, a step does not). Of neighbouring rows that
+    pass, the deepest. Taken a chunk of rows at a time.
+    """
+    k = int(thresholds.level_change_points)
+    reach = 12 * k  # the noise's median reaches 8 k back, the medians 2 k either side
+    found, chunk_rows = [], windows.CHUNK_ROWS
+    for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
+        lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
+        rows = _changes_in(loss[lo:hi], k, thresholds) + lo
+        found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _changes_in(values: np.ndarray, k: int, thresholds: Thresholds) -> np.ndarray:
+    n = values.size
+    if k < 2 or n < 4 * k:
+        return np.zeros(0, dtype=np.int64)
+    finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
+    # ending[j]: the median of values[j - k + 1 .. j]; padded so that every shift is a slice
+    ending = finite.rolling_median(k, min_samples=k // 2 + 1).fill_null(np.nan).to_numpy()
+    padded = np.concatenate([np.full(2 * k, np.nan), ending, np.full(2 * k, np.nan)])
+
+    def at(offset: int) -> np.ndarray:  # ending[i + offset] for every row i
+        return padded[2 * k + offset : 2 * k + offset + n]
+
+    before, after = at(-1), at(k - 1)  # medians of the k points before row i, and from it on
+    step = after - before
+    drift = np.fmax(np.abs(before - at(-k - 1)), np.abs(at(2 * k - 1) - after))
+    change = finite.diff().abs()
+    noise = change.rolling_median(8 * k, min_samples=k).fill_null(np.nan).to_numpy()
+    noise = np.concatenate([[np.nan], noise[:-1]]) * (1.4826 / np.sqrt(2.0))
+    with np.errstate(invalid="ignore"):
+        passes = (
+            (step <= -thresholds.level_change_frac * np.abs(before))
+            & (step <= -thresholds.level_change_sigma * noise)
+            & (-step >= thresholds.level_change_ratio * drift)
+        )
+    if not passes.any():
+        return np.zeros(0, dtype=np.int64)
+    depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
+    deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
+    return np.flatnonzero(passes & (step <= deepest))
+
+
+def segment_steps(steps: np.ndarray, changes: np.ndarray, window_steps: int) -> np.ndarray:
+    """`steps` moved apart at each level change by more than a window, so that a window by
+    step never reaches back across one (the spike baseline restarts at the change)."""
+    segment = np.zeros(steps.size, dtype=np.int64)
+    segment[changes] = 1
+    np.cumsum(segment, out=segment)
+    return steps + segment * (2 * int(window_steps) + 2)
