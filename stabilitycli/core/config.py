@@ -127,6 +127,12 @@ class Thresholds:
         "sits as far above the mean (a rising stretch), recovery is judged against the "
         "trend (issue 36).",
     )
+    level_fall_speedup: float = threshold(
+        2.0,
+        "...but only where the fall over the window's later half is at most this multiple "
+        "of the fall over the whole window: a fall that speeds up at its end (a memorised "
+        "batch) is no curve to judge against.",
+    )
     level_change_points: int = threshold(
         8,
         "A level change (the loss stepping down at an epoch boundary or an LR step) is read "

@@ -51,18 +51,22 @@ class LocalLevel:
 
 def local_level(stats: dict[str, np.ndarray], thresholds: Thresholds) -> LocalLevel:
     """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`."""
-    n, n_late = stats["count"], stats["count_half"]
-    mean, late = stats["mean"], stats["mean_half"]
-    n_early = n - n_late
+    n, n_late, n_last = stats["count"], stats["count_half"], stats["count_quarter"]
+    mean, late, last = stats["mean"], stats["mean_half"], stats["mean_quarter"]
+    n_early, n_third = n - n_late, n_late - n_last
     with np.errstate(invalid="ignore", divide="ignore"):
         early = (n * mean - n_late * late) / n_early
         x_early = (n * stats["x_mean"] - n_late * stats["x_mean_half"]) / n_early
         slope = (late - early) / (stats["x_mean_half"] - x_early)
+        # the slope over the later half alone (its third quarter against its last)
+        third = (n_late * late - n_last * last) / n_third
+        x_third = (n_late * stats["x_mean_half"] - n_last * stats["x_mean_quarter"]) / n_third
+        late_slope = (last - third) / (stats["x_mean_quarter"] - x_third)
         line = mean + slope * (stats["x"] - stats["x_mean"])
         spread = np.sqrt(np.maximum(stats["std"] ** 2 - slope**2 * stats["x_var"], 0.0))
     floor = np.abs(mean) * thresholds.sigma_floor_frac
     noise = np.maximum(np.nan_to_num(spread, nan=0.0), floor)
-    enough = (n_early >= 2) & (n_late >= 2) & (stats["count_quarter"] >= 2)
+    enough = (n_early >= 2) & (n_third >= 2) & (n_last >= 2)
     # a convex fall's trend read at t undershoots the curve, the last quarter's mean
     # overshoots it: the higher of the two is the cautious level
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
@@ -72,7 +76,11 @@ def local_level(stats: dict[str, np.ndarray], thresholds: Thresholds) -> LocalLe
         # the spike bar the window's own mean and std make sits this far above the one
         # the local level and the spread around the trend make: the fall's own doing
         lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
-        falling = enough & (mean > level) & (lowered >= bar)
+        # a fall that slows down or keeps its pace (warmup, a decay) goes on; one that
+        # speeds up at the end of the window (a memorised batch served again and again)
+        # is no curve to read a level from
+        steady = -late_slope <= thresholds.level_fall_speedup * -slope
+        falling = enough & (mean > level) & (lowered >= bar) & steady
         rising = enough & (line - mean >= bar)
     return LocalLevel(
         level=np.where(falling, level, mean),
@@ -97,9 +105,17 @@ class LevelAt(Pointwise):
     ):
         self.steps, self.values, self.window_steps = steps, values, window_steps
         self.plan, self.thresholds, self.size = plan, thresholds, values.size
-        self._kept: tuple[int, np.ndarray] | None = None
+        self._kept: tuple[int, LocalLevel] | None = None
 
     def _at(self, rows: np.ndarray) -> np.ndarray:
+        return self._read(rows, lambda level: level.level)
+
+    def basis(self, row: int) -> str:
+        """'local-level' where the row's level is the local level of a fall, else 'mean'."""
+        falling = self._read(np.array([row]), lambda level: level.falling)
+        return "local-level" if falling[0] else "mean"
+
+    def _read(self, rows: np.ndarray, part) -> np.ndarray:
         chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
         out = np.empty(rows.shape)
         chunk_of = rows // chunk_rows
@@ -108,9 +124,9 @@ class LevelAt(Pointwise):
                 stats = trailing_chunk_at(
                     self.steps, self.values, self.window_steps, self.plan, WINDOW_NAMES, chunk
                 )
-                self._kept = (chunk, local_level(stats, self.thresholds).level)
+                self._kept = (chunk, local_level(stats, self.thresholds))
             here = chunk_of == chunk
-            out[here] = self._kept[1][rows[here] - chunk * chunk_rows]
+            out[here] = part(self._kept[1])[rows[here] - chunk * chunk_rows]
         return out
 
 
@@ -173,3 +189,32 @@ def segment_steps(steps: np.ndarray, changes: np.ndarray, window_steps: int) -> 
     segment[changes] = 1
     np.cumsum(segment, out=segment)
     return steps + segment * (2 * int(window_steps) + 2)
+
+
+def ratio_reference(
+    loss: np.ndarray,
+    rows: np.ndarray,
+    level: np.ndarray,
+    falling: np.ndarray,
+    thresholds: Thresholds,
+) -> np.ndarray:
+    """What a point's size as a multiple is measured against (materiality (c)): its baseline
+    `level`, and on a falling curve the lower of that and the median of the
+    `recovery_median_points` points either side of it (the curve the run was on at the
+    point: the local level read from the window before lags the fall by part of a window)."""
+    out = np.asarray(level, dtype=np.float64).copy()
+    if not falling.any():
+        return out
+    points = int(thresholds.recovery_median_points)
+    at = rows[falling].astype(np.int64)
+    offsets = np.concatenate([np.arange(-points, 0), np.arange(1, points + 1)])
+    around = at[:, None] + offsets[None, :]
+    inside = (around >= 0) & (around < loss.size)
+    values = np.where(inside, loss[np.clip(around, 0, loss.size - 1)], np.nan)
+    values[~np.isfinite(values)] = np.nan
+    enough = np.isfinite(values).sum(axis=1) > 0
+    median = np.full(at.size, np.nan)
+    if enough.any():
+        median[enough] = np.nanmedian(values[enough], axis=1)
+    out[falling] = np.fmin(out[falling], median)
+    return out

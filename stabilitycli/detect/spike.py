@@ -37,6 +37,7 @@ from stabilitycli.detect.level import (
     LevelAt,
     level_changes,
     local_level,
+    ratio_reference,
     segment_steps,
 )
 from stabilitycli.detect.lr_plan import LrPlan
@@ -124,6 +125,7 @@ def _lone_blips(
     thresholds: Thresholds,
     ctx: _CauseContext,
     sustained: np.ndarray,
+    ratio_level: KeptAt,
 ) -> np.ndarray:
     """Which flagged points are plainly noise: not sustained, not large, no possible cause."""
     if candidates.size == 0:
@@ -131,7 +133,7 @@ def _lone_blips(
     with np.errstate(invalid="ignore", divide="ignore"):
         z = (loss[candidates] - mean[candidates]) / sigma[candidates]
         large = (z >= thresholds.spike_large_z) & (
-            loss[candidates] >= thresholds.spike_large_ratio * mean[candidates]
+            loss[candidates] >= thresholds.spike_large_ratio * ratio_level[candidates]
         )
     large |= ~np.isfinite(loss[candidates])
     maybe_cause = ctx.maybe_cause(candidates, steps, thresholds)
@@ -191,7 +193,9 @@ def _flag_above_baseline(
         k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line")
     }
     first_eligible_step = None
-    changes = np.zeros(0, dtype=np.int64) if plan.widened else level_changes(steps, loss, thresholds)
+    changes = (
+        np.zeros(0, dtype=np.int64) if plan.widened else level_changes(steps, loss, thresholds)
+    )
     window_steps = steps
     if changes.size:  # windows by step that never reach back across a change
         window_steps = segment_steps(steps, changes, window)
@@ -284,7 +288,9 @@ def _first_back(
     pos, chunk_points = start, _SCAN_CHUNK_POINTS
     while pos < loss.size:
         end = min(loss.size, pos + chunk_points)
-        chunk = loss[pos:end] if smooth is None else np.maximum(smooth.slice(pos, end), loss[pos:end])
+        chunk = (
+            loss[pos:end] if smooth is None else np.maximum(smooth.slice(pos, end), loss[pos:end])
+        )
         bar = level + slope * (steps[pos:end] - onset) if slope > 0 else level
         with np.errstate(invalid="ignore"):
             hit = np.isfinite(chunk) & (chunk <= bar)
@@ -323,6 +329,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "level_change_points",
         "level_change_ratio",
         "level_change_sigma",
+        "level_fall_speedup",
         "level_lag_sigma",
         "lr_restart_peak_frac",
         "lr_restart_period_frac",
@@ -459,7 +466,16 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     sustained = _sustained(candidates, loss, mean, sigma, thresholds)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
-    lone = _lone_blips(candidates, steps, loss, mean, sigma, thresholds, causes_ctx, sustained)
+    ratio_level = KeptAt(
+        loss.size,
+        candidates,
+        ratio_reference(
+            loss, candidates, mean[candidates], baseline.falling[candidates] > 0, thresholds
+        ),
+    )
+    lone = _lone_blips(
+        candidates, steps, loss, mean, sigma, thresholds, causes_ctx, sustained, ratio_level
+    )
     sustained_at = set(candidates[sustained].tolist())
     events: list[SpikeEvent] = []
     next_free = 0
@@ -529,6 +545,18 @@ class _CauseContext:
     loss: np.ndarray
     plan: LrPlan | None = None
     ignored: frozenset[str] = frozenset()
+    # the grad norm's own level and steps, to say what its baseline at a row was
+    grad_level: LevelAt | None = None
+    grad_steps: np.ndarray | None = None
+    loss_steps: np.ndarray | None = None
+
+    def grad_basis(self, row: int) -> str:
+        """What the grad-norm baseline at a loss row is (see `LevelAt.basis`)."""
+        base = self.grad_level
+        if base is None or self.grad_steps is None or self.loss_steps is None:
+            return "mean"
+        at = int(np.searchsorted(self.grad_steps, self.loss_steps[row]))
+        return base.basis(at) if at < base.size else "mean"
 
     @cached_property
     def suffix_max(self) -> np.ndarray:
@@ -575,7 +603,7 @@ class _CauseContext:
     def build(
         view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds, facts: Facts
     ) -> _CauseContext:
-        grad_ratio = grad = grad_base = lr = batch = None
+        grad_ratio = grad = grad_base = lr = batch = g_mean = g_steps = None
         lr_jump: RelativeChange | np.ndarray | None = None
         if view.has("grad_norm"):
             g_steps, g = view.points("grad_norm")
@@ -616,6 +644,9 @@ class _CauseContext:
             view.points("loss")[1],
             facts.lr_plan,
             facts.ignored,
+            g_mean,
+            g_steps,
+            loss_steps,
         )
 
 
@@ -717,7 +748,14 @@ def _build_event(
     after_window = _point_after(
         steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps
     )
-    large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
+    ratio_level = float(
+        ratio_reference(
+            loss, np.array([peak_idx]), np.array([mu]), baseline.falling[[idx]] > 0, thresholds
+        )[0]
+    )
+    large = bool(
+        z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * ratio_level
+    )
     causes = _causes(idx, peak_idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
     # a restart names the cause of a real spike; it does not turn one noisy
@@ -873,6 +911,7 @@ def _causes(
                     ratio=float(ctx.grad_ratio[at]),
                     lead_steps=int(onset - steps[at]),
                     bar=bar,
+                    grad_norm_baseline_basis=ctx.grad_basis(at),
                 )
             )
     return [c for c in causes if CAUSE_CODES.get(c["cause"]) not in ctx.ignored]
@@ -943,8 +982,10 @@ def baseline_text(event: SpikeEvent) -> str:
             f"local level {event.mu:.4g} at step {event.onset_step} "
             f"(the trend of {steps or 'the window'}{restart})"
         )
-    return f"baseline mean {event.mu:.4g}" + (f" over {steps}" if steps else "") + (
-        f" ({restart[2:]})" if restart else ""
+    return (
+        f"baseline mean {event.mu:.4g}"
+        + (f" over {steps}" if steps else "")
+        + (f" ({restart[2:]})" if restart else "")
     )
 
 

@@ -285,8 +285,8 @@ def _window_expressions(
 
 # what `detect/level.py` needs of a window to tell where the curve is now: the means of its
 # later half and last quarter, and where in steps the window and its half lie
-LEVEL_NAMES = ("mean_half", "count_half", "mean_quarter", "count_quarter")
-LEVEL_NAMES += ("x_mean", "x_mean_half", "x_var", "x")
+LEVEL_NAMES: tuple[str, ...] = ("mean_half", "count_half", "mean_quarter", "count_quarter")
+LEVEL_NAMES += ("x_mean", "x_mean_half", "x_mean_quarter", "x_var", "x")
 
 
 def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str, pl.Expr]:
@@ -305,6 +305,7 @@ def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str,
             built["count" + suffix] = present.rolling_sum_by("step", span, closed="left")
         built["x_mean"] = x.rolling_mean_by("step", full, closed="left")
         built["x_mean_half"] = x.rolling_mean_by("step", half, closed="left")
+        built["x_mean_quarter"] = x.rolling_mean_by("step", quarter, closed="left")
         built["x_var"] = x.rolling_var_by("step", full, closed="left")
         return built
     shifted, shifted_x = pl.col("v").shift(1), x.shift(1)
@@ -313,6 +314,7 @@ def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str,
         built["count" + suffix] = present.shift(1).rolling_sum(size, min_samples=1)
     built["x_mean"] = shifted_x.rolling_mean(rows, min_samples=1)
     built["x_mean_half"] = shifted_x.rolling_mean(max(1, rows // 2), min_samples=1)
+    built["x_mean_quarter"] = shifted_x.rolling_mean(max(1, rows // 4), min_samples=1)
     built["x_var"] = shifted_x.rolling_var(rows, min_samples=2)
     return built
 

@@ -73,12 +73,23 @@ class LongTailToken(Evidence):
     grad_norm_step: int = field(metadata=measure(STEP))
     grad_norm: float = field(metadata=measure(Spec("point", "grad_norm", step="grad_norm_step")))
     grad_norm_baseline: float = field(
-        metadata=measure(Spec("trailing_mean", "grad_norm", step="grad_norm_step"))
+        metadata=measure(
+            By(
+                "grad_norm_baseline_basis",
+                {
+                    None: Spec("trailing_mean", "grad_norm", step="grad_norm_step"),
+                    "mean": Spec("trailing_mean", "grad_norm", step="grad_norm_step"),
+                    "local-level": Spec("local_level", "grad_norm", step="grad_norm_step"),
+                },
+            )
+        )
     )
     ratio: float = field(metadata=measure(Spec("ratio", "grad_norm")))
     lead_steps: int = field(metadata=measure(DURATION))
     # the grad-norm ratio this spike needed (a large spike needs less)
     bar: float = field(metadata=measure(Spec("bound", "grad_norm")))
+    # mean: the trailing mean; local-level: where that mean lagged a falling grad norm
+    grad_norm_baseline_basis: str = field(default="mean", kw_only=True, metadata=measure(None))
 
 
 @dataclass(frozen=True, eq=False)
