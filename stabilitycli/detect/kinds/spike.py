@@ -185,6 +185,8 @@ class SpikeEvidence(Evidence):
             By(
                 "baseline_basis",
                 {
+                    # evidence written before the key existed: the mean
+                    None: over("mean", "baseline_first_step", "baseline_last_step"),
                     "mean": over("mean", "baseline_first_step", "baseline_last_step"),
                     "local-level": over(
                         "local_level",
