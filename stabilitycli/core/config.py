@@ -133,6 +133,13 @@ class Thresholds:
         "of the fall over the whole window: a fall that speeds up at its end (a memorised "
         "batch) is no curve to judge against.",
     )
+    level_fall_z: float = threshold(
+        4.0,
+        "...and only where the window's earlier half sits this many standard errors (of "
+        "two half-window means, from the noise around the trend or the pooled noise of a "
+        "sparse log) above its later half (below it, for a rising stretch): a trend, "
+        "not noise.",
+    )
     level_change_points: int = threshold(
         8,
         "A level change (the loss stepping down at an epoch boundary or an LR step) is read "

@@ -49,8 +49,12 @@ class LocalLevel:
     line: np.ndarray
 
 
-def local_level(stats: dict[str, np.ndarray], thresholds: Thresholds) -> LocalLevel:
-    """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`."""
+def local_level(
+    stats: dict[str, np.ndarray], thresholds: Thresholds, pooled: np.ndarray | None = None
+) -> LocalLevel:
+    """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`; `pooled`, the
+    noise pooled over many windows where the rule has it (a sparse log), judges whether
+    the window's fall is more than its noise."""
     n, n_late, n_last = stats["count"], stats["count_half"], stats["count_quarter"]
     mean, late, last = stats["mean"], stats["mean_half"], stats["mean_quarter"]
     n_early, n_third = n - n_late, n_late - n_last
@@ -72,7 +76,7 @@ def local_level(stats: dict[str, np.ndarray], thresholds: Thresholds) -> LocalLe
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
     bar = thresholds.level_lag_sigma * noise
     std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
         # the spike bar the window's own mean and std make sits this far above the one
         # the local level and the spread around the trend make: the fall's own doing
         lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
@@ -80,8 +84,18 @@ def local_level(stats: dict[str, np.ndarray], thresholds: Thresholds) -> LocalLe
         # speeds up at the end of the window (a memorised batch served again and again)
         # is no curve to read a level from
         steady = -late_slope <= thresholds.level_fall_speedup * -slope
-        falling = enough & (mean > level) & (lowered >= bar) & steady
-        rising = enough & (line - mean >= bar)
+        # and a fall, not noise: a window of ten points has halves of five, whose means
+        # differ by chance more often than a spike bar allows
+        judge = noise if pooled is None else np.where(np.isfinite(pooled), pooled, noise)
+        fall_z = (early - late) / (judge * np.sqrt(1.0 / n_early + 1.0 / n_late))
+        falling = (
+            enough
+            & (mean > level)
+            & (lowered >= bar)
+            & steady
+            & (fall_z >= thresholds.level_fall_z)
+        )
+        rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
     return LocalLevel(
         level=np.where(falling, level, mean),
         sigma=np.where(falling, noise, std),
@@ -108,7 +122,46 @@ class LevelAt(Pointwise):
         self._kept: tuple[int, LocalLevel] | None = None
 
     def _at(self, rows: np.ndarray) -> np.ndarray:
+        flat = rows.ravel()
+        reach = self.plan.reach_rows if not self.plan.by_step else int(self.window_steps)
+        if flat.size and flat.size * (reach + 1) * 4 < self.size:
+            return self._few(flat).reshape(rows.shape)
         return self._read(rows, lambda level: level.level)
+
+    def _few(self, rows: np.ndarray) -> np.ndarray:
+        """The level at a few rows: each row's window cut out, the cut-outs laid end to end
+        and moved apart, so that a window over them holds what it holds in the whole
+        series (`windows.trailing_median_at` does the same for a median)."""
+        rows = rows.astype(np.int64)
+        if self.plan.by_step:
+            first = np.searchsorted(self.steps, self.steps[rows] - self.window_steps)
+        else:
+            first = rows - self.plan.reach_rows
+        sizes = rows - first + 1
+        ends = np.cumsum(sizes)
+        piece = np.repeat(np.arange(rows.size), sizes)
+        at = np.arange(int(ends[-1])) - np.repeat(ends - sizes, sizes) + np.repeat(first, sizes)
+        present = at >= 0  # a row window reaching before the start: nothing there
+        values = np.where(present, self.values[np.maximum(at, 0)], np.nan)
+        gap = 2 * int(self.window_steps) + 2
+        if self.plan.by_step:
+            moved = self.steps[at] - np.repeat(self.steps[first], sizes) + piece * gap
+        else:
+            moved = np.arange(at.size, dtype=np.int64)
+        stats = trailing_chunk_at(moved, values, self.window_steps, self.plan, WINDOW_NAMES, 0)
+        if at.size > windows.CHUNK_ROWS:  # more than one chunk: read each end's own
+            stats = {
+                name: np.concatenate(
+                    [
+                        trailing_chunk_at(
+                            moved, values, self.window_steps, self.plan, (name,), c
+                        )[name]
+                        for c in range(-(-at.size // windows.CHUNK_ROWS))
+                    ]
+                )
+                for name in WINDOW_NAMES
+            }
+        return local_level({k: v[ends - 1] for k, v in stats.items()}, self.thresholds).level
 
     def basis(self, row: int) -> str:
         """'local-level' where the row's level is the local level of a fall, else 'mean'."""
@@ -166,9 +219,11 @@ def _changes_in(values: np.ndarray, k: int, thresholds: Thresholds) -> np.ndarra
     before, after = at(-1), at(k - 1)  # medians of the k points before row i, and from it on
     step = after - before
     drift = np.fmax(np.abs(before - at(-k - 1)), np.abs(at(2 * k - 1) - after))
+    # the mean step-to-step change (a median costs several times more over a long log):
+    # sqrt(pi)/2 of it is sigma for normal noise, and a heavy tail only raises the bar
     change = finite.diff().abs()
-    noise = change.rolling_median(8 * k, min_samples=k).fill_null(np.nan).to_numpy()
-    noise = np.concatenate([[np.nan], noise[:-1]]) * (1.4826 / np.sqrt(2.0))
+    noise = change.rolling_mean(8 * k, min_samples=k).fill_null(np.nan).to_numpy()
+    noise = np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)
     with np.errstate(invalid="ignore"):
         passes = (
             (step <= -thresholds.level_change_frac * np.abs(before))

@@ -202,16 +202,18 @@ def _flag_above_baseline(
         plan = WindowPlan(True, 0, 1, False, plan.description)
     for first, stats in trailing_chunks(window_steps, loss, window, plan, WINDOW_NAMES):
         count = stats["count"]
-        level = local_level(stats, thresholds)
-        mean, sigma = level.level, level.sigma
-        stop = first + mean.size
-        eligible = count >= thresholds.min_points_per_window
-        sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
+        stop = first + count.size
+        pooled = None
         if pooled_points is not None:
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
             pooled = _difference_sigma(loss[reach:stop], pooled_points)[first - reach :]
+        level = local_level(stats, thresholds, pooled)
+        mean, sigma = level.level, level.sigma
+        eligible = count >= thresholds.min_points_per_window
+        sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
+        if pooled is not None:
             sigma = np.maximum(np.where(np.isfinite(pooled), pooled, sigma), sigma_floor)
         eligible &= steps[first:stop] > first_row_step
         eligible &= np.isfinite(mean)
@@ -330,6 +332,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "level_change_ratio",
         "level_change_sigma",
         "level_fall_speedup",
+        "level_fall_z",
         "level_lag_sigma",
         "lr_restart_peak_frac",
         "lr_restart_period_frac",
