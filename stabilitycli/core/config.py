@@ -130,8 +130,9 @@ class Thresholds:
     level_fall_speedup: float = threshold(
         2.0,
         "...but only where the fall over the window's later half is at most this multiple "
-        "of the fall over the whole window: a fall that speeds up at its end (a memorised "
-        "batch) is no curve to judge against.",
+        "of the fall over the whole window, and the fall over the window before at least "
+        "1/this of it: a fall that speeds up at its end (a memorised batch) or begins "
+        "inside the window (a dip of noise) is no curve to judge against.",
     )
     level_fall_z: float = threshold(
         4.0,

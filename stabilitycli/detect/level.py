@@ -66,6 +66,11 @@ def local_level(
         third = (n_late * late - n_last * last) / n_third
         x_third = (n_late * stats["x_mean_half"] - n_last * stats["x_mean_quarter"]) / n_third
         late_slope = (last - third) / (stats["x_mean_quarter"] - x_third)
+        # the window before this one: did the curve fall there too?
+        n_prior = stats["count_double"] - n
+        prior = (stats["count_double"] * stats["mean_double"] - n * mean) / n_prior
+        x_prior = (stats["count_double"] * stats["x_mean_double"] - n * stats["x_mean"]) / n_prior
+        prior_slope = (mean - prior) / (stats["x_mean"] - x_prior)
         line = mean + slope * (stats["x"] - stats["x_mean"])
         spread = np.sqrt(np.maximum(stats["std"] ** 2 - slope**2 * stats["x_var"], 0.0))
     floor = np.abs(mean) * thresholds.sigma_floor_frac
@@ -81,9 +86,12 @@ def local_level(
         # the local level and the spread around the trend make: the fall's own doing
         lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
         # a fall that slows down or keeps its pace (warmup, a decay) goes on; one that
-        # speeds up at the end of the window (a memorised batch served again and again)
-        # is no curve to read a level from
-        steady = -late_slope <= thresholds.level_fall_speedup * -slope
+        # speeds up at the end of the window (a memorised batch served again and again),
+        # or that began inside it after a flat stretch (a dip of noise), is no curve to
+        # read a level from
+        steady = (-late_slope <= thresholds.level_fall_speedup * -slope) & (
+            (n_prior < 2) | (-prior_slope * thresholds.level_fall_speedup >= -slope)
+        )
         # and a fall, not noise: a window of ten points has halves of five, whose means
         # differ by chance more often than a spike bar allows
         judge = noise if pooled is None else np.where(np.isfinite(pooled), pooled, noise)

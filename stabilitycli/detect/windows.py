@@ -286,12 +286,13 @@ def _window_expressions(
 # what `detect/level.py` needs of a window to tell where the curve is now: the means of its
 # later half and last quarter, and where in steps the window and its half lie
 LEVEL_NAMES: tuple[str, ...] = ("mean_half", "count_half", "mean_quarter", "count_quarter")
+LEVEL_NAMES += ("mean_double", "count_double", "x_mean_double")
 LEVEL_NAMES += ("x_mean", "x_mean_half", "x_mean_quarter", "x_var", "x")
 
 
 def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str, pl.Expr]:
-    """The `LEVEL_NAMES` over the same window as the mean: [t - W, t) and its later half
-    and quarter, in steps or in rows. A point with no value counts in none of them, and
+    """The `LEVEL_NAMES` over the same window as the mean: [t - W, t), its later half and
+    quarter, and [t - 2W, t) (for the window before it), in steps or in rows. A point with no value counts in none of them, and
     its step in none either (x follows v's nulls)."""
     x = pl.when(pl.col("v").is_not_null()).then(pl.col("x"))
     present = pl.col("v").is_not_null().cast(pl.Float64)
@@ -304,6 +305,10 @@ def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str,
             built["mean" + suffix] = pl.col("v").rolling_mean_by("step", span, closed="left")
             built["count" + suffix] = present.rolling_sum_by("step", span, closed="left")
         built["x_mean"] = x.rolling_mean_by("step", full, closed="left")
+        double = f"{2 * int(window_steps)}i"
+        built["mean_double"] = pl.col("v").rolling_mean_by("step", double, closed="left")
+        built["count_double"] = present.rolling_sum_by("step", double, closed="left")
+        built["x_mean_double"] = x.rolling_mean_by("step", double, closed="left")
         built["x_mean_half"] = x.rolling_mean_by("step", half, closed="left")
         built["x_mean_quarter"] = x.rolling_mean_by("step", quarter, closed="left")
         built["x_var"] = x.rolling_var_by("step", full, closed="left")
@@ -313,6 +318,9 @@ def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str,
         built["mean" + suffix] = shifted.rolling_mean(size, min_samples=1)
         built["count" + suffix] = present.shift(1).rolling_sum(size, min_samples=1)
     built["x_mean"] = shifted_x.rolling_mean(rows, min_samples=1)
+    built["mean_double"] = shifted.rolling_mean(2 * rows, min_samples=1)
+    built["count_double"] = present.shift(1).rolling_sum(2 * rows, min_samples=1)
+    built["x_mean_double"] = shifted_x.rolling_mean(2 * rows, min_samples=1)
     built["x_mean_half"] = shifted_x.rolling_mean(max(1, rows // 2), min_samples=1)
     built["x_mean_quarter"] = shifted_x.rolling_mean(max(1, rows // 4), min_samples=1)
     built["x_var"] = shifted_x.rolling_var(rows, min_samples=2)
