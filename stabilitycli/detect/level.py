@@ -156,19 +156,11 @@ class LevelAt(Pointwise):
             moved = self.steps[at] - np.repeat(self.steps[first], sizes) + piece * gap
         else:
             moved = np.arange(at.size, dtype=np.int64)
-        stats = trailing_chunk_at(moved, values, self.window_steps, self.plan, WINDOW_NAMES, 0)
-        if at.size > windows.CHUNK_ROWS:  # more than one chunk: read each end's own
-            stats = {
-                name: np.concatenate(
-                    [
-                        trailing_chunk_at(
-                            moved, values, self.window_steps, self.plan, (name,), c
-                        )[name]
-                        for c in range(-(-at.size // windows.CHUNK_ROWS))
-                    ]
-                )
-                for name in WINDOW_NAMES
-            }
+        chunks = [  # the cut-outs are at most a quarter of the series: a chunk or a few
+            trailing_chunk_at(moved, values, self.window_steps, self.plan, WINDOW_NAMES, c)
+            for c in range(-(-at.size // windows.CHUNK_ROWS))
+        ]
+        stats = {name: np.concatenate([c[name] for c in chunks]) for name in WINDOW_NAMES}
         return local_level({k: v[ends - 1] for k, v in stats.items()}, self.thresholds).level
 
     def basis(self, row: int) -> str:
