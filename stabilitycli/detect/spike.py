@@ -400,7 +400,14 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     under {spike_sigma:g} sigma. Points above the baseline until the loss is back are
     one event. Recovered when the loss is back to <= mu + {recovery_sigma:g}*sigma
     within {recovery_window_steps} steps (Q2.2): the spike is recoverable; else
-    persistent, or divergent when the loss later goes above the spike's own peak.
+    persistent, or divergent when the loss's level (a median over a recovery window's
+    worth of points) later goes above the spike's own peak.
+    The baseline follows the curve: where the loss falls fast (warmup, a decay's
+    tail) and the trailing mean lags it by {level_lag_sigma:g} sigma or more, a
+    point is judged against the local level (the window's trend at t) and the spread
+    around that trend; the window restarts where the loss stepped down by
+    {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step);
+    on a rising stretch, recovery is judged against the rising trend.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments
