@@ -23,8 +23,8 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
-from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect import windows
+from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
 # the names `local_level` reads of a trailing window

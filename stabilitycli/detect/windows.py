@@ -292,8 +292,8 @@ LEVEL_NAMES += ("x_mean", "x_mean_half", "x_mean_quarter", "x_var", "x")
 
 def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str, pl.Expr]:
     """The `LEVEL_NAMES` over the same window as the mean: [t - W, t), its later half and
-    quarter, and [t - 2W, t) (for the window before it), in steps or in rows. A point with no value counts in none of them, and
-    its step in none either (x follows v's nulls)."""
+    quarter, and [t - 2W, t) (for the window before it), in steps or in rows. A point with
+    no value counts in none of them, and its step in none either (x follows v's nulls)."""
     x = pl.when(pl.col("v").is_not_null()).then(pl.col("x"))
     present = pl.col("v").is_not_null().cast(pl.Float64)
     built: dict[str, pl.Expr] = {"x": pl.col("x")}

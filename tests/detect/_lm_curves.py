@@ -26,7 +26,12 @@ def noise(rng: np.random.Generator, n: int, sigma: float, phi: float = 0.5) -> n
 
 
 def epochs(
-    *, epoch_steps: int = 600, count: int = 3, drop: float = 0.15, sigma: float = 0.008, seed: int = 0
+    *,
+    epoch_steps: int = 600,
+    count: int = 3,
+    drop: float = 0.15,
+    sigma: float = 0.008,
+    seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """A multi-epoch fine-tune logged every step: a slow cosine decay, and the loss steps down
     by `drop` at each epoch boundary (the model has seen the data)."""
