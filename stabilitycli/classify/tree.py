@@ -62,7 +62,12 @@ from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE
 from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
 from stabilitycli.detect.nan import forward_order_key, nan_summary, only_some_steps
-from stabilitycli.detect.spike import SpikeEvent, baseline_text, spike_type_note
+from stabilitycli.detect.spike import (
+    SpikeEvent,
+    baseline_text,
+    recovery_level_text,
+    spike_type_note,
+)
 
 _LOGITS_STAGE = (2, 0, 4)  # forward_order_key of the lm head: log(0) lives at or after it
 
@@ -296,9 +301,14 @@ def _spikes(w: _Walk) -> None:
             spike.cause,
             f"loss spike at step {spike.onset_step} ({_spike_levels(spike)}"
             f"{_in_probability(spike.mu, spike.peak, w)}) "
-            f"recovered in {spike.recovery_steps} steps (back to <= {spike.recovery_level:.4g}, "
-            f"the baseline mean + {w.thresholds.recovery_sigma:g}*sigma, at step "
-            f"{spike.recovery_step})",
+            f"recovered in {spike.recovery_steps} steps (back to <= "
+            + (
+                f"{spike.recovery_level:.4g}, the baseline mean + "
+                f"{w.thresholds.recovery_sigma:g}*sigma,"
+                if spike.baseline_basis == "mean" and spike.recovery_slope_per_step is None
+                else recovery_level_text(spike, w.thresholds)
+            )
+            + f" at step {spike.recovery_step})",
             start=spike.onset_step,
         )
 
@@ -626,7 +636,7 @@ def _spike_levels(spike: SpikeEvent) -> str:
 
 
 def _recovery_text(spike: SpikeEvent, thresholds: Thresholds) -> str:
-    level = f"{spike.recovery_level:.4g} (baseline mean + {thresholds.recovery_sigma:g}*sigma)"
+    level = recovery_level_text(spike, thresholds)
     if spike.recovered:
         return (
             f"back to <= {level} at step {spike.recovery_step} "

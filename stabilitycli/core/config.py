@@ -118,6 +118,48 @@ class Thresholds:
         100,
         "A batch id repeated within this many steps is a duplicate batch (Q2.3).",
     )
+    level_lag_sigma: float = threshold(
+        1.5,
+        "Where the spike bar of the local level (the window's trend at t, between its last "
+        "quarter's mean and its mean) and the spread around the trend is this many sigmas "
+        "(that spread) below the bar of the trailing mean and std (a fast fall: warmup, a "
+        "decay's tail), a spike is judged against the local level; where the trend at t "
+        "sits as far above the mean (a rising stretch), recovery is judged against the "
+        "trend (issue 36).",
+    )
+    level_fall_speedup: float = threshold(
+        2.0,
+        "...but only where the fall over the window's later half is at most this multiple "
+        "of the fall over the whole window, and the fall over the window before at least "
+        "1/this of it: a fall that speeds up at its end (a memorised batch) or begins "
+        "inside the window (a dip of noise) is no curve to judge against.",
+    )
+    level_fall_z: float = threshold(
+        4.0,
+        "...and only where the window's earlier half sits this many standard errors (of "
+        "two half-window means, from the noise around the trend or the pooled noise of a "
+        "sparse log) above its later half (below it, for a rising stretch): a trend, "
+        "not noise.",
+    )
+    level_change_points: int = threshold(
+        8,
+        "A level change (the loss stepping down at an epoch boundary or an LR step) is read "
+        "from the medians of this many logged points either side; the spike baseline "
+        "restarts there.",
+    )
+    level_change_frac: float = threshold(
+        0.05,
+        "...a step down of at least this fraction of the level before it...",
+    )
+    level_change_sigma: float = threshold(
+        4.0,
+        "...and of at least this many point-to-point noise sigmas...",
+    )
+    level_change_ratio: float = threshold(
+        2.5,
+        "...and this multiple of the change between the medians a further "
+        "level_change_points points out on either side (a fall that goes on is no step).",
+    )
     recovery_median_points: int = threshold(
         5,
         "Back to baseline is judged on the median of a point and the next ones, this many "

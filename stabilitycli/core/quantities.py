@@ -70,6 +70,11 @@ KINDS: dict[str, str] = {
     "trailing_mean": "the mean of the series over the spike window before `step` "
     "([step - spike_window_steps, step))",
     "trailing_median": "the median of the series over the spike window before `step`",
+    "local_level": "where the series' curve was at `step`, read from its trend over steps "
+    "`first_step`-`last_step` (the trend at `step`, at least the mean of the window's last "
+    "quarter, at most the window's mean)",
+    "slope": "the change of the series per step, from its trend over steps "
+    "`first_step`-`last_step`",
     "cohort_median": "over steps `first_step`-`last_step`, the median of the per-step median "
     "across ranks (with two ranks, of the other rank)",
     "mean_others": "the mean over steps `first_step`-`last_step` of the per-step mean of every "

@@ -32,6 +32,14 @@ from stabilitycli.detect.kinds.spike import (
     SpikeEvent,
     SpikeEvidence,
 )
+from stabilitycli.detect.level import (
+    WINDOW_NAMES,
+    LevelAt,
+    level_changes,
+    local_level,
+    ratio_reference,
+    segment_steps,
+)
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.registry import RuleResult, rule
@@ -39,7 +47,6 @@ from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import (
     ForwardMedian,
-    TrailingAt,
     WindowPlan,
     median_interval,
     plan_window,
@@ -118,6 +125,7 @@ def _lone_blips(
     thresholds: Thresholds,
     ctx: _CauseContext,
     sustained: np.ndarray,
+    ratio_level: KeptAt,
 ) -> np.ndarray:
     """Which flagged points are plainly noise: not sustained, not large, no possible cause."""
     if candidates.size == 0:
@@ -125,7 +133,7 @@ def _lone_blips(
     with np.errstate(invalid="ignore", divide="ignore"):
         z = (loss[candidates] - mean[candidates]) / sigma[candidates]
         large = (z >= thresholds.spike_large_z) & (
-            loss[candidates] >= thresholds.spike_large_ratio * mean[candidates]
+            loss[candidates] >= thresholds.spike_large_ratio * ratio_level[candidates]
         )
     large |= ~np.isfinite(loss[candidates])
     maybe_cause = ctx.maybe_cause(candidates, steps, thresholds)
@@ -152,9 +160,13 @@ def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.n
 @dataclass
 class _Baseline:
     candidates: np.ndarray  # rows above mu + k * sigma with a baseline
-    mean: KeptAt
+    mean: KeptAt  # the trailing mean, or the local level where the mean lags a fall
     sigma: KeptAt
     first_eligible_step: int | None  # the first point with a baseline
+    falling: KeptAt  # 1 where mean is the local level of a falling curve
+    rise_slope: KeptAt  # the trend's slope per step on a rising stretch, else 0
+    line: KeptAt  # the trend read at the row on a rising stretch, else the mean
+    changes: np.ndarray  # rows where the loss stepped down to a new level
 
 
 def _flag_above_baseline(
@@ -167,29 +179,41 @@ def _flag_above_baseline(
     """Every eligible, finite loss above mu + k * sigma of its trailing window, taken a
     chunk of rows at a time; mu and sigma kept at those rows only.
 
-    sigma is the window's std with a floor of sigma_floor_frac * |mu|; with
-    `pooled_points`, the noise pooled from successive differences where there is
-    one (see `_difference_sigma`), under the same floor.
+    mu is the window's mean, or the curve's local level where the mean lags a fall
+    (`level.local_level`); the window restarts where the loss stepped down to a new
+    level (`level.level_changes`), except in a widened window of the last points.
+    sigma is the window's std (around its trend where mu is the local level) with a
+    floor of sigma_floor_frac * |mu|; with `pooled_points`, the noise pooled from
+    successive differences where there is one (see `_difference_sigma`), under the
+    same floor.
     """
     window = thresholds.spike_window_steps
     first_row_step = steps[0] + (0 if plan.widened else window)
-    found_rows, found_mean, found_sigma = [], [], []
+    found: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line")
+    }
     first_eligible_step = None
-    names = ("mean", "std", "count")
-    for first, stats in trailing_chunks(steps, loss, window, plan, names):
-        mean, count = stats["mean"], stats["count"]
-        stop = first + mean.size
-        # in place, the count's buffer reused for the floor once read
-        eligible = count >= thresholds.min_points_per_window
-        sigma = np.nan_to_num(stats["std"], nan=0.0, copy=False)
-        sigma_floor = np.abs(mean, out=count)
-        sigma_floor *= thresholds.sigma_floor_frac
-        np.maximum(sigma, sigma_floor, out=sigma)
+    changes = (
+        np.zeros(0, dtype=np.int64) if plan.widened else level_changes(steps, loss, thresholds)
+    )
+    window_steps = steps
+    if changes.size:  # windows by step that never reach back across a change
+        window_steps = segment_steps(steps, changes, window)
+        plan = WindowPlan(True, 0, 1, False, plan.description)
+    for first, stats in trailing_chunks(window_steps, loss, window, plan, WINDOW_NAMES):
+        count = stats["count"]
+        stop = first + count.size
+        pooled = None
         if pooled_points is not None:
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
             pooled = _difference_sigma(loss[reach:stop], pooled_points)[first - reach :]
+        level = local_level(stats, thresholds, pooled)
+        mean, sigma = level.level, level.sigma
+        eligible = count >= thresholds.min_points_per_window
+        sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
+        if pooled is not None:
             sigma = np.maximum(np.where(np.isfinite(pooled), pooled, sigma), sigma_floor)
         eligible &= steps[first:stop] > first_row_step
         eligible &= np.isfinite(mean)
@@ -200,16 +224,27 @@ def _flag_above_baseline(
         threshold += mean
         with np.errstate(invalid="ignore"):
             flagged = np.flatnonzero(eligible & np.isfinite(chunk_loss) & (chunk_loss > threshold))
-        found_rows.append(flagged + first)
-        found_mean.append(mean[flagged])
-        found_sigma.append(sigma[flagged])
+        found["rows"].append(flagged + first)
+        found["mean"].append(mean[flagged])
+        found["sigma"].append(sigma[flagged])
+        found["falling"].append(level.falling[flagged].astype(np.float64))
+        found["slope"].append(level.rise_slope[flagged])
+        found["line"].append(level.line[flagged])
     # one chunk at least: the rule runs only on a series of several points
-    candidates = np.concatenate(found_rows)
+    candidates = np.concatenate(found["rows"])
+
+    def kept(name: str) -> KeptAt:
+        return KeptAt(loss.size, candidates, np.concatenate(found[name]))
+
     return _Baseline(
         candidates,
-        KeptAt(loss.size, candidates, np.concatenate(found_mean)),
-        KeptAt(loss.size, candidates, np.concatenate(found_sigma)),
+        kept("mean"),
+        kept("sigma"),
         first_eligible_step,
+        kept("falling"),
+        kept("slope"),
+        kept("line"),
+        changes,
     )
 
 
@@ -234,19 +269,33 @@ def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
 
 
 def _first_back(
-    loss: np.ndarray, smooth: ForwardMedian | None, level: float, start: int
+    loss: np.ndarray,
+    smooth: ForwardMedian | None,
+    level: float,
+    start: int,
+    trend: tuple[np.ndarray, int, float] | None = None,
 ) -> int | None:
     """`_first_at_or_below(np.maximum(smooth, loss), level, start)` over the forward
     median (the loss itself without one), which is computed only over the chunks
-    scanned; they double in length, so a long scan costs a few polars calls."""
-    if smooth is None:
+    scanned; they double in length, so a long scan costs a few polars calls.
+
+    `trend` (steps, onset step, slope per step > 0): the level rises from the onset
+    by the slope, as the curve the run was on did."""
+    if trend is not None and trend[2] > 0:
+        steps, onset, slope = trend
+    elif smooth is None:
         return _first_at_or_below(loss, level, start)
+    else:
+        steps, onset, slope = np.zeros(0), 0, 0.0
     pos, chunk_points = start, _SCAN_CHUNK_POINTS
     while pos < loss.size:
         end = min(loss.size, pos + chunk_points)
-        chunk = np.maximum(smooth.slice(pos, end), loss[pos:end])
+        chunk = (
+            loss[pos:end] if smooth is None else np.maximum(smooth.slice(pos, end), loss[pos:end])
+        )
+        bar = level + slope * (steps[pos:end] - onset) if slope > 0 else level
         with np.errstate(invalid="ignore"):
-            hit = np.isfinite(chunk) & (chunk <= level)
+            hit = np.isfinite(chunk) & (chunk <= bar)
         if hit.any():
             return pos + int(np.argmax(hit))
         pos, chunk_points = end, 2 * chunk_points
@@ -278,6 +327,13 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
     emits=(SPIKE, RECURRING_SPIKES, BLIP, LOSS_JUMP, GRAD_NORM_JUMP, SCHEDULE_RESTART),
     series=("loss", "grad_norm", "lr", "batch_id"),
     reads=(
+        "level_change_frac",
+        "level_change_points",
+        "level_change_ratio",
+        "level_change_sigma",
+        "level_fall_speedup",
+        "level_fall_z",
+        "level_lag_sigma",
         "lr_restart_peak_frac",
         "lr_restart_period_frac",
         "lr_restarts_intended",
@@ -344,7 +400,14 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     under {spike_sigma:g} sigma. Points above the baseline until the loss is back are
     one event. Recovered when the loss is back to <= mu + {recovery_sigma:g}*sigma
     within {recovery_window_steps} steps (Q2.2): the spike is recoverable; else
-    persistent, or divergent when the loss later goes above the spike's own peak.
+    persistent, or divergent when the loss's level (a median over a recovery window's
+    worth of points) later goes above the spike's own peak.
+    The baseline follows the curve: where the loss falls fast (warmup, a decay's
+    tail) and the trailing mean lags it by {level_lag_sigma:g} sigma or more, a
+    point is judged against the local level (the window's trend at t) and the spread
+    around that trend; the window restarts where the loss stepped down by
+    {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step);
+    on a rising stretch, recovery is judged against the rising trend.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments
@@ -413,7 +476,16 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     sustained = _sustained(candidates, loss, mean, sigma, thresholds)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
-    lone = _lone_blips(candidates, steps, loss, mean, sigma, thresholds, causes_ctx, sustained)
+    ratio_level = KeptAt(
+        loss.size,
+        candidates,
+        ratio_reference(
+            loss, candidates, mean[candidates], baseline.falling[candidates] > 0, thresholds
+        ),
+    )
+    lone = _lone_blips(
+        candidates, steps, loss, mean, sigma, thresholds, causes_ctx, sustained, ratio_level
+    )
     sustained_at = set(candidates[sustained].tolist())
     events: list[SpikeEvent] = []
     next_free = 0
@@ -425,8 +497,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             steps,
             loss,
             smooth,
-            mean,
-            sigma,
+            baseline,
             thresholds,
             causes_ctx,
             int(idx) in sustained_at,
@@ -484,6 +555,18 @@ class _CauseContext:
     loss: np.ndarray
     plan: LrPlan | None = None
     ignored: frozenset[str] = frozenset()
+    # the grad norm's own level and steps, to say what its baseline at a row was
+    grad_level: LevelAt | None = None
+    grad_steps: np.ndarray | None = None
+    loss_steps: np.ndarray | None = None
+
+    def grad_basis(self, row: int) -> str:
+        """What the grad-norm baseline at a loss row is (see `LevelAt.basis`)."""
+        base = self.grad_level
+        if base is None or self.grad_steps is None or self.loss_steps is None:
+            return "mean"
+        at = int(np.searchsorted(self.grad_steps, self.loss_steps[row]))
+        return base.basis(at) if at < base.size else "mean"
 
     @cached_property
     def suffix_max(self) -> np.ndarray:
@@ -530,7 +613,7 @@ class _CauseContext:
     def build(
         view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds, facts: Facts
     ) -> _CauseContext:
-        grad_ratio = grad = grad_base = lr = batch = None
+        grad_ratio = grad = grad_base = lr = batch = g_mean = g_steps = None
         lr_jump: RelativeChange | np.ndarray | None = None
         if view.has("grad_norm"):
             g_steps, g = view.points("grad_norm")
@@ -542,7 +625,9 @@ class _CauseContext:
                 thresholds.min_points_per_window,
                 thresholds.widened_window_points,
             )
-            g_mean = TrailingAt(g_steps, g, thresholds.spike_window_steps, plan, "mean")
+            # the grad norm falls fast in warmup too: its surge is measured against the
+            # level it was on, not a trailing mean that lags above it
+            g_mean = LevelAt(g_steps, g, thresholds.spike_window_steps, plan, thresholds)
             grad, grad_base = _align(g_steps, g, loss_steps), _align(g_steps, g_mean, loss_steps)
             # taken apart from the aligned series: where the grad norm was not logged both
             # are NaN, and so is their ratio
@@ -569,6 +654,9 @@ class _CauseContext:
             view.points("loss")[1],
             facts.lr_plan,
             facts.ignored,
+            g_mean,
+            g_steps,
+            loss_steps,
         )
 
 
@@ -617,23 +705,27 @@ def _build_event(
     steps,
     loss,
     smooth,
-    mean,
-    sigma,
+    baseline: _Baseline,
     thresholds: Thresholds,
     ctx: _CauseContext,
     sustained: bool,
     widened: bool,
 ) -> SpikeEvent:
-    mu, sd = float(mean[idx]), float(sigma[idx])
+    mu, sd = float(baseline.mean[idx]), float(baseline.sigma[idx])
     thr = sd * thresholds.spike_sigma + mu  # the flagging threshold at idx, to the last bit
     onset = int(steps[idx])
     # the trailing window mu and sigma were taken over: [t - W, t), or the last
-    # widened_window_points points in a sparse log
+    # widened_window_points points in a sparse log; from a level change, if one is later
     base_lo = (
         max(0, idx - thresholds.widened_window_points)
         if widened
         else int(np.searchsorted(steps, onset - thresholds.spike_window_steps, side="left"))
     )
+    restart = baseline.changes[baseline.changes <= idx]
+    restart_row = int(restart[-1]) if restart.size and restart[-1] > base_lo else None
+    if restart_row is not None:
+        base_lo = restart_row
+    rise_slope = float(baseline.rise_slope[idx])
     # extent: consecutive points still above the frozen threshold (non-finite counts as above)
     first_below = _first_at_or_below(loss, thr, idx + 1)
     end_idx = (first_below - 1) if first_below is not None else loss.size - 1
@@ -646,9 +738,12 @@ def _build_event(
         else 0
     )
     z = (peak - mu) / sd if sd > 0 else float("inf")
-    recovery_level = mu + thresholds.recovery_sigma * sd
+    # on a rising stretch the run was on a trend, not at its mean: back is back at that
+    # trend, carried on from the onset
+    start_level = float(baseline.line[idx]) if rise_slope > 0 else mu
+    recovery_level = start_level + thresholds.recovery_sigma * sd
     # back means the point itself is back and so are most of the next few
-    rec_idx = _first_back(loss, smooth, recovery_level, idx + 1)
+    rec_idx = _first_back(loss, smooth, recovery_level, idx + 1, (steps, onset, rise_slope))
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within recovery_window_steps: the next logged point decides
@@ -657,13 +752,20 @@ def _build_event(
     after_nonfinite = not np.all(np.isfinite(segment))  # the event runs on into NaN/Inf
     spike_type = 1 if recovered else 2
     if not recovered and (
-        after_nonfinite or _keeps_rising(steps, ctx.suffix_max, idx, peak, thresholds)
+        after_nonfinite or _keeps_rising(steps, loss, ctx.suffix_max, idx, peak, thresholds)
     ):
         spike_type = 3
     after_window = _point_after(
         steps, loss, int(steps[peak_idx]) + thresholds.recovery_window_steps
     )
-    large = bool(z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * mu)
+    ratio_level = float(
+        ratio_reference(
+            loss, np.array([peak_idx]), np.array([mu]), baseline.falling[[idx]] > 0, thresholds
+        )[0]
+    )
+    large = bool(
+        z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * ratio_level
+    )
     causes = _causes(idx, peak_idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
     # a restart names the cause of a real spike; it does not turn one noisy
@@ -692,6 +794,9 @@ def _build_event(
         baseline_last_step=int(steps[idx - 1]) if idx > 0 else None,
         recovery_level=recovery_level,
         recovery_horizon_steps=int(horizon),
+        baseline_basis="local-level" if baseline.falling[idx] else "mean",
+        window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
+        recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
     )
 
 
@@ -711,10 +816,22 @@ def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -
     return int(np.searchsorted(steps, until, side="right"))
 
 
-def _keeps_rising(steps, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
-    """Does the loss, past the recovery window, go above the spike's own peak (type 3)?"""
+def _keeps_rising(steps, loss, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
+    """Does the loss, past the recovery window, go on rising above the spike's own peak
+    (type 3)? Its level does, not one noisy point: the median of a recovery window's
+    worth of points (at least recovery_median_points) goes above the peak. A loss that
+    settled on a higher level is persistent (type 2), not divergent."""
     later = int(np.searchsorted(steps, steps[idx] + thresholds.recovery_window_steps, side="right"))
-    return later < steps.size and bool(suffix_max[later] > peak)
+    if later >= steps.size or not suffix_max[later] > peak:
+        return False  # no point above the peak at all: no median above it either
+    span = int(np.searchsorted(steps, steps[idx] + 2 * thresholds.recovery_window_steps)) - later
+    points = max(thresholds.recovery_median_points, span)
+    tail = pl.Series(loss[later:]).fill_nan(None)
+    if tail.len() < points:
+        level = tail.median()
+    else:
+        level = tail.rolling_median(points, min_samples=points // 2 + 1).max()
+    return level is not None and float(level) > peak  # type: ignore[arg-type]
 
 
 def _point_after(steps, loss, at_step: int) -> tuple[int, float] | None:
@@ -804,6 +921,7 @@ def _causes(
                     ratio=float(ctx.grad_ratio[at]),
                     lead_steps=int(onset - steps[at]),
                     bar=bar,
+                    grad_norm_baseline_basis=ctx.grad_basis(at),
                 )
             )
     return [c for c in causes if CAUSE_CODES.get(c["cause"]) not in ctx.ignored]
@@ -857,13 +975,42 @@ def _recurring_finding(group: list[SpikeEvent]) -> Finding:
 
 
 def baseline_text(event: SpikeEvent) -> str:
-    """'baseline mean 3.11 over steps 700-799': mu and the steps it was taken over."""
-    over = (
-        f" over steps {event.baseline_first_step}-{event.baseline_last_step}"
+    """'baseline mean 3.11 over steps 700-799': mu and the steps it was taken over; 'local
+    level 4.63 at step 200 (the trend of steps 100-199)' where the mean lagged a fall."""
+    steps = (
+        f"steps {event.baseline_first_step}-{event.baseline_last_step}"
         if event.baseline_first_step is not None
         else ""
     )
-    return f"baseline mean {event.mu:.4g}{over}"
+    restart = (
+        f", the window restarted at the level change at step {event.window_restart_step}"
+        if event.window_restart_step is not None
+        else ""
+    )
+    if event.baseline_basis == "local-level":
+        return (
+            f"local level {event.mu:.4g} at step {event.onset_step} "
+            f"(the trend of {steps or 'the window'}{restart})"
+        )
+    return (
+        f"baseline mean {event.mu:.4g}"
+        + (f" over {steps}" if steps else "")
+        + (f" ({restart[2:]})" if restart else "")
+    )
+
+
+def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
+    """'3.15 (baseline mean + 0.5*sigma)': the level the loss had to come back to, and what
+    it was made of."""
+    added = f"{thresholds.recovery_sigma:g}*sigma"
+    if event.recovery_slope_per_step is not None:
+        return (
+            f"{event.recovery_level:.4g} at step {event.onset_step}, rising "
+            f"{event.recovery_slope_per_step:.3g} a step (the rising trend of steps "
+            f"{event.baseline_first_step}-{event.baseline_last_step} + {added})"
+        )
+    what = "local level" if event.baseline_basis == "local-level" else "baseline mean"
+    return f"{event.recovery_level:.4g} ({what} + {added})"
 
 
 # what a spike type is, in the words the outputs use (the number stays in the evidence)
@@ -878,10 +1025,7 @@ def spike_type_note(spike_type: int) -> str:
 
 def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
     kind = SPIKE_TYPE_WORDS[event.spike_type]
-    back = (
-        f"back to <= {event.recovery_level:.4g} (baseline mean + "
-        f"{thresholds.recovery_sigma:g}*sigma)"
-    )
+    back = f"back to <= {recovery_level_text(event, thresholds)}"
     recovery = (
         f"above the spike bar through step {event.end_step}, {back} by step "
         f"{event.recovery_step} ({event.recovery_steps} steps after onset)"

@@ -177,9 +177,13 @@ def _trailing_chunk(
         reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
     else:
         reach = max(0, first - plan.reach_rows)
+    columns = {"step": steps[reach:stop], "v": values[reach:stop]}
+    if any(name in LEVEL_NAMES for name in names):
+        # steps from the chunk's first row, so that a mean of steps keeps its last digits
+        columns["x"] = (steps[reach:stop] - steps[reach]).astype(np.float64)
     # non-finite values become null inside polars, in one pass and no numpy copy
     chunk = (
-        pl.DataFrame({"step": steps[reach:stop], "v": values[reach:stop]})
+        pl.DataFrame(columns)
         .with_columns(pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v"))
         .select(expressions)
         .slice(first - reach)
@@ -188,6 +192,21 @@ def _trailing_chunk(
         name: chunk[name].fill_null(0.0 if name == "count" else np.nan).to_numpy(writable=True)
         for name in names
     }
+
+
+def trailing_chunk_at(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    plan: WindowPlan,
+    names: tuple[str, ...],
+    chunk: int,
+) -> dict[str, np.ndarray]:
+    """The trailing `names` at the rows of the `chunk`-th chunk of `CHUNK_ROWS` rows, as
+    `trailing_chunks` yields them."""
+    first = chunk * CHUNK_ROWS
+    stop = min(values.size, first + CHUNK_ROWS)
+    return _trailing_chunk(steps, values, window_steps, plan, names, first, stop)
 
 
 class TrailingAt(Pointwise):
@@ -259,7 +278,53 @@ def _window_expressions(
             "std": shifted.rolling_std(rows, min_samples=min_samples),
             "count": shifted.is_not_null().cast(pl.Float64).rolling_sum(rows, min_samples=1),
         }
+    if any(name in LEVEL_NAMES for name in names):
+        built.update(_level_expressions(by_step, window_steps, rows))
     return [built[name].alias(name) for name in names]
+
+
+# what `detect/level.py` needs of a window to tell where the curve is now: the means of its
+# later half and last quarter, and where in steps the window and its half lie
+LEVEL_NAMES: tuple[str, ...] = ("mean_half", "count_half", "mean_quarter", "count_quarter")
+LEVEL_NAMES += ("mean_double", "count_double", "x_mean_double")
+LEVEL_NAMES += ("x_mean", "x_mean_half", "x_mean_quarter", "x_var", "x")
+
+
+def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str, pl.Expr]:
+    """The `LEVEL_NAMES` over the same window as the mean: [t - W, t), its later half and
+    quarter, and [t - 2W, t) (for the window before it), in steps or in rows. A point with
+    no value counts in none of them, and its step in none either (x follows v's nulls)."""
+    x = pl.when(pl.col("v").is_not_null()).then(pl.col("x"))
+    present = pl.col("v").is_not_null().cast(pl.Float64)
+    built: dict[str, pl.Expr] = {"x": pl.col("x")}
+    if by_step:
+        full = f"{int(window_steps)}i"
+        half = f"{max(1, int(window_steps) // 2)}i"
+        quarter = f"{max(1, int(window_steps) // 4)}i"
+        for suffix, span in (("_half", half), ("_quarter", quarter)):
+            built["mean" + suffix] = pl.col("v").rolling_mean_by("step", span, closed="left")
+            built["count" + suffix] = present.rolling_sum_by("step", span, closed="left")
+        built["x_mean"] = x.rolling_mean_by("step", full, closed="left")
+        double = f"{2 * int(window_steps)}i"
+        built["mean_double"] = pl.col("v").rolling_mean_by("step", double, closed="left")
+        built["count_double"] = present.rolling_sum_by("step", double, closed="left")
+        built["x_mean_double"] = x.rolling_mean_by("step", double, closed="left")
+        built["x_mean_half"] = x.rolling_mean_by("step", half, closed="left")
+        built["x_mean_quarter"] = x.rolling_mean_by("step", quarter, closed="left")
+        built["x_var"] = x.rolling_var_by("step", full, closed="left")
+        return built
+    shifted, shifted_x = pl.col("v").shift(1), x.shift(1)
+    for suffix, size in (("_half", max(1, rows // 2)), ("_quarter", max(1, rows // 4))):
+        built["mean" + suffix] = shifted.rolling_mean(size, min_samples=1)
+        built["count" + suffix] = present.shift(1).rolling_sum(size, min_samples=1)
+    built["x_mean"] = shifted_x.rolling_mean(rows, min_samples=1)
+    built["mean_double"] = shifted.rolling_mean(2 * rows, min_samples=1)
+    built["count_double"] = present.shift(1).rolling_sum(2 * rows, min_samples=1)
+    built["x_mean_double"] = shifted_x.rolling_mean(2 * rows, min_samples=1)
+    built["x_mean_half"] = shifted_x.rolling_mean(max(1, rows // 2), min_samples=1)
+    built["x_mean_quarter"] = shifted_x.rolling_mean(max(1, rows // 4), min_samples=1)
+    built["x_var"] = shifted_x.rolling_var(rows, min_samples=2)
+    return built
 
 
 def value_at_or_before(steps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:

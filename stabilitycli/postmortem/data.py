@@ -219,11 +219,17 @@ def _spike_incident(
             fmt(ema) if ema is not None else "no loss before the onset",
         ),
         (
-            f"baseline mu / sigma (trailing {thr.spike_window_steps} steps"
-            + (
-                f": steps {ev['baseline_first_step']}-{ev['baseline_last_step']})"
-                if ev.get("baseline_first_step") is not None
-                else ")"
+            (
+                # mu is where the falling curve was at the onset, not the window's mean
+                f"baseline local level / sigma (the trend of steps {ev['baseline_first_step']}-"
+                f"{ev['baseline_last_step']} at step {onset}, sigma around it)"
+                if ev.get("baseline_basis") == "local-level"
+                else f"baseline mu / sigma (trailing {thr.spike_window_steps} steps"
+                + (
+                    f": steps {ev['baseline_first_step']}-{ev['baseline_last_step']})"
+                    if ev.get("baseline_first_step") is not None
+                    else ")"
+                )
             ),
             f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(float(ev['threshold']))})",
         ),

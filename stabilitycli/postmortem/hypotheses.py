@@ -194,8 +194,9 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
             if over
             else ""
         )
-        + f", {lead} step(s) before the loss jumped from its baseline mean "
-        f"{_g(float(ev['mu']))}"
+        + f", {lead} step(s) before the loss jumped from its "
+        + ("local level " if ev.get("baseline_basis") == "local-level" else "baseline mean ")
+        + f"{_g(float(ev['mu']))}"
         + (
             f" (steps {ev['baseline_first_step']}-{ev['baseline_last_step']})"
             if ev.get("baseline_first_step") is not None

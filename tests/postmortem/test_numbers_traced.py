@@ -635,6 +635,23 @@ def _leftover(ledger: Ledger, where: str, line: Line) -> None:
         ledger.unlabelled.append(f"{ledger.fixture} [post-mortem {where}]: {left} in {line.text!r}")
 
 
+def _raw_local_level(raw: Raw, a: int, b: int, at: int, thr) -> tuple[float, float]:
+    """The local level at step `at` and the spread around the trend, from the raw log's
+    points over steps a-b (detect/level.py, recomputed here from its definition): the
+    window's trend (later half's mean against the earlier half's) read at `at`, between
+    the last quarter's mean and the window's mean."""
+    steps, values = raw.series("loss")
+    inside = (steps >= a) & (steps <= b) & np.isfinite(values)
+    x, v = steps[inside].astype(float), values[inside]
+    late = x >= at - thr.spike_window_steps // 2
+    last = x >= at - thr.spike_window_steps // 4
+    slope = (v[late].mean() - v[~late].mean()) / (x[late].mean() - x[~late].mean())
+    line = v.mean() + slope * (at - x.mean())
+    level = min(v.mean(), max(line, v[last].mean()))
+    spread = math.sqrt(max(np.var(v, ddof=1) - slope**2 * np.var(x, ddof=1), 0.0))
+    return level, max(spread, thr.sigma_floor_frac * abs(v.mean()))
+
+
 def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
     onset, peak_step = ev["onset_step"], ev["peak_step"]
     lo, hi = onset - thr.cause_lead_steps, onset + thr.recovery_window_steps
@@ -668,6 +685,17 @@ def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
                     thr.sigma_floor_frac * abs(ev["mu"]),
                 ),
             )
+            ledger.number(
+                "threshold", m[6], ev["threshold"], ev["mu"] + thr.spike_sigma * ev["sigma"]
+            )
+        if m := ln.take(
+            r"baseline local level / sigma \(the trend of steps (\d+)-(\d+) at step (\d+), "
+            r"sigma around it\): " + NUM + " / " + NUM + r" \(threshold " + NUM + r"\)"
+        ):
+            level, spread = _raw_local_level(raw, int(m[1]), int(m[2]), int(m[3]), thr)
+            ledger.same("local level step", int(m[3]), onset)
+            ledger.number("baseline local level", m[4], ev["mu"], level, rel=1e-6)
+            ledger.number("baseline sigma", m[5], ev["sigma"], spread, rel=1e-6)
             ledger.number(
                 "threshold", m[6], ev["threshold"], ev["mu"] + thr.spike_sigma * ev["sigma"]
             )
@@ -722,7 +750,7 @@ def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
             r"of "
             + NUM
             + r"(?: \(steps (\d+)-(\d+)\))?, (\d+) step\(s\) before the loss jumped from "
-            r"(?:its baseline mean )?"
+            r"(?:its (baseline mean|local level) )?"
             + NUM
             + r"(?: \(steps (\d+)-(\d+)\))? to "
             + NUM
@@ -736,19 +764,22 @@ def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:
             if m[5]:
                 ledger.same("root: trailing mean steps", (int(m[5]), int(m[6])), (a, b))
             ledger.same("root: lead", int(m[7]), onset - s)
-            if not m[9]:
+            if not m[10]:
                 ledger.unlabelled.append(
-                    f"{ledger.fixture} [post-mortem root]: 'jumped from {m[8]}' is the "
+                    f"{ledger.fixture} [post-mortem root]: 'jumped from {m[9]}' is the "
                     "baseline mean, not a loss value"
                 )
             else:
-                ledger.number(
-                    "root: baseline mean", m[8], ev["mu"], raw.mean("loss", int(m[9]), int(m[10]))
-                )
-            ledger.number("root: peak", m[11], ev["peak"], raw.at("loss", peak_step))
-            if not m[12]:
+                a_, b_ = int(m[10]), int(m[11])
+                if m[8] == "local level":
+                    level = _raw_local_level(raw, a_, b_, onset, thr)[0]
+                    ledger.number("root: local level", m[9], ev["mu"], level, rel=1e-6)
+                else:
+                    ledger.number("root: baseline mean", m[9], ev["mu"], raw.mean("loss", a_, b_))
+            ledger.number("root: peak", m[12], ev["peak"], raw.at("loss", peak_step))
+            if not m[13]:
                 ledger.unlabelled.append(
-                    f"{ledger.fixture} [post-mortem root]: peak {m[11]} without its step"
+                    f"{ledger.fixture} [post-mortem root]: peak {m[12]} without its step"
                 )
         if m := ln.take(
             r"The learning rate jumped from "

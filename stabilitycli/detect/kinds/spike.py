@@ -15,6 +15,7 @@ from stabilitycli.core.quantity_schema import (
     RATIO,
     STEP,
     STEPS,
+    By,
     EachItem,
     Evidence,
     Spec,
@@ -72,12 +73,23 @@ class LongTailToken(Evidence):
     grad_norm_step: int = field(metadata=measure(STEP))
     grad_norm: float = field(metadata=measure(Spec("point", "grad_norm", step="grad_norm_step")))
     grad_norm_baseline: float = field(
-        metadata=measure(Spec("trailing_mean", "grad_norm", step="grad_norm_step"))
+        metadata=measure(
+            By(
+                "grad_norm_baseline_basis",
+                {
+                    None: Spec("trailing_mean", "grad_norm", step="grad_norm_step"),
+                    "mean": Spec("trailing_mean", "grad_norm", step="grad_norm_step"),
+                    "local-level": Spec("local_level", "grad_norm", step="grad_norm_step"),
+                },
+            )
+        )
     )
     ratio: float = field(metadata=measure(Spec("ratio", "grad_norm")))
     lead_steps: int = field(metadata=measure(DURATION))
     # the grad-norm ratio this spike needed (a large spike needs less)
     bar: float = field(metadata=measure(Spec("bound", "grad_norm")))
+    # mean: the trailing mean; local-level: where that mean lagged a falling grad norm
+    grad_norm_baseline_basis: str = field(default="mean", kw_only=True, metadata=measure(None))
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,6 +157,12 @@ class SpikeEvent:
     # steps after the onset the loss had to be back within (recovery_window_steps, or the
     # gap to the next logged point when that is longer)
     recovery_horizon_steps: int | None = None
+    # what mu is: the window's mean, or the curve's local level where the mean lagged a fall
+    baseline_basis: str = "mean"
+    # the level change (epoch boundary, LR step) the baseline window restarted at
+    window_restart_step: int | None = None
+    # on a rising stretch, the recovery level rises with the trend by this much a step
+    recovery_slope_per_step: float | None = None
 
     @property
     def cause(self) -> str | None:
@@ -162,10 +180,28 @@ class SpikeEvidence(Evidence):
     end_step: int = field(metadata=measure(STEP))
     peak_step: int = field(metadata=measure(STEP))
     points: int = field(metadata=measure(COUNT))
-    mu: float = field(metadata=measure(over("mean", "baseline_first_step", "baseline_last_step")))
+    mu: float = field(
+        metadata=measure(
+            By(
+                "baseline_basis",
+                {
+                    # evidence written before the key existed: the mean
+                    None: over("mean", "baseline_first_step", "baseline_last_step"),
+                    "mean": over("mean", "baseline_first_step", "baseline_last_step"),
+                    "local-level": over(
+                        "local_level",
+                        "baseline_first_step",
+                        "baseline_last_step",
+                        step="onset_step",
+                    ),
+                },
+            )
+        )
+    )
     sigma: float = field(
         metadata=measure(over("sigma", "baseline_first_step", "baseline_last_step"))
     )
+    baseline_basis: str = field(metadata=measure(None))  # mean | local-level
     threshold: float = field(metadata=measure(BOUND))
     peak: float = field(metadata=measure(Spec("peak", step="peak_step")))
     z: float = field(
@@ -188,6 +224,10 @@ class SpikeEvidence(Evidence):
     baseline_last_step: int | None = field(metadata=measure(STEP))
     recovery_level: float | None = field(metadata=measure(BOUND))
     recovery_horizon_steps: int | None = field(metadata=measure(DURATION))
+    window_restart_step: int | None = field(metadata=measure(STEP))
+    recovery_slope_per_step: float | None = field(
+        metadata=measure(over("slope", "baseline_first_step", "baseline_last_step"))
+    )
 
     @classmethod
     def of(cls, event: SpikeEvent) -> SpikeEvidence:

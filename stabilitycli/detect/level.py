@@ -1,0 +1,275 @@
+"""Baselines that follow the curve (issue 36): where the loss is now, and where it stepped
+down to a new level.
+
+The spike rule's baseline is the mean over [t - W, t). On a curve that falls fast (warmup,
+the tail of a decay) that mean sits above where the run is at t, and a window that holds
+an epoch boundary (the loss steps down 8-25% as the model sees its data again) straddles
+two levels: its mean and std then hide any rise after the drop. Two remedies, both taken
+from the window's own numbers:
+
+* the local level: the trend of the window read at t (the mean of its later half against
+  that of its earlier half), never below the mean of the window's last quarter and never
+  above the window's mean, used with the spread around that trend where the spike bar
+  they make is `level_lag_sigma` or more below the one of the window's mean and std;
+* level changes: a step down of the loss between two logged points, found from medians
+  of the `level_change_points` points either side; the trailing window restarts there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.detect import windows
+from stabilitycli.detect.pointwise import Pointwise
+from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
+
+# the names `local_level` reads of a trailing window
+WINDOW_NAMES = ("mean", "std", "count", *LEVEL_NAMES)
+
+
+@dataclass(frozen=True)
+class LocalLevel:
+    """Per row of a chunk: the level the rule judges a point against and its noise.
+
+    `level` is the trailing mean, or the local level where the mean lags a falling
+    curve (`falling`); `sigma` the window's std, or, where `falling`, the spread around
+    the window's trend (the fall itself is no noise). `rise_slope` is the window's slope
+    per step where the curve rises by as much (0 elsewhere), and `line` the trend read
+    at the row: recovery from a spike is judged against that line.
+    """
+
+    level: np.ndarray
+    sigma: np.ndarray
+    falling: np.ndarray
+    rise_slope: np.ndarray
+    line: np.ndarray
+
+
+def local_level(
+    stats: dict[str, np.ndarray], thresholds: Thresholds, pooled: np.ndarray | None = None
+) -> LocalLevel:
+    """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`; `pooled`, the
+    noise pooled over many windows where the rule has it (a sparse log), judges whether
+    the window's fall is more than its noise."""
+    n, n_late, n_last = stats["count"], stats["count_half"], stats["count_quarter"]
+    mean, late, last = stats["mean"], stats["mean_half"], stats["mean_quarter"]
+    n_early, n_third = n - n_late, n_late - n_last
+    with np.errstate(invalid="ignore", divide="ignore"):
+        early = (n * mean - n_late * late) / n_early
+        x_early = (n * stats["x_mean"] - n_late * stats["x_mean_half"]) / n_early
+        slope = (late - early) / (stats["x_mean_half"] - x_early)
+        # the slope over the later half alone (its third quarter against its last)
+        third = (n_late * late - n_last * last) / n_third
+        x_third = (n_late * stats["x_mean_half"] - n_last * stats["x_mean_quarter"]) / n_third
+        late_slope = (last - third) / (stats["x_mean_quarter"] - x_third)
+        # the window before this one: did the curve fall there too?
+        n_prior = stats["count_double"] - n
+        prior = (stats["count_double"] * stats["mean_double"] - n * mean) / n_prior
+        x_prior = (stats["count_double"] * stats["x_mean_double"] - n * stats["x_mean"]) / n_prior
+        prior_slope = (mean - prior) / (stats["x_mean"] - x_prior)
+        line = mean + slope * (stats["x"] - stats["x_mean"])
+        spread = np.sqrt(np.maximum(stats["std"] ** 2 - slope**2 * stats["x_var"], 0.0))
+    floor = np.abs(mean) * thresholds.sigma_floor_frac
+    noise = np.maximum(np.nan_to_num(spread, nan=0.0), floor)
+    enough = (n_early >= 2) & (n_third >= 2) & (n_last >= 2)
+    # a convex fall's trend read at t undershoots the curve, the last quarter's mean
+    # overshoots it: the higher of the two is the cautious level
+    level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
+    bar = thresholds.level_lag_sigma * noise
+    std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # the spike bar the window's own mean and std make sits this far above the one
+        # the local level and the spread around the trend make: the fall's own doing
+        lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
+        # a fall that slows down or keeps its pace (warmup, a decay) goes on; one that
+        # speeds up at the end of the window (a memorised batch served again and again),
+        # or that began inside it after a flat stretch (a dip of noise), is no curve to
+        # read a level from
+        steady = (-late_slope <= thresholds.level_fall_speedup * -slope) & (
+            (n_prior < 2) | (-prior_slope * thresholds.level_fall_speedup >= -slope)
+        )
+        # and a fall, not noise: a window of ten points has halves of five, whose means
+        # differ by chance more often than a spike bar allows
+        judge = noise if pooled is None else np.where(np.isfinite(pooled), pooled, noise)
+        fall_z = (early - late) / (judge * np.sqrt(1.0 / n_early + 1.0 / n_late))
+        falling = (
+            enough
+            & (mean > level)
+            & (lowered >= bar)
+            & steady
+            & (fall_z >= thresholds.level_fall_z)
+        )
+        rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
+    return LocalLevel(
+        level=np.where(falling, level, mean),
+        sigma=np.where(falling, noise, std),
+        falling=falling,
+        rise_slope=np.where(rising, slope, 0.0),
+        line=np.where(rising, line, mean),
+    )
+
+
+class LevelAt(Pointwise):
+    """The `LocalLevel.level` of a series (the grad norm) at the rows read only, a chunk
+    of rows at a time as `windows.TrailingAt` takes its trailing mean."""
+
+    def __init__(
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        window_steps: int,
+        plan: WindowPlan,
+        thresholds: Thresholds,
+    ):
+        self.steps, self.values, self.window_steps = steps, values, window_steps
+        self.plan, self.thresholds, self.size = plan, thresholds, values.size
+        self._kept: tuple[int, LocalLevel] | None = None
+
+    def _at(self, rows: np.ndarray) -> np.ndarray:
+        flat = rows.ravel()
+        reach = self.plan.reach_rows if not self.plan.by_step else int(self.window_steps)
+        if flat.size and flat.size * (reach + 1) * 4 < self.size:
+            return self._few(flat).reshape(rows.shape)
+        return self._read(rows, lambda level: level.level)
+
+    def _few(self, rows: np.ndarray) -> np.ndarray:
+        """The level at a few rows: each row's window cut out, the cut-outs laid end to end
+        and moved apart, so that a window over them holds what it holds in the whole
+        series (`windows.trailing_median_at` does the same for a median)."""
+        rows = rows.astype(np.int64)
+        if self.plan.by_step:
+            first = np.searchsorted(self.steps, self.steps[rows] - self.window_steps)
+        else:
+            first = rows - self.plan.reach_rows
+        sizes = rows - first + 1
+        ends = np.cumsum(sizes)
+        piece = np.repeat(np.arange(rows.size), sizes)
+        at = np.arange(int(ends[-1])) - np.repeat(ends - sizes, sizes) + np.repeat(first, sizes)
+        present = at >= 0  # a row window reaching before the start: nothing there
+        values = np.where(present, self.values[np.maximum(at, 0)], np.nan)
+        gap = 2 * int(self.window_steps) + 2
+        if self.plan.by_step:
+            moved = self.steps[at] - np.repeat(self.steps[first], sizes) + piece * gap
+        else:
+            moved = np.arange(at.size, dtype=np.int64)
+        chunks = [  # the cut-outs are at most a quarter of the series: a chunk or a few
+            trailing_chunk_at(moved, values, self.window_steps, self.plan, WINDOW_NAMES, c)
+            for c in range(-(-at.size // windows.CHUNK_ROWS))
+        ]
+        stats = {name: np.concatenate([c[name] for c in chunks]) for name in WINDOW_NAMES}
+        return local_level({k: v[ends - 1] for k, v in stats.items()}, self.thresholds).level
+
+    def basis(self, row: int) -> str:
+        """'local-level' where the row's level is the local level of a fall, else 'mean'."""
+        falling = self._read(np.array([row]), lambda level: level.falling)
+        return "local-level" if falling[0] else "mean"
+
+    def _read(self, rows: np.ndarray, part) -> np.ndarray:
+        chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+        out = np.empty(rows.shape)
+        chunk_of = rows // chunk_rows
+        for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
+            if self._kept is None or self._kept[0] != chunk:
+                stats = trailing_chunk_at(
+                    self.steps, self.values, self.window_steps, self.plan, WINDOW_NAMES, chunk
+                )
+                self._kept = (chunk, local_level(stats, self.thresholds))
+            here = chunk_of == chunk
+            out[here] = part(self._kept[1])[rows[here] - chunk * chunk_rows]
+        return out
+
+
+def level_changes(steps: np.ndarray, loss: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """The rows where the loss stepped down to a new level (an epoch boundary, an LR
+    step): each the first point of the new level.
+
+    A step, not a fall: the median of the `level_change_points` points from the row
+    on is below that of the points before it by `level_change_frac` of the level and
+    `level_change_sigma` times the point-to-point noise, and by `level_change_ratio`
+    times the change between the medians one step further out on either side (a
+    warmup fall changes as much there, a step does not). Of neighbouring rows that
+    pass, the deepest. Taken a chunk of rows at a time.
+    """
+    k = int(thresholds.level_change_points)
+    reach = 12 * k  # the noise's median reaches 8 k back, the medians 2 k either side
+    found, chunk_rows = [], windows.CHUNK_ROWS
+    for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
+        lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
+        rows = _changes_in(loss[lo:hi], k, thresholds) + lo
+        found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _changes_in(values: np.ndarray, k: int, thresholds: Thresholds) -> np.ndarray:
+    n = values.size
+    if k < 2 or n < 4 * k:
+        return np.zeros(0, dtype=np.int64)
+    finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
+    # ending[j]: the median of values[j - k + 1 .. j]; padded so that every shift is a slice
+    ending = finite.rolling_median(k, min_samples=k // 2 + 1).fill_null(np.nan).to_numpy()
+    padded = np.concatenate([np.full(2 * k, np.nan), ending, np.full(2 * k, np.nan)])
+
+    def at(offset: int) -> np.ndarray:  # ending[i + offset] for every row i
+        return padded[2 * k + offset : 2 * k + offset + n]
+
+    before, after = at(-1), at(k - 1)  # medians of the k points before row i, and from it on
+    step = after - before
+    drift = np.fmax(np.abs(before - at(-k - 1)), np.abs(at(2 * k - 1) - after))
+    # the mean step-to-step change (a median costs several times more over a long log):
+    # sqrt(pi)/2 of it is sigma for normal noise, and a heavy tail only raises the bar
+    change = finite.diff().abs()
+    noise = change.rolling_mean(8 * k, min_samples=k).fill_null(np.nan).to_numpy()
+    noise = np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)
+    with np.errstate(invalid="ignore"):
+        passes = (
+            (step <= -thresholds.level_change_frac * np.abs(before))
+            & (step <= -thresholds.level_change_sigma * noise)
+            & (-step >= thresholds.level_change_ratio * drift)
+        )
+    if not passes.any():
+        return np.zeros(0, dtype=np.int64)
+    depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
+    deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
+    return np.flatnonzero(passes & (step <= deepest))
+
+
+def segment_steps(steps: np.ndarray, changes: np.ndarray, window_steps: int) -> np.ndarray:
+    """`steps` moved apart at each level change by more than a window, so that a window by
+    step never reaches back across one (the spike baseline restarts at the change)."""
+    segment = np.zeros(steps.size, dtype=np.int64)
+    segment[changes] = 1
+    np.cumsum(segment, out=segment)
+    return steps + segment * (2 * int(window_steps) + 2)
+
+
+def ratio_reference(
+    loss: np.ndarray,
+    rows: np.ndarray,
+    level: np.ndarray,
+    falling: np.ndarray,
+    thresholds: Thresholds,
+) -> np.ndarray:
+    """What a point's size as a multiple is measured against (materiality (c)): its baseline
+    `level`, and on a falling curve the lower of that and the median of the
+    `recovery_median_points` points either side of it (the curve the run was on at the
+    point: the local level read from the window before lags the fall by part of a window)."""
+    out = np.asarray(level, dtype=np.float64).copy()
+    if not falling.any():
+        return out
+    points = int(thresholds.recovery_median_points)
+    at = rows[falling].astype(np.int64)
+    offsets = np.concatenate([np.arange(-points, 0), np.arange(1, points + 1)])
+    around = at[:, None] + offsets[None, :]
+    inside = (around >= 0) & (around < loss.size)
+    values = np.where(inside, loss[np.clip(around, 0, loss.size - 1)], np.nan)
+    values[~np.isfinite(values)] = np.nan
+    enough = np.isfinite(values).sum(axis=1) > 0
+    median = np.full(at.size, np.nan)
+    if enough.any():
+        median[enough] = np.nanmedian(values[enough], axis=1)
+    out[falling] = np.fmin(out[falling], median)
+    return out
