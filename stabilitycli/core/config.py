@@ -59,6 +59,22 @@ class Thresholds:
         2.0,
         "...with none of them under this many sigmas (one noise triple rarely stays up).",
     )
+    spike_excess_max_sigma: float = threshold(
+        15.0,
+        "...a bar that rises with the noise's autocorrelation (sqrt of the variance factor of a "
+        "sum of correlated points) up to this many sigmas: the spec's 5 sigma at each of 3 "
+        "points.",
+    )
+    noise_autocorr_min: float = threshold(
+        0.15,
+        "Loss noise with a lag-1 autocorrelation under this counts as independent point to "
+        "point (AR(1)-like noise above it widens the excess bar and the trend test's null).",
+    )
+    noise_far_lag_points: int = threshold(
+        50,
+        "Loss points this many logged points apart count as independent: the spread of their "
+        "differences is the reference the noise's autocorrelation is measured against.",
+    )
     spike_sustained_min_rise_frac: float = threshold(
         0.03,
         "...and those points must sit this fraction above the baseline on average.",
@@ -244,6 +260,12 @@ class Thresholds:
         'The onset fit prefers "level, then rise" unless "falling, then rise" beats it by '
         "this much (n * ln of the ratio of their squared errors: Akaike's price of its "
         "extra slope).",
+    )
+    divergence_after_frac: float = threshold(
+        0.5,
+        "A rising window is judged (came back or never did) only when at least this fraction "
+        "of a trend window's points was logged after it: at the end of the log there is "
+        "nothing to come back in.",
     )
     trend_points: int = threshold(
         64,

@@ -12,6 +12,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Skip
+from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
 from stabilitycli.detect.facts import Facts, TrendScan
 from stabilitycli.detect.kinds.divergence import (
     DIVERGENCE,
@@ -52,6 +53,7 @@ from stabilitycli.detect.windows import median_interval
     emits=(DIVERGENCE, PLATEAU, LOSS_RISE, GRAD_NORM_RISING),
     series=("loss", "lr", "param_norm", "grad_norm"),
     reads=(
+        "divergence_after_frac",
         "divergence_min_rise_frac",
         "divergence_falling_evidence",
         "divergence_slow_z",
@@ -60,6 +62,8 @@ from stabilitycli.detect.windows import median_interval
         "grad_norm_rise_frac",
         "lr_rise_frac",
         "min_points_per_window",
+        "noise_autocorr_min",
+        "noise_far_lag_points",
         "trend_points",
         "warmup_frac",
         "weight_norm_ratio",
@@ -102,12 +106,15 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     steps, loss = view.finite_points("loss")
     # once: every scan below reads them
     interval, plain = median_interval(steps), plain_values(loss)
+    # the noise's memory from point to point, measured on the points themselves: bin
+    # medians around a rolling mean would count the curve's own bends as memory
+    memory = noise_memory_of(loss, thresholds)
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
         result.skipped.append(Skip(DIVERGENCE.rule, description))
         return result
     scan = _scan(
-        steps, loss, (interval, plain), window_points, thresholds.divergence_z, thresholds, facts
+        steps, loss, (interval, plain, memory), window_points, thresholds.divergence_z, thresholds, facts
     )
     if scan is None:
         bins = max(1, math.ceil(window_points / thresholds.trend_points))
@@ -121,7 +128,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
     first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
-    trend = TrendScan(description, scan.windows, scan.max_z, shortened)
+    trend = TrendScan(
+        description, scan.windows, scan.max_z, shortened, _unjudged_words(scan, steps, thresholds)
+    )
     result.facts["trend"] = trend
 
     # windows that rose and fell back again: told as `loss-rise` (info), but only those
@@ -133,7 +142,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if not candidates.size:
         # the longer scans need none of this scan's medians: they go before those come
         del scan, binned
-        slow = _slow_rise(steps, loss, (interval, plain), window_points, thresholds, facts)
+        slow = _slow_rise(steps, loss, (interval, plain, memory), window_points, thresholds, facts)
         if slow is None:
             result.findings += _loss_rise(undone, *undone_scan)
             return result
@@ -250,6 +259,10 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "causes": causes,
         "window_shortened": shortened,
     }
+    if not scan.memory.independent:
+        trend_numbers["z_uncorrected"] = round(float(z[j]) * scan.z_inflation, 2)
+        trend_numbers["noise_lag1"] = round(scan.memory.lag1, 3)
+    z_words = _z_words(scan, float(z[j]), int(binned.steps[j]), end_step)
     scanned, scan_bins = undone_scan[0], undone_scan[2]
     undone_ends = scanned.end_steps[undone + scan_bins - 1]  # each window's last step
     undone_before = undone[undone_ends < start_step]
@@ -266,8 +279,8 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if rise < thresholds.divergence_min_rise_frac and cause is None:
         result.findings.append(
             PLATEAU.finding(
-                f"loss drifted up from step {start_step}: {rise_words}; Mann-Kendall "
-                f"z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, and it never came back, "
+                f"loss drifted up from step {start_step}: {rise_words}; {z_words}, and it never "
+                "came back, "
                 "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
                 step=start_step,
                 end_step=end_step,
@@ -280,7 +293,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     result.findings.append(
         DIVERGENCE.finding(
             f"silent divergence from step {start_step}: the loss rose {rise_words}; "
-            f"Mann-Kendall z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}; after step "
+            f"{z_words}; after step "
             f"{end_step}, never back down to {first_mean[j]:.4g} ({window_opens})"
             + (f"; cause: {cause}" if cause else "")
             + note,
@@ -291,6 +304,33 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         )
     )
     return result
+
+
+def _z_words(scan: _Scan, z: float, first: int, last: int) -> str:
+    """'Mann-Kendall z = 4.1 over steps A-B', and what it was corrected for."""
+    words = f"Mann-Kendall z = {z:.1f} over steps {first}-{last}"
+    if scan.memory.independent:
+        return words
+    return (
+        f"{words} (corrected for the bin medians' {scan.memory.words()}: "
+        f"{z * scan.z_inflation:.1f} uncorrected)"
+    )
+
+
+def _unjudged_words(scan: _Scan, steps: np.ndarray, thresholds: Thresholds) -> str:
+    """What the scan could not judge at the end of the log, in words ('' for nothing)."""
+    if not scan.unjudged.size:
+        return ""
+    w = int(scan.unjudged[0])
+    first = int(scan.binned.steps[w])
+    last = int(scan.binned.end_steps[w + scan.m - 1])
+    need = math.ceil(thresholds.divergence_after_frac * scan.m) * scan.bin_points
+    return (
+        f"the loss rose in the window of steps {first}-{last} "
+        f"(Mann-Kendall z = {float(scan.z[w]):.1f}), but fewer than {need} points were logged "
+        f"after it (the log ends at step {int(steps[-1])}): whether it comes back cannot be "
+        "told, so it is not called divergence or a plateau"
+    )
 
 
 def _loss_rise(
@@ -352,12 +392,16 @@ class _Scan:
     after_min: _AtWindows
     undone: np.ndarray  # windows that rose and fell back again
     diverging: np.ndarray  # windows that rose and never came back
+    # windows that rose too near the end of the log to tell whether the loss comes back
+    unjudged: np.ndarray
+    memory: NoiseMemory  # the bin medians' autocorrelation the z is corrected for
+    z_inflation: float  # sqrt F(m): the raw z over the corrected one
 
 
 def _slow_rise(
     steps: np.ndarray,
     loss: np.ndarray,
-    known: tuple[float, bool],
+    known: tuple[float, bool, NoiseMemory],
     window_points: int,
     thresholds: Thresholds,
     facts: Facts,
@@ -387,7 +431,7 @@ def _slow_rise(
 def _scan(
     steps: np.ndarray,
     loss: np.ndarray,
-    known: tuple[float, bool],  # median_interval(steps), plain_values(loss)
+    known: tuple[float, bool, NoiseMemory],  # median_interval, plain_values, noise_memory_of
     window_points: int,
     z_bar: float,
     thresholds: Thresholds,
@@ -398,21 +442,36 @@ def _scan(
     """The test over every window of `window_points`; with `every_window` False (the
     longer windows of a slow rise), z and `rising` only where a window never came back."""
     bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
-    interval, plain = known
+    interval, plain = known[:2]
     binned = bin_medians(steps, loss, bin_points, plain=plain)
     m = max(3, round(window_points / bin_points))
     if binned.values.size < m:
         return None
     part = max(1, m // 4)
     n_windows = binned.values.size - m + 1
-    (windows, first_mean, last_mean, after_min, never_back, z), max_z = _rising_windows(
-        binned, m, part, z_bar, facts.spikes, 2 * interval, every_window=every_window
+    # correlated bins make a window's S wander further than the test's null allows: the
+    # z is divided by sqrt F(m), the variance factor of m correlated points (Yue-Wang)
+    memory = known[2].of_bins(bin_points)
+    widen = inflation(memory, m)
+    after_bins = math.ceil(thresholds.divergence_after_frac * m)
+    (windows, first_mean, last_mean, after_min, never_back, z, judged), max_z = _rising_windows(
+        binned,
+        m,
+        part,
+        z_bar * widen,
+        facts.spikes,
+        2 * interval,
+        every_window=every_window,
+        after_bins=after_bins,
     )
+    z = z / widen
+    max_z /= widen
     if not every_window:
-        z = _slow_z(binned.values, m, windows, n_windows)
+        z = _slow_z(binned.values, m, windows, n_windows) / widen
         rose = z >= z_bar
-        windows, first_mean, last_mean, after_min, never_back, z = (
-            column[rose] for column in (windows, first_mean, last_mean, after_min, never_back, z)
+        windows, first_mean, last_mean, after_min, never_back, z, judged = (
+            column[rose]
+            for column in (windows, first_mean, last_mean, after_min, never_back, z, judged)
         )
 
     def at_windows(values: np.ndarray) -> _AtWindows:
@@ -430,8 +489,11 @@ def _scan(
         at_windows(first_mean),
         at_windows(last_mean),
         at_windows(after_min),
-        windows[~never_back],
-        windows[never_back],
+        windows[judged & ~never_back],
+        windows[judged & never_back],
+        windows[~judged],
+        memory,
+        widen,
     )
 
 
@@ -444,10 +506,12 @@ def _rising_windows(
     lead_steps: float,
     *,
     every_window: bool,
+    after_bins: int,
 ) -> tuple[list[np.ndarray], float]:
     """The windows that rose, with their first and last part means, the minimum after
-    them, whether they never came back and their z (NaN without `every_window`); and the
-    largest z of all (NaN without `every_window`).
+    them, whether they never came back, their z (NaN without `every_window`) and whether
+    `after_bins` bins follow them (else whether the loss comes back cannot be told); and
+    the largest z of all (NaN without `every_window`).
 
     The windows are taken a chunk at a time (`window_chunks`): a long log has millions,
     and of each only the few that rose are kept."""
@@ -471,7 +535,10 @@ def _rising_windows(
             rising &= never_back
             z = np.full(rising.size, np.nan)
         at = np.flatnonzero(rising)
-        stats = (chunk.first_mean, chunk.last_mean, chunk.after_min, never_back, z)
+        # bins logged after each window: none after the last one, where "never came
+        # back" would hold of nothing
+        judged = binned.values.size - (chunk.start + np.arange(rising.size) + m) >= after_bins
+        stats = (chunk.first_mean, chunk.last_mean, chunk.after_min, never_back, z, judged)
         kept.append((chunk.start + at, *(column[at] for column in stats)))
     columns = [np.concatenate(column) for column in zip(*kept, strict=True)]
     return columns, float(np.max(max_z)) if max_z else math.nan

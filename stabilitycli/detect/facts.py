@@ -62,6 +62,9 @@ class TrendScan:
     windows: int  # windows scanned
     max_z: float  # the largest Mann-Kendall z among them
     shortened: bool  # the window was shortened to fit the log
+    # what the scan could not judge: a rise too near the end of the log to tell whether
+    # the loss comes back ("" when every rising window was judged)
+    unjudged: str = ""
     rise: TrendEvidence | None = None
 
 

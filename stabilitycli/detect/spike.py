@@ -11,6 +11,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Severity, Skip
+from stabilitycli.detect.autocorr import excess_bar_sigma, noise_memory_of
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
     BLIP,
@@ -96,6 +97,7 @@ def _sustained(
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
     excess, rise, lowest = _accumulated_excess(candidates, loss, mean, sigma, thresholds)
+    bar = excess_bar_sigma(noise_memory_of(loss, thresholds), thresholds)
     # a level only means something for a loss that is never negative (cross-entropy); a
     # signed objective (a PPO actor loss swings through zero) has no level to rise above,
     # so only the large-z bar or a cause can make its spike. (NaN compares false: a
@@ -103,7 +105,7 @@ def _sustained(
     if np.any((loss < 0) & (loss > -np.inf)):
         return np.zeros(candidates.size, dtype=bool)
     return (
-        (excess >= thresholds.spike_excess_sigma)
+        (excess >= bar)
         & (lowest >= thresholds.spike_excess_min_sigma)
         & (rise >= thresholds.spike_sustained_min_rise_frac)
     )
@@ -309,6 +311,9 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "spike_excess_sigma",
         "spike_excess_cap_sigma",
         "spike_excess_min_sigma",
+        "spike_excess_max_sigma",
+        "noise_autocorr_min",
+        "noise_far_lag_points",
         "spike_sustained_min_rise_frac",
         "spike_window_steps",
         "stable_std_points",
