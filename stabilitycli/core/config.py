@@ -197,6 +197,12 @@ class Thresholds:
         2.0,
         "...and a grad-norm rise of this factor.",
     )
+    short_log_jump_min_frac: float = threshold(
+        0.25,
+        "In a log long enough for the spike baseline, its first stretch without one is "
+        "looked at for a loss jump only when it holds this fraction of the log's points (a "
+        "short log); in a long run it is the warmup, not a short log.",
+    )
     ce_loss_max_nats: float = threshold(
         25.0,
         "A loss in (0, this) reads as cross-entropy in nats, and is also said as a "

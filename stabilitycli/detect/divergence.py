@@ -114,7 +114,13 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         result.skipped.append(Skip(DIVERGENCE.rule, description))
         return result
     scan = _scan(
-        steps, loss, (interval, plain, memory), window_points, thresholds.divergence_z, thresholds, facts
+        steps,
+        loss,
+        (interval, plain, memory),
+        window_points,
+        thresholds.divergence_z,
+        thresholds,
+        facts,
     )
     if scan is None:
         bins = max(1, math.ceil(window_points / thresholds.trend_points))

@@ -174,7 +174,14 @@ def test_slow_rise_windows_are_those_of_the_whole_array_z() -> None:
         patch_trend, patch_divergence = chunked(chunk_windows)
         with patch_trend, patch_divergence:
             got = divergence._scan(
-                steps, loss, (1.0, True, INDEPENDENT), 400, 0.5, thresholds, Facts(), every_window=False
+                steps,
+                loss,
+                (1.0, True, INDEPENDENT),
+                400,
+                0.5,
+                thresholds,
+                Facts(),
+                every_window=False,
             )
         want = whole_array_scan(steps, loss, 400, 0.5, [])
         assert got is not None
