@@ -273,6 +273,11 @@ class Thresholds:
         "of a trend window's points was logged after it: at the end of the log there is "
         "nothing to come back in.",
     )
+    divergence_end_z: float = threshold(
+        6.0,
+        "...unless its Mann-Kendall z (corrected for autocorrelation) reaches this: noise does "
+        "not make a rise that certain, so a log that ends while diverging is still judged.",
+    )
     trend_points: int = threshold(
         64,
         "Long windows are binned to about this many medians before the trend test (cost, "

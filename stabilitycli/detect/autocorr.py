@@ -27,6 +27,7 @@ from stabilitycli.core.config import Thresholds
 # the noise is measured away from the start (the warmup's fast fall bends a rolling
 # mean) and on at most this many points (the estimate is steady long before that)
 _SKIP_HEAD_FRAC = 0.1
+_MIN_LAGS = 20  # points needed, in far lags
 _MAX_POINTS = 1 << 18
 _MAX_DECAY = 0.95
 _CLIP_ROBUST_SIGMAS = 3.0
@@ -96,11 +97,10 @@ def noise_memory(values: np.ndarray, far_lag: int, min_lag1: float) -> NoiseMemo
     gives the AR part's decay.
     """
     finite = values[np.isfinite(values)]
-    if finite.size >= 20 * far_lag:
-        finite = finite[int(finite.size * _SKIP_HEAD_FRAC) :]
-    finite = finite[-_MAX_POINTS:]
-    if finite.size < 8 * far_lag or far_lag < 3:
+    # a short log's estimate is too noisy to act on (its windows are few anyway)
+    if finite.size < _MIN_LAGS * far_lag or far_lag < 3:
         return INDEPENDENT
+    finite = finite[int(finite.size * _SKIP_HEAD_FRAC) :][-_MAX_POINTS:]
     far = _spread(finite, far_lag, far_lag)
     if not far > 0:
         return INDEPENDENT
@@ -115,13 +115,12 @@ def noise_memory(values: np.ndarray, far_lag: int, min_lag1: float) -> NoiseMemo
 
 def _spread(values: np.ndarray, lag: int, far_lag: int) -> float:
     """The spread of the differences `lag` points apart about their local
-    median (over 4 * `far_lag` + 1 of them): the local median is the curve's slope
-    times the lag, which a ramp or a decay changes from place to place."""
+    median (over about `far_lag` of them): the local median is the curve's slope times
+    the lag, which a ramp, a decay or a level shift changes from place to place; it
+    takes out about 1 / far_lag of the noise's variance, the same at every lag."""
     differences = values[lag:] - values[:-lag]
     local = (
-        pl.Series(differences)
-        .rolling_median(4 * far_lag + 1, center=True, min_samples=1)
-        .to_numpy()
+        pl.Series(differences).rolling_median(far_lag | 1, center=True, min_samples=1).to_numpy()
     )
     deviation = differences - local
     # a root mean square, with the heavy tail pulled in to a few robust sigmas: steadier

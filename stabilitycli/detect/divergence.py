@@ -54,6 +54,7 @@ from stabilitycli.detect.windows import median_interval
     series=("loss", "lr", "param_norm", "grad_norm"),
     reads=(
         "divergence_after_frac",
+        "divergence_end_z",
         "divergence_min_rise_frac",
         "divergence_falling_evidence",
         "divergence_slow_z",
@@ -333,9 +334,10 @@ def _unjudged_words(scan: _Scan, steps: np.ndarray, thresholds: Thresholds) -> s
     need = math.ceil(thresholds.divergence_after_frac * scan.m) * scan.bin_points
     return (
         f"the loss rose in the window of steps {first}-{last} "
-        f"(Mann-Kendall z = {float(scan.z[w]):.1f}), but fewer than {need} points were logged "
-        f"after it (the log ends at step {int(steps[-1])}): whether it comes back cannot be "
-        "told, so it is not called divergence or a plateau"
+        f"(Mann-Kendall z = {float(scan.z[w]):.1f}, under the {thresholds.divergence_end_z:g} "
+        f"that needs no later points), but fewer than {need} points were logged after it (the "
+        f"log ends at step {int(steps[-1])}): whether it comes back cannot be told, so it is "
+        "not called divergence or a plateau"
     )
 
 
@@ -479,6 +481,7 @@ def _scan(
             column[rose]
             for column in (windows, first_mean, last_mean, after_min, never_back, z, judged)
         )
+    judged |= z >= thresholds.divergence_end_z
 
     def at_windows(values: np.ndarray) -> _AtWindows:
         return _AtWindows(windows, values)

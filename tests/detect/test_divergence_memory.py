@@ -105,6 +105,7 @@ def whole_array_scan(
     # a window is judged only with divergence_after_frac of a window's bins after it
     after_bins = math.ceil(thresholds.divergence_after_frac * m)
     judged = binned.values.size - (np.arange(rising.size) + m) >= after_bins
+    judged |= z >= thresholds.divergence_end_z
     return {
         "z": z,
         "first": first_mean,

@@ -31,7 +31,7 @@ def _warnings(result, code: str) -> list:
 def test_the_memory_of_ar1_noise_is_measured_on_the_curve(phi: float) -> None:
     steps, _, loss = lm_run(3, 20000, phi=phi, ar_share=1.0, noise=0.02)
     memory = noise_memory_of(loss, Thresholds())
-    assert memory.lag1 == pytest.approx(phi, abs=0.05)
+    assert memory.lag1 == pytest.approx(phi, abs=0.08)
     assert memory.decay == pytest.approx(phi, abs=0.1)
     # a sum of 3 points spreads sqrt(F(3)) wider; the bar follows, up to its cap
     bar = excess_bar_sigma(memory, Thresholds())
@@ -110,7 +110,7 @@ def test_a_late_rise_with_points_after_it_is_still_divergence() -> None:
     (finding,) = _warnings(result, "divergence")
     assert abs(finding.step - start) <= 300
     ev = finding.evidence
-    assert ev["noise_lag1"] > 0.15 and ev["z_uncorrected"] > ev["z"] >= 3.0
+    assert ev["noise_lag1"] > 0.05 and ev["z_uncorrected"] > ev["z"] >= 3.0
     assert "corrected for the bin medians' lag-1 autocorrelation" in finding.message
 
 
