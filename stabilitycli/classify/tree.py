@@ -351,7 +351,7 @@ def _divergence(w: _Walk) -> None:
             "no",
             f"no lasting rise in {div.windows if div else 0} windows "
             f"({div.window if div else ''}; max Mann-Kendall z = {max_z:.1f})"
-            + (f"; not judged: {div.unjudged}" if div and div.unjudged else ""),
+            + (f"; {div.unjudged}" if div and div.unjudged else ""),
         )
         return
     f = (w.by_code.get(DIVERGENCE.code) or w.by_code[PLATEAU.code])[0]

@@ -255,6 +255,11 @@ class Thresholds:
         "A rise smaller than this fraction of the window's starting level is a plateau, not"
         " divergence.",
     )
+    divergence_step_share: float = threshold(
+        0.8,
+        "A lasting rise that half a trend window after its onset already holds this share of "
+        "the rise to the end of the log is a step (a level shift, §2), not divergence.",
+    )
     divergence_slow_z: float = threshold(
         4.0,
         "Windows longer than the trend window (2x, 4x... for a slow rise) need this "

@@ -56,6 +56,7 @@ from stabilitycli.detect.windows import median_interval
         "divergence_after_frac",
         "divergence_end_z",
         "divergence_min_rise_frac",
+        "divergence_step_share",
         "divergence_falling_evidence",
         "divergence_slow_z",
         "divergence_window_steps",
@@ -182,6 +183,13 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     start_step, trough_level, trough_end_step = _past_the_fall(
         steps, loss, start_step, trough_level, trough_end_step
     )
+    step_words = _a_step(steps, loss, start_step, final_level, thresholds)
+    if step_words:
+        # a level that moved up at once and stayed is §2's persistent spike (or, under its
+        # bar, noise's level), not a trend: told in the Q4.1 evidence, not as divergence
+        result.facts["trend"] = replace(trend, unjudged=step_words)
+        result.findings += _loss_rise(undone, *undone_scan)
+        return result
     end_step = int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
     restarted = facts.lr_plan.restarts if facts.lr_plan is not None else ()
@@ -313,6 +321,34 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     return result
 
 
+def _a_step(
+    steps: np.ndarray, loss: np.ndarray, start: int, final_level: float, thresholds: Thresholds
+) -> str:
+    """'' for a rise, or what makes it a step: half a window after its onset the loss
+    already holds `divergence_step_share` of the rise to the end of the log (the median of
+    the second quarter window after the onset against that of the quarter before it)."""
+    quarter = thresholds.divergence_window_steps // 4
+    at = int(np.searchsorted(steps, start, side="left"))
+    before = loss[int(np.searchsorted(steps, start - quarter, side="left")) : at]
+    # the quarter after that: a fitted onset can sit a little before the step itself
+    after = loss[
+        int(np.searchsorted(steps, start + quarter, side="left")) : int(
+            np.searchsorted(steps, start + 2 * quarter, side="right")
+        )
+    ]
+    if before.size < thresholds.min_points_per_window // 2 or not after.size:
+        return ""
+    low, high = float(np.median(before)), float(np.median(after))
+    if not final_level > low or high - low < thresholds.divergence_step_share * (final_level - low):
+        return ""
+    return (
+        f"not a trend: the lasting rise from step {start} is a step, the median of steps "
+        f"{start + quarter}-{start + 2 * quarter} is {high:.4g} against {low:.4g} over steps "
+        f"{start - quarter}-{start - 1}, already {(high - low) / (final_level - low):.0%} of "
+        f"the rise to {final_level:.4g} at the end of the log (a level shift, §2's question)"
+    )
+
+
 def _z_words(scan: _Scan, z: float, first: int, last: int) -> str:
     """'Mann-Kendall z = 4.1 over steps A-B', and what it was corrected for."""
     words = f"Mann-Kendall z = {z:.1f} over steps {first}-{last}"
@@ -333,7 +369,7 @@ def _unjudged_words(scan: _Scan, steps: np.ndarray, thresholds: Thresholds) -> s
     last = int(scan.binned.end_steps[w + scan.m - 1])
     need = math.ceil(thresholds.divergence_after_frac * scan.m) * scan.bin_points
     return (
-        f"the loss rose in the window of steps {first}-{last} "
+        f"not judged: the loss rose in the window of steps {first}-{last} "
         f"(Mann-Kendall z = {float(scan.z[w]):.1f}, under the {thresholds.divergence_end_z:g} "
         f"that needs no later points), but fewer than {need} points were logged after it (the "
         f"log ends at step {int(steps[-1])}): whether it comes back cannot be told, so it is "

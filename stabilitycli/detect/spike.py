@@ -98,7 +98,13 @@ def _sustained(
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
     excess, rise, lowest = _accumulated_excess(candidates, loss, mean, sigma, thresholds)
-    bar = excess_bar_sigma(noise_memory_of(loss, thresholds), thresholds)
+    # where sigma is its floor the floor, not the noise, sets the scale: no widening there
+    floored = sigma[candidates] <= thresholds.sigma_floor_frac * np.abs(mean[candidates])
+    bar = np.where(
+        floored,
+        thresholds.spike_excess_sigma,
+        excess_bar_sigma(noise_memory_of(loss, thresholds), thresholds),
+    )
     # a level only means something for a loss that is never negative (cross-entropy); a
     # signed objective (a PPO actor loss swings through zero) has no level to rise above,
     # so only the large-z bar or a cause can make its spike. (NaN compares false: a

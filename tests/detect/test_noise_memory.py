@@ -29,7 +29,7 @@ def _warnings(result, code: str) -> list:
 
 @pytest.mark.parametrize("phi", [0.3, 0.5, 0.8])
 def test_the_memory_of_ar1_noise_is_measured_on_the_curve(phi: float) -> None:
-    steps, _, loss = lm_run(3, 20000, phi=phi, ar_share=1.0, noise=0.02)
+    _, _, loss = lm_run(3, 20000, phi=phi, ar_share=1.0, noise=0.02)
     memory = noise_memory_of(loss, Thresholds())
     assert memory.lag1 == pytest.approx(phi, abs=0.08)
     assert memory.decay == pytest.approx(phi, abs=0.1)
@@ -126,7 +126,7 @@ def test_the_warmup_of_a_long_run_has_no_loss_jump() -> None:
     """A 20,000-step run whose warmup has one mini-batch at 1.6x its neighbours (step 40):
     before the change a `loss-jump` warning ("before the spike baseline exists"); the
     first 100 steps are 0.5% of this log, its warmup, not a short log."""
-    steps, level, loss = lm_run(4, 20000, phi=0.5, noise=0.02)
+    steps, _, loss = lm_run(4, 20000, phi=0.5, noise=0.02)
     loss[40] = 1.6 * loss[39]
     result = analyze(frame(steps, loss))
     assert not [f for f in result.findings if f.code in ("loss-jump", "grad-norm-jump")]
@@ -134,7 +134,7 @@ def test_the_warmup_of_a_long_run_has_no_loss_jump() -> None:
 
 def test_a_log_mostly_without_a_baseline_still_shows_its_jump() -> None:
     """150 steps: the first 100 have no spike baseline, two thirds of the log."""
-    steps, level, loss = lm_run(4, 150, phi=0.5, noise=0.02)
+    steps, _, loss = lm_run(4, 150, phi=0.5, noise=0.02)
     loss[30] = 2.0 * loss[29]
     result = analyze(frame(steps, loss))
     (jump,) = [f for f in result.findings if f.code == "loss-jump"]
@@ -161,3 +161,19 @@ def test_one_step_one_jump_finding(tmp_path) -> None:
     assert [(f["code"], f["step"]) for f in jumps] == [("loss-jump", 41)]
     assert jumps[0]["evidence"]["grad_norm_ratio"] == pytest.approx(grad[41] / grad[40])
     assert "the grad norm jumping" in jumps[0]["message"]
+
+
+# ---------------------------------------------------------------- item 4: a step is no trend
+
+
+def test_a_small_persistent_step_is_not_a_plateau_or_divergence() -> None:
+    """+3% at 90-94% of a cosine run (a curriculum switch, under the spec's 5% bar): before
+    the change a `plateau` warning from the step on (all 4 runs); it is a level shift, §2's
+    question, and the Q4.1 evidence says it is a step."""
+    for at, seed in ((0.94, 0), (0.94, 1), (0.9, 0), (0.9, 1)):
+        steps, level, loss = lm_run(seed, 10000, phi=0.5, noise=0.005, ar_share=0.7)
+        shifted = loss + 0.03 * level * (steps >= int(at * 10000))
+        result = analyze(frame(steps, shifted))
+        assert not _warnings(result, "plateau") and not _warnings(result, "divergence")
+        (q41,) = [p for p in result.verdict.path if p.question == "Q4.1"]
+        assert "is a step" in q41.evidence, (at, seed, q41.evidence)
