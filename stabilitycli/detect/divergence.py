@@ -95,7 +95,13 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     {weight_norm_ratio:g}x -> `weight-norm`) and Q4.4 (grad-norm moving average
     rising by more than {grad_norm_rise_frac:.0%} -> `grad-norm-rising`). A rise
     below {divergence_min_rise_frac:.0%} of the starting level with none of
-    those causes is a plateau.
+    those causes is a plateau. Where the loss noise is autocorrelated (lag-1 at least
+    {noise_autocorr_min:g}) z is corrected for it: divided by the square root of the
+    variance factor of a window's correlated bins. A window is judged only with
+    {divergence_after_frac:.0%} of a window's points logged after it, unless its z reaches
+    {divergence_end_z:g}; what could not be judged is said in Q4.1. A rise that half a
+    window after its onset already holds {divergence_step_share:.0%} of its height is a
+    step (a level shift, §2), not divergence.
 
     Why it matters: silent divergence raises no NaN and no overflow; the loss
     just stops coming back. Caught early it costs a checkpoint reload and an LR

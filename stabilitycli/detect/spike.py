@@ -352,7 +352,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     Sustained is read as an accumulated excess: the {spike_excess_points} logged
     points from the flagged one on, each counting at most {spike_excess_cap_sigma:g}
     sigma and none under {spike_excess_min_sigma:g}, sum to >= {spike_excess_sigma:g}
-    sigma over the frozen baseline and rise >= {spike_sustained_min_rise_frac:.0%}
+    sigma (more where the noise is autocorrelated, as a sum of correlated points spreads
+    wider, up to {spike_excess_max_sigma:g}) over the frozen baseline and rise >= {spike_sustained_min_rise_frac:.0%}
     above it on average, so a level shift counts even where some of its points dip
     under {spike_sigma:g} sigma. Points above the baseline until the loss is back are
     one event. Recovered when the loss is back to <= mu + {recovery_sigma:g}*sigma
