@@ -257,8 +257,9 @@ class Thresholds:
     )
     divergence_step_share: float = threshold(
         0.8,
-        "A lasting rise that half a trend window after its onset already holds this share of "
-        "the rise to the end of the log is a step (a level shift, §2), not divergence.",
+        "A lasting rise whose loss moves up this share of the rise to the end of the log "
+        "between two neighbouring points near its onset (medians of a quarter trend window "
+        "either side) is a step (a level shift, §2), not divergence.",
     )
     divergence_slow_z: float = threshold(
         4.0,

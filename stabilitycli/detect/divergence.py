@@ -57,6 +57,7 @@ from stabilitycli.detect.windows import median_interval
         "divergence_end_z",
         "divergence_min_rise_frac",
         "divergence_step_share",
+        "recovery_median_points",
         "divergence_falling_evidence",
         "divergence_slow_z",
         "divergence_window_steps",
@@ -327,31 +328,48 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     return result
 
 
+SHORT_STEP_SHARE = 0.6
+
+
 def _a_step(
     steps: np.ndarray, loss: np.ndarray, start: int, final_level: float, thresholds: Thresholds
 ) -> str:
-    """'' for a rise, or what makes it a step: half a window after its onset the loss
-    already holds `divergence_step_share` of the rise to the end of the log (the median of
-    the second quarter window after the onset against that of the quarter before it)."""
+    """'' for a rise, or what makes it a step: near its onset, the loss between two
+    neighbouring logged points moves up by `divergence_step_share` of the whole rise to the
+    end of the log, measured as the median of the quarter window of points after the pair
+    against that of the quarter window before it (a ramp spreads its rise over both), and
+    as the median of `recovery_median_points` points either side."""
     quarter = thresholds.divergence_window_steps // 4
     at = int(np.searchsorted(steps, start, side="left"))
-    before = loss[int(np.searchsorted(steps, start - quarter, side="left")) : at]
-    # the quarter after that: a fitted onset can sit a little before the step itself
-    after = loss[
-        int(np.searchsorted(steps, start + quarter, side="left")) : int(
-            np.searchsorted(steps, start + 2 * quarter, side="right")
-        )
-    ]
-    if before.size < thresholds.min_points_per_window // 2 or not after.size:
+    q = int(np.searchsorted(steps, start + quarter, side="left")) - at
+    if q < thresholds.min_points_per_window // 2:
         return ""
-    low, high = float(np.median(before)), float(np.median(after))
-    if not final_level > low or high - low < thresholds.divergence_step_share * (final_level - low):
+    lo, hi = max(0, at - 2 * q), min(loss.size, at + 3 * q)
+    trailing = pl.Series(loss[lo:hi]).rolling_median(q).to_numpy()  # over [i - q + 1, i]
+    # the point i: `before` over the q points up to i, `after` over the q points from i + 2
+    before, after = trailing[q - 1 : -(q + 1)], trailing[2 * q :]
+    if not before.size:
+        return ""
+    gain = after - before
+    i = int(np.nanargmax(np.where(np.isfinite(gain), gain, -np.inf)))
+    low, high = float(before[i]), float(after[i])
+    first = lo + i + q - 1  # the index of point i
+    # ...and at that pair itself, over a few points either side: a ramp shorter than a
+    # quarter window looks like a step to the long medians, not to these
+    k = thresholds.recovery_median_points
+    near = np.median(loss[first + 2 : first + 2 + k]) - np.median(
+        loss[max(0, first - k + 1) : first + 1]
+    )
+    bar = thresholds.divergence_step_share * (final_level - low)
+    # (the short medians are noisier: they need the share of the long ones' gain)
+    if not final_level > low or high - low < bar or not near >= SHORT_STEP_SHARE * (high - low):
         return ""
     return (
-        f"not a trend: the lasting rise from step {start} is a step, the median of steps "
-        f"{start + quarter}-{start + 2 * quarter} is {high:.4g} against {low:.4g} over steps "
-        f"{start - quarter}-{start - 1}, already {(high - low) / (final_level - low):.0%} of "
-        f"the rise to {final_level:.4g} at the end of the log (a level shift, §2's question)"
+        f"not a trend: the lasting rise from step {start} is a step at step "
+        f"{int(steps[first + 1])}, the median of the {q} points from step "
+        f"{int(steps[first + 2])} is {high:.4g} against {low:.4g} over the {q} up to step "
+        f"{int(steps[first])}, already {(high - low) / (final_level - low):.0%} of the rise "
+        f"to {final_level:.4g} at the end of the log (a level shift, §2's question)"
     )
 
 
