@@ -353,12 +353,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     points from the flagged one on, each counting at most {spike_excess_cap_sigma:g}
     sigma and none under {spike_excess_min_sigma:g}, sum to >= {spike_excess_sigma:g}
     sigma (more where the noise is autocorrelated, as a sum of correlated points spreads
-    wider, up to {spike_excess_max_sigma:g}) over the frozen baseline and rise >= {spike_sustained_min_rise_frac:.0%}
-    above it on average, so a level shift counts even where some of its points dip
-    under {spike_sigma:g} sigma. Points above the baseline until the loss is back are
-    one event. Recovered when the loss is back to <= mu + {recovery_sigma:g}*sigma
-    within {recovery_window_steps} steps (Q2.2): the spike is recoverable; else
-    persistent, or divergent when the loss later goes above the spike's own peak.
+    wider, up to {spike_excess_max_sigma:g}) over the frozen baseline and rise
+    >= {spike_sustained_min_rise_frac:.0%} above it on average, so a level shift counts
+    even where some of its points dip under {spike_sigma:g} sigma. Points above the
+    baseline until the loss is back are one event. Recovered when the loss is back to
+    <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
+    spike is recoverable; else persistent, or divergent when the loss later goes above
+    the spike's own peak.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments
