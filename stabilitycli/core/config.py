@@ -198,7 +198,7 @@ class Thresholds:
         "...and a grad-norm rise of this factor.",
     )
     short_log_jump_min_frac: float = threshold(
-        0.25,
+        0.2,
         "In a log long enough for the spike baseline, its first stretch without one is "
         "looked at for a loss jump only when it holds this fraction of the log's points (a "
         "short log); in a long run it is the warmup, not a short log.",

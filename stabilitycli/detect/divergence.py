@@ -118,6 +118,8 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     # the noise's memory from point to point, measured on the points themselves: bin
     # medians around a rolling mean would count the curve's own bends as memory
     memory = noise_memory_of(loss, thresholds)
+    # a log that ends in NaN or Inf did not come back: its last windows are judged
+    ends_nonfinite = not bool(np.isfinite(view.points("loss")[1][-1]))
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
         result.skipped.append(Skip(DIVERGENCE.rule, description))
@@ -125,7 +127,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     scan = _scan(
         steps,
         loss,
-        (interval, plain, memory),
+        (interval, plain, memory, ends_nonfinite),
         window_points,
         thresholds.divergence_z,
         thresholds,
@@ -157,7 +159,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if not candidates.size:
         # the longer scans need none of this scan's medians: they go before those come
         del scan, binned
-        slow = _slow_rise(steps, loss, (interval, plain, memory), window_points, thresholds, facts)
+        slow = _slow_rise(
+            steps, loss, (interval, plain, memory, ends_nonfinite), window_points, thresholds, facts
+        )
         if slow is None:
             result.findings += _loss_rise(undone, *undone_scan)
             return result
@@ -469,7 +473,7 @@ class _Scan:
 def _slow_rise(
     steps: np.ndarray,
     loss: np.ndarray,
-    known: tuple[float, bool, NoiseMemory],
+    known: tuple[float, bool, NoiseMemory, bool],
     window_points: int,
     thresholds: Thresholds,
     facts: Facts,
@@ -499,7 +503,7 @@ def _slow_rise(
 def _scan(
     steps: np.ndarray,
     loss: np.ndarray,
-    known: tuple[float, bool, NoiseMemory],  # median_interval, plain_values, noise_memory_of
+    known: tuple[float, bool, NoiseMemory, bool],  # interval, plain, memory, ends non-finite
     window_points: int,
     z_bar: float,
     thresholds: Thresholds,
@@ -510,7 +514,7 @@ def _scan(
     """The test over every window of `window_points`; with `every_window` False (the
     longer windows of a slow rise), z and `rising` only where a window never came back."""
     bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
-    interval, plain = known[:2]
+    interval, plain, _, ends_nonfinite = known
     binned = bin_medians(steps, loss, bin_points, plain=plain)
     m = max(3, round(window_points / bin_points))
     if binned.values.size < m:
@@ -521,7 +525,7 @@ def _scan(
     # z is divided by sqrt F(m), the variance factor of m correlated points (Yue-Wang)
     memory = known[2].of_bins(bin_points)
     widen = inflation(memory, m)
-    after_bins = math.ceil(thresholds.divergence_after_frac * m)
+    after_bins = 0 if ends_nonfinite else math.ceil(thresholds.divergence_after_frac * m)
     (windows, first_mean, last_mean, after_min, never_back, z, judged), max_z = _rising_windows(
         binned,
         m,

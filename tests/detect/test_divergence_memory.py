@@ -147,7 +147,7 @@ def test_chunked_scan_keeps_the_whole_array_numbers_at_every_rising_window() -> 
             want = whole_array_scan(steps, loss, window_points, 1.0, facts.spikes)
             patch_trend, patch_divergence = chunked(7)
             with patch_trend, patch_divergence:
-                known = (1.0, trend.plain_values(loss), INDEPENDENT)
+                known = (1.0, trend.plain_values(loss), INDEPENDENT, False)
                 got = divergence._scan(steps, loss, known, window_points, 1.0, thresholds, facts)
         assert got is not None
         rose = np.concatenate([want["undone"], want["diverging"]])
@@ -177,7 +177,7 @@ def test_slow_rise_windows_are_those_of_the_whole_array_z() -> None:
             got = divergence._scan(
                 steps,
                 loss,
-                (1.0, True, INDEPENDENT),
+                (1.0, True, INDEPENDENT, False),
                 400,
                 0.5,
                 thresholds,
