@@ -562,9 +562,10 @@ def _scan(
         at_windows(first_mean),
         at_windows(last_mean),
         at_windows(after_min),
-        windows[judged & ~never_back],
+        # a window the loss came back from is judged by that, however near the end
+        windows[~never_back],
         windows[judged & never_back],
-        windows[~judged],
+        windows[~judged & never_back],
         memory,
         widen,
     )

@@ -111,7 +111,7 @@ def whole_array_scan(
         "first": first_mean,
         "last": last_mean,
         "after": after_min,
-        "undone": np.flatnonzero(rising & judged & ~never_back),
+        "undone": np.flatnonzero(rising & ~never_back),
         "diverging": np.flatnonzero(rising & judged & never_back),
     }
 
