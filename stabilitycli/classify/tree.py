@@ -367,7 +367,8 @@ def _divergence(w: _Walk) -> None:
             "Q4.1",
             "no",
             f"no lasting rise in {div.windows if div else 0} windows "
-            f"({div.window if div else ''}; max Mann-Kendall z = {max_z:.1f})",
+            f"({div.window if div else ''}; max Mann-Kendall z = {max_z:.1f})"
+            + (f"; {div.unjudged}" if div and div.unjudged else ""),
         )
         return
     f = (w.by_code.get(DIVERGENCE.code) or w.by_code[PLATEAU.code])[0]

@@ -59,6 +59,22 @@ class Thresholds:
         2.0,
         "...with none of them under this many sigmas (one noise triple rarely stays up).",
     )
+    spike_excess_max_sigma: float = threshold(
+        15.0,
+        "...a bar that rises with the noise's autocorrelation (sqrt of the variance factor of a "
+        "sum of correlated points) up to this many sigmas: the spec's 5 sigma at each of 3 "
+        "points.",
+    )
+    noise_autocorr_min: float = threshold(
+        0.15,
+        "Loss noise with a lag-1 autocorrelation under this counts as independent point to "
+        "point (AR(1)-like noise above it widens the excess bar and the trend test's null).",
+    )
+    noise_far_lag_points: int = threshold(
+        50,
+        "Loss points this many logged points apart count as independent: the spread of their "
+        "differences is the reference the noise's autocorrelation is measured against.",
+    )
     spike_sustained_min_rise_frac: float = threshold(
         0.03,
         "...and those points must sit this fraction above the baseline on average.",
@@ -223,6 +239,12 @@ class Thresholds:
         2.0,
         "...and a grad-norm rise of this factor.",
     )
+    short_log_jump_min_frac: float = threshold(
+        0.2,
+        "In a log long enough for the spike baseline, its first stretch without one is "
+        "looked at for a loss jump only when it holds this fraction of the log's points (a "
+        "short log); in a long run it is the warmup, not a short log.",
+    )
     ce_loss_max_nats: float = threshold(
         25.0,
         "A loss in (0, this) reads as cross-entropy in nats, and is also said as a "
@@ -275,6 +297,12 @@ class Thresholds:
         "A rise smaller than this fraction of the window's starting level is a plateau, not"
         " divergence.",
     )
+    divergence_step_share: float = threshold(
+        0.8,
+        "A lasting rise whose loss moves up this share of the rise to the end of the log "
+        "between two neighbouring points near its onset (medians of a quarter trend window "
+        "either side) is a step (a level shift, §2), not divergence.",
+    )
     divergence_slow_z: float = threshold(
         4.0,
         "Windows longer than the trend window (2x, 4x... for a slow rise) need this "
@@ -286,6 +314,17 @@ class Thresholds:
         'The onset fit prefers "level, then rise" unless "falling, then rise" beats it by '
         "this much (n * ln of the ratio of their squared errors: Akaike's price of its "
         "extra slope).",
+    )
+    divergence_after_frac: float = threshold(
+        0.5,
+        "A rising window is judged (came back or never did) only when at least this fraction "
+        "of a trend window's points was logged after it: at the end of the log there is "
+        "nothing to come back in.",
+    )
+    divergence_end_z: float = threshold(
+        6.0,
+        "...unless its Mann-Kendall z (corrected for autocorrelation) reaches this: noise does "
+        "not make a rise that certain, so a log that ends while diverging is still judged.",
     )
     trend_points: int = threshold(
         64,

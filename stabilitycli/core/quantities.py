@@ -89,6 +89,8 @@ KINDS: dict[str, str] = {
     "reached at `step`",
     "trend_z": "the Mann-Kendall statistic of the bin medians over steps `first_step`-`last_step`",
     "ratio": "one value over another (x times)",
+    "autocorrelation": "the lag-1 autocorrelation of the series' noise around its rolling mean "
+    "(of the trend bins' medians for a trend test), between -1 and 1",
     "relative_change": "(after - before) / abs(before) (a fall counts positive where the key says "
     "drop)",
     "fraction": "a share: a count over a count, between 0 and 1 (a rate per step for overflows)",

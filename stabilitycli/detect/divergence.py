@@ -12,6 +12,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Skip
+from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
 from stabilitycli.detect.facts import Facts, TrendScan
 from stabilitycli.detect.kinds.divergence import (
     DIVERGENCE,
@@ -52,7 +53,11 @@ from stabilitycli.detect.windows import median_interval
     emits=(DIVERGENCE, PLATEAU, LOSS_RISE, GRAD_NORM_RISING),
     series=("loss", "lr", "param_norm", "grad_norm"),
     reads=(
+        "divergence_after_frac",
+        "divergence_end_z",
         "divergence_min_rise_frac",
+        "divergence_step_share",
+        "recovery_median_points",
         "divergence_falling_evidence",
         "divergence_slow_z",
         "divergence_window_steps",
@@ -60,6 +65,8 @@ from stabilitycli.detect.windows import median_interval
         "grad_norm_rise_frac",
         "lr_rise_frac",
         "min_points_per_window",
+        "noise_autocorr_min",
+        "noise_far_lag_points",
         "trend_points",
         "warmup_frac",
         "weight_norm_ratio",
@@ -89,7 +96,13 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     {weight_norm_ratio:g}x -> `weight-norm`) and Q4.4 (grad-norm moving average
     rising by more than {grad_norm_rise_frac:.0%} -> `grad-norm-rising`). A rise
     below {divergence_min_rise_frac:.0%} of the starting level with none of
-    those causes is a plateau.
+    those causes is a plateau. Where the loss noise is autocorrelated (lag-1 at least
+    {noise_autocorr_min:g}) z is corrected for it: divided by the square root of the
+    variance factor of a window's correlated bins. A window is judged only with
+    {divergence_after_frac:.0%} of a window's points logged after it, unless its z reaches
+    {divergence_end_z:g}; what could not be judged is said in Q4.1. A rise that half a
+    window after its onset already holds {divergence_step_share:.0%} of its height is a
+    step (a level shift, §2), not divergence.
 
     Why it matters: silent divergence raises no NaN and no overflow; the loss
     just stops coming back. Caught early it costs a checkpoint reload and an LR
@@ -102,12 +115,23 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     steps, loss = view.finite_points("loss")
     # once: every scan below reads them
     interval, plain = median_interval(steps), plain_values(loss)
+    # the noise's memory from point to point, measured on the points themselves: bin
+    # medians around a rolling mean would count the curve's own bends as memory
+    memory = noise_memory_of(loss, thresholds)
+    # a log that ends in NaN or Inf did not come back: its last windows are judged
+    ends_nonfinite = not bool(np.isfinite(view.points("loss")[1][-1]))
     window_points, description, shortened = _window_points(steps, interval, thresholds)
     if window_points is None:
         result.skipped.append(Skip(DIVERGENCE.rule, description))
         return result
     scan = _scan(
-        steps, loss, (interval, plain), window_points, thresholds.divergence_z, thresholds, facts
+        steps,
+        loss,
+        (interval, plain, memory, ends_nonfinite),
+        window_points,
+        thresholds.divergence_z,
+        thresholds,
+        facts,
     )
     if scan is None:
         bins = max(1, math.ceil(window_points / thresholds.trend_points))
@@ -121,7 +145,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         return result
     binned, z, m, part = scan.binned, scan.z, scan.m, scan.part
     first_mean, last_mean, after_min = scan.first_mean, scan.last_mean, scan.after_min
-    trend = TrendScan(description, scan.windows, scan.max_z, shortened)
+    trend = TrendScan(
+        description, scan.windows, scan.max_z, shortened, _unjudged_words(scan, steps, thresholds)
+    )
     result.facts["trend"] = trend
 
     # windows that rose and fell back again: told as `loss-rise` (info), but only those
@@ -133,7 +159,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if not candidates.size:
         # the longer scans need none of this scan's medians: they go before those come
         del scan, binned
-        slow = _slow_rise(steps, loss, (interval, plain), window_points, thresholds, facts)
+        slow = _slow_rise(
+            steps, loss, (interval, plain, memory, ends_nonfinite), window_points, thresholds, facts
+        )
         if slow is None:
             result.findings += _loss_rise(undone, *undone_scan)
             return result
@@ -166,6 +194,13 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     start_step, trough_level, trough_end_step = _past_the_fall(
         steps, loss, start_step, trough_level, trough_end_step
     )
+    step_words = _a_step(steps, loss, start_step, final_level, thresholds)
+    if step_words:
+        # a level that moved up at once and stayed is §2's persistent spike (or, under its
+        # bar, noise's level), not a trend: told in the Q4.1 evidence, not as divergence
+        result.facts["trend"] = replace(trend, unjudged=step_words)
+        result.findings += _loss_rise(undone, *undone_scan)
+        return result
     end_step = int(binned.end_steps[j + m - 1])
     # Q4.2-Q4.4 in the first diverging window, then over the whole stretch since
     restarted = facts.lr_plan.restarts if facts.lr_plan is not None else ()
@@ -250,6 +285,10 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "causes": causes,
         "window_shortened": shortened,
     }
+    if not scan.memory.independent:
+        trend_numbers["z_uncorrected"] = round(float(z[j]) * scan.z_inflation, 2)
+        trend_numbers["noise_lag1"] = round(scan.memory.lag1, 3)
+    z_words = _z_words(scan, float(z[j]), int(binned.steps[j]), end_step)
     scanned, scan_bins = undone_scan[0], undone_scan[2]
     undone_ends = scanned.end_steps[undone + scan_bins - 1]  # each window's last step
     undone_before = undone[undone_ends < start_step]
@@ -266,8 +305,8 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     if rise < thresholds.divergence_min_rise_frac and cause is None:
         result.findings.append(
             PLATEAU.finding(
-                f"loss drifted up from step {start_step}: {rise_words}; Mann-Kendall "
-                f"z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}, and it never came back, "
+                f"loss drifted up from step {start_step}: {rise_words}; {z_words}, and it never "
+                "came back, "
                 "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
                 step=start_step,
                 end_step=end_step,
@@ -280,7 +319,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     result.findings.append(
         DIVERGENCE.finding(
             f"silent divergence from step {start_step}: the loss rose {rise_words}; "
-            f"Mann-Kendall z = {z[j]:.1f} over steps {binned.steps[j]}-{end_step}; after step "
+            f"{z_words}; after step "
             f"{end_step}, never back down to {first_mean[j]:.4g} ({window_opens})"
             + (f"; cause: {cause}" if cause else "")
             + note,
@@ -291,6 +330,79 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         )
     )
     return result
+
+
+SHORT_STEP_SHARE = 0.6
+
+
+def _a_step(
+    steps: np.ndarray, loss: np.ndarray, start: int, final_level: float, thresholds: Thresholds
+) -> str:
+    """'' for a rise, or what makes it a step: near its onset, the loss between two
+    neighbouring logged points moves up by `divergence_step_share` of the whole rise to the
+    end of the log, measured as the median of the quarter window of points after the pair
+    against that of the quarter window before it (a ramp spreads its rise over both), and
+    as the median of `recovery_median_points` points either side."""
+    quarter = thresholds.divergence_window_steps // 4
+    at = int(np.searchsorted(steps, start, side="left"))
+    q = int(np.searchsorted(steps, start + quarter, side="left")) - at
+    if q < thresholds.min_points_per_window // 2:
+        return ""
+    lo, hi = max(0, at - 2 * q), min(loss.size, at + 3 * q)
+    trailing = pl.Series(loss[lo:hi]).rolling_median(q).to_numpy()  # over [i - q + 1, i]
+    # the point i: `before` over the q points up to i, `after` over the q points from i + 2
+    before, after = trailing[q - 1 : -(q + 1)], trailing[2 * q :]
+    if not before.size:
+        return ""
+    gain = after - before
+    i = int(np.nanargmax(np.where(np.isfinite(gain), gain, -np.inf)))
+    low, high = float(before[i]), float(after[i])
+    first = lo + i + q - 1  # the index of point i
+    # ...and at that pair itself, over a few points either side: a ramp shorter than a
+    # quarter window looks like a step to the long medians, not to these
+    k = thresholds.recovery_median_points
+    near = np.median(loss[first + 2 : first + 2 + k]) - np.median(
+        loss[max(0, first - k + 1) : first + 1]
+    )
+    bar = thresholds.divergence_step_share * (final_level - low)
+    # (the short medians are noisier: they need the share of the long ones' gain)
+    if not final_level > low or high - low < bar or not near >= SHORT_STEP_SHARE * (high - low):
+        return ""
+    return (
+        f"not a trend: the lasting rise from step {start} is a step at step "
+        f"{int(steps[first + 1])}, the median of the {q} points from step "
+        f"{int(steps[first + 2])} is {high:.4g} against {low:.4g} over the {q} up to step "
+        f"{int(steps[first])}, already {(high - low) / (final_level - low):.0%} of the rise "
+        f"to {final_level:.4g} at the end of the log (a level shift, §2's question)"
+    )
+
+
+def _z_words(scan: _Scan, z: float, first: int, last: int) -> str:
+    """'Mann-Kendall z = 4.1 over steps A-B', and what it was corrected for."""
+    words = f"Mann-Kendall z = {z:.1f} over steps {first}-{last}"
+    if scan.memory.independent:
+        return words
+    return (
+        f"{words} (corrected for the bin medians' {scan.memory.words()}: "
+        f"{z * scan.z_inflation:.1f} uncorrected)"
+    )
+
+
+def _unjudged_words(scan: _Scan, steps: np.ndarray, thresholds: Thresholds) -> str:
+    """What the scan could not judge at the end of the log, in words ('' for nothing)."""
+    if not scan.unjudged.size:
+        return ""
+    w = int(scan.unjudged[0])
+    first = int(scan.binned.steps[w])
+    last = int(scan.binned.end_steps[w + scan.m - 1])
+    need = math.ceil(thresholds.divergence_after_frac * scan.m) * scan.bin_points
+    return (
+        f"not judged: the loss rose in the window of steps {first}-{last} "
+        f"(Mann-Kendall z = {float(scan.z[w]):.1f}, under the {thresholds.divergence_end_z:g} "
+        f"that needs no later points), but fewer than {need} points were logged after it (the "
+        f"log ends at step {int(steps[-1])}): whether it comes back cannot be told, so it is "
+        "not called divergence or a plateau"
+    )
 
 
 def _loss_rise(
@@ -352,12 +464,16 @@ class _Scan:
     after_min: _AtWindows
     undone: np.ndarray  # windows that rose and fell back again
     diverging: np.ndarray  # windows that rose and never came back
+    # windows that rose too near the end of the log to tell whether the loss comes back
+    unjudged: np.ndarray
+    memory: NoiseMemory  # the bin medians' autocorrelation the z is corrected for
+    z_inflation: float  # sqrt F(m): the raw z over the corrected one
 
 
 def _slow_rise(
     steps: np.ndarray,
     loss: np.ndarray,
-    known: tuple[float, bool],
+    known: tuple[float, bool, NoiseMemory, bool],
     window_points: int,
     thresholds: Thresholds,
     facts: Facts,
@@ -387,7 +503,7 @@ def _slow_rise(
 def _scan(
     steps: np.ndarray,
     loss: np.ndarray,
-    known: tuple[float, bool],  # median_interval(steps), plain_values(loss)
+    known: tuple[float, bool, NoiseMemory, bool],  # interval, plain, memory, ends non-finite
     window_points: int,
     z_bar: float,
     thresholds: Thresholds,
@@ -398,22 +514,38 @@ def _scan(
     """The test over every window of `window_points`; with `every_window` False (the
     longer windows of a slow rise), z and `rising` only where a window never came back."""
     bin_points = max(1, math.ceil(window_points / thresholds.trend_points))
-    interval, plain = known
+    interval, plain, _, ends_nonfinite = known
     binned = bin_medians(steps, loss, bin_points, plain=plain)
     m = max(3, round(window_points / bin_points))
     if binned.values.size < m:
         return None
     part = max(1, m // 4)
     n_windows = binned.values.size - m + 1
-    (windows, first_mean, last_mean, after_min, never_back, z), max_z = _rising_windows(
-        binned, m, part, z_bar, facts.spikes, 2 * interval, every_window=every_window
+    # correlated bins make a window's S wander further than the test's null allows: the
+    # z is divided by sqrt F(m), the variance factor of m correlated points (Yue-Wang)
+    memory = known[2].of_bins(bin_points)
+    widen = inflation(memory, m)
+    after_bins = 0 if ends_nonfinite else math.ceil(thresholds.divergence_after_frac * m)
+    (windows, first_mean, last_mean, after_min, never_back, z, judged), max_z = _rising_windows(
+        binned,
+        m,
+        part,
+        z_bar * widen,
+        facts.spikes,
+        2 * interval,
+        every_window=every_window,
+        after_bins=after_bins,
     )
+    z = z / widen
+    max_z /= widen
     if not every_window:
-        z = _slow_z(binned.values, m, windows, n_windows)
+        z = _slow_z(binned.values, m, windows, n_windows) / widen
         rose = z >= z_bar
-        windows, first_mean, last_mean, after_min, never_back, z = (
-            column[rose] for column in (windows, first_mean, last_mean, after_min, never_back, z)
+        windows, first_mean, last_mean, after_min, never_back, z, judged = (
+            column[rose]
+            for column in (windows, first_mean, last_mean, after_min, never_back, z, judged)
         )
+    judged |= z >= thresholds.divergence_end_z
 
     def at_windows(values: np.ndarray) -> _AtWindows:
         return _AtWindows(windows, values)
@@ -430,8 +562,12 @@ def _scan(
         at_windows(first_mean),
         at_windows(last_mean),
         at_windows(after_min),
+        # a window the loss came back from is judged by that, however near the end
         windows[~never_back],
-        windows[never_back],
+        windows[judged & never_back],
+        windows[~judged & never_back],
+        memory,
+        widen,
     )
 
 
@@ -444,10 +580,12 @@ def _rising_windows(
     lead_steps: float,
     *,
     every_window: bool,
+    after_bins: int,
 ) -> tuple[list[np.ndarray], float]:
     """The windows that rose, with their first and last part means, the minimum after
-    them, whether they never came back and their z (NaN without `every_window`); and the
-    largest z of all (NaN without `every_window`).
+    them, whether they never came back, their z (NaN without `every_window`) and whether
+    `after_bins` bins follow them (else whether the loss comes back cannot be told); and
+    the largest z of all (NaN without `every_window`).
 
     The windows are taken a chunk at a time (`window_chunks`): a long log has millions,
     and of each only the few that rose are kept."""
@@ -471,7 +609,10 @@ def _rising_windows(
             rising &= never_back
             z = np.full(rising.size, np.nan)
         at = np.flatnonzero(rising)
-        stats = (chunk.first_mean, chunk.last_mean, chunk.after_min, never_back, z)
+        # bins logged after each window: none after the last one, where "never came
+        # back" would hold of nothing
+        judged = binned.values.size - (chunk.start + np.arange(rising.size) + m) >= after_bins
+        stats = (chunk.first_mean, chunk.last_mean, chunk.after_min, never_back, z, judged)
         kept.append((chunk.start + at, *(column[at] for column in stats)))
     columns = [np.concatenate(column) for column in zip(*kept, strict=True)]
     return columns, float(np.max(max_z)) if max_z else math.nan

@@ -62,6 +62,9 @@ class TrendScan:
     windows: int  # windows scanned
     max_z: float  # the largest Mann-Kendall z among them
     shortened: bool  # the window was shortened to fit the log
+    # what the scan could not judge (a rise too near the end of the log to tell whether
+    # the loss comes back) or judged a step rather than a trend, in words ("" for neither)
+    unjudged: str = ""
     rise: TrendEvidence | None = None
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import overload
 
@@ -11,6 +12,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Severity, Skip
+from stabilitycli.detect.autocorr import excess_bar_sigma, noise_memory_of
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
     BLIP,
@@ -103,6 +105,13 @@ def _sustained(
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
     excess, rise, lowest = _accumulated_excess(candidates, loss, mean, sigma, thresholds)
+    # where sigma is its floor the floor, not the noise, sets the scale: no widening there
+    floored = sigma[candidates] <= thresholds.sigma_floor_frac * np.abs(mean[candidates])
+    bar = np.where(
+        floored,
+        thresholds.spike_excess_sigma,
+        excess_bar_sigma(noise_memory_of(loss, thresholds), thresholds),
+    )
     # a level only means something for a loss that is never negative (cross-entropy); a
     # signed objective (a PPO actor loss swings through zero) has no level to rise above,
     # so only the large-z bar or a cause can make its spike. (NaN compares false: a
@@ -110,7 +119,7 @@ def _sustained(
     if np.any((loss < 0) & (loss > -np.inf)):
         return np.zeros(candidates.size, dtype=bool)
     return (
-        (excess >= thresholds.spike_excess_sigma)
+        (excess >= bar)
         & (lowest >= thresholds.spike_excess_min_sigma)
         & (rise >= thresholds.spike_sustained_min_rise_frac)
     )
@@ -356,6 +365,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "recovery_window_steps",
         "restart_spike_steps",
         "short_log_grad_norm_jump_ratio",
+        "short_log_jump_min_frac",
         "short_log_loss_jump_ratio",
         "sigma_floor_frac",
         "spike_large_ratio",
@@ -365,6 +375,9 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "spike_excess_sigma",
         "spike_excess_cap_sigma",
         "spike_excess_min_sigma",
+        "spike_excess_max_sigma",
+        "noise_autocorr_min",
+        "noise_far_lag_points",
         "spike_sustained_min_rise_frac",
         "spike_window_steps",
         "stable_std_points",
@@ -395,13 +408,14 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     Sustained is read as an accumulated excess: the {spike_excess_points} logged
     points from the flagged one on, each counting at most {spike_excess_cap_sigma:g}
     sigma and none under {spike_excess_min_sigma:g}, sum to >= {spike_excess_sigma:g}
-    sigma over the frozen baseline and rise >= {spike_sustained_min_rise_frac:.0%}
-    above it on average, so a level shift counts even where some of its points dip
-    under {spike_sigma:g} sigma. Points above the baseline until the loss is back are
-    one event. Recovered when the loss is back to <= mu + {recovery_sigma:g}*sigma
-    within {recovery_window_steps} steps (Q2.2): the spike is recoverable; else
-    persistent, or divergent when the loss's level (a median over a recovery window's
-    worth of points) later goes above the spike's own peak.
+    sigma (more where the noise is autocorrelated, as a sum of correlated points spreads
+    wider, up to {spike_excess_max_sigma:g}) over the frozen baseline and rise
+    >= {spike_sustained_min_rise_frac:.0%} above it on average, so a level shift counts
+    even where some of its points dip under {spike_sigma:g} sigma. Points above the
+    baseline until the loss is back are one event. Recovered when the loss is back to
+    <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
+    spike is recoverable; else persistent, or divergent when the loss's level (a median
+    over a recovery window's worth of points) later goes above the spike's own peak.
     The baseline follows the curve: where the loss falls fast (warmup, a decay's
     tail) and the trailing mean lags it by {level_lag_sigma:g} sigma or more, a
     point is judged against the local level (the window's trend at t) and the spread
@@ -1057,53 +1071,72 @@ def _short_log_jumps(
     """What a log too short for a baseline still shows: its largest step-over-step jumps.
 
     With `before_step`, only the stretch before the first step that has a
-    baseline is looked at (the start of a run the spike rule cannot judge).
+    baseline is looked at (the start of a run the spike rule cannot judge), and only
+    when that stretch holds `short_log_jump_min_frac` of the log's points: in a long
+    run it is the warmup, whose mini-batch losses jump by nature, not a short log.
     """
     # early in training the grad norm is jumpy by nature: before a baseline exists
     # only the loss is watched; in a log that is all too short, both are
     metrics = ("loss",) if before_step is not None else ("loss", "grad_norm")
+    jumps = {}
     for metric in metrics:
         if not view.has(metric):
             continue
         steps, values = view.points(metric)
         finite = np.isfinite(values)
         if before_step is not None:
+            total = int(finite.sum())
             finite &= steps < before_step
-        if finite.sum() < 2:
-            continue
-        s, v = steps[finite], values[finite]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = v[1:] / np.abs(v[:-1])
-        ratio = np.where(
-            np.isfinite(ratio), ratio, 0.0
-        )  # 0/0 (a grad norm logged as 0.000) says nothing
-        if not ratio.size:
-            continue
-        at = int(np.argmax(ratio))
-        kind, jump_ratio = {
-            "loss": (LOSS_JUMP, thresholds.short_log_loss_jump_ratio),
-            "grad_norm": (GRAD_NORM_JUMP, thresholds.short_log_grad_norm_jump_ratio),
-        }[metric]
-        if ratio[at] < jump_ratio:
-            continue
+            if finite.sum() < thresholds.short_log_jump_min_frac * total:
+                continue
+        jump = _largest_jump(steps[finite], values[finite])
+        if jump is not None and jump["ratio"] >= {
+            "loss": thresholds.short_log_loss_jump_ratio,
+            "grad_norm": thresholds.short_log_grad_norm_jump_ratio,
+        }.get(metric, math.inf):
+            jumps[metric] = jump
+    loss_jump, grad_jump = jumps.get("loss"), jumps.get("grad_norm")
+    if loss_jump and grad_jump and grad_jump["to_step"] == loss_jump["to_step"]:
+        # one step, one event: the grad norm's jump there is told with the loss's
+        jumps["loss"] = replace(loss_jump, grad_norm_ratio=grad_jump["ratio"])
+        del jumps["grad_norm"]
+    why = (
+        "before the spike baseline exists"
+        if before_step is not None
+        else "too few points for the spike baseline"
+    )
+    for metric, jump in jumps.items():
+        kind = LOSS_JUMP if metric == "loss" else GRAD_NORM_JUMP
+        with_grad = (
+            f", the grad norm jumping {jump['grad_norm_ratio']:.1f}x at the same step"
+            if jump.get("grad_norm_ratio")
+            else ""
+        )
         result.findings.append(
             kind.finding(
-                f"{metric} jumped {ratio[at]:.1f}x from {v[at]:.4g} (step {s[at]}) "
-                f"to {v[at + 1]:.4g} (step {s[at + 1]}); "
-                + (
-                    "before the spike baseline exists"
-                    if before_step is not None
-                    else "too few points for the spike baseline"
-                )
-                + ", so not judged as a spike",
-                step=int(s[at + 1]),
+                f"{metric} jumped {jump['ratio']:.1f}x from {jump['before']:.4g} "
+                f"(step {jump['from_step']}) to {jump['after']:.4g} (step {jump['to_step']})"
+                f"{with_grad}; {why}, so not judged as a spike",
+                step=jump["to_step"],
                 metric=metric,
-                evidence=JumpEvidence(
-                    from_step=int(s[at]),
-                    to_step=int(s[at + 1]),
-                    before=float(v[at]),
-                    after=float(v[at + 1]),
-                    ratio=float(ratio[at]),
-                ),
+                evidence=jump,
             )
         )
+
+
+def _largest_jump(s: np.ndarray, v: np.ndarray) -> JumpEvidence | None:
+    """The largest rise from one finite logged point to the next, as a ratio."""
+    if s.size < 2:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = v[1:] / np.abs(v[:-1])
+    # 0/0 (a grad norm logged as 0.000) says nothing
+    ratio = np.where(np.isfinite(ratio), ratio, 0.0)
+    at = int(np.argmax(ratio))
+    return JumpEvidence(
+        from_step=int(s[at]),
+        to_step=int(s[at + 1]),
+        before=float(v[at]),
+        after=float(v[at + 1]),
+        ratio=float(ratio[at]),
+    )

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from stabilitycli import analyze
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import divergence, trend, windows
+from stabilitycli.detect.autocorr import INDEPENDENT
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.spike import SpikeEvent
 
@@ -101,13 +102,17 @@ def whole_array_scan(
         )
     z = trend.mann_kendall_windows(binned.values, m)
     rising &= z >= z_bar
+    # a window is judged only with divergence_after_frac of a window's bins after it
+    after_bins = math.ceil(thresholds.divergence_after_frac * m)
+    judged = binned.values.size - (np.arange(rising.size) + m) >= after_bins
+    judged |= z >= thresholds.divergence_end_z
     return {
         "z": z,
         "first": first_mean,
         "last": last_mean,
         "after": after_min,
         "undone": np.flatnonzero(rising & ~never_back),
-        "diverging": np.flatnonzero(rising & never_back),
+        "diverging": np.flatnonzero(rising & judged & never_back),
     }
 
 
@@ -142,7 +147,7 @@ def test_chunked_scan_keeps_the_whole_array_numbers_at_every_rising_window() -> 
             want = whole_array_scan(steps, loss, window_points, 1.0, facts.spikes)
             patch_trend, patch_divergence = chunked(7)
             with patch_trend, patch_divergence:
-                known = (1.0, trend.plain_values(loss))
+                known = (1.0, trend.plain_values(loss), INDEPENDENT, False)
                 got = divergence._scan(steps, loss, known, window_points, 1.0, thresholds, facts)
         assert got is not None
         rose = np.concatenate([want["undone"], want["diverging"]])
@@ -170,7 +175,14 @@ def test_slow_rise_windows_are_those_of_the_whole_array_z() -> None:
         patch_trend, patch_divergence = chunked(chunk_windows)
         with patch_trend, patch_divergence:
             got = divergence._scan(
-                steps, loss, (1.0, True), 400, 0.5, thresholds, Facts(), every_window=False
+                steps,
+                loss,
+                (1.0, True, INDEPENDENT, False),
+                400,
+                0.5,
+                thresholds,
+                Facts(),
+                every_window=False,
             )
         want = whole_array_scan(steps, loss, 400, 0.5, [])
         assert got is not None

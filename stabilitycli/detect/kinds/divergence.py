@@ -152,6 +152,12 @@ class TrendEvidence(Evidence):
     # rising windows inside the divergence that fell back (folded into it, not loss-rise)
     loss_rise_windows_inside: int = field(default=ABSENT, metadata=measure(COUNT))
     folded: str = field(default=ABSENT, metadata=measure(None))
+    # the noise of the bin medians was autocorrelated: z above is corrected for it (divided
+    # by sqrt F(m)); the test's own z and the lag-1 autocorrelation it was corrected for
+    z_uncorrected: float = field(
+        default=ABSENT, metadata=measure(over("trend_z", "window_start_step", "end_step"))
+    )
+    noise_lag1: float = field(default=ABSENT, metadata=measure(Spec("autocorrelation", None)))
 
 
 @dataclass(frozen=True, eq=False)

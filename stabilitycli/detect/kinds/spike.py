@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
+    ABSENT,
     BOUND,
     COUNT,
     DURATION,
@@ -285,6 +286,10 @@ class JumpEvidence(Evidence):
     before: float = field(metadata=measure(Spec("point", step="from_step")))
     after: float = field(metadata=measure(Spec("point", step="to_step")))
     ratio: float = field(metadata=measure(RATIO))
+    # the grad norm jumped at the same step: one event, told once (with the loss's jump)
+    grad_norm_ratio: float = field(
+        default=ABSENT, metadata=measure(Spec("ratio", metric="grad_norm"))
+    )
 
 
 SPIKE = FindingKind(

@@ -1,0 +1,152 @@
+"""How much the loss noise of one logged point tells about the next, and what that costs.
+
+Real training noise is not independent from step to step: the data order, the
+optimizer's momentum and a logger's smoothing leave an AR(1)-like memory (lag-1
+autocorrelation 0.3-0.8 in LM runs). Then a few neighbouring points sit high together
+by chance, and a sum or a trend test over them sees more evidence than there is. The
+number of independent points among n correlated ones is about n / F, with
+
+    F(n) = 1 + 2 * sum_{k=1}^{n-1} (1 - k/n) * rho_k
+
+(the variance of a sum of n points over n times the variance of one; Bayley and
+Hammersley's effective sample size, as Yue and Wang correct the Mann-Kendall test).
+rho_k is modelled as `share * decay**k`: an AR(1) part of the noise (its memory
+`decay`) mixed with independent batch noise (which lowers `share` below 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from stabilitycli.core.config import Thresholds
+
+# the noise is measured away from the start (the warmup's fast fall bends a rolling
+# mean) and on at most this many points (the estimate is steady long before that)
+_SKIP_HEAD_FRAC = 0.1
+_MIN_LAGS = 20  # points needed, in far lags
+_MAX_POINTS = 1 << 18
+_MAX_DECAY = 0.95
+_CLIP_ROBUST_SIGMAS = 3.0
+_NEGLIGIBLE = 1e-9  # a bin-to-bin memory this small is none
+
+
+@dataclass(frozen=True)
+class NoiseMemory:
+    """rho_k = share * decay**k for k >= 1; lag1 is rho_1 as measured."""
+
+    lag1: float
+    decay: float
+    share: float
+    points: int  # points the estimate rests on
+
+    @property
+    def independent(self) -> bool:
+        return self.share == 0.0
+
+    def variance_factor(self, n: int) -> float:
+        """F(n): the variance of a sum of n consecutive points over n independent ones."""
+        if self.independent or n < 2:
+            return 1.0
+        k = np.arange(1, n)
+        return float(1.0 + 2.0 * np.sum((1.0 - k / n) * self.share * self.decay**k))
+
+    def effective_points(self, n: int) -> float:
+        """How many independent points n consecutive points are worth."""
+        return n / self.variance_factor(n)
+
+    def of_bins(self, bin_points: int) -> NoiseMemory:
+        """The memory of the means of consecutive bins of `bin_points` points.
+
+        For k >= 1 bins apart every pair of points is >= 1 apart, so the bins keep the
+        AR form: decay**bin_points per bin, with a share from summing the pairs."""
+        if self.independent or bin_points <= 1:
+            return self
+        b, phi = bin_points, self.decay
+        decay = phi**b
+        if decay < _NEGLIGIBLE:
+            return NoiseMemory(0.0, 0.0, 0.0, self.points)
+        d = np.arange(-(b - 1), b)
+        pair = float(np.sum((b - np.abs(d)) * phi ** (b + d)))
+        near = np.arange(1, b)
+        variance = b + 2.0 * self.share * float(np.sum((b - near) * phi**near))
+        lag1 = self.share * pair / variance
+        return NoiseMemory(lag1, decay, lag1 / decay, self.points)
+
+    def words(self) -> str:
+        return f"lag-1 autocorrelation {self.lag1:.2f}"
+
+
+INDEPENDENT = NoiseMemory(0.0, 0.0, 0.0, 0)
+
+
+def noise_memory(values: np.ndarray, far_lag: int, min_lag1: float) -> NoiseMemory:
+    """The memory of the noise of `values`; independent when its lag-1 autocorrelation is
+    under `min_lag1` (a weak memory the window statistics absorb, or the estimate's own
+    noise).
+
+    From the spread of the differences k points apart against that `far_lag` points
+    apart, where the memory has died out: 1 - rho_k = spread(k)^2 / spread(far)^2. Each
+    spread is a median absolute deviation from the differences' local median, so
+    neither the curve's slope (it moves that median) nor a spike (a few points among
+    thousands) counts as memory; differences of heavy-tailed noise have the same shape
+    at every lag, so their spreads compare as standard deviations do. Lag 2 over lag 1
+    gives the AR part's decay.
+    """
+    finite = values[np.isfinite(values)]
+    # a short log's estimate is too noisy to act on (its windows are few anyway)
+    if finite.size < _MIN_LAGS * far_lag or far_lag < 3:
+        return INDEPENDENT
+    finite = finite[int(finite.size * _SKIP_HEAD_FRAC) :][-_MAX_POINTS:]
+    far = _spread(finite, far_lag, far_lag)
+    if not far > 0:
+        return INDEPENDENT
+    rho1 = 1.0 - (_spread(finite, 1, far_lag) / far) ** 2
+    rho2 = 1.0 - (_spread(finite, 2, far_lag) / far) ** 2
+    if not rho1 >= min_lag1:
+        return NoiseMemory(rho1, 0.0, 0.0, int(finite.size))
+    decay = min(_MAX_DECAY, max(rho2 / rho1, rho1))
+    share = min(1.0, rho1 / decay)
+    return NoiseMemory(rho1, decay, share, int(finite.size))
+
+
+def _spread(values: np.ndarray, lag: int, far_lag: int) -> float:
+    """The spread of the differences `lag` points apart about their local
+    median (over about `far_lag` of them): the local median is the curve's slope times
+    the lag, which a ramp, a decay or a level shift changes from place to place; it
+    takes out about 1 / far_lag of the noise's variance, the same at every lag."""
+    differences = values[lag:] - values[:-lag]
+    local = (
+        pl.Series(differences).rolling_median(far_lag | 1, center=True, min_samples=1).to_numpy()
+    )
+    deviation = differences - local
+    # a root mean square, with the heavy tail pulled in to a few robust sigmas: steadier
+    # than the median absolute deviation itself, and no spike counts as memory
+    bound = _CLIP_ROBUST_SIGMAS * 1.4826 * float(np.median(np.abs(deviation)))
+    np.clip(deviation, -bound, bound, out=deviation)
+    return math.sqrt(float(deviation @ deviation) / deviation.size)
+
+
+def inflation(memory: NoiseMemory, n: int) -> float:
+    """sqrt(F(n)): how much wider the noise of a sum (or a trend statistic) of n points is."""
+    return math.sqrt(memory.variance_factor(n))
+
+
+def noise_memory_of(values: np.ndarray, thresholds: Thresholds) -> NoiseMemory:
+    """`noise_memory` with the thresholds in force."""
+    return noise_memory(values, thresholds.noise_far_lag_points, thresholds.noise_autocorr_min)
+
+
+def excess_bar_sigma(memory: NoiseMemory, thresholds: Thresholds) -> float:
+    """The accumulated-excess bar of a multi-point spike, in baseline sigmas, for this noise.
+
+    `spike_excess_sigma` is set for independent points; correlated neighbours sum to a
+    wider spread (sqrt F(m) as wide for m points), so the bar rises with it, up to
+    `spike_excess_max_sigma` (the spec's own bar, 5 sigma at each of 3 points): a bump
+    that high is material whatever the noise does.
+    """
+    widened = thresholds.spike_excess_sigma * inflation(memory, thresholds.spike_excess_points)
+    return max(thresholds.spike_excess_sigma, min(widened, thresholds.spike_excess_max_sigma))
