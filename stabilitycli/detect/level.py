@@ -17,6 +17,7 @@ from the window's own numbers:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
+from stabilitycli.detect.autocorr import inflation, noise_memory_of
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -196,15 +198,34 @@ def level_changes(steps: np.ndarray, loss: np.ndarray, thresholds: Thresholds) -
     """
     k = int(thresholds.level_change_points)
     reach = 12 * k  # the noise's median reaches 8 k back, the medians 2 k either side
+    wander = _memory_widening(loss, k, thresholds)
     found, chunk_rows = [], windows.CHUNK_ROWS
     for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
-        rows = _changes_in(loss[lo:hi], k, thresholds) + lo
+        rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
         found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
-def _changes_in(values: np.ndarray, k: int, thresholds: Thresholds) -> np.ndarray:
+def _memory_widening(loss: np.ndarray, k: int, thresholds: Thresholds) -> float:
+    """How much wider than for independent noise the step between two k-point medians is,
+    in units of the step-to-step noise the bar is counted in.
+
+    Noise with memory (AR(1)-like, lag-1 autocorrelation rho) wanders: k neighbours sit
+    high or low together, so their median moves sqrt(F(k)) times as far, while the
+    step-to-step change sees only sqrt(1 - rho) of the noise. Without this, the wander of
+    strongly correlated noise reads as the loss stepping down, and the spike baseline
+    restarts where nothing happened.
+    """
+    memory = noise_memory_of(loss, thresholds)
+    if memory.independent:
+        return 1.0
+    return inflation(memory, k) / math.sqrt(max(1.0 - memory.lag1, 0.05))
+
+
+def _changes_in(
+    values: np.ndarray, k: int, thresholds: Thresholds, wander: float = 1.0
+) -> np.ndarray:
     n = values.size
     if k < 2 or n < 4 * k:
         return np.zeros(0, dtype=np.int64)
@@ -227,7 +248,7 @@ def _changes_in(values: np.ndarray, k: int, thresholds: Thresholds) -> np.ndarra
     with np.errstate(invalid="ignore"):
         passes = (
             (step <= -thresholds.level_change_frac * np.abs(before))
-            & (step <= -thresholds.level_change_sigma * noise)
+            & (step <= -thresholds.level_change_sigma * wander * noise)
             & (-step >= thresholds.level_change_ratio * drift)
         )
     if not passes.any():
