@@ -40,9 +40,12 @@ __all__ = [
     "STDIN",
     "STDIN_NAME",
     "SUPPORTED",
+    "choose_reader",
     "detect_format",
     "read",
+    "read_stdin_spool",
     "reader",
+    "stdin_spool_name",
 ]
 
 
@@ -155,7 +158,10 @@ def read(target: str | Path, options: ReadOptions | None = None):
         raise input_error_from(text, err, "input") from err
 
 
-def _read(text: str, options: ReadOptions):
+def choose_reader(text: str, options: ReadOptions) -> tuple[str, str, ReadOptions]:
+    """(reader name, target, options) as `read` picks them for a local path or URI: a run
+    named with --tracking-uri, --format-in, --pattern, the sniffs, a folder of one log.
+    `stab watch` follows what this picks, so that it reads what `stab analyze` would."""
     path = Path(text)
     is_uri = "://" in text
     if options.tracking_uri and not is_uri and not path.exists():
@@ -185,6 +191,12 @@ def _read(text: str, options: ReadOptions):
                 raise
             path = _only_log(path, options.limits)
             text, name = str(path), detect_format(path)
+    return name, text, options
+
+
+def _read(text: str, options: ReadOptions):
+    name, text, options = choose_reader(text, options)
+    path, is_uri = Path(text), "://" in text
     try:
         module = reader(name)
         # a URI goes as given: only a UriReader's sniff_uri (or --format-in) picks a reader for it
@@ -254,11 +266,21 @@ def _read_stdin(options: ReadOptions):
         head, blank = _spool_stdin(sys.stdin.buffer, spool, options.limits)
         if blank:
             raise StabInputError(STDIN_NAME, "nothing on standard input")
-        path = spool.rename(spool.with_name(f"stdin{_stdin_suffix(head)}"))
-        try:
-            run = read(path, options)
-        except StabInputError as err:
-            raise StabInputError(STDIN_NAME, err.reason, line=err.line, record=err.record) from None
+        path = spool.rename(spool.with_name(stdin_spool_name(head)))
+        return read_stdin_spool(path, options)
+
+
+def stdin_spool_name(head: bytes) -> str:
+    """The name standard input's bytes are spooled under (`stdin.log`, `stdin.csv`...)."""
+    return f"stdin{_stdin_suffix(head)}"
+
+
+def read_stdin_spool(path: Path, options: ReadOptions):
+    """The run in a spool of standard input's bytes, named and worded as standard input."""
+    try:
+        run = read(path, options)
+    except StabInputError as err:
+        raise StabInputError(STDIN_NAME, err.reason, line=err.line, record=err.record) from None
     run.source.path, run.source.run = STDIN_NAME, "stdin"
     _reword_cut(run.source, STDIN_CUT)
     run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]
