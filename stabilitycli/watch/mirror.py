@@ -26,6 +26,8 @@ from stabilitycli.watch.follow import Poll
 # complete(data) -> how many leading bytes of data are whole records
 Boundary = Callable[[bytes], int]
 
+# how many names at the end of a path the spool copy keeps
+KEPT_NAMES = 4
 # bytes read from a file at one poll at most: a huge backlog is taken over several polls
 READ_BYTES = 16 << 20
 
@@ -74,9 +76,10 @@ class Mirror:
         self.boundary = boundary or whole_lines
         self.appended = appended  # whether a file grows by appending (else it is copied whole)
         self._dir = Path(tempfile.mkdtemp(prefix="stab-watch-"))
-        # the last two names of the path are kept: readers name the run after them
-        parent = target.resolve().parent.name or "run"
-        self.spool = self._dir / parent / target.name
+        # the last names of the path are kept: readers name the run after its folders
+        # (`runs/x/log.jsonl`, `x/lightning_logs/version_0/metrics.csv`)
+        kept = [part for part in target.resolve().parts[-KEPT_NAMES:] if part != "/"]
+        self.spool = self._dir.joinpath(*kept)
         (self.spool if target.is_dir() else self.spool.parent).mkdir(parents=True, exist_ok=True)
         self._files: dict[Path, _Tracked] = {}
         self.depth = 3  # rank_7/metrics.jsonl, version_0/metrics.csv: a run's own folders

@@ -16,6 +16,7 @@ from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.alerts import Alert
 from stabilitycli.watch.follow import Follower
 from stabilitycli.watch.loop import Clock, Watch, WatchSettings
+from stabilitycli.watch.sources._files import appended
 
 SOURCES = "stabilitycli.watch.sources"
 
@@ -60,19 +61,42 @@ def open_follower(
 
 
 def wait_for_log(target: str, settings: WatchSettings, say, clock: Clock) -> None:
-    """A log that is not there yet, or still empty (the job has not written its first line):
-    wait for it, up to --idle seconds."""
+    """A log that is not there yet, or holds too little to tell its format (the job has
+    not written its first lines): wait for it while it grows, up to --idle seconds of
+    nothing new."""
     if target == "-" or "://" in target:
         return
     path = Path(target)
-    began, told = clock.now(), False
-    while not path.exists() or (path.is_file() and path.stat().st_size == 0):
-        if settings.idle_s is not None and clock.now() - began >= settings.idle_s:
+    last_growth, size, told = clock.now(), -1, False
+    while not _enough(path):
+        now = clock.now()
+        grown = path.stat().st_size if path.is_file() else -1
+        if grown != size:
+            last_growth, size = now, grown
+        if settings.idle_s is not None and now - last_growth >= settings.idle_s:
             return  # the reader's own message (no such file, nothing in it) says why
         if not told:
-            say(f"{target}: waiting for the log to appear")
+            say(f"{target}: waiting for the log's first lines")
             told = True
         clock.sleep(settings.interval_s)
+
+
+# a format is picked from a file's first bytes: wait for this many lines, or this many bytes
+_HEAD_LINES = 5
+_HEAD_BYTES = 8192
+
+
+def _enough(path: Path) -> bool:
+    try:
+        if path.is_dir():  # a run folder: once its writers have begun
+            return any(p.is_file() and p.stat().st_size for p in path.iterdir())
+        with open(path, "rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    if not appended(path):  # saved whole: there once it is there
+        return bool(head)
+    return len(head) >= _HEAD_BYTES or head.count(b"\n") >= _HEAD_LINES
 
 
 def run_watch(
