@@ -4,6 +4,7 @@ chunk instead of sleeping, so that `stab watch`'s loop runs at full speed."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -35,7 +36,7 @@ def chunk_writes(src: Path, dst: Path, rng: random.Random, pieces: int) -> list[
 
         return write
 
-    return [append(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [append(a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def replay_writes(src: Path, dst: Path, rng: random.Random, pieces: int = 6) -> list[Callable]:
