@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.follow import Poll
 
@@ -198,6 +199,16 @@ class Mirror:
             replace(r, reason=r.reason.replace(spool, original)) for r in source.rejections
         ]
 
+    def renamed_error(self, err: StabInputError) -> StabInputError:
+        """The reader's error on the spool, naming the original path."""
+        spool, original = str(self.spool), str(self.target)
+        return StabInputError(
+            err.path.replace(spool, original),
+            err.reason.replace(spool, original),
+            line=err.line,
+            record=err.record,
+        )
+
     def close(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -225,7 +236,10 @@ class MirrorFollower:
     def snapshot(self):
         from stabilitycli.ingest import read
 
-        run = read(self.mirror.spool, self.options)
+        try:
+            run = read(self.mirror.spool, self.options)
+        except StabInputError as err:
+            raise self.mirror.renamed_error(err) from None
         self.mirror.rename(run)
         return run
 

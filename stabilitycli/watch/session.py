@@ -70,7 +70,7 @@ def wait_for_log(target: str, settings: WatchSettings, say, clock: Clock) -> Non
     last_growth, size, told = clock.now(), -1, False
     while not _enough(path):
         now = clock.now()
-        grown = path.stat().st_size if path.is_file() else -1
+        grown = _size(path)
         if grown != size:
             last_growth, size = now, grown
         if settings.idle_s is not None and now - last_growth >= settings.idle_s:
@@ -79,6 +79,16 @@ def wait_for_log(target: str, settings: WatchSettings, say, clock: Clock) -> Non
             say(f"{target}: waiting for the log's first lines")
             told = True
         clock.sleep(settings.interval_s)
+
+
+def _size(path: Path) -> int:
+    """How much a log (or a run folder's files) holds; -1 when it is not there."""
+    try:
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 # a format is picked from a file's first bytes: wait for this many lines, or this many bytes
@@ -99,6 +109,30 @@ def _enough(path: Path) -> bool:
     return len(head) >= _HEAD_BYTES or head.count(b"\n") >= _HEAD_LINES
 
 
+def _open_when_known(request: WatchRequest, say, clock: Clock, stdin: BinaryIO | None):
+    """The follower, once the log's first lines tell its format. A log whose first lines
+    do not tell it yet (an argument dump before the first record) is asked again while it
+    grows; after --idle seconds of nothing new, the reader's own message is the answer."""
+    wait_for_log(request.target, request.settings, say, clock)
+    path = Path(request.target)
+    last_growth, size, told = clock.now(), -1, False
+    while True:
+        try:
+            return open_follower(request.target, request.options, stdin)
+        except StabInputError as err:
+            idle = request.settings.idle_s
+            grown = _size(path)
+            now = clock.now()
+            if grown != size:
+                last_growth, size = now, grown
+            if grown < 0 or (idle is not None and now - last_growth >= idle):
+                raise
+            if not told:
+                say(f"{request.target}: its format is not told yet ({err.reason}); waiting")
+                told = True
+            clock.sleep(request.settings.interval_s)
+
+
 def run_watch(
     request: WatchRequest,
     emit: Callable[[Alert], None],
@@ -116,13 +150,15 @@ def run_watch(
             run, request.thresholds, select=request.select, ignore=request.ignore
         )
 
-    wait_for_log(request.target, request.settings, say, clock)
-    follower, name = open_follower(request.target, request.options, stdin)
+    follower, name = _open_when_known(request, say, clock, stdin)
     try:
         watch = Watch(follower, judge, request.settings, emit, say, clock)
         every = f"every {request.settings.interval_s:g} s"
-        say(f"watching {follower.display} ({name}) {every}; Ctrl-C ends it with the verdict")
-        why = watch.run()
+        try:
+            say(f"watching {follower.display} ({name}) {every}; Ctrl-C ends it with the verdict")
+            why = watch.run()
+        except KeyboardInterrupt:
+            why = "interrupted (Ctrl-C)"
         say(f"watch ended: {why}")
         final = _final(request, follower, judge, say)
         watch.take(final)  # what the judgments skipped by the CPU budget did not alert yet

@@ -3,10 +3,12 @@ passed, then settles; each event is alerted, posted and acted on once."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -27,7 +29,7 @@ def _watch(tmp_path: Path, stays: bool, fail_on: Severity, hooks: Hooks | None =
     log = tmp_path / "job" / "metrics.jsonl"
     log.parent.mkdir()
     writes = []
-    for a, b in zip(CUTS, CUTS[1:], strict=False):
+    for a, b in itertools.pairwise(CUTS):
         data = jsonl_lines(a, b, spike_at=600, stays=stays)
         writes.append(lambda data=data: log.open("ab").write(data))
     settings = WatchSettings(
@@ -65,7 +67,7 @@ def test_a_spike_that_stays_settles_persistent_and_is_acted_on_once(tmp_path: Pa
 
 
 class _Receiver(BaseHTTPRequestHandler):
-    posts: list[dict] = []
+    posts: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
