@@ -34,7 +34,8 @@ WRITER = r"""
 import json, sys, time
 import numpy as np
 folder = sys.argv[1]
-ranks, rate, seconds, spike_at = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+ranks, spike_at = int(sys.argv[2]), int(sys.argv[5])
+rate, seconds = float(sys.argv[3]), float(sys.argv[4])
 rng = np.random.default_rng(0)
 files = [open(f"{folder}/rank_{r:02d}.jsonl", "a", buffering=1) for r in range(ranks)]
 began = time.monotonic()
