@@ -99,7 +99,7 @@ def main() -> None:
         watch.returncode = 0  # reaped above, with its CPU time
         watch_wall = time.monotonic() - watch_began
         watch_cpu = usage.ru_utime + usage.ru_stime
-        out = writer.communicate()[0].split()
+        out = writer.communicate()[0].splitlines()
         written = {json.loads(x)["step"]: json.loads(x)["t"] for x in out}
         # the baseline: one `stab analyze` of the final log, rerun at every interval
         analyze_cpu, _ = _cpu_of([*stab, "analyze", str(folder), "-q"], env=env,

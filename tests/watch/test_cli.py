@@ -43,8 +43,7 @@ def test_alert_lines_go_to_stdout_before_the_verdict(tmp_path: Path) -> None:
 
 
 def test_a_format_without_a_follower_is_one_line_and_exit_2() -> None:
-    folder = next(p for p in (FIXTURES / "tensorboard").iterdir() if p.is_dir())
-    result = _invoke("watch", str(folder))
+    result = _invoke("watch", str(FIXTURES / "tensorboard" / "nan"), "--idle", "1")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
         "stab: error: stab watch does not follow tensorboard inputs yet"
