@@ -19,11 +19,17 @@ from stabilitycli.commands._common import (
     internal_error,
     load_thresholds,
     print_rendered,
-    set_flag,
     split_codes,
     with_settings,
 )
-from stabilitycli.commands.analyze import FormatOpt, IgnoreOpt, QuietOpt, SelectOpt, VerboseOpt
+from stabilitycli.commands.analyze import (
+    FormatOpt,
+    IgnoreOpt,
+    QuietOpt,
+    SelectOpt,
+    ThresholdSetOpt,
+    VerboseOpt,
+)
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 from stabilitycli.core.errors import StabInputError, StabUsageError, visible
 from stabilitycli.report.formats import Format
@@ -68,9 +74,7 @@ def command(
     read: ReadArgs,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
-    set_values: Annotated[
-        list[str] | None, set_flag(see_also="; see `stab explain thresholds`")
-    ] = None,
+    set_values: ThresholdSetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 2.0,
