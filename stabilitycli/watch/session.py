@@ -12,6 +12,7 @@ from typing import BinaryIO
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Analysis
+from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.alerts import Alert
 from stabilitycli.watch.follow import Follower
@@ -85,7 +86,7 @@ def _size(path: Path) -> int:
     """How much a log (or a run folder's files) holds; -1 when it is not there."""
     try:
         if path.is_dir():
-            return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+            return sum(p.stat().st_size for p in list_folder(path) if p.is_file())
         return path.stat().st_size
     except OSError:
         return -1
@@ -99,7 +100,7 @@ _HEAD_BYTES = 8192
 def _enough(path: Path) -> bool:
     try:
         if path.is_dir():  # a run folder: once its writers have begun
-            return any(p.is_file() and p.stat().st_size for p in path.iterdir())
+            return any(p.is_file() and p.stat().st_size for p in list_folder(path))
         with open(path, "rb") as handle:
             head = handle.read(_HEAD_BYTES)
     except OSError:
