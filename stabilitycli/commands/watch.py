@@ -63,11 +63,42 @@ def _signal(name: str):
         ) from None
 
 
+# the options of `stab watch` beside analyze's, in its --help order
+PathArg = Annotated[
+    str, typer.Argument(help="The log, run folder or URI being written, or - for stdin.")
+]
+IntervalOpt = Annotated[float, typer.Option(help="Seconds between polls.")]
+IdleOpt = Annotated[
+    float,
+    typer.Option(
+        help="The run is over once nothing was written for this many seconds "
+        "(0: only the source, stdin closing or Ctrl-C end it)."
+    ),
+]
+OnAlertOpt = Annotated[
+    str | None, typer.Option(help="Run this shell command per alert, its JSON on stdin.")
+]
+WebhookOpt = Annotated[
+    str | None,
+    typer.Option(help="POST each alert as JSON (with a Slack-compatible `text`) here."),
+]
+StopPidOpt = Annotated[
+    int | None, typer.Option(help="Send --stop-signal to this process on an alert.")
+]
+StopSignalOpt = Annotated[str, typer.Option(help="The signal --stop-pid sends.")]
+TouchOpt = Annotated[
+    Path | None,
+    typer.Option(help="Write the alert's JSON to this file (a sentinel a trainer polls)."),
+]
+AlertsOpt = Annotated[
+    Path | None, typer.Option(help="Append the alert lines to this file instead of stdout.")
+]
+CpuShareOpt = Annotated[float, typer.Option(help="Share of one core judging may take on average.")]
+
+
 @takes_read_options(then={"dtype": ("select", "ignore", "set_values")})
 def command(
-    path: Annotated[
-        str, typer.Argument(help="The log, run folder or URI being written, or - for stdin.")
-    ],
+    path: PathArg,
     *,
     output: FormatOpt = Format.terminal,
     fail_on: FailOnOpt = FailOn.error,
@@ -77,36 +108,15 @@ def command(
     set_values: ThresholdSetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
-    interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 2.0,
-    idle: Annotated[
-        float,
-        typer.Option(
-            help="The run is over once nothing was written for this many seconds "
-            "(0: only the source, stdin closing or Ctrl-C end it)."
-        ),
-    ] = IDLE_DEFAULT_S,
-    on_alert: Annotated[
-        str | None, typer.Option(help="Run this shell command per alert, its JSON on stdin.")
-    ] = None,
-    webhook: Annotated[
-        str | None,
-        typer.Option(help="POST each alert as JSON (with a Slack-compatible `text`) here."),
-    ] = None,
-    stop_pid: Annotated[
-        int | None, typer.Option(help="Send --stop-signal to this process on an alert.")
-    ] = None,
-    stop_signal: Annotated[str, typer.Option(help="The signal --stop-pid sends.")] = "TERM",
-    touch: Annotated[
-        Path | None,
-        typer.Option(help="Write the alert's JSON to this file (a sentinel a trainer polls)."),
-    ] = None,
-    alerts: Annotated[
-        Path | None,
-        typer.Option(help="Append the alert lines to this file instead of stdout."),
-    ] = None,
-    cpu_share: Annotated[
-        float, typer.Option(help="Share of one core judging may take on average.")
-    ] = 0.04,
+    interval: IntervalOpt = 2.0,
+    idle: IdleOpt = IDLE_DEFAULT_S,
+    on_alert: OnAlertOpt = None,
+    webhook: WebhookOpt = None,
+    stop_pid: StopPidOpt = None,
+    stop_signal: StopSignalOpt = "TERM",
+    touch: TouchOpt = None,
+    alerts: AlertsOpt = None,
+    cpu_share: CpuShareOpt = 0.04,
 ) -> None:
     """Follow a run while it is written: alert each event as it becomes decidable, run the
     hooks, and end with the verdict `stab analyze` gives on the final log."""
@@ -118,33 +128,36 @@ def command(
     from stabilitycli.core.model import Severity
     from stabilitycli.watch.hooks import Hooks
     from stabilitycli.watch.loop import WatchSettings
-    from stabilitycli.watch.session import WatchRequest, run_watch
 
     threshold = Severity.parse(fail_on.value)
     try:
-        options = read.options()
         hooks = Hooks(on_alert, webhook, stop_pid, _signal(stop_signal), touch)
-        thresholds, settings = load_thresholds(path, set_values)
+        watch = WatchSettings(interval, idle or None, cpu_share, threshold, hooks)
+        final, settings = _watch(path, read, watch, select, ignore, set_values, output, alerts)
     except StabUsageError as err:
         raise fail(str(err)) from None
+    verbosity = "quiet" if quiet else "verbose" if verbose else "normal"
+    print_rendered(output.render(with_settings(final, settings), threshold, verbosity))
+    raise typer.Exit(exit_code_for(final.worst_severity, threshold))
+
+
+def _watch(path, read, watch, select, ignore, set_values, output, alerts):
+    """(the final Analysis, the settings not at their defaults): exit 2 with one line on
+    bad input."""
+    from stabilitycli.watch.session import WatchRequest, run_watch
+
+    options = read.options()
+    thresholds, settings = load_thresholds(path, set_values)
     request = WatchRequest(
-        target=path,
-        options=options,
-        thresholds=thresholds,
-        settings=WatchSettings(interval, idle or None, cpu_share, threshold, hooks),
-        select=split_codes(select),
-        ignore=split_codes(ignore),
+        path, options, thresholds, watch, split_codes(select), split_codes(ignore)
     )
-    emit = _alert_printer(output, alerts)
     try:
-        final = run_watch(request, emit, _say, stdin=_stdin(path))
+        final = run_watch(request, _alert_printer(output, alerts), _say, stdin=_stdin(path))
     except (StabInputError, StabUsageError) as err:
         raise boundary(err, path) from None
     except BaseException as err:
         raise internal_error(err, path) from None
-    verbosity = "quiet" if quiet else "verbose" if verbose else "normal"
-    print_rendered(output.render(with_settings(final, settings), threshold, verbosity))
-    raise typer.Exit(exit_code_for(final.worst_severity, threshold))
+    return final, settings
 
 
 def _say(line: str) -> None:
