@@ -50,6 +50,7 @@ COMMANDS: tuple[str, ...] = (
     "postmortem",
     "report",
     "summary",
+    "watch",
 )
 
 

@@ -142,6 +142,10 @@ ShowSettingsOpt = Annotated[
 ]
 
 
+# the one --set (set_flag), here pointing to the list of thresholds
+ThresholdSetOpt = Annotated[list[str] | None, set_flag(see_also="; see `stab explain thresholds`")]
+
+
 PlannedRestartsOpt = Annotated[
     str | None,
     typer.Option(
@@ -161,10 +165,7 @@ def command(
     read: ReadArgs,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
-    # the one --set (set_flag), here pointing to the list of thresholds
-    set_values: Annotated[
-        list[str] | None, set_flag(see_also="; see `stab explain thresholds`")
-    ] = None,
+    set_values: ThresholdSetOpt = None,
     recursive: RecursiveOpt = False,
     jobs: JobsOpt = None,
     quiet: QuietOpt = False,

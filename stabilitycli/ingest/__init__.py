@@ -41,9 +41,12 @@ __all__ = [
     "STDIN",
     "STDIN_NAME",
     "SUPPORTED",
+    "choose_reader",
     "detect_format",
     "read",
+    "read_stdin_spool",
     "reader",
+    "stdin_spool_name",
 ]
 
 
@@ -156,7 +159,10 @@ def read(target: str | Path, options: ReadOptions | None = None):
         raise input_error_from(text, err, "input") from err
 
 
-def _read(text: str, options: ReadOptions):
+def choose_reader(text: str, options: ReadOptions) -> tuple[str, str, ReadOptions]:
+    """(reader name, target, options) as `read` picks them for a local path or URI: a run
+    named with --tracking-uri, --format-in, --pattern, the sniffs, a folder of one log.
+    `stab watch` follows what this picks, so that it reads what `stab analyze` would."""
     path = Path(text)
     is_uri = "://" in text
     if options.tracking_uri and not is_uri and not path.exists():
@@ -186,6 +192,12 @@ def _read(text: str, options: ReadOptions):
                 raise
             path = _only_log(path, options.limits)
             text, name = str(path), detect_format(path)
+    return name, text, options
+
+
+def _read(text: str, options: ReadOptions):
+    name, text, options = choose_reader(text, options)
+    path, is_uri = Path(text), "://" in text
     detected = not (options.format_in or options.pattern or is_uri)
     try:
         module = reader(name)
@@ -271,27 +283,37 @@ def _read_stdin(options: ReadOptions):
         head, blank = _spool_stdin(sys.stdin.buffer, spool, options.limits)
         if blank:
             raise StabInputError(STDIN_NAME, "nothing on standard input")
-        path = spool.rename(spool.with_name(f"stdin{_stdin_suffix(head)}"))
-        run, failed = None, None
+        path = spool.rename(spool.with_name(stdin_spool_name(head)))
+        return read_stdin_spool(path, options)
+
+
+def stdin_spool_name(head: bytes) -> str:
+    """The name standard input's bytes are spooled under (`stdin.log`, `stdin.csv`...)."""
+    return f"stdin{_stdin_suffix(head)}"
+
+
+def read_stdin_spool(path: Path, options: ReadOptions):
+    """The run in a spool of standard input's bytes, named and worded as standard input."""
+    run, failed = None, None
+    try:
+        run = read(path, options)
+    except StabInputError as err:
+        failed = err
+    if path.suffix != ".log" and not options.format_in and (run is None or _no_loss(run)):
+        # lines that only look like a table (`iter 0: loss 2.5, time 101ms` has as many
+        # commas on every line): read as the text log they may be, as a `.log` would be
+        path = path.rename(path.with_suffix(".log"))
         try:
-            run = read(path, options)
-        except StabInputError as err:
-            failed = err
-        if path.suffix != ".log" and not options.format_in and (run is None or _no_loss(run)):
-            # lines that only look like a table (`iter 0: loss 2.5, time 101ms` has as many
-            # commas on every line): read as the text log they may be, as a `.log` would be
-            path = path.rename(path.with_suffix(".log"))
-            try:
-                as_text = read(path, options)
-            except StabInputError:
-                as_text = None
-            if as_text is not None and (run is None or not _no_loss(as_text)):
-                run = as_text
-        if run is None:
-            assert failed is not None  # no run is read only when its read failed
-            raise StabInputError(
-                STDIN_NAME, failed.reason, line=failed.line, record=failed.record
-            ) from None
+            as_text = read(path, options)
+        except StabInputError:
+            as_text = None
+        if as_text is not None and (run is None or not _no_loss(as_text)):
+            run = as_text
+    if run is None:
+        assert failed is not None  # no run is read only when its read failed
+        raise StabInputError(
+            STDIN_NAME, failed.reason, line=failed.line, record=failed.record
+        ) from None
     run.source.path, run.source.run = STDIN_NAME, "stdin"
     _reword_cut(run.source, STDIN_CUT)
     run.source.warnings[:] = [w.replace(str(path), STDIN_NAME) for w in run.source.warnings]

@@ -1,0 +1,169 @@
+"""Which findings of a judgment are new, which provisional ones settled, and the alert lines.
+
+An event is keyed by its code, its onset step and its rank: judged again on a longer log,
+the same event keeps its key, so it is alerted once. A spike is provisional while its
+recovery window is still open (the log ends before onset + the horizon the rule gave it,
+and it has not come back yet): it is alerted as `pending`, and once the window has passed
+(or the loss came back) an update says `recovered` or `persistent`. An event alerted
+earlier that a later judgment no longer finds is said once as `withdrawn`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stabilitycli.core.model import Analysis, Finding, Severity
+from stabilitycli.detect.kinds.spike import SPIKE
+
+EventKey = tuple[str, int | None, int | None]
+
+PENDING, RECOVERED, PERSISTENT, DECIDED, WITHDRAWN = (
+    "pending",
+    "recovered",
+    "persistent",
+    "decided",
+    "withdrawn",
+)
+
+
+@dataclass
+class Alert:
+    """One line of the watch: a new event, or the update of one alerted before."""
+
+    type: str  # "alert" (new) or "update" (a provisional event settled, or was withdrawn)
+    run: str
+    code: str
+    severity: Severity
+    step: int | None
+    rank: int | None
+    status: str  # pending, recovered, persistent, decided, withdrawn
+    summary: str
+    logged_step: int | None  # the last step logged when it was judged
+    settles_at_step: int | None = None  # a pending event: the step its window closes at
+    finding: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> EventKey:
+        return (self.code, self.step, self.rank)
+
+    @property
+    def provisional(self) -> bool:
+        return self.status == PENDING
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "run": self.run,
+            "code": self.code,
+            "severity": str(self.severity),
+            "step": self.step,
+            "rank": self.rank,
+            "status": self.status,
+            "provisional": self.provisional,
+            "settles_at_step": self.settles_at_step,
+            "logged_step": self.logged_step,
+            "summary": self.summary,
+            "finding": self.finding,
+        }
+
+    def line(self) -> str:
+        """run, step, code, severity, summary on one line."""
+        where = f"step {self.step}" if self.step is not None else "no step"
+        if self.rank is not None:
+            where += f" rank {self.rank}"
+        state = {
+            PENDING: f" [provisional: recovery pending until step {self.settles_at_step}]",
+            RECOVERED: " [settled: recovered]",
+            PERSISTENT: " [settled: persistent]",
+            WITHDRAWN: " [withdrawn: no longer found on the longer log]",
+        }.get(self.status, "")
+        verb = "update" if self.type == "update" else "ALERT"
+        summary = " ".join(self.summary.split())  # one line, whatever the message holds
+        return f"{verb} {self.run} {where} {self.code} {self.severity}{state}: {summary}"
+
+
+def status_of(finding: Finding, logged_step: int | None) -> tuple[str, int | None]:
+    """(status, the step a pending event settles at) of a finding on a log ending at
+    `logged_step`."""
+    if finding.kind is not SPIKE:
+        return DECIDED, None
+    evidence = finding.evidence
+    if evidence["recovered"]:
+        return RECOVERED, None
+    onset, horizon = evidence["onset_step"], evidence["recovery_horizon_steps"]
+    settles = onset + horizon if horizon is not None else None
+    if settles is not None and logged_step is not None and logged_step < settles:
+        return PENDING, settles
+    return PERSISTENT, None
+
+
+class AlertBook:
+    """What was alerted so far, and which events the hooks have acted on."""
+
+    def __init__(self, least: Severity = Severity.WARNING):
+        self.least = least  # findings below this severity are not alerts
+        self.status: dict[EventKey, str] = {}
+        self.acted: set[EventKey] = set()
+
+    def update(self, analysis: Analysis, logged_step: int | None) -> list[Alert]:
+        """The alert and update lines this judgment adds."""
+        run = analysis.source.run or analysis.source.path
+        out: list[Alert] = []
+        found: set[EventKey] = set()
+        for finding in analysis.findings:
+            key = (finding.code, finding.step, finding.rank)
+            if finding.severity < self.least and key not in self.status:
+                continue
+            status, settles = status_of(finding, logged_step)
+            alert = Alert(
+                type="alert",
+                run=run,
+                code=finding.code,
+                severity=finding.severity,
+                step=finding.step,
+                rank=finding.rank,
+                status=status,
+                summary=finding.message,
+                logged_step=logged_step,
+                settles_at_step=settles,
+                finding=finding.to_dict(),
+            )
+            found.add(alert.key)
+            before = self.status.get(alert.key)
+            if before == status:
+                continue
+            if before is not None:
+                if before != PENDING and status == PENDING:
+                    continue  # a log read again from its start: what settled stays settled
+                alert.type = "update"
+            self.status[alert.key] = status
+            out.append(alert)
+        for key, before in list(self.status.items()):
+            if key not in found and before != WITHDRAWN:
+                self.status[key] = WITHDRAWN
+                code, step, rank = key
+                out.append(
+                    Alert(
+                        "update",
+                        run,
+                        code,
+                        Severity.INFO,
+                        step,
+                        rank,
+                        WITHDRAWN,
+                        "the judgment of the longer log no longer finds this event",
+                        logged_step,
+                    )
+                )
+        return out
+
+    def to_act_on(self, alert: Alert, fail_on: Severity) -> bool:
+        """Whether the hooks act on this alert: a settled event at or above --fail-on, once
+        per event (its code, onset step and rank)."""
+        if alert.provisional or alert.status == WITHDRAWN or alert.severity < fail_on:
+            return False
+        if alert.key in self.acted:
+            return False
+        self.acted.add(alert.key)
+        return True

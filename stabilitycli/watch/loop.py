@@ -1,0 +1,152 @@
+"""The watch itself: poll the follower, judge what is complete, alert what is new, act on it.
+
+Cost: a poll reads only the bytes written since the last one. A judgment is the library's
+`analyze` on the whole snapshot (so the alerts are the findings `stab analyze` gives on the
+same bytes, never those of a shortened log), and its cost grows with the run; it is
+throttled by CPU time: a judgment starts only while the CPU time spent judging stays
+within `cpu_share` of the wall time watched (the first is always made). Early in a run
+every poll with new records is judged; on a long run the judgments space out so that
+the average cost stays at `cpu_share` of one core, and an alert can come later than the
+next poll. The clock is passed in so that tests run the loop without sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from stabilitycli.core.errors import StabInputError, StabUsageError
+from stabilitycli.core.model import Analysis, Severity
+from stabilitycli.watch.alerts import Alert, AlertBook
+from stabilitycli.watch.follow import Follower, Poll
+from stabilitycli.watch.hooks import Hooks
+
+
+@dataclass
+class Clock:
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    cpu: Callable[[], float] = time.process_time
+
+
+@dataclass
+class WatchSettings:
+    interval_s: float = 2.0
+    # the run is over when nothing was written for this long (None: never, by that)
+    idle_s: float | None = 600.0
+    # the share of one core that judging may take on average
+    cpu_share: float = 0.04
+    fail_on: Severity = Severity.ERROR
+    hooks: Hooks = field(default_factory=Hooks)
+
+
+@dataclass
+class WatchStats:
+    polls: int = 0
+    judgments: int = 0
+    judge_cpu_s: float = 0.0
+    records: int = 0
+
+
+class Watch:
+    def __init__(
+        self,
+        follower: Follower,
+        judge: Callable[..., Analysis],
+        settings: WatchSettings,
+        emit: Callable[[Alert], None],
+        say: Callable[[str], None],
+        clock: Clock | None = None,
+    ):
+        self.follower = follower
+        self.judge = judge  # RunData -> Analysis
+        self.settings = settings
+        self.emit = emit  # an alert line, on the alert stream
+        self.say = say  # a status line (stderr)
+        self.clock = clock or Clock()
+        self.book = AlertBook(min(Severity.WARNING, settings.fail_on))
+        self.stats = WatchStats()
+        self._unjudged = False
+        self._said: set[str] = set()
+        self._rejected = 0
+        self._started = self.clock.now()
+
+    def run(self) -> str:
+        """Watch until the run ends; why it ended."""
+        last_growth = self._started
+        try:
+            while True:
+                poll = self.poll_once()
+                now = self.clock.now()
+                if poll.records_read or poll.reread:
+                    last_growth = now
+                if poll.ended:
+                    return poll.ended
+                idle = self.settings.idle_s
+                if idle is not None and now - last_growth >= idle:
+                    return f"nothing written for {idle:g} s (--idle)"
+                self.clock.sleep(self.settings.interval_s)
+        except KeyboardInterrupt:
+            return "interrupted (Ctrl-C)"
+
+    def poll_once(self) -> Poll:
+        """One poll, and a judgment when something new is complete and the budget allows."""
+        self.stats.polls += 1
+        try:
+            poll = self.follower.poll()
+        except (StabInputError, StabUsageError, OSError) as err:
+            poll = Poll(problems=[f"{self.follower.display}: this poll failed: {err}"])
+        for problem in poll.problems:
+            self.say(problem)
+        if poll.reread:
+            self.say(poll.reread)
+        self.stats.records += poll.records_read
+        if poll.records_read or poll.reread:
+            self._unjudged = True
+        if self._unjudged and self._within_budget():
+            self.judge_now()
+        return poll
+
+    def _within_budget(self) -> bool:
+        if self.stats.judgments == 0:
+            return True
+        watched = self.clock.now() - self._started
+        return self.stats.judge_cpu_s <= self.settings.cpu_share * watched
+
+    def judge_now(self) -> None:
+        self._unjudged = False
+        began = self.clock.cpu()
+        try:
+            analysis = self.judge(self.follower.snapshot())
+        except (StabInputError, StabUsageError) as err:
+            self._say_once(f"{self.follower.display}: not judged yet: {err}")
+            return
+        finally:
+            self.stats.judgments += 1
+            self.stats.judge_cpu_s += self.clock.cpu() - began
+        self._tell_rejections(analysis)
+        self.take(analysis)
+
+    def take(self, analysis: Analysis) -> None:
+        """Alert what this judgment found that was not alerted; act on what calls for it."""
+        for alert in self.book.update(analysis, analysis.source.last_step):
+            self.emit(alert)
+            if self.settings.hooks.any and self.book.to_act_on(alert, self.settings.fail_on):
+                self.settings.hooks.act(alert, self.say)
+
+    def _tell_rejections(self, analysis: Analysis) -> None:
+        source = analysis.source
+        if source.rows_rejected > self._rejected:
+            first = next(iter(source.rejections[-1:]), None)
+            where = f" (latest: line {first.line}: {first.reason})" if first else ""
+            self.say(
+                f"{self.follower.display}: {source.rows_rejected} of {source.rows_read} rows "
+                f"rejected so far{where}"
+            )
+            self._rejected = source.rows_rejected
+
+    def _say_once(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            self.say(line)
