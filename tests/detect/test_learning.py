@@ -194,8 +194,9 @@ def test_late_start_flat_fine_tune_is_not_judged(cli, tmp_path):
     skipped = {s["code"]: s["reason"] for s in report["skipped"]}
     assert skipped["no-learning"].startswith("decrease not judged: the log starts at step 20,000")
     # healthy must not read as "it learned": the headline names what was not judged
-    assert "not checked: whether it learned (the log starts at step 20,000)" in (
-        report["verdict"]["summary"]
+    assert (
+        "not checked: whether it learned (the log starts at step 20,000)"
+        in (report["verdict"]["summary"])
     )
 
 
