@@ -43,11 +43,22 @@ def test_alert_lines_go_to_stdout_before_the_verdict(tmp_path: Path) -> None:
 
 
 def test_a_format_without_a_follower_is_one_line_and_exit_2() -> None:
-    result = _invoke("watch", str(FIXTURES / "tensorboard" / "nan"), "--idle", "1")
+    # a W&B CSV export is written once, whole: there is nothing to follow
+    exports = [p for p in FIXTURES.rglob("*.csv") if _reader_of(p) == "wandb_csv"]
+    assert exports, "no W&B CSV export among the fixtures"
+    result = _invoke("watch", str(exports[0]), "--idle", "1")
+    assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        "stab: error: stab watch does not follow tensorboard inputs yet"
+        "stab: error: stab watch does not follow wandb_csv inputs yet"
     ]
+
+
+def _reader_of(path: Path) -> str:
+    from stabilitycli.ingest import choose_reader
+    from stabilitycli.ingest.options import ReadOptions
+
+    return choose_reader(str(path), ReadOptions())[0]
 
 
 def test_bad_options_are_one_line_and_exit_2() -> None:
