@@ -58,8 +58,12 @@ class Watch:
         emit: Callable[[Alert], None],
         say: Callable[[str], None],
         clock: Clock | None = None,
+        size_of: Callable[[], int] | None = None,
     ):
         self.follower = follower
+        # the bytes the log holds: a writer midway through a large record (an image in an
+        # event file) is writing, though no record is complete yet, so it is not idle
+        self.size_of = size_of
         self.judge = judge  # RunData -> Analysis
         self.settings = settings
         self.emit = emit  # an alert line, on the alert stream
@@ -75,12 +79,14 @@ class Watch:
     def run(self) -> str:
         """Watch until the run ends; why it ended."""
         last_growth = self._started
+        size = self.size_of() if self.size_of else -1
         try:
             while True:
                 poll = self.poll_once()
                 now = self.clock.now()
-                if poll.records_read or poll.reread:
-                    last_growth = now
+                grown = self.size_of() if self.size_of else -1
+                if poll.records_read or poll.reread or grown != size:
+                    last_growth, size = now, grown
                 if poll.ended:
                     return poll.ended
                 idle = self.settings.idle_s

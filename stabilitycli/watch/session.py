@@ -3,6 +3,8 @@ the analysis `stab analyze` gives on the final log."""
 
 from __future__ import annotations
 
+import itertools
+
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,13 +87,16 @@ def wait_for_log(target: str, settings: WatchSettings, say, clock: Clock) -> Non
 def _size(path: Path) -> int:
     """How much a log (or a run folder's files) holds; -1 when it is not there."""
     try:
-        if path.is_dir():
-            return sum(p.stat().st_size for p in list_folder(path) if p.is_file())
+        if path.is_dir():  # a run's files may sit below it (ranks, an MLflow run's metrics/)
+            files = itertools.islice(path.rglob("*"), _SIZE_WALK_ENTRIES)
+            return sum(p.stat().st_size for p in files if p.is_file())
         return path.stat().st_size
     except OSError:
         return -1
 
 
+# entries a run folder's size is summed over at each poll (a folder of more is not walked on)
+_SIZE_WALK_ENTRIES = 10_000
 # a format is picked from a file's first bytes: wait for this many lines, or this many bytes
 _HEAD_LINES = 5
 _HEAD_BYTES = 8192
@@ -153,7 +158,9 @@ def run_watch(
 
     follower, name = _open_when_known(request, say, clock, stdin)
     try:
-        watch = Watch(follower, judge, request.settings, emit, say, clock)
+        local = stdin is None and "://" not in request.target and request.target != "-"
+        size_of = (lambda: _size(Path(request.target))) if local else None
+        watch = Watch(follower, judge, request.settings, emit, say, clock, size_of)
         every = f"every {request.settings.interval_s:g} s"
         try:
             say(f"watching {follower.display} ({name}) {every}; Ctrl-C ends it with the verdict")
