@@ -132,7 +132,7 @@ def test_tensorboard_job_stopped_after_a_persistent_spike(tmp_path: Path) -> Non
     while not any(folder.glob("events.out.tfevents.*")):
         time.sleep(0.05)
     # TensorBoard says nothing of a run's end: the writer going quiet for --idle ends it
-    code, out, err = _watch_job(tmp_path, job, str(folder), "--idle", "3")
+    code, out, _ = _watch_job(tmp_path, job, str(folder), "--idle", "3")
     assert code == 1  # analyze's status on the final log: an error was found
     assert json.loads(out)["verdict"]["code"] == "spike-persistent"
     assert out == _analyze(str(folder)).stdout
