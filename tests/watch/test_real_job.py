@@ -57,6 +57,34 @@ def _stab(*args: str, **kwargs) -> subprocess.Popen:
     )
 
 
+def watch_job(tmp_path: Path, job: subprocess.Popen, target: str, *extra: str):
+    """`stab watch TARGET --stop-pid` beside a trainer that injects a persistent spike at
+    SPIKE_AT and prints the step it stopped after: checks the job stopped within
+    LATENCY_STEPS of the spike's settling, and the alerts; (exit status, stdout, stderr)."""
+    alerts = tmp_path / "alerts.jsonl"
+    watch = _stab(
+        "watch", target, "--stop-pid", str(job.pid), "--interval", "0.25", "--cpu-share", "0.5",
+        "--format", "json", "--alerts", str(alerts), *extra,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        job_out, _ = job.communicate(timeout=180)
+        out, err = watch.communicate(timeout=180)
+    finally:
+        for process in (job, watch):
+            if process.poll() is None:
+                process.kill()
+    stopped = json.loads(job_out.strip().splitlines()[-1])["stopped_after_step"]
+    assert stopped is not None, f"the job ran to its end; stab watch said:\n{err}"
+    decided = SPIKE_AT + RECOVERY_WINDOW_STEPS
+    assert decided <= stopped <= decided + LATENCY_STEPS, (stopped, err)
+    spike = [a for a in map(json.loads, alerts.read_text().splitlines()) if a["code"] == "spike"]
+    assert spike[0]["status"] == "pending" and spike[-1]["status"] == "persistent"
+    assert spike[0]["step"] >= SPIKE_AT  # never before the event
+    assert "sent SIGTERM to process" in err and "Traceback" not in err
+    return watch.returncode, out, err
+
+
 def test_stop_pid_stops_the_job_after_a_persistent_spike(tmp_path: Path) -> None:
     log = tmp_path / "job" / "metrics.jsonl"
     log.parent.mkdir()
@@ -69,28 +97,8 @@ def test_stop_pid_stops_the_job_after_a_persistent_spike(tmp_path: Path) -> None
     )
     while not log.exists():
         time.sleep(0.05)
-    watch = _stab(
-        "watch", str(log), "--stop-pid", str(job.pid), "--interval", "0.25", "--idle", "3",
-        "--cpu-share", "0.5", "--format", "json", "--alerts", str(tmp_path / "alerts.jsonl"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        job_out, _ = job.communicate(timeout=120)
-        out, err = watch.communicate(timeout=120)
-    finally:
-        for process in (job, watch):
-            if process.poll() is None:
-                process.kill()
-    stopped = json.loads(job_out.strip().splitlines()[-1])["stopped_after_step"]
-    assert stopped is not None, f"the job ran to its end; stab watch said:\n{err}"
-    decided = SPIKE_AT + RECOVERY_WINDOW_STEPS
-    assert decided <= stopped <= decided + LATENCY_STEPS, (stopped, err)
-    alerts = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
-    spike = [a for a in alerts if a["code"] == "spike"]
-    assert spike[0]["status"] == "pending" and spike[-1]["status"] == "persistent"
-    assert spike[0]["step"] >= SPIKE_AT  # never before the event
-    assert "sent SIGTERM to process" in err and "Traceback" not in err
-    assert watch.returncode == 1  # analyze's status on the final log: an error was found
+    code, out, _ = watch_job(tmp_path, job, str(log), "--idle", "3")
+    assert code == 1  # analyze's status on the final log: an error was found
     assert json.loads(out)["verdict"]["code"] == "spike-persistent"
 
 

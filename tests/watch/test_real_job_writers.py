@@ -2,7 +2,10 @@
 SummaryWriter, and the MLflow client to a sqlite store and (slow) to a tracking server on
 127.0.0.1. `stab watch --stop-pid` stops each job once its loss spike is decided persistent,
 within the latency docs/watch.md states (counted in logged steps, not wall-clock); an MLflow
-run's FINISHED status then ends the watch with `stab analyze`'s status on the final run."""
+run's FINISHED status then ends the watch with `stab analyze`'s status on the final run.
+The latency is test_real_job's (LATENCY_STEPS): these writers log fewer steps a second than
+the JSONL trainer (tensorboardX flushing each step; the MLflow client slower), so a poll
+spans fewer steps."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.watch.test_real_job import RECOVERY_WINDOW_STEPS, SPIKE_AT, _stab
+from tests.conftest import ROOT
+from tests.watch.test_real_job import SPIKE_AT, watch_job
 
 # the JSONL trainer of test_real_job, logging through a writer chosen by argv[1]; on SIGTERM
 # it stops after the step in hand and closes its run cleanly (an MLflow run ends FINISHED)
@@ -71,12 +75,6 @@ end()
 print(json.dumps({"stopped_after_step": last if stopped else None}), flush=True)
 """
 
-# stated latency (docs/watch.md): the recovery window, then at most two polls (the one that
-# completes the window, the one that judges it) and the judgment. At 0.25 s polls these
-# writers log at most ~60 steps a second (tensorboardX flushing each step; the MLflow client
-# is slower), so two polls and a judgment of a few hundred points stay within 120 steps.
-LATENCY_STEPS = 120
-
 
 def _job(tmp_path: Path, backend: str, target: str) -> subprocess.Popen:
     script = tmp_path / "train.py"
@@ -91,34 +89,8 @@ def _job(tmp_path: Path, backend: str, target: str) -> subprocess.Popen:
     return job
 
 
-def _watch_job(tmp_path: Path, job: subprocess.Popen, target: str, *extra: str):
-    alerts = tmp_path / "alerts.jsonl"
-    watch = _stab(
-        "watch", target, "--stop-pid", str(job.pid), "--interval", "0.25", "--cpu-share", "0.5",
-        "--format", "json", "--alerts", str(alerts), *extra,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        job_out, _ = job.communicate(timeout=180)
-        out, err = watch.communicate(timeout=180)
-    finally:
-        for process in (job, watch):
-            if process.poll() is None:
-                process.kill()
-    stopped = json.loads(job_out.strip().splitlines()[-1])["stopped_after_step"]
-    assert stopped is not None, f"the job ran to its end; stab watch said:\n{err}"
-    decided = SPIKE_AT + RECOVERY_WINDOW_STEPS
-    assert decided <= stopped <= decided + LATENCY_STEPS, (stopped, err)
-    lines = alerts.read_text().splitlines()
-    spike = [a for a in map(json.loads, lines) if a["code"] == "spike"]
-    assert spike[0]["status"] == "pending" and spike[-1]["status"] == "persistent"
-    assert spike[0]["step"] >= SPIKE_AT  # never before the event
-    assert "sent SIGTERM to process" in err and "Traceback" not in err
-    return watch.returncode, out, err
-
-
 def _analyze(target: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "stabilitycli", "analyze", target, "--format", "json"],
         capture_output=True, text=True, env=env,
@@ -132,7 +104,7 @@ def test_tensorboard_job_stopped_after_a_persistent_spike(tmp_path: Path) -> Non
     while not any(folder.glob("events.out.tfevents.*")):
         time.sleep(0.05)
     # TensorBoard says nothing of a run's end: the writer going quiet for --idle ends it
-    code, out, _ = _watch_job(tmp_path, job, str(folder), "--idle", "3")
+    code, out, _ = watch_job(tmp_path, job, str(folder), "--idle", "3")
     assert code == 1  # analyze's status on the final log: an error was found
     assert json.loads(out)["verdict"]["code"] == "spike-persistent"
     assert out == _analyze(str(folder)).stdout
@@ -142,7 +114,7 @@ def _mlflow_job(tmp_path: Path, target: str) -> None:
     """The job's run, ended FINISHED when it stops, ends the watch: analyze's document and
     status on the final run, and no --idle needed."""
     job = _job(tmp_path, "mlflow", target)
-    code, out, err = _watch_job(tmp_path, job, target, "--idle", "0")
+    code, out, err = watch_job(tmp_path, job, target, "--idle", "0")
     assert "is FINISHED" in err, err
     analyze = _analyze(target)
     assert code == analyze.returncode == 1
