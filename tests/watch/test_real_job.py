@@ -9,14 +9,32 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 from tests.conftest import ROOT
 
-# a small numpy training loop: linear regression by SGD, one JSON line a step; at SPIKE_AT
-# its data go bad (labels scaled up) and stay bad, so the loss jumps and stays up
-TRAINER = r"""
+# one step of a small numpy training loop, linear regression by SGD: at SPIKE_AT its data
+# go bad (labels scaled up) and stay bad, so the loss jumps and stays up
+SGD_STEP = """x = rng.normal(size=(64, 16))
+y = x @ w_true + rng.normal(scale=0.1, size=64)
+if step >= spike_at:
+    y = y * 4.0
+err = x @ w - y
+loss = float(np.mean(err**2))
+w -= 0.002 * (x.T @ err) / 64
+"""
+
+
+def with_sgd_step(script: str) -> str:
+    """The trainer `script` with its `SGD_STEP` line replaced by the step, indented as it."""
+    indent = script.split("SGD_STEP")[0].rsplit("\n", 1)[1]
+    return script.replace(indent + "SGD_STEP\n", textwrap.indent(SGD_STEP, indent))
+
+
+# the training loop writing one JSON line a step
+TRAINER = with_sgd_step(r"""
 import json, signal, sys, time
 import numpy as np
 
@@ -31,17 +49,11 @@ with open(log, "a", buffering=1) as out:
         if stopped:
             print(json.dumps({"stopped_after_step": step - 1}), flush=True)
             sys.exit(0)
-        x = rng.normal(size=(64, 16))
-        y = x @ w_true + rng.normal(scale=0.1, size=64)
-        if step >= spike_at:
-            y = y * 4.0
-        err = x @ w - y
-        loss = float(np.mean(err**2))
-        w -= 0.002 * (x.T @ err) / 64
+        SGD_STEP
         out.write(json.dumps({"step": step, "loss": loss, "lr": 0.002}) + "\n")
         time.sleep(0.01)
 print(json.dumps({"stopped_after_step": None}), flush=True)
-"""
+""")
 
 SPIKE_AT = 400
 RECOVERY_WINDOW_STEPS = 50  # the default recovery_window_steps: when a spike settles

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.watch.test_real_job import SPIKE_AT, watch_job
+from tests.watch.test_real_job import SPIKE_AT, watch_job, with_sgd_step
 
 # the JSONL trainer of test_real_job, logging through a writer chosen by argv[1]; on SIGTERM
 # it stops after the step in hand and closes its run cleanly (an MLflow run ends FINISHED)
-TRAINER = r"""
+TRAINER = with_sgd_step(r"""
 import json, signal, sys, time
 import numpy as np
 
@@ -61,19 +61,13 @@ last = None
 for step in range(steps):
     if stopped:
         break
-    x = rng.normal(size=(64, 16))
-    y = x @ w_true + rng.normal(scale=0.1, size=64)
-    if step >= spike_at:
-        y = y * 4.0
-    err = x @ w - y
-    loss = float(np.mean(err**2))
-    w -= 0.002 * (x.T @ err) / 64
+    SGD_STEP
     log(step, {"loss": loss, "lr": 0.002})
     last = step
     time.sleep(0.01)
 end()
 print(json.dumps({"stopped_after_step": last if stopped else None}), flush=True)
-"""
+""")
 
 
 def _job(tmp_path: Path, backend: str, target: str) -> subprocess.Popen:
