@@ -14,9 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stabilitycli.core.model import Analysis, Finding, Severity
-from stabilitycli.detect.kinds.spike import SPIKE
+from stabilitycli.detect.kinds.spike import GRAD_NORM_JUMP, LOSS_JUMP, SPIKE
 
 EventKey = tuple[str, int | None, int | None]
+
+# judgments of a log too short for the spike baseline: a run still being written is short
+# only for now (a healthy run's first 100 points gave a grad-norm jump that the longer log
+# no longer had, alerted and then withdrawn), so these wait for the run's final judgment
+SHORT_LOG_KINDS = (LOSS_JUMP, GRAD_NORM_JUMP)
 
 PENDING, RECOVERED, PERSISTENT, DECIDED, WITHDRAWN = (
     "pending",
@@ -106,13 +111,17 @@ class AlertBook:
         self.status: dict[EventKey, str] = {}
         self.acted: set[EventKey] = set()
 
-    def update(self, analysis: Analysis, logged_step: int | None) -> list[Alert]:
-        """The alert and update lines this judgment adds."""
+    def update(
+        self, analysis: Analysis, logged_step: int | None, final: bool = False
+    ) -> list[Alert]:
+        """The alert and update lines this judgment adds (`final`: of the run's end)."""
         run = analysis.source.run or analysis.source.path
         out: list[Alert] = []
         found: set[EventKey] = set()
         for finding in analysis.findings:
             key = (finding.code, finding.step, finding.rank)
+            if not final and finding.kind in SHORT_LOG_KINDS and key not in self.status:
+                continue
             if finding.severity < self.least and key not in self.status:
                 continue
             status, settles = status_of(finding, logged_step)

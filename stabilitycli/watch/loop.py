@@ -134,9 +134,9 @@ class Watch:
         self._tell_rejections(analysis)
         self.take(analysis)
 
-    def take(self, analysis: Analysis) -> None:
+    def take(self, analysis: Analysis, final: bool = False) -> None:
         """Alert what this judgment found that was not alerted; act on what calls for it."""
-        for alert in self.book.update(analysis, analysis.source.last_step):
+        for alert in self.book.update(analysis, analysis.source.last_step, final):
             self.emit(alert)
             if self.settings.hooks.any and self.book.to_act_on(alert, self.settings.fail_on):
                 self.settings.hooks.act(alert, self.say)

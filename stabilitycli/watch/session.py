@@ -169,7 +169,8 @@ def run_watch(
             why = "interrupted (Ctrl-C)"
         say(f"watch ended: {why}")
         final = _final(request, follower, judge, say)
-        watch.take(final)  # what the judgments skipped by the CPU budget did not alert yet
+        # what the judgments skipped by the CPU budget, or held for the end, did not alert yet
+        watch.take(final, final=True)
         return final
     finally:
         follower.close()

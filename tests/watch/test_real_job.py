@@ -9,14 +9,32 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 from tests.conftest import ROOT
 
-# a small numpy training loop: linear regression by SGD, one JSON line a step; at SPIKE_AT
-# its data go bad (labels scaled up) and stay bad, so the loss jumps and stays up
-TRAINER = r"""
+# one step of a small numpy training loop, linear regression by SGD: at SPIKE_AT its data
+# go bad (labels scaled up) and stay bad, so the loss jumps and stays up
+SGD_STEP = """x = rng.normal(size=(64, 16))
+y = x @ w_true + rng.normal(scale=0.1, size=64)
+if step >= spike_at:
+    y = y * 4.0
+err = x @ w - y
+loss = float(np.mean(err**2))
+w -= 0.002 * (x.T @ err) / 64
+"""
+
+
+def with_sgd_step(script: str) -> str:
+    """The trainer `script` with its `SGD_STEP` line replaced by the step, indented as it."""
+    indent = script.split("SGD_STEP")[0].rsplit("\n", 1)[1]
+    return script.replace(indent + "SGD_STEP\n", textwrap.indent(SGD_STEP, indent))
+
+
+# the training loop writing one JSON line a step
+TRAINER = with_sgd_step(r"""
 import json, signal, sys, time
 import numpy as np
 
@@ -31,17 +49,11 @@ with open(log, "a", buffering=1) as out:
         if stopped:
             print(json.dumps({"stopped_after_step": step - 1}), flush=True)
             sys.exit(0)
-        x = rng.normal(size=(64, 16))
-        y = x @ w_true + rng.normal(scale=0.1, size=64)
-        if step >= spike_at:
-            y = y * 4.0
-        err = x @ w - y
-        loss = float(np.mean(err**2))
-        w -= 0.002 * (x.T @ err) / 64
+        SGD_STEP
         out.write(json.dumps({"step": step, "loss": loss, "lr": 0.002}) + "\n")
         time.sleep(0.01)
 print(json.dumps({"stopped_after_step": None}), flush=True)
-"""
+""")
 
 SPIKE_AT = 400
 RECOVERY_WINDOW_STEPS = 50  # the default recovery_window_steps: when a spike settles
@@ -57,6 +69,34 @@ def _stab(*args: str, **kwargs) -> subprocess.Popen:
     )
 
 
+def watch_job(tmp_path: Path, job: subprocess.Popen, target: str, *extra: str):
+    """`stab watch TARGET --stop-pid` beside a trainer that injects a persistent spike at
+    SPIKE_AT and prints the step it stopped after: checks the job stopped within
+    LATENCY_STEPS of the spike's settling, and the alerts; (exit status, stdout, stderr)."""
+    alerts = tmp_path / "alerts.jsonl"
+    watch = _stab(
+        "watch", target, "--stop-pid", str(job.pid), "--interval", "0.25", "--cpu-share", "0.5",
+        "--format", "json", "--alerts", str(alerts), *extra,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        job_out, _ = job.communicate(timeout=180)
+        out, err = watch.communicate(timeout=180)
+    finally:
+        for process in (job, watch):
+            if process.poll() is None:
+                process.kill()
+    stopped = json.loads(job_out.strip().splitlines()[-1])["stopped_after_step"]
+    assert stopped is not None, f"the job ran to its end; stab watch said:\n{err}"
+    decided = SPIKE_AT + RECOVERY_WINDOW_STEPS
+    assert decided <= stopped <= decided + LATENCY_STEPS, (stopped, err)
+    spike = [a for a in map(json.loads, alerts.read_text().splitlines()) if a["code"] == "spike"]
+    assert spike[0]["status"] == "pending" and spike[-1]["status"] == "persistent"
+    assert spike[0]["step"] >= SPIKE_AT  # never before the event
+    assert "sent SIGTERM to process" in err and "Traceback" not in err
+    return watch.returncode, out, err
+
+
 def test_stop_pid_stops_the_job_after_a_persistent_spike(tmp_path: Path) -> None:
     log = tmp_path / "job" / "metrics.jsonl"
     log.parent.mkdir()
@@ -69,28 +109,8 @@ def test_stop_pid_stops_the_job_after_a_persistent_spike(tmp_path: Path) -> None
     )
     while not log.exists():
         time.sleep(0.05)
-    watch = _stab(
-        "watch", str(log), "--stop-pid", str(job.pid), "--interval", "0.25", "--idle", "3",
-        "--cpu-share", "0.5", "--format", "json", "--alerts", str(tmp_path / "alerts.jsonl"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        job_out, _ = job.communicate(timeout=120)
-        out, err = watch.communicate(timeout=120)
-    finally:
-        for process in (job, watch):
-            if process.poll() is None:
-                process.kill()
-    stopped = json.loads(job_out.strip().splitlines()[-1])["stopped_after_step"]
-    assert stopped is not None, f"the job ran to its end; stab watch said:\n{err}"
-    decided = SPIKE_AT + RECOVERY_WINDOW_STEPS
-    assert decided <= stopped <= decided + LATENCY_STEPS, (stopped, err)
-    alerts = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
-    spike = [a for a in alerts if a["code"] == "spike"]
-    assert spike[0]["status"] == "pending" and spike[-1]["status"] == "persistent"
-    assert spike[0]["step"] >= SPIKE_AT  # never before the event
-    assert "sent SIGTERM to process" in err and "Traceback" not in err
-    assert watch.returncode == 1  # analyze's status on the final log: an error was found
+    code, out, _ = watch_job(tmp_path, job, str(log), "--idle", "3")
+    assert code == 1  # analyze's status on the final log: an error was found
     assert json.loads(out)["verdict"]["code"] == "spike-persistent"
 
 
