@@ -227,7 +227,11 @@ class MirrorFollower:
     ):
         self.name = name
         self.display = str(target)
+        # the first bytes picked the reader; a later poll's bytes must not re-pick it
         self.options = replace(options, format_in=name)
+        # ...but where analyze picked it by sniffing, its fallback to the other text
+        # families applies to the watch's judgments too
+        self._sniffed = not (options.format_in or options.pattern)
         self.mirror = Mirror(target, boundary, appended or (lambda _p: True), keep or _a_log)
 
     def poll(self) -> Poll:
@@ -235,9 +239,15 @@ class MirrorFollower:
 
     def snapshot(self):
         from stabilitycli.ingest import read
+        from stabilitycli.ingest.fallback import TEXT_FAMILIES, read_text_log
 
         try:
-            run = read(self.mirror.spool, self.options)
+            if self._sniffed and self.name in TEXT_FAMILIES and self.mirror.spool.is_file():
+                run = read_text_log(
+                    self.mirror.spool, self.name, replace(self.options, format_in=None)
+                )
+            else:
+                run = read(self.mirror.spool, self.options)
         except StabInputError as err:
             raise self.mirror.renamed_error(err) from None
         self.mirror.rename(run)
