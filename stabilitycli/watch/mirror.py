@@ -239,19 +239,25 @@ class MirrorFollower:
 
     def snapshot(self):
         from stabilitycli.ingest import read
-        from stabilitycli.ingest.fallback import TEXT_FAMILIES, read_text_log
 
         try:
-            if self._sniffed and self.name in TEXT_FAMILIES and self.mirror.spool.is_file():
-                run = read_text_log(
-                    self.mirror.spool, self.name, replace(self.options, format_in=None)
-                )
-            else:
-                run = read(self.mirror.spool, self.options)
+            run = read(self.mirror.spool, self.options)
         except StabInputError as err:
-            raise self.mirror.renamed_error(err) from None
+            if not self._may_fall_back():
+                raise self.mirror.renamed_error(err) from None
+            run = None
+        if run is None or ("loss" not in run.frame.columns and self._may_fall_back()):
+            try:  # as analyze reads it: another text family may read what this one cannot
+                run = read(self.mirror.spool, replace(self.options, format_in=None))
+            except StabInputError as err:
+                raise self.mirror.renamed_error(err) from None
         self.mirror.rename(run)
         return run
+
+    def _may_fall_back(self) -> bool:
+        from stabilitycli.ingest.fallback import TEXT_FAMILIES
+
+        return self._sniffed and self.name in TEXT_FAMILIES and self.mirror.spool.is_file()
 
     def close(self) -> None:
         self.mirror.close()

@@ -3,9 +3,8 @@ the analysis `stab analyze` gives on the final log."""
 
 from __future__ import annotations
 
-import itertools
-
 import importlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
