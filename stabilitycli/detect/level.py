@@ -255,7 +255,29 @@ def _changes_in(
         return np.zeros(0, dtype=np.int64)
     depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
     deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
-    return np.flatnonzero(passes & (step <= deepest))
+    return np.unique(_sharpest(values, np.flatnonzero(passes & (step <= deepest)), k))
+
+
+def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Each row moved to where, within k // 2 rows of it, the means of the k points before
+    and the k points from it on differ most: the medians pass over a few rows around a
+    step, and which of them is deepest is the noise's choice. A row one or two early
+    leaves points of the old, higher level in the restarted window, whose mean and std
+    then hide a rise right after the drop."""
+    if rows.size == 0:
+        return rows
+    n, half = values.size, k // 2
+    finite = np.isfinite(values)
+    total = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
+    count = np.concatenate([[0], np.cumsum(finite)])
+    at = rows[:, None] + np.arange(-half, half + 1)[None, :]
+    lo, hi = np.clip(at - k, 0, n), np.clip(at + k, 0, n)
+    mid = np.clip(at, 0, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        before = (total[mid] - total[lo]) / (count[mid] - count[lo])
+        after = (total[hi] - total[mid]) / (count[hi] - count[mid])
+    drop = np.where((at >= 1) & (at < n), np.nan_to_num(before - after, nan=-np.inf), -np.inf)
+    return at[np.arange(rows.size), np.argmax(drop, axis=1)]
 
 
 def segment_steps(steps: np.ndarray, changes: np.ndarray, window_steps: int) -> np.ndarray:
