@@ -302,6 +302,12 @@ def test_spike_onsets_equal_a_per_row_loop(data, window, min_points, widened, k,
         spike_large_ratio=0.0,
         # every event is its own finding here: no grouping into recurring-spikes
         recurring_spike_min_count=10**9,
+        # the loop below is the trailing mean and std: the baseline that follows the curve
+        # (a local level on fast falls, restarts at level changes) and the excess bar widened
+        # for correlated noise are held to their own references (test_level, test_noise_memory)
+        level_lag_sigma=math.inf,
+        level_change_frac=math.inf,
+        noise_autocorr_min=math.inf,
     )
     frame = pl.DataFrame({"step": steps, "loss": pl.Series(raw, dtype=pl.Float64)}, strict=False)
     with mock.patch.object(windows, "CHUNK_ROWS", chunk_rows):
