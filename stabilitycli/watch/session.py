@@ -4,7 +4,6 @@ the analysis `stab analyze` gives on the final log."""
 from __future__ import annotations
 
 import importlib
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import BinaryIO
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Analysis
-from stabilitycli.ingest.folders import list_folder
+from stabilitycli.ingest.folders import list_folder, walk
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.alerts import Alert
 from stabilitycli.watch.follow import Follower
@@ -87,15 +86,17 @@ def _size(path: Path) -> int:
     """How much a log (or a run folder's files) holds; -1 when it is not there."""
     try:
         if path.is_dir():  # a run's files may sit below it (ranks, an MLflow run's metrics/)
-            files = itertools.islice(path.rglob("*"), _SIZE_WALK_ENTRIES)
-            return sum(p.stat().st_size for p in files if p.is_file())
+            return sum(
+                p.stat().st_size
+                for _, _, files in walk(path, follow_symlinks=False)
+                for p in files
+                if p.is_file()
+            )
         return path.stat().st_size
-    except OSError:
+    except (OSError, StabInputError):  # gone, or past the walk's bounds: not a size
         return -1
 
 
-# entries a run folder's size is summed over at each poll (a folder of more is not walked on)
-_SIZE_WALK_ENTRIES = 10_000
 # a format is picked from a file's first bytes: wait for this many lines, or this many bytes
 _HEAD_LINES = 5
 _HEAD_BYTES = 8192
