@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
+
+if TYPE_CHECKING:
+    from stabilitycli.detect.series import SeriesView
 
 # the noise is measured away from the start (the warmup's fast fall bends a rolling
 # mean) and on at most this many points (the estimate is steady long before that)
@@ -138,6 +142,17 @@ def inflation(memory: NoiseMemory, n: int) -> float:
 def noise_memory_of(values: np.ndarray, thresholds: Thresholds) -> NoiseMemory:
     """`noise_memory` with the thresholds in force."""
     return noise_memory(values, thresholds.noise_far_lag_points, thresholds.noise_autocorr_min)
+
+
+def loss_noise_memory(view: SeriesView, thresholds: Thresholds) -> NoiseMemory:
+    """The memory of the run's loss noise, measured on the first call and kept on the view:
+    the spike, level-change and trend rules all read it, and each measurement takes three
+    rolling medians over up to 2^18 points."""
+    key = f"loss_noise_memory/{thresholds.noise_far_lag_points}/{thresholds.noise_autocorr_min}"
+    cached = view.derived.get(key)
+    if cached is None:
+        cached = view.derived[key] = noise_memory_of(view.finite_points("loss")[1], thresholds)
+    return cached
 
 
 def excess_bar_sigma(memory: NoiseMemory, thresholds: Thresholds) -> float:

@@ -12,7 +12,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Skip
-from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
+from stabilitycli.detect.autocorr import NoiseMemory, inflation, loss_noise_memory
 from stabilitycli.detect.facts import Facts, TrendScan
 from stabilitycli.detect.kinds.divergence import (
     DIVERGENCE,
@@ -117,7 +117,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     interval, plain = median_interval(steps), plain_values(loss)
     # the noise's memory from point to point, measured on the points themselves: bin
     # medians around a rolling mean would count the curve's own bends as memory
-    memory = noise_memory_of(loss, thresholds)
+    memory = loss_noise_memory(view, thresholds)
     # a log that ends in NaN or Inf did not come back: its last windows are judged
     ends_nonfinite = not bool(np.isfinite(view.points("loss")[1][-1]))
     window_points, description, shortened = _window_points(steps, interval, thresholds)

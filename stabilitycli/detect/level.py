@@ -25,7 +25,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
-from stabilitycli.detect.autocorr import inflation, noise_memory_of
+from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -185,7 +185,12 @@ class LevelAt(Pointwise):
         return out
 
 
-def level_changes(steps: np.ndarray, loss: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+def level_changes(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    thresholds: Thresholds,
+    memory: NoiseMemory | None = None,
+) -> np.ndarray:
     """The rows where the loss stepped down to a new level (an epoch boundary, an LR
     step): each the first point of the new level.
 
@@ -194,11 +199,12 @@ def level_changes(steps: np.ndarray, loss: np.ndarray, thresholds: Thresholds) -
     `level_change_sigma` times the point-to-point noise, and by `level_change_ratio`
     times the change between the medians one step further out on either side (a
     warmup fall changes as much there, a step does not). Of neighbouring rows that
-    pass, the deepest. Taken a chunk of rows at a time.
+    pass, the deepest. Taken a chunk of rows at a time. `memory`: the loss noise's, when
+    the caller has measured it (else measured here).
     """
     k = int(thresholds.level_change_points)
     reach = 12 * k  # the noise's median reaches 8 k back, the medians 2 k either side
-    wander = _memory_widening(loss, k, thresholds)
+    wander = _memory_widening(memory or noise_memory_of(loss, thresholds), k)
     found, chunk_rows = [], windows.CHUNK_ROWS
     for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
@@ -207,7 +213,7 @@ def level_changes(steps: np.ndarray, loss: np.ndarray, thresholds: Thresholds) -
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
-def _memory_widening(loss: np.ndarray, k: int, thresholds: Thresholds) -> float:
+def _memory_widening(memory: NoiseMemory, k: int) -> float:
     """How much wider than for independent noise the step between two k-point medians is,
     in units of the step-to-step noise the bar is counted in.
 
@@ -217,7 +223,6 @@ def _memory_widening(loss: np.ndarray, k: int, thresholds: Thresholds) -> float:
     strongly correlated noise reads as the loss stepping down, and the spike baseline
     restarts where nothing happened.
     """
-    memory = noise_memory_of(loss, thresholds)
     if memory.independent:
         return 1.0
     return inflation(memory, k) / math.sqrt(max(1.0 - memory.lag1, 0.05))

@@ -12,7 +12,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Severity, Skip
-from stabilitycli.detect.autocorr import excess_bar_sigma, noise_memory_of
+from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
     BLIP,
@@ -100,6 +100,7 @@ def _sustained(
     mean: KeptAt,
     sigma: KeptAt,
     thresholds: Thresholds,
+    memory: NoiseMemory,
 ) -> np.ndarray:
     """Materiality (a), read as an accumulated excess rather than a run of flagged points."""
     if candidates.size == 0:
@@ -110,7 +111,7 @@ def _sustained(
     bar = np.where(
         floored,
         thresholds.spike_excess_sigma,
-        excess_bar_sigma(noise_memory_of(loss, thresholds), thresholds),
+        excess_bar_sigma(memory, thresholds),
     )
     # a level only means something for a loss that is never negative (cross-entropy); a
     # signed objective (a PPO actor loss swings through zero) has no level to rise above,
@@ -184,6 +185,7 @@ def _flag_above_baseline(
     plan: WindowPlan,
     thresholds: Thresholds,
     pooled_points: int | None,
+    memory: NoiseMemory,
 ) -> _Baseline:
     """Every eligible, finite loss above mu + k * sigma of its trailing window, taken a
     chunk of rows at a time; mu and sigma kept at those rows only.
@@ -202,9 +204,8 @@ def _flag_above_baseline(
         k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line")
     }
     first_eligible_step = None
-    changes = (
-        np.zeros(0, dtype=np.int64) if plan.widened else level_changes(steps, loss, thresholds)
-    )
+    no_changes = np.zeros(0, dtype=np.int64)
+    changes = no_changes if plan.widened else level_changes(steps, loss, thresholds, memory)
     window_steps = steps
     if changes.size:  # windows by step that never reach back across a change
         window_steps = segment_steps(steps, changes, window)
@@ -469,7 +470,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         pooled_points = max(
             thresholds.stable_std_points, window_points * thresholds.noise_level_windows
         )
-    baseline = _flag_above_baseline(steps, loss, plan, thresholds, pooled_points)
+    memory = loss_noise_memory(view, thresholds)
+    baseline = _flag_above_baseline(steps, loss, plan, thresholds, pooled_points, memory)
     candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     first_eligible = baseline.first_eligible_step
     causes_ctx = _CauseContext.build(view, steps, thresholds, facts)
@@ -487,7 +489,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         result,
         before_step=first_eligible,
     )
-    sustained = _sustained(candidates, loss, mean, sigma, thresholds)
+    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
     ratio_level = KeptAt(
