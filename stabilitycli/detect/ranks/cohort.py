@@ -214,8 +214,23 @@ def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _totals(rows: pl.DataFrame) -> pl.DataFrame:
-    fin = pl.col("x").is_finite()
-    return rows.group_by("t").agg(pl.col("x").filter(fin).sum().alias("total")).sort("t")
+    """t and the sum of its finite values, each step's values added in the rows' order.
+
+    Not a polars group-by sum: its threads add partial sums in an order that depends on
+    the frame's size, so the same step summed in a block and in the whole log could differ
+    in the last bit (CI caught it). A stable sort keeps each step's values in row order and
+    numpy reduces each step's segment on its own.
+    """
+    steps = rows["t"].to_numpy()
+    values = rows["x"].to_numpy()
+    order = np.argsort(steps, kind="stable")
+    steps = steps[order]
+    finite_values = np.where(np.isfinite(values), values, 0.0)[order]
+    if steps.size == 0:
+        return pl.DataFrame({"t": steps, "total": finite_values.astype(np.float64)})
+    starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    totals = np.add.reduceat(finite_values.astype(np.float64), starts)
+    return pl.DataFrame({"t": steps[starts], "total": totals})
 
 
 def _align(rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]):
