@@ -25,6 +25,7 @@ Reported per kind, over the detected events:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -87,7 +88,9 @@ def chunk_bounds(n: int, onset_index: int | None, coarse: int, fine: int) -> lis
     return [*sorted({b for b in bounds if 0 < b < n}), n]
 
 
-def replay(lines: list[list[tuple[Path, str]]], bounds: list[int], target: Path, ranked: bool):
+def replay(
+    lines: list[list[tuple[Path, str]]], bounds: list[int], target: Path, ranked: bool, tail: bool
+):
     """Watch the log written chunk by chunk; (alerts, final analysis)."""
     writes, start = [], 0
     for end in bounds:
@@ -111,15 +114,17 @@ def replay(lines: list[list[tuple[Path, str]]], bounds: list[int], target: Path,
         if writes:
             append(writes.pop(0))
 
-    clock = Clock(now=lambda: t[0], sleep=sleep, cpu=lambda: 0.0)
-    settings = WatchSettings(interval_s=1.0, idle_s=2.0, cpu_share=1.0)
+    spent = itertools.count()  # --tail: a judgment costs 1 s, so only the first is whole
+    cpu = (lambda: float(next(spent))) if tail else (lambda: 0.0)
+    clock = Clock(now=lambda: t[0], sleep=sleep, cpu=cpu)
+    settings = WatchSettings(interval_s=1.0, idle_s=2.0, cpu_share=1e-9 if tail else 1.0)
     request = WatchRequest(str(target), ReadOptions(), Thresholds(), settings)
     alerts: list = []
     final = run_watch(request, alerts.append, lambda _line: None, clock)
     return alerts, final
 
 
-def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int) -> dict:
+def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int, tail: bool) -> dict:
     target, lines, steps = write_log(frame, folder)
     ranked = target.is_dir()
     complete = folder / "complete"
@@ -132,7 +137,8 @@ def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int) -> d
                 sink.write(line + "\n")
     posthoc = pipeline.analyze(str(whole), Thresholds())
     if truth is None:
-        alerts, _ = replay(lines, chunk_bounds(len(steps), None, coarse, fine), target, ranked)
+        bounds = chunk_bounds(len(steps), None, coarse, fine)
+        alerts, _ = replay(lines, bounds, target, ranked, tail)
         active = [f for f in posthoc.findings if int(f.severity) >= WARNING]
         raised = [a for a in alerts if a.type == "alert" and int(a.severity) >= WARNING]
         withdrawn = [a for a in alerts if a.status == "withdrawn"]
@@ -146,7 +152,7 @@ def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int) -> d
     onset = truth.onset + record["e"]
     onset_index = int(np.searchsorted(steps, onset))
     bounds = chunk_bounds(len(steps), onset_index, coarse, fine)
-    alerts, _ = replay(lines, bounds, target, ranked)
+    alerts, _ = replay(lines, bounds, target, ranked, tail)
 
     def ours(a) -> bool:
         return (a.code in codes and a.step is not None and lo <= a.step <= hi
@@ -228,6 +234,12 @@ def main() -> None:
     parser.add_argument("--fine", type=int, default=150, help="one-point polls after an onset")
     parser.add_argument("--seed", type=int, default=38)
     parser.add_argument("--kinds", default=",".join(k for k, _, _ in KINDS))
+    parser.add_argument(
+        "--tail",
+        action="store_true",
+        help="alert from the tail judgment alone: the first whole-run judgment, then only "
+        "tails until the final one (what a long run gets between throttled judgments)",
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     wanted = args.kinds.split(",")
@@ -243,7 +255,7 @@ def main() -> None:
                 frame, truth = build(case, args.points, rng, None)
                 folder = Path(tmp) / f"{kind}-{i}"
                 folder.mkdir()
-                record = measure(case, frame, truth, folder, args.coarse, args.fine)
+                record = measure(case, frame, truth, folder, args.coarse, args.fine, args.tail)
                 results.setdefault(kind, []).append(record)
                 print(kind, i, record, f"{time.monotonic() - began:.0f} s", file=sys.stderr)
     print(table(results))

@@ -93,7 +93,9 @@ TouchOpt = Annotated[
 AlertsOpt = Annotated[
     Path | None, typer.Option(help="Append the alert lines to this file instead of stdout.")
 ]
-CpuShareOpt = Annotated[float, typer.Option(help="Share of one core judging may take on average.")]
+CpuShareOpt = Annotated[
+    float, typer.Option(help="Share of one core the watch (polls, judgments) may take on average.")
+]
 
 
 @takes_read_options(then={"dtype": ("select", "ignore", "set_values")})
