@@ -222,3 +222,57 @@ def _final(request: WatchRequest, follower: Follower, judge, say) -> Analysis:
         select=request.select,
         ignore=request.ignore,
     )
+
+
+def run_experiment_watch(
+    request: WatchRequest,
+    emit: Callable[[Alert], None],
+    say: Callable[[str], None],
+    clock: Clock | None = None,
+) -> list[Analysis]:
+    """`--each-run`: every run of an MLflow store, and each run that starts while it is
+    watched, judged on its own (`experiment.py`); each run's final analysis."""
+    from stabilitycli.ingest import choose_reader
+    from stabilitycli.pipeline import run as pipeline
+    from stabilitycli.watch.experiment import STORES, ExperimentWatch
+
+    clock = clock or Clock()
+    name, chosen, options = choose_reader(request.target, request.options)
+    if name not in STORES:
+        raise StabUsageError(
+            "--each-run follows the runs of an MLflow store (mlruns/, sqlite:///, http://), "
+            f"not {name} inputs"
+        )
+
+    def judge(run, derived: dict | None = None) -> Analysis:
+        return pipeline.analyze(
+            run, request.thresholds, select=request.select, ignore=request.ignore, derived=derived
+        )
+
+    def open_run(run_options: ReadOptions) -> Watch:
+        follower = follow_format(name, chosen, run_options)
+        return Watch(follower, judge, request.settings, emit, say, clock)
+
+    def final_of(run_options: ReadOptions) -> Analysis:
+        return pipeline.analyze(
+            chosen,
+            request.thresholds,
+            options=run_options,
+            select=request.select,
+            ignore=request.ignore,
+        )
+
+    settings = request.settings
+    watch = ExperimentWatch(
+        name,
+        str(chosen),
+        options,
+        open_run,
+        final_of,
+        say,
+        clock,
+        settings.interval_s,
+        settings.idle_s,
+    )
+    say(f"watching every run of {request.target} ({name}); Ctrl-C ends it with their verdicts")
+    return watch.run()

@@ -1,0 +1,112 @@
+"""`stab watch --each-run`: an MLflow experiment watched while the real MLflow client logs
+into it; a run that starts after the watch joins it and is judged on its own, with its run
+name in its alerts, and each run ends with the verdict `stab analyze --run ID` gives."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("mlflow", reason="the MLflow client writes the stores these tests follow")
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.ingest.options import ReadOptions
+from stabilitycli.pipeline import run as pipeline
+from stabilitycli.report.formats import Format
+from stabilitycli.watch.loop import WatchSettings
+from stabilitycli.watch.session import WatchRequest, run_experiment_watch
+from tests.watch._replay import ReplayClock
+
+NAN_AT = 200
+
+
+def _loss(step: int, nan: bool) -> float:
+    if nan and step >= NAN_AT:
+        return math.nan
+    return 2.0 + 1.5 * math.exp(-step / 100.0) + math.sin(step * 1.3) / 100.0
+
+
+@pytest.fixture(params=["file", pytest.param("sqlite", marks=pytest.mark.slow)])
+def store(request, tmp_path, monkeypatch):
+    """(the client, the experiment's id, the target `stab watch` takes)."""
+    from mlflow.tracking import MlflowClient
+
+    if request.param == "file":
+        monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        uri = (tmp_path / "mlruns").as_uri()
+        target = str(tmp_path / "mlruns")
+    else:
+        uri = target = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    return client, client.create_experiment("sweep"), target
+
+
+def _log(client, run_id: str, steps: range, nan: bool = False) -> None:
+    from mlflow.entities import Metric
+
+    stamp = 1_700_000_000_000
+    metrics = [Metric("train/loss", _loss(s, nan), stamp + s, s) for s in steps]
+    for start in range(0, len(metrics), 1000):  # the client's batch limit
+        client.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+
+def _document(analysis) -> dict:
+    return json.loads(Format.json.render(analysis))
+
+
+def test_a_run_that_starts_later_joins_and_is_judged_on_its_own(store) -> None:
+    client, experiment, target = store
+    alpha = client.create_run(experiment, run_name="alpha").info.run_id
+    _log(client, alpha, range(0, 150))
+    beta: list[str] = []
+
+    def start_beta() -> None:
+        beta.append(client.create_run(experiment, run_name="beta").info.run_id)
+        _log(client, beta[0], range(0, 150), nan=True)
+
+    writes = [
+        lambda: _log(client, alpha, range(150, 300)),
+        start_beta,
+        lambda: (
+            _log(client, beta[0], range(150, 300), nan=True),
+            _log(client, alpha, range(300, 400)),
+        ),
+        lambda: client.set_terminated(alpha, "FINISHED"),
+        lambda: client.set_terminated(beta[0], "FAILED"),
+    ]
+    settings = WatchSettings(interval_s=1.0, idle_s=3.0, cpu_share=1.0)
+    request = WatchRequest(target, ReadOptions(experiment="sweep"), Thresholds(), settings)
+    alerts: list = []
+    said: list[str] = []
+    finals = run_experiment_watch(request, alerts.append, said.append, ReplayClock(writes))
+
+    assert any(line == f"run {alpha} (alpha) joined the watch" for line in said)
+    assert any(line == f"run {beta[0]} (beta) joined the watch" for line in said)
+    assert any("MLflow run" in line and "FAILED" in line for line in said)
+    nan = [a for a in alerts if a.code == "nan"]
+    assert [(a.run, a.step) for a in nan] == [(f"{beta[0]} (beta)", NAN_AT)]
+    assert nan[0].logged_step is not None and nan[0].logged_step < 300  # before the end
+    assert not [a for a in alerts if "alpha" in a.run]
+    assert len(finals) == 2
+    for final, run_id in zip(finals, (alpha, beta[0]), strict=True):
+        alone = pipeline.analyze(target, Thresholds(), options=ReadOptions(run=run_id))
+        assert _document(final) == _document(alone)
+    assert finals[1].verdict.code != finals[0].verdict.code
+
+
+def test_an_empty_experiment_waits_for_its_first_run(store) -> None:
+    client, experiment, target = store
+    gamma: list[str] = []
+
+    def start() -> None:
+        gamma.append(client.create_run(experiment, run_name="gamma").info.run_id)
+        _log(client, gamma[0], range(0, 300))
+
+    settings = WatchSettings(interval_s=1.0, idle_s=3.0, cpu_share=1.0)
+    request = WatchRequest(target, ReadOptions(experiment="sweep"), Thresholds(), settings)
+    said: list[str] = []
+    finals = run_experiment_watch(request, lambda _a: None, said.append, ReplayClock([start]))
+    assert any(line == f"run {gamma[0]} (gamma) joined the watch" for line in said)
+    assert len(finals) == 1 and finals[0].source.run == f"{gamma[0]} (gamma)"
