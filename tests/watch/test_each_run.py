@@ -110,3 +110,39 @@ def test_an_empty_experiment_waits_for_its_first_run(store) -> None:
     finals = run_experiment_watch(request, lambda _a: None, said.append, ReplayClock([start]))
     assert any(line == f"run {gamma[0]} (gamma) joined the watch" for line in said)
     assert len(finals) == 1 and finals[0].source.run == f"{gamma[0]} (gamma)"
+
+
+def test_each_run_on_the_command_line_prints_one_verdict_a_run(store, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from stabilitycli.cli import app
+
+    client, experiment, target = store
+    ids = []
+    for name, nan in (("alpha", False), ("beta", True)):
+        ids.append(client.create_run(experiment, run_name=name).info.run_id)
+        _log(client, ids[-1], range(0, 300), nan=nan)
+        client.set_terminated(ids[-1], "FINISHED")
+    args = ["--format", "json", "--experiment", "sweep"]
+    alerts = tmp_path / "alerts.jsonl"
+    result = CliRunner().invoke(
+        app,
+        ["watch", target, "--each-run", "--idle", "0.2", "--interval", "0.1", "--alerts",
+         str(alerts), *args],
+    )  # fmt: skip
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    documents, text, decoder = [], result.stdout.strip(), json.JSONDecoder()
+    while text:  # the documents one after the other
+        document, end = decoder.raw_decode(text)
+        documents.append(document)
+        text = text[end:].strip()
+    analyzed = [
+        CliRunner().invoke(app, ["analyze", target, "--run", run_id, *args]) for run_id in ids
+    ]
+    by_run = sorted(documents, key=lambda d: d["source"]["run"])  # in the store's order
+    assert by_run == sorted(
+        (json.loads(a.stdout) for a in analyzed), key=lambda d: d["source"]["run"]
+    )
+    assert result.exit_code == max(a.exit_code for a in analyzed) == 1
+    codes = [json.loads(line)["code"] for line in alerts.read_text().splitlines()]
+    assert "nan" in codes
