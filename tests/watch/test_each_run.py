@@ -28,19 +28,43 @@ def _loss(step: int, nan: bool) -> float:
     return 2.0 + 1.5 * math.exp(-step / 100.0) + math.sin(step * 1.3) / 100.0
 
 
-@pytest.fixture(params=["file", pytest.param("sqlite", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    """A real MLflow tracking server on 127.0.0.1 (sqlite backend), for the slow tests."""
+    pytest.importorskip("sqlalchemy", reason="mlflow server needs sqlalchemy")
+    from tests.ingest import _mlflow_server_proc
+
+    started = _mlflow_server_proc.mlflow_server(tmp_path_factory.mktemp("mlflow-each-run"))
+    try:
+        address = started.__enter__()
+    except RuntimeError as err:
+        pytest.skip(f"mlflow server did not start on 127.0.0.1: {err}")
+    yield address
+    started.__exit__(None, None, None)
+
+
+@pytest.fixture(
+    params=[
+        "file",
+        pytest.param("sqlite", marks=pytest.mark.slow),
+        pytest.param("server", marks=pytest.mark.slow),
+    ]
+)
 def store(request, tmp_path, monkeypatch):
-    """(the client, the experiment's id, the target `stab watch` takes)."""
+    """(the client, the experiment's id, the target `stab watch` takes, the experiment)."""
     from mlflow.tracking import MlflowClient
 
     if request.param == "file":
         monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
         uri = (tmp_path / "mlruns").as_uri()
         target = str(tmp_path / "mlruns")
-    else:
+    elif request.param == "sqlite":
         uri = target = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    else:
+        uri = target = request.getfixturevalue("server_url")
     client = MlflowClient(tracking_uri=uri)
-    return client, client.create_experiment("sweep"), target
+    name = f"sweep-{request.node.name}"  # one server holds every test's experiment
+    return client, client.create_experiment(name), target, name
 
 
 def _log(client, run_id: str, steps: range, nan: bool = False) -> None:
@@ -57,7 +81,7 @@ def _document(analysis) -> dict:
 
 
 def test_a_run_that_starts_later_joins_and_is_judged_on_its_own(store) -> None:
-    client, experiment, target = store
+    client, experiment, target, sweep = store
     alpha = client.create_run(experiment, run_name="alpha").info.run_id
     _log(client, alpha, range(0, 150))
     beta: list[str] = []
@@ -77,7 +101,7 @@ def test_a_run_that_starts_later_joins_and_is_judged_on_its_own(store) -> None:
         lambda: client.set_terminated(beta[0], "FAILED"),
     ]
     settings = WatchSettings(interval_s=1.0, idle_s=3.0, cpu_share=1.0)
-    request = WatchRequest(target, ReadOptions(experiment="sweep"), Thresholds(), settings)
+    request = WatchRequest(target, ReadOptions(experiment=sweep), Thresholds(), settings)
     alerts: list = []
     said: list[str] = []
     finals = run_experiment_watch(request, alerts.append, said.append, ReplayClock(writes))
@@ -97,7 +121,7 @@ def test_a_run_that_starts_later_joins_and_is_judged_on_its_own(store) -> None:
 
 
 def test_an_empty_experiment_waits_for_its_first_run(store) -> None:
-    client, experiment, target = store
+    client, experiment, target, sweep = store
     gamma: list[str] = []
 
     def start() -> None:
@@ -105,7 +129,7 @@ def test_an_empty_experiment_waits_for_its_first_run(store) -> None:
         _log(client, gamma[0], range(0, 300))
 
     settings = WatchSettings(interval_s=1.0, idle_s=3.0, cpu_share=1.0)
-    request = WatchRequest(target, ReadOptions(experiment="sweep"), Thresholds(), settings)
+    request = WatchRequest(target, ReadOptions(experiment=sweep), Thresholds(), settings)
     said: list[str] = []
     finals = run_experiment_watch(request, lambda _a: None, said.append, ReplayClock([start]))
     assert any(line == f"run {gamma[0]} (gamma) joined the watch" for line in said)
@@ -117,13 +141,13 @@ def test_each_run_on_the_command_line_prints_one_verdict_a_run(store, tmp_path) 
 
     from stabilitycli.cli import app
 
-    client, experiment, target = store
+    client, experiment, target, sweep = store
     ids = []
     for name, nan in (("alpha", False), ("beta", True)):
         ids.append(client.create_run(experiment, run_name=name).info.run_id)
         _log(client, ids[-1], range(0, 300), nan=nan)
         client.set_terminated(ids[-1], "FINISHED")
-    args = ["--format", "json", "--experiment", "sweep"]
+    args = ["--format", "json", "--experiment", sweep]
     alerts = tmp_path / "alerts.jsonl"
     result = CliRunner().invoke(
         app,
