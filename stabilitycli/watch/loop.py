@@ -178,7 +178,7 @@ class Watch:
             run = tail()
             if run is None or run.frame.height == 0:
                 return
-            first = int(run.frame["step"].min())
+            first = _common_first_step(run)
             analysis = self.judge_tail(run, dict(self._kept))
         except (StabInputError, StabUsageError):
             return  # the whole-run judgment says why, when it comes
@@ -216,3 +216,14 @@ class Watch:
         if line not in self._said:
             self._said.add(line)
             self.say(line)
+
+
+def _common_first_step(run) -> int:
+    """The first step every rank's tail reaches: a rank silent for long has old lines only,
+    and before the others' first step their trailing windows are not there."""
+    import polars as pl
+
+    frame = run.frame
+    if "rank" not in frame.columns:
+        return int(frame["step"].min())
+    return int(frame.group_by("rank").agg(pl.col("step").min())["step"].max())

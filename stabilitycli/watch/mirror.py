@@ -23,7 +23,7 @@ from pathlib import Path
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.follow import Poll
-from stabilitycli.watch.tail import HEADED_FORMATS, LINE_FORMATS, TailKeeper, read_tail
+from stabilitycli.watch.tail import LINE_FORMATS, TailKeeper, headed, read_tail
 
 # complete(data) -> how many leading bytes of data are whole records
 Boundary = Callable[[bytes], int]
@@ -265,7 +265,7 @@ class MirrorFollower:
         """Keep each file's last `lines` lines from now on; whether this format has a tail."""
         if self.name not in LINE_FORMATS:
             return False
-        self.mirror.tails = TailKeeper(lines, self.name in HEADED_FORMATS)
+        self.mirror.tails = TailKeeper(lines, headed(self.name))
         return True
 
     def tail(self):

@@ -15,6 +15,7 @@ is alerted from the whole-run judgment alone.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,17 @@ from stabilitycli.ingest.options import ReadOptions
 LINE_FORMATS = frozenset(
     {"jsonl", "kvlog", "dictlog", "megatron", "deepspeed", "llmc", "tabular", "rank_dir"}
 )
-# ...and those that need the file's first line (a table's header) before them
-HEADED_FORMATS = frozenset({"tabular"})
+# a table's rows need its header line before them
+_TABLES = (".csv", ".tsv", ".txt")
+
+
+def headed(name: str) -> Callable[[Path], bool]:
+    """Which files of reader `name` need their first line (a table's header) in a tail."""
+    if name == "tabular":
+        return lambda _path: True
+    if name == "rank_dir":  # per-rank tables among per-rank JSONL files
+        return lambda path: path.name.lower().endswith(_TABLES)
+    return lambda _path: False
 
 
 @dataclass
@@ -39,7 +49,7 @@ class _Tail:
 class TailKeeper:
     """Per file, its last `lines` complete lines (and its header line where needed)."""
 
-    def __init__(self, lines: int, headed: bool):
+    def __init__(self, lines: int, headed: Callable[[Path], bool]):
         self.lines = lines
         self.headed = headed
         self._tails: dict[Path, _Tail] = {}
@@ -48,7 +58,7 @@ class TailKeeper:
         """`complete`: whole lines just appended to the file."""
         tail = self._tails.setdefault(path, _Tail())
         joined = tail.data + complete
-        if self.headed and tail.from_start and not tail.head:
+        if tail.from_start and not tail.head and self.headed(path):
             tail.head = joined[: joined.find(b"\n") + 1]
         cut = _start_of_last_lines(joined, self.lines)
         if cut:
@@ -65,7 +75,7 @@ class TailKeeper:
         for path, tail in self._tails.items():
             if not tail.data:
                 continue
-            header = tail.head if (self.headed and not tail.from_start) else b""
+            header = b"" if tail.from_start else tail.head
             out[path] = header + tail.data
         return out
 

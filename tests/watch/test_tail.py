@@ -113,15 +113,24 @@ def _rank_lines(rank: int, a: int, b: int, nan_from: int | None) -> bytes:
     )
 
 
-def test_a_rank_gone_nan_is_alerted_by_the_tail_of_every_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_a_rank_gone_nan_is_alerted_by_the_tail_of_every_rank(tmp_path: Path, suffix) -> None:
     folder = tmp_path / "ranks"
     folder.mkdir()
-    ranks, nan_rank = 16, 5
+    ranks, nan_rank = 16 if suffix == "jsonl" else 4, 2
 
     def write(a: int, b: int) -> None:
         for rank in range(ranks):
             nan_from = SPIKE if rank == nan_rank else None
-            with open(folder / f"rank_{rank:02d}.jsonl", "ab") as sink:
+            path = folder / f"rank_{rank:02d}.{suffix}"
+            if suffix == "csv":  # pandas: the header once, then rows appended
+                steps = np.arange(a, b)
+                loss = loss_at(np.arange(0, b), seed=rank)[a:b]
+                loss = np.where(steps >= (nan_from or b), np.nan, loss)
+                frame = pd.DataFrame({"step": steps, "loss": loss})
+                frame.to_csv(path, mode="a", header=a == 0, index=False, na_rep="NaN")
+                continue
+            with open(path, "ab") as sink:
                 sink.write(_rank_lines(rank, a, b, nan_from))
 
     write(0, BACKLOG)
@@ -151,7 +160,7 @@ def test_joined_rank_lines_read_as_the_rank_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("headed", [False, True])
 def test_the_keeper_holds_the_last_lines(headed: bool) -> None:
-    keeper = TailKeeper(3, headed)
+    keeper = TailKeeper(3, lambda _path: headed)
     path = Path("log")
     keeper.take(path, b"h\n1\n")
     assert keeper.current() == {path: b"h\n1\n"}
