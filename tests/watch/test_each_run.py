@@ -170,3 +170,17 @@ def test_each_run_on_the_command_line_prints_one_verdict_a_run(store, tmp_path) 
     assert result.exit_code == max(a.exit_code for a in analyzed) == 1
     codes = [json.loads(line)["code"] for line in alerts.read_text().splitlines()]
     assert "nan" in codes
+
+
+def test_each_run_on_a_log_file_is_one_line_and_exit_2(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from stabilitycli.cli import app
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 0, "loss": 2.0}\n')
+    result = CliRunner().invoke(app, ["watch", str(log), "--each-run", "--idle", "0.1"])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2
+    assert "--each-run follows the runs of an MLflow store" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
