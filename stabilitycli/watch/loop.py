@@ -5,9 +5,8 @@ Cost: a poll reads only the bytes written since the last one. A judgment is the 
 same bytes, never those of a shortened log), and its cost grows with the run; it is
 throttled by CPU time: a judgment starts only while the CPU time the watch spent (its
 polls and judgments) stays within `cpu_share` of the wall time watched (the first is
-always made). Early in a run
-every poll with new records is judged; on a long run the judgments space out so that
-the average cost stays at `cpu_share` of one core.
+always made). Early in a run every poll with new records is judged; on a long run the
+judgments space out so that the average cost stays at `cpu_share` of one core.
 
 A poll with new records that the budget does not give a whole-run judgment gets a tail
 judgment instead, where the follower keeps a tail (`tail.py`): the local rules (a spike's
