@@ -168,3 +168,27 @@ def test_the_keeper_holds_the_last_lines(headed: bool) -> None:
     assert keeper.current() == {path: (b"h\n" if headed else b"") + b"2\n3\n4\n"}
     keeper.reset(path)
     assert keeper.current() == {}
+
+
+def test_a_rank_gone_silent_is_alerted_by_the_tail_at_the_first_poll_without_it(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    silent, stops = 3, SPIKE + 10  # rank 3 writes nothing after step 2019
+
+    def write(a: int, b: int) -> None:
+        for rank in range(8):
+            if rank == silent and a >= stops:
+                continue
+            with open(folder / f"rank_{rank}.jsonl", "ab") as sink:
+                sink.write(_rank_lines(rank, a, b, None))
+
+    write(0, BACKLOG)
+    writes = [lambda a=a: write(a, a + PER_POLL) for a in range(BACKLOG, 2400, PER_POLL)]
+    final, alerts, stats = _watch(folder, writes)
+    assert stats.judgments == 1
+    first = next(a for a in alerts if a.code == "rank-silent")
+    assert (first.step, first.rank) == (_poll_end(stops) - PER_POLL + 1, silent)
+    assert first.logged_step == _poll_end(stops)  # the first poll that lacks its lines
+    assert _document(final) == _document(pipeline.analyze(str(folder), Thresholds()))
