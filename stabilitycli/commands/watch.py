@@ -97,8 +97,8 @@ EachRunOpt = Annotated[
     bool,
     typer.Option(
         "--each-run",
-        help="An MLflow store or experiment: watch each of its runs, and each run that "
-        "starts later, judged on its own; one verdict a run at the end.",
+        help="An MLflow store or experiment, or a folder of runs: watch each of its runs, and "
+        "each run that starts later, judged on its own; one verdict a run at the end.",
     ),
 ]
 CpuShareOpt = Annotated[
@@ -159,7 +159,8 @@ def command(
 def _watch(path, read, watch, select, ignore, set_values, output, alerts, each_run):
     """(the final analyses, the settings not at their defaults): exit 2 with one line on
     bad input."""
-    from stabilitycli.watch.session import WatchRequest, run_experiment_watch, run_watch
+    from stabilitycli.watch.experiment import watch_each_run
+    from stabilitycli.watch.session import WatchRequest, run_watch
 
     options = read.options()
     thresholds, settings = load_thresholds(path, set_values)
@@ -169,7 +170,7 @@ def _watch(path, read, watch, select, ignore, set_values, output, alerts, each_r
     emit = _alert_printer(output, alerts)
     try:
         if each_run:
-            finals = run_experiment_watch(request, emit, _say)
+            finals = watch_each_run(request, emit, _say)
         else:
             finals = [run_watch(request, emit, _say, stdin=_stdin(path))]
     except (StabInputError, StabUsageError) as err:

@@ -48,9 +48,9 @@ class WatchSettings:
     # the share of one core that the watch (its polls and judgments) may take on average
     cpu_share: float = 0.04
     fail_on: Severity = Severity.ERROR
+    hooks: Hooks = field(default_factory=Hooks)
     # judge the run's last lines between whole-run judgments (where the format has a tail)
     tail: bool = True
-    hooks: Hooks = field(default_factory=Hooks)
 
 
 @dataclass

@@ -156,40 +156,13 @@ def run_watch(
 ) -> Analysis:
     """Watch until the run ends, alerting as it goes; the final analysis (`stats`: filled
     in with the polls and judgments made)."""
-    from stabilitycli.pipeline import run as pipeline
-
     clock = clock or Clock()
-
-    def judge(run, derived: dict | None = None) -> Analysis:
-        return pipeline.analyze(
-            run, request.thresholds, select=request.select, ignore=request.ignore, derived=derived
-        )
-
-    def judge_tail(run, derived: dict) -> Analysis:
-        select = request.select or list(TAIL_RULES)
-        return pipeline.analyze(
-            run, request.thresholds, select=select, ignore=request.ignore, derived=derived
-        )
-
     follower, name = _open_when_known(request, say, clock, stdin)
     try:
         local = stdin is None and "://" not in request.target and request.target != "-"
         size_of = (lambda: _size(Path(request.target))) if local else None
-        thresholds = request.thresholds
-        keep_tail = getattr(follower, "keep_tail", None) if request.settings.tail else None
-        tailed = keep_tail is not None and bool(keep_tail(tail_lines(thresholds)))
-        watch = Watch(
-            follower,
-            judge,
-            request.settings,
-            emit,
-            say,
-            clock,
-            size_of,
-            judge_tail=judge_tail if tailed else None,
-            tail_from_steps=thresholds.spike_window_steps,
-            stats=stats,
-        )
+        watch = watch_of(follower, request, emit, say, clock, size_of, stats)
+        judge = watch.judge
         every = f"every {request.settings.interval_s:g} s"
         try:
             say(f"watching {follower.display} ({name}) {every}; Ctrl-C ends it with the verdict")
@@ -203,6 +176,48 @@ def run_watch(
         return final
     finally:
         follower.close()
+
+
+def watch_of(
+    follower: Follower,
+    request: WatchRequest,
+    emit: Callable[[Alert], None],
+    say: Callable[[str], None],
+    clock: Clock,
+    size_of: Callable[[], int] | None = None,
+    stats: WatchStats | None = None,
+) -> Watch:
+    """The watch of one followed run: its whole-run judgments and, where the follower keeps
+    a tail, its tail judgments."""
+    from stabilitycli.pipeline import run as pipeline
+
+    thresholds = request.thresholds
+
+    def judge(run, derived: dict | None = None) -> Analysis:
+        return pipeline.analyze(
+            run, thresholds, select=request.select, ignore=request.ignore, derived=derived
+        )
+
+    def judge_tail(run, derived: dict) -> Analysis:
+        select = request.select or list(TAIL_RULES)
+        return pipeline.analyze(
+            run, thresholds, select=select, ignore=request.ignore, derived=derived
+        )
+
+    keep_tail = getattr(follower, "keep_tail", None) if request.settings.tail else None
+    tailed = keep_tail is not None and bool(keep_tail(tail_lines(thresholds)))
+    return Watch(
+        follower,
+        judge,
+        request.settings,
+        emit,
+        say,
+        clock,
+        size_of,
+        judge_tail=judge_tail if tailed else None,
+        tail_from_steps=thresholds.spike_window_steps,
+        stats=stats,
+    )
 
 
 def _final(request: WatchRequest, follower: Follower, judge, say) -> Analysis:
@@ -222,57 +237,3 @@ def _final(request: WatchRequest, follower: Follower, judge, say) -> Analysis:
         select=request.select,
         ignore=request.ignore,
     )
-
-
-def run_experiment_watch(
-    request: WatchRequest,
-    emit: Callable[[Alert], None],
-    say: Callable[[str], None],
-    clock: Clock | None = None,
-) -> list[Analysis]:
-    """`--each-run`: every run of an MLflow store, and each run that starts while it is
-    watched, judged on its own (`experiment.py`); each run's final analysis."""
-    from stabilitycli.ingest import choose_reader
-    from stabilitycli.pipeline import run as pipeline
-    from stabilitycli.watch.experiment import STORES, ExperimentWatch
-
-    clock = clock or Clock()
-    name, chosen, options = choose_reader(request.target, request.options)
-    if name not in STORES:
-        raise StabUsageError(
-            "--each-run follows the runs of an MLflow store (mlruns/, sqlite:///, http://), "
-            f"not {name} inputs"
-        )
-
-    def judge(run, derived: dict | None = None) -> Analysis:
-        return pipeline.analyze(
-            run, request.thresholds, select=request.select, ignore=request.ignore, derived=derived
-        )
-
-    def open_run(run_options: ReadOptions) -> Watch:
-        follower = follow_format(name, chosen, run_options)
-        return Watch(follower, judge, request.settings, emit, say, clock)
-
-    def final_of(run_options: ReadOptions) -> Analysis:
-        return pipeline.analyze(
-            chosen,
-            request.thresholds,
-            options=run_options,
-            select=request.select,
-            ignore=request.ignore,
-        )
-
-    settings = request.settings
-    watch = ExperimentWatch(
-        name,
-        str(chosen),
-        options,
-        open_run,
-        final_of,
-        say,
-        clock,
-        settings.interval_s,
-        settings.idle_s,
-    )
-    say(f"watching every run of {request.target} ({name}); Ctrl-C ends it with their verdicts")
-    return watch.run()

@@ -15,8 +15,9 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.pipeline import run as pipeline
 from stabilitycli.report.formats import Format
+from stabilitycli.watch.experiment import watch_each_run
 from stabilitycli.watch.loop import WatchSettings
-from stabilitycli.watch.session import WatchRequest, run_experiment_watch
+from stabilitycli.watch.session import WatchRequest
 from tests.watch._replay import ReplayClock
 
 NAN_AT = 200
@@ -104,7 +105,7 @@ def test_a_run_that_starts_later_joins_and_is_judged_on_its_own(store) -> None:
     request = WatchRequest(target, ReadOptions(experiment=sweep), Thresholds(), settings)
     alerts: list = []
     said: list[str] = []
-    finals = run_experiment_watch(request, alerts.append, said.append, ReplayClock(writes))
+    finals = watch_each_run(request, alerts.append, said.append, ReplayClock(writes))
 
     assert any(line == f"run {alpha} (alpha) joined the watch" for line in said)
     assert any(line == f"run {beta[0]} (beta) joined the watch" for line in said)
@@ -131,7 +132,7 @@ def test_an_empty_experiment_waits_for_its_first_run(store) -> None:
     settings = WatchSettings(interval_s=1.0, idle_s=3.0, cpu_share=1.0)
     request = WatchRequest(target, ReadOptions(experiment=sweep), Thresholds(), settings)
     said: list[str] = []
-    finals = run_experiment_watch(request, lambda _a: None, said.append, ReplayClock([start]))
+    finals = watch_each_run(request, lambda _a: None, said.append, ReplayClock([start]))
     assert any(line == f"run {gamma[0]} (gamma) joined the watch" for line in said)
     assert len(finals) == 1 and finals[0].source.run == f"{gamma[0]} (gamma)"
 
@@ -183,4 +184,5 @@ def test_each_run_on_a_log_file_is_one_line_and_exit_2(tmp_path) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.exit_code == 2
     assert "--each-run follows the runs of an MLflow store" in result.stderr
+    assert "not jsonl inputs" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
