@@ -1,6 +1,6 @@
 """How soon `stab watch` alerts an event, against the post-hoc judgment of the same run.
 
-    python benchmarks/bench_watch_latency.py [--runs 4] [--points 1500] [--seed 38]
+    python benchmarks/bench_watch_latency.py [--runs 4] [--points 1500] [--seed 38] [--tail]
 
 Event runs of the detection benchmark (benchmarks/_dq_synth.py: a one-point spike, a level
 shift, a NaN point, a NaN tail, a loss-scale collapse, a rank shifted, a rank gone NaN) and
@@ -9,7 +9,9 @@ healthy runs of the same curves are written as JSONL logs (one file, or one file
 finds it as detection_quality.py scores it, and its onset is that finding's step. The log
 is then replayed into a growing file through the watch loop, with a fake clock whose sleep
 appends the next chunk and whose CPU clock stands still (every poll with new records is
-judged: what is measured is the points a rule needs, not the CPU throttle). Chunks are
+judged: what is measured is the points a rule needs, not the CPU throttle; with `--tail`,
+only the first poll is judged whole and every later one by the tail judgment alone, until
+the final judgment: what a long run gets between its throttled judgments). Chunks are
 `--coarse` points, and one point from 5 points before the post-hoc onset to `--fine` points
 after it, so that the alert's latency is read to the point.
 
