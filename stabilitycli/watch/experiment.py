@@ -25,7 +25,13 @@ from stabilitycli.core.model import Analysis
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.alerts import Alert
 from stabilitycli.watch.loop import Clock, Watch
-from stabilitycli.watch.session import WatchRequest, follow_format, open_follower, watch_of
+from stabilitycli.watch.session import (
+    WatchRequest,
+    analyze_alone,
+    follow_format,
+    open_follower,
+    watch_of,
+)
 
 STORES = ("mlflow_db", "mlflow_file", "mlflow_server")
 
@@ -180,8 +186,6 @@ def watch_each_run(
 ) -> list[Analysis]:
     """`--each-run`: every run of an MLflow store or of a folder of runs, and each run that
     starts while it is watched, judged on its own; each run's final analysis."""
-    from stabilitycli.pipeline import run as pipeline
-
     clock = clock or Clock()
     folder = "://" not in request.target and Path(request.target).is_dir()
     if folder and not _mlflow_folder(request):
@@ -211,13 +215,7 @@ def watch_each_run(
             return watch_of(follow_format(name, ref.target, ref.options), request, emit, say, clock)
 
     def final_of(ref: RunRef) -> Analysis:
-        return pipeline.analyze(
-            ref.target,
-            request.thresholds,
-            options=ref.options,
-            select=request.select,
-            ignore=request.ignore,
-        )
+        return analyze_alone(request, ref.target, ref.options)
 
     say(f"watching every run of {request.target} ({name}); Ctrl-C ends it with their verdicts")
     return EachRunWatch(lister, open_run, final_of, say, clock, request).run()

@@ -222,7 +222,6 @@ def watch_of(
 
 def _final(request: WatchRequest, follower: Follower, judge, say) -> Analysis:
     """`stab analyze` on the final log; on what was read, when the log is gone."""
-    from stabilitycli.pipeline import run as pipeline
 
     final = getattr(follower, "final", None)  # stdin: its spool, read as `stab analyze -`
     if final is not None:
@@ -230,10 +229,13 @@ def _final(request: WatchRequest, follower: Follower, judge, say) -> Analysis:
     if "://" not in request.target and not Path(request.target).exists():
         say(f"{request.target}: gone; the final verdict is on what was read before")
         return judge(follower.snapshot())
+    return analyze_alone(request, request.target, request.options)
+
+
+def analyze_alone(request: WatchRequest, target: str, options: ReadOptions) -> Analysis:
+    """`stab analyze` of `target` with the request's thresholds and `--select`/`--ignore`."""
+    from stabilitycli.pipeline import run as pipeline
+
     return pipeline.analyze(
-        request.target,
-        request.thresholds,
-        options=request.options,
-        select=request.select,
-        ignore=request.ignore,
+        target, request.thresholds, options=options, select=request.select, ignore=request.ignore
     )

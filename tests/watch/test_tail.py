@@ -102,6 +102,16 @@ def test_a_csv_tail_keeps_its_header(tmp_path: Path) -> None:
     assert _document(final) == _document(pipeline.analyze(str(log), Thresholds()))
 
 
+def _watch_ranks(folder: Path, write, last: int):
+    """The backlog written, then a poll's steps at a time up to `last`, watched with every
+    poll after the first judged by its tail alone."""
+    write(0, BACKLOG)
+    writes = [lambda a=a: write(a, a + PER_POLL) for a in range(BACKLOG, last, PER_POLL)]
+    final, alerts, stats = _watch(folder, writes)
+    assert stats.judgments == 1
+    return final, alerts
+
+
 def _rank_lines(rank: int, a: int, b: int, nan_from: int | None) -> bytes:
     steps = np.arange(a, b)
     loss = loss_at(np.arange(0, b), seed=rank)[a:b]
@@ -133,10 +143,7 @@ def test_a_rank_gone_nan_is_alerted_by_the_tail_of_every_rank(tmp_path: Path, su
             with open(path, "ab") as sink:
                 sink.write(_rank_lines(rank, a, b, nan_from))
 
-    write(0, BACKLOG)
-    writes = [lambda a=a: write(a, a + PER_POLL) for a in range(BACKLOG, 2200, PER_POLL)]
-    final, alerts, stats = _watch(folder, writes)
-    assert stats.judgments == 1
+    final, alerts = _watch_ranks(folder, write, 2200)
     first = next(a for a in alerts if a.code == "rank-nonfinite")
     assert (first.step, first.rank, first.logged_step) == (SPIKE, nan_rank, _poll_end(SPIKE))
     assert _document(final) == _document(pipeline.analyze(str(folder), Thresholds()))
@@ -184,10 +191,7 @@ def test_a_rank_gone_silent_is_alerted_by_the_tail_at_the_first_poll_without_it(
             with open(folder / f"rank_{rank}.jsonl", "ab") as sink:
                 sink.write(_rank_lines(rank, a, b, None))
 
-    write(0, BACKLOG)
-    writes = [lambda a=a: write(a, a + PER_POLL) for a in range(BACKLOG, 2400, PER_POLL)]
-    final, alerts, stats = _watch(folder, writes)
-    assert stats.judgments == 1
+    final, alerts = _watch_ranks(folder, write, 2400)
     first = next(a for a in alerts if a.code == "rank-silent")
     assert (first.step, first.rank) == (_poll_end(stops) - PER_POLL + 1, silent)
     assert first.logged_step == _poll_end(stops)  # the first poll that lacks its lines
