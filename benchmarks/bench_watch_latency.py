@@ -1,6 +1,6 @@
 """How soon `stab watch` alerts an event, against the post-hoc judgment of the same run.
 
-    python benchmarks/bench_watch_latency.py [--runs 4] [--points 1500] [--seed 38]
+    python benchmarks/bench_watch_latency.py [--runs 4] [--points 1500] [--seed 38] [--tail]
 
 Event runs of the detection benchmark (benchmarks/_dq_synth.py: a one-point spike, a level
 shift, a NaN point, a NaN tail, a loss-scale collapse, a rank shifted, a rank gone NaN) and
@@ -9,7 +9,9 @@ healthy runs of the same curves are written as JSONL logs (one file, or one file
 finds it as detection_quality.py scores it, and its onset is that finding's step. The log
 is then replayed into a growing file through the watch loop, with a fake clock whose sleep
 appends the next chunk and whose CPU clock stands still (every poll with new records is
-judged: what is measured is the points a rule needs, not the CPU throttle). Chunks are
+judged: what is measured is the points a rule needs, not the CPU throttle; with `--tail`,
+only the first poll is judged whole and every later one by the tail judgment alone, until
+the final judgment: what a long run gets between its throttled judgments). Chunks are
 `--coarse` points, and one point from 5 points before the post-hoc onset to `--fine` points
 after it, so that the alert's latency is read to the point.
 
@@ -25,6 +27,7 @@ Reported per kind, over the detected events:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -87,7 +90,9 @@ def chunk_bounds(n: int, onset_index: int | None, coarse: int, fine: int) -> lis
     return [*sorted({b for b in bounds if 0 < b < n}), n]
 
 
-def replay(lines: list[list[tuple[Path, str]]], bounds: list[int], target: Path, ranked: bool):
+def replay(
+    lines: list[list[tuple[Path, str]]], bounds: list[int], target: Path, ranked: bool, tail: bool
+):
     """Watch the log written chunk by chunk; (alerts, final analysis)."""
     writes, start = [], 0
     for end in bounds:
@@ -111,15 +116,17 @@ def replay(lines: list[list[tuple[Path, str]]], bounds: list[int], target: Path,
         if writes:
             append(writes.pop(0))
 
-    clock = Clock(now=lambda: t[0], sleep=sleep, cpu=lambda: 0.0)
-    settings = WatchSettings(interval_s=1.0, idle_s=2.0, cpu_share=1.0)
+    spent = itertools.count()  # --tail: a judgment costs 1 s, so only the first is whole
+    cpu = (lambda: float(next(spent))) if tail else (lambda: 0.0)
+    clock = Clock(now=lambda: t[0], sleep=sleep, cpu=cpu)
+    settings = WatchSettings(interval_s=1.0, idle_s=2.0, cpu_share=1e-9 if tail else 1.0)
     request = WatchRequest(str(target), ReadOptions(), Thresholds(), settings)
     alerts: list = []
     final = run_watch(request, alerts.append, lambda _line: None, clock)
     return alerts, final
 
 
-def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int) -> dict:
+def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int, tail: bool) -> dict:
     target, lines, steps = write_log(frame, folder)
     ranked = target.is_dir()
     complete = folder / "complete"
@@ -132,7 +139,8 @@ def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int) -> d
                 sink.write(line + "\n")
     posthoc = pipeline.analyze(str(whole), Thresholds())
     if truth is None:
-        alerts, _ = replay(lines, chunk_bounds(len(steps), None, coarse, fine), target, ranked)
+        bounds = chunk_bounds(len(steps), None, coarse, fine)
+        alerts, _ = replay(lines, bounds, target, ranked, tail)
         active = [f for f in posthoc.findings if int(f.severity) >= WARNING]
         raised = [a for a in alerts if a.type == "alert" and int(a.severity) >= WARNING]
         withdrawn = [a for a in alerts if a.status == "withdrawn"]
@@ -146,7 +154,7 @@ def measure(case: Case, frame, truth, folder: Path, coarse: int, fine: int) -> d
     onset = truth.onset + record["e"]
     onset_index = int(np.searchsorted(steps, onset))
     bounds = chunk_bounds(len(steps), onset_index, coarse, fine)
-    alerts, _ = replay(lines, bounds, target, ranked)
+    alerts, _ = replay(lines, bounds, target, ranked, tail)
 
     def ours(a) -> bool:
         return (a.code in codes and a.step is not None and lo <= a.step <= hi
@@ -228,6 +236,12 @@ def main() -> None:
     parser.add_argument("--fine", type=int, default=150, help="one-point polls after an onset")
     parser.add_argument("--seed", type=int, default=38)
     parser.add_argument("--kinds", default=",".join(k for k, _, _ in KINDS))
+    parser.add_argument(
+        "--tail",
+        action="store_true",
+        help="alert from the tail judgment alone: the first whole-run judgment, then only "
+        "tails until the final one (what a long run gets between throttled judgments)",
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     wanted = args.kinds.split(",")
@@ -243,7 +257,7 @@ def main() -> None:
                 frame, truth = build(case, args.points, rng, None)
                 folder = Path(tmp) / f"{kind}-{i}"
                 folder.mkdir()
-                record = measure(case, frame, truth, folder, args.coarse, args.fine)
+                record = measure(case, frame, truth, folder, args.coarse, args.fine, args.tail)
                 results.setdefault(kind, []).append(record)
                 print(kind, i, record, f"{time.monotonic() - began:.0f} s", file=sys.stderr)
     print(table(results))

@@ -93,7 +93,17 @@ TouchOpt = Annotated[
 AlertsOpt = Annotated[
     Path | None, typer.Option(help="Append the alert lines to this file instead of stdout.")
 ]
-CpuShareOpt = Annotated[float, typer.Option(help="Share of one core judging may take on average.")]
+EachRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--each-run",
+        help="An MLflow store or experiment, or a folder of runs: watch each of its runs, and "
+        "each run that starts later, judged on its own; one verdict a run at the end.",
+    ),
+]
+CpuShareOpt = Annotated[
+    float, typer.Option(help="Share of one core the watch (polls, judgments) may take on average.")
+]
 
 
 @takes_read_options(then={"dtype": ("select", "ignore", "set_values")})
@@ -117,6 +127,7 @@ def command(
     touch: TouchOpt = None,
     alerts: AlertsOpt = None,
     cpu_share: CpuShareOpt = 0.04,
+    each_run: EachRunOpt = False,
 ) -> None:
     """Follow a run while it is written: alert each event as it becomes decidable, run the
     hooks, and end with the verdict `stab analyze` gives on the final log."""
@@ -133,17 +144,22 @@ def command(
     try:
         hooks = Hooks(on_alert, webhook, stop_pid, _signal(stop_signal), touch)
         watch = WatchSettings(interval, idle or None, cpu_share, threshold, hooks)
-        final, settings = _watch(path, read, watch, select, ignore, set_values, output, alerts)
+        finals, settings = _watch(
+            path, read, watch, select, ignore, set_values, output, alerts, each_run
+        )
     except StabUsageError as err:
         raise fail(str(err)) from None
     verbosity = "quiet" if quiet else "verbose" if verbose else "normal"
-    print_rendered(output.render(with_settings(final, settings), threshold, verbosity))
-    raise typer.Exit(exit_code_for(final.worst_severity, threshold))
+    for final in finals:  # --each-run: one verdict a run, in the order they joined
+        print_rendered(output.render(with_settings(final, settings), threshold, verbosity))
+    worst = max(exit_code_for(final.worst_severity, threshold) for final in finals)
+    raise typer.Exit(worst)
 
 
-def _watch(path, read, watch, select, ignore, set_values, output, alerts):
-    """(the final Analysis, the settings not at their defaults): exit 2 with one line on
+def _watch(path, read, watch, select, ignore, set_values, output, alerts, each_run):
+    """(the final analyses, the settings not at their defaults): exit 2 with one line on
     bad input."""
+    from stabilitycli.watch.experiment import watch_each_run
     from stabilitycli.watch.session import WatchRequest, run_watch
 
     options = read.options()
@@ -151,13 +167,17 @@ def _watch(path, read, watch, select, ignore, set_values, output, alerts):
     request = WatchRequest(
         path, options, thresholds, watch, split_codes(select), split_codes(ignore)
     )
+    emit = _alert_printer(output, alerts)
     try:
-        final = run_watch(request, _alert_printer(output, alerts), _say, stdin=_stdin(path))
+        if each_run:
+            finals = watch_each_run(request, emit, _say)
+        else:
+            finals = [run_watch(request, emit, _say, stdin=_stdin(path))]
     except (StabInputError, StabUsageError) as err:
         raise boundary(err, path) from None
     except BaseException as err:
         raise internal_error(err, path) from None
-    return final, settings
+    return finals, settings
 
 
 def _say(line: str) -> None:

@@ -144,11 +144,15 @@ def noise_memory_of(values: np.ndarray, thresholds: Thresholds) -> NoiseMemory:
     return noise_memory(values, thresholds.noise_far_lag_points, thresholds.noise_autocorr_min)
 
 
+# the view's `derived` entry of the loss noise memory (a watch keeps the whole run's)
+NOISE_MEMORY_KEY = "loss_noise_memory"
+
+
 def loss_noise_memory(view: SeriesView, thresholds: Thresholds) -> NoiseMemory:
     """The memory of the run's loss noise, measured on the first call and kept on the view:
     the spike, level-change and trend rules all read it, and each measurement takes three
     rolling medians over up to 2^18 points."""
-    key = f"loss_noise_memory/{thresholds.noise_far_lag_points}/{thresholds.noise_autocorr_min}"
+    key = f"{NOISE_MEMORY_KEY}/{thresholds.noise_far_lag_points}/{thresholds.noise_autocorr_min}"
     cached = view.derived.get(key)
     if cached is None:
         cached = view.derived[key] = noise_memory_of(view.finite_points("loss")[1], thresholds)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from stabilitycli.core import aliases
@@ -171,18 +172,53 @@ def rank_files(folder: Path, pattern: str | None) -> tuple[list[RankFile], list[
     unranked: list[str] = []
     for path in _candidates(folder):
         rel = path.relative_to(folder).as_posix()
-        rank: int | None
-        if compiled is not None:
-            match = compiled.search(rel)
-            digits = re.sub(r"\D", "", match.group(1)) if match and match.group(1) else ""
-            rank = int(digits) if digits else None
-        else:
-            rank = default_rank(path, folder)
+        rank = _rank_of(path, folder, compiled)
         if rank is None:
             unranked.append(rel)
         else:
             files.append(RankFile(path, rel, rank))
     return files, unranked
+
+
+def _rank_of(path: Path, folder: Path, compiled: re.Pattern[str] | None) -> int | None:
+    if compiled is None:
+        return default_rank(path, folder)
+    match = compiled.search(path.relative_to(folder).as_posix())
+    digits = re.sub(r"\D", "", match.group(1)) if match and match.group(1) else ""
+    return int(digits) if digits else None
+
+
+def read_joined(folder: Path, chunks: dict[Path, bytes], options: ReadOptions) -> RunData | None:
+    """Whole JSONL lines of several rank files (`chunks`, by path) in one parse, read as
+    `read` reads them as files of their own: a watch's tail of every rank, whose per-file
+    cost would otherwise outweigh its few lines. None when a file is not JSONL or a line
+    needs the per-line pass (then the caller reads them as files)."""
+    compiled = _compile(options.rank_pattern) if options.rank_pattern else None
+    used: list[RankFile] = []
+    datas: list[bytes] = []
+    for path in sorted(chunks):
+        rank = _rank_of(path, folder, compiled)
+        if not _is_jsonl(path) or not chunks[path].endswith(b"\n"):
+            return None
+        if rank is not None:
+            used.append(RankFile(path, path.relative_to(folder).as_posix(), rank))
+            datas.append(chunks[path])
+    raw = jsonl.fast_parse(b"".join(datas)) if used else None
+    if raw is None:
+        return None
+    ends = np.cumsum([jsonl.count_byte(data, b"\n") for data in datas])
+    rows = raw[ROW].to_numpy()
+    index = np.searchsorted(ends, rows, side="left")  # file i holds lines ends[i-1]+1..ends[i]
+    starts = np.concatenate(([0], ends[:-1]))
+    ranks = np.array([item.rank for item in used], dtype=np.int64)
+    rank_keys = [c for c in raw.columns if aliases.normalise_key(c) in aliases.RANK_KEYS]
+    raw = raw.drop(rank_keys).with_columns(
+        pl.Series("_file_row", rows - starts[index]),
+        pl.Series("_file", index.astype(np.int32)),
+        pl.Series("rank", ranks[index]),
+    )
+    source = SourceInfo(path=str(folder), format=NAME, run=folder.name or None)
+    return _finish([raw.drop(ROW)], used, source, options)
 
 
 def read(path: Path, options: ReadOptions) -> RunData:

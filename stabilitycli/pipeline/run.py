@@ -38,8 +38,14 @@ def analyze(
     options: ReadOptions | None = None,
     select: list[str] | None = None,
     ignore: list[str] | None = None,
+    derived: dict[str, Any] | None = None,
 ) -> Analysis:
-    """Run every selected rule (per-rank check first) and walk the §1-§4 tree over one run."""
+    """Run every selected rule (per-rank check first) and walk the §1-§4 tree over one run.
+
+    `derived`: what the rules measure once on the view (`SeriesView.derived`), given in and
+    handed back: an entry given is taken as measured (a watch's judgment of the run's last
+    lines takes the noise memory measured on the whole run), and what the rules measured is
+    put in."""
     from stabilitycli.classify.ranks import attribute_to_ranks
     from stabilitycli.classify.tree import walk
     from stabilitycli.detect.facts import Facts
@@ -57,6 +63,8 @@ def analyze(
     findings: list[Finding] = []
     skipped: list[Skip] = []
     view = build_view(run)
+    if derived:
+        view.derived.update(derived)
     ignored = frozenset(code.strip() for code in ignore or [])
     facts = Facts(lr_plan=recognise_plan(view, thresholds), ignored=ignored)
     progress.tell("rules", 0, len(rules))
@@ -68,6 +76,8 @@ def analyze(
         progress.tell("rules", done, len(rules))
 
     facts.log_words = read_log_words(view)
+    if derived is not None:
+        derived.update(view.derived)
     ran = [rule.code for rule in rules]
     not_run = tuple(code for code in load_rules() if code not in ran)
     coverage = _coverage(ran, not_run, skipped)

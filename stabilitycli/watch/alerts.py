@@ -23,6 +23,22 @@ EventKey = tuple[str, int | None, int | None]
 # no longer had, alerted and then withdrawn), so these wait for the run's final judgment
 SHORT_LOG_KINDS = (LOSS_JUMP, GRAD_NORM_JUMP)
 
+# what a judgment of the run's last lines may alert: the local events, decided by a point
+# and the trailing window before it (a trend, a restart, a schedule need the whole run)
+TAIL_CODES = frozenset(
+    {
+        "nan",
+        "spike",
+        "fp16-overflow",
+        "loss-scale-collapsed",
+        "rank-nonfinite",
+        "rank-silent",
+        "rank-outlier",
+    }
+)
+# the rules that emit them
+TAIL_RULES = ("nan", "spike", "loss-scale", "ranks")
+
 PENDING, RECOVERED, PERSISTENT, DECIDED, WITHDRAWN = (
     "pending",
     "recovered",
@@ -110,12 +126,13 @@ class AlertBook:
         self.least = least  # findings below this severity are not alerts
         self.status: dict[EventKey, str] = {}
         self.acted: set[EventKey] = set()
+        self.run: str | None = None  # the run's name, as the whole-run judgment gives it
 
     def update(
         self, analysis: Analysis, logged_step: int | None, final: bool = False
     ) -> list[Alert]:
         """The alert and update lines this judgment adds (`final`: of the run's end)."""
-        run = analysis.source.run or analysis.source.path
+        run = self.run = analysis.source.run or analysis.source.path
         out: list[Alert] = []
         found: set[EventKey] = set()
         for finding in analysis.findings:
@@ -124,29 +141,16 @@ class AlertBook:
                 continue
             if finding.severity < self.least and key not in self.status:
                 continue
-            status, settles = status_of(finding, logged_step)
-            alert = Alert(
-                type="alert",
-                run=run,
-                code=finding.code,
-                severity=finding.severity,
-                step=finding.step,
-                rank=finding.rank,
-                status=status,
-                summary=finding.message,
-                logged_step=logged_step,
-                settles_at_step=settles,
-                finding=finding.to_dict(),
-            )
+            alert = _alert_of(finding, run, logged_step)
             found.add(alert.key)
             before = self.status.get(alert.key)
-            if before == status:
+            if before == alert.status:
                 continue
             if before is not None:
-                if before != PENDING and status == PENDING:
+                if before != PENDING and alert.status == PENDING:
                     continue  # a log read again from its start: what settled stays settled
                 alert.type = "update"
-            self.status[alert.key] = status
+            self.status[alert.key] = alert.status
             out.append(alert)
         for key, before in list(self.status.items()):
             if key not in found and before != WITHDRAWN:
@@ -167,6 +171,27 @@ class AlertBook:
                 )
         return out
 
+    def add(self, findings: list[Finding], logged_step: int | None, since: int) -> list[Alert]:
+        """The alerts a judgment of the run's last lines adds: a local event at or after
+        step `since` (where the tail holds the rules' trailing window) not alerted before,
+        or a pending spike it finds settled. It withdraws nothing and brings back nothing
+        withdrawn: the tail holds too little of the run to say an event is not there."""
+        out: list[Alert] = []
+        for finding in findings:
+            if finding.code not in TAIL_CODES or finding.step is None or finding.step < since:
+                continue
+            key = (finding.code, finding.step, finding.rank)
+            before = self.status.get(key)
+            if before is None and finding.severity < self.least:
+                continue
+            alert = _alert_of(finding, self.run or "run", logged_step)
+            if before is not None and not (before == PENDING and alert.status != PENDING):
+                continue
+            alert.type = "alert" if before is None else "update"
+            self.status[key] = alert.status
+            out.append(alert)
+        return out
+
     def to_act_on(self, alert: Alert, fail_on: Severity) -> bool:
         """Whether the hooks act on this alert: a settled event at or above --fail-on, once
         per event (its code, onset step and rank)."""
@@ -176,3 +201,20 @@ class AlertBook:
             return False
         self.acted.add(alert.key)
         return True
+
+
+def _alert_of(finding: Finding, run: str, logged_step: int | None) -> Alert:
+    status, settles = status_of(finding, logged_step)
+    return Alert(
+        type="alert",
+        run=run,
+        code=finding.code,
+        severity=finding.severity,
+        step=finding.step,
+        rank=finding.rank,
+        status=status,
+        summary=finding.message,
+        logged_step=logged_step,
+        settles_at_step=settles,
+        finding=finding.to_dict(),
+    )

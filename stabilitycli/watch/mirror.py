@@ -23,6 +23,7 @@ from pathlib import Path
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.follow import Poll
+from stabilitycli.watch.tail import LINE_FORMATS, TailKeeper, headed, read_tail
 
 # complete(data) -> how many leading bytes of data are whole records
 Boundary = Callable[[bytes], int]
@@ -81,9 +82,11 @@ class Mirror:
         # (`runs/x/log.jsonl`, `x/lightning_logs/version_0/metrics.csv`)
         kept = [part for part in target.resolve().parts[-KEPT_NAMES:] if part != "/"]
         self.spool = self._dir.joinpath(*kept)
+        self.scratch = self._dir / ".scratch"
         (self.spool if target.is_dir() else self.spool.parent).mkdir(parents=True, exist_ok=True)
         self._files: dict[Path, _Tracked] = {}
         self.depth = 3  # rank_7/metrics.jsonl, version_0/metrics.csv: a run's own folders
+        self.tails: TailKeeper | None = None  # each file's last lines, once a watch asks
         self._copy_sidecar()
 
     def _copy_sidecar(self) -> None:
@@ -160,6 +163,8 @@ class Mirror:
             poll.reread = f"{path}: {why}; reading it again from its start"
             tracked.offset = 0
             copy.unlink(missing_ok=True)
+            if self.tails is not None:
+                self.tails.reset(path)
         tracked.inode = stat.st_ino
         if stat.st_size == tracked.offset:
             return
@@ -173,6 +178,8 @@ class Mirror:
             sink.write(data[:done])
         tracked.offset += done
         poll.records_read += data.count(b"\n", 0, done)
+        if self.tails is not None:
+            self.tails.take(path, data[:done])
 
     def _whole(self, path: Path, handle, stat: os.stat_result, tracked: _Tracked, poll: Poll):
         signature = (stat.st_size, stat.st_mtime_ns)
@@ -253,6 +260,20 @@ class MirrorFollower:
                 raise self.mirror.renamed_error(err) from None
         self.mirror.rename(run)
         return run
+
+    def keep_tail(self, lines: int) -> bool:
+        """Keep each file's last `lines` lines from now on; whether this format has a tail."""
+        if self.name not in LINE_FORMATS:
+            return False
+        self.mirror.tails = TailKeeper(lines, headed(self.name))
+        return True
+
+    def tail(self):
+        """The last lines of each file, read by the format's reader (None: none to read)."""
+        if self.mirror.tails is None:
+            return None
+        scratch = self.mirror.scratch / "tail"  # beside the spool, never read with it
+        return read_tail(self.mirror.target, self.mirror.tails.current(), self.options, scratch)
 
     def _may_fall_back(self) -> bool:
         from stabilitycli.ingest.fallback import TEXT_FAMILIES

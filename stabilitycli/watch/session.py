@@ -14,9 +14,9 @@ from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Analysis
 from stabilitycli.ingest.folders import list_folder, walk
 from stabilitycli.ingest.options import ReadOptions
-from stabilitycli.watch.alerts import Alert
+from stabilitycli.watch.alerts import TAIL_RULES, Alert
 from stabilitycli.watch.follow import Follower
-from stabilitycli.watch.loop import Clock, Watch, WatchSettings
+from stabilitycli.watch.loop import Clock, Watch, WatchSettings, WatchStats
 from stabilitycli.watch.sources._files import appended
 
 SOURCES = "stabilitycli.watch.sources"
@@ -30,6 +30,13 @@ class WatchRequest:
     settings: WatchSettings
     select: list[str] | None = None
     ignore: list[str] | None = None
+
+
+def tail_lines(thresholds: Thresholds) -> int:
+    """The lines of each file a tail judgment reads: three times the spike rule's baseline
+    and recovery windows, so that the steps after the first baseline window (where it may
+    alert) hold the new points, a spike's sustained test and its recovery window."""
+    return 3 * (thresholds.spike_window_steps + thresholds.recovery_window_steps)
 
 
 def follow_format(name: str, target: Path | str, options: ReadOptions) -> Follower:
@@ -145,22 +152,17 @@ def run_watch(
     say: Callable[[str], None],
     clock: Clock | None = None,
     stdin: BinaryIO | None = None,
+    stats: WatchStats | None = None,
 ) -> Analysis:
-    """Watch until the run ends, alerting as it goes; the final analysis."""
-    from stabilitycli.pipeline import run as pipeline
-
+    """Watch until the run ends, alerting as it goes; the final analysis (`stats`: filled
+    in with the polls and judgments made)."""
     clock = clock or Clock()
-
-    def judge(run) -> Analysis:
-        return pipeline.analyze(
-            run, request.thresholds, select=request.select, ignore=request.ignore
-        )
-
     follower, name = _open_when_known(request, say, clock, stdin)
     try:
         local = stdin is None and "://" not in request.target and request.target != "-"
         size_of = (lambda: _size(Path(request.target))) if local else None
-        watch = Watch(follower, judge, request.settings, emit, say, clock, size_of)
+        watch = watch_of(follower, request, emit, say, clock, size_of, stats)
+        judge = watch.judge
         every = f"every {request.settings.interval_s:g} s"
         try:
             say(f"watching {follower.display} ({name}) {every}; Ctrl-C ends it with the verdict")
@@ -176,9 +178,50 @@ def run_watch(
         follower.close()
 
 
+def watch_of(
+    follower: Follower,
+    request: WatchRequest,
+    emit: Callable[[Alert], None],
+    say: Callable[[str], None],
+    clock: Clock,
+    size_of: Callable[[], int] | None = None,
+    stats: WatchStats | None = None,
+) -> Watch:
+    """The watch of one followed run: its whole-run judgments and, where the follower keeps
+    a tail, its tail judgments."""
+    from stabilitycli.pipeline import run as pipeline
+
+    thresholds = request.thresholds
+
+    def judge(run, derived: dict | None = None) -> Analysis:
+        return pipeline.analyze(
+            run, thresholds, select=request.select, ignore=request.ignore, derived=derived
+        )
+
+    def judge_tail(run, derived: dict) -> Analysis:
+        select = request.select or list(TAIL_RULES)
+        return pipeline.analyze(
+            run, thresholds, select=select, ignore=request.ignore, derived=derived
+        )
+
+    keep_tail = getattr(follower, "keep_tail", None) if request.settings.tail else None
+    tailed = keep_tail is not None and bool(keep_tail(tail_lines(thresholds)))
+    return Watch(
+        follower,
+        judge,
+        request.settings,
+        emit,
+        say,
+        clock,
+        size_of,
+        judge_tail=judge_tail if tailed else None,
+        tail_from_steps=thresholds.spike_window_steps,
+        stats=stats,
+    )
+
+
 def _final(request: WatchRequest, follower: Follower, judge, say) -> Analysis:
     """`stab analyze` on the final log; on what was read, when the log is gone."""
-    from stabilitycli.pipeline import run as pipeline
 
     final = getattr(follower, "final", None)  # stdin: its spool, read as `stab analyze -`
     if final is not None:
@@ -186,10 +229,13 @@ def _final(request: WatchRequest, follower: Follower, judge, say) -> Analysis:
     if "://" not in request.target and not Path(request.target).exists():
         say(f"{request.target}: gone; the final verdict is on what was read before")
         return judge(follower.snapshot())
+    return analyze_alone(request, request.target, request.options)
+
+
+def analyze_alone(request: WatchRequest, target: str, options: ReadOptions) -> Analysis:
+    """`stab analyze` of `target` with the request's thresholds and `--select`/`--ignore`."""
+    from stabilitycli.pipeline import run as pipeline
+
     return pipeline.analyze(
-        request.target,
-        request.thresholds,
-        options=request.options,
-        select=request.select,
-        ignore=request.ignore,
+        target, request.thresholds, options=options, select=request.select, ignore=request.ignore
     )

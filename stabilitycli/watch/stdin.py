@@ -36,6 +36,7 @@ class StdinFollower:
         self.spool.touch()
         self.name: str | None = None
         self._inner: Follower | None = None
+        self._tail_lines = 0  # the lines of the log a tail judgment reads; 0: none kept
         self._closed = threading.Event()
         self._problem: str | None = None
         self._size = 0
@@ -78,6 +79,9 @@ class StdinFollower:
         name, _, options = choose_reader(str(named), self.options)
         self.name = name
         self._inner = self._follow_format(name, named, options)
+        keep = getattr(self._inner, "keep_tail", None)
+        if self._tail_lines and keep is not None:
+            keep(self._tail_lines)
         return True
 
     def poll(self) -> Poll:
@@ -92,6 +96,15 @@ class StdinFollower:
         if closed:
             poll.ended = "standard input closed"
         return poll
+
+    def keep_tail(self, lines: int) -> bool:
+        """A tail is kept once the format is picked, if that format has one."""
+        self._tail_lines = lines
+        return True
+
+    def tail(self):
+        tail = getattr(self._inner, "tail", None)
+        return tail() if tail is not None else None
 
     def snapshot(self):
         from stabilitycli.ingest import read_stdin_spool

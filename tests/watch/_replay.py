@@ -136,3 +136,16 @@ def label(path: Path) -> str:
         if path.is_relative_to(top):
             return os.path.relpath(path, top)
     return str(path)
+
+
+@dataclass
+class TailClock(ReplayClock):
+    """A replay clock whose every CPU reading is a second later: past the first judgment the
+    CPU budget never allows a whole-run judgment, so every later poll gets a tail judgment
+    (what a long run gets between its throttled judgments), whatever the machine's speed."""
+
+    spent: float = 0.0
+
+    def cpu(self) -> float:
+        self.spent += 1.0
+        return self.spent

@@ -19,7 +19,14 @@ from stabilitycli.report.formats import Format
 from stabilitycli.watch.loop import WatchSettings
 from stabilitycli.watch.session import WatchRequest, open_follower, run_watch
 from stabilitycli.watch.sources._files import appended
-from tests.watch._replay import ReplayClock, copy_beside, label, live_inputs, replay_writes
+from tests.watch._replay import (
+    ReplayClock,
+    TailClock,
+    copy_beside,
+    label,
+    live_inputs,
+    replay_writes,
+)
 
 INPUTS = live_inputs()
 # the fast suite: a sample, the same each run, that still holds every format followed
@@ -43,19 +50,21 @@ def _document(analysis) -> dict:
     return json.loads(Format.json.render(analysis))
 
 
-def _replayed(src: Path, tmp_path: Path, seed: int) -> tuple[Path, ReplayClock]:
+def _replayed(
+    src: Path, tmp_path: Path, seed: int, clock_type: type[ReplayClock] = ReplayClock
+) -> tuple[Path, ReplayClock]:
     dst = tmp_path / src.parent.name / src.name
     rng = random.Random(seed)
     writes = replay_writes(src, dst, rng)
     if src.is_dir():
         dst.mkdir(parents=True, exist_ok=True)
     copy_beside(src, dst) if src.is_file() else None
-    return dst, ReplayClock(writes)
+    return dst, clock_type(writes)
 
 
-def check_replay(src: Path, tmp_path: Path) -> None:
+def check_replay(src: Path, tmp_path: Path, clock_type: type[ReplayClock] = ReplayClock) -> None:
     seed = zlib.crc32(label(src).encode())
-    dst, clock = _replayed(src, tmp_path, seed)
+    dst, clock = _replayed(src, tmp_path, seed, clock_type)
     thresholds = Thresholds()
     settings = WatchSettings(interval_s=1.0, idle_s=3.0, cpu_share=1.0)
     request = WatchRequest(str(dst), ReadOptions(), thresholds, settings)
@@ -108,6 +117,13 @@ def check_last_snapshot(src: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("src", _sample(), ids=label)
 def test_replayed_log_ends_as_analyze(src: Path, tmp_path: Path) -> None:
     check_replay(src, tmp_path)
+
+
+@pytest.mark.parametrize("src", _sample(), ids=label)
+def test_replayed_with_tail_judgments_ends_as_analyze(src: Path, tmp_path: Path) -> None:
+    """Every poll after the first judged by its tail (where the format has one): the tail
+    only adds alerts, the final document is still analyze's, and nothing crashes."""
+    check_replay(src, tmp_path, TailClock)
 
 
 @pytest.mark.parametrize("src", _sample(), ids=label)

@@ -1,7 +1,8 @@
 """What the three MLflow followers share: when a run is over, and a run picked once.
 
 A follower picks its run(s) when it starts, with the reader's own selection
-(`--run`, `--experiment`, ranks); a run created later does not join the watch.
+(`--run`, `--experiment`, ranks); a run created later does not join it
+(`stab watch --each-run`, `experiment.py`, gives each run of the store a follower of its own).
 """
 
 from __future__ import annotations
