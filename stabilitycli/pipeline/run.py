@@ -59,13 +59,15 @@ def analyze(
     view = build_view(run)
     ignored = frozenset(code.strip() for code in ignore or [])
     facts = Facts(lr_plan=recognise_plan(view, thresholds), ignored=ignored)
+    height = run.frame.height
     progress.tell("rules", 0, len(rules))
     for done, rule in enumerate(rules, start=1):
         outcome = rule.run(view, thresholds, facts)
         findings.extend(outcome.findings)
         skipped.extend(outcome.skipped)
         facts.provide(rule.code, rule.provides, outcome.facts)
-        progress.tell("rules", done, len(rules))
+        # a row counts as got through when every rule has read it: the rate is the rules'
+        progress.tell("rules", done, len(rules), rows=height * done // len(rules))
 
     facts.log_words = read_log_words(view)
     ran = [rule.code for rule in rules]
