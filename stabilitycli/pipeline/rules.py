@@ -76,13 +76,18 @@ def _at_once(
         rule.code: {provider[n] for n in rule.needs if n in provider and provider[n] != rule.code}
         for rule in rules
     }
+    waited_on = {rule.code: sum(rule.code in w for w in waits_for.values()) for rule in rules}
     outcomes: dict[str, RuleResult] = {}
     running: dict[Future[RuleResult], Rule] = {}
     waiting = list(rules)
     progress.tell("rules", 0, len(rules))
     with ThreadPoolExecutor(threads, thread_name_prefix="stab-rule") as pool:
         while waiting or running:
-            for rule in [r for r in waiting if waits_for[r.code] <= outcomes.keys()]:
+            ready = [r for r in waiting if waits_for[r.code] <= outcomes.keys()]
+            # a rule others wait for first (the spike rule): the rules after it can start
+            # the sooner, while the second thread works through the independent ones
+            ready.sort(key=lambda r: -waited_on[r.code])
+            for rule in ready:
                 waiting.remove(rule)
                 # the worker hears what this thread hears (the progress listener)
                 context = contextvars.copy_context()
