@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SMALL_FIXTURE = ROOT / "fixtures" / "runs" / "healthy-hf-style" / "run.jsonl"
 PANDAS_BYTES_PER_ROW = 1_800  # measured: pandas.read_json(lines=True) of these logs, 1M rows
+STARTUP_IMPORTS = "import polars, numpy, rich, typer"
 STAB_COLUMNS = ("step", "loss", "grad_norm", "learning_rate", "loss_scale", "tokens_per_second")
 
 NAMES = (
@@ -185,7 +186,8 @@ def batch_case(name: str, setup: Setup) -> Case:
 
 def startup_case(name: str, setup: Setup, *stab_args: object) -> Case:
     subjects = [
-        Subject("floor", 'python -c "import polars"', [setup.python, "-c", "import polars"]),
+        # what any tool on this stack imports before it does anything (issue #40)
+        Subject("floor", f'python -c "{STARTUP_IMPORTS}"', [setup.python, "-c", STARTUP_IMPORTS]),
         _stab(
             setup, "stab " + " ".join(map(str, stab_args)).replace(str(ROOT) + "/", ""), *stab_args
         ),

@@ -13,10 +13,10 @@ To measure committed sources while the checkout changes, point the console
 script at a snapshot: `git archive HEAD stabilitycli | tar -x -C /tmp/snap`,
 then `PYTHONPATH=/tmp/snap ... --label "<commit>"`.
 
-Inputs are generated from a seed on first use and cached outside the repo
-(`~/.cache/stab-bench/`, or `--cache DIR`), each file named by its size and
-seed, so later runs reuse them: the full set takes about 16 GB (the 30M-row
-logs are 4.7 GB each as JSONL). `--list` names the cases. A full run with
+Inputs are generated from a seed into a fresh folder under /tmp, deleted when
+the run ends (the full set takes about 16 GB: the 30M-row logs are 4.7 GB each
+as JSONL). `--cache DIR` keeps them in DIR instead, each file named by its size
+and seed, so later runs reuse them. `--list` names the cases. A full run with
 `--repeat 1` took 30 minutes on a 2-core machine (the 10,000-run batch case
 alone 9); `--repeat 3` about three times that.
 
@@ -182,7 +182,9 @@ def main() -> None:
         "--only", action="append", default=[], help="case name or glob (repeatable)"
     )
     parser.add_argument("--list", action="store_true", help="name the cases and exit")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "stab-bench")
+    parser.add_argument(
+        "--cache", type=Path, help="keep the inputs here (default: under /tmp, deleted after)"
+    )
     parser.add_argument("--stab", default=str(ROOT / ".venv" / "bin" / "stab"))
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--max-rss-gb", type=float, default=8.0, help="kill a command above this")
@@ -216,7 +218,22 @@ def main() -> None:
     if args.list or not names:
         print("\n".join(cases.NAMES))
         return
-    args.cache.mkdir(parents=True, exist_ok=True)
+    if args.cache is not None:
+        args.cache.mkdir(parents=True, exist_ok=True)
+        measure_all(args, names, scale, repeat)
+        return
+    import shutil
+    import tempfile
+
+    # the inputs are gigabytes: made for this run, gone after it, even when it is stopped
+    args.cache = Path(tempfile.mkdtemp(prefix="stab-bench-", dir="/tmp"))
+    try:
+        measure_all(args, names, scale, repeat)
+    finally:
+        shutil.rmtree(args.cache, ignore_errors=True)
+
+
+def measure_all(args: argparse.Namespace, names: list[str], scale: float, repeat: int) -> None:
     env = user_env()
     measure([args.stab, "--help"], env, args.max_rss_gb * 1024)  # writes stab's bytecode cache
     setup = cases.Setup(

@@ -11,7 +11,6 @@ for unreadable input or a bad option (one line on stderr). With several runs,
 
 from __future__ import annotations
 
-import contextlib
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,9 +29,9 @@ from stabilitycli.commands._common import (
     split_codes,
     with_settings,
 )
-from stabilitycli.commands.bars import ReadingBar, progress_wanted
+from stabilitycli.commands.bars import bar_for, progress_wanted
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
-from stabilitycli.core.errors import StabInputError, StabUsageError, visible
+from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.ingest import SUPPORTED
 from stabilitycli.report.formats import Format
 
@@ -53,9 +52,6 @@ EPILOG = (
     "stab analyze train.log --pattern 'it=(?P<step>\\d+) L=(?P<loss>\\S+)'\n\n"
     f"Inputs: {SUPPORTED}"
 )
-
-# a single log at least this big gets a progress line while it is read and analysed
-PROGRESS_MIN_BYTES = 64 << 20
 
 
 # the options of `stab analyze` besides the read options, in its --help order
@@ -246,7 +242,7 @@ def _analyze_one(
         thresholds, settings = load_thresholds(target, set_values)
         from stabilitycli.pipeline import run as pipeline
 
-        with _reading(target, progress_wanted(output, quiet)):
+        with bar_for(target, progress_wanted(output, quiet)):
             result = pipeline.analyze(
                 target,
                 thresholds,
@@ -259,19 +255,6 @@ def _analyze_one(
         raise boundary(err, target) from None
     except BaseException as err:
         raise internal_error(err, target) from None
-
-
-def _reading(target: str, wanted: bool):
-    """A transient bar on stderr while a big log (at least PROGRESS_MIN_BYTES) is read and
-    analysed; nothing for a small one. It shows the megabytes read while a reader says
-    how far it got (the JSONL reader does, a piece at a time), a pulse while one reads the
-    log in one go, then the rules done of the rules selected."""
-    import os
-
-    size = os.path.getsize(target) if wanted and os.path.isfile(target) else 0
-    if size < PROGRESS_MIN_BYTES:
-        return contextlib.nullcontext()
-    return ReadingBar(visible(os.path.basename(target)), size)
 
 
 def _show_settings(target: str, set_values: list[str] | None) -> int:

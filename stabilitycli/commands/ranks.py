@@ -10,6 +10,7 @@ bad option (one line on stderr).
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from typing import Annotated
 
@@ -25,6 +26,7 @@ from stabilitycli.commands._common import (
     print_rendered,
     set_flag,
 )
+from stabilitycli.commands.bars import bar_for
 from stabilitycli.commands.read_options import ReadArgs, takes_read_options
 from stabilitycli.core.errors import StabInputError, StabUsageError
 
@@ -77,7 +79,9 @@ def command(
     """Compare every rank with its cohort: name outlier, non-finite, silent and straggling ranks."""
     run = _the_path(path, run_option)
     try:
-        report = _report(run, metric, read, set_values)
+        # progress on stderr for a person only: a terminal there, and not beside JSON
+        bar = output is RanksFormat.terminal and sys.stderr.isatty()
+        report = _report(run, metric, read, set_values, bar)
     except (StabInputError, StabUsageError) as err:
         raise boundary(err, run) from None
     except BaseException as err:
@@ -112,7 +116,7 @@ def _the_path(path: str | None, run_option: str | None) -> str:
     return path
 
 
-def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None):
+def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None, bar: bool):
     from dataclasses import replace
 
     from stabilitycli.detect.ranks.check import find_rank_outliers
@@ -123,8 +127,9 @@ def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None)
     from stabilitycli.core.settings import load_settings, sentence
 
     thresholds, settings = load_settings(run, pairs(set_values, "--set"))
-    data = read_run(run, options)
-    report = find_rank_outliers(data, name, thresholds)
+    with bar_for(run, bar):
+        data = read_run(run, options)
+        report = find_rank_outliers(data, name, thresholds)
     said = sentence(settings.to_dict())
     # thresholds not at their defaults change what is an outlier: the first note says so
     return replace(report, notes=(said, *report.notes)) if said else report

@@ -10,7 +10,12 @@ Stages and their units:
 
 * `read`: bytes of the log read so far, of the file's size (the JSONL reader
   that reads a big log a piece at a time tells it after each piece);
-* `rules`: rules finished, of the rules selected.
+* `rules`: rules finished, of the rules selected;
+* `ranks`: parts of the per-rank check finished (the cohort's per-step
+  statistics, the judgement, the throughput cohort), of its parts.
+
+With each, `rows`: how many of the log's rows the stage has got through (0
+when it does not know), from which a listener tells the rows a second.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-# (stage, done, total): total is 0 when it is not known
-Listener = Callable[[str, int, int], None]
+# (stage, done, total, rows): total and rows are 0 when they are not known
+Listener = Callable[[str, int, int, int], None]
 
 _listener: ContextVar[Listener | None] = ContextVar("stab_progress_listener", default=None)
 
@@ -35,8 +40,8 @@ def listening(listener: Listener) -> Iterator[None]:
         _listener.reset(token)
 
 
-def tell(stage: str, done: int, total: int = 0) -> None:
+def tell(stage: str, done: int, total: int = 0, rows: int = 0) -> None:
     """Say how far `stage` has got; nothing happens when nobody listens."""
     listener = _listener.get()
     if listener is not None:
-        listener(stage, done, total)
+        listener(stage, done, total, rows)

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from stabilitycli.core import progress
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Analysis, Coverage, Finding, Skip, SourceInfo
 from stabilitycli.frame import RunData, from_wide
@@ -54,26 +53,19 @@ def analyze(
     from stabilitycli.detect.registry import load_rules, select_rules
     from stabilitycli.detect.series import build_view
     from stabilitycli.pipeline.basis import headline_basis, series_read
+    from stabilitycli.pipeline.rules import run_rules
 
     thresholds = config or Thresholds()
     run = load_run(source, options)
     if "loss" not in run.frame.columns and not _scaler_columns(run):
         run.require_loss()
     rules, dropped_codes = select_rules(select, ignore)
-    findings: list[Finding] = []
-    skipped: list[Skip] = []
     view = build_view(run)
     if derived:
         view.derived.update(derived)
     ignored = frozenset(code.strip() for code in ignore or [])
     facts = Facts(lr_plan=recognise_plan(view, thresholds), ignored=ignored)
-    progress.tell("rules", 0, len(rules))
-    for done, rule in enumerate(rules, start=1):
-        outcome = rule.run(view, thresholds, facts)
-        findings.extend(outcome.findings)
-        skipped.extend(outcome.skipped)
-        facts.provide(rule.code, rule.provides, outcome.facts)
-        progress.tell("rules", done, len(rules))
+    findings, skipped = run_rules(rules, view, thresholds, facts, run.frame.height)
 
     facts.log_words = read_log_words(view)
     if derived is not None:

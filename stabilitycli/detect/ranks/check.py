@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import polars as pl
 
-from stabilitycli.core import numfmt
+from stabilitycli.core import numfmt, progress
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.detect.ranks.change import (
     change_point,
@@ -96,6 +96,7 @@ if TYPE_CHECKING:
 THROUGHPUT = (("tokens_per_s", False), ("step_time_ms", True))  # (column, invert to a rate)
 PICTURE_BUCKETS = 60
 PICTURE_CLIP_Z = 10.0  # one wild step cannot paint a whole bucket
+RANK_PARTS = 4  # the parts of the check told as progress (find_rank_outliers)
 
 
 def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> RankReport:
@@ -113,6 +114,9 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         shown = ", ".join(c for c in frame.columns if c not in ("step", "rank"))
         raise StabUsageError(f"--metric {metric}: not in {run.source.path} (metrics: {shown})")
     notes: list[str] = []
+    height = frame.height
+    # the parts told as progress: the cohort, the judgement, the throughput cohort, the last
+    progress.tell("ranks", 0, RANK_PARTS)
     cohort = build_cohort(
         frame,
         metric,
@@ -127,6 +131,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     # polars types median/min/max as any scalar; these columns are integers
     typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
     throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
+    progress.tell("ranks", 1, RANK_PARTS, rows=height // RANK_PARTS)
     flagged = _flags(cohort, thresholds)
     outliers: list[RankOutlier] = []
     if n_ranks < 2:
@@ -144,6 +149,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         outliers += _nonfinite(cohort, flagged, thresholds)
         outliers += _silent(cohort, thresholds)
     picture = _picture(cohort)
+    progress.tell("ranks", 2, RANK_PARTS, rows=2 * height // RANK_PARTS)
     step_range = (int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max())))
     if n_ranks >= 2 and throughput is not None:
         column, invert = throughput
@@ -163,6 +169,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
             )
         outliers += _straggler(tp, thresholds, invert)
         del tp
+    progress.tell("ranks", 3, RANK_PARTS, rows=3 * height // RANK_PARTS)
     outliers.sort(key=_order)
     report = RankReport(
         metric=metric,
@@ -173,12 +180,14 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         notes=tuple(notes),
         picture=picture,
     )
-    return replace(
+    report = replace(
         report,
         mean_effect=explained_mean_shift(
             report, frame, baseline_points=thresholds.rank_history_points
         ),
     )
+    progress.tell("ranks", RANK_PARTS, RANK_PARTS, rows=height)
+    return report
 
 
 def _order(o: RankOutlier) -> tuple:

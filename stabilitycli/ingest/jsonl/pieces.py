@@ -61,7 +61,7 @@ def read_in_pieces(
                 ahead = reader.submit(pieces.next)
                 piece, screened, bytes_read = got
                 lines_before = _parse(piece, screened, lines_before, trial, options, frames)
-                progress.tell("read", bytes_read, size)
+                progress.tell("read", bytes_read, size, rows=lines_before)
         carry = pieces.carry
     cut_line = None
     if carry:

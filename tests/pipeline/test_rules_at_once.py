@@ -1,0 +1,77 @@
+"""Rules on two threads (issue #40): the same document as one after another, bit for bit,
+on every rule's fires and quiet logs and on the bundled runs; a rule that needs another's
+facts starts after it; the progress listener hears every rule done."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stabilitycli import analyze
+from stabilitycli.core import progress
+from stabilitycli.detect import registry
+from stabilitycli.detect.registry import load_rules
+from stabilitycli.pipeline import rules as rules_module
+from stabilitycli.report.json_report import render
+from tests.conftest import FIXTURES
+
+LOGS = sorted(
+    [*FIXTURES.glob("rules/*/*/run.jsonl"), *FIXTURES.glob("runs/*/run.jsonl")],
+    key=str,
+)
+
+
+def _document(path, monkeypatch, at_once: bool) -> str:
+    monkeypatch.setattr(rules_module, "PARALLEL_MIN_ROWS", 0 if at_once else 10**12)
+    return render(analyze(path))
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_at_once_gives_the_serial_document(path, monkeypatch) -> None:
+    if not path.is_file():
+        pytest.skip("no log")
+    assert _document(path, monkeypatch, True) == _document(path, monkeypatch, False)
+
+
+def test_a_long_log_takes_the_threads_and_waits_for_what_it_needs(tmp_path, monkeypatch) -> None:
+    """A log over PARALLEL_MIN_ROWS runs its rules on the threads, with no setting changed;
+    the rules that read the spike rule's facts start only after it has given them."""
+    steps = rules_module.PARALLEL_MIN_ROWS
+    rng = np.random.default_rng(40)
+    loss = 2.0 + 5.0 / (1 + np.arange(steps) / 2000) + 0.01 * rng.standard_normal(steps)
+    loss[steps // 2 : steps // 2 + 5] *= 3.0
+    path = tmp_path / "long.csv"
+    pd.DataFrame({"step": np.arange(steps), "loss": loss}).to_csv(path, index=False)
+    rules = load_rules()  # imports every rule module: RULES holds them all
+    order: list[tuple[str, str]] = []
+    threads: set[str] = set()
+    lock = threading.Lock()
+    for code in ("spike", "divergence", "loss-scale", "no-learning", "nan"):
+        rule = rules[code]
+
+        def traced(view, thresholds, facts, _run=rule.run, _code=code):
+            with lock:
+                order.append(("start", _code))
+                threads.add(threading.current_thread().name)
+            outcome = _run(view, thresholds, facts)
+            with lock:
+                order.append(("end", _code))
+            return outcome
+
+        traced.__module__ = rule.run.__module__  # the run order goes by the rule's module
+        monkeypatch.setitem(registry.RULES, code, replace(rule, run=traced))
+    heard: list[tuple[str, int, int, int]] = []
+    with progress.listening(lambda *said: heard.append(said)):
+        threaded = render(analyze(path))
+    assert any(name.startswith("stab-rule") for name in threads)
+    spike_end = order.index(("end", "spike"))
+    for needs_spikes in ("divergence", "loss-scale", "no-learning"):
+        assert order.index(("start", needs_spikes)) > spike_end
+    told = [done for stage, done, _, _ in heard if stage == "rules"]
+    assert told == list(range(len(rules) + 1))
+    monkeypatch.setattr(rules_module, "PARALLEL_MIN_ROWS", 10**12)
+    assert render(analyze(path)) == threaded
