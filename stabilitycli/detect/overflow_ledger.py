@@ -257,9 +257,11 @@ def _timeline(view: SeriesView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The scale in order: (steps, values, is_attempted). A message's attempted scale comes
     just before the scale it left at the same step."""
     s_steps, s_values = view.finite_points("loss_scale")
-    a_steps, a_values = (
-        view.finite_points(ATTEMPTED) if view.has(ATTEMPTED) else (s_steps[:0], s_values[:0])
-    )
+    if not view.has(ATTEMPTED):
+        # the view's steps are sorted and unique: already in order, and the sort's copies
+        # (five of the log's length at once) are not needed
+        return s_steps, s_values, np.zeros(s_steps.size, bool)
+    a_steps, a_values = view.finite_points(ATTEMPTED)
     steps = np.concatenate([a_steps, s_steps])
     values = np.concatenate([a_values, s_values])
     attempted = np.concatenate([np.ones(a_steps.size, bool), np.zeros(s_steps.size, bool)])
