@@ -213,10 +213,12 @@ class LevelAt(Pointwise):
         chunk_of = rows // chunk_rows
         for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
             if self._kept is None or self._kept[0] != chunk:
+                self._kept = None  # the chunk kept goes before the next one is computed
                 stats = trailing_chunk_at(
                     self.steps, self.values, self.window_steps, self.plan, WINDOW_NAMES, chunk
                 )
                 self._kept = (chunk, local_level(stats, self.thresholds))
+                del stats
             here = chunk_of == chunk
             out[here] = part(self._kept[1])[rows[here] - chunk * chunk_rows]
         return out

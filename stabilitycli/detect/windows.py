@@ -236,6 +236,7 @@ class TrailingAt(Pointwise):
         chunk_of = rows // chunk_rows
         for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
             if self._kept is None or self._kept[0] != chunk:
+                self._kept = None  # the chunk kept goes before the next one is computed
                 first = chunk * chunk_rows
                 stop = min(self.size, first + chunk_rows)
                 computed = _trailing_chunk(
