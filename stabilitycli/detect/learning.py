@@ -261,10 +261,11 @@ def _vanished_grad(
     if not view.has("grad_norm"):
         return None
     steps, grad = view.finite_points("grad_norm")
-    keep = steps >= from_step
-    if keep.sum() < 2:
+    # the steps are in order: the points from `from_step` on are the tail, a view of it
+    first = int(np.searchsorted(steps, from_step, side="left"))
+    if steps.size - first < 2:
         return None
-    steps, grad = steps[keep], grad[keep]
+    steps, grad = steps[first:], grad[first:]
     share = float(np.mean(grad < thresholds.grad_vanish_norm))
     return share, float(np.median(grad)), [int(steps[0]), int(steps[-1])]
 

@@ -376,10 +376,12 @@ def _scale_story(
         at = np.searchsorted(c_steps, hi[~own])
         at = np.unique(at[at < c_steps.size])
         hidden = int(np.count_nonzero(c_values[at] == 0))
-    s_values = t_values[~t_attempted]
+    # the last scale that is no attempted one, found without a copy of the scales
+    plain = ~t_attempted
+    final = t_values[plain.size - 1 - int(np.argmax(plain[::-1]))] if plain.any() else t_values[-1]
     history = ScaleHistory(
         first=float(t_values[0]),
-        final=float(s_values[-1]) if s_values.size else float(t_values[-1]),
+        final=float(final),
         max=float(t_values.max()),
         min=float(t_values.min()),
         max_step=int(t_steps[int(np.argmax(t_values))]),
