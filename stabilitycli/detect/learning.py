@@ -14,6 +14,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Severity, Skip
 from stabilitycli.core.quantity_schema import ABSENT
+from stabilitycli.detect import windows
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.learning import (
     LOSS_COLLAPSE,
@@ -23,7 +24,6 @@ from stabilitycli.detect.kinds.learning import (
 )
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect import windows
 from stabilitycli.detect.windows import median_interval
 
 # the robust sigma of a normal sample from its median absolute deviation

@@ -78,9 +78,7 @@ def local_level(
             None if pooled is None else pooled[rows],
         )
         if out is None:
-            out = LocalLevel(
-                *(np.empty(size, dtype=getattr(part, f).dtype) for f in _LEVEL_FIELDS)
-            )
+            out = LocalLevel(*(np.empty(size, dtype=getattr(part, f).dtype) for f in _LEVEL_FIELDS))
         for name in _LEVEL_FIELDS:
             getattr(out, name)[rows] = getattr(part, name)
     assert out is not None  # one block at least: size > block_rows

@@ -2,7 +2,8 @@
 rule is a block's temporaries, not a few copies of the log) give the very numbers the whole
 log gives: the loss-collapse scan in chunks of points, the local level in blocks of rows.
 The LR plan's step decays in chunks of changes, the noise of the no-learning rule with its
-differences overwritten. The chunks and blocks are made tiny here so that every boundary falls inside the data."""
+differences overwritten. The chunks and blocks are made tiny here so that every boundary
+falls inside the data."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import pytest
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import level as level_module
-from stabilitycli.detect import windows
-from stabilitycli.detect import lr_plan
+from stabilitycli.detect import lr_plan, windows
 from stabilitycli.detect.learning import _MAD_TO_SIGMA, _diff_sigma, _first_collapse
 from stabilitycli.pipeline import run as pipeline
 from tests.detect.test_learning import _collapse, _gradual, _slow_collapse

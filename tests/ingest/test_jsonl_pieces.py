@@ -213,10 +213,6 @@ def _hf_log_with_text(path, rows: int = 3_000) -> None:
     a run name and a phase (text), a config object on each line, clock keys, a metric that
     is whole numbers in early pieces and fractional later, NaN and Infinity tokens, an eval
     key that first appears in a later piece, a malformed line and a cut-off last line."""
-    import json
-
-    import numpy as np
-
     rng = np.random.default_rng(40)
     lines = []
     for step in range(rows):
