@@ -164,8 +164,8 @@ def _rises(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> list[tu
 def _warmup(lr: np.ndarray, thresholds: Thresholds) -> tuple[int, int] | None:
     """(0, top row) of a ramp from the first point to the LR's first fall (a rounded LR
     repeats values on the way up), when it rises more than `lr_jump_ratio`."""
-    falls = np.flatnonzero(np.diff(lr) < 0)
-    top = int(falls[0]) if falls.size else lr.size - 1
+    fall = _first_change(lr, falling=True)
+    top = fall if fall is not None else lr.size - 1
     top = int(np.argmax(lr[: top + 1] >= lr[top]))  # where it reached its level (WSD: early)
     rose = lr[top] > lr[0] * (1 + thresholds.lr_jump_ratio) or (lr[0] <= 0 < lr[top])
     return (0, top) if top > 0 and rose else None
@@ -313,13 +313,29 @@ def _step_decays(
     return tuple(found)
 
 
+def _first_change(lr: np.ndarray, *, falling: bool, from_end: bool = False) -> int | None:
+    """The first (`from_end`: the last) i where lr[i + 1] < lr[i] (`falling`; else
+    lr[i + 1] >= lr[i]; NaN is neither), or None: the changes are taken a chunk at a time
+    from that end, so a warmup's first fall or a cooldown's start costs a chunk, not three
+    copies of a long log."""
+    changes = max(0, lr.size - 1)
+    chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+    starts = range(0, changes, chunk_rows)
+    for first in reversed(starts) if from_end else starts:  # loop over chunks of changes
+        step = np.diff(lr[first : min(changes, first + chunk_rows) + 1])
+        hits = np.flatnonzero(step < 0 if falling else step >= 0)
+        if hits.size:
+            return first + int(hits[-1] if from_end else hits[0])
+    return None
+
+
 def _cooldown(steps: np.ndarray, lr: np.ndarray) -> tuple[int, int, float, float] | None:
     """The final fall of a warmup-stable-decay schedule: a constant LR, then a fall to near 0
     at the end of the log taking no more than half the run."""
-    not_falling = np.flatnonzero(np.diff(lr) >= 0)
-    if not not_falling.size:
+    last = _first_change(lr, falling=False, from_end=True)
+    if last is None:
         return None
-    start = int(not_falling[-1]) + 1  # the fall runs from this row to the end
+    start = last + 1  # the fall runs from this row to the end
     level, final = float(lr[start]), float(lr[-1])
     fall_steps = steps[-1] - steps[start]
     span = steps[-1] - steps[0]

@@ -145,3 +145,28 @@ def test_the_difference_noise_is_the_median_of_the_deviations() -> None:
         mad = float(np.median(np.abs(diff - np.median(diff))))
         assert _diff_sigma(values) == _MAD_TO_SIGMA * mad / math.sqrt(2)
         assert values.tobytes() == kept.tobytes()  # the log's own values are not written
+
+
+def test_the_first_fall_and_the_last_rise_of_the_lr_are_found_chunk_by_chunk(monkeypatch) -> None:
+    rng = np.random.default_rng(6)
+    for _ in range(500):
+        n = int(rng.integers(1, 120))
+        shape = int(rng.integers(0, 3))
+        if shape == 0:  # flat runs, rises, falls, NaN and zeros
+            lr = rng.choice([1.0, 2.0, 0.5, np.nan, 0.0], n)
+        elif shape == 1:  # warmup, stable, decay to zero
+            third = n // 3
+            lr = np.concatenate(
+                [np.linspace(0, 1, third), np.ones(third), np.linspace(1, 0, n - 2 * third)]
+            )
+        else:  # only up or only down
+            lr = np.sort(rng.random(n))[:: int(rng.choice([1, -1]))]
+        change = np.diff(lr)
+        falls, not_falling = np.flatnonzero(change < 0), np.flatnonzero(change >= 0)
+        first_fall = int(falls[0]) if falls.size else None
+        last_not_falling = int(not_falling[-1]) if not_falling.size else None
+        for chunk_rows in (1, 2, 5, 1 << 20):
+            monkeypatch.setattr(windows, "CHUNK_ROWS", chunk_rows)
+            assert lr_plan._first_change(lr, falling=True) == first_fall
+            found = lr_plan._first_change(lr, falling=False, from_end=True)
+            assert found == last_not_falling
