@@ -100,7 +100,10 @@ def noise_memory(values: np.ndarray, far_lag: int, min_lag1: float) -> NoiseMemo
     at every lag, so their spreads compare as standard deviations do. Lag 2 over lag 1
     gives the AR part's decay.
     """
-    finite = values[np.isfinite(values)]
+    ok = np.isfinite(values)
+    # the log's own array where every value is finite (the usual case): a view, no copy
+    finite = values if ok.all() else values[ok]
+    del ok
     # a short log's estimate is too noisy to act on (its windows are few anyway)
     if finite.size < _MIN_LAGS * far_lag or far_lag < 3:
         return INDEPENDENT

@@ -14,6 +14,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Severity, Skip
 from stabilitycli.core.quantity_schema import ABSENT
+from stabilitycli.detect import windows
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.learning import (
     LOSS_COLLAPSE,
@@ -203,7 +204,10 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
 def _diff_sigma(values: np.ndarray) -> float:
     """The point-to-point noise: robust sigma of the first differences, / sqrt 2."""
     diff = np.diff(values)
-    mad = float(np.median(np.abs(diff - np.median(diff))))
+    # the deviations overwrite the differences, and the median sorts them where they lie:
+    # one copy of the log at a time, not three
+    np.abs(np.subtract(diff, np.median(diff), out=diff), out=diff)
+    mad = float(np.median(diff, overwrite_input=True))
     return _MAD_TO_SIGMA * mad / math.sqrt(2)
 
 
@@ -257,10 +261,11 @@ def _vanished_grad(
     if not view.has("grad_norm"):
         return None
     steps, grad = view.finite_points("grad_norm")
-    keep = steps >= from_step
-    if keep.sum() < 2:
+    # the steps are in order: the points from `from_step` on are the tail, a view of it
+    first = int(np.searchsorted(steps, from_step, side="left"))
+    if steps.size - first < 2:
         return None
-    steps, grad = steps[keep], grad[keep]
+    steps, grad = steps[first:], grad[first:]
     share = float(np.mean(grad < thresholds.grad_vanish_norm))
     return share, float(np.median(grad)), [int(steps[0]), int(steps[-1])]
 
@@ -313,28 +318,10 @@ def detect_loss_collapse(view: SeriesView, thresholds: Thresholds, facts: Facts)
     by_steps = thresholds.collapse_max_steps / interval if interval > 0 else 0.0
     k = max(thresholds.collapse_max_points, int(by_steps))
     b = thresholds.collapse_level_points
-    series = pl.Series(loss)
-    # the level window ends k points before the candidate point: the fall takes at most k
-    level = series.rolling_median(b, min_samples=1).shift(k).to_numpy()
-    top = series.rolling_max(b, min_samples=1).shift(k).to_numpy()
-    low = series.rolling_min(b, min_samples=1).shift(k).to_numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        steady = top < thresholds.collapse_level_spread * low
-        down = (loss <= thresholds.collapse_near_zero_loss) & (
-            loss * thresholds.collapse_min_ratio <= level
-        )
-    # a log shorter than k+1 points has no level yet: compare with its first point
-    short = np.arange(loss.size) <= k
-    if short.any():
-        level[short], steady[short] = loss[0], True
-        down[short] = (loss[short] <= thresholds.collapse_near_zero_loss) & (
-            loss[short] * thresholds.collapse_min_ratio <= loss[0]
-        )
-    hits = np.flatnonzero(down & steady & (level > 0))
-    if not hits.size:
+    hit = _first_collapse(loss, k, b, thresholds)
+    if hit is None:
         return result
-    j = int(hits[0])
-    base = float(level[j])
+    j, base = hit
     # the last point still within an order of magnitude of the level is where the fall began
     lo = max(0, j - k)
     near_level = np.flatnonzero(loss[lo:j] * 10 >= base)
@@ -373,3 +360,40 @@ def detect_loss_collapse(view: SeriesView, thresholds: Thresholds, facts: Facts)
         )
     )
     return result
+
+
+def _first_collapse(
+    loss: np.ndarray, k: int, b: int, thresholds: Thresholds
+) -> tuple[int, float] | None:
+    """The first point of a collapse and the level before it (see `detect_loss_collapse`),
+    or None; the level, its max and min over the `b` points that end `k` points before
+    each point, taken `windows.CHUNK_ROWS` points at a time with the `k + b - 1` before
+    them. A median, a max and a min of the same points are the same numbers however the
+    series is cut, and the scan stops at the first hit: three whole-log copies less."""
+    chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+    for first in range(0, loss.size, chunk_rows):  # loop over chunks of points
+        stop = min(loss.size, first + chunk_rows)
+        reach = max(0, first - k - b + 1)
+        # the level window ends k points before the candidate point: the fall takes at most k
+        here = pl.Series(loss[reach:stop])
+        level = here.rolling_median(b, min_samples=1).shift(k)[first - reach :].to_numpy()
+        top = here.rolling_max(b, min_samples=1).shift(k)[first - reach :].to_numpy()
+        low = here.rolling_min(b, min_samples=1).shift(k)[first - reach :].to_numpy()
+        chunk = loss[first:stop]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            steady = top < thresholds.collapse_level_spread * low
+            down = (chunk <= thresholds.collapse_near_zero_loss) & (
+                chunk * thresholds.collapse_min_ratio <= level
+            )
+        # a log shorter than k+1 points has no level yet: compare with its first point
+        short = np.arange(first, stop) <= k
+        if short.any():
+            level, steady = level.copy(), steady.copy()
+            level[short], steady[short] = loss[0], True
+            down[short] = (chunk[short] <= thresholds.collapse_near_zero_loss) & (
+                chunk[short] * thresholds.collapse_min_ratio <= loss[0]
+            )
+        hits = np.flatnonzero(down & steady & (level > 0))
+        if hits.size:
+            return first + int(hits[0]), float(level[hits[0]])
+    return None

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.detect import windows
 from stabilitycli.detect.series import SeriesView
 
 # a piecewise-constant LR is constant between its drops to this relative precision
@@ -163,8 +164,8 @@ def _rises(steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds) -> list[tu
 def _warmup(lr: np.ndarray, thresholds: Thresholds) -> tuple[int, int] | None:
     """(0, top row) of a ramp from the first point to the LR's first fall (a rounded LR
     repeats values on the way up), when it rises more than `lr_jump_ratio`."""
-    falls = np.flatnonzero(np.diff(lr) < 0)
-    top = int(falls[0]) if falls.size else lr.size - 1
+    fall = _first_change(lr, falling=True)
+    top = fall if fall is not None else lr.size - 1
     top = int(np.argmax(lr[: top + 1] >= lr[top]))  # where it reached its level (WSD: early)
     rose = lr[top] > lr[0] * (1 + thresholds.lr_jump_ratio) or (lr[0] <= 0 < lr[top])
     return (0, top) if top > 0 and rose else None
@@ -284,27 +285,57 @@ def _declared(
 def _step_decays(
     steps: np.ndarray, lr: np.ndarray, thresholds: Thresholds
 ) -> tuple[tuple[int, float], ...]:
-    """Drops by a factor of `1 + lr_jump_ratio` or more from a constant LR to a constant LR."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = lr[1:] / lr[:-1]
-    flat = np.abs(ratio - 1) <= _FLAT
-    flat_before = np.concatenate(([False], flat[:-1]))
-    flat_after = np.concatenate((flat[1:], [True]))
+    """Drops by a factor of `1 + lr_jump_ratio` or more from a constant LR to a constant LR.
+
+    Taken `windows.CHUNK_ROWS` changes at a time, each chunk with the change either side
+    of it (is the LR flat before and after?): a chunk's temporaries, not a dozen copies
+    of a long log, and the first 20 drops end the scan."""
+    changes = max(0, lr.size - 1)  # ratio i: lr[i + 1] / lr[i]
     # a rounded LR near 0 (1e-06 printed) steps down by its last digit: not a decay
-    material = lr[:-1] >= _DECAY_MIN_FRAC * np.max(lr)
-    drop = (ratio <= 1 / (1 + thresholds.lr_jump_ratio)) & (ratio > 0) & flat_before & flat_after
-    drop &= material
-    at = np.flatnonzero(drop)[:20]
-    return tuple((int(steps[i + 1]), round(float(ratio[i]), 4)) for i in at)
+    material_lr = _DECAY_MIN_FRAC * np.max(lr) if lr.size else 0.0
+    found: list[tuple[int, float]] = []
+    chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+    for first in range(0, changes, chunk_rows):  # loop over chunks of changes
+        stop = min(changes, first + chunk_rows)
+        lo, hi = max(0, first - 1), min(changes, stop + 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = lr[lo + 1 : hi + 1] / lr[lo:hi]
+        flat = np.abs(ratio - 1) <= _FLAT
+        flat_before = np.concatenate(([False], flat[:-1]))  # no change before the first
+        flat_after = np.concatenate((flat[1:], [True]))  # nor after the last
+        drop = (ratio <= 1 / (1 + thresholds.lr_jump_ratio)) & (ratio > 0)
+        drop &= flat_before & flat_after & (lr[lo:hi] >= material_lr)
+        inside = slice(first - lo, stop - lo)
+        at = np.flatnonzero(drop[inside])[: 20 - len(found)]
+        found += [(int(steps[first + i + 1]), round(float(ratio[inside][i]), 4)) for i in at]
+        if len(found) == 20:
+            break
+    return tuple(found)
+
+
+def _first_change(lr: np.ndarray, *, falling: bool, from_end: bool = False) -> int | None:
+    """The first (`from_end`: the last) i where lr[i + 1] < lr[i] (`falling`; else
+    lr[i + 1] >= lr[i]; NaN is neither), or None: the changes are taken a chunk at a time
+    from that end, so a warmup's first fall or a cooldown's start costs a chunk, not three
+    copies of a long log."""
+    changes = max(0, lr.size - 1)
+    chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+    starts = range(0, changes, chunk_rows)
+    for first in reversed(starts) if from_end else starts:  # loop over chunks of changes
+        step = np.diff(lr[first : min(changes, first + chunk_rows) + 1])
+        hits = np.flatnonzero(step < 0 if falling else step >= 0)
+        if hits.size:
+            return first + int(hits[-1] if from_end else hits[0])
+    return None
 
 
 def _cooldown(steps: np.ndarray, lr: np.ndarray) -> tuple[int, int, float, float] | None:
     """The final fall of a warmup-stable-decay schedule: a constant LR, then a fall to near 0
     at the end of the log taking no more than half the run."""
-    not_falling = np.flatnonzero(np.diff(lr) >= 0)
-    if not not_falling.size:
+    last = _first_change(lr, falling=False, from_end=True)
+    if last is None:
         return None
-    start = int(not_falling[-1]) + 1  # the fall runs from this row to the end
+    start = last + 1  # the fall runs from this row to the end
     level, final = float(lr[start]), float(lr[-1])
     fall_steps = steps[-1] - steps[start]
     span = steps[-1] - steps[0]

@@ -257,9 +257,11 @@ def _timeline(view: SeriesView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The scale in order: (steps, values, is_attempted). A message's attempted scale comes
     just before the scale it left at the same step."""
     s_steps, s_values = view.finite_points("loss_scale")
-    a_steps, a_values = (
-        view.finite_points(ATTEMPTED) if view.has(ATTEMPTED) else (s_steps[:0], s_values[:0])
-    )
+    if not view.has(ATTEMPTED):
+        # the view's steps are sorted and unique: already in order, and the sort's copies
+        # (five of the log's length at once) are not needed
+        return s_steps, s_values, np.zeros(s_steps.size, bool)
+    a_steps, a_values = view.finite_points(ATTEMPTED)
     steps = np.concatenate([a_steps, s_steps])
     values = np.concatenate([a_values, s_values])
     attempted = np.concatenate([np.ones(a_steps.size, bool), np.zeros(s_steps.size, bool)])
@@ -374,10 +376,12 @@ def _scale_story(
         at = np.searchsorted(c_steps, hi[~own])
         at = np.unique(at[at < c_steps.size])
         hidden = int(np.count_nonzero(c_values[at] == 0))
-    s_values = t_values[~t_attempted]
+    # the last scale that is no attempted one, found without a copy of the scales
+    plain = ~t_attempted
+    final = t_values[plain.size - 1 - int(np.argmax(plain[::-1]))] if plain.any() else t_values[-1]
     history = ScaleHistory(
         first=float(t_values[0]),
-        final=float(s_values[-1]) if s_values.size else float(t_values[-1]),
+        final=float(final),
         max=float(t_values.max()),
         min=float(t_values.min()),
         max_step=int(t_steps[int(np.argmax(t_values))]),

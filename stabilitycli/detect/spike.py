@@ -240,6 +240,8 @@ def _flag_above_baseline(
         found["falling"].append(level.falling[flagged].astype(np.float64))
         found["slope"].append(level.rise_slope[flagged])
         found["line"].append(level.line[flagged])
+        # this chunk's arrays go before the next chunk's are computed beside them
+        del stats, level, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 

@@ -182,16 +182,24 @@ def _trailing_chunk(
         # steps from the chunk's first row, so that a mean of steps keeps its last digits
         columns["x"] = (steps[reach:stop] - steps[reach]).astype(np.float64)
     # non-finite values become null inside polars, in one pass and no numpy copy
-    chunk = (
-        pl.DataFrame(columns)
-        .with_columns(pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v"))
-        .select(expressions)
-        .slice(first - reach)
+    source = pl.DataFrame(columns).with_columns(
+        pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
     )
-    return {
-        name: chunk[name].fill_null(0.0 if name == "count" else np.nan).to_numpy(writable=True)
-        for name in names
-    }
+    out: dict[str, np.ndarray] = {}
+    # a few statistics at a time: polars works out a select's expressions side by side,
+    # each with temporaries of its own, and every one of them is a column of the chunk
+    for at in range(0, len(names), _STATS_AT_A_TIME):  # loop over groups of statistics
+        group = names[at : at + _STATS_AT_A_TIME]
+        chunk = source.select(expressions[at : at + _STATS_AT_A_TIME]).slice(first - reach)
+        for name in group:  # each column let go once it is in numpy
+            column = chunk.drop_in_place(name)
+            fill = 0.0 if name == "count" else np.nan
+            out[name] = column.fill_null(fill).to_numpy(writable=True)
+            del column
+    return out
+
+
+_STATS_AT_A_TIME = 4
 
 
 def trailing_chunk_at(
@@ -228,6 +236,7 @@ class TrailingAt(Pointwise):
         chunk_of = rows // chunk_rows
         for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
             if self._kept is None or self._kept[0] != chunk:
+                self._kept = None  # the chunk kept goes before the next one is computed
                 first = chunk * chunk_rows
                 stop = min(self.size, first + chunk_rows)
                 computed = _trailing_chunk(

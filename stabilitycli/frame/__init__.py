@@ -206,6 +206,37 @@ def unread_columns(columns: list[str], keep: tuple[str, ...] = ()) -> list[str]:
     return [c for c in columns if aliases.normalise_key(c) in CLOCK_KEYS and c not in keep]
 
 
+def metrics_as_floats(raw: pl.DataFrame, keep: tuple[str, ...] = ()) -> pl.DataFrame:
+    """`raw` with each column `finalize` reads as a metric already cast as it casts it
+    (Float64), and without those that can hold no metric: no number type (text with no
+    number, lists, objects, timestamps) or no value at all. A reader may do this to each
+    piece of a log as it is read: a column of text, or a config object on every line,
+    then costs nothing past its piece, and `finalize` finds the same metrics. The step,
+    rank and clock keys, the line number, a step-like text key (`N/M`) and `keep` (keys
+    the user named) are left as they are."""
+    axis_names = set(aliases.STEP_KEYS) | set(aliases.RANK_KEYS) | CLOCK_KEYS
+    cast: dict[str, pl.Expr] = {}
+    never: list[str] = []
+    for name, dtype in raw.schema.items():  # loop over columns, not rows
+        if (
+            name == ROW
+            or name in keep
+            or aliases.normalise_key(name) in axis_names
+            or (dtype in (pl.String, pl.Utf8) and step_fraction.step_like(name))
+        ):
+            continue
+        expr = _to_float(name, dtype)
+        if expr is None:
+            never.append(name)
+        elif dtype != pl.Float64:
+            cast[name] = expr.alias(name)
+    raw = raw.drop(never).with_columns(list(cast.values()))
+    # a column with no value in this piece (a text key with no number in it) is no metric
+    # here; another piece that has values brings the column back, with nulls for these rows
+    counts = raw.select(pl.col(name).count() for name in cast).row(0) if cast else ()
+    return raw.drop([name for name, n in zip(cast, counts, strict=True) if n == 0])
+
+
 def finalize(
     raw: pl.DataFrame,
     source: SourceInfo,

@@ -8,8 +8,10 @@ piece."""
 
 from __future__ import annotations
 
+import json
 import math
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -204,3 +206,55 @@ def test_a_clock_key_named_as_the_step_is_kept(tmp_path, monkeypatch) -> None:
     _same(whole, pieces)
     assert len(seen) > 5 and all("epoch" in p.columns for p in seen)
     assert pieces.frame["step"].to_list() == list(range(300))
+
+
+def _hf_log_with_text(path, rows: int = 3_000) -> None:
+    """A Trainer-style log written by `json.dumps`, with what the pieces drop or cast early:
+    a run name and a phase (text), a config object on each line, clock keys, a metric that
+    is whole numbers in early pieces and fractional later, NaN and Infinity tokens, an eval
+    key that first appears in a later piece, a malformed line and a cut-off last line."""
+    rng = np.random.default_rng(40)
+    lines = []
+    for step in range(rows):
+        record = {
+            "step": step,
+            "epoch": step / rows,
+            "run": "llama-7b-sft",
+            "phase": "warmup" if step < 200 else "train",
+            "config": {"lr": 3e-4, "batch": 512},
+            "loss": 2.0 + 8.0 * (1 + step / 400) ** -0.75 + 0.02 * float(rng.standard_normal()),
+            "grad_norm": 0.4 + 0.01 * float(rng.standard_normal()),
+            "learning_rate": 3e-4 * min(1.0, (step + 1) / 100),
+            "tokens": 4096 if step < rows // 2 else 4096.5,
+        }
+        if step == 1_700:
+            record["loss"] = 9.5  # a spike
+        if step in (2_100, 2_101):
+            record["grad_norm"] = math.inf if step == 2_100 else math.nan
+        if step > 2_000 and step % 100 == 0:
+            record["eval_loss"] = 2.5 + 0.01 * float(rng.standard_normal())
+        lines.append(json.dumps(record))
+        if step == 1_234:
+            lines.append('{"step": 1234.5, "loss": ')  # the job wrote half a line
+    _write(path, lines, end='\n{"step": 99999, "lo')
+
+
+def test_a_log_read_in_pieces_gives_the_document_of_the_log_read_whole(
+    cli, tmp_path, monkeypatch
+) -> None:
+    log = tmp_path / "trainer.jsonl"
+    _hf_log_with_text(log)
+    size = log.stat().st_size
+    documents = []
+    for piece_bytes in (1 << 40, 4_096, 65_536):
+        monkeypatch.setattr(jsonl, "PIECE_BYTES", piece_bytes)
+        result = cli("analyze", log, "--format", "json")
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        documents.append(result.stdout)
+        assert piece_bytes > size or size // piece_bytes >= 10  # many pieces, or one read
+    assert documents[1] == documents[0]
+    assert documents[2] == documents[0]
+    document = json.loads(documents[0])
+    assert document["source"]["rows_rejected"] == 2  # the half line and the cut-off one
+    assert {"loss", "grad_norm", "lr", "eval_loss"} <= set(document["source"]["metrics"])
+    assert "run" not in document["source"]["metrics"]

@@ -27,7 +27,7 @@ import polars as pl
 
 from stabilitycli.core import progress
 from stabilitycli.core.model import SourceInfo
-from stabilitycli.frame import ROW, RunData, one_chunk_frame, unread_columns
+from stabilitycli.frame import ROW, RunData, metrics_as_floats, one_chunk_frame, unread_columns
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.jsonl import parse as jsonl
 from stabilitycli.ingest.limits import InputLimits
@@ -147,10 +147,13 @@ def _parse(
 
 def _lean(raw: pl.DataFrame, lines_through: int, options: ReadOptions) -> pl.DataFrame:
     """A piece without what the join would carry for nothing: the clock columns finalize
-    never reads (epoch, timestamps: one float column of the whole log each), and line
-    numbers in 32 bits while they fit (half the column)."""
+    never reads (epoch, timestamps: one float column of the whole log each), the columns
+    that can hold no metric (text, objects: `metrics_as_floats`), and line numbers in 32
+    bits while they fit (half the column)."""
     keep = tuple(k for k in (options.step_key, options.rank_key) if k)
     raw = raw.drop(unread_columns(raw.columns, keep))
+    named = (*keep, *options.metric_overrides.values(), jsonl.LOGGED_ROW)
+    raw = metrics_as_floats(raw, named)
     if lines_through < _INT32_LIMIT and raw.schema[ROW] == pl.Int64:
         raw = raw.with_columns(pl.col(ROW).cast(pl.Int32))
     return raw
