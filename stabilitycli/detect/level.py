@@ -18,6 +18,7 @@ from the window's own numbers:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -260,7 +261,8 @@ def _changes_in(
         return np.zeros(0, dtype=np.int64)
     depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
     deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
-    return np.unique(_sharpest(values, np.flatnonzero(passes & (step <= deepest)), k))
+    rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)
+    return np.unique(_first_of_new_level(values, rows, k))
 
 
 def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
@@ -283,6 +285,34 @@ def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
         after = (total[hi] - total[mid]) / (count[hi] - count[mid])
     drop = np.where((at >= 1) & (at < n), np.nan_to_num(before - after, nan=-np.inf), -np.inf)
     return at[np.arange(rows.size), np.argmax(drop, axis=1)]
+
+
+def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Each row moved back, by up to k // 2 rows, to the first row already at the new level:
+    below the midpoint between the median of the k points before the rows looked at and
+    the median of the k from the row on, and so is the median of it and the next two.
+
+    The means `_sharpest` compares count a spike or bump right after the drop as the old
+    level (it lifts the mean after), and move the change past it: the event is then judged
+    against the window before the drop, where a rise smaller than the drop is no rise."""
+    if rows.size == 0:
+        return rows
+    n, half = values.size, k // 2
+    clean = np.where(np.isfinite(values), values, np.nan)
+
+    def take(at: np.ndarray) -> np.ndarray:
+        return np.where((at >= 0) & (at < n), clean[np.clip(at, 0, n - 1)], np.nan)
+
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN stretch: no move
+        old = np.nanmedian(take(rows[:, None] - half - np.arange(1, k + 1)[None, :]), axis=1)
+        new = np.nanmedian(take(rows[:, None] + np.arange(k)[None, :]), axis=1)
+        mid = ((old + new) / 2.0)[:, None]
+        at = rows[:, None] + np.arange(-half, 1)[None, :]
+        next_three = np.nanmedian(take(at[:, :, None] + np.arange(3)[None, None, :]), axis=2)
+        below = (take(at) < mid) & (next_three < mid)
+    below[:, -1] = True  # the row itself, where nothing earlier is
+    return at[np.arange(rows.size), np.argmax(below, axis=1)]
 
 
 def segment_steps(steps: np.ndarray, changes: np.ndarray, window_steps: int) -> np.ndarray:
