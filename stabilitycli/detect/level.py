@@ -204,14 +204,29 @@ def level_changes(
     the caller has measured it (else measured here).
     """
     k = int(thresholds.level_change_points)
-    reach = 12 * k  # the noise's median reaches 8 k back, the medians 2 k either side
-    wander = _memory_widening(memory or noise_memory_of(loss, thresholds), k)
+    reach = 24 * k  # the noise's median reaches 8 k back, the medians 2 k either side (of 2 k)
+    memory = memory or noise_memory_of(loss, thresholds)
+    wander = _memory_widening(memory, k)
+    # medians of twice as many points move half as far by chance: a step that noise of a
+    # few % of the level hides from the k-point medians passes there at the same odds
+    wide = _memory_widening(memory, 2 * k) * math.sqrt(0.5)
     found, chunk_rows = [], windows.CHUNK_ROWS
     for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
         rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
+        rows = _with_longer(rows, _changes_in(loss[lo:hi], 2 * k, thresholds, wide) + lo, 2 * k)
         found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _with_longer(rows: np.ndarray, longer: np.ndarray, apart: int) -> np.ndarray:
+    """`rows` and the changes the longer medians found more than `apart` rows from any."""
+    if longer.size == 0 or rows.size == 0:
+        return longer if rows.size == 0 else rows
+    padded = np.concatenate([[np.iinfo(np.int64).min // 2], rows, [np.iinfo(np.int64).max // 2]])
+    at = np.searchsorted(padded, longer)
+    nearest = np.minimum(longer - padded[at - 1], padded[at] - longer)
+    return np.union1d(rows, longer[nearest > apart])
 
 
 def _memory_widening(memory: NoiseMemory, k: int) -> float:
