@@ -305,7 +305,9 @@ def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
 def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     """Each row moved back, by up to k // 2 rows, to the first row already at the new level:
     below the midpoint between the median of the k points before the rows looked at and
-    the median of the k from the row on, and so is the median of it and the next two.
+    the median of the k from the row on, and so is the median of it and the next two (or
+    the row is within a quarter of the step from the new level: one point of it, then an
+    event).
 
     The means `_sharpest` compares count a spike or bump right after the drop as the old
     level (it lifts the mean after), and move the change past it: the event is then judged
@@ -325,7 +327,10 @@ def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndar
         mid = ((old + new) / 2.0)[:, None]
         at = rows[:, None] + np.arange(-half, 1)[None, :]
         next_three = np.nanmedian(take(at[:, :, None] + np.arange(3)[None, None, :]), axis=2)
-        below = (take(at) < mid) & (next_three < mid)
+        here = take(at)
+        # a lone point of the new level before a bump: nearer it than a dip of the old goes
+        near_new = here < (new + (old - new) / 4.0)[:, None]
+        below = (here < mid) & ((next_three < mid) | near_new)
     below[:, -1] = True  # the row itself, where nothing earlier is
     return at[np.arange(rows.size), np.argmax(below, axis=1)]
 
