@@ -439,8 +439,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     tail) and the trailing mean lags it by {level_lag_sigma:g} sigma or more, a
     point is judged against the local level (the window's trend at t) and the spread
     around that trend; the window restarts where the loss stepped down by
-    {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step);
-    on a rising stretch, recovery is judged against the rising trend.
+    {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step),
+    and until it holds {min_points_per_window} points ({widened_window_points} in a
+    sparse log) a point is judged against the mean of the points since the drop, with
+    the noise of the stretch before it scaled to the new level; on a rising stretch,
+    recovery is judged against the rising trend.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments
