@@ -214,7 +214,11 @@ def level_changes(
     for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
         rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
-        rows = _with_longer(rows, _changes_in(loss[lo:hi], 2 * k, thresholds, wide) + lo, 2 * k)
+        longer = _changes_in(loss[lo:hi], 2 * k, thresholds, wide) + lo
+        # only where the medians further out exist on both sides, so that a fall that goes
+        # on (the first points of a warmup) is told from a step
+        longer = longer[(longer >= 4 * k) & (longer + 4 * k <= loss.size)]
+        rows = _with_longer(rows, longer, 2 * k)
         found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
