@@ -62,14 +62,17 @@ def after_change_baseline(
         return AfterChange.none()
     window = int(thresholds.spike_window_steps)
     k = int(thresholds.level_change_points)
-    bounds = np.append(changes, loss.size)
+    bounds = np.concatenate([[0], changes, [loss.size]])
     parts: list[tuple[np.ndarray, ...]] = []
-    for c, stop in zip(changes.tolist(), bounds[1:].tolist(), strict=True):  # changes are few
+    for start, c, stop in zip(
+        bounds[:-2].tolist(), changes.tolist(), bounds[2:].tolist(), strict=True
+    ):
+        # the stretch before: back to the change before it at most (a window over two
+        # levels has the step in its spread)
         if pooled_points is not None:
-            before = loss[max(0, c - pooled_points - 1) : c]
-            noise = _difference_noise(before)
+            noise = _difference_noise(loss[max(start, c - pooled_points - 1) : c])
         else:
-            first = int(np.searchsorted(steps, steps[c] - window, side="left"))
+            first = max(start, int(np.searchsorted(steps, steps[c] - window, side="left")))
             noise = _spread_around_line(steps[first:c], loss[first:c])
         pre = loss[max(0, c - k) : c]
         pre = pre[np.isfinite(pre)]

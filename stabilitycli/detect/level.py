@@ -311,7 +311,8 @@ def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndar
     below the midpoint between the median of the k points before the rows looked at and
     the median of the k from the row on, and so is the median of it and the next two (or
     the row is within a quarter of the step from the new level: one point of it, then an
-    event).
+    event); or, up to 2 k rows back, to the first of two points in a row that near the new
+    level right after a point of the old.
 
     The means `_sharpest` compares count a spike or bump right after the drop as the old
     level (it lifts the mean after), and move the change past it: the event is then judged
@@ -329,12 +330,17 @@ def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndar
         old = np.nanmedian(take(rows[:, None] - half - np.arange(1, k + 1)[None, :]), axis=1)
         new = np.nanmedian(take(rows[:, None] + np.arange(k)[None, :]), axis=1)
         mid = ((old + new) / 2.0)[:, None]
-        at = rows[:, None] + np.arange(-half, 1)[None, :]
+        offsets = np.arange(-2 * k, 1)
+        at = rows[:, None] + offsets[None, :]
         next_three = np.nanmedian(take(at[:, :, None] + np.arange(3)[None, None, :]), axis=2)
         here = take(at)
         # a lone point of the new level before a bump: nearer it than a dip of the old goes
-        near_new = here < (new + (old - new) / 4.0)[:, None]
-        below = (here < mid) & ((next_three < mid) | near_new)
+        quarter = (new + (old - new) / 4.0)[:, None]
+        near_new = here < quarter
+        below = (offsets >= -half) & (here < mid) & ((next_three < mid) | near_new)
+        # two such points up to 2 k rows back, after a point of the old level: the drop,
+        # then a bump of several points whose end the medians read as the step
+        below |= near_new & (take(at + 1) < quarter) & (take(at - 1) >= mid)
     below[:, -1] = True  # the row itself, where nothing earlier is
     return at[np.arange(rows.size), np.argmax(below, axis=1)]
 
