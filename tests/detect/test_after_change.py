@@ -58,32 +58,37 @@ def _spike_at(result, step: int, every: int):
     return near[0]
 
 
+def _event_after_drop(tmp_path, every, seed, after, points, size, writer=lm.write_csv):
+    """The second epoch boundary's run with a rise of `size` from `after` points after it,
+    over `points` points (to the end when None), written by `writer` and analysed: the
+    analysis, the event's onset step and the boundary's step."""
+    run = _epochs(every, seed=seed)
+    onset = EPOCH_POINTS + after
+    loss = lm.loss_of(run, _lift(run, onset, points, size))
+    suffix = "jsonl" if writer is lm.write_jsonl else "csv"
+    result = analyze(str(writer(tmp_path / f"every{every}.{suffix}", run, loss)))
+    return result, int(run["step"][onset]), _boundary(run)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_shift_four_points_after_an_epoch_drop_every_10_steps(tmp_path, seed):
     """+8% (8 sigma) from 40 steps after the boundary, never back: a persistent spike at
     its first step, judged against the mean of the 4 points since the drop."""
-    run = _epochs(10, seed=seed)
-    onset = EPOCH_POINTS + 4
-    loss = lm.loss_of(run, _lift(run, onset, None, 0.08))
-    result = analyze(str(lm.write_csv(tmp_path / "every10.csv", run, loss)))
+    result, onset, boundary = _event_after_drop(tmp_path, 10, seed, 4, None, 0.08)
     assert result.verdict.code == "spike-persistent"
-    spike = _spike_at(result, int(run["step"][onset]), 10)
-    assert spike.evidence["window_restart_step"] == _boundary(run)
-    assert spike.evidence["baseline_first_step"] == _boundary(run)
-    assert spike.evidence["baseline_last_step"] == int(run["step"][onset - 1])
+    spike = _spike_at(result, onset, 10)
+    assert spike.evidence["window_restart_step"] == boundary
+    assert spike.evidence["baseline_first_step"] == boundary
+    assert spike.evidence["baseline_last_step"] == onset - 10
     assert "restarted at the level change" in spike.message
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_bump_right_after_an_epoch_drop_every_10_steps(tmp_path, seed):
     """A three-point +6% bump (6 sigma) from 20 steps after the boundary: a spike."""
-    run = _epochs(10, seed=seed)
-    onset = EPOCH_POINTS + 2
-    loss = lm.loss_of(run, _lift(run, onset, 3, 0.06))
-    result = analyze(str(lm.write_jsonl(tmp_path / "every10.jsonl", run, loss)))
+    result, onset, _ = _event_after_drop(tmp_path, 10, seed, 2, 3, 0.06, lm.write_jsonl)
     assert result.verdict.code == "spike-recoverable"
-    spike = _spike_at(result, int(run["step"][onset]), 10)
-    assert spike.evidence["recovered"]
+    assert _spike_at(result, onset, 10).evidence["recovered"]
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -91,24 +96,17 @@ def test_bump_at_the_point_after_an_epoch_drop_every_100_steps(tmp_path, seed):
     """Logged every 100 steps, a three-point +8% bump from the first point after the
     boundary's: one point of the new level before it is all a baseline can have. (Not
     back within the 50 steps of Q2.2: the next point is 100 steps on, and still up.)"""
-    run = _epochs(100, seed=seed)
-    onset = EPOCH_POINTS + 1
-    loss = lm.loss_of(run, _lift(run, onset, 3, 0.08))
-    result = analyze(str(lm.write_csv(tmp_path / "every100.csv", run, loss)))
+    result, onset, boundary = _event_after_drop(tmp_path, 100, seed, 1, 3, 0.08)
     assert result.verdict.code == "spike-persistent"
-    spike = _spike_at(result, int(run["step"][onset]), 100)
-    assert spike.evidence["window_restart_step"] == _boundary(run)
+    assert _spike_at(result, onset, 100).evidence["window_restart_step"] == boundary
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_shift_after_an_epoch_drop_every_100_steps(tmp_path, seed):
     """Every 100 steps, +10% from the third point after the boundary, never back."""
-    run = _epochs(100, seed=seed)
-    onset = EPOCH_POINTS + 3
-    loss = lm.loss_of(run, _lift(run, onset, None, 0.10))
-    result = analyze(str(lm.write_csv(tmp_path / "every100.csv", run, loss)))
+    result, onset, _ = _event_after_drop(tmp_path, 100, seed, 3, None, 0.10)
     assert result.verdict.code == "spike-persistent"
-    _spike_at(result, int(run["step"][onset]), 100)
+    _spike_at(result, onset, 100)
 
 
 @pytest.mark.parametrize("every", [1, 10, 100])
