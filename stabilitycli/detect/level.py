@@ -272,7 +272,8 @@ def _changes_in(
     noise = np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)
     with np.errstate(invalid="ignore"):
         passes = (
-            (step <= -thresholds.level_change_frac * np.abs(before))
+            (step < 0)  # a flat stretch at 0 (no level, no noise) meets every bar with 0
+            & (step <= -thresholds.level_change_frac * np.abs(before))
             & (step <= -thresholds.level_change_sigma * wander * noise)
             & (-step >= thresholds.level_change_ratio * drift)
         )
