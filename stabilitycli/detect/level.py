@@ -18,6 +18,7 @@ from the window's own numbers:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -240,14 +241,33 @@ def level_changes(
     the caller has measured it (else measured here).
     """
     k = int(thresholds.level_change_points)
-    reach = 12 * k  # the noise's median reaches 8 k back, the medians 2 k either side
-    wander = _memory_widening(memory or noise_memory_of(loss, thresholds), k)
+    reach = 24 * k  # the noise's median reaches 8 k back, the medians 2 k either side (of 2 k)
+    memory = memory or noise_memory_of(loss, thresholds)
+    wander = _memory_widening(memory, k)
+    # medians of twice as many points move half as far by chance: a step that noise of a
+    # few % of the level hides from the k-point medians passes there at the same odds
+    wide = _memory_widening(memory, 2 * k) * math.sqrt(0.5)
     found, chunk_rows = [], windows.CHUNK_ROWS
     for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
         rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
+        longer = _changes_in(loss[lo:hi], 2 * k, thresholds, wide) + lo
+        # only where the medians further out exist on both sides, so that a fall that goes
+        # on (the first points of a warmup) is told from a step
+        longer = longer[(longer >= 4 * k) & (longer + 4 * k <= loss.size)]
+        rows = _with_longer(rows, longer, 2 * k)
         found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _with_longer(rows: np.ndarray, longer: np.ndarray, apart: int) -> np.ndarray:
+    """`rows` and the changes the longer medians found more than `apart` rows from any."""
+    if longer.size == 0 or rows.size == 0:
+        return longer if rows.size == 0 else rows
+    padded = np.concatenate([[np.iinfo(np.int64).min // 2], rows, [np.iinfo(np.int64).max // 2]])
+    at = np.searchsorted(padded, longer)
+    nearest = np.minimum(longer - padded[at - 1], padded[at] - longer)
+    return np.union1d(rows, longer[nearest > apart])
 
 
 def _memory_widening(memory: NoiseMemory, k: int) -> float:
@@ -289,7 +309,8 @@ def _changes_in(
     noise = np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)
     with np.errstate(invalid="ignore"):
         passes = (
-            (step <= -thresholds.level_change_frac * np.abs(before))
+            (step < 0)  # a flat stretch at 0 (no level, no noise) meets every bar with 0
+            & (step <= -thresholds.level_change_frac * np.abs(before))
             & (step <= -thresholds.level_change_sigma * wander * noise)
             & (-step >= thresholds.level_change_ratio * drift)
         )
@@ -297,7 +318,8 @@ def _changes_in(
         return np.zeros(0, dtype=np.int64)
     depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
     deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
-    return np.unique(_sharpest(values, np.flatnonzero(passes & (step <= deepest)), k))
+    rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)
+    return np.unique(_first_of_new_level(values, rows, k))
 
 
 def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
@@ -320,6 +342,45 @@ def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
         after = (total[hi] - total[mid]) / (count[hi] - count[mid])
     drop = np.where((at >= 1) & (at < n), np.nan_to_num(before - after, nan=-np.inf), -np.inf)
     return at[np.arange(rows.size), np.argmax(drop, axis=1)]
+
+
+def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Each row moved back, by up to k // 2 rows, to the first row already at the new level:
+    below the midpoint between the median of the k points before the rows looked at and
+    the median of the k from the row on, and so is the median of it and the next two (or
+    the row is within a quarter of the step from the new level: one point of it, then an
+    event); or, up to 2 k rows back, to the first of two points in a row that near the new
+    level right after a point of the old.
+
+    The means `_sharpest` compares count a spike or bump right after the drop as the old
+    level (it lifts the mean after), and move the change past it: the event is then judged
+    against the window before the drop, where a rise smaller than the drop is no rise."""
+    if rows.size == 0:
+        return rows
+    n, half = values.size, k // 2
+    clean = np.where(np.isfinite(values), values, np.nan)
+
+    def take(at: np.ndarray) -> np.ndarray:
+        return np.where((at >= 0) & (at < n), clean[np.clip(at, 0, n - 1)], np.nan)
+
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN stretch: no move
+        old = np.nanmedian(take(rows[:, None] - half - np.arange(1, k + 1)[None, :]), axis=1)
+        new = np.nanmedian(take(rows[:, None] + np.arange(k)[None, :]), axis=1)
+        mid = ((old + new) / 2.0)[:, None]
+        offsets = np.arange(-2 * k, 1)
+        at = rows[:, None] + offsets[None, :]
+        next_three = np.nanmedian(take(at[:, :, None] + np.arange(3)[None, None, :]), axis=2)
+        here = take(at)
+        # a lone point of the new level before a bump: nearer it than a dip of the old goes
+        quarter = (new + (old - new) / 4.0)[:, None]
+        near_new = here < quarter
+        below = (offsets >= -half) & (here < mid) & ((next_three < mid) | near_new)
+        # two such points up to 2 k rows back, after a point of the old level: the drop,
+        # then a bump of several points whose end the medians read as the step
+        below |= near_new & (take(at + 1) < quarter) & (take(at - 1) >= mid)
+    below[:, -1] = True  # the row itself, where nothing earlier is
+    return at[np.arange(rows.size), np.argmax(below, axis=1)]
 
 
 def segment_steps(steps: np.ndarray, changes: np.ndarray, window_steps: int) -> np.ndarray:

@@ -12,6 +12,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Severity, Skip
+from stabilitycli.detect.after_change import after_change_baseline, replace_at
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
@@ -204,10 +205,19 @@ def _flag_above_baseline(
         k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line")
     }
     first_eligible_step = None
-    no_changes = np.zeros(0, dtype=np.int64)
-    changes = no_changes if plan.widened else level_changes(steps, loss, thresholds, memory)
+    # a sparse log's window of the last points is not restarted; its first points after a
+    # change are judged against the level since it (`after_change_baseline`)
+    changes = level_changes(steps, loss, thresholds, memory)
+    after = after_change_baseline(
+        steps,
+        loss,
+        changes,
+        thresholds,
+        thresholds.widened_window_points if plan.widened else thresholds.min_points_per_window,
+        pooled_points,
+    )
     window_steps = steps
-    if changes.size:  # windows by step that never reach back across a change
+    if changes.size and not plan.widened:  # windows by step that never reach back across one
         window_steps = segment_steps(steps, changes, window)
         plan = WindowPlan(True, 0, 1, False, plan.description)
     for first, stats in trailing_chunks(window_steps, loss, window, plan, WINDOW_NAMES):
@@ -218,13 +228,19 @@ def _flag_above_baseline(
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
-            pooled = _difference_sigma(loss[reach:stop], pooled_points)[first - reach :]
+            pooled = _difference_sigma(loss[reach:stop], pooled_points, changes - reach)
+            pooled = pooled[first - reach :]
         level = local_level(stats, thresholds, pooled)
         mean, sigma = level.level, level.sigma
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
         if pooled is not None:
             sigma = np.maximum(np.where(np.isfinite(pooled), pooled, sigma), sigma_floor)
+        at, after_level, after_sigma = after.within(first, stop)
+        if at.size:
+            mean, sigma = mean.copy(), sigma.copy()
+            mean[at], sigma[at], eligible[at] = after_level, after_sigma, True
+            level = replace_at(level, at, after_level)
         eligible &= steps[first:stop] > first_row_step
         eligible &= np.isfinite(mean)
         if first_eligible_step is None and eligible.any():
@@ -260,7 +276,7 @@ def _flag_above_baseline(
     )
 
 
-def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
+def _difference_sigma(loss: np.ndarray, points: int, cut: np.ndarray | None = None) -> np.ndarray:
     """The loss noise before each point, from successive differences over `points` points.
 
     A 100-step window of a log written every 10 steps holds 10 points: its std
@@ -273,6 +289,8 @@ def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
     """
     finite = np.where(np.isfinite(loss), loss, np.nan)
     step_change = np.concatenate(([np.nan], np.diff(finite)))
+    if cut is not None:  # a level change's own step is no noise (`cut`: its first rows)
+        step_change[cut[(cut >= 0) & (cut < step_change.size)]] = np.nan
     squared = pl.Series(step_change * step_change).fill_nan(None).shift(1)
     mean_squared = (
         squared.rolling_mean(points, min_samples=points // 2).fill_null(np.nan).to_numpy()
@@ -423,8 +441,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     tail) and the trailing mean lags it by {level_lag_sigma:g} sigma or more, a
     point is judged against the local level (the window's trend at t) and the spread
     around that trend; the window restarts where the loss stepped down by
-    {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step);
-    on a rising stretch, recovery is judged against the rising trend.
+    {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step),
+    and until it holds {min_points_per_window} points ({widened_window_points} in a
+    sparse log) a point is judged against the mean of the points since the drop, with
+    the noise of the stretch before it scaled to the new level; on a rising stretch,
+    recovery is judged against the rising trend.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments

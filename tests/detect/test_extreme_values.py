@@ -63,9 +63,12 @@ def test_restart_replay_that_is_inf_where_the_abandoned_run_was_finite(tmp_path)
 
 def test_divergence_from_a_loss_level_of_zero_says_it_has_no_relative_rise(tmp_path) -> None:
     # the relative rise divided by the level it rose from: ZeroDivisionError at a level of 0
-    # a damaged log: the loss drops to exactly 0, stays there, then climbs
+    # a damaged log: the loss drops to exactly 0, stays there, then climbs (printed in steps
+    # of 0.5, so the level the climb starts from is still exactly 0; a climb from 0.05 on has
+    # a relative rise, from the step the loss left 0, since the drop's own step no longer
+    # counts as noise for the 200 points after it)
     rows = [
-        {"step": s, "loss": 2.0 if s < 100 else (0.0 if s < 600 else 0.01 * (s - 600))}
+        {"step": s, "loss": 2.0 if s < 100 else (0.0 if s < 600 else 0.5 * ((s - 600) // 50))}
         for s in range(0, 1200, 5)
     ]
     log = tmp_path / "zero.jsonl"

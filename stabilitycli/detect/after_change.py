@@ -1,0 +1,122 @@
+"""The spike baseline in the first logged points after a level change (issue 36: events
+right after an epoch boundary).
+
+The trailing window restarts where the loss stepped down (`level.level_changes`), but a
+restarted window needs `min_points_per_window` points before it judges anything, and a
+sparse log's window (the last `widened_window_points` points) straddles the two levels for
+as many points. An event within 100 steps of the boundary falls in that stretch: 1-9
+logged points after it when logged every 10 steps, the first or second when every 100.
+
+There the level is the mean of the points logged since the change, the few there are, and
+the noise is the one measured on the longer stretch before it (a few points hold no
+std worth the name), scaled to the new level: the noise of a loss is a share of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.detect.level import LocalLevel
+
+
+@dataclass(frozen=True)
+class AfterChange:
+    """Rows judged against the level since the change before them, with that level (the
+    mean of the points from the change to the row, the row not included) and the noise."""
+
+    rows: np.ndarray
+    level: np.ndarray
+    sigma: np.ndarray
+    change: np.ndarray  # the change row each row's level starts at
+
+    @classmethod
+    def none(cls) -> AfterChange:
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(empty, np.zeros(0), np.zeros(0), empty)
+
+    def within(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows - first, level, sigma) of the rows in [first, stop)."""
+        lo, hi = np.searchsorted(self.rows, [first, stop])
+        return self.rows[lo:hi] - first, self.level[lo:hi], self.sigma[lo:hi]
+
+
+def after_change_baseline(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    changes: np.ndarray,
+    thresholds: Thresholds,
+    stretch_points: int,
+    pooled_points: int | None,
+) -> AfterChange:
+    """The baseline of the `stretch_points - 1` rows after each change (up to the next one)
+    whose own window is still too short or reaches back across it.
+
+    The noise before a change: with `pooled_points` (a sparse log, whose rule pools its
+    noise from successive differences), the same pooled estimate over that many points
+    before the change; else the spread around a line fitted to the points of the window
+    before it (the curve's own fall is no noise)."""
+    if changes.size == 0 or stretch_points < 2:
+        return AfterChange.none()
+    window = int(thresholds.spike_window_steps)
+    k = int(thresholds.level_change_points)
+    bounds = np.concatenate([[0], changes, [loss.size]])
+    parts: list[tuple[np.ndarray, ...]] = []
+    for start, c, stop in zip(
+        bounds[:-2].tolist(), changes.tolist(), bounds[2:].tolist(), strict=True
+    ):
+        # the stretch before: back to the change before it at most (a window over two
+        # levels has the step in its spread)
+        if pooled_points is not None:
+            noise = _difference_noise(loss[max(start, c - pooled_points - 1) : c])
+        else:
+            first = max(start, int(np.searchsorted(steps, steps[c] - window, side="left")))
+            noise = _spread_around_line(steps[first:c], loss[first:c])
+        pre = loss[max(0, c - k) : c]
+        pre = pre[np.isfinite(pre)]
+        end = min(stop, c + stretch_points)
+        if not (np.isfinite(noise) and pre.size and end > c + 1):
+            continue
+        rows = np.arange(c + 1, end)
+        post = loss[c:end]
+        finite = np.isfinite(post)
+        total = np.cumsum(np.where(finite, post, 0.0))[:-1]
+        count = np.cumsum(finite)[:-1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            level = total / count
+            # the noise is a share of the loss: at the new level, the same share
+            sigma = noise * np.abs(level / np.median(pre))
+        sigma = np.maximum(sigma, np.abs(level) * thresholds.sigma_floor_frac)
+        keep = (count > 0) & np.isfinite(level) & np.isfinite(sigma)
+        parts.append((rows[keep], level[keep], sigma[keep], np.full(keep.sum(), c)))
+    if not parts:
+        return AfterChange.none()
+    rows, level, sigma, change = (np.concatenate(p) for p in zip(*parts, strict=True))
+    return AfterChange(rows, level, sigma, change)
+
+
+def replace_at(level: LocalLevel, at: np.ndarray, value: np.ndarray) -> LocalLevel:
+    """`level` with the rows `at` judged against `value`: a flat level, neither the local
+    level of a fall nor a rising trend (the few points since the change hold neither)."""
+    falling, rise_slope, line = level.falling.copy(), level.rise_slope.copy(), level.line.copy()
+    falling[at], rise_slope[at], line[at] = False, 0.0, value
+    return replace(level, falling=falling, rise_slope=rise_slope, line=line)
+
+
+def _difference_noise(values: np.ndarray) -> float:
+    """sigma from successive differences (E[(x[i] - x[i-1])^2] = 2 sigma^2), as the spike
+    rule pools it in a sparse log."""
+    change = np.diff(values[np.isfinite(values)])
+    return float(np.sqrt(np.mean(change * change) / 2.0)) if change.size >= 2 else np.nan
+
+
+def _spread_around_line(steps: np.ndarray, values: np.ndarray) -> float:
+    finite = np.isfinite(values)
+    if finite.sum() < 3:
+        return np.nan
+    x, y = steps[finite].astype(np.float64), values[finite]
+    slope, intercept = np.polyfit(x - x.mean(), y, 1)
+    residual = y - (intercept + slope * (x - x.mean()))
+    return float(np.sqrt(np.sum(residual * residual) / (residual.size - 2)))
