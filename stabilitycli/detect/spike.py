@@ -101,11 +101,13 @@ def _sustained(
     sigma: KeptAt,
     thresholds: Thresholds,
     memory: NoiseMemory,
+    reference: KeptAt,
 ) -> np.ndarray:
-    """Materiality (a), read as an accumulated excess rather than a run of flagged points."""
+    """Materiality (a), read as an accumulated excess rather than a run of flagged points,
+    over `reference` (`_Baseline.near`)."""
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
-    excess, rise, lowest = _accumulated_excess(candidates, loss, mean, sigma, thresholds)
+    excess, rise, lowest = _accumulated_excess(candidates, loss, reference, sigma, thresholds)
     # where sigma is its floor the floor, not the noise, sets the scale: no widening there
     floored = sigma[candidates] <= thresholds.sigma_floor_frac * np.abs(mean[candidates])
     bar = np.where(
@@ -177,6 +179,9 @@ class _Baseline:
     rise_slope: KeptAt  # the trend's slope per step on a rising stretch, else 0
     line: KeptAt  # the trend read at the row on a rising stretch, else the mean
     changes: np.ndarray  # rows where the loss stepped down to a new level
+    # what a sustained event's excess is measured over: the local level where a dense
+    # window's mean lags the curve (`LocalLevel.near`), else the mean
+    near: KeptAt
 
 
 def _flag_above_baseline(
@@ -201,7 +206,7 @@ def _flag_above_baseline(
     window = thresholds.spike_window_steps
     first_row_step = steps[0] + (0 if plan.widened else window)
     found: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line")
+        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line", "near")
     }
     first_eligible_step = None
     no_changes = np.zeros(0, dtype=np.int64)
@@ -218,7 +223,7 @@ def _flag_above_baseline(
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
-            pooled = _difference_sigma(loss[reach:stop], pooled_points)[first - reach :]
+            pooled = _difference_sigma(loss[reach:stop], pooled_points, memory)[first - reach :]
         level = local_level(stats, thresholds, pooled)
         mean, sigma = level.level, level.sigma
         eligible = count >= thresholds.min_points_per_window
@@ -240,6 +245,8 @@ def _flag_above_baseline(
         found["falling"].append(level.falling[flagged].astype(np.float64))
         found["slope"].append(level.rise_slope[flagged])
         found["line"].append(level.line[flagged])
+        # a sparse window's halves and quarter are a few points each: their trend is noise
+        found["near"].append((level.near if pooled is None else mean)[flagged])
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -255,18 +262,22 @@ def _flag_above_baseline(
         kept("slope"),
         kept("line"),
         changes,
+        kept("near"),
     )
 
 
-def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
+def _difference_sigma(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.ndarray:
     """The loss noise before each point, from successive differences over `points` points.
 
     A 100-step window of a log written every 10 steps holds 10 points: its std
     is off by about 25% either way, and a high draw hides a real bump (a +5%
     three-point bump at 5 sigma was missed one time in five). Pooling many
     windows makes the estimate steady; taking it from differences
-    (E[(x[i] - x[i-1])^2] = 2 sigma^2 for independent noise) keeps the curve's
-    own slope out of it, which a std over that many steps would count as noise.
+    (E[(x[i] - x[i-1])^2] = 2 sigma^2 (1 - rho_1), rho_1 the noise's lag-1
+    autocorrelation) keeps the curve's own slope out of it, which a std over
+    that many steps would count as noise. Neighbours that move together differ
+    less than the noise is wide: without the (1 - rho_1) the sigma of AR(1)-like
+    noise came out up to a quarter too small, and its wanders passed for bumps.
     Only points before t count, as for the window's mean.
     """
     finite = np.where(np.isfinite(loss), loss, np.nan)
@@ -275,7 +286,8 @@ def _difference_sigma(loss: np.ndarray, points: int) -> np.ndarray:
     mean_squared = (
         squared.rolling_mean(points, min_samples=points // 2).fill_null(np.nan).to_numpy()
     )
-    return np.sqrt(mean_squared / 2.0)
+    kept = 1.0 if memory.independent else 1.0 - memory.lag1
+    return np.sqrt(mean_squared / (2.0 * kept))
 
 
 def _first_back(
@@ -489,7 +501,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         result,
         before_step=first_eligible,
     )
-    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory)
+    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, baseline.near)
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
     ratio_level = KeptAt(
