@@ -79,6 +79,13 @@ class Thresholds:
         0.03,
         "...and those points must sit this fraction above the baseline on average.",
     )
+    spike_persistent_min_rise_frac: float = threshold(
+        0.04,
+        "A sustained spike with no cause that did not come back must have settled this "
+        "fraction above its baseline (the median of its points over a spike window from the "
+        "onset, at least widened_window_points): a +3-4% step (a curriculum switch) is under "
+        "the spec's 5% multi-point bar, a +5% shift above it (issue 36).",
+    )
     recurring_spike_min_count: int = threshold(
         3,
         "This many causeless one-point spikes that came straight back are one recurring finding.",
