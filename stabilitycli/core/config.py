@@ -61,9 +61,9 @@ class Thresholds:
     )
     spike_excess_max_sigma: float = threshold(
         15.0,
-        "...a bar that rises with the noise's autocorrelation (sqrt of the variance factor of a "
-        "sum of correlated points) up to this many sigmas: the spec's 5 sigma at each of 3 "
-        "points.",
+        "...a bar that rises with the noise's autocorrelation (the fourth root of the variance "
+        "factor of a sum of correlated points) up to this many sigmas: the spec's 5 sigma at "
+        "each of 3 points.",
     )
     noise_autocorr_min: float = threshold(
         0.15,
