@@ -61,9 +61,9 @@ class Thresholds:
     )
     spike_excess_max_sigma: float = threshold(
         15.0,
-        "...a bar that rises with the noise's autocorrelation (sqrt of the variance factor of a "
-        "sum of correlated points) up to this many sigmas: the spec's 5 sigma at each of 3 "
-        "points.",
+        "...a bar that rises with the noise's autocorrelation (the fourth root of the variance "
+        "factor of a sum of correlated points) up to this many sigmas: the spec's 5 sigma at "
+        "each of 3 points.",
     )
     noise_autocorr_min: float = threshold(
         0.15,
@@ -78,6 +78,13 @@ class Thresholds:
     spike_sustained_min_rise_frac: float = threshold(
         0.03,
         "...and those points must sit this fraction above the baseline on average.",
+    )
+    spike_persistent_min_rise_frac: float = threshold(
+        0.04,
+        "A sustained spike with no cause that did not come back must have settled this "
+        "fraction above its baseline (the median of its points over a spike window from the "
+        "onset, at least widened_window_points): a +3-4% step (a curriculum switch) is under "
+        "the spec's 5% multi-point bar, a +5% shift above it (issue 36).",
     )
     recurring_spike_min_count: int = threshold(
         3,

@@ -42,7 +42,10 @@ class LocalLevel:
     curve (`falling`); `sigma` the window's std, or, where `falling`, the spread around
     the window's trend (the fall itself is no noise). `rise_slope` is the window's slope
     per step where the curve rises by as much (0 elsewhere), and `line` the trend read
-    at the row: recovery from a spike is judged against that line.
+    at the row: recovery from a spike is judged against that line. `near` is the
+    local level wherever the mean is above it, fall or not: a slow fall's mean lags
+    it by less than the bar that switches `level`, yet takes that much off the
+    excess a bump accumulates over several points.
     """
 
     level: np.ndarray
@@ -50,6 +53,7 @@ class LocalLevel:
     falling: np.ndarray
     rise_slope: np.ndarray
     line: np.ndarray
+    near: np.ndarray
 
 
 # rows `local_level` works out at a time: its two dozen temporaries then cost a few MB,
@@ -148,6 +152,7 @@ def _local_level_rows(
         falling=falling,
         rise_slope=np.where(rising, slope, 0.0),
         line=np.where(rising, line, mean),
+        near=np.where(enough, np.fmin(level, mean), mean),
     )
 
 
