@@ -17,6 +17,7 @@ from the window's own numbers:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ def local_level(
     return out
 
 
-_LEVEL_FIELDS = ("level", "sigma", "falling", "rise_slope", "line")
+_LEVEL_FIELDS = tuple(field.name for field in dataclasses.fields(LocalLevel))
 
 
 def _local_level_rows(
