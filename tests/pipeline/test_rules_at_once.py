@@ -75,3 +75,23 @@ def test_a_long_log_takes_the_threads_and_waits_for_what_it_needs(tmp_path, monk
     assert told == list(range(len(rules) + 1))
     monkeypatch.setattr(rules_module, "PARALLEL_MIN_ROWS", 10**12)
     assert render(analyze(path)) == threaded
+
+
+def test_under_a_memory_cap_the_rules_take_turns() -> None:
+    """Two rules at once hold two rules' temporaries: a log that fit a cap on the data
+    segment one rule at a time failed under it on two threads (tests/pipeline/
+    test_bounded_memory.py), so a capped process never takes the threads."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import resource\n"
+        "from stabilitycli.pipeline.rules import _memory_capped\n"
+        "print(_memory_capped())\n"
+        "resource.setrlimit(resource.RLIMIT_DATA, (64 << 30, resource.RLIM_INFINITY))\n"
+        "print(_memory_capped())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["False", "True"]
