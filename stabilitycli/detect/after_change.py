@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.level import LocalLevel
 
 
@@ -50,6 +51,7 @@ def after_change_baseline(
     thresholds: Thresholds,
     stretch_points: int,
     pooled_points: int | None,
+    memory: NoiseMemory,
 ) -> AfterChange:
     """The baseline of the `stretch_points - 1` rows after each change (up to the next one)
     whose own window is still too short or reaches back across it.
@@ -70,7 +72,7 @@ def after_change_baseline(
         # the stretch before: back to the change before it at most (a window over two
         # levels has the step in its spread)
         if pooled_points is not None:
-            noise = _difference_noise(loss[max(start, c - pooled_points - 1) : c])
+            noise = _difference_noise(loss[max(start, c - pooled_points - 1) : c], memory)
         else:
             first = max(start, int(np.searchsorted(steps, steps[c] - window, side="left")))
             noise = _spread_around_line(steps[first:c], loss[first:c])
@@ -105,11 +107,13 @@ def replace_at(level: LocalLevel, at: np.ndarray, value: np.ndarray) -> LocalLev
     return replace(level, falling=falling, rise_slope=rise_slope, line=line)
 
 
-def _difference_noise(values: np.ndarray) -> float:
-    """sigma from successive differences (E[(x[i] - x[i-1])^2] = 2 sigma^2), as the spike
-    rule pools it in a sparse log."""
+def _difference_noise(values: np.ndarray, memory: NoiseMemory) -> float:
+    """sigma from successive differences, as the spike rule pools it in a sparse log
+    (`spike._difference_sigma`: allowing for the noise's lag-1 memory)."""
     change = np.diff(values[np.isfinite(values)])
-    return float(np.sqrt(np.mean(change * change) / 2.0)) if change.size >= 2 else np.nan
+    if change.size < 2:
+        return np.nan
+    return float(np.sqrt(np.mean(change * change) / (2.0 * memory.difference_share)))
 
 
 def _spread_around_line(steps: np.ndarray, values: np.ndarray) -> float:

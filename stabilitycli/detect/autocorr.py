@@ -51,6 +51,13 @@ class NoiseMemory:
     def independent(self) -> bool:
         return self.share == 0.0
 
+    @property
+    def difference_share(self) -> float:
+        """E[(x[i] - x[i-1])^2] / (2 sigma^2) = 1 - rho_1: neighbours that move together
+        differ less than the noise is wide, so a sigma read from differences is divided
+        by its root."""
+        return 1.0 if self.independent else 1.0 - self.lag1
+
     def variance_factor(self, n: int) -> float:
         """F(n): the variance of a sum of n consecutive points over n independent ones."""
         if self.independent or n < 2:

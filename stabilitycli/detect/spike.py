@@ -220,6 +220,7 @@ def _flag_above_baseline(
         thresholds,
         thresholds.widened_window_points if plan.widened else thresholds.min_points_per_window,
         pooled_points,
+        memory,
     )
     window_steps = steps
     if changes.size and not plan.widened:  # windows by step that never reach back across one
@@ -309,8 +310,7 @@ def _difference_sigma(
     mean_squared = (
         squared.rolling_mean(points, min_samples=points // 2).fill_null(np.nan).to_numpy()
     )
-    kept = 1.0 if memory.independent else 1.0 - memory.lag1
-    return np.sqrt(mean_squared / (2.0 * kept))
+    return np.sqrt(mean_squared / (2.0 * memory.difference_share))
 
 
 def _first_back(

@@ -18,6 +18,7 @@ from stabilitycli import analyze
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Severity
 from stabilitycli.detect.after_change import after_change_baseline
+from stabilitycli.detect.autocorr import INDEPENDENT
 from stabilitycli.detect.level import level_changes
 from tests.detect import _lm_curves as lm
 
@@ -127,7 +128,7 @@ def test_baseline_after_a_change_is_the_mean_since_it_with_the_noise_scaled():
     loss = np.where(np.arange(400) < 200, 2.0, 1.5) * (1 + 0.02 * rng.standard_normal(400))
     changes = level_changes(steps, loss, thresholds)
     assert changes.tolist() == [200]
-    after = after_change_baseline(steps, loss, changes, thresholds, 8, 40)
+    after = after_change_baseline(steps, loss, changes, thresholds, 8, 40, INDEPENDENT)
     assert after.rows.tolist() == list(range(201, 208))
     for row, level in zip(after.rows, after.level, strict=True):
         assert level == pytest.approx(loss[200:row].mean())
