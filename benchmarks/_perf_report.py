@@ -299,6 +299,15 @@ def text(run: dict) -> str:
     )
 
 
+def _load_words(m: dict) -> str:
+    """A load above the core count means other jobs shared the machine; at or under it, the
+    benchmark's own commands (up to both cores) account for it."""
+    peak = max(m["load_start"][0], m["load_end"][0])
+    if peak > m["nproc"]:
+        return "(over the core count: other jobs ran beside it)"
+    return "(at or under the core count, which the benchmark's own commands can make)"
+
+
 def _earlier(run: dict) -> list[str]:
     lines = []
     for number, e in enumerate(run.get("earlier_runs", []), start=1):
@@ -349,7 +358,7 @@ def markdown(run: dict) -> str:
         f"* Medians of interleaved runs (the commands of a case take turns; how many runs "
         "each is in the last table; start-up cases: 5 per repeat, after a warm-up); 1-minute "
         f"load average {m['load_start'][0]:.2f} at the start, {m['load_end'][0]:.2f} at the end "
-        "(the machine is shared: other jobs ran beside it)",
+        f"{_load_words(m)}",
         *_earlier(run),
         *(
             f"* stab's environment: `{key}={value}` (its default refuses inputs over 2 GiB, "
