@@ -455,7 +455,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     baseline until the loss is back are one event. Recovered when the loss is back to
     <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
     spike is recoverable; else persistent, or divergent when the loss's level (a median
-    over a recovery window's worth of points) later goes above the spike's own peak.
+    over a recovery window's worth of points) goes above the spike's own peak (its top
+    within the recovery window) before the loss is ever back: a rise after it came back
+    is another event.
     The baseline follows the curve: where the loss falls fast (warmup, a decay's
     tail) and the trailing mean lags it by {level_lag_sigma:g} sigma or more, a
     point is judged against the local level (the window's trend at t) and the spread
@@ -810,7 +812,8 @@ def _build_event(
     after_nonfinite = not np.all(np.isfinite(segment))  # the event runs on into NaN/Inf
     spike_type = 1 if recovered else 2
     if not recovered and (
-        after_nonfinite or _keeps_rising(steps, loss, ctx.suffix_max, idx, peak, thresholds)
+        after_nonfinite
+        or _keeps_rising(steps, loss, ctx.suffix_max, idx, end_idx, rec_idx, thresholds)
     ):
         spike_type = 3
     after_window = _point_after(
@@ -899,17 +902,34 @@ def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -
     return int(np.searchsorted(steps, until, side="right"))
 
 
-def _keeps_rising(steps, loss, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
-    """Does the loss, past the recovery window, go on rising above the spike's own peak
-    (type 3)? Its level does, not one noisy point: the median of a recovery window's
+def _keeps_rising(
+    steps, loss, suffix_max, idx: int, end_idx: int, back: int | None, thresholds: Thresholds
+) -> bool:
+    """Does the loss, past the recovery window and before it is ever back at the baseline
+    band (`back`: the first row back, None when it never is), go on rising above the spike's
+    own peak (type 3)? Its level does, not one noisy point: the median of a recovery window's
     worth of points (at least recovery_median_points) goes above the peak. A loss that
-    settled on a higher level is persistent (type 2), not divergent."""
+    settled on a higher level is persistent (type 2), not divergent.
+
+    The spike's own peak is its highest point within the recovery window: a loss that keeps
+    climbing never falls under the spike bar, so the event runs to the end of the log and
+    its whole-event peak is the climb's last top, which no median of the climb can pass.
+    A rise after the loss came back is another story (the divergence rule's, or a later
+    spike's): measured over the whole rest of the log, a run back at its baseline for
+    thousands of steps was called divergent by an unrelated rise at its end.
+    """
     later = int(np.searchsorted(steps, steps[idx] + thresholds.recovery_window_steps, side="right"))
-    if later >= steps.size or not suffix_max[later] > peak:
+    stop = loss.size if back is None else back
+    own = loss[idx : min(later, end_idx + 1)]
+    own = own[np.isfinite(own)]
+    if later >= stop or own.size == 0:
+        return False  # back within the window, or no finite point to measure a peak by
+    peak = float(own.max())
+    if not suffix_max[later] > peak:
         return False  # no point above the peak at all: no median above it either
     span = int(np.searchsorted(steps, steps[idx] + 2 * thresholds.recovery_window_steps)) - later
     points = max(thresholds.recovery_median_points, span)
-    tail = pl.Series(loss[later:]).fill_nan(None)
+    tail = pl.Series(loss[later:stop]).fill_nan(None)
     if tail.len() < points:
         level = tail.median()
     else:
