@@ -158,6 +158,18 @@ def test_a_spike_right_after_the_drop_does_not_move_the_change_past_it():
     assert rows.tolist() == [EPOCH_POINTS, 2 * EPOCH_POINTS]
 
 
+def _shift_after_drop(tmp_path, every: int, seed: int, after: int, size: float, sigma=0.01):
+    """The second boundary's run with a rise of `size` from `after` points after it to the
+    end, written by pandas and analysed: (the result, its spike there, the logged loss,
+    the run, the boundary's step)."""
+    run = _epochs(every, seed=seed, sigma=sigma)
+    onset = EPOCH_POINTS + after
+    loss = lm.loss_of(run, _lift(run, onset, None, size))
+    result = analyze(str(lm.write_csv(tmp_path / f"every{every}.csv", run, loss)))
+    spike = _spike_at(result, int(run["step"][onset]), every)
+    return result, spike, loss, run, _boundary(run)
+
+
 def _sigma_from_before(spike, loss: np.ndarray, steps: np.ndarray) -> float:
     """sigma as the evidence says it was made: the noise measured before the change, scaled
     by the level since the change over the median of the last points before it."""
@@ -172,12 +184,8 @@ def test_sigma_after_a_drop_says_it_comes_from_the_differences_before_it(tmp_pat
     the drop, sigma from the successive differences of the stretch before it (the sentence
     named only the restarted steps, as if sigma came from them too). (Seed 2's noise,
     scaled to the new level, is under the floor: the next test's case.)"""
-    run = _epochs(10, seed=seed)
-    onset = EPOCH_POINTS + 4
-    loss = lm.loss_of(run, _lift(run, onset, None, 0.08))
-    result = analyze(str(lm.write_csv(tmp_path / "every10.csv", run, loss)))
-    spike = _spike_at(result, int(run["step"][onset]), 10)
-    ev, boundary = spike.evidence, _boundary(run)
+    result, spike, loss, run, boundary = _shift_after_drop(tmp_path, 10, seed, 4, 0.08)
+    ev = spike.evidence
     assert ev["sigma_basis"] == "before-change-differences"
     assert ev["baseline_first_step"] == boundary
     assert ev["sigma_last_step"] == boundary - 10 and ev["sigma_first_step"] < boundary - 100
@@ -200,12 +208,8 @@ def test_sigma_after_a_drop_says_it_comes_from_the_differences_before_it(tmp_pat
 def test_sigma_after_a_drop_logged_every_step_is_the_spread_around_a_line_before_it(tmp_path, seed):
     """Every step, +10% from 3 steps after the boundary, never back: the window before the
     drop gives sigma as the spread around its line."""
-    run = _epochs(1, seed=seed, sigma=0.015)
-    onset = EPOCH_POINTS + 3
-    loss = lm.loss_of(run, _lift(run, onset, None, 0.10))
-    result = analyze(str(lm.write_csv(tmp_path / "every1.csv", run, loss)))
-    spike = _spike_at(result, int(run["step"][onset]), 1)
-    ev, boundary = spike.evidence, _boundary(run)
+    _, spike, loss, run, boundary = _shift_after_drop(tmp_path, 1, seed, 3, 0.10, sigma=0.015)
+    ev = spike.evidence
     assert ev["sigma_basis"] == "before-change-line"
     assert (ev["sigma_first_step"], ev["sigma_last_step"]) == (boundary - 100, boundary - 1)
     assert "sigma_noise_lag1" not in ev
@@ -220,11 +224,7 @@ def test_sigma_after_a_drop_logged_every_step_is_the_spread_around_a_line_before
 def test_a_floored_sigma_after_a_drop_says_it_is_the_floor(tmp_path):
     """Noise of 1% of the level: scaled to the level since the drop it is under the 1%
     floor, and the sentence says the floor set sigma, with the noise it measured."""
-    run = _epochs(1, seed=0)
-    onset = EPOCH_POINTS + 3
-    loss = lm.loss_of(run, _lift(run, onset, None, 0.10))
-    result = analyze(str(lm.write_csv(tmp_path / "floor.csv", run, loss)))
-    spike = _spike_at(result, int(run["step"][onset]), 1)
+    _, spike, loss, run, _ = _shift_after_drop(tmp_path, 1, 0, 3, 0.10)
     ev = spike.evidence
     assert ev["sigma_basis"] == "floor"
     assert ev["sigma"] == pytest.approx(0.01 * ev["mu"])
