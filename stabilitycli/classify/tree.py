@@ -59,13 +59,14 @@ from stabilitycli.detect.kinds.mixed_precision import (
 from stabilitycli.detect.kinds.nan import NAN
 from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
-from stabilitycli.detect.kinds.spike import SPIKE
+from stabilitycli.detect.kinds.spike import SPIKE, SpikeEvidence
 from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
 from stabilitycli.detect.nan import forward_order_key, nan_summary, only_some_steps
 from stabilitycli.detect.spike import (
     SpikeEvent,
     baseline_text,
     recovery_level_text,
+    sigma_text,
     spike_type_note,
 )
 
@@ -268,8 +269,8 @@ def _spikes(w: _Walk) -> None:
         "Q2.1",
         "yes",
         f"{count}; first at step {first.onset_step}: peak {first.peak:.4g} at step "
-        f"{first.peak_step} > {baseline_text(first)} + {w.thresholds.spike_sigma:g}*sigma "
-        f"{first.sigma:.3g} (z = {first.z:.1f})",
+        f"{first.peak_step} > {baseline_text(first)} + {w.thresholds.spike_sigma:g}*"
+        f"{sigma_text(SpikeEvidence.of(first), w.thresholds)} (z = {first.z:.1f})",
     )
     persistent = [s for s in spikes if not s.recovered]
     recoverable = [s for s in spikes if s.recovered]

@@ -221,6 +221,10 @@ class SourceInfo:
     # text logs: the other text formats tried when the one that claimed the log found no
     # loss, each with what it found (`ingest.fallback`); the no-loss error names them
     tried: list[str] = field(default_factory=list)
+    # steps a text reader gave to loss-scale messages that print none, by their order among
+    # the log's lines (DeepSpeed overflow messages before the first step line), with how they
+    # were numbered: numbers, not optimizer steps (the loss-scale findings say so)
+    line_order_steps: dict[int, str] = field(default_factory=dict)
 
     def reject(self, line: int | None, reason: str, keep_first: int = 5) -> None:
         self.rows_rejected += 1

@@ -14,7 +14,7 @@ std worth the name), scaled to the new level: the noise of a loss is a share of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,16 +32,53 @@ class AfterChange:
     level: np.ndarray
     sigma: np.ndarray
     change: np.ndarray  # the change row each row's level starts at
+    # where each row's sigma was measured: the first row of the stretch before its change
+    # (the stretch ends at the row before the change), and whether the floor set it instead
+    noise_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    floored: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    noise: np.ndarray = field(default_factory=lambda: np.zeros(0))  # before it was scaled
+    # how that noise was read: "differences" (successive differences, a sparse log's pooled
+    # estimate, allowing for the lag-1 autocorrelation `lag1`) or "line" (the spread around
+    # a line fitted to the window before the change)
+    noise_from: str = "line"
+    lag1: float = 0.0
 
     @classmethod
     def none(cls) -> AfterChange:
         empty = np.zeros(0, dtype=np.int64)
         return cls(empty, np.zeros(0), np.zeros(0), empty)
 
+    def source_of(self, row: int) -> NoiseSource | None:
+        """Where `row`'s sigma came from, or None when `row` is not judged against the level
+        since a change."""
+        at = int(np.searchsorted(self.rows, row))
+        if at >= self.rows.size or self.rows[at] != row:
+            return None
+        return NoiseSource(
+            int(self.noise_first[at]),
+            int(self.change[at]) - 1,
+            float(self.noise[at]),
+            "floor" if self.floored[at] else self.noise_from,
+            self.lag1,
+        )
+
     def within(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows - first, level, sigma) of the rows in [first, stop)."""
         lo, hi = np.searchsorted(self.rows, [first, stop])
         return self.rows[lo:hi] - first, self.level[lo:hi], self.sigma[lo:hi]
+
+
+@dataclass(frozen=True)
+class NoiseSource:
+    """The noise behind one after-change row's sigma: measured over rows `first`-`last`
+    (the stretch before the change) as `noise`, read by `how` ("differences", "line", or
+    "floor" when the floor was higher than it scaled), allowing for `lag1`."""
+
+    first: int
+    last: int
+    noise: float
+    how: str
+    lag1: float
 
 
 def after_change_baseline(
@@ -72,7 +109,8 @@ def after_change_baseline(
         # the stretch before: back to the change before it at most (a window over two
         # levels has the step in its spread)
         if pooled_points is not None:
-            noise = _difference_noise(loss[max(start, c - pooled_points - 1) : c], memory)
+            first = max(start, c - pooled_points - 1)
+            noise = _difference_noise(loss[first:c], memory)
         else:
             first = max(start, int(np.searchsorted(steps, steps[c] - window, side="left")))
             noise = _spread_around_line(steps[first:c], loss[first:c])
@@ -90,13 +128,33 @@ def after_change_baseline(
             level = total / count
             # the noise is a share of the loss: at the new level, the same share
             sigma = noise * np.abs(level / np.median(pre))
-        sigma = np.maximum(sigma, np.abs(level) * thresholds.sigma_floor_frac)
+        floor = np.abs(level) * thresholds.sigma_floor_frac
+        floored = ~(sigma > floor)
+        sigma = np.maximum(sigma, floor)
         keep = (count > 0) & np.isfinite(level) & np.isfinite(sigma)
-        parts.append((rows[keep], level[keep], sigma[keep], np.full(keep.sum(), c)))
+        n = int(keep.sum())
+        parts.append(
+            (
+                rows[keep],
+                level[keep],
+                sigma[keep],
+                np.full(n, c),
+                np.full(n, first),
+                floored[keep],
+                np.full(n, noise),
+            )
+        )
     if not parts:
         return AfterChange.none()
-    rows, level, sigma, change = (np.concatenate(p) for p in zip(*parts, strict=True))
-    return AfterChange(rows, level, sigma, change)
+    rows, level, sigma, change, noise_first, floored, noise_before = (
+        np.concatenate(p) for p in zip(*parts, strict=True)
+    )
+    if pooled_points is None:
+        return AfterChange(rows, level, sigma, change, noise_first, floored, noise_before)
+    lag1 = 1.0 - memory.difference_share
+    return AfterChange(
+        rows, level, sigma, change, noise_first, floored, noise_before, "differences", lag1
+    )
 
 
 def replace_at(level: LocalLevel, at: np.ndarray, value: np.ndarray) -> LocalLevel:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Skip
+from stabilitycli.core.quantity_schema import STEP, STEPS
 from stabilitycli.detect.facts import Facts, OverflowSummary
 from stabilitycli.detect.kinds.mixed_precision import (
     FP16_OVERFLOW,
@@ -14,6 +17,7 @@ from stabilitycli.detect.kinds.mixed_precision import (
     LOSS_SCALE_STATIC,
     RULE,
     Fp16OverflowEvidence,
+    LineOrderNumbers,
     LossScaleCollapsedEvidence,
     LossScaleHalvingEvidence,
     LossScaleStaticEvidence,
@@ -142,6 +146,7 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     elif ledger.scale is not None:
         _scale_history(view, thresholds, ledger, result)
     if any(f.kind in (LOSS_SCALE_COLLAPSED, LOSS_SCALE_STATIC) for f in result.findings):
+        _say_line_order(view, result)
         return result
     unabsorbed = (
         not ledger.has_scale
@@ -176,7 +181,50 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
                 ),
             )
         )
+    _say_line_order(view, result)
     return result
+
+
+def _say_line_order(view: SeriesView, result: RuleResult) -> None:
+    """Each finding whose steps include ones a reader numbered by the order of messages that
+    print none says so, in its sentence and its evidence: a DeepSpeed overflow printed
+    before the first step line is "step 1" because it came first, not because the optimizer
+    was at step 1."""
+    numbered = view.source.line_order_steps
+    if not numbered:
+        return
+    for at, finding in enumerate(result.findings):
+        ev = finding.evidence
+        assert isinstance(ev, LineOrderNumbers)  # every kind of this rule's evidence is
+        said = {finding.step, finding.end_step}
+        for key, spec in ev.schema().items():
+            value = ev.get(key)
+            if spec == STEP:
+                said.add(value)
+            elif spec == STEPS and value:
+                said.update(value)
+        hits = sorted(s for s in said if s in numbered)
+        if not hits:
+            continue
+        how = "; ".join(sorted({numbered[s] for s in hits}))
+        result.findings[at] = replace(
+            finding,
+            message=f"{finding.message}; step(s) {_runs_text(hits)} here number loss-scale "
+            f"messages that print no step by their order among the log's lines ({how}), not "
+            "optimizer steps",
+            evidence=replace(ev, step_numbering=how, line_order_steps=hits),
+        )
+
+
+def _runs_text(steps: list[int]) -> str:
+    """'1-3, 7': sorted steps, each run of consecutive ones as its two ends."""
+    values = np.asarray(steps)
+    starts = np.flatnonzero(np.diff(values, prepend=values[0] - 2) != 1)
+    ends = np.append(starts[1:], values.size) - 1
+    return ", ".join(
+        str(values[a]) if a == b else f"{values[a]}-{values[b]}"
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+    )
 
 
 def _summary(ledger: OverflowLedger) -> OverflowSummary:

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Severity, Skip
-from stabilitycli.detect.after_change import after_change_baseline, replace_at
+from stabilitycli.detect.after_change import (
+    AfterChange,
+    NoiseSource,
+    after_change_baseline,
+    replace_at,
+)
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
@@ -183,6 +189,8 @@ class _Baseline:
     # what a sustained event's excess is measured over: the local level where a dense
     # window's mean lags the curve (`LocalLevel.near`), else the mean
     near: KeptAt
+    # the rows judged against the level since a change, and where their sigma came from
+    after: AfterChange = field(default_factory=AfterChange.none)
 
 
 def _flag_above_baseline(
@@ -282,6 +290,7 @@ def _flag_above_baseline(
         kept("line"),
         changes,
         kept("near"),
+        after,
     )
 
 
@@ -455,7 +464,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     baseline until the loss is back are one event. Recovered when the loss is back to
     <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
     spike is recoverable; else persistent, or divergent when the loss's level (a median
-    over a recovery window's worth of points) later goes above the spike's own peak.
+    over a recovery window's worth of points) goes {spike_sigma:g} sigma above the spike's
+    own peak (its top within the recovery window) before the loss is ever back: a rise
+    after it came back is another event.
     The baseline follows the curve: where the loss falls fast (warmup, a decay's
     tail) and the trailing mean lags it by {level_lag_sigma:g} sigma or more, a
     point is judged against the local level (the window's trend at t) and the spread
@@ -810,7 +821,8 @@ def _build_event(
     after_nonfinite = not np.all(np.isfinite(segment))  # the event runs on into NaN/Inf
     spike_type = 1 if recovered else 2
     if not recovered and (
-        after_nonfinite or _keeps_rising(steps, loss, ctx.suffix_max, idx, peak, thresholds)
+        after_nonfinite
+        or _keeps_rising(steps, loss, ctx.suffix_max, (idx, end_idx, rec_idx), sd, thresholds)
     ):
         spike_type = 3
     after_window = _point_after(
@@ -833,6 +845,7 @@ def _build_event(
         # a step that stays up is judged by the level it settled at, not its first points
         sustained = _settled_rise(steps, loss, idx, rec_idx, float(baseline.near[idx]), thresholds)
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
+    noise = baseline.after.source_of(idx)
     return SpikeEvent(
         onset_step=onset,
         end_step=int(steps[end_idx]),
@@ -858,7 +871,21 @@ def _build_event(
         baseline_basis="local-level" if baseline.falling[idx] else "mean",
         window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
         recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
+        **(_noise_fields(noise, steps) if noise is not None else {}),
     )
+
+
+def _noise_fields(noise: NoiseSource, steps: np.ndarray) -> dict:
+    """The SpikeEvent fields that say where an after-change row's sigma came from."""
+    out = {
+        "sigma_basis": noise.how if noise.how == "floor" else f"before-change-{noise.how}",
+        "sigma_first_step": int(steps[noise.first]),
+        "sigma_last_step": int(steps[noise.last]),
+        "sigma_noise_before": noise.noise,
+    }
+    if noise.how == "differences":
+        out["sigma_noise_lag1"] = round(noise.lag1, 3)
+    return out
 
 
 def _settled_rise(steps, loss, idx: int, back: int | None, level: float, thresholds) -> bool:
@@ -899,17 +926,38 @@ def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -
     return int(np.searchsorted(steps, until, side="right"))
 
 
-def _keeps_rising(steps, loss, suffix_max, idx, peak, thresholds: Thresholds) -> bool:
-    """Does the loss, past the recovery window, go on rising above the spike's own peak
-    (type 3)? Its level does, not one noisy point: the median of a recovery window's
-    worth of points (at least recovery_median_points) goes above the peak. A loss that
-    settled on a higher level is persistent (type 2), not divergent."""
+def _keeps_rising(
+    steps, loss, suffix_max, rows: tuple[int, int, int | None], sd: float, thresholds: Thresholds
+) -> bool:
+    """Does the loss, past the recovery window and before it is ever back at the baseline
+    band, go on rising above the spike's own peak (type 3)? Its level does, not one noisy
+    point: the median of a recovery window's worth of points (at least
+    recovery_median_points) goes above the peak by spike_sigma sigma (the spike bar's
+    height over its baseline). A loss that settled on a higher level is persistent (type 2).
+
+    `rows`: the onset, the event's last row and the first row back (None: never back).
+    The spike's own peak is its highest point within the recovery window: a loss that keeps
+    climbing never falls under the spike bar, so the event runs to the end of the log and
+    its whole-event peak is the climb's last top, which no median of the climb can pass.
+    Against that early top a plain "above" is not enough: over thousands of points of a
+    settled level a five-point median somewhere tops the few points of the window. A rise
+    after the loss came back is another story (the divergence rule's, or a later spike's):
+    measured over the whole rest of the log, a run back at its baseline for thousands of
+    steps was called divergent by an unrelated rise at its end.
+    """
+    idx, end_idx, back = rows
     later = int(np.searchsorted(steps, steps[idx] + thresholds.recovery_window_steps, side="right"))
-    if later >= steps.size or not suffix_max[later] > peak:
+    stop = loss.size if back is None else back
+    own = loss[idx : min(later, end_idx + 1)]
+    own = own[np.isfinite(own)]
+    if later >= stop or own.size == 0:
+        return False  # back within the window, or no finite point to measure a peak by
+    peak = float(own.max()) + thresholds.spike_sigma * sd
+    if not suffix_max[later] > peak:
         return False  # no point above the peak at all: no median above it either
     span = int(np.searchsorted(steps, steps[idx] + 2 * thresholds.recovery_window_steps)) - later
     points = max(thresholds.recovery_median_points, span)
-    tail = pl.Series(loss[later:]).fill_nan(None)
+    tail = pl.Series(loss[later:stop]).fill_nan(None)
     if tail.len() < points:
         level = tail.median()
     else:
@@ -1082,6 +1130,36 @@ def baseline_text(event: SpikeEvent) -> str:
     )
 
 
+def sigma_text(ev: Mapping[str, Any], thresholds: Thresholds) -> str:
+    """'sigma 0.032', and where it came from when not from the baseline's steps: in the first
+    points after a level change, the noise measured before the change, scaled to the level
+    since it (`after_change`), or the floor. Read from a spike's evidence."""
+    text = f"sigma {ev['sigma']:.3g}"
+    basis = ev.get("sigma_basis")
+    if not basis:
+        return text
+    before = (
+        f"the noise over steps {ev['sigma_first_step']}-{ev['sigma_last_step']} before the "
+        f"level change, {ev['sigma_noise_before']:.3g}"
+    )
+    if basis == "floor":
+        return (
+            f"{text} (the floor, {thresholds.sigma_floor_frac:.0%} of the baseline mean; "
+            f"{before}, scaled to the level since it, was under it)"
+        )
+    if basis == "before-change-differences":
+        lag1 = ev.get("sigma_noise_lag1")
+        memory = (
+            f", allowing for their lag-1 autocorrelation {lag1:.2f}"
+            if lag1
+            else ", with no lag-1 autocorrelation to allow for"
+        )
+        how = f"from the changes between successive points{memory}"
+    else:
+        how = "the spread around a line fitted to those points"
+    return f"{text} ({before} {how}, scaled to the level since the change)"
+
+
 def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
     """'3.15 (baseline mean + 0.5*sigma)': the level the loss had to come back to, and what
     it was made of."""
@@ -1118,12 +1196,13 @@ def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
             + (f" ({back} only at step {event.recovery_step})" if event.recovery_step else "")
         )
     )
+    evidence = SpikeEvidence.of(event)
     message = (
         f"loss spike at step {event.onset_step}: peak {event.peak:.4g} at step {event.peak_step} "
-        f"> {baseline_text(event)} + {thresholds.spike_sigma:g}*sigma {event.sigma:.3g}; "
+        f"> {baseline_text(event)} + {thresholds.spike_sigma:g}*"
+        f"{sigma_text(evidence, thresholds)}; "
         f"{kind}, {recovery}" + (f"; cause: {event.cause}" if event.cause else "")
     )
-    evidence = SpikeEvidence.of(event)
     return SPIKE.finding(
         message,
         severity=Severity.WARNING if event.recovered else Severity.ERROR,

@@ -27,6 +27,7 @@ from stabilitycli.detect.kinds.spike import RECURRING_SPIKES, SPIKE
 from stabilitycli.detect.log_words import read_log_words
 from stabilitycli.detect.overflow_ledger import ledger_of, scale_text
 from stabilitycli.detect.series import SeriesView, build_view
+from stabilitycli.detect.spike import sigma_text
 from stabilitycli.detect.windows import median_interval, trailing_stats
 from stabilitycli.frame import RunData
 from stabilitycli.postmortem import verdicts
@@ -197,7 +198,7 @@ def _spike_incident(
 ) -> Incident:
     ev = finding.evidence
     onset, peak_step = int(ev["onset_step"]), int(ev["peak_step"])
-    mu, sigma = float(ev["mu"]), float(ev["sigma"])
+    mu = float(ev["mu"])
     hyps = spike_hypotheses(finding, view, analysis, thr)
     grad = next((h.numbers for h in hyps if h.code == "long-tail-token" and h.numbers), {})
     after = first_logged_at_or_after(view, "loss", peak_step + thr.recovery_window_steps)
@@ -231,7 +232,8 @@ def _spike_incident(
                     else ")"
                 )
             ),
-            f"{fmt(mu)} / {sigma:.3g} (threshold {fmt(float(ev['threshold']))})",
+            f"{fmt(mu)} / {sigma_text(ev, thr).removeprefix('sigma ')} "
+            f"(threshold {fmt(float(ev['threshold']))})",
         ),
         (f"peak loss (step {peak_step})", f"{fmt(float(ev['peak']))} (z = {float(ev['z']):.1f})"),
         (f"loss {thr.recovery_window_steps} steps after the peak", recovery),

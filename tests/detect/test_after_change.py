@@ -156,3 +156,87 @@ def test_a_spike_right_after_the_drop_does_not_move_the_change_past_it():
     loss = lm.loss_of(run, _lift(run, EPOCH_POINTS + 1, 1, 0.6))
     rows = level_changes(run["step"], loss, Thresholds())
     assert rows.tolist() == [EPOCH_POINTS, 2 * EPOCH_POINTS]
+
+
+def _shift_after_drop(tmp_path, every: int, seed: int, after: int, size: float, sigma=0.01):
+    """The second boundary's run with a rise of `size` from `after` points after it to the
+    end, written by pandas and analysed: (the result, its spike there, the logged loss,
+    the run, the boundary's step)."""
+    run = _epochs(every, seed=seed, sigma=sigma)
+    onset = EPOCH_POINTS + after
+    loss = lm.loss_of(run, _lift(run, onset, None, size))
+    result = analyze(str(lm.write_csv(tmp_path / f"every{every}.csv", run, loss)))
+    spike = _spike_at(result, int(run["step"][onset]), every)
+    return result, spike, loss, run, _boundary(run)
+
+
+def _sigma_from_before(spike, loss: np.ndarray, steps: np.ndarray) -> float:
+    """sigma as the evidence says it was made: the noise measured before the change, scaled
+    by the level since the change over the median of the last points before it."""
+    boundary = int(np.searchsorted(steps, spike.evidence["window_restart_step"]))
+    pre = loss[boundary - Thresholds().level_change_points : boundary]
+    return spike.evidence["sigma_noise_before"] * spike.evidence["mu"] / np.median(pre)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_sigma_after_a_drop_says_it_comes_from_the_differences_before_it(tmp_path, seed):
+    """Every 10 steps, +8% 40 steps after the boundary: the mean is over the 4 points since
+    the drop, sigma from the successive differences of the stretch before it (the sentence
+    named only the restarted steps, as if sigma came from them too). (Seed 2's noise,
+    scaled to the new level, is under the floor: the next test's case.)"""
+    result, spike, loss, run, boundary = _shift_after_drop(tmp_path, 10, seed, 4, 0.08)
+    ev = spike.evidence
+    assert ev["sigma_basis"] == "before-change-differences"
+    assert ev["baseline_first_step"] == boundary
+    assert ev["sigma_last_step"] == boundary - 10 and ev["sigma_first_step"] < boundary - 100
+    lag1 = ev["sigma_noise_lag1"]
+    assert 0.1 < lag1 < 0.9  # AR(1) noise: its memory is allowed for
+    assert ev["sigma"] == pytest.approx(_sigma_from_before(spike, loss, run["step"]))
+    said = (
+        f"sigma {ev['sigma']:.3g} (the noise over steps {ev['sigma_first_step']}-"
+        f"{ev['sigma_last_step']} before the level change, {ev['sigma_noise_before']:.3g} from "
+        f"the changes between successive points, allowing for their lag-1 autocorrelation "
+        f"{lag1:.2f}, scaled to the level since the change)"
+    )
+    assert said in spike.message
+    assert f"over steps {boundary}-{ev['baseline_last_step']}" in spike.message
+    (q21,) = [p for p in result.verdict.path if p.question == "Q2.1"]
+    assert said in q21.evidence
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sigma_after_a_drop_logged_every_step_is_the_spread_around_a_line_before_it(tmp_path, seed):
+    """Every step, +10% from 3 steps after the boundary, never back: the window before the
+    drop gives sigma as the spread around its line."""
+    _, spike, loss, run, boundary = _shift_after_drop(tmp_path, 1, seed, 3, 0.10, sigma=0.015)
+    ev = spike.evidence
+    assert ev["sigma_basis"] == "before-change-line"
+    assert (ev["sigma_first_step"], ev["sigma_last_step"]) == (boundary - 100, boundary - 1)
+    assert "sigma_noise_lag1" not in ev
+    assert ev["sigma"] == pytest.approx(_sigma_from_before(spike, loss, run["step"]))
+    assert (
+        f"(the noise over steps {boundary - 100}-{boundary - 1} before the level change, "
+        f"{ev['sigma_noise_before']:.3g} the spread around a line fitted to those points, "
+        "scaled to the level since the change)"
+    ) in spike.message
+
+
+def test_a_floored_sigma_after_a_drop_says_it_is_the_floor(tmp_path):
+    """Noise of 1% of the level: scaled to the level since the drop it is under the 1%
+    floor, and the sentence says the floor set sigma, with the noise it measured."""
+    _, spike, loss, run, _ = _shift_after_drop(tmp_path, 1, 0, 3, 0.10)
+    ev = spike.evidence
+    assert ev["sigma_basis"] == "floor"
+    assert ev["sigma"] == pytest.approx(0.01 * ev["mu"])
+    assert _sigma_from_before(spike, loss, run["step"]) < ev["sigma"]
+    assert "(the floor, 1% of the baseline mean; the noise over steps" in spike.message
+
+
+def test_a_spike_far_from_any_change_keeps_its_sigma_sentence(tmp_path):
+    """No level change behind the window: no sigma_* keys, the sentence as before."""
+    run = lm.warmup(steps=3000, sigma=0.006, seed=2)
+    bump = np.where((run["step"] >= 2000) & (run["step"] < 2010), 0.2, 0.0)
+    result = analyze(str(lm.write_csv(tmp_path / "plain.csv", run, lm.loss_of(run, bump))))
+    spike = _spike_at(result, 2000, 1)
+    assert not [k for k in spike.evidence if k.startswith("sigma_")]
+    assert f"3*sigma {spike.evidence['sigma']:.3g}; " in spike.message

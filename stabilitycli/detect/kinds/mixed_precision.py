@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
+    ABSENT,
     COUNT,
     DURATION,
     FRACTION,
@@ -29,7 +30,18 @@ _AFTER_HALVING = measure(Spec("point", step="halving_steps[]", each=True))
 
 
 @dataclass(frozen=True, eq=False)
-class Fp16OverflowEvidence(Evidence):
+class LineOrderNumbers(Evidence):
+    """The steps of a loss-scale finding that a reader numbered by the order of messages that
+    print none (`SourceInfo.line_order_steps`), and how: numbers, not optimizer steps.
+    Keyword-only, so that each kind's own fields keep their order; absent for a log whose
+    messages all had a step."""
+
+    step_numbering: str = field(default=ABSENT, kw_only=True, metadata=measure(None))
+    line_order_steps: list[int] = field(default=ABSENT, kw_only=True, metadata=_STEPS)
+
+
+@dataclass(frozen=True, eq=False)
+class Fp16OverflowEvidence(LineOrderNumbers):
     overflows: int = field(metadata=measure(COUNT))  # the ledger's total (a lower bound when
     overflows_exact: bool = field(metadata=measure(None))  # ... this is false)
     rate: float = field(metadata=measure(FRACTION))  # overflow steps per step of the log
@@ -51,7 +63,7 @@ class Fp16OverflowEvidence(Evidence):
 
 
 @dataclass(frozen=True, eq=False)
-class LossScaleHalvingEvidence(Evidence):
+class LossScaleHalvingEvidence(LineOrderNumbers):
     drops: int = field(metadata=measure(COUNT))
     rises: int = field(metadata=measure(COUNT))
     first_drop_step: int = field(metadata=measure(STEP))
@@ -67,7 +79,7 @@ class LossScaleHalvingEvidence(Evidence):
 
 
 @dataclass(frozen=True, eq=False)
-class LossScaleStaticEvidence(Evidence):
+class LossScaleStaticEvidence(LineOrderNumbers):
     # constant over the log, so also its value at the first overflow
     scale: float = field(metadata=measure(Spec("point", step="@step")))
     overflows: int = field(metadata=measure(COUNT))
@@ -77,7 +89,7 @@ class LossScaleStaticEvidence(Evidence):
 
 
 @dataclass(frozen=True, eq=False)
-class LossScaleCollapsedEvidence(Evidence):
+class LossScaleCollapsedEvidence(LineOrderNumbers):
     scale_min: float = field(metadata=measure(Spec("min")))  # over the whole log
     scale_max: float = field(metadata=measure(Spec("max")))
     first_step_below: int = field(metadata=measure(STEP))

@@ -164,6 +164,15 @@ class SpikeEvent:
     window_restart_step: int | None = None
     # on a rising stretch, the recovery level rises with the trend by this much a step
     recovery_slope_per_step: float | None = None
+    # where sigma came from when not from the baseline steps (the first points after a level
+    # change): the noise of the stretch before the change, read from the differences between
+    # points allowing for a lag-1 autocorrelation (before-change-differences) or as the spread
+    # around a line (before-change-line), scaled to the level since the change; or the floor
+    sigma_basis: str = ABSENT
+    sigma_first_step: int = ABSENT
+    sigma_last_step: int = ABSENT
+    sigma_noise_before: float = ABSENT  # that noise as measured, before it was scaled
+    sigma_noise_lag1: float = ABSENT  # the lag-1 autocorrelation the differences allowed for
 
     @property
     def cause(self) -> str | None:
@@ -171,6 +180,10 @@ class SpikeEvent:
 
 
 # ---------------------------------------------------------------- the findings' evidence
+
+
+# the noise measured on the stretch before a level change
+_SIGMA_BEFORE = over("sigma", "sigma_first_step", "sigma_last_step")
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,7 +213,17 @@ class SpikeEvidence(Evidence):
         )
     )
     sigma: float = field(
-        metadata=measure(over("sigma", "baseline_first_step", "baseline_last_step"))
+        metadata=measure(
+            By(
+                "sigma_basis",
+                {
+                    None: over("sigma", "baseline_first_step", "baseline_last_step"),
+                    "floor": over("sigma", "baseline_first_step", "baseline_last_step"),
+                    "before-change-differences": _SIGMA_BEFORE,
+                    "before-change-line": _SIGMA_BEFORE,
+                },
+            )
+        )
     )
     baseline_basis: str = field(metadata=measure(None))  # mean | local-level
     threshold: float = field(metadata=measure(BOUND))
@@ -229,6 +252,12 @@ class SpikeEvidence(Evidence):
     recovery_slope_per_step: float | None = field(
         metadata=measure(over("slope", "baseline_first_step", "baseline_last_step"))
     )
+    # after a level change (SpikeEvent says what each is); absent elsewhere
+    sigma_basis: str = field(default=ABSENT, metadata=measure(None))
+    sigma_first_step: int = field(default=ABSENT, metadata=measure(STEP))
+    sigma_last_step: int = field(default=ABSENT, metadata=measure(STEP))
+    sigma_noise_before: float = field(default=ABSENT, metadata=measure(_SIGMA_BEFORE))
+    sigma_noise_lag1: float = field(default=ABSENT, metadata=measure(Spec("autocorrelation")))
 
     @classmethod
     def of(cls, event: SpikeEvent) -> SpikeEvidence:

@@ -67,6 +67,8 @@ _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*" + _NUM + r"\s*
 _AT_MINIMUM = re.compile(r"loss scale already at minimum", re.IGNORECASE)
 ATTEMPTED_KEY = "loss_scale_attempted"
 MINIMUM_KEY = "loss_scale_at_minimum"
+# how rule 3 says a step is a message's order among the lines, not a step the log printed
+_BY_ORDER = "order"
 SAME_BURST_S = 1.0  # rank copies of one message are printed within milliseconds
 TWIN_WINDOW_S = 5.0  # a rank-0 summary line and the per-rank lines of the same overflow
 
@@ -294,12 +296,12 @@ def _inferred_step(
     `last` is the latest step given in that interval so far."""
     if prev is None:
         if nxt is None:
-            return order, "order in the file, numbered 1, 2, 3, ... (no line carries a step)"
+            return order, f"{_BY_ORDER} in the file, numbered 1, 2, 3, ... (no line carries a step)"
         return min(nxt.step, order), (
-            "order before the first step line, numbered 1, 2, 3, ... up to that line's step"
+            f"{_BY_ORDER} before the first step line, numbered 1, 2, 3, ... up to that line's step"
         )
     if nxt is None:
-        return prev.step + order, "order after the last step line, numbered on from its step"
+        return prev.step + order, f"{_BY_ORDER} after the last step line, numbered on from its step"
     if nxt.step - prev.step <= 1:
         return nxt.step, "the step line that follows"
     if (
@@ -315,6 +317,12 @@ def _inferred_step(
             step = last + 1  # two events cannot share a step of one engine
         return step, "timestamp between the surrounding step lines"
     return nxt.step, "the step line that follows"
+
+
+def order_numbered(events: list[Event]) -> dict[int, str]:
+    """The steps rule 3 numbered by a message's order among the lines (no step line on one
+    side of it), with how: numbers, not optimizer steps."""
+    return {e.step: e.placed_by for e in events if e.placed_by.startswith(_BY_ORDER)}
 
 
 def summary(mentions: list[Mention], events: list[Event], iteration_offset: int = 1) -> list[str]:

@@ -123,6 +123,7 @@ def parse_lines(lines: list[str], cut: bool, source: SourceInfo, options: ReadOp
         )
     events, event_rows = scan.place_steps()
     source.notes.extend(dsm.summary(scan.mentions, events, 1 - scan.shifted))
+    source.line_order_steps.update(dsm.order_numbered(events))
     _note_placed(scan, source)
     _note_skipped(scan, events, source)
     _read_dtype(scan, source)

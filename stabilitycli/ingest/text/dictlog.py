@@ -123,6 +123,7 @@ def read(path: Path, options: ReadOptions):
     for row in overflow:
         row["step"] = row.pop("_step")
     source.notes.extend(dsm.summary(reader.mentions, events))
+    source.line_order_steps.update(dsm.order_numbered(events))
     reader.record_lines.update(records["_row"].to_list())
     hows = sorted(set(records["_how"].to_list()))
     reader.notes(len(lines), [STEPS_FROM[h] for h in hows])

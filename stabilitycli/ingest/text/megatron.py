@@ -133,6 +133,7 @@ def parse_lines(
     events = dsm.place(scan.mentions, anchors)
     event_rows = dsm.frame_rows(events, "loss scale")
     source.notes.extend(dsm.summary(scan.mentions, events))
+    source.line_order_steps.update(dsm.order_numbered(events))
     derive.dtype_from_scale(records, events, source)
     derive.reading_notes(scan, len(lines), source)
     for r in records:
