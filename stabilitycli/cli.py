@@ -1,14 +1,15 @@
 """The `stab` command line: the typer app, the sub-commands it registers, `main()`.
 
 Each sub-command lives in `stabilitycli/commands/<name>.py` and exposes
-`command`; this module only registers them and adds `--version`, `-h` and
+`command`; this module only registers them (each built when first asked for: `stab
+analyze` imports and builds `analyze` alone) and adds `--version`, `-h` and
 shell completion (`stab --install-completion` / `--show-completion`). No
 thresholds and no detection logic here, and polars is never imported at
 module level (here or in `commands/`), so `stab --help` and every TAB a shell
 asks to complete stay instant; nor is pydantic, which typer would import to
 convert option values that need no converting (`commands/_params.py`). `main()` also
 sets the memory allocators of polars and pyarrow (`ALLOCATOR_SETTINGS`: the command's
-only, and why).
+only, and why) and how often the garbage collector runs (`GC_FIRST_THRESHOLD`).
 """
 
 from __future__ import annotations
