@@ -185,9 +185,11 @@ def test_an_analysis_of_one_series_builds_one_command_and_no_rank_check() -> Non
     assert loaded == ["stabilitycli.commands.analyze"]
 
 
-def test_help_lists_every_command_in_order_after_building_none_first() -> None:
+def test_help_builds_and_lists_every_command_in_order() -> None:
     # the commands are built when asked for: `--help` asks for all, in COMMANDS order
-    proc, loaded = _run_stab(["--help"], watch=tuple(f"stabilitycli.commands.{n}" for n in COMMANDS))
+    proc, loaded = _run_stab(
+        ["--help"], watch=tuple(f"stabilitycli.commands.{n}" for n in COMMANDS)
+    )
     assert proc.returncode == 0, proc.stderr
     where = [proc.stdout.index(f" {name} ") for name in COMMANDS]
     assert where == sorted(where)
