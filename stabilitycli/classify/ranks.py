@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Severity
@@ -11,7 +11,10 @@ from stabilitycli.core.quantity_schema import Evidence
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, PLATEAU
 from stabilitycli.detect.kinds.spike import SPIKE
-from stabilitycli.detect.ranks.report import RankOutlier, RankReport
+
+if TYPE_CHECKING:
+    # a log of one series never loads the per-rank report's module (start-up time)
+    from stabilitycli.detect.ranks.report import RankOutlier, RankReport
 
 # findings about the mean that a bad rank can produce on its own
 _MEAN_KINDS = (SPIKE, DIVERGENCE, PLATEAU)

@@ -152,3 +152,45 @@ def test_an_analysis_imports_one_reader_and_one_renderer(log: str, reader: str) 
     else:
         assert readers == {reader}
     assert [m for m in loaded if not m.startswith("stabilitycli.ingest.")] == []
+
+
+# what `stab analyze` of a small log of one series loads only when it needs it (#40): the
+# other commands (built as they are asked for), the per-rank check (a log without ranks
+# skips it), and the readers and libraries of other formats
+LAZY_FOR_ONE_SERIES = (
+    *(f"stabilitycli.commands.{name}" for name in COMMANDS if name != "analyze"),
+    *(
+        f"stabilitycli.detect.ranks.{name}"
+        for name in ("check", "cohort", "report", "decision", "drift", "pair", "change")
+    ),
+    "pyarrow",
+    "pyarrow.parquet",
+    "mlflow",
+    "pandas",
+    "tensorboard",
+    "google.protobuf",
+    "yaml",
+    "pydantic",
+    "rich.markdown",
+)
+
+
+def test_an_analysis_of_one_series_builds_one_command_and_no_rank_check() -> None:
+    proc, loaded = _run_stab(
+        ["analyze", "fixtures/runs/healthy-hf-style/run.jsonl"],
+        watch=(*LAZY_FOR_ONE_SERIES, "stabilitycli.commands.analyze"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "healthy" in proc.stdout  # the analysis ran and rendered its verdict
+    assert loaded == ["stabilitycli.commands.analyze"]
+
+
+def test_help_builds_and_lists_every_command_in_order() -> None:
+    # the commands are built when asked for: `--help` asks for all, in COMMANDS order
+    proc, loaded = _run_stab(
+        ["--help"], watch=tuple(f"stabilitycli.commands.{n}" for n in COMMANDS)
+    )
+    assert proc.returncode == 0, proc.stderr
+    where = [proc.stdout.index(f" {name} ") for name in COMMANDS]
+    assert where == sorted(where)
+    assert loaded == sorted(f"stabilitycli.commands.{n}" for n in COMMANDS)

@@ -50,13 +50,15 @@ def detect_rank_outliers(view: SeriesView, thresholds: Thresholds, facts: Facts)
     shard.
     """
     from stabilitycli.core.model import Skip
-    from stabilitycli.detect.ranks.check import find_rank_outliers
 
     result = RuleResult()
     run = view.run
     if run is None or not run.has_ranks:
         result.skipped.append(Skip(RULE, "one series, no per-rank values in the log"))
         return result
+    # only here: a log of one series never loads the check's modules (start-up time)
+    from stabilitycli.detect.ranks.check import find_rank_outliers
+
     metric = "loss" if "loss" in run.frame.columns else run.metric_columns[0]
     report = find_rank_outliers(run, metric, thresholds)
     # the loss report already carries throughput stragglers when tokens/s is logged
