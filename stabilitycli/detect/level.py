@@ -26,6 +26,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
+from stabilitycli.detect.fall_curve import FallReading, level_now
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -52,11 +53,16 @@ class LocalLevel:
 
 
 def local_level(
-    stats: dict[str, np.ndarray], thresholds: Thresholds, pooled: np.ndarray | None = None
+    stats: dict[str, np.ndarray],
+    thresholds: Thresholds,
+    pooled: np.ndarray | None = None,
+    fall: FallReading | None = None,
 ) -> LocalLevel:
     """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`; `pooled`, the
     noise pooled over many windows where the rule has it (a sparse log), judges whether
-    the window's fall is more than its noise."""
+    the window's fall is more than its noise; `fall`, what the loss's own points say of
+    the curve now (`fall_curve.read_fall`), where the rule has it: the level of a fall
+    and its noise are then read as `fall_curve.level_now` says."""
     n, n_late, n_last = stats["count"], stats["count_half"], stats["count_quarter"]
     mean, late, last = stats["mean"], stats["mean_half"], stats["mean_quarter"]
     n_early, n_third = n - n_late, n_late - n_last
@@ -81,6 +87,11 @@ def local_level(
     # a convex fall's trend read at t undershoots the curve, the last quarter's mean
     # overshoots it: the higher of the two is the cautious level
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
+    fall_noise = noise
+    if fall is not None:
+        level, fall_noise = level_now(
+            stats, (x_early, early), (x_third, third), fall, thresholds, noise
+        )
     bar = thresholds.level_lag_sigma * noise
     std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -108,7 +119,7 @@ def local_level(
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
     return LocalLevel(
         level=np.where(falling, level, mean),
-        sigma=np.where(falling, noise, std),
+        sigma=np.where(falling, fall_noise, std),
         falling=falling,
         rise_slope=np.where(rising, slope, 0.0),
         line=np.where(rising, line, mean),

@@ -14,6 +14,7 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Severity, Skip
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.fall_curve import read_fall
 from stabilitycli.detect.kinds.spike import (
     BLIP,
     CAUSE_CODES,
@@ -219,7 +220,8 @@ def _flag_above_baseline(
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
             pooled = _difference_sigma(loss[reach:stop], pooled_points)[first - reach :]
-        level = local_level(stats, thresholds, pooled)
+        fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
+        level = local_level(stats, thresholds, pooled, fall)
         mean, sigma = level.level, level.sigma
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
@@ -344,6 +346,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "level_fall_speedup",
         "level_fall_z",
         "level_lag_sigma",
+        "level_recent_points",
         "lr_restart_peak_frac",
         "lr_restart_period_frac",
         "lr_restarts_intended",

@@ -1,0 +1,144 @@
+"""Where a falling loss is now, and its noise there (issue 36: events during warmup and
+right after a schedule change).
+
+Where the spike rule judges a point against the local level of a fall
+(`level.local_level`), two things the window's mean and std cannot tell are read here
+from the points themselves:
+
+* **The noise.** The spread around the window's straight trend counts the fall's bend
+  as noise (a warmup's fall speeds up as the LR climbs, then slows down): on a dense log
+  it came out 1.5-2x the noise, and a bump of 5 sigma read as 3. The change from one
+  point to the next holds the fall only as its mean (a variance leaves it out) and its
+  bend hardly at all; for noise whose neighbouring points correlate by rho (lag 1) its
+  variance is 2 (1 - rho) sigma^2. Taken relative to the loss, since the noise shrinks
+  with it: a warmup window's first points sit 20% above its last, and so does their
+  noise; times the level at the row it is the noise there.
+* **Where the loss was just now.** A fall read forward to the row undershoots the curve
+  where the fall stops (the end of warmup: the loss flattens within a few points), and
+  the flattening would read as a rise. The mean of the last few points bounds the level
+  from below: a rise is judged above where the loss just was. The mean of the window's
+  last quarter did that before, but on a dense log a quarter is 25 points of a fall
+  that drops 0.3 sigma a point: it sat 4 sigma above the curve.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.detect.autocorr import NoiseMemory
+
+# the correlation taken out is at most this: a logger's smoothing (rho near 1) would
+# otherwise blow the estimate up from a tiny difference
+_MAX_LAG1 = 0.9
+
+
+# the floor of a fall's level is the recent points' mean less this many of its standard
+# errors: binding where the fall has stopped, not where the recent points sit high by chance
+_RECENT_SE = 2.0
+
+
+@dataclass(frozen=True)
+class FallReading:
+    """Per row of a chunk: `relative_sigma`, the noise of a point as a fraction of the
+    loss; `recent`, the mean of the
+    `level_recent_points` points before the row, and `recent_se` its standard error in
+    units of one point's noise (for the noise's memory)."""
+
+    relative_sigma: np.ndarray
+    recent: np.ndarray
+    recent_se: float
+
+
+def difference_noise(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.ndarray:
+    """Per row, the noise of one point as a fraction of the loss, from the variance of the
+    relative changes between successive points among the `points` points before it (the
+    row itself left out, as from the trailing window), allowing for the noise's lag-1
+    autocorrelation; NaN with fewer than half of them."""
+    finite = np.where(np.isfinite(loss), loss, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = np.diff(finite) / np.abs(0.5 * (finite[1:] + finite[:-1]))
+    relative[~np.isfinite(relative)] = np.nan
+    change = pl.Series(np.concatenate(([np.nan], relative))).fill_nan(None).shift(1)
+    variance = change.rolling_var(points, min_samples=max(2, points // 2)).fill_null(np.nan)
+    lag1 = min(max(memory.lag1, 0.0), _MAX_LAG1)
+    return np.sqrt(variance.to_numpy() / (2.0 * (1.0 - lag1)))
+
+
+def _recent_mean(loss: np.ndarray, points: int) -> np.ndarray:
+    """Per row, the mean of the finite values among the `points` rows before it."""
+    finite = pl.Series(np.where(np.isfinite(loss), loss, np.nan)).fill_nan(None).shift(1)
+    return finite.rolling_mean(points, min_samples=1).fill_null(np.nan).to_numpy()
+
+
+def read_fall(
+    loss: np.ndarray,
+    first: int,
+    count: np.ndarray,
+    sparse: bool,
+    thresholds: Thresholds,
+    memory: NoiseMemory,
+) -> FallReading | None:
+    """The `FallReading` at the rows of a chunk of the spike rule's trailing windows (from
+    row `first`, `count` points in each window), the noise over a window's worth of
+    points; None in a `sparse` log. Its window holds a few points a quarter: a bend read
+    from their means swings by most of a sigma, and its noise is pooled apart."""
+    if sparse:
+        return None
+    points = max(int(thresholds.min_points_per_window), int(np.max(count, initial=0)))
+    recent_points = max(1, int(thresholds.level_recent_points))
+    reach = max(0, first - max(points, recent_points) - 1)
+    stop = first + count.size
+    piece = loss[reach:stop]
+    sigma = difference_noise(piece, points, memory)[first - reach :]
+    recent_se = math.sqrt(memory.variance_factor(recent_points) / recent_points)
+    return FallReading(sigma, _recent_mean(piece, recent_points)[first - reach :], recent_se)
+
+
+def level_now(
+    stats: dict[str, np.ndarray],
+    early: tuple[np.ndarray, np.ndarray],
+    third: tuple[np.ndarray, np.ndarray],
+    fall: FallReading,
+    thresholds: Thresholds,
+    noise: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The level of a fall at each row and the noise there.
+
+    The level: the window's bend read at the row (the parabola through the means of its
+    earlier half, third quarter and last quarter, at their mean steps; a straight trend
+    undershoots a fall that slows down and overshoots one that speeds up), never below
+    where the loss just was (`FallReading.recent`, less `_RECENT_SE` of its standard
+    errors: a floor the recent points' own noise would set too high) and never above the
+    window's mean. The noise: the relative noise times the level, floored at
+    `sigma_floor_frac` of it, or `noise` where the window has too few changes."""
+    x, mean = stats["x"], stats["mean"]
+    last = (stats["x_mean_quarter"], stats["mean_quarter"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bend = np.minimum(mean, _parabola_at(x, early, third, last))
+        sigma = _at_level(bend, fall, thresholds, noise)
+        floor = fall.recent - _RECENT_SE * fall.recent_se * sigma
+        level = np.minimum(mean, np.fmax(bend, floor))
+    return level, _at_level(level, fall, thresholds, noise)
+
+
+def _at_level(
+    level: np.ndarray, fall: FallReading, thresholds: Thresholds, noise: np.ndarray
+) -> np.ndarray:
+    at_level = fall.relative_sigma * np.abs(level)
+    floor = np.abs(level) * thresholds.sigma_floor_frac
+    return np.where(np.isfinite(at_level), np.maximum(at_level, floor), noise)
+
+
+def _parabola_at(x, *points):
+    """The parabola through three (x, y) points read at x (Lagrange's form)."""
+    (x0, y0), (x1, y1), (x2, y2) = points
+    return (
+        y0 * (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2))
+        + y1 * (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2))
+        + y2 * (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1))
+    )
