@@ -19,6 +19,10 @@ from the points themselves:
   from below: a rise is judged above where the loss just was. The mean of the window's
   last quarter did that before, but on a dense log a quarter is 25 points of a fall
   that drops 0.3 sigma a point: it sat 4 sigma above the curve.
+
+Both on dense logs only: a sparse log's window has a few points a quarter, and its
+noise is pooled apart. There, whether the window falls at all is also read from the
+window before it (`fall_z_with_windows`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
-from stabilitycli.detect.autocorr import NoiseMemory
+from stabilitycli.detect.autocorr import NoiseMemory, inflation
 
 # the correlation taken out is at most this: a logger's smoothing (rho near 1) would
 # otherwise blow the estimate up from a tiny difference
@@ -45,13 +49,16 @@ _RECENT_SE = 2.0
 @dataclass(frozen=True)
 class FallReading:
     """Per row of a chunk: `relative_sigma`, the noise of a point as a fraction of the
-    loss; `recent`, the mean of the
-    `level_recent_points` points before the row, and `recent_se` its standard error in
-    units of one point's noise (for the noise's memory)."""
+    loss; `recent`, the mean of the `level_recent_points` points before the row, and
+    `recent_se` its standard error in units of one point's noise (both None, and 0, in a
+    sparse log). `mean_widening`: how much wider a window mean's chance wander is than
+    independent noise of the pooled size (step-to-step) would give it, for the noise's
+    memory."""
 
-    relative_sigma: np.ndarray
-    recent: np.ndarray
+    relative_sigma: np.ndarray | None
+    recent: np.ndarray | None
     recent_se: float
+    mean_widening: float
 
 
 def difference_noise(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.ndarray:
@@ -82,21 +89,51 @@ def read_fall(
     sparse: bool,
     thresholds: Thresholds,
     memory: NoiseMemory,
-) -> FallReading | None:
+) -> FallReading:
     """The `FallReading` at the rows of a chunk of the spike rule's trailing windows (from
     row `first`, `count` points in each window), the noise over a window's worth of
-    points; None in a `sparse` log. Its window holds a few points a quarter: a bend read
-    from their means swings by most of a sigma, and its noise is pooled apart."""
-    if sparse:
-        return None
+    points; only `mean_widening` in a `sparse` log. Its window holds a few points a
+    quarter: a bend read from their means swings by most of a sigma, and its noise is
+    pooled apart."""
     points = max(int(thresholds.min_points_per_window), int(np.max(count, initial=0)))
+    lag1 = min(max(memory.lag1, 0.0), _MAX_LAG1)
+    widening = inflation(memory, points) / math.sqrt(1.0 - lag1)
+    if sparse:
+        return FallReading(None, None, 0.0, widening)
     recent_points = max(1, int(thresholds.level_recent_points))
     reach = max(0, first - max(points, recent_points) - 1)
     stop = first + count.size
     piece = loss[reach:stop]
     sigma = difference_noise(piece, points, memory)[first - reach :]
     recent_se = math.sqrt(memory.variance_factor(recent_points) / recent_points)
-    return FallReading(sigma, _recent_mean(piece, recent_points)[first - reach :], recent_se)
+    recent = _recent_mean(piece, recent_points)[first - reach :]
+    return FallReading(sigma, recent, recent_se, widening)
+
+
+def fall_z_with_windows(
+    fall_z: np.ndarray,
+    windows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    judge: np.ndarray,
+    fall: FallReading | None,
+    thresholds: Thresholds,
+) -> np.ndarray:
+    """`fall_z` (the window's earlier half over its later half, in standard errors), or in
+    a sparse log, where it is at least half of `level_fall_z`, the fall from the window
+    before to this one (`windows`: the two means and their points) in standard errors of
+    the two means for the noise `judge` with its memory, if that is more.
+
+    A window of ten points has halves of five: a warmup's fall of two sigma a window
+    passes their test one time in three, two whole windows' test most times. The
+    noise's memory widens that test's bar, and the halves must show half a fall too: an
+    AR(1) wander of two sigma over a window, after one a sigma high, would otherwise
+    read as a fall, and the return from it as a shift."""
+    if fall is None or fall.relative_sigma is not None:
+        return fall_z
+    prior, mean, n_prior, n = windows
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = judge * fall.mean_widening * np.sqrt(1.0 / n_prior + 1.0 / n)
+        both = np.fmax(fall_z, (prior - mean) / spread)
+        return np.where(fall_z >= thresholds.level_fall_z / 2.0, both, fall_z)
 
 
 def level_now(
@@ -121,7 +158,8 @@ def level_now(
     with np.errstate(invalid="ignore", divide="ignore"):
         bend = np.minimum(mean, _parabola_at(x, early, third, last))
         sigma = _at_level(bend, fall, thresholds, noise)
-        floor = fall.recent - _RECENT_SE * fall.recent_se * sigma
+        recent = np.full_like(mean, np.nan) if fall.recent is None else fall.recent
+        floor = recent - _RECENT_SE * fall.recent_se * sigma
         level = np.minimum(mean, np.fmax(bend, floor))
     return level, _at_level(level, fall, thresholds, noise)
 
@@ -129,6 +167,8 @@ def level_now(
 def _at_level(
     level: np.ndarray, fall: FallReading, thresholds: Thresholds, noise: np.ndarray
 ) -> np.ndarray:
+    if fall.relative_sigma is None:  # a sparse log: its noise is pooled apart
+        return noise
     at_level = fall.relative_sigma * np.abs(level)
     floor = np.abs(level) * thresholds.sigma_floor_frac
     return np.where(np.isfinite(at_level), np.maximum(at_level, floor), noise)

@@ -9,7 +9,8 @@ from the window's own numbers:
 
 * the local level: the trend of the window read at t (the mean of its later half against
   that of its earlier half), never below the mean of the window's last quarter and never
-  above the window's mean, used with the spread around that trend where the spike bar
+  above the window's mean (for the loss of a dense log, the window's bend read at t
+  and the noise from the changes between points: `fall_curve`), used with the spread around that trend where the spike bar
   they make is `level_lag_sigma` or more below the one of the window's mean and std;
 * level changes: a step down of the loss between two logged points, found from medians
   of the `level_change_points` points either side; the trailing window restarts there.
@@ -26,7 +27,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
-from stabilitycli.detect.fall_curve import FallReading, level_now
+from stabilitycli.detect.fall_curve import FallReading, fall_z_with_windows, level_now
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -88,7 +89,7 @@ def local_level(
     # overshoots it: the higher of the two is the cautious level
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
     fall_noise = noise
-    if fall is not None:
+    if fall is not None and fall.relative_sigma is not None:
         level, fall_noise = level_now(
             stats, (x_early, early), (x_third, third), fall, thresholds, noise
         )
@@ -114,7 +115,10 @@ def local_level(
             & (mean > level)
             & (lowered >= bar)
             & steady
-            & (fall_z >= thresholds.level_fall_z)
+            & (
+                fall_z_with_windows(fall_z, (prior, mean, n_prior, n), judge, fall, thresholds)
+                >= thresholds.level_fall_z
+            )
         )
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
     return LocalLevel(
