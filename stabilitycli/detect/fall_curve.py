@@ -152,7 +152,10 @@ def level_now(
     where the loss just was (`FallReading.recent`, less `_RECENT_SE` of its standard
     errors: a floor the recent points' own noise would set too high) and never above the
     window's mean. The noise: the relative noise times the level, floored at
-    `sigma_floor_frac` of it, or `noise` where the window has too few changes."""
+    `sigma_floor_frac` of it, or `noise` where the window has too few changes, widened
+    for the level's own error (a point's distance from an estimated level varies by both:
+    about 8% on a 100-point window; for noise with memory the means err more, but the
+    point moves with the recent ones, and the two offset)."""
     x, mean = stats["x"], stats["mean"]
     last = (stats["x_mean_quarter"], stats["mean_quarter"])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -161,7 +164,13 @@ def level_now(
         recent = np.full_like(mean, np.nan) if fall.recent is None else fall.recent
         floor = recent - _RECENT_SE * fall.recent_se * sigma
         level = np.minimum(mean, np.fmax(bend, floor))
-    return level, _at_level(level, fall, thresholds, noise)
+        # the parabola's weights on the three means, squared over their points
+        n_late = stats["count_half"]
+        counts = (stats["count"] - n_late, n_late - stats["count_quarter"], stats["count_quarter"])
+        weights = _parabola_weights(x, early[0], third[0], last[0])
+        error = sum(w * w / c for w, c in zip(weights, counts, strict=True))
+        widen = np.sqrt(1.0 + np.where(np.isfinite(error), error, 0.0))
+    return level, _at_level(level, fall, thresholds, noise) * widen
 
 
 def _at_level(
@@ -172,6 +181,15 @@ def _at_level(
     at_level = fall.relative_sigma * np.abs(level)
     floor = np.abs(level) * thresholds.sigma_floor_frac
     return np.where(np.isfinite(at_level), np.maximum(at_level, floor), noise)
+
+
+def _parabola_weights(x, x0, x1, x2):
+    """The weights of the three y values in `_parabola_at` at x."""
+    return (
+        (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2)),
+        (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2)),
+        (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1)),
+    )
 
 
 def _parabola_at(x, *points):

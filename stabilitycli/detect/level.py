@@ -10,8 +10,9 @@ from the window's own numbers:
 * the local level: the trend of the window read at t (the mean of its later half against
   that of its earlier half), never below the mean of the window's last quarter and never
   above the window's mean (for the loss of a dense log, the window's bend read at t
-  and the noise from the changes between points: `fall_curve`), used with the spread around that trend where the spike bar
-  they make is `level_lag_sigma` or more below the one of the window's mean and std;
+  and the noise from the changes between points: `fall_curve`), used with the spread
+  around that trend where the spike bar they make is `level_lag_sigma` or more below
+  the one of the window's mean and std;
 * level changes: a step down of the loss between two logged points, found from medians
   of the `level_change_points` points either side; the trailing window restarts there.
 """

@@ -179,6 +179,11 @@ class _Baseline:
     line: KeptAt  # the trend read at the row on a rising stretch, else the mean
     changes: np.ndarray  # rows where the loss stepped down to a new level
 
+    # a sparse log's local level lags its fall by part of a window: a ratio is also taken
+    # against the loss's neighbours there (`level.ratio_reference`); a dense log's level is
+    # read at the row (`fall_curve`), and its neighbours would count the noise twice
+    ratio_lags: bool = True
+
 
 def _flag_above_baseline(
     steps: np.ndarray,
@@ -257,6 +262,7 @@ def _flag_above_baseline(
         kept("slope"),
         kept("line"),
         changes,
+        pooled_points is not None,
     )
 
 
@@ -499,7 +505,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         loss.size,
         candidates,
         ratio_reference(
-            loss, candidates, mean[candidates], baseline.falling[candidates] > 0, thresholds
+            loss,
+            candidates,
+            mean[candidates],
+            (baseline.falling[candidates] > 0) & baseline.ratio_lags,
+            thresholds,
         ),
     )
     lone = _lone_blips(
@@ -779,7 +789,11 @@ def _build_event(
     )
     ratio_level = float(
         ratio_reference(
-            loss, np.array([peak_idx]), np.array([mu]), baseline.falling[[idx]] > 0, thresholds
+            loss,
+            np.array([peak_idx]),
+            np.array([mu]),
+            (baseline.falling[[idx]] > 0) & baseline.ratio_lags,
+            thresholds,
         )[0]
     )
     large = bool(
