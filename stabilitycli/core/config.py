@@ -178,9 +178,9 @@ class Thresholds:
     )
     level_recent_points: int = threshold(
         5,
-        "The local level of a fall is never below the mean of the loss over this many "
-        "logged points before the point judged: where the fall stops (the end of warmup), "
-        "the flattening is no rise.",
+        "The local level of a dense log's fall is never below the mean of the loss over "
+        "this many logged points before the point judged, less two of its standard errors: "
+        "where the fall stops (the end of warmup), the flattening is no rise.",
     )
     recovery_median_points: int = threshold(
         5,
