@@ -134,7 +134,7 @@ def _local_level_rows(
     # a convex fall's trend read at t undershoots the curve, the last quarter's mean
     # overshoots it: the higher of the two is the cautious level
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
-    fall_noise = noise
+    cautious, fall_noise = level, noise
     if fall is not None and fall.relative_sigma is not None:
         level, fall_noise = level_now(
             stats, (x_early, early), (x_third, third), fall, thresholds, noise
@@ -173,7 +173,10 @@ def _local_level_rows(
         falling=falling,
         rise_slope=np.where(rising, slope, 0.0),
         line=np.where(rising, line, mean),
-        near=np.where(enough, np.fmin(level, mean), mean),
+        # the bend and the last few points are read for a fall the window shows; where it
+        # shows none they follow the noise's wander (a low of a few AR(1) points put them
+        # 2 sigma under the mean, and a wander back up summed past the excess bar)
+        near=np.where(enough, np.fmin(np.where(falling, level, cautious), mean), mean),
     )
 
 

@@ -11,6 +11,7 @@ and read by `analyze`.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from stabilitycli import analyze
@@ -18,6 +19,7 @@ from stabilitycli.core.model import Severity
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.fall_curve import difference_noise
 from tests.detect import _lm_curves as lm
+from tests.detect._lm_noise_curves import lm_run
 
 WARMUP_STEPS = 160
 SIGMA = 0.01  # the noise, as a fraction of the level
@@ -136,3 +138,18 @@ def test_the_noise_of_a_fall_is_read_from_the_changes_between_points():
         fit = np.polyval(np.polyfit(x, y, 1), x)
         spread.append(np.std(y - fit) / loss[row - 1])
     assert np.median(spread) > 1.3 * measured
+
+
+@pytest.mark.parametrize(("seed", "phi"), [(0, 0.6), (3, 0.6), (8, 0.7)])
+def test_a_wander_on_a_slow_fall_is_measured_over_the_mean(tmp_path, seed, phi):
+    # 3% noise, half of it AR(1), on the slow middle of a cosine decay: a few points of
+    # the noise's low put the bend and the last points' floor 2 sigma under the window's
+    # mean; read as the level of a window that shows no fall, the wander back up (2 points
+    # at 4 sigma, under the spec's 5) summed past the excess bar and became a spike
+    # warning. The level the excess is measured over is the fall's only where there is one
+    steps, _, loss = lm_run(seed, 20000, phi=phi, noise=0.03, ar_share=0.5)
+    path = tmp_path / "run.csv"
+    pd.DataFrame({"step": steps, "train/loss": loss}).to_csv(path, index=False)
+    result = analyze(path)
+    assert not _alarms(result), [(f.code, f.step, f.message) for f in _alarms(result)]
+    assert result.verdict.code == "healthy"
