@@ -160,11 +160,12 @@ def level_now(
     undershoots a fall that slows down and overshoots one that speeds up), never below
     where the loss just was (`FallReading.recent`, less `_RECENT_SE` of its standard
     errors: a floor the recent points' own noise would set too high) and never above the
-    window's mean. The noise: the relative noise times the level, floored at
-    `sigma_floor_frac` of it, or `noise` where the window has too few changes, widened
-    for the level's own error (a point's distance from an estimated level varies by both:
-    about 8% on a 100-point window; for noise with memory the means err more, but the
-    point moves with the recent ones, and the two offset)."""
+    window's mean. The noise: the relative noise times the level, or `noise` where the
+    window has too few changes, widened for the level's own error (a point's distance
+    from an estimated level varies by both: about 8% on a 100-point window; for noise
+    with memory the means err more, but the point moves with the recent ones, and the
+    two offset), then floored at `sigma_floor_frac` of the level: the floor is the
+    rule's least sigma, as under a window's std, not an estimate with an error."""
     x, mean = stats["x"], stats["mean"]
     last = (stats["x_mean_quarter"], stats["mean_quarter"])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -179,17 +180,21 @@ def level_now(
         weights = _parabola_weights(x, early[0], third[0], last[0])
         error = sum(w * w / c for w, c in zip(weights, counts, strict=True))
         widen = np.sqrt(1.0 + np.where(np.isfinite(error), error, 0.0))
-    return level, _at_level(level, fall, thresholds, noise) * widen
+    return level, _at_level(level, fall, thresholds, noise, widen)
 
 
 def _at_level(
-    level: np.ndarray, fall: FallReading, thresholds: Thresholds, noise: np.ndarray
+    level: np.ndarray,
+    fall: FallReading,
+    thresholds: Thresholds,
+    noise: np.ndarray,
+    widen: np.ndarray | float = 1.0,
 ) -> np.ndarray:
     if fall.relative_sigma is None:  # a sparse log: its noise is pooled apart
         return noise
-    at_level = fall.relative_sigma * np.abs(level)
+    at_level = fall.relative_sigma * np.abs(level) * widen
     floor = np.abs(level) * thresholds.sigma_floor_frac
-    return np.where(np.isfinite(at_level), np.maximum(at_level, floor), noise)
+    return np.where(np.isfinite(at_level), np.maximum(at_level, floor), noise * widen)
 
 
 def _parabola_weights(x, x0, x1, x2):
