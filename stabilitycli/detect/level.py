@@ -49,7 +49,9 @@ class LocalLevel:
     at the row: recovery from a spike is judged against that line. `near` is the
     local level wherever the mean is above it, fall or not: a slow fall's mean lags
     it by less than the bar that switches `level`, yet takes that much off the
-    excess a bump accumulates over several points.
+    excess a bump accumulates over several points. Where the window does not fall,
+    that local level is its trend at the row, never under its last quarter's mean
+    (a fall's bend and last points are read only where the window falls).
     """
 
     level: np.ndarray

@@ -141,7 +141,7 @@ def test_the_noise_of_a_fall_is_read_from_the_changes_between_points():
 
 
 @pytest.mark.parametrize(("seed", "phi"), [(0, 0.6), (3, 0.6), (8, 0.7)])
-def test_a_wander_on_a_slow_fall_is_measured_over_the_mean(tmp_path, seed, phi):
+def test_an_ar_wander_where_the_window_shows_no_fall_is_no_spike(tmp_path, seed, phi):
     # 3% noise, half of it AR(1), on the slow middle of a cosine decay: a few points of
     # the noise's low put the bend and the last points' floor 2 sigma under the window's
     # mean; read as the level of a window that shows no fall, the wander back up (2 points
