@@ -183,6 +183,12 @@ class Thresholds:
         "...and this multiple of the change between the medians a further "
         "level_change_points points out on either side (a fall that goes on is no step).",
     )
+    level_recent_points: int = threshold(
+        5,
+        "The local level of a dense log's fall is never below the mean of the loss over "
+        "this many logged points before the point judged, less two of its standard errors: "
+        "where the fall stops (the end of warmup), the flattening is no rise.",
+    )
     recovery_median_points: int = threshold(
         5,
         "Back to baseline is judged on the median of a point and the next ones, this many "

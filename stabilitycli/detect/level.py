@@ -9,8 +9,10 @@ from the window's own numbers:
 
 * the local level: the trend of the window read at t (the mean of its later half against
   that of its earlier half), never below the mean of the window's last quarter and never
-  above the window's mean, used with the spread around that trend where the spike bar
-  they make is `level_lag_sigma` or more below the one of the window's mean and std;
+  above the window's mean (for the loss of a dense log, the window's bend read at t
+  and the noise from the changes between points: `fall_curve`), used with the spread
+  around that trend where the spike bar they make is `level_lag_sigma` or more below
+  the one of the window's mean and std;
 * level changes: a step down of the loss between two logged points, found from medians
   of the `level_change_points` points either side; the trailing window restarts there.
 """
@@ -28,6 +30,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
+from stabilitycli.detect.fall_curve import FallReading, fall_z_with_windows, level_now
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -46,7 +49,9 @@ class LocalLevel:
     at the row: recovery from a spike is judged against that line. `near` is the
     local level wherever the mean is above it, fall or not: a slow fall's mean lags
     it by less than the bar that switches `level`, yet takes that much off the
-    excess a bump accumulates over several points.
+    excess a bump accumulates over several points. Where the window does not fall,
+    that local level is its trend at the row, never under its last quarter's mean
+    (a fall's bend and last points are read only where the window falls).
     """
 
     level: np.ndarray
@@ -63,18 +68,23 @@ LEVEL_BLOCK_ROWS = 1 << 16
 
 
 def local_level(
-    stats: dict[str, np.ndarray], thresholds: Thresholds, pooled: np.ndarray | None = None
+    stats: dict[str, np.ndarray],
+    thresholds: Thresholds,
+    pooled: np.ndarray | None = None,
+    fall: FallReading | None = None,
 ) -> LocalLevel:
     """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`; `pooled`, the
     noise pooled over many windows where the rule has it (a sparse log), judges whether
-    the window's fall is more than its noise.
+    the window's fall is more than its noise; `fall`, what the loss's own points say of
+    the curve now (`fall_curve.read_fall`), where the rule has it: the level of a fall
+    and its noise are then read as `fall_curve.level_now` says.
 
     Every number is a row's own (no operation reaches across rows), so it is worked out
     `LEVEL_BLOCK_ROWS` rows at a time into the result, with the same bits as in one go."""
     size = stats["count"].size
     block_rows = LEVEL_BLOCK_ROWS  # read at call time: tests take small blocks
     if size <= block_rows:
-        return _local_level_rows(stats, thresholds, pooled)
+        return _local_level_rows(stats, thresholds, pooled, fall)
     out: LocalLevel | None = None
     for first in range(0, size, block_rows):  # loop over blocks of rows
         rows = slice(first, first + block_rows)
@@ -82,6 +92,7 @@ def local_level(
             {name: column[rows] for name, column in stats.items()},
             thresholds,
             None if pooled is None else pooled[rows],
+            None if fall is None else fall.rows(rows),
         )
         if out is None:
             out = LocalLevel(*(np.empty(size, dtype=getattr(part, f).dtype) for f in _LEVEL_FIELDS))
@@ -95,7 +106,10 @@ _LEVEL_FIELDS = tuple(field.name for field in dataclasses.fields(LocalLevel))
 
 
 def _local_level_rows(
-    stats: dict[str, np.ndarray], thresholds: Thresholds, pooled: np.ndarray | None
+    stats: dict[str, np.ndarray],
+    thresholds: Thresholds,
+    pooled: np.ndarray | None,
+    fall: FallReading | None,
 ) -> LocalLevel:
     """`local_level` of a block of rows in one go."""
     n, n_late, n_last = stats["count"], stats["count_half"], stats["count_quarter"]
@@ -122,6 +136,11 @@ def _local_level_rows(
     # a convex fall's trend read at t undershoots the curve, the last quarter's mean
     # overshoots it: the higher of the two is the cautious level
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
+    cautious, fall_noise = level, noise
+    if fall is not None and fall.relative_sigma is not None:
+        level, fall_noise = level_now(
+            stats, (x_early, early), (x_third, third), fall, thresholds, noise
+        )
     bar = thresholds.level_lag_sigma * noise
     std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -144,16 +163,22 @@ def _local_level_rows(
             & (mean > level)
             & (lowered >= bar)
             & steady
-            & (fall_z >= thresholds.level_fall_z)
+            & (
+                fall_z_with_windows(fall_z, (prior, mean, n_prior, n), judge, fall, thresholds)
+                >= thresholds.level_fall_z
+            )
         )
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
     return LocalLevel(
         level=np.where(falling, level, mean),
-        sigma=np.where(falling, noise, std),
+        sigma=np.where(falling, fall_noise, std),
         falling=falling,
         rise_slope=np.where(rising, slope, 0.0),
         line=np.where(rising, line, mean),
-        near=np.where(enough, np.fmin(level, mean), mean),
+        # the bend and the last few points are read for a fall the window shows; where it
+        # shows none they follow the noise's wander (a low of a few AR(1) points put them
+        # 2 sigma under the mean, and a wander back up summed past the excess bar)
+        near=np.where(enough, np.fmin(np.where(falling, level, cautious), mean), mean),
     )
 
 

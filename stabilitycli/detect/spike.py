@@ -21,6 +21,7 @@ from stabilitycli.detect.after_change import (
 )
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.facts import Facts
+from stabilitycli.detect.fall_curve import read_fall
 from stabilitycli.detect.kinds.spike import (
     BLIP,
     CAUSE_CODES,
@@ -192,6 +193,11 @@ class _Baseline:
     # the rows judged against the level since a change, and where their sigma came from
     after: AfterChange = field(default_factory=AfterChange.none)
 
+    # a sparse log's local level lags its fall by part of a window: a ratio is also taken
+    # against the loss's neighbours there (`level.ratio_reference`); a dense log's level is
+    # read at the row (`fall_curve`), and its neighbours would count the noise twice
+    ratio_lags: bool = True
+
 
 def _flag_above_baseline(
     steps: np.ndarray,
@@ -244,7 +250,8 @@ def _flag_above_baseline(
             reach = max(0, first - pooled_points - 1)
             pooled = _difference_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
             pooled = pooled[first - reach :]
-        level = local_level(stats, thresholds, pooled)
+        fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
+        level = local_level(stats, thresholds, pooled, fall)
         mean, sigma = level.level, level.sigma
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
@@ -273,7 +280,7 @@ def _flag_above_baseline(
         # a sparse window's halves and quarter are a few points each: their trend is noise
         found["near"].append((level.near if pooled is None else mean)[flagged])
         # this chunk's arrays go before the next chunk's are computed beside them
-        del stats, level, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
+        del stats, level, fall, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -291,6 +298,7 @@ def _flag_above_baseline(
         changes,
         kept("near"),
         after,
+        pooled_points is not None,
     )
 
 
@@ -388,6 +396,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "level_fall_speedup",
         "level_fall_z",
         "level_lag_sigma",
+        "level_recent_points",
         "lr_restart_peak_frac",
         "lr_restart_period_frac",
         "lr_restarts_intended",
@@ -549,7 +558,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         loss.size,
         candidates,
         ratio_reference(
-            loss, candidates, mean[candidates], baseline.falling[candidates] > 0, thresholds
+            loss,
+            candidates,
+            mean[candidates],
+            (baseline.falling[candidates] > 0) & baseline.ratio_lags,
+            thresholds,
         ),
     )
     lone = _lone_blips(
@@ -830,7 +843,11 @@ def _build_event(
     )
     ratio_level = float(
         ratio_reference(
-            loss, np.array([peak_idx]), np.array([mu]), baseline.falling[[idx]] > 0, thresholds
+            loss,
+            np.array([peak_idx]),
+            np.array([mu]),
+            (baseline.falling[[idx]] > 0) & baseline.ratio_lags,
+            thresholds,
         )[0]
     )
     large = bool(

@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from stabilitycli.detect.autocorr import noise_memory_of
 from tests.conftest import FIXTURES
 from tests.report.test_thresholds_in_text import (  # noqa: F401 (fixtures)
     _fixture_logs,
@@ -645,11 +646,54 @@ def _raw_local_level(raw: Raw, a: int, b: int, at: int, thr) -> tuple[float, flo
     x, v = steps[inside].astype(float), values[inside]
     late = x >= at - thr.spike_window_steps // 2
     last = x >= at - thr.spike_window_steps // 4
+    if v.size >= thr.stable_std_points:
+        return _raw_dense_fall_level(raw, (x, v, late, last), at, thr)
     slope = (v[late].mean() - v[~late].mean()) / (x[late].mean() - x[~late].mean())
     line = v.mean() + slope * (at - x.mean())
     level = min(v.mean(), max(line, v[last].mean()))
     spread = math.sqrt(max(np.var(v, ddof=1) - slope**2 * np.var(x, ddof=1), 0.0))
     return level, max(spread, thr.sigma_floor_frac * abs(v.mean()))
+
+
+def _raw_dense_fall_level(raw: Raw, window, at: int, thr) -> tuple[float, float]:
+    """A dense log's local level (detect/fall_curve.py): the parabola through the means of
+    the window's earlier half, third quarter and last quarter read at `at`, floored at the
+    mean of the last level_recent_points points less two standard errors; sigma the
+    relative point-to-point noise (lag-1 memory taken out) times the level, widened for
+    the level's own error."""
+    x, v, late, last = window
+    parts = [(x[m].mean(), v[m].mean()) for m in (~late, late & ~last, last)]
+    (x0, y0), (x1, y1), (x2, y2) = parts
+    bend = min(
+        v.mean(),
+        y0 * (at - x1) * (at - x2) / ((x0 - x1) * (x0 - x2))
+        + y1 * (at - x0) * (at - x2) / ((x1 - x0) * (x1 - x2))
+        + y2 * (at - x0) * (at - x1) / ((x2 - x0) * (x2 - x1)),
+    )
+    steps, values = raw.series("loss")
+    memory = noise_memory_of(values, thr)
+    before = values[(steps < at) & np.isfinite(values)]
+    pairs = before[-v.size - 1 :]
+    relative = np.diff(pairs) / np.abs((pairs[1:] + pairs[:-1]) / 2.0)
+    lag1 = min(max(memory.lag1, 0.0), 0.9)
+    noise = math.sqrt(np.var(relative, ddof=1) / (2.0 * (1.0 - lag1)))
+    recent_points = thr.level_recent_points
+    se = math.sqrt(memory.variance_factor(recent_points) / recent_points)
+
+    def sigma_at(level: float) -> float:
+        return max(noise, thr.sigma_floor_frac) * abs(level)
+
+    floor = before[-recent_points:].mean() - 2.0 * se * sigma_at(bend)
+    level = min(v.mean(), max(bend, floor))
+    # widened for the level's own error: the parabola's weights squared over the points
+    weights = (
+        (at - x1) * (at - x2) / ((x0 - x1) * (x0 - x2)),
+        (at - x0) * (at - x2) / ((x1 - x0) * (x1 - x2)),
+        (at - x0) * (at - x1) / ((x2 - x0) * (x2 - x1)),
+    )
+    counts = ((~late).sum(), (late & ~last).sum(), last.sum())
+    error = sum(w * w / c for w, c in zip(weights, counts, strict=True))
+    return level, sigma_at(level) * math.sqrt(1.0 + error)
 
 
 def _spike_pm(ledger: Ledger, raw: Raw, ev: dict, lines: dict, thr) -> None:

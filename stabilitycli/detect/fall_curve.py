@@ -1,0 +1,216 @@
+"""Where a falling loss is now, and its noise there (issue 36: events during warmup and
+right after a schedule change).
+
+Where the spike rule judges a point against the local level of a fall
+(`level.local_level`), two things the window's mean and std cannot tell are read here
+from the points themselves:
+
+* **The noise.** The spread around the window's straight trend counts the fall's bend
+  as noise (a warmup's fall speeds up as the LR climbs, then slows down): on a dense log
+  it came out 1.5-2x the noise, and a bump of 5 sigma read as 3. The change from one
+  point to the next holds the fall only as its mean (a variance leaves it out) and its
+  bend hardly at all; for noise whose neighbouring points correlate by rho (lag 1) its
+  variance is 2 (1 - rho) sigma^2. Taken relative to the loss, since the noise shrinks
+  with it: a warmup window's first points sit 20% above its last, and so does their
+  noise; times the level at the row it is the noise there.
+* **Where the loss was just now.** A fall read forward to the row undershoots the curve
+  where the fall stops (the end of warmup: the loss flattens within a few points), and
+  the flattening would read as a rise. The mean of the last few points bounds the level
+  from below: a rise is judged above where the loss just was. The mean of the window's
+  last quarter did that before, but on a dense log a quarter is 25 points of a fall
+  that drops 0.3 sigma a point: it sat 4 sigma above the curve.
+
+Both on dense logs only: a sparse log's window has a few points a quarter, and its
+noise is pooled apart. There, whether the window falls at all is also read from the
+window before it (`fall_z_with_windows`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.detect.autocorr import NoiseMemory, inflation
+
+# the correlation taken out is at most this: a logger's smoothing (rho near 1) would
+# otherwise blow the estimate up from a tiny difference
+_MAX_LAG1 = 0.9
+
+
+# the floor of a fall's level is the recent points' mean less this many of its standard
+# errors: binding where the fall has stopped, not where the recent points sit high by chance
+_RECENT_SE = 2.0
+
+
+@dataclass(frozen=True)
+class FallReading:
+    """Per row of a chunk: `relative_sigma`, the noise of a point as a fraction of the
+    loss; `recent`, the mean of the `level_recent_points` points before the row, and
+    `recent_se` its standard error in units of one point's noise (both None, and 0, in a
+    sparse log). `mean_widening`: how much wider a window mean's chance wander is than
+    independent noise of the pooled size (step-to-step) would give it, for the noise's
+    memory."""
+
+    relative_sigma: np.ndarray | None
+    recent: np.ndarray | None
+    recent_se: float
+    mean_widening: float
+
+    def rows(self, rows: slice) -> FallReading:
+        """This reading at a block of its rows (`level.local_level` works in blocks)."""
+        return FallReading(
+            None if self.relative_sigma is None else self.relative_sigma[rows],
+            None if self.recent is None else self.recent[rows],
+            self.recent_se,
+            self.mean_widening,
+        )
+
+
+def difference_noise(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.ndarray:
+    """Per row, the noise of one point as a fraction of the loss, from the variance of the
+    relative changes between successive points among the `points` points before it (the
+    row itself left out, as from the trailing window), allowing for the noise's lag-1
+    autocorrelation; NaN with fewer than half of them."""
+    finite = np.where(np.isfinite(loss), loss, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = np.diff(finite) / np.abs(0.5 * (finite[1:] + finite[:-1]))
+    relative[~np.isfinite(relative)] = np.nan
+    change = pl.Series(np.concatenate(([np.nan], relative))).fill_nan(None).shift(1)
+    variance = change.rolling_var(points, min_samples=max(2, points // 2)).fill_null(np.nan)
+    lag1 = min(max(memory.lag1, 0.0), _MAX_LAG1)
+    return np.sqrt(variance.to_numpy() / (2.0 * (1.0 - lag1)))
+
+
+def _recent_mean(loss: np.ndarray, points: int) -> np.ndarray:
+    """Per row, the mean of the finite values among the `points` rows before it."""
+    finite = pl.Series(np.where(np.isfinite(loss), loss, np.nan)).fill_nan(None).shift(1)
+    return finite.rolling_mean(points, min_samples=1).fill_null(np.nan).to_numpy()
+
+
+def read_fall(
+    loss: np.ndarray,
+    first: int,
+    count: np.ndarray,
+    sparse: bool,
+    thresholds: Thresholds,
+    memory: NoiseMemory,
+) -> FallReading:
+    """The `FallReading` at the rows of a chunk of the spike rule's trailing windows (from
+    row `first`, `count` points in each window), the noise over a window's worth of
+    points; only `mean_widening` in a `sparse` log. Its window holds a few points a
+    quarter: a bend read from their means swings by most of a sigma, and its noise is
+    pooled apart."""
+    points = max(int(thresholds.min_points_per_window), int(np.max(count, initial=0)))
+    lag1 = min(max(memory.lag1, 0.0), _MAX_LAG1)
+    widening = inflation(memory, points) / math.sqrt(1.0 - lag1)
+    if sparse:
+        return FallReading(None, None, 0.0, widening)
+    recent_points = max(1, int(thresholds.level_recent_points))
+    reach = max(0, first - max(points, recent_points) - 1)
+    stop = first + count.size
+    piece = loss[reach:stop]
+    sigma = difference_noise(piece, points, memory)[first - reach :]
+    recent_se = math.sqrt(memory.variance_factor(recent_points) / recent_points)
+    recent = _recent_mean(piece, recent_points)[first - reach :]
+    return FallReading(sigma, recent, recent_se, widening)
+
+
+def fall_z_with_windows(
+    fall_z: np.ndarray,
+    windows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    judge: np.ndarray,
+    fall: FallReading | None,
+    thresholds: Thresholds,
+) -> np.ndarray:
+    """`fall_z` (the window's earlier half over its later half, in standard errors), or in
+    a sparse log, where it is at least half of `level_fall_z`, the fall from the window
+    before to this one (`windows`: the two means and their points) in standard errors of
+    the two means for the noise `judge` with its memory, if that is more.
+
+    A window of ten points has halves of five: a warmup's fall of two sigma a window
+    passes their test one time in three, two whole windows' test most times. The
+    noise's memory widens that test's bar, and the halves must show half a fall too: an
+    AR(1) wander of two sigma over a window, after one a sigma high, would otherwise
+    read as a fall, and the return from it as a shift."""
+    if fall is None or fall.relative_sigma is not None:
+        return fall_z
+    prior, mean, n_prior, n = windows
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = judge * fall.mean_widening * np.sqrt(1.0 / n_prior + 1.0 / n)
+        both = np.fmax(fall_z, (prior - mean) / spread)
+        return np.where(fall_z >= thresholds.level_fall_z / 2.0, both, fall_z)
+
+
+def level_now(
+    stats: dict[str, np.ndarray],
+    early: tuple[np.ndarray, np.ndarray],
+    third: tuple[np.ndarray, np.ndarray],
+    fall: FallReading,
+    thresholds: Thresholds,
+    noise: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The level of a fall at each row and the noise there.
+
+    The level: the window's bend read at the row (the parabola through the means of its
+    earlier half, third quarter and last quarter, at their mean steps; a straight trend
+    undershoots a fall that slows down and overshoots one that speeds up), never below
+    where the loss just was (`FallReading.recent`, less `_RECENT_SE` of its standard
+    errors: a floor the recent points' own noise would set too high) and never above the
+    window's mean. The noise: the relative noise times the level, or `noise` where the
+    window has too few changes, widened for the level's own error (a point's distance
+    from an estimated level varies by both: about 8% on a 100-point window; for noise
+    with memory the means err more, but the point moves with the recent ones, and the
+    two offset), then floored at `sigma_floor_frac` of the level: the floor is the
+    rule's least sigma, as under a window's std, not an estimate with an error."""
+    x, mean = stats["x"], stats["mean"]
+    last = (stats["x_mean_quarter"], stats["mean_quarter"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bend = np.minimum(mean, _parabola_at(x, early, third, last))
+        sigma = _at_level(bend, fall, thresholds, noise)
+        recent = np.full_like(mean, np.nan) if fall.recent is None else fall.recent
+        floor = recent - _RECENT_SE * fall.recent_se * sigma
+        level = np.minimum(mean, np.fmax(bend, floor))
+        # the parabola's weights on the three means, squared over their points
+        n_late = stats["count_half"]
+        counts = (stats["count"] - n_late, n_late - stats["count_quarter"], stats["count_quarter"])
+        weights = _parabola_weights(x, early[0], third[0], last[0])
+        error = sum(w * w / c for w, c in zip(weights, counts, strict=True))
+        widen = np.sqrt(1.0 + np.where(np.isfinite(error), error, 0.0))
+    return level, _at_level(level, fall, thresholds, noise, widen)
+
+
+def _at_level(
+    level: np.ndarray,
+    fall: FallReading,
+    thresholds: Thresholds,
+    noise: np.ndarray,
+    widen: np.ndarray | float = 1.0,
+) -> np.ndarray:
+    if fall.relative_sigma is None:  # a sparse log: its noise is pooled apart
+        return noise
+    at_level = fall.relative_sigma * np.abs(level) * widen
+    floor = np.abs(level) * thresholds.sigma_floor_frac
+    return np.where(np.isfinite(at_level), np.maximum(at_level, floor), noise * widen)
+
+
+def _parabola_weights(x, x0, x1, x2):
+    """The weights of the three y values in `_parabola_at` at x."""
+    return (
+        (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2)),
+        (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2)),
+        (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1)),
+    )
+
+
+def _parabola_at(x, *points):
+    """The parabola through three (x, y) points read at x (Lagrange's form)."""
+    (x0, y0), (x1, y1), (x2, y2) = points
+    return (
+        y0 * (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2))
+        + y1 * (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2))
+        + y2 * (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1))
+    )
