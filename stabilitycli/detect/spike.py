@@ -48,6 +48,7 @@ from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChan
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.settle import curve_ahead, settled_shift
 from stabilitycli.detect.windows import (
     ForwardMedian,
     WindowPlan,
@@ -183,6 +184,9 @@ class _Baseline:
     # what a sustained event's excess is measured over: the local level where a dense
     # window's mean lags the curve (`LocalLevel.near`), else the mean
     near: KeptAt
+    # the trailing window's own mean (the level since a change, just after one): how far
+    # it lags `near` says how fast the curve falls (`settle.curve_ahead`)
+    trail: KeptAt
 
 
 def _flag_above_baseline(
@@ -207,7 +211,7 @@ def _flag_above_baseline(
     window = thresholds.spike_window_steps
     first_row_step = steps[0] + (0 if plan.widened else window)
     found: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line", "near")
+        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line", "near", "trail")
     }
     first_eligible_step = None
     # a sparse log's window of the last points is not restarted; its first points after a
@@ -243,7 +247,10 @@ def _flag_above_baseline(
         if pooled is not None:
             sigma = np.maximum(np.where(np.isfinite(pooled), pooled, sigma), sigma_floor)
         at, after_level, after_sigma = after.within(first, stop)
+        trail = stats["mean"]
         if at.size:
+            trail = trail.copy()
+            trail[at] = after_level
             mean, sigma = mean.copy(), sigma.copy()
             mean[at], sigma[at], eligible[at] = after_level, after_sigma, True
             level = replace_at(level, at, after_level)
@@ -264,8 +271,9 @@ def _flag_above_baseline(
         found["line"].append(level.line[flagged])
         # a sparse window's halves and quarter are a few points each: their trend is noise
         found["near"].append((level.near if pooled is None else mean)[flagged])
+        found["trail"].append(trail[flagged])
         # this chunk's arrays go before the next chunk's are computed beside them
-        del stats, level, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
+        del stats, level, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled, trail
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -282,6 +290,7 @@ def _flag_above_baseline(
         kept("line"),
         changes,
         kept("near"),
+        kept("trail"),
     )
 
 
@@ -532,6 +541,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         before_step=first_eligible,
     )
     sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, baseline.near)
+    settled_at: set[int] = set()
+    if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
+        # a shift whose first points the noise drew low is sustained by where it settled
+        ahead = KeptAt(loss.size, candidates, _curve_ahead_at(baseline, candidates, thresholds))
+        settled = settled_shift(candidates, steps, loss, ahead, sigma, thresholds)
+        sustained |= settled
+        settled_at = set(candidates[settled].tolist())
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
     ratio_level = KeptAt(
@@ -560,6 +576,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             causes_ctx,
             int(idx) in sustained_at,
             widened,
+            int(idx) in settled_at,
         )
         event.window = window_text
         events.append(event)
@@ -768,6 +785,7 @@ def _build_event(
     ctx: _CauseContext,
     sustained: bool,
     widened: bool,
+    settled: bool = False,
 ) -> SpikeEvent:
     mu, sd = float(baseline.mean[idx]), float(baseline.sigma[idx])
     thr = sd * thresholds.spike_sigma + mu  # the flagging threshold at idx, to the last bit
@@ -829,9 +847,11 @@ def _build_event(
     # a restart names the cause of a real spike; it does not turn one noisy
     # point after a resume into a spike (the replay rule judges the resume itself)
     explaining = [c for c in causes if c["cause"] != "optimizer-reset"]
-    if sustained and not (recovered or explaining or large or after_nonfinite):
+    # (a point whose stretch after it settled high has been judged by that level already)
+    if sustained and not (recovered or explaining or large or after_nonfinite or settled):
         # a step that stays up is judged by the level it settled at, not its first points
-        sustained = _settled_rise(steps, loss, idx, rec_idx, float(baseline.near[idx]), thresholds)
+        ahead = float(_curve_ahead_at(baseline, np.array([idx]), thresholds)[0])
+        sustained = _settled_rise(steps, loss, idx, rec_idx, ahead, thresholds)
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     return SpikeEvent(
         onset_step=onset,
@@ -858,6 +878,17 @@ def _build_event(
         baseline_basis="local-level" if baseline.falling[idx] else "mean",
         window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
         recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
+    )
+
+
+def _curve_ahead_at(baseline: _Baseline, rows: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """The curve a settled level after each of `rows` is measured against."""
+    return curve_ahead(
+        baseline.near[rows],
+        baseline.trail[rows],
+        baseline.line[rows],
+        baseline.rise_slope[rows],
+        thresholds.spike_window_steps / 2,
     )
 
 
