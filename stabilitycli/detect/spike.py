@@ -48,7 +48,7 @@ from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChan
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.settle import curve_ahead, settled_shift
+from stabilitycli.detect.settle import curve_ahead, recent_level, settled_shift
 from stabilitycli.detect.windows import (
     ForwardMedian,
     WindowPlan,
@@ -540,7 +540,11 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         result,
         before_step=first_eligible,
     )
-    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, baseline.near)
+    excess_over = baseline.near
+    if widened and candidates.size:  # a window of the last points, however many steps
+        recent = recent_level(candidates, loss, baseline.changes, thresholds.level_change_points)
+        excess_over = KeptAt(loss.size, candidates, np.fmax(baseline.near[candidates], recent))
+    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over)
     settled_at: set[int] = set()
     if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
         # a shift whose first points the noise drew low is sustained by where it settled
