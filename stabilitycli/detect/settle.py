@@ -35,12 +35,15 @@ def curve_ahead(
     trail: np.ndarray,
     line: np.ndarray,
     rise_slope: np.ndarray,
+    falling: np.ndarray,
     half_window_steps: float,
 ) -> np.ndarray:
     """The curve half a window after the rows: on a rising stretch its trend carried on
     (`rise_slope` > 0, `line` the trend at the row), else the level there less the fall
-    the trailing mean's lag says the curve makes over half a window."""
-    lag = np.where(np.isfinite(trail), trail - near, 0.0)
+    the trailing mean's lag says the curve makes over half a window. Not on a fast fall
+    (`falling`: warmup, a decay's tail), which slows down: the fall behind overstates the
+    fall ahead, and its level is already the local one."""
+    lag = np.where(np.isfinite(trail) & ~falling, trail - near, 0.0)
     falling = near - np.maximum(lag, 0.0)
     return np.where(rise_slope > 0, line + rise_slope * half_window_steps, falling)
 

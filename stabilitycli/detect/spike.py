@@ -550,6 +550,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         # a shift whose first points the noise drew low is sustained by where it settled
         ahead = KeptAt(loss.size, candidates, _curve_ahead_at(baseline, candidates, thresholds))
         settled = settled_shift(candidates, steps, loss, ahead, sigma, thresholds)
+        # a fast fall (warmup, a decay's tail) changes pace within the stretch: no level
+        # to read a settled rise against there, only the excess of the first points
+        settled &= baseline.falling[candidates] == 0
         sustained |= settled
         settled_at = set(candidates[settled].tolist())
     # most flagged points are lone noise (about 1% of a healthy run): settle those
@@ -892,6 +895,7 @@ def _curve_ahead_at(baseline: _Baseline, rows: np.ndarray, thresholds: Threshold
         baseline.trail[rows],
         baseline.line[rows],
         baseline.rise_slope[rows],
+        baseline.falling[rows] > 0,
         thresholds.spike_window_steps / 2,
     )
 
