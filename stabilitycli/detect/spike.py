@@ -543,7 +543,10 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     excess_over = baseline.near
     if widened and candidates.size:  # a window of the last points, however many steps
         recent = recent_level(candidates, loss, baseline.changes, thresholds.level_change_points)
-        excess_over = KeptAt(loss.size, candidates, np.fmax(baseline.near[candidates], recent))
+        near = baseline.near[candidates]
+        # on a fast fall the points just before lag above the curve as the mean does
+        higher = np.where(baseline.falling[candidates] > 0, near, np.fmax(near, recent))
+        excess_over = KeptAt(loss.size, candidates, higher)
     sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over)
     settled_at: set[int] = set()
     if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
