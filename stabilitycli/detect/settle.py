@@ -87,7 +87,10 @@ def settled_shift(
     if candidates.size == 0:
         return out
     span = np.minimum(settle_span(steps, candidates, thresholds), _MAX_SPAN)
-    whole = candidates + span <= loss.size
+    # the log goes on for a whole spike window after the point, and its points
+    whole = (steps[-1] >= steps[candidates] + thresholds.spike_window_steps) & (
+        candidates + span <= loss.size
+    )
     for lo in range(0, candidates.size, _BLOCK):  # blocks of candidates, not rows
         rows, width = candidates[lo : lo + _BLOCK], span[lo : lo + _BLOCK]
         offsets = np.arange(int(width.max()))

@@ -460,7 +460,14 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     even where some of its points dip under {spike_sigma:g} sigma; one that does not come
     back must also have settled >= {spike_persistent_min_rise_frac:.0%} above the level
     (its median over the {spike_window_steps} steps from the onset, at least
-    {widened_window_points} points). Points above the
+    {widened_window_points} points, against the curve the run was on: a slow fall's level
+    less the fall the trailing mean's lag says comes next). A point is sustained too when
+    the loss from it on settles there, its mean over those points (each counting at most
+    {spike_excess_cap_sigma:g} sigma) and the median of its first
+    {recovery_median_points} at least {spike_persistent_min_rise_frac:.0%} and
+    {spike_sigma:g} sigma above that curve: a shift whose first points the noise drew
+    low. In a widened window a sustained excess is measured over the higher of its
+    level and the median of the {level_change_points} points just before. Points above the
     baseline until the loss is back are one event. Recovered when the loss is back to
     <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
     spike is recoverable; else persistent, or divergent when the loss's level (a median
