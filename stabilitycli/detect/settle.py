@@ -80,8 +80,9 @@ def settled_shift(
 ) -> np.ndarray:
     """Per flagged point: did the loss from it on settle, over a whole `settle_span`, at
     a `settled_level` at least `spike_persistent_min_rise_frac` and `spike_sigma` sigmas above
-    `reference` (the curve it was on), and do its first `recovery_median_points` points
-    already sit there (a noise point a few points before a shift is not its onset)? A
+    `reference` (the curve it was on), do its first `recovery_median_points` points
+    already sit there, and is the point after it over the flag bar (a noise point a few
+    points before a shift is not its onset)? A
     stretch cut short by the end of the log says nothing of where the loss settled."""
     out = np.zeros(candidates.size, dtype=bool)
     if candidates.size == 0:
@@ -107,8 +108,16 @@ def settled_shift(
             base * (1.0 + thresholds.spike_persistent_min_rise_frac),
             base + thresholds.spike_sigma * sd,
         )
+        # the point after it is over the flag bar too: a noise point just before a shift
+        # has the shift in its first points' median, not in its next point
+        following = loss[np.minimum(rows + 1, loss.size - 1)]
         with np.errstate(invalid="ignore"):
-            out[lo : lo + rows.size] = (level >= bar) & (first >= bar) & (base > 0)
+            out[lo : lo + rows.size] = (
+                (level >= bar)
+                & (first >= bar)
+                & (following >= base + thresholds.spike_sigma * sd)
+                & (base > 0)
+            )
     return out & whole
 
 

@@ -107,7 +107,7 @@ def test_the_settled_level_needs_its_first_points_and_a_whole_stretch() -> None:
     flat = KeptAt(400, rows, np.full(4, 2.0))
     sigma = KeptAt(400, rows, np.full(4, 0.02))
     got = settled_shift(rows, steps, loss, flat, sigma, t)
-    # 190: its first points are the old level; 199: one of its first five is;
+    # 190: its first points are the old level; 199: its next point is the new one;
     # 200: the shift's first step; 350: fewer than a window's points left
     assert got.tolist() == [False, True, True, False]
 
