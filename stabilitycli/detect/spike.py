@@ -466,8 +466,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     {spike_excess_cap_sigma:g} sigma) and the median of its first
     {recovery_median_points} at least {spike_persistent_min_rise_frac:.0%} and
     {spike_sigma:g} sigma above that curve, the point after it {spike_sigma:g} sigma
-    above it too: a shift whose first points the noise drew low. In a widened window a sustained excess is measured over the higher of its
-    level and the median of the {level_change_points} points just before. Points above the
+    above it too: a shift whose first points the noise drew low. In a widened window a
+    sustained excess is measured over the higher of its level and the median of the
+    {level_change_points} points just before. Points above the
     baseline until the loss is back are one event. Recovered when the loss is back to
     <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
     spike is recoverable; else persistent, or divergent when the loss's level (a median
