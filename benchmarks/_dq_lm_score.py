@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 from _dq_lm_synth import LM_EVENT_PLACES, event_lm, healthy_lm, rank_lm
-from _dq_lm_truth import excused, noise_events, place_of
+from _dq_lm_truth import below_bar, excused, noise_events, place_of
 from _dq_score import WARNING, score, seed_for
 from _dq_synth import Case
 
@@ -41,6 +41,7 @@ LM_SIZES = {
     "ramp": (("+25%", 0.25, False), ("+50%", 0.5, False)),
     "nan-tail": (("—", math.nan, False),),
 }
+MULTI = ("bump3pt", "bump10pt", "shift")  # judged by the bar in the logged data
 BASE_KIND = {"bump3pt": "bump3", "bump10pt": "bump10"}  # the main grid's match window
 EXAMPLES_PER_RUN = 3
 
@@ -241,6 +242,9 @@ def run_lm_task(task: dict) -> dict:
             record = score(base, truth, result)
             if run is not None:
                 record["phi"] = round(run.phi, 3)
+                why = below_bar(run, case.interval, case.sigma) if case.kind in MULTI else None
+                if why:  # not counted in recall (`_dq_report.summarize`): the log is under the bar
+                    record["below"] = why
             records.append(record)
     return {
         "key": task["key"],

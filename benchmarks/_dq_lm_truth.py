@@ -104,3 +104,40 @@ def place_of(step: int | None, shape, last_step: int, interval: int) -> str:
     if step >= shape.decay_tail:
         return "decay tail"
     return "elsewhere"
+
+
+# --- whether an injected multi-point event met the bar in the logged data ---------------
+
+JUDGED_STEPS = 100  # a shift is judged over its first spike window (Q2.1's 100 steps)
+NEW_LEVEL_POINTS = 3  # logged points after an epoch drop that show its new level
+
+
+def below_bar(run, interval: int, sigma: float) -> str | None:
+    """Why an injected bump or shift is not a material event by the logged data, or None.
+
+    The generator adds `h` of the level to the points it covers; the noise those points
+    drew adds to it. An event of exactly 5σ (and 5%, at σ = 1%) whose points drew a
+    negative mean noise sits under the spec's multi-point bar in the log itself, as a
+    noise-made event can sit over it: the same measure as `noise_events`, on the event's
+    own points (a shift's: its first spike window, at least 3 points) against the noise-
+    free curve. An event less than NEW_LEVEL_POINTS logged points after an epoch drop
+    (a level is a multi-point thing, as an event is) has no level of the new epoch in the
+    log to stand out from: its excess is measured over the level before the drop, which
+    is what the log shows (a +24% shift on the first point after a 24% drop is a one-point
+    dip and no event at all).
+    """
+    truth, steps = run.truth, run.frame["step"].to_numpy()
+    i = int(np.searchsorted(steps, truth.onset))
+    judged = max(3, -(-JUDGED_STEPS // interval))
+    stop = min(i + min(truth.points, judged), steps.size)
+    reference = run.level[i:stop]
+    for b in run.shape.boundaries:
+        first = int(np.searchsorted(steps, b))  # the drop's first logged point
+        if first <= i < first + NEW_LEVEL_POINTS and first > 0:
+            # the log holds no level after the drop to stand out from: the one before it
+            reference = reference * (run.level[first - 1] / run.level[first])
+    rel = run.frame["loss"].to_numpy()[i:stop] / reference - 1.0
+    mean = float(np.mean(rel))
+    if mean < MULTI_Z * sigma - 1e-12 or mean < MULTI_REL - 1e-12:
+        return f"logged mean excess {mean / sigma:.2f}σ, {100 * mean:.2f}%"
+    return None

@@ -64,7 +64,9 @@ def _p95(values) -> float | None:
 def summarize(result: dict) -> dict:
     """One cell: recall, precision, onset errors, what else fired."""
     case = Case(**result["case"])
-    recs = result["records"]
+    # an LM event whose logged points fell under the spec's bar is no event to find (#36)
+    below = sum(bool(r.get("below")) for r in result["records"])
+    recs = [r for r in result["records"] if not r.get("below")]
     n = len(recs)
     tp = sum(bool(r.get("d")) for r in recs)
     fam = sum(r.get("f", 0) for r in recs)
@@ -89,6 +91,7 @@ def summarize(result: dict) -> dict:
             Counter(c for r in recs if not r.get("d") for c in r.get("i", [])).most_common()
         ),
         "cpu_s": result["cpu_s"],
+        "below_bar": below,
     }
     if case.kind in RAMP_KINDS:
         rel = [r["e"] / r["L"] for r in recs if r.get("d")]

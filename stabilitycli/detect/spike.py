@@ -55,6 +55,7 @@ from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChan
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.settle import curve_ahead, recent_level, settled_shift
 from stabilitycli.detect.windows import (
     ForwardMedian,
     WindowPlan,
@@ -190,6 +191,10 @@ class _Baseline:
     # what a sustained event's excess is measured over: the local level where a dense
     # window's mean lags the curve (`LocalLevel.near`), else the mean
     near: KeptAt
+    # the trailing window's own mean (the level since a change, just after one): how far
+    # it lags `near` says how fast the curve falls (`settle.curve_ahead`)
+    trail: KeptAt
+
     # the rows judged against the level since a change, and where their sigma came from
     after: AfterChange = field(default_factory=AfterChange.none)
 
@@ -221,7 +226,7 @@ def _flag_above_baseline(
     window = thresholds.spike_window_steps
     first_row_step = steps[0] + (0 if plan.widened else window)
     found: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line", "near")
+        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line", "near", "trail")
     }
     first_eligible_step = None
     # a sparse log's window of the last points is not restarted; its first points after a
@@ -258,7 +263,10 @@ def _flag_above_baseline(
         if pooled is not None:
             sigma = np.maximum(np.where(np.isfinite(pooled), pooled, sigma), sigma_floor)
         at, after_level, after_sigma = after.within(first, stop)
+        trail = stats["mean"]
         if at.size:
+            trail = trail.copy()
+            trail[at] = after_level
             mean, sigma = mean.copy(), sigma.copy()
             mean[at], sigma[at], eligible[at] = after_level, after_sigma, True
             level = replace_at(level, at, after_level)
@@ -279,8 +287,10 @@ def _flag_above_baseline(
         found["line"].append(level.line[flagged])
         # a sparse window's halves and quarter are a few points each: their trend is noise
         found["near"].append((level.near if pooled is None else mean)[flagged])
+        found["trail"].append(trail[flagged])
         # this chunk's arrays go before the next chunk's are computed beside them
         del stats, level, fall, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
+        del trail
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -297,6 +307,7 @@ def _flag_above_baseline(
         kept("line"),
         changes,
         kept("near"),
+        kept("trail"),
         after,
         pooled_points is not None,
     )
@@ -469,7 +480,15 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     even where some of its points dip under {spike_sigma:g} sigma; one that does not come
     back must also have settled >= {spike_persistent_min_rise_frac:.0%} above the level
     (its median over the {spike_window_steps} steps from the onset, at least
-    {widened_window_points} points). Points above the
+    {widened_window_points} points, against the curve the run was on: a slow fall's level
+    less the fall the trailing mean's lag says comes next). A point is sustained too when
+    the loss from it on settles there, its mean over those points (each counting at most
+    {spike_excess_cap_sigma:g} sigma) and the median of its first
+    {recovery_median_points} at least {spike_persistent_min_rise_frac:.0%} and
+    {spike_sigma:g} sigma above that curve, the point after it {spike_sigma:g} sigma
+    above it too: a shift whose first points the noise drew low. In a widened window a
+    sustained excess is measured over the higher of its level and the median of the
+    {level_change_points} points just before. Points above the
     baseline until the loss is back are one event. Recovered when the loss is back to
     <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
     spike is recoverable; else persistent, or divergent when the loss's level (a median
@@ -551,7 +570,24 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         result,
         before_step=first_eligible,
     )
-    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, baseline.near)
+    excess_over = baseline.near
+    if widened and candidates.size:  # a window of the last points, however many steps
+        recent = recent_level(candidates, loss, baseline.changes, thresholds.level_change_points)
+        near = baseline.near[candidates]
+        # on a fast fall the points just before lag above the curve as the mean does
+        higher = np.where(baseline.falling[candidates] > 0, near, np.fmax(near, recent))
+        excess_over = KeptAt(loss.size, candidates, higher)
+    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over)
+    settled_at: set[int] = set()
+    if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
+        # a shift whose first points the noise drew low is sustained by where it settled
+        ahead = KeptAt(loss.size, candidates, _curve_ahead_at(baseline, candidates, thresholds))
+        settled = settled_shift(candidates, steps, loss, ahead, sigma, thresholds)
+        # a fast fall (warmup, a decay's tail) changes pace within the stretch: no level
+        # to read a settled rise against there, only the excess of the first points
+        settled &= baseline.falling[candidates] == 0
+        sustained |= settled
+        settled_at = set(candidates[settled].tolist())
     # most flagged points are lone noise (about 1% of a healthy run): settle those
     # vectorised, and build full events only where something more might be going on
     ratio_level = KeptAt(
@@ -584,6 +620,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             causes_ctx,
             int(idx) in sustained_at,
             widened,
+            int(idx) in settled_at,
         )
         event.window = window_text
         events.append(event)
@@ -792,6 +829,7 @@ def _build_event(
     ctx: _CauseContext,
     sustained: bool,
     widened: bool,
+    settled: bool = False,
 ) -> SpikeEvent:
     mu, sd = float(baseline.mean[idx]), float(baseline.sigma[idx])
     thr = sd * thresholds.spike_sigma + mu  # the flagging threshold at idx, to the last bit
@@ -858,9 +896,11 @@ def _build_event(
     # a restart names the cause of a real spike; it does not turn one noisy
     # point after a resume into a spike (the replay rule judges the resume itself)
     explaining = [c for c in causes if c["cause"] != "optimizer-reset"]
-    if sustained and not (recovered or explaining or large or after_nonfinite):
+    # (a point whose stretch after it settled high has been judged by that level already)
+    if sustained and not (recovered or explaining or large or after_nonfinite or settled):
         # a step that stays up is judged by the level it settled at, not its first points
-        sustained = _settled_rise(steps, loss, idx, rec_idx, float(baseline.near[idx]), thresholds)
+        ahead = float(_curve_ahead_at(baseline, np.array([idx]), thresholds)[0])
+        sustained = _settled_rise(steps, loss, idx, rec_idx, ahead, thresholds)
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     noise = baseline.after.source_of(idx)
     return SpikeEvent(
@@ -903,6 +943,18 @@ def _noise_fields(noise: NoiseSource, steps: np.ndarray) -> dict:
     if noise.how == "differences":
         out["sigma_noise_lag1"] = round(noise.lag1, 3)
     return out
+
+
+def _curve_ahead_at(baseline: _Baseline, rows: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """The curve a settled level after each of `rows` is measured against."""
+    return curve_ahead(
+        baseline.near[rows],
+        baseline.trail[rows],
+        baseline.line[rows],
+        baseline.rise_slope[rows],
+        baseline.falling[rows] > 0,
+        thresholds.spike_window_steps / 2,
+    )
 
 
 def _settled_rise(steps, loss, idx: int, back: int | None, level: float, thresholds) -> bool:
