@@ -78,6 +78,11 @@ def _scope_value(target: dict, interval: int) -> str:
     text = f"{format_measure(m, s['value'])} {mark}"
     if "recall" in s and m != "recall":
         text += f" (recall {100 * s['recall']:.0f}%, n={s['n']})"
+    elif "raw" in s:
+        text += (
+            f" (n={s['n']}; raw {100 * s['raw']:.1f}% with the {s['below_bar']} "
+            "under the bar counted)"
+        )
     else:
         text += f" (n={s['n']})"
     if s.get("worst") and not s["pass"]:

@@ -92,6 +92,8 @@ def summarize(result: dict) -> dict:
         ),
         "cpu_s": result["cpu_s"],
         "below_bar": below,
+        # with the events under the bar counted too: the recall the old truth measured
+        "tp_all": sum(bool(r.get("d")) for r in result["records"]),
     }
     if case.kind in RAMP_KINDS:
         rel = [r["e"] / r["L"] for r in recs if r.get("d")]
@@ -362,6 +364,10 @@ def evaluate(
     extra = {"tp": tp}
     if target.measure == "recall":
         value = tp / n
+        below = sum(c.get("below_bar", 0) for c in chosen)
+        if below:  # the raw recall beside, as the healthy runs' raw rate is (#36)
+            extra["raw"] = sum(c.get("tp_all", c["tp"]) for c in chosen) / (n + below)
+            extra["below_bar"] = below
         worst = min(chosen, key=lambda c: c["recall"])
         extra["worst"] = f"{_cell_name(worst)}: {_pct(worst['recall'])}"
     elif target.measure == "persistent":
