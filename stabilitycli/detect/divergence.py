@@ -180,7 +180,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         for e in facts.spikes
         if e.onset_step <= binned.steps[j] and _is_a_jump(e, steps, loss, final_level)
     ]
-    start_step, trough_level, trough_end_step = onset(
+    start_step, trough_level, trough_end_step, fitted = onset(
         steps,
         loss,
         binned,
@@ -284,6 +284,12 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         "causes": causes,
         "window_shortened": shortened,
     }
+    fit_words = ""
+    if fitted is not None:
+        fit_words = f"; {fitted.words()}"
+        trend_numbers["onset_fit"] = fitted.words()
+        trend_numbers["onset_fit_steps"] = [fitted.first_step, fitted.last_step]
+        trend_numbers["onset_power"] = fitted.power
     if not scan.memory.independent:
         trend_numbers["z_uncorrected"] = round(float(z[j]) * scan.z_inflation, 2)
         trend_numbers["noise_lag1"] = round(scan.memory.lag1, 3)
@@ -306,7 +312,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
             PLATEAU.finding(
                 f"loss drifted up from step {start_step}: {rise_words}; {z_words}, and it never "
                 "came back, "
-                "with no LR, weight-norm or grad-norm cause: a plateau, not divergence",
+                "with no LR, weight-norm or grad-norm cause: a plateau, not divergence" + fit_words,
                 step=start_step,
                 end_step=end_step,
                 metric="loss",
@@ -321,6 +327,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
             f"{z_words}; after step "
             f"{end_step}, never back down to {first_mean[j]:.4g} ({window_opens})"
             + (f"; cause: {cause}" if cause else "")
+            + fit_words
             + note,
             step=start_step,
             end_step=int(steps[-1]),

@@ -13,6 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from stabilitycli.detect.divergence_power import (
+    POWER_FIT_BACK,
+    POWER_FIT_LEAD,
+    POWER_FIT_ROUNDS,
+    POWER_FIT_STARTS,
+    PowerFit,
+    linear_ramp_sse,
+    power_fit,
+)
 from stabilitycli.detect.trend import Binned, bin_medians, running_sum_from, suffix_sum_from
 
 
@@ -25,9 +34,10 @@ def onset(
     fit_bins: int,
     falling_evidence: float,
     earliest_step: int,
-) -> tuple[int, float, int]:
+) -> tuple[int, float, int, PowerFit | None]:
     """Where the rise of the first diverging window (bins j..j+m-1) began, the loss there
-    (the median of one fine bin) and that bin's last step.
+    (the median of one fine bin), that bin's last step, and the fit of the rise's whole
+    shape when that dated it (`_fitted_rise`).
 
     The window that first passes the test can open long after the rise began
     (a slow ramp moves a short window only by chance), so the fit looks back
@@ -68,13 +78,83 @@ def onset(
         # into the fast early drop): a longer stretch before the rise pins its start
         reach_step = decay.step_down_to(DECAY_LOOKBACK)
         fit_from = min(fit_from, int(np.searchsorted(steps, reach_step, side="left")))
-    start_step = _ramp_onset(steps[fit_from:], loss[fit_from:], earliest_start, latest_start, decay)
-    if start_step is None:
-        return int(fine.steps[at]), float(fine.values[at]), int(fine.end_steps[at])
+    pair = _ramp_pair(steps[fit_from:], loss[fit_from:], earliest_start, latest_start, decay)
+    if pair is None:
+        return int(fine.steps[at]), float(fine.values[at]), int(fine.end_steps[at]), None
+    start_step = int(pair[0])
+    # the straight ramp dates an accelerating rise late: its whole shape is fitted too, and
+    # kept where it fits the points better than the straight ramp over the same stretch
+    fitted = _fitted_rise(steps, loss, start_step, earliest_step, pair[1])
+    if fitted is not None:
+        start_step = fitted.start_step
     # the level the rise starts from: the median of one fine bin's worth of points from there
     first = int(np.searchsorted(steps, start_step, side="left"))
     last = min(steps.size, first + bin_points) - 1
-    return start_step, float(np.median(loss[first : last + 1])), int(steps[last])
+    return start_step, float(np.median(loss[first : last + 1])), int(steps[last]), fitted
+
+
+def _fitted_rise(
+    steps: np.ndarray, loss: np.ndarray, guess: int, earliest_step: int, ramp_end: float
+) -> PowerFit | None:
+    """The power fit of `divergence_power` from the straight ramp's start `guess` (which
+    ends its rise at `ramp_end`), when it fits better than that ramp; else None.
+
+    Each round fits over a stretch reaching `POWER_FIT_BACK` times the rise's
+    length before its start (never before `earliest_step`), with the run's decay
+    curve fitted to what was logged before that start, and starts from the first
+    tenth of the stretch to halfway between the guess and the end of the log."""
+    end = float(steps[-1])
+    start, fit = float(guess), None
+    floor = int(np.searchsorted(steps, earliest_step, side="left"))
+
+    def suffix_sums(columns: Callable[[int, int], list[np.ndarray]], n: int, at: list) -> list:
+        return _sums_at(columns, n, at, from_end=True)
+
+    for _ in range(POWER_FIT_ROUNDS):  # loop over a few refits, each over the whole stretch
+        before = int(np.searchsorted(steps, start))
+        # the decay is fitted from the steepest fall on: a warmup's slow first fall before it
+        # is no part of the curve a power law or an exponential follows
+        steepest = _steepest_fall(steps[floor:before], loss[floor:before])
+        shape = _decay_before(steps, loss, floor + steepest, before)
+        reach = start - POWER_FIT_BACK * (end - start)
+        lo = max(floor + steepest, int(np.searchsorted(steps, reach)))
+        if steps.size - lo < 8:
+            return fit
+        x = steps[lo:].astype(float)
+        y = _clip_wild(loss[lo:].astype(float))
+        decay = None if shape is None else shape.at(x)
+        latest = min(end, float(guess) + 0.5 * (end - float(guess)))
+        room = x[(x >= x[0] + POWER_FIT_LEAD * (start - x[0])) & (x <= latest) & (x < end)]
+        if room.size < 2:
+            return fit
+        grid = room[np.unique(np.linspace(0, room.size - 1, POWER_FIT_STARTS).round().astype(int))]
+        best = power_fit(x, y, decay, grid, suffix_sums)
+        if best is None:
+            return fit
+        # then every logged point between the best grid start's neighbours
+        at = int(np.searchsorted(grid, best[1]))
+        near = room[(room >= grid[max(0, at - 1)]) & (room <= grid[min(grid.size - 1, at + 1)])]
+        best = power_fit(x, y, decay, near, suffix_sums) or best
+        # a straight rise is the ramp fit's own shape, which also lets it level off: the
+        # power fit dates only a rise that accelerates, and only where it fits better
+        if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, decay, float(guess), ramp_end):
+            return fit
+        start = best[1]
+        fit = PowerFit(int(best[1]), best[2], best[0], int(x[0]), int(x[-1]))
+    return fit
+
+
+def _steepest_fall(steps: np.ndarray, loss: np.ndarray) -> int:
+    """The index where the loss falls fastest, read from the 5-bin running median of
+    `DECAY_FIT_BINS` bin medians (0 for too few points)."""
+    if steps.size < 16:
+        return 0
+    bins = bin_medians(steps, loss, math.ceil(steps.size / DECAY_FIT_BINS))
+    smooth = _running_median(bins.values)
+    if smooth.size < 3:
+        return 0
+    fastest = int(np.argmin(np.diff(smooth) / np.diff(bins.steps.astype(float))))
+    return int(np.searchsorted(steps, bins.steps[fastest]))
 
 
 # a fitted onset the raw loss still falls from by this fraction of its level (in a strictly
@@ -198,6 +278,18 @@ def _ramp_onset(
     latest_start_step: int,
     decay_shape: _Decay | None = None,
 ) -> int | None:
+    """The start of `_ramp_pair`'s fit (None when it found none)."""
+    pair = _ramp_pair(steps, loss, earliest_start_step, latest_start_step, decay_shape)
+    return None if pair is None else int(pair[0])
+
+
+def _ramp_pair(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    earliest_start_step: int,
+    latest_start_step: int,
+    decay_shape: _Decay | None = None,
+) -> tuple[float, float] | None:
     """Where a "level, then a straight rise, then level again" least-squares fit over the
     logged points, from the fit region to the end of the log, starts its rise.
 
@@ -240,8 +332,7 @@ def _ramp_onset(
     best = best_ramp(np.array([best[0]]), near_ends) or best
     at = int(np.searchsorted(starts, best[0]))
     near_starts = starts[max(0, at - start_spacing) : at + start_spacing + 1]
-    best = best_ramp(near_starts, np.array([best[1]])) or best
-    return int(best[0])
+    return best_ramp(near_starts, np.array([best[1]])) or best
 
 
 def _ramp_fitter(
