@@ -89,7 +89,12 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     rising window to the end of the log, starts its rise; where the loss before
     it follows a decay curve (a power law or exponential fitted to what was
     logged before, kept only when it beats a straight line by Akaike's
-    criterion), that curve stands in for the straight fall. For the first
+    criterion), that curve stands in for the straight fall. A rise that accelerates
+    is dated by a fit of its whole shape instead, where that fits better: the loss
+    over a stretch reaching three times the rise's length back (not before its
+    steepest fall) to the end of the log, as the trend before it (a line plus
+    that decay curve) carried on under it plus b * (t - t0)^p, p 2 or 3 (#36);
+    the finding then says so ("onset fitted: ..."). For the first
     diverging window it asks Q4.2 (LR rising by more than {lr_rise_frac:.0%}
     outside warmup -> `lr-increasing`), Q4.3 (a weight norm changing more than
     {weight_norm_ratio:g}x -> `weight-norm`) and Q4.4 (grad-norm moving average

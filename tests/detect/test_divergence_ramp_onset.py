@@ -59,7 +59,7 @@ def test_accelerating_ramp_onset_within_five_percent_of_its_length(
 
 
 def test_the_finding_says_how_the_onset_was_dated() -> None:
-    frame, onset, length = falling_run(5, 1, 0.5, 0.5)
+    frame, _, _ = falling_run(5, 1, 0.5, 0.5)
     f = divergences(frame)[0]
     evidence = f.to_dict()["evidence"]
     assert evidence["onset_fit"].startswith("onset fitted: the loss rises")
