@@ -194,11 +194,16 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         thresholds.trend_points,
         thresholds.divergence_falling_evidence,
         max(before, default=int(steps[0])),
+        _lr_at(view, steps),
     )
     start_step, trough_level, trough_end_step = past_the_fall(
         steps, loss, start_step, trough_level, trough_end_step
     )
-    step_words = _a_step(steps, loss, start_step, final_level, thresholds)
+    # a step is sought where the straight ramp fit put the rise: the fit of an accelerating
+    # shape dates it earlier, where the curve has not yet fallen to the level it rises from
+    # at the end, and a rise measured from there looks like nothing but the noise's steps
+    step_at = start_step if fitted is None else fitted.ramp_start_step
+    step_words = _a_step(steps, loss, step_at, final_level, thresholds)
     if step_words:
         # a level that moved up at once and stayed is §2's persistent spike (or, under its
         # bar, noise's level), not a trend: told in the Q4.1 evidence, not as divergence
@@ -241,6 +246,16 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     else:
         rise_from, from_steps, from_stat = float(first_mean[j]), opens_steps, "mean-of-medians"
         from_words = window_opens
+    if fitted is not None:
+        # an onset fitted on a curve still falling under the rise sits above where the loss
+        # went down to before the rise overtook the fall: the rise counts from that low
+        low = _lowest_bin(binned, start_step, int(binned.end_steps[j + m - 1]))
+        if low is not None and low[0] < rise_from:
+            rise_from, from_steps, from_stat = low[0], [low[1], low[2]], "median"
+            trough_level = low[0]  # the evidence's trough is the median rise_from_steps name
+            from_words = (
+                f"the median of steps {low[1]}-{low[2]}, the lowest trend bin from the onset on"
+            )
     # ...to the higher of the end of the log and the end of the window that rose: the
     # percentage is between the two levels the sentence names
     if float(last_mean[j]) > final_level:
@@ -344,6 +359,27 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
 
 
 SHORT_STEP_SHARE = 0.6
+
+
+def _lowest_bin(binned: Binned, first: int, last: int) -> tuple[float, int, int] | None:
+    """The lowest finite bin median among the bins from step `first` to step `last`, with
+    its first and last step (None without one)."""
+    inside = (binned.steps >= first) & (binned.end_steps <= last) & np.isfinite(binned.values)
+    if not inside.any():
+        return None
+    k = int(np.flatnonzero(inside)[np.argmin(binned.values[inside])])
+    return float(binned.values[k]), int(binned.steps[k]), int(binned.end_steps[k])
+
+
+def _lr_at(view: SeriesView, steps: np.ndarray) -> np.ndarray | None:
+    """The LR at each of `steps` (the last one logged at or before it; None without an LR
+    series, or where none was logged before the first of them)."""
+    if not view.has("lr"):
+        return None
+    lr_steps, lr = view.finite_points("lr")
+    if not lr.size or lr_steps[0] > steps[0]:
+        return None
+    return lr[np.searchsorted(lr_steps, steps, side="right") - 1].astype(float)
 
 
 def _a_step(

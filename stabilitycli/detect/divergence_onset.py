@@ -34,10 +34,12 @@ def onset(
     fit_bins: int,
     falling_evidence: float,
     earliest_step: int,
+    lr: np.ndarray | None = None,
 ) -> tuple[int, float, int, PowerFit | None]:
     """Where the rise of the first diverging window (bins j..j+m-1) began, the loss there
     (the median of one fine bin), that bin's last step, and the fit of the rise's whole
-    shape when that dated it (`_fitted_rise`).
+    shape when that dated it (`_fitted_rise`; `lr`, the LR at each of `steps` when the
+    log has it, is part of the trend that fit carries on under the rise).
 
     The window that first passes the test can open long after the rise began
     (a slow ramp moves a short window only by chance), so the fit looks back
@@ -84,7 +86,7 @@ def onset(
     start_step = int(pair[0])
     # the straight ramp dates an accelerating rise late: its whole shape is fitted too, and
     # kept where it fits the points better than the straight ramp over the same stretch
-    fitted = _fitted_rise(steps, loss, start_step, earliest_step, pair[1])
+    fitted = _fitted_rise(steps, loss, start_step, earliest_step, pair[1], lr)
     if fitted is not None:
         start_step = fitted.start_step
     # the level the rise starts from: the median of one fine bin's worth of points from there
@@ -94,15 +96,22 @@ def onset(
 
 
 def _fitted_rise(
-    steps: np.ndarray, loss: np.ndarray, guess: int, earliest_step: int, ramp_end: float
+    steps: np.ndarray,
+    loss: np.ndarray,
+    guess: int,
+    earliest_step: int,
+    ramp_end: float,
+    lr: np.ndarray | None,
 ) -> PowerFit | None:
     """The power fit of `divergence_power` from the straight ramp's start `guess` (which
     ends its rise at `ramp_end`), when it fits better than that ramp; else None.
 
     Each round fits over a stretch reaching `POWER_FIT_BACK` times the rise's
     length before its start (never before `earliest_step`), with the run's decay
-    curve fitted to what was logged before that start, and starts from the first
-    tenth of the stretch to halfway between the guess and the end of the log."""
+    curve fitted to what was logged before that start and the LR (a decaying LR
+    anneals the loss down: the curve's own fall, not the rise's), and starts from
+    the first tenth of the stretch to halfway between the guess and the end of the
+    log."""
     end = float(steps[-1])
     start, fit = float(guess), None
     floor = int(np.searchsorted(steps, earliest_step, side="left"))
@@ -122,25 +131,27 @@ def _fitted_rise(
             return fit
         x = steps[lo:].astype(float)
         y = _clip_wild(loss[lo:].astype(float))
-        decay = None if shape is None else shape.at(x)
+        trend = [] if shape is None else [shape.at(x)]
+        if lr is not None and np.ptp(lr[lo:]) > 0:
+            trend.append(lr[lo:] / np.max(np.abs(lr[lo:])))
         latest = min(end, float(guess) + 0.5 * (end - float(guess)))
         room = x[(x >= x[0] + POWER_FIT_LEAD * (start - x[0])) & (x <= latest) & (x < end)]
         if room.size < 2:
             return fit
         grid = room[np.unique(np.linspace(0, room.size - 1, POWER_FIT_STARTS).round().astype(int))]
-        best = power_fit(x, y, decay, grid, suffix_sums)
+        best = power_fit(x, y, trend, grid, suffix_sums)
         if best is None:
             return fit
         # then every logged point between the best grid start's neighbours
         at = int(np.searchsorted(grid, best[1]))
         near = room[(room >= grid[max(0, at - 1)]) & (room <= grid[min(grid.size - 1, at + 1)])]
-        best = power_fit(x, y, decay, near, suffix_sums) or best
+        best = power_fit(x, y, trend, near, suffix_sums) or best
         # a straight rise is the ramp fit's own shape, which also lets it level off: the
         # power fit dates only a rise that accelerates, and only where it fits better
-        if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, decay, float(guess), ramp_end):
+        if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, trend, float(guess), ramp_end):
             return fit
         start = best[1]
-        fit = PowerFit(int(best[1]), best[2], best[0], int(x[0]), int(x[-1]))
+        fit = PowerFit(int(best[1]), best[2], best[0], int(x[0]), int(x[-1]), guess)
     return fit
 
 

@@ -27,7 +27,8 @@ from math import comb
 
 import numpy as np
 
-RISE_POWERS = (1, 2, 3)  # straight, accelerating as t^2 and as t^3
+RISE_POWERS = (2, 3)  # accelerating as t^2 and as t^3 (a straight rise is the ramp fit's)
+POWER_EVIDENCE = 10.0  # n ln(SSE ratio) a steeper power needs over a gentler one
 POWER_FIT_BACK = 3.0  # the fit reaches back this many times the rise's length before it
 POWER_FIT_STARTS = 1024  # starts tried on a grid, then every logged point near the best
 POWER_FIT_ROUNDS = 2  # refits, each from the last one's onset (the decay refitted before it)
@@ -42,13 +43,15 @@ SumsAt = Callable[
 @dataclass(frozen=True)
 class PowerFit:
     """The best fit of the module's shape: the start t0, the power p, its squared error,
-    and the stretch it was fitted over (first and last logged step)."""
+    the stretch it was fitted over (first and last logged step), and the start of the
+    straight ramp it replaced."""
 
     start_step: int
     power: int
     sse: float
     first_step: int
     last_step: int
+    ramp_start_step: int  # where the straight ramp fit, which this fit beat, started the rise
 
     def words(self) -> str:
         """How the onset was dated, every number said for what it is."""
@@ -63,7 +66,7 @@ class PowerFit:
 def power_fit(
     x: np.ndarray,
     y: np.ndarray,
-    decay: np.ndarray | None,
+    extra: list[np.ndarray],
     starts: np.ndarray,
     sums_at: SumsAt,
 ) -> tuple[float, float, int] | None:
@@ -73,7 +76,7 @@ def power_fit(
     u = (x - end) / span  # in [-1, 0]: a short rise near the end sums small numbers
     t = (starts - end) / span
     n, top = u.size, 2 * max(RISE_POWERS)
-    base = [np.ones(n), u] + ([] if decay is None else [decay])
+    base = [np.ones(n), u, *extra]
     gram = np.array([[a @ b for b in base] for a in base])
     inverse = np.linalg.pinv(gram)
     along = np.array([a @ y for a in base])
@@ -81,21 +84,24 @@ def power_fit(
     sse_base = float(y @ y - along @ base_coef)
 
     def columns(lo: int, hi: int) -> list[np.ndarray]:
-        """Rows lo..hi-1 of u^k (k <= top), u^k * y and u^k * decay (k <= top / 2)."""
+        """Rows lo..hi-1 of u^k (k <= top), and u^k * y and u^k * each extra trend
+        column (k <= top / 2)."""
         us = u[lo:hi]
         powers = [np.ones(hi - lo)]
         for _ in range(top):  # loop over powers of u, not rows
             powers.append(powers[-1] * us)
-        out = powers + [p * y[lo:hi] for p in powers[: top // 2 + 1]]
-        if decay is not None:
-            out += [p * decay[lo:hi] for p in powers[: top // 2 + 1]]
+        out = list(powers)
+        for column in (y, *extra):  # loop over a few columns, not rows
+            out += [p * column[lo:hi] for p in powers[: top // 2 + 1]]
         return out
 
     after = np.searchsorted(u, t, side="right")  # the first point past each start
     sums = sums_at(columns, n, [after])[0]
     half = top // 2 + 1
     plain, with_y = sums[: top + 1], sums[top + 1 : top + 1 + half]
-    with_decay = sums[top + 1 + half :]
+    with_extra = [
+        sums[top + 1 + half * (e + 1) : top + 1 + half * (e + 2)] for e in range(len(extra))
+    ]
     best: tuple[float, float, int] | None = None
     for p in RISE_POWERS:  # loop over a few shapes, each over every start at once
         # (u - t)^p = sum_k C(p, k) u^k (-t)^(p - k): every sum of the rise column is one
@@ -112,8 +118,7 @@ def power_fit(
         gg = rise_sum(plain, 2 * p)
         gy = rise_sum(with_y, p)
         g_base = [rise_sum(plain, p), rise_sum(plain, p, 1)]
-        if decay is not None:
-            g_base.append(rise_sum(with_decay, p))
+        g_base += [rise_sum(column, p) for column in with_extra]
         gb = np.column_stack(g_base)
         # the rise column's part the trend columns do not explain, and its fit to y
         num = gy - gb @ base_coef
@@ -124,20 +129,22 @@ def power_fit(
             continue
         i = int(np.argmax(gain))
         sse = sse_base - float(gain[i])
-        if best is None or sse < best[0]:
+        # a steeper power dates the start earlier for almost the same error (the rise's first
+        # part is under the noise either way): it wins only by Akaike's evidence, n ln(ratio)
+        if best is None or n * np.log(best[0] / max(sse, 1e-300)) >= POWER_EVIDENCE:
             best = (sse, float(starts[i]), p)
     return best
 
 
 def linear_ramp_sse(
-    x: np.ndarray, y: np.ndarray, decay: np.ndarray | None, start: float, stop: float
+    x: np.ndarray, y: np.ndarray, extra: list[np.ndarray], start: float, stop: float
 ) -> float:
     """The squared error of the same trend with a straight rise from `start` that levels off
     at `stop` (the ramp fit's shape), over the same points: what the power fit must beat."""
     end, span = float(x[-1]), max(float(x[-1] - x[0]), 1.0)
     u = (x - end) / span
     rise = np.clip(x - start, 0.0, max(stop - start, 0.0))
-    columns = [np.ones(u.size), u, rise] + ([] if decay is None else [decay])
+    columns = [np.ones(u.size), u, rise, *extra]
     gram = np.array([[a @ b for b in columns] for a in columns])
     along = np.array([a @ y for a in columns])
     coef = np.linalg.pinv(gram) @ along
