@@ -14,10 +14,15 @@ POINTS = 4000
 
 
 def falling_run(
-    seed: int, interval: int = 1, rise: float = 0.0, length_frac: float = 0.5, sigma: float = 0.01
+    seed: int,
+    interval: int = 1,
+    rise: float = 0.0,
+    length_frac: float = 0.5,
+    sigma: float = 0.01,
+    power: float = 2.0,
 ) -> tuple[pl.DataFrame, int, int]:
     """A power-law training curve with AR(1) noise (lag-1 0.5) and, when `rise` > 0, a
-    rise of `rise` of the level growing as x^2 (x the fraction of the rise's length) from
+    rise of `rise` of the level growing as x^power (x the fraction of the rise's length) from
     its onset to the end of the log. Returns the frame, the onset step and the length."""
     rng = np.random.default_rng(seed)
     steps = np.arange(POINTS, dtype=np.int64) * interval
@@ -29,7 +34,7 @@ def falling_run(
     first = int((1 - length_frac) * POINTS)
     onset, length = int(steps[first]), int(steps[-1] - steps[first])
     x = np.clip((steps - onset) / max(length, 1), 0.0, 1.0)
-    loss = level * (1.0 + sigma * noise) + rise * level * x**2
+    loss = level * (1.0 + sigma * noise) + rise * level * x**power
     return pl.DataFrame({"step": steps, "loss": loss}), onset, length
 
 
@@ -68,6 +73,20 @@ def test_the_finding_says_how_the_onset_was_dated() -> None:
     assert first < f.step <= last == int(frame["step"][-1])
     assert evidence["onset_fit"] in f.message
     assert f"over steps {first}-{last}" in f.message
+
+
+def test_a_cubic_ramp_is_dated_too() -> None:
+    frame, onset, length = falling_run(6, 10, 0.5, 0.4, power=3.0)
+    f = divergences(frame)[0]
+    assert abs(f.step - onset) <= 0.05 * length, (f.step, onset, length)
+
+
+def test_a_straight_ramp_keeps_the_straight_ramp_fit() -> None:
+    """The power fit dates only a rise that accelerates: a straight one is the ramp fit's."""
+    frame, onset, length = falling_run(7, 1, 0.25, 0.5, power=1.0)
+    f = divergences(frame)[0]
+    assert "onset_fit" not in f.to_dict()["evidence"]
+    assert abs(f.step - onset) <= 0.05 * length, (f.step, onset, length)
 
 
 @pytest.mark.parametrize(("interval", "seed"), [(1, 11), (10, 12), (100, 13)])
