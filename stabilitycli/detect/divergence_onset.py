@@ -146,6 +146,10 @@ def _fitted_rise(
         at = int(np.searchsorted(grid, best[1]))
         near = room[(room >= grid[max(0, at - 1)]) & (room <= grid[min(grid.size - 1, at + 1)])]
         best = power_fit(x, y, trend, near, suffix_sums) or best
+        if best[1] <= room[0]:
+            # at the first start tried: the fit wanted to start before the stretch, where
+            # the trend it carries on is not the curve's (a warmup, an earlier fall)
+            return fit
         # a straight rise is the ramp fit's own shape, which also lets it level off: the
         # power fit dates only a rise that accelerates, and only where it fits better
         if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, trend, float(guess), ramp_end):

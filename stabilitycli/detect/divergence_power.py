@@ -27,7 +27,8 @@ from math import comb
 
 import numpy as np
 
-RISE_POWERS = (2, 3)  # accelerating as t^2 and as t^3 (a straight rise is the ramp fit's)
+# straight, accelerating as t^2 and as t^3; a straight best is left to the ramp fit
+RISE_POWERS = (1, 2, 3)
 POWER_EVIDENCE = 10.0  # n ln(SSE ratio) a steeper power needs over a gentler one
 POWER_FIT_BACK = 3.0  # the fit reaches back this many times the rise's length before it
 POWER_FIT_STARTS = 1024  # starts tried on a grid, then every logged point near the best
