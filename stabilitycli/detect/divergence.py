@@ -93,7 +93,8 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     is dated by a fit of its whole shape instead, where that fits better: the loss
     over a stretch reaching three times the rise's length back (not before its
     steepest fall) to the end of the log, as the trend before it (a line plus
-    that decay curve) carried on under it plus b * (t - t0)^p, p 2 or 3 (#36);
+    that decay curve and the LR) carried on under it plus b * (t - t0)^p, p a
+    small whole power above one (#36);
     the finding then says so ("onset fitted: ..."). For the first
     diverging window it asks Q4.2 (LR rising by more than {lr_rise_frac:.0%}
     outside warmup -> `lr-increasing`), Q4.3 (a weight norm changing more than
