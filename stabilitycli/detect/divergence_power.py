@@ -132,9 +132,17 @@ def power_fit(
         sse = sse_base - float(gain[i])
         # a steeper power dates the start earlier for almost the same error (the rise's first
         # part is under the noise either way): it wins only by Akaike's evidence, n ln(ratio)
-        if best is None or n * np.log(best[0] / max(sse, 1e-300)) >= POWER_EVIDENCE:
+        if best is None or _clearly_better(sse, best[0], n):
             best = (sse, float(starts[i]), p)
     return best
+
+
+def _clearly_better(sse: float, than: float, n: int) -> bool:
+    """Whether a squared error `sse` beats `than` by Akaike's `POWER_EVIDENCE` over `n`
+    points (a fit with no error left beats any that has some; none beats a degenerate 0)."""
+    if not than > 0:
+        return False
+    return sse <= 0 or n * np.log(than / sse) >= POWER_EVIDENCE
 
 
 def linear_ramp_sse(
