@@ -77,10 +77,11 @@ def power_fit(
     u = (x - end) / span  # in [-1, 0]: a short rise near the end sums small numbers
     t = (starts - end) / span
     n, top = u.size, 2 * max(RISE_POWERS)
-    base = [np.ones(n), u, *extra]
-    gram = np.array([[a @ b for b in base] for a in base])
+    design = np.column_stack([np.ones(n), u, *extra])
+    gram = design.T @ design
     inverse = np.linalg.pinv(gram)
-    along = np.array([a @ y for a in base])
+    along = design.T @ y
+    del design
     base_coef = inverse @ along
     sse_base = float(y @ y - along @ base_coef)
 
@@ -153,8 +154,8 @@ def linear_ramp_sse(
     end, span = float(x[-1]), max(float(x[-1] - x[0]), 1.0)
     u = (x - end) / span
     rise = np.clip(x - start, 0.0, max(stop - start, 0.0))
-    columns = [np.ones(u.size), u, rise, *extra]
-    gram = np.array([[a @ b for b in columns] for a in columns])
-    along = np.array([a @ y for a in columns])
+    design = np.column_stack([np.ones(u.size), u, rise, *extra])
+    gram = design.T @ design
+    along = design.T @ y
     coef = np.linalg.pinv(gram) @ along
     return float(y @ y - along @ coef)
