@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.detect.divergence import _decay_before
+from stabilitycli.detect.divergence_onset import _decay_before
 
 POINTS = 3000
 

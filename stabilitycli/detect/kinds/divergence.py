@@ -9,6 +9,7 @@ from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
     ABSENT,
     COUNT,
+    LABEL,
     STEP,
     STEPS,
     By,
@@ -158,6 +159,11 @@ class TrendEvidence(Evidence):
         default=ABSENT, metadata=measure(over("trend_z", "window_start_step", "end_step"))
     )
     noise_lag1: float = field(default=ABSENT, metadata=measure(Spec("autocorrelation", None)))
+    # the onset dated by a fit of the rise's whole shape (#36): how, in words, the stretch of
+    # logged steps it was fitted over, and the power p of (t - t0)^p that names the shape
+    onset_fit: str = field(default=ABSENT, metadata=measure(None))
+    onset_fit_steps: list[int] = field(default=ABSENT, metadata=measure(STEPS))
+    onset_power: int = field(default=ABSENT, metadata=measure(LABEL))
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,161 @@
+"""§4: the onset of a rise dated by a change-point fit of its whole shape (#36).
+
+A divergence that accelerates (the loss rising as (t - t0)^2 or faster) has
+risen a small fraction of the noise by the time a straight-line or binned bend
+fit can see it, so those fits date it late, by a quarter of its length or
+more. Post hoc the whole rise is logged, and fitting its shape over all its
+points dates t0 far better: the loss over a stretch that starts well before
+the rise and ends at the end of the log is fitted by least squares as
+
+    y = a + d * u + c * decay(t) + b * (t - t0)_+^p,   b > 0
+
+(u the step, scaled; `decay` the run's own decay curve fitted before the rise,
+when it has one; p one of `RISE_POWERS`), the trend before the rise carried on
+under it, as a falling training curve does. For each p every start t0 of a grid
+is fitted at once: (t - t0)^p is a polynomial in t, so each sum the fit needs
+is a combination of suffix sums of t^k, t^k * y and t^k * decay read at t0,
+one pass over the points a chunk of rows at a time (`sums_at`). The steps are
+measured from the end of the log, so that the sums of a short rise near the end
+do not cancel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import comb
+
+import numpy as np
+
+# straight, accelerating as t^2 and as t^3; a straight best is left to the ramp fit
+RISE_POWERS = (1, 2, 3)
+POWER_EVIDENCE = 10.0  # n ln(SSE ratio) a steeper power needs over a gentler one
+POWER_FIT_BACK = 3.0  # the fit reaches back this many times the rise's length before it
+POWER_FIT_STARTS = 1024  # starts tried on a grid, then every logged point near the best
+POWER_FIT_ROUNDS = 2  # refits, each from the last one's onset (the decay refitted before it)
+# starts are not tried in the first tenth of the stretch: the trend before needs points
+POWER_FIT_LEAD = 0.1
+
+SumsAt = Callable[
+    [Callable[[int, int], list[np.ndarray]], int, list[np.ndarray]], list[list[np.ndarray]]
+]
+
+
+@dataclass(frozen=True)
+class PowerFit:
+    """The best fit of the module's shape: the start t0, the power p, its squared error,
+    the stretch it was fitted over (first and last logged step), and the start of the
+    straight ramp it replaced."""
+
+    start_step: int
+    power: int
+    sse: float
+    first_step: int
+    last_step: int
+    ramp_start_step: int  # where the straight ramp fit, which this fit beat, started the rise
+
+    def words(self) -> str:
+        """How the onset was dated, every number said for what it is."""
+        shape = "in a straight line" if self.power == 1 else f"as (t - t0)^{self.power}"
+        return (
+            f"onset fitted: the loss rises {shape} from step {self.start_step} (t0), the trend "
+            f"before it carried on under it, fitted by least squares over steps "
+            f"{self.first_step}-{self.last_step}"
+        )
+
+
+def power_fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    extra: list[np.ndarray],
+    starts: np.ndarray,
+    sums_at: SumsAt,
+) -> tuple[float, float, int] | None:
+    """(squared error, start, power) of the best fit over `starts` (module doc), or None
+    when no start fits a rise. `x` ascending steps, `y` the loss (wild points clipped)."""
+    end, span = float(x[-1]), max(float(x[-1] - x[0]), 1.0)
+    u = (x - end) / span  # in [-1, 0]: a short rise near the end sums small numbers
+    t = (starts - end) / span
+    n, top = u.size, 2 * max(RISE_POWERS)
+    design = np.column_stack([np.ones(n), u, *extra])
+    gram = design.T @ design
+    inverse = np.linalg.pinv(gram)
+    along = design.T @ y
+    del design
+    base_coef = inverse @ along
+    sse_base = float(y @ y - along @ base_coef)
+
+    def columns(lo: int, hi: int) -> list[np.ndarray]:
+        """Rows lo..hi-1 of u^k (k <= top), and u^k * y and u^k * each extra trend
+        column (k <= top / 2)."""
+        us = u[lo:hi]
+        powers = [np.ones(hi - lo)]
+        for _ in range(top):  # loop over powers of u, not rows
+            powers.append(powers[-1] * us)
+        out = list(powers)
+        for column in (y, *extra):  # loop over a few columns, not rows
+            out += [p * column[lo:hi] for p in powers[: top // 2 + 1]]
+        return out
+
+    after = np.searchsorted(u, t, side="right")  # the first point past each start
+    sums = sums_at(columns, n, [after])[0]
+    half = top // 2 + 1
+    plain, with_y = sums[: top + 1], sums[top + 1 : top + 1 + half]
+    with_extra = [
+        sums[top + 1 + half * (e + 1) : top + 1 + half * (e + 2)] for e in range(len(extra))
+    ]
+    best: tuple[float, float, int] | None = None
+    for p in RISE_POWERS:  # loop over a few shapes, each over every start at once
+        # (u - t)^p = sum_k C(p, k) u^k (-t)^(p - k): every sum of the rise column is one
+        # of the suffix sums above, weighted by powers of the start
+        def rise_sum(column: list[np.ndarray], power: int, shift: int = 0) -> np.ndarray:
+            return sum(
+                (
+                    comb(power, k) * (-t) ** (power - k) * column[k + shift]
+                    for k in range(power + 1)
+                ),
+                start=np.zeros(t.size),
+            )
+
+        gg = rise_sum(plain, 2 * p)
+        gy = rise_sum(with_y, p)
+        g_base = [rise_sum(plain, p), rise_sum(plain, p, 1)]
+        g_base += [rise_sum(column, p) for column in with_extra]
+        gb = np.column_stack(g_base)
+        # the rise column's part the trend columns do not explain, and its fit to y
+        num = gy - gb @ base_coef
+        den = gg - np.einsum("ij,jk,ik->i", gb, inverse, gb)
+        usable = (den > 1e-12 * np.maximum(gg, 1e-300)) & (num > 0)
+        gain = np.where(usable, num * num / np.where(usable, den, 1.0), -np.inf)
+        if not np.isfinite(gain).any():
+            continue
+        i = int(np.argmax(gain))
+        sse = sse_base - float(gain[i])
+        # a steeper power dates the start earlier for almost the same error (the rise's first
+        # part is under the noise either way): it wins only by Akaike's evidence, n ln(ratio)
+        if best is None or _clearly_better(sse, best[0], n):
+            best = (sse, float(starts[i]), p)
+    return best
+
+
+def _clearly_better(sse: float, than: float, n: int) -> bool:
+    """Whether a squared error `sse` beats `than` by Akaike's `POWER_EVIDENCE` over `n`
+    points (a fit with no error left beats any that has some; none beats a degenerate 0)."""
+    if not than > 0:
+        return False
+    return sse <= 0 or n * np.log(than / sse) >= POWER_EVIDENCE
+
+
+def linear_ramp_sse(
+    x: np.ndarray, y: np.ndarray, extra: list[np.ndarray], start: float, stop: float
+) -> float:
+    """The squared error of the same trend with a straight rise from `start` that levels off
+    at `stop` (the ramp fit's shape), over the same points: what the power fit must beat."""
+    end, span = float(x[-1]), max(float(x[-1] - x[0]), 1.0)
+    u = (x - end) / span
+    rise = np.clip(x - start, 0.0, max(stop - start, 0.0))
+    design = np.column_stack([np.ones(u.size), u, rise, *extra])
+    gram = design.T @ design
+    along = design.T @ y
+    coef = np.linalg.pinv(gram) @ along
+    return float(y @ y - along @ coef)
