@@ -29,6 +29,7 @@ from stabilitycli.core import aliases
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Restart, SourceInfo
 from stabilitycli.frame import step_fraction
+from stabilitycli.frame.join import joined
 from stabilitycli.frame.rank_sort import by_rank
 
 ROW = "_row"
@@ -187,12 +188,14 @@ def one_chunk_frame(pieces: list[pl.DataFrame]) -> pl.DataFrame:
     A log read in pieces (or a Parquet file's row groups) arrives in many chunks,
     and polars rechunks every column at once when a one-chunk column meets them
     (a step column built from them, say): a second copy of the whole run while the
-    first is still held. Rewriting a column at a time, with the frame re-pointed
-    after each, lets each column's old chunks go before the next is copied, so the
-    extra memory is one column. The caller must hold no other reference to the
-    pieces, or nothing is freed.
+    first is still held. Several pieces are joined a column and a piece at a time
+    (`join.joined`); one frame's columns are rewritten a column at a time, with the
+    frame re-pointed after each, so each column's old chunks go before the next is
+    copied. The caller must hold no other reference to the pieces, or nothing is freed.
     """
-    frame = pl.concat(pieces, how="diagonal_relaxed") if len(pieces) > 1 else pieces[0]
+    if len(pieces) > 1:
+        return joined(pieces)
+    frame = pieces[0]
     pieces.clear()
     for name in frame.columns:
         if frame[name].n_chunks() > 1:

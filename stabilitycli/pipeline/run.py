@@ -53,10 +53,13 @@ def analyze(
     from stabilitycli.detect.registry import load_rules, select_rules
     from stabilitycli.detect.series import build_view
     from stabilitycli.pipeline.basis import headline_basis, series_read
+    from stabilitycli.pipeline.memory import release_freed
     from stabilitycli.pipeline.rules import run_rules
 
     thresholds = config or Thresholds()
     run = load_run(source, options)
+    # the read's numpy temporaries (the screen, the sort by rank) go before the rules
+    release_freed()
     if "loss" not in run.frame.columns and not _scaler_columns(run):
         run.require_loss()
     rules, dropped_codes = select_rules(select, ignore)
