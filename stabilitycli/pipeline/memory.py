@@ -22,6 +22,7 @@ from pathlib import Path
 # for none; v2 writes `max`)
 _CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 _CGROUP_V2 = Path("/sys/fs/cgroup")
+_PROC_CGROUP = Path("/proc/self/cgroup")
 
 
 def memory_capped() -> bool:
@@ -48,7 +49,7 @@ def _machine_bytes() -> int:
 def _cgroup_limit() -> int | None:
     """The memory limit of this process's cgroup in bytes, or None (no cgroup, none set)."""
     try:
-        entries = Path("/proc/self/cgroup").read_text().splitlines()
+        entries = _PROC_CGROUP.read_text().splitlines()
     except OSError:
         return None
     for entry in entries:  # a line per hierarchy: `id:controllers:path`

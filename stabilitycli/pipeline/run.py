@@ -145,9 +145,9 @@ def _source_lines(run, findings: list[Finding]) -> dict[tuple[int, int | None], 
     import polars as pl
 
     steps = sorted({f.step for f in findings if f.step is not None})
-    if run.lines is None or not steps:
+    at = run.lines_at(steps) if steps else None
+    if at is None:
         return {}
-    at = run.lines.filter(pl.col("step").is_in(steps))
     first = at.group_by("step").agg(pl.col("source_line").min())
     out: dict[tuple[int, int | None], int] = {
         (int(step), None): int(line)
