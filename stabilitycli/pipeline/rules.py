@@ -37,7 +37,12 @@ def run_rules(
 ) -> tuple[list[Finding], list[Skip]]:
     """Every rule's findings and skips, in the rule order; `rows` of the log, for progress."""
     threads = min(RULE_THREADS, os.cpu_count() or 1)
-    if threads > 1 and rows >= PARALLEL_MIN_ROWS and len(rules) > 1 and not memory_capped():
+    if (
+        threads > 1
+        and rows >= PARALLEL_MIN_ROWS
+        and len(rules) > 1
+        and not memory_capped(_columns_bytes(view, rows))
+    ):
         outcomes = _at_once(rules, view, thresholds, facts, rows, threads)
     else:
         outcomes = _in_turn(rules, view, thresholds, facts, rows)
@@ -47,6 +52,12 @@ def run_rules(
         findings.extend(outcome.findings)
         skipped.extend(outcome.skipped)
     return findings, skipped
+
+
+def _columns_bytes(view: SeriesView, rows: int) -> int:
+    """About what the log's frame holds: a step and each metric in 8 bytes a row (a
+    per-rank log's view holds per-step series; its frame, every rank's rows)."""
+    return rows * 8 * (len(view.columns) + 1)
 
 
 def _in_turn(

@@ -62,3 +62,11 @@ def test_release_freed_asks_the_c_library_only_under_a_cap(monkeypatch) -> None:
     monkeypatch.setattr(memory, "memory_capped", lambda: True)
     memory.release_freed()
     assert calls == [0]
+
+
+def test_a_cgroup_with_room_for_the_columns_is_no_cap(monkeypatch, tmp_path, no_rlimit) -> None:
+    _cgroup(monkeypatch, tmp_path, "0::/pod\n", {"v2/pod/memory.max": str(4 << 30)})
+    assert memory.memory_capped()
+    # 1 GiB of columns has room in 4 GiB; 3 GiB of columns has not
+    assert not memory.memory_capped(1 << 30)
+    assert memory.memory_capped(3 << 30)
