@@ -204,9 +204,10 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
 def _diff_sigma(values: np.ndarray) -> float:
     """The point-to-point noise: robust sigma of the first differences, / sqrt 2."""
     diff = np.diff(values)
-    # the deviations overwrite the differences, and the median sorts them where they lie:
-    # one copy of the log at a time, not three
-    np.abs(np.subtract(diff, np.median(diff), out=diff), out=diff)
+    # both medians sort the differences where they lie (a median's own copy was a second
+    # copy of the log): the first reorders them, which changes no deviation's value, and
+    # the deviations then overwrite them. One copy of the log at a time, not three
+    np.abs(np.subtract(diff, np.median(diff, overwrite_input=True), out=diff), out=diff)
     mad = float(np.median(diff, overwrite_input=True))
     return _MAD_TO_SIGMA * mad / math.sqrt(2)
 

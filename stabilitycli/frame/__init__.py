@@ -29,6 +29,8 @@ from stabilitycli.core import aliases
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Restart, SourceInfo
 from stabilitycli.frame import step_fraction
+from stabilitycli.frame.join import joined
+from stabilitycli.frame.lines import SourceLines
 from stabilitycli.frame.rank_sort import by_rank
 
 ROW = "_row"
@@ -52,9 +54,23 @@ class RunData:
     source: SourceInfo
     # Rows a resume rewrote: the abandoned trajectory, same columns plus `_segment`.
     abandoned: pl.DataFrame = field(default_factory=pl.DataFrame)
-    # for a line-based log: `step`, (`rank`,) `source_line`, the file line of the first row
-    # read for each row of `frame`; kept beside the frame (never a metric column), else None
-    lines: pl.DataFrame | None = None
+    # for a line-based log, the file line of the first row read for each row of `frame`
+    # (never a metric column), held compactly (`frame.lines`); else None. `lines` shows it
+    # as a table, `lines_at` at a few steps
+    line_index: SourceLines | None = None
+
+    @property
+    def lines(self) -> pl.DataFrame | None:
+        """`step`, (`rank`,) `source_line` of every row, or None for a log without lines."""
+        return None if self.line_index is None else self.line_index.frame()
+
+    @lines.setter
+    def lines(self, table: pl.DataFrame | None) -> None:
+        self.line_index = None if table is None else SourceLines(table, SOURCE_LINE)
+
+    def lines_at(self, steps: list[int]) -> pl.DataFrame | None:
+        """`lines`' rows at `steps` only, without building the others; None without lines."""
+        return None if self.line_index is None else self.line_index.at_steps(steps)
 
     @property
     def has_ranks(self) -> bool:
@@ -187,12 +203,14 @@ def one_chunk_frame(pieces: list[pl.DataFrame]) -> pl.DataFrame:
     A log read in pieces (or a Parquet file's row groups) arrives in many chunks,
     and polars rechunks every column at once when a one-chunk column meets them
     (a step column built from them, say): a second copy of the whole run while the
-    first is still held. Rewriting a column at a time, with the frame re-pointed
-    after each, lets each column's old chunks go before the next is copied, so the
-    extra memory is one column. The caller must hold no other reference to the
-    pieces, or nothing is freed.
+    first is still held. Several pieces are joined a column and a piece at a time
+    (`join.joined`); one frame's columns are rewritten a column at a time, with the
+    frame re-pointed after each, so each column's old chunks go before the next is
+    copied. The caller must hold no other reference to the pieces, or nothing is freed.
     """
-    frame = pl.concat(pieces, how="diagonal_relaxed") if len(pieces) > 1 else pieces[0]
+    if len(pieces) > 1:
+        return joined(pieces)
+    frame = pieces[0]
     pieces.clear()
     for name in frame.columns:
         if frame[name].n_chunks() > 1:

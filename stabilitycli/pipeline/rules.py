@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from stabilitycli.core import progress
+from stabilitycli.pipeline.memory import memory_capped, release_freed
 
 if TYPE_CHECKING:
     from stabilitycli.core.config import Thresholds
@@ -36,7 +37,12 @@ def run_rules(
 ) -> tuple[list[Finding], list[Skip]]:
     """Every rule's findings and skips, in the rule order; `rows` of the log, for progress."""
     threads = min(RULE_THREADS, os.cpu_count() or 1)
-    if threads > 1 and rows >= PARALLEL_MIN_ROWS and len(rules) > 1 and not _memory_capped():
+    if (
+        threads > 1
+        and rows >= PARALLEL_MIN_ROWS
+        and len(rules) > 1
+        and not memory_capped(_columns_bytes(view, rows))
+    ):
         outcomes = _at_once(rules, view, thresholds, facts, rows, threads)
     else:
         outcomes = _in_turn(rules, view, thresholds, facts, rows)
@@ -48,19 +54,10 @@ def run_rules(
     return findings, skipped
 
 
-def _memory_capped() -> bool:
-    """Whether the process runs under a cap on its data segment or address space.
-
-    Two rules at once hold two rules' temporaries: about 11% more peak at 10M rows, and a
-    log that fits a cap one rule at a time failed under it on two threads. Under a cap
-    the rules take turns, the output being the same either way.
-    """
-    try:
-        import resource
-    except ImportError:  # not on every platform
-        return False
-    limits = (resource.RLIMIT_DATA, resource.RLIMIT_AS)
-    return any(resource.getrlimit(limit)[0] != resource.RLIM_INFINITY for limit in limits)
+def _columns_bytes(view: SeriesView, rows: int) -> int:
+    """About what the log's frame holds: a step and each metric in 8 bytes a row (a
+    per-rank log's view holds per-step series; its frame, every rank's rows)."""
+    return rows * 8 * (len(view.columns) + 1)
 
 
 def _in_turn(
@@ -72,6 +69,8 @@ def _in_turn(
         outcome = rule.run(view, thresholds, facts)
         facts.provide(rule.code, rule.provides, outcome.facts)
         outcomes.append(outcome)
+        # what numpy freed in this rule is of no use to the next rule's polars work
+        release_freed()
         # a row counts as got through when every rule has read it: the rate is the rules'
         progress.tell("rules", done, len(rules), rows=rows * done // len(rules))
     return outcomes

@@ -53,10 +53,13 @@ def analyze(
     from stabilitycli.detect.registry import load_rules, select_rules
     from stabilitycli.detect.series import build_view
     from stabilitycli.pipeline.basis import headline_basis, series_read
+    from stabilitycli.pipeline.memory import release_freed
     from stabilitycli.pipeline.rules import run_rules
 
     thresholds = config or Thresholds()
     run = load_run(source, options)
+    # the read's numpy temporaries (the screen, the sort by rank) go before the rules
+    release_freed()
     if "loss" not in run.frame.columns and not _scaler_columns(run):
         run.require_loss()
     rules, dropped_codes = select_rules(select, ignore)
@@ -142,9 +145,9 @@ def _source_lines(run, findings: list[Finding]) -> dict[tuple[int, int | None], 
     import polars as pl
 
     steps = sorted({f.step for f in findings if f.step is not None})
-    if run.lines is None or not steps:
+    at = run.lines_at(steps) if steps else None
+    if at is None:
         return {}
-    at = run.lines.filter(pl.col("step").is_in(steps))
     first = at.group_by("step").agg(pl.col("source_line").min())
     out: dict[tuple[int, int | None], int] = {
         (int(step), None): int(line)

@@ -162,12 +162,13 @@ def test_a_limit_hit_while_the_next_piece_is_read_ahead_is_the_same_input_error(
 
 
 def _pieces_joined(monkeypatch) -> list[pl.DataFrame]:
-    """Record the pieces as they reach the join."""
+    """Record the pieces as they reach the join (clones: the join empties each piece as it
+    copies it)."""
     seen: list[pl.DataFrame] = []
     join = jsonl_pieces.one_chunk_frame
 
     def spy(pieces):
-        seen.extend(pieces)
+        seen.extend(p.clone() for p in pieces)
         return join(pieces)
 
     monkeypatch.setattr(jsonl_pieces, "one_chunk_frame", spy)

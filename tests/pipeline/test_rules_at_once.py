@@ -86,10 +86,10 @@ def test_under_a_memory_cap_the_rules_take_turns() -> None:
 
     probe = (
         "import resource\n"
-        "from stabilitycli.pipeline.rules import _memory_capped\n"
-        "print(_memory_capped())\n"
+        "from stabilitycli.pipeline.memory import memory_capped\n"
+        "print(memory_capped())\n"
         "resource.setrlimit(resource.RLIMIT_DATA, (64 << 30, resource.RLIM_INFINITY))\n"
-        "print(_memory_capped())\n"
+        "print(memory_capped())\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
