@@ -62,8 +62,8 @@ from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE, SpikeEvidence
 from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
 from stabilitycli.detect.nan import forward_order_key, nan_summary, only_some_steps
-from stabilitycli.detect.spike import (
-    SpikeEvent,
+from stabilitycli.detect.spike import SpikeEvent
+from stabilitycli.detect.spike_words import (
     baseline_text,
     recovery_level_text,
     sigma_text,

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Any, overload
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
-from stabilitycli.core.model import Finding, Severity, Skip
+from stabilitycli.core.model import Skip
 from stabilitycli.detect.after_change import (
     AfterChange,
     NoiseSource,
@@ -24,45 +20,40 @@ from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.fall_curve import read_fall
 from stabilitycli.detect.kinds.spike import (
     BLIP,
-    CAUSE_CODES,
     GRAD_NORM_JUMP,
     LOSS_JUMP,
     RECURRING_SPIKES,
     SCHEDULE_RESTART,
     SPIKE,
     BlipEvidence,
-    JumpEvidence,
-    LongTailToken,
-    LrDiscontinuity,
-    LrRestart,
-    OptimizerReset,
-    RecurringSpikesEvidence,
-    RepeatedBatch,
-    SpikeCause,
     SpikeEvent,
-    SpikeEvidence,
 )
 from stabilitycli.detect.level import (
     WINDOW_NAMES,
-    LevelAt,
     level_changes,
     local_level,
     ratio_reference,
     segment_steps,
 )
-from stabilitycli.detect.lr_plan import LrPlan
-from stabilitycli.detect.pointwise import KeptAt, Pointwise, Ratio, RelativeChange
+from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.settle import curve_ahead, recent_level, settled_shift
+from stabilitycli.detect.short_log_jumps import short_log_jumps
+from stabilitycli.detect.spike_causes import CauseContext, spike_causes
+from stabilitycli.detect.spike_words import (
+    recurring_finding,
+    recurring_spikes,
+    recurring_summary,
+    spike_finding,
+)
 from stabilitycli.detect.windows import (
     ForwardMedian,
     WindowPlan,
     median_interval,
     plan_window,
     trailing_chunks,
-    window_max_at,
 )
 
 # extent/recovery scans look ahead in chunks, never over the whole tail
@@ -144,7 +135,7 @@ def _lone_blips(
     mean,
     sigma,
     thresholds: Thresholds,
-    ctx: _CauseContext,
+    ctx: CauseContext,
     sustained: np.ndarray,
     ratio_level: KeptAt,
 ) -> np.ndarray:
@@ -538,7 +529,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             )
         )
         result.facts["spike_insufficient"] = True
-        _short_log_jumps(view, thresholds, result)
+        short_log_jumps(view, thresholds, result)
         return result
 
     plan = plan_window(
@@ -555,7 +546,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     baseline = _flag_above_baseline(steps, loss, plan, thresholds, pooled_points, memory)
     candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     first_eligible = baseline.first_eligible_step
-    causes_ctx = _CauseContext.build(view, steps, thresholds, facts)
+    causes_ctx = CauseContext.build(view, steps, thresholds, facts)
     # "back to baseline" is judged on a 5-point rolling median in dense logs, so
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
     # (a forward-looking median: point t and the 4 after it, so the pre-spike
@@ -564,7 +555,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     smooth = None if widened else ForwardMedian.of(loss, thresholds.recovery_median_points)
 
     # points before any baseline exists (the first 100 steps) can still show a jump
-    _short_log_jumps(
+    short_log_jumps(
         view,
         thresholds,
         result,
@@ -631,15 +622,15 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     )
     result.findings.extend(restart_bumps)
     blip_steps, blip_z = _blip_list(candidates[lone], events, steps, loss, mean, sigma)
-    recurring = _recurring(spikes, thresholds)
+    recurring = recurring_spikes(spikes, thresholds)
     if recurring:
-        result.findings.append(_recurring_finding(recurring))
+        result.findings.append(recurring_finding(recurring))
         # the tree and the post-mortem see the group as one incident: its first spike
         spikes = [e for e in spikes if e not in recurring[1:]]
-        result.facts["recurring_spikes"] = _recurring_summary(recurring)
+        result.facts["recurring_spikes"] = recurring_summary(recurring)
     for event in spikes:
         if not (recurring and event is recurring[0]):
-            result.findings.append(_spike_finding(event, thresholds))
+            result.findings.append(spike_finding(event, thresholds))
     if blip_steps.size:
         result.findings.append(
             BLIP.finding(
@@ -661,164 +652,6 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     return result
 
 
-@dataclass
-class _CauseContext:
-    # computed at the rows read (the flagged points' windows), not over the whole log
-    grad_ratio: Ratio | None  # grad norm / its trailing mean, at loss steps
-    grad_norm: np.ndarray | None
-    grad_baseline: np.ndarray | Pointwise | None
-    lr_rel_jump: RelativeChange | np.ndarray | None
-    lr: np.ndarray | None
-    batch_id: np.ndarray | None
-    restart_steps: np.ndarray
-    loss: np.ndarray
-    plan: LrPlan | None = None
-    ignored: frozenset[str] = frozenset()
-    # the grad norm's own level and steps, to say what its baseline at a row was
-    grad_level: LevelAt | None = None
-    grad_steps: np.ndarray | None = None
-    loss_steps: np.ndarray | None = None
-
-    def grad_basis(self, row: int) -> str:
-        """What the grad-norm baseline at a loss row is (see `LevelAt.basis`)."""
-        base = self.grad_level
-        if base is None or self.grad_steps is None or self.loss_steps is None:
-            return "mean"
-        at = int(np.searchsorted(self.grad_steps, self.loss_steps[row]))
-        return base.basis(at) if at < base.size else "mean"
-
-    @cached_property
-    def suffix_max(self) -> np.ndarray:
-        """max finite loss from each index to the end (only an unrecovered spike asks)."""
-        return _suffix_max(self.loss)
-
-    def maybe_cause(
-        self, candidates: np.ndarray, steps: np.ndarray, thresholds: Thresholds
-    ) -> np.ndarray:
-        """Vectorised pre-screen: could any Q2.3 cause (or a restart) apply at these points?"""
-        maybe = np.zeros(candidates.size, dtype=bool)
-        lead = thresholds.cause_lead_steps
-        grad_max = _lead_max(steps, self.grad_ratio, lead, candidates)
-        if grad_max is not None:
-            maybe |= grad_max >= min(
-                thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio
-            )
-        lr_max = _lead_max(steps, self.lr_rel_jump, thresholds.lr_jump_cause_steps, candidates)
-        if lr_max is not None:
-            maybe |= lr_max > thresholds.lr_jump_ratio
-        if self.batch_id is not None:
-            maybe |= _recently_seen(steps, self.batch_id, thresholds.duplicate_batch_window_steps)[
-                candidates
-            ]
-        if self.plan is not None and self.plan.restarts:  # a bump after a planned restart
-            planned = np.array([r.step for r in self.plan.restarts])
-            at = steps[candidates]
-            last = np.searchsorted(planned, at, side="right") - 1
-            maybe |= (last >= 0) & (
-                at - planned[np.maximum(last, 0)] <= thresholds.lr_jump_cause_steps
-            )
-        if self.restart_steps.size:
-            restarts = np.sort(self.restart_steps)
-            at = steps[candidates]
-            first_after = np.searchsorted(
-                restarts, at - thresholds.restart_spike_steps, side="left"
-            )
-            maybe |= (first_after < restarts.size) & (
-                restarts[np.minimum(first_after, restarts.size - 1)] <= at
-            )
-        return maybe
-
-    @staticmethod
-    def build(
-        view: SeriesView, loss_steps: np.ndarray, thresholds: Thresholds, facts: Facts
-    ) -> _CauseContext:
-        grad_ratio = grad = grad_base = lr = batch = g_mean = g_steps = None
-        lr_jump: RelativeChange | np.ndarray | None = None
-        if view.has("grad_norm"):
-            g_steps, g = view.points("grad_norm")
-            # computed at the rows the causes read (the flagged points' lead windows), not
-            # held whole: at 30M steps the whole mean was 240 MB for a few hundred reads
-            plan = plan_window(
-                g_steps,
-                thresholds.spike_window_steps,
-                thresholds.min_points_per_window,
-                thresholds.widened_window_points,
-            )
-            # the grad norm falls fast in warmup too: its surge is measured against the
-            # level it was on, not a trailing mean that lags above it
-            g_mean = LevelAt(g_steps, g, thresholds.spike_window_steps, plan, thresholds)
-            grad, grad_base = _align(g_steps, g, loss_steps), _align(g_steps, g_mean, loss_steps)
-            # taken apart from the aligned series: where the grad norm was not logged both
-            # are NaN, and so is their ratio
-            grad_ratio = Ratio(grad, grad_base)
-        if view.has("lr"):
-            l_steps, l_values = view.points("lr")
-            lr = _align(l_steps, l_values, loss_steps)
-            if lr is l_values:
-                lr_jump = RelativeChange(l_values)
-            else:  # the change from the LR's own point before, then looked up at the loss's
-                lr_jump = _align(l_steps, RelativeChange(l_values)[:], loss_steps)
-        if view.has("batch_id"):
-            b_steps, b = view.points("batch_id")
-            batch = _align(b_steps, b, loss_steps)
-        restarts = np.array([r.resumed_from_step for r in view.restarts], dtype=np.int64)
-        return _CauseContext(
-            grad_ratio,
-            grad,
-            grad_base,
-            lr_jump,
-            lr,
-            batch,
-            restarts,
-            view.points("loss")[1],
-            facts.lr_plan,
-            facts.ignored,
-            g_mean,
-            g_steps,
-            loss_steps,
-        )
-
-
-def _lead_max(steps: np.ndarray, values, lead_steps: int, rows: np.ndarray) -> np.ndarray | None:
-    """max of values (NaN and Inf as 0) over [t - lead_steps, t] at each of `rows`."""
-    if values is None:
-        return None
-    return window_max_at(steps, values, lead_steps + 1, rows, non_finite_as=0.0)
-
-
-def _recently_seen(steps: np.ndarray, batch_id: np.ndarray, window_steps: int) -> np.ndarray:
-    """Per point: was the same batch id logged within `window_steps` before it?"""
-    previous = (
-        pl.DataFrame({"step": steps, "batch": batch_id})
-        .select(pl.col("step").shift(1).over("batch"))["step"]
-        .fill_null(np.iinfo(np.int64).min // 2)
-        .to_numpy()
-    )
-    return np.isfinite(batch_id) & (steps - previous <= window_steps)
-
-
-def _suffix_max(loss: np.ndarray) -> np.ndarray:
-    finite = np.where(np.isfinite(loss), loss, -np.inf)
-    return np.maximum.accumulate(finite[::-1])[::-1]
-
-
-@overload
-def _align(src_steps: np.ndarray, values: np.ndarray, at_steps: np.ndarray) -> np.ndarray: ...
-@overload
-def _align(
-    src_steps: np.ndarray, values: Pointwise, at_steps: np.ndarray
-) -> np.ndarray | Pointwise: ...
-def _align(src_steps, values, at_steps):
-    """values of a series at `at_steps` (NaN where it was not logged at that step); a
-    series computed where it is read stays so when the steps are the same."""
-    if src_steps is at_steps or np.array_equal(src_steps, at_steps):
-        return values  # logged at the same steps as the loss (the usual case): no lookup
-    idx = np.searchsorted(src_steps, at_steps)
-    idx_clip = np.minimum(idx, src_steps.size - 1)
-    hit = (idx < src_steps.size) & (src_steps[idx_clip] == at_steps)
-    return np.where(hit, values[idx_clip], np.nan)
-
-
 def _build_event(
     idx,
     steps,
@@ -826,7 +659,7 @@ def _build_event(
     smooth,
     baseline: _Baseline,
     thresholds: Thresholds,
-    ctx: _CauseContext,
+    ctx: CauseContext,
     sustained: bool,
     widened: bool,
     settled: bool = False,
@@ -891,7 +724,7 @@ def _build_event(
     large = bool(
         z >= thresholds.spike_large_z and peak >= thresholds.spike_large_ratio * ratio_level
     )
-    causes = _causes(idx, peak_idx, steps, ctx, thresholds, onset, large)
+    causes = spike_causes(idx, peak_idx, steps, ctx, thresholds, onset, large)
     points = end_idx - idx + 1
     # a restart names the cause of a real spike; it does not turn one noisy
     # point after a resume into a spike (the replay rule judges the resume itself)
@@ -1040,320 +873,3 @@ def _point_after(steps, loss, at_step: int) -> tuple[int, float] | None:
     if idx >= steps.size:
         return None
     return int(steps[idx]), float(loss[idx])
-
-
-def _causes(
-    idx, peak_idx, steps, ctx: _CauseContext, thresholds: Thresholds, onset: int, large: bool
-) -> list[SpikeCause]:
-    """Evident causes, most specific first (Q2.3 and the restart pattern)."""
-    # index ranges by binary search: an event looks at a few rows, never the whole log.
-    # Up to the peak: when a noise point just before the spike opens the event, the
-    # batch that made the spike is logged after the onset, not before it
-    lo = int(np.searchsorted(steps, onset - thresholds.cause_lead_steps))
-    hi = max(idx, peak_idx) + 1
-    causes: list[SpikeCause] = []
-    recent = ctx.restart_steps[
-        (ctx.restart_steps <= onset) & (ctx.restart_steps >= onset - thresholds.restart_spike_steps)
-    ]
-    if recent.size:
-        causes.append(
-            OptimizerReset(
-                restart_step=int(recent[-1]),
-                steps_after_restart=int(onset - recent[-1]),
-            )
-        )
-    if ctx.batch_id is not None and np.isfinite(ctx.batch_id[idx]):
-        first = int(np.searchsorted(steps, onset - thresholds.duplicate_batch_window_steps))
-        same = np.flatnonzero(ctx.batch_id[first:idx] == ctx.batch_id[idx])
-        if same.size:
-            causes.append(
-                RepeatedBatch(
-                    batch_id=float(ctx.batch_id[idx]),
-                    repeat_of_step=int(steps[first + same[-1]]),
-                )
-            )
-    planned = (
-        ctx.plan.restart_near(onset - thresholds.lr_jump_cause_steps, int(steps[hi - 1]))
-        if ctx.plan is not None
-        else None
-    )
-    if planned is not None:  # the LR rise there is the schedule's, not a bug
-        causes.append(
-            LrRestart(
-                restart_step=planned.step,
-                lr_before=planned.lr_before,
-                lr=planned.lr_after,
-                lead_steps=int(onset - planned.step),
-                declared=planned.declared,
-            )
-        )
-    elif ctx.lr_rel_jump is not None and ctx.lr is not None:  # build() sets both or neither
-        # a step change of the LR keeps acting for as long as the LR stays up, so
-        # it is looked for further back than the grad norm's 1-3 step lead
-        lr_lo = int(np.searchsorted(steps, onset - thresholds.lr_jump_cause_steps))
-        jumps = np.nan_to_num(ctx.lr_rel_jump[lr_lo:hi], nan=0.0)
-        if jumps.size and jumps.max() > thresholds.lr_jump_ratio:
-            at = lr_lo + int(np.argmax(jumps))
-            still_up = ctx.lr[idx] >= thresholds.lr_jump_still_up_frac * ctx.lr[at]
-            if still_up or at >= lo:
-                jump = float(ctx.lr_rel_jump[at])
-                causes.append(
-                    LrDiscontinuity(
-                        lr_step=int(steps[at]),
-                        lr=float(ctx.lr[at]),
-                        lr_before=float(ctx.lr[at] / (1 + jump)),
-                        relative_jump=round(jump, 3),
-                        lead_steps=int(onset - steps[at]),
-                    )
-                )
-    # build() sets the three grad-norm series together
-    if ctx.grad_ratio is not None and ctx.grad_norm is not None and ctx.grad_baseline is not None:
-        # a large spike needs less of a grad-norm jump to be explained by its batch
-        bar = thresholds.grad_norm_outlier_ratio if large else thresholds.grad_norm_spike_ratio
-        ratios = np.nan_to_num(ctx.grad_ratio[lo:hi], nan=0.0)
-        if ratios.size and ratios.max() >= bar:
-            at = lo + int(np.argmax(ratios))
-            causes.append(
-                LongTailToken(
-                    grad_norm_step=int(steps[at]),
-                    grad_norm=float(ctx.grad_norm[at]),
-                    grad_norm_baseline=float(ctx.grad_baseline[at]),
-                    ratio=float(ctx.grad_ratio[at]),
-                    lead_steps=int(onset - steps[at]),
-                    bar=bar,
-                    grad_norm_baseline_basis=ctx.grad_basis(at),
-                )
-            )
-    return [c for c in causes if CAUSE_CODES.get(c["cause"]) not in ctx.ignored]
-
-
-def _recurring(spikes: list[SpikeEvent], thresholds: Thresholds) -> list[SpikeEvent]:
-    """One-point spikes with no cause that came straight back, when the run has many.
-
-    A healthy large run can show dozens of single-step jumps of 1.5-2x that revert
-    at once (type 1, from rare batches): each is the same story, told
-    once with its count, steps and sizes, not as dozens of findings.
-    """
-    isolated = [
-        e for e in spikes if e.points == 1 and e.recovered and not e.causes and np.isfinite(e.peak)
-    ]
-    return isolated if len(isolated) >= thresholds.recurring_spike_min_count else []
-
-
-def _recurring_summary(group: list[SpikeEvent]) -> RecurringSpikesEvidence:
-    ratios = [e.peak / e.mu for e in group if e.mu > 0]
-    return RecurringSpikesEvidence(
-        count=len(group),
-        steps=[e.onset_step for e in group],
-        ratio_min=float(min(ratios)) if ratios else None,
-        ratio_max=float(max(ratios)) if ratios else None,
-        z_min=float(min(e.z for e in group)),
-        z_max=float(max(e.z for e in group)),
-        recovered_share=1.0,
-        longest_recovery_steps=max(e.recovery_steps or 0 for e in group),
-    )
-
-
-def _recurring_finding(group: list[SpikeEvent]) -> Finding:
-    summary = _recurring_summary(group)
-    size = (
-        f"{summary['ratio_min']:.2f}-{summary['ratio_max']:.2f}x the trailing mean"
-        if summary["ratio_min"] is not None
-        else f"z {summary['z_min']:.1f}-{summary['z_max']:.1f}"
-    )
-    shown = ", ".join(map(str, summary["steps"][:8]))
-    more = f", ... ({summary['count'] - 8} more)" if summary["count"] > 8 else ""
-    return RECURRING_SPIKES.finding(
-        f"{summary['count']} one-point loss spikes with no evident cause, each {size}, "
-        f"all back at baseline within {summary['longest_recovery_steps']} steps "
-        f"(steps {shown}{more}): rare batches, worth a look at the data, not a rollback",
-        step=group[0].onset_step,
-        end_step=group[-1].onset_step,
-        metric="loss",
-        evidence=summary,
-    )
-
-
-def baseline_text(event: SpikeEvent) -> str:
-    """'baseline mean 3.11 over steps 700-799': mu and the steps it was taken over; 'local
-    level 4.63 at step 200 (the trend of steps 100-199)' where the mean lagged a fall."""
-    steps = (
-        f"steps {event.baseline_first_step}-{event.baseline_last_step}"
-        if event.baseline_first_step is not None
-        else ""
-    )
-    restart = (
-        f", the window restarted at the level change at step {event.window_restart_step}"
-        if event.window_restart_step is not None
-        else ""
-    )
-    if event.baseline_basis == "local-level":
-        return (
-            f"local level {event.mu:.4g} at step {event.onset_step} "
-            f"(the trend of {steps or 'the window'}{restart})"
-        )
-    return (
-        f"baseline mean {event.mu:.4g}"
-        + (f" over {steps}" if steps else "")
-        + (f" ({restart[2:]})" if restart else "")
-    )
-
-
-def sigma_text(ev: Mapping[str, Any], thresholds: Thresholds) -> str:
-    """'sigma 0.032', and where it came from when not from the baseline's steps: in the first
-    points after a level change, the noise measured before the change, scaled to the level
-    since it (`after_change`), or the floor. Read from a spike's evidence."""
-    text = f"sigma {ev['sigma']:.3g}"
-    basis = ev.get("sigma_basis")
-    if not basis:
-        return text
-    before = (
-        f"the noise over steps {ev['sigma_first_step']}-{ev['sigma_last_step']} before the "
-        f"level change, {ev['sigma_noise_before']:.3g}"
-    )
-    if basis == "floor":
-        return (
-            f"{text} (the floor, {thresholds.sigma_floor_frac:.0%} of the baseline mean; "
-            f"{before}, scaled to the level since it, was under it)"
-        )
-    if basis == "before-change-differences":
-        lag1 = ev.get("sigma_noise_lag1")
-        memory = (
-            f", allowing for their lag-1 autocorrelation {lag1:.2f}"
-            if lag1
-            else ", with no lag-1 autocorrelation to allow for"
-        )
-        how = f"from the changes between successive points{memory}"
-    else:
-        how = "the spread around a line fitted to those points"
-    return f"{text} ({before} {how}, scaled to the level since the change)"
-
-
-def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
-    """'3.15 (baseline mean + 0.5*sigma)': the level the loss had to come back to, and what
-    it was made of."""
-    added = f"{thresholds.recovery_sigma:g}*sigma"
-    if event.recovery_slope_per_step is not None:
-        return (
-            f"{event.recovery_level:.4g} at step {event.onset_step}, rising "
-            f"{event.recovery_slope_per_step:.3g} a step (the rising trend of steps "
-            f"{event.baseline_first_step}-{event.baseline_last_step} + {added})"
-        )
-    what = "local level" if event.baseline_basis == "local-level" else "baseline mean"
-    return f"{event.recovery_level:.4g} ({what} + {added})"
-
-
-# what a spike type is, in the words the outputs use (the number stays in the evidence)
-SPIKE_TYPE_WORDS: dict[int, str] = {1: "recoverable", 2: "persistent", 3: "divergent"}
-
-
-def spike_type_note(spike_type: int) -> str:
-    """' (divergent: the loss kept rising)' for a type 3 spike; '' for the others, whose
-    "recovered" / "did not recover" already says what they are."""
-    return " (divergent: the loss kept rising)" if spike_type == 3 else ""
-
-
-def _spike_finding(event: SpikeEvent, thresholds: Thresholds) -> Finding:
-    kind = SPIKE_TYPE_WORDS[event.spike_type]
-    back = f"back to <= {recovery_level_text(event, thresholds)}"
-    recovery = (
-        f"above the spike bar through step {event.end_step}, {back} by step "
-        f"{event.recovery_step} ({event.recovery_steps} steps after onset)"
-        if event.recovered
-        else (
-            "did not recover"
-            + (f" ({back} only at step {event.recovery_step})" if event.recovery_step else "")
-        )
-    )
-    evidence = SpikeEvidence.of(event)
-    message = (
-        f"loss spike at step {event.onset_step}: peak {event.peak:.4g} at step {event.peak_step} "
-        f"> {baseline_text(event)} + {thresholds.spike_sigma:g}*"
-        f"{sigma_text(evidence, thresholds)}; "
-        f"{kind}, {recovery}" + (f"; cause: {event.cause}" if event.cause else "")
-    )
-    return SPIKE.finding(
-        message,
-        severity=Severity.WARNING if event.recovered else Severity.ERROR,
-        step=event.onset_step,
-        end_step=event.end_step,
-        metric="loss",
-        evidence=evidence,
-    )
-
-
-def _short_log_jumps(
-    view: SeriesView, thresholds: Thresholds, result: RuleResult, before_step: int | None = None
-) -> None:
-    """What a log too short for a baseline still shows: its largest step-over-step jumps.
-
-    With `before_step`, only the stretch before the first step that has a
-    baseline is looked at (the start of a run the spike rule cannot judge), and only
-    when that stretch holds `short_log_jump_min_frac` of the log's points: in a long
-    run it is the warmup, whose mini-batch losses jump by nature, not a short log.
-    """
-    # early in training the grad norm is jumpy by nature: before a baseline exists
-    # only the loss is watched; in a log that is all too short, both are
-    metrics = ("loss",) if before_step is not None else ("loss", "grad_norm")
-    jumps = {}
-    for metric in metrics:
-        if not view.has(metric):
-            continue
-        steps, values = view.points(metric)
-        finite = np.isfinite(values)
-        if before_step is not None:
-            total = int(finite.sum())
-            finite &= steps < before_step
-            if finite.sum() < thresholds.short_log_jump_min_frac * total:
-                continue
-        jump = _largest_jump(steps[finite], values[finite])
-        if jump is not None and jump["ratio"] >= {
-            "loss": thresholds.short_log_loss_jump_ratio,
-            "grad_norm": thresholds.short_log_grad_norm_jump_ratio,
-        }.get(metric, math.inf):
-            jumps[metric] = jump
-    loss_jump, grad_jump = jumps.get("loss"), jumps.get("grad_norm")
-    if loss_jump and grad_jump and grad_jump["to_step"] == loss_jump["to_step"]:
-        # one step, one event: the grad norm's jump there is told with the loss's
-        jumps["loss"] = replace(loss_jump, grad_norm_ratio=grad_jump["ratio"])
-        del jumps["grad_norm"]
-    why = (
-        "before the spike baseline exists"
-        if before_step is not None
-        else "too few points for the spike baseline"
-    )
-    for metric, jump in jumps.items():
-        kind = LOSS_JUMP if metric == "loss" else GRAD_NORM_JUMP
-        with_grad = (
-            f", the grad norm jumping {jump['grad_norm_ratio']:.1f}x at the same step"
-            if jump.get("grad_norm_ratio")
-            else ""
-        )
-        result.findings.append(
-            kind.finding(
-                f"{metric} jumped {jump['ratio']:.1f}x from {jump['before']:.4g} "
-                f"(step {jump['from_step']}) to {jump['after']:.4g} (step {jump['to_step']})"
-                f"{with_grad}; {why}, so not judged as a spike",
-                step=jump["to_step"],
-                metric=metric,
-                evidence=jump,
-            )
-        )
-
-
-def _largest_jump(s: np.ndarray, v: np.ndarray) -> JumpEvidence | None:
-    """The largest rise from one finite logged point to the next, as a ratio."""
-    if s.size < 2:
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = v[1:] / np.abs(v[:-1])
-    # 0/0 (a grad norm logged as 0.000) says nothing
-    ratio = np.where(np.isfinite(ratio), ratio, 0.0)
-    at = int(np.argmax(ratio))
-    return JumpEvidence(
-        from_step=int(s[at]),
-        to_step=int(s[at + 1]),
-        before=float(v[at]),
-        after=float(v[at + 1]),
-        ratio=float(ratio[at]),
-    )

@@ -27,7 +27,7 @@ from stabilitycli.detect.kinds.spike import RECURRING_SPIKES, SPIKE
 from stabilitycli.detect.log_words import read_log_words
 from stabilitycli.detect.overflow_ledger import ledger_of, scale_text
 from stabilitycli.detect.series import SeriesView, build_view
-from stabilitycli.detect.spike import sigma_text
+from stabilitycli.detect.spike_words import sigma_text
 from stabilitycli.detect.windows import median_interval, trailing_stats
 from stabilitycli.frame import RunData
 from stabilitycli.postmortem import verdicts

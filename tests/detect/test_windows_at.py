@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from stabilitycli import read
 from stabilitycli.detect import windows
 from stabilitycli.detect.series import build_view
-from stabilitycli.detect.spike import _lead_max
+from stabilitycli.detect.spike_causes import lead_max
 from stabilitycli.detect.windows import (
     ForwardMedian,
     median_interval,
@@ -162,7 +162,7 @@ def test_lead_max_at_rows_is_the_rolling_max(values, lead_steps, data):
     frame = pl.DataFrame({"step": steps, "v": np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)})
     window = pl.col("v").rolling_max_by("step", f"{lead_steps + 1}i", closed="right")
     expected = frame.select(window)["v"].to_numpy()[rows]
-    assert np.array_equal(_lead_max(steps, x, lead_steps, rows), expected)
+    assert np.array_equal(lead_max(steps, x, lead_steps, rows), expected)
 
 
 @settings(max_examples=100, deadline=None)
