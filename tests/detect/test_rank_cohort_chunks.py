@@ -140,6 +140,8 @@ def test_z_is_worked_out_for_the_rows_asked_for_and_not_held(ragged, monkeypatch
     """Issue 40: the cohort keeps no z column (and, in lockstep, no pos column); a chunk's
     or a few rows' z and pos are those of the whole log, bit for bit."""
     frame = troubled_run(seed=4, ragged=ragged).frame
+    if not ragged:  # rank 5 stops early: without it every rank logs every step
+        frame = frame.filter(pl.col("rank") < 5)
     cohort = build_cohort(frame, "loss", 0.01, [], pool_points=5)
     assert "z" not in cohort.rows.columns
     assert ("pos" in cohort.rows.columns) is ragged
