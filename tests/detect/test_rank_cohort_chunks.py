@@ -88,13 +88,13 @@ def test_the_cohort_does_not_depend_on_the_chunk_size(ragged, monkeypatch) -> No
         monkeypatch.setattr(cohort_module, "COHORT_CHUNK_ROWS", chunk_rows)
         chunked = build_cohort(frame, "loss", 0.01, [], pool_points=5)
         assert chunked.steps.equals(whole.steps)
-        assert chunked.rows.equals(whole.rows)
+        assert chunked.whole().equals(whole.whole())
 
 
 def test_a_row_gets_the_statistics_of_its_own_step() -> None:
     """`with_stats` by position is the join on t it replaces."""
     cohort = build_cohort(troubled_run(seed=5, ragged=True).frame, "loss", 0.01, [], pool_points=5)
-    by_position = cohort.with_stats(cohort.rows, *STEP_STATS)
+    by_position = cohort.with_stats(cohort.whole(), *STEP_STATS)
     by_join = cohort.rows.join(
         cohort.steps.select("t", *STEP_STATS), on="t", how="left"
     ).with_columns(
@@ -133,3 +133,31 @@ def test_step_totals_of_lockstep_ranks_are_the_sums_over_every_row(chunk_rows, m
     assert np.array_equal(
         blocked["total"].to_numpy().view(np.int64), whole["total"].to_numpy().view(np.int64)
     )
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["lockstep", "ragged"])
+def test_z_is_worked_out_for_the_rows_asked_for_and_not_held(ragged, monkeypatch) -> None:
+    """Issue 40: the cohort keeps no z column (and, in lockstep, no pos column); a chunk's
+    or a few rows' z and pos are those of the whole log, bit for bit."""
+    frame = troubled_run(seed=4, ragged=ragged).frame
+    if not ragged:  # rank 5 stops early: without it every rank logs every step
+        frame = frame.filter(pl.col("rank") < 5)
+    cohort = build_cohort(frame, "loss", 0.01, [], pool_points=5)
+    assert "z" not in cohort.rows.columns
+    assert ("pos" in cohort.rows.columns) is ragged
+    whole = cohort.whole()
+    t = cohort.steps["t"].to_numpy()
+    assert np.array_equal(t[whole["pos"].to_numpy()], whole["t"].to_numpy())
+    z = whole["z"].to_numpy()
+    x, med, sigma = (
+        whole["x"].to_numpy(),
+        cohort.per_step("med")[whole["pos"].to_numpy()],
+        cohort.per_step("sigma")[whole["pos"].to_numpy()],
+    )
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        assert np.array_equal((x - med) / sigma, z, equal_nan=True)
+    monkeypatch.setattr(cohort_module, "COHORT_CHUNK_ROWS", 7)
+    pieces = pl.concat(cohort.part(start, stop) for start, stop in rank_chunks(cohort.rows, 7))
+    assert pieces.equals(whole)
+    picked = np.array([0, 3, 299, 1000, cohort.rows.height - 1])
+    assert cohort.take(picked).equals(whole[picked])

@@ -72,7 +72,7 @@ def test_a_cohort_on_lockstep_ranks_is_the_cohort_the_sorting_path_gives(monkeyp
     monkeypatch.setattr(cohort, "lockstep_grid", lambda rows: None)
     sorted_path = build_cohort(frame, "loss", 0.01, [], pool_points=5)
     assert fast.steps.equals(sorted_path.steps)
-    assert fast.rows.equals(sorted_path.rows)
+    assert fast.whole().equals(sorted_path.whole())
 
 
 def test_step_totals_sum_the_finite_values_of_each_step() -> None:

@@ -371,7 +371,7 @@ def test_vectorised_robust_z_equals_a_per_step_numpy_oracle():
         if frame.height == 0:
             return
         cohort = build_cohort(frame, "loss", 0.01, [], pool_points=TH.rank_spread_pool_points)
-        got = {(r, s): z for r, s, z in cohort.rows.select("rank", "step", "z").iter_rows()}
+        got = {(r, s): z for r, s, z in cohort.whole().select("rank", "step", "z").iter_rows()}
         want = _oracle_z(frame, 0.01, cohort.stride)
         assert got.keys() == want.keys()
         for key, value in want.items():

@@ -210,7 +210,7 @@ def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
     level = np.empty(rows.height, dtype=bool)
     lone_nonfinite = np.empty(rows.height, dtype=bool)
     for start, stop in row_chunks(rows.height):
-        part = rows.slice(start, stop - start)
+        part = cohort.part(start, stop)
         x, z, at = part["x"].to_numpy(), part["z"].to_numpy(), part["pos"].to_numpy()
         finite = np.isfinite(x)
         # "not under the bar" rather than "over it": a NaN z counts as over, as polars
@@ -260,7 +260,7 @@ def _episodes(
     ranks = summary["rank"].to_numpy()
     out = summary.drop("last_i").to_dicts()
     for item, (step, compared) in zip(
-        out, steps_back(cohort.rows, last_i, ranks, recovery_steps), strict=True
+        out, steps_back(cohort, last_i, ranks, recovery_steps), strict=True
     ):
         item["recovered_step"] = step
         item["rows_back"] = compared
@@ -299,7 +299,7 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
     totals = summed["total"].fill_null(np.nan).to_numpy()
     out = []
     for rank, lo, hi in zip(ranks.tolist(), starts, ends, strict=True):
-        part = cohort.with_stats(rows.slice(int(lo), int(hi - lo)), *STEP_STATS)
+        part = cohort.with_stats(cohort.part(int(lo), int(hi)), *STEP_STATS)
         decided = decide(
             persisted.get(rank),
             crossed.get(rank),
@@ -325,7 +325,7 @@ def _cusum_crossings(cohort: Cohort, thresholds: Thresholds) -> dict[int, int]:
     judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
     crossings: dict[int, int] = {}
     for start, stop in rank_chunks(cohort.rows):
-        part = cohort.rows.slice(start, stop - start)
+        part = cohort.part(start, stop)
         x = part["x"].to_numpy()
         z = np.where(
             np.isfinite(x) & judged_step[part["pos"].to_numpy()], part["z"].to_numpy(), np.nan
@@ -472,7 +472,7 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     rows = cohort.rows
     slow = np.empty(rows.height, dtype=bool)
     for start, stop in row_chunks(rows.height):
-        part = rows.slice(start, stop - start)
+        part = cohort.part(start, stop)
         x, z, at = part["x"].to_numpy(), part["z"].to_numpy(), part["pos"].to_numpy()
         ref = ref_step[at]
         # a NaN reference counts as above the rank, as polars orders NaN above every number
@@ -521,7 +521,7 @@ def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
     silent = np.flatnonzero(missed >= max(1, thresholds.rank_persist_steps))
     if silent.size == 0:
         return []
-    at = cohort.with_stats(cohort.rows[last_i[silent].astype(np.int64)], *STEP_STATS)
+    at = cohort.with_stats(cohort.take(last_i[silent]), *STEP_STATS)
     onsets = cohort_t[np.searchsorted(cohort_t, last_t[silent], side="right")]
     out = []
     for row, onset, count in zip(at.to_dicts(), onsets, missed[silent], strict=True):
@@ -783,7 +783,7 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     carried_cell: np.ndarray = np.zeros(0, dtype=np.int64)
     carried_sum: np.ndarray = np.zeros(0)
     for start, stop in row_chunks(t.size):
-        part = rows.slice(start, stop - start)
+        part = cohort.part(start, stop)
         cell = _cells(part, ranks, first, span, buckets)
         x = part["x"].to_numpy()
         z = part["z"].to_numpy()

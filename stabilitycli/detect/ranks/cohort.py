@@ -43,27 +43,60 @@ STEP_STATS = ("med", "sigma", "n", "n_fin", "hi")  # a cohort step's numbers a r
 class Cohort:
     """A metric's rows with their cohort statistics.
 
-    `rows`: rank, step, t (the step the cohort is taken at), x, z and pos (t's
-    row in `steps`), in (rank, step) order. `steps`: one row per t with med,
-    hi, n, n_fin, mad, sigma (`step_totals` gives the sums). The per-step
-    numbers stay in `steps`: copied onto every row they would be five more
-    columns as long as the log; `flagged` and `with_stats` bring them, and the
-    row index i, to the few rows that need them.
+    `rows`: rank, step, t (the step the cohort is taken at) and x, in (rank,
+    step) order, and pos (t's row in `steps`) unless the ranks log in lockstep
+    (`per_rank` steps each), where row i's pos is i mod `per_rank`. `steps`:
+    one row per t with med, hi, n, n_fin, mad, sigma (`step_totals` gives the
+    sums). A row's robust z is not stored either: `part` and `take` work it
+    out for the rows asked for, so a 64-rank log does not hold a Float64 z and
+    an Int32 pos for every row (360 MB at 30M rows) while the check runs. The
+    per-step numbers stay in `steps`; `flagged` and `with_stats` bring them,
+    and the row index i, to the few rows that need them.
     """
 
     rows: pl.DataFrame
     steps: pl.DataFrame
     column: str
     stride: int | None  # steps were bucketed by this stride to align ranks
+    per_rank: int | None = None  # lockstep: the steps each rank logs, pos = i mod this
+
+    def __post_init__(self) -> None:
+        self._med = self.steps["med"].fill_null(np.nan).to_numpy()
+        self._sigma = self.steps["sigma"].fill_null(np.nan).to_numpy()
+
+    def part(self, start: int, stop: int) -> pl.DataFrame:
+        """Rows start to stop (one past the last) with their z and pos."""
+        index = np.arange(start, stop, dtype=np.int64)
+        return self._with_z(self.rows.slice(start, stop - start), index)
+
+    def take(self, index: np.ndarray) -> pl.DataFrame:
+        """The rows at `index` (row numbers) with their z and pos."""
+        index = np.asarray(index, dtype=np.int64)
+        return self._with_z(self.rows[index], index)
+
+    def whole(self) -> pl.DataFrame:
+        """Every row with its z and pos: a whole-log copy, for tests and small logs."""
+        return self.part(0, self.rows.height)
+
+    def _with_z(self, part: pl.DataFrame, index: np.ndarray) -> pl.DataFrame:
+        if self.per_rank is None:
+            pos = part["pos"].to_numpy()
+            part = part.drop("pos")
+        else:
+            pos = (index % max(1, self.per_rank)).astype(np.int32)
+        z = _robust_z(part["x"].to_numpy(), pos, self._med, self._sigma)
+        return part.with_columns(pl.Series("z", z), pl.Series("pos", pos))
 
     def with_stats(self, part: pl.DataFrame, *names: str) -> pl.DataFrame:
-        """`part` (rows of `rows`, with pos) with the step statistics `names` of each row."""
+        """`part` (rows of `part` or `take`, with pos) with the step statistics `names` of
+        each row."""
         at = part["pos"].to_numpy()
         return part.with_columns(pl.Series(name, self.per_step(name)[at]) for name in names)
 
     def flagged(self, mask: np.ndarray) -> pl.DataFrame:
         """The rows where `mask` holds, with their row index i and their steps' statistics."""
-        part = self.rows.filter(pl.Series(mask)).with_columns(pl.Series("i", np.flatnonzero(mask)))
+        index = np.flatnonzero(mask)
+        part = self.take(index).with_columns(pl.Series("i", index))
         return self.with_stats(part, *STEP_STATS)
 
     def per_step(self, what: str | pl.Expr) -> np.ndarray:
@@ -292,9 +325,10 @@ def build_cohort(
     """
     rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
     grid = _rising_grid(rows)
-    stride = None
+    stride = per_rank = None
     if grid is not None:
         steps = _grid_step_stats(grid[1], grid[2])
+        per_rank = int(grid[1].size)
     else:
         rows, steps, stride = _sorted_step_stats(rows, notes)
     del grid
@@ -310,14 +344,11 @@ def build_cohort(
             pl.lit(abs_floor),
         ).alias("sigma")
     )
+    if per_rank is not None:
+        # lockstep: the step table is the grid's steps, so a row's pos is its index mod them
+        return Cohort(rows=rows, steps=steps, column=column, stride=stride, per_rank=per_rank)
     pos = positions(steps["t"].to_numpy(), rows["t"].to_numpy())
-    z = _robust_z(
-        rows["x"].to_numpy(),
-        pos,
-        steps["med"].fill_null(np.nan).to_numpy(),
-        steps["sigma"].fill_null(np.nan).to_numpy(),
-    )
-    rows = rows.with_columns(pl.Series("z", z), pl.Series("pos", pos))
+    rows = rows.with_columns(pl.Series("pos", pos))
     return Cohort(rows=rows, steps=steps, column=column, stride=stride)
 
 
@@ -442,7 +473,7 @@ def rank_bounds(rows: pl.DataFrame, ranks: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def steps_back(
-    rows: pl.DataFrame, last_i: np.ndarray, ranks: np.ndarray, need: int
+    cohort: Cohort, last_i: np.ndarray, ranks: np.ndarray, need: int
 ) -> list[tuple[int | None, int]]:
     """Per rank: the first step back in line after its last deviating row `last_i`, and how
     many of its rows after that row were compared with a cohort (`change.recovery`).
@@ -454,10 +485,10 @@ def steps_back(
     """
     if len(last_i) == 0:
         return []
-    _, ends = rank_bounds(rows, np.asarray(ranks))
+    _, ends = rank_bounds(cohort.rows, np.asarray(ranks))
     out: list[tuple[int | None, int]] = []
     for first, end in zip(np.asarray(last_i) + 1, ends, strict=True):
-        part = rows.slice(int(first), int(max(end - first, 0)))
+        part = cohort.part(int(first), int(max(end, first)))
         compared = np.flatnonzero(
             np.isfinite(part["x"].to_numpy()) & np.isfinite(part["z"].fill_null(np.nan).to_numpy())
         )
