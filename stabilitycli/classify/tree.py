@@ -61,6 +61,7 @@ from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUT
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE, SpikeEvidence
 from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
+from stabilitycli.detect.mixed_precision import step_runs_text
 from stabilitycli.detect.nan import forward_order_key, nan_summary, only_some_steps
 from stabilitycli.detect.spike import SpikeEvent
 from stabilitycli.detect.spike_words import (
@@ -314,6 +315,19 @@ def _spikes(w: _Walk) -> None:
         )
 
 
+def _line_order_words(source: SourceInfo) -> str:
+    """What the overflow count's steps are made of when a reader numbered some loss-scale
+    messages by their order among the log's lines: those are not optimizer steps, and the
+    span counts them (`SourceInfo.line_order_steps`)."""
+    if not source.line_order_steps:
+        return ""
+    return (
+        f"; step(s) {step_runs_text(sorted(source.line_order_steps))} in that span number "
+        "loss-scale messages that print no step by their order among the log's lines, not "
+        "optimizer steps"
+    )
+
+
 def _mixed_precision(w: _Walk) -> None:
     """§3: Q3.1 did fp16 gradients overflow, Q3.2 what did the loss scale do."""
     overflow = w.facts.overflow
@@ -330,7 +344,8 @@ def _mixed_precision(w: _Walk) -> None:
         "yes" if overflow["overflows"] else "no",
         f"{at_least}{overflow['overflows']} overflow(s) in {overflow['span_steps']} steps"
         + (f" ({overflow['sources']})" if overflow.get("sources") else "")
-        + (f"; {overflow['hidden']}" if overflow.get("hidden") else ""),
+        + (f"; {overflow['hidden']}" if overflow.get("hidden") else "")
+        + _line_order_words(w.source),
     )
     scale_text = "no loss-scale series"
     if overflow.get("has_scale"):

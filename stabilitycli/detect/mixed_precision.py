@@ -209,14 +209,14 @@ def _say_line_order(view: SeriesView, result: RuleResult) -> None:
         how = "; ".join(sorted({numbered[s] for s in hits}))
         result.findings[at] = replace(
             finding,
-            message=f"{finding.message}; step(s) {_runs_text(hits)} here number loss-scale "
+            message=f"{finding.message}; step(s) {step_runs_text(hits)} here number loss-scale "
             f"messages that print no step by their order among the log's lines ({how}), not "
             "optimizer steps",
             evidence=replace(ev, step_numbering=how, line_order_steps=hits),
         )
 
 
-def _runs_text(steps: list[int]) -> str:
+def step_runs_text(steps: list[int]) -> str:
     """'1-3, 7': sorted steps, each run of consecutive ones as its two ends."""
     values = np.asarray(steps)
     starts = np.flatnonzero(np.diff(values, prepend=values[0] - 2) != 1)

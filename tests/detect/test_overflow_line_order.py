@@ -65,6 +65,19 @@ def test_a_collapse_after_the_last_step_line_says_its_steps_are_line_order(tmp_p
     assert said.startswith(f"{numbered[0]}-{numbered[-1]} here number"), said
 
 
+def test_the_overflow_count_says_its_span_counts_line_order_numbers(tmp_path):
+    collapse = analyze(str(_log(tmp_path / "collapse.log", collapse_after_last=True)))
+    q31 = next(p for p in collapse.verdict.path if p.question == "Q3.1")
+    numbered = sorted(collapse.source.line_order_steps)
+    assert len(numbered) == 18 and numbered[0] > PPO_STEPS - 1  # after the last step line
+    said = f"; step(s) {numbered[0]}-{numbered[-1]} in that span number loss-scale messages"
+    assert said in q31.evidence, q31.evidence
+    assert q31.evidence.endswith(ORDER_WORDS), q31.evidence
+    between = analyze(str(_log(tmp_path / "between.log", collapse_after_last=False)))
+    q31 = next(p for p in between.verdict.path if p.question == "Q3.1")
+    assert ORDER_WORDS not in q31.evidence, q31.evidence
+
+
 def test_overflows_placed_by_step_lines_are_not_called_line_order(tmp_path):
     result = analyze(str(_log(tmp_path / "between.log", collapse_after_last=False)))
     scale = [f for f in result.findings if f.code.startswith("loss-scale")]
