@@ -39,7 +39,7 @@ from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.settle import curve_ahead, recent_level, settled_shift
+from stabilitycli.detect.settle import curve_ahead, recent_level, settle_span, settled_shift
 from stabilitycli.detect.short_log_jumps import short_log_jumps
 from stabilitycli.detect.spike_causes import CauseContext, spike_causes
 from stabilitycli.detect.spike_words import (
@@ -801,8 +801,7 @@ def _settled_rise(steps, loss, idx: int, back: int | None, level: float, thresho
     noise was 1% of the loss, and was reported as a persistent spike; over 20 points
     and more its median is within a few tenths of a percent of the step.
     """
-    span = int(np.searchsorted(steps, steps[idx] + thresholds.spike_window_steps)) - idx
-    stop = idx + max(span, thresholds.widened_window_points)
+    stop = idx + int(settle_span(steps, np.array([idx]), thresholds)[0])
     if back is not None and back < stop:
         return True
     settled = loss[idx:stop]
