@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # formats of one file holding one process's log; stores and event-file folders
 # (MLflow, TensorBoard, W&B runs) have their own per-rank layouts
 FILE_FORMATS = ("tabular", "llmc", "megatron", "deepspeed", "jsonl")
+# text families whose sniff accepts much of any stdout: asked only of a rank-named text log
+# no format above claims (rank_3.log of a nanoGPT loop, grepped Trainer dicts, OLMo blocks)
+TEXT_ONLY_FORMATS = ("blocklog", "dictlog", "kvlog")
 _SIDE_FILES = (".md", ".txt", ".yaml", ".yml", ".json", ".py", ".sh", ".toml", ".cfg", ".ini")
 
 
@@ -50,7 +53,31 @@ def log_format(path: Path) -> str | None:
     for name in FILE_FORMATS:
         if reader(name).sniff(path, head):
             return name
+    if not _is_text_log(path, head):
+        return None
+    for name in TEXT_ONLY_FORMATS:
+        if reader(name).sniff(path, head):
+            return name
     return None
+
+
+def _is_text_log(path: Path, head: bytes) -> bool:
+    from stabilitycli.ingest.text.textlog import is_text_log
+
+    return is_text_log(path, head)
+
+
+def _read_one(path: Path, name: str, options: ReadOptions) -> RunData:
+    """One rank's file as `stab analyze FILE` reads it: a text log that the family which
+    claimed it cannot read goes to the other text families (`ingest.fallback`)."""
+    from stabilitycli.ingest.fallback import TEXT_FAMILIES, read_text_log
+    from stabilitycli.ingest.formats import reader
+
+    if name in TEXT_FAMILIES:
+        with open(path, "rb") as handle:
+            if _is_text_log(path, handle.read(8192)):
+                return read_text_log(path, name, options)
+    return reader(name).read(path, options)
 
 
 def read_files(files: list[RankFile], source: SourceInfo, options: ReadOptions) -> RunData:
@@ -58,7 +85,6 @@ def read_files(files: list[RankFile], source: SourceInfo, options: ReadOptions) 
     import polars as pl
 
     from stabilitycli.frame import SEGMENT, RunData
-    from stabilitycli.ingest.formats import reader
 
     frames: list[pl.DataFrame] = []
     abandoned: list[pl.DataFrame] = []
@@ -69,13 +95,13 @@ def read_files(files: list[RankFile], source: SourceInfo, options: ReadOptions) 
             source.warnings.append(f"{item.rel}: not a log stab reads; skipped")
             continue
         try:
-            run = reader(name).read(item.path, options)
+            run = _read_one(item.path, name, options)
         except StabInputError as err:
             # the file's own line or record stays in the message
             raise StabInputError(
                 str(item.path), err.reason, line=err.line, record=err.record
             ) from None
-        formats.add(name)
+        formats.add(run.source.format)
         frame = _with_rank(run.frame, item, source)
         frames.append(frame)
         if run.abandoned.height:
