@@ -105,6 +105,28 @@ def test_kvlog_cut_inside_the_train_time_keeps_the_spike(tmp_path: Path) -> None
     assert _stdin(path)["source"]["last_step"] == 2068
 
 
+def test_kvlog_cut_and_hard_wrapped_keeps_the_spike(tmp_path: Path) -> None:
+    # the same paste copied out of a 64-column terminal: each record wrapped over two lines,
+    # and the copy cut inside step 2068's train_time, on its second line
+    log = next((SHARED / "pasted-logs" / "mnano-scaleup1b-1p5b").glob("*.txt"))
+    whole = _cut(tmp_path, log, "train_loss:5.0213 train_time:355", "whole.txt", (0, 2137))
+    lines = whole.read_text().split("\n")
+    path = tmp_path / "wrapped.txt"
+    path.write_text("\n".join(p for line in lines for p in _wrap(line, 64)))
+    run = read(path)
+    assert run.source.format == "kvlog" and run.source.rejections == []
+    assert any("hard-wrapped" in n for n in run.source.notes)
+    last = run.frame.filter(run.frame["step"] == 2068).row(0, named=True)
+    assert last["loss"] == 5.0213
+    assert any(KEPT in w and "`train_loss`" in w for w in run.source.warnings)
+    assert run.frame.equals(read(whole).frame)
+    assert _stdin(path)["source"]["last_step"] == 2068
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    return [line[i : i + width] for i in range(0, len(line), width)] or [""]
+
+
 def test_dictlog_cut_inside_a_trainer_dict_keeps_its_whole_pairs(tmp_path: Path) -> None:
     log = SHARED / "pasted-logs" / "chinese-llama-issue534-scale-halving" / "issue_excerpt.log"
     path = _cut(tmp_path, log, "{'loss': 2.0491, 'learning_rate': 0.00019")

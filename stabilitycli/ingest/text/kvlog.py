@@ -68,7 +68,7 @@ def read(path: Path, options: ReadOptions):
     if options.pattern:
         return _read_pattern(lines, cut, source, options, too_long)
     found = ks.scan(lines)
-    frame, wrapped = kw.join_wrapped(found.frame, lines)
+    frame, wrapped, joined_texts = kw.join_wrapped(found.frame, lines)
     if wrapped:
         source.notes.append(
             f"{len(wrapped)} continuation line(s) of records a terminal hard-wrapped, "
@@ -110,7 +110,8 @@ def read(path: Path, options: ReadOptions):
     per_rank = len(ranks) > 1
     # a cut last line that continues a wrapped record cuts that record
     cut_at = records[ks.LINE][-1] if cut and len(lines) in wrapped else len(lines)
-    cut_text = lines[-1] if cut and cut_at == len(lines) else None
+    # ...and its whole fields are read from the joined text, as an unwrapped line's are
+    cut_text = (lines[-1] if cut_at == len(lines) else joined_texts.get(cut_at)) if cut else None
     raw = _rows(records, family, cut, cut_at, source, per_rank=per_rank, cut_text=cut_text)
     if per_rank:
         source.notes.append(
