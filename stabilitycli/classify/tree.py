@@ -47,6 +47,7 @@ from stabilitycli.core.model import (
     SourceInfo,
     Verdict,
 )
+from stabilitycli.core.numfmt import step_runs
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
@@ -61,7 +62,6 @@ from stabilitycli.detect.kinds.ranks import RANK_KINDS, RANK_NONFINITE, RANK_OUT
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 from stabilitycli.detect.kinds.spike import SPIKE, SpikeEvidence
 from stabilitycli.detect.log_words import LogWords, no_log_words, uses_dynamic_scaler
-from stabilitycli.detect.mixed_precision import step_runs_text
 from stabilitycli.detect.nan import forward_order_key, nan_summary, only_some_steps
 from stabilitycli.detect.spike import SpikeEvent
 from stabilitycli.detect.spike_words import (
@@ -322,7 +322,7 @@ def _line_order_words(source: SourceInfo) -> str:
     if not source.line_order_steps:
         return ""
     return (
-        f"; step(s) {step_runs_text(sorted(source.line_order_steps))} in that span number "
+        f"; step(s) {step_runs(sorted(source.line_order_steps))} in that span number "
         "loss-scale messages that print no step by their order among the log's lines, not "
         "optimizer steps"
     )

@@ -226,6 +226,21 @@ class SourceInfo:
     # were numbered: numbers, not optimizer steps (the loss-scale findings say so)
     line_order_steps: dict[int, str] = field(default_factory=dict)
 
+    def steps_text(self) -> str:
+        """'steps A–B', and which of its ends number loss-scale messages by their order among
+        the log's lines (`line_order_steps`): such an end is no optimizer step."""
+        span = f"steps {self.first_step}–{self.last_step}"
+        steps = (self.first_step, self.last_step)
+        ends = sorted({s for s in steps if s is not None and s in self.line_order_steps})
+        if not ends:
+            return span
+        from stabilitycli.core.numfmt import step_runs
+
+        return (
+            f"{span} (step(s) {step_runs(ends)} number loss-scale messages by their order "
+            "among the log's lines, not optimizer steps)"
+        )
+
     def reject(self, line: int | None, reason: str, keep_first: int = 5) -> None:
         self.rows_rejected += 1
         self.rejection_counts[reason] = self.rejection_counts.get(reason, 0) + 1

@@ -23,3 +23,14 @@ def number(value: float, sign: bool = False) -> str:
     if not math.isfinite(value):
         return nonfinite(value)
     return f"{value:+.3g}" if sign else f"{value:.4g}"
+
+
+def step_runs(steps: list[int]) -> str:
+    """'1-3, 7': sorted steps, each run of consecutive ones as its two ends."""
+    runs: list[list[int]] = []
+    for step in steps:  # a loop over the few steps a sentence names, not over rows
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -8,6 +8,7 @@ import numpy as np
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Skip
+from stabilitycli.core.numfmt import step_runs
 from stabilitycli.core.quantity_schema import STEP, STEPS
 from stabilitycli.detect.facts import Facts, OverflowSummary
 from stabilitycli.detect.kinds.mixed_precision import (
@@ -209,22 +210,11 @@ def _say_line_order(view: SeriesView, result: RuleResult) -> None:
         how = "; ".join(sorted({numbered[s] for s in hits}))
         result.findings[at] = replace(
             finding,
-            message=f"{finding.message}; step(s) {step_runs_text(hits)} here number loss-scale "
+            message=f"{finding.message}; step(s) {step_runs(hits)} here number loss-scale "
             f"messages that print no step by their order among the log's lines ({how}), not "
             "optimizer steps",
             evidence=replace(ev, step_numbering=how, line_order_steps=hits),
         )
-
-
-def step_runs_text(steps: list[int]) -> str:
-    """'1-3, 7': sorted steps, each run of consecutive ones as its two ends."""
-    values = np.asarray(steps)
-    starts = np.flatnonzero(np.diff(values, prepend=values[0] - 2) != 1)
-    ends = np.append(starts[1:], values.size) - 1
-    return ", ".join(
-        str(values[a]) if a == b else f"{values[a]}-{values[b]}"
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
-    )
 
 
 def _summary(ledger: OverflowLedger) -> OverflowSummary:

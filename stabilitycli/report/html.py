@@ -365,7 +365,7 @@ def _source_block(analysis: Analysis, plots: Plots) -> str:
         f'<p class="source"><b>{_e(s.path)}</b> ({_e(s.format)}): '
         f"{s.rows_read:,} rows read, {s.rows_used:,} used, "
         f"{s.rows_rejected:,} rejected{set_aside}; "
-        f"steps {_e(s.first_step)}&ndash;{_e(s.last_step)}{ranks}; "
+        f"{_e(s.steps_text())}{ranks}; "
         f"dtype {_e(s.dtype or 'unknown')}; {metrics}{drawn}</p>"
     )
 

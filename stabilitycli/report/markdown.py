@@ -25,7 +25,7 @@ def render(analysis: Analysis, heading_level: int = 3) -> str:
         f"{s.rows_read:,} rows, {s.rows_rejected:,} rejected"
         + (f", {s.rows_rewritten:,} rewritten by a resume" if s.rows_rewritten else "")
         + "; "
-        f"steps {s.first_step}–{s.last_step}; dtype {escape.markdown(s.dtype or 'unknown')}"
+        f"{escape.markdown(s.steps_text())}; dtype {escape.markdown(s.dtype or 'unknown')}"
         + (f"; {s.ranks} ranks" if s.ranks else ""),
         "",
     ]

@@ -148,7 +148,7 @@ def _source_line(analysis: Analysis, with_metrics: bool) -> str:
     return (
         f"{s.format}: {s.rows_read} rows read, {s.rows_used} used, {s.rows_rejected} rejected"
         f"{set_aside}; "
-        f"steps {s.first_step}–{s.last_step}{ranks}; dtype {s.dtype or 'unknown'}{metrics}"
+        f"{s.steps_text()}{ranks}; dtype {s.dtype or 'unknown'}{metrics}"
     )
 
 

@@ -32,3 +32,11 @@ def test_number(value: float, sign: bool, text: str) -> None:
 
 def test_nonfinite_keeps_the_sign_of_inf() -> None:
     assert [numfmt.nonfinite(v) for v in (math.nan, math.inf, -math.inf)] == ["NaN", "+Inf", "-Inf"]
+
+
+def test_step_runs_joins_consecutive_steps():
+    from stabilitycli.core.numfmt import step_runs
+
+    assert step_runs([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+    assert step_runs([40]) == "40"
+    assert step_runs([]) == ""

@@ -107,3 +107,22 @@ def test_every_renderer_says_the_steps_are_line_order(tmp_path):
     assert "after the last step line" in finding["evidence"]["step_numbering"]
     for fmt, text in outputs.items():
         assert ORDER_WORDS in text, fmt
+
+
+def test_the_source_line_says_when_its_last_step_is_a_line_order_number(tmp_path):
+    collapse = analyze(str(_log(tmp_path / "collapse.log", collapse_after_last=True)))
+    last = collapse.source.last_step
+    assert last in collapse.source.line_order_steps  # the 18th overflow, not a PPO step
+    assert collapse.source.steps_text() == (
+        f"steps 0–{last} (step(s) {last} number loss-scale messages by their order among the "
+        "log's lines, not optimizer steps)"
+    )
+    between = analyze(str(_log(tmp_path / "between.log", collapse_after_last=False)))
+    assert between.source.steps_text() == f"steps 0–{PPO_STEPS - 1}"
+    runner = CliRunner()
+    for fmt in ("terminal", "markdown"):
+        result = runner.invoke(
+            app, ["analyze", str(tmp_path / "collapse.log"), "-f", fmt], env={"COLUMNS": "400"}
+        )
+        assert isinstance(result.exception, SystemExit), fmt
+        assert collapse.source.steps_text() in result.output, fmt
