@@ -536,7 +536,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     and until it holds {min_points_per_window} points ({widened_window_points} in a
     sparse log) a point is judged against the mean of the points since the drop, with
     the noise of the stretch before it scaled to the new level; on a rising stretch,
-    recovery is judged against the rising trend.
+    recovery is judged against the rising trend. A point whose grad norm surged
+    ({grad_norm_spike_ratio:g}x within the {cause_lead_steps} steps before) is also
+    judged against the curve around it, where the trailing window lags it (a warmup's
+    fall that speeds up, an epoch drop inside the window): the median of the
+    {recovery_median_points} logged points either side, with the noise from the changes
+    between successive points before it (over the spike window's points, at least
+    {stable_std_points}, from the last level change on).
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments
