@@ -12,13 +12,14 @@ under the bar (the LM benchmark's misses at warmup, schedule and epoch places).
 
 At the rows of such a surge, and only there, the point is also judged against where the
 curve was at it: the median of the `recovery_median_points` logged points either side of
-it, the point left out (the curve a one-point event sits on, read as `level.ratio_reference`
-reads a falling curve), with the noise read from the changes between successive points
-before it, allowing for their lag-1 autocorrelation (as a sparse log's sigma is pooled; a
-fall or a drop moves a difference by a fraction of sigma where it swells a window's std by
-its whole height), over the spike window's points (at least `stable_std_points`) and never
-across a level change, floored at `sigma_floor_frac` of that level. A point over that level
-+ spike_sigma sigma is flagged: its surge then makes it a spike, as Q2.3 says.
+it, the point left out and never across a level change (the curve a one-point event sits
+on, read as `level.ratio_reference` reads a falling curve), with the noise read from the
+changes between successive points before it, allowing for their lag-1 autocorrelation (as
+a sparse log's sigma is pooled; a fall or a drop moves a difference by a fraction of sigma
+where it swells a window's std by its whole height), over the spike window's points (at
+least `stable_std_points`) from the last level change on, floored at `sigma_floor_frac` of
+that level. A point over that level + spike_sigma sigma is flagged: its surge then makes
+it a spike, as Q2.3 says.
 """
 
 from __future__ import annotations
@@ -119,22 +120,28 @@ def flag_around(
     rows = rows[np.isfinite(loss[rows])]
     if rows.size == 0:
         return AroundPoints.none()
+    # the stretch between the level changes either side of the row: a curve read across a
+    # step down right after the row would put the last point of the old level half a step
+    # over the curve, where the first points after a found change read the new one
+    since = np.searchsorted(changes, rows, side="right") - 1
+    start = np.where(since >= 0, np.append(changes, 0)[np.maximum(since, 0)], 0)
+    stop = np.append(changes, loss.size)[since + 1]
     points = int(thresholds.recovery_median_points)
     offsets = np.concatenate([np.arange(-points, 0), np.arange(1, points + 1)])
     around = rows[:, None] + offsets[None, :]
-    inside = (around >= 0) & (around < loss.size)
+    inside = (around >= start[:, None]) & (around < stop[:, None])
     values = np.where(inside, loss[np.clip(around, 0, loss.size - 1)], np.nan)
     values[~np.isfinite(values)] = np.nan
-    enough = np.isfinite(values).sum(axis=1) >= points  # half the neighbours at least
-    rows, values = rows[enough], values[enough]
+    used = np.isfinite(values)
+    enough = used.sum(axis=1) >= points  # half the neighbours at least
+    rows, values, used, start = rows[enough], values[enough], used[enough], start[enough]
     if rows.size == 0:
         return AroundPoints.none()
     level = np.nanmedian(values, axis=1)
-    first = np.maximum(rows - points, 0)
-    last = np.minimum(rows + points, loss.size - 1)
+    # the first and last rows the median read
+    first = rows + offsets[np.argmax(used, axis=1)]
+    last = rows + offsets[offsets.size - 1 - np.argmax(used[:, ::-1], axis=1)]
     # the noise over the points before the row, from the last level change on
-    since = np.searchsorted(changes, rows, side="right") - 1
-    start = np.where(since >= 0, np.append(changes, 0)[np.maximum(since, 0)], 0)
     noise_first = np.maximum(rows - max(noise_points, int(thresholds.stable_std_points)), start)
     least = int(thresholds.min_points_per_window)
     noise = np.array(

@@ -177,3 +177,17 @@ def test_surge_rows_are_exactly_the_rows_with_a_surge_in_their_lead(tmp_path, ev
     exact = every_row[ratio >= thresholds.grad_norm_spike_ratio]
     assert exact.size  # the test means something
     np.testing.assert_array_equal(surge_rows(steps, ctx, thresholds), exact)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("every", [10, 100])
+def test_a_surge_on_the_last_point_before_an_epoch_drop_is_no_spike(tmp_path, seed, every):
+    """A 50x surge on the last point of an epoch, on its curve: the points after it are 15%
+    lower, and a median read across the drop would put this point half the drop over the
+    curve. The curve around it is read on its side of the drop only: no spike."""
+    run = _fine_tune(every, sigma=0.01, seed=seed)
+    at = EPOCH_POINTS - 1
+    loss = _one_point(run, at, 0.0, 50.0)
+    result = analyze(str(lm.write_csv(tmp_path / "before_drop.csv", run, loss)))
+    assert not [f for f in result.findings if f.code == "spike"]
+    assert result.verdict.code == "healthy"
