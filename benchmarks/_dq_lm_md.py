@@ -57,7 +57,12 @@ under the bar in the log (their mean excess over the noise-free curve, a shift's
 first 100 steps and at least 3 points, < 5σ or < 5%: an event of exactly 5σ does so about
 half the time; within 3 logged points after an epoch drop, over the level before the
 drop, as the log holds no level of the new epoch yet), is not counted in recall; the events
-table shows them as "+k under the bar".
+table shows them as "+k under the bar". So is a one-point spike (written without noise, h
+over the curve) on the first logged point of a new epoch whose point, over the level before
+the drop, is under 3σ (with a grad-norm surge) or under z 6 or 1.5× (without a cause): a 5σ
+point of an epoch that dropped 8-25% sits under the old level and a +60% one at 1.2-1.5× it,
+and the log, holding no point of the new level before it, cannot tell it from the last point
+of the old epoch.
 """
 
 

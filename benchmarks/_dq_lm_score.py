@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 from _dq_lm_synth import LM_EVENT_PLACES, event_lm, healthy_lm, rank_lm
-from _dq_lm_truth import below_bar, excused, noise_events, place_of
+from _dq_lm_truth import below_bar, excused, noise_events, one_point_below_bar, place_of
 from _dq_score import WARNING, score, seed_for
 from _dq_synth import Case
 
@@ -42,6 +42,7 @@ LM_SIZES = {
     "nan-tail": (("—", math.nan, False),),
 }
 MULTI = ("bump3pt", "bump10pt", "shift")  # judged by the bar in the logged data
+ONE_POINT = ("spike", "spike+grad")  # so are these, after an epoch drop
 BASE_KIND = {"bump3pt": "bump3", "bump10pt": "bump10"}  # the main grid's match window
 EXAMPLES_PER_RUN = 3
 
@@ -242,7 +243,13 @@ def run_lm_task(task: dict) -> dict:
             record = score(base, truth, result)
             if run is not None:
                 record["phi"] = round(run.phi, 3)
-                why = below_bar(run, case.interval, case.sigma) if case.kind in MULTI else None
+                why = (
+                    below_bar(run, case.interval, case.sigma)
+                    if case.kind in MULTI
+                    else one_point_below_bar(run, case.kind, case.sigma)
+                    if case.kind in ONE_POINT
+                    else None
+                )
                 if why:  # not counted in recall (`_dq_report.summarize`): the log is under the bar
                     record["below"] = why
             records.append(record)

@@ -130,14 +130,51 @@ def below_bar(run, interval: int, sigma: float) -> str | None:
     i = int(np.searchsorted(steps, truth.onset))
     judged = max(3, -(-JUDGED_STEPS // interval))
     stop = min(i + min(truth.points, judged), steps.size)
-    reference = run.level[i:stop]
-    for b in run.shape.boundaries:
-        first = int(np.searchsorted(steps, b))  # the drop's first logged point
-        if first <= i < first + NEW_LEVEL_POINTS and first > 0:
-            # the log holds no level after the drop to stand out from: the one before it
-            reference = reference * (run.level[first - 1] / run.level[first])
-    rel = run.frame["loss"].to_numpy()[i:stop] / reference - 1.0
+    rel = run.frame["loss"].to_numpy()[i:stop] / _reference(run, steps, i, stop) - 1.0
     mean = float(np.mean(rel))
     if mean < MULTI_Z * sigma - 1e-12 or mean < MULTI_REL - 1e-12:
         return f"logged mean excess {mean / sigma:.2f}σ, {100 * mean:.2f}%"
+    return None
+
+
+def _reference(
+    run, steps: np.ndarray, i: int, stop: int, new_level_points: int = NEW_LEVEL_POINTS
+) -> np.ndarray:
+    """The noise-free curve over rows [i, stop), or, for an event less than `new_level_points`
+    logged points after an epoch drop, the level before the drop (see `below_bar`)."""
+    reference = run.level[i:stop]
+    for b in run.shape.boundaries:
+        first = int(np.searchsorted(steps, b))  # the drop's first logged point
+        if first <= i < first + new_level_points and first > 0:
+            # the log holds no level after the drop to stand out from: the one before it
+            reference = reference * (run.level[first - 1] / run.level[first])
+    return reference
+
+
+def one_point_below_bar(run, kind: str, sigma: float) -> str | None:
+    """Why an injected one-point spike is not a spike by the logged data, or None.
+
+    The generator writes the spike's point without noise, h above the noise-free curve, so
+    away from an epoch drop it always stands over Q2.1's 3σ (and, +60% or more, over
+    materiality (c)). On the first logged point of a new epoch the log holds no point of
+    the new level before it: nothing tells it from the last point of the old epoch, and it
+    is measured over the level before the drop (as the multi-point events are, `below_bar`;
+    a one-point event needs only the one point before it, which the rule's level since the
+    change reads). There a 5σ point of an epoch that dropped 8-25% is under the old level,
+    and a +60% point 1.2-1.5x it: not a spike by the spec's rule, a point with a cause
+    (spike+grad) under 3σ, one without (spike) under z 6 or 1.5x.
+    """
+    from stabilitycli.core.config import Thresholds  # the measured package's own bar
+
+    bar = Thresholds()
+    steps = run.frame["step"].to_numpy()
+    i = int(np.searchsorted(steps, run.truth.onset))
+    reference = float(_reference(run, steps, i, i + 1, new_level_points=1)[0])
+    value = float(run.frame["loss"].to_numpy()[i])
+    z = (value / reference - 1.0) / sigma
+    ratio = value / reference
+    if z < bar.spike_sigma:
+        return f"logged point {z:.2f}σ over the level before the epoch drop"
+    if kind == "spike" and not (z >= bar.spike_large_z and ratio >= bar.spike_large_ratio):
+        return f"logged point {z:.2f}σ and {ratio:.2f}x the level before the epoch drop"
     return None

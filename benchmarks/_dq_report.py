@@ -368,7 +368,8 @@ def evaluate(
         if below:  # the raw recall beside, as the healthy runs' raw rate is (#36)
             extra["raw"] = sum(c.get("tp_all", c["tp"]) for c in chosen) / (n + below)
             extra["below_bar"] = below
-        worst = min(chosen, key=lambda c: c["recall"])
+        # a cell whose every run was under the bar has no recall (n 0): not a worst one
+        worst = min((c for c in chosen if c["n"]), key=lambda c: c["recall"])
         extra["worst"] = f"{_cell_name(worst)}: {_pct(worst['recall'])}"
     elif target.measure == "persistent":
         value = sum(c["persistent"] for c in chosen) / n

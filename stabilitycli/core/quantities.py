@@ -73,6 +73,9 @@ KINDS: dict[str, str] = {
     "local_level": "where the series' curve was at `step`, read from its trend over steps "
     "`first_step`-`last_step` (the trend at `step`, at least the mean of the window's last "
     "quarter, at most the window's mean)",
+    "median_around": "where the series' curve was at `step`: the median of the finite values "
+    "logged over steps `first_step`-`last_step`, the one at `step` left out (the points either "
+    "side of it)",
     "slope": "the change of the series per step, from its trend over steps "
     "`first_step`-`last_step`",
     "cohort_median": "over steps `first_step`-`last_step`, the median of the per-step median "

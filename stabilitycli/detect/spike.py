@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -41,6 +41,7 @@ from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.settle import curve_ahead, recent_level, settle_span, settled_shift
 from stabilitycli.detect.short_log_jumps import short_log_jumps
+from stabilitycli.detect.spike_around import AroundPoints, flag_around, surge_rows
 from stabilitycli.detect.spike_causes import CauseContext, spike_causes
 from stabilitycli.detect.spike_words import (
     recurring_finding,
@@ -193,6 +194,8 @@ class _Baseline:
     # against the loss's neighbours there (`level.ratio_reference`); a dense log's level is
     # read at the row (`fall_curve`), and its neighbours would count the noise twice
     ratio_lags: bool = True
+    # the rows with a grad-norm surge judged against the curve around them instead
+    around: AroundPoints = field(default_factory=AroundPoints.none)
 
 
 def _flag_above_baseline(
@@ -301,6 +304,45 @@ def _flag_above_baseline(
         kept("trail"),
         after,
         pooled_points is not None,
+    )
+
+
+def _with_around(
+    baseline: _Baseline,
+    loss: np.ndarray,
+    steps: np.ndarray,
+    ctx: CauseContext,
+    thresholds: Thresholds,
+    memory: NoiseMemory,
+    noise_points: int,
+) -> _Baseline:
+    """`baseline` with the points of a grad-norm surge that stand over the curve around
+    them (`spike_around`) added to its candidates, judged against that curve."""
+    assert baseline.first_eligible_step is not None
+    rows = surge_rows(steps, ctx, thresholds)
+    rows = rows[steps[rows] >= baseline.first_eligible_step]
+    rows = np.setdiff1d(rows, baseline.candidates)  # flagged by the trailing window already
+    around = flag_around(loss, rows, baseline.changes, thresholds, memory, noise_points)
+    if around.rows.size == 0:
+        return baseline
+    candidates = np.concatenate([baseline.candidates, around.rows])
+    order = np.argsort(candidates, kind="stable")
+    zeros = np.zeros(around.rows.size)
+
+    def merged(kept: KeptAt, extra: np.ndarray) -> KeptAt:
+        return KeptAt(loss.size, candidates[order], np.concatenate([kept.values, extra])[order])
+
+    return replace(
+        baseline,
+        candidates=candidates[order],
+        mean=merged(baseline.mean, around.level),
+        sigma=merged(baseline.sigma, around.sigma),
+        falling=merged(baseline.falling, zeros),
+        rise_slope=merged(baseline.rise_slope, zeros),
+        line=merged(baseline.line, around.level),
+        near=merged(baseline.near, around.level),
+        trail=merged(baseline.trail, around.level),
+        around=around,
     )
 
 
@@ -494,7 +536,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     and until it holds {min_points_per_window} points ({widened_window_points} in a
     sparse log) a point is judged against the mean of the points since the drop, with
     the noise of the stretch before it scaled to the new level; on a rising stretch,
-    recovery is judged against the rising trend.
+    recovery is judged against the rising trend. A point whose grad norm surged
+    ({grad_norm_spike_ratio:g}x within the {cause_lead_steps} steps before) is also
+    judged against the curve around it, where the trailing window lags it (a warmup's
+    fall that speeds up, an epoch drop inside the window): the median of the
+    {recovery_median_points} logged points either side, with the noise from the changes
+    between successive points before it (over the spike window's points, at least
+    {stable_std_points}, from the last level change on).
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments
@@ -547,6 +595,12 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     first_eligible = baseline.first_eligible_step
     causes_ctx = CauseContext.build(view, steps, thresholds, facts)
+    if first_eligible is not None:
+        window_points = max(1, round(window / interval)) if interval > 0 else 1
+        baseline = _with_around(
+            baseline, loss, steps, causes_ctx, thresholds, memory, pooled_points or window_points
+        )
+        candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     # "back to baseline" is judged on a 5-point rolling median in dense logs, so
     # one lucky low mini-batch inside a still-elevated stretch is not a recovery
     # (a forward-looking median: point t and the 4 after it, so the pre-spike
@@ -736,6 +790,14 @@ def _build_event(
         sustained = _settled_rise(steps, loss, idx, rec_idx, ahead, thresholds)
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     noise = baseline.after.source_of(idx)
+    fields = dict(
+        baseline_first_step=int(steps[min(base_lo, idx - 1)]) if idx > 0 else None,
+        baseline_last_step=int(steps[idx - 1]) if idx > 0 else None,
+        baseline_basis="local-level" if baseline.falling[idx] else "mean",
+        window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
+        **(_noise_fields(noise, steps) if noise is not None else {}),
+    )
+    fields.update(_around_fields(baseline.around, idx, steps))
     return SpikeEvent(
         onset_step=onset,
         end_step=int(steps[end_idx]),
@@ -754,15 +816,32 @@ def _build_event(
         causes=causes,
         after_window_loss=after_window[1] if after_window else None,
         after_window_step=after_window[0] if after_window else None,
-        baseline_first_step=int(steps[min(base_lo, idx - 1)]) if idx > 0 else None,
-        baseline_last_step=int(steps[idx - 1]) if idx > 0 else None,
         recovery_level=recovery_level,
         recovery_horizon_steps=int(horizon),
-        baseline_basis="local-level" if baseline.falling[idx] else "mean",
-        window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
         recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
-        **(_noise_fields(noise, steps) if noise is not None else {}),
+        **fields,
     )
+
+
+def _around_fields(around: AroundPoints, idx: int, steps: np.ndarray) -> dict:
+    """The SpikeEvent fields of a point judged against the curve around it: the steps that
+    curve was read over, and where its sigma came from; {} for any other point."""
+    at = around.index(idx)
+    if at is None:
+        return {}
+    out = {
+        "baseline_first_step": int(steps[around.first[at]]),
+        "baseline_last_step": int(steps[around.last[at]]),
+        "baseline_basis": "around",
+        "window_restart_step": None,
+        "sigma_basis": "differences-floor" if around.floored[at] else "differences",
+        "sigma_first_step": int(steps[around.noise_first[at]]),
+        "sigma_last_step": int(steps[idx - 1]),
+        "sigma_noise_lag1": round(around.lag1, 3),
+    }
+    if np.isfinite(around.noise[at]):
+        out["sigma_noise_before"] = float(around.noise[at])
+    return out
 
 
 def _noise_fields(noise: NoiseSource, steps: np.ndarray) -> dict:

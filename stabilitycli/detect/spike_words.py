@@ -85,6 +85,11 @@ def baseline_text(event: SpikeEvent) -> str:
             f"local level {event.mu:.4g} at step {event.onset_step} "
             f"(the trend of {steps or 'the window'}{restart})"
         )
+    if event.baseline_basis == "around":
+        return (
+            f"the curve around step {event.onset_step}, {event.mu:.4g} (the median of the "
+            f"points logged over {steps} either side of it)"
+        )
     return (
         f"baseline mean {event.mu:.4g}"
         + (f" over {steps}" if steps else "")
@@ -100,6 +105,8 @@ def sigma_text(ev: Mapping[str, Any], thresholds: Thresholds) -> str:
     basis = ev.get("sigma_basis")
     if not basis:
         return text
+    if basis in ("differences", "differences-floor"):
+        return f"{text} ({_around_sigma_text(ev, thresholds)})"
     before = (
         f"the noise over steps {ev['sigma_first_step']}-{ev['sigma_last_step']} before the "
         f"level change, {ev['sigma_noise_before']:.3g}"
@@ -122,6 +129,28 @@ def sigma_text(ev: Mapping[str, Any], thresholds: Thresholds) -> str:
     return f"{text} ({before} {how}, scaled to the level since the change)"
 
 
+def _around_sigma_text(ev: Mapping[str, Any], thresholds: Thresholds) -> str:
+    """Where the sigma of a point judged against the curve around it came from."""
+    lag1 = ev.get("sigma_noise_lag1")
+    memory = f", allowing for their lag-1 autocorrelation {lag1:.2f}" if lag1 else ""
+    stretch = (
+        f"the changes between successive points over steps {ev['sigma_first_step']}-"
+        f"{ev['sigma_last_step']}"
+    )
+    if ev["sigma_basis"] == "differences":
+        return f"from {stretch}{memory}"
+    measured = ev.get("sigma_noise_before")
+    said = f"gave {measured:.3g}{memory}" if measured is not None else "were too few to measure"
+    return f"the floor, {thresholds.sigma_floor_frac:.0%} of that level; {stretch} {said}"
+
+
+def baseline_name(basis: str | None) -> str:
+    """What a spike's mu is called, by its `baseline_basis`."""
+    return {"local-level": "local level", "around": "curve around it"}.get(
+        basis or "mean", "baseline mean"
+    )
+
+
 def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
     """'3.15 (baseline mean + 0.5*sigma)': the level the loss had to come back to, and what
     it was made of."""
@@ -132,8 +161,7 @@ def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
             f"{event.recovery_slope_per_step:.3g} a step (the rising trend of steps "
             f"{event.baseline_first_step}-{event.baseline_last_step} + {added})"
         )
-    what = "local level" if event.baseline_basis == "local-level" else "baseline mean"
-    return f"{event.recovery_level:.4g} ({what} + {added})"
+    return f"{event.recovery_level:.4g} ({baseline_name(event.baseline_basis)} + {added})"
 
 
 # what a spike type is, in the words the outputs use (the number stays in the evidence)

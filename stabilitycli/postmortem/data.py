@@ -225,6 +225,10 @@ def _spike_incident(
                 f"baseline local level / sigma (the trend of steps {ev['baseline_first_step']}-"
                 f"{ev['baseline_last_step']} at step {onset}, sigma around it)"
                 if ev.get("baseline_basis") == "local-level"
+                else f"baseline curve around step {onset} / sigma (the median of the points "
+                f"logged over steps {ev['baseline_first_step']}-{ev['baseline_last_step']} "
+                "either side of it)"
+                if ev.get("baseline_basis") == "around"
                 else f"baseline mu / sigma (trailing {thr.spike_window_steps} steps"
                 + (
                     f": steps {ev['baseline_first_step']}-{ev['baseline_last_step']})"

@@ -27,6 +27,7 @@ from stabilitycli.detect.kinds.spike import CAUSE_CODES
 from stabilitycli.detect.log_words import grad_norm_is_preclip, loss_is_token_ce
 from stabilitycli.detect.mixed_precision import overflow_per_step, runs_fp16
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.detect.spike_words import baseline_name
 from stabilitycli.detect.windows import trailing_stats
 
 STATUS_ORDER = ("supported", "possible", "not testable", "ruled out")
@@ -195,7 +196,7 @@ def _grad_norm_test(view, lo, onset, ev, thr: Thresholds) -> Hypothesis:
             else ""
         )
         + f", {lead} step(s) before the loss jumped from its "
-        + ("local level " if ev.get("baseline_basis") == "local-level" else "baseline mean ")
+        + f"{baseline_name(ev.get('baseline_basis'))} "
         + f"{_g(float(ev['mu']))}"
         + (
             f" (steps {ev['baseline_first_step']}-{ev['baseline_last_step']})"

@@ -158,7 +158,8 @@ class SpikeEvent:
     # steps after the onset the loss had to be back within (recovery_window_steps, or the
     # gap to the next logged point when that is longer)
     recovery_horizon_steps: int | None = None
-    # what mu is: the window's mean, or the curve's local level where the mean lagged a fall
+    # what mu is: the window's mean, the curve's local level where the mean lagged a fall,
+    # or, at a point with a grad-norm surge, the median of the points either side ("around")
     baseline_basis: str = "mean"
     # the level change (epoch boundary, LR step) the baseline window restarted at
     window_restart_step: int | None = None
@@ -167,7 +168,9 @@ class SpikeEvent:
     # where sigma came from when not from the baseline steps (the first points after a level
     # change): the noise of the stretch before the change, read from the differences between
     # points allowing for a lag-1 autocorrelation (before-change-differences) or as the spread
-    # around a line (before-change-line), scaled to the level since the change; or the floor
+    # around a line (before-change-line), scaled to the level since the change; or the floor.
+    # At a point judged against the curve around it: from the differences between the points
+    # before it (differences), or the floor where they measured less (differences-floor)
     sigma_basis: str = ABSENT
     sigma_first_step: int = ABSENT
     sigma_last_step: int = ABSENT
@@ -208,6 +211,12 @@ class SpikeEvidence(Evidence):
                         "baseline_last_step",
                         step="onset_step",
                     ),
+                    "around": over(
+                        "median_around",
+                        "baseline_first_step",
+                        "baseline_last_step",
+                        step="onset_step",
+                    ),
                 },
             )
         )
@@ -221,11 +230,13 @@ class SpikeEvidence(Evidence):
                     "floor": over("sigma", "baseline_first_step", "baseline_last_step"),
                     "before-change-differences": _SIGMA_BEFORE,
                     "before-change-line": _SIGMA_BEFORE,
+                    "differences": _SIGMA_BEFORE,
+                    "differences-floor": over("sigma", "baseline_first_step", "baseline_last_step"),
                 },
             )
         )
     )
-    baseline_basis: str = field(metadata=measure(None))  # mean | local-level
+    baseline_basis: str = field(metadata=measure(None))  # mean | local-level | around
     threshold: float = field(metadata=measure(BOUND))
     peak: float = field(metadata=measure(Spec("peak", step="peak_step")))
     z: float = field(
