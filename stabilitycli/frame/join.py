@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.frame.rank_sort import NUMPY_EXACT, Grid
+from stabilitycli.frame.spill import mapped_buffer, settled, spill_wanted
 
 
 def joined(pieces: list[pl.DataFrame]) -> pl.DataFrame:
@@ -90,17 +91,21 @@ def _append(out: np.ndarray, values: np.ndarray, first_row: int) -> None:
 def _copied(name: str, dtype: pl.DataType, parts: list, height: int, place) -> pl.Series:
     """The parts written into one buffer (which polars then borrows), each let go as it is
     copied; `parts` is left empty."""
+    spill = spill_wanted()
     out: np.ndarray | None = None
     at = 0
     for i, part in enumerate(parts):  # loop over pieces, not rows
         values = part.to_numpy()
         if out is None:
-            out = np.empty(height, dtype=values.dtype)
+            # under `STAB_SPILL=1` the buffer is a file's pages (`spill`), not the heap's
+            out = mapped_buffer(height, values.dtype) if spill else np.empty(height, values.dtype)
         place(out, values, at)
         at += values.size
         parts[i] = None
         del values, part
     assert out is not None  # a joined column has a part in every piece here
+    if spill:
+        settled(out)
     return pl.Series(name, out, dtype=dtype)
 
 
