@@ -429,9 +429,7 @@ def _usable_rows(
     return _with_usable_rank(table, source, in_rank_order) if has_rank else table
 
 
-def _with_usable_rank(
-    table: pl.DataFrame, source: SourceInfo, in_rank_order: bool
-) -> pl.DataFrame:
+def _with_usable_rank(table: pl.DataFrame, source: SourceInfo, in_rank_order: bool) -> pl.DataFrame:
     no_rank = table.filter(pl.col("rank").is_null())
     _reject_rows(source, no_rank, "per-rank record without a usable rank", in_rank_order)
     table = table.filter(pl.col("rank").is_not_null())

@@ -150,15 +150,15 @@ class Grid:
                     block = block[:, self.rank_order]
                 step = first_step + at
                 by_rank[:, step : step + block.shape[0]] = block.T
-            ends = ((first_row, first_step * width), (last_step * width, end))
+            ends = [(first_row, first_step * width), (last_step * width, end)]
         else:
-            ends = ((first_row, end),)
+            ends = [(first_row, end)]
         position = np.empty(width, dtype=np.int64)
         position[self.rank_order] = np.arange(width)
         for start, stop in ends:  # at most a step's rows each
             rows = np.arange(start, stop)
-            at = position[rows % width] * self.steps + rows // width
-            out[at] = values[start - first_row : stop - first_row]
+            slots = position[rows % width] * self.steps + rows // width
+            out[slots] = values[start - first_row : stop - first_row]
 
     def _order(self) -> np.ndarray:
         rows = self.steps * self.first_step.size

@@ -15,6 +15,7 @@ process; the disk space is given back when the column is let go.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import tempfile
@@ -90,7 +91,5 @@ class ColumnFiles:
             handle.close()  # type: ignore[attr-defined]
             Path(handle.name).unlink(missing_ok=True)  # type: ignore[attr-defined]
         self._files.clear()
-        try:
+        with contextlib.suppress(OSError):
             self.folder.rmdir()
-        except OSError:
-            pass

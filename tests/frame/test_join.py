@@ -3,6 +3,8 @@ diagonal concat makes, bit for bit, in one chunk a column, with each piece empti
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import polars as pl
 import pytest
@@ -95,10 +97,12 @@ def _grid_pieces(seed: int, order: list[int], steps: int, cuts: list[int]) -> li
         }
     )
     bounds = [0, *(c for c in cuts if c < rows), rows]
-    return [whole.slice(a, b - a) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [whole.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
 
 
-@pytest.mark.parametrize("order", [[0, 1, 2, 3], [5, 0, 3], [2]], ids=["in-order", "shuffled", "one"])
+@pytest.mark.parametrize(
+    "order", [[0, 1, 2, 3], [5, 0, 3], [2]], ids=["in-order", "shuffled", "one"]
+)
 @pytest.mark.parametrize("block_values", [1, 4, 1 << 14])
 def test_a_grid_joined_by_rank_is_the_join_then_the_sort(monkeypatch, order, block_values) -> None:
     monkeypatch.setattr(rank_sort, "_BLOCK_VALUES", block_values)

@@ -10,6 +10,7 @@ number type, is held in memory instead, joined as the plain read joins it.
 from __future__ import annotations
 
 from pathlib import Path
+
 import polars as pl
 
 from stabilitycli.frame import ROW
@@ -46,7 +47,7 @@ def read_parquet_spilled(path: Path, limits: InputLimits, skipped: set[str]) -> 
     files = ColumnFiles()
     held: dict[str, list[pl.Series]] = {}
     dtypes: dict[str, pl.DataType] = {}
-    rows = held_bytes = 0
+    rows, held_bytes = 0, 0.0
     try:
         for i in range(meta.num_row_groups):  # loop over row groups, not rows
             part = _group(parquet, i, columns)
@@ -66,7 +67,8 @@ def read_parquet_spilled(path: Path, limits: InputLimits, skipped: set[str]) -> 
                 held[name].append(column)
             files.append(ROW, np.arange(rows + 1, rows + part.height + 1, dtype=row_type))
             rows += part.height
-        out = {ROW: files.series(ROW, pl.Int32 if row_type == np.int32 else pl.Int64)}
+        row_dtype: pl.DataType = pl.Int32() if row_type == np.int32 else pl.Int64()
+        out = {ROW: files.series(ROW, row_dtype)}
         out |= {
             name: pl.concat(held[name], rechunk=True) if name in held else files.series(name, dtype)
             for name, dtype in dtypes.items()
