@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.frame.rank_sort import NUMPY_EXACT, Grid
-from stabilitycli.frame.spill import mapped_buffer, settled, spill_wanted
+from stabilitycli.frame.spill import mapped_buffer, settled, small_page_buffer, spill_wanted
 
 
 def joined(pieces: list[pl.DataFrame]) -> pl.DataFrame:
@@ -103,8 +103,13 @@ def _copied(name: str, dtype: pl.DataType, parts: list, height: int, place) -> p
     for i, part in enumerate(parts):  # loop over pieces, not rows
         values = part.to_numpy()
         if out is None:
-            # under `STAB_SPILL=1` the buffer is a file's pages (`spill`), not the heap's
-            out = mapped_buffer(height, values.dtype) if spill else np.empty(height, values.dtype)
+            # under `STAB_SPILL=1` a file's pages (`spill`), not the process's own
+            if spill:
+                out = mapped_buffer(height, values.dtype)
+            elif place is _append:
+                out = np.empty(height, values.dtype)
+            else:  # a transpose: written a stretch per rank at a time (`small_page_buffer`)
+                out = small_page_buffer(height, values.dtype)
         place(out, values, at)
         at += values.size
         parts[i] = None
