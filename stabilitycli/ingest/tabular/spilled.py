@@ -25,18 +25,9 @@ def read_parquet_spilled(path: Path, limits: InputLimits, skipped: set[str]) -> 
     `UNSPILLABLE` for a table the plain read is to read (damaged, empty, past a limit, a
     logged `_row`, a column whose type changes between row groups)."""
     import numpy as np
-    import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(str(path))
+    parquet = opened_parquet(path, limits)
     meta = parquet.metadata
-    inflated = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    if inflated > limits.max_input_bytes:
-        raise limit_hit(
-            str(path),
-            f"the table holds {inflated} bytes once decompressed",
-            "max_input_bytes",
-            limits.max_input_bytes,
-        )
     names = parquet.schema_arrow.names
     columns = [n for n in names if n not in skipped] if len(skipped) < len(names) else names
     if ROW in columns:
@@ -76,6 +67,24 @@ def read_parquet_spilled(path: Path, limits: InputLimits, skipped: set[str]) -> 
     finally:
         files.close()
     return pl.DataFrame(out)
+
+
+def opened_parquet(path: Path, limits: InputLimits):
+    """The Parquet file, opened; refused when its row groups inflate past the limit (the
+    footer states each one's size once decompressed: checked before anything is read)."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(str(path))
+    meta = parquet.metadata
+    inflated = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if inflated > limits.max_input_bytes:
+        raise limit_hit(
+            str(path),
+            f"the table holds {inflated} bytes once decompressed",
+            "max_input_bytes",
+            limits.max_input_bytes,
+        )
+    return parquet
 
 
 class _Unspillable(Exception):

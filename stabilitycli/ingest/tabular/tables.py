@@ -175,19 +175,11 @@ def _read_parquet(path: Path, limits: InputLimits, unread):
     leave none), read a row group at a time: pyarrow's whole-file read holds its
     decompression buffers for every column at once, about half the table again."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(str(path))
-    # the footer states every row group's size once decompressed: checked before reading
+    from stabilitycli.ingest.tabular.spilled import opened_parquet
+
+    parquet = opened_parquet(path, limits)
     meta = parquet.metadata
-    inflated = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    if inflated > limits.max_input_bytes:
-        raise limit_hit(
-            str(path),
-            f"the table holds {inflated} bytes once decompressed",
-            "max_input_bytes",
-            limits.max_input_bytes,
-        )
     names = parquet.schema_arrow.names
     skipped = set(unread(names))
     columns = [n for n in names if n not in skipped] if len(skipped) < len(names) else []
