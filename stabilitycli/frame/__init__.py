@@ -263,12 +263,17 @@ def finalize(
     rank_key: str | None = None,
     overrides: dict[str, str] | None = None,
     owned: bool = False,
+    in_rank_order: bool = False,
 ) -> RunData:
     """Turn one ingester's raw records into the canonical frame (see module doc).
 
     `owned`: the caller has no further use for `raw` and hands it over, left empty. A name
     the caller keeps for it would keep every raw column alive while the rows are sorted by
     rank, a second copy of the whole log at once (issue 15).
+
+    `in_rank_order`: `raw`'s rows come sorted by rank already (`join.joined_by_rank`), not
+    in file order; rejected rows are then named by their first lines in the file, as a
+    frame in file order names them.
     """
     if owned:
         raw = _taken(raw)
@@ -288,7 +293,7 @@ def finalize(
     del raw, numeric
     # 4. Account for rows that cannot be used.
     has_rank = rank_key is not None
-    table = _usable_rows(table, source, has_rank)
+    table = _usable_rows(table, source, has_rank, in_rank_order)
     return _checked_frame(table, source, metric_names, metric_keys, has_rank)
 
 
@@ -401,7 +406,9 @@ def _with_axes(
     return table
 
 
-def _usable_rows(table: pl.DataFrame, source: SourceInfo, has_rank: bool) -> pl.DataFrame:
+def _usable_rows(
+    table: pl.DataFrame, source: SourceInfo, has_rank: bool, in_rank_order: bool
+) -> pl.DataFrame:
     """The rows with a metric, a usable step and (per rank) a usable rank; the others
     rejected in `source`, with the working columns dropped."""
     # Most logs have none to reject, and each filter below copies every row: one pass asks
@@ -409,21 +416,22 @@ def _usable_rows(table: pl.DataFrame, source: SourceInfo, has_rank: bool) -> pl.
     if _all_usable(table, has_rank):
         return table.drop("_has_metric", *(["_step_fault"] if "_step_fault" in table else []))
     no_metric = table.filter(~pl.col("_has_metric"))
-    _reject_rows(source, no_metric, "not a metric record (no numeric metric value)")
+    _reject_rows(source, no_metric, "not a metric record (no numeric metric value)", in_rank_order)
     table = table.filter(pl.col("_has_metric"))
     if "_step_fault" in table.columns:
         for fault, reason in _STEP_FAULTS.items():
-            _reject_rows(source, table.filter(pl.col("_step_fault") == fault), reason)
+            faulty = table.filter(pl.col("_step_fault") == fault)
+            _reject_rows(source, faulty, reason, in_rank_order)
         table = table.filter(pl.col("_step_fault").is_null()).drop("_step_fault")
     no_step = table.filter(pl.col("step").is_null())
-    _reject_rows(source, no_step, "metric record without a usable step")
+    _reject_rows(source, no_step, "metric record without a usable step", in_rank_order)
     table = table.filter(pl.col("step").is_not_null()).drop("_has_metric")
-    return _with_usable_rank(table, source) if has_rank else table
+    return _with_usable_rank(table, source, in_rank_order) if has_rank else table
 
 
-def _with_usable_rank(table: pl.DataFrame, source: SourceInfo) -> pl.DataFrame:
+def _with_usable_rank(table: pl.DataFrame, source: SourceInfo, in_rank_order: bool) -> pl.DataFrame:
     no_rank = table.filter(pl.col("rank").is_null())
-    _reject_rows(source, no_rank, "per-rank record without a usable rank")
+    _reject_rows(source, no_rank, "per-rank record without a usable rank", in_rank_order)
     table = table.filter(pl.col("rank").is_not_null())
     # a rank numbers a process: below 0 or past any cluster it is damage, not a rank
     odd_rank = ~pl.col("rank").is_between(0, _RANK_MAX)
@@ -431,6 +439,7 @@ def _with_usable_rank(table: pl.DataFrame, source: SourceInfo) -> pl.DataFrame:
         source,
         table.filter(odd_rank),
         f"per-rank record whose rank is no process index (below 0 or over {_RANK_MAX})",
+        in_rank_order,
     )
     return table.filter(~odd_rank)
 
@@ -487,10 +496,15 @@ def _checked_frame(
     return _merge_and_resume(table, source, metric_names, has_rank=has_rank)
 
 
-def _reject_rows(source: SourceInfo, rows: pl.DataFrame, reason: str) -> None:
+def _reject_rows(
+    source: SourceInfo, rows: pl.DataFrame, reason: str, in_rank_order: bool = False
+) -> None:
     if rows.height == 0:
         return
-    for line in rows[ROW].head(5).to_list():
+    # rows sorted by rank: the first in the file are the lowest lines (a reader that sorts
+    # numbers its rows by line)
+    lines = rows[ROW].sort() if in_rank_order else rows[ROW]
+    for line in lines.head(5).to_list():
         source.reject(line, reason)
     # the rest are counted without keeping their line numbers
     extra = rows.height - min(rows.height, 5)

@@ -51,7 +51,7 @@ def by_rank(table: pl.DataFrame) -> pl.DataFrame:
         return table.with_columns(ranks.set_sorted())  # the flag a sort leaves
     rank_values = ranks.to_numpy()
     del ranks
-    grid = _Grid.of(rank_values)
+    grid = Grid.of(rank_values)
     sort = grid.sorted if grid is not None else _Gather(_stable_order(rank_values)).sorted
     del rank_values
     # by name: a list of Series would turn a column named "" (an empty JSON key) into
@@ -78,7 +78,7 @@ class _Gather:
         return column.gather(pl.Series(self.order))
 
 
-class _Grid:
+class Grid:
     """Rows that are a lockstep grid: `steps` runs of the same ranks, each run in the order
     `first_step` holds them (no rank twice in it)."""
 
@@ -88,7 +88,7 @@ class _Grid:
         self.in_order = bool((self.rank_order == np.arange(first_step.size)).all())
 
     @classmethod
-    def of(cls, ranks: np.ndarray) -> _Grid | None:
+    def of(cls, ranks: np.ndarray) -> Grid | None:
         """The grid `ranks` make, or None when they make none."""
         again = np.flatnonzero(ranks[1:_GRID_SEARCH_ROWS] == ranks[0])
         if again.size == 0:
@@ -123,6 +123,42 @@ class _Grid:
             valid = self._transposed(column.is_not_null().to_numpy())
             out.scatter(np.flatnonzero(~valid), None)
         return out
+
+    def sorted_ranks(self, dtype: pl.DataType, name: str) -> pl.Series:
+        """The rank column of the sorted rows (each rank's run of `steps`), flagged sorted."""
+        ranks = np.repeat(self.first_step[self.rank_order], self.steps)
+        return pl.Series(name, ranks, dtype=dtype).set_sorted()
+
+    def place(self, out: np.ndarray, values: np.ndarray, first_row: int) -> None:
+        """Rows `first_row` on of a step-major column (one piece of it) written where the
+        sorted column holds them, in `out` (rank-major, as `_transposed` makes it): a piece
+        at a time, so the unsorted column is never held whole beside the sorted one."""
+        width = self.first_step.size
+        end = first_row + values.size
+        # the piece's whole steps are transposed a cache-sized block at a time; the part
+        # steps at its two ends (a piece is cut at a line, not a step) are placed by index
+        first_step = -(-first_row // width)
+        last_step = end // width
+        if last_step > first_step:
+            by_rank = out.reshape(width, self.steps)
+            whole = values[first_step * width - first_row : last_step * width - first_row]
+            by_step = whole.reshape(-1, width)
+            steps_per_block = _steps_per_block(width)
+            for at in range(0, by_step.shape[0], steps_per_block):  # loop over blocks
+                block = by_step[at : at + steps_per_block]
+                if not self.in_order:
+                    block = block[:, self.rank_order]
+                step = first_step + at
+                by_rank[:, step : step + block.shape[0]] = block.T
+            ends = [(first_row, first_step * width), (last_step * width, end)]
+        else:
+            ends = [(first_row, end)]
+        position = np.empty(width, dtype=np.int64)
+        position[self.rank_order] = np.arange(width)
+        for start, stop in ends:  # at most a step's rows each
+            rows = np.arange(start, stop)
+            slots = position[rows % width] * self.steps + rows // width
+            out[slots] = values[start - first_row : stop - first_row]
 
     def _order(self) -> np.ndarray:
         rows = self.steps * self.first_step.size

@@ -3,12 +3,16 @@ diagonal concat makes, bit for bit, in one chunk a column, with each piece empti
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
+import stabilitycli.frame.rank_sort as rank_sort
 from stabilitycli.frame import one_chunk_frame
-from stabilitycli.frame.join import joined
+from stabilitycli.frame.join import joined, joined_by_rank
 
 
 def _concat_then_rechunk(pieces: list[pl.DataFrame]) -> pl.DataFrame:
@@ -74,3 +78,56 @@ def test_number_columns_are_copied_a_piece_at_a_time_and_each_piece_let_go() -> 
     assert all(f.width == 0 for f in frames)
     assert_frame_equal(got, want, check_exact=True)
     assert got["loss"].n_chunks() == 1
+
+
+def _grid_pieces(seed: int, order: list[int], steps: int, cuts: list[int]) -> list[pl.DataFrame]:
+    """A lockstep per-rank log (each step logs the ranks in `order`) cut into pieces at
+    `cuts` (rows, inside steps as well as between them); a sparse column with nulls."""
+    rng = np.random.default_rng(seed)
+    rows = steps * len(order)
+    loss = rng.choice([np.nan, np.inf, -np.inf, -0.0, 0.0, 2.5], size=rows)
+    sparse = pl.Series("grad_norm", rng.random(rows)).scatter(np.arange(0, rows, 3), None)
+    whole = pl.DataFrame(
+        {
+            "step": np.repeat(np.arange(steps), len(order)),
+            "rank": np.tile(np.array(order, dtype=np.int64), steps),
+            "_row": np.arange(1, rows + 1, dtype=np.int32),
+            "loss": loss,
+            "grad_norm": sparse,
+        }
+    )
+    bounds = [0, *(c for c in cuts if c < rows), rows]
+    return [whole.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+
+
+@pytest.mark.parametrize(
+    "order", [[0, 1, 2, 3], [5, 0, 3], [2]], ids=["in-order", "shuffled", "one"]
+)
+@pytest.mark.parametrize("block_values", [1, 4, 1 << 14])
+def test_a_grid_joined_by_rank_is_the_join_then_the_sort(monkeypatch, order, block_values) -> None:
+    monkeypatch.setattr(rank_sort, "_BLOCK_VALUES", block_values)
+    cuts = [1, 2, 7, 12, 13, 30]  # pieces inside one step, across several, a step exactly
+    pieces = _grid_pieces(len(order), order, steps=11, cuts=cuts)
+    want = rank_sort.by_rank(joined([p.clone() for p in pieces]))
+    got, in_rank_order = joined_by_rank(pieces, "rank")
+    assert in_rank_order and pieces == []
+    assert got.schema == want.schema
+    assert_frame_equal(got, want, check_exact=True)
+    assert got["rank"].flags["SORTED_ASC"]
+    assert all(got[name].n_chunks() == 1 for name in got.columns)
+    assert np.array_equal(
+        got["loss"].to_numpy().view(np.int64), want["loss"].to_numpy().view(np.int64)
+    )
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [[0, 1, 2, 0, 2, 1], [0, 1, None, 0, 1, 2], [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]],
+    ids=["no-grid", "a-null-rank", "float-ranks"],
+)
+def test_ranks_that_make_no_grid_are_joined_in_order(ranks) -> None:
+    frame = pl.DataFrame({"step": [0, 0, 0, 1, 1, 1], "rank": ranks, "loss": [1.0] * 6})
+    pieces = [frame.slice(0, 4), frame.slice(4)]
+    got, in_rank_order = joined_by_rank(pieces, "rank")
+    assert not in_rank_order
+    assert_frame_equal(got, frame, check_exact=True)

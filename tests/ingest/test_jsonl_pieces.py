@@ -165,13 +165,13 @@ def _pieces_joined(monkeypatch) -> list[pl.DataFrame]:
     """Record the pieces as they reach the join (clones: the join empties each piece as it
     copies it)."""
     seen: list[pl.DataFrame] = []
-    join = jsonl_pieces.one_chunk_frame
+    join = jsonl_pieces._joined
 
-    def spy(pieces):
+    def spy(pieces, options):
         seen.extend(p.clone() for p in pieces)
-        return join(pieces)
+        return join(pieces, options)
 
-    monkeypatch.setattr(jsonl_pieces, "one_chunk_frame", spy)
+    monkeypatch.setattr(jsonl_pieces, "_joined", spy)
     return seen
 
 

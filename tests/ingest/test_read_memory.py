@@ -216,7 +216,7 @@ def test_a_lockstep_grid_is_transposed_to_the_whole_frame_sort(
     ],
 )
 def test_rows_that_are_no_lockstep_grid_are_counted_into_an_order(ranks) -> None:
-    assert rank_sort._Grid.of(np.array(ranks, dtype=np.int64)) is None
+    assert rank_sort.Grid.of(np.array(ranks, dtype=np.int64)) is None
     table = pl.DataFrame({"rank": ranks, "x": [float(i) for i in range(len(ranks))]})
     _same_bits(rank_sort.by_rank(table.clone()), _old_sort(table))
 
@@ -224,9 +224,9 @@ def test_rows_that_are_no_lockstep_grid_are_counted_into_an_order(ranks) -> None
 def test_a_grid_first_step_past_the_search_is_counted(monkeypatch) -> None:
     monkeypatch.setattr(rank_sort, "_GRID_SEARCH_ROWS", 3)
     ranks = np.tile(np.array([3, 1, 2, 0], dtype=np.int64), 5)
-    assert rank_sort._Grid.of(ranks) is None
+    assert rank_sort.Grid.of(ranks) is None
     monkeypatch.setattr(rank_sort, "_GRID_SEARCH_ROWS", 5)
-    assert rank_sort._Grid.of(ranks) is not None
+    assert rank_sort.Grid.of(ranks) is not None
 
 
 @pytest.mark.parametrize("block_values", [1, 2, 5, 1 << 14])
@@ -247,3 +247,39 @@ def test_every_column_type_of_a_grid_sorts_as_polars_sorts_it(monkeypatch, block
         }
     )
     _same_bits(rank_sort.by_rank(table.clone()), _old_sort(table))
+
+
+@pytest.mark.parametrize("piece_bytes", [200, 700])
+def test_a_grid_read_in_pieces_rejects_the_rows_read_whole_rejects(
+    tmp_path, monkeypatch, piece_bytes
+) -> None:
+    """Joined in rank order (`join.joined_by_rank`), a lockstep log's unusable rows (a
+    rank that is no process, a negative step, a line without a metric) are rejected and
+    named by their first lines in the file, as when the rows are sorted after."""
+    rng = random.Random(piece_bytes)
+    lines = []
+    for step in range(9):
+        for rank in (2, -1, 0, 1):
+            record: dict = {"step": -step if step == 4 else step, "rank": rank}
+            if (step * 7 + rank) % 5:
+                record["loss"] = rng.choice(_ODD_VALUES)
+            lines.append(json.dumps(record))
+    log = tmp_path / "train.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(jsonl, "PIECE_BYTES", piece_bytes)
+    sort = frame_module.by_rank
+
+    def sorted_already(table: pl.DataFrame) -> pl.DataFrame:
+        assert table["rank"].is_sorted(), "the rows reached the sort by rank unsorted"
+        return sort(table)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(frame_module, "by_rank", sorted_already)
+        pieces = read(log)
+    monkeypatch.setattr(jsonl, "PIECE_BYTES", 1 << 40)
+    whole = read(log)
+    _same_bits(pieces.frame, whole.frame)
+    assert pieces.source.to_dict() == whole.source.to_dict()
+    assert pieces.source.rows_rejected > 10
+    assert pieces.lines is not None and whole.lines is not None
+    assert pieces.lines.equals(whole.lines)

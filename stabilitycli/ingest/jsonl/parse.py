@@ -80,23 +80,25 @@ def parse_piece(
     return raw.with_columns(pl.col(ROW) + offset) if offset else raw
 
 
-def finish(raw: pl.DataFrame, source: SourceInfo, options: ReadOptions) -> RunData:
+def finish(
+    raw: pl.DataFrame, source: SourceInfo, options: ReadOptions, *, in_rank_order: bool = False
+) -> RunData:
     """Every record read: count them, find the step and rank keys, build the canonical frame.
 
     `raw` is used up (left empty): the caller's name for it must not keep the raw columns
-    alive while the frame is sorted by rank (`finalize(owned=True)`).
+    alive while the frame is sorted by rank (`finalize(owned=True)`). `in_rank_order`: its
+    rows are sorted by the rank key already (`finalize`).
     """
     source.rows_read = raw.height + source.rows_rejected
     if LOGGED_ROW in raw.columns:
         source.notes.append(
             f"key '{ROW}' read as '{LOGGED_ROW}': stab numbers the lines under that name"
         )
-    step_key = options.step_key or aliases.find_key(raw.columns, aliases.STEP_KEYS)
+    step_key, rank_key = axis_keys(raw.columns, options)
     if options.step_key and options.step_key not in raw.columns:
         raise StabInputError(
             source.path, f"--step-key {options.step_key!r} is not a key in the log"
         )
-    rank_key = options.rank_key or aliases.find_key(raw.columns, aliases.RANK_KEYS)
     return finalize(
         raw,
         source,
@@ -104,7 +106,15 @@ def finish(raw: pl.DataFrame, source: SourceInfo, options: ReadOptions) -> RunDa
         rank_key=rank_key,
         overrides=options.metric_overrides,
         owned=True,
+        in_rank_order=in_rank_order,
     )
+
+
+def axis_keys(columns: list[str], options: ReadOptions) -> tuple[str | None, str | None]:
+    """The step key and the rank key among a log's keys: the ones named, else the aliases."""
+    step_key = options.step_key or aliases.find_key(columns, aliases.STEP_KEYS)
+    rank_key = options.rank_key or aliases.find_key(columns, aliases.RANK_KEYS)
+    return step_key, rank_key
 
 
 def blank(data: bytes) -> bool:

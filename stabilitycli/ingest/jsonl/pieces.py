@@ -28,6 +28,7 @@ import polars as pl
 from stabilitycli.core import progress
 from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import ROW, RunData, metrics_as_floats, one_chunk_frame, unread_columns
+from stabilitycli.frame.join import joined_by_rank
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.jsonl import parse as jsonl
 from stabilitycli.ingest.limits import InputLimits
@@ -84,16 +85,32 @@ def read_in_pieces(
             raise jsonl.only_a_cut_line(trial, cut_line)
         raise jsonl.nothing_read(trial)
     try:
-        raw = one_chunk_frame(frames)
+        raw, in_rank_order = _joined(frames, options)
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
         return None
     if trial.rows_rejected:
         jsonl.warn_rejected(trial)
     if cut_line is not None:
         trial.reject(cut_line, jsonl.TRUNCATED_REASON)
-    run = jsonl.finish(raw, trial, options)
+    run = jsonl.finish(raw, trial, options, in_rank_order=in_rank_order)
     _adopt(source, trial)
     return run
+
+
+def _joined(frames: list[pl.DataFrame], options: ReadOptions) -> tuple[pl.DataFrame, bool]:
+    """The pieces joined (`frames` emptied), and whether their rows came out sorted by rank.
+
+    A per-rank log is joined in rank order when nothing `finalize` does before its sort
+    by rank depends on the rows' order: it has a step key (without one, steps are numbered
+    in row order) and no text column (an `N/M` step's example and planned lengths are
+    taken in row order). The rows it drops are then the same, and named by line."""
+    if len(frames) < 2:
+        return one_chunk_frame(frames), False
+    schema = pl.concat([f.clear() for f in frames], how="diagonal_relaxed").schema
+    step_key, rank_key = jsonl.axis_keys(list(schema), options)
+    if step_key not in schema or not all(dtype.is_numeric() for dtype in schema.values()):
+        rank_key = None
+    return joined_by_rank(frames, rank_key)
 
 
 class _Pieces:

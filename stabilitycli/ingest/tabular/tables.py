@@ -75,6 +75,7 @@ def load_table(
     import polars as pl
 
     from stabilitycli.frame import ROW, one_chunk_frame, unread_columns
+    from stabilitycli.frame.spill import spill_wanted
 
     limits = limits or limits_in_force()
     bounded.refuse_oversize(path, path.stat().st_size, limits)
@@ -92,6 +93,14 @@ def load_table(
     else:
         separator = "\t" if name.endswith(".tsv") else ","
         return read_csv(path, source, separator=separator, limits=limits)
+    if kind == "parquet" and spill_wanted():
+        from stabilitycli.ingest.tabular import spilled
+
+        try:
+            names = _parquet_names(path)
+            return spilled.read_parquet_spilled(path, limits, set(unread_columns(names, keep)))
+        except spilled.UNSPILLABLE:
+            pass
     # a chunk per row group or record batch: made one chunk a column at a time here, with
     # the list the only holder, or `finalize` copies every column at once beside them
     frame = one_chunk_frame([_binary(path, kind, reader, limits)])
@@ -101,6 +110,17 @@ def load_table(
     # row numbers in 32 bits while they fit: half the column on a long table
     row_type = pl.Int32 if frame.height < 2**31 else pl.Int64
     return frame.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(row_type))
+
+
+def _parquet_names(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(str(path)).schema_arrow.names
+    except _native_errors():
+        from stabilitycli.ingest.tabular.spilled import UNSPILLABLE
+
+        raise UNSPILLABLE from None
 
 
 def _keep_own_row_column(frame, source: SourceInfo):
@@ -155,19 +175,11 @@ def _read_parquet(path: Path, limits: InputLimits, unread):
     leave none), read a row group at a time: pyarrow's whole-file read holds its
     decompression buffers for every column at once, about half the table again."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(str(path))
-    # the footer states every row group's size once decompressed: checked before reading
+    from stabilitycli.ingest.tabular.spilled import opened_parquet
+
+    parquet = opened_parquet(path, limits)
     meta = parquet.metadata
-    inflated = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    if inflated > limits.max_input_bytes:
-        raise limit_hit(
-            str(path),
-            f"the table holds {inflated} bytes once decompressed",
-            "max_input_bytes",
-            limits.max_input_bytes,
-        )
     names = parquet.schema_arrow.names
     skipped = set(unread(names))
     columns = [n for n in names if n not in skipped] if len(skipped) < len(names) else []
