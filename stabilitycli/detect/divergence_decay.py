@@ -124,3 +124,19 @@ def steepest_fall(steps: np.ndarray, loss: np.ndarray) -> int:
 
 # a fitted onset the raw loss still falls from by this fraction of its level (in a strictly
 # falling run of points) is moved to the bottom of that fall: the rise cannot start above it
+
+
+def lr_clock(steps: np.ndarray, lr: np.ndarray) -> np.ndarray:
+    """The LR-weighted step count at each of `steps`: the sum of |LR| / its peak over the
+    steps up to each (each logged LR held over the gap to the next point), from `steps[0]`;
+    the steps themselves when the LR is never above 0.
+
+    A training curve falls with the distance its updates have moved it, which
+    grows with the LR: in warmup and in a decay tail the loss falls slower than
+    in steps at the peak LR, and the decay fitted over this count follows it.
+    """
+    scale = float(np.max(np.abs(lr)))
+    if not scale > 0:
+        return steps.astype(float)
+    gaps = np.diff(steps.astype(float), prepend=float(steps[0]))
+    return float(steps[0]) + np.cumsum(np.abs(lr) / scale * gaps)

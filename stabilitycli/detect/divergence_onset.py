@@ -14,6 +14,7 @@ import numpy as np
 from stabilitycli.detect.divergence_decay import (
     DECAY_LOOKBACK,
     decay_before,
+    lr_clock,
     running_median,
     steepest_fall,
 )
@@ -100,6 +101,11 @@ def onset(
     return start_step, float(np.median(loss[first : last + 1])), int(steps[last]), fitted
 
 
+# the LR times the decay is a trend column where the decay falls by this share of its value
+# at the stretch's start over the stretch (#36): on a flatter decay the column is the LR's own
+ANNEAL_SPAN = 0.5
+
+
 def _fitted_rise(
     steps: np.ndarray,
     loss: np.ndarray,
@@ -116,9 +122,14 @@ def _fitted_rise(
     curve fitted to what was logged before that start and the LR (a decaying LR
     anneals the loss down: the curve's own fall, not the rise's), and starts from
     the first tenth of the stretch to halfway between the guess and the end of the
-    log."""
+    log. With the LR logged, the decay runs on the LR-weighted step count
+    (`lr_clock`: a curve falls as far as its LR has carried it, slower in warmup
+    and in a decay tail), and where that decay falls by `ANNEAL_SPAN` of itself
+    over the stretch the LR times the decay is a column too: the anneal takes a
+    share of the level, and a level that moves that much makes it no constant."""
     end = float(steps[-1])
     start, fit = float(guess), None
+    clock = steps.astype(float) if lr is None else lr_clock(steps, lr)
     floor = int(np.searchsorted(steps, earliest_step, side="left"))
 
     def suffix_sums(columns: Callable[[int, int], list[np.ndarray]], n: int, at: list) -> list:
@@ -129,16 +140,25 @@ def _fitted_rise(
         # the decay is fitted from the steepest fall on: a warmup's slow first fall before it
         # is no part of the curve a power law or an exponential follows
         steepest = steepest_fall(steps[floor:before], loss[floor:before])
-        shape = decay_before(steps, loss, floor + steepest, before)
+        shape = decay_before(clock, loss, floor + steepest, before)
         reach = start - POWER_FIT_BACK * (end - start)
         lo = max(floor + steepest, int(np.searchsorted(steps, reach)))
         if steps.size - lo < 8:
             return fit
         x = steps[lo:].astype(float)
         y = clip_wild(loss[lo:].astype(float))
-        trend = [] if shape is None else [shape.at(x)]
+        trend, terms = [], ["a line"]
+        if shape is not None:
+            trend.append(shape.at(clock[lo:]))
+            terms.append(
+                "the decay fitted before it" + (" in LR-weighted steps" if lr is not None else "")
+            )
         if lr is not None and np.ptp(lr[lo:]) > 0:
             trend.append(lr[lo:] / np.max(np.abs(lr[lo:])))
+            terms.append("the LR")
+            if shape is not None and np.ptp(trend[0]) >= ANNEAL_SPAN * np.max(trend[0]):
+                trend.append(trend[0] * trend[-1])
+                terms.append("the LR times that decay")
         latest = min(end, float(guess) + 0.5 * (end - float(guess)))
         room = x[(x >= x[0] + POWER_FIT_LEAD * (start - x[0])) & (x <= latest) & (x < end)]
         if room.size < 2:
@@ -160,7 +180,9 @@ def _fitted_rise(
         if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, trend, float(guess), ramp_end):
             return fit
         start = best[1]
-        fit = PowerFit(int(best[1]), best[2], best[0], int(x[0]), int(x[-1]), guess)
+        fit = PowerFit(
+            int(best[1]), best[2], best[0], int(x[0]), int(x[-1]), guess, ", ".join(terms)
+        )
     return fit
 
 

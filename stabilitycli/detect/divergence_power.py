@@ -53,13 +53,14 @@ class PowerFit:
     first_step: int
     last_step: int
     ramp_start_step: int  # where the straight ramp fit, which this fit beat, started the rise
+    trend: str = "a line"  # the trend's columns carried on under the rise, in words
 
     def words(self) -> str:
         """How the onset was dated, every number said for what it is."""
         shape = "in a straight line" if self.power == 1 else f"as (t - t0)^{self.power}"
         return (
             f"onset fitted: the loss rises {shape} from step {self.start_step} (t0), the trend "
-            f"before it carried on under it, fitted by least squares over steps "
+            f"before it ({self.trend}) carried on under it, fitted by least squares over steps "
             f"{self.first_step}-{self.last_step}"
         )
 
