@@ -20,6 +20,7 @@ from stabilitycli.detect.divergence_decay import (
 )
 from stabilitycli.detect.divergence_power import (
     POWER_FIT_BACK,
+    POWER_FIT_BEFORE_RAMP,
     POWER_FIT_LEAD,
     POWER_FIT_ROUNDS,
     POWER_FIT_STARTS,
@@ -160,7 +161,10 @@ def _fitted_rise(
                 trend.append(trend[0] * trend[-1])
                 terms.append("the LR times that decay")
         latest = min(end, float(guess) + 0.5 * (end - float(guess)))
-        room = x[(x >= x[0] + POWER_FIT_LEAD * (start - x[0])) & (x <= latest) & (x < end)]
+        # ...and no further back than an accelerating rise's straight ramp starts after it
+        reach_back = float(guess) - POWER_FIT_BEFORE_RAMP * (end - float(guess))
+        earliest = max(x[0] + POWER_FIT_LEAD * (start - x[0]), reach_back)
+        room = x[(x >= earliest) & (x <= latest) & (x < end)]
         if room.size < 2:
             return fit
         grid = room[np.unique(np.linspace(0, room.size - 1, POWER_FIT_STARTS).round().astype(int))]
