@@ -13,6 +13,7 @@ import numpy as np
 
 from stabilitycli.detect.divergence_decay import (
     DECAY_LOOKBACK,
+    Decay,
     decay_before,
     lr_clock,
     running_median,
@@ -107,6 +108,35 @@ def onset(
 ANNEAL_SPAN = 0.5
 
 
+CLOCK_EVIDENCE = 10.0  # Akaike's evidence the LR-weighted count needs over the steps
+
+
+def _decay_on_either_clock(
+    clocks: list[np.ndarray], loss: np.ndarray, first: int, last: int
+) -> tuple[Decay | None, np.ndarray]:
+    """The decay fitted to the loss at indices first..last-1 on each of `clocks` (the steps,
+    and the LR-weighted step count when the LR is logged), and the clock it fits better
+    (least squares of a level plus that decay over those points): the LR-weighted count
+    only by `CLOCK_EVIDENCE`, n ln(SSE on the steps / SSE on it), as a choice of model.
+
+    Some runs fall as far as their LR has carried them, others (a fixed data
+    curriculum, a schedule that barely moves the loss) with the steps alone: the
+    loss before the rise tells which."""
+    best: tuple[float, Decay | None, np.ndarray] = (math.inf, None, clocks[0])
+    for clock in clocks:  # loop over one or two clocks
+        shape = decay_before(clock, loss, first, last)
+        if shape is None:
+            continue
+        column = shape.at(clock[first:last])
+        design = np.column_stack([np.ones(column.size), column])
+        coef, *_ = np.linalg.lstsq(design, loss[first:last], rcond=None)
+        sse = float(np.sum((design @ coef - loss[first:last]) ** 2))
+        steps_first = clock is clocks[0]
+        if steps_first or (sse > 0 and column.size * math.log(best[0] / sse) >= CLOCK_EVIDENCE):
+            best = (sse, shape, clock)
+    return best[1], best[2]
+
+
 def _fitted_rise(
     steps: np.ndarray,
     loss: np.ndarray,
@@ -130,7 +160,7 @@ def _fitted_rise(
     share of the level, and a level that moves that much makes it no constant."""
     end = float(steps[-1])
     start, fit = float(guess), None
-    clock = steps.astype(float) if lr is None else lr_clock(steps, lr)
+    clocks = [steps.astype(float)] + ([] if lr is None else [lr_clock(steps, lr)])
     floor = int(np.searchsorted(steps, earliest_step, side="left"))
 
     def suffix_sums(columns: Callable[[int, int], list[np.ndarray]], n: int, at: list) -> list:
@@ -141,7 +171,7 @@ def _fitted_rise(
         # the decay is fitted from the steepest fall on: a warmup's slow first fall before it
         # is no part of the curve a power law or an exponential follows
         steepest = steepest_fall(steps[floor:before], loss[floor:before])
-        shape = decay_before(clock, loss, floor + steepest, before)
+        shape, clock = _decay_on_either_clock(clocks, loss, floor + steepest, before)
         reach = start - POWER_FIT_BACK * (end - start)
         lo = max(floor + steepest, int(np.searchsorted(steps, reach)))
         if steps.size - lo < 8:
@@ -149,15 +179,21 @@ def _fitted_rise(
         x = steps[lo:].astype(float)
         y = clip_wild(loss[lo:].astype(float))
         trend, terms = [], ["a line"]
+        weighted = clock is not clocks[0]
         if shape is not None:
             trend.append(shape.at(clock[lo:]))
             terms.append(
-                "the decay fitted before it" + (" in LR-weighted steps" if lr is not None else "")
+                "the decay fitted before it" + (" in LR-weighted steps" if weighted else "")
             )
         if lr is not None and np.ptp(lr[lo:]) > 0:
             trend.append(lr[lo:] / np.max(np.abs(lr[lo:])))
             terms.append("the LR")
-            if shape is not None and np.ptp(trend[0]) >= ANNEAL_SPAN * np.max(trend[0]):
+            # (a loss that follows the LR-weighted count anneals by a share of its level)
+            if (
+                weighted
+                and shape is not None
+                and np.ptp(trend[0]) >= ANNEAL_SPAN * np.max(trend[0])
+            ):
                 trend.append(trend[0] * trend[-1])
                 terms.append("the LR times that decay")
         latest = min(end, float(guess) + 0.5 * (end - float(guess)))
