@@ -153,11 +153,13 @@ def _fitted_rise(
     curve fitted to what was logged before that start and the LR (a decaying LR
     anneals the loss down: the curve's own fall, not the rise's), and starts from
     the first tenth of the stretch to halfway between the guess and the end of the
-    log. With the LR logged, the decay runs on the LR-weighted step count
+    log. With the LR logged, the decay may run on the LR-weighted step count
     (`lr_clock`: a curve falls as far as its LR has carried it, slower in warmup
-    and in a decay tail), and where that decay falls by `ANNEAL_SPAN` of itself
-    over the stretch the LR times the decay is a column too: the anneal takes a
-    share of the level, and a level that moves that much makes it no constant."""
+    and in a decay tail) where the loss before the rise says so
+    (`_decay_on_either_clock`), and then, where that decay falls by `ANNEAL_SPAN`
+    of itself over the stretch, the LR times the decay is a column too: the
+    anneal takes a share of the level, and a level that moves that much makes it
+    no constant."""
     end = float(steps[-1])
     start, fit = float(guess), None
     clocks = [steps.astype(float)] + ([] if lr is None else [lr_clock(steps, lr)])
