@@ -94,7 +94,12 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     over a stretch reaching three times the rise's length back (not before its
     steepest fall) to the end of the log, as the trend before it (a line plus
     that decay curve and the LR) carried on under it plus b * (t - t0)^p, p a
-    small whole power above one (#36);
+    small whole power above one, t0 no further back than 1.5 times the straight
+    rise's length before its start (#36); with the LR logged, that decay curve
+    runs on the LR-weighted step count where it fits the loss before the rise
+    clearly better there (Akaike's evidence 10), and then, where it halves over
+    the stretch, the LR times the curve is part of the trend too (the anneal of a
+    decaying LR takes a share of the level);
     the finding then says so ("onset fitted: ..."). For the first
     diverging window it asks Q4.2 (LR rising by more than {lr_rise_frac:.0%}
     outside warmup -> `lr-increasing`), Q4.3 (a weight norm changing more than

@@ -35,6 +35,11 @@ POWER_FIT_STARTS = 1024  # starts tried on a grid, then every logged point near 
 POWER_FIT_ROUNDS = 2  # refits, each from the last one's onset (the decay refitted before it)
 # starts are not tried in the first tenth of the stretch: the trend before needs points
 POWER_FIT_LEAD = 0.1
+# ...nor further before the straight ramp's start than this many times that ramp's rise to the
+# end of the log: a straight ramp fitted to a rise as (t - t0)^p, p <= 3, starts its rise at
+# most ~60% of the way from t0 to the end (#36); an earlier t0 is the trend's misfit (a fast
+# early fall the decay curve does not follow), not the rise
+POWER_FIT_BEFORE_RAMP = 1.5
 
 SumsAt = Callable[
     [Callable[[int, int], list[np.ndarray]], int, list[np.ndarray]], list[list[np.ndarray]]
@@ -53,13 +58,14 @@ class PowerFit:
     first_step: int
     last_step: int
     ramp_start_step: int  # where the straight ramp fit, which this fit beat, started the rise
+    trend: str = "a line"  # the trend's columns carried on under the rise, in words
 
     def words(self) -> str:
         """How the onset was dated, every number said for what it is."""
         shape = "in a straight line" if self.power == 1 else f"as (t - t0)^{self.power}"
         return (
             f"onset fitted: the loss rises {shape} from step {self.start_step} (t0), the trend "
-            f"before it carried on under it, fitted by least squares over steps "
+            f"before it ({self.trend}) carried on under it, fitted by least squares over steps "
             f"{self.first_step}-{self.last_step}"
         )
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from stabilitycli import analyze
 from stabilitycli.core.config import Thresholds
-from stabilitycli.detect import divergence, divergence_onset, trend, windows
+from stabilitycli.detect import divergence, divergence_decay, divergence_ramp, trend, windows
 from stabilitycli.detect.autocorr import INDEPENDENT
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.spike import SpikeEvent
@@ -229,7 +229,7 @@ def test_the_rule_says_the_same_with_a_chunk_of_five_windows() -> None:
             patch_trend,
             patch_divergence,
             mock.patch.object(windows, "CHUNK_ROWS", 7),
-            mock.patch.object(divergence_onset, "RAMP_CHUNK_ROWS", 11),
+            mock.patch.object(divergence_ramp, "RAMP_CHUNK_ROWS", 11),
         ):
             assert findings_of(frame) == whole
         assert whole  # each run has something to say
@@ -262,10 +262,10 @@ def test_sums_read_at_some_rows_are_the_whole_column_sums(levels, chunk_rows, as
 
     with (
         np.errstate(all="ignore"),
-        mock.patch.object(divergence_onset, "RAMP_CHUNK_ROWS", chunk_rows),
+        mock.patch.object(divergence_ramp, "RAMP_CHUNK_ROWS", chunk_rows),
     ):
-        before = divergence_onset._sums_at(rows, n, at, from_end=False)
-        after = divergence_onset._sums_at(rows, n, at, from_end=True)
+        before = divergence_ramp.sums_at(rows, n, at, from_end=False)
+        after = divergence_ramp.sums_at(rows, n, at, from_end=True)
         wanted = [whole_sums(c) for c in columns]
     for q, k in enumerate(at):
         for c, (prefix, suffix) in enumerate(wanted):
@@ -278,13 +278,13 @@ def test_running_median_and_clipping_a_chunk_of_rows_at_a_time() -> None:
     y = rng.choice([0.0, -0.0, 1.0, 1.0, 2.5, 40.0], 301) + rng.standard_normal(301) * (
         rng.random(301) < 0.5
     )
-    whole = divergence_onset._running_median(y)
+    whole = divergence_decay.running_median(y)
     for lo, hi in [(0, 1), (0, 7), (1, 9), (150, 151), (295, 301), (299, 301), (0, 301)]:
-        assert same_bits(divergence_onset._running_median_rows(y, lo, hi), whole[lo:hi])
-    clipped = divergence_onset._clip_wild(y)
+        assert same_bits(divergence_decay.running_median_rows(y, lo, hi), whole[lo:hi])
+    clipped = divergence_ramp.clip_wild(y)
     for chunk_rows in (1, 2, 5, 64):
-        with mock.patch.object(divergence_onset, "RAMP_CHUNK_ROWS", chunk_rows):
-            assert same_bits(divergence_onset._clip_wild(y), clipped)
+        with mock.patch.object(divergence_ramp, "RAMP_CHUNK_ROWS", chunk_rows):
+            assert same_bits(divergence_ramp.clip_wild(y), clipped)
     # what the clipping was before the chunks: the whole running median, then the clip
     off = y - whole
     spread = 1.4826 * float(np.median(np.abs(off)))
@@ -300,19 +300,19 @@ def test_ramp_onset_a_chunk_of_rows_at_a_time() -> None:
     loss = 2.0 + 0.5 * np.exp(-x / 900) + 0.4 * np.clip(x - 3300, 0, 1500) / 1500
     loss += 0.02 * rng.standard_normal(steps.size)
     loss[rng.integers(0, steps.size, 9)] += 3.0  # wild points the fit clips
-    decay = divergence_onset._Decay(0.0, 900.0, math.inf)
-    for shape in (None, decay, divergence_onset._Decay(0.0, 700.0, 1.0)):
-        whole = divergence_onset._ramp_onset(steps, loss, 2400, 4200, shape)
+    decay = divergence_decay.Decay(0.0, 900.0, math.inf)
+    for shape in (None, decay, divergence_decay.Decay(0.0, 700.0, 1.0)):
+        whole = divergence_ramp.ramp_onset(steps, loss, 2400, 4200, shape)
         assert whole is not None and 2400 <= whole < 4200  # a start was found
         for chunk_rows in (1, 7, 100):
-            with mock.patch.object(divergence_onset, "RAMP_CHUNK_ROWS", chunk_rows):
-                assert divergence_onset._ramp_onset(steps, loss, 2400, 4200, shape) == whole
+            with mock.patch.object(divergence_ramp, "RAMP_CHUNK_ROWS", chunk_rows):
+                assert divergence_ramp.ramp_onset(steps, loss, 2400, 4200, shape) == whole
 
 
 def test_decay_shape_in_place_is_the_formula() -> None:
     x = np.linspace(0.0, 5000.0, 777)
-    for power in (*divergence_onset.DECAY_POWERS, -1.0):
-        shape = divergence_onset._Decay(10.0, 300.0, power)
+    for power in (*divergence_decay.DECAY_POWERS, -1.0):
+        shape = divergence_decay.Decay(10.0, 300.0, power)
         t = (x - 10.0) / 300.0
         want = np.exp(-t) if math.isinf(power) else (1.0 + t) ** -power
         assert same_bits(shape.at(x), want)

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.detect.divergence_onset import _decay_before
+from stabilitycli.detect.divergence_decay import decay_before
 
 POINTS = 3000
 
@@ -52,8 +52,8 @@ def test_small_ramps_on_a_decaying_curve_start_within_5_percent_of_their_length(
 def test_the_decay_is_fitted_only_where_it_beats_a_straight_line():
     steps, _, loss = _decaying_run(7, 10)
     # over the first 40% of the run the curve is clear, and its time constant is found
-    decay = _decay_before(steps, loss, 0, int(0.4 * POINTS))
+    decay = decay_before(steps, loss, 0, int(0.4 * POINTS))
     assert decay is not None and math.isinf(decay.power)
     assert decay.width == pytest.approx(0.05 * POINTS * 10, rel=0.15)
     # far down the curve (10 time constants on) it is a level under noise: no shape
-    assert _decay_before(steps, loss, int(0.5 * POINTS), int(0.6 * POINTS)) is None
+    assert decay_before(steps, loss, int(0.5 * POINTS), int(0.6 * POINTS)) is None
