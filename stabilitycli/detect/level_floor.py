@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from stabilitycli.detect import windows
 from stabilitycli.detect.level import LevelAt
 from stabilitycli.detect.windows import window_max_at
 
@@ -30,20 +31,36 @@ _MARGIN = 0.5
 def may_reach(level: LevelAt, bar: float) -> np.ndarray:
     """Per row of the level's series: could `value / level` be `bar` (> 0) or more? False
     only where the value is finite and under `_MARGIN * bar` times the least finite value
-    of the level's window, that least value being above 0."""
-    values, plan = level.values, level.plan
-    frame = pl.DataFrame({"step": level.steps, "v": values}).with_columns(
-        pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
-    )
+    of the level's window, that least value being above 0. Taken `windows.CHUNK_ROWS` rows
+    at a time with the rows their windows reach back to: a least value is the same
+    number however the series is cut, and the temporaries are a chunk's, not the log's."""
+    out = np.empty(level.size, dtype=bool)
+    chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
+    for first in range(0, level.size, chunk_rows):  # loop over chunks of rows
+        stop = min(level.size, first + chunk_rows)
+        floor = _least(level, first, stop)
+        values = level.values[first:stop]
+        with np.errstate(invalid="ignore", over="ignore"):
+            under = (floor > 0) & np.isfinite(values) & (values < bar * _MARGIN * floor)
+        out[first:stop] = ~under
+    return out
+
+
+def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
+    """The least finite value of the level's window at the rows [first, stop) (NaN where
+    the window holds none)."""
+    steps, plan = level.steps, level.plan
     if plan.by_step:
-        window = f"{int(level.window_steps)}i"
-        least = pl.col("v").rolling_min_by("step", window, closed="left")
+        reach = int(np.searchsorted(steps, steps[first] - level.window_steps, side="left"))
+    else:
+        reach = max(0, first - plan.reach_rows)
+    frame = pl.DataFrame({"step": steps[reach:stop], "v": level.values[reach:stop]})
+    v = pl.when(pl.col("v").is_finite()).then(pl.col("v"))
+    if plan.by_step:
+        least = v.rolling_min_by("step", f"{int(level.window_steps)}i", closed="left")
     else:  # the last reach_rows rows before the row, as the level's window
-        least = pl.col("v").shift(1).rolling_min(plan.reach_rows, min_samples=1)
-    floor = frame.select(least.fill_null(np.nan)).to_series().to_numpy()
-    with np.errstate(invalid="ignore", over="ignore"):
-        under = (floor > 0) & np.isfinite(values) & (values < bar * _MARGIN * floor)
-    return ~under
+        least = v.shift(1).rolling_min(plan.reach_rows, min_samples=1)
+    return frame.select(least.fill_null(np.nan)).to_series().to_numpy()[first - reach :]
 
 
 def asked_rows(

@@ -4,10 +4,13 @@ and the spike rule's pre-screen of causes gives what reading every level gives (
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.detect import windows
 from stabilitycli.detect.level import LevelAt
 from stabilitycli.detect.level_floor import asked_rows, may_reach
 from stabilitycli.detect.spike_causes import lead_max
@@ -61,6 +64,9 @@ def test_a_row_ruled_out_is_under_the_bar_by_its_level(kind):
     exact = level._read(np.arange(values.size), lambda lv: lv.level)
     for bar in (10.0, 30.0, 2.0):
         out = ~may_reach(level, bar)
+        # in chunks whose first windows reach back across the chunk before: the same rows
+        with mock.patch.object(windows, "CHUNK_ROWS", 257):
+            np.testing.assert_array_equal(~may_reach(level, bar), out)
         if bar >= 10:  # the screen rules most rows out
             assert out.sum() > values.size // 2
         with np.errstate(divide="ignore", invalid="ignore"):
