@@ -374,13 +374,17 @@ def _first_collapse(
     chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
     for first in range(0, loss.size, chunk_rows):  # loop over chunks of points
         stop = min(loss.size, first + chunk_rows)
+        chunk = loss[first:stop]
+        # a collapse's point is near zero: a chunk with none has no hit, and its windows'
+        # level, max and min (a rolling median of every point) are not needed
+        if not (chunk <= thresholds.collapse_near_zero_loss).any():
+            continue
         reach = max(0, first - k - b + 1)
         # the level window ends k points before the candidate point: the fall takes at most k
         here = pl.Series(loss[reach:stop])
         level = here.rolling_median(b, min_samples=1).shift(k)[first - reach :].to_numpy()
         top = here.rolling_max(b, min_samples=1).shift(k)[first - reach :].to_numpy()
         low = here.rolling_min(b, min_samples=1).shift(k)[first - reach :].to_numpy()
-        chunk = loss[first:stop]
         with np.errstate(divide="ignore", invalid="ignore"):
             steady = top < thresholds.collapse_level_spread * low
             down = (chunk <= thresholds.collapse_near_zero_loss) & (

@@ -23,6 +23,7 @@ from stabilitycli.detect.kinds.spike import (
     SpikeCause,
 )
 from stabilitycli.detect.level import LevelAt
+from stabilitycli.detect.level_floor import asked_rows
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise, Ratio, RelativeChange
 from stabilitycli.detect.series import SeriesView
@@ -66,11 +67,13 @@ class CauseContext:
         """Vectorised pre-screen: could any Q2.3 cause (or a restart) apply at these points?"""
         maybe = np.zeros(candidates.size, dtype=bool)
         lead = thresholds.cause_lead_steps
-        grad_max = lead_max(steps, self.grad_ratio, lead, candidates)
+        bar = min(thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio)
+        # the grad norm's level only where the least value of its window leaves it a chance
+        same_steps = self.grad_level if self.grad_baseline is self.grad_level else None
+        asked = asked_rows(same_steps, steps, lead, candidates, bar)
+        grad_max = lead_max(steps, self.grad_ratio, lead, candidates[asked])
         if grad_max is not None:
-            maybe |= grad_max >= min(
-                thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio
-            )
+            maybe[asked] |= grad_max >= bar
         lr_max = lead_max(steps, self.lr_rel_jump, thresholds.lr_jump_cause_steps, candidates)
         if lr_max is not None:
             maybe |= lr_max > thresholds.lr_jump_ratio
