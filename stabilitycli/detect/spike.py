@@ -39,7 +39,14 @@ from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.settle import curve_ahead, recent_level, settle_span, settled_shift
+from stabilitycli.detect.settle import (
+    back_on_curve,
+    curve_ahead,
+    recent_level,
+    settle_span,
+    settled_rise,
+    settled_shift,
+)
 from stabilitycli.detect.short_log_jumps import short_log_jumps
 from stabilitycli.detect.spike_causes import CauseContext, spike_causes
 from stabilitycli.detect.spike_words import (
@@ -573,10 +580,18 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
         # a shift whose first points the noise drew low is sustained by where it settled
         ahead = KeptAt(loss.size, candidates, _curve_ahead_at(baseline, candidates, thresholds))
-        settled = settled_shift(candidates, steps, loss, ahead, sigma, thresholds)
-        # a fast fall (warmup, a decay's tail) changes pace within the stretch: no level
-        # to read a settled rise against there, only the excess of the first points
-        settled &= baseline.falling[candidates] == 0
+        # a fast fall (warmup, a decay's tail) changes pace within the stretch: only the
+        # curve fitted through both sides of the point reads a settled rise there
+        settled = settled_shift(
+            candidates,
+            steps,
+            loss,
+            ahead,
+            sigma,
+            thresholds,
+            baseline.changes,
+            baseline.falling[candidates] > 0,
+        )
         sustained |= settled
         settled_at = set(candidates[settled].tolist())
     # most flagged points are lone noise (about 1% of a healthy run): settle those
@@ -697,6 +712,14 @@ def _build_event(
     recovery_level = start_level + thresholds.recovery_sigma * sd
     # back means the point itself is back and so are most of the next few
     rec_idx = _first_back(loss, smooth, recovery_level, idx + 1, (steps, onset, rise_slope))
+    # a fast fall soon leaves a frozen level behind: back is back on the curve it was on
+    carried = (
+        back_on_curve(idx, steps, loss, smooth, baseline.changes, (mu, sd), thresholds)
+        if baseline.falling[idx]
+        else None
+    )
+    if carried is not None:
+        rec_idx, recovery_level, _ = carried
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within recovery_window_steps: the next logged point decides
@@ -733,7 +756,9 @@ def _build_event(
     if sustained and not (recovered or explaining or large or after_nonfinite or settled):
         # a step that stays up is judged by the level it settled at, not its first points
         ahead = float(_curve_ahead_at(baseline, np.array([idx]), thresholds)[0])
-        sustained = _settled_rise(steps, loss, idx, rec_idx, ahead, thresholds)
+        sustained = _settled_rise(
+            steps, loss, idx, rec_idx, (ahead, sd), baseline.changes, thresholds
+        )
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     noise = baseline.after.source_of(idx)
     return SpikeEvent(
@@ -790,25 +815,16 @@ def _curve_ahead_at(baseline: _Baseline, rows: np.ndarray, thresholds: Threshold
     )
 
 
-def _settled_rise(steps, loss, idx: int, back: int | None, level: float, thresholds) -> bool:
+def _settled_rise(steps, loss, idx: int, back, level: tuple[float, float], changes, thresholds):
     """Did a sustained event that did not come back within the recovery window settle at
-    least `spike_persistent_min_rise_frac` above `level`? Judged by its median over the
-    points of a spike window from the onset (at least `widened_window_points`) when it
-    stayed up through them all; one back before that is a bump, which its excess judges.
-
-    Three points are a noisy measure of a level: a +3-4% step (a curriculum switch,
-    under the spec's 5%) summed past the excess bar in about half the runs where the
-    noise was 1% of the loss, and was reported as a persistent spike; over 20 points
-    and more its median is within a few tenths of a percent of the step.
-    """
+    least `spike_persistent_min_rise_frac` above the curve it was on (`settle.settled_rise`,
+    `level` the curve read before the flag and sigma)? One back before a spike window's
+    points have passed is a bump, which its excess judges."""
     stop = idx + int(settle_span(steps, np.array([idx]), thresholds)[0])
     if back is not None and back < stop:
         return True
-    settled = loss[idx:stop]
-    settled = settled[np.isfinite(settled)]
-    if settled.size == 0 or not level > 0:
-        return True  # nothing to measure a level by: the excess has decided
-    return bool(np.median(settled) >= level * (1.0 + thresholds.spike_persistent_min_rise_frac))
+    rise = settled_rise(idx, steps, loss, level[0], level[1], changes, thresholds)
+    return True if rise is None else rise  # nothing to measure a level by: the excess decided
 
 
 def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -> int:
