@@ -80,15 +80,21 @@ def settled_reading(
     sigma: np.ndarray,
     changes: np.ndarray,
     thresholds: Thresholds,
+    on_fall: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per flagged point, over its `settle_span`: the `settled_level` of the loss from it
     on, the median of its first `recovery_median_points`, its next point, the level they
     are measured over, whether that level is the fitted curve's, and whether the log goes
     on for a whole spike window after it.
 
-    Measured over the curve the run was on (`carried_curve.fitted_curve`: each point put
-    back on the level at the flag, the curve's fall taken out) where the points either
-    side pin that curve, else over `reference` (`curve_ahead`, read from before the flag)."""
+    Measured over `reference` (`curve_ahead`, read from before the flag), and at the rows
+    `on_fall` (a fast fall, which changes pace within the stretch) along the curve the run
+    was on (`carried_curve.fitted_curve`: each point put back on the level at the flag,
+    the fall taken out) where the points either side pin it, over the higher of that
+    curve's level at the flag and `reference`. Only there: where the curve is slow a cubic
+    through a stretch either side adds its own error (a sigma in a sparse log) to what the
+    level before the flag reads, and a +3.5% curriculum step logged every 100 steps read
+    as 5%."""
     size = candidates.size
     level, first, following = np.zeros(size), np.zeros(size), np.zeros(size)
     span = np.minimum(settle_span(steps, candidates, thresholds), _MAX_SPAN)
@@ -101,7 +107,12 @@ def settled_reading(
     for lo in range(0, size, _BLOCK):  # blocks of candidates, not rows
         part = slice(lo, lo + _BLOCK)
         rows, width = candidates[part], span[part]
-        curve, ratio = fitted_curve(rows, steps, loss, changes, width, thresholds)
+        curve, ratio = np.full(rows.size, np.nan), np.ones((rows.size, int(width.max())))
+        fall = on_fall[part]
+        if fall.any():
+            curve[fall], ratio[fall] = fitted_curve(
+                rows[fall], steps, loss, changes, width[fall], thresholds
+            )
         offsets = np.arange(int(width.max()))
         at = rows[:, None] + offsets[None, :]
         values = loss[np.minimum(at, loss.size - 1)]
@@ -109,7 +120,7 @@ def settled_reading(
         values[~np.isfinite(values)] = np.nan
         values = values / ratio[:, : offsets.size]
         fitted[part] = np.isfinite(curve)
-        base[part] = np.where(fitted[part], curve, base[part])
+        base[part] = np.where(fitted[part], np.fmax(curve, base[part]), base[part])
         level[part] = settled_level(values, base[part], sigma[part], thresholds)
         with warnings.catch_warnings():  # a stretch of NaN only has no median: NaN
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -147,6 +158,7 @@ def settled_shift(
         sd,
         np.zeros(0, dtype=np.int64) if changes is None else changes,
         thresholds,
+        np.zeros(candidates.size, dtype=bool) if fit_only is None else fit_only,
     )
     bar = np.maximum(
         base * (1.0 + thresholds.spike_persistent_min_rise_frac),
@@ -173,9 +185,11 @@ def settled_rise(
     sigma: float,
     changes: np.ndarray,
     thresholds: Thresholds,
+    on_fall: bool = False,
 ) -> bool | None:
     """Did the loss from a flagged point on settle at least `spike_persistent_min_rise_frac`
-    above the curve it was on, its `settled_level` read as `settled_reading` reads it?
+    above the curve it was on, its `settled_level` read as `settled_reading` reads it
+    (`on_fall`: along the fitted curve of a fast fall)?
     None where there is nothing to measure a level by (no finite point, no level).
 
     Three points are a noisy measure of a level: a +3-4% step (a curriculum switch,
@@ -190,6 +204,7 @@ def settled_rise(
         np.array([sigma], dtype=np.float64),
         changes,
         thresholds,
+        np.array([on_fall]),
     )
     if not (np.isfinite(level[0]) and base[0] > 0):
         return None
