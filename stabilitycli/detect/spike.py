@@ -718,8 +718,10 @@ def _build_event(
         if baseline.falling[idx]
         else None
     )
+    curve_fields = {}
     if carried is not None:
-        rec_idx, recovery_level, _ = carried
+        rec_idx, recovery_level, curve_last = carried
+        curve_fields["recovery_curve_last_step"] = int(steps[curve_last])
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within recovery_window_steps: the next logged point decides
@@ -793,6 +795,7 @@ def _build_event(
         window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
         recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
         **(_noise_fields(noise, steps) if noise is not None else {}),
+        **curve_fields,
     )
 
 

@@ -133,6 +133,13 @@ def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
             f"{event.baseline_first_step}-{event.baseline_last_step} + {added})"
         )
     what = "local level" if event.baseline_basis == "local-level" else "baseline mean"
+    if isinstance(event.recovery_curve_last_step, int):
+        return (
+            f"{event.recovery_level:.4g} at step {event.onset_step} ({what} + {added}), "
+            "falling with the curve fitted through the points of steps "
+            f"{event.baseline_first_step}-{event.recovery_curve_last_step} (the shift at step "
+            f"{event.onset_step} taken out)"
+        )
     return f"{event.recovery_level:.4g} ({what} + {added})"
 
 
