@@ -9,7 +9,7 @@ carried half a window on overstated a warmup's slowing fall by 2.6 sigma, and a 
 extrapolated that far errs by more than a sigma from the noise alone.
 
 The points on both sides pin the curve: the log of the loss over a stretch before the
-flag and one after it, fitted with a cubic in the step plus a step of its own at the
+flag and one after it (the event's own first `spike_excess_points` left out), fitted with a cubic in the step plus a step of its own at the
 flagged point. The step takes the shift, the cubic the curve the run was on (a warmup's
 fall speeds up, then slows down: a straight line through both sides took 2.3% off a
 shift there, the cubic 0.1%). Logs, since a loss's noise and a shift are a fraction of
@@ -40,7 +40,8 @@ def fitted_curve(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row, fitted over up to `span` points before it and `span` from it on: the curve
     at the row (NaN where a side holds fewer than `widened_window_points` / 2 points, or
-    more than that were cut by a change, a non-finite or a non-positive loss), and the
+    more than that were cut by a change, a non-finite or a non-positive loss, or where a
+    change falls within the stretch after the row), and the
     curve's ratio to it at the row's `span` points from it on (rows x max(span); 1 past a
     row's span or where there is no fit). Dividing a point by its ratio puts it on the
     level at the row, the curve's fall or rise taken out."""
@@ -70,6 +71,9 @@ def _fit(rows, steps, loss, changes, span, width, thresholds: Thresholds):
         & (at >= 0)
         & (at < n)
     )
+    # the event's own first points are left out: one +100% point, or a three-point bump,
+    # bent the cubic up at the flag and read the next point, back on the curve, as high
+    inside &= (offsets < 0) | (offsets >= thresholds.spike_excess_points)
     clipped = np.clip(at, 0, n - 1)
     values = loss[clipped]
     with np.errstate(invalid="ignore"):
@@ -89,7 +93,14 @@ def _fit(rows, steps, loss, changes, span, width, thresholds: Thresholds):
     after_pts = (ok & after_flag).sum(axis=1)
     # a side cut short (a change, the start or end of the log, missing points) leaves the
     # curve to the old reading
-    fits = (before_pts >= np.maximum(need, span // 2)) & (after_pts >= np.maximum(need, span // 2))
+    # a change within the stretch after the flag (a bump's end steps down) leaves a cubic
+    # read past its last point: no fit there either
+    whole_after = stop >= np.minimum(rows + span, n)
+    fits = (
+        (before_pts >= np.maximum(need, span // 2))
+        & (after_pts >= np.maximum(need, span // 2))
+        & whole_after
+    )
     normal[~fits] = np.eye(_COLUMNS)
     coef = np.linalg.solve(normal, target[..., None])[..., 0]
     ahead = x[:, width:]

@@ -81,6 +81,7 @@ def settled_reading(
     changes: np.ndarray,
     thresholds: Thresholds,
     on_fall: np.ndarray,
+    cautious: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per flagged point, over its `settle_span`: the `settled_level` of the loss from it
     on, the median of its first `recovery_median_points`, its next point, the level they
@@ -90,11 +91,13 @@ def settled_reading(
     Measured over `reference` (`curve_ahead`, read from before the flag), and at the rows
     `on_fall` (a fast fall, which changes pace within the stretch) along the curve the run
     was on (`carried_curve.fitted_curve`: each point put back on the level at the flag,
-    the fall taken out) where the points either side pin it, over the higher of that
-    curve's level at the flag and `reference`. Only there: where the curve is slow a cubic
-    through a stretch either side adds its own error (a sigma in a sparse log) to what the
-    level before the flag reads, and a +3.5% curriculum step logged every 100 steps read
-    as 5%."""
+    the fall taken out) where the points either side pin it, over that curve's level at
+    the flag (`cautious`: the higher of it and `reference`). Only there: where the curve is
+    slow a cubic through a stretch either side adds its own error (a sigma in a sparse log)
+    to what the level before the flag reads, and a +3.5% curriculum step logged every 100
+    steps read as 5%. Cautious for a point no excess has made an event yet: in AR(1) noise
+    with phi 0.8 the cubic and the step trade a wander between them, the fitted curve's
+    level off by about a sigma, and a healthy warmup's wander read as a settled rise."""
     size = candidates.size
     level, first, following = np.zeros(size), np.zeros(size), np.zeros(size)
     span = np.minimum(settle_span(steps, candidates, thresholds), _MAX_SPAN)
@@ -120,7 +123,8 @@ def settled_reading(
         values[~np.isfinite(values)] = np.nan
         values = values / ratio[:, : offsets.size]
         fitted[part] = np.isfinite(curve)
-        base[part] = np.where(fitted[part], np.fmax(curve, base[part]), base[part])
+        on_curve = np.fmax(curve, base[part]) if cautious else curve
+        base[part] = np.where(fitted[part], on_curve, base[part])
         level[part] = settled_level(values, base[part], sigma[part], thresholds)
         with warnings.catch_warnings():  # a stretch of NaN only has no median: NaN
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -159,6 +163,7 @@ def settled_shift(
         np.zeros(0, dtype=np.int64) if changes is None else changes,
         thresholds,
         np.zeros(candidates.size, dtype=bool) if fit_only is None else fit_only,
+        cautious=True,
     )
     bar = np.maximum(
         base * (1.0 + thresholds.spike_persistent_min_rise_frac),
