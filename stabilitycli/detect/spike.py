@@ -477,18 +477,24 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     >= {spike_sustained_min_rise_frac:.0%} above it on average, so a level shift counts
     even where some of its points dip under {spike_sigma:g} sigma; one that does not come
     back must also have settled >= {spike_persistent_min_rise_frac:.0%} above the level
-    (its median over the {spike_window_steps} steps from the onset, at least
-    {widened_window_points} points, against the curve the run was on: a slow fall's level
-    less the fall the trailing mean's lag says comes next). A point is sustained too when
+    (its mean over the {spike_window_steps} steps from the onset, at least
+    {widened_window_points} points, each counting at most {spike_excess_cap_sigma:g} sigma,
+    against the curve the run was on: a slow fall's level less the fall the trailing mean's
+    lag says comes next; on a fast fall the curve fitted through as many points either side
+    of the onset, a cubic in the step plus a step at the onset, the event's first
+    {spike_excess_points} points left out). A point is sustained too when
     the loss from it on settles there, its mean over those points (each counting at most
     {spike_excess_cap_sigma:g} sigma) and the median of its first
     {recovery_median_points} at least {spike_persistent_min_rise_frac:.0%} and
     {spike_sigma:g} sigma above that curve, the point after it {spike_sigma:g} sigma
-    above it too: a shift whose first points the noise drew low. In a widened window a
+    above it too: a shift whose first points the noise drew low (on a fast fall, over
+    the fitted curve, its level at the point never under the one read before it). In a
+    widened window a
     sustained excess is measured over the higher of its level and the median of the
     {level_change_points} points just before. Points above the
     baseline until the loss is back are one event. Recovered when the loss is back to
-    <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
+    <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2), on a fast
+    fall mu carried along that fitted curve (where it could be fitted): the
     spike is recoverable; else persistent, or divergent when the loss's level (a median
     over a recovery window's worth of points) goes {spike_sigma:g} sigma above the spike's
     own peak (its top within the recovery window) before the loss is ever back: a rise
