@@ -37,6 +37,7 @@ def fitted_curve(
     changes: np.ndarray,
     span: np.ndarray,
     thresholds: Thresholds,
+    skip: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row, fitted over up to `span` points before it and `span` from it on: the curve
     at the row (NaN where a side holds fewer than `widened_window_points` / 2 points, or
@@ -44,20 +45,27 @@ def fitted_curve(
     change falls within the stretch after the row), and the
     curve's ratio to it at the row's `span` points from it on (rows x max(span); 1 past a
     row's span or where there is no fit). Dividing a point by its ratio puts it on the
-    level at the row, the curve's fall or rise taken out."""
+    level at the row, the curve's fall or rise taken out. `skip`: the points from the row
+    on left out of the fit (at least `spike_excess_points`, at most half the span: an
+    event's own points, which a tiny noise lets bend the cubic: two points of a x4 spike
+    put its end 5 sigma off)."""
     width = int(span.max(initial=1))
     base = np.full(rows.size, np.nan)
     ratio = np.ones((rows.size, width))
     block = max(1, _CELLS // (2 * width * _COLUMNS))
+    least = int(thresholds.spike_excess_points)
+    left_out = np.full(rows.size, least) if skip is None else skip
+    left_out = np.clip(left_out, least, np.maximum(least, span // 2))
     for lo in range(0, rows.size, block):  # blocks of rows, not a loop over points
         part = slice(lo, lo + block)
         base[part], ratio[part] = _fit(
-            rows[part], steps, loss, changes, span[part], width, thresholds
+            rows[part], steps, loss, changes, (span[part], left_out[part]), width, thresholds
         )
     return base, ratio
 
 
-def _fit(rows, steps, loss, changes, span, width, thresholds: Thresholds):
+def _fit(rows, steps, loss, changes, spans, width, thresholds: Thresholds):
+    span, skip = spans
     n = loss.size
     offsets = np.arange(-width, width)
     at = rows[:, None] + offsets[None, :]
@@ -73,7 +81,7 @@ def _fit(rows, steps, loss, changes, span, width, thresholds: Thresholds):
     )
     # the event's own first points are left out: one +100% point, or a three-point bump,
     # bent the cubic up at the flag and read the next point, back on the curve, as high
-    inside &= (offsets < 0) | (offsets >= thresholds.spike_excess_points)
+    inside &= (offsets[None, :] < 0) | (offsets[None, :] >= skip[:, None])
     clipped = np.clip(at, 0, n - 1)
     values = loss[clipped]
     with np.errstate(invalid="ignore"):
@@ -98,7 +106,7 @@ def _fit(rows, steps, loss, changes, span, width, thresholds: Thresholds):
     whole_after = stop >= np.minimum(rows + span, n)
     fits = (
         (before_pts >= np.maximum(need, span // 2))
-        & (after_pts >= np.maximum(need, span // 2))
+        & (after_pts >= np.maximum(need, (span - skip) // 2))
         & whole_after
     )
     normal[~fits] = np.eye(_COLUMNS)

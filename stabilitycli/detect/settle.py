@@ -246,12 +246,13 @@ def back_on_curve(
     loss: np.ndarray,
     smooth: ForwardMedian | None,
     changes: np.ndarray,
-    start: tuple[float, float],
+    start: tuple[float, float, int],
     thresholds: Thresholds,
 ) -> tuple[int | None, float, int] | None:
     """Q2.2 on a fast fall: the first row after `row` where the loss (and the forward
     median from it, as `spike._first_back` reads it) is back to <= the level at the flag
-    + `recovery_sigma` sigma (`start`: the frozen baseline mu and sigma), carried along the
+    + `recovery_sigma` sigma (`start`: the frozen baseline mu and sigma, and the event's
+    last row above the flag bar, its points left out of the fit), carried along the
     curve fitted through both sides of the flag (`carried_curve.fitted_curve`); that level
     at the flag; and the last row of the fitted stretch. None where the curve could not be
     fitted. The fit gives the curve's shape, the frozen baseline its level: the fitted
@@ -261,7 +262,8 @@ def back_on_curve(
     rest on no point."""
     span = settle_span(steps, np.array([row]), thresholds)
     span = np.minimum(span, min(_MAX_SPAN, loss.size - row))
-    curve, ratio = fitted_curve(np.array([row]), steps, loss, changes, span, thresholds)
+    skip = np.array([start[2] - row + 1])
+    curve, ratio = fitted_curve(np.array([row]), steps, loss, changes, span, thresholds, skip)
     if not np.isfinite(curve[0]):
         return None
     stop = row + int(span[0])

@@ -720,7 +720,7 @@ def _build_event(
     rec_idx = _first_back(loss, smooth, recovery_level, idx + 1, (steps, onset, rise_slope))
     # a fast fall soon leaves a frozen level behind: back is back on the curve it was on
     carried = (
-        back_on_curve(idx, steps, loss, smooth, baseline.changes, (mu, sd), thresholds)
+        back_on_curve(idx, steps, loss, smooth, baseline.changes, (mu, sd, end_idx), thresholds)
         if baseline.falling[idx]
         else None
     )
