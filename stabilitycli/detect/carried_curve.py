@@ -9,12 +9,12 @@ carried half a window on overstated a warmup's slowing fall by 2.6 sigma, and a 
 extrapolated that far errs by more than a sigma from the noise alone.
 
 The points on both sides pin the curve: the log of the loss over a stretch before the
-flag and one after it (the event's own first `spike_excess_points` left out), fitted with a cubic in the step plus a step of its own at the
-flagged point. The step takes the shift, the cubic the curve the run was on (a warmup's
-fall speeds up, then slows down: a straight line through both sides took 2.3% off a
-shift there, the cubic 0.1%). Logs, since a loss's noise and a shift are a fraction of
-the loss. Both stretches stop at a level change (an epoch boundary), which no smooth
-curve crosses.
+flag and one after it (the event's own first `spike_excess_points` left out), fitted
+with a cubic in the step plus a step of its own at the flagged point. The step takes the
+shift, the cubic the curve the run was on (a warmup's fall speeds up, then slows down: a
+straight line through both sides took 2.3% off a shift there, the cubic 0.1%). Logs,
+since a loss's noise and a shift are a fraction of the loss. Both stretches stop at a
+level change (an epoch boundary), which no smooth curve crosses.
 """
 
 from __future__ import annotations

@@ -257,9 +257,9 @@ def back_on_curve(
     at the flag; and the last row of the fitted stretch. None where the curve could not be
     fitted. The fit gives the curve's shape, the frozen baseline its level: the fitted
     curve's own level at the flag is an end point of a cubic, and errs by half a sigma
-    where AR(1) noise is strong, its shape over the next points by a fifth of that. No row back within
-    the stretch (a spike window's points at least) is None: a bar carried further would
-    rest on no point."""
+    where AR(1) noise is strong, its shape over the next points by a fifth of that. No
+    row back within the stretch (a spike window's points at least) is None: a bar carried
+    further would rest on no point."""
     span = settle_span(steps, np.array([row]), thresholds)
     span = np.minimum(span, min(_MAX_SPAN, loss.size - row))
     skip = np.array([start[2] - row + 1])

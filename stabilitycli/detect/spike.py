@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -724,7 +725,7 @@ def _build_event(
         if baseline.falling[idx]
         else None
     )
-    curve_fields = {}
+    curve_fields: dict[str, Any] = {}
     if carried is not None:
         rec_idx, recovery_level, curve_last = carried
         curve_fields["recovery_curve_last_step"] = int(steps[curve_last])
@@ -835,8 +836,8 @@ def _settled_rise(
 ):
     """Did a sustained event that did not come back within the recovery window settle at
     least `spike_persistent_min_rise_frac` above the curve it was on (`settle.settled_rise`,
-    `level` the curve read before the flag, sigma, and whether it is a fast fall)? One back before a spike window's
-    points have passed is a bump, which its excess judges."""
+    `level` the curve read before the flag, sigma, and whether it is a fast fall)? One
+    back before a spike window's points have passed is a bump, which its excess judges."""
     stop = idx + int(settle_span(steps, np.array([idx]), thresholds)[0])
     if back is not None and back < stop:
         return True
