@@ -184,36 +184,40 @@ def settled_shift(
 
 def settled_rise(
     row: int,
+    back: int | None,
     steps: np.ndarray,
     loss: np.ndarray,
-    reference: float,
-    sigma: float,
+    level: tuple[float, float, bool],
     changes: np.ndarray,
     thresholds: Thresholds,
-    on_fall: bool = False,
-) -> bool | None:
-    """Did the loss from a flagged point on settle at least `spike_persistent_min_rise_frac`
-    above the curve it was on, its `settled_level` read as `settled_reading` reads it
-    (`on_fall`: along the fitted curve of a fast fall)?
-    None where there is nothing to measure a level by (no finite point, no level).
+) -> bool:
+    """Did a sustained event at `row` that did not come back within the recovery window
+    settle at least `spike_persistent_min_rise_frac` above the curve it was on, its
+    `settled_level` read as `settled_reading` reads it (`level`: the curve read before the
+    flag, sigma, and whether it is a fast fall, read along the fitted curve)? One `back`
+    before a spike window's points have passed is a bump, which its excess judges; with
+    nothing to measure a level by (no finite point, no level) the excess has decided.
 
     Three points are a noisy measure of a level: a +3-4% step (a curriculum switch,
     under the spec's 5%) summed past the excess bar in about half the runs where the
     noise was 1% of the loss, and was reported as a persistent spike; over a spike
     window's points its level is within a few tenths of a percent of the step."""
-    level, _, _, base, _, _ = settled_reading(
+    stop = row + int(settle_span(steps, np.array([row]), thresholds)[0])
+    if back is not None and back < stop:
+        return True
+    settled, _, _, base, _, _ = settled_reading(
         np.array([row]),
         steps,
         loss,
-        np.array([reference], dtype=np.float64),
-        np.array([sigma], dtype=np.float64),
+        np.array([level[0]], dtype=np.float64),
+        np.array([level[1]], dtype=np.float64),
         changes,
         thresholds,
-        np.array([on_fall]),
+        np.array([level[2]]),
     )
-    if not (np.isfinite(level[0]) and base[0] > 0):
-        return None
-    return bool(level[0] >= base[0] * (1.0 + thresholds.spike_persistent_min_rise_frac))
+    if not (np.isfinite(settled[0]) and base[0] > 0):
+        return True
+    return bool(settled[0] >= base[0] * (1.0 + thresholds.spike_persistent_min_rise_frac))
 
 
 def recent_level(

@@ -44,7 +44,6 @@ from stabilitycli.detect.settle import (
     back_on_curve,
     curve_ahead,
     recent_level,
-    settle_span,
     settled_rise,
     settled_shift,
 )
@@ -765,14 +764,9 @@ def _build_event(
     if sustained and not (recovered or explaining or large or after_nonfinite or settled):
         # a step that stays up is judged by the level it settled at, not its first points
         ahead = float(_curve_ahead_at(baseline, np.array([idx]), thresholds)[0])
-        sustained = _settled_rise(
-            steps,
-            loss,
-            idx,
-            rec_idx,
-            (ahead, sd, bool(baseline.falling[idx])),
-            baseline.changes,
-            thresholds,
+        fall = bool(baseline.falling[idx])
+        sustained = settled_rise(
+            idx, rec_idx, steps, loss, (ahead, sd, fall), baseline.changes, thresholds
         )
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     noise = baseline.after.source_of(idx)
@@ -829,20 +823,6 @@ def _curve_ahead_at(baseline: _Baseline, rows: np.ndarray, thresholds: Threshold
         baseline.falling[rows] > 0,
         thresholds.spike_window_steps / 2,
     )
-
-
-def _settled_rise(
-    steps, loss, idx: int, back, level: tuple[float, float, bool], changes, thresholds
-):
-    """Did a sustained event that did not come back within the recovery window settle at
-    least `spike_persistent_min_rise_frac` above the curve it was on (`settle.settled_rise`,
-    `level` the curve read before the flag, sigma, and whether it is a fast fall)? One
-    back before a spike window's points have passed is a bump, which its excess judges."""
-    stop = idx + int(settle_span(steps, np.array([idx]), thresholds)[0])
-    if back is not None and back < stop:
-        return True
-    rise = settled_rise(idx, steps, loss, level[0], level[1], changes, thresholds, level[2])
-    return True if rise is None else rise  # nothing to measure a level by: the excess decided
 
 
 def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -> int:
