@@ -82,8 +82,9 @@ class Thresholds:
     spike_persistent_min_rise_frac: float = threshold(
         0.04,
         "A sustained spike with no cause that did not come back must have settled this "
-        "fraction above its baseline (the median of its points over a spike window from the "
-        "onset, at least widened_window_points): a +3-4% step (a curriculum switch) is under "
+        "fraction above its baseline (the mean of its points over a spike window from the "
+        "onset, at least widened_window_points, each counting at most spike_excess_cap_sigma, "
+        "against the curve the run was on): a +3-4% step (a curriculum switch) is under "
         "the spec's 5% multi-point bar, a +5% shift above it (issue 36).",
     )
     recurring_spike_min_count: int = threshold(

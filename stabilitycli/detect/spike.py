@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -39,7 +40,13 @@ from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
-from stabilitycli.detect.settle import curve_ahead, recent_level, settle_span, settled_shift
+from stabilitycli.detect.settle import (
+    back_on_curve,
+    curve_ahead,
+    recent_level,
+    settled_rise,
+    settled_shift,
+)
 from stabilitycli.detect.short_log_jumps import short_log_jumps
 from stabilitycli.detect.spike_around import AroundPoints, flag_around, surge_rows
 from stabilitycli.detect.spike_causes import CauseContext, spike_causes
@@ -512,18 +519,24 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     >= {spike_sustained_min_rise_frac:.0%} above it on average, so a level shift counts
     even where some of its points dip under {spike_sigma:g} sigma; one that does not come
     back must also have settled >= {spike_persistent_min_rise_frac:.0%} above the level
-    (its median over the {spike_window_steps} steps from the onset, at least
-    {widened_window_points} points, against the curve the run was on: a slow fall's level
-    less the fall the trailing mean's lag says comes next). A point is sustained too when
+    (its mean over the {spike_window_steps} steps from the onset, at least
+    {widened_window_points} points, each counting at most {spike_excess_cap_sigma:g} sigma,
+    against the curve the run was on: a slow fall's level less the fall the trailing mean's
+    lag says comes next; on a fast fall the curve fitted through as many points either side
+    of the onset, a cubic in the step plus a step at the onset, the event's first
+    {spike_excess_points} points left out). A point is sustained too when
     the loss from it on settles there, its mean over those points (each counting at most
     {spike_excess_cap_sigma:g} sigma) and the median of its first
     {recovery_median_points} at least {spike_persistent_min_rise_frac:.0%} and
     {spike_sigma:g} sigma above that curve, the point after it {spike_sigma:g} sigma
-    above it too: a shift whose first points the noise drew low. In a widened window a
+    above it too: a shift whose first points the noise drew low (on a fast fall, over
+    the fitted curve, its level at the point never under the one read before it). In a
+    widened window a
     sustained excess is measured over the higher of its level and the median of the
     {level_change_points} points just before. Points above the
     baseline until the loss is back are one event. Recovered when the loss is back to
-    <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2): the
+    <= mu + {recovery_sigma:g}*sigma within {recovery_window_steps} steps (Q2.2), on a fast
+    fall mu carried along that fitted curve (where it could be fitted): the
     spike is recoverable; else persistent, or divergent when the loss's level (a median
     over a recovery window's worth of points) goes {spike_sigma:g} sigma above the spike's
     own peak (its top within the recovery window) before the loss is ever back: a rise
@@ -627,10 +640,18 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
         # a shift whose first points the noise drew low is sustained by where it settled
         ahead = KeptAt(loss.size, candidates, _curve_ahead_at(baseline, candidates, thresholds))
-        settled = settled_shift(candidates, steps, loss, ahead, sigma, thresholds)
-        # a fast fall (warmup, a decay's tail) changes pace within the stretch: no level
-        # to read a settled rise against there, only the excess of the first points
-        settled &= baseline.falling[candidates] == 0
+        # a fast fall (warmup, a decay's tail) changes pace within the stretch: only the
+        # curve fitted through both sides of the point reads a settled rise there
+        settled = settled_shift(
+            candidates,
+            steps,
+            loss,
+            ahead,
+            sigma,
+            thresholds,
+            baseline.changes,
+            baseline.falling[candidates] > 0,
+        )
         sustained |= settled
         settled_at = set(candidates[settled].tolist())
     # most flagged points are lone noise (about 1% of a healthy run): settle those
@@ -751,6 +772,16 @@ def _build_event(
     recovery_level = start_level + thresholds.recovery_sigma * sd
     # back means the point itself is back and so are most of the next few
     rec_idx = _first_back(loss, smooth, recovery_level, idx + 1, (steps, onset, rise_slope))
+    # a fast fall soon leaves a frozen level behind: back is back on the curve it was on
+    carried = (
+        back_on_curve(idx, steps, loss, smooth, baseline.changes, (mu, sd, end_idx), thresholds)
+        if baseline.falling[idx]
+        else None
+    )
+    curve_fields: dict[str, Any] = {}
+    if carried is not None:
+        rec_idx, recovery_level, curve_last = carried
+        curve_fields["recovery_curve_last_step"] = int(steps[curve_last])
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None
     # a sparse log may have no point within recovery_window_steps: the next logged point decides
@@ -787,7 +818,10 @@ def _build_event(
     if sustained and not (recovered or explaining or large or after_nonfinite or settled):
         # a step that stays up is judged by the level it settled at, not its first points
         ahead = float(_curve_ahead_at(baseline, np.array([idx]), thresholds)[0])
-        sustained = _settled_rise(steps, loss, idx, rec_idx, ahead, thresholds)
+        fall = bool(baseline.falling[idx])
+        sustained = settled_rise(
+            idx, rec_idx, steps, loss, (ahead, sd, fall), baseline.changes, thresholds
+        )
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     noise = baseline.after.source_of(idx)
     fields = dict(
@@ -820,6 +854,7 @@ def _build_event(
         recovery_horizon_steps=int(horizon),
         recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
         **fields,
+        **curve_fields,
     )
 
 
@@ -867,27 +902,6 @@ def _curve_ahead_at(baseline: _Baseline, rows: np.ndarray, thresholds: Threshold
         baseline.falling[rows] > 0,
         thresholds.spike_window_steps / 2,
     )
-
-
-def _settled_rise(steps, loss, idx: int, back: int | None, level: float, thresholds) -> bool:
-    """Did a sustained event that did not come back within the recovery window settle at
-    least `spike_persistent_min_rise_frac` above `level`? Judged by its median over the
-    points of a spike window from the onset (at least `widened_window_points`) when it
-    stayed up through them all; one back before that is a bump, which its excess judges.
-
-    Three points are a noisy measure of a level: a +3-4% step (a curriculum switch,
-    under the spec's 5%) summed past the excess bar in about half the runs where the
-    noise was 1% of the loss, and was reported as a persistent spike; over 20 points
-    and more its median is within a few tenths of a percent of the step.
-    """
-    stop = idx + int(settle_span(steps, np.array([idx]), thresholds)[0])
-    if back is not None and back < stop:
-        return True
-    settled = loss[idx:stop]
-    settled = settled[np.isfinite(settled)]
-    if settled.size == 0 or not level > 0:
-        return True  # nothing to measure a level by: the excess has decided
-    return bool(np.median(settled) >= level * (1.0 + thresholds.spike_persistent_min_rise_frac))
 
 
 def _after_event(event: SpikeEvent, steps: np.ndarray, thresholds: Thresholds) -> int:

@@ -161,7 +161,15 @@ def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
             f"{event.recovery_slope_per_step:.3g} a step (the rising trend of steps "
             f"{event.baseline_first_step}-{event.baseline_last_step} + {added})"
         )
-    return f"{event.recovery_level:.4g} ({baseline_name(event.baseline_basis)} + {added})"
+    what = baseline_name(event.baseline_basis)
+    if isinstance(event.recovery_curve_last_step, int):
+        return (
+            f"{event.recovery_level:.4g} at step {event.onset_step} ({what} + {added}), "
+            "falling with the curve fitted through the points of steps "
+            f"{event.baseline_first_step}-{event.recovery_curve_last_step} (a step at "
+            f"{event.onset_step} fitted apart, the event's own points left out)"
+        )
+    return f"{event.recovery_level:.4g} ({what} + {added})"
 
 
 # what a spike type is, in the words the outputs use (the number stays in the evidence)
