@@ -188,9 +188,11 @@ def _shape_for(place: str, rng: np.random.Generator) -> str:
     return str(rng.choice(PRETRAIN_SHAPES))
 
 
-def _after(anchor: int, interval: int, steps: np.ndarray, rng) -> int:
-    """A logged index within NEAR_STEPS steps after `anchor` (at least the next point)."""
-    first = int(np.searchsorted(steps, anchor, side="right"))
+def _after(anchor: int, interval: int, steps: np.ndarray, rng, lo: int = 0) -> int:
+    """A logged index within NEAR_STEPS steps after `anchor` (at least the next point), and
+    at least `lo`: an event before the spec's first 100-step baseline (a warmup of under 100
+    steps ends there) is no spike by Q2.1, and is put at the first index that has one."""
+    first = max(int(np.searchsorted(steps, anchor, side="right")), lo)
     last = int(np.searchsorted(steps, anchor + NEAR_STEPS, side="right")) - 1
     return int(rng.integers(first, max(first, last) + 1))
 
@@ -207,9 +209,9 @@ def _onset(place: str, run: LMRun, interval: int, rng) -> int:
         hi = max(lo + 1, int(0.9 * shape.warmup / interval))
         return int(rng.integers(lo, hi))
     if place == "epoch":
-        return _after(int(rng.choice(shape.boundaries)), interval, steps, rng)
+        return _after(int(rng.choice(shape.boundaries)), interval, steps, rng, lo)
     if place == "schedule":
-        return _after(int(rng.choice(shape.changes())), interval, steps, rng)
+        return _after(int(rng.choice(shape.changes())), interval, steps, rng, lo)
     if place == "decay":
         # in the WSD cooldown or the last 20% of a cosine/linear decay, before its last 7%
         first = max(shape.decay_tail, int(0.8 * shape.total)) // interval

@@ -32,6 +32,7 @@ from stabilitycli.detect.level import (
     WINDOW_NAMES,
     level_changes,
     local_level,
+    planned_fall_rows,
     ratio_reference,
     segment_steps,
 )
@@ -202,6 +203,7 @@ def _flag_above_baseline(
     thresholds: Thresholds,
     pooled_points: int | None,
     memory: NoiseMemory,
+    warmup_end_step: int | None = None,
 ) -> _Baseline:
     """Every eligible, finite loss above mu + k * sigma of its trailing window, taken a
     chunk of rows at a time; mu and sigma kept at those rows only.
@@ -247,7 +249,8 @@ def _flag_above_baseline(
             pooled = _difference_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
             pooled = pooled[first - reach :]
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
-        level = local_level(stats, thresholds, pooled, fall)
+        planned = planned_fall_rows(steps[first:stop], warmup_end_step, window)
+        level = local_level(stats, thresholds, pooled, fall, planned)
         mean, sigma = level.level, level.sigma
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
@@ -281,7 +284,7 @@ def _flag_above_baseline(
         found["trail"].append(trail[flagged])
         # this chunk's arrays go before the next chunk's are computed beside them
         del stats, level, fall, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
-        del trail
+        del trail, planned
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -543,7 +546,10 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             thresholds.stable_std_points, window_points * thresholds.noise_level_windows
         )
     memory = loss_noise_memory(view, thresholds)
-    baseline = _flag_above_baseline(steps, loss, plan, thresholds, pooled_points, memory)
+    warmup_end = facts.lr_plan.warmup_end_step if facts.lr_plan is not None else None
+    baseline = _flag_above_baseline(
+        steps, loss, plan, thresholds, pooled_points, memory, warmup_end
+    )
     candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     first_eligible = baseline.first_eligible_step
     causes_ctx = CauseContext.build(view, steps, thresholds, facts)
