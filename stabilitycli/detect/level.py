@@ -140,6 +140,16 @@ def _local_level_rows(
     # a convex fall's trend read at t undershoots the curve, the last quarter's mean
     # overshoots it: the higher of the two is the cautious level
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
+    if planned is not None and pooled is not None:
+        # a fall that quickens (the LR still climbing, or just at its peak) is concave: its
+        # trend read at t is above the curve, and the last quarter's mean lags it further.
+        # Only where the pooled noise or a widened window's points judge it: the spread of
+        # ten points around their own trend is too often small, and a wander of the first
+        # warmup points passed
+        judged = np.isfinite(pooled) | (n >= thresholds.widened_window_points)
+        with np.errstate(invalid="ignore"):
+            concave = planned & (late_slope < slope) & judged
+        level = np.where(concave, np.minimum(mean, line), level)
     cautious, fall_noise = level, noise
     if fall is not None and fall.relative_sigma is not None:
         level, fall_noise = level_now(

@@ -496,8 +496,10 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step),
     and until it holds {min_points_per_window} points ({widened_window_points} in a
     sparse log) a point is judged against the mean of the points since the drop, with
-    the noise of the stretch before it scaled to the new level; on a rising stretch,
-    recovery is judged against the rising trend.
+    the noise of the stretch before it scaled to the new level; inside the LR's planned
+    warmup and {spike_window_steps} steps after its peak a fall that quickens is the LR's
+    doing, and is read as a fall; on a rising stretch, recovery is judged against the
+    rising trend.
 
     Why it matters: a recoverable spike names a data or schedule problem to
     fix before it recurs; a persistent one has corrupted the optimizer moments

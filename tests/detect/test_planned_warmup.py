@@ -64,6 +64,11 @@ def test_rows_planned_are_the_warmup_and_a_window_after_its_peak():
         ("bump3pt", "warmup", 100, 7356),
         # a shift 4 points after the LR's peak, logged every 10
         ("shift", "schedule", 10, 11975),
+        # logged every 100 the window's last quarter is five points: their mean lags a
+        # fall that quickens by 2-3 points' worth, the trend read at t does not
+        ("bump3pt", "schedule", 100, 10108),
+        ("bump10pt", "warmup", 100, 6111),
+        ("shift", "schedule", 100, 5636),
     ],
 )
 def test_an_event_where_the_warmup_fall_quickens_is_a_spike(
