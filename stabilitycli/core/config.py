@@ -165,7 +165,8 @@ class Thresholds:
         "...and only where the window's earlier half sits this many standard errors (of "
         "two half-window means, from the noise around the trend or the pooled noise of a "
         "sparse log) above its later half (below it, for a rising stretch): a trend, "
-        "not noise.",
+        "not noise. Half as many inside the LR's planned warmup and a window after its "
+        "peak, where the LR plans the fall (issue 36).",
     )
     level_change_points: int = threshold(
         8,

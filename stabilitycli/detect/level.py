@@ -31,6 +31,7 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
 from stabilitycli.detect.fall_curve import FallReading, fall_z_with_windows, level_now
+from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -177,6 +178,12 @@ def _local_level_rows(
         # and a fall, not noise: a window of ten points has halves of five, whose means
         # differ by chance more often than a spike bar allows
         judge = noise if pooled is None else np.where(np.isfinite(pooled), pooled, noise)
+        # a fall the LR's warmup plans needs half the proof of one found in the loss alone:
+        # near the warmup's end a ten-point window's halves differ by 2-3 of their standard
+        # errors, while its mean lags the curve by 1-2 sigma
+        fall_bar = np.full(n.shape, float(thresholds.level_fall_z))
+        if planned is not None:
+            fall_bar[planned] /= 2.0
         fall_z = (early - late) / (judge * np.sqrt(1.0 / n_early + 1.0 / n_late))
         falling = (
             enough
@@ -185,7 +192,7 @@ def _local_level_rows(
             & steady
             & (
                 fall_z_with_windows(fall_z, (prior, mean, n_prior, n), judge, fall, thresholds)
-                >= thresholds.level_fall_z
+                >= fall_bar
             )
         )
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
@@ -203,14 +210,14 @@ def _local_level_rows(
 
 
 def planned_fall_rows(
-    steps: np.ndarray, warmup_end_step: int | None, window_steps: int
+    steps: np.ndarray, lr_plan: LrPlan | None, window_steps: int
 ) -> np.ndarray | None:
     """Per row: does its trailing window reach into the LR's planned warmup (the warmup's
     last step plus a window)? There the loss's fall speeds up with the LR and is fastest at
     its peak, so a window that ends there sees its fall quicken; None without a warmup."""
-    if warmup_end_step is None:
+    if lr_plan is None or lr_plan.warmup_end_step is None:
         return None
-    return steps <= warmup_end_step + window_steps
+    return steps <= lr_plan.warmup_end_step + window_steps
 
 
 class LevelAt(Pointwise):

@@ -9,12 +9,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Skip
-from stabilitycli.detect.after_change import (
-    AfterChange,
-    NoiseSource,
-    after_change_baseline,
-    replace_at,
-)
+from stabilitycli.detect.after_change import AfterChange, after_change_baseline, replace_at
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.fall_curve import read_fall
@@ -36,6 +31,7 @@ from stabilitycli.detect.level import (
     ratio_reference,
     segment_steps,
 )
+from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
@@ -203,7 +199,7 @@ def _flag_above_baseline(
     thresholds: Thresholds,
     pooled_points: int | None,
     memory: NoiseMemory,
-    warmup_end_step: int | None = None,
+    lr_plan: LrPlan | None = None,
 ) -> _Baseline:
     """Every eligible, finite loss above mu + k * sigma of its trailing window, taken a
     chunk of rows at a time; mu and sigma kept at those rows only.
@@ -249,7 +245,7 @@ def _flag_above_baseline(
             pooled = _difference_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
             pooled = pooled[first - reach :]
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
-        planned = planned_fall_rows(steps[first:stop], warmup_end_step, window)
+        planned = planned_fall_rows(steps[first:stop], lr_plan, window)
         level = local_level(stats, thresholds, pooled, fall, planned)
         mean, sigma = level.level, level.sigma
         eligible = count >= thresholds.min_points_per_window
@@ -496,9 +492,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step),
     and until it holds {min_points_per_window} points ({widened_window_points} in a
     sparse log) a point is judged against the mean of the points since the drop, with
-    the noise of the stretch before it scaled to the new level; inside the LR's planned
-    warmup and {spike_window_steps} steps after its peak a fall that quickens is the LR's
-    doing, and is read as a fall; on a rising stretch, recovery is judged against the
+    the noise of the stretch before it scaled to the new level; in the LR's planned warmup
+    and {spike_window_steps} steps after it a fall that quickens is the LR's doing, read
+    as a fall on half the proof; on a rising stretch, recovery is judged against the
     rising trend.
 
     Why it matters: a recoverable spike names a data or schedule problem to
@@ -548,9 +544,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             thresholds.stable_std_points, window_points * thresholds.noise_level_windows
         )
     memory = loss_noise_memory(view, thresholds)
-    warmup_end = facts.lr_plan.warmup_end_step if facts.lr_plan is not None else None
     baseline = _flag_above_baseline(
-        steps, loss, plan, thresholds, pooled_points, memory, warmup_end
+        steps, loss, plan, thresholds, pooled_points, memory, facts.lr_plan
     )
     candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     first_eligible = baseline.first_eligible_step
@@ -769,21 +764,8 @@ def _build_event(
         baseline_basis="local-level" if baseline.falling[idx] else "mean",
         window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
         recovery_slope_per_step=rise_slope if rise_slope > 0 else None,
-        **(_noise_fields(noise, steps) if noise is not None else {}),
+        **(noise.fields(steps) if noise is not None else {}),
     )
-
-
-def _noise_fields(noise: NoiseSource, steps: np.ndarray) -> dict:
-    """The SpikeEvent fields that say where an after-change row's sigma came from."""
-    out = {
-        "sigma_basis": noise.how if noise.how == "floor" else f"before-change-{noise.how}",
-        "sigma_first_step": int(steps[noise.first]),
-        "sigma_last_step": int(steps[noise.last]),
-        "sigma_noise_before": noise.noise,
-    }
-    if noise.how == "differences":
-        out["sigma_noise_lag1"] = round(noise.lag1, 3)
-    return out
 
 
 def _curve_ahead_at(baseline: _Baseline, rows: np.ndarray, thresholds: Thresholds) -> np.ndarray:

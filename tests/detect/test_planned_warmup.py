@@ -24,6 +24,7 @@ import pytest
 from stabilitycli import analyze
 from stabilitycli.core.model import Severity
 from stabilitycli.detect.level import planned_fall_rows
+from stabilitycli.detect.lr_plan import LrPlan
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 POINTS = 4000
@@ -50,7 +51,9 @@ def _alarms(result):
 
 def test_rows_planned_are_the_warmup_and_a_window_after_its_peak():
     steps = np.array([0, 50, 100, 150, 200, 250])
-    assert planned_fall_rows(steps, 100, 100).tolist() == [True, True, True, True, True, False]
+    warmup = LrPlan(warmup_end_step=100, warmup_peak=3e-4)
+    assert planned_fall_rows(steps, warmup, 100).tolist() == [True] * 5 + [False]
+    assert planned_fall_rows(steps, LrPlan(), 100) is None
     assert planned_fall_rows(steps, None, 100) is None
 
 
