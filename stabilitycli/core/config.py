@@ -156,14 +156,18 @@ class Thresholds:
         "...but only where the fall over the window's later half is at most this multiple "
         "of the fall over the whole window, and the fall over the window before at least "
         "1/this of it: a fall that speeds up at its end (a memorised batch) or begins "
-        "inside the window (a dip of noise) is no curve to judge against.",
+        "inside the window (a dip of noise) is no curve to judge against. Inside the LR's "
+        "planned warmup and a window after its peak the LR quickens the fall: there a "
+        "speed-up is allowed, and in a sparse log the level of a fall that quickens is its "
+        "trend at t (issue 36).",
     )
     level_fall_z: float = threshold(
         4.0,
         "...and only where the window's earlier half sits this many standard errors (of "
         "two half-window means, from the noise around the trend or the pooled noise of a "
         "sparse log) above its later half (below it, for a rising stretch): a trend, "
-        "not noise.",
+        "not noise. Half as many inside the LR's planned warmup and a window after its "
+        "peak, where the LR plans the fall (issue 36).",
     )
     level_change_points: int = threshold(
         8,

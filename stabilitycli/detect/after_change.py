@@ -80,6 +80,18 @@ class NoiseSource:
     how: str
     lag1: float
 
+    def fields(self, steps: np.ndarray) -> dict:
+        """The `SpikeEvent` fields that say where the row's sigma came from."""
+        out = {
+            "sigma_basis": self.how if self.how == "floor" else f"before-change-{self.how}",
+            "sigma_first_step": int(steps[self.first]),
+            "sigma_last_step": int(steps[self.last]),
+            "sigma_noise_before": self.noise,
+        }
+        if self.how == "differences":
+            out["sigma_noise_lag1"] = round(self.lag1, 3)
+        return out
+
 
 def after_change_baseline(
     steps: np.ndarray,

@@ -31,6 +31,7 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
 from stabilitycli.detect.fall_curve import FallReading, fall_z_with_windows, level_now
+from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -72,19 +73,21 @@ def local_level(
     thresholds: Thresholds,
     pooled: np.ndarray | None = None,
     fall: FallReading | None = None,
+    planned: np.ndarray | None = None,
 ) -> LocalLevel:
     """The `LocalLevel` of each row from its trailing window's `WINDOW_NAMES`; `pooled`, the
     noise pooled over many windows where the rule has it (a sparse log), judges whether
     the window's fall is more than its noise; `fall`, what the loss's own points say of
     the curve now (`fall_curve.read_fall`), where the rule has it: the level of a fall
-    and its noise are then read as `fall_curve.level_now` says.
+    and its noise are then read as `fall_curve.level_now` says; `planned`, the rows whose
+    window the LR's planned warmup shapes (`planned_fall_rows`).
 
     Every number is a row's own (no operation reaches across rows), so it is worked out
     `LEVEL_BLOCK_ROWS` rows at a time into the result, with the same bits as in one go."""
     size = stats["count"].size
     block_rows = LEVEL_BLOCK_ROWS  # read at call time: tests take small blocks
     if size <= block_rows:
-        return _local_level_rows(stats, thresholds, pooled, fall)
+        return _local_level_rows(stats, thresholds, pooled, fall, planned)
     out: LocalLevel | None = None
     for first in range(0, size, block_rows):  # loop over blocks of rows
         rows = slice(first, first + block_rows)
@@ -93,6 +96,7 @@ def local_level(
             thresholds,
             None if pooled is None else pooled[rows],
             None if fall is None else fall.rows(rows),
+            None if planned is None else planned[rows],
         )
         if out is None:
             out = LocalLevel(*(np.empty(size, dtype=getattr(part, f).dtype) for f in _LEVEL_FIELDS))
@@ -110,6 +114,7 @@ def _local_level_rows(
     thresholds: Thresholds,
     pooled: np.ndarray | None,
     fall: FallReading | None,
+    planned: np.ndarray | None = None,
 ) -> LocalLevel:
     """`local_level` of a block of rows in one go."""
     n, n_late, n_last = stats["count"], stats["count_half"], stats["count_quarter"]
@@ -136,6 +141,16 @@ def _local_level_rows(
     # a convex fall's trend read at t undershoots the curve, the last quarter's mean
     # overshoots it: the higher of the two is the cautious level
     level = np.minimum(mean, np.fmax(line, stats["mean_quarter"]))
+    if planned is not None and pooled is not None:
+        # a fall that quickens (the LR still climbing, or just at its peak) is concave: its
+        # trend read at t is above the curve, and the last quarter's mean lags it further.
+        # Only where the pooled noise or a widened window's points judge it: the spread of
+        # ten points around their own trend is too often small, and a wander of the first
+        # warmup points passed
+        judged = np.isfinite(pooled) | (n >= thresholds.widened_window_points)
+        with np.errstate(invalid="ignore"):
+            concave = planned & (late_slope < slope) & judged
+        level = np.where(concave, np.minimum(mean, line), level)
     cautious, fall_noise = level, noise
     if fall is not None and fall.relative_sigma is not None:
         level, fall_noise = level_now(
@@ -151,12 +166,24 @@ def _local_level_rows(
         # speeds up at the end of the window (a memorised batch served again and again),
         # or that began inside it after a flat stretch (a dip of noise), is no curve to
         # read a level from
-        steady = (-late_slope <= thresholds.level_fall_speedup * -slope) & (
+        quickens = -late_slope > thresholds.level_fall_speedup * -slope
+        if planned is not None:
+            # a warmup's fall speeds up as the LR climbs to its peak: the LR, not a
+            # memorised batch, quickens it (a fall that began inside the window after a
+            # flat stretch is still a dip of noise, the LR's plan or not)
+            quickens &= ~planned
+        steady = ~quickens & (
             (n_prior < 2) | (-prior_slope * thresholds.level_fall_speedup >= -slope)
         )
         # and a fall, not noise: a window of ten points has halves of five, whose means
         # differ by chance more often than a spike bar allows
         judge = noise if pooled is None else np.where(np.isfinite(pooled), pooled, noise)
+        # a fall the LR's warmup plans needs half the proof of one found in the loss alone:
+        # near the warmup's end a ten-point window's halves differ by 2-3 of their standard
+        # errors, while its mean lags the curve by 1-2 sigma
+        fall_bar = np.full(n.shape, float(thresholds.level_fall_z))
+        if planned is not None:
+            fall_bar[planned] /= 2.0
         fall_z = (early - late) / (judge * np.sqrt(1.0 / n_early + 1.0 / n_late))
         falling = (
             enough
@@ -165,7 +192,7 @@ def _local_level_rows(
             & steady
             & (
                 fall_z_with_windows(fall_z, (prior, mean, n_prior, n), judge, fall, thresholds)
-                >= thresholds.level_fall_z
+                >= fall_bar
             )
         )
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
@@ -180,6 +207,17 @@ def _local_level_rows(
         # 2 sigma under the mean, and a wander back up summed past the excess bar)
         near=np.where(enough, np.fmin(np.where(falling, level, cautious), mean), mean),
     )
+
+
+def planned_fall_rows(
+    steps: np.ndarray, lr_plan: LrPlan | None, window_steps: int
+) -> np.ndarray | None:
+    """Per row: does its trailing window reach into the LR's planned warmup (the warmup's
+    last step plus a window)? There the loss's fall speeds up with the LR and is fastest at
+    its peak, so a window that ends there sees its fall quicken; None without a warmup."""
+    if lr_plan is None or lr_plan.warmup_end_step is None:
+        return None
+    return steps <= lr_plan.warmup_end_step + window_steps
 
 
 class LevelAt(Pointwise):

@@ -10,12 +10,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Skip
-from stabilitycli.detect.after_change import (
-    AfterChange,
-    NoiseSource,
-    after_change_baseline,
-    replace_at,
-)
+from stabilitycli.detect.after_change import AfterChange, after_change_baseline, replace_at
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.fall_curve import read_fall
@@ -33,9 +28,11 @@ from stabilitycli.detect.level import (
     WINDOW_NAMES,
     level_changes,
     local_level,
+    planned_fall_rows,
     ratio_reference,
     segment_steps,
 )
+from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
@@ -212,6 +209,7 @@ def _flag_above_baseline(
     thresholds: Thresholds,
     pooled_points: int | None,
     memory: NoiseMemory,
+    lr_plan: LrPlan | None = None,
 ) -> _Baseline:
     """Every eligible, finite loss above mu + k * sigma of its trailing window, taken a
     chunk of rows at a time; mu and sigma kept at those rows only.
@@ -257,7 +255,8 @@ def _flag_above_baseline(
             pooled = _difference_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
             pooled = pooled[first - reach :]
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
-        level = local_level(stats, thresholds, pooled, fall)
+        planned = planned_fall_rows(steps[first:stop], lr_plan, window)
+        level = local_level(stats, thresholds, pooled, fall, planned)
         mean, sigma = level.level, level.sigma
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
@@ -291,7 +290,7 @@ def _flag_above_baseline(
         found["trail"].append(trail[flagged])
         # this chunk's arrays go before the next chunk's are computed beside them
         del stats, level, fall, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
-        del trail
+        del trail, planned
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -548,8 +547,10 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     {level_change_frac:.0%} or more to a new level (an epoch boundary, an LR step),
     and until it holds {min_points_per_window} points ({widened_window_points} in a
     sparse log) a point is judged against the mean of the points since the drop, with
-    the noise of the stretch before it scaled to the new level; on a rising stretch,
-    recovery is judged against the rising trend. A point whose grad norm surged
+    the noise of the stretch before it scaled to the new level; in the LR's planned warmup
+    and {spike_window_steps} steps after it a fall that quickens is the LR's doing, read
+    as a fall on half the proof; on a rising stretch, recovery is judged against the
+    rising trend. A point whose grad norm surged
     ({grad_norm_spike_ratio:g}x within the {cause_lead_steps} steps before) is also
     judged against the curve around it, where the trailing window lags it (a warmup's
     fall that speeds up, an epoch drop inside the window): the median of the
@@ -604,7 +605,9 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
             thresholds.stable_std_points, window_points * thresholds.noise_level_windows
         )
     memory = loss_noise_memory(view, thresholds)
-    baseline = _flag_above_baseline(steps, loss, plan, thresholds, pooled_points, memory)
+    baseline = _flag_above_baseline(
+        steps, loss, plan, thresholds, pooled_points, memory, facts.lr_plan
+    )
     candidates, mean, sigma = baseline.candidates, baseline.mean, baseline.sigma
     first_eligible = baseline.first_eligible_step
     causes_ctx = CauseContext.build(view, steps, thresholds, facts)
@@ -829,7 +832,7 @@ def _build_event(
         baseline_last_step=int(steps[idx - 1]) if idx > 0 else None,
         baseline_basis="local-level" if baseline.falling[idx] else "mean",
         window_restart_step=int(steps[restart_row]) if restart_row is not None else None,
-        **(_noise_fields(noise, steps) if noise is not None else {}),
+        **(noise.fields(steps) if noise is not None else {}),
     )
     fields.update(_around_fields(baseline.around, idx, steps))
     return SpikeEvent(
@@ -876,19 +879,6 @@ def _around_fields(around: AroundPoints, idx: int, steps: np.ndarray) -> dict:
     }
     if np.isfinite(around.noise[at]):
         out["sigma_noise_before"] = float(around.noise[at])
-    return out
-
-
-def _noise_fields(noise: NoiseSource, steps: np.ndarray) -> dict:
-    """The SpikeEvent fields that say where an after-change row's sigma came from."""
-    out = {
-        "sigma_basis": noise.how if noise.how == "floor" else f"before-change-{noise.how}",
-        "sigma_first_step": int(steps[noise.first]),
-        "sigma_last_step": int(steps[noise.last]),
-        "sigma_noise_before": noise.noise,
-    }
-    if noise.how == "differences":
-        out["sigma_noise_lag1"] = round(noise.lag1, 3)
     return out
 
 

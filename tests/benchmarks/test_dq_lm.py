@@ -91,6 +91,19 @@ def test_events_sit_where_their_place_says(lm, interval):
         assert run.truth.onset <= 0.93 * run.shape.total
 
 
+def test_an_event_after_a_schedule_change_has_the_spec_baseline(lm):
+    # a warmup of 40-100 steps ends before Q2.1's first 100-step baseline: an event within
+    # 100 steps of its end was placed where no spike can be judged, and counted as missed
+    synth = lm["synth"]
+    rng = np.random.default_rng(5)
+    onsets = []
+    for _ in range(40):
+        run = synth.event_lm("bump3pt", 0.1, "schedule", 4000, 1, 0.01, rng)
+        assert any(0 < run.truth.onset - c <= synth.NEAR_STEPS for c in run.shape.changes())
+        onsets.append(run.truth.onset)
+    assert min(onsets) >= synth.MIN_ONSET_STEPS
+
+
 def test_lm_curves_have_their_features(lm):
     synth = lm["synth"]
     rng = np.random.default_rng(5)
