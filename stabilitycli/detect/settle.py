@@ -113,9 +113,11 @@ def settled_reading(
         curve, ratio = np.full(rows.size, np.nan), np.ones((rows.size, int(width.max())))
         fall = on_fall[part]
         if fall.any():
-            curve[fall], ratio[fall] = fitted_curve(
+            curve[fall], fall_ratio = fitted_curve(
                 rows[fall], steps, loss, changes, width[fall], thresholds
             )
+            # as wide as the falling rows' longest span, which may be short of the block's
+            ratio[np.ix_(np.flatnonzero(fall), np.arange(fall_ratio.shape[1]))] = fall_ratio
         offsets = np.arange(int(width.max()))
         at = rows[:, None] + offsets[None, :]
         values = loss[np.minimum(at, loss.size - 1)]

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from stabilitycli import analyze
@@ -136,3 +137,22 @@ def test_the_fitted_curve_follows_a_fast_fall_across_a_step() -> None:
     # a level change just before the flag leaves too few points to fit: no curve
     cut, _ = fitted_curve(np.array([row]), steps, loss, np.array([row - 5]), span, Thresholds())
     assert np.isnan(cut[0])
+
+
+@pytest.mark.parametrize("lines", [740, 790, 838])
+def test_a_log_cut_inside_a_fast_fall_points_settle_span_is_judged(tmp_path, lines):
+    """`fixtures/rules/loss-rise/fires` cut after 740-838 lines (as `stab watch` sees it while
+    the run writes): the flagged points' settle spans are cut by the end of the log, a fast
+    fall's shorter than the others' in one block of candidates. Every such prefix crashed
+    the settled reading (a shape mismatch) before the fitted ratios were put in their rows."""
+    import gzip
+
+    from tests.conftest import FIXTURES
+
+    with gzip.open(FIXTURES / "rules" / "loss-rise" / "fires" / "run.jsonl.gz", "rt") as handle:
+        text = handle.read().splitlines()[:lines]
+    path = tmp_path / "cut.jsonl"
+    path.write_text("\n".join(text) + "\n")
+    result = analyze(str(path))
+    assert result.source.rows_read == lines and result.source.rows_rejected == 0
+    assert result.coverage is not None and "spike" in result.coverage.checked
