@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.autocorr import NoiseMemory
+from stabilitycli.detect.level_floor import may_reach
 from stabilitycli.detect.spike_causes import CauseContext, lead_max
 
 
@@ -67,31 +67,15 @@ def surge_rows(steps: np.ndarray, ctx: CauseContext, thresholds: Thresholds) -> 
     """The loss rows with a grad-norm surge of at least `grad_norm_spike_ratio` x its level
     within [t - cause_lead_steps, t] (`CauseContext.grad_ratio`), sorted.
 
-    The exact level is read only where it can matter: the level (`level.LevelAt`, the
-    window's mean or, on a fall, at least its last quarter's mean) is never under the lowest
-    value of its window, so a grad norm under the bar x that lowest value is no surge."""
+    The exact level is read only where it can matter: the level (`level.LevelAt`) is never
+    under the lowest value of its window, so a grad norm well under the bar x that lowest
+    value is no surge (`level_floor.may_reach`)."""
     base = ctx.grad_level
     if base is None or ctx.grad_ratio is None:
         return np.zeros(0, dtype=np.int64)
     g_steps, g = base.steps, base.values
-    values = pl.Series(np.where(np.isfinite(g), g, np.nan)).fill_nan(None)
-    if base.plan.by_step:  # a window of steps, the row itself included: a lower bound still
-        lowest = (
-            pl.DataFrame({"step": g_steps, "g": values})
-            .select(
-                pl.col("g").rolling_min_by(
-                    "step", window_size=f"{int(base.window_steps)}i", closed="both"
-                )
-            )["g"]
-            .to_numpy()
-        )
-    else:
-        lowest = values.rolling_min(base.plan.reach_rows + 1, min_samples=1).to_numpy()
-    lowest = np.where(np.isnan(lowest), np.inf, lowest)  # no finite value: nothing to surge over
-    with np.errstate(invalid="ignore"):
-        open_at = np.flatnonzero(
-            np.isfinite(g) & (g >= thresholds.grad_norm_spike_ratio * np.minimum(lowest, g))
-        )
+    # `level_floor.may_reach` reads that lowest value a chunk of rows at a time
+    open_at = np.flatnonzero(may_reach(base, thresholds.grad_norm_spike_ratio) & np.isfinite(g))
     if open_at.size == 0:
         return np.zeros(0, dtype=np.int64)
     # each open grad-norm step reaches the loss rows logged within cause_lead_steps after it
