@@ -122,7 +122,7 @@ def after_change_baseline(
         # levels has the step in its spread)
         if pooled_points is not None:
             first = max(start, c - pooled_points - 1)
-            noise = _difference_noise(loss[first:c], memory)
+            noise = memory.difference_sigma(loss[first:c])
         else:
             first = max(start, int(np.searchsorted(steps, steps[c] - window, side="left")))
             noise = _spread_around_line(steps[first:c], loss[first:c])
@@ -175,15 +175,6 @@ def replace_at(level: LocalLevel, at: np.ndarray, value: np.ndarray) -> LocalLev
     falling, rise_slope, line = level.falling.copy(), level.rise_slope.copy(), level.line.copy()
     falling[at], rise_slope[at], line[at] = False, 0.0, value
     return replace(level, falling=falling, rise_slope=rise_slope, line=line)
-
-
-def _difference_noise(values: np.ndarray, memory: NoiseMemory) -> float:
-    """sigma from successive differences, as the spike rule pools it in a sparse log
-    (`spike._difference_sigma`: allowing for the noise's lag-1 memory)."""
-    change = np.diff(values[np.isfinite(values)])
-    if change.size < 2:
-        return np.nan
-    return float(np.sqrt(np.mean(change * change) / (2.0 * memory.difference_share)))
 
 
 def _spread_around_line(steps: np.ndarray, values: np.ndarray) -> float:

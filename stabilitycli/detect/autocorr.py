@@ -58,6 +58,14 @@ class NoiseMemory:
         by its root."""
         return 1.0 if self.independent else 1.0 - self.lag1
 
+    def difference_sigma(self, values: np.ndarray, least: int = 2) -> float:
+        """sigma from the successive differences of the finite `values`, allowing for this
+        memory (`difference_share`); NaN under `least` differences."""
+        change = np.diff(values[np.isfinite(values)])
+        if change.size < least:
+            return np.nan
+        return float(np.sqrt(np.mean(change * change) / (2.0 * self.difference_share)))
+
     def variance_factor(self, n: int) -> float:
         """F(n): the variance of a sum of n consecutive points over n independent ones."""
         if self.independent or n < 2:

@@ -129,10 +129,7 @@ def flag_around(
     noise_first = np.maximum(rows - max(noise_points, int(thresholds.stable_std_points)), start)
     least = int(thresholds.min_points_per_window)
     noise = np.array(
-        [
-            _difference_noise(loss[a:r], memory, least)
-            for a, r in zip(noise_first, rows, strict=True)
-        ]
+        [memory.difference_sigma(loss[a:r], least) for a, r in zip(noise_first, rows, strict=True)]
     )  # one stretch per surge row: a few rows, not the log
     floor = thresholds.sigma_floor_frac * np.abs(level)
     floored = ~(noise > floor)  # NaN (too few points): the floor
@@ -150,12 +147,3 @@ def flag_around(
         noise[over],
         1.0 - memory.difference_share,
     )
-
-
-def _difference_noise(values: np.ndarray, memory: NoiseMemory, least: int) -> float:
-    """sigma from the successive differences of the finite `values`, allowing for the
-    noise's lag-1 memory; NaN (the floor stands in) under `least` differences."""
-    change = np.diff(values[np.isfinite(values)])
-    if change.size < least:
-        return np.nan
-    return float(np.sqrt(np.mean(change * change) / (2.0 * memory.difference_share)))
