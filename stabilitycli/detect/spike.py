@@ -12,6 +12,7 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Skip
 from stabilitycli.detect.after_change import AfterChange, after_change_baseline, replace_at
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
+from stabilitycli.detect.bump_end import bump_ended
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.fall_curve import read_fall
 from stabilitycli.detect.kinds.spike import (
@@ -824,7 +825,7 @@ def _build_event(
         fall = bool(baseline.falling[idx])
         sustained = settled_rise(
             idx, rec_idx, steps, loss, (ahead, sd, fall), baseline.changes, thresholds
-        )
+        ) or bump_ended(idx, steps, loss, ahead, thresholds)
     material = sustained or bool(explaining) or large or not np.isfinite(peak)
     noise = baseline.after.source_of(idx)
     fields = dict(
