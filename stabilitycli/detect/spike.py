@@ -13,6 +13,7 @@ from stabilitycli.core.model import Skip
 from stabilitycli.detect.after_change import AfterChange, after_change_baseline, replace_at
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.bump_end import bump_ended
+from stabilitycli.detect.bump_excess import sustained_longer
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.fall_curve import read_fall
 from stabilitycli.detect.kinds.spike import (
@@ -108,30 +109,25 @@ def _sustained(
     thresholds: Thresholds,
     memory: NoiseMemory,
     reference: KeptAt,
+    steps: np.ndarray,
 ) -> np.ndarray:
     """Materiality (a), read as an accumulated excess rather than a run of flagged points,
-    over `reference` (`_Baseline.near`)."""
+    over `reference` (`_Baseline.near`), over three points or more (`bump_excess`)."""
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
     excess, rise, lowest = _accumulated_excess(candidates, loss, reference, sigma, thresholds)
     # where sigma is its floor the floor, not the noise, sets the scale: no widening there
     floored = sigma[candidates] <= thresholds.sigma_floor_frac * np.abs(mean[candidates])
-    bar = np.where(
-        floored,
-        thresholds.spike_excess_sigma,
-        excess_bar_sigma(memory, thresholds),
-    )
+    bar = np.where(floored, thresholds.spike_excess_sigma, excess_bar_sigma(memory, thresholds))
     # a level only means something for a loss that is never negative (cross-entropy); a
     # signed objective (a PPO actor loss swings through zero) has no level to rise above,
     # so only the large-z bar or a cause can make its spike. (NaN compares false: a
     # finite negative value, without a finite copy of the loss to find it)
     if np.any((loss < 0) & (loss > -np.inf)):
         return np.zeros(candidates.size, dtype=bool)
-    return (
-        (excess >= bar)
-        & (lowest >= thresholds.spike_excess_min_sigma)
-        & (rise >= thresholds.spike_sustained_min_rise_frac)
-    )
+    three = (excess >= bar) & (lowest >= thresholds.spike_excess_min_sigma)
+    three &= rise >= thresholds.spike_sustained_min_rise_frac
+    return three | sustained_longer(candidates, steps, loss, reference, sigma, bar, thresholds)
 
 
 def _lone_blips(
@@ -639,7 +635,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         # on a fast fall the points just before lag above the curve as the mean does
         higher = np.where(baseline.falling[candidates] > 0, near, np.fmax(near, recent))
         excess_over = KeptAt(loss.size, candidates, higher)
-    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over)
+    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over, steps)
     settled_at: set[int] = set()
     if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
         # a shift whose first points the noise drew low is sustained by where it settled
