@@ -65,6 +65,12 @@ class Thresholds:
         "factor of a sum of correlated points) up to this many sigmas: the spec's 5 sigma at "
         "each of 3 points.",
     )
+    spike_excess_max_points: int = threshold(
+        10,
+        "...or their mean over up to this many logged points reaches the bar's share per "
+        "point (a ten-point bump whose first points dipped, issue 36; farther on, the frozen "
+        "baseline lags a curve that moves).",
+    )
     noise_autocorr_min: float = threshold(
         0.15,
         "Loss noise with a lag-1 autocorrelation under this counts as independent point to "

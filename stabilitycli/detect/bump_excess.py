@@ -6,13 +6,17 @@ however many it covers: a ten-point bump at 5 sigma whose first three points the
 drew to 3.6, 4.9 and 3.6 sigma sums to 12.1 over three and falls under the bar, though its
 ten points average 5.2 (issue 36's LM benchmark: a third of the multi-point events missed
 in warmups, decays and mid-run were such bumps). Every length from `spike_excess_points`
-to the settle span (a spike window's points, at least `widened_window_points`) is read
-with the same bar per point: the mean excess over the first m points, each counting at
-most `spike_excess_cap_sigma` either way, at least the three-point bar over three, and a
-mean rise of `spike_sustained_min_rise_frac`. A longer stretch averages more noise away,
-so the same mean is rarer from noise alone the longer it is; no point of it need be over
-`spike_excess_min_sigma`, as a ten-point bump's points dip under it by chance. A level
-that stays up after it is still judged by where it settled (`settle`).
++ 1 to `spike_excess_max_points` is read with the same bar per point: the mean excess over
+the first m points, each counting at most `spike_excess_cap_sigma` either way, at least
+the three-point bar's share per point, and a mean rise of `spike_sustained_min_rise_frac`.
+A longer stretch averages more noise away, so the same mean is rarer from noise alone the
+longer it is. Its first `spike_excess_points` points must each stand
+`spike_excess_min_sigma` up, as the three-point reading's do: a noise point a few points
+before a shift otherwise took the shift's mean and dated it early. Not past ten points:
+the baseline is frozen at the flag, and over a spike window on a mixture hump's rise the
+curve's own climb summed past the bar (one-point spikes there were swallowed by an event
+begun at a noise point before them). A level that stays up after it is still judged by
+where it settled (`settle`).
 """
 
 from __future__ import annotations
@@ -21,15 +25,13 @@ import numpy as np
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.pointwise import KeptAt
-from stabilitycli.detect.settle import settle_span
 
-# candidates gathered at a time (each with up to a settle span of points after it)
+# candidates gathered at a time (each with up to spike_excess_max_points after it)
 _BLOCK = 1024
 
 
 def sustained_longer(
     candidates: np.ndarray,
-    steps: np.ndarray,
     loss: np.ndarray,
     reference: KeptAt,
     sigma: KeptAt,
@@ -38,12 +40,13 @@ def sustained_longer(
 ) -> np.ndarray:
     """Per flagged point: does the mean excess of its first m points over `reference`, in
     `sigma`, reach `bar` / `spike_excess_points` (and their mean rise
-    `spike_sustained_min_rise_frac`) for some m from `spike_excess_points` + 1 to its settle
-    span? A non-finite point ends the stretch read (a NaN is the NaN rule's)."""
+    `spike_sustained_min_rise_frac`) for some m from `spike_excess_points` + 1 to
+    `spike_excess_max_points`, its first points each `spike_excess_min_sigma` up? A
+    non-finite point ends the stretch read (a NaN is the NaN rule's)."""
     out = np.zeros(candidates.size, dtype=bool)
     first = int(thresholds.spike_excess_points)
     cap = thresholds.spike_excess_cap_sigma
-    span = np.minimum(settle_span(steps, candidates, thresholds), loss.size - candidates)
+    span = np.minimum(int(thresholds.spike_excess_max_points), loss.size - candidates)
     for lo in range(0, candidates.size, _BLOCK):  # blocks of candidates, not rows
         rows, width = candidates[lo : lo + _BLOCK], span[lo : lo + _BLOCK]
         if rows.size == 0 or int(width.max()) <= first:
@@ -60,7 +63,9 @@ def sustained_longer(
         count = np.arange(1, offsets.size + 1)[None, :]
         mean_z = np.cumsum(np.where(inside, z, 0.0), axis=1) / count
         mean_rise = np.cumsum(np.where(inside, rise, 0.0), axis=1) / count
-        longer = inside & (count > first)
+        # the event's own first points stand up, as the three-point reading's do
+        lowest = np.where(inside[:, :first], z[:, :first], -np.inf).min(axis=1)
+        longer = inside & (count > first) & (lowest >= thresholds.spike_excess_min_sigma)[:, None]
         with np.errstate(invalid="ignore"):
             passed = (
                 longer

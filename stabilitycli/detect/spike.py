@@ -109,7 +109,6 @@ def _sustained(
     thresholds: Thresholds,
     memory: NoiseMemory,
     reference: KeptAt,
-    steps: np.ndarray,
 ) -> np.ndarray:
     """Materiality (a), read as an accumulated excess rather than a run of flagged points,
     over `reference` (`_Baseline.near`), over three points or more (`bump_excess`)."""
@@ -127,7 +126,7 @@ def _sustained(
         return np.zeros(candidates.size, dtype=bool)
     three = (excess >= bar) & (lowest >= thresholds.spike_excess_min_sigma)
     three &= rise >= thresholds.spike_sustained_min_rise_frac
-    return three | sustained_longer(candidates, steps, loss, reference, sigma, bar, thresholds)
+    return three | sustained_longer(candidates, loss, reference, sigma, bar, thresholds)
 
 
 def _lone_blips(
@@ -476,6 +475,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "spike_excess_sigma",
         "spike_excess_cap_sigma",
         "spike_excess_min_sigma",
+        "spike_excess_max_points",
         "spike_excess_max_sigma",
         "noise_autocorr_min",
         "noise_far_lag_points",
@@ -638,7 +638,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         # on a fast fall the points just before lag above the curve as the mean does
         higher = np.where(baseline.falling[candidates] > 0, near, np.fmax(near, recent))
         excess_over = KeptAt(loss.size, candidates, higher)
-    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over, steps)
+    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over)
     settled_at: set[int] = set()
     if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
         # a shift whose first points the noise drew low is sustained by where it settled

@@ -112,7 +112,7 @@ def test_a_span_the_log_cuts_short_says_nothing() -> None:
 
 def test_the_excess_over_more_than_three_points_reads_the_events_mean() -> None:
     thresholds = Thresholds()
-    steps, loss = _noise_free()
+    _, loss = _noise_free()
     sigma = 0.03  # 1% of the level
     lift = np.array([3.5, 4.9, 3.5, 5.5, 6.0, 5.5, 5.2, 6.0, 5.7, 6.2]) * sigma
     loss[100:110] += lift
@@ -121,9 +121,9 @@ def test_the_excess_over_more_than_three_points_reads_the_events_mean() -> None:
     reference = KeptAt(loss.size, rows, np.full(2, 3.0))
     sd = KeptAt(loss.size, rows, np.full(2, sigma))
     bar = np.full(2, 12.5)
-    out = sustained_longer(rows, steps, loss, reference, sd, bar, thresholds)
+    out = sustained_longer(rows, loss, reference, sd, bar, thresholds)
     assert out.tolist() == [True, False]
     # a non-finite point ends the stretch read: the points after it do not count
     loss[103] = np.nan
-    out = sustained_longer(rows, steps, loss, reference, sd, bar, thresholds)
+    out = sustained_longer(rows, loss, reference, sd, bar, thresholds)
     assert out.tolist() == [False, False]
