@@ -512,8 +512,8 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     sigma and none under {spike_excess_min_sigma:g}, sum to >= {spike_excess_sigma:g}
     sigma (more where the noise is autocorrelated, as a sum of correlated points spreads
     wider, up to {spike_excess_max_sigma:g}) over the frozen baseline and rise
-    >= {spike_sustained_min_rise_frac:.0%} above it on average (or, over more points up to
-    those of the stretch below, their mean excess reaches that bar's share per point), so a
+    >= {spike_sustained_min_rise_frac:.0%} above it on average (or, over up to
+    {spike_excess_max_points} points, their mean excess reaches that bar's share per point), so a
     level shift counts even where some of its points dip under {spike_sigma:g} sigma; one
     not back within the recovery window whose later half of that stretch is not back under
     half its first points' excess must also have settled
