@@ -515,7 +515,7 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     >= {spike_sustained_min_rise_frac:.0%} above it on average (or, over up to
     {spike_excess_max_points} points, their mean excess reaches that bar's share per point), so a
     level shift counts even where some of its points dip under {spike_sigma:g} sigma; one
-    not back within the recovery window whose later half of that stretch is not back under
+    not back within the recovery window whose later half of the stretch below is not back under
     half its first points' excess must also have settled
     >= {spike_persistent_min_rise_frac:.0%} above the level
     (its mean over the {spike_window_steps} steps from the onset, at least
