@@ -37,6 +37,7 @@ one rank explains.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -132,6 +133,11 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     # polars types median/min/max as any scalar; these columns are integers
     typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
     throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
+    # the throughput cohort is judged beside the metric's when that costs no copy of the rows
+    # (the judging is numpy on one core; the machine has more)
+    beside = (
+        _judged_beside(frame, metric, throughput, thresholds, cohort) if n_ranks >= 2 else None
+    )
     progress.tell("ranks", 1, RANK_PARTS, rows=height // RANK_PARTS)
     flagged = _flags(cohort, thresholds)
     outliers: list[RankOutlier] = []
@@ -152,7 +158,10 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     picture = _picture(cohort)
     progress.tell("ranks", 2, RANK_PARTS, rows=2 * height // RANK_PARTS)
     step_range = (int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max())))
-    if n_ranks >= 2 and throughput is not None:
+    if beside is not None:
+        del cohort, rows, flagged
+        outliers += beside.result()
+    elif n_ranks >= 2 and throughput is not None:
         column, invert = throughput
         if column == metric and not invert:
             tp = cohort
@@ -189,6 +198,38 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     )
     progress.tell("ranks", RANK_PARTS, RANK_PARTS, rows=height)
     return report
+
+
+def _judged_beside(
+    frame: pl.DataFrame,
+    metric: str,
+    throughput: tuple[str, bool] | None,
+    thresholds: Thresholds,
+    cohort: Cohort,
+) -> Future[list[RankOutlier]] | None:
+    """The stragglers, found in a thread while the metric's cohort is judged, when both
+    cohorts' rows are views of the frame's columns (lockstep ranks, nothing missing, no rate
+    made of a time): two cohorts then hold little more than one. None: judge them after."""
+    if throughput is None or cohort.per_rank is None:
+        return None
+    column, invert = throughput
+    if invert or column == metric or frame[column].null_count() or frame[metric].null_count():
+        return None
+
+    def stragglers() -> list[RankOutlier]:
+        tp = build_cohort(
+            frame,
+            column,
+            thresholds.rank_rel_floor,
+            [],
+            pool_points=thresholds.rank_spread_pool_points,
+        )
+        return _straggler(tp, thresholds, invert)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stab-stragglers")
+    future = pool.submit(stragglers)
+    pool.shutdown(wait=False)  # the thread ends with its one task; `result` waits for it
+    return future
 
 
 def _order(o: RankOutlier) -> tuple:
