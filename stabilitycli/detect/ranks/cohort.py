@@ -578,8 +578,10 @@ def last_rows(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def rank_index(last_i: np.ndarray, start: int, stop: int) -> np.ndarray:
     """The index of each row's rank (0 for the first rank) for rows start to stop, from the
     last row of each rank (`last_rows`): one repeat over the few ranks the rows cover."""
+    if stop <= start:
+        return np.zeros(0, dtype=np.int64)
     lo = int(np.searchsorted(last_i, start, side="left"))
-    hi = int(np.searchsorted(last_i, stop - 1, side="left")) + 1 if stop > start else lo
+    hi = int(np.searchsorted(last_i, stop - 1, side="left")) + 1
     ends = np.minimum(last_i[lo:hi] + 1, stop)
     begins = np.maximum(np.concatenate(([start], last_i[lo : hi - 1] + 1)), start)
     return np.repeat(np.arange(lo, hi, dtype=np.int64), ends - begins)
