@@ -135,9 +135,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
     # the throughput cohort is judged beside the metric's when that costs no copy of the rows
     # (the judging is numpy on one core; the machine has more)
-    beside = (
-        _judged_beside(frame, metric, throughput, thresholds, cohort) if n_ranks >= 2 else None
-    )
+    beside = _judged_beside(frame, metric, throughput, thresholds, cohort) if n_ranks >= 2 else None
     progress.tell("ranks", 1, RANK_PARTS, rows=height // RANK_PARTS)
     flagged = _flags(cohort, thresholds)
     outliers: list[RankOutlier] = []
