@@ -48,10 +48,11 @@ class Cohort:
     (`per_rank` steps each), where row i's pos is i mod `per_rank`. `steps`:
     one row per t with med, hi, n, n_fin, mad, sigma (`step_totals` gives the
     sums). A row's robust z is not stored either: `part` and `take` work it
-    out for the rows asked for, so a 64-rank log does not hold a Float64 z and
-    an Int32 pos for every row (360 MB at 30M rows) while the check runs. The
-    per-step numbers stay in `steps`; `flagged` and `with_stats` bring them,
-    and the row index i, to the few rows that need them.
+    out for the rows asked for (`arrays` too, as numpy, for a pass over every
+    row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
+    every row (360 MB at 30M rows) while the check runs. The per-step numbers
+    stay in `steps`; `flagged` and `with_stats` bring them, and the row index
+    i, to the few rows that need them.
     """
 
     rows: pl.DataFrame
