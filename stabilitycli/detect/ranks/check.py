@@ -37,6 +37,7 @@ one rank explains.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -62,6 +63,7 @@ from stabilitycli.detect.ranks.cohort import (
     positions,
     rank_bounds,
     rank_chunks,
+    rank_index,
     row_chunks,
     step_totals,
     steps_back,
@@ -131,6 +133,9 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     # polars types median/min/max as any scalar; these columns are integers
     typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
     throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
+    # the throughput cohort is judged beside the metric's when that costs no copy of the rows
+    # (the judging is numpy on one core; the machine has more)
+    beside = _judged_beside(frame, metric, throughput, thresholds, cohort) if n_ranks >= 2 else None
     progress.tell("ranks", 1, RANK_PARTS, rows=height // RANK_PARTS)
     flagged = _flags(cohort, thresholds)
     outliers: list[RankOutlier] = []
@@ -151,7 +156,10 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     picture = _picture(cohort)
     progress.tell("ranks", 2, RANK_PARTS, rows=2 * height // RANK_PARTS)
     step_range = (int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max())))
-    if n_ranks >= 2 and throughput is not None:
+    if beside is not None:
+        del cohort, rows, flagged
+        outliers += beside.result()
+    elif n_ranks >= 2 and throughput is not None:
         column, invert = throughput
         if column == metric and not invert:
             tp = cohort
@@ -190,6 +198,38 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     return report
 
 
+def _judged_beside(
+    frame: pl.DataFrame,
+    metric: str,
+    throughput: tuple[str, bool] | None,
+    thresholds: Thresholds,
+    cohort: Cohort,
+) -> Future[list[RankOutlier]] | None:
+    """The stragglers, found in a thread while the metric's cohort is judged, when both
+    cohorts' rows are views of the frame's columns (lockstep ranks, nothing missing, no rate
+    made of a time): two cohorts then hold little more than one. None: judge them after."""
+    if throughput is None or cohort.per_rank is None:
+        return None
+    column, invert = throughput
+    if invert or column == metric or frame[column].null_count() or frame[metric].null_count():
+        return None
+
+    def stragglers() -> list[RankOutlier]:
+        tp = build_cohort(
+            frame,
+            column,
+            thresholds.rank_rel_floor,
+            [],
+            pool_points=thresholds.rank_spread_pool_points,
+        )
+        return _straggler(tp, thresholds, invert)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stab-stragglers")
+    future = pool.submit(stragglers)
+    pool.shutdown(wait=False)  # the thread ends with its one task; `result` waits for it
+    return future
+
+
 def _order(o: RankOutlier) -> tuple:
     z = abs(o.robust_z) if o.robust_z is not None and np.isfinite(o.robust_z) else np.inf
     return (-int(o.severity), KINDS.index(o.kind), -z, o.rank if o.rank is not None else -1)
@@ -210,8 +250,7 @@ def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
     level = np.empty(rows.height, dtype=bool)
     lone_nonfinite = np.empty(rows.height, dtype=bool)
     for start, stop in row_chunks(rows.height):
-        part = cohort.part(start, stop)
-        x, z, at = part["x"].to_numpy(), part["z"].to_numpy(), part["pos"].to_numpy()
+        x, z, at = cohort.arrays(start, stop)
         finite = np.isfinite(x)
         # "not under the bar" rather than "over it": a NaN z counts as over, as polars
         # orders NaN above every number
@@ -325,19 +364,17 @@ def _cusum_crossings(cohort: Cohort, thresholds: Thresholds) -> dict[int, int]:
     judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
     crossings: dict[int, int] = {}
     for start, stop in rank_chunks(cohort.rows):
-        part = cohort.part(start, stop)
-        x = part["x"].to_numpy()
-        z = np.where(
-            np.isfinite(x) & judged_step[part["pos"].to_numpy()], part["z"].to_numpy(), np.nan
-        )
+        x, z, pos = cohort.arrays(start, stop)
+        z = np.where(np.isfinite(x) & judged_step[pos], z, np.nan)
         ranks, at = first_crossings(
             z,
-            part["rank"].to_numpy(),
+            cohort.array("rank", start, stop),
             k=thresholds.rank_cusum_k,
             clip=thresholds.rank_z,
             bar=thresholds.rank_cusum_decide,
         )
-        crossings.update(zip(ranks.tolist(), part["step"].to_numpy()[at].tolist(), strict=True))
+        steps = cohort.array("step", start, stop)
+        crossings.update(zip(ranks.tolist(), steps[at].tolist(), strict=True))
     return crossings
 
 
@@ -472,8 +509,7 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     rows = cohort.rows
     slow = np.empty(rows.height, dtype=bool)
     for start, stop in row_chunks(rows.height):
-        part = cohort.part(start, stop)
-        x, z, at = part["x"].to_numpy(), part["z"].to_numpy(), part["pos"].to_numpy()
+        x, z, at = cohort.arrays(start, stop)
         ref = ref_step[at]
         # a NaN reference counts as above the rank, as polars orders NaN above every number
         below = (x < thresholds.straggler_ratio * ref) | np.isnan(ref)
@@ -771,7 +807,7 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     first, last = int(t.min()), int(t.max())
     span = last - first + 1
     buckets = max(1, min(buckets, span))
-    ranks, _ = last_rows(rows)
+    ranks, last_i = last_rows(rows)
     cells = ranks.size * buckets
     total = np.zeros(cells)
     count = np.zeros(cells, dtype=np.int64)
@@ -782,11 +818,14 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     # order exactly as one bincount over all rows would take it
     carried_cell: np.ndarray = np.zeros(0, dtype=np.int64)
     carried_sum: np.ndarray = np.zeros(0)
+    # a row's bucket is its step's, and its rank's index counts the ranks before it: worked
+    # out once per step and once per rank, not per row
+    step_bucket = _buckets(cohort.steps["t"].to_numpy(), first, span, buckets)
     for start, stop in row_chunks(t.size):
-        part = cohort.part(start, stop)
-        cell = _cells(part, ranks, first, span, buckets)
-        x = part["x"].to_numpy()
-        z = part["z"].to_numpy()
+        x, z, pos = cohort.arrays(start, stop)
+        cell = rank_index(last_i, start, stop)
+        cell *= buckets
+        cell += step_bucket[pos]
         finite = np.isfinite(x) & np.isfinite(z)
         kept_cell = np.concatenate((carried_cell, cell[finite]))
         kept_z = np.concatenate((carried_sum, np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z)))
@@ -810,18 +849,13 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     )
 
 
-def _cells(
-    part: pl.DataFrame, ranks: np.ndarray, first: int, span: int, buckets: int
-) -> np.ndarray:
-    """Each row's picture cell: its rank's index (`ranks` sorted) x buckets + its step bucket."""
+def _buckets(t: np.ndarray, first: int, span: int, buckets: int) -> np.ndarray:
+    """The picture's step bucket of each step `t`."""
     # steps may be anywhere in int64 (a log is not ours to bound), so the bucket of a step is
     # found in float64: (t - first) * buckets would overflow for steps near 2**63
-    offset = (part["t"].to_numpy() - first).astype(np.float64)
+    offset = (t - first).astype(np.float64)
     offset *= buckets
     offset /= span
     bucket = offset.astype(np.int64)
     np.minimum(bucket, buckets - 1, out=bucket)
-    cell = np.searchsorted(ranks, part["rank"].to_numpy()).astype(np.int64)
-    cell *= buckets
-    cell += bucket
-    return cell
+    return bucket

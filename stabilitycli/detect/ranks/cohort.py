@@ -48,10 +48,11 @@ class Cohort:
     (`per_rank` steps each), where row i's pos is i mod `per_rank`. `steps`:
     one row per t with med, hi, n, n_fin, mad, sigma (`step_totals` gives the
     sums). A row's robust z is not stored either: `part` and `take` work it
-    out for the rows asked for, so a 64-rank log does not hold a Float64 z and
-    an Int32 pos for every row (360 MB at 30M rows) while the check runs. The
-    per-step numbers stay in `steps`; `flagged` and `with_stats` bring them,
-    and the row index i, to the few rows that need them.
+    out for the rows asked for (`arrays` too, as numpy, for a pass over every
+    row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
+    every row (360 MB at 30M rows) while the check runs. The per-step numbers
+    stay in `steps`; `flagged` and `with_stats` bring them, and the row index
+    i, to the few rows that need them.
     """
 
     rows: pl.DataFrame
@@ -63,11 +64,44 @@ class Cohort:
     def __post_init__(self) -> None:
         self._med = self.steps["med"].fill_null(np.nan).to_numpy()
         self._sigma = self.steps["sigma"].fill_null(np.nan).to_numpy()
+        self._columns: dict[str, np.ndarray] = {}
+        self._pattern: np.ndarray | None = None
 
     def part(self, start: int, stop: int) -> pl.DataFrame:
         """Rows start to stop (one past the last) with their z and pos."""
         index = np.arange(start, stop, dtype=np.int64)
         return self._with_z(self.rows.slice(start, stop - start), index)
+
+    def array(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start to stop of a column of `rows` as numpy: a view of the column when it
+        is one chunk without nulls (the usual case), so a pass over the rows builds no frame."""
+        whole = self._columns.get(name)
+        if whole is None:
+            series = self.rows[name]
+            if series.n_chunks() > 1 or series.null_count():
+                return series.slice(start, stop - start).to_numpy()
+            whole = self._columns[name] = series.to_numpy()
+        return whole[start:stop]
+
+    def arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """x, z and pos of rows start to stop: what `part` gives, as numpy and no frame."""
+        x = self.array("x", start, stop)
+        pos = self._positions(start, stop)
+        return x, _robust_z(x, pos, self._med, self._sigma), pos
+
+    def _positions(self, start: int, stop: int) -> np.ndarray:
+        """pos of rows start to stop. Lockstep ranks repeat the same steps, so a range no
+        longer than a chunk is a slice of one repeated pattern, with no division per row."""
+        if self.per_rank is None:
+            return self.array("pos", start, stop)
+        period = max(1, self.per_rank)
+        if stop - start > COHORT_CHUNK_ROWS or period > COHORT_CHUNK_ROWS:
+            return (np.arange(start, stop, dtype=np.int64) % period).astype(np.int32)
+        if self._pattern is None or self._pattern.size < period + COHORT_CHUNK_ROWS:
+            repeats = -(-(period + COHORT_CHUNK_ROWS) // period)
+            self._pattern = np.tile(np.arange(period, dtype=np.int32), repeats)
+        offset = start % period
+        return self._pattern[offset : offset + stop - start]
 
     def take(self, index: np.ndarray) -> pl.DataFrame:
         """The rows at `index` (row numbers) with their z and pos."""
@@ -231,18 +265,16 @@ def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
     # lockstep ranks: a block of steps at a time from the ranks x steps view, each step's
     # values still in rank order and grouped by hashing as above, so the sums are those
     # bits; one group-by over the whole log took seconds at 10M rows
+    # the block in step order is what `_totals` sorts the rows into (its steps rise strictly),
+    # so its segments are added directly: the same reduction over the same values
     ranks, steps, x = grid
-    blocks = [
-        _totals(
-            pl.DataFrame(
-                {
-                    "t": np.repeat(steps[start:stop], ranks.size),
-                    "x": np.ascontiguousarray(x[:, start:stop].T).ravel(),
-                }
-            )
-        )
-        for start, stop in step_blocks(steps.size, ranks.size)
-    ]
+    blocks = []
+    for start, stop in step_blocks(steps.size, ranks.size):
+        values = np.ascontiguousarray(x[:, start:stop].T).ravel()
+        finite_values = np.where(np.isfinite(values), values, 0.0).astype(np.float64)
+        starts = np.arange(stop - start, dtype=np.int64) * ranks.size
+        totals = np.add.reduceat(finite_values, starts)
+        blocks.append(pl.DataFrame({"t": steps[start:stop], "total": totals}))
     return pl.concat(blocks)
 
 
@@ -542,3 +574,15 @@ def last_rows(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         return rank[:0], np.zeros(0, dtype=np.int64)
     last = np.concatenate((np.flatnonzero(rank[1:] != rank[:-1]), [rank.size - 1]))
     return rank[last], last
+
+
+def rank_index(last_i: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """The index of each row's rank (0 for the first rank) for rows start to stop, from the
+    last row of each rank (`last_rows`): one repeat over the few ranks the rows cover."""
+    if stop <= start:
+        return np.zeros(0, dtype=np.int64)
+    lo = int(np.searchsorted(last_i, start, side="left"))
+    hi = int(np.searchsorted(last_i, stop - 1, side="left")) + 1
+    ends = np.minimum(last_i[lo:hi] + 1, stop)
+    begins = np.maximum(np.concatenate(([start], last_i[lo : hi - 1] + 1)), start)
+    return np.repeat(np.arange(lo, hi, dtype=np.int64), ends - begins)
