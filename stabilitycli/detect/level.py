@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from stabilitycli.core import threads
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
@@ -316,8 +317,9 @@ def level_changes(
     # medians of twice as many points move half as far by chance: a step that noise of a
     # few % of the level hides from the k-point medians passes there at the same odds
     wide = _memory_widening(memory, 2 * k) * math.sqrt(0.5)
-    found, chunk_rows = [], windows.CHUNK_ROWS
-    for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
+    chunk_rows = windows.CHUNK_ROWS
+
+    def chunk_changes(first: int) -> np.ndarray:
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
         rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
         longer = _changes_in(loss[lo:hi], 2 * k, thresholds, wide) + lo
@@ -325,7 +327,10 @@ def level_changes(
         # on (the first points of a warmup) is told from a step
         longer = longer[(longer >= 4 * k) & (longer + 4 * k <= loss.size)]
         rows = _with_longer(rows, longer, 2 * k)
-        found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
+        return rows[(rows >= first) & (rows < first + chunk_rows)]
+
+    # each chunk's changes are its own: two chunks at once where the pipeline lends a thread
+    found = list(threads.in_order(chunk_changes, range(0, loss.size, chunk_rows), workers=2))
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
