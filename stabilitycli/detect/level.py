@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -89,16 +90,23 @@ def local_level(
     block_rows = LEVEL_BLOCK_ROWS  # read at call time: tests take small blocks
     if size <= block_rows:
         return _local_level_rows(stats, thresholds, pooled, fall, planned)
-    out: LocalLevel | None = None
-    for first in range(0, size, block_rows):  # loop over blocks of rows
+
+    def block(first: int) -> LocalLevel:
         rows = slice(first, first + block_rows)
-        part = _local_level_rows(
+        return _local_level_rows(
             {name: column[rows] for name, column in stats.items()},
             thresholds,
             None if pooled is None else pooled[rows],
             None if fall is None else fall.rows(rows),
             None if planned is None else planned[rows],
         )
+
+    out: LocalLevel | None = None
+    firsts = range(0, size, block_rows)
+    # two blocks at once where the pipeline lends a thread: a block's temporaries are a
+    # few MB, and its numbers its own
+    for first, part in zip(firsts, threads.in_order(block, firsts, workers=2), strict=True):
+        rows = slice(first, first + block_rows)
         if out is None:
             out = LocalLevel(*(np.empty(size, dtype=getattr(part, f).dtype) for f in _LEVEL_FIELDS))
         for name in _LEVEL_FIELDS:
@@ -418,6 +426,9 @@ def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     return at[np.arange(rows.size), np.argmax(drop, axis=1)]
 
 
+_FILTERS_SWAPPED = threading.Lock()
+
+
 def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     """Each row moved back, by up to k // 2 rows, to the first row already at the new level:
     below the midpoint between the median of the k points before the rows looked at and
@@ -437,7 +448,8 @@ def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndar
     def take(at: np.ndarray) -> np.ndarray:
         return np.where((at >= 0) & (at < n), clean[np.clip(at, 0, n - 1)], np.nan)
 
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+    # catch_warnings swaps the process's filters: chunks worked out at once take turns here
+    with _FILTERS_SWAPPED, np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN stretch: no move
         old = np.nanmedian(take(rows[:, None] - half - np.arange(1, k + 1)[None, :]), axis=1)
         new = np.nanmedian(take(rows[:, None] + np.arange(k)[None, :]), axis=1)
