@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from stabilitycli.core import threads
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
@@ -88,16 +90,23 @@ def local_level(
     block_rows = LEVEL_BLOCK_ROWS  # read at call time: tests take small blocks
     if size <= block_rows:
         return _local_level_rows(stats, thresholds, pooled, fall, planned)
-    out: LocalLevel | None = None
-    for first in range(0, size, block_rows):  # loop over blocks of rows
+
+    def block(first: int) -> LocalLevel:
         rows = slice(first, first + block_rows)
-        part = _local_level_rows(
+        return _local_level_rows(
             {name: column[rows] for name, column in stats.items()},
             thresholds,
             None if pooled is None else pooled[rows],
             None if fall is None else fall.rows(rows),
             None if planned is None else planned[rows],
         )
+
+    out: LocalLevel | None = None
+    firsts = range(0, size, block_rows)
+    # two blocks at once where the pipeline lends a thread: a block's temporaries are a
+    # few MB, and its numbers its own
+    for first, part in zip(firsts, threads.in_order(block, firsts, workers=2), strict=True):
+        rows = slice(first, first + block_rows)
         if out is None:
             out = LocalLevel(*(np.empty(size, dtype=getattr(part, f).dtype) for f in _LEVEL_FIELDS))
         for name in _LEVEL_FIELDS:
@@ -316,8 +325,9 @@ def level_changes(
     # medians of twice as many points move half as far by chance: a step that noise of a
     # few % of the level hides from the k-point medians passes there at the same odds
     wide = _memory_widening(memory, 2 * k) * math.sqrt(0.5)
-    found, chunk_rows = [], windows.CHUNK_ROWS
-    for first in range(0, loss.size, chunk_rows):  # loop over chunks, not rows
+    chunk_rows = windows.CHUNK_ROWS
+
+    def chunk_changes(first: int) -> np.ndarray:
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
         rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
         longer = _changes_in(loss[lo:hi], 2 * k, thresholds, wide) + lo
@@ -325,7 +335,10 @@ def level_changes(
         # on (the first points of a warmup) is told from a step
         longer = longer[(longer >= 4 * k) & (longer + 4 * k <= loss.size)]
         rows = _with_longer(rows, longer, 2 * k)
-        found.append(rows[(rows >= first) & (rows < first + chunk_rows)])
+        return rows[(rows >= first) & (rows < first + chunk_rows)]
+
+    # each chunk's changes are its own: two chunks at once where the pipeline lends a thread
+    found = list(threads.in_order(chunk_changes, range(0, loss.size, chunk_rows), workers=2))
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
@@ -413,6 +426,9 @@ def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     return at[np.arange(rows.size), np.argmax(drop, axis=1)]
 
 
+_FILTERS_SWAPPED = threading.Lock()
+
+
 def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     """Each row moved back, by up to k // 2 rows, to the first row already at the new level:
     below the midpoint between the median of the k points before the rows looked at and
@@ -432,7 +448,8 @@ def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndar
     def take(at: np.ndarray) -> np.ndarray:
         return np.where((at >= 0) & (at < n), clean[np.clip(at, 0, n - 1)], np.nan)
 
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+    # catch_warnings swaps the process's filters: chunks worked out at once take turns here
+    with _FILTERS_SWAPPED, np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN stretch: no move
         old = np.nanmedian(take(rows[:, None] - half - np.arange(1, k + 1)[None, :]), axis=1)
         new = np.nanmedian(take(rows[:, None] + np.arange(k)[None, :]), axis=1)

@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from stabilitycli.core import progress
+from stabilitycli.core import threads as core_threads
 from stabilitycli.pipeline.memory import memory_capped, release_freed
 
 if TYPE_CHECKING:
@@ -37,15 +38,16 @@ def run_rules(
 ) -> tuple[list[Finding], list[Skip]]:
     """Every rule's findings and skips, in the rule order; `rows` of the log, for progress."""
     threads = min(RULE_THREADS, os.cpu_count() or 1)
-    if (
-        threads > 1
-        and rows >= PARALLEL_MIN_ROWS
-        and len(rules) > 1
-        and not memory_capped(_columns_bytes(view, rows))
-    ):
-        outcomes = _at_once(rules, view, thresholds, facts, rows, threads)
-    else:
-        outcomes = _in_turn(rules, view, thresholds, facts, rows)
+    spare = (
+        threads > 1 and rows >= PARALLEL_MIN_ROWS and not memory_capped(_columns_bytes(view, rows))
+    )
+    # a rule's chunks may take the second thread too (`core.threads`): the spike rule
+    # goes on alone for seconds after the others have finished
+    with core_threads.lending(threads if spare else 1):
+        if spare and len(rules) > 1:
+            outcomes = _at_once(rules, view, thresholds, facts, rows, threads)
+        else:
+            outcomes = _in_turn(rules, view, thresholds, facts, rows)
     findings: list[Finding] = []
     skipped: list[Skip] = []
     for outcome in outcomes:

@@ -86,6 +86,21 @@ def test_row_medians_taken_in_blocks_are_np_median(monkeypatch) -> None:
             assert same_bits(_row_medians(block, plain), np.median(block, axis=1))
 
 
+def test_row_medians_on_two_threads_are_np_median(monkeypatch) -> None:
+    """Issue 40: with a thread lent, two blocks of rows at once; every median still lands
+    in its own row with np.median's bits."""
+    from stabilitycli.core import threads
+
+    rng = np.random.default_rng(40)
+    monkeypatch.setattr(trend, "PARTITION_BLOCK_VALUES", 500)
+    with threads.lending(2):
+        for width in (6, 65, 130):
+            rows = np.round(rng.normal(size=(301, width)), 1)
+            rows[7, 0] = -0.0
+            for plain in (plain_values(rows), False):
+                assert same_bits(_row_medians(rows, plain), np.median(rows, axis=1))
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.integers(-3, 3), min_size=3, max_size=150),

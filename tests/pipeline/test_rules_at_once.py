@@ -95,3 +95,37 @@ def test_under_a_memory_cap_the_rules_take_turns() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_a_rules_chunks_on_the_lent_thread_give_the_same_document(tmp_path, monkeypatch) -> None:
+    """Issue 40: on a long log the pipeline lends the rules a second thread for their
+    chunks (`core.threads`): the level changes of two chunks are found at once. The
+    document is the one the rules give one chunk at a time, run after run, findings in
+    the same order."""
+    from stabilitycli.detect import level, windows
+
+    steps = rules_module.PARALLEL_MIN_ROWS
+    rng = np.random.default_rng(41)
+    epoch = np.arange(steps) // (steps // 4)
+    loss = 3.0 * 0.85**epoch + 0.01 * rng.standard_normal(steps)
+    for at in (steps // 8, steps // 3, 3 * steps // 5):
+        loss[at : at + 4] *= 2.5
+    path = tmp_path / "epochs.csv"
+    pd.DataFrame({"step": np.arange(steps), "loss": loss}).to_csv(path, index=False)
+    monkeypatch.setattr(windows, "CHUNK_ROWS", steps // 8)
+    names: set[str] = set()
+    changes_in = level._changes_in
+
+    def traced(*args, **kwargs):
+        names.add(threading.current_thread().name)
+        return changes_in(*args, **kwargs)
+
+    monkeypatch.setattr(level, "_changes_in", traced)
+    documents = [render(analyze(path)) for _ in range(3)]
+    assert any(name.startswith("stab-chunk") for name in names)
+    assert documents[0] == documents[1] == documents[2]
+    assert '"spike' in documents[0]  # the bumps are judged: findings to order
+    names.clear()
+    monkeypatch.setattr(rules_module, "PARALLEL_MIN_ROWS", 10**12)
+    assert render(analyze(path)) == documents[0]
+    assert not any(name.startswith("stab-chunk") for name in names)
