@@ -313,9 +313,7 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
     fit_words = ""
     if fitted is not None:
         fit_words = f"; {fitted.words()}"
-        trend_numbers["onset_fit"] = fitted.words()
-        trend_numbers["onset_fit_steps"] = [fitted.first_step, fitted.last_step]
-        trend_numbers["onset_power"] = fitted.power
+        trend_numbers.update(fitted.numbers())
     if not scan.memory.independent:
         trend_numbers["z_uncorrected"] = round(float(z[j]) * scan.z_inflation, 2)
         trend_numbers["noise_lag1"] = round(scan.memory.lag1, 3)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import comb
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +60,14 @@ class PowerFit:
     last_step: int
     ramp_start_step: int  # where the straight ramp fit, which this fit beat, started the rise
     trend: str = "a line"  # the trend's columns carried on under the rise, in words
+
+    def numbers(self) -> dict[str, Any]:
+        """The finding's evidence of how the onset was dated (TrendEvidence's onset_ fields)."""
+        return {
+            "onset_fit": self.words(),
+            "onset_fit_steps": [self.first_step, self.last_step],
+            "onset_power": self.power,
+        }
 
     def words(self) -> str:
         """How the onset was dated, every number said for what it is."""
