@@ -334,7 +334,10 @@ def level_changes(
         while span <= SETTLED_SPAN:
             m = span * k
             wide = _memory_widening(memory, m) * math.sqrt(1.0 / span)
-            longer = _changes_in(loss[lo:hi], m, thresholds, wide) + lo
+            # moved back no further than the 2 k medians move theirs: the end of an event
+            # of a few dozen points reads as a step down, and 4 k rows back from it lies
+            # the level before the event
+            longer = _changes_in(loss[lo:hi], m, thresholds, wide, min(m, 2 * k)) + lo
             # only where the medians further out exist on both sides, so that a fall that
             # goes on (the first points of a warmup) is told from a step
             longer = longer[(longer >= 2 * m) & (longer + 2 * m <= loss.size)]
@@ -370,8 +373,15 @@ def _memory_widening(memory: NoiseMemory, k: int) -> float:
 
 
 def _changes_in(
-    values: np.ndarray, k: int, thresholds: Thresholds, wander: float = 1.0
+    values: np.ndarray,
+    k: int,
+    thresholds: Thresholds,
+    wander: float = 1.0,
+    back: int | None = None,
 ) -> np.ndarray:
+    """The first rows of the new levels where the medians of `k` points either side pass
+    the bars of `level_changes`; `back`: the points `_first_of_new_level` reads (`k`
+    without it)."""
     n = values.size
     if k < 2 or n < 4 * k:
         return np.zeros(0, dtype=np.int64)
@@ -407,7 +417,7 @@ def _changes_in(
     depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
     deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
     rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)
-    return np.unique(_first_of_new_level(values, rows, k))
+    return np.unique(_first_of_new_level(values, rows, k if back is None else back))
 
 
 def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
