@@ -14,7 +14,6 @@ def pooled_sigma(
     points: int,
     memory: NoiseMemory,
     cut: np.ndarray | None = None,
-    relative: bool = False,
 ) -> np.ndarray:
     """The loss noise before each point, from successive differences over `points` points.
 
@@ -30,17 +29,10 @@ def pooled_sigma(
     its wanders passed for bumps. A level change's own step (`cut`: the changes' first
     rows) is no noise. Only points before t count, as for the window's mean.
 
-    `relative`: each difference as a share of the two points' level, and the result a
-    share of the level too (the caller multiplies it by the level at the row): the
-    stretch pooled reaches back over a warmup's fall or an epoch drop, where the same
-    share of a higher level was wider noise (10 windows of a warmup put sigma 10-30%
-    above the noise at its end). NaN under `points` // 2 differences.
+    NaN under `points` // 2 differences.
     """
     finite = np.where(np.isfinite(loss), loss, np.nan)
     step_change = np.concatenate(([np.nan], np.diff(finite)))
-    if relative:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            step_change /= np.concatenate(([np.nan], (finite[1:] + finite[:-1]) / 2.0))
     if cut is not None:
         step_change[cut[(cut >= 0) & (cut < step_change.size)]] = np.nan
     change = pl.Series(step_change).fill_nan(None).shift(1)

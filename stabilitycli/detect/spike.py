@@ -232,8 +232,6 @@ def _flag_above_baseline(
     # a sparse log's window of the last points is not restarted; its first points after a
     # change are judged against the level since it (`after_change_baseline`)
     changes = level_changes(steps, loss, thresholds, memory)
-    # a loss that is never negative (cross-entropy) has noise in proportion to its level
-    relative = pooled_points is not None and not np.any((loss <= 0) & np.isfinite(loss))
     after = after_change_baseline(
         steps,
         loss,
@@ -255,12 +253,8 @@ def _flag_above_baseline(
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
-            pooled = pooled_sigma(
-                loss[reach:stop], pooled_points, memory, changes - reach, relative
-            )
+            pooled = pooled_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
             pooled = pooled[first - reach :]
-            if relative:  # the noise of a loss is a share of it: the share at this level
-                pooled = pooled * np.abs(stats["mean"])
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
         planned = planned_fall_rows(steps[first:stop], lr_plan, window)
         level = local_level(stats, thresholds, pooled, fall, planned)

@@ -23,9 +23,7 @@ import pytest
 from stabilitycli import analyze
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Severity
-from stabilitycli.detect.autocorr import noise_memory_of
 from stabilitycli.detect.level import level_changes
-from stabilitycli.detect.pooled_noise import pooled_sigma
 from tests.detect import _lm_curves as lm
 from tests.detect.test_after_change import EPOCH_POINTS, _epochs, _lift
 
@@ -99,21 +97,3 @@ def test_a_fall_that_goes_on_is_still_no_level_change():
     curve = np.maximum(curve, 3.0 * 0.7)
     loss = curve * (1 + lm.noise(rng, n, 0.01))
     assert level_changes(np.arange(n) * 10, loss, Thresholds()).size == 0
-
-
-def test_pooled_noise_right_after_a_warmup_is_the_noise_at_its_level():
-    """Logged every 100 steps: the loss falls from 10 to 6 over the 100 points before, the
-    noise 2% of it. The pooled sigma taken as a share of the level is 2% of where the loss
-    is now; the absolute changes pooled the wider noise of the higher level before (and
-    the fall's mean change with it)."""
-    rng = np.random.default_rng(5)
-    n = 160
-    curve = 6.0 + 4.0 * np.clip(1 - np.arange(n) / 100, 0, 1) ** 2
-    noise = lm.noise(rng, n, 0.02)
-    loss = curve * (1 + noise)
-    memory = noise_memory_of(noise, Thresholds())
-    share = pooled_sigma(loss, 100, memory, relative=True)[100]
-    absolute = pooled_sigma(loss, 100, memory)[100]
-    true = float(np.std(noise[:100]))
-    assert share == pytest.approx(true, rel=0.15)
-    assert absolute / curve[100] > 1.15 * share
