@@ -42,7 +42,7 @@ def _bump_after_drop(tmp_path, every: int, seed: int, after: int):
 @pytest.mark.parametrize("every", [1, 10])
 def test_a_bump_a_few_points_after_a_small_epoch_drop_is_a_spike(tmp_path, every):
     """3, 4 and 5 logged points after the boundary, 8 seeds each: main found none of these
-    24 (the window straddled the drop); now 13-14 of them, each against the window
+    24 (the window straddled the drop); now 16-17 of them, each against the window
     restarted at the boundary. The rest: in 3 seeds the drop is under the bar or placed a
     few points early, and some bumps drew noise that put them under the spec's bar (their
     three points' mean excess over the new curve under 5 sigma)."""
