@@ -178,8 +178,9 @@ class Thresholds:
     level_change_points: int = threshold(
         8,
         "A level change (the loss stepping down at an epoch boundary or an LR step) is read "
-        "from the medians of this many logged points either side; the spike baseline "
-        "restarts there.",
+        "from the medians of this many logged points either side (and of 2 and 4 times as "
+        "many, at the same odds, for a smaller step to a level that held that long); the "
+        "spike baseline restarts there.",
     )
     level_change_frac: float = threshold(
         0.05,

@@ -118,6 +118,11 @@ def after_change_baseline(
     for start, c, stop in zip(
         bounds[:-2].tolist(), changes.tolist(), bounds[2:].tolist(), strict=True
     ):
+        if c - start < k:
+            # a change a few points after another is one drop the medians of different
+            # lengths placed a few points apart: the noise is the one before the first
+            earlier = changes[changes <= c - k]
+            start = int(earlier[-1]) if earlier.size else 0
         # the stretch before: back to the change before it at most (a window over two
         # levels has the step in its spread)
         if pooled_points is not None:

@@ -37,6 +37,10 @@ from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
+# the longest medians a level change is read from, in `level_change_points`: a new level
+# that held for this many times as many points (see `level_changes`)
+SETTLED_SPAN = 4
+
 # the names `local_level` reads of a trailing window
 WINDOW_NAMES = ("mean", "std", "count", *LEVEL_NAMES)
 
@@ -313,28 +317,42 @@ def level_changes(
     A step, not a fall: the median of the `level_change_points` points from the row
     on is below that of the points before it by `level_change_frac` of the level and
     `level_change_sigma` times the point-to-point noise, and by `level_change_ratio`
-    times the change between the medians one step further out on either side (a
-    warmup fall changes as much there, a step does not). Of neighbouring rows that
-    pass, the deepest. Taken a chunk of rows at a time. `memory`: the loss noise's, when
-    the caller has measured it (else measured here).
+    times the change before the step (between the medians one step further out) or a
+    further fall after it (a warmup fall changes as much there, a step does not; a rise
+    after it is an event on the new level). Of neighbouring rows that pass, the deepest.
+    The same test on medians of 2 and `SETTLED_SPAN` times as many points, at the same
+    odds (their bar shrinks as their chance wander does), adds the steps too small
+    for the short medians where the new level held that long (a drop of 8-12% in
+    noise of 3% of the level). Taken a chunk of rows at a time. `memory`: the loss
+    noise's, when the caller has measured it (else measured here).
     """
     k = int(thresholds.level_change_points)
-    reach = 24 * k  # the noise's median reaches 8 k back, the medians 2 k either side (of 2 k)
+    # the noise's mean reaches 8 m back, the medians 2 m either side, m up to SETTLED_SPAN k
+    reach = 12 * SETTLED_SPAN * k
     memory = memory or noise_memory_of(loss, thresholds)
     wander = _memory_widening(memory, k)
-    # medians of twice as many points move half as far by chance: a step that noise of a
-    # few % of the level hides from the k-point medians passes there at the same odds
-    wide = _memory_widening(memory, 2 * k) * math.sqrt(0.5)
     chunk_rows = windows.CHUNK_ROWS
 
     def chunk_changes(first: int) -> np.ndarray:
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
         rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
-        longer = _changes_in(loss[lo:hi], 2 * k, thresholds, wide) + lo
-        # only where the medians further out exist on both sides, so that a fall that goes
-        # on (the first points of a warmup) is told from a step
-        longer = longer[(longer >= 4 * k) & (longer + 4 * k <= loss.size)]
-        rows = _with_longer(rows, longer, 2 * k)
+        # medians of m times as many points move 1/sqrt(m) as far by chance: a step that
+        # noise of a few % of the level (or its wander) hides from the k-point medians passes
+        # there at the same odds, where the new level held for that many points (a drop of
+        # 8-15% in noise of 3% with memory: the step a fine-tune's epoch boundary makes)
+        span = 2
+        while span <= SETTLED_SPAN:
+            m = span * k
+            wide = _memory_widening(memory, m) * math.sqrt(1.0 / span)
+            # moved back no further than the 2 k medians move theirs: the end of an event
+            # of a few dozen points reads as a step down, and 4 k rows back from it lies
+            # the level before the event
+            longer = _changes_in(loss[lo:hi], m, thresholds, wide, min(m, 2 * k)) + lo
+            # only where the medians further out exist on both sides, so that a fall that
+            # goes on (the first points of a warmup) is told from a step
+            longer = longer[(longer >= 2 * m) & (longer + 2 * m <= loss.size)]
+            rows = _with_longer(rows, longer, m)
+            span *= 2
         return rows[(rows >= first) & (rows < first + chunk_rows)]
 
     # each chunk's changes are its own: two chunks at once where the pipeline lends a thread
@@ -368,8 +386,15 @@ def _memory_widening(memory: NoiseMemory, k: int) -> float:
 
 
 def _changes_in(
-    values: np.ndarray, k: int, thresholds: Thresholds, wander: float = 1.0
+    values: np.ndarray,
+    k: int,
+    thresholds: Thresholds,
+    wander: float = 1.0,
+    back: int | None = None,
 ) -> np.ndarray:
+    """The first rows of the new levels where the medians of `k` points either side pass
+    the bars of `level_changes`; `back`: the points `_first_of_new_level` reads (`k`
+    without it)."""
     n = values.size
     if k < 2 or n < 4 * k:
         return np.zeros(0, dtype=np.int64)
@@ -383,7 +408,11 @@ def _changes_in(
 
     before, after = at(-1), at(k - 1)  # medians of the k points before row i, and from it on
     step = after - before
-    drift = np.fmax(np.abs(before - at(-k - 1)), np.abs(at(2 * k - 1) - after))
+    # a fall that goes on shows as a change before the step either way (a rise into it is
+    # no level to step down from) and as a further fall after it; a rise after it is an
+    # event on the new level (a bump or a shift right after an epoch drop), not a sign that
+    # the loss never stepped down
+    drift = np.fmax(np.abs(before - at(-k - 1)), after - at(2 * k - 1))
     # the mean step-to-step change (a median costs several times more over a long log):
     # sqrt(pi)/2 of it is sigma for normal noise, and a heavy tail only raises the bar
     change = finite.diff().abs()
@@ -401,7 +430,7 @@ def _changes_in(
     depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
     deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
     rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)
-    return np.unique(_first_of_new_level(values, rows, k))
+    return np.unique(_first_of_new_level(values, rows, k if back is None else back))
 
 
 def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:

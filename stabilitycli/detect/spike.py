@@ -36,6 +36,7 @@ from stabilitycli.detect.level import (
 )
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import KeptAt
+from stabilitycli.detect.pooled_noise import pooled_sigma
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.restart_bumps import split_restart_bumps
 from stabilitycli.detect.series import SeriesView
@@ -215,7 +216,7 @@ def _flag_above_baseline(
     level (`level.level_changes`), except in a widened window of the last points.
     sigma is the window's std (around its trend where mu is the local level) with a
     floor of sigma_floor_frac * |mu|; with `pooled_points`, the noise pooled from
-    successive differences where there is one (see `_difference_sigma`), under the
+    successive differences where there is one (see `pooled_noise.pooled_sigma`), under the
     same floor.
     """
     window = thresholds.spike_window_steps
@@ -248,7 +249,7 @@ def _flag_above_baseline(
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
-            pooled = _difference_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
+            pooled = pooled_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
             pooled = pooled[first - reach :]
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
         planned = planned_fall_rows(steps[first:stop], lr_plan, window)
@@ -346,34 +347,6 @@ def _with_around(
         trail=merged(baseline.trail, around.level),
         around=around,
     )
-
-
-def _difference_sigma(
-    loss: np.ndarray, points: int, memory: NoiseMemory, cut: np.ndarray | None = None
-) -> np.ndarray:
-    """The loss noise before each point, from successive differences over `points` points.
-
-    A 100-step window of a log written every 10 steps holds 10 points: its std
-    is off by about 25% either way, and a high draw hides a real bump (a +5%
-    three-point bump at 5 sigma was missed one time in five). Pooling many
-    windows makes the estimate steady; taking it from differences
-    (E[(x[i] - x[i-1])^2] = 2 sigma^2 (1 - rho_1), rho_1 the noise's lag-1
-    autocorrelation) keeps the curve's own slope out of it, which a std over
-    that many steps would count as noise. Neighbours that move together differ
-    less than the noise is wide: without the (1 - rho_1) the sigma of AR(1)-like
-    noise came out up to a quarter too small, and its wanders passed for bumps.
-    A level change's own step (`cut`: the changes' first rows) is no noise.
-    Only points before t count, as for the window's mean.
-    """
-    finite = np.where(np.isfinite(loss), loss, np.nan)
-    step_change = np.concatenate(([np.nan], np.diff(finite)))
-    if cut is not None:
-        step_change[cut[(cut >= 0) & (cut < step_change.size)]] = np.nan
-    squared = pl.Series(step_change * step_change).fill_nan(None).shift(1)
-    mean_squared = (
-        squared.rolling_mean(points, min_samples=points // 2).fill_null(np.nan).to_numpy()
-    )
-    return np.sqrt(mean_squared / (2.0 * memory.difference_share))
 
 
 def _first_back(

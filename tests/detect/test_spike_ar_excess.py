@@ -23,7 +23,7 @@ from stabilitycli.detect.autocorr import (
     excess_bar_sigma,
     noise_memory_of,
 )
-from stabilitycli.detect.spike import _difference_sigma
+from stabilitycli.detect.pooled_noise import pooled_sigma
 from tests.detect._lm_noise_curves import frame, lm_run
 
 
@@ -38,8 +38,8 @@ def test_a_sparse_logs_sigma_from_differences_is_the_noises_own() -> None:
     noise = loss[10000:] / level[10000:] - 1.0
     memory = noise_memory_of(noise, Thresholds())
     assert 0.3 < memory.lag1 < 0.5
-    sigma = _difference_sigma(noise, 300, memory)[-1]
-    naive = _difference_sigma(noise, 300, INDEPENDENT)[-1]
+    sigma = pooled_sigma(noise, 300, memory)[-1]
+    naive = pooled_sigma(noise, 300, INDEPENDENT)[-1]
     true = float(np.std(noise))
     assert abs(sigma / true - 1.0) < 0.1
     assert naive / true < 0.85
