@@ -169,18 +169,32 @@ def error_profile(
     sums_at: SumsAt,
 ) -> list[tuple[int, np.ndarray]]:
     """For each power p of `RISE_POWERS` that fits a rise from some start, the squared error
-    of the module's fit from each of `starts` (inf where no rise fits from it)."""
+    of the module's fit from each of `starts` (inf where no rise fits from it).
+
+    The trend carried on under the rise is the curve's own fall, so past the
+    start it may not rise (checked at `TREND_PROBES` points): a trend that turns
+    up there has taken part of the rise into itself (a free LR column turning the
+    anneal of a decay tail around, a decay fitted long before the rise given a
+    negative size), and the rise left over starts late or early. Where the fit on
+    every column makes such a trend, the fits on fewer of the `extra` columns
+    (each subset, `_SUBSETS`) stand in, the best of those whose trend does not
+    rise: a search over a handful of nested models, not an exact constrained
+    least squares."""
     end, span = float(x[-1]), max(float(x[-1] - x[0]), 1.0)
     u = (x - end) / span  # in [-1, 0]: a short rise near the end sums small numbers
     t = (starts - end) / span
     n, top = u.size, 2 * max(RISE_POWERS)
     design = np.column_stack([np.ones(n), u, *extra])
     gram = design.T @ design
-    inverse = np.linalg.pinv(gram)
     along = design.T @ y
+    # the trend's columns at a few points across the stretch, where its fall is checked
+    probe = np.unique(np.linspace(0, n - 1, TREND_PROBES).round().astype(int))
+    probed, probe_u = design[probe], u[probe]
     del design
-    base_coef = inverse @ along
-    sse_base = float(y @ y - along @ base_coef)
+    total = float(y @ y)
+    after_start = probe_u[None, :-1] >= t[:, None]  # each probe interval past each start
+    # a trend flat to the rounding of its sums is not rising
+    tolerance = 1e-9 * float(np.max(np.abs(y)))
 
     def columns(lo: int, hi: int) -> list[np.ndarray]:
         """Rows lo..hi-1 of u^k (k <= top), and u^k * y and u^k * each extra trend
@@ -218,16 +232,35 @@ def error_profile(
         gy = rise_sum(with_y, p)
         g_base = [rise_sum(plain, p), rise_sum(plain, p, 1)]
         g_base += [rise_sum(column, p) for column in with_extra]
-        gb = np.column_stack(g_base)
-        # the rise column's part the trend columns do not explain, and its fit to y
-        num = gy - gb @ base_coef
-        den = gg - np.einsum("ij,jk,ik->i", gb, inverse, gb)
-        usable = (den > 1e-12 * np.maximum(gg, 1e-300)) & (num > 0)
-        gain = np.where(usable, num * num / np.where(usable, den, 1.0), -np.inf)
-        if not np.isfinite(gain).any():
-            continue
-        out.append((p, sse_base - gain))
+        gb_all = np.column_stack(g_base)
+        sse = np.full(t.size, np.inf)
+        for keep in _SUBSETS[len(extra)]:  # loop over a few subsets of the trend columns
+            cols = [0, 1, *(2 + e for e in keep)]
+            inverse = np.linalg.pinv(gram[np.ix_(cols, cols)])
+            base_coef = inverse @ along[cols]
+            gb = gb_all[:, cols]
+            # the rise column's part the trend columns do not explain, and its fit to y
+            num = gy - gb @ base_coef
+            den = gg - np.einsum("ij,jk,ik->i", gb, inverse, gb)
+            usable = (den > 1e-12 * np.maximum(gg, 1e-300)) & (num > 0)
+            rise = np.where(usable, num / np.where(usable, den, 1.0), 0.0)
+            # the trend's coefficients with the rise in the fit (partitioned least squares),
+            # and the trend they make: it may not rise anywhere past the start
+            coef = base_coef[None, :] - (gb @ inverse) * rise[:, None]
+            steps_up = np.diff(coef @ probed[:, cols].T, axis=1)
+            usable &= ~np.any(after_start & (steps_up > tolerance), axis=1)
+            fit = total - float(along[cols] @ base_coef) - rise * num
+            sse = np.where(usable & (fit < sse), fit, sse)
+        if np.isfinite(sse).any():
+            out.append((p, sse))
     return out
+
+
+TREND_PROBES = 64  # points across the stretch where the trend under the rise must not rise
+# every subset of up to 3 trend columns, as the indices kept, the whole set first
+_SUBSETS = {
+    k: [[e for e in range(k) if not (drop >> e) & 1] for drop in range(1 << k)] for k in range(4)
+}
 
 
 def _clearly_better(sse: float, than: float, n: int) -> bool:
