@@ -26,8 +26,12 @@ from stabilitycli.detect.divergence_power import (
     POWER_FIT_ROUNDS,
     POWER_FIT_STARTS,
     PowerFit,
+    best_power,
+    effective_points,
+    error_profile,
     linear_ramp_sse,
     power_fit,
+    start_range,
 )
 from stabilitycli.detect.divergence_ramp import clip_wild, ramp_pair, sums_at
 from stabilitycli.detect.trend import Binned, bin_medians
@@ -206,7 +210,8 @@ def _fitted_rise(
         if room.size < 2:
             return fit
         grid = room[np.unique(np.linspace(0, room.size - 1, POWER_FIT_STARTS).round().astype(int))]
-        best = power_fit(x, y, trend, grid, suffix_sums)
+        profile = error_profile(x, y, trend, grid, suffix_sums)
+        best = best_power(profile, grid, x.size)
         if best is None:
             return fit
         # then every logged point between the best grid start's neighbours
@@ -222,8 +227,18 @@ def _fitted_rise(
         if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, trend, float(guess), ramp_end):
             return fit
         start = best[1]
+        points, lag1 = effective_points(x, y, trend, best[1], best[2])
+        lo_start, hi_start = start_range(profile, grid, best[0], points)
         fit = PowerFit(
-            int(best[1]), best[2], best[0], int(x[0]), int(x[-1]), guess, ", ".join(terms)
+            int(best[1]),
+            best[2],
+            best[0],
+            int(x[0]),
+            int(x[-1]),
+            guess,
+            ", ".join(terms),
+            (int(min(lo_start, best[1])), int(max(hi_start, best[1]))),
+            round(lag1, 2),
         )
     return fit
 

@@ -164,6 +164,8 @@ class TrendEvidence(Evidence):
     onset_fit: str = field(default=ABSENT, metadata=measure(None))
     onset_fit_steps: list[int] = field(default=ABSENT, metadata=measure(STEPS))
     onset_power: int = field(default=ABSENT, metadata=measure(LABEL))
+    # ...and the first and last start from which a rise (any power) fits the log as well
+    onset_range_steps: list[int] = field(default=ABSENT, metadata=measure(STEPS))
 
 
 @dataclass(frozen=True, eq=False)
