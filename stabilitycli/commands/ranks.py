@@ -119,8 +119,8 @@ def _the_path(path: str | None, run_option: str | None) -> str:
 def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None, bar: bool):
     from dataclasses import replace
 
-    from stabilitycli.detect.ranks.check import find_rank_outliers
     from stabilitycli.ingest import read as read_run
+    from stabilitycli.pipeline.run import rank_report
 
     (name,), overrides = metric_keys([metric])
     options = read.options(metric_overrides=overrides)
@@ -129,7 +129,7 @@ def _report(run: str, metric: str, read: ReadArgs, set_values: list[str] | None,
     thresholds, settings = load_settings(run, pairs(set_values, "--set"))
     with bar_for(run, bar):
         data = read_run(run, options)
-        report = find_rank_outliers(data, name, thresholds)
+        report = rank_report(data, name, thresholds)
     said = sentence(settings.to_dict())
     # thresholds not at their defaults change what is an outlier: the first note says so
     return replace(report, notes=(said, *report.notes)) if said else report

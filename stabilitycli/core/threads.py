@@ -38,6 +38,11 @@ def lending(threads: int) -> Iterator[None]:
         _lent.reset(token)
 
 
+def lent() -> int:
+    """The threads lent to this context (1 when none were: work in turn)."""
+    return max(1, _lent.get())
+
+
 def in_order(func: Callable[[T], R], items: Iterable[T], workers: int = 1) -> Iterator[R]:
     """`map(func, items)` in `items`' order; when threads are lent, the calls are made on
     up to `workers` worker threads (at most the threads lent) while the caller works

@@ -177,10 +177,23 @@ def ranks(
     options: ReadOptions | None = None,
 ):
     """The per-rank outlier report (spec 5) for a run with ranks."""
-    from stabilitycli.detect.ranks.check import find_rank_outliers
-
     run = load_run(source, options)
-    return find_rank_outliers(run, metric, config or Thresholds())
+    return rank_report(run, metric, config or Thresholds())
+
+
+def rank_report(run: RunData, metric: str, thresholds: Thresholds):
+    """`find_rank_outliers`, with the second core lent to it (its throughput cohort is
+    judged beside the metric's) unless the process runs under a memory cap, where the two
+    cohorts' temporaries at once would not fit."""
+    import os
+
+    from stabilitycli.core import threads
+    from stabilitycli.detect.ranks.check import find_rank_outliers
+    from stabilitycli.pipeline.memory import memory_capped
+
+    spare = (os.cpu_count() or 1) > 1 and not memory_capped()
+    with threads.lending(2 if spare else 1):
+        return find_rank_outliers(run, metric, thresholds)
 
 
 def _preview(view, points: int = 60) -> tuple[list[float], list[int]]:

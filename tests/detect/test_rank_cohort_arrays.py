@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from stabilitycli.core import threads
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import SourceInfo
 from stabilitycli.detect.ranks import check as check_module
@@ -118,13 +119,27 @@ def test_stragglers_judged_beside_the_metric_are_the_ones_judged_after(monkeypat
         return beside[-1]
 
     monkeypatch.setattr(check_module, "_judged_beside", spy)
-    threaded = find_rank_outliers(run, "loss", Thresholds())
+    with threads.lending(2):  # as the pipeline lends it, outside a memory cap
+        threaded = find_rank_outliers(run, "loss", Thresholds())
     assert beside and beside[0] is not None  # the thread did the judging
     monkeypatch.setattr(check_module, "_judged_beside", lambda *args, **kwargs: None)
     in_turn = find_rank_outliers(run, "loss", Thresholds())
     kinds = {o.kind for o in threaded.outliers}
     assert {"straggler", "nonfinite"} <= kinds
     assert threaded.to_dict() == in_turn.to_dict()
+
+
+def test_without_a_second_thread_lent_the_stragglers_are_judged_after() -> None:
+    """A library caller lends none, and a process under a memory cap is lent none
+    (`pipeline.run.rank_report`): the two cohorts' temporaries at once broke the
+    bounded-memory test's 40 MiB."""
+    run = straggling_run()
+    cohort = build_cohort(run.frame, "loss", 0.01, [], pool_points=5)
+    throughput = ("tokens_per_s", False)
+    assert check_module._judged_beside(run.frame, "loss", throughput, Thresholds(), cohort) is None
+    with threads.lending(2):
+        future = check_module._judged_beside(run.frame, "loss", throughput, Thresholds(), cohort)
+    assert future is not None and [o.kind for o in future.result()] == ["straggler"]
 
 
 def test_a_log_with_gaps_judges_its_stragglers_after(monkeypatch) -> None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import polars as pl
 
-from stabilitycli.core import numfmt, progress
+from stabilitycli.core import numfmt, progress, threads
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.detect.ranks.change import (
     change_point,
@@ -207,8 +207,10 @@ def _judged_beside(
 ) -> Future[list[RankOutlier]] | None:
     """The stragglers, found in a thread while the metric's cohort is judged, when both
     cohorts' rows are views of the frame's columns (lockstep ranks, nothing missing, no rate
-    made of a time): two cohorts then hold little more than one. None: judge them after."""
-    if throughput is None or cohort.per_rank is None:
+    made of a time): two cohorts then hold little more than one. None: judge them after,
+    as also when no second thread is lent (`core.threads`: a process under a memory cap
+    takes turns, and a library caller lends none)."""
+    if throughput is None or cohort.per_rank is None or threads.lent() < 2:
         return None
     column, invert = throughput
     if invert or column == metric or frame[column].null_count() or frame[metric].null_count():
