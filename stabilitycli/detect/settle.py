@@ -254,18 +254,18 @@ def back_on_curve(
     changes: np.ndarray,
     start: tuple[float, float, int],
     thresholds: Thresholds,
-) -> tuple[int | None, float, int] | None:
+) -> tuple[int | None, float, int, int] | None:
     """Q2.2 on a fast fall: the first row after `row` where the loss (and the forward
     median from it, as `spike._first_back` reads it) is back to <= the level at the flag
     + `recovery_sigma` sigma (`start`: the frozen baseline mu and sigma, and the event's
     last row above the flag bar, its points left out of the fit), carried along the
     curve fitted through both sides of the flag (`carried_curve.fitted_curve`); that level
-    at the flag; and the last row of the fitted stretch. None where the curve could not be
-    fitted. The fit gives the curve's shape, the frozen baseline its level: the fitted
-    curve's own level at the flag is an end point of a cubic, and errs by half a sigma
-    where AR(1) noise is strong, its shape over the next points by a fifth of that. No
-    row back within the stretch (a spike window's points at least) is None: a bar carried
-    further would rest on no point."""
+    at the flag; and the first and last rows of the fitted stretch. None where the curve
+    could not be fitted. The fit gives the curve's shape, the frozen baseline its level:
+    the fitted curve's own level at the flag is an end point of a cubic, and errs by half
+    a sigma where AR(1) noise is strong, its shape over the next points by a fifth of
+    that. No row back within the stretch (a spike window's points at least) is None: a
+    bar carried further would rest on no point."""
     span = settle_span(steps, np.array([row]), thresholds)
     span = np.minimum(span, min(_MAX_SPAN, loss.size - row))
     skip = np.array([start[2] - row + 1])
@@ -281,4 +281,12 @@ def back_on_curve(
         on_level = values / ratio[0, 1 : stop - row]
         hit = np.isfinite(on_level) & (on_level <= level)
     back = row + 1 + int(np.argmax(hit)) if hit.any() else None
-    return back, level, stop - 1
+    # the stretch before the flag stops at the level change the row follows (`_fit`)
+    first = max(int(row - span[0]), _change_before(changes, row))
+    return back, level, first, stop - 1
+
+
+def _change_before(changes: np.ndarray, row: int) -> int:
+    """The row of the last level change at or before `row` (0: none)."""
+    at = int(np.searchsorted(changes, row, side="right"))
+    return int(changes[at - 1]) if at else 0

@@ -756,7 +756,8 @@ def _build_event(
     )
     curve_fields: dict[str, Any] = {}
     if carried is not None:
-        rec_idx, recovery_level, curve_last = carried
+        rec_idx, recovery_level, curve_first, curve_last = carried
+        curve_fields["recovery_curve_first_step"] = int(steps[max(curve_first, 0)])
         curve_fields["recovery_curve_last_step"] = int(steps[curve_last])
     recovery_step = int(steps[rec_idx]) if rec_idx is not None else None
     next_step = int(steps[idx + 1]) if idx + 1 < steps.size else None

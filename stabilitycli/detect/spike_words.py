@@ -166,7 +166,7 @@ def recovery_level_text(event: SpikeEvent, thresholds: Thresholds) -> str:
         return (
             f"{event.recovery_level:.4g} at step {event.onset_step} ({what} + {added}), "
             "falling with the curve fitted through the points of steps "
-            f"{event.baseline_first_step}-{event.recovery_curve_last_step} (a step at "
+            f"{event.recovery_curve_first_step}-{event.recovery_curve_last_step} (a step at "
             f"{event.onset_step} fitted apart, the event's own points left out)"
         )
     return f"{event.recovery_level:.4g} ({what} + {added})"

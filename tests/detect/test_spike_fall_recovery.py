@@ -74,7 +74,13 @@ def test_a_shift_on_a_fast_fall_read_from_a_csv_says_what_it_was_judged_against(
     spikes = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "spike"]
     hit = next(f for f in spikes if abs(f["step"] - onset) <= 2)
     assert hit["severity"] == "error" and hit["evidence"]["recovered"] is False
-    assert hit["evidence"]["recovery_curve_last_step"] > onset
+    first = hit["evidence"]["recovery_curve_first_step"]
+    last = hit["evidence"]["recovery_curve_last_step"]
+    assert first < onset < last
+    # Q2.2's sentence names the stretch actually fitted, not the baseline window's start
+    document = json.loads(result.stdout)
+    recovery = next(q for q in document["verdict"]["path"] if q["question"] == "Q2.2")
+    assert f"fitted through the points of steps {first}-{last}" in recovery["evidence"]
 
 
 def test_a_mid_run_shift_logged_every_100_steps_is_persistent_at_its_first_step() -> None:
@@ -156,3 +162,23 @@ def test_a_log_cut_inside_a_fast_fall_points_settle_span_is_judged(tmp_path, lin
     result = analyze(str(path))
     assert result.source.rows_read == lines and result.source.rows_rejected == 0
     assert result.coverage is not None and "spike" in result.coverage.checked
+
+
+def test_the_fitted_stretch_is_named_where_the_logging_interval_changes_at_the_shift() -> None:
+    """Logged every step up to 300 and every 5 from there (a resumed job's new interval):
+    the curve is fitted over the 20 points before the flag (steps 280-299 and, after it,
+    a spike window's worth), not over the baseline window's 100 steps; the evidence says
+    which steps it used."""
+    for seed in range(3):
+        steps, level, loss = lm_run(seed, 4000, phi=0.6, noise=NOISE, ar_share=0.5)
+        keep = (steps < 300) | (steps % 5 == 0)
+        steps, level, loss = steps[keep], level[keep], loss[keep].copy()
+        onset = int(np.searchsorted(steps, 300))
+        loss[onset:] += 0.08 * level[onset:]
+        result = analyze(frame(steps, loss))
+        hit = next(f for f in result.findings if f.code == "spike" and f.step == 300)
+        assert hit.evidence["baseline_first_step"] == 200
+        assert hit.evidence["recovery_curve_first_step"] == 280
+        recovery = next(p for p in result.verdict.path if p.question == "Q2.2")
+        last = hit.evidence["recovery_curve_last_step"]
+        assert f"fitted through the points of steps 280-{last}" in recovery.evidence

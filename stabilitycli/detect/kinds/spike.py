@@ -177,7 +177,8 @@ class SpikeEvent:
     sigma_noise_before: float = ABSENT  # that noise as measured, before it was scaled
     sigma_noise_lag1: float = ABSENT  # the lag-1 autocorrelation the differences allowed for
     # on a fast fall: recovery_level is the level at the onset, carried along the curve fitted
-    # through the points either side of it (its shift taken out) up to this step
+    # through the points either side of it (its shift taken out) over these steps
+    recovery_curve_first_step: int = ABSENT
     recovery_curve_last_step: int = ABSENT
 
     @property
@@ -272,6 +273,7 @@ class SpikeEvidence(Evidence):
     sigma_last_step: int = field(default=ABSENT, metadata=measure(STEP))
     sigma_noise_before: float = field(default=ABSENT, metadata=measure(_SIGMA_BEFORE))
     sigma_noise_lag1: float = field(default=ABSENT, metadata=measure(Spec("autocorrelation")))
+    recovery_curve_first_step: int = field(default=ABSENT, metadata=measure(STEP))
     recovery_curve_last_step: int = field(default=ABSENT, metadata=measure(STEP))
 
     @classmethod
