@@ -19,7 +19,12 @@ def threshold(default: Any, doc: str) -> Any:
     return field(default=default, metadata={"doc": doc})
 
 
-@dataclass(frozen=True, kw_only=True)
+# `eq=False, repr=False`: `__eq__`, `__hash__` and `__repr__` are written below, once,
+# instead of generated: `@dataclass` writes each out as source over every field, which the
+# interpreter compiles anew in every process (no bytecode cache holds it): for these 115
+# fields, some 15,000 characters compiled at each start-up (docs/scale.md). They give what
+# the generated ones gave (tests/core/test_thresholds.py).
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Thresholds:
     # Each field's text is its `stab explain thresholds` line and the README's: kept in the
     # field's metadata, so it is there at run time without the source (a zipped install).
@@ -626,6 +631,23 @@ class Thresholds:
                     f"{_KIND_WORDS.get(kind, 'a ' + kind.__name__)}, got {raw!r}"
                 ) from None
         return replace(self, **typed)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, spec.name) for spec in fields(self))
+
+    def __eq__(self, other: object) -> bool:
+        # as `@dataclass(eq=True)`: equal to a Thresholds of equal values (compared as tuples)
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        # as a frozen `@dataclass(eq=True)`: the hash of the values' tuple
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{spec.name}={getattr(self, spec.name)!r}" for spec in fields(self))
+        return f"{self.__class__.__qualname__}({shown})"
 
     @staticmethod
     def describe(name: str) -> str:

@@ -8,6 +8,7 @@ does not declare is a number without a meaning: `tests/core/test_quantities.py` 
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -107,15 +108,22 @@ def measure(what: Spec | By | EachItem | Schema | None) -> dict[str, Any]:
     return {_QUANTITY: what}
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Evidence(Mapping[str, Any]):
     """A finding's evidence as typed fields, declared beside its kind.
 
     `to_dict()` is the JSON object: the fields in declaration order, an `ABSENT` one left
     out. It reads as that mapping too (`ev["mu"]`, `ev.get("causes")`, `ev == {...}`), so
-    a reader may take either view. Subclasses are `@dataclass(frozen=True, eq=False)`: equal
-    as mappings, like the dicts they replace.
+    a reader may take either view. Subclasses are `@dataclass(frozen=True, eq=False,
+    repr=False)`: equal as mappings, like the dicts they replace, and shown by the one
+    `__repr__` here (start-up, #40: `@dataclass` would write one from source for each
+    class, compiled anew in every process; this one shows what that one showed).
     """
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{self.__class__.__qualname__}({shown})"
 
     @classmethod
     def schema(cls) -> Schema:

@@ -8,7 +8,7 @@ from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import COUNT, LABEL, STEP, STEPS, Evidence, measure
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class DuplicateBatchEvidence(Evidence):
     repeats: int = field(metadata=measure(COUNT))  # steps whose batch id was seen recently
     first_step: int = field(metadata=measure(STEP))

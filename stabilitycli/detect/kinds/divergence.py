@@ -33,7 +33,7 @@ _NAME = measure(None)
 # ---------------------------------------------------------------- the causes of a rise
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RisingLr(Evidence):
     """Q4.2: the LR rose over the window (within warmup: the peak LR is too high)."""
 
@@ -45,7 +45,7 @@ class RisingLr(Evidence):
     lr_end_step: int = field(metadata=measure(STEP))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class WeightNormMove(Evidence):
     """Q4.3: a parameter group's norm moved more than the ratio over the window."""
 
@@ -67,7 +67,7 @@ class WeightNormMove(Evidence):
     steps: list[int] = field(metadata=measure(STEPS))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RisingGradNorm(Evidence):
     """Q4.4: the grad norm's mean over the last quarter of the points is above the first's.
     Also the evidence of the grad-norm-rising finding."""
@@ -94,7 +94,7 @@ def _cause_name(cause_type: type[Evidence]) -> str:
 # ---------------------------------------------------------------- the findings' evidence
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class TrendEvidence(Evidence):
     """A lasting rise (divergence or plateau): each level named by the steps it is a
     statistic of (the trend bins' medians, `bin_points` points each)."""
@@ -168,7 +168,7 @@ class TrendEvidence(Evidence):
     onset_range_steps: list[int] = field(default=ABSENT, metadata=measure(STEPS))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LossRiseEvidence(Evidence):
     windows: int = field(metadata=measure(COUNT))
     z: float = field(metadata=measure(over("trend_z", "@step", "@end_step")))

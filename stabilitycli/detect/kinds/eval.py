@@ -12,7 +12,7 @@ EVAL_NONFINITE_RULE = "eval-nonfinite"
 OVERFITTING_RULE = "overfitting"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class EvalNonfiniteEvidence(Evidence):
     """Which eval series went non-finite, where first, and how many of its evaluations."""
 
@@ -28,7 +28,7 @@ class EvalNonfiniteEvidence(Evidence):
     also: str = field(default="", metadata=measure(None))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class OverfittingEvidence(Evidence):
     """The eval minimum (the onset), the eval level at the end, the noise it is measured in,
     and what the training loss did over the same steps."""

@@ -23,7 +23,7 @@ from stabilitycli.core.quantity_schema import (
 )
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class NoLearningEvidence(Evidence):
     """What held of the three tests (no decrease, chance level, vanished grad norm), each
     level named by the steps it is a median over."""
@@ -51,7 +51,7 @@ class NoLearningEvidence(Evidence):
     grad_norm_vanished: bool = field(default=ABSENT, metadata=measure(None))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class CollapseEvidence(Evidence):
     """The fall: the level before it, the last point still near it, the first point down."""
 

@@ -29,7 +29,7 @@ _AFTER_HALVING = measure(Spec("point", step="halving_steps[]", each=True))
 # overflow onset and every halving, so the story of a collapse starts where it did.
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LineOrderNumbers(Evidence):
     """The steps of a loss-scale finding that a reader numbered by the order of messages that
     print none (`SourceInfo.line_order_steps`), and how: numbers, not optimizer steps.
@@ -40,7 +40,7 @@ class LineOrderNumbers(Evidence):
     line_order_steps: list[int] = field(default=ABSENT, kw_only=True, metadata=_STEPS)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Fp16OverflowEvidence(LineOrderNumbers):
     overflows: int = field(metadata=measure(COUNT))  # the ledger's total (a lower bound when
     overflows_exact: bool = field(metadata=measure(None))  # ... this is false)
@@ -62,7 +62,7 @@ class Fp16OverflowEvidence(LineOrderNumbers):
     loss_at: float | None = field(default=None, metadata=measure(Spec("point", step="jump_step")))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LossScaleHalvingEvidence(LineOrderNumbers):
     drops: int = field(metadata=measure(COUNT))
     rises: int = field(metadata=measure(COUNT))
@@ -78,7 +78,7 @@ class LossScaleHalvingEvidence(LineOrderNumbers):
     halvings_exact: bool = field(default=True, metadata=measure(None))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LossScaleStaticEvidence(LineOrderNumbers):
     # constant over the log, so also its value at the first overflow
     scale: float = field(metadata=measure(Spec("point", step="@step")))
@@ -88,7 +88,7 @@ class LossScaleStaticEvidence(LineOrderNumbers):
     halving_scales: list[float] = field(metadata=_AFTER_HALVING)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LossScaleCollapsedEvidence(LineOrderNumbers):
     scale_min: float = field(metadata=measure(Spec("min")))  # over the whole log
     scale_max: float = field(metadata=measure(Spec("max")))

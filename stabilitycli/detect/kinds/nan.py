@@ -12,7 +12,7 @@ from stabilitycli.core.quantity_schema import ABSENT, COUNT, STEP, Evidence, Spe
 NAN_COUNT = "nan"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class NanEvidence(Evidence):
     """Where the run went non-finite, in which series, and what it was just before."""
 
@@ -48,7 +48,7 @@ class NanEvidence(Evidence):
     loss_falls: bool = field(default=ABSENT, metadata=measure(None))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class FiniteLoss(Evidence):
     """What §1 tells the tree of a log whose loss stayed finite (no finding)."""
 

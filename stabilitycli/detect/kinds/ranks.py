@@ -75,6 +75,7 @@ def _rank_evidence(name: str, value: Spec, cohort: Spec, robust_z: Spec, shift: 
         bases=(Evidence,),
         frozen=True,
         eq=False,
+        repr=False,  # Evidence's own (see there)
     )
     made.__module__ = __name__  # pickled by name, as a class written out here would be
     return made

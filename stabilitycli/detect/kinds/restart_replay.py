@@ -22,7 +22,7 @@ from stabilitycli.core.quantity_schema import (
 _AT_WORST = Spec("difference", step="max_deviation_at")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RestartReplayEvidence(Evidence):
     """One resume's replay against the trajectory it abandoned (loss deviations: resumed minus
     abandoned at the same step). A None deviation: no replayed step is finite on both sides."""

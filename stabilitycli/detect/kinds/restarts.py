@@ -8,7 +8,7 @@ from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import ABSENT, LABEL, STEP, Evidence, measure
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RestartEvidence(Evidence):
     at_row: int = field(metadata=measure(LABEL))  # the log row where the step went backwards
     resumed_from_step: int = field(metadata=measure(STEP))

@@ -9,7 +9,7 @@ from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import COUNT, RATIO, STEP, STEPS, Evidence, Spec, measure
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LrJumpEvidence(Evidence):
     lr_before: float = field(metadata=measure(Spec("point", step="step_before")))
     lr_after: float = field(metadata=measure(Spec("point", step="@end_step")))
@@ -18,7 +18,7 @@ class LrJumpEvidence(Evidence):
     rises: int = field(metadata=measure(COUNT))  # consecutive rising points in the jump
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class GradNormSpikeEvidence(Evidence):
     count: int = field(metadata=measure(COUNT))
     steps: list[int] = field(metadata=measure(STEPS))  # the first 20
@@ -28,7 +28,7 @@ class GradNormSpikeEvidence(Evidence):
     ratio: float = field(metadata=measure(RATIO))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LrIncreasingEvidence(Evidence):
     lr_before: float = field(metadata=measure(Spec("point", step="lr_before_step")))
     lr_before_step: int = field(metadata=measure(STEP))
@@ -36,7 +36,7 @@ class LrIncreasingEvidence(Evidence):
     warmup_end_step: float = field(metadata=measure(STEP))  # estimated: may fall between steps
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class WeightNormChangeEvidence(Evidence):
     ratio: float = field(metadata=measure(RATIO))
     # the norm last logged at or before step - divergence_window_steps

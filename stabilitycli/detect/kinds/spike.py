@@ -36,7 +36,7 @@ _NAME = measure(None)
 # ---------------------------------------------------------------- the causes of a spike
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class OptimizerReset(Evidence):
     """The spike began right after a resume."""
 
@@ -45,7 +45,7 @@ class OptimizerReset(Evidence):
     steps_after_restart: int = field(metadata=measure(DURATION))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RepeatedBatch(Evidence):
     """The batch at the spike repeats a recent one."""
 
@@ -54,7 +54,7 @@ class RepeatedBatch(Evidence):
     repeat_of_step: int = field(metadata=measure(STEP))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LrDiscontinuity(Evidence):
     """The LR jumped just before the spike."""
 
@@ -66,7 +66,7 @@ class LrDiscontinuity(Evidence):
     lead_steps: int = field(metadata=measure(DURATION))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LongTailToken(Evidence):
     """The pre-clip grad norm jumped just before the spike."""
 
@@ -93,7 +93,7 @@ class LongTailToken(Evidence):
     grad_norm_baseline_basis: str = field(default="mean", kw_only=True, metadata=measure(None))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class LrRestart(Evidence):
     """The spike began after a planned LR restart (recognised or declared) and did not decay
     as a restart's bump does."""
@@ -193,7 +193,7 @@ class SpikeEvent:
 _SIGMA_BEFORE = over("sigma", "sigma_first_step", "sigma_last_step")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class SpikeEvidence(Evidence):
     """A spike as the rule measured it: its frozen baseline, its peak, its recovery."""
 
@@ -281,7 +281,7 @@ class SpikeEvidence(Evidence):
         return cls(**{f.name: getattr(event, f.name) for f in fields(cls)})
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RecurringSpikesEvidence(Evidence):
     count: int = field(metadata=measure(COUNT))
     steps: list[int] = field(metadata=measure(STEPS))
@@ -294,14 +294,14 @@ class RecurringSpikesEvidence(Evidence):
     longest_recovery_steps: int = field(metadata=measure(DURATION))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class BlipEvidence(Evidence):
     count: int = field(metadata=measure(COUNT))
     steps: list[int] = field(metadata=measure(STEPS))  # the first 20
     largest_z: float = field(metadata=measure(Spec("z")))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class ScheduleRestartEvidence(Evidence):
     """A loss bump after a planned LR restart that decayed."""
 
@@ -323,7 +323,7 @@ class ScheduleRestartEvidence(Evidence):
     declared: bool = field(metadata=measure(None))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class JumpEvidence(Evidence):
     """One jump between two logged points of a log too short for the spike window."""
 

@@ -8,7 +8,7 @@ from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import ABSENT, COUNT, By, Evidence, Spec, measure, over
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class ThroughputDropEvidence(Evidence):
     """A lasting fall; in a log too short for a trailing baseline (`short_log`), its first
     two points against its last one."""
