@@ -176,7 +176,7 @@ class Thresholds:
         "peak, where the LR plans the fall (issue 36).",
     )
     sparse_fall_z: float = threshold(
-        3.0,
+        4.0,
         "In a sparse log, inside the LR's planned warmup and a window after its peak, where "
         "the window before sits this many standard errors (of the two windows' means, from "
         "the pooled noise with its memory) above the trailing window, a spike is judged "

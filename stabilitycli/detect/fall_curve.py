@@ -21,7 +21,8 @@ from the points themselves:
   that drops 0.3 sigma a point: it sat 4 sigma above the curve.
 
 Both on dense logs only: a sparse log's window has a few points a quarter, and its
-noise is pooled apart. There, whether the window falls at all is also read from the
+noise is pooled apart (where the point was just now bounds a sparse fall's line, though:
+`sparse_fall`). There, whether the window falls at all is also read from the
 window before it (`fall_z_with_windows`).
 """
 
@@ -49,9 +50,8 @@ _RECENT_SE = 2.0
 @dataclass(frozen=True)
 class FallReading:
     """Per row of a chunk: `relative_sigma`, the noise of a point as a fraction of the
-    loss; `recent`, the mean of the `level_recent_points` points before the row, and
-    `recent_se` its standard error in units of one point's noise (both None, and 0, in a
-    sparse log). `mean_widening`: how much wider a window mean's chance wander is than
+    loss (None in a sparse log); `recent`, the mean of the `level_recent_points` points
+    before the row, and `recent_se` its standard error in units of one point's noise. `mean_widening`: how much wider a window mean's chance wander is than
     independent noise of the pooled size (step-to-step) would give it, for the noise's
     memory."""
 
@@ -107,15 +107,15 @@ def read_fall(
     points = max(int(thresholds.min_points_per_window), int(np.max(count, initial=0)))
     lag1 = min(max(memory.lag1, 0.0), _MAX_LAG1)
     widening = inflation(memory, points) / math.sqrt(1.0 - lag1)
-    if sparse:
-        return FallReading(None, None, 0.0, widening)
     recent_points = max(1, int(thresholds.level_recent_points))
     reach = max(0, first - max(points, recent_points) - 1)
     stop = first + count.size
     piece = loss[reach:stop]
-    sigma = difference_noise(piece, points, memory)[first - reach :]
     recent_se = math.sqrt(memory.variance_factor(recent_points) / recent_points)
     recent = _recent_mean(piece, recent_points)[first - reach :]
+    if sparse:  # the recent points bound a sparse fall's line (`sparse_fall`)
+        return FallReading(None, recent, recent_se, widening)
+    sigma = difference_noise(piece, points, memory)[first - reach :]
     return FallReading(sigma, recent, recent_se, widening)
 
 
@@ -250,6 +250,10 @@ def sparse_fall(
         plain = planned & (n_prior >= 2) & (n >= 2)
         plain &= (prior - mean) / spread >= thresholds.sparse_fall_z
         plain &= np.isfinite(slope) & (slope < 0)
-        return np.where(plain, slope, 0.0), np.where(
-            plain, np.fmin(mean + slope * offset, mean), mean
-        )
+        # never below where the loss just was, less `_RECENT_SE` of that mean's errors: a
+        # dip of AR(1) noise steepens the line as it lowers the window's mean, and the
+        # line read 3 sigma under the curve (the return from the dip read as a shift)
+        recent = np.full(mean.shape, -np.inf) if fall.recent is None else fall.recent
+        floor = np.nan_to_num(recent - _RECENT_SE * fall.recent_se * pooled, nan=-np.inf)
+        level = np.fmin(np.maximum(mean + slope * offset, floor), mean)
+        return np.where(plain, slope, 0.0), np.where(plain, level, mean)

@@ -307,8 +307,10 @@ def _flag_above_baseline(
         mean, sigma = level.level, level.sigma
         # a sparse window lags a plain fall by half its span: the line through it and the
         # window before follows the curve (`fall_curve.sparse_fall`)
-        carry = level.fall_slope
-        mean = np.where(carry < 0, np.fmin(mean, level.fall_line), mean)
+        # (carried on only where it is the level judged by: a local level under it
+        # already took the fall, and the two together took it twice)
+        carry = np.where(level.fall_line < mean, level.fall_slope, 0.0)
+        mean = np.where(carry < 0, level.fall_line, mean)
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
         if pooled is not None:
@@ -582,8 +584,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     sparse log) a point is judged against the mean of the points since the drop, with
     the noise of the stretch before it scaled to the new level; in the LR's planned warmup
     and {spike_window_steps} steps after it a fall that quickens is the LR's doing, read
-    as a fall on half the proof; on a rising stretch, recovery is judged against the
-    rising trend. A point whose grad norm surged
+    as a fall on half the proof, and in a sparse log (too few points a window for its own
+    std) where the window before sits {sparse_fall_z:g} standard errors of the two means
+    above the trailing one, a point is judged against the line through the two means read
+    at it (never under the mean of the {level_recent_points} points before it, less two of
+    its standard errors) and the points after it against that line carried on, with the
+    noise pooled from the changes relative to the loss; on a rising stretch, recovery is
+    judged against the rising trend. A point whose grad norm surged
     ({grad_norm_spike_ratio:g}x within the {cause_lead_steps} steps before) is also
     judged against the curve around it, where the trailing window lags it (a warmup's
     fall that speeds up, an epoch drop inside the window): the median of the
