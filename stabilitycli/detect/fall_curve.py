@@ -51,9 +51,9 @@ _RECENT_SE = 2.0
 class FallReading:
     """Per row of a chunk: `relative_sigma`, the noise of a point as a fraction of the
     loss (None in a sparse log); `recent`, the mean of the `level_recent_points` points
-    before the row, and `recent_se` its standard error in units of one point's noise. `mean_widening`: how much wider a window mean's chance wander is than
-    independent noise of the pooled size (step-to-step) would give it, for the noise's
-    memory."""
+    before the row, and `recent_se` its standard error in units of one point's noise.
+    `mean_widening`: how much wider a window mean's chance wander is than independent
+    noise of the pooled size (step-to-step) would give it, for the noise's memory."""
 
     relative_sigma: np.ndarray | None
     recent: np.ndarray | None
