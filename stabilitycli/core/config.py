@@ -180,6 +180,15 @@ class Thresholds:
         "not noise. Half as many inside the LR's planned warmup and a window after its "
         "peak, where the LR plans the fall (issue 36).",
     )
+    sparse_fall_z: float = threshold(
+        4.0,
+        "In a sparse log, inside the LR's planned warmup and a window after its peak, where "
+        "the window before sits this many standard errors (of the two windows' means, from "
+        "the pooled noise with its memory) above the trailing window, a spike is judged "
+        "against the line through the two means read at the point, and a multi-point "
+        "excess against that line carried on down: a ten-point window's mean lags a "
+        "warmup's fall by 2-3 sigma (issue 36).",
+    )
     level_change_points: int = threshold(
         8,
         "A level change (the loss stepping down at an epoch boundary or an LR step) is read "

@@ -37,6 +37,7 @@ def sustained_longer(
     sigma: KeptAt,
     bar: np.ndarray,
     thresholds: Thresholds,
+    fall: tuple[np.ndarray, KeptAt] | None = None,
 ) -> np.ndarray:
     """Per flagged point: does the mean excess of its first m points over `reference`, in
     `sigma`, reach `bar` / `spike_excess_points` (and their mean rise
@@ -55,6 +56,11 @@ def sustained_longer(
         at = rows[:, None] + offsets[None, :]
         values = loss[np.minimum(at, loss.size - 1)]
         mu, sd = reference[rows][:, None], sigma[rows][:, None]
+        if fall is not None:  # a sparse log's fall carried on from the flag
+            steps, carry = fall
+            mu = mu + carry[rows][:, None] * (
+                steps[np.minimum(at, steps.size - 1)] - steps[rows][:, None]
+            )
         with np.errstate(invalid="ignore", divide="ignore"):
             z = np.clip((values - mu) / sd, -cap, cap)
             rise = (values - mu) / np.abs(mu)

@@ -21,7 +21,8 @@ from the points themselves:
   that drops 0.3 sigma a point: it sat 4 sigma above the curve.
 
 Both on dense logs only: a sparse log's window has a few points a quarter, and its
-noise is pooled apart. There, whether the window falls at all is also read from the
+noise is pooled apart (where the point was just now bounds a sparse fall's line, though:
+`sparse_fall`). There, whether the window falls at all is also read from the
 window before it (`fall_z_with_windows`).
 """
 
@@ -49,11 +50,10 @@ _RECENT_SE = 2.0
 @dataclass(frozen=True)
 class FallReading:
     """Per row of a chunk: `relative_sigma`, the noise of a point as a fraction of the
-    loss; `recent`, the mean of the `level_recent_points` points before the row, and
-    `recent_se` its standard error in units of one point's noise (both None, and 0, in a
-    sparse log). `mean_widening`: how much wider a window mean's chance wander is than
-    independent noise of the pooled size (step-to-step) would give it, for the noise's
-    memory."""
+    loss (None in a sparse log); `recent`, the mean of the `level_recent_points` points
+    before the row, and `recent_se` its standard error in units of one point's noise.
+    `mean_widening`: how much wider a window mean's chance wander is than independent
+    noise of the pooled size (step-to-step) would give it, for the noise's memory."""
 
     relative_sigma: np.ndarray | None
     recent: np.ndarray | None
@@ -107,15 +107,15 @@ def read_fall(
     points = max(int(thresholds.min_points_per_window), int(np.max(count, initial=0)))
     lag1 = min(max(memory.lag1, 0.0), _MAX_LAG1)
     widening = inflation(memory, points) / math.sqrt(1.0 - lag1)
-    if sparse:
-        return FallReading(None, None, 0.0, widening)
     recent_points = max(1, int(thresholds.level_recent_points))
     reach = max(0, first - max(points, recent_points) - 1)
     stop = first + count.size
     piece = loss[reach:stop]
-    sigma = difference_noise(piece, points, memory)[first - reach :]
     recent_se = math.sqrt(memory.variance_factor(recent_points) / recent_points)
     recent = _recent_mean(piece, recent_points)[first - reach :]
+    if sparse:  # the recent points bound a sparse fall's line (`sparse_fall`)
+        return FallReading(None, recent, recent_se, widening)
+    sigma = difference_noise(piece, points, memory)[first - reach :]
     return FallReading(sigma, recent, recent_se, widening)
 
 
@@ -214,3 +214,46 @@ def _parabola_at(x, *points):
         + y1 * (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2))
         + y2 * (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1))
     )
+
+
+def sparse_fall(
+    windows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    line: tuple[np.ndarray, np.ndarray],
+    pooled: np.ndarray | None,
+    fall: FallReading | None,
+    planned: np.ndarray | None,
+    thresholds: Thresholds,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A sparse log's fall, per row: its slope per step (0 where there is none to read)
+    and the line read at the row, never above the window's mean (the mean where there is
+    no fall). `windows`: the means of the window before and of this one, and their
+    points; `line`: the slope between those means and the row's offset from this
+    window's mean step; `planned`: the rows of the LR's planned warmup (None: no plan).
+
+    A window of ten points (twenty, widened) lags a fall by half its span: on a warmup
+    logged every 10 steps its mean sat 3 sigma above the curve, and a 5-sigma bump read
+    as 2 (issue 36). The line through two windows' means follows the fall with twice
+    the points of the window's own trend, whose halves of five points are noise; its
+    reading at the row errs by about 1.6 times the mean's error, so it is taken only
+    where the fall is plain: the window before sits `sparse_fall_z` standard errors of
+    the two means (the pooled noise, with its memory) above this one, and the LR's warmup
+    plans it. Elsewhere a wander of AR(1) noise (the window before drawn high) read as a
+    fall as often as a slow decay did: healthy runs logged every 10 steps had three times
+    the false alarms. (The window's own halves are not asked to show the fall too: five
+    points a half, they missed it at the onset of a third of the events.)"""
+    prior, mean, n_prior, n = windows
+    slope, offset = line
+    if pooled is None or fall is None or planned is None:
+        return np.zeros(mean.shape), mean
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = pooled * fall.mean_widening * np.sqrt(1.0 / n_prior + 1.0 / n)
+        plain = planned & (n_prior >= 2) & (n >= 2)
+        plain &= (prior - mean) / spread >= thresholds.sparse_fall_z
+        plain &= np.isfinite(slope) & (slope < 0)
+        # never below where the loss just was, less `_RECENT_SE` of that mean's errors: a
+        # dip of AR(1) noise steepens the line as it lowers the window's mean, and the
+        # line read 3 sigma under the curve (the return from the dip read as a shift)
+        recent = np.full(mean.shape, -np.inf) if fall.recent is None else fall.recent
+        floor = np.nan_to_num(recent - _RECENT_SE * fall.recent_se * pooled, nan=-np.inf)
+        level = np.fmin(np.maximum(mean + slope * offset, floor), mean)
+        return np.where(plain, slope, 0.0), np.where(plain, level, mean)

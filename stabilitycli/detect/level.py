@@ -32,7 +32,12 @@ from stabilitycli.core import threads
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
-from stabilitycli.detect.fall_curve import FallReading, fall_z_with_windows, level_now
+from stabilitycli.detect.fall_curve import (
+    FallReading,
+    fall_z_with_windows,
+    level_now,
+    sparse_fall,
+)
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
@@ -67,6 +72,10 @@ class LocalLevel:
     rise_slope: np.ndarray
     line: np.ndarray
     near: np.ndarray
+    # a sparse log's fall (`fall_curve.sparse_fall`): its slope per step (0 where there is none
+    # to read) and the line read at the row (the mean where none)
+    fall_slope: np.ndarray
+    fall_line: np.ndarray
 
 
 # rows `local_level` works out at a time: its two dozen temporaries then cost a few MB,
@@ -209,6 +218,14 @@ def _local_level_rows(
             )
         )
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
+    fall_slope, fall_line = sparse_fall(
+        (prior, mean, n_prior, n),
+        (prior_slope, stats["x"] - stats["x_mean"]),
+        pooled,
+        fall,
+        planned,
+        thresholds,
+    )
     return LocalLevel(
         level=np.where(falling, level, mean),
         sigma=np.where(falling, fall_noise, std),
@@ -219,6 +236,8 @@ def _local_level_rows(
         # shows none they follow the noise's wander (a low of a few AR(1) points put them
         # 2 sigma under the mean, and a wander back up summed past the excess bar)
         near=np.where(enough, np.fmin(np.where(falling, level, cautious), mean), mean),
+        fall_slope=fall_slope,
+        fall_line=fall_line,
     )
 
 

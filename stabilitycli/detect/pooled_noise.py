@@ -14,6 +14,7 @@ def pooled_sigma(
     points: int,
     memory: NoiseMemory,
     cut: np.ndarray | None = None,
+    at_level: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """The loss noise before each point, from successive differences over `points` points.
 
@@ -30,12 +31,33 @@ def pooled_sigma(
     rows) is no noise. Only points before t count, as for the window's mean.
 
     NaN under `points` // 2 differences.
+
+    `at_level` (level points, least differences), for a fall the LR's warmup plans: the
+    noise of a loss is a share of it, and over a warmup the points of the pool's earlier
+    windows sit well above the ones now and vary more: a sigma pooled from their plain
+    differences came out 1.2-1.5x the noise at the row (a 5-sigma bump read as 4). The
+    changes are then taken relative to the loss around them and put back at the level
+    now (the mean of the level points before the row), and a pool of `least` changes
+    will do: a sparse warmup is over before a pool of many windows fills. A loss that is
+    not positive throughout (a signed objective) has no such share: taken as it is.
     """
     finite = np.where(np.isfinite(loss), loss, np.nan)
     step_change = np.concatenate(([np.nan], np.diff(finite)))
+    least = max(2, points // 2)
+    relative = at_level is not None and bool(np.all(~(finite <= 0.0)))  # NaN: no sign
+    if relative:
+        assert at_level is not None
+        least = max(2, min(at_level[1], points))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            step_change[1:] /= 0.5 * (finite[1:] + finite[:-1])
     if cut is not None:
         step_change[cut[(cut >= 0) & (cut < step_change.size)]] = np.nan
     change = pl.Series(step_change).fill_nan(None).shift(1)
-    least = max(2, points // 2)
     variance = change.rolling_var(points, min_samples=least).fill_null(np.nan).to_numpy()
-    return np.sqrt(variance / (2.0 * memory.difference_share))
+    sigma = np.sqrt(variance / (2.0 * memory.difference_share))
+    if relative:
+        assert at_level is not None
+        level = pl.Series(finite).fill_nan(None).shift(1)
+        level = level.rolling_mean(max(1, at_level[0]), min_samples=1).fill_null(np.nan)
+        sigma *= level.to_numpy()
+    return sigma

@@ -68,12 +68,22 @@ from stabilitycli.detect.windows import (
 _SCAN_CHUNK_POINTS = 256
 
 
+def carried_fall(candidates: np.ndarray, at: np.ndarray, fall: tuple[np.ndarray, KeptAt]):
+    """Per flagged point (rows) and each row `at` after it (columns): how far a sparse
+    log's plain fall (`_Baseline.carry`, per step, <= 0) has carried the curve down from
+    the flag; 0 where there is none."""
+    steps, carry = fall
+    ahead = steps[np.minimum(at, steps.size - 1)] - steps[candidates][:, None]
+    return carry[candidates][:, None] * ahead
+
+
 def _accumulated_excess(
     candidates: np.ndarray,
     loss: np.ndarray,
     mean: KeptAt,
     sigma: KeptAt,
     thresholds: Thresholds,
+    fall: tuple[np.ndarray, KeptAt] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per flagged point: the excess over its own frozen baseline, summed over it and the
     next logged points (`spike_excess_points` in all), in sigmas; their mean rise as a
@@ -92,6 +102,8 @@ def _accumulated_excess(
     inside = at < loss.size
     values = loss[np.minimum(at, loss.size - 1)]
     mu = mean[candidates][:, None]
+    if fall is not None:  # the curve carried on down from the flag (`_Baseline.carry`)
+        mu = mu + carried_fall(candidates, at, fall)
     sd = sigma[candidates][:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         z = np.where(np.isfinite(values), (values - mu) / sd, cap)
@@ -110,12 +122,13 @@ def _sustained(
     thresholds: Thresholds,
     memory: NoiseMemory,
     reference: KeptAt,
+    fall: tuple[np.ndarray, KeptAt] | None = None,
 ) -> np.ndarray:
     """Materiality (a), read as an accumulated excess rather than a run of flagged points,
     over `reference` (`_Baseline.near`), over three points or more (`bump_excess`)."""
     if candidates.size == 0:
         return np.zeros(0, dtype=bool)
-    excess, rise, lowest = _accumulated_excess(candidates, loss, reference, sigma, thresholds)
+    excess, rise, lowest = _accumulated_excess(candidates, loss, reference, sigma, thresholds, fall)
     # where sigma is its floor the floor, not the noise, sets the scale: no widening there
     floored = sigma[candidates] <= thresholds.sigma_floor_frac * np.abs(mean[candidates])
     bar = np.where(floored, thresholds.spike_excess_sigma, excess_bar_sigma(memory, thresholds))
@@ -127,7 +140,7 @@ def _sustained(
         return np.zeros(candidates.size, dtype=bool)
     three = (excess >= bar) & (lowest >= thresholds.spike_excess_min_sigma)
     three &= rise >= thresholds.spike_sustained_min_rise_frac
-    return three | sustained_longer(candidates, loss, reference, sigma, bar, thresholds)
+    return three | sustained_longer(candidates, loss, reference, sigma, bar, thresholds, fall)
 
 
 def _lone_blips(
@@ -171,6 +184,39 @@ def _blip_list(lone, events, steps, loss, mean, sigma) -> tuple[np.ndarray, np.n
     return all_steps[order], all_z[order]
 
 
+def _pooled_noise(
+    loss: np.ndarray,
+    first: int,
+    stop: int,
+    points: int,
+    memory: NoiseMemory,
+    changes: np.ndarray,
+    planned: np.ndarray | None,
+    thresholds: Thresholds,
+) -> np.ndarray:
+    """The pooled noise (`pooled_sigma`) at rows [first, stop); in the rows of the LR's
+    planned warmup read relative to the loss, at the level of a window's worth of points
+    before the row, from as few changes as `stable_std_points` (see `pooled_sigma`)."""
+    reach = max(0, first - points - 1)
+    pooled = pooled_sigma(loss[reach:stop], points, memory, changes - reach)[first - reach :]
+    if planned is None or not planned.any():
+        return pooled
+    # planned rows are the chunk's first ones: those up to the warmup's end and a window
+    last = first + int(np.flatnonzero(planned)[-1]) + 1
+    # a window's worth of points: a few drawn low by AR(1) noise took sigma down with them
+    level_points = max(1, points // thresholds.noise_level_windows)
+    warm = pooled_sigma(
+        loss[reach:last],
+        points,
+        memory,
+        changes - reach,
+        (level_points, thresholds.stable_std_points),
+    )[first - reach :]
+    return np.concatenate(
+        [np.where(planned[: warm.size], warm, pooled[: warm.size]), pooled[warm.size :]]
+    )
+
+
 @dataclass
 class _Baseline:
     candidates: np.ndarray  # rows above mu + k * sigma with a baseline
@@ -187,6 +233,9 @@ class _Baseline:
     # the trailing window's own mean (the level since a change, just after one): how far
     # it lags `near` says how fast the curve falls (`settle.curve_ahead`)
     trail: KeptAt
+    # a sparse log's plain fall, per step (0 elsewhere): an excess over the points after a
+    # flag is measured against the curve carried on down from it, not a level frozen there
+    carry: KeptAt
 
     # the rows judged against the level since a change, and where their sigma came from
     after: AfterChange = field(default_factory=AfterChange.none)
@@ -222,7 +271,8 @@ def _flag_above_baseline(
     window = thresholds.spike_window_steps
     first_row_step = steps[0] + (0 if plan.widened else window)
     found: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("rows", "mean", "sigma", "falling", "slope", "line", "near", "trail")
+        k: []
+        for k in ("rows", "mean", "sigma", "falling", "slope", "line", "near", "trail", "carry")
     }
     first_eligible_step = None
     # a sparse log's window of the last points is not restarted; its first points after a
@@ -244,17 +294,23 @@ def _flag_above_baseline(
     for first, stats in trailing_chunks(window_steps, loss, window, plan, WINDOW_NAMES):
         count = stats["count"]
         stop = first + count.size
+        planned = planned_fall_rows(steps[first:stop], lr_plan, window)
         pooled = None
         if pooled_points is not None:
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
-            reach = max(0, first - pooled_points - 1)
-            pooled = pooled_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
-            pooled = pooled[first - reach :]
+            pooled = _pooled_noise(
+                loss, first, stop, pooled_points, memory, changes, planned, thresholds
+            )
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
-        planned = planned_fall_rows(steps[first:stop], lr_plan, window)
         level = local_level(stats, thresholds, pooled, fall, planned)
         mean, sigma = level.level, level.sigma
+        # a sparse window lags a plain fall by half its span: the line through it and the
+        # window before follows the curve (`fall_curve.sparse_fall`)
+        # (carried on only where it is the level judged by: a local level under it
+        # already took the fall, and the two together took it twice)
+        carry = np.where(level.fall_line < mean, level.fall_slope, 0.0)
+        mean = np.where(carry < 0, level.fall_line, mean)
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
         if pooled is not None:
@@ -266,6 +322,8 @@ def _flag_above_baseline(
             trail[at] = after_level
             mean, sigma = mean.copy(), sigma.copy()
             mean[at], sigma[at], eligible[at] = after_level, after_sigma, True
+            carry = carry.copy()
+            carry[at] = 0.0  # the level since a change is flat
             level = replace_at(level, at, after_level)
         eligible &= steps[first:stop] > first_row_step
         eligible &= np.isfinite(mean)
@@ -285,9 +343,10 @@ def _flag_above_baseline(
         # a sparse window's halves and quarter are a few points each: their trend is noise
         found["near"].append((level.near if pooled is None else mean)[flagged])
         found["trail"].append(trail[flagged])
+        found["carry"].append(carry[flagged])
         # this chunk's arrays go before the next chunk's are computed beside them
         del stats, level, fall, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
-        del trail, planned
+        del trail, planned, carry
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -305,6 +364,7 @@ def _flag_above_baseline(
         changes,
         kept("near"),
         kept("trail"),
+        kept("carry"),
         after,
         pooled_points is not None,
     )
@@ -345,6 +405,7 @@ def _with_around(
         line=merged(baseline.line, around.level),
         near=merged(baseline.near, around.level),
         trail=merged(baseline.trail, around.level),
+        carry=merged(baseline.carry, zeros),
         around=around,
     )
 
@@ -455,6 +516,7 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "spike_sustained_min_rise_frac",
         "spike_persistent_min_rise_frac",
         "spike_window_steps",
+        "sparse_fall_z",
         "stable_std_points",
         "widened_window_points",
     ),
@@ -522,8 +584,13 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
     sparse log) a point is judged against the mean of the points since the drop, with
     the noise of the stretch before it scaled to the new level; in the LR's planned warmup
     and {spike_window_steps} steps after it a fall that quickens is the LR's doing, read
-    as a fall on half the proof; on a rising stretch, recovery is judged against the
-    rising trend. A point whose grad norm surged
+    as a fall on half the proof, and in a sparse log (too few points a window for its own
+    std) where the window before sits {sparse_fall_z:g} standard errors of the two means
+    above the trailing one, a point is judged against the line through the two means read
+    at it (never under the mean of the {level_recent_points} points before it, less two of
+    its standard errors) and the points after it against that line carried on, with the
+    noise pooled from the changes relative to the loss; on a rising stretch, recovery is
+    judged against the rising trend. A point whose grad norm surged
     ({grad_norm_spike_ratio:g}x within the {cause_lead_steps} steps before) is also
     judged against the curve around it, where the trailing window lags it (a warmup's
     fall that speeds up, an epoch drop inside the window): the median of the
@@ -609,9 +676,12 @@ def detect_spikes(view: SeriesView, thresholds: Thresholds, facts: Facts) -> Rul
         recent = recent_level(candidates, loss, baseline.changes, thresholds.level_change_points)
         near = baseline.near[candidates]
         # on a fast fall the points just before lag above the curve as the mean does
-        higher = np.where(baseline.falling[candidates] > 0, near, np.fmax(near, recent))
+        fall = (baseline.falling[candidates] > 0) | (baseline.carry[candidates] < 0)
+        higher = np.where(fall, near, np.fmax(near, recent))
         excess_over = KeptAt(loss.size, candidates, higher)
-    sustained = _sustained(candidates, loss, mean, sigma, thresholds, memory, excess_over)
+    sustained = _sustained(
+        candidates, loss, mean, sigma, thresholds, memory, excess_over, (steps, baseline.carry)
+    )
     settled_at: set[int] = set()
     if not np.any((loss < 0) & (loss > -np.inf)):  # a signed objective has no level to settle
         # a shift whose first points the noise drew low is sustained by where it settled
