@@ -9,6 +9,7 @@ import pytest
 from scipy.signal import lfilter
 
 from stabilitycli import analyze
+from stabilitycli.detect.divergence_power import POWER_EVIDENCE, best_power
 
 POINTS = 4000
 
@@ -81,9 +82,10 @@ def test_a_cubic_ramp_is_dated_too() -> None:
     assert abs(f.step - onset) <= 0.05 * length, (f.step, onset, length)
 
 
-def test_a_straight_ramp_keeps_the_straight_ramp_fit() -> None:
+@pytest.mark.parametrize(("seed", "interval", "rise"), [(7, 1, 0.25), (8, 10, 0.25), (9, 100, 0.5)])
+def test_a_straight_ramp_keeps_the_straight_ramp_fit(seed: int, interval: int, rise: float) -> None:
     """The power fit dates only a rise that accelerates: a straight one is the ramp fit's."""
-    frame, onset, length = falling_run(7, 1, 0.25, 0.5, power=1.0)
+    frame, onset, length = falling_run(seed, interval, rise, 0.5, power=1.0)
     f = divergences(frame)[0]
     assert "onset_fit" not in f.to_dict()["evidence"]
     assert abs(f.step - onset) <= 0.05 * length, (f.step, onset, length)
@@ -94,3 +96,26 @@ def test_a_healthy_falling_curve_has_no_divergence(interval: int, seed: int) -> 
     frame, _, _ = falling_run(seed, interval, rise=0.0)
     assert divergences(frame) == []
     assert analyze(frame).verdict.code == "healthy"
+
+
+def test_the_square_is_kept_unless_another_power_fits_clearly_better() -> None:
+    """A straight power that fits an accelerating rise about as well no longer wins by being
+    tried first (the rise was then dated by the straight ramp fit, late): the square is the
+    reference, and a gentler or steeper power replaces it by Akaike's evidence alone."""
+    starts = np.array([10.0, 20.0, 30.0, 40.0])
+    n = 1000
+    slightly = 1.0 - 0.5 * POWER_EVIDENCE / n  # better by half the evidence needed
+    clearly = 1.0 - 2.0 * POWER_EVIDENCE / n
+
+    def profile(p1: float, p3: float) -> list[tuple[int, np.ndarray]]:
+        return [
+            (1, np.array([9.0, 9.0, 9.0, p1])),
+            (2, np.array([9.0, 1.0, 9.0, 9.0])),
+            (3, np.array([p3, 9.0, 9.0, 9.0])),
+        ]
+
+    assert best_power(profile(slightly, 9.0), starts, n) == (1.0, 20.0, 2)
+    assert best_power(profile(clearly, 9.0), starts, n) == (clearly, 40.0, 1)
+    assert best_power(profile(9.0, clearly), starts, n) == (clearly, 10.0, 3)
+    assert best_power(profile(clearly, clearly * clearly), starts, n)[2] == 3
+    assert best_power([], starts, n) is None
