@@ -98,24 +98,25 @@ def test_a_healthy_falling_curve_has_no_divergence(interval: int, seed: int) -> 
     assert analyze(frame).verdict.code == "healthy"
 
 
-def test_the_square_is_kept_unless_another_power_fits_clearly_better() -> None:
-    """A straight power that fits an accelerating rise about as well no longer wins by being
-    tried first (the rise was then dated by the straight ramp fit, late): the square is the
-    reference, and a gentler or steeper power replaces it by Akaike's evidence alone."""
+def test_the_straight_power_no_longer_wins_by_being_tried_first() -> None:
+    """A square that fits an accelerating rise better than the straight power is kept even
+    when not better by Akaike's evidence (the straight power used to win by being tried
+    first, and the rise was then dated by the straight ramp fit, late); the cube, which
+    dates a start earlier still for almost the same error, needs that evidence."""
     starts = np.array([10.0, 20.0, 30.0, 40.0])
     n = 1000
     slightly = 1.0 - 0.5 * POWER_EVIDENCE / n  # better by half the evidence needed
     clearly = 1.0 - 2.0 * POWER_EVIDENCE / n
 
-    def profile(p1: float, p3: float) -> list[tuple[int, np.ndarray]]:
+    def profile(p1: float, p2: float, p3: float) -> list[tuple[int, np.ndarray]]:
         return [
             (1, np.array([9.0, 9.0, 9.0, p1])),
-            (2, np.array([9.0, 1.0, 9.0, 9.0])),
+            (2, np.array([9.0, p2, 9.0, 9.0])),
             (3, np.array([p3, 9.0, 9.0, 9.0])),
         ]
 
-    assert best_power(profile(slightly, 9.0), starts, n) == (1.0, 20.0, 2)
-    assert best_power(profile(clearly, 9.0), starts, n) == (clearly, 40.0, 1)
-    assert best_power(profile(9.0, clearly), starts, n) == (clearly, 10.0, 3)
-    assert best_power(profile(clearly, clearly * clearly), starts, n)[2] == 3
+    assert best_power(profile(1.0, slightly, 9.0), starts, n) == (slightly, 20.0, 2)
+    assert best_power(profile(slightly, 1.0, 9.0), starts, n) == (slightly, 40.0, 1)
+    assert best_power(profile(9.0, 1.0, slightly), starts, n) == (1.0, 20.0, 2)
+    assert best_power(profile(9.0, 1.0, clearly), starts, n) == (clearly, 10.0, 3)
     assert best_power([], starts, n) is None
