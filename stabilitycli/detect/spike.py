@@ -249,7 +249,13 @@ def _flag_above_baseline(
             # a window this sparse holds too few points for its own std: pool the noise
             # over the last several windows' worth of points instead
             reach = max(0, first - pooled_points - 1)
-            pooled = pooled_sigma(loss[reach:stop], pooled_points, memory, changes - reach)
+            pooled = pooled_sigma(
+                loss[reach:stop],
+                pooled_points,
+                memory,
+                changes - reach,
+                thresholds.level_change_points,
+            )
             pooled = pooled[first - reach :]
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
         planned = planned_fall_rows(steps[first:stop], lr_plan, window)
@@ -412,6 +418,8 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "level_change_points",
         "level_change_ratio",
         "level_change_sigma",
+        "level_change_short_points",
+        "level_change_short_se",
         "level_fall_speedup",
         "level_fall_z",
         "level_lag_sigma",
