@@ -196,7 +196,7 @@ class Thresholds:
         "level_change_points points out on either side (a fall that goes on is no step).",
     )
     level_change_short_points: int = threshold(
-        3,
+        4,
         "A step down whose new level held this many logged points or more, fewer than "
         "level_change_points, before a rise (a shift right after an epoch boundary hides "
         "it from the medians) is read from the mean of those points against the median of "

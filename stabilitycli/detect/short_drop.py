@@ -1,5 +1,5 @@
 """A step down whose new level held only a few logged points before an event rose over it
-(issue 36: a shift or bump 3-7 points after an epoch boundary).
+(issue 36: a shift or bump 4-7 points after an epoch boundary).
 
 `level.level_changes` reads a step from medians of `level_change_points` points either
 side. When a shift of about the drop's size starts a few points after the boundary, the
@@ -33,8 +33,8 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
     """The first rows of new levels that held `level_change_short_points` points or more
     (up to `level_change_points`): the mean of those points is under the median of the
     2 `level_change_points` points before by `level_change_frac` of it and
-    `level_change_short_se` standard errors, the first of them and their median are nearer
-    the new level than the old, none of them is twice the step down, and the step is
+    `level_change_short_se` standard errors, every one of them is nearer the new level than
+    the old and none twice the step down, and the step is
     `level_change_ratio` times the change between that median and the one before it (a
     fall that goes on is no step). Each count of points is tried: a dip that held longer
     has a steadier mean. The standard error is the larger of the one the noise's memory
@@ -63,7 +63,7 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
     passes = np.zeros(n, dtype=bool)
     for j in range(least, k):  # a few counts of points, each over every row at once
         after = at(finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
-        middle = at(finite.rolling_median(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
+        top = at(finite.rolling_max(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
         low = at(finite.rolling_min(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
         step = after - before
         se = noise * math.sqrt(memory.variance_factor(j) / j + before_var)
@@ -78,19 +78,19 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
                 & (step <= -thresholds.level_change_frac * np.abs(before))
                 & (step <= -thresholds.level_change_short_se * se)
                 & (-step >= thresholds.level_change_ratio * np.abs(before - prior))
-                # the first of the few, and most of them, nearer the new level than the
-                # old: a row before the drop is no start of it, and one high point among
-                # them (a spike right after the drop) leaves the new level where it was
-                & (values < before + step / 2.0)
-                & (middle < before + step / 2.0)
-                # and none of them twice as far down: one low outlier is no new level
+                # every one of the few nearer the new level than the old (a row before the
+                # drop is no start of it; heavy-tailed noise puts two or three low points
+                # among a few, seldom all of them), none twice as far down (one low outlier
+                # is no new level)
+                & (top < before + step / 2.0)
                 & (low > before + 2.0 * step)
             )
     rows = np.flatnonzero(passes)
     if rows.size == 0:
         return rows
     # rows pass around one step, with gaps where a high point sits among the few (a
-    # spike right after the drop): the first of those within k rows is the step's
+    # spike right after the drop): the first of those within k rows is the step's (the
+    # medians' row at the drop stands against a later one, `merge_short`)
     first = rows[np.concatenate([[True], np.diff(rows) > k])]
     return first.astype(np.int64)
 
