@@ -209,6 +209,18 @@ class Thresholds:
         "...and this multiple of the change between the medians a further "
         "level_change_points points out on either side (a fall that goes on is no step).",
     )
+    level_change_short_points: int = threshold(
+        4,
+        "A step down whose new level held this many logged points or more, fewer than "
+        "level_change_points, before a rise (a shift right after an epoch boundary hides "
+        "it from the medians) is read from the mean of those points against the median of "
+        "twice level_change_points points before...",
+    )
+    level_change_short_se: float = threshold(
+        5.0,
+        "...where that mean is this many standard errors (of the difference, with the "
+        "noise's memory) under the median, as well as level_change_frac under it (issue 36).",
+    )
     level_recent_points: int = threshold(
         5,
         "The local level of a dense log's fall is never below the mean of the loss over "

@@ -40,6 +40,7 @@ from stabilitycli.detect.fall_curve import (
 )
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
+from stabilitycli.detect.short_drop import merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
 # the longest medians a level change is read from, in `level_change_points`: a new level
@@ -372,6 +373,10 @@ def level_changes(
             longer = longer[(longer >= 2 * m) & (longer + 2 * m <= loss.size)]
             rows = _with_longer(rows, longer, m)
             span *= 2
+        # a new level that held a few points before an event rose over it (the medians
+        # straddle the dip and the event, and miss the step or place it early)
+        short = short_drops(loss[lo:hi], thresholds, memory)
+        rows = merge_short(loss[lo:hi], rows - lo, short, k) + lo
         return rows[(rows >= first) & (rows < first + chunk_rows)]
 
     # each chunk's changes are its own: two chunks at once where the pipeline lends a thread

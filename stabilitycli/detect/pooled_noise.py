@@ -15,6 +15,7 @@ def pooled_sigma(
     memory: NoiseMemory,
     cut: np.ndarray | None = None,
     at_level: tuple[int, int] | None = None,
+    level_points: int = 8,
 ) -> np.ndarray:
     """The loss noise before each point, from successive differences over `points` points.
 
@@ -28,7 +29,9 @@ def pooled_sigma(
     Neighbours that move together differ less than the noise is wide: without the
     (1 - rho_1) the sigma of AR(1)-like noise came out up to a quarter too small, and
     its wanders passed for bumps. A level change's own step (`cut`: the changes' first
-    rows) is no noise. Only points before t count, as for the window's mean.
+    rows) is no noise, and the changes before it count at the level after it (read over
+    its first `level_points` points), for the rows from there on. Only points before t
+    count, as for the window's mean.
 
     NaN under `points` // 2 differences.
 
@@ -43,21 +46,55 @@ def pooled_sigma(
     """
     finite = np.where(np.isfinite(loss), loss, np.nan)
     step_change = np.concatenate(([np.nan], np.diff(finite)))
+    cut = np.zeros(0, dtype=np.int64) if cut is None else cut[(cut >= 0) & (cut < loss.size)]
+    step_change[cut] = np.nan
     least = max(2, points // 2)
-    relative = at_level is not None and bool(np.all(~(finite <= 0.0)))  # NaN: no sign
-    if relative:
-        assert at_level is not None
+    if at_level is not None and bool(np.all(~(finite <= 0.0))):  # NaN: no sign
+        # relative changes: a level change's old level needs no rescaling
         least = max(2, min(at_level[1], points))
         with np.errstate(invalid="ignore", divide="ignore"):
             step_change[1:] /= 0.5 * (finite[1:] + finite[:-1])
-    if cut is not None:
-        step_change[cut[(cut >= 0) & (cut < step_change.size)]] = np.nan
-    change = pl.Series(step_change).fill_nan(None).shift(1)
-    variance = change.rolling_var(points, min_samples=least).fill_null(np.nan).to_numpy()
-    sigma = np.sqrt(variance / (2.0 * memory.difference_share))
-    if relative:
-        assert at_level is not None
+        variance = _rolling_var(step_change, points, least)
         level = pl.Series(finite).fill_nan(None).shift(1)
         level = level.rolling_mean(max(1, at_level[0]), min_samples=1).fill_null(np.nan)
-        sigma *= level.to_numpy()
-    return sigma
+        return np.sqrt(variance / (2.0 * memory.difference_share)) * level.to_numpy()
+    variance = _rolling_var(step_change, points, least)
+    for c in cut.tolist():  # a few level changes, each over the rows that pool across it
+        _rescaled_after(variance, finite, step_change, c, points, least, level_points)
+    return np.sqrt(variance / (2.0 * memory.difference_share))
+
+
+def _rolling_var(step_change: np.ndarray, points: int, least: int) -> np.ndarray:
+    """The variance of the `points` changes before each row (not its own)."""
+    change = pl.Series(step_change).fill_nan(None).shift(1)
+    return change.rolling_var(points, min_samples=least).fill_null(np.nan).to_numpy(writable=True)
+
+
+def _rescaled_after(
+    variance: np.ndarray,
+    finite: np.ndarray,
+    step_change: np.ndarray,
+    c: int,
+    points: int,
+    least: int,
+    level_points: int,
+) -> None:
+    """`variance` at the rows from `level_points` after the change at row `c` on, whose
+    pooled changes reach back across it, with the changes before it scaled to the new
+    level (the noise of a loss is a share of it: after a 20% drop, the changes of the
+    level before count the noise a quarter too wide, and hide a bump on the new one).
+    The new level is read over the `level_points` points from the change, all before the
+    rows rescaled; the rows before those are judged against the level since the change
+    (`after_change`)."""
+    first, stop = c + level_points, min(variance.size, c + points + 1)
+    if first >= stop or c < level_points:
+        return
+    with np.errstate(invalid="ignore"):
+        old = np.nanmedian(finite[c - level_points : c])
+        new = np.nanmedian(finite[c:first])
+    if not (np.isfinite(old) and np.isfinite(new) and old > 0 and new > 0):
+        return
+    lo = max(0, c - points - 1)
+    local = step_change[lo:stop].copy()
+    local[: c - lo] *= new / old
+    variance[first:stop] = _rolling_var(local, points, least)[first - lo :]

@@ -198,7 +198,13 @@ def _pooled_noise(
     planned warmup read relative to the loss, at the level of a window's worth of points
     before the row, from as few changes as `stable_std_points` (see `pooled_sigma`)."""
     reach = max(0, first - points - 1)
-    pooled = pooled_sigma(loss[reach:stop], points, memory, changes - reach)[first - reach :]
+    pooled = pooled_sigma(
+        loss[reach:stop],
+        points,
+        memory,
+        changes - reach,
+        level_points=thresholds.level_change_points,
+    )[first - reach :]
     if planned is None or not planned.any():
         return pooled
     # planned rows are the chunk's first ones: those up to the warmup's end and a window
@@ -473,6 +479,8 @@ def _first_at_or_below(values: np.ndarray, level: float, start: int) -> int | No
         "level_change_points",
         "level_change_ratio",
         "level_change_sigma",
+        "level_change_short_points",
+        "level_change_short_se",
         "level_fall_speedup",
         "level_fall_z",
         "level_lag_sigma",

@@ -1,0 +1,133 @@
+"""A step down whose new level held only a few logged points before an event rose over it
+(issue 36: a shift or bump 4-7 points after an epoch boundary).
+
+`level.level_changes` reads a step from medians of `level_change_points` points either
+side. When a shift of about the drop's size starts a few points after the boundary, the
+medians after it straddle the dip and the shifted level: no step is read, the trailing
+window keeps the old epoch, and the shift, about level with the old epoch, is no rise
+over it. The log does hold the new level, for those few points: their mean, against the
+median of the points before, shows the drop.
+
+A mean of a few points moves further by chance than a median of many, so the bar is
+counted in standard errors of that difference (with the noise's memory), not in
+point-to-point sigmas: a noise dip that deep over several points is far rarer than the
+false alarms a restarted window could make of it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.detect.autocorr import NoiseMemory
+
+# the rows (in `level_change_points`) over which the chance spread of the difference the
+# test reads is measured, before each row
+_SPREAD_ROWS = 16
+
+
+def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory) -> np.ndarray:
+    """The first rows of new levels that held `level_change_short_points` points or more
+    (up to `level_change_points`): the mean of those points is under the median of the
+    2 `level_change_points` points before by `level_change_frac` of it and
+    `level_change_short_se` standard errors, every one of them is nearer the new level than
+    the old and none twice the step down, and the step is
+    `level_change_ratio` times the change between that median and the one before it (a
+    fall that goes on is no step). Each count of points is tried: a dip that held longer
+    has a steadier mean. The standard error is the larger of the one the noise's memory
+    gives and the spread the same difference had over the rows before."""
+    k, least = int(thresholds.level_change_points), int(thresholds.level_change_short_points)
+    n, reach = values.size, 2 * k
+    if least < 2 or n < 2 * reach + k:
+        return np.zeros(0, dtype=np.int64)
+    finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
+    pad = np.full(2 * reach + k, np.nan)
+
+    def at(series: np.ndarray, offset: int) -> np.ndarray:  # series[i + offset] per row i
+        padded = np.concatenate([pad, series, pad])
+        return padded[pad.size + offset : pad.size + offset + n]
+
+    ending = finite.rolling_median(reach, min_samples=k + 1).fill_null(np.nan).to_numpy()
+    before, prior = at(ending, -1), at(ending, -reach - 1)
+    # the noise of one point from the mean step-to-step change (as `level_changes` reads
+    # it), undone of the memory that shrinks the changes between neighbours
+    change = finite.diff().abs()
+    noise = change.rolling_mean(8 * k, min_samples=k).fill_null(np.nan).to_numpy()
+    noise = np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)
+    noise /= math.sqrt(max(memory.difference_share, 0.05))
+    # a median has pi/2 the variance of a mean
+    before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
+    passes = np.zeros(n, dtype=bool)
+    for j in range(least, k):  # a few counts of points, each over every row at once
+        after = at(finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
+        top = at(finite.rolling_max(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
+        low = at(finite.rolling_min(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
+        step = after - before
+        se = noise * math.sqrt(memory.variance_factor(j) / j + before_var)
+        # and the spread the same difference had over the rows before (none of whose
+        # points it reads): a noise whose wander the measured memory understates moves
+        # it further than the model says
+        spread = pl.Series(step).fill_nan(None).rolling_std(_SPREAD_ROWS * k, min_samples=4 * k)
+        se = np.fmax(se, at(spread.fill_null(np.nan).to_numpy(), -j))
+        with np.errstate(invalid="ignore"):
+            passes |= (
+                (step < 0)
+                & (step <= -thresholds.level_change_frac * np.abs(before))
+                & (step <= -thresholds.level_change_short_se * se)
+                & (-step >= thresholds.level_change_ratio * np.abs(before - prior))
+                # every one of the few nearer the new level than the old (a row before the
+                # drop is no start of it; heavy-tailed noise puts two or three low points
+                # among a few, seldom all of them), none twice as far down (one low outlier
+                # is no new level)
+                & (top < before + step / 2.0)
+                & (low > before + 2.0 * step)
+            )
+    rows = np.flatnonzero(passes)
+    if rows.size == 0:
+        return rows
+    # rows pass around one step, with gaps where a high point sits among the few (a
+    # spike right after the drop): the first of those within k rows is the step's (the
+    # medians' row at the drop stands against a later one, `merge_short`)
+    first = rows[np.concatenate([[True], np.diff(rows) > k])]
+    return first.astype(np.int64)
+
+
+def merge_short(values: np.ndarray, rows: np.ndarray, short: np.ndarray, apart: int) -> np.ndarray:
+    """`rows` (the medians' changes) and the `short` ones; of a pair within `apart` rows,
+    the medians' row unless the loss drops there by less than half as much as at the short
+    one (the median of the `apart` points before the row less that of the `apart` from it
+    on). The medians' row can land before the drop, where they straddle the dip and an event
+    after it; a short one after an event right after the drop, whose end reads as a step
+    down too."""
+    if short.size == 0 or rows.size == 0:
+        return np.union1d(rows, short).astype(np.int64)
+    padded = np.concatenate([[np.iinfo(np.int64).min // 2], short, [np.iinfo(np.int64).max // 2]])
+    at = np.searchsorted(padded, rows)
+    left, right = padded[at - 1], padded[at]
+    other = np.where(rows - left <= right - rows, left, right)
+    paired = np.abs(other - rows) <= apart
+    depth = _drop_depth(values, np.concatenate([rows, other[paired]]), apart)
+    mine, theirs = depth[: rows.size][paired], depth[rows.size :]
+    # the medians' row stands where the loss is already nearer the new level from it on
+    # (its noise may draw the first point of the new level less deep than a later one's)
+    kept = mine >= theirs / 2.0
+    lost_short = other[paired][kept]
+    lost_rows = rows[paired][~kept]
+    kept_rows = np.setdiff1d(rows, lost_rows)
+    kept_short = np.setdiff1d(short, lost_short)
+    return np.union1d(kept_rows, kept_short).astype(np.int64)
+
+
+def _drop_depth(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Per row: the median of the `k` points before it less that of the `k` from it on
+    (-inf where either is missing). Medians: a spike right after the drop is no shallower
+    drop, nor a noisy first point of the new level."""
+    finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
+    ending = finite.rolling_median(k, min_samples=k // 2 + 1).fill_null(np.nan).to_numpy()
+    n = values.size
+    before = np.where(rows >= 1, ending[np.clip(rows - 1, 0, n - 1)], np.nan)
+    after = np.where(rows + k - 1 < n, ending[np.clip(rows + k - 1, 0, n - 1)], np.nan)
+    return np.nan_to_num(before - after, nan=-np.inf)
