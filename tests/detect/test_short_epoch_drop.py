@@ -91,11 +91,11 @@ def test_the_pooled_noise_after_a_drop_is_the_new_level_s():
     n, drop_at = 600, 300
     level = np.where(np.arange(n) < drop_at, 2.0, 1.5)
     loss = level * (1.0 + 0.02 * rng.standard_normal(n))
-    sigma = pooled_sigma(loss, 100, INDEPENDENT, np.array([drop_at]), 8)
+    sigma = pooled_sigma(loss, 100, INDEPENDENT, np.array([drop_at]), level_points=8)
     after = sigma[drop_at + 8 : drop_at + 100]
     assert np.all(np.abs(after / (0.02 * 1.5) - 1.0) < 0.2), after
     # without it (the new level read over more points than are pooled: never), a third
     # too wide; the rows before the new level is read are left as they were
-    plain = pooled_sigma(loss, 100, INDEPENDENT, np.array([drop_at]), 1000)
+    plain = pooled_sigma(loss, 100, INDEPENDENT, np.array([drop_at]), level_points=1000)
     assert np.median(plain[drop_at + 8 : drop_at + 50] / after[:42]) > 1.2
     assert np.allclose(sigma[: drop_at + 8], plain[: drop_at + 8], equal_nan=True)
