@@ -210,11 +210,7 @@ def _fitted_rise(
         if room.size < 2:
             return fit
         grid = room[np.unique(np.linspace(0, room.size - 1, POWER_FIT_STARTS).round().astype(int))]
-        # a power whose best start is the first one tried wants to start before the stretch
-        # (`room`), where the trend it carries on is not the curve's: the others are judged
-        profile = [
-            (p, sse) for p, sse in error_profile(x, y, trend, grid, suffix_sums) if np.argmin(sse)
-        ]
+        profile = error_profile(x, y, trend, grid, suffix_sums)
         best = best_power(profile, grid, x.size)
         if best is None:
             return fit

@@ -111,27 +111,15 @@ Profile = list[tuple[int, np.ndarray]]  # (power, squared error from each start)
 
 
 def best_power(profile: Profile, starts: np.ndarray, n: int) -> tuple[float, float, int] | None:
-    """(squared error, start, power) of the best fit of an `error_profile` over `starts`.
-
-    The straight power and the square are judged by their squared error alone; a steeper
-    power dates the start earlier for almost the same error (the rise's first part is
-    under the noise either way), so the cube replaces them only where it fits clearly
-    better (Akaike's evidence, n ln(ratio) >= `POWER_EVIDENCE`). The straight power used
-    to be kept unless the square beat it by that evidence: an accelerating rise it fitted
-    no better was then dated by the straight ramp fit, a fifth to half its length late
-    (#36)."""
-    fits = [
-        (float(sse[int(np.argmin(sse))]), float(starts[int(np.argmin(sse))]), p)
-        for p, sse in profile
-    ]
-    if not fits:
-        return None
-    reference = min((f for f in fits if f[2] <= REFERENCE_POWER), default=min(fits))
-    steeper = [f for f in fits if f[2] > reference[2] and _clearly_better(f[0], reference[0], n)]
-    return min(steeper) if steeper else reference
-
-
-REFERENCE_POWER = 2  # the steepest power judged by its squared error alone
+    """(squared error, start, power) of the best fit of an `error_profile` over `starts`."""
+    best: tuple[float, float, int] | None = None
+    for p, sse in profile:  # loop over a few shapes
+        i = int(np.argmin(sse))
+        # a steeper power dates the start earlier for almost the same error (the rise's first
+        # part is under the noise either way): it wins only by Akaike's evidence, n ln(ratio)
+        if best is None or _clearly_better(float(sse[i]), best[0], n):
+            best = (float(sse[i]), float(starts[i]), p)
+    return best
 
 
 # a start is as good as the best where n_eff ln(SSE / best SSE) stays under chi^2(1) at 95%:
