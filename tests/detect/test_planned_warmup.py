@@ -14,39 +14,16 @@ Each event case was missed before (a blip at the onset, or nothing).
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from stabilitycli import analyze
-from stabilitycli.core.model import Severity
 from stabilitycli.detect.level import planned_fall_rows
 from stabilitycli.detect.lr_plan import LrPlan
+from tests.detect._lm_benchmark_runs import alarms, write_csv
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 POINTS = 4000
 SIGMA = 0.01
-
-
-@pytest.fixture(scope="module")
-def synth():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("_dq_lm_synth")
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-def _csv(path: Path, frame) -> Path:
-    frame.to_pandas().to_csv(path, index=False)
-    return path
-
-
-def _alarms(result):
-    return [f for f in result.findings if f.severity in (Severity.WARNING, Severity.ERROR)]
 
 
 def test_rows_planned_are_the_warmup_and_a_window_after_its_peak():
@@ -78,9 +55,9 @@ def test_an_event_where_the_warmup_fall_quickens_is_a_spike(
     tmp_path, synth, kind, place, every, seed
 ):
     run = synth.event_lm(kind, 8 * SIGMA, place, POINTS, every, SIGMA, np.random.default_rng(seed))
-    result = analyze(_csv(tmp_path / "run.csv", run.frame))
+    result = analyze(write_csv(tmp_path / "run.csv", run.frame))
     onset = run.truth.onset
-    found = [f for f in _alarms(result) if f.code == "spike" and abs(f.step - onset) <= 2 * every]
+    found = [f for f in alarms(result) if f.code == "spike" and abs(f.step - onset) <= 2 * every]
     assert found, [f.message for f in result.findings]
     assert found[0].evidence["baseline_basis"] == "local-level"
 
@@ -91,5 +68,5 @@ def test_a_healthy_warmup_with_epoch_drops_stays_quiet(tmp_path, synth, shape, e
     for seed in range(3):
         rng = np.random.default_rng(1000 * seed + every)
         run = synth.healthy_lm(shape, POINTS, every, SIGMA, rng)
-        result = analyze(_csv(tmp_path / f"run{seed}.csv", run.frame))
-        assert not _alarms(result), [f.message for f in _alarms(result)]
+        result = analyze(write_csv(tmp_path / f"run{seed}.csv", run.frame))
+        assert not alarms(result), [f.message for f in alarms(result)]

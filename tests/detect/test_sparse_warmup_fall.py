@@ -15,42 +15,19 @@ tmp_path; each event case was a blip (or nothing) before.
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from stabilitycli import analyze
 from stabilitycli.core.config import Thresholds
-from stabilitycli.core.model import Severity
 from stabilitycli.detect.autocorr import noise_memory_of
 from stabilitycli.detect.fall_curve import FallReading, sparse_fall
 from stabilitycli.detect.pooled_noise import pooled_sigma
+from tests.detect._lm_benchmark_runs import alarms, write_csv
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 POINTS = 4000
 SIGMA = 0.01
 EVERY = 10
-
-
-@pytest.fixture(scope="module")
-def synth():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("_dq_lm_synth")
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-def _csv(path: Path, frame) -> Path:
-    frame.to_pandas().to_csv(path, index=False)
-    return path
-
-
-def _alarms(result):
-    return [f for f in result.findings if f.severity in (Severity.WARNING, Severity.ERROR)]
 
 
 @pytest.mark.parametrize(
@@ -70,9 +47,9 @@ def _alarms(result):
 def test_a_5_sigma_event_in_a_sparse_warmup_is_a_spike(tmp_path, synth, kind, place, seed):
     rng = np.random.default_rng(seed)
     run = synth.event_lm(kind, 5 * SIGMA, place, POINTS, EVERY, SIGMA, rng)
-    result = analyze(_csv(tmp_path / "run.csv", run.frame))
+    result = analyze(write_csv(tmp_path / "run.csv", run.frame))
     onset = run.truth.onset
-    found = [f for f in _alarms(result) if f.code == "spike" and abs(f.step - onset) <= 2 * EVERY]
+    found = [f for f in alarms(result) if f.code == "spike" and abs(f.step - onset) <= 2 * EVERY]
     assert found, [f.message for f in result.findings]
 
 
@@ -82,8 +59,8 @@ def test_a_healthy_sparse_warmup_stays_quiet(tmp_path, synth, every, sigma):
     for seed in range(4):
         rng = np.random.default_rng(500 + seed)
         run = synth.healthy_lm(("cosine", "linear", "wsd")[seed % 3], POINTS, every, sigma, rng)
-        result = analyze(_csv(tmp_path / f"run{seed}.csv", run.frame))
-        assert not _alarms(result), [f.message for f in _alarms(result)]
+        result = analyze(write_csv(tmp_path / f"run{seed}.csv", run.frame))
+        assert not alarms(result), [f.message for f in alarms(result)]
 
 
 def _reading() -> FallReading:
