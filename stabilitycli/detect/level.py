@@ -40,6 +40,7 @@ from stabilitycli.detect.fall_curve import (
 )
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
+from stabilitycli.detect.pooled_noise import trailing_change_noise
 from stabilitycli.detect.short_drop import merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -437,11 +438,7 @@ def _changes_in(
     # event on the new level (a bump or a shift right after an epoch drop), not a sign that
     # the loss never stepped down
     drift = np.fmax(np.abs(before - at(-k - 1)), after - at(2 * k - 1))
-    # the mean step-to-step change (a median costs several times more over a long log):
-    # sqrt(pi)/2 of it is sigma for normal noise, and a heavy tail only raises the bar
-    change = finite.diff().abs()
-    noise = change.rolling_mean(8 * k, min_samples=k).fill_null(np.nan).to_numpy()
-    noise = np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)
+    noise = trailing_change_noise(finite, k)
     with np.errstate(invalid="ignore"):
         passes = (
             (step < 0)  # a flat stretch at 0 (no level, no noise) meets every bar with 0

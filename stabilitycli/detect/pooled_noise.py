@@ -98,3 +98,14 @@ def _rescaled_after(
     local = step_change[lo:stop].copy()
     local[: c - lo] *= new / old
     variance[first:stop] = _rolling_var(local, points, least)[first - lo :]
+
+
+def trailing_change_noise(finite: pl.Series, points: int) -> np.ndarray:
+    """Per row, the noise of one point before it, from the mean absolute step-to-step
+    change over the `8 * points` changes before it (NaN under `points` of them): a median
+    costs several times more over a long log, sqrt(pi)/2 of the mean is sigma for normal
+    noise, and a heavy tail only raises a bar set in it. `finite`: the loss with non-finite
+    values as nulls."""
+    change = finite.diff().abs()
+    noise = change.rolling_mean(8 * points, min_samples=points).fill_null(np.nan).to_numpy()
+    return np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)

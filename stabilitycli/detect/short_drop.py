@@ -23,6 +23,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.autocorr import NoiseMemory
+from stabilitycli.detect.pooled_noise import trailing_change_noise
 
 # the rows (in `level_change_points`) over which the chance spread of the difference the
 # test reads is measured, before each row
@@ -54,9 +55,7 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
     before, prior = at(ending, -1), at(ending, -reach - 1)
     # the noise of one point from the mean step-to-step change (as `level_changes` reads
     # it), undone of the memory that shrinks the changes between neighbours
-    change = finite.diff().abs()
-    noise = change.rolling_mean(8 * k, min_samples=k).fill_null(np.nan).to_numpy()
-    noise = np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)
+    noise = trailing_change_noise(finite, k)
     noise /= math.sqrt(max(memory.difference_share, 0.05))
     # a median has pi/2 the variance of a mean
     before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
