@@ -204,16 +204,19 @@ def naive_spike_onsets(steps, loss, t: Thresholds) -> list[int]:
         sigma = max(0.0 if math.isnan(std[i]) else std[i], floor)
         if interval > 0 and window / interval < t.stable_std_points:
             # sparse windows take sigma from the successive differences of the points
-            # before i, pooled over several windows' worth of points
+            # before i, pooled over several windows' worth of points: their sample
+            # variance (around their mean, so a steady fall is not counted as noise)
             window_points = t.widened_window_points if widened else round(window / interval)
             pooled = max(t.stable_std_points, window_points * t.noise_level_windows)
-            squares = [
-                (loss[j] - loss[j - 1]) ** 2
+            changes = [
+                loss[j] - loss[j - 1]
                 for j in range(max(1, i - pooled), i)
                 if math.isfinite(loss[j]) and math.isfinite(loss[j - 1])
             ]
-            if len(squares) >= pooled // 2:
-                sigma = max(math.sqrt(sum(squares) / len(squares) / 2.0), floor)
+            if len(changes) >= max(2, pooled // 2):
+                mean_change = sum(changes) / len(changes)
+                variance = sum((c - mean_change) ** 2 for c in changes) / (len(changes) - 1)
+                sigma = max(math.sqrt(variance / 2.0), floor)
         threshold.append(mean[i] + k * sigma)
         sigmas.append(sigma)
     onsets, i = [], 0
