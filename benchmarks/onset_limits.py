@@ -1,6 +1,6 @@
-"""How well could ANY detector place the onsets that targets O2 and O3 ask for?
+"""How well could ANY detector place the onsets that targets O2, O3 and LO2 ask for?
 
-    .venv/bin/python benchmarks/onset_limits.py [--runs 200] [--stab-json dq.json]
+    .venv/bin/python benchmarks/onset_limits.py [--runs 200] [--lo2-runs 40] [--stab-json dq.json]
 
 An oracle, not a detector: on runs drawn by the same generators as
 `detection_quality.py` (same noise families, logging intervals and event
@@ -22,14 +22,20 @@ where the target asks for more than the log holds.
   delta = h / spread; the maximum-likelihood change point for a known jump
   maximises the sum of (z - delta / 2) from the candidate on.
 
+* LO2 (the LM families' accelerating ramps, issue #36): `_lo2_limits.py`, told
+  the curve, the ramp's x^2 shape and the noise's AR(1) coefficient, with and
+  without the ramp's length, prewhitened (GLS) and plain (OLS).
+
 With `--stab-json` (a `detection_quality.py --json` file) stab's measured
-value is printed beside the oracle's in each scope.
+value is printed beside the oracle's in each scope (LO2: also on the very runs
+both saw, read from its per-run records).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +52,7 @@ from _dq_synth import (
     real_residuals,
     single_run,
 )
+from _lo2_limits import lo2_md, lo2_records, stab_lo2
 from _paths import portable
 from detection_quality import DEFAULT_REAL_LOGS, INTERVALS, RAMP_SIZES, SIGMAS
 
@@ -177,10 +184,10 @@ def rank_oracle_error(case: Case, frame: pl.DataFrame, truth: Truth) -> int:
     return int(steps[int(np.argmax(gain))] - truth.onset)
 
 
-def stab_values(path: Path | None) -> dict[str, dict[str, float]]:
-    if path is None:
+def stab_values(saved: dict | None) -> dict[str, dict[str, float]]:
+    if saved is None:
         return {}
-    targets = json.loads(path.read_text())["targets"]
+    targets = saved["targets"]
     return {
         t["code"]: {scope: v["value"] for scope, v in t["scopes"].items()}
         for t in targets
@@ -352,11 +359,15 @@ def main() -> None:
         help="also run stab on the hardest O2 cells this many times a cell, as logged and "
         "with the level curve divided out",
     )
+    parser.add_argument(
+        "--lo2-runs", type=int, default=40, help="runs per LO2 cell (0: no LO2 section)"
+    )
     parser.add_argument("--out", type=Path, help="write the table and its reading as Markdown")
     parser.add_argument("--from-json", type=Path, help="the rows of a previous --json (no runs)")
     args = parser.parse_args()
     real = real_residuals(args.real_logs)
-    measured = stab_values(args.stab_json)
+    stab_saved = json.loads(args.stab_json.read_text()) if args.stab_json else None
+    measured = stab_values(stab_saved)
     saved = json.loads(args.from_json.read_text()) if args.from_json else {}
     # an earlier --json: its rows (a bare list in the first version) and its curve gap
     rows = saved if isinstance(saved, list) else saved.get("rows", [])
@@ -376,23 +387,44 @@ def main() -> None:
         gap = saved.get("gap")
     if gap:
         print(f"\nstab on the hardest O2 cells: {gap}")
+    lo2 = saved.get("lo2") if isinstance(saved, dict) else None
+    lo2_fresh = lo2 is None and args.lo2_runs > 0
+    if lo2_fresh:
+        started = time.perf_counter()
+        records = lo2_records(args.lo2_runs, args.seed)
+        lo2 = {"runs": args.lo2_runs, "records": records, "seconds": time.perf_counter() - started}
+    lo2_lines = (
+        lo2_md(lo2["records"], stab_lo2(stab_saved), lo2["runs"], lo2["seconds"]) if lo2 else []
+    )
+    print("\n".join(lo2_lines))
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "gap": gap}, indent=1))
+        args.json.write_text(json.dumps({"rows": rows, "gap": gap, "lo2": lo2}, indent=1))
     if args.out:
-        lines = [*_reading_md(runs, args, rows, measured, gap), "", *table_md(rows, measured), ""]
-        args.out.write_text(portable("\n".join(lines)))
+        lines = [
+            *_reading_md(runs, args, rows, measured, gap, lo2_fresh),
+            "",
+            *table_md(rows, measured),
+        ]
+        lines += ["", *lo2_lines] if lo2_lines else []
+        args.out.write_text(portable("\n".join([*lines, ""])))
 
 
 def _reading_md(
-    runs: int, args: argparse.Namespace, rows: list[dict], measured: dict, gap: dict | None
+    runs: int,
+    args: argparse.Namespace,
+    rows: list[dict],
+    measured: dict,
+    gap: dict | None,
+    lo2_fresh: bool,
 ) -> list[str]:
     # with --from-json the runs were made by an earlier command: its --runs is not this one's
-    shown = {k: v for k, v in vars(args).items() if v and not (k == "runs" and args.from_json)}
+    earlier = ("runs",) + (() if lo2_fresh else ("lo2_runs",)) if args.from_json else ()
+    shown = {k: v for k, v in vars(args).items() if v and k not in earlier}
     command = "python benchmarks/onset_limits.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in sorted(shown.items())
     )
     return [
-        "# What the log holds: onset limits for targets O2 and O3 (issue #11)",
+        "# What the log holds: onset limits for targets O2 and O3 (issue #11) and LO2 (#36)",
         "",
         "Written by `benchmarks/onset_limits.py`; rerun it rather than editing this file.",
         "",
