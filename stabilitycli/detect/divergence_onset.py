@@ -222,6 +222,8 @@ def _fitted_rise(
             # at the first start tried: the fit wanted to start before the stretch, where
             # the trend it carries on is not the curve's (a warmup, an earlier fall)
             return fit
+        if starts_in_a_deeper_fall(x, y, best[1]):
+            return fit
         # a straight rise is the ramp fit's own shape, which also lets it level off: the
         # power fit dates only a rise that accelerates, and only where it fits better
         if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, trend, float(guess), ramp_end):
@@ -241,6 +243,35 @@ def _fitted_rise(
             round(lag1, 2),
         )
     return fit
+
+
+# the level from a start on is read from this many bin medians of the points after it
+FALL_CHECK_BINS = 64
+# ...and a start is in the curve's fall where the loss then still fell by more than this
+# share of its lowest level (and by more than it rose after): a WSD cooldown or a cosine
+# tail under an accelerating rise falls a few percent after its start (9% measured on
+# the LM ramps of #36), the fast early fall of a run a half or more
+DEEPER_FALL_FRAC = 0.25
+
+
+def starts_in_a_deeper_fall(x: np.ndarray, y: np.ndarray, start: float) -> bool:
+    """Whether the loss, from `start` on, first falls by more than `DEEPER_FALL_FRAC` of
+    its lowest level and by more than it then rises to the end of the log (bin medians
+    of the points after the start): a rise dated there begins inside the curve's own
+    fall, fitted because the trend under it (a decay fitted to a few points before)
+    misses that fall's shape, not because the loss turned there. Such a start is no
+    onset: a straight ramp 11,500 steps into a run whose early exponential fall the decay
+    did not follow was dated at step 2,870, where the loss then still fell by half its
+    level before it rose a quarter (#36, O2). A signed loss has no level to take a
+    share of: never."""
+    after = x >= start
+    count = int(np.count_nonzero(after))
+    if count < 3 * FALL_CHECK_BINS:
+        return False
+    medians = bin_medians(x[after], y[after], count // FALL_CHECK_BINS).values
+    lowest = float(np.min(medians))
+    drop = float(medians[0]) - lowest
+    return lowest > 0 and drop > DEEPER_FALL_FRAC * lowest and drop > float(medians[-1]) - lowest
 
 
 ONSET_FALL_FRAC = 0.05

@@ -11,11 +11,23 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def synth():
-    """benchmarks/_dq_lm_synth, imported from its folder (a script's module, not a package)."""
+def _bench_module(name: str):
+    """A module of benchmarks/, imported from its folder (a script's module, not a
+    package), the folder on the path while the tests use it."""
     sys.path.insert(0, str(BENCH))
     try:
-        yield importlib.import_module("_dq_lm_synth")
+        yield importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def synth():
+    """The LM families' generator (benchmarks/_dq_lm_synth)."""
+    yield from _bench_module("_dq_lm_synth")
+
+
+@pytest.fixture(scope="module")
+def grid_synth():
+    """The #11 grid's generator (benchmarks/_dq_synth)."""
+    yield from _bench_module("_dq_synth")
