@@ -62,10 +62,22 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
     passes = np.zeros(n, dtype=bool)
     for j in range(least, k):  # a few counts of points, each over every row at once
         after = at(finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
-        top = at(finite.rolling_max(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
-        low = at(finite.rolling_min(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
         step = after - before
         se = noise * math.sqrt(memory.variance_factor(j) / j + before_var)
+        with np.errstate(invalid="ignore"):
+            # what the step alone must pass (the bar in standard errors only rises with the
+            # spread below): on most logs no row does, and the rolling max, min and spread
+            # of a long log are not read at all
+            deep = (
+                (step < 0)
+                & (step <= -thresholds.level_change_frac * np.abs(before))
+                & ~(step > -thresholds.level_change_short_se * se)
+                & (-step >= thresholds.level_change_ratio * np.abs(before - prior))
+            )
+        if not deep.any():
+            continue
+        top = at(finite.rolling_max(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
+        low = at(finite.rolling_min(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
         # and the spread the same difference had over the rows before (none of whose
         # points it reads): a noise whose wander the measured memory understates moves
         # it further than the model says
@@ -73,10 +85,8 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
         se = np.fmax(se, at(spread.fill_null(np.nan).to_numpy(), -j))
         with np.errstate(invalid="ignore"):
             passes |= (
-                (step < 0)
-                & (step <= -thresholds.level_change_frac * np.abs(before))
+                deep
                 & (step <= -thresholds.level_change_short_se * se)
-                & (-step >= thresholds.level_change_ratio * np.abs(before - prior))
                 # every one of the few nearer the new level than the old (a row before the
                 # drop is no start of it; heavy-tailed noise puts two or three low points
                 # among a few, seldom all of them), none twice as far down (one low outlier
