@@ -40,7 +40,7 @@ from stabilitycli.detect.fall_curve import (
 )
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
-from stabilitycli.detect.pooled_noise import trailing_change_noise
+from stabilitycli.detect.pooled_noise import ChunkLoss
 from stabilitycli.detect.short_drop import merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 
@@ -356,7 +356,8 @@ def level_changes(
 
     def chunk_changes(first: int) -> np.ndarray:
         lo, hi = max(0, first - reach), min(loss.size, first + chunk_rows + reach)
-        rows = _changes_in(loss[lo:hi], k, thresholds, wander) + lo
+        chunk = ChunkLoss(loss[lo:hi])
+        rows = _changes_in(chunk, k, thresholds, wander) + lo
         # medians of m times as many points move 1/sqrt(m) as far by chance: a step that
         # noise of a few % of the level (or its wander) hides from the k-point medians passes
         # there at the same odds, where the new level held for that many points (a drop of
@@ -368,7 +369,7 @@ def level_changes(
             # moved back no further than the 2 k medians move theirs: the end of an event
             # of a few dozen points reads as a step down, and 4 k rows back from it lies
             # the level before the event
-            longer = _changes_in(loss[lo:hi], m, thresholds, wide, min(m, 2 * k)) + lo
+            longer = _changes_in(chunk, m, thresholds, wide, min(m, 2 * k)) + lo
             # only where the medians further out exist on both sides, so that a fall that
             # goes on (the first points of a warmup) is told from a step
             longer = longer[(longer >= 2 * m) & (longer + 2 * m <= loss.size)]
@@ -376,8 +377,8 @@ def level_changes(
             span *= 2
         # a new level that held a few points before an event rose over it (the medians
         # straddle the dip and the event, and miss the step or place it early)
-        short = short_drops(loss[lo:hi], thresholds, memory)
-        rows = merge_short(loss[lo:hi], rows - lo, short, k) + lo
+        short = short_drops(loss[lo:hi], thresholds, memory, chunk)
+        rows = merge_short(chunk, rows - lo, short, k) + lo
         return rows[(rows >= first) & (rows < first + chunk_rows)]
 
     # each chunk's changes are its own: two chunks at once where the pipeline lends a thread
@@ -411,7 +412,7 @@ def _memory_widening(memory: NoiseMemory, k: int) -> float:
 
 
 def _changes_in(
-    values: np.ndarray,
+    chunk: ChunkLoss,
     k: int,
     thresholds: Thresholds,
     wander: float = 1.0,
@@ -420,12 +421,12 @@ def _changes_in(
     """The first rows of the new levels where the medians of `k` points either side pass
     the bars of `level_changes`; `back`: the points `_first_of_new_level` reads (`k`
     without it)."""
+    values = chunk.values
     n = values.size
     if k < 2 or n < 4 * k:
         return np.zeros(0, dtype=np.int64)
-    finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
     # ending[j]: the median of values[j - k + 1 .. j]; padded so that every shift is a slice
-    ending = finite.rolling_median(k, min_samples=k // 2 + 1).fill_null(np.nan).to_numpy()
+    ending = chunk.medians_ending(k, k // 2 + 1)
     padded = np.concatenate([np.full(2 * k, np.nan), ending, np.full(2 * k, np.nan)])
 
     def at(offset: int) -> np.ndarray:  # ending[i + offset] for every row i
@@ -438,7 +439,7 @@ def _changes_in(
     # event on the new level (a bump or a shift right after an epoch drop), not a sign that
     # the loss never stepped down
     drift = np.fmax(np.abs(before - at(-k - 1)), after - at(2 * k - 1))
-    noise = trailing_change_noise(finite, k)
+    noise = chunk.change_noise(k)
     with np.errstate(invalid="ignore"):
         passes = (
             (step < 0)  # a flat stretch at 0 (no level, no noise) meets every bar with 0

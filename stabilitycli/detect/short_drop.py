@@ -23,14 +23,19 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.autocorr import NoiseMemory
-from stabilitycli.detect.pooled_noise import trailing_change_noise
+from stabilitycli.detect.pooled_noise import ChunkLoss
 
 # the rows (in `level_change_points`) over which the chance spread of the difference the
 # test reads is measured, before each row
 _SPREAD_ROWS = 16
 
 
-def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory) -> np.ndarray:
+def short_drops(
+    values: np.ndarray,
+    thresholds: Thresholds,
+    memory: NoiseMemory,
+    chunk: ChunkLoss | None = None,
+) -> np.ndarray:
     """The first rows of new levels that held `level_change_short_points` points or more
     (up to `level_change_points`): the mean of those points is under the median of the
     2 `level_change_points` points before by `level_change_frac` of it and
@@ -39,24 +44,25 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
     `level_change_ratio` times the change between that median and the one before it (a
     fall that goes on is no step). Each count of points is tried: a dip that held longer
     has a steadier mean. The standard error is the larger of the one the noise's memory
-    gives and the spread the same difference had over the rows before."""
+    gives and the spread the same difference had over the rows before. `chunk`: `values`
+    with the medians and noise the level-change search read from them."""
     k, least = int(thresholds.level_change_points), int(thresholds.level_change_short_points)
     n, reach = values.size, 2 * k
     if least < 2 or n < 2 * reach + k:
         return np.zeros(0, dtype=np.int64)
-    finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
+    chunk = chunk or ChunkLoss(values)
+    finite = chunk.finite
     pad = np.full(2 * reach + k, np.nan)
 
     def at(series: np.ndarray, offset: int) -> np.ndarray:  # series[i + offset] per row i
         padded = np.concatenate([pad, series, pad])
         return padded[pad.size + offset : pad.size + offset + n]
 
-    ending = finite.rolling_median(reach, min_samples=k + 1).fill_null(np.nan).to_numpy()
+    ending = chunk.medians_ending(reach, k + 1)
     before, prior = at(ending, -1), at(ending, -reach - 1)
     # the noise of one point from the mean step-to-step change (as `level_changes` reads
     # it), undone of the memory that shrinks the changes between neighbours
-    noise = trailing_change_noise(finite, k)
-    noise /= math.sqrt(max(memory.difference_share, 0.05))
+    noise = chunk.change_noise(k) / math.sqrt(max(memory.difference_share, 0.05))
     # a median has pi/2 the variance of a mean
     before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
     passes = np.zeros(n, dtype=bool)
@@ -104,7 +110,7 @@ def short_drops(values: np.ndarray, thresholds: Thresholds, memory: NoiseMemory)
     return first.astype(np.int64)
 
 
-def merge_short(values: np.ndarray, rows: np.ndarray, short: np.ndarray, apart: int) -> np.ndarray:
+def merge_short(chunk: ChunkLoss, rows: np.ndarray, short: np.ndarray, apart: int) -> np.ndarray:
     """`rows` (the medians' changes) and the `short` ones; of a pair within `apart` rows,
     the medians' row unless the loss drops there by less than half as much as at the short
     one (the median of the `apart` points before the row less that of the `apart` from it
@@ -118,7 +124,7 @@ def merge_short(values: np.ndarray, rows: np.ndarray, short: np.ndarray, apart: 
     left, right = padded[at - 1], padded[at]
     other = np.where(rows - left <= right - rows, left, right)
     paired = np.abs(other - rows) <= apart
-    depth = _drop_depth(values, np.concatenate([rows, other[paired]]), apart)
+    depth = _drop_depth(chunk, np.concatenate([rows, other[paired]]), apart)
     mine, theirs = depth[: rows.size][paired], depth[rows.size :]
     # the medians' row stands where the loss is already nearer the new level from it on
     # (its noise may draw the first point of the new level less deep than a later one's)
@@ -130,13 +136,12 @@ def merge_short(values: np.ndarray, rows: np.ndarray, short: np.ndarray, apart: 
     return np.union1d(kept_rows, kept_short).astype(np.int64)
 
 
-def _drop_depth(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+def _drop_depth(chunk: ChunkLoss, rows: np.ndarray, k: int) -> np.ndarray:
     """Per row: the median of the `k` points before it less that of the `k` from it on
     (-inf where either is missing). Medians: a spike right after the drop is no shallower
     drop, nor a noisy first point of the new level."""
-    finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
-    ending = finite.rolling_median(k, min_samples=k // 2 + 1).fill_null(np.nan).to_numpy()
-    n = values.size
+    ending = chunk.medians_ending(k, k // 2 + 1)
+    n = chunk.values.size
     before = np.where(rows >= 1, ending[np.clip(rows - 1, 0, n - 1)], np.nan)
     after = np.where(rows + k - 1 < n, ending[np.clip(rows + k - 1, 0, n - 1)], np.nan)
     return np.nan_to_num(before - after, nan=-np.inf)
