@@ -9,7 +9,8 @@ module level (here or in `commands/`), so `stab --help` and every TAB a shell
 asks to complete stay instant; nor is pydantic, which typer would import to
 convert option values that need no converting (`commands/_params.py`). `main()` also
 sets the memory allocators of polars and pyarrow (`ALLOCATOR_SETTINGS`: the command's
-only, and why) and how often the garbage collector runs (`GC_FIRST_THRESHOLD`).
+only, and why), holds glibc's own to one arena (`one_malloc_arena`), and sets how often
+the garbage collector runs (`GC_FIRST_THRESHOLD`).
 """
 
 from __future__ import annotations
@@ -220,6 +221,31 @@ ALLOCATOR_SETTINGS = {
     ),
 }
 
+# glibc's mallopt option for the most arenas (malloc.h: M_ARENA_MAX)
+_M_ARENA_MAX = -8
+
+
+def one_malloc_arena() -> None:
+    """Hold glibc's allocator, which numpy's arrays come from, to one arena.
+
+    glibc gives a thread that allocates while another holds the lock an arena of its own
+    (up to 8 a core), and memory freed in an arena stays with it. The reader's thread, a
+    rule's chunk threads and the rules run at once each free temporaries of megabytes
+    into their own arenas, which the next thread cannot reuse: a 10M-row log's peak was
+    0.99-1.08 GB against 0.86-0.87 GB with one arena, the same document, and no slower
+    (user and system time alike). Linux with glibc only, and only where the user has not
+    set MALLOC_ARENA_MAX (glibc read it at start; this call would override it).
+    """
+    if sys.platform != "linux" or "MALLOC_ARENA_MAX" in os.environ:
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc: nothing to set
+        return
+    mallopt(_M_ARENA_MAX, 1)
+
 
 # Start-up builds some 10^5 objects that live as long as the process (modules, classes, the
 # functions dataclasses generate) and leaves almost no cyclic garbage. At the default first
@@ -234,6 +260,7 @@ def main() -> None:
     if "polars" not in sys.modules and "pyarrow" not in sys.modules:
         for name, value in ALLOCATOR_SETTINGS.items():
             os.environ.setdefault(name, value)
+    one_malloc_arena()
     # the command's own process only, as the allocators above: a library caller keeps its own
     gc.set_threshold(GC_FIRST_THRESHOLD, *gc.get_threshold()[1:])
     try:
