@@ -22,11 +22,12 @@ do not cancel.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from math import comb
 from typing import Any
 
 import numpy as np
+
+from stabilitycli.core.records import dataclass
 
 # straight, accelerating as t^2 and as t^3; a straight best is left to the ramp fit
 RISE_POWERS = (1, 2, 3)

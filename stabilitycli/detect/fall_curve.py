@@ -29,12 +29,12 @@ window before it (`fall_z_with_windows`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NoiseMemory, inflation
 
 # the correlation taken out is at most this: a logger's smoothing (rho near 1) would

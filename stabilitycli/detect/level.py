@@ -23,13 +23,13 @@ import dataclasses
 import math
 import threading
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core import threads
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
 from stabilitycli.detect.fall_curve import (

@@ -24,11 +24,11 @@ scale's range in every output reads this object (`ledger_of`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect import windows
 from stabilitycli.detect.series import SeriesView
 

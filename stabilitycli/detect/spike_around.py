@@ -24,11 +24,10 @@ it a spike, as Q2.3 says.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.level_floor import may_reach
 from stabilitycli.detect.spike_causes import CauseContext, lead_max

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import polars as pl
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.pointwise import Pointwise
 
 
