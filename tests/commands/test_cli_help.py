@@ -172,6 +172,7 @@ LAZY_FOR_ONE_SERIES = (
     "yaml",
     "pydantic",
     "rich.markdown",
+    "ctypes.util",  # malloc_trim is looked up under a memory cap only
 )
 
 
