@@ -55,8 +55,8 @@ else:
 
         def wrap(made: type) -> type:
             if order or unsafe_hash or slots or _over_foreign_dataclass(made):
-                flags.update(order=order, unsafe_hash=unsafe_hash, slots=slots)
-                return dataclasses.dataclass(made, **flags, **more)
+                rest = dict(order=order, unsafe_hash=unsafe_hash, slots=slots)
+                return dataclasses.dataclass(made, **flags, **rest, **more)
             return _record(made, flags, **more)
 
         return wrap if cls is None else wrap(cls)
