@@ -8,9 +8,9 @@ verdict with its summary and the step where the event began.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from stabilitycli.core.model import Finding, PathStep, Severity
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.facts import EvalSeries
 from stabilitycli.detect.kinds.eval import EVAL_NONFINITE, OVERFITTING
 

@@ -9,10 +9,11 @@ docs/rules.md read the whole table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
 from stabilitycli.detect.kinds.eval import EVAL_NONFINITE, OVERFITTING

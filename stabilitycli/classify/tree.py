@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from stabilitycli.classify.evals import EvalAnswer, nonfinite_answer, overfitting_answer
@@ -48,6 +48,7 @@ from stabilitycli.core.model import (
     Verdict,
 )
 from stabilitycli.core.numfmt import step_runs
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU

@@ -17,7 +17,6 @@ taken in by moving the pin once that test passes on it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, get_args
 
@@ -25,6 +24,8 @@ from typer import _click
 from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
 from typer._param_types import coerce_cli_choice
 from typer.core import TyperCommand, TyperGroup, _TyperParameter
+
+from stabilitycli.core.records import dataclass
 
 # `_as_given`'s answer for a value that typer's own conversion has to see
 _CONVERT = object()

@@ -9,7 +9,6 @@ and every result names their URIs.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -24,6 +23,7 @@ from stabilitycli.commands._common import (
 )
 from stabilitycli.commands.bars import progress_wanted, with_sweep_bar
 from stabilitycli.core.errors import StabInputError, StabUsageError, visible
+from stabilitycli.core.records import dataclass
 from stabilitycli.report.formats import Format
 
 if TYPE_CHECKING:

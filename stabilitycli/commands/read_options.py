@@ -15,12 +15,13 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
 from stabilitycli.core.errors import StabUsageError
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from stabilitycli.ingest.options import ReadOptions

@@ -22,10 +22,10 @@ import math
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from stabilitycli.core.errors import StabUsageError
+from stabilitycli.core.records import dataclass
 
 AGGREGATES = ("max", "min", "mean", "last")
 SIDES = ("candidate", "baseline")

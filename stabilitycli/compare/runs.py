@@ -32,7 +32,7 @@ curves use the noise shrunk by the smoother and `smoothed_noise_band_sigmas`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ from stabilitycli.compare.expect import Check, CheckResult
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import jsonable
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.deviation import (
     Aligned,
     Judgement,

@@ -10,7 +10,8 @@ others stay available under their raw names.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from stabilitycli.core.records import dataclass
 
 # canonical metric -> raw keys, most preferred first. Keys are compared after
 # `normalise_key` (lower case, single spaces).

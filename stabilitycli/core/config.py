@@ -8,10 +8,11 @@ Unknown names are refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import Any
 
 from stabilitycli.core.errors import StabUsageError
+from stabilitycli.core.records import dataclass
 
 
 def threshold(default: Any, doc: str) -> Any:

@@ -12,7 +12,8 @@ printed with the mapping; the keys not chosen are listed beside it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from stabilitycli.core.records import dataclass
 
 # how the best key is chosen; said in the mapping note so the choice can be checked
 RULE = (

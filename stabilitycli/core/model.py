@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from enum import IntEnum
 from typing import Any
 
 from stabilitycli.core.quantities import quantities
 from stabilitycli.core.quantity_schema import COMMON, Evidence, Schema
+from stabilitycli.core.records import dataclass
 
 
 class Severity(IntEnum):

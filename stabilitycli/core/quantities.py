@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from stabilitycli.core.quantity_schema import FINDING_METRIC, By, EachItem, Schema, Spec
+from stabilitycli.core.records import dataclass
 
 
 class _Kind(Protocol):

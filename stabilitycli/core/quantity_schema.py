@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from functools import cached_property
 from typing import Any, Union
+
+from stabilitycli.core.records import dataclass
 
 FINDING_METRIC = "@metric"  # the finding's own `metric`
 

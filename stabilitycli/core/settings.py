@@ -16,12 +16,13 @@ import difflib
 import os
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from stabilitycli.core.config import THRESHOLD_NAMES, Thresholds
 from stabilitycli.core.errors import StabUsageError
+from stabilitycli.core.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ std worth the name), scaled to the new level: the noise of a loss is a share of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.level import LocalLevel
 

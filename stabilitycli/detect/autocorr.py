@@ -17,13 +17,13 @@ rho_k is modelled as `share * decay**k`: an AR(1) part of the noise (its memory
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from stabilitycli.detect.series import SeriesView

@@ -23,12 +23,12 @@ non-finite value on one side only is always outside.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.errors import StabUsageError
+from stabilitycli.core.records import dataclass
 
 RESIDUAL_POINTS = 21  # rolling median the residual is measured around (points)
 NOISE_WINDOW_POINTS = 101  # points the local noise RMS is taken over

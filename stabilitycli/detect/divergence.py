@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Skip
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, loss_noise_memory
 from stabilitycli.detect.divergence_onset import onset, past_the_fall
 from stabilitycli.detect.facts import Facts, TrendScan

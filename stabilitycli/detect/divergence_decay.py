@@ -4,11 +4,11 @@ fits (detect/divergence_onset.py) carry on under the rise."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.trend import bin_medians
 
 

@@ -35,6 +35,7 @@ from stabilitycli.detect.divergence_power import (
 )
 from stabilitycli.detect.divergence_ramp import clip_wild, ramp_pair, sums_at
 from stabilitycli.detect.trend import Binned, bin_medians
+from stabilitycli.frame import plain_numpy
 
 
 def onset(
@@ -209,7 +210,9 @@ def _fitted_rise(
         room = x[(x >= earliest) & (x <= latest) & (x < end)]
         if room.size < 2:
             return fit
-        grid = room[np.unique(np.linspace(0, room.size - 1, POWER_FIT_STARTS).round().astype(int))]
+        grid = room[
+            plain_numpy.unique(np.linspace(0, room.size - 1, POWER_FIT_STARTS).round().astype(int))
+        ]
         profile = error_profile(x, y, trend, grid, suffix_sums)
         best = best_power(profile, grid, x.size)
         if best is None:

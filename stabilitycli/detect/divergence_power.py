@@ -22,11 +22,13 @@ do not cancel.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from math import comb
 from typing import Any
 
 import numpy as np
+
+from stabilitycli.core.records import dataclass
+from stabilitycli.frame import plain_numpy
 
 # straight, accelerating as t^2 and as t^3; a straight best is left to the ramp fit
 RISE_POWERS = (1, 2, 3)
@@ -188,7 +190,7 @@ def error_profile(
     gram = design.T @ design
     along = design.T @ y
     # the trend's columns at a few points across the stretch, where its fall is checked
-    probe = np.unique(np.linspace(0, n - 1, TREND_PROBES).round().astype(int))
+    probe = plain_numpy.unique(np.linspace(0, n - 1, TREND_PROBES).round().astype(int))
     probed, probe_u = design[probe], u[probe]
     del design
     total = float(y @ y)

@@ -9,6 +9,7 @@ import numpy as np
 
 from stabilitycli.detect.divergence_decay import Decay, running_median_rows
 from stabilitycli.detect.trend import running_sum_from, suffix_sum_from
+from stabilitycli.frame import plain_numpy
 
 RAMP_START_CANDIDATES = 256  # first pass of the ramp fit: start steps tried on a grid
 RAMP_END_CANDIDATES = 64  # end steps tried (the last one is the end of the log)
@@ -62,7 +63,7 @@ def ramp_pair(
     end_grid = np.quantile(later, np.linspace(0, 1, RAMP_END_CANDIDATES))
     ends = np.unique(np.concatenate([end_grid, x[-1:]]))
     start_at = np.linspace(0, starts.size - 1, RAMP_START_CANDIDATES).round().astype(int)
-    grid = starts[np.unique(start_at)]
+    grid = starts[plain_numpy.unique(start_at)]
     best_ramp = _ramp_fitter(x, y, decay)
     best = best_ramp(grid, ends)
     if best is None:

@@ -7,8 +7,10 @@ is derived from those declarations. The classifier reads the finished object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import TYPE_CHECKING, Any, TypedDict
+
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from stabilitycli.detect.kinds.divergence import TrendEvidence

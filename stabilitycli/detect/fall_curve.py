@@ -29,13 +29,14 @@ window before it (`fall_z_with_windows`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NoiseMemory, inflation
+from stabilitycli.frame import plain_numpy
 
 # the correlation taken out is at most this: a logger's smoothing (rho near 1) would
 # otherwise blow the estimate up from a tiny difference
@@ -87,7 +88,8 @@ def difference_noise(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.n
 
 def _recent_mean(loss: np.ndarray, points: int) -> np.ndarray:
     """Per row, the mean of the finite values among the `points` rows before it."""
-    finite = pl.Series(np.where(np.isfinite(loss), loss, np.nan)).fill_nan(None).shift(1)
+    finite = plain_numpy.series(np.where(np.isfinite(loss), loss, np.nan))
+    finite = finite.fill_nan(None).shift(1)
     return finite.rolling_mean(points, min_samples=1).fill_null(np.nan).to_numpy()
 
 

@@ -25,6 +25,7 @@ from stabilitycli.detect.kinds.learning import (
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import median_interval
+from stabilitycli.frame import plain_numpy
 
 # the robust sigma of a normal sample from its median absolute deviation
 _MAD_TO_SIGMA = 1.4826
@@ -120,7 +121,8 @@ def detect_no_learning(view: SeriesView, thresholds: Thresholds, facts: Facts) -
         )
         return result
     first, last = loss[start : start + width], loss[-width:]
-    first_level, last_level = float(np.median(first)), float(np.median(last))
+    first_level = float(plain_numpy.median(first))
+    last_level = float(plain_numpy.median(last))
     sigma = _diff_sigma(loss[start:])
     fall = first_level - last_level
     decrease_sigmas = fall / sigma if sigma > 0 else (math.inf if fall > 0 else 0.0)
@@ -207,8 +209,9 @@ def _diff_sigma(values: np.ndarray) -> float:
     # both medians sort the differences where they lie (a median's own copy was a second
     # copy of the log): the first reorders them, which changes no deviation's value, and
     # the deviations then overwrite them. One copy of the log at a time, not three
-    np.abs(np.subtract(diff, np.median(diff, overwrite_input=True), out=diff), out=diff)
-    mad = float(np.median(diff, overwrite_input=True))
+    middle = plain_numpy.median(diff, overwrite_input=True)
+    np.abs(np.subtract(diff, middle, out=diff), out=diff)
+    mad = float(plain_numpy.median(diff, overwrite_input=True))
     return _MAD_TO_SIGMA * mad / math.sqrt(2)
 
 
@@ -268,7 +271,7 @@ def _vanished_grad(
         return None
     steps, grad = steps[first:], grad[first:]
     share = float(np.mean(grad < thresholds.grad_vanish_norm))
-    return share, float(np.median(grad)), [int(steps[0]), int(steps[-1])]
+    return share, float(plain_numpy.median(grad)), [int(steps[0]), int(steps[-1])]
 
 
 @rule(

@@ -23,13 +23,12 @@ import dataclasses
 import math
 import threading
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from stabilitycli.core import threads
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect import windows
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, noise_memory_of
 from stabilitycli.detect.fall_curve import (
@@ -43,6 +42,7 @@ from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.pooled_noise import ChunkLoss
 from stabilitycli.detect.short_drop import merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
+from stabilitycli.frame import plain_numpy
 
 # the longest medians a level change is read from, in `level_change_points`: a new level
 # that held for this many times as many points (see `level_changes`)
@@ -313,7 +313,7 @@ class LevelAt(Pointwise):
         chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
         out = np.empty(rows.shape)
         chunk_of = rows // chunk_rows
-        for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
+        for chunk in plain_numpy.unique(chunk_of).tolist():  # the chunks read, not every chunk
             if self._kept is None or self._kept[0] != chunk:
                 self._kept = None  # the chunk kept goes before the next one is computed
                 stats = trailing_chunk_at(
@@ -449,10 +449,10 @@ def _changes_in(
         )
     if not passes.any():
         return np.zeros(0, dtype=np.int64)
-    depth = pl.Series(np.where(passes, step, np.nan)).fill_nan(None)
+    depth = plain_numpy.series(np.where(passes, step, np.nan)).fill_nan(None)
     deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
     rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)
-    return np.unique(_first_of_new_level(values, rows, k if back is None else back))
+    return plain_numpy.unique(_first_of_new_level(values, rows, k if back is None else back))
 
 
 def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
@@ -502,12 +502,16 @@ def _first_of_new_level(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndar
     # catch_warnings swaps the process's filters: chunks worked out at once take turns here
     with _FILTERS_SWAPPED, np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN stretch: no move
-        old = np.nanmedian(take(rows[:, None] - half - np.arange(1, k + 1)[None, :]), axis=1)
-        new = np.nanmedian(take(rows[:, None] + np.arange(k)[None, :]), axis=1)
+        old = plain_numpy.nanmedian(
+            take(rows[:, None] - half - np.arange(1, k + 1)[None, :]), axis=1
+        )
+        new = plain_numpy.nanmedian(take(rows[:, None] + np.arange(k)[None, :]), axis=1)
         mid = ((old + new) / 2.0)[:, None]
         offsets = np.arange(-2 * k, 1)
         at = rows[:, None] + offsets[None, :]
-        next_three = np.nanmedian(take(at[:, :, None] + np.arange(3)[None, None, :]), axis=2)
+        next_three = plain_numpy.nanmedian(
+            take(at[:, :, None] + np.arange(3)[None, None, :]), axis=2
+        )
         here = take(at)
         # a lone point of the new level before a bump: nearer it than a dip of the old goes
         quarter = (new + (old - new) / 4.0)[:, None]
@@ -553,6 +557,6 @@ def ratio_reference(
     enough = np.isfinite(values).sum(axis=1) > 0
     median = np.full(at.size, np.nan)
     if enough.any():
-        median[enough] = np.nanmedian(values[enough], axis=1)
+        median[enough] = plain_numpy.nanmedian(values[enough], axis=1)
     out[falling] = np.fmin(out[falling], median)
     return out

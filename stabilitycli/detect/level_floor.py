@@ -22,6 +22,7 @@ import polars as pl
 from stabilitycli.detect import windows
 from stabilitycli.detect.level import LevelAt
 from stabilitycli.detect.windows import window_max_at
+from stabilitycli.frame import plain_numpy
 
 # what the least value is shrunk by before it stands for the level: the level's own
 # rounding (a compensated running mean) is some 1e-15 of it
@@ -54,7 +55,7 @@ def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
         reach = int(np.searchsorted(steps, steps[first] - level.window_steps, side="left"))
     else:
         reach = max(0, first - plan.reach_rows)
-    frame = pl.DataFrame({"step": steps[reach:stop], "v": level.values[reach:stop]})
+    frame = plain_numpy.frame({"step": steps[reach:stop], "v": level.values[reach:stop]})
     v = pl.when(pl.col("v").is_finite()).then(pl.col("v"))
     if plan.by_step:
         least = v.rolling_min_by("step", f"{int(level.window_steps)}i", closed="left")

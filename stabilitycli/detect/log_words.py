@@ -19,12 +19,11 @@ and the post-mortem alike (spec 8, "Words"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from stabilitycli.core.metric_names import words
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.series import SeriesView
 
 

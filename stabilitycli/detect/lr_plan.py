@@ -8,11 +8,12 @@ change a verdict; the rest is said where the LR is described.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect import windows
 from stabilitycli.detect.series import SeriesView
 

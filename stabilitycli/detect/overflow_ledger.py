@@ -24,13 +24,14 @@ scale's range in every output reads this object (`ledger_of`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect import windows
 from stabilitycli.detect.series import SeriesView
+from stabilitycli.frame import plain_numpy
 
 SOURCES = ("message", "grad-norm", "skip-counter", "scale-fall")
 _MESSAGE, _GRAD, _COUNTER, _FALL = range(4)
@@ -374,7 +375,7 @@ def _scale_story(
     if c_steps.size:
         # the counter intervals that hold a fall between logged points and read 0
         at = np.searchsorted(c_steps, hi[~own])
-        at = np.unique(at[at < c_steps.size])
+        at = plain_numpy.unique(at[at < c_steps.size])
         hidden = int(np.count_nonzero(c_values[at] == 0))
     # the last scale that is no attempted one, found without a copy of the scales
     plain = ~t_attempted

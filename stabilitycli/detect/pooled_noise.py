@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.detect.autocorr import NoiseMemory
+from stabilitycli.frame import plain_numpy
 
 
 def pooled_sigma(
@@ -55,7 +56,7 @@ def pooled_sigma(
         with np.errstate(invalid="ignore", divide="ignore"):
             step_change[1:] /= 0.5 * (finite[1:] + finite[:-1])
         variance = _rolling_var(step_change, points, least)
-        level = pl.Series(finite).fill_nan(None).shift(1)
+        level = plain_numpy.series(finite).fill_nan(None).shift(1)
         level = level.rolling_mean(max(1, at_level[0]), min_samples=1).fill_null(np.nan)
         return np.sqrt(variance / (2.0 * memory.difference_share)) * level.to_numpy()
     variance = _rolling_var(step_change, points, least)
@@ -66,7 +67,7 @@ def pooled_sigma(
 
 def _rolling_var(step_change: np.ndarray, points: int, least: int) -> np.ndarray:
     """The variance of the `points` changes before each row (not its own)."""
-    change = pl.Series(step_change).fill_nan(None).shift(1)
+    change = plain_numpy.series(step_change).fill_nan(None).shift(1)
     return change.rolling_var(points, min_samples=least).fill_null(np.nan).to_numpy(writable=True)
 
 
@@ -110,7 +111,8 @@ class ChunkLoss:
 
     def __init__(self, values: np.ndarray) -> None:
         self.values = values
-        self.finite = pl.Series(np.where(np.isfinite(values), values, np.nan)).fill_nan(None)
+        finite = plain_numpy.series(np.where(np.isfinite(values), values, np.nan))
+        self.finite = finite.fill_nan(None)
         self._medians: dict[tuple[int, int], np.ndarray] = {}
         self._noise: dict[int, np.ndarray] = {}
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Any
 
 from stabilitycli.core.model import Finding, FindingKind, Skip
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from stabilitycli.core.config import Thresholds

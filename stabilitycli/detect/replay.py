@@ -20,7 +20,7 @@ their restarts (one per rank) to one event per (resumed_from, reached) pair.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Restart
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.deviation import judge, window_noise
 from stabilitycli.frame import SEGMENT
 

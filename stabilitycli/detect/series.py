@@ -8,13 +8,14 @@ from, only this view.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from stabilitycli.core.model import Restart, Skip, SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame import RunData
 
 

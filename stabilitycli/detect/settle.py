@@ -26,6 +26,7 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.carried_curve import fitted_curve
 from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.windows import ForwardMedian
+from stabilitycli.frame import plain_numpy
 
 # candidates gathered at a time (each with up to _MAX_SPAN points after it)
 _BLOCK = 2048
@@ -130,7 +131,9 @@ def settled_reading(
         level[part] = settled_level(values, base[part], sigma[part], thresholds)
         with warnings.catch_warnings():  # a stretch of NaN only has no median: NaN
             warnings.simplefilter("ignore", RuntimeWarning)
-            first[part] = np.nanmedian(values[:, : thresholds.recovery_median_points], axis=1)
+            first[part] = plain_numpy.nanmedian(
+                values[:, : thresholds.recovery_median_points], axis=1
+            )
         following[part] = values[:, min(1, offsets.size - 1)]
     return level, first, following, base, fitted, whole
 
@@ -243,7 +246,7 @@ def recent_level(
     values = np.where((at >= start[:, None]) & np.isfinite(values), values, np.nan)
     with warnings.catch_warnings():  # no point since the change: NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmedian(values, axis=1)
+        return plain_numpy.nanmedian(values, axis=1)
 
 
 def back_on_curve(

@@ -24,6 +24,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.pooled_noise import ChunkLoss
+from stabilitycli.frame import plain_numpy
 
 # the rows (in `level_change_points`) over which the chance spread of the difference the
 # test reads is measured, before each row
@@ -118,7 +119,8 @@ def merge_short(chunk: ChunkLoss, rows: np.ndarray, short: np.ndarray, apart: in
     after it; a short one after an event right after the drop, whose end reads as a step
     down too."""
     if short.size == 0 or rows.size == 0:
-        return np.union1d(rows, short).astype(np.int64)
+        # np.union1d(rows, short), without numpy.ma (`frame.plain_numpy`)
+        return plain_numpy.unique(np.concatenate((rows, short), axis=None)).astype(np.int64)
     padded = np.concatenate([[np.iinfo(np.int64).min // 2], short, [np.iinfo(np.int64).max // 2]])
     at = np.searchsorted(padded, rows)
     left, right = padded[at - 1], padded[at]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 import numpy as np
@@ -10,6 +10,7 @@ import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Skip
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.after_change import AfterChange, after_change_baseline, replace_at
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
 from stabilitycli.detect.bump_end import bump_ended
@@ -63,6 +64,7 @@ from stabilitycli.detect.windows import (
     plan_window,
     trailing_chunks,
 )
+from stabilitycli.frame import plain_numpy
 
 # extent/recovery scans look ahead in chunks, never over the whole tail
 _SCAN_CHUNK_POINTS = 256
@@ -390,7 +392,7 @@ def _with_around(
     assert baseline.first_eligible_step is not None
     rows = surge_rows(steps, ctx, thresholds)
     rows = rows[steps[rows] >= baseline.first_eligible_step]
-    rows = np.setdiff1d(rows, baseline.candidates)  # flagged by the trailing window already
+    rows = plain_numpy.setdiff(rows, baseline.candidates)  # flagged by the trailing window already
     around = flag_around(loss, rows, baseline.changes, thresholds, memory, noise_points)
     if around.rows.size == 0:
         return baseline

@@ -24,14 +24,14 @@ it a spike, as Q2.3 says.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.level_floor import may_reach
 from stabilitycli.detect.spike_causes import CauseContext, lead_max
+from stabilitycli.frame import plain_numpy
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def surge_rows(steps: np.ndarray, ctx: CauseContext, thresholds: Thresholds) -> 
     hi = np.searchsorted(steps, g_steps[open_at] + lead, side="right")
     sizes = np.maximum(hi - lo, 0)
     within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    rows = np.unique(np.repeat(lo, sizes) + within)
+    rows = plain_numpy.unique(np.repeat(lo, sizes) + within)
     if rows.size == 0:
         return rows.astype(np.int64)
     ratio = lead_max(steps, ctx.grad_ratio, lead, rows)
@@ -121,7 +121,7 @@ def flag_around(
     rows, values, used, start = rows[enough], values[enough], used[enough], start[enough]
     if rows.size == 0:
         return AroundPoints.none()
-    level = np.nanmedian(values, axis=1)
+    level = plain_numpy.nanmedian(values, axis=1)
     # the first and last rows the median read
     first = rows + offsets[np.argmax(used, axis=1)]
     last = rows + offsets[offsets.size - 1 - np.argmax(used[:, ::-1], axis=1)]

@@ -4,7 +4,6 @@ loss's steps."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from typing import overload
 
@@ -12,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from stabilitycli.core.config import Thresholds
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.kinds.spike import (
     CAUSE_CODES,

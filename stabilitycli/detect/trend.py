@@ -11,11 +11,11 @@ tolerant of heavy-tailed noise and the cost bounded.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
 from stabilitycli.core import threads
+from stabilitycli.core.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import polars as pl
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.pointwise import Pointwise
+from stabilitycli.frame import plain_numpy
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def _trailing_chunk(
         # steps from the chunk's first row, so that a mean of steps keeps its last digits
         columns["x"] = (steps[reach:stop] - steps[reach]).astype(np.float64)
     # non-finite values become null inside polars, in one pass and no numpy copy
-    source = pl.DataFrame(columns).with_columns(
+    source = plain_numpy.frame(columns).with_columns(
         pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
     )
     out: dict[str, np.ndarray] = {}
@@ -235,7 +236,7 @@ class TrailingAt(Pointwise):
         chunk_rows = CHUNK_ROWS  # read at call time, as trailing_chunks reads it
         out = np.empty(rows.shape)
         chunk_of = rows // chunk_rows
-        for chunk in np.unique(chunk_of).tolist():  # the chunks read, not every chunk
+        for chunk in plain_numpy.unique(chunk_of).tolist():  # the chunks read, not every chunk
             if self._kept is None or self._kept[0] != chunk:
                 self._kept = None  # the chunk kept goes before the next one is computed
                 first = chunk * chunk_rows
@@ -470,7 +471,7 @@ def rolling_median_at(
     positions = np.concatenate([np.zeros(window_points, dtype=np.int64), positions.ravel()])
     present = positions >= 1
     gathered = values[np.where(present, positions - 1, 0)]
-    windows = pl.DataFrame({"v": gathered, "present": present}).select(
+    windows = plain_numpy.frame({"v": gathered, "present": present}).select(
         pl.when(pl.col("present")).then(pl.col("v")).alias("v")
     )["v"]
     medians = windows.rolling_median(window_points, min_samples=min_samples)
@@ -479,7 +480,7 @@ def rolling_median_at(
 
 
 def _trailing_median_frame(steps: np.ndarray, values: np.ndarray, window_steps: int) -> pl.Series:
-    frame = pl.DataFrame({"step": steps, "v": values})
+    frame = plain_numpy.frame({"step": steps, "v": values})
     median = pl.col("v").rolling_median_by("step", window_size=f"{window_steps}i", closed="left")
     return frame.select(median)["v"]
 

@@ -19,7 +19,7 @@ casting, restarts, merging of sparse rows, and the row accounting.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import cast
 
 import numpy as np
@@ -28,6 +28,7 @@ import polars as pl
 from stabilitycli.core import aliases
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Restart, SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame import step_fraction
 from stabilitycli.frame.join import joined
 from stabilitycli.frame.lines import SourceLines

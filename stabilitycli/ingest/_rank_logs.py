@@ -10,12 +10,12 @@ warnings of every file are carried over, so nothing read is lost from view.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import Rejection, Restart, SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.options import ReadOptions
 
 if TYPE_CHECKING:

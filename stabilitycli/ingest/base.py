@@ -10,9 +10,10 @@ may take and its words in `stab analyze --help`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from stabilitycli.frame import RunData

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import os
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.limits import InputLimits, limit_hit
 
 if TYPE_CHECKING:

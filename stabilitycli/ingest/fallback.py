@@ -23,11 +23,11 @@ A family that reads rows but finds no loss never wins over one that finds a loss
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stabilitycli.core.errors import StabInputError, from_the_input, input_error_from
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.formats import ENTRIES, reader
 from stabilitycli.ingest.options import ReadOptions
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from stabilitycli.core.errors import os_reason
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.limits import InputLimits, limit_hit, limits_in_force
 
 

@@ -12,9 +12,10 @@ a hang. docs/limits.md lists them; a test keeps that page and this class in step
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.records import dataclass
 
 ENV_PREFIX = "STAB_LIMIT_"
 MiB = 1024 * 1024

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.dtype import dtype_option
 from stabilitycli.ingest.limits import InputLimits
 

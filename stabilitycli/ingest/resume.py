@@ -20,8 +20,10 @@ Each decision carries its reason in words, for the notes a user reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import pairwise
+
+from stabilitycli.core.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from stabilitycli.core.errors import NOT_ERRORS, StabInputError, internal_error_message, visible
+from stabilitycli.core.records import dataclass
 
 # directories that are themselves one run (a store, a log dir) are not descended
 # into; a TensorBoard sniff accepts any tree with event files somewhere below, so

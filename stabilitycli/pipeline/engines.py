@@ -8,8 +8,8 @@ sits above the two, so neither imports the other. Ray is imported only when aske
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.pipeline import batch
 from stabilitycli.pipeline.batch import BatchSettings, RunResult
 

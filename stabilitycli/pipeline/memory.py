@@ -12,8 +12,6 @@ reuse is kept, which is faster on a machine that backs memory on first touch
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import os
 from pathlib import Path
@@ -88,6 +86,10 @@ def _read_limit(path: Path) -> int | None:
 def _malloc_trim():
     if os.name != "posix":
         return None
+    # asked under a memory cap only: a run without one never loads ctypes.util
+    import ctypes
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
         return libc.malloc_trim

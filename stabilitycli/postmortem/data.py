@@ -10,7 +10,7 @@ the data cannot say (which tokens were in the batch, the lesson) is left as
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from stabilitycli.classify.remedies import remedies_for
 from stabilitycli.classify.tree import log_shows
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Analysis, Finding
+from stabilitycli.core.records import dataclass
 from stabilitycli.core.settings import sentence
 from stabilitycli.detect.kinds.divergence import DIVERGENCE
 from stabilitycli.detect.kinds.nan import NAN, NAN_COUNT

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import numpy as np
 from stabilitycli.classify.remedies import FP16_MAX
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Analysis, Finding
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.mixed_precision import FP16_OVERFLOW
 from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.series import SeriesView
 from stabilitycli.detect.windows import value_at_or_before
 from stabilitycli.postmortem.hypotheses import Hypothesis

@@ -15,8 +15,9 @@ import re
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
+
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

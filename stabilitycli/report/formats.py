@@ -14,11 +14,11 @@ for the option's choices and must stay instant.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from stabilitycli.core.model import Analysis, Severity
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

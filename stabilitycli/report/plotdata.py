@@ -17,7 +17,7 @@ also gets its own marker.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from stabilitycli.core import numfmt
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.errors import StabUsageError
 from stabilitycli.core.model import Analysis
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.kinds.divergence import DIVERGENCE
 from stabilitycli.detect.kinds.nan import NAN
 from stabilitycli.detect.kinds.schedule import LR_INCREASING, LR_JUMP

@@ -15,11 +15,12 @@ import hashlib
 import json
 import os
 import stat as stat_mode
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.folders import WalkReport, walk
 
 

@@ -33,13 +33,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import Severity
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest import remote
 from stabilitycli.pipeline import batch
 from stabilitycli.pipeline.batch import BatchSettings, RunResult, first_bad_step

@@ -10,10 +10,11 @@ earlier that a later judgment no longer finds is said once as `withdrawn`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from stabilitycli.core.model import Analysis, Finding, Severity
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.kinds.spike import GRAD_NORM_JUMP, LOSS_JUMP, SPIKE
 
 EventKey = tuple[str, int | None, int | None]

@@ -17,11 +17,12 @@ the runs joined.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Analysis
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.alerts import Alert
 from stabilitycli.watch.loop import Clock, Watch

@@ -10,8 +10,10 @@ and each follower's tests check it at random cut points.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Protocol
+
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:
     from stabilitycli.frame import RunData

@@ -10,9 +10,9 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.watch.alerts import Alert
 
 # seconds a hook may take: a stuck receiver or command must not stop the watch

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Analysis, Severity
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NOISE_MEMORY_KEY
 from stabilitycli.watch.alerts import Alert, AlertBook
 from stabilitycli.watch.follow import Follower, Poll

@@ -17,10 +17,11 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.follow import Poll
 from stabilitycli.watch.tail import LINE_FORMATS, TailKeeper, headed, read_tail

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.errors import StabInputError, StabUsageError
 from stabilitycli.core.model import Analysis
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.folders import list_folder, walk
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.alerts import TAIL_RULES, Alert

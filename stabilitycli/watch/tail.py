@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.options import ReadOptions
 
 # readers that take any run of whole lines as a log: the tail is their last lines

@@ -172,6 +172,8 @@ LAZY_FOR_ONE_SERIES = (
     "yaml",
     "pydantic",
     "rich.markdown",
+    "ctypes.util",  # malloc_trim is looked up under a memory cap only
+    "numpy.ma",  # frame.plain_numpy: a small log's medians, sets and Series without it
 )
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import COUNT, LABEL, STEP, STEPS, Evidence, measure
+from stabilitycli.core.records import dataclass
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -3,7 +3,7 @@ norm's rising trend."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
@@ -20,6 +20,7 @@ from stabilitycli.core.quantity_schema import (
     over,
     two,
 )
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.kinds.schedule import LR_INCREASING
 
 RULE = "divergence"

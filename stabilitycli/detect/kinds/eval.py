@@ -3,10 +3,11 @@ while the training loss fell (§4)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import COUNT, STEP, STEPS, Evidence, Spec, measure, over, two
+from stabilitycli.core.records import dataclass
 
 EVAL_NONFINITE_RULE = "eval-nonfinite"
 OVERFITTING_RULE = "overfitting"

@@ -3,7 +3,7 @@ collapsed to zero."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
@@ -21,6 +21,7 @@ from stabilitycli.core.quantity_schema import (
     over,
     two,
 )
+from stabilitycli.core.records import dataclass
 
 
 @dataclass(frozen=True, eq=False, repr=False)

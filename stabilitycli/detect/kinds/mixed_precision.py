@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
@@ -16,6 +16,7 @@ from stabilitycli.core.quantity_schema import (
     Spec,
     measure,
 )
+from stabilitycli.core.records import dataclass
 
 RULE = "loss-scale"
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import ABSENT, COUNT, STEP, Evidence, Spec, measure
+from stabilitycli.core.records import dataclass
 
 # the evidence key that counts the NaN points (beside `pos_inf` and `neg_inf`)
 NAN_COUNT = "nan"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import field, make_dataclass
+import types
+from dataclasses import field
 from typing import Any
 
 from stabilitycli.core.model import FindingKind, Severity
@@ -19,6 +20,7 @@ from stabilitycli.core.quantity_schema import (
     over,
     two,
 )
+from stabilitycli.core.records import dataclass
 
 RULE = "ranks"
 
@@ -43,42 +45,43 @@ def _rank_evidence(name: str, value: Spec, cohort: Spec, robust_z: Spec, shift: 
     def sometimes(what: Spec | Any) -> Any:
         return field(default=ABSENT, metadata=measure(what))
 
-    made = make_dataclass(
-        name,
-        [
-            ("value", float | str | None, number(value)),  # the rank's own level
-            ("cohort_median", float | str | None, number(cohort)),
-            ("robust_z", float | str | None, number(robust_z)),
-            ("mean_shift", float | str | None, number(shift)),
-            ("ranks_reporting", int, number(COUNT)),
-            ("recovered_step", int | None, number(STEP)),
-            ("pair", list[int], sometimes(LABEL)),  # two ranks disagree; neither is blamed
-            ("cohort_nonfinite_step", int | None, sometimes(STEP)),  # the NaN spread there
-            # a level outlier: the steps it moved the mean over, the mean with it and without
-            ("effect_steps", list[int], sometimes(STEPS)),
-            ("mean_with", float | str | None, sometimes(over("mean", *two("effect_steps")))),
-            (
-                "mean_without",
-                float | str | None,
-                sometimes(over("mean_others", *two("effect_steps"))),
-            ),
-            # a level outlier: the test that decided (persistence or cusum), where it met its
-            # bar, the statistic it reached and the bar; how the onset was placed
-            ("test", str, field(default=ABSENT, metadata=measure(None))),
-            ("test_step", int, sometimes(STEP)),
-            ("test_statistic", float | str | None, sometimes(_TEST_STATISTIC)),
-            ("test_bar", float | str | None, sometimes(_TEST_BAR)),
-            ("onset_by", str, field(default=ABSENT, metadata=measure(None))),
-            # how the rank disagrees (level, nonfinite...); last in the JSON, named by keyword
-            ("kind", str, field(kw_only=True, metadata=measure(None))),
-        ],
-        bases=(Evidence,),
-        frozen=True,
-        eq=False,
-        repr=False,  # Evidence's own (see there)
-    )
-    made.__module__ = __name__  # pickled by name, as a class written out here would be
-    return made
+    specs = [
+        ("value", float | str | None, number(value)),  # the rank's own level
+        ("cohort_median", float | str | None, number(cohort)),
+        ("robust_z", float | str | None, number(robust_z)),
+        ("mean_shift", float | str | None, number(shift)),
+        ("ranks_reporting", int, number(COUNT)),
+        ("recovered_step", int | None, number(STEP)),
+        ("pair", list[int], sometimes(LABEL)),  # two ranks disagree; neither is blamed
+        ("cohort_nonfinite_step", int | None, sometimes(STEP)),  # the NaN spread there
+        # a level outlier: the steps it moved the mean over, the mean with it and without
+        ("effect_steps", list[int], sometimes(STEPS)),
+        ("mean_with", float | str | None, sometimes(over("mean", *two("effect_steps")))),
+        (
+            "mean_without",
+            float | str | None,
+            sometimes(over("mean_others", *two("effect_steps"))),
+        ),
+        # a level outlier: the test that decided (persistence or cusum), where it met its
+        # bar, the statistic it reached and the bar; how the onset was placed
+        ("test", str, field(default=ABSENT, metadata=measure(None))),
+        ("test_step", int, sometimes(STEP)),
+        ("test_statistic", float | str | None, sometimes(_TEST_STATISTIC)),
+        ("test_bar", float | str | None, sometimes(_TEST_BAR)),
+        ("onset_by", str, field(default=ABSENT, metadata=measure(None))),
+        # how the rank disagrees (level, nonfinite...); last in the JSON, named by keyword
+        ("kind", str, field(kw_only=True, metadata=measure(None))),
+    ]
+
+    def body(namespace: dict[str, Any]) -> None:
+        namespace.update({key: spec for key, _, spec in specs})
+        namespace["__annotations__"] = {key: kind for key, kind, _ in specs}
+        namespace["__module__"] = __name__  # pickled by name, as a class written out here
+
+    # what `make_dataclass` does, with the decorator every evidence type takes
+    # (`core.records`, whose classes `make_dataclass`'s own may not inherit from)
+    made = types.new_class(name, (Evidence,), {}, body)
+    return dataclass(frozen=True, eq=False, repr=False)(made)  # repr: Evidence's own
 
 
 RankOutlierEvidence = _rank_evidence(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
@@ -18,6 +18,7 @@ from stabilitycli.core.quantity_schema import (
     over,
     two,
 )
+from stabilitycli.core.records import dataclass
 
 _AT_WORST = Spec("difference", step="max_deviation_at")
 

@@ -3,7 +3,7 @@ of a log too short for the spike window."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import (
@@ -23,6 +23,7 @@ from stabilitycli.core.quantity_schema import (
     measure,
     over,
 )
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 
 RULE = "spike"

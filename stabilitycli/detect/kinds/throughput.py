@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.model import FindingKind, Severity
 from stabilitycli.core.quantity_schema import ABSENT, COUNT, By, Evidence, Spec, measure, over
+from stabilitycli.core.records import dataclass
 
 
 @dataclass(frozen=True, eq=False, repr=False)

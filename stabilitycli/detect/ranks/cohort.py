@@ -23,12 +23,13 @@ with fewer are not judged by z (2-rank runs go through `rank_pair`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import pairwise
 from typing import cast
 
 import numpy as np
 import polars as pl
+
+from stabilitycli.core.records import dataclass
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its sigma
 # a rank stride is only used to align steps when ranks mostly log at different steps

@@ -13,11 +13,10 @@ one that decided first is named (persistence on a tie).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from stabilitycli.core import numfmt
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.ranks.change import cusum
 
 PERSISTENCE, CUSUM = "persistence", "cusum"

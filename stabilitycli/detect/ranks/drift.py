@@ -30,9 +30,9 @@ over the rank's rows per end tried, no loop over rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from stabilitycli.core.records import dataclass
 
 RAMP_MARGIN = 10.0  # squared robust sigmas the ramp must gain over the step to be the shape
 MIN_SIDE_ROWS = 5  # judged rows each side of tau: a line through fewer says nothing

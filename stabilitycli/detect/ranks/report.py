@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from stabilitycli.core.model import Finding, FindingKind, Severity, jsonable
+from stabilitycli.core.records import dataclass
 from stabilitycli.detect.kinds.ranks import RANK_NONFINITE, RANK_OUTLIER, RANK_SILENT
 from stabilitycli.detect.kinds.ranks import STRAGGLER as STRAGGLER_KIND
 

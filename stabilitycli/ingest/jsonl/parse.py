@@ -18,7 +18,7 @@ import polars as pl
 from stabilitycli.core import aliases
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
-from stabilitycli.frame import ROW, RunData, finalize
+from stabilitycli.frame import ROW, RunData, finalize, plain_numpy
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.options import ReadOptions
@@ -218,7 +218,7 @@ def fast_parse(
         return None  # a step or rank that is a list, object or bool: named line by line
     if ROW in frame.columns:  # the log's own `_row` key: kept, not overwritten by the line
         frame = frame.rename({ROW: LOGGED_ROW})
-    return frame.with_columns(pl.Series(ROW, rows))
+    return frame.with_columns(plain_numpy.series(rows, ROW))
 
 
 def _polars_parse(data: bytes) -> pl.DataFrame | None:

@@ -14,11 +14,12 @@ or behind a tracking server:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core import aliases
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame import RunData
 from stabilitycli.ingest.dtype import dtype_from
 from stabilitycli.ingest.options import ReadOptions

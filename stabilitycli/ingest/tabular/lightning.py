@@ -21,12 +21,12 @@ read with a one-line parser: no YAML library.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest import resume
 from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.options import ReadOptions

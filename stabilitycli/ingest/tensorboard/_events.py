@@ -8,11 +8,11 @@ stretch of bytes at a time.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.limits import InputLimits, limits_in_force
 from stabilitycli.ingest.tensorboard import _proto as tbp
 

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
+
+from stabilitycli.core.records import dataclass
 
 if TYPE_CHECKING:  # numpy is imported where it is used, not when the CLI starts
     import numpy as np

@@ -24,11 +24,11 @@ comes from hparams (`precision`, `mixed_precision`, `bf16`, ...) when logged.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import Rejection, SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame import RunData
 from stabilitycli.ingest import resume
 from stabilitycli.ingest.folders import list_folder, walk

@@ -12,8 +12,8 @@ shape from their tokens, in polars.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame.step_fraction import step_like
 from stabilitycli.ingest.text import _kvfields as kf
 from stabilitycli.ingest.text import _textline as tx

@@ -44,8 +44,9 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.text.textlog import INT64_MAX, whole
 
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|inf|nan))(?![\d.])"

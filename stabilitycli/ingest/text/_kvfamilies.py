@@ -25,7 +25,9 @@ Format strings as the trainers print them (from their sources):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from stabilitycli.core.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ spaces) and a number, optionally `/total` (`step:2068/20344`) and a unit
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.text import _textline as tx
 
 _NUM = (

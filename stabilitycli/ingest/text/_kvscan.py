@@ -17,9 +17,10 @@ records after it their step ("context"), numbers waiting for such a line
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest.text import _kvfields as kf
 from stabilitycli.ingest.text import _lightningbar as lb
 from stabilitycli.ingest.text import _textline as tx

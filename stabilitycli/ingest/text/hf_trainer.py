@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.limits import InputLimits

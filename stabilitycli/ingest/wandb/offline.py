@@ -32,11 +32,11 @@ import json
 import re
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.folders import list_folder
 from stabilitycli.ingest.limits import InputLimits, limits_in_force

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from stabilitycli.core.errors import (
@@ -17,6 +16,7 @@ from stabilitycli.core.errors import (
     input_error_from,
 )
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 
 _NOT_WRAPPED: tuple[type[BaseException], ...] = (StabInputError, StabUsageError, *NOT_ERRORS)
 

@@ -10,11 +10,12 @@ ordering, so it is `read` on the whole lines written by that poll.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame import RunData
 from stabilitycli.ingest.mlflow import file_store as store
 from stabilitycli.ingest.mlflow._common import MlflowRun, build_run, select_runs

@@ -17,9 +17,10 @@ one line in `Poll.problems`; the next polls ask again from where they were.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stabilitycli.core.errors import StabInputError
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame import RunData
 from stabilitycli.ingest.mlflow import server
 from stabilitycli.ingest.mlflow._common import MlflowRun, build_run, select_runs

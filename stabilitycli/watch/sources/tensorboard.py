@@ -12,11 +12,12 @@ reader's `read` on the bytes up to each file's last complete record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.core.model import SourceInfo
+from stabilitycli.core.records import dataclass
 from stabilitycli.frame import RunData
 from stabilitycli.ingest.limits import limits_in_force
 from stabilitycli.ingest.options import ReadOptions
