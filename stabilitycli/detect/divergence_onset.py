@@ -157,7 +157,10 @@ def _fitted_rise(
     curve fitted to what was logged before that start and the LR (a decaying LR
     anneals the loss down: the curve's own fall, not the rise's), and starts from
     the first tenth of the stretch to halfway between the guess and the end of the
-    log. With the LR logged, the decay may run on the LR-weighted step count
+    log. A round whose best fit is straight (or no better than the ramp) still
+    hands its best accelerating start to the next round, which refits the decay
+    before it: the first round's decay, fitted up to the late guess, has taken in
+    the first part of the rise. With the LR logged, the decay may run on the LR-weighted step count
     (`lr_clock`: a curve falls as far as its LR has carried it, slower in warmup
     and in a decay tail) where the loss before the rise says so
     (`_decay_on_either_clock`), and then, where that decay falls by `ANNEAL_SPAN`
@@ -172,7 +175,8 @@ def _fitted_rise(
     def suffix_sums(columns: Callable[[int, int], list[np.ndarray]], n: int, at: list) -> list:
         return sums_at(columns, n, at, from_end=True)
 
-    for _ in range(POWER_FIT_ROUNDS):  # loop over a few refits, each over the whole stretch
+    for round_ in range(POWER_FIT_ROUNDS):  # loop over a few refits, each over the whole stretch
+        last_round = round_ == POWER_FIT_ROUNDS - 1
         before = int(np.searchsorted(steps, start))
         # the decay is fitted from the steepest fall on: a warmup's slow first fall before it
         # is no part of the curve a power law or an exponential follows
@@ -227,7 +231,15 @@ def _fitted_rise(
         # a straight rise is the ramp fit's own shape, which also lets it level off: the
         # power fit dates only a rise that accelerates, and only where it fits better
         if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, trend, float(guess), ramp_end):
-            return fit
+            # ...but the decay this round carried on was fitted up to its start (at first the
+            # straight ramp's, late on an accelerating rise), so it took the rise's first part
+            # in and flattened: the next round refits it before the best accelerating start
+            # (#36: a +25% ramp from step 15140 dated 25560, now 16160)
+            steep = best_power([(p, s) for p, s in profile if p >= 2], grid, x.size)
+            if steep is None or steep[1] <= room[0] or last_round:
+                return fit
+            start = steep[1]
+            continue
         start = best[1]
         points, lag1 = effective_points(x, y, trend, best[1], best[2])
         lo_start, hi_start = start_range(profile, grid, best[0], points)
