@@ -153,27 +153,33 @@ def _fitted_rise(
     """The power fit of `divergence_power` from the straight ramp's start `guess` (which
     ends its rise at `ramp_end`), when it fits better than that ramp; else None.
 
-    Each round fits over a stretch reaching `POWER_FIT_BACK` times the rise's
-    length before its start (never before `earliest_step`), with the run's decay
-    curve fitted to what was logged before that start and the LR (a decaying LR
-    anneals the loss down: the curve's own fall, not the rise's), and starts from
-    the first tenth of the stretch to halfway between the guess and the end of the
-    log. With the LR logged, the decay may run on the LR-weighted step count
-    (`lr_clock`: a curve falls as far as its LR has carried it, slower in warmup
-    and in a decay tail) where the loss before the rise says so
-    (`_decay_on_either_clock`), and then, where that decay falls by `ANNEAL_SPAN`
-    of itself over the stretch, the LR times the decay is a column too: the
-    anneal takes a share of the level, and a level that moves that much makes it
-    no constant."""
+    Each round fits over a stretch reaching `POWER_FIT_BACK` times the rise's length
+    before its start (never before `earliest_step`), with the run's decay curve fitted
+    to what was logged before that start and the LR (a decaying LR anneals the loss
+    down: the curve's own fall, not the rise's), and starts from the first tenth of the
+    stretch to halfway between the guess and the end of the log. A round whose best fit
+    is straight (or no better than the ramp) still hands its best accelerating start,
+    when earlier, to the next round, which refits the decay before it (the first round's
+    decay, fitted up to the late guess, has taken in the first part of the rise); the
+    accelerating fit there must also beat the straight fits made with the first round's
+    decay, over the same points, so a straight rise keeps the trend that suits it. With
+    the LR logged, the decay may run on the LR-weighted step count (`lr_clock`: a curve
+    falls as far as its LR has carried it, slower in warmup and in a decay tail) where
+    the loss before the rise says so (`_decay_on_either_clock`), and then, where that
+    decay falls by `ANNEAL_SPAN` of itself over the stretch, the LR times the decay is a
+    column too: the anneal takes a share of the level, and a level that moves that much
+    makes it no constant."""
     end = float(steps[-1])
     start, fit = float(guess), None
+    rival = None  # the decay and its clock of a round that preferred a straight rise
     clocks = [steps.astype(float)] + ([] if lr is None else [lr_clock(steps, lr)])
     floor = int(np.searchsorted(steps, earliest_step, side="left"))
 
     def suffix_sums(columns: Callable[[int, int], list[np.ndarray]], n: int, at: list) -> list:
         return sums_at(columns, n, at, from_end=True)
 
-    for _ in range(POWER_FIT_ROUNDS):  # loop over a few refits, each over the whole stretch
+    for round_ in range(POWER_FIT_ROUNDS):  # loop over a few refits, each over the whole stretch
+        last_round = round_ == POWER_FIT_ROUNDS - 1
         before = int(np.searchsorted(steps, start))
         # the decay is fitted from the steepest fall on: a warmup's slow first fall before it
         # is no part of the curve a power law or an exponential follows
@@ -185,24 +191,7 @@ def _fitted_rise(
             return fit
         x = steps[lo:].astype(float)
         y = clip_wild(loss[lo:].astype(float))
-        trend, terms = [], ["a line"]
-        weighted = clock is not clocks[0]
-        if shape is not None:
-            trend.append(shape.at(clock[lo:]))
-            terms.append(
-                "the decay fitted before it" + (" in LR-weighted steps" if weighted else "")
-            )
-        if lr is not None and np.ptp(lr[lo:]) > 0:
-            trend.append(lr[lo:] / np.max(np.abs(lr[lo:])))
-            terms.append("the LR")
-            # (a loss that follows the LR-weighted count anneals by a share of its level)
-            if (
-                weighted
-                and shape is not None
-                and np.ptp(trend[0]) >= ANNEAL_SPAN * np.max(trend[0])
-            ):
-                trend.append(trend[0] * trend[-1])
-                terms.append("the LR times that decay")
+        trend, terms = _trend(shape, clock, clock is not clocks[0], lr, lo)
         latest = min(end, float(guess) + 0.5 * (end - float(guess)))
         # ...and no further back than an accelerating rise's straight ramp starts after it
         reach_back = float(guess) - POWER_FIT_BEFORE_RAMP * (end - float(guess))
@@ -229,8 +218,29 @@ def _fitted_rise(
             return fit
         # a straight rise is the ramp fit's own shape, which also lets it level off: the
         # power fit dates only a rise that accelerates, and only where it fits better
-        if best[2] < 2 or best[0] >= linear_ramp_sse(x, y, trend, float(guess), ramp_end):
-            return fit
+        straight = linear_ramp_sse(x, y, trend, float(guess), ramp_end)
+        if rival is not None:
+            # a straight rise fitted with the trend of the round that preferred it, over
+            # these points: an accelerating one must beat it too
+            rival_trend = _trend(*rival, lr, lo)[0]
+            lines = [
+                sse for p, sse in error_profile(x, y, rival_trend, grid, suffix_sums) if p == 1
+            ]
+            straight = min(
+                [straight, linear_ramp_sse(x, y, rival_trend, float(guess), ramp_end)]
+                + [float(sse.min()) for sse in lines]
+            )
+        if best[2] < 2 or best[0] >= straight:
+            # ...but the decay this round carried on was fitted up to its start (at first the
+            # straight ramp's, late on an accelerating rise), so it took the rise's first part
+            # in and flattened: the next round refits it before the best accelerating start
+            # (#36: a +25% ramp from step 15140 dated 25560, now 16160)
+            steep = best_power([(p, s) for p, s in profile if p >= 2], grid, x.size)
+            # (only an earlier start: a decay refitted up to a later one takes in more rise)
+            if steep is None or not room[0] < steep[1] < start or last_round or rival is not None:
+                return fit
+            start, rival = steep[1], (shape, clock, clock is not clocks[0])
+            continue
         start = best[1]
         points, lag1 = effective_points(x, y, trend, best[1], best[2])
         lo_start, hi_start = start_range(profile, grid, best[0], points)
@@ -246,6 +256,26 @@ def _fitted_rise(
             round(lag1, 2),
         )
     return fit
+
+
+def _trend(
+    shape: Decay | None, clock: np.ndarray, weighted: bool, lr: np.ndarray | None, lo: int
+) -> tuple[list[np.ndarray], list[str]]:
+    """The trend columns the power fit carries on under the rise, at rows lo on, and their
+    names: the decay `shape` on its `clock` (the LR-weighted count when `weighted`), the LR,
+    and the LR times the decay where that decay moves by `ANNEAL_SPAN` of itself."""
+    trend, terms = [], ["a line"]
+    if shape is not None:
+        trend.append(shape.at(clock[lo:]))
+        terms.append("the decay fitted before it" + (" in LR-weighted steps" if weighted else ""))
+    if lr is not None and np.ptp(lr[lo:]) > 0:
+        trend.append(lr[lo:] / np.max(np.abs(lr[lo:])))
+        terms.append("the LR")
+        # (a loss that follows the LR-weighted count anneals by a share of its level)
+        if weighted and shape is not None and np.ptp(trend[0]) >= ANNEAL_SPAN * np.max(trend[0]):
+            trend.append(trend[0] * trend[-1])
+            terms.append("the LR times that decay")
+    return trend, terms
 
 
 # the level from a start on is read from this many bin medians of the points after it
