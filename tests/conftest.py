@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,37 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 RUNS = FIXTURES / "runs"
 REAL_LOGS = ROOT.parent / "shared" / "real-logs"
+
+# The test files that take longest (test-seconds summed per file by scripts/test_file_times.py
+# from a `-n 2 --durations=0` run, 2026-12-05), longest first: they are collected first, and
+# with `--dist loadfile --no-loadscope-reorder` (pyproject.toml) xdist hands files to the
+# workers in collection order. Its default order (most tests first) hands out
+# test_real_job_writers.py (3 tests, ~160 s) last: with three workers, one runs it alone at
+# the end (replaying the scheduler on the measured times: 696 s against 640 s).
+LONGEST_FILES = (
+    "tests/ingest/test_fuzz_readers.py",
+    "tests/watch/test_real_job_writers.py",
+    "tests/watch/test_equivalence.py",
+    "tests/integration/test_action.py",
+    "tests/pipeline/test_ray_engine.py",
+    "tests/ingest/test_jsonl_pieces.py",
+    "tests/ingest/test_mlflow_server.py",
+    "tests/report/test_html_every_fixture.py",
+    "tests/detect/test_properties.py",
+    "tests/watch/sources/test_mlflow_server.py",
+    "tests/detect/test_divergence_memory.py",
+    "tests/ingest/test_object_store.py",
+    "tests/watch/test_each_run.py",
+    "tests/pipeline/test_bounded_memory.py",
+    "tests/ingest/test_fuzz_object_store.py",
+    "tests/ingest/test_formats_agree.py",
+    "tests/report/test_html.py",
+    "tests/detect/test_rules_meta.py",
+    "tests/pipeline/test_rules_at_once.py",
+    "tests/watch/test_real_job.py",
+    "tests/integration/test_read_only.py",
+    "tests/pipeline/test_engine_option.py",
+)
 
 
 def run_fixture(name: str) -> Path:
@@ -26,6 +58,25 @@ def expected(name: str) -> dict:
 
 def all_runs() -> list[str]:
     return sorted(p.parent.name for p in RUNS.glob("*/expected.json"))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker a core, and one more. A good part of the suite waits rather than
+    computes (a server starting, a watched job logging at its own pace, sqlite commits, a
+    subprocess's start-up): on 2 cores, 2 workers left ~330 of 1234 core-seconds idle. The
+    extra worker runs a file while another waits. PYTEST_XDIST_AUTO_NUM_WORKERS still wins."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    if hasattr(os, "sched_getaffinity"):  # the cores this process may run on (Linux)
+        return len(os.sched_getaffinity(0)) + 1
+    return (os.cpu_count() or 1) + 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of LONGEST_FILES first, in its order; every other file after them in the
+    order collected, and each file's tests in their own order (a stable sort)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._mlflow_store import new_sqlite_store
+
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 VOCAB = 50257
 
@@ -73,7 +75,7 @@ def _mlflow(run: dict[str, np.ndarray], db: Path, params: dict[str, str]) -> str
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{db}"
+    uri = new_sqlite_store(db)
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(uri)
     experiment = client.create_experiment("learn")

@@ -17,6 +17,7 @@ import pytest
 
 from stabilitycli import ingest
 from stabilitycli.ingest.options import ReadOptions
+from tests._mlflow_store import new_sqlite_store
 from tests.ingest._synthetic_run import (
     log_mlflow,
     training_run,
@@ -66,7 +67,7 @@ def test_every_available_format_reads_the_jsonl_values(tmp_path, monkeypatch):
         log_mlflow(truth, file_uri, experiment="agree", run_name="run")
         targets["mlflow_file"] = (str(tmp_path / "mlruns"), ReadOptions(experiment="agree"))
         if _has("sqlalchemy"):
-            db_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+            db_uri = new_sqlite_store(tmp_path / "mlflow.db")
             log_mlflow(truth, db_uri, experiment="agree", run_name="run")
             targets["mlflow_db"] = (db_uri, ReadOptions(experiment="agree"))
             from tests.ingest._mlflow_server_proc import mlflow_server

@@ -15,6 +15,7 @@ from stabilitycli import ingest
 from stabilitycli.core.errors import StabInputError
 from stabilitycli.ingest.mlflow import database as mlflow_db
 from stabilitycli.ingest.options import ReadOptions
+from tests._mlflow_store import new_sqlite_store
 from tests.ingest._synthetic_run import assert_same_values, log_mlflow, training_run
 
 DB = Path(__file__).resolve().parents[2] / "fixtures" / "mlflow" / "mlflow.db"
@@ -115,7 +116,7 @@ def test_mlflow_client_sqlite_round_trip(tmp_path, monkeypatch):
     pytest.importorskip("sqlalchemy", reason="the mlflow sqlite store needs sqlalchemy")
     monkeypatch.chdir(tmp_path)  # the store puts artifacts under ./mlruns
     expected = training_run(spike_at=30, nonfinite_at=45)
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = new_sqlite_store(tmp_path / "m.db")
     log_mlflow(expected, uri, experiment="e", run_name="both", params={"precision": "16-mixed"})
     run = ingest.read(uri)
     for key, column in (

@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pytest
 
+from tests._mlflow_store import new_sqlite_store
+
 STEPS = 1000
 EVERY = 50  # one evaluation every 50 steps: 20 evaluations
 
@@ -52,7 +54,7 @@ def write_mlflow(folder, kind: str) -> tuple[str, ...]:
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = new_sqlite_store(folder / "mlflow.db")
     client = MlflowClient(tracking_uri=uri)
     run_id = client.create_run(client.create_experiment("evals")).info.run_id
     metrics = [

@@ -18,6 +18,7 @@ from stabilitycli.report.formats import Format
 from stabilitycli.watch.experiment import watch_each_run
 from stabilitycli.watch.loop import WatchSettings
 from stabilitycli.watch.session import WatchRequest
+from tests._mlflow_store import new_sqlite_store
 from tests.watch._replay import ReplayClock
 
 NAN_AT = 200
@@ -60,7 +61,7 @@ def store(request, tmp_path, monkeypatch):
         uri = (tmp_path / "mlruns").as_uri()
         target = str(tmp_path / "mlruns")
     elif request.param == "sqlite":
-        uri = target = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        uri = target = new_sqlite_store(tmp_path / "mlflow.db")
     else:
         uri = target = request.getfixturevalue("server_url")
     client = MlflowClient(tracking_uri=uri)

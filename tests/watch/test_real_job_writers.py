@@ -118,7 +118,9 @@ def _mlflow_job(tmp_path: Path, target: str) -> None:
 
 def test_mlflow_sqlite_job_stopped_and_its_finished_run_ends_the_watch(tmp_path: Path) -> None:
     pytest.importorskip("mlflow", reason="the job logs through the MLflow client")
-    _mlflow_job(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    from tests._mlflow_store import new_sqlite_store
+
+    _mlflow_job(tmp_path, new_sqlite_store(tmp_path / "mlflow.db"))
 
 
 @pytest.mark.slow  # a real server: ~20 s to start

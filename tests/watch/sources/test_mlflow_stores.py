@@ -14,6 +14,7 @@ from stabilitycli import ingest
 from stabilitycli.ingest.options import ReadOptions
 from stabilitycli.watch.sources import mlflow_db as db_source
 from stabilitycli.watch.sources import mlflow_file as file_source
+from tests._mlflow_store import new_sqlite_store
 from tests.watch.sources._same import assert_same_run, refuse_reading
 
 SPECIAL = {40: math.nan, 41: math.inf, 42: -math.inf}
@@ -23,7 +24,8 @@ def _loss(step: int) -> float:
     return SPECIAL.get(step, 2.0 + math.sin(step / 7.0) / 4.0)
 
 
-# the MLflow client takes ~10 s to create a sqlite store (its schema migrations)
+# a sqlite store: MLflow's migrations (~10 s) for the first one a worker makes
+# (tests/_mlflow_store.py copies that one for the rest), and the sqlite client
 SQLITE_IS_SLOW = pytest.mark.slow
 
 
@@ -37,7 +39,7 @@ def store(request, tmp_path, monkeypatch):
         uri = (tmp_path / "mlruns").as_uri()
         target, module = str(tmp_path / "mlruns"), file_source
     else:
-        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        uri = new_sqlite_store(tmp_path / "mlflow.db")
         target, module = uri, db_source
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("watch")
@@ -168,7 +170,7 @@ def test_a_cut_line_waits_and_bad_rows_are_rejected_as_the_reader_does(tmp_path,
 
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(tracking_uri=uri)
     run_id = client.create_run(client.create_experiment("w")).info.run_id
     _log(client, run_id, range(10))
