@@ -79,7 +79,7 @@ class Client:
             secret = base64.b64encode(f"{user}:{password}".encode()).decode()
             self.auth = "Basic " + secret
             self.secrets += [secret, password]
-        self._live: list[http.client.HTTPConnection] = []
+        self._live: list[socket.socket] = []
         self._opener = urllib.request.build_opener(
             _OriginRedirects(self), _TrackedHTTP(self._live), _TrackedHTTPS(self._live)
         )
@@ -137,10 +137,9 @@ class Client:
             if done.is_set():
                 return
             expired.set()
-            for conn in list(self._live):
-                if conn.sock is not None:
-                    with contextlib.suppress(OSError):
-                        conn.sock.shutdown(socket.SHUT_RDWR)
+            for sock in list(self._live):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
             retry = threading.Timer(0.05, cut)
             retry.daemon = True
             retry.start()
@@ -270,8 +269,26 @@ class _OriginRedirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
+def _tracked(conn: http.client.HTTPConnection, live: list) -> http.client.HTTPConnection:
+    """`conn`, whose socket goes into `live` once it is open, so that a deadline can cut it.
+
+    The socket, not the connection: once the headers are in, urllib hands the socket to
+    the answer and sets the connection's own `sock` to None, so a deadline that looked
+    there found nothing to cut while the body was read, and a server trickling the body a
+    byte at a time held the read as long as it liked (a 1 s deadline cut at 10 s, when
+    the test's server stopped)."""
+    connect = conn.connect
+
+    def connect_and_track() -> None:
+        connect()
+        live.append(conn.sock)
+
+    conn.connect = connect_and_track  # type: ignore[method-assign]
+    return conn
+
+
 class _TrackedHTTP(urllib.request.HTTPHandler):
-    """Plain HTTP, keeping each connection so that a deadline can cut its socket."""
+    """Plain HTTP, keeping each connection's socket so that a deadline can cut it."""
 
     def __init__(self, live: list):
         super().__init__()
@@ -281,9 +298,7 @@ class _TrackedHTTP(urllib.request.HTTPHandler):
         return self.do_open(self._connect, req)
 
     def _connect(self, host, **kwargs):
-        conn = http.client.HTTPConnection(host, **kwargs)
-        self.live.append(conn)
-        return conn
+        return _tracked(http.client.HTTPConnection(host, **kwargs), self.live)
 
 
 class _TrackedHTTPS(urllib.request.HTTPSHandler):
@@ -295,9 +310,7 @@ class _TrackedHTTPS(urllib.request.HTTPSHandler):
         return self.do_open(self._connect, req, context=self._context)
 
     def _connect(self, host, **kwargs):
-        conn = http.client.HTTPSConnection(host, **kwargs)
-        self.live.append(conn)
-        return conn
+        return _tracked(http.client.HTTPSConnection(host, **kwargs), self.live)
 
 
 class ApiError(Exception):
