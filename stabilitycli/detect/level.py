@@ -180,9 +180,11 @@ def _local_level_rows(
         level, fall_noise = level_now(
             stats, (x_early, early), (x_third, third), fall, thresholds, noise
         )
-    bar = thresholds.level_lag_sigma * noise
     std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
     with np.errstate(invalid="ignore", divide="ignore"):
+        # level_lag_sigma = inf turns the switch off: times a zero noise (a flat window) NaN,
+        # which passes no comparison below, as off means
+        bar = thresholds.level_lag_sigma * noise
         # the spike bar the window's own mean and std make sits this far above the one
         # the local level and the spread around the trend make: the fall's own doing
         lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
