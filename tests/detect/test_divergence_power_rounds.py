@@ -9,14 +9,12 @@ within 5% of its length."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import polars as pl
 import pytest
-from scipy.signal import lfilter
 
 from stabilitycli import analyze
+from tests.detect._ramp_curves import lr_power_level, mixed_ar_noise, rise_from
 
 POINTS = 4000
 PEAK_LR = 3e-4
@@ -37,15 +35,9 @@ def wsd_run(
     warmup, cooldown = int(0.03 * total), int(0.83 * total)
     into = np.clip((steps - cooldown) / (total - cooldown), 0.0, 1.0)
     lr = PEAK_LR * np.minimum(1.0, (steps + 1) / warmup) * (1.0 - into)
-    weighted = np.cumsum(lr / PEAK_LR) * interval
-    level = 2.0 + 8.0 * (1.0 + weighted / (0.01 * total)) ** -0.5
-    level *= 1.0 - 0.06 * np.where(steps >= warmup, 1.0 - lr / PEAK_LR, 0.0)
-    phi = 0.55
-    ar = lfilter([1.0], [1.0, -phi], rng.standard_normal(POINTS) * math.sqrt(1 - phi * phi))
-    noise = math.sqrt(0.5) * ar + math.sqrt(0.5) * rng.standard_normal(POINTS)
-    first = int(onset_frac * POINTS)
-    onset, length = int(steps[first]), int(steps[-1] - steps[first])
-    x = np.clip((steps - onset) / length, 0.0, 1.0)
+    level = lr_power_level(steps, lr, PEAK_LR, warmup, PEAK_LR)
+    noise = mixed_ar_noise(rng, POINTS, phi=0.55)
+    onset, length, x = rise_from(steps, int(onset_frac * POINTS))
     loss = level * (1.0 + SIGMA * noise) + rise * level * x**2
     return pl.DataFrame({"step": steps, "loss": loss, "lr": lr}), onset, length
 

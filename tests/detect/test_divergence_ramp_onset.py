@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from scipy.signal import lfilter
 
 from stabilitycli import analyze
+from tests.detect._ramp_curves import mixed_ar_noise, rise_from
 
 POINTS = 4000
 
@@ -28,12 +28,8 @@ def falling_run(
     steps = np.arange(POINTS, dtype=np.int64) * interval
     t = steps / interval
     level = 2.0 + 3.0 * (1.0 + t / 300.0) ** -0.5
-    phi = 0.5
-    ar = lfilter([1.0], [1.0, -phi], rng.standard_normal(POINTS) * np.sqrt(1 - phi * phi))
-    noise = np.sqrt(0.5) * ar + np.sqrt(0.5) * rng.standard_normal(POINTS)
-    first = int((1 - length_frac) * POINTS)
-    onset, length = int(steps[first]), int(steps[-1] - steps[first])
-    x = np.clip((steps - onset) / max(length, 1), 0.0, 1.0)
+    noise = mixed_ar_noise(rng, POINTS, phi=0.5)
+    onset, length, x = rise_from(steps, int((1 - length_frac) * POINTS))
     loss = level * (1.0 + sigma * noise) + rise * level * x**power
     return pl.DataFrame({"step": steps, "loss": loss}), onset, length
 
