@@ -369,9 +369,10 @@ def family_reading(scopes: list[dict], by_cell: dict[str, list[dict]], span, wor
         text += (
             f" So in {', '.join(short)} LO2 asks for more than the log holds for a method "
             "that knows the family of curves but not its coefficients: what such a method "
-            "misses is the anneal's size, which trades against the ramp (a deeper anneal "
-            "under a larger, earlier rise fits about as well), and told it the oracle is "
-            "where the one told the whole curve is."
+            "misses is the anneal's size: the anneal's fall and the ramp's rise overlap (in "
+            "the decay tail, and over the whole run on a cosine), so a gain a little off "
+            "moves the fitted onset, early or late, and told the gain the oracle is where "
+            "the one told the whole curve is."
         )
     else:
         text += (

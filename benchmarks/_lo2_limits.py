@@ -274,11 +274,7 @@ def lo2_md(records: list[dict], stab: dict[str, dict], runs: int, seconds: float
         lines.append(
             f"| {row['group']} | {pct(row, 'told_gls')} | {pct(row, 'told_ols')} "
             f"| {pct(row, 'free_gls')} | {pct(row, 'free_ols')} | "
-            + (
-                f"{pct(row, 'family_free_gls')} | {pct(row, 'generic_free_gls')} | "
-                if family
-                else ""
-            )
+            + "".join(f"{pct(row, key)} | " for key in FAMILY_COLUMNS if family)
             + f"{pct(row, 'stab')} | {same} |"
         )
     order = sorted({s for _, s in cells}, key=lambda s: int(s.split("/")[0]))
@@ -346,9 +342,9 @@ def _lo2_reading(
     else:
         text += (
             " The oracle told the curve but not the length is on time in at least 95% of the "
-            "ramps in every scope, so LO2 does not ask for more than the log holds; stab's gap "
-            "to it is what a detector loses by having to estimate the curve and the noise, "
-            "and by its own dating."
+            "ramps in every scope, so LO2 does not ask for more than the log holds for a "
+            "method told the curve; stab's gap to it is what a detector loses by having to "
+            "estimate the curve and the noise, and by its own dating."
         )
     by_cell: dict[str, list[dict]] = defaultdict(list)
     for (name, _), row in cells.items():
