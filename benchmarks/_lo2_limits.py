@@ -17,7 +17,8 @@ least squares for every candidate onset and takes the best fit's onset:
   fitted too, on every `END_STRIDE`-th logged point), as the grid's O2 "told neither" does.
 
 Each comes prewhitened (GLS on r_t - phi * r_{t-1}, the noise's memory taken out) and plain
-(OLS), so what the memory costs is visible.
+(OLS), so what the memory costs is visible. `_lo2_family` adds oracles NOT told the
+curve: told its family (the generator's basis, coefficients fitted) or a generic basis.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ import numpy as np
 from _dq_lm_score import EVENT_POINTS, LM_FAMILY, lm_tasks
 from _dq_lm_synth import event_lm
 from _dq_score import seed_for
+from _lo2_family import (
+    FAMILY_BULLETS,
+    FAMILY_COLUMNS,
+    FAMILY_ORACLES,
+    family_cell,
+    family_errors,
+    family_reading,
+)
 
 LO2_TOLERANCE_FRAC = 0.05  # on time: |onset error| <= 5% of the ramp's length
 END_STRIDE = 3  # the free-end oracle tries an end at every third logged point
@@ -152,6 +161,7 @@ def lo2_records(runs: int, seed: int) -> list[dict]:
                     "phi": round(run.phi, 3),
                     "L": int(run.truth.length),
                     **ramp_errors(y, run.phi, onset),
+                    **family_errors(run, onset),
                 }
             )
     return records
@@ -184,7 +194,10 @@ def lo2_rows(records: list[dict], stab: dict[str, dict], group) -> list[dict]:
     rows = []
     for name, rs in by.items():
         row: dict = {"group": name, "ramps": len(rs)}
-        row.update({o: _on_time([r[o] for r in rs]) for o in ORACLES})
+        # (records of an earlier run may lack the family oracles)
+        row.update(
+            {o: _on_time([r[o] for r in rs]) for o in ORACLES + FAMILY_ORACLES if o in rs[0]}
+        )
         keys = sorted({r["key"] for r in rs})
         if stab and all(k in stab for k in keys):
             hits = [v for k in keys for i, v in stab[k].items() if i != "crashed"]
@@ -219,6 +232,9 @@ def lo2_md(records: list[dict], stab: dict[str, dict], runs: int, seconds: float
     def pct(row: dict, key: str) -> str:
         return f"{row[key]:.1%}" if key in row else "–"
 
+    # (a --from-json of an earlier run may hold no family oracles)
+    family = all(key in r for r in scopes for key in FAMILY_COLUMNS)
+
     lines = [
         "## LO2: accelerating ramps on the LM families (issue #36)",
         "",
@@ -239,12 +255,15 @@ def lo2_md(records: list[dict], stab: dict[str, dict], runs: int, seconds: float
         "* **stab**: its LO2 share in the `--stab-json` (every run it holds); **same runs**: "
         "stab and the not-told GLS oracle on the runs both saw (the benchmark's first runs "
         "of each cell, drawn from the same seeds).",
+        *(FAMILY_BULLETS if family else []),
         "",
         *_lo2_reading(scopes, cells, records),
         "",
         "| scope (every/noise) | told length: GLS | told length: OLS | not told: GLS "
-        "| not told: OLS | stab | same runs: not told GLS / stab |",
-        "|---|---|---|---|---|---|---|",
+        "| not told: OLS | "
+        + "".join(f"{name}: GLS | " for name in FAMILY_COLUMNS.values() if family)
+        + "stab | same runs: not told GLS / stab |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(FAMILY_COLUMNS) * family,
     ]
     for row in sorted(scopes, key=lambda r: int(r["group"].split("/")[0])):
         same = (
@@ -254,12 +273,16 @@ def lo2_md(records: list[dict], stab: dict[str, dict], runs: int, seconds: float
         )
         lines.append(
             f"| {row['group']} | {pct(row, 'told_gls')} | {pct(row, 'told_ols')} "
-            f"| {pct(row, 'free_gls')} | {pct(row, 'free_ols')} | {pct(row, 'stab')} | {same} |"
+            f"| {pct(row, 'free_gls')} | {pct(row, 'free_ols')} | "
+            + "".join(f"{pct(row, key)} | " for key in FAMILY_COLUMNS if family)
+            + f"{pct(row, 'stab')} | {same} |"
         )
     order = sorted({s for _, s in cells}, key=lambda s: int(s.split("/")[0]))
     lines += [
         "",
-        "Per cell: told length GLS / not told GLS / stab, in each scope "
+        "Per cell: told length GLS / not told GLS / "
+        + "".join(f"{name} GLS / " for name in FAMILY_COLUMNS.values() if family)
+        + "stab, in each scope "
         f"({runs} ramps a cell; stab over the runs of the `--stab-json`).",
         "",
         "| size | σ | place | " + " | ".join(f"every {s.split('/')[0]}" for s in order) + " |",
@@ -269,8 +292,11 @@ def lo2_md(records: list[dict], stab: dict[str, dict], runs: int, seconds: float
         parts = []
         for s in order:
             row = cells[(name, s)]
-            stab = f"{row['stab']:.0%}" if "stab" in row else "–"
-            parts.append(f"{row['told_gls']:.0%} / {row['free_gls']:.0%} / {stab}")
+            share = f"{row['stab']:.0%}" if "stab" in row else "–"
+            told = f"{row['told_gls']:.0%} / {row['free_gls']:.0%} / "
+            if family:
+                told += "".join(f"{family_cell(row, key)} / " for key in FAMILY_COLUMNS)
+            parts.append(told + share)
         lines.append(f"| {name} | " + " | ".join(parts) + " |")
     return lines
 
@@ -316,9 +342,9 @@ def _lo2_reading(
     else:
         text += (
             " The oracle told the curve but not the length is on time in at least 95% of the "
-            "ramps in every scope, so LO2 does not ask for more than the log holds; stab's gap "
-            "to it is what a detector loses by having to estimate the curve and the noise, "
-            "and by its own dating."
+            "ramps in every scope, so LO2 does not ask for more than the log holds for a "
+            "method told the curve; stab's gap to it is what a detector loses by having to "
+            "estimate the curve and the noise, and by its own dating."
         )
     by_cell: dict[str, list[dict]] = defaultdict(list)
     for (name, _), row in cells.items():
@@ -349,4 +375,6 @@ def _lo2_reading(
             f"{_span([r['stab'] for r in rows], 0)} against "
             f"{_span([r['free_gls'] for r in rows], 0)}."
         )
-    return [text]
+    if not all(key in r for r in scopes for key in FAMILY_COLUMNS):
+        return [text]
+    return [text, "", family_reading(scopes, by_cell, _span, _cell_words)]

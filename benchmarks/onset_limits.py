@@ -24,7 +24,9 @@ where the target asks for more than the log holds.
 
 * LO2 (the LM families' accelerating ramps, issue #36): `_lo2_limits.py`, told
   the curve, the ramp's x^2 shape and the noise's AR(1) coefficient, with and
-  without the ramp's length, prewhitened (GLS) and plain (OLS).
+  without the ramp's length, prewhitened (GLS) and plain (OLS); and
+  `_lo2_family.py`, NOT told the curve: told only its family (the generator's
+  basis, the coefficients fitted with the ramp) or a generic basis of the LR.
 
 With `--stab-json` (a `detection_quality.py --json` file) stab's measured
 value is printed beside the oracle's in each scope (LO2: also on the very runs
