@@ -55,6 +55,7 @@ from stabilitycli.detect.ranks.change import (
 )
 from stabilitycli.detect.ranks.cohort import (
     STEP_STATS,
+    Block,
     Cohort,
     build_cohort,
     cohort_steps_after,
@@ -62,9 +63,7 @@ from stabilitycli.detect.ranks.cohort import (
     last_rows,
     positions,
     rank_bounds,
-    rank_chunks,
     rank_index,
-    row_chunks,
     step_totals,
     steps_back,
 )
@@ -251,13 +250,18 @@ def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
     rows = cohort.rows
     level = np.empty(rows.height, dtype=bool)
     lone_nonfinite = np.empty(rows.height, dtype=bool)
-    for start, stop in row_chunks(rows.height):
-        x, z, at = cohort.arrays(start, stop)
-        finite = np.isfinite(x)
+    for block in cohort.blocks():
+        finite = np.isfinite(block.x)
         # "not under the bar" rather than "over it": a NaN z counts as over, as polars
         # orders NaN above every number
-        level[start:stop] = finite & judged_step[at] & ~(np.abs(z) < thresholds.rank_z)
-        lone_nonfinite[start:stop] = ~finite & finite_cohort_step[at]
+        over = np.abs(block.z) < thresholds.rank_z
+        np.logical_not(over, out=over)
+        over &= finite
+        over &= block.at(judged_step)
+        level[block.start : block.stop] = block.flat(over)
+        np.logical_not(finite, out=finite)
+        finite &= block.at(finite_cohort_step)
+        lone_nonfinite[block.start : block.stop] = block.flat(finite)
     bad = level | lone_nonfinite
     return cohort.flagged(bad).with_columns(
         pl.Series("lvl", level[bad]),
@@ -365,15 +369,19 @@ def _cusum_crossings(cohort: Cohort, thresholds: Thresholds) -> dict[int, int]:
     several columns as long as the rows they cover."""
     judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
     crossings: dict[int, int] = {}
-    for start, stop in rank_chunks(cohort.rows):
-        x, z, pos = cohort.arrays(start, stop)
-        z = np.where(np.isfinite(x) & judged_step[pos], z, np.nan)
+    for block in cohort.blocks(whole_ranks=True):
+        start, stop = block.start, block.stop
+        judged = np.isfinite(block.x)
+        judged &= block.at(judged_step)
+        z = block.z
+        z[~judged] = np.nan  # the block's own z, not needed after this
         ranks, at = first_crossings(
-            z,
+            block.flat(z),
             cohort.array("rank", start, stop),
             k=thresholds.rank_cusum_k,
             clip=thresholds.rank_z,
             bar=thresholds.rank_cusum_decide,
+            rows_per_rank=z.shape[1] if z.ndim == 2 else None,
         )
         steps = cohort.array("step", start, stop)
         crossings.update(zip(ranks.tolist(), steps[at].tolist(), strict=True))
@@ -510,13 +518,16 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     pair_step = cohort.per_step(pl.col("n") == 2)
     rows = cohort.rows
     slow = np.empty(rows.height, dtype=bool)
-    for start, stop in row_chunks(rows.height):
-        x, z, at = cohort.arrays(start, stop)
-        ref = ref_step[at]
-        # a NaN reference counts as above the rank, as polars orders NaN above every number
-        below = (x < thresholds.straggler_ratio * ref) | np.isnan(ref)
-        slow[start:stop] = (
-            np.isfinite(x) & below & ((judged_step[at] & (z <= -thresholds.rank_z)) | pair_step[at])
+    # a NaN reference counts as above the rank, as polars orders NaN above every number
+    ref_bar_step = thresholds.straggler_ratio * ref_step
+    no_ref_step = np.isnan(ref_step)
+    for block in cohort.blocks():
+        x, z = block.x, block.z
+        below = (x < block.at(ref_bar_step)) | block.at(no_ref_step)
+        slow[block.start : block.stop] = block.flat(
+            np.isfinite(x)
+            & below
+            & ((block.at(judged_step) & (z <= -thresholds.rank_z)) | block.at(pair_step))
         )
     flagged = cohort.flagged(slow)
     flagged = flagged.with_columns(
@@ -823,11 +834,9 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
     # a row's bucket is its step's, and its rank's index counts the ranks before it: worked
     # out once per step and once per rank, not per row
     step_bucket = _buckets(cohort.steps["t"].to_numpy(), first, span, buckets)
-    for start, stop in row_chunks(t.size):
-        x, z, pos = cohort.arrays(start, stop)
-        cell = rank_index(last_i, start, stop)
-        cell *= buckets
-        cell += step_bucket[pos]
+    for block in cohort.blocks():
+        cell = _cells(block, last_i, step_bucket, buckets)
+        x, z = block.flat(block.x), block.flat(block.z)
         finite = np.isfinite(x) & np.isfinite(z)
         kept_cell = np.concatenate((carried_cell, cell[finite]))
         kept_z = np.concatenate((carried_sum, np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z)))
@@ -849,6 +858,19 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
         step_edges=np.array(edges, dtype=np.int64),
         deviation=deviation.reshape(ranks.size, buckets).astype(np.float32),
     )
+
+
+def _cells(block: Block, last_i: np.ndarray, step_bucket: np.ndarray, buckets: int) -> np.ndarray:
+    """Each row's picture cell (its rank's index x buckets + its step's bucket), in row order."""
+    if block.pos is None:  # whole lockstep ranks: a rank's cells plus a step's bucket
+        n_ranks, per_rank = block.x.shape
+        first = block.start // per_rank
+        rank_cells = np.arange(first, first + n_ranks, dtype=np.int64) * buckets
+        return block.flat(np.add.outer(rank_cells, step_bucket))
+    cell = rank_index(last_i, block.start, block.stop)
+    cell *= buckets
+    cell += step_bucket[block.pos]
+    return cell
 
 
 def _buckets(t: np.ndarray, first: int, span: int, buckets: int) -> np.ndarray:

@@ -23,6 +23,7 @@ with fewer are not judged by z (2-rank runs go through `rank_pair`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import pairwise
 from typing import cast
 
@@ -90,6 +91,42 @@ class Cohort:
         pos = self._positions(start, stop)
         return x, _robust_z(x, pos, self._med, self._sigma), pos
 
+    def blocks(self, *, whole_ranks: bool = False) -> Iterator[Block]:
+        """Every row once, a chunk of rows at a time, with its x and robust z (`Block`).
+
+        Lockstep ranks come as whole ranks, a ranks x steps matrix each, so a step's
+        numbers broadcast over the block's ranks where other logs gather them row by row;
+        the z is the same subtraction and division of the same values, so the same bits.
+        Other logs come as `row_chunks`, or as `rank_chunks` when `whole_ranks`.
+        """
+        grid = self._grid()
+        if grid is not None:
+            per_rank = grid.shape[1]
+            ranks_per_block = max(1, COHORT_CHUNK_ROWS // per_rank)  # what `rank_chunks` cuts
+            for first in range(0, grid.shape[0], ranks_per_block):
+                x = grid[first : first + ranks_per_block]
+                z = np.empty(x.shape)
+                with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                    np.subtract(x, self._med, out=z)
+                    z /= self._sigma
+                start = first * per_rank
+                yield Block(start, start + x.size, x, z, None)
+            return
+        chunks = rank_chunks(self.rows) if whole_ranks else row_chunks(self.rows.height)
+        for start, stop in chunks:
+            x, z, pos = self.arrays(start, stop)
+            yield Block(start, stop, x, z, pos)
+
+    def _grid(self) -> np.ndarray | None:
+        """x as a ranks x steps matrix (a view of the column) when the ranks log in lockstep
+        and a rank's rows fit in a chunk; else None."""
+        if self.per_rank is None or not 0 < self.per_rank <= COHORT_CHUNK_ROWS:
+            return None
+        series = self.rows["x"]
+        if series.n_chunks() > 1 or series.null_count():
+            return None
+        return self.array("x", 0, series.len()).reshape(-1, self.per_rank)
+
     def _positions(self, start: int, stop: int) -> np.ndarray:
         """pos of rows start to stop. Lockstep ranks repeat the same steps, so a range no
         longer than a chunk is a slice of one repeated pattern, with no division per row."""
@@ -143,6 +180,32 @@ class Cohort:
         elif values.dtype.is_float():
             values = values.fill_null(np.nan)
         return values.to_numpy()
+
+
+@dataclass
+class Block:
+    """Rows start to stop of a cohort (`Cohort.blocks`) with their x and robust z.
+
+    Lockstep ranks: x and z are (ranks, steps) matrices of whole ranks and `pos` is None,
+    so a per-step array applies to them as it is (it broadcasts over the ranks). Other
+    logs: x and z are flat and `pos` is each row's step. `at` hides the difference, and
+    `flat` gives an array of the block's shape in row order.
+    """
+
+    start: int
+    stop: int
+    x: np.ndarray
+    z: np.ndarray
+    pos: np.ndarray | None
+
+    def at(self, per_step: np.ndarray) -> np.ndarray:
+        """A per-step array (one value per row of `steps`) for the block's rows."""
+        return per_step if self.pos is None else per_step[self.pos]
+
+    @staticmethod
+    def flat(values: np.ndarray) -> np.ndarray:
+        """An array of the block's shape as one row-ordered column (a view)."""
+        return values.reshape(-1)
 
 
 def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.DataFrame:
