@@ -471,17 +471,74 @@ def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
     n_ranks = x.shape[0]
     blocks = []
     for start, stop in step_blocks(steps.size, n_ranks):
-        by_step = pl.DataFrame(
-            {
-                "t": np.repeat(steps[start:stop], n_ranks),
-                "x": np.ascontiguousarray(x[:, start:stop].T).ravel(),
-            }
-        ).with_columns(pl.col("t").set_sorted())
-        block = _step_stats(by_step, distinct_ranks=False)
-        med = block["med"].fill_null(np.nan).to_numpy()
-        dev = np.abs(by_step["x"].to_numpy() - np.repeat(med, n_ranks))
-        blocks.append(block.join(_mad(by_step["t"], dev), on="t", how="left").sort("t"))
+        block = _finite_block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        if block is None:
+            block = _block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        blocks.append(block)
     return pl.concat(blocks)
+
+
+def _by_step(x: np.ndarray) -> np.ndarray:
+    """A ranks x steps block as a copy with a row of ranks per step."""
+    return np.ascontiguousarray(x.T)
+
+
+def _block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame:
+    """`_grid_step_stats` of one block (a row of ranks per step) by polars group-bys."""
+    n_ranks = by_step.shape[1]
+    frame = pl.DataFrame({"t": np.repeat(steps, n_ranks), "x": by_step.ravel()}).with_columns(
+        pl.col("t").set_sorted()
+    )
+    block = _step_stats(frame, distinct_ranks=False)
+    med = block["med"].fill_null(np.nan).to_numpy()
+    dev = np.abs(frame["x"].to_numpy() - np.repeat(med, n_ranks))
+    return block.join(_mad(frame["t"], dev), on="t", how="left").sort("t")
+
+
+def _finite_block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame | None:
+    """`_block_stats` by numpy selection, for a block whose values are all finite (the
+    usual one): every step then has every rank, and its median is a selection within its
+    row, several times cheaper than polars' group-by. `by_step` is overwritten. None when
+    a value is not finite, or a median or maximum falls on a zero: which of -0.0 and 0.0
+    (equal, but printed apart) polars keeps depends on its own order.
+    """
+    if not np.isfinite(by_step).all():
+        return None
+    n_ranks = by_step.shape[1]
+    hi = by_step.max(axis=1)
+    med = _row_medians(by_step)
+    if med is None or not (hi != 0.0).all():  # a zero's sign is the order's, as above
+        return None
+    # the deviations in place: a median is of the values' set, not of their order
+    np.subtract(by_step, med[:, None], out=by_step)
+    np.abs(by_step, out=by_step)
+    if not np.isfinite(by_step).all():  # a deviation overflowed: polars leaves it out
+        return None
+    mad = _row_medians(by_step)
+    if mad is None:
+        return None
+    counts = np.full(steps.size, n_ranks, dtype=np.int64)
+    return pl.DataFrame(
+        {"t": steps, "med": med, "hi": hi, "n": counts, "n_fin": counts, "mad": mad}
+    ).with_columns(pl.col("t").set_sorted())
+
+
+def _row_medians(rows: np.ndarray) -> np.ndarray | None:
+    """Each row's median as polars takes it (the mean of the two middle values of an even
+    count as low + (high - low) * 0.5); `rows` is reordered. None when a middle value is
+    zero (its sign is the selection's)."""
+    half = rows.shape[1] // 2
+    rows.partition(half, axis=1)
+    high = rows[:, half].copy()
+    if rows.shape[1] % 2:
+        low = high
+    else:
+        low = rows[:, :half].max(axis=1)
+    if not (low != 0.0).all() or not (high != 0.0).all():
+        return None
+    if rows.shape[1] % 2:
+        return high
+    return low + (high - low) * 0.5
 
 
 def _mad(t_sorted: pl.Series, dev: np.ndarray) -> pl.DataFrame:
