@@ -117,6 +117,10 @@ class Cohort:
             x, z, pos = self.arrays(start, stop)
             yield Block(start, stop, x, z, pos)
 
+    def in_grid(self) -> bool:
+        """Whether `blocks` gives ranks x steps matrices."""
+        return self._grid() is not None
+
     def _grid(self) -> np.ndarray | None:
         """x as a ranks x steps matrix (a view of the column) when the ranks log in lockstep
         and a rank's rows fit in a chunk; else None."""
@@ -530,15 +534,11 @@ def _row_medians(rows: np.ndarray) -> np.ndarray | None:
     half = rows.shape[1] // 2
     rows.partition(half, axis=1)
     high = rows[:, half].copy()
-    if rows.shape[1] % 2:
-        low = high
-    else:
-        low = rows[:, :half].max(axis=1)
+    odd = rows.shape[1] % 2 == 1
+    low = high if odd else rows[:, :half].max(axis=1)  # the largest of the lower half
     if not (low != 0.0).all() or not (high != 0.0).all():
         return None
-    if rows.shape[1] % 2:
-        return high
-    return low + (high - low) * 0.5
+    return high if odd else low + (high - low) * 0.5
 
 
 def _mad(t_sorted: pl.Series, dev: np.ndarray) -> pl.DataFrame:
