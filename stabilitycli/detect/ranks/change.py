@@ -67,15 +67,15 @@ def first_crossings(
     if z.size == 0:
         return np.zeros(0, dtype=rank.dtype), np.zeros(0, dtype=np.int64)
     ranks = _RankRows(rank, rows_per_rank)
-    judged = np.isfinite(z)
+    unjudged = ~np.isfinite(z)
     crossed = np.zeros(z.size, dtype=bool)
+    # the clip is symmetric, so that of -z is minus that of z, and -c - k is -k - c
+    clipped = np.clip(z, -clip, clip)
     # in place where it can be: a 1024-rank log has tens of millions of rows, and each
     # temporary the arithmetic would make is another copy of them
-    for direction in (1.0, -1.0):  # a rank too high, or too low
-        total = np.multiply(z, direction)
-        np.clip(total, -clip, clip, out=total)
-        total -= k
-        total[~judged] = 0.0
+    for high in (True, False):  # a rank too high, or too low (the last use of `clipped`)
+        total = np.subtract(clipped, k) if high else np.subtract(-k, clipped, out=clipped)
+        np.copyto(total, 0.0, where=unjudged)
         np.cumsum(total, out=total)
         before_rank = np.empty(ranks.first_row.size)
         before_rank[0] = 0.0
