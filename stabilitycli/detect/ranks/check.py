@@ -127,6 +127,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     rows = cohort.rows
     if rows.height == 0:
         raise StabInputError(run.source.path, f"no logged {metric} values")
+    logged = _logged_steps(cohort)
     n_ranks = int(rows["rank"].n_unique())
     # polars types median/min/max as any scalar; these columns are integers
     typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
@@ -189,11 +190,21 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     report = replace(
         report,
         mean_effect=explained_mean_shift(
-            report, frame, baseline_points=thresholds.rank_history_points
+            report, frame, baseline_points=thresholds.rank_history_points, logged=logged
         ),
     )
     progress.tell("ranks", RANK_PARTS, RANK_PARTS, rows=height)
     return report
+
+
+def _logged_steps(cohort: Cohort) -> pl.DataFrame | None:
+    """The steps that logged the metric (t) and the distinct ranks that logged each one
+    (ranks: known for lockstep ranks, else 0), when the cohort's steps are the log's
+    (not stride buckets); for `explained_mean_shift`."""
+    if cohort.stride is not None:
+        return None
+    ranks = pl.col("n") if cohort.per_rank is not None else pl.lit(0, pl.Int64)
+    return cohort.steps.select("t", ranks.alias("ranks"))
 
 
 def _judged_beside(
@@ -734,13 +745,19 @@ def _fmt(value: float | None, sign: bool = False) -> str:
 
 
 def global_mean(
-    frame: pl.DataFrame, metric: str, exclude_ranks: tuple[int, ...] = ()
+    frame: pl.DataFrame,
+    metric: str,
+    exclude_ranks: tuple[int, ...] = (),
+    from_step: int | None = None,
 ) -> pl.DataFrame:
-    """The all-rank mean per step (step, mean, n) as an all-reduced logger would show it.
+    """The all-rank mean per step (step, mean, n) as an all-reduced logger would show it,
+    for the steps from `from_step` on (every step without it).
 
     NaN on any rank makes the step's mean NaN; a rank not reporting is left out.
     """
     lazy = frame.lazy().filter(pl.col(metric).is_not_null())
+    if from_step is not None:
+        lazy = lazy.filter(pl.col("step") >= from_step)
     if exclude_ranks and "rank" in frame.columns:
         lazy = lazy.filter(~pl.col("rank").is_in(list(exclude_ranks)))
     return (
@@ -758,6 +775,7 @@ def explained_mean_shift(
     start_step: int | None = None,
     end_step: int | None = None,
     baseline_points: int = 50,
+    logged: pl.DataFrame | None = None,
 ) -> MeanShift | None:
     """How much of the mean's move over [start_step, end_step] the outlier ranks explain.
 
@@ -766,7 +784,8 @@ def explained_mean_shift(
     same two numbers without the level/nonfinite outlier ranks give the clean
     shift; `explained = shift - clean_shift`. Without a window, the window is
     the earliest outlier onset to the last step; None when there is nothing to
-    explain.
+    explain. `logged` (`_logged_steps`): the steps where `metric` was logged, so that
+    only the steps from the baseline on are averaged, not every step of the log.
     """
     metric = metric or report.metric
     culprits = [
@@ -781,8 +800,9 @@ def explained_mean_shift(
     if end_step is None:
         end_step = report.steps[1]
     ranks = tuple(sorted({int(o.rank) for o in culprits if o.rank is not None}))
-    full = global_mean(frame, metric)
-    clean = global_mean(frame, metric, ranks) if ranks else full
+    from_step, clean_from_step = _baseline_start(logged, start_step, baseline_points, len(ranks))
+    full = global_mean(frame, metric, from_step=from_step)
+    clean = global_mean(frame, metric, ranks, clean_from_step) if ranks else full
 
     def levels(series: pl.DataFrame) -> tuple[float | None, float | None, tuple[int, int] | None]:
         before = series.filter(pl.col("step") < start_step).tail(baseline_points)
@@ -803,6 +823,27 @@ def explained_mean_shift(
         clean_before=clean_before,
         clean_during=clean_during,
     )
+
+
+def _baseline_start(
+    logged: pl.DataFrame | None, start_step: int, baseline_points: int, n_left_out: int
+) -> tuple[int | None, int | None]:
+    """The first step the means with and without the left-out ranks need (the first of the
+    `baseline_points` logged steps before `start_step`), or None: every step.
+
+    Without the ranks a step stays only if another rank logged it: a step that they
+    alone logged would pull that baseline earlier, so it starts there only when each of
+    its steps was logged by more ranks than are left out.
+    """
+    if logged is None:
+        return None, None
+    t = logged["t"].to_numpy()
+    start = int(np.searchsorted(t, start_step))
+    first = max(0, start - baseline_points)
+    if first == 0:
+        return None, None
+    window = logged["ranks"].to_numpy()[first:start]
+    return int(t[first]), int(t[first]) if bool((window > n_left_out).all()) else None
 
 
 def _mean(series: pl.Series) -> float | None:
