@@ -483,8 +483,9 @@ def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
 
 
 def _by_step(x: np.ndarray) -> np.ndarray:
-    """A ranks x steps block as a copy with a row of ranks per step."""
-    return np.ascontiguousarray(x.T)
+    """A ranks x steps block as a copy with a row of ranks per step (always a copy: a view
+    of the log's column, one step or one rank, is read-only)."""
+    return np.array(x.T, order="C")
 
 
 def _block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame:
