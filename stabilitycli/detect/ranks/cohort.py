@@ -4,7 +4,10 @@ The machinery behind `ranks.find_rank_outliers`, kept apart so the public
 module reads as the rule. Everything is columnar over the whole long frame
 (rank, step, value): two polars group-bys by step (median, then MAD), the
 per-step numbers gathered back to the rows through a lookup table, one
-division. No Python loop touches a rank or a step, so the cost is linear in
+division. Ranks that log in lockstep are a ranks x steps matrix instead: a
+step's median and MAD are a selection within its row of values, and its
+numbers broadcast over the ranks (`Cohort.blocks`), the same bits with no
+gather. No Python loop touches a rank or a step, so the cost is linear in
 rows (measured: user CPU x4.3 for x4 rows, benchmarks/bench_ranks.py). Only
 rows that deviate (few, in a healthy run) are looked at further, still as
 frames.
@@ -50,8 +53,8 @@ class Cohort:
     (`per_rank` steps each), where row i's pos is i mod `per_rank`. `steps`:
     one row per t with med, hi, n, n_fin, mad, sigma (`step_totals` gives the
     sums). A row's robust z is not stored either: `part` and `take` work it
-    out for the rows asked for (`arrays` too, as numpy, for a pass over every
-    row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
+    out for the rows asked for (`arrays` and `blocks` too, as numpy, for a pass over
+    every row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
     every row (360 MB at 30M rows) while the check runs. The per-step numbers
     stay in `steps`; `flagged` and `with_stats` bring them, and the row index
     i, to the few rows that need them.
