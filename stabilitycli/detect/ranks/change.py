@@ -32,6 +32,8 @@ for fewer rows than that, has not recovered.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 
@@ -44,40 +46,48 @@ def cusum(z: np.ndarray, direction: float, k: float, clip: float) -> np.ndarray:
 
 
 def first_crossings(
-    z: np.ndarray, rank: np.ndarray, *, k: float, clip: float, bar: float
+    z: np.ndarray,
+    rank: np.ndarray,
+    *,
+    k: float,
+    clip: float,
+    bar: float,
+    rows_per_rank: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per rank (rows in (rank, step) order), the first row where either one-sided CUSUM
     of z reaches `bar`: (the ranks, their rows). Ranks that never reach it are left out.
 
     Every rank at once: the cumulative sums restart at each rank's first row, and
     the running minimum is kept from reaching back into the rank before by
-    lowering each rank's values below everything before it.
+    lowering each rank's values below everything before it. `rows_per_rank`: every rank
+    has that many rows (lockstep), so a rank's number applies to its rows as a column
+    broadcast over a ranks x rows matrix rather than gathered row by row; the same
+    arithmetic on the same values, so the same rows.
     """
     if z.size == 0:
         return np.zeros(0, dtype=rank.dtype), np.zeros(0, dtype=np.int64)
-    new_rank = np.concatenate(([True], rank[1:] != rank[:-1]))
-    group = np.cumsum(new_rank) - 1
-    first_row = np.flatnonzero(new_rank)
-    judged = np.isfinite(z)
+    ranks = _RankRows(rank, rows_per_rank)
+    unjudged = ~np.isfinite(z)
     crossed = np.zeros(z.size, dtype=bool)
+    # the clip is symmetric, so that of -z is minus that of z, and -c - k is -k - c
+    clipped = np.clip(z, -clip, clip)
     # in place where it can be: a 1024-rank log has tens of millions of rows, and each
     # temporary the arithmetic would make is another copy of them
-    for direction in (1.0, -1.0):  # a rank too high, or too low
-        total = np.multiply(z, direction)
-        np.clip(total, -clip, clip, out=total)
-        total -= k
-        total[~judged] = 0.0
+    for high in (True, False):  # a rank too high, or too low (the last use of `clipped`)
+        total = np.subtract(clipped, k) if high else np.subtract(-k, clipped, out=clipped)
+        np.copyto(total, 0.0, where=unjudged)
         np.cumsum(total, out=total)
-        before_rank = np.empty(first_row.size)
+        before_rank = np.empty(ranks.first_row.size)
         before_rank[0] = 0.0
-        before_rank[1:] = total[first_row[1:] - 1]
-        total -= before_rank[group]
+        before_rank[1:] = total[ranks.first_row[1:] - 1]
+        ranks.subtract(total, before_rank, out=total)
         # each rank's values shifted below every value of the ranks before it
         widest = max(float(total.max()), -float(total.min()))
-        drop = np.multiply(group, (widest + 1.0) * 2.0)
-        floor = np.subtract(total, drop)
+        drop = np.multiply(np.arange(ranks.first_row.size), (widest + 1.0) * 2.0)
+        floor = np.empty_like(total)
+        ranks.subtract(total, drop, out=floor)
         np.minimum.accumulate(floor, out=floor)
-        floor += drop
+        ranks.add(floor, drop, out=floor)
         del drop
         np.minimum(floor, 0.0, out=floor)
         np.subtract(total, floor, out=floor)
@@ -86,8 +96,47 @@ def first_crossings(
     rows = np.flatnonzero(crossed)
     if rows.size == 0:
         return np.zeros(0, dtype=rank.dtype), rows
-    first = np.concatenate(([True], group[rows][1:] != group[rows][:-1]))
+    group = ranks.group(rows)
+    first = np.concatenate(([True], group[1:] != group[:-1]))
     return rank[rows[first]], rows[first]
+
+
+class _RankRows:
+    """Where each rank's rows begin (rows in (rank, step) order), and a number per rank
+    applied to its rows: gathered by each row's rank, or, when every rank has
+    `rows_per_rank` rows, broadcast over the rows as a ranks x rows matrix."""
+
+    def __init__(self, rank: np.ndarray, rows_per_rank: int | None) -> None:
+        self.rows_per_rank = rows_per_rank
+        if rows_per_rank:
+            self.first_row = np.arange(0, rank.size, rows_per_rank)
+            self._group: np.ndarray | None = None
+        else:
+            new_rank = np.concatenate(([True], rank[1:] != rank[:-1]))
+            self._group = np.cumsum(new_rank) - 1
+            self.first_row = np.flatnonzero(new_rank)
+
+    def group(self, rows: np.ndarray) -> np.ndarray:
+        """The index of the rank of each of `rows` (0 for the first rank)."""
+        if self._group is None:
+            return rows // cast(int, self.rows_per_rank)
+        return self._group[rows]
+
+    def _rows(self, values: np.ndarray) -> np.ndarray:
+        if self._group is None:
+            return values.reshape(-1, cast(int, self.rows_per_rank))
+        return values
+
+    def _numbers(self, per_rank: np.ndarray) -> np.ndarray:
+        return per_rank[:, None] if self._group is None else per_rank[self._group]
+
+    def subtract(self, values: np.ndarray, per_rank: np.ndarray, *, out: np.ndarray) -> None:
+        """out = values - each row's rank's number."""
+        np.subtract(self._rows(values), self._numbers(per_rank), out=self._rows(out))
+
+    def add(self, values: np.ndarray, per_rank: np.ndarray, *, out: np.ndarray) -> None:
+        """out = values + each row's rank's number."""
+        np.add(self._rows(values), self._numbers(per_rank), out=self._rows(out))
 
 
 def change_point(

@@ -62,9 +62,7 @@ from stabilitycli.detect.ranks.cohort import (
     last_rows,
     positions,
     rank_bounds,
-    rank_chunks,
     rank_index,
-    row_chunks,
     step_totals,
     steps_back,
 )
@@ -129,6 +127,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     rows = cohort.rows
     if rows.height == 0:
         raise StabInputError(run.source.path, f"no logged {metric} values")
+    logged = _logged_steps(cohort)
     n_ranks = int(rows["rank"].n_unique())
     # polars types median/min/max as any scalar; these columns are integers
     typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
@@ -191,11 +190,21 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     report = replace(
         report,
         mean_effect=explained_mean_shift(
-            report, frame, baseline_points=thresholds.rank_history_points
+            report, frame, baseline_points=thresholds.rank_history_points, logged=logged
         ),
     )
     progress.tell("ranks", RANK_PARTS, RANK_PARTS, rows=height)
     return report
+
+
+def _logged_steps(cohort: Cohort) -> pl.DataFrame | None:
+    """The steps that logged the metric (t) and the distinct ranks that logged each one
+    (ranks: known for lockstep ranks, else 0), when the cohort's steps are the log's
+    (not stride buckets); for `explained_mean_shift`."""
+    if cohort.stride is not None:
+        return None
+    ranks = pl.col("n") if cohort.per_rank is not None else pl.lit(0, pl.Int64)
+    return cohort.steps.select("t", ranks.alias("ranks"))
 
 
 def _judged_beside(
@@ -251,13 +260,18 @@ def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
     rows = cohort.rows
     level = np.empty(rows.height, dtype=bool)
     lone_nonfinite = np.empty(rows.height, dtype=bool)
-    for start, stop in row_chunks(rows.height):
-        x, z, at = cohort.arrays(start, stop)
-        finite = np.isfinite(x)
+    for block in cohort.blocks():
+        finite = np.isfinite(block.x)
         # "not under the bar" rather than "over it": a NaN z counts as over, as polars
         # orders NaN above every number
-        level[start:stop] = finite & judged_step[at] & ~(np.abs(z) < thresholds.rank_z)
-        lone_nonfinite[start:stop] = ~finite & finite_cohort_step[at]
+        over = np.abs(block.z) < thresholds.rank_z
+        np.logical_not(over, out=over)
+        over &= finite
+        over &= block.at(judged_step)
+        level[block.start : block.stop] = block.flat(over)
+        np.logical_not(finite, out=finite)
+        finite &= block.at(finite_cohort_step)
+        lone_nonfinite[block.start : block.stop] = block.flat(finite)
     bad = level | lone_nonfinite
     return cohort.flagged(bad).with_columns(
         pl.Series("lvl", level[bad]),
@@ -365,15 +379,19 @@ def _cusum_crossings(cohort: Cohort, thresholds: Thresholds) -> dict[int, int]:
     several columns as long as the rows they cover."""
     judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
     crossings: dict[int, int] = {}
-    for start, stop in rank_chunks(cohort.rows):
-        x, z, pos = cohort.arrays(start, stop)
-        z = np.where(np.isfinite(x) & judged_step[pos], z, np.nan)
+    for block in cohort.blocks(whole_ranks=True):
+        start, stop = block.start, block.stop
+        judged = np.isfinite(block.x)
+        judged &= block.at(judged_step)
+        z = block.z
+        z[~judged] = np.nan  # the block's own z, not needed after this
         ranks, at = first_crossings(
-            z,
+            block.flat(z),
             cohort.array("rank", start, stop),
             k=thresholds.rank_cusum_k,
             clip=thresholds.rank_z,
             bar=thresholds.rank_cusum_decide,
+            rows_per_rank=z.shape[1] if z.ndim == 2 else None,
         )
         steps = cohort.array("step", start, stop)
         crossings.update(zip(ranks.tolist(), steps[at].tolist(), strict=True))
@@ -510,13 +528,16 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     pair_step = cohort.per_step(pl.col("n") == 2)
     rows = cohort.rows
     slow = np.empty(rows.height, dtype=bool)
-    for start, stop in row_chunks(rows.height):
-        x, z, at = cohort.arrays(start, stop)
-        ref = ref_step[at]
-        # a NaN reference counts as above the rank, as polars orders NaN above every number
-        below = (x < thresholds.straggler_ratio * ref) | np.isnan(ref)
-        slow[start:stop] = (
-            np.isfinite(x) & below & ((judged_step[at] & (z <= -thresholds.rank_z)) | pair_step[at])
+    # a NaN reference counts as above the rank, as polars orders NaN above every number
+    ref_bar_step = thresholds.straggler_ratio * ref_step
+    no_ref_step = np.isnan(ref_step)
+    for block in cohort.blocks():
+        x, z = block.x, block.z
+        below = (x < block.at(ref_bar_step)) | block.at(no_ref_step)
+        slow[block.start : block.stop] = block.flat(
+            np.isfinite(x)
+            & below
+            & ((block.at(judged_step) & (z <= -thresholds.rank_z)) | block.at(pair_step))
         )
     flagged = cohort.flagged(slow)
     flagged = flagged.with_columns(
@@ -724,13 +745,19 @@ def _fmt(value: float | None, sign: bool = False) -> str:
 
 
 def global_mean(
-    frame: pl.DataFrame, metric: str, exclude_ranks: tuple[int, ...] = ()
+    frame: pl.DataFrame,
+    metric: str,
+    exclude_ranks: tuple[int, ...] = (),
+    from_step: int | None = None,
 ) -> pl.DataFrame:
-    """The all-rank mean per step (step, mean, n) as an all-reduced logger would show it.
+    """The all-rank mean per step (step, mean, n) as an all-reduced logger would show it,
+    for the steps from `from_step` on (every step without it).
 
     NaN on any rank makes the step's mean NaN; a rank not reporting is left out.
     """
     lazy = frame.lazy().filter(pl.col(metric).is_not_null())
+    if from_step is not None:
+        lazy = lazy.filter(pl.col("step") >= from_step)
     if exclude_ranks and "rank" in frame.columns:
         lazy = lazy.filter(~pl.col("rank").is_in(list(exclude_ranks)))
     return (
@@ -748,6 +775,7 @@ def explained_mean_shift(
     start_step: int | None = None,
     end_step: int | None = None,
     baseline_points: int = 50,
+    logged: pl.DataFrame | None = None,
 ) -> MeanShift | None:
     """How much of the mean's move over [start_step, end_step] the outlier ranks explain.
 
@@ -756,7 +784,8 @@ def explained_mean_shift(
     same two numbers without the level/nonfinite outlier ranks give the clean
     shift; `explained = shift - clean_shift`. Without a window, the window is
     the earliest outlier onset to the last step; None when there is nothing to
-    explain.
+    explain. `logged` (`_logged_steps`): the steps where `metric` was logged, so that
+    only the steps from the baseline on are averaged, not every step of the log.
     """
     metric = metric or report.metric
     culprits = [
@@ -771,8 +800,9 @@ def explained_mean_shift(
     if end_step is None:
         end_step = report.steps[1]
     ranks = tuple(sorted({int(o.rank) for o in culprits if o.rank is not None}))
-    full = global_mean(frame, metric)
-    clean = global_mean(frame, metric, ranks) if ranks else full
+    from_step, clean_from_step = _baseline_start(logged, start_step, baseline_points, len(ranks))
+    full = global_mean(frame, metric, from_step=from_step)
+    clean = global_mean(frame, metric, ranks, clean_from_step) if ranks else full
 
     def levels(series: pl.DataFrame) -> tuple[float | None, float | None, tuple[int, int] | None]:
         before = series.filter(pl.col("step") < start_step).tail(baseline_points)
@@ -795,6 +825,27 @@ def explained_mean_shift(
     )
 
 
+def _baseline_start(
+    logged: pl.DataFrame | None, start_step: int, baseline_points: int, n_left_out: int
+) -> tuple[int | None, int | None]:
+    """The first step the means with and without the left-out ranks need (the first of the
+    `baseline_points` logged steps before `start_step`), or None: every step.
+
+    Without the ranks a step stays only if another rank logged it: a step that they
+    alone logged would pull that baseline earlier, so it starts there only when each of
+    its steps was logged by more ranks than are left out.
+    """
+    if logged is None:
+        return None, None
+    t = logged["t"].to_numpy()
+    start = int(np.searchsorted(t, start_step))
+    first = max(0, start - baseline_points)
+    if first == 0:
+        return None, None
+    window = logged["ranks"].to_numpy()[first:start]
+    return int(t[first]), int(t[first]) if bool((window > n_left_out).all()) else None
+
+
 def _mean(series: pl.Series) -> float | None:
     if series.len() == 0:
         return None
@@ -802,30 +853,57 @@ def _mean(series: pl.Series) -> float | None:
 
 
 def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | None:
-    """Mean clipped robust z per rank and step bucket (see `RankPicture`); numpy bincounts
-    over a chunk of rows at a time."""
+    """Mean clipped robust z per rank and step bucket (see `RankPicture`), a block of rows
+    at a time (`_grid_cells` for lockstep ranks, else `_row_cells`)."""
     rows = cohort.rows
     t = rows["t"].to_numpy()
     first, last = int(t.min()), int(t.max())
     span = last - first + 1
     buckets = max(1, min(buckets, span))
     ranks, last_i = last_rows(rows)
-    cells = ranks.size * buckets
-    total = np.zeros(cells)
-    count = np.zeros(cells, dtype=np.int64)
-    nonfinite = np.zeros(cells, dtype=bool)
+    total = np.zeros((ranks.size, buckets))
+    count = np.zeros((ranks.size, buckets), dtype=np.int64)
+    nonfinite = np.zeros((ranks.size, buckets), dtype=bool)
+    # a row's bucket is its step's, and its rank's index counts the ranks before it: worked
+    # out once per step and once per rank, not per row
+    step_bucket = _buckets(cohort.steps["t"].to_numpy(), first, span, buckets)
+    cells = _grid_cells if cohort.in_grid() else _row_cells
+    cells(cohort, last_i, step_bucket, total, count, nonfinite)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        deviation = np.where(count > 0, total / count, np.nan)
+    deviation[nonfinite] = np.inf
+    # Python ints over the few bucket edges (not the rows), clipped to int64: exact at any step
+    int64_max = int(np.iinfo(np.int64).max)
+    edges = [min(first + (edge * span) // buckets, int64_max) for edge in range(buckets + 1)]
+    return RankPicture(
+        ranks=ranks,
+        step_edges=np.array(edges, dtype=np.int64),
+        deviation=deviation.astype(np.float32),
+    )
+
+
+def _row_cells(
+    cohort: Cohort,
+    last_i: np.ndarray,
+    step_bucket: np.ndarray,
+    total: np.ndarray,
+    count: np.ndarray,
+    nonfinite: np.ndarray,
+) -> None:
+    """The picture's sums, counts and non-finite cells (ranks x buckets, filled in place) by
+    bincounts over a chunk of rows at a time."""
+    buckets = total.shape[1]
+    cells = total.size
+    total, count, nonfinite = total.reshape(-1), count.reshape(-1), nonfinite.reshape(-1)
     # rows are in (rank, step) order, so a row's cell (rank index x buckets + bucket) never
     # falls: a cell's rows are contiguous, and the sum of the one cell a chunk boundary
     # splits is carried into the next chunk as its first term, so every sum is taken in row
     # order exactly as one bincount over all rows would take it
     carried_cell: np.ndarray = np.zeros(0, dtype=np.int64)
     carried_sum: np.ndarray = np.zeros(0)
-    # a row's bucket is its step's, and its rank's index counts the ranks before it: worked
-    # out once per step and once per rank, not per row
-    step_bucket = _buckets(cohort.steps["t"].to_numpy(), first, span, buckets)
-    for start, stop in row_chunks(t.size):
-        x, z, pos = cohort.arrays(start, stop)
-        cell = rank_index(last_i, start, stop)
+    for block in cohort.blocks():
+        x, z, pos = block.x, block.z, cast(np.ndarray, block.pos)
+        cell = rank_index(last_i, block.start, block.stop)
         cell *= buckets
         cell += step_bucket[pos]
         finite = np.isfinite(x) & np.isfinite(z)
@@ -838,17 +916,40 @@ def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | No
             sums = np.bincount(kept_cell - low, weights=kept_z, minlength=high - low + 1)
             total[low : high + 1] = sums
             carried_cell, carried_sum = kept_cell[-1:], sums[-1:]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        deviation = np.where(count > 0, total / count, np.nan)
-    deviation[nonfinite] = np.inf
-    # Python ints over the few bucket edges (not the rows), clipped to int64: exact at any step
-    int64_max = int(np.iinfo(np.int64).max)
-    edges = [min(first + (edge * span) // buckets, int64_max) for edge in range(buckets + 1)]
-    return RankPicture(
-        ranks=ranks,
-        step_edges=np.array(edges, dtype=np.int64),
-        deviation=deviation.reshape(ranks.size, buckets).astype(np.float32),
-    )
+
+
+def _grid_cells(
+    cohort: Cohort,
+    last_i: np.ndarray,
+    step_bucket: np.ndarray,
+    total: np.ndarray,
+    count: np.ndarray,
+    nonfinite: np.ndarray,
+) -> None:
+    """`_row_cells` for lockstep ranks: a block of whole ranks is a ranks x steps matrix
+    and a bucket is a run of its columns (the steps rise), so a cell is a row's run of
+    columns and needs no index per row.
+
+    A cell's sum is a cumulative sum along its run, the values added one by one in row
+    order as a bincount adds them; a value left out adds 0.0 instead, which changes no
+    sum but the sign of a zero, and `+ 0.0` at the end gives every zero the bincount's
+    sign (its sums start at +0.0).
+    """
+    present, column_starts = np.unique(step_bucket, return_index=True)  # steps rise
+    column_stops = [*column_starts[1:].tolist(), step_bucket.size]
+    for block in cohort.blocks():
+        n_ranks, per_rank = block.x.shape
+        rows = slice(block.start // per_rank, block.start // per_rank + n_ranks)
+        finite_x = np.isfinite(block.x)
+        kept = finite_x & np.isfinite(block.z)
+        weights = np.clip(block.z, -PICTURE_CLIP_Z, PICTURE_CLIP_Z)
+        weights[~kept] = 0.0
+        count[rows, present] = np.add.reduceat(kept, column_starts, axis=1, dtype=np.int64)
+        np.logical_not(finite_x, out=finite_x)
+        nonfinite[rows, present] = np.logical_or.reduceat(finite_x, column_starts, axis=1)
+        for bucket, start, stop in zip(present, column_starts, column_stops, strict=True):
+            total[rows, bucket] = np.cumsum(weights[:, start:stop], axis=1)[:, -1]
+    total += 0.0
 
 
 def _buckets(t: np.ndarray, first: int, span: int, buckets: int) -> np.ndarray:

@@ -4,7 +4,10 @@ The machinery behind `ranks.find_rank_outliers`, kept apart so the public
 module reads as the rule. Everything is columnar over the whole long frame
 (rank, step, value): two polars group-bys by step (median, then MAD), the
 per-step numbers gathered back to the rows through a lookup table, one
-division. No Python loop touches a rank or a step, so the cost is linear in
+division. Ranks that log in lockstep are a ranks x steps matrix instead: a
+step's median and MAD are a selection within its row of values, and its
+numbers broadcast over the ranks (`Cohort.blocks`), the same bits with no
+gather. No Python loop touches a rank or a step, so the cost is linear in
 rows (measured: user CPU x4.3 for x4 rows, benchmarks/bench_ranks.py). Only
 rows that deviate (few, in a healthy run) are looked at further, still as
 frames.
@@ -23,6 +26,7 @@ with fewer are not judged by z (2-rank runs go through `rank_pair`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import pairwise
 from typing import cast
 
@@ -49,8 +53,8 @@ class Cohort:
     (`per_rank` steps each), where row i's pos is i mod `per_rank`. `steps`:
     one row per t with med, hi, n, n_fin, mad, sigma (`step_totals` gives the
     sums). A row's robust z is not stored either: `part` and `take` work it
-    out for the rows asked for (`arrays` too, as numpy, for a pass over every
-    row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
+    out for the rows asked for (`arrays` and `blocks` too, as numpy, for a pass over
+    every row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
     every row (360 MB at 30M rows) while the check runs. The per-step numbers
     stay in `steps`; `flagged` and `with_stats` bring them, and the row index
     i, to the few rows that need them.
@@ -89,6 +93,46 @@ class Cohort:
         x = self.array("x", start, stop)
         pos = self._positions(start, stop)
         return x, _robust_z(x, pos, self._med, self._sigma), pos
+
+    def blocks(self, *, whole_ranks: bool = False) -> Iterator[Block]:
+        """Every row once, a chunk of rows at a time, with its x and robust z (`Block`).
+
+        Lockstep ranks come as whole ranks, a ranks x steps matrix each, so a step's
+        numbers broadcast over the block's ranks where other logs gather them row by row;
+        the z is the same subtraction and division of the same values, so the same bits.
+        Other logs come as `row_chunks`, or as `rank_chunks` when `whole_ranks`.
+        """
+        grid = self._grid()
+        if grid is not None:
+            per_rank = grid.shape[1]
+            ranks_per_block = max(1, COHORT_CHUNK_ROWS // per_rank)  # what `rank_chunks` cuts
+            for first in range(0, grid.shape[0], ranks_per_block):
+                x = grid[first : first + ranks_per_block]
+                z = np.empty(x.shape)
+                with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                    np.subtract(x, self._med, out=z)
+                    z /= self._sigma
+                start = first * per_rank
+                yield Block(start, start + x.size, x, z, None)
+            return
+        chunks = rank_chunks(self.rows) if whole_ranks else row_chunks(self.rows.height)
+        for start, stop in chunks:
+            x, z, pos = self.arrays(start, stop)
+            yield Block(start, stop, x, z, pos)
+
+    def in_grid(self) -> bool:
+        """Whether `blocks` gives ranks x steps matrices."""
+        return self._grid() is not None
+
+    def _grid(self) -> np.ndarray | None:
+        """x as a ranks x steps matrix (a view of the column) when the ranks log in lockstep
+        and a rank's rows fit in a chunk; else None."""
+        if self.per_rank is None or not 0 < self.per_rank <= COHORT_CHUNK_ROWS:
+            return None
+        series = self.rows["x"]
+        if series.n_chunks() > 1 or series.null_count():
+            return None
+        return self.array("x", 0, series.len()).reshape(-1, self.per_rank)
 
     def _positions(self, start: int, stop: int) -> np.ndarray:
         """pos of rows start to stop. Lockstep ranks repeat the same steps, so a range no
@@ -143,6 +187,32 @@ class Cohort:
         elif values.dtype.is_float():
             values = values.fill_null(np.nan)
         return values.to_numpy()
+
+
+@dataclass
+class Block:
+    """Rows start to stop of a cohort (`Cohort.blocks`) with their x and robust z.
+
+    Lockstep ranks: x and z are (ranks, steps) matrices of whole ranks and `pos` is None,
+    so a per-step array applies to them as it is (it broadcasts over the ranks). Other
+    logs: x and z are flat and `pos` is each row's step. `at` hides the difference, and
+    `flat` gives an array of the block's shape in row order.
+    """
+
+    start: int
+    stop: int
+    x: np.ndarray
+    z: np.ndarray
+    pos: np.ndarray | None
+
+    def at(self, per_step: np.ndarray) -> np.ndarray:
+        """A per-step array (one value per row of `steps`) for the block's rows."""
+        return per_step if self.pos is None else per_step[self.pos]
+
+    @staticmethod
+    def flat(values: np.ndarray) -> np.ndarray:
+        """An array of the block's shape as one row-ordered column (a view)."""
+        return values.reshape(-1)
 
 
 def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.DataFrame:
@@ -408,17 +478,71 @@ def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
     n_ranks = x.shape[0]
     blocks = []
     for start, stop in step_blocks(steps.size, n_ranks):
-        by_step = pl.DataFrame(
-            {
-                "t": np.repeat(steps[start:stop], n_ranks),
-                "x": np.ascontiguousarray(x[:, start:stop].T).ravel(),
-            }
-        ).with_columns(pl.col("t").set_sorted())
-        block = _step_stats(by_step, distinct_ranks=False)
-        med = block["med"].fill_null(np.nan).to_numpy()
-        dev = np.abs(by_step["x"].to_numpy() - np.repeat(med, n_ranks))
-        blocks.append(block.join(_mad(by_step["t"], dev), on="t", how="left").sort("t"))
+        block = _finite_block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        if block is None:
+            block = _block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        blocks.append(block)
     return pl.concat(blocks)
+
+
+def _by_step(x: np.ndarray) -> np.ndarray:
+    """A ranks x steps block as a copy with a row of ranks per step (always a copy: a view
+    of the log's column, one step or one rank, is read-only)."""
+    return np.array(x.T, order="C")
+
+
+def _block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame:
+    """`_grid_step_stats` of one block (a row of ranks per step) by polars group-bys."""
+    n_ranks = by_step.shape[1]
+    frame = pl.DataFrame({"t": np.repeat(steps, n_ranks), "x": by_step.ravel()}).with_columns(
+        pl.col("t").set_sorted()
+    )
+    block = _step_stats(frame, distinct_ranks=False)
+    med = block["med"].fill_null(np.nan).to_numpy()
+    dev = np.abs(frame["x"].to_numpy() - np.repeat(med, n_ranks))
+    return block.join(_mad(frame["t"], dev), on="t", how="left").sort("t")
+
+
+def _finite_block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame | None:
+    """`_block_stats` by numpy selection, for a block whose values are all finite (the
+    usual one): every step then has every rank, and its median is a selection within its
+    row, several times cheaper than polars' group-by. `by_step` is overwritten. None when
+    a value is not finite, or a median or maximum falls on a zero: which of -0.0 and 0.0
+    (equal, but printed apart) polars keeps depends on its own order.
+    """
+    if not np.isfinite(by_step).all():
+        return None
+    n_ranks = by_step.shape[1]
+    hi = by_step.max(axis=1)
+    med = _row_medians(by_step)
+    if med is None or not (hi != 0.0).all():  # a zero's sign is the order's, as above
+        return None
+    # the deviations in place: a median is of the values' set, not of their order
+    np.subtract(by_step, med[:, None], out=by_step)
+    np.abs(by_step, out=by_step)
+    if not np.isfinite(by_step).all():  # a deviation overflowed: polars leaves it out
+        return None
+    mad = _row_medians(by_step)
+    if mad is None:
+        return None
+    counts = np.full(steps.size, n_ranks, dtype=np.int64)
+    return pl.DataFrame(
+        {"t": steps, "med": med, "hi": hi, "n": counts, "n_fin": counts, "mad": mad}
+    ).with_columns(pl.col("t").set_sorted())
+
+
+def _row_medians(rows: np.ndarray) -> np.ndarray | None:
+    """Each row's median as polars takes it (the mean of the two middle values of an even
+    count as low + (high - low) * 0.5); `rows` is reordered. None when a middle value is
+    zero (its sign is the selection's)."""
+    half = rows.shape[1] // 2
+    rows.partition(half, axis=1)
+    high = rows[:, half].copy()
+    odd = rows.shape[1] % 2 == 1
+    low = high if odd else rows[:, :half].max(axis=1)  # the largest of the lower half
+    if not (low != 0.0).all() or not (high != 0.0).all():
+        return None
+    return high if odd else low + (high - low) * 0.5
 
 
 def _mad(t_sorted: pl.Series, dev: np.ndarray) -> pl.DataFrame:

@@ -1,0 +1,85 @@
+"""Issue 40: the lockstep shortcuts of the rank check against the general paths they stand
+in for, bit for bit: the step table by numpy selection against polars' group-bys, the
+CUSUM crossings with a rank's numbers broadcast against gathered, and the mean effect over
+the steps from its baseline on against over every step."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from stabilitycli.core.config import Thresholds
+from stabilitycli.detect.ranks import cohort as cohort_module
+from stabilitycli.detect.ranks.change import first_crossings
+from stabilitycli.detect.ranks.check import explained_mean_shift, find_rank_outliers
+from tests.detect.test_rank_cohort_chunks import troubled_run
+
+# what a block of a lockstep log may hold besides plain numbers
+KINDS = ["plain", "ties", "nan", "inf", "zeros"]
+
+
+def grid(kind: str, n_ranks: int, n_steps: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_ranks, n_steps)) * 10.0 ** rng.integers(-3, 4) + rng.normal() * 5
+    if kind == "ties":
+        x = np.round(x)
+    elif kind == "nan":
+        x[rng.random(x.shape) < 0.02] = np.nan
+    elif kind == "inf":
+        x[rng.random(x.shape) < 0.02] = np.inf
+    elif kind == "zeros":  # -0.0 and 0.0: equal, but printed apart
+        x[rng.random(x.shape) < 0.2] = -0.0
+        x[rng.random(x.shape) < 0.1] = 0.0
+    x = pl.Series(x.ravel()).to_numpy()  # read-only, as a view of a log's column is
+    return x.reshape(n_ranks, n_steps)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("n_ranks", [2, 3, 8, 33])
+@pytest.mark.parametrize("chunk_rows", [40, 1 << 20])
+def test_the_step_table_by_selection_is_the_group_bys_table(
+    kind, n_ranks, chunk_rows, monkeypatch
+) -> None:
+    monkeypatch.setattr(cohort_module, "COHORT_CHUNK_ROWS", chunk_rows)
+    x = grid(kind, n_ranks, 97, seed=n_ranks)
+    steps = np.arange(97, dtype=np.int64) * 3
+    got = cohort_module._grid_step_stats(steps, x)
+    monkeypatch.setattr(cohort_module, "_finite_block_stats", lambda steps, by_step: None)
+    want = cohort_module._grid_step_stats(steps, x)
+    assert got.schema == want.schema
+    for name in want.columns:
+        a, b = got[name].fill_null(-1), want[name].fill_null(-1)
+        assert a.to_numpy().tobytes() == b.to_numpy().tobytes(), name
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_crossings_with_a_rank_numbers_broadcast_are_the_gathered_ones(seed) -> None:
+    rng = np.random.default_rng(seed)
+    n_ranks, per_rank = int(rng.integers(1, 20)), int(rng.integers(1, 300))
+    z = rng.normal(size=(n_ranks, per_rank)) * 2.0
+    shifted = rng.random(n_ranks) < 0.4
+    z[shifted, int(rng.integers(0, per_rank)) :] += rng.normal(0.0, 4.0)
+    z[rng.random(z.shape) < 0.05] = np.nan
+    rank = np.repeat(np.arange(n_ranks) * 7, per_rank)
+    for k, clip, bar in ((2.0, 6.0, 40.0), (0.5, 3.0, 5.0)):
+        gathered = first_crossings(z.ravel(), rank, k=k, clip=clip, bar=bar)
+        broadcast = first_crossings(
+            z.ravel(), rank, k=k, clip=clip, bar=bar, rows_per_rank=per_rank
+        )
+        assert np.array_equal(gathered[0], broadcast[0])
+        assert np.array_equal(gathered[1], broadcast[1])
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["dense", "sparse"])
+def test_the_mean_effect_from_its_baseline_is_the_one_over_every_step(ragged) -> None:
+    run = troubled_run(seed=4, ragged=ragged)
+    if not ragged:
+        run.frame = run.frame.filter(pl.col("rank") < 5)
+    report = find_rank_outliers(run, "loss", Thresholds())
+    # an onset past the first 50 steps: the baseline starts after the first step
+    assert report.mean_effect is not None and report.mean_effect.baseline_steps[0] > 0
+    every_step = explained_mean_shift(
+        report, run.frame, baseline_points=Thresholds().rank_history_points
+    )
+    assert repr(report.mean_effect) == repr(every_step)  # NaN means compare as text
