@@ -15,8 +15,14 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import SourceInfo
 from stabilitycli.detect.ranks import check as check_module
 from stabilitycli.detect.ranks import cohort as cohort_module
-from stabilitycli.detect.ranks.check import PICTURE_CLIP_Z, _buckets, find_rank_outliers
+from stabilitycli.detect.ranks.check import find_rank_outliers
 from stabilitycli.detect.ranks.cohort import build_cohort, last_rows, rank_index
+from stabilitycli.detect.ranks.picture import (
+    PICTURE_BUCKETS,
+    PICTURE_CLIP_Z,
+    rank_picture,
+    step_buckets,
+)
 from stabilitycli.frame import RunData
 from tests.detect.test_rank_cohort_chunks import troubled_run
 
@@ -78,9 +84,9 @@ def test_the_picture_is_one_bincount_over_every_row(ragged, chunk_rows, monkeypa
     t, x, z = whole["t"].to_numpy(), whole["x"].to_numpy(), whole["z"].to_numpy()
     ranks, _ = last_rows(cohort.rows)
     first, span = int(t.min()), int(t.max()) - int(t.min()) + 1
-    buckets = min(check_module.PICTURE_BUCKETS, span)
+    buckets = min(PICTURE_BUCKETS, span)
     cell = np.searchsorted(ranks, whole["rank"].to_numpy()) * buckets
-    cell += _buckets(t, first, span, buckets)
+    cell += step_buckets(t, first, span, buckets)
     finite = np.isfinite(x) & np.isfinite(z)
     cells = ranks.size * buckets
     total = np.bincount(
@@ -90,7 +96,7 @@ def test_the_picture_is_one_bincount_over_every_row(ragged, chunk_rows, monkeypa
     with np.errstate(invalid="ignore", divide="ignore"):
         want = np.where(count > 0, total / count, np.nan)
     want[np.unique(cell[~np.isfinite(x)])] = np.inf
-    picture = check_module._picture(cohort)
+    picture = rank_picture(cohort)
     assert picture is not None
     assert same_bits(picture.deviation, want.reshape(ranks.size, buckets).astype(np.float32))
 

@@ -62,7 +62,6 @@ from stabilitycli.detect.ranks.cohort import (
     last_rows,
     positions,
     rank_bounds,
-    rank_index,
     step_totals,
     steps_back,
 )
@@ -77,6 +76,7 @@ from stabilitycli.detect.ranks.decision import evidence as decision_evidence
 from stabilitycli.detect.ranks.decision import words as decision_words
 from stabilitycli.detect.ranks.drift import ramp_onset
 from stabilitycli.detect.ranks.pair import pair_level
+from stabilitycli.detect.ranks.picture import rank_picture
 from stabilitycli.detect.ranks.report import (
     KINDS,
     LEVEL,
@@ -85,7 +85,6 @@ from stabilitycli.detect.ranks.report import (
     STRAGGLER,
     MeanShift,
     RankOutlier,
-    RankPicture,
     RankReport,
 )
 
@@ -94,8 +93,6 @@ if TYPE_CHECKING:
     from stabilitycli.frame import RunData
 
 THROUGHPUT = (("tokens_per_s", False), ("step_time_ms", True))  # (column, invert to a rate)
-PICTURE_BUCKETS = 60
-PICTURE_CLIP_Z = 10.0  # one wild step cannot paint a whole bucket
 RANK_PARTS = 4  # the parts of the check told as progress (find_rank_outliers)
 
 
@@ -152,7 +149,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     if n_ranks >= 2:
         outliers += _nonfinite(cohort, flagged, thresholds)
         outliers += _silent(cohort, thresholds)
-    picture = _picture(cohort)
+    picture = rank_picture(cohort)
     progress.tell("ranks", 2, RANK_PARTS, rows=2 * height // RANK_PARTS)
     step_range = (int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max())))
     if beside is not None:
@@ -850,115 +847,3 @@ def _mean(series: pl.Series) -> float | None:
     if series.len() == 0:
         return None
     return float(np.mean(series.to_numpy()))
-
-
-def _picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture | None:
-    """Mean clipped robust z per rank and step bucket (see `RankPicture`), a block of rows
-    at a time (`_grid_cells` for lockstep ranks, else `_row_cells`)."""
-    rows = cohort.rows
-    t = rows["t"].to_numpy()
-    first, last = int(t.min()), int(t.max())
-    span = last - first + 1
-    buckets = max(1, min(buckets, span))
-    ranks, last_i = last_rows(rows)
-    total = np.zeros((ranks.size, buckets))
-    count = np.zeros((ranks.size, buckets), dtype=np.int64)
-    nonfinite = np.zeros((ranks.size, buckets), dtype=bool)
-    # a row's bucket is its step's, and its rank's index counts the ranks before it: worked
-    # out once per step and once per rank, not per row
-    step_bucket = _buckets(cohort.steps["t"].to_numpy(), first, span, buckets)
-    cells = _grid_cells if cohort.in_grid() else _row_cells
-    cells(cohort, last_i, step_bucket, total, count, nonfinite)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        deviation = np.where(count > 0, total / count, np.nan)
-    deviation[nonfinite] = np.inf
-    # Python ints over the few bucket edges (not the rows), clipped to int64: exact at any step
-    int64_max = int(np.iinfo(np.int64).max)
-    edges = [min(first + (edge * span) // buckets, int64_max) for edge in range(buckets + 1)]
-    return RankPicture(
-        ranks=ranks,
-        step_edges=np.array(edges, dtype=np.int64),
-        deviation=deviation.astype(np.float32),
-    )
-
-
-def _row_cells(
-    cohort: Cohort,
-    last_i: np.ndarray,
-    step_bucket: np.ndarray,
-    total: np.ndarray,
-    count: np.ndarray,
-    nonfinite: np.ndarray,
-) -> None:
-    """The picture's sums, counts and non-finite cells (ranks x buckets, filled in place) by
-    bincounts over a chunk of rows at a time."""
-    buckets = total.shape[1]
-    cells = total.size
-    total, count, nonfinite = total.reshape(-1), count.reshape(-1), nonfinite.reshape(-1)
-    # rows are in (rank, step) order, so a row's cell (rank index x buckets + bucket) never
-    # falls: a cell's rows are contiguous, and the sum of the one cell a chunk boundary
-    # splits is carried into the next chunk as its first term, so every sum is taken in row
-    # order exactly as one bincount over all rows would take it
-    carried_cell: np.ndarray = np.zeros(0, dtype=np.int64)
-    carried_sum: np.ndarray = np.zeros(0)
-    for block in cohort.blocks():
-        x, z, pos = block.x, block.z, cast(np.ndarray, block.pos)
-        cell = rank_index(last_i, block.start, block.stop)
-        cell *= buckets
-        cell += step_bucket[pos]
-        finite = np.isfinite(x) & np.isfinite(z)
-        kept_cell = np.concatenate((carried_cell, cell[finite]))
-        kept_z = np.concatenate((carried_sum, np.clip(z[finite], -PICTURE_CLIP_Z, PICTURE_CLIP_Z)))
-        nonfinite[cell[~np.isfinite(x)]] = True
-        count += np.bincount(cell[finite], minlength=cells)
-        if kept_cell.size:
-            low, high = int(kept_cell[0]), int(kept_cell[-1])
-            sums = np.bincount(kept_cell - low, weights=kept_z, minlength=high - low + 1)
-            total[low : high + 1] = sums
-            carried_cell, carried_sum = kept_cell[-1:], sums[-1:]
-
-
-def _grid_cells(
-    cohort: Cohort,
-    last_i: np.ndarray,
-    step_bucket: np.ndarray,
-    total: np.ndarray,
-    count: np.ndarray,
-    nonfinite: np.ndarray,
-) -> None:
-    """`_row_cells` for lockstep ranks: a block of whole ranks is a ranks x steps matrix
-    and a bucket is a run of its columns (the steps rise), so a cell is a row's run of
-    columns and needs no index per row.
-
-    A cell's sum is a cumulative sum along its run, the values added one by one in row
-    order as a bincount adds them; a value left out adds 0.0 instead, which changes no
-    sum but the sign of a zero, and `+ 0.0` at the end gives every zero the bincount's
-    sign (its sums start at +0.0).
-    """
-    present, column_starts = np.unique(step_bucket, return_index=True)  # steps rise
-    column_stops = [*column_starts[1:].tolist(), step_bucket.size]
-    for block in cohort.blocks():
-        n_ranks, per_rank = block.x.shape
-        rows = slice(block.start // per_rank, block.start // per_rank + n_ranks)
-        finite_x = np.isfinite(block.x)
-        kept = finite_x & np.isfinite(block.z)
-        weights = np.clip(block.z, -PICTURE_CLIP_Z, PICTURE_CLIP_Z)
-        weights[~kept] = 0.0
-        count[rows, present] = np.add.reduceat(kept, column_starts, axis=1, dtype=np.int64)
-        np.logical_not(finite_x, out=finite_x)
-        nonfinite[rows, present] = np.logical_or.reduceat(finite_x, column_starts, axis=1)
-        for bucket, start, stop in zip(present, column_starts, column_stops, strict=True):
-            total[rows, bucket] = np.cumsum(weights[:, start:stop], axis=1)[:, -1]
-    total += 0.0
-
-
-def _buckets(t: np.ndarray, first: int, span: int, buckets: int) -> np.ndarray:
-    """The picture's step bucket of each step `t`."""
-    # steps may be anywhere in int64 (a log is not ours to bound), so the bucket of a step is
-    # found in float64: (t - first) * buckets would overflow for steps near 2**63
-    offset = (t - first).astype(np.float64)
-    offset *= buckets
-    offset /= span
-    bucket = offset.astype(np.int64)
-    np.minimum(bucket, buckets - 1, out=bucket)
-    return bucket
