@@ -436,21 +436,29 @@ def _changes_in(
 
     before, after = at(-1), at(k - 1)  # medians of the k points before row i, and from it on
     step = after - before
+    with np.errstate(invalid="ignore"):
+        # a flat stretch at 0 (no level, no noise) meets every bar with 0
+        deep = (step < 0) & (step <= -thresholds.level_change_frac * np.abs(before))
+    # the other bars at the rows deep enough only: few or none on most logs, where the noise
+    # and the drift are then never read (each a pass over the chunk, the noise a polars one)
+    rows = np.flatnonzero(deep)
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    step_at = step[rows]
     # a fall that goes on shows as a change before the step either way (a rise into it is
     # no level to step down from) and as a further fall after it; a rise after it is an
     # event on the new level (a bump or a shift right after an epoch drop), not a sign that
     # the loss never stepped down
-    drift = np.fmax(np.abs(before - at(-k - 1)), after - at(2 * k - 1))
-    noise = chunk.change_noise(k)
+    drift = np.fmax(np.abs(before[rows] - at(-k - 1)[rows]), after[rows] - at(2 * k - 1)[rows])
+    noise = chunk.change_noise(k)[rows]
     with np.errstate(invalid="ignore"):
-        passes = (
-            (step < 0)  # a flat stretch at 0 (no level, no noise) meets every bar with 0
-            & (step <= -thresholds.level_change_frac * np.abs(before))
-            & (step <= -thresholds.level_change_sigma * wander * noise)
-            & (-step >= thresholds.level_change_ratio * drift)
+        passes_at = (step_at <= -thresholds.level_change_sigma * wander * noise) & (
+            -step_at >= thresholds.level_change_ratio * drift
         )
-    if not passes.any():
+    if not passes_at.any():
         return np.zeros(0, dtype=np.int64)
+    passes = np.zeros(n, dtype=bool)
+    passes[rows[passes_at]] = True
     depth = plain_numpy.series(np.where(passes, step, np.nan)).fill_nan(None)
     deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
     rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)

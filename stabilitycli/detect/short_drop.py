@@ -61,26 +61,34 @@ def short_drops(
 
     ending = chunk.medians_ending(reach, k + 1)
     before, prior = at(ending, -1), at(ending, -reach - 1)
-    # the noise of one point from the mean step-to-step change (as `level_changes` reads
-    # it), undone of the memory that shrinks the changes between neighbours
-    noise = chunk.change_noise(k) / math.sqrt(max(memory.difference_share, 0.05))
+    # the bars on the step that hold for every count of points, worked out once
+    least_drop = -thresholds.level_change_frac * np.abs(before)
+    change_before = np.abs(before - prior)
+    noise = None
     # a median has pi/2 the variance of a mean
     before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
     passes = np.zeros(n, dtype=bool)
     for j in range(least, k):  # a few counts of points, each over every row at once
         after = at(finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
         step = after - before
-        se = noise * math.sqrt(memory.variance_factor(j) / j + before_var)
         with np.errstate(invalid="ignore"):
             # what the step alone must pass (the bar in standard errors only rises with the
-            # spread below): on most logs no row does, and the rolling max, min and spread
-            # of a long log are not read at all
+            # spread below): on most logs no row does, and the noise, the rolling max, min
+            # and spread of a long log are not read at all
             deep = (
                 (step < 0)
-                & (step <= -thresholds.level_change_frac * np.abs(before))
-                & ~(step > -thresholds.level_change_short_se * se)
-                & (-step >= thresholds.level_change_ratio * np.abs(before - prior))
+                & (step <= least_drop)
+                & (-step >= thresholds.level_change_ratio * change_before)
             )
+        if not deep.any():
+            continue
+        if noise is None:
+            # the noise of one point from the mean step-to-step change (as `level_changes`
+            # reads it), undone of the memory that shrinks the changes between neighbours
+            noise = chunk.change_noise(k) / math.sqrt(max(memory.difference_share, 0.05))
+        se = noise * math.sqrt(memory.variance_factor(j) / j + before_var)
+        with np.errstate(invalid="ignore"):
+            deep &= ~(step > -thresholds.level_change_short_se * se)
         if not deep.any():
             continue
         top = at(finite.rolling_max(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
