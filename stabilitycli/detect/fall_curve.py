@@ -61,8 +61,9 @@ class FallReading:
     recent_se: float
     mean_widening: float
 
-    def rows(self, rows: slice) -> FallReading:
-        """This reading at a block of its rows (`level.local_level` works in blocks)."""
+    def rows(self, rows: slice | np.ndarray) -> FallReading:
+        """This reading at a block of its rows (`level.local_level` works in blocks), or at
+        the rows of an index array."""
         return FallReading(
             None if self.relative_sigma is None else self.relative_sigma[rows],
             None if self.recent is None else self.recent[rows],

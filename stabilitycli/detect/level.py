@@ -175,19 +175,9 @@ def _local_level_rows(
         with np.errstate(invalid="ignore"):
             concave = planned & (late_slope < slope) & judged
         level = np.where(concave, np.minimum(mean, line), level)
-    cautious, fall_noise = level, noise
-    if fall is not None and fall.relative_sigma is not None:
-        level, fall_noise = level_now(
-            stats, (x_early, early), (x_third, third), fall, thresholds, noise
-        )
+    cautious = level
     std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
     with np.errstate(invalid="ignore", divide="ignore"):
-        # level_lag_sigma = inf turns the switch off: times a zero noise (a flat window) NaN,
-        # which passes no comparison below, as off means
-        bar = thresholds.level_lag_sigma * noise
-        # the spike bar the window's own mean and std make sits this far above the one
-        # the local level and the spread around the trend make: the fall's own doing
-        lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
         # a fall that slows down or keeps its pace (warmup, a decay) goes on; one that
         # speeds up at the end of the window (a memorised batch served again and again),
         # or that began inside it after a flat stretch (a dip of noise), is no curve to
@@ -211,16 +201,27 @@ def _local_level_rows(
         if planned is not None:
             fall_bar[planned] /= 2.0
         fall_z = (early - late) / (judge * np.sqrt(1.0 / n_early + 1.0 / n_late))
-        falling = (
+        may_fall = (
             enough
-            & (mean > level)
-            & (lowered >= bar)
             & steady
             & (
                 fall_z_with_windows(fall_z, (prior, mean, n_prior, n), judge, fall, thresholds)
                 >= fall_bar
             )
         )
+    fall_noise = noise
+    if fall is not None and fall.relative_sigma is not None:  # read where a fall may be only
+        level, fall_noise = _level_now_at(
+            may_fall, stats, ((x_early, early), (x_third, third)), fall, thresholds, noise
+        )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # level_lag_sigma = inf turns the switch off: times a zero noise (a flat window) NaN,
+        # which passes no comparison below, as off means
+        bar = thresholds.level_lag_sigma * noise
+        # the spike bar the window's own mean and std make sits this far above the one
+        # the local level and the spread around the trend make: the fall's own doing
+        lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
+        falling = may_fall & (mean > level) & (lowered >= bar)
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
     fall_slope, fall_line = sparse_fall(
         (prior, mean, n_prior, n),
@@ -243,6 +244,40 @@ def _local_level_rows(
         fall_slope=fall_slope,
         fall_line=fall_line,
     )
+
+
+def _level_now_at(
+    rows: np.ndarray,
+    stats: dict[str, np.ndarray],
+    halves: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    fall: FallReading,
+    thresholds: Thresholds,
+    noise: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`fall_curve.level_now` at the `rows` (a mask) only, where a fall may be judged: the
+    window's mean and noise elsewhere, which no row reads (a level and its noise count only
+    where the window falls). Each of its numbers is a row's own: the same bits as over
+    every row, at a few dozen passes over the rows that may fall, not over every row (on
+    most of a long log the window does not fall)."""
+    at = np.flatnonzero(rows)
+    level, fall_noise = stats["mean"].copy(), noise.copy()
+    if at.size == 0:
+        return level, fall_noise
+    (x_early, early), (x_third, third) = halves
+    level[at], fall_noise[at] = level_now(
+        {name: stats[name][at] for name in _LEVEL_NOW_NAMES},
+        (x_early[at], early[at]),
+        (x_third[at], third[at]),
+        fall.rows(at),
+        thresholds,
+        noise[at],
+    )
+    return level, fall_noise
+
+
+# what `fall_curve.level_now` reads of a window's statistics
+_LEVEL_NOW_NAMES = ("x", "mean", "x_mean_quarter", "mean_quarter", "count", "count_half")
+_LEVEL_NOW_NAMES += ("count_quarter",)
 
 
 def planned_fall_rows(
