@@ -16,7 +16,12 @@ import polars as pl
 
 from stabilitycli.core.records import dataclass
 from stabilitycli.detect.pointwise import Pointwise
-from stabilitycli.detect.window_counts import COUNT_SHARES, window_counts
+from stabilitycli.detect.window_counts import (
+    COUNT_SHARES,
+    STEP_MEAN_SHARES,
+    exact_step_sums,
+    window_counts,
+)
 from stabilitycli.frame import plain_numpy
 
 
@@ -177,18 +182,26 @@ def _trailing_chunk(
         reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
     else:
         reach = max(0, first - plan.reach_rows)
+    x = None
+    if any(name in LEVEL_NAMES for name in names):
+        # steps from the chunk's first row, so that a mean of steps keeps its last digits
+        x = (steps[reach:stop] - steps[reach]).astype(np.float64)
     counted = tuple(name for name in names if name in COUNT_SHARES)
+    if x is not None and exact_step_sums(steps[reach:stop]):
+        counted += tuple(name for name in names if name in STEP_MEAN_SHARES)
     out = window_counts(
         steps[reach:stop],
         np.isfinite(values[reach:stop]),
         counted,
-        int(window_steps) if plan.by_step else plan.reach_rows,
-        plan.by_step,
+        (int(window_steps) if plan.by_step else plan.reach_rows, plan.by_step),
         first - reach,
+        x,
     )
-    rolled = tuple(name for name in names if name not in COUNT_SHARES)
+    rolled = tuple(name for name in names if name not in counted)
     if rolled:
-        out.update(_rolled_chunk(steps, values, window_steps, plan, rolled, (reach, first, stop)))
+        out.update(
+            _rolled_chunk(steps, values, window_steps, plan, rolled, (reach, first, stop), x)
+        )
     return {name: out[name] for name in names}
 
 
@@ -199,17 +212,17 @@ def _rolled_chunk(
     plan: WindowPlan,
     names: tuple[str, ...],
     rows: tuple[int, int, int],
+    x: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     """The trailing `names` polars works out (no count) at the rows [first, stop), from the
-    rows [reach, stop) (`rows`)."""
+    rows [reach, stop) (`rows`); `x`, the steps from the first of those (for `LEVEL_NAMES`)."""
     reach, first, stop = rows
     expressions = _window_expressions(
         names, plan.by_step, window_steps, plan.reach_rows, plan.min_samples
     )
     columns = {"step": steps[reach:stop], "v": values[reach:stop]}
-    if any(name in LEVEL_NAMES for name in names):
-        # steps from the chunk's first row, so that a mean of steps keeps its last digits
-        columns["x"] = (steps[reach:stop] - steps[reach]).astype(np.float64)
+    if x is not None:
+        columns["x"] = x
     # non-finite values become null inside polars, in one pass and no numpy copy
     source = plain_numpy.frame(columns).with_columns(
         pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
@@ -219,8 +232,8 @@ def _rolled_chunk(
         # once here, not once in each statistic (a column of the chunk each time)
         shifted = [pl.col("v").shift(1).alias(_SHIFTED)]
         if "x" in columns:  # a step counts where its point does (`_level_expressions`)
-            x = pl.when(pl.col("v").is_not_null()).then(pl.col("x"))
-            shifted.append(x.shift(1).alias(_SHIFTED_X))
+            present_x = pl.when(pl.col("v").is_not_null()).then(pl.col("x"))
+            shifted.append(present_x.shift(1).alias(_SHIFTED_X))
         source = source.with_columns(shifted)
     out: dict[str, np.ndarray] = {}
     # a few statistics at a time: polars works out a select's expressions side by side,
