@@ -276,8 +276,8 @@ def _level_now_at(
 
 
 # what `fall_curve.level_now` reads of a window's statistics
-_LEVEL_NOW_NAMES = ("x", "mean", "x_mean_quarter", "mean_quarter", "count", "count_half")
-_LEVEL_NOW_NAMES += ("count_quarter",)
+_LEVEL_NOW_NAMES: tuple[str, ...] = ("x", "mean", "x_mean_quarter", "mean_quarter")
+_LEVEL_NOW_NAMES += ("count", "count_half", "count_quarter")
 
 
 def planned_fall_rows(
@@ -306,6 +306,8 @@ class LevelAt(Pointwise):
         self.steps, self.values, self.window_steps = steps, values, window_steps
         self.plan, self.thresholds, self.size = plan, thresholds, values.size
         self._kept: tuple[int, LocalLevel] | None = None
+        # `level_floor.may_reach`'s masks of rows for the bars a later call will ask, by bar
+        self.reach_kept: dict[float, np.ndarray] = {}
 
     def _at(self, rows: np.ndarray) -> np.ndarray:
         flat = rows.ravel()

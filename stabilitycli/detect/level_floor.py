@@ -29,22 +29,32 @@ from stabilitycli.frame import plain_numpy
 _MARGIN = 0.5
 
 
-def may_reach(level: LevelAt, bar: float) -> np.ndarray:
+def may_reach(level: LevelAt, bar: float, later: tuple[float, ...] = ()) -> np.ndarray:
     """Per row of the level's series: could `value / level` be `bar` (> 0) or more? False
     only where the value is finite and under `_MARGIN * bar` times the least finite value
     of the level's window, that least value being above 0. Taken `windows.CHUNK_ROWS` rows
     at a time with the rows their windows reach back to: a least value is the same
-    number however the series is cut, and the temporaries are a chunk's, not the log's."""
-    out = np.empty(level.size, dtype=bool)
+    number however the series is cut, and the temporaries are a chunk's, not the log's.
+
+    `later`: the bars a later call will ask of the same level, answered from the same least
+    values and kept on it (`LevelAt.reach_kept`, a bool a row each) until asked: the least
+    values of a long log cost more than all the rest of the answer."""
+    kept = level.reach_kept.pop(bar, None)
+    if kept is not None:
+        return kept
+    bars = (bar, *(b for b in later if b != bar))
+    out = {b: np.empty(level.size, dtype=bool) for b in bars}
     chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
     for first in range(0, level.size, chunk_rows):  # loop over chunks of rows
         stop = min(level.size, first + chunk_rows)
         floor = _least(level, first, stop)
         values = level.values[first:stop]
-        with np.errstate(invalid="ignore", over="ignore"):
-            under = (floor > 0) & np.isfinite(values) & (values < bar * _MARGIN * floor)
-        out[first:stop] = ~under
-    return out
+        for each in bars:  # a bar or two
+            with np.errstate(invalid="ignore", over="ignore"):
+                under = (floor > 0) & np.isfinite(values) & (values < each * _MARGIN * floor)
+            out[each][first:stop] = ~under
+    level.reach_kept.update((b, out[b]) for b in bars[1:])
+    return out[bar]
 
 
 def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
