@@ -40,7 +40,7 @@ from stabilitycli.detect.fall_curve import (
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.pooled_noise import ChunkLoss
-from stabilitycli.detect.short_drop import merge_short, short_drops
+from stabilitycli.detect.short_drop import LEAST_ABOVE_ZERO, merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 from stabilitycli.frame import plain_numpy
 
@@ -464,29 +464,35 @@ def _changes_in(
     n = values.size
     if k < 2 or n < 4 * k:
         return np.zeros(0, dtype=np.int64)
-    # ending[j]: the median of values[j - k + 1 .. j]; padded so that every shift is a slice
+    # ending[j]: the median of values[j - k + 1 .. j]
     ending = chunk.medians_ending(k, k // 2 + 1)
-    padded = np.concatenate([np.full(2 * k, np.nan), ending, np.full(2 * k, np.nan)])
-
-    def at(offset: int) -> np.ndarray:  # ending[i + offset] for every row i
-        return padded[2 * k + offset : 2 * k + offset + n]
-
-    before, after = at(-1), at(k - 1)  # medians of the k points before row i, and from it on
-    step = after - before
+    # at the rows 1 .. n - k, where both exist: the median of the k points from the row on
+    # less that of the k points before it
+    step = ending[k:] - ending[: n - k]
     with np.errstate(invalid="ignore"):
-        # a flat stretch at 0 (no level, no noise) meets every bar with 0
-        deep = (step < 0) & (step <= -thresholds.level_change_frac * np.abs(before))
+        # under 0 (a flat stretch at 0, no level and no noise, meets every bar with 0) and by
+        # `level_change_frac` of the level before: at or under the lower bar, in one pass
+        bar = np.abs(ending[: n - k])
+        bar *= -thresholds.level_change_frac
+        np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)
+        rows = np.flatnonzero(step <= bar)
     # the other bars at the rows deep enough only: few or none on most logs, where the noise
     # and the drift are then never read (each a pass over the chunk, the noise a polars one)
-    rows = np.flatnonzero(deep)
     if rows.size == 0:
         return np.zeros(0, dtype=np.int64)
     step_at = step[rows]
+    rows += 1
+    del step, bar
+    padded = np.concatenate([np.full(2 * k, np.nan), ending, np.full(2 * k, np.nan)])
+
+    def at(offset: int) -> np.ndarray:  # ending[i + offset] at the rows
+        return padded[2 * k + offset + rows]
+
     # a fall that goes on shows as a change before the step either way (a rise into it is
     # no level to step down from) and as a further fall after it; a rise after it is an
     # event on the new level (a bump or a shift right after an epoch drop), not a sign that
     # the loss never stepped down
-    drift = np.fmax(np.abs(before[rows] - at(-k - 1)[rows]), after[rows] - at(2 * k - 1)[rows])
+    drift = np.fmax(np.abs(at(-1) - at(-k - 1)), at(k - 1) - at(2 * k - 1))
     noise = chunk.change_noise(k)[rows]
     with np.errstate(invalid="ignore"):
         passes_at = (step_at <= -thresholds.level_change_sigma * wander * noise) & (
@@ -494,11 +500,12 @@ def _changes_in(
         )
     if not passes_at.any():
         return np.zeros(0, dtype=np.int64)
-    passes = np.zeros(n, dtype=bool)
-    passes[rows[passes_at]] = True
-    depth = plain_numpy.series(np.where(passes, step, np.nan)).fill_nan(None)
-    deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
-    rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)
+    rows, step_at = rows[passes_at], step_at[passes_at]
+    depth = np.full(n, np.nan)
+    depth[rows] = step_at
+    nearby = plain_numpy.series(depth).fill_nan(None)
+    deepest = nearby.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
+    rows = _sharpest(values, rows[step_at <= deepest[rows]], k)
     return plain_numpy.unique(_first_of_new_level(values, rows, k if back is None else back))
 
 
