@@ -220,21 +220,16 @@ def _rolled_chunk(
     expressions = _window_expressions(
         names, plan.by_step, window_steps, plan.reach_rows, plan.min_samples
     )
-    columns = {"step": steps[reach:stop], "v": values[reach:stop]}
-    if x is not None:
-        columns["x"] = x
-    # non-finite values become null inside polars, in one pass and no numpy copy
-    source = plain_numpy.frame(columns).with_columns(
-        pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
-    )
-    if not plan.by_step:
-        # a window of the rows before each row reads the columns shifted by one: shifted
-        # once here, not once in each statistic (a column of the chunk each time)
-        shifted = [pl.col("v").shift(1).alias(_SHIFTED)]
-        if "x" in columns:  # a step counts where its point does (`_level_expressions`)
-            present_x = pl.when(pl.col("v").is_not_null()).then(pl.col("x"))
-            shifted.append(present_x.shift(1).alias(_SHIFTED_X))
-        source = source.with_columns(shifted)
+    if plan.by_step:
+        columns = {"step": steps[reach:stop], "v": values[reach:stop]}
+        if x is not None:
+            columns["x"] = x
+        # non-finite values become null inside polars, in one pass and no numpy copy
+        source = plain_numpy.frame(columns).with_columns(
+            pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
+        )
+    else:
+        source = _shifted_source(values[reach:stop], x)
     out: dict[str, np.ndarray] = {}
     # a few statistics at a time: polars works out a select's expressions side by side,
     # each with temporaries of its own, and every one of them is a column of the chunk
@@ -250,6 +245,29 @@ def _rolled_chunk(
 
 # the value and step columns shifted by one row, for windows of the rows before each row
 _SHIFTED, _SHIFTED_X = "v_before", "x_before"
+
+
+def _shifted_source(values: np.ndarray, x: np.ndarray | None) -> pl.DataFrame:
+    """The columns a window of the rows before each row reads: the values (null where not
+    finite) and, with `x`, the steps where a value is (`_level_expressions`), both shifted
+    by one row (null first), and `x` itself. Shifted once, not once in each statistic,
+    and in numpy, whose freed memory is used again (each polars column of a long log's
+    chunk is a fresh one, paid a page fault a page): the same nulls and numbers."""
+    finite = np.isfinite(values)
+    columns = {_SHIFTED: _one_row_on(np.where(finite, values, np.nan))}
+    if x is not None:
+        columns[_SHIFTED_X] = _one_row_on(np.where(finite, x, np.nan))
+        columns["x"] = x
+    shifted = [name for name in (_SHIFTED, _SHIFTED_X) if name in columns]
+    return plain_numpy.frame(columns).with_columns(pl.col(shifted).fill_nan(None))
+
+
+def _one_row_on(column: np.ndarray) -> np.ndarray:
+    """`column` shifted one row on: NaN first, its last value dropped."""
+    out = np.empty(column.size)
+    out[:1] = np.nan
+    out[1:] = column[:-1]
+    return out
 
 
 _STATS_AT_A_TIME = 4
