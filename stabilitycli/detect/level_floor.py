@@ -65,12 +65,19 @@ def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
         reach = int(np.searchsorted(steps, steps[first] - level.window_steps, side="left"))
     else:
         reach = max(0, first - plan.reach_rows)
-    frame = plain_numpy.frame({"step": steps[reach:stop], "v": level.values[reach:stop]})
-    v = pl.when(pl.col("v").is_finite()).then(pl.col("v"))
+    values = level.values[reach:stop]
+    # null where not finite; a window of rows reads the row before each row: the values
+    # shifted one row on, NaN first. Both in numpy (freed memory used again; a polars
+    # column of a long log's chunk is a fresh one), the same nulls and numbers
+    finite = np.where(np.isfinite(values), values, np.nan)
+    if not plan.by_step:
+        finite = np.concatenate(([np.nan], finite[:-1]))
+    frame = plain_numpy.frame({"step": steps[reach:stop], "v": finite})
+    v = pl.col("v").fill_nan(None)
     if plan.by_step:
         least = v.rolling_min_by("step", f"{int(level.window_steps)}i", closed="left")
     else:  # the last reach_rows rows before the row, as the level's window
-        least = v.shift(1).rolling_min(plan.reach_rows, min_samples=1)
+        least = v.rolling_min(plan.reach_rows, min_samples=1)
     return frame.select(least.fill_null(np.nan)).to_series().to_numpy()[first - reach :]
 
 
