@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from stabilitycli.detect import rolling_median8
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.frame import plain_numpy
 
@@ -121,8 +122,11 @@ class ChunkLoss:
         """Per row j, the median of the `points` values ending at j (NaN under `least`)."""
         key = (points, least)
         if key not in self._medians:
-            rolled = self.finite.rolling_median(points, min_samples=least)
-            self._medians[key] = rolled.fill_null(np.nan).to_numpy()
+            if points == rolling_median8.POINTS and rolling_median8.networked(self.values):
+                self._medians[key] = rolling_median8.medians_ending_8(self.values, least)
+            else:
+                rolled = self.finite.rolling_median(points, min_samples=least)
+                self._medians[key] = rolled.fill_null(np.nan).to_numpy()
         return self._medians[key]
 
     def change_noise(self, points: int) -> np.ndarray:
