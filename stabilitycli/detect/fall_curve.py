@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import polars as pl
 
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.records import dataclass
@@ -61,8 +60,9 @@ class FallReading:
     recent_se: float
     mean_widening: float
 
-    def rows(self, rows: slice) -> FallReading:
-        """This reading at a block of its rows (`level.local_level` works in blocks)."""
+    def rows(self, rows: slice | np.ndarray) -> FallReading:
+        """This reading at a block of its rows (`level.local_level` works in blocks), or at
+        the rows of an index array."""
         return FallReading(
             None if self.relative_sigma is None else self.relative_sigma[rows],
             None if self.recent is None else self.recent[rows],
@@ -80,7 +80,10 @@ def difference_noise(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.n
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = np.diff(finite) / np.abs(0.5 * (finite[1:] + finite[:-1]))
     relative[~np.isfinite(relative)] = np.nan
-    change = pl.Series(np.concatenate(([np.nan], relative))).fill_nan(None).shift(1)
+    # the change into each row, shifted one row on (the row's own left out): shifted in
+    # numpy, whose freed memory is used again, not in polars (a fresh column of the chunk)
+    into = np.concatenate(([np.nan], relative))
+    change = plain_numpy.series(np.concatenate(([np.nan], into[:-1]))).fill_nan(None)
     variance = change.rolling_var(points, min_samples=max(2, points // 2)).fill_null(np.nan)
     lag1 = min(max(memory.lag1, 0.0), _MAX_LAG1)
     return np.sqrt(variance.to_numpy() / (2.0 * (1.0 - lag1)))
@@ -88,8 +91,10 @@ def difference_noise(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.n
 
 def _recent_mean(loss: np.ndarray, points: int) -> np.ndarray:
     """Per row, the mean of the finite values among the `points` rows before it."""
-    finite = plain_numpy.series(np.where(np.isfinite(loss), loss, np.nan))
-    finite = finite.fill_nan(None).shift(1)
+    before = np.empty(loss.size)  # the value of the row before each row, shifted in numpy
+    before[:1] = np.nan
+    np.copyto(before[1:], np.where(np.isfinite(loss[:-1]), loss[:-1], np.nan))
+    finite = plain_numpy.series(before).fill_nan(None)
     return finite.rolling_mean(points, min_samples=1).fill_null(np.nan).to_numpy()
 
 

@@ -40,7 +40,7 @@ from stabilitycli.detect.fall_curve import (
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.pooled_noise import ChunkLoss
-from stabilitycli.detect.short_drop import merge_short, short_drops
+from stabilitycli.detect.short_drop import LEAST_ABOVE_ZERO, merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 from stabilitycli.frame import plain_numpy
 
@@ -175,19 +175,9 @@ def _local_level_rows(
         with np.errstate(invalid="ignore"):
             concave = planned & (late_slope < slope) & judged
         level = np.where(concave, np.minimum(mean, line), level)
-    cautious, fall_noise = level, noise
-    if fall is not None and fall.relative_sigma is not None:
-        level, fall_noise = level_now(
-            stats, (x_early, early), (x_third, third), fall, thresholds, noise
-        )
+    cautious = level
     std = np.maximum(np.nan_to_num(stats["std"], nan=0.0), floor)
     with np.errstate(invalid="ignore", divide="ignore"):
-        # level_lag_sigma = inf turns the switch off: times a zero noise (a flat window) NaN,
-        # which passes no comparison below, as off means
-        bar = thresholds.level_lag_sigma * noise
-        # the spike bar the window's own mean and std make sits this far above the one
-        # the local level and the spread around the trend make: the fall's own doing
-        lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
         # a fall that slows down or keeps its pace (warmup, a decay) goes on; one that
         # speeds up at the end of the window (a memorised batch served again and again),
         # or that began inside it after a flat stretch (a dip of noise), is no curve to
@@ -211,16 +201,27 @@ def _local_level_rows(
         if planned is not None:
             fall_bar[planned] /= 2.0
         fall_z = (early - late) / (judge * np.sqrt(1.0 / n_early + 1.0 / n_late))
-        falling = (
+        may_fall = (
             enough
-            & (mean > level)
-            & (lowered >= bar)
             & steady
             & (
                 fall_z_with_windows(fall_z, (prior, mean, n_prior, n), judge, fall, thresholds)
                 >= fall_bar
             )
         )
+    fall_noise = noise
+    if fall is not None and fall.relative_sigma is not None:  # read where a fall may be only
+        level, fall_noise = _level_now_at(
+            may_fall, stats, ((x_early, early), (x_third, third)), fall, thresholds, noise
+        )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # level_lag_sigma = inf turns the switch off: times a zero noise (a flat window) NaN,
+        # which passes no comparison below, as off means
+        bar = thresholds.level_lag_sigma * noise
+        # the spike bar the window's own mean and std make sits this far above the one
+        # the local level and the spread around the trend make: the fall's own doing
+        lowered = (mean - level) + thresholds.spike_sigma * (std - noise)
+        falling = may_fall & (mean > level) & (lowered >= bar)
         rising = enough & (line - mean >= bar) & (-fall_z >= thresholds.level_fall_z)
     fall_slope, fall_line = sparse_fall(
         (prior, mean, n_prior, n),
@@ -243,6 +244,40 @@ def _local_level_rows(
         fall_slope=fall_slope,
         fall_line=fall_line,
     )
+
+
+def _level_now_at(
+    rows: np.ndarray,
+    stats: dict[str, np.ndarray],
+    halves: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    fall: FallReading,
+    thresholds: Thresholds,
+    noise: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`fall_curve.level_now` at the `rows` (a mask) only, where a fall may be judged: the
+    window's mean and noise elsewhere, which no row reads (a level and its noise count only
+    where the window falls). Each of its numbers is a row's own: the same bits as over
+    every row, at a few dozen passes over the rows that may fall, not over every row (on
+    most of a long log the window does not fall)."""
+    at = np.flatnonzero(rows)
+    level, fall_noise = stats["mean"].copy(), noise.copy()
+    if at.size == 0:
+        return level, fall_noise
+    (x_early, early), (x_third, third) = halves
+    level[at], fall_noise[at] = level_now(
+        {name: stats[name][at] for name in _LEVEL_NOW_NAMES},
+        (x_early[at], early[at]),
+        (x_third[at], third[at]),
+        fall.rows(at),
+        thresholds,
+        noise[at],
+    )
+    return level, fall_noise
+
+
+# what `fall_curve.level_now` reads of a window's statistics
+_LEVEL_NOW_NAMES: tuple[str, ...] = ("x", "mean", "x_mean_quarter", "mean_quarter")
+_LEVEL_NOW_NAMES += ("count", "count_half", "count_quarter")
 
 
 def planned_fall_rows(
@@ -271,6 +306,8 @@ class LevelAt(Pointwise):
         self.steps, self.values, self.window_steps = steps, values, window_steps
         self.plan, self.thresholds, self.size = plan, thresholds, values.size
         self._kept: tuple[int, LocalLevel] | None = None
+        # `level_floor.may_reach`'s masks of rows for the bars a later call will ask, by bar
+        self.reach_kept: dict[float, np.ndarray] = {}
 
     def _at(self, rows: np.ndarray) -> np.ndarray:
         flat = rows.ravel()
@@ -427,33 +464,48 @@ def _changes_in(
     n = values.size
     if k < 2 or n < 4 * k:
         return np.zeros(0, dtype=np.int64)
-    # ending[j]: the median of values[j - k + 1 .. j]; padded so that every shift is a slice
+    # ending[j]: the median of values[j - k + 1 .. j]
     ending = chunk.medians_ending(k, k // 2 + 1)
+    # at the rows 1 .. n - k, where both exist: the median of the k points from the row on
+    # less that of the k points before it
+    step = ending[k:] - ending[: n - k]
+    with np.errstate(invalid="ignore"):
+        # under 0 (a flat stretch at 0, no level and no noise, meets every bar with 0) and by
+        # `level_change_frac` of the level before: at or under the lower bar, in one pass
+        bar = np.abs(ending[: n - k])
+        bar *= -thresholds.level_change_frac
+        np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)
+        rows = np.flatnonzero(step <= bar)
+    # the other bars at the rows deep enough only: few or none on most logs, where the noise
+    # and the drift are then never read (each a pass over the chunk, the noise a polars one)
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    step_at = step[rows]
+    rows += 1
+    del step, bar
     padded = np.concatenate([np.full(2 * k, np.nan), ending, np.full(2 * k, np.nan)])
 
-    def at(offset: int) -> np.ndarray:  # ending[i + offset] for every row i
-        return padded[2 * k + offset : 2 * k + offset + n]
+    def at(offset: int) -> np.ndarray:  # ending[i + offset] at the rows
+        return padded[2 * k + offset + rows]
 
-    before, after = at(-1), at(k - 1)  # medians of the k points before row i, and from it on
-    step = after - before
     # a fall that goes on shows as a change before the step either way (a rise into it is
     # no level to step down from) and as a further fall after it; a rise after it is an
     # event on the new level (a bump or a shift right after an epoch drop), not a sign that
     # the loss never stepped down
-    drift = np.fmax(np.abs(before - at(-k - 1)), after - at(2 * k - 1))
-    noise = chunk.change_noise(k)
+    drift = np.fmax(np.abs(at(-1) - at(-k - 1)), at(k - 1) - at(2 * k - 1))
+    noise = chunk.change_noise(k)[rows]
     with np.errstate(invalid="ignore"):
-        passes = (
-            (step < 0)  # a flat stretch at 0 (no level, no noise) meets every bar with 0
-            & (step <= -thresholds.level_change_frac * np.abs(before))
-            & (step <= -thresholds.level_change_sigma * wander * noise)
-            & (-step >= thresholds.level_change_ratio * drift)
+        passes_at = (step_at <= -thresholds.level_change_sigma * wander * noise) & (
+            -step_at >= thresholds.level_change_ratio * drift
         )
-    if not passes.any():
+    if not passes_at.any():
         return np.zeros(0, dtype=np.int64)
-    depth = plain_numpy.series(np.where(passes, step, np.nan)).fill_nan(None)
-    deepest = depth.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
-    rows = _sharpest(values, np.flatnonzero(passes & (step <= deepest)), k)
+    rows, step_at = rows[passes_at], step_at[passes_at]
+    depth = np.full(n, np.nan)
+    depth[rows] = step_at
+    nearby = plain_numpy.series(depth).fill_nan(None)
+    deepest = nearby.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
+    rows = _sharpest(values, rows[step_at <= deepest[rows]], k)
     return plain_numpy.unique(_first_of_new_level(values, rows, k if back is None else back))
 
 

@@ -29,22 +29,32 @@ from stabilitycli.frame import plain_numpy
 _MARGIN = 0.5
 
 
-def may_reach(level: LevelAt, bar: float) -> np.ndarray:
+def may_reach(level: LevelAt, bar: float, later: tuple[float, ...] = ()) -> np.ndarray:
     """Per row of the level's series: could `value / level` be `bar` (> 0) or more? False
     only where the value is finite and under `_MARGIN * bar` times the least finite value
     of the level's window, that least value being above 0. Taken `windows.CHUNK_ROWS` rows
     at a time with the rows their windows reach back to: a least value is the same
-    number however the series is cut, and the temporaries are a chunk's, not the log's."""
-    out = np.empty(level.size, dtype=bool)
+    number however the series is cut, and the temporaries are a chunk's, not the log's.
+
+    `later`: the bars a later call will ask of the same level, answered from the same least
+    values and kept on it (`LevelAt.reach_kept`, a bool a row each) until asked: the least
+    values of a long log cost more than all the rest of the answer."""
+    kept = level.reach_kept.pop(bar, None)
+    if kept is not None:
+        return kept
+    bars = (bar, *(b for b in later if b != bar))
+    out = {b: np.empty(level.size, dtype=bool) for b in bars}
     chunk_rows = windows.CHUNK_ROWS  # read at call time: tests take small chunks
     for first in range(0, level.size, chunk_rows):  # loop over chunks of rows
         stop = min(level.size, first + chunk_rows)
         floor = _least(level, first, stop)
         values = level.values[first:stop]
-        with np.errstate(invalid="ignore", over="ignore"):
-            under = (floor > 0) & np.isfinite(values) & (values < bar * _MARGIN * floor)
-        out[first:stop] = ~under
-    return out
+        for each in bars:  # a bar or two
+            with np.errstate(invalid="ignore", over="ignore"):
+                under = (floor > 0) & np.isfinite(values) & (values < each * _MARGIN * floor)
+            out[each][first:stop] = ~under
+    level.reach_kept.update((b, out[b]) for b in bars[1:])
+    return out[bar]
 
 
 def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
@@ -55,12 +65,19 @@ def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
         reach = int(np.searchsorted(steps, steps[first] - level.window_steps, side="left"))
     else:
         reach = max(0, first - plan.reach_rows)
-    frame = plain_numpy.frame({"step": steps[reach:stop], "v": level.values[reach:stop]})
-    v = pl.when(pl.col("v").is_finite()).then(pl.col("v"))
+    values = level.values[reach:stop]
+    # null where not finite; a window of rows reads the row before each row: the values
+    # shifted one row on, NaN first. Both in numpy (freed memory used again; a polars
+    # column of a long log's chunk is a fresh one), the same nulls and numbers
+    finite = np.where(np.isfinite(values), values, np.nan)
+    if not plan.by_step:
+        finite = np.concatenate(([np.nan], finite[:-1]))
+    frame = plain_numpy.frame({"step": steps[reach:stop], "v": finite})
+    v = pl.col("v").fill_nan(None)
     if plan.by_step:
         least = v.rolling_min_by("step", f"{int(level.window_steps)}i", closed="left")
     else:  # the last reach_rows rows before the row, as the level's window
-        least = v.shift(1).rolling_min(plan.reach_rows, min_samples=1)
+        least = v.rolling_min(plan.reach_rows, min_samples=1)
     return frame.select(least.fill_null(np.nan)).to_series().to_numpy()[first - reach :]
 
 

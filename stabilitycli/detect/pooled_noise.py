@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from stabilitycli.detect import rolling_median8
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.frame import plain_numpy
 
@@ -115,28 +116,46 @@ class ChunkLoss:
         self.finite = finite.fill_nan(None)
         self._medians: dict[tuple[int, int], np.ndarray] = {}
         self._noise: dict[int, np.ndarray] = {}
+        self._changes: pl.Series | None = None  # read by each `change_noise`
 
     def medians_ending(self, points: int, least: int) -> np.ndarray:
         """Per row j, the median of the `points` values ending at j (NaN under `least`)."""
         key = (points, least)
         if key not in self._medians:
-            rolled = self.finite.rolling_median(points, min_samples=least)
-            self._medians[key] = rolled.fill_null(np.nan).to_numpy()
+            if points == rolling_median8.POINTS and rolling_median8.networked(self.values):
+                self._medians[key] = rolling_median8.medians_ending_8(self.values, least)
+            else:
+                rolled = self.finite.rolling_median(points, min_samples=least)
+                self._medians[key] = rolled.fill_null(np.nan).to_numpy()
         return self._medians[key]
 
     def change_noise(self, points: int) -> np.ndarray:
         """`trailing_change_noise` of the chunk over `points`."""
         if points not in self._noise:
-            self._noise[points] = trailing_change_noise(self.finite, points)
+            if self._changes is None:
+                self._changes = absolute_changes(self.values)
+            self._noise[points] = trailing_change_noise(self._changes, points)
         return self._noise[points]
 
 
-def trailing_change_noise(finite: pl.Series, points: int) -> np.ndarray:
+def absolute_changes(values: np.ndarray) -> pl.Series:
+    """|values[i] - values[i - 1]|, null at the first row and where either value is not
+    finite: polars' `diff().abs()` of the values with non-finite ones as nulls, its very
+    numbers, worked out in numpy (whose freed memory is used again; each polars column
+    of a long log's chunk is a fresh one, paid a page fault per page)."""
+    finite = np.where(np.isfinite(values), values, np.nan)
+    change = np.empty(values.size)
+    change[:1] = np.nan
+    np.subtract(finite[1:], finite[:-1], out=change[1:])
+    np.abs(change, out=change)
+    return plain_numpy.series(change).fill_nan(None)
+
+
+def trailing_change_noise(change: pl.Series, points: int) -> np.ndarray:
     """Per row, the noise of one point before it, from the mean absolute step-to-step
     change over the `8 * points` changes before it (NaN under `points` of them): a median
     costs several times more over a long log, sqrt(pi)/2 of the mean is sigma for normal
-    noise, and a heavy tail only raises a bar set in it. `finite`: the loss with non-finite
-    values as nulls."""
-    change = finite.diff().abs()
+    noise, and a heavy tail only raises a bar set in it. `change`: the loss's
+    `absolute_changes`."""
     noise = change.rolling_mean(8 * points, min_samples=points).fill_null(np.nan).to_numpy()
     return np.concatenate([[np.nan], noise[:-1]]) * (np.sqrt(np.pi) / 2.0)

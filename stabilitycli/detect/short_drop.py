@@ -30,6 +30,9 @@ from stabilitycli.frame import plain_numpy
 # test reads is measured, before each row
 _SPREAD_ROWS = 16
 
+# the least float above 0 (a subnormal): x < 0 is x <= -this, for every float64
+LEAST_ABOVE_ZERO = float(np.nextafter(0.0, 1.0))
+
 
 def short_drops(
     values: np.ndarray,
@@ -61,46 +64,58 @@ def short_drops(
 
     ending = chunk.medians_ending(reach, k + 1)
     before, prior = at(ending, -1), at(ending, -reach - 1)
-    # the noise of one point from the mean step-to-step change (as `level_changes` reads
-    # it), undone of the memory that shrinks the changes between neighbours
-    noise = chunk.change_noise(k) / math.sqrt(max(memory.difference_share, 0.05))
+    # what the step alone must pass, for every count of points (the bar in standard errors
+    # only rises with the spread below), as one bar worked out once: under 0, by
+    # `level_change_frac` of the level, and `level_change_ratio` times the change before
+    # (-step >= r c is step <= -(r c) to the bit; a minimum rounds nothing, and keeps a NaN,
+    # which no step passes, as no step passed any bar of NaN)
+    with np.errstate(invalid="ignore"):
+        bar = np.minimum(
+            -thresholds.level_change_frac * np.abs(before),
+            -(thresholds.level_change_ratio * np.abs(before - prior)),
+        )
+    np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)  # under 0: at or under the float nearest it
+    noise = None
     # a median has pi/2 the variance of a mean
     before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
     passes = np.zeros(n, dtype=bool)
+    step = np.full(n, np.nan)  # per row: the mean of the j points from it on less `before`
     for j in range(least, k):  # a few counts of points, each over every row at once
-        after = at(finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
-        step = after - before
-        se = noise * math.sqrt(memory.variance_factor(j) / j + before_var)
+        rolled = finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy()
+        np.subtract(rolled[j - 1 :], before[: n - j + 1], out=step[: n - j + 1])
+        step[n - j + 1 :] = np.nan  # past the end: the j points run out
+        del rolled
         with np.errstate(invalid="ignore"):
-            # what the step alone must pass (the bar in standard errors only rises with the
-            # spread below): on most logs no row does, and the rolling max, min and spread
-            # of a long log are not read at all
-            deep = (
-                (step < 0)
-                & (step <= -thresholds.level_change_frac * np.abs(before))
-                & ~(step > -thresholds.level_change_short_se * se)
-                & (-step >= thresholds.level_change_ratio * np.abs(before - prior))
-            )
-        if not deep.any():
+            # few rows or none pass, and the other bars are read at those only
+            rows = np.flatnonzero(step <= bar)
+        if rows.size == 0:
             continue
-        top = at(finite.rolling_max(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
-        low = at(finite.rolling_min(j, min_samples=j).fill_null(np.nan).to_numpy(), j - 1)
-        # and the spread the same difference had over the rows before (none of whose
-        # points it reads): a noise whose wander the measured memory understates moves
-        # it further than the model says
-        spread = pl.Series(step).fill_nan(None).rolling_std(_SPREAD_ROWS * k, min_samples=4 * k)
-        se = np.fmax(se, at(spread.fill_null(np.nan).to_numpy(), -j))
+        if noise is None:
+            # the noise of one point from the mean step-to-step change (as `level_changes`
+            # reads it), undone of the memory that shrinks the changes between neighbours
+            noise = chunk.change_noise(k) / math.sqrt(max(memory.difference_share, 0.05))
+        se = noise[rows] * math.sqrt(memory.variance_factor(j) / j + before_var)
+        step_at, before_at = step[rows], before[rows]
         with np.errstate(invalid="ignore"):
-            passes |= (
-                deep
-                & (step <= -thresholds.level_change_short_se * se)
+            deep = (
+                ~(step_at > -thresholds.level_change_short_se * se)
                 # every one of the few nearer the new level than the old (a row before the
                 # drop is no start of it; heavy-tailed noise puts two or three low points
                 # among a few, seldom all of them), none twice as far down (one low outlier
                 # is no new level)
-                & (top < before + step / 2.0)
-                & (low > before + 2.0 * step)
+                & (_extreme_from(chunk.values, rows, j, np.max) < before_at + step_at / 2.0)
+                & (_extreme_from(chunk.values, rows, j, np.min) > before_at + 2.0 * step_at)
             )
+        if not deep.any():
+            continue
+        rows, step_at, se = rows[deep], step_at[deep], se[deep]
+        # and the spread the same difference had over the rows before (none of whose
+        # points it reads): a noise whose wander the measured memory understates moves
+        # it further than the model says
+        spread = pl.Series(step).fill_nan(None).rolling_std(_SPREAD_ROWS * k, min_samples=4 * k)
+        se = np.fmax(se, at(spread.fill_null(np.nan).to_numpy(), -j)[rows])
+        with np.errstate(invalid="ignore"):
+            passes[rows] |= step_at <= -thresholds.level_change_short_se * se
     rows = np.flatnonzero(passes)
     if rows.size == 0:
         return rows
@@ -109,6 +124,17 @@ def short_drops(
     # medians' row at the drop stands against a later one, `merge_short`)
     first = rows[np.concatenate([[True], np.diff(rows) > k])]
     return first.astype(np.int64)
+
+
+def _extreme_from(values: np.ndarray, rows: np.ndarray, points: int, reduce) -> np.ndarray:
+    """Per row of `rows`: the max or min (`reduce`) of the `points` values from it on, NaN
+    where one of them is not finite or lies past the end: polars' rolling max or min over
+    `points` with every point asked for, read from the row's window only (the very value:
+    an extreme takes no arithmetic)."""
+    at = rows[:, None] + np.arange(points)[None, :]
+    held = np.where(at < values.size, values[np.minimum(at, values.size - 1)], np.nan)
+    held[~np.isfinite(held)] = np.nan
+    return reduce(held, axis=1)
 
 
 def merge_short(chunk: ChunkLoss, rows: np.ndarray, short: np.ndarray, apart: int) -> np.ndarray:

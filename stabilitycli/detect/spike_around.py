@@ -75,7 +75,10 @@ def surge_rows(steps: np.ndarray, ctx: CauseContext, thresholds: Thresholds) -> 
         return np.zeros(0, dtype=np.int64)
     g_steps, g = base.steps, base.values
     # `level_floor.may_reach` reads that lowest value a chunk of rows at a time
-    open_at = np.flatnonzero(may_reach(base, thresholds.grad_norm_spike_ratio) & np.isfinite(g))
+    # (and the bar `CauseContext.maybe_cause` asks next of the same level, from the same values)
+    later = min(thresholds.grad_norm_spike_ratio, thresholds.grad_norm_outlier_ratio)
+    reach = may_reach(base, thresholds.grad_norm_spike_ratio, (later,))
+    open_at = np.flatnonzero(reach & np.isfinite(g))
     if open_at.size == 0:
         return np.zeros(0, dtype=np.int64)
     # each open grad-norm step reaches the loss rows logged within cause_lead_steps after it

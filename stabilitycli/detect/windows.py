@@ -16,6 +16,12 @@ import polars as pl
 
 from stabilitycli.core.records import dataclass
 from stabilitycli.detect.pointwise import Pointwise
+from stabilitycli.detect.window_counts import (
+    COUNT_SHARES,
+    STEP_MEAN_SHARES,
+    exact_step_sums,
+    window_counts,
+)
 from stabilitycli.frame import plain_numpy
 
 
@@ -172,21 +178,58 @@ def _trailing_chunk(
 ) -> dict[str, np.ndarray]:
     """The trailing `names` at the rows [first, stop), with the rows before `first` that
     its windows reach back to (`trailing_chunks`)."""
-    expressions = _window_expressions(
-        names, plan.by_step, window_steps, plan.reach_rows, plan.min_samples
-    )
     if plan.by_step:
         reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
     else:
         reach = max(0, first - plan.reach_rows)
-    columns = {"step": steps[reach:stop], "v": values[reach:stop]}
+    x = None
     if any(name in LEVEL_NAMES for name in names):
         # steps from the chunk's first row, so that a mean of steps keeps its last digits
-        columns["x"] = (steps[reach:stop] - steps[reach]).astype(np.float64)
-    # non-finite values become null inside polars, in one pass and no numpy copy
-    source = plain_numpy.frame(columns).with_columns(
-        pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
+        x = (steps[reach:stop] - steps[reach]).astype(np.float64)
+    counted = tuple(name for name in names if name in COUNT_SHARES)
+    if x is not None and exact_step_sums(steps[reach:stop]):
+        counted += tuple(name for name in names if name in STEP_MEAN_SHARES)
+    out = window_counts(
+        steps[reach:stop],
+        np.isfinite(values[reach:stop]),
+        counted,
+        (int(window_steps) if plan.by_step else plan.reach_rows, plan.by_step),
+        first - reach,
+        x,
     )
+    rolled = tuple(name for name in names if name not in counted)
+    if rolled:
+        out.update(
+            _rolled_chunk(steps, values, window_steps, plan, rolled, (reach, first, stop), x)
+        )
+    return {name: out[name] for name in names}
+
+
+def _rolled_chunk(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    plan: WindowPlan,
+    names: tuple[str, ...],
+    rows: tuple[int, int, int],
+    x: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """The trailing `names` polars works out (no count) at the rows [first, stop), from the
+    rows [reach, stop) (`rows`); `x`, the steps from the first of those (for `LEVEL_NAMES`)."""
+    reach, first, stop = rows
+    expressions = _window_expressions(
+        names, plan.by_step, window_steps, plan.reach_rows, plan.min_samples
+    )
+    if plan.by_step:
+        columns = {"step": steps[reach:stop], "v": values[reach:stop]}
+        if x is not None:
+            columns["x"] = x
+        # non-finite values become null inside polars, in one pass and no numpy copy
+        source = plain_numpy.frame(columns).with_columns(
+            pl.when(pl.col("v").is_finite()).then(pl.col("v")).alias("v")
+        )
+    else:
+        source = _shifted_source(values[reach:stop], x)
     out: dict[str, np.ndarray] = {}
     # a few statistics at a time: polars works out a select's expressions side by side,
     # each with temporaries of its own, and every one of them is a column of the chunk
@@ -195,9 +238,35 @@ def _trailing_chunk(
         chunk = source.select(expressions[at : at + _STATS_AT_A_TIME]).slice(first - reach)
         for name in group:  # each column let go once it is in numpy
             column = chunk.drop_in_place(name)
-            fill = 0.0 if name == "count" else np.nan
-            out[name] = column.fill_null(fill).to_numpy()
+            out[name] = column.fill_null(np.nan).to_numpy()
             del column
+    return out
+
+
+# the value and step columns shifted by one row, for windows of the rows before each row
+_SHIFTED, _SHIFTED_X = "v_before", "x_before"
+
+
+def _shifted_source(values: np.ndarray, x: np.ndarray | None) -> pl.DataFrame:
+    """The columns a window of the rows before each row reads: the values (null where not
+    finite) and, with `x`, the steps where a value is (`_level_expressions`), both shifted
+    by one row (null first), and `x` itself. Shifted once, not once in each statistic,
+    and in numpy, whose freed memory is used again (each polars column of a long log's
+    chunk is a fresh one, paid a page fault a page): the same nulls and numbers."""
+    finite = np.isfinite(values)
+    columns = {_SHIFTED: _one_row_on(np.where(finite, values, np.nan))}
+    if x is not None:
+        columns[_SHIFTED_X] = _one_row_on(np.where(finite, x, np.nan))
+        columns["x"] = x
+    shifted = [name for name in (_SHIFTED, _SHIFTED_X) if name in columns]
+    return plain_numpy.frame(columns).with_columns(pl.col(shifted).fill_nan(None))
+
+
+def _one_row_on(column: np.ndarray) -> np.ndarray:
+    """`column` shifted one row on: NaN first, its last value dropped."""
+    out = np.empty(column.size)
+    out[:1] = np.nan
+    out[1:] = column[:-1]
     return out
 
 
@@ -270,24 +339,20 @@ def _trailing(
 def _window_expressions(
     names: tuple[str, ...], by_step: bool, window_steps: int, rows: int, min_samples: int
 ) -> list[pl.Expr]:
-    """polars' trailing `names` over `window_steps` steps (`by_step`) or the `rows` rows
-    before each row (`min_samples` of them for a mean or a std)."""
+    """polars' trailing `names` (no count: `window_counts`) over `window_steps` steps
+    (`by_step`) or the `rows` rows before each row (`min_samples` of them for a mean or a
+    std)."""
     if by_step:
         window = f"{int(window_steps)}i"
         built = {
             "mean": pl.col("v").rolling_mean_by("step", window, closed="left"),
             "std": pl.col("v").rolling_std_by("step", window, closed="left"),
-            "count": pl.col("v")
-            .is_not_null()
-            .cast(pl.Float64)
-            .rolling_sum_by("step", window, closed="left"),
         }
     else:
-        shifted = pl.col("v").shift(1)
+        shifted = pl.col(_SHIFTED)
         built = {
             "mean": shifted.rolling_mean(rows, min_samples=min_samples),
             "std": shifted.rolling_std(rows, min_samples=min_samples),
-            "count": shifted.is_not_null().cast(pl.Float64).rolling_sum(rows, min_samples=1),
         }
     if any(name in LEVEL_NAMES for name in names):
         built.update(_level_expressions(by_step, window_steps, rows))
@@ -306,7 +371,6 @@ def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str,
     quarter, and [t - 2W, t) (for the window before it), in steps or in rows. A point with
     no value counts in none of them, and its step in none either (x follows v's nulls)."""
     x = pl.when(pl.col("v").is_not_null()).then(pl.col("x"))
-    present = pl.col("v").is_not_null().cast(pl.Float64)
     built: dict[str, pl.Expr] = {"x": pl.col("x")}
     if by_step:
         full = f"{int(window_steps)}i"
@@ -314,23 +378,19 @@ def _level_expressions(by_step: bool, window_steps: int, rows: int) -> dict[str,
         quarter = f"{max(1, int(window_steps) // 4)}i"
         for suffix, span in (("_half", half), ("_quarter", quarter)):
             built["mean" + suffix] = pl.col("v").rolling_mean_by("step", span, closed="left")
-            built["count" + suffix] = present.rolling_sum_by("step", span, closed="left")
         built["x_mean"] = x.rolling_mean_by("step", full, closed="left")
         double = f"{2 * int(window_steps)}i"
         built["mean_double"] = pl.col("v").rolling_mean_by("step", double, closed="left")
-        built["count_double"] = present.rolling_sum_by("step", double, closed="left")
         built["x_mean_double"] = x.rolling_mean_by("step", double, closed="left")
         built["x_mean_half"] = x.rolling_mean_by("step", half, closed="left")
         built["x_mean_quarter"] = x.rolling_mean_by("step", quarter, closed="left")
         built["x_var"] = x.rolling_var_by("step", full, closed="left")
         return built
-    shifted, shifted_x = pl.col("v").shift(1), x.shift(1)
+    shifted, shifted_x = pl.col(_SHIFTED), pl.col(_SHIFTED_X)
     for suffix, size in (("_half", max(1, rows // 2)), ("_quarter", max(1, rows // 4))):
         built["mean" + suffix] = shifted.rolling_mean(size, min_samples=1)
-        built["count" + suffix] = present.shift(1).rolling_sum(size, min_samples=1)
     built["x_mean"] = shifted_x.rolling_mean(rows, min_samples=1)
     built["mean_double"] = shifted.rolling_mean(2 * rows, min_samples=1)
-    built["count_double"] = present.shift(1).rolling_sum(2 * rows, min_samples=1)
     built["x_mean_double"] = shifted_x.rolling_mean(2 * rows, min_samples=1)
     built["x_mean_half"] = shifted_x.rolling_mean(max(1, rows // 2), min_samples=1)
     built["x_mean_quarter"] = shifted_x.rolling_mean(max(1, rows // 4), min_samples=1)
