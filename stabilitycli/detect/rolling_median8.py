@@ -12,7 +12,8 @@ of 0.0 and -0.0 comes first is polars' choice), is left to polars: the whole chu
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
+
+from stabilitycli.frame import plain_numpy
 
 POINTS = 8
 
@@ -39,7 +40,8 @@ def medians_ending_8(values: np.ndarray, least: int) -> np.ndarray:
     """Per row j, the median of values[j - 7 .. j] (`networked` values only); the first 7
     rows, of shorter windows, as polars gives them (NaN under `least` points)."""
     out = np.empty(values.size)
-    head = pl.Series(values[: POINTS - 1]).rolling_median(POINTS, min_samples=least)
+    # a small array's Series without loading numpy.ma (`plain_numpy.series`, start-up)
+    head = plain_numpy.series(values[: POINTS - 1]).rolling_median(POINTS, min_samples=least)
     out[: POINTS - 1] = head.fill_null(np.nan).to_numpy()
     for first in range(POINTS - 1, values.size, _BLOCK_ROWS):  # blocks of rows
         stop = min(values.size, first + _BLOCK_ROWS)
