@@ -102,6 +102,21 @@ def _power_sums(d: np.ndarray) -> list[np.ndarray]:
     return [d, s1, s2, s1 * s1, s4]
 
 
+def hinge_tables(n: int, phi: float):
+    """The prewhitened x^2 ramp's coefficients and its tables by length D (shared with
+    `_lo2_limits.quadratic_ramp_onset`): g~ at u points from the start is p(u) / D^2 with
+    p(u) = u^2 - phi (u - 1)^2 = a u^2 + b u + c, `hold` after the end; `inv_d2[D]` = 1/D^2
+    and `pp_d4[D]` = sum of p(u)^2 for u = 1..D over D^4 (placeholders at D = 0, an end
+    before the start, which the callers score out)."""
+    a, b, c = 1.0 - phi, 2.0 * phi, -phi
+    hold = 1.0 - phi
+    s0, s1, s2, s3, s4 = _power_sums(np.arange(1, n, dtype=float))
+    pp = a * a * s4 + 2 * a * b * s3 + (b * b + 2 * a * c) * s2 + 2 * b * c * s1 + c * c * s0
+    inv_d2 = np.r_[0.0, 1.0 / np.arange(1, n, dtype=float) ** 2]
+    pp_d4 = np.r_[1.0, pp * inv_d2[1:] ** 2]
+    return (a, b, c), hold, inv_d2, pp_d4
+
+
 def best_pair(
     columns: np.ndarray, phi: float, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[int, int]:
@@ -116,12 +131,7 @@ def best_pair(
     n, m = columns.shape
     i = np.arange(n, dtype=float)[:, None]
     pre = [np.concatenate([np.zeros((1, m)), np.cumsum(columns * i**k, axis=0)]) for k in range(3)]
-    a, b, c = 1.0 - phi, 2.0 * phi, -phi  # p(u) = u^2 - phi (u - 1)^2 = a u^2 + b u + c
-    hold = 1.0 - phi
-    s0, s1, s2, s3, s4 = _power_sums(np.arange(1, n, dtype=float))
-    pp = a * a * s4 + 2 * a * b * s3 + (b * b + 2 * a * c) * s2 + 2 * b * c * s1 + c * c * s0
-    inv_d2 = np.r_[0.0, 1.0 / np.arange(1, n, dtype=float) ** 2]
-    pp_d4 = np.r_[1.0, pp * inv_d2[1:] ** 2]
+    (a, b, c), hold, inv_d2, pp_d4 = hinge_tables(n, phi)
     total = pre[0][n]
     best_score, best = -np.inf, (int(starts[0]), int(ends[-1]))
     for lo in range(0, starts.size, START_CHUNK):

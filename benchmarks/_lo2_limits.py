@@ -36,6 +36,7 @@ from _lo2_family import (
     family_cell,
     family_errors,
     family_reading,
+    hinge_tables,
 )
 
 LO2_TOLERANCE_FRAC = 0.05  # on time: |onset error| <= 5% of the ramp's length
@@ -52,15 +53,6 @@ def lo2_tasks(runs: int, seed: int) -> list[dict]:
         for t in lm_tasks(profile, seed)
         if t["mode"] == "lm-event" and t["case"]["kind"] == "ramp"
     ]
-
-
-def _power_sums(d: np.ndarray) -> list[np.ndarray]:
-    """sum of u^k for u = 1..d, k = 0..4 (Faulhaber), exact for any d."""
-    d = d.astype(float)
-    s1 = d * (d + 1) / 2
-    s2 = d * (d + 1) * (2 * d + 1) / 6
-    s4 = s2 * (3 * d * d + 3 * d - 1) / 5
-    return [d, s1, s2, s1 * s1, s4]
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -83,14 +75,8 @@ def quadratic_ramp_onset(y: np.ndarray, phi: float, starts: np.ndarray, ends: np
     yw = np.concatenate([[0.0], y[1:] - phi * y[:-1]])  # the first point has no predecessor
     i = np.arange(n, dtype=float)
     p0, p1, p2 = _prefix(yw), _prefix(i * yw), _prefix(i * i * yw)
-    a, b, c = 1.0 - phi, 2.0 * phi, -phi  # p(u) = a u^2 + b u + c
-    hold = 1.0 - phi
-    # sum of p(u)^2 for u = 1..D over D^4, and 1 / D^2: tables by D, read once per pair
-    s0, s1, s2, s3, s4 = _power_sums(np.arange(1, n, dtype=float))
-    pp = a * a * s4 + 2 * a * b * s3 + (b * b + 2 * a * c) * s2 + 2 * b * c * s1 + c * c * s0
-    # at D = 0 (an end before the start) placeholders: such pairs are scored out below
-    inv_d2 = np.r_[0.0, 1.0 / np.arange(1, n, dtype=float) ** 2]
-    pp_d4 = np.r_[1.0, pp * inv_d2[1:] ** 2]
+    # p(u) = a u^2 + b u + c and the tables by length D, read once per pair
+    (a, b, c), hold, inv_d2, pp_d4 = hinge_tables(n, phi)
     best_score, best_start = -np.inf, int(starts[0])
     for lo in range(0, starts.size, START_CHUNK):
         i0 = starts[lo : lo + START_CHUNK][:, None]
