@@ -68,14 +68,18 @@ def first_crossings(
         return np.zeros(0, dtype=rank.dtype), np.zeros(0, dtype=np.int64)
     ranks = _RankRows(rank, rows_per_rank)
     unjudged = ~np.isfinite(z)
+    # the usual log judges every row: then no pass of either direction zeroes any
+    some_unjudged = bool(unjudged.any())
     crossed = np.zeros(z.size, dtype=bool)
     # the clip is symmetric, so that of -z is minus that of z, and -c - k is -k - c
     clipped = np.clip(z, -clip, clip)
+    floor = np.empty_like(clipped)  # each direction's running minimum, in the same buffer
     # in place where it can be: a 1024-rank log has tens of millions of rows, and each
     # temporary the arithmetic would make is another copy of them
     for high in (True, False):  # a rank too high, or too low (the last use of `clipped`)
         total = np.subtract(clipped, k) if high else np.subtract(-k, clipped, out=clipped)
-        np.copyto(total, 0.0, where=unjudged)
+        if some_unjudged:
+            np.copyto(total, 0.0, where=unjudged)
         np.cumsum(total, out=total)
         before_rank = np.empty(ranks.first_row.size)
         before_rank[0] = 0.0
@@ -84,7 +88,6 @@ def first_crossings(
         # each rank's values shifted below every value of the ranks before it
         widest = max(float(total.max()), -float(total.min()))
         drop = np.multiply(np.arange(ranks.first_row.size), (widest + 1.0) * 2.0)
-        floor = np.empty_like(total)
         ranks.subtract(total, drop, out=floor)
         np.minimum.accumulate(floor, out=floor)
         ranks.add(floor, drop, out=floor)
@@ -92,7 +95,7 @@ def first_crossings(
         np.minimum(floor, 0.0, out=floor)
         np.subtract(total, floor, out=floor)
         crossed |= floor >= bar
-        del total, floor
+        del total
     rows = np.flatnonzero(crossed)
     if rows.size == 0:
         return np.zeros(0, dtype=rank.dtype), rows

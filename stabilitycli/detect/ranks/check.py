@@ -59,10 +59,8 @@ from stabilitycli.detect.ranks.cohort import (
     build_cohort,
     cohort_steps_after,
     flag_runs,
-    last_rows,
     positions,
     rank_bounds,
-    step_totals,
     steps_back,
 )
 from stabilitycli.detect.ranks.decision import (
@@ -120,6 +118,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         thresholds.rank_rel_floor,
         notes,
         pool_points=thresholds.rank_spread_pool_points,
+        with_totals=True,  # `_level` sums each step for an outlier rank's effect on the mean
     )
     rows = cohort.rows
     if rows.height == 0:
@@ -346,7 +345,7 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
         return []
     ranks = np.array(sorted(confirmed), dtype=np.int64)  # long_rows casts rank to Int64
     starts, ends = rank_bounds(rows, ranks)
-    summed = step_totals(rows)
+    summed = cohort.totals()
     table = summed["t"].to_numpy()
     totals = summed["total"].fill_null(np.nan).to_numpy()
     out = []
@@ -381,7 +380,8 @@ def _cusum_crossings(cohort: Cohort, thresholds: Thresholds) -> dict[int, int]:
         judged = np.isfinite(block.x)
         judged &= block.at(judged_step)
         z = block.z
-        z[~judged] = np.nan  # the block's own z, not needed after this
+        if not judged.all():  # the usual block judges every row: no pass to mark none
+            z[~judged] = np.nan  # the block's own z, not needed after this
         ranks, at = first_crossings(
             block.flat(z),
             cohort.array("rank", start, stop),
@@ -569,7 +569,7 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
 def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
     """Ranks whose last report is rank_persist_steps cohort steps before the cohort's last."""
     # rows are in (rank, step) order: a rank's last row holds its last t
-    _, last_i = last_rows(cohort.rows)
+    _, last_i = cohort.last_rows()
     cohort_t = cohort.steps["t"].to_numpy()
     last_t = cohort.rows["t"].to_numpy()[last_i]
     reference = float(np.quantile(last_t, 0.5, method="higher"))

@@ -51,8 +51,9 @@ class Cohort:
     `rows`: rank, step, t (the step the cohort is taken at) and x, in (rank,
     step) order, and pos (t's row in `steps`) unless the ranks log in lockstep
     (`per_rank` steps each), where row i's pos is i mod `per_rank`. `steps`:
-    one row per t with med, hi, n, n_fin, mad, sigma (`step_totals` gives the
-    sums). A row's robust z is not stored either: `part` and `take` work it
+    one row per t with med, hi, n, n_fin, mad, sigma, and total (`step_totals`) when
+    the cohort was built `with_totals` from lockstep ranks (`totals` gives the sums
+    either way). A row's robust z is not stored either: `part` and `take` work it
     out for the rows asked for (`arrays` and `blocks` too, as numpy, for a pass over
     every row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
     every row (360 MB at 30M rows) while the check runs. The per-step numbers
@@ -119,6 +120,21 @@ class Cohort:
         for start, stop in chunks:
             x, z, pos = self.arrays(start, stop)
             yield Block(start, stop, x, z, pos)
+
+    def totals(self) -> pl.DataFrame:
+        """t and the sum of the finite values at t (`step_totals`): the step table's, when
+        its blocks of steps summed them on the way, else summed now."""
+        if "total" in self.steps.columns:
+            return self.steps.select("t", "total")
+        return step_totals(self.rows)
+
+    def last_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each rank and the index of its last row (`last_rows`); for lockstep ranks every
+        `per_rank`-th row, with no pass over the rows."""
+        if self.per_rank is None:
+            return last_rows(self.rows)
+        last = np.arange(self.per_rank - 1, self.rows.height, self.per_rank, dtype=np.int64)
+        return self.array("rank", 0, self.rows.height)[last], last
 
     def in_grid(self) -> bool:
         """Whether `blocks` gives ranks x steps matrices."""
@@ -215,8 +231,11 @@ class Block:
         return values.reshape(-1)
 
 
-def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.DataFrame:
-    """rank, step, x for the rows where `column` was logged, sorted by (rank, step)."""
+def long_rows(
+    frame: pl.DataFrame, column: str, *, invert: bool = False
+) -> tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """rank, step, t (the step) and x for the rows where `column` was logged, sorted by
+    (rank, step), and their `_rising_grid` (None when the ranks are not in lockstep)."""
     x = pl.col(column).cast(pl.Float64)
     if invert:  # a time per step becomes a rate, so "low" means "slow" for both
         x = 1.0 / x
@@ -226,8 +245,15 @@ def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.D
         rows = frame.select(*wanted)
     else:
         rows = frame.lazy().filter(pl.col(column).is_not_null()).select(*wanted).collect()
+    rows = rows.with_columns(pl.col("step").alias("t"))
+    # a rising grid is in (rank, step) order, and telling one costs fewer passes over the
+    # rows than `_in_rank_step_order`, which a lockstep log (the usual one) then skips
+    grid = _rising_grid(rows)
     # `finalize` already sorts by (rank, step): checking is one pass, sorting is several
-    return rows if _in_rank_step_order(rows) else rows.sort(["rank", "step"])
+    if grid is None and not _in_rank_step_order(rows):
+        rows = rows.sort(["rank", "step"])
+        grid = _rising_grid(rows)
+    return rows, grid
 
 
 def _in_rank_step_order(rows: pl.DataFrame) -> bool:
@@ -324,7 +350,11 @@ def _rising_grid(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray
     each step's every row and nothing else: the condition for taking steps a block at a
     time."""
     grid = lockstep_grid(rows)
-    return grid if grid is not None and bool((np.diff(grid[1]) > 0).all()) else None
+    if grid is None:
+        return None
+    # rising ranks too: rows not yet known to be in (rank, step) order are then in it
+    rising = bool((np.diff(grid[0]) > 0).all()) and bool((np.diff(grid[1]) > 0).all())
+    return grid if rising else None
 
 
 def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
@@ -341,12 +371,19 @@ def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
     ranks, steps, x = grid
     blocks = []
     for start, stop in step_blocks(steps.size, ranks.size):
-        values = np.ascontiguousarray(x[:, start:stop].T).ravel()
-        finite_values = np.where(np.isfinite(values), values, 0.0).astype(np.float64)
-        starts = np.arange(stop - start, dtype=np.int64) * ranks.size
-        totals = np.add.reduceat(finite_values, starts)
+        totals = _block_totals(_by_step(x[:, start:stop]))
         blocks.append(pl.DataFrame({"t": steps[start:stop], "total": totals}))
     return pl.concat(blocks)
+
+
+def _block_totals(by_step: np.ndarray) -> np.ndarray:
+    """The sum of each step's finite values in a block of steps (a row of ranks per step,
+    in rank order): `step_totals` of lockstep ranks, one reduction per step's segment."""
+    values = by_step.ravel()
+    if not np.isfinite(values).all():  # else the values are their finite values already
+        values = np.where(np.isfinite(values), values, 0.0)
+    starts = np.arange(by_step.shape[0], dtype=np.int64) * by_step.shape[1]
+    return np.add.reduceat(values, starts)
 
 
 def _totals(rows: pl.DataFrame) -> pl.DataFrame:
@@ -420,17 +457,17 @@ def build_cohort(
     *,
     pool_points: int,
     invert: bool = False,
+    with_totals: bool = False,
 ) -> Cohort:
     """Median, MAD, sigma and each row's robust z, per cohort step (module doc).
 
     Two group-bys (median, then MAD); each row finds its step's numbers by
     position in the sorted step table, not by join.
     """
-    rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
-    grid = _rising_grid(rows)
+    rows, grid = long_rows(frame, column, invert=invert)
     stride = per_rank = None
     if grid is not None:
-        steps = _grid_step_stats(grid[1], grid[2])
+        steps = _grid_step_stats(grid[1], grid[2], with_totals=with_totals)
         per_rank = int(grid[1].size)
     else:
         rows, steps, stride = _sorted_step_stats(rows, notes)
@@ -467,9 +504,12 @@ def _robust_z(x: np.ndarray, pos: np.ndarray, med: np.ndarray, sigma: np.ndarray
     return z
 
 
-def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
-    """The step table (t, med, hi, n, n_fin, mad) of lockstep ranks (`lockstep_grid`:
-    strictly rising steps, x a ranks x steps matrix), a block of steps at a time.
+def _grid_step_stats(
+    steps: np.ndarray, x: np.ndarray, *, with_totals: bool = False
+) -> pl.DataFrame:
+    """The step table (t, med, hi, n, n_fin, mad, and total, `with_totals`: what
+    `step_totals` gives) of lockstep ranks (`lockstep_grid`: strictly rising steps, x a
+    ranks x steps matrix), a block of steps at a time.
 
     Each step's group is whole inside one block, and a median or a maximum is of
     the values' set, so the numbers are those `_sorted_step_stats` gives; only
@@ -478,9 +518,14 @@ def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
     n_ranks = x.shape[0]
     blocks = []
     for start, stop in step_blocks(steps.size, n_ranks):
-        block = _finite_block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        by_step = _by_step(x[:, start:stop])
+        # the sums before `_finite_block_stats` reorders the block: `step_totals`' bits
+        totals = _block_totals(by_step) if with_totals else None
+        block = _finite_block_stats(steps[start:stop], by_step)
         if block is None:
             block = _block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        if totals is not None:
+            block = block.with_columns(pl.Series("total", totals))
         blocks.append(block)
     return pl.concat(blocks)
 

@@ -12,7 +12,7 @@ from typing import cast
 
 import numpy as np
 
-from stabilitycli.detect.ranks.cohort import Cohort, last_rows, rank_index
+from stabilitycli.detect.ranks.cohort import Cohort, rank_index
 from stabilitycli.detect.ranks.report import RankPicture
 
 PICTURE_BUCKETS = 60
@@ -27,7 +27,7 @@ def rank_picture(cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> RankPicture 
     first, last = int(t.min()), int(t.max())
     span = last - first + 1
     buckets = max(1, min(buckets, span))
-    ranks, last_i = last_rows(rows)
+    ranks, last_i = cohort.last_rows()
     total = np.zeros((ranks.size, buckets))
     count = np.zeros((ranks.size, buckets), dtype=np.int64)
     nonfinite = np.zeros((ranks.size, buckets), dtype=bool)
