@@ -126,7 +126,8 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     if rows.height == 0:
         raise StabInputError(run.source.path, f"no logged {metric} values")
     logged = _logged_steps(cohort)
-    n_ranks = int(rows["rank"].n_unique())
+    # lockstep ranks are distinct ranks of per_rank rows each
+    n_ranks = rows.height // cohort.per_rank if cohort.per_rank else int(rows["rank"].n_unique())
     # polars types median/min/max as any scalar; these columns are integers
     typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
     throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
@@ -153,7 +154,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         outliers += _nonfinite(cohort, flagged, thresholds)
         outliers += _silent(cohort, thresholds)
     progress.tell("ranks", 2, RANK_PARTS, rows=2 * height // RANK_PARTS)
-    step_range = (int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max())))
+    step_range = _step_range(cohort)
     if beside is not None:
         del cohort, rows, flagged
         outliers += beside.result()
@@ -194,6 +195,16 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     )
     progress.tell("ranks", RANK_PARTS, RANK_PARTS, rows=height)
     return report
+
+
+def _step_range(cohort: Cohort) -> tuple[int, int]:
+    """The first and the last step logged: the ends of the step table (sorted by t), a row
+    per step unless a stride bucketed them; else of the rows."""
+    t = cohort.steps["t"]
+    if cohort.stride is None and t.null_count() == 0:
+        return int(t[0]), int(t[-1])
+    step = cohort.rows["step"]
+    return int(cast(int, step.min())), int(cast(int, step.max()))
 
 
 def _logged_steps(cohort: Cohort) -> pl.DataFrame | None:

@@ -371,16 +371,18 @@ def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
     ranks, steps, x = grid
     blocks = []
     for start, stop in step_blocks(steps.size, ranks.size):
-        totals = _block_totals(_by_step(x[:, start:stop]))
+        by_step = _by_step(x[:, start:stop])
+        totals = _block_totals(by_step, bool(np.isfinite(by_step).all()))
         blocks.append(pl.DataFrame({"t": steps[start:stop], "total": totals}))
     return pl.concat(blocks)
 
 
-def _block_totals(by_step: np.ndarray) -> np.ndarray:
+def _block_totals(by_step: np.ndarray, finite: bool) -> np.ndarray:
     """The sum of each step's finite values in a block of steps (a row of ranks per step,
-    in rank order): `step_totals` of lockstep ranks, one reduction per step's segment."""
+    in rank order; `finite`: every value is): `step_totals` of lockstep ranks, one
+    reduction per step's segment."""
     values = by_step.ravel()
-    if not np.isfinite(values).all():  # else the values are their finite values already
+    if not finite:  # else the values are their finite values already
         values = np.where(np.isfinite(values), values, 0.0)
     starts = np.arange(by_step.shape[0], dtype=np.int64) * by_step.shape[1]
     return np.add.reduceat(values, starts)
@@ -519,9 +521,10 @@ def _grid_step_stats(
     blocks = []
     for start, stop in step_blocks(steps.size, n_ranks):
         by_step = _by_step(x[:, start:stop])
+        finite = bool(np.isfinite(by_step).all())
         # the sums before `_finite_block_stats` reorders the block: `step_totals`' bits
-        totals = _block_totals(by_step) if with_totals else None
-        block = _finite_block_stats(steps[start:stop], by_step)
+        totals = _block_totals(by_step, finite) if with_totals else None
+        block = _finite_block_stats(steps[start:stop], by_step) if finite else None
         if block is None:
             block = _block_stats(steps[start:stop], _by_step(x[:, start:stop]))
         if totals is not None:
@@ -550,13 +553,11 @@ def _block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame:
 
 def _finite_block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame | None:
     """`_block_stats` by numpy selection, for a block whose values are all finite (the
-    usual one): every step then has every rank, and its median is a selection within its
-    row, several times cheaper than polars' group-by. `by_step` is overwritten. None when
-    a value is not finite, or a median or maximum falls on a zero: which of -0.0 and 0.0
+    usual one; the caller has checked): every step then has every rank, and its median is
+    a selection within its row, several times cheaper than polars' group-by. `by_step` is
+    overwritten. None when a median or maximum falls on a zero: which of -0.0 and 0.0
     (equal, but printed apart) polars keeps depends on its own order.
     """
-    if not np.isfinite(by_step).all():
-        return None
     n_ranks = by_step.shape[1]
     hi = by_step.max(axis=1)
     med = _row_medians(by_step)

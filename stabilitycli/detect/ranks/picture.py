@@ -34,8 +34,8 @@ class PictureSums:
     `_row_cells`), so that a pass over the rows made for something else can fill it."""
 
     def __init__(self, cohort: Cohort, buckets: int = PICTURE_BUCKETS) -> None:
-        t = cohort.rows["t"].to_numpy()
-        self.first, last = int(t.min()), int(t.max())
+        t = cohort.steps["t"].to_numpy()  # every row's t once, in order
+        self.first, last = int(t[0]), int(t[-1])
         self.span = last - self.first + 1
         buckets = max(1, min(buckets, self.span))
         self.ranks, self.last_i = cohort.last_rows()
