@@ -556,14 +556,17 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     # a NaN reference counts as above the rank, as polars orders NaN above every number
     ref_bar_step = thresholds.straggler_ratio * ref_step
     no_ref_step = np.isnan(ref_step)
+    some_without_ref = bool(no_ref_step.any())
     for block in cohort.blocks():
-        x, z = block.x, block.z
-        below = (x < block.at(ref_bar_step)) | block.at(no_ref_step)
-        slow[block.start : block.stop] = block.flat(
-            np.isfinite(x)
-            & below
-            & ((block.at(judged_step) & (z <= -thresholds.rank_z)) | block.at(pair_step))
-        )
+        x = block.x
+        below = x < block.at(ref_bar_step)
+        if some_without_ref:
+            below |= block.at(no_ref_step)
+        below &= np.isfinite(x)
+        if below.any():  # else no row is slow, and the block's z is not needed
+            judged_low = block.at(judged_step) & (block.z <= -thresholds.rank_z)
+            below &= judged_low | block.at(pair_step)
+        slow[block.start : block.stop] = block.flat(below)
     flagged = cohort.flagged(slow)
     flagged = flagged.with_columns(
         pl.lit(True).alias("slow"),

@@ -26,9 +26,9 @@ with fewer are not judged by z (2-rank runs go through `rank_pair`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import pairwise
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -109,17 +109,25 @@ class Cohort:
             ranks_per_block = max(1, COHORT_CHUNK_ROWS // per_rank)  # what `rank_chunks` cuts
             for first in range(0, grid.shape[0], ranks_per_block):
                 x = grid[first : first + ranks_per_block]
-                z = np.empty(x.shape)
-                with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                    np.subtract(x, self._med, out=z)
-                    z /= self._sigma
                 start = first * per_rank
-                yield Block(start, start + x.size, x, z, None)
+                yield Block(start, start + x.size, x, None, self._grid_z)
             return
         chunks = rank_chunks(self.rows) if whole_ranks else row_chunks(self.rows.height)
         for start, stop in chunks:
-            x, z, pos = self.arrays(start, stop)
-            yield Block(start, stop, x, z, pos)
+            x = self.array("x", start, stop)
+            yield Block(start, stop, x, self._positions(start, stop), self._rows_z)
+
+    def _grid_z(self, x: np.ndarray, pos: None) -> np.ndarray:
+        """The robust z of a ranks x steps block: a step's numbers broadcast over its ranks."""
+        z = np.empty(x.shape)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            np.subtract(x, self._med, out=z)
+            z /= self._sigma
+        return z
+
+    def _rows_z(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """The robust z of a chunk of rows, each at its step `pos`."""
+        return _robust_z(x, pos, self._med, self._sigma)
 
     def totals(self) -> pl.DataFrame:
         """t and the sum of the finite values at t (`step_totals`): the step table's, when
@@ -205,21 +213,36 @@ class Cohort:
         return values.to_numpy()
 
 
-@dataclass
 class Block:
     """Rows start to stop of a cohort (`Cohort.blocks`) with their x and robust z.
 
     Lockstep ranks: x and z are (ranks, steps) matrices of whole ranks and `pos` is None,
     so a per-step array applies to them as it is (it broadcasts over the ranks). Other
     logs: x and z are flat and `pos` is each row's step. `at` hides the difference, and
-    `flat` gives an array of the block's shape in row order.
+    `flat` gives an array of the block's shape in row order. z is worked out when first
+    asked for: a pass that finds nothing to look at in a block's x needs none.
     """
 
-    start: int
-    stop: int
-    x: np.ndarray
-    z: np.ndarray
-    pos: np.ndarray | None
+    __slots__ = ("_z", "_z_of", "pos", "start", "stop", "x")
+
+    def __init__(
+        self,
+        start: int,
+        stop: int,
+        x: np.ndarray,
+        pos: np.ndarray | None,
+        z_of: Callable[[np.ndarray, Any], np.ndarray],
+    ) -> None:
+        self.start, self.stop, self.x, self.pos = start, stop, x, pos
+        self._z_of = z_of
+        self._z: np.ndarray | None = None
+
+    @property
+    def z(self) -> np.ndarray:
+        """The block's robust z, in the block's shape (the block's own: a caller may write it)."""
+        if self._z is None:
+            self._z = self._z_of(self.x, self.pos)
+        return self._z
 
     def at(self, per_step: np.ndarray) -> np.ndarray:
         """A per-step array (one value per row of `steps`) for the block's rows."""
