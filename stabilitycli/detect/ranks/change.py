@@ -133,29 +133,25 @@ def _may_cross(
     CUSUM is at most its value where the segment began plus the segment's positive
     increments (U_s); where it ends, at most the larger of that value plus all of the
     segment's increments (D_s) and U_s. So B_s = max(B_(s-1) + D_s, U_s), B_(-1) = 0,
-    bounds it at segment ends, and B_(s-1) + U_s inside segment s. `unjudged`: the rows
-    that add nothing (None: none).
+    bounds it at segment ends, and B_(s-1) + U_s inside segment s; B grows with D and U,
+    so D and U over both directions' bound both CUSUMs. `unjudged`: the rows that add
+    nothing (None: none).
     """
     clipped = np.clip(z.reshape(-1, rows_per_rank), -clip, clip)
     starts = np.arange(0, rows_per_rank, SEGMENT_ROWS)
     lengths = np.diff(np.append(starts, rows_per_rank))
     judged = lengths
     if unjudged is not None:
-        clipped[unjudged.reshape(clipped.shape)] = 0.0  # adds nothing to U (below) either way
+        clipped[unjudged.reshape(clipped.shape)] = 0.0  # adds nothing to `up` (below)
         judged = np.add.reduceat(~unjudged.reshape(clipped.shape), starts, axis=1)
-    total = np.add.reduceat(clipped, starts, axis=1)
-    # max(c, k) - k is max(c - k, 0), a positive increment of the high CUSUM, and
-    # -min(c, -k) - k that of the low one; a row at 0 adds k - k = 0 to either (k >= 0;
-    # a negative k would make the bound looser, never lower)
-    low = np.minimum(clipped, -k)
-    up_low = -np.add.reduceat(low, starts, axis=1) - k * lengths
-    del low
+    # one bound for both CUSUMs: D is +-sum(c) - k x the judged rows, at most |sum(c)| - that;
+    # a positive increment is max(+-c - k, 0), at most max(|c|, k) - k, which is 0 for a
+    # row at c = 0 when k >= 0 (a negative k makes the bound looser, never lower)
+    drift = np.abs(np.add.reduceat(clipped, starts, axis=1)) - k * judged
+    np.abs(clipped, out=clipped)
     np.maximum(clipped, k, out=clipped)
-    up_high = np.add.reduceat(clipped, starts, axis=1) - k * lengths
-    for drift, up in ((total - k * judged, up_high), (-total - k * judged, up_low)):
-        if (_segment_bound(drift, up) >= bar - BOUND_MARGIN).any():
-            return True
-    return False
+    up = np.add.reduceat(clipped, starts, axis=1) - k * lengths
+    return bool((_segment_bound(drift, up) >= bar - BOUND_MARGIN).any())
 
 
 def _segment_bound(drift: np.ndarray, up: np.ndarray) -> np.ndarray:
