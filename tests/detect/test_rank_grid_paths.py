@@ -121,3 +121,27 @@ def test_a_chunk_of_healthy_ranks_skips_the_cusum_and_one_shifted_rank_does_not(
     assert change._may_cross(z.ravel(), None, 2000, **kwargs)
     assert ranks.tolist() == [13]
     assert 13 * 2000 + 1500 <= rows[0] < 13 * 2000 + 1560
+
+
+def test_a_second_metric_of_a_lockstep_frame_takes_its_grid_as_told() -> None:
+    rng = np.random.default_rng(3)
+    n_ranks, per_rank = 5, 40
+    frame = pl.DataFrame(
+        {
+            "rank": np.repeat(np.arange(n_ranks), per_rank),
+            "step": np.tile(np.arange(per_rank) * 10, n_ranks),
+            "loss": rng.normal(2.0, 0.1, n_ranks * per_rank),
+            "tokens_per_s": rng.normal(1000.0, 30.0, n_ranks * per_rank),
+        }
+    )
+    loss = cohort_module.build_cohort(frame, "loss", 0.01, [], pool_points=51)
+    assert loss.frame_grid is not None
+    told = cohort_module.build_cohort(
+        frame, "tokens_per_s", 0.01, [], pool_points=51, frame_grid=loss.frame_grid
+    )
+    found = cohort_module.build_cohort(frame, "tokens_per_s", 0.01, [], pool_points=51)
+    assert told.per_rank == found.per_rank == per_rank
+    assert told.rows.equals(found.rows) and told.steps.equals(found.steps)
+    # rows that had to be sorted are not the frame's order: no grid to tell
+    shuffled = frame.sample(fraction=1.0, shuffle=True, seed=1)
+    assert cohort_module.build_cohort(shuffled, "loss", 0.01, [], pool_points=51).frame_grid is None

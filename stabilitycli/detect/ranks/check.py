@@ -165,6 +165,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         else:
             # the loss cohort is done with: let it go before the throughput one is built, or
             # a 64-rank log holds two copies of its rows with every per-row statistic
+            frame_grid = cohort.frame_grid
             del cohort, rows, flagged
             tp = build_cohort(
                 frame,
@@ -173,6 +174,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
                 [],
                 pool_points=thresholds.rank_spread_pool_points,
                 invert=invert,
+                frame_grid=frame_grid,
             )
         outliers += _straggler(tp, thresholds, invert)
         del tp
@@ -235,6 +237,8 @@ def _judged_beside(
     if invert or column == metric or frame[column].null_count() or frame[metric].null_count():
         return None
 
+    frame_grid = cohort.frame_grid
+
     def stragglers() -> list[RankOutlier]:
         tp = build_cohort(
             frame,
@@ -242,6 +246,7 @@ def _judged_beside(
             thresholds.rank_rel_floor,
             [],
             pool_points=thresholds.rank_spread_pool_points,
+            frame_grid=frame_grid,
         )
         return _straggler(tp, thresholds, invert)
 

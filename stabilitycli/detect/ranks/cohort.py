@@ -44,6 +44,10 @@ COHORT_CHUNK_ROWS = 1 << 20
 STEP_STATS = ("med", "sigma", "n", "n_fin", "hi")  # a cohort step's numbers a row may need
 
 
+# (ranks, steps) of a frame whose rows are a rising lockstep grid (`Cohort.frame_grid`)
+FrameGrid = tuple[np.ndarray, np.ndarray]
+
+
 @dataclass
 class Cohort:
     """A metric's rows with their cohort statistics.
@@ -66,6 +70,9 @@ class Cohort:
     column: str
     stride: int | None  # steps were bucketed by this stride to align ranks
     per_rank: int | None = None  # lockstep: the steps each rank logs, pos = i mod this
+    # the frame's every row, in its order, is a rising grid of these ranks and steps: given
+    # to `build_cohort` for another metric of the frame, it skips telling the grid again
+    frame_grid: FrameGrid | None = None
 
     def __post_init__(self) -> None:
         self._med = self.steps["med"].fill_null(np.nan).to_numpy()
@@ -255,28 +262,39 @@ class Block:
 
 
 def long_rows(
-    frame: pl.DataFrame, column: str, *, invert: bool = False
-) -> tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    frame: pl.DataFrame,
+    column: str,
+    *,
+    invert: bool = False,
+    frame_grid: FrameGrid | None = None,
+) -> tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray, np.ndarray] | None, bool]:
     """rank, step, t (the step) and x for the rows where `column` was logged, sorted by
-    (rank, step), and their `_rising_grid` (None when the ranks are not in lockstep)."""
+    (rank, step); their `_rising_grid` (None when the ranks are not in lockstep); and
+    whether they are every row of the frame in its order. `frame_grid`: the frame's rows
+    are known to be a rising grid of these ranks and steps (`Cohort.frame_grid`)."""
     x = pl.col(column).cast(pl.Float64)
     if invert:  # a time per step becomes a rate, so "low" means "slow" for both
         x = 1.0 / x
     wanted = (pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x"))
-    if frame[column].null_count() == 0:
+    every_row = frame[column].null_count() == 0
+    if every_row:
         # every row logged it: the frame's own columns, not a filtered copy of them
         rows = frame.select(*wanted)
     else:
         rows = frame.lazy().filter(pl.col(column).is_not_null()).select(*wanted).collect()
     rows = rows.with_columns(pl.col("step").alias("t"))
+    if every_row and frame_grid is not None:
+        # the frame's rank and step columns, already told apart for another metric
+        ranks, steps = frame_grid
+        return rows, (ranks, steps, rows["x"].to_numpy().reshape(ranks.size, -1)), True
     # a rising grid is in (rank, step) order, and telling one costs fewer passes over the
     # rows than `_in_rank_step_order`, which a lockstep log (the usual one) then skips
     grid = _rising_grid(rows)
     # `finalize` already sorts by (rank, step): checking is one pass, sorting is several
     if grid is None and not _in_rank_step_order(rows):
         rows = rows.sort(["rank", "step"])
-        grid = _rising_grid(rows)
-    return rows, grid
+        return rows, _rising_grid(rows), False
+    return rows, grid, every_row
 
 
 def _in_rank_step_order(rows: pl.DataFrame) -> bool:
@@ -483,14 +501,17 @@ def build_cohort(
     pool_points: int,
     invert: bool = False,
     with_totals: bool = False,
+    frame_grid: FrameGrid | None = None,
 ) -> Cohort:
     """Median, MAD, sigma and each row's robust z, per cohort step (module doc).
 
     Two group-bys (median, then MAD); each row finds its step's numbers by
     position in the sorted step table, not by join.
     """
-    rows, grid = long_rows(frame, column, invert=invert)
+    rows, grid, every_row = long_rows(frame, column, invert=invert, frame_grid=frame_grid)
     stride = per_rank = None
+    # the frame's own rows as a rising grid: a metric logged on every row has the same grid
+    own_grid = (grid[0], grid[1]) if grid is not None and every_row else None
     if grid is not None:
         steps = _grid_step_stats(grid[1], grid[2], with_totals=with_totals)
         per_rank = int(grid[1].size)
@@ -511,7 +532,14 @@ def build_cohort(
     )
     if per_rank is not None:
         # lockstep: the step table is the grid's steps, so a row's pos is its index mod them
-        return Cohort(rows=rows, steps=steps, column=column, stride=stride, per_rank=per_rank)
+        return Cohort(
+            rows=rows,
+            steps=steps,
+            column=column,
+            stride=stride,
+            per_rank=per_rank,
+            frame_grid=own_grid,
+        )
     pos = positions(steps["t"].to_numpy(), rows["t"].to_numpy())
     rows = rows.with_columns(pl.Series("pos", pos))
     return Cohort(rows=rows, steps=steps, column=column, stride=stride)
