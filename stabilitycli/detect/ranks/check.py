@@ -55,14 +55,13 @@ from stabilitycli.detect.ranks.change import (
 )
 from stabilitycli.detect.ranks.cohort import (
     STEP_STATS,
+    Block,
     Cohort,
     build_cohort,
     cohort_steps_after,
     flag_runs,
-    last_rows,
     positions,
     rank_bounds,
-    step_totals,
     steps_back,
 )
 from stabilitycli.detect.ranks.decision import (
@@ -76,7 +75,7 @@ from stabilitycli.detect.ranks.decision import evidence as decision_evidence
 from stabilitycli.detect.ranks.decision import words as decision_words
 from stabilitycli.detect.ranks.drift import ramp_onset
 from stabilitycli.detect.ranks.pair import pair_level
-from stabilitycli.detect.ranks.picture import rank_picture
+from stabilitycli.detect.ranks.picture import PictureSums
 from stabilitycli.detect.ranks.report import (
     KINDS,
     LEVEL,
@@ -85,6 +84,7 @@ from stabilitycli.detect.ranks.report import (
     STRAGGLER,
     MeanShift,
     RankOutlier,
+    RankPicture,
     RankReport,
 )
 
@@ -120,12 +120,14 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         thresholds.rank_rel_floor,
         notes,
         pool_points=thresholds.rank_spread_pool_points,
+        with_totals=True,  # `_level` sums each step for an outlier rank's effect on the mean
     )
     rows = cohort.rows
     if rows.height == 0:
         raise StabInputError(run.source.path, f"no logged {metric} values")
     logged = _logged_steps(cohort)
-    n_ranks = int(rows["rank"].n_unique())
+    # lockstep ranks are distinct ranks of per_rank rows each
+    n_ranks = rows.height // cohort.per_rank if cohort.per_rank else int(rows["rank"].n_unique())
     # polars types median/min/max as any scalar; these columns are integers
     typical = int(cast("float | None", cohort.steps["n"].median()) or 0)
     throughput = next(((c, inv) for c, inv in THROUGHPUT if c in frame.columns), None)
@@ -133,25 +135,26 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     # (the judging is numpy on one core; the machine has more)
     beside = _judged_beside(frame, metric, throughput, thresholds, cohort) if n_ranks >= 2 else None
     progress.tell("ranks", 1, RANK_PARTS, rows=height // RANK_PARTS)
-    flagged = _flags(cohort, thresholds)
+    is_throughput = metric in (c for c, _ in THROUGHPUT)
+    by_level = n_ranks > 2 and not is_throughput and typical >= 2
+    flagged, crossed, picture = _judge_rows(cohort, thresholds, crossings=by_level)
     outliers: list[RankOutlier] = []
     if n_ranks < 2:
         notes.append("one rank only: nothing to compare it with")
-    elif metric in (c for c, _ in THROUGHPUT):
+    elif is_throughput:
         notes.append(f"{metric} is throughput: ranks below the cohort are stragglers")
-    elif n_ranks == 2 or typical < 2:
+    elif not by_level:
         outliers += _pair(cohort, thresholds, notes) if n_ranks == 2 else []
         if n_ranks > 2:
             notes.append(f"typically {typical} rank(s) per step: too few to compare levels")
     else:
         # steps with fewer than rank_min_cohort finite values are simply not judged
-        outliers += _level(cohort, flagged, thresholds)
+        outliers += _level(cohort, flagged, crossed, thresholds)
     if n_ranks >= 2:
         outliers += _nonfinite(cohort, flagged, thresholds)
         outliers += _silent(cohort, thresholds)
-    picture = rank_picture(cohort)
     progress.tell("ranks", 2, RANK_PARTS, rows=2 * height // RANK_PARTS)
-    step_range = (int(cast(int, rows["step"].min())), int(cast(int, rows["step"].max())))
+    step_range = _step_range(cohort)
     if beside is not None:
         del cohort, rows, flagged
         outliers += beside.result()
@@ -162,6 +165,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
         else:
             # the loss cohort is done with: let it go before the throughput one is built, or
             # a 64-rank log holds two copies of its rows with every per-row statistic
+            frame_grid = cohort.frame_grid
             del cohort, rows, flagged
             tp = build_cohort(
                 frame,
@@ -170,6 +174,7 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
                 [],
                 pool_points=thresholds.rank_spread_pool_points,
                 invert=invert,
+                frame_grid=frame_grid,
             )
         outliers += _straggler(tp, thresholds, invert)
         del tp
@@ -192,6 +197,16 @@ def find_rank_outliers(run: RunData, metric: str, thresholds: Thresholds) -> Ran
     )
     progress.tell("ranks", RANK_PARTS, RANK_PARTS, rows=height)
     return report
+
+
+def _step_range(cohort: Cohort) -> tuple[int, int]:
+    """The first and the last step logged: the ends of the step table (sorted by t), a row
+    per step unless a stride bucketed them; else of the rows."""
+    t = cohort.steps["t"]
+    if cohort.stride is None and t.null_count() == 0:
+        return int(t[0]), int(t[-1])
+    step = cohort.rows["step"]
+    return int(cast(int, step.min())), int(cast(int, step.max()))
 
 
 def _logged_steps(cohort: Cohort) -> pl.DataFrame | None:
@@ -222,6 +237,8 @@ def _judged_beside(
     if invert or column == metric or frame[column].null_count() or frame[metric].null_count():
         return None
 
+    frame_grid = cohort.frame_grid
+
     def stragglers() -> list[RankOutlier]:
         tp = build_cohort(
             frame,
@@ -229,6 +246,7 @@ def _judged_beside(
             thresholds.rank_rel_floor,
             [],
             pool_points=thresholds.rank_spread_pool_points,
+            frame_grid=frame_grid,
         )
         return _straggler(tp, thresholds, invert)
 
@@ -246,35 +264,52 @@ def _order(o: RankOutlier) -> tuple:
 # --- the four kinds -------------------------------------------------------------------
 
 
-def _flags(cohort: Cohort, thresholds: Thresholds) -> pl.DataFrame:
-    """Only the rows that deviate (level) or are non-finite against a finite cohort, with
-    their steps' statistics."""
+def _judge_rows(
+    cohort: Cohort, thresholds: Thresholds, *, crossings: bool
+) -> tuple[pl.DataFrame, dict[int, int], RankPicture]:
+    """One pass over every row, a block at a time, for the three things that need them:
+    the rows that deviate (level) or are non-finite against a finite cohort, with their
+    steps' statistics (`_flag_rows`); each rank's first CUSUM crossing (`_crossings`, when
+    the level rule judges this cohort: `crossings`); and the picture (`PictureSums`). A
+    block's z, and where its x is finite, are worked out once for the three."""
     judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
     # at least half of the *other* ranks finite: the cohort is finite, this rank is not
     finite_cohort_step = cohort.per_step(
         (pl.col("n_fin") >= 1) & (2 * pl.col("n_fin") >= pl.col("n") - 1)
     )
-    rows = cohort.rows
-    level = np.empty(rows.height, dtype=bool)
-    lone_nonfinite = np.empty(rows.height, dtype=bool)
-    for block in cohort.blocks():
+    height = cohort.rows.height
+    level = np.empty(height, dtype=bool)
+    lone_nonfinite = np.zeros(height, dtype=bool)
+    picture = PictureSums(cohort)
+    crossed: dict[int, int] = {}
+    # whole ranks for the CUSUM, whose running sums restart at each rank
+    for block in cohort.blocks(whole_ranks=crossings):
         finite = np.isfinite(block.x)
-        # "not under the bar" rather than "over it": a NaN z counts as over, as polars
-        # orders NaN above every number
-        over = np.abs(block.z) < thresholds.rank_z
-        np.logical_not(over, out=over)
-        over &= finite
-        over &= block.at(judged_step)
-        level[block.start : block.stop] = block.flat(over)
-        np.logical_not(finite, out=finite)
-        finite &= block.at(finite_cohort_step)
-        lone_nonfinite[block.start : block.stop] = block.flat(finite)
+        picture.add(block, finite)
+        judged = finite & block.at(judged_step)
+        level[block.start : block.stop] = block.flat(_over(block.z, thresholds.rank_z, judged))
+        if not finite.all():  # else no row is (lone_nonfinite starts all False)
+            np.logical_not(finite, out=finite)
+            finite &= block.at(finite_cohort_step)
+            lone_nonfinite[block.start : block.stop] = block.flat(finite)
+        if crossings:  # the last use of the block's z, which it overwrites
+            crossed.update(_crossings(cohort, block, judged, thresholds))
     bad = level | lone_nonfinite
-    return cohort.flagged(bad).with_columns(
+    flagged = cohort.flagged(bad).with_columns(
         pl.Series("lvl", level[bad]),
         pl.Series("nf", lone_nonfinite[bad]),
         pl.lit(True).alias("bad"),
     )
+    return flagged, crossed, picture.picture()
+
+
+def _over(z: np.ndarray, bar: float, judged: np.ndarray) -> np.ndarray:
+    """Where a judged row's |z| is not under the bar: "not under" rather than "over", so
+    that a NaN z counts as over, as polars orders NaN above every number."""
+    over = np.abs(z) < bar
+    np.logical_not(over, out=over)
+    over &= judged
+    return over
 
 
 def _episodes(
@@ -320,7 +355,9 @@ def _episodes(
     return out
 
 
-def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> list[RankOutlier]:
+def _level(
+    cohort: Cohort, flagged: pl.DataFrame, crossed: dict[int, int], thresholds: Thresholds
+) -> list[RankOutlier]:
     """Persistence or the CUSUM decides; the CUSUM places the onset; the rank's rows the rest.
 
     A loop over the ranks that passed either bar (few), each one numpy over its
@@ -336,7 +373,6 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
         thresholds.rank_max_gap_points,
     )
     rows = cohort.rows
-    crossed = _cusum_crossings(cohort, thresholds)
     confirmed = dict(crossed)
     persisted = {}
     for rank, start, decided, length in runs.select("rank", "start", "decided", "length").rows():
@@ -346,7 +382,7 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
         return []
     ranks = np.array(sorted(confirmed), dtype=np.int64)  # long_rows casts rank to Int64
     starts, ends = rank_bounds(rows, ranks)
-    summed = step_totals(rows)
+    summed = cohort.totals()
     table = summed["t"].to_numpy()
     totals = summed["total"].fill_null(np.nan).to_numpy()
     out = []
@@ -370,29 +406,26 @@ def _level(cohort: Cohort, flagged: pl.DataFrame, thresholds: Thresholds) -> lis
     return out
 
 
-def _cusum_crossings(cohort: Cohort, thresholds: Thresholds) -> dict[int, int]:
+def _crossings(
+    cohort: Cohort, block: Block, judged: np.ndarray, thresholds: Thresholds
+) -> dict[int, int]:
     """Rank -> the step where its CUSUM of z first reaches `rank_cusum_decide`, for the ranks
-    whose CUSUM does; a chunk of whole ranks at a time, since the CUSUM's running sums are
-    several columns as long as the rows they cover."""
-    judged_step = cohort.per_step(pl.col("n") >= thresholds.rank_min_cohort)
-    crossings: dict[int, int] = {}
-    for block in cohort.blocks(whole_ranks=True):
-        start, stop = block.start, block.stop
-        judged = np.isfinite(block.x)
-        judged &= block.at(judged_step)
-        z = block.z
-        z[~judged] = np.nan  # the block's own z, not needed after this
-        ranks, at = first_crossings(
-            block.flat(z),
-            cohort.array("rank", start, stop),
-            k=thresholds.rank_cusum_k,
-            clip=thresholds.rank_z,
-            bar=thresholds.rank_cusum_decide,
-            rows_per_rank=z.shape[1] if z.ndim == 2 else None,
-        )
-        steps = cohort.array("step", start, stop)
-        crossings.update(zip(ranks.tolist(), steps[at].tolist(), strict=True))
-    return crossings
+    of a block of whole ranks (`Cohort.blocks`) whose CUSUM does; `judged`: the block's
+    rows that the cohort judges. The block's z is overwritten."""
+    z = block.z
+    if not judged.all():  # the usual block judges every row: no pass to mark none
+        z[~judged] = np.nan
+    start, stop = block.start, block.stop
+    ranks, at = first_crossings(
+        block.flat(z),
+        cohort.array("rank", start, stop),
+        k=thresholds.rank_cusum_k,
+        clip=thresholds.rank_z,
+        bar=thresholds.rank_cusum_decide,
+        rows_per_rank=z.shape[1] if z.ndim == 2 else None,
+    )
+    steps = cohort.array("step", start, stop)
+    return dict(zip(ranks.tolist(), steps[at].tolist(), strict=True))
 
 
 def _pooled_z(x: np.ndarray, med: np.ndarray, sigma: np.ndarray, judged: np.ndarray) -> np.ndarray:
@@ -420,7 +453,7 @@ def _level_episode(
     n = part["n"].to_numpy()
     n_fin = part["n_fin"].to_numpy()
     judged = np.isfinite(x) & np.isfinite(z) & (n >= thresholds.rank_min_cohort)
-    # the same two conditions `_flags` uses, on this rank's rows only
+    # the same two conditions `_judge_rows` uses, on this rank's rows only
     bad = (judged & (np.abs(z) >= thresholds.rank_z)) | (
         ~np.isfinite(x) & (n_fin >= 1) & (2 * n_fin >= n - 1)
     )
@@ -528,14 +561,17 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
     # a NaN reference counts as above the rank, as polars orders NaN above every number
     ref_bar_step = thresholds.straggler_ratio * ref_step
     no_ref_step = np.isnan(ref_step)
+    some_without_ref = bool(no_ref_step.any())
     for block in cohort.blocks():
-        x, z = block.x, block.z
-        below = (x < block.at(ref_bar_step)) | block.at(no_ref_step)
-        slow[block.start : block.stop] = block.flat(
-            np.isfinite(x)
-            & below
-            & ((block.at(judged_step) & (z <= -thresholds.rank_z)) | block.at(pair_step))
-        )
+        x = block.x
+        below = x < block.at(ref_bar_step)
+        if some_without_ref:
+            below |= block.at(no_ref_step)
+        below &= np.isfinite(x)
+        if below.any():  # else no row is slow, and the block's z is not needed
+            judged_low = block.at(judged_step) & (block.z <= -thresholds.rank_z)
+            below &= judged_low | block.at(pair_step)
+        slow[block.start : block.stop] = block.flat(below)
     flagged = cohort.flagged(slow)
     flagged = flagged.with_columns(
         pl.lit(True).alias("slow"),
@@ -569,7 +605,7 @@ def _straggler(cohort: Cohort, thresholds: Thresholds, invert: bool) -> list[Ran
 def _silent(cohort: Cohort, thresholds: Thresholds) -> list[RankOutlier]:
     """Ranks whose last report is rank_persist_steps cohort steps before the cohort's last."""
     # rows are in (rank, step) order: a rank's last row holds its last t
-    _, last_i = last_rows(cohort.rows)
+    _, last_i = cohort.last_rows()
     cohort_t = cohort.steps["t"].to_numpy()
     last_t = cohort.rows["t"].to_numpy()[last_i]
     reference = float(np.quantile(last_t, 0.5, method="higher"))

@@ -26,9 +26,9 @@ with fewer are not judged by z (2-rank runs go through `rank_pair`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import pairwise
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -44,6 +44,10 @@ COHORT_CHUNK_ROWS = 1 << 20
 STEP_STATS = ("med", "sigma", "n", "n_fin", "hi")  # a cohort step's numbers a row may need
 
 
+# (ranks, steps) of a frame whose rows are a rising lockstep grid (`Cohort.frame_grid`)
+FrameGrid = tuple[np.ndarray, np.ndarray]
+
+
 @dataclass
 class Cohort:
     """A metric's rows with their cohort statistics.
@@ -51,8 +55,9 @@ class Cohort:
     `rows`: rank, step, t (the step the cohort is taken at) and x, in (rank,
     step) order, and pos (t's row in `steps`) unless the ranks log in lockstep
     (`per_rank` steps each), where row i's pos is i mod `per_rank`. `steps`:
-    one row per t with med, hi, n, n_fin, mad, sigma (`step_totals` gives the
-    sums). A row's robust z is not stored either: `part` and `take` work it
+    one row per t with med, hi, n, n_fin, mad, sigma, and total (`step_totals`) when
+    the cohort was built `with_totals` from lockstep ranks (`totals` gives the sums
+    either way). A row's robust z is not stored either: `part` and `take` work it
     out for the rows asked for (`arrays` and `blocks` too, as numpy, for a pass over
     every row), so a 64-rank log does not hold a Float64 z and an Int32 pos for
     every row (360 MB at 30M rows) while the check runs. The per-step numbers
@@ -65,6 +70,9 @@ class Cohort:
     column: str
     stride: int | None  # steps were bucketed by this stride to align ranks
     per_rank: int | None = None  # lockstep: the steps each rank logs, pos = i mod this
+    # the frame's every row, in its order, is a rising grid of these ranks and steps: given
+    # to `build_cohort` for another metric of the frame, it skips telling the grid again
+    frame_grid: FrameGrid | None = None
 
     def __post_init__(self) -> None:
         self._med = self.steps["med"].fill_null(np.nan).to_numpy()
@@ -108,17 +116,40 @@ class Cohort:
             ranks_per_block = max(1, COHORT_CHUNK_ROWS // per_rank)  # what `rank_chunks` cuts
             for first in range(0, grid.shape[0], ranks_per_block):
                 x = grid[first : first + ranks_per_block]
-                z = np.empty(x.shape)
-                with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                    np.subtract(x, self._med, out=z)
-                    z /= self._sigma
                 start = first * per_rank
-                yield Block(start, start + x.size, x, z, None)
+                yield Block(start, start + x.size, x, None, self._grid_z)
             return
         chunks = rank_chunks(self.rows) if whole_ranks else row_chunks(self.rows.height)
         for start, stop in chunks:
-            x, z, pos = self.arrays(start, stop)
-            yield Block(start, stop, x, z, pos)
+            x = self.array("x", start, stop)
+            yield Block(start, stop, x, self._positions(start, stop), self._rows_z)
+
+    def _grid_z(self, x: np.ndarray, pos: None) -> np.ndarray:
+        """The robust z of a ranks x steps block: a step's numbers broadcast over its ranks."""
+        z = np.empty(x.shape)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            np.subtract(x, self._med, out=z)
+            z /= self._sigma
+        return z
+
+    def _rows_z(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """The robust z of a chunk of rows, each at its step `pos`."""
+        return _robust_z(x, pos, self._med, self._sigma)
+
+    def totals(self) -> pl.DataFrame:
+        """t and the sum of the finite values at t (`step_totals`): the step table's, when
+        its blocks of steps summed them on the way, else summed now."""
+        if "total" in self.steps.columns:
+            return self.steps.select("t", "total")
+        return step_totals(self.rows)
+
+    def last_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each rank and the index of its last row (`last_rows`); for lockstep ranks every
+        `per_rank`-th row, with no pass over the rows."""
+        if self.per_rank is None:
+            return last_rows(self.rows)
+        last = np.arange(self.per_rank - 1, self.rows.height, self.per_rank, dtype=np.int64)
+        return self.array("rank", 0, self.rows.height)[last], last
 
     def in_grid(self) -> bool:
         """Whether `blocks` gives ranks x steps matrices."""
@@ -189,21 +220,36 @@ class Cohort:
         return values.to_numpy()
 
 
-@dataclass
 class Block:
     """Rows start to stop of a cohort (`Cohort.blocks`) with their x and robust z.
 
     Lockstep ranks: x and z are (ranks, steps) matrices of whole ranks and `pos` is None,
     so a per-step array applies to them as it is (it broadcasts over the ranks). Other
     logs: x and z are flat and `pos` is each row's step. `at` hides the difference, and
-    `flat` gives an array of the block's shape in row order.
+    `flat` gives an array of the block's shape in row order. z is worked out when first
+    asked for: a pass that finds nothing to look at in a block's x needs none.
     """
 
-    start: int
-    stop: int
-    x: np.ndarray
-    z: np.ndarray
-    pos: np.ndarray | None
+    __slots__ = ("_z", "_z_of", "pos", "start", "stop", "x")
+
+    def __init__(
+        self,
+        start: int,
+        stop: int,
+        x: np.ndarray,
+        pos: np.ndarray | None,
+        z_of: Callable[[np.ndarray, Any], np.ndarray],
+    ) -> None:
+        self.start, self.stop, self.x, self.pos = start, stop, x, pos
+        self._z_of = z_of
+        self._z: np.ndarray | None = None
+
+    @property
+    def z(self) -> np.ndarray:
+        """The block's robust z, in the block's shape (the block's own: a caller may write it)."""
+        if self._z is None:
+            self._z = self._z_of(self.x, self.pos)
+        return self._z
 
     def at(self, per_step: np.ndarray) -> np.ndarray:
         """A per-step array (one value per row of `steps`) for the block's rows."""
@@ -215,19 +261,40 @@ class Block:
         return values.reshape(-1)
 
 
-def long_rows(frame: pl.DataFrame, column: str, *, invert: bool = False) -> pl.DataFrame:
-    """rank, step, x for the rows where `column` was logged, sorted by (rank, step)."""
+def long_rows(
+    frame: pl.DataFrame,
+    column: str,
+    *,
+    invert: bool = False,
+    frame_grid: FrameGrid | None = None,
+) -> tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray, np.ndarray] | None, bool]:
+    """rank, step, t (the step) and x for the rows where `column` was logged, sorted by
+    (rank, step); their `_rising_grid` (None when the ranks are not in lockstep); and
+    whether they are every row of the frame in its order. `frame_grid`: the frame's rows
+    are known to be a rising grid of these ranks and steps (`Cohort.frame_grid`)."""
     x = pl.col(column).cast(pl.Float64)
     if invert:  # a time per step becomes a rate, so "low" means "slow" for both
         x = 1.0 / x
     wanted = (pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), x.alias("x"))
-    if frame[column].null_count() == 0:
+    every_row = frame[column].null_count() == 0
+    if every_row:
         # every row logged it: the frame's own columns, not a filtered copy of them
         rows = frame.select(*wanted)
     else:
         rows = frame.lazy().filter(pl.col(column).is_not_null()).select(*wanted).collect()
+    rows = rows.with_columns(pl.col("step").alias("t"))
+    if every_row and frame_grid is not None:
+        # the frame's rank and step columns, already told apart for another metric
+        ranks, steps = frame_grid
+        return rows, (ranks, steps, rows["x"].to_numpy().reshape(ranks.size, -1)), True
+    # a rising grid is in (rank, step) order, and telling one costs fewer passes over the
+    # rows than `_in_rank_step_order`, which a lockstep log (the usual one) then skips
+    grid = _rising_grid(rows)
     # `finalize` already sorts by (rank, step): checking is one pass, sorting is several
-    return rows if _in_rank_step_order(rows) else rows.sort(["rank", "step"])
+    if grid is None and not _in_rank_step_order(rows):
+        rows = rows.sort(["rank", "step"])
+        return rows, _rising_grid(rows), False
+    return rows, grid, every_row
 
 
 def _in_rank_step_order(rows: pl.DataFrame) -> bool:
@@ -324,7 +391,11 @@ def _rising_grid(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray
     each step's every row and nothing else: the condition for taking steps a block at a
     time."""
     grid = lockstep_grid(rows)
-    return grid if grid is not None and bool((np.diff(grid[1]) > 0).all()) else None
+    if grid is None:
+        return None
+    # rising ranks too: rows not yet known to be in (rank, step) order are then in it
+    rising = bool((np.diff(grid[0]) > 0).all()) and bool((np.diff(grid[1]) > 0).all())
+    return grid if rising else None
 
 
 def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
@@ -341,12 +412,21 @@ def step_totals(rows: pl.DataFrame) -> pl.DataFrame:
     ranks, steps, x = grid
     blocks = []
     for start, stop in step_blocks(steps.size, ranks.size):
-        values = np.ascontiguousarray(x[:, start:stop].T).ravel()
-        finite_values = np.where(np.isfinite(values), values, 0.0).astype(np.float64)
-        starts = np.arange(stop - start, dtype=np.int64) * ranks.size
-        totals = np.add.reduceat(finite_values, starts)
+        by_step = _by_step(x[:, start:stop])
+        totals = _block_totals(by_step, bool(np.isfinite(by_step).all()))
         blocks.append(pl.DataFrame({"t": steps[start:stop], "total": totals}))
     return pl.concat(blocks)
+
+
+def _block_totals(by_step: np.ndarray, finite: bool) -> np.ndarray:
+    """The sum of each step's finite values in a block of steps (a row of ranks per step,
+    in rank order; `finite`: every value is): `step_totals` of lockstep ranks, one
+    reduction per step's segment."""
+    values = by_step.ravel()
+    if not finite:  # else the values are their finite values already
+        values = np.where(np.isfinite(values), values, 0.0)
+    starts = np.arange(by_step.shape[0], dtype=np.int64) * by_step.shape[1]
+    return np.add.reduceat(values, starts)
 
 
 def _totals(rows: pl.DataFrame) -> pl.DataFrame:
@@ -420,17 +500,20 @@ def build_cohort(
     *,
     pool_points: int,
     invert: bool = False,
+    with_totals: bool = False,
+    frame_grid: FrameGrid | None = None,
 ) -> Cohort:
     """Median, MAD, sigma and each row's robust z, per cohort step (module doc).
 
     Two group-bys (median, then MAD); each row finds its step's numbers by
     position in the sorted step table, not by join.
     """
-    rows = long_rows(frame, column, invert=invert).with_columns(pl.col("step").alias("t"))
-    grid = _rising_grid(rows)
+    rows, grid, every_row = long_rows(frame, column, invert=invert, frame_grid=frame_grid)
     stride = per_rank = None
+    # the frame's own rows as a rising grid: a metric logged on every row has the same grid
+    own_grid = (grid[0], grid[1]) if grid is not None and every_row else None
     if grid is not None:
-        steps = _grid_step_stats(grid[1], grid[2])
+        steps = _grid_step_stats(grid[1], grid[2], with_totals=with_totals)
         per_rank = int(grid[1].size)
     else:
         rows, steps, stride = _sorted_step_stats(rows, notes)
@@ -449,7 +532,14 @@ def build_cohort(
     )
     if per_rank is not None:
         # lockstep: the step table is the grid's steps, so a row's pos is its index mod them
-        return Cohort(rows=rows, steps=steps, column=column, stride=stride, per_rank=per_rank)
+        return Cohort(
+            rows=rows,
+            steps=steps,
+            column=column,
+            stride=stride,
+            per_rank=per_rank,
+            frame_grid=own_grid,
+        )
     pos = positions(steps["t"].to_numpy(), rows["t"].to_numpy())
     rows = rows.with_columns(pl.Series("pos", pos))
     return Cohort(rows=rows, steps=steps, column=column, stride=stride)
@@ -467,9 +557,12 @@ def _robust_z(x: np.ndarray, pos: np.ndarray, med: np.ndarray, sigma: np.ndarray
     return z
 
 
-def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
-    """The step table (t, med, hi, n, n_fin, mad) of lockstep ranks (`lockstep_grid`:
-    strictly rising steps, x a ranks x steps matrix), a block of steps at a time.
+def _grid_step_stats(
+    steps: np.ndarray, x: np.ndarray, *, with_totals: bool = False
+) -> pl.DataFrame:
+    """The step table (t, med, hi, n, n_fin, mad, and total, `with_totals`: what
+    `step_totals` gives) of lockstep ranks (`lockstep_grid`: strictly rising steps, x a
+    ranks x steps matrix), a block of steps at a time.
 
     Each step's group is whole inside one block, and a median or a maximum is of
     the values' set, so the numbers are those `_sorted_step_stats` gives; only
@@ -478,9 +571,15 @@ def _grid_step_stats(steps: np.ndarray, x: np.ndarray) -> pl.DataFrame:
     n_ranks = x.shape[0]
     blocks = []
     for start, stop in step_blocks(steps.size, n_ranks):
-        block = _finite_block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        by_step = _by_step(x[:, start:stop])
+        finite = bool(np.isfinite(by_step).all())
+        # the sums before `_finite_block_stats` reorders the block: `step_totals`' bits
+        totals = _block_totals(by_step, finite) if with_totals else None
+        block = _finite_block_stats(steps[start:stop], by_step) if finite else None
         if block is None:
             block = _block_stats(steps[start:stop], _by_step(x[:, start:stop]))
+        if totals is not None:
+            block = block.with_columns(pl.Series("total", totals))
         blocks.append(block)
     return pl.concat(blocks)
 
@@ -505,13 +604,11 @@ def _block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame:
 
 def _finite_block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame | None:
     """`_block_stats` by numpy selection, for a block whose values are all finite (the
-    usual one): every step then has every rank, and its median is a selection within its
-    row, several times cheaper than polars' group-by. `by_step` is overwritten. None when
-    a value is not finite, or a median or maximum falls on a zero: which of -0.0 and 0.0
+    usual one; the caller has checked): every step then has every rank, and its median is
+    a selection within its row, several times cheaper than polars' group-by. `by_step` is
+    overwritten. None when a median or maximum falls on a zero: which of -0.0 and 0.0
     (equal, but printed apart) polars keeps depends on its own order.
     """
-    if not np.isfinite(by_step).all():
-        return None
     n_ranks = by_step.shape[1]
     hi = by_step.max(axis=1)
     med = _row_medians(by_step)
