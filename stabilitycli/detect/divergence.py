@@ -14,7 +14,6 @@ from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Finding, Skip
 from stabilitycli.core.records import dataclass
 from stabilitycli.detect.autocorr import NoiseMemory, inflation, loss_noise_memory
-from stabilitycli.detect.divergence_onset import onset, past_the_fall
 from stabilitycli.detect.facts import Facts, TrendScan
 from stabilitycli.detect.kinds.divergence import (
     DIVERGENCE,
@@ -192,6 +191,9 @@ def detect_divergence(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         for e in facts.spikes
         if e.onset_step <= binned.steps[j] and _is_a_jump(e, steps, loss, final_level)
     ]
+    # only a log that rises is dated: a healthy one never loads the fits (start-up, #40)
+    from stabilitycli.detect.divergence_onset import onset, past_the_fall
+
     start_step, trough_level, trough_end_step, fitted = onset(
         steps,
         loss,

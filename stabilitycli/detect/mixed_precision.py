@@ -25,7 +25,6 @@ from stabilitycli.detect.kinds.mixed_precision import (
 )
 from stabilitycli.detect.overflow_ledger import OverflowLedger, ledger_of, scale_text
 from stabilitycli.detect.registry import RuleResult, rule
-from stabilitycli.detect.scaler_failing import not_absorbed
 from stabilitycli.detect.series import SeriesView
 
 __all__ = ["overflow_per_step", "runs_fp16", "scale_text"]
@@ -154,6 +153,9 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         and not ledger.has_messages
         and overflow["rate"] > thresholds.overflow_rate_unabsorbed
     )
+    # only a log with overflows asks it: any other never loads it (start-up, #40)
+    from stabilitycli.detect.scaler_failing import not_absorbed
+
     failing = None if unabsorbed else not_absorbed(view, thresholds, ledger, facts.spikes)
     if ledger.total and (unabsorbed or failing is not None):
         first = int(ledger.steps[0])

@@ -17,7 +17,6 @@ import polars as pl
 from stabilitycli.core.model import Restart, Skip, SourceInfo
 from stabilitycli.core.records import dataclass
 from stabilitycli.frame import RunData
-from stabilitycli.frame.step_means import means_over_ranks
 
 
 @dataclass
@@ -88,6 +87,8 @@ def build_view(run: RunData) -> SeriesView:
     if "rank" in frame.columns:
         # the mean over ranks per step; `mean` would skip nulls (a rank not
         # reporting) but keeps NaN, which is what training would have seen
+        from stabilitycli.frame.step_means import means_over_ranks  # per-rank logs' only
+
         frame = means_over_ranks(frame, metrics)
     steps = frame["step"].to_numpy().astype(np.int64, copy=False)
     columns: dict[str, np.ndarray] = {}

@@ -23,7 +23,6 @@ import warnings
 import numpy as np
 
 from stabilitycli.core.config import Thresholds
-from stabilitycli.detect.carried_curve import fitted_curve
 from stabilitycli.detect.pointwise import KeptAt
 from stabilitycli.detect.windows import ForwardMedian
 from stabilitycli.frame import plain_numpy
@@ -114,6 +113,9 @@ def settled_reading(
         curve, ratio = np.full(rows.size, np.nan), np.ones((rows.size, int(width.max())))
         fall = on_fall[part]
         if fall.any():
+            # a flag on a fall's only: a healthy log never loads the fit (start-up, #40)
+            from stabilitycli.detect.carried_curve import fitted_curve
+
             curve[fall], fall_ratio = fitted_curve(
                 rows[fall], steps, loss, changes, width[fall], thresholds
             )
@@ -272,6 +274,8 @@ def back_on_curve(
     span = settle_span(steps, np.array([row]), thresholds)
     span = np.minimum(span, min(_MAX_SPAN, loss.size - row))
     skip = np.array([start[2] - row + 1])
+    from stabilitycli.detect.carried_curve import fitted_curve  # see `settled_reading`
+
     curve, ratio = fitted_curve(np.array([row]), steps, loss, changes, span, thresholds, skip)
     if not np.isfinite(curve[0]):
         return None

@@ -13,8 +13,6 @@ from stabilitycli.core.model import Skip
 from stabilitycli.core.records import dataclass
 from stabilitycli.detect.after_change import AfterChange, after_change_baseline, replace_at
 from stabilitycli.detect.autocorr import NoiseMemory, excess_bar_sigma, loss_noise_memory
-from stabilitycli.detect.bump_end import bump_ended
-from stabilitycli.detect.bump_excess import sustained_longer
 from stabilitycli.detect.facts import Facts
 from stabilitycli.detect.fall_curve import read_fall
 from stabilitycli.detect.kinds.spike import (
@@ -142,6 +140,9 @@ def _sustained(
         return np.zeros(candidates.size, dtype=bool)
     three = (excess >= bar) & (lowest >= thresholds.spike_excess_min_sigma)
     three &= rise >= thresholds.spike_sustained_min_rise_frac
+    # imported here: a log without a spike candidate never loads it (start-up, #40)
+    from stabilitycli.detect.bump_excess import sustained_longer
+
     return three | sustained_longer(candidates, loss, reference, sigma, bar, thresholds, fall)
 
 
@@ -874,6 +875,8 @@ def _build_event(
     # (a point whose stretch after it settled high has been judged by that level already)
     if sustained and not (recovered or explaining or large or after_nonfinite or settled):
         # a step that stays up is judged by the level it settled at, not its first points
+        from stabilitycli.detect.bump_end import bump_ended  # a spike's only (start-up, #40)
+
         ahead = float(_curve_ahead_at(baseline, np.array([idx]), thresholds)[0])
         fall = bool(baseline.falling[idx])
         sustained = settled_rise(

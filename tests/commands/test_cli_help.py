@@ -174,6 +174,15 @@ LAZY_FOR_ONE_SERIES = (
     "rich.markdown",
     "ctypes.util",  # malloc_trim is looked up under a memory cap only
     "numpy.ma",  # frame.plain_numpy: a small log's medians, sets and Series without it
+    # the kinds' package names its modules; the fits and checks of a rise, a spike, a fall
+    # and a failing scaler load with the first log that has one; the mean over ranks
+    "pkgutil",
+    "stabilitycli.detect.divergence_onset",
+    "stabilitycli.detect.bump_end",
+    "stabilitycli.detect.bump_excess",
+    "stabilitycli.detect.carried_curve",
+    "stabilitycli.detect.scaler_failing",
+    "stabilitycli.frame.step_means",
 )
 
 

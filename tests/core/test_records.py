@@ -8,19 +8,22 @@ import dataclasses
 import math
 import subprocess
 import sys
-from dataclasses import field
-from typing import Any
+from dataclasses import KW_ONLY, field  # noqa: F401 (the annotations below name it)
+from typing import Any, ClassVar  # noqa: F401 (the annotations below name it)
 
 import pytest
 
 from stabilitycli.core import records
 
 
-def _both(body: dict[str, Any], annotations: dict[str, str], **flags: Any) -> tuple[type, type]:
-    """The same class made by `dataclasses.dataclass` and by `records.dataclass`."""
+def _both(
+    body: dict[str, Any], annotations: dict[str, str], module: str = "math", **flags: Any
+) -> tuple[type, type]:
+    """The same class made by `dataclasses.dataclass` and by `records.dataclass`, as if
+    declared in `module` (one that imports neither ClassVar nor KW_ONLY by default)."""
     made = []
     for decorate in (dataclasses.dataclass, records.dataclass):
-        namespace = {**body, "__annotations__": dict(annotations), "__module__": __name__}
+        namespace = {**body, "__annotations__": dict(annotations), "__module__": module}
         made.append(decorate(type("Shape", (), namespace), **flags))
     return made[0], made[1]
 
@@ -158,6 +161,52 @@ def test_the_class_body_keeps_its_own_methods() -> None:
 def test_a_default_before_a_required_field_is_refused() -> None:
     with pytest.raises(TypeError, match="non-default argument 'b'"):
         _both({"a": 1}, {"a": "int", "b": "int"})
+
+
+def _fields_seen(cls: type) -> list[tuple[Any, ...]]:
+    return [
+        (f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.compare, f.kw_only)
+        for f in dataclasses.fields(cls)
+    ]
+
+
+def test_fields_read_alike_by_either_path() -> None:
+    # plain string annotations are read by records itself, others by dataclasses: the same
+    # fields, class attributes and __match_args__ either way
+    metadata = {"quantity": "count"}
+    body = {
+        "b": field(default=2, metadata=metadata),
+        "items": field(default_factory=list),
+        "c": field(default="z", kw_only=True),
+        "limit": 3,
+    }
+    plain_text = {"a": "int", "b": "int", "items": "list[int]", "c": "str"}
+    for declared, module, plain in (
+        (plain_text, "math", True),
+        # this module imports ClassVar and KW_ONLY: any name might be one of them
+        (plain_text, __name__, False),
+        (
+            {"a": "int", "limit": "ClassVar[int]", "b": "int", "items": "list[int]", "c": "str"},
+            __name__,
+            False,
+        ),
+        (
+            {"a": "int", "_": "KW_ONLY", "b": "int", "items": "list[int]", "c": "str"},
+            __name__,
+            False,
+        ),
+    ):
+        generated, ours = _both(body, declared, module, frozen=True)
+        assert records._plain_annotations(ours) is plain
+        assert _fields_seen(ours) == _fields_seen(generated)
+        assert ours.__match_args__ == generated.__match_args__  # type: ignore[attr-defined]
+        for name in ("b", "items", "c", "limit"):
+            assert getattr(ours, name, None) == getattr(generated, name, None)
+        assert {f.name: f.metadata for f in dataclasses.fields(ours)}["b"] == metadata
+    with pytest.raises(ValueError, match="mutable default"):
+        _both({"a": []}, {"a": "list[int]"})
+    with pytest.raises(TypeError, match="has no type annotation"):
+        records.dataclass(type("Bare", (), {"a": field(default=1), "__module__": "math"}))
 
 
 # runs a small `stab analyze` in-process, then names every method of a stabilitycli class

@@ -153,3 +153,13 @@ def test_a_kind_crossing_a_process_is_the_same_kind_there() -> None:
     )
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().split() == ["True", "spike"]
+
+
+def test_every_kinds_module_is_declared() -> None:
+    # the package names its modules (start-up, #40): a new one left out of MODULES would
+    # leave its kinds undeclared
+    import stabilitycli.detect.kinds as package
+
+    here = Path(package.__file__).parent
+    on_disk = sorted(p.stem for p in here.glob("*.py") if p.stem != "__init__")
+    assert list(package.MODULES) == on_disk
