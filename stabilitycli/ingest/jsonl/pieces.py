@@ -45,8 +45,10 @@ _INT32_LIMIT = 2**31
 # the bytes at a piece's end searched for its last newline before it is read (`_Pieces`):
 # a line of a metrics log is far shorter
 _PROBE_BYTES = 64 << 10
-# chunks a column of a piece may keep: polars reading 4 MB blocks makes 4 of a 16 MB piece
-_PACKED_CHUNKS = 4
+# the fewest rows a chunk of a piece's column may hold on average and be kept as it is
+# (`_lean`): polars reading 4 MB blocks makes chunks of 26,000 (160-byte lines) to 62,000
+# rows (66 bytes), by default 3,000 to 7,000, which leave the pages among them unused
+_PACKED_CHUNK_ROWS = 1 << 14
 
 
 def read_in_pieces(
@@ -217,7 +219,7 @@ def _lean(raw: pl.DataFrame, lines_through: int, options: ReadOptions) -> pl.Dat
     # 64-rank log took 835 MB for 572 MB of columns, 687 MB copied into one chunk a column
     # here. The `stab` command has polars read in larger blocks (`cli.ALLOCATOR_SETTINGS`):
     # its few chunks pack as tightly without the copy
-    if max(column.n_chunks() for column in raw.get_columns()) > _PACKED_CHUNKS:
+    if raw.height < _PACKED_CHUNK_ROWS * max(c.n_chunks() for c in raw.get_columns()):
         raw = raw.rechunk()
     return raw
 
