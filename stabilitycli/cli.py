@@ -8,8 +8,8 @@ thresholds and no detection logic here, and polars is never imported at
 module level (here or in `commands/`), so `stab --help` and every TAB a shell
 asks to complete stay instant; nor is pydantic, which typer would import to
 convert option values that need no converting (`commands/_params.py`). `main()` also
-sets the memory allocators of polars and pyarrow (`ALLOCATOR_SETTINGS`: the command's
-only, and why), holds glibc's own to one arena (`one_malloc_arena`), and sets how often
+sets the memory allocators of polars and pyarrow and the block polars reads NDJSON in
+(`ALLOCATOR_SETTINGS`: the command's only, and why), holds glibc's own to one arena (`one_malloc_arena`), and sets how often
 the garbage collector runs (`GC_FIRST_THRESHOLD`).
 """
 
