@@ -9,8 +9,8 @@ module level (here or in `commands/`), so `stab --help` and every TAB a shell
 asks to complete stay instant; nor is pydantic, which typer would import to
 convert option values that need no converting (`commands/_params.py`). `main()` also
 sets the memory allocators of polars and pyarrow and the block polars reads NDJSON in
-(`ALLOCATOR_SETTINGS`: the command's only, and why), holds glibc's own to one arena (`one_malloc_arena`), and sets how often
-the garbage collector runs (`GC_FIRST_THRESHOLD`).
+(`ALLOCATOR_SETTINGS`: the command's only, and why), holds glibc's own to one arena
+(`one_malloc_arena`), and sets how often the garbage collector runs (`GC_FIRST_THRESHOLD`).
 """
 
 from __future__ import annotations
