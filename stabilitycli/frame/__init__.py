@@ -249,11 +249,24 @@ def metrics_as_floats(raw: pl.DataFrame, keep: tuple[str, ...] = ()) -> pl.DataF
             never.append(name)
         elif dtype != pl.Float64:
             cast[name] = expr.alias(name)
-    raw = raw.drop(never).with_columns(list(cast.values()))
+    raw = without_columns(raw, never)
+    if cast:
+        # the cast columns made apart and put in as Series: expressions in `with_columns`
+        # would rechunk every column of the piece, a copy of it all that the join makes again
+        raw = raw.with_columns(raw.select(list(cast.values())).get_columns())
     # a column with no value in this piece (a text key with no number in it) is no metric
     # here; another piece that has values brings the column back, with nulls for these rows
     counts = raw.select(pl.col(name).count() for name in cast).row(0) if cast else ()
-    return raw.drop([name for name, n in zip(cast, counts, strict=True) if n == 0])
+    return without_columns(raw, [name for name, n in zip(cast, counts, strict=True) if n == 0])
+
+
+def without_columns(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """`frame.drop(names)` without its copy: `drop` (even of no column) rechunks every
+    column that is left, where picking the others by name keeps their chunks."""
+    if not names:
+        return frame
+    gone = set(names)
+    return frame[[name for name in frame.columns if name not in gone]]
 
 
 def finalize(

@@ -96,31 +96,43 @@ def _append(out: np.ndarray, values: np.ndarray, first_row: int) -> None:
 
 def _copied(name: str, dtype: pl.DataType, parts: list, height: int, place) -> pl.Series:
     """The parts written into one buffer (which polars then borrows), each let go as it is
-    copied; `parts` is left empty."""
+    copied; `parts` is left empty. A chunk at a time: each is numpy's view of polars' own
+    buffer, where `to_numpy` of a part in several chunks would copy it into one first."""
     spill = spill_wanted()
     out: np.ndarray | None = None
     at = 0
     for i, part in enumerate(parts):  # loop over pieces, not rows
-        values = part.to_numpy()
-        if out is None:
-            # under `STAB_SPILL=1` a file's pages (`spill`), not the process's own
-            if spill:
-                out = mapped_buffer(height, values.dtype)
-            else:
-                # in small pages: numpy's own array asks for huge pages, and a first write
-                # into one can wait while the kernel compacts memory to make it (the join
-                # of a 10M-row log's seven columns took 1.4 s so, 0.3 s in small pages); a
-                # transpose, a stretch per rank at a time, would also hold a huge page a
-                # rank ahead of its values
-                out = small_page_buffer(height, values.dtype)
-        place(out, values, at)
-        at += values.size
+        for values in _chunks(part):  # loop over a piece's chunks
+            if out is None:
+                out = _buffer(height, values.dtype, spill)
+            place(out, values, at)
+            at += values.size
         parts[i] = None
-        del values, part
+        del part
     assert out is not None  # a joined column has a part in every piece here
     if spill:
         settled(out)
     return pl.Series(name, out, dtype=dtype)
+
+
+def _chunks(part: pl.Series):
+    """A part's values a chunk at a time, as numpy views of polars' buffers."""
+    for chunk in part.get_chunks():
+        values = chunk.to_numpy()
+        if values.size:
+            yield values
+
+
+def _buffer(height: int, dtype: np.dtype, spill: bool) -> np.ndarray:
+    """An empty joined column of `height` rows: under `STAB_SPILL=1` in a file's pages
+    (`spill`), not the process's own."""
+    if spill:
+        return mapped_buffer(height, dtype)
+    # in small pages: numpy's own array asks for huge pages, and a first write into one can
+    # wait while the kernel compacts memory to make it (the join of a 10M-row log's seven
+    # columns took 1.4 s so, 0.3 s in small pages); a transpose, a stretch per rank at a
+    # time, would also hold a huge page a rank ahead of its values
+    return small_page_buffer(height, dtype)
 
 
 def _relaxed(name: str, dtype: pl.DataType, parts: list, heights: list[int]) -> pl.Series:

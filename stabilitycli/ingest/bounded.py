@@ -29,8 +29,10 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # compressed bytes read at a time; what one read may inflate to is capped separately
 # (zlib's max_length, pyarrow's read size), so this only sets the number of calls
 _FEED = 1 << 16
-# the screen works on windows of the buffer so its temporaries stay small on a huge log
-_WINDOW = 64 << 20
+# the screen works on windows of the buffer so its temporaries stay small on a huge log,
+# and small enough that they stay in the CPU's cache: a 16 MB piece screened in 64 MB
+# windows (one) took 21 ms, in 256 KB windows 11 ms (1 MB: 13 ms, 64 KB: 14 ms)
+_WINDOW = 256 << 10
 
 
 @dataclass

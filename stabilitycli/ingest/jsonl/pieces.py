@@ -27,7 +27,14 @@ import polars as pl
 
 from stabilitycli.core import progress
 from stabilitycli.core.model import SourceInfo
-from stabilitycli.frame import ROW, RunData, metrics_as_floats, one_chunk_frame, unread_columns
+from stabilitycli.frame import (
+    ROW,
+    RunData,
+    metrics_as_floats,
+    one_chunk_frame,
+    unread_columns,
+    without_columns,
+)
 from stabilitycli.frame.join import joined_by_rank
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.jsonl import parse as jsonl
@@ -35,6 +42,13 @@ from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 
 _INT32_LIMIT = 2**31
+# the bytes at a piece's end searched for its last newline before it is read (`_Pieces`):
+# a line of a metrics log is far shorter
+_PROBE_BYTES = 64 << 10
+# the fewest rows a chunk of a piece's column may hold on average and be kept as it is
+# (`_lean`): polars reading 4 MB blocks makes chunks of 26,000 (160-byte lines) to 62,000
+# rows (66 bytes), by default 3,000 to 7,000, which leave the pages among them unused
+_PACKED_CHUNK_ROWS = 1 << 14
 
 
 def read_in_pieces(
@@ -124,16 +138,10 @@ class _Pieces:
 
     def next(self) -> tuple[bytes, bounded.Screened, int] | None:
         """The next piece, its screen and the bytes read up to its end; None at the end."""
-        while block := self.handle.read(self.piece_bytes):
-            self.bytes_read += len(block)
-            if self.bytes_read > self.limits.max_input_bytes:
-                raise bounded.limit_hit(
-                    str(self.path),
-                    "the file grew past the limit while read",
-                    "max_input_bytes",
-                    self.limits.max_input_bytes,
-                )
+        while block := self._read():
             end = block.rfind(b"\n") + 1
+            if end == len(block) and not self.carry:  # read to a line's end: as it is
+                return block, bounded.screen_lines(block, self.limits), self.bytes_read
             if end == 0:  # one line longer than a piece: keep reading until it ends
                 self.carry += block
                 continue
@@ -142,6 +150,38 @@ class _Pieces:
             self.carry = block[end:]
             return piece, bounded.screen_lines(piece, self.limits), self.bytes_read
         return None
+
+    def _read(self) -> bytes:
+        """The next block of about a piece, counted against the limit; b"" at the end.
+
+        With nothing carried, the block is read to the last newline of its piece, found
+        first in the piece's last bytes: it is then the piece itself, where a block cut
+        at any byte is copied once more, joined to what the last one left over (16 MB a
+        piece, and pages to fault in for the copy)."""
+        length = self.piece_bytes if self.carry else self._to_line_end()
+        block = self.handle.read(length)
+        self.bytes_read += len(block)
+        if self.bytes_read > self.limits.max_input_bytes:
+            raise bounded.limit_hit(
+                str(self.path),
+                "the file grew past the limit while read",
+                "max_input_bytes",
+                self.limits.max_input_bytes,
+            )
+        return block
+
+    def _to_line_end(self) -> int:
+        """The bytes from here to the last newline within a piece, or a piece's worth
+        when its last `_PROBE_BYTES` hold none (or the file ends first)."""
+        start = self.handle.tell()
+        probe_bytes = min(_PROBE_BYTES, self.piece_bytes)
+        self.handle.seek(start + self.piece_bytes - probe_bytes)
+        probe = self.handle.read(probe_bytes)
+        self.handle.seek(start)
+        newline = probe.rfind(b"\n")
+        if len(probe) < probe_bytes or newline < 0:
+            return self.piece_bytes
+        return self.piece_bytes - probe_bytes + newline + 1
 
 
 def _parse(
@@ -166,13 +206,21 @@ def _lean(raw: pl.DataFrame, lines_through: int, options: ReadOptions) -> pl.Dat
     """A piece without what the join would carry for nothing: the clock columns finalize
     never reads (epoch, timestamps: one float column of the whole log each), the columns
     that can hold no metric (text, objects: `metrics_as_floats`), and line numbers in 32
-    bits while they fit (half the column)."""
+    bits while they fit (half the column); each column in one chunk."""
     keep = tuple(k for k in (options.step_key, options.rank_key) if k)
-    raw = raw.drop(unread_columns(raw.columns, keep))
+    raw = without_columns(raw, unread_columns(raw.columns, keep))
     named = (*keep, *options.metric_overrides.values(), jsonl.LOGGED_ROW)
     raw = metrics_as_floats(raw, named)
     if lines_through < _INT32_LIMIT and raw.schema[ROW] == pl.Int64:
-        raw = raw.with_columns(pl.col(ROW).cast(pl.Int32))
+        # a Series (an expression would rechunk the whole piece: `parse_piece`)
+        raw = raw.with_columns(raw[ROW].cast(pl.Int32))
+    # polars parses a 16 MB piece into some 34 chunks a column by default, left among the
+    # pages of its freed temporaries: held so until the join, the pieces of the 10M-row,
+    # 64-rank log took 835 MB for 572 MB of columns, 687 MB copied into one chunk a column
+    # here. The `stab` command has polars read in larger blocks (`cli.ALLOCATOR_SETTINGS`):
+    # its few chunks pack as tightly without the copy
+    if raw.height < _PACKED_CHUNK_ROWS * max(c.n_chunks() for c in raw.get_columns()):
+        raw = raw.rechunk()
     return raw
 
 
