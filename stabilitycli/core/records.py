@@ -4,9 +4,8 @@ Python 3.11's `@dataclass` writes `__init__`, `__repr__`, `__eq__`, `__hash__` a
 class's `__setattr__`/`__delattr__` out as source and compiles each with its own `exec`, in
 every process (no bytecode cache holds them): for the hundred-odd classes a small
 `stab analyze` defines, some 270,000 characters, a fifth of its instructions (issue #40,
-docs/scale.md). This one reads the fields as `dataclasses` does (so `fields`, `replace`,
-`asdict` and `is_dataclass` work as before: itself where every annotation is a plain
-string, else by asking `dataclasses`) but generates nothing, and gives each class
+docs/scale.md). This one lets `dataclasses` read the fields (so `fields`, `replace`,
+`asdict` and `is_dataclass` work as before) but generate nothing, and gives each class
 methods shared by all, closed over its fields: they do what the generated ones do (the
 same values set in the same order, `__post_init__`, equality and hash over the same
 tuples, the same repr and the same errors on a frozen field), at a few microseconds more a
@@ -20,26 +19,18 @@ mypy reads `dataclasses.dataclass` here, so a class is checked as a dataclass.
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import inspect
 import reprlib
-import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import MISSING, Field, FrozenInstanceError
 from operator import attrgetter
-from types import MemberDescriptorType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 # the classes made here: dataclasses is told they are not frozen while it reads a subclass's
 # fields (see `_record`)
 _MADE: weakref.WeakSet[type] = weakref.WeakSet()
-
-# dataclasses' own: a class's flags, and the mark of a field that is neither a ClassVar nor
-# an InitVar (what `_read_fields` gives the fields it reads)
-_PARAMS: Any = getattr(dataclasses, "_DataclassParams")  # noqa: B009
-_FIELD: Any = getattr(dataclasses, "_FIELD")  # noqa: B009
 
 if TYPE_CHECKING:
     from dataclasses import dataclass as dataclass
@@ -91,10 +82,7 @@ def _record(cls: type, flags: dict[str, bool], *, match_args: bool, kw_only: boo
     undocumented = not cls.__doc__
     if undocumented:
         cls.__doc__ = "-"  # written below from the fields: @dataclass would ask inspect
-    if _plain_annotations(cls):
-        _read_fields(cls, bases, match_args=match_args, kw_only=kw_only)
-    else:
-        _read_fields_by_dataclasses(cls, bases, match_args=match_args, kw_only=kw_only)
+    _read_fields(cls, bases, match_args=match_args, kw_only=kw_only)
     # what the class is, as @dataclass would have said it (a subclass made by
     # dataclasses.dataclass reads it)
     for name, value in flags.items():
@@ -125,11 +113,11 @@ def _record(cls: type, flags: dict[str, bool], *, match_args: bool, kw_only: boo
     return cls
 
 
-def _read_fields_by_dataclasses(
-    cls: type, bases: list[type], *, match_args: bool, kw_only: bool
-) -> None:
+def _read_fields(cls: type, bases: list[type], *, match_args: bool, kw_only: bool) -> None:
     # dataclasses reads the fields and writes nothing (no method, no frozen check: told the
-    # bases are not frozen for this one call, as this class is not, to it)
+    # bases are not frozen for this one call, as this class is not, to it). Not read here
+    # instead: that takes dataclasses' private classes, whose signatures change between
+    # Python versions (3.12's _DataclassParams takes ten arguments, 3.11's six)
     thawed = [b for b in bases if b.__dataclass_params__.frozen]  # type: ignore[attr-defined]
     for base in thawed:
         base.__dataclass_params__.frozen = False  # type: ignore[attr-defined]
@@ -146,70 +134,6 @@ def _read_fields_by_dataclasses(
     finally:
         for base in thawed:
             base.__dataclass_params__.frozen = True  # type: ignore[attr-defined]
-
-
-# what dataclasses reads an annotation as when it is not a plain field
-_SPECIAL = frozenset(map(id, (ClassVar, dataclasses.InitVar, dataclasses.KW_ONLY)))
-_SPECIAL_NAMES = ("ClassVar", "InitVar", "KW_ONLY")
-
-
-def _plain_annotations(cls: type) -> bool:
-    """Every annotation of `cls` is a string that cannot name a ClassVar, an InitVar or
-    KW_ONLY: none holds their names and its module holds none of them under another name.
-    Only then does `_read_fields` read the fields (dataclasses matches each string against
-    the module's names, three times a field: a tenth of a small `stab analyze`'s imports,
-    issue #40); any other class is read by dataclasses itself."""
-    annotations = inspect.get_annotations(cls)
-    for text in annotations.values():
-        if not isinstance(text, str) or any(name in text for name in _SPECIAL_NAMES):
-            return False
-    module = sys.modules.get(cls.__module__)
-    space = vars(module).values() if module is not None else ()
-    return _SPECIAL.isdisjoint(map(id, space))
-
-
-def _read_fields(cls: type, bases: list[type], *, match_args: bool, kw_only: bool) -> None:
-    """What `dataclasses.dataclass(cls, init=False, repr=False, eq=False)` sets on a class
-    whose annotations are plain (`_plain_annotations`): `__dataclass_params__`, the fields
-    (the bases' first, in their order, then the class's own), each default left as the
-    class attribute (a factory's removed), `__match_args__` and the abstract methods."""
-    cls.__dataclass_params__ = _PARAMS(False, False, False, False, False, False)  # type: ignore[attr-defined]
-    fields_: dict[str, Field[Any]] = {}
-    for base in reversed(cls.__mro__[1:]):
-        fields_.update({f.name: f for f in getattr(base, "__dataclass_fields__", {}).values()})
-    annotations = inspect.get_annotations(cls)
-    for name, text in annotations.items():
-        default: Any = getattr(cls, name, MISSING)
-        if isinstance(default, Field):
-            made = default
-        else:
-            if isinstance(default, MemberDescriptorType):
-                default = MISSING
-            made = dataclasses.field(default=default)
-        made.name, made.type = name, text
-        made._field_type = _FIELD  # type: ignore[attr-defined]
-        if made.kw_only is MISSING:
-            made.kw_only = kw_only
-        if made.default.__class__.__hash__ is None:
-            raise ValueError(
-                f"mutable default {type(made.default)} for field {name} is not allowed: "
-                "use default_factory"
-            )
-        fields_[name] = made
-        if isinstance(default, Field):
-            if made.default is MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, made.default)
-    for name, value in cls.__dict__.items():
-        if isinstance(value, Field) and name not in annotations:
-            raise TypeError(f"{name!r} is a field but has no type annotation")
-    cls.__dataclass_fields__ = fields_  # type: ignore[attr-defined]
-    if match_args and "__match_args__" not in cls.__dict__:
-        cls.__match_args__ = tuple(  # type: ignore[misc,attr-defined]
-            f.name for f in fields_.values() if f.init and not f.kw_only
-        )
-    abc.update_abstractmethods(cls)
 
 
 def _put(cls: type, name: str, method: Callable[..., Any]) -> None:
