@@ -10,7 +10,7 @@ asks to complete stay instant; nor is pydantic, which typer would import to
 convert option values that need no converting (`commands/_params.py`). `main()` also
 sets the memory allocators of polars and pyarrow and the block polars reads NDJSON in
 (`ALLOCATOR_SETTINGS`: the command's only, and why), holds glibc's own to one arena
-(`one_malloc_arena`), and sets how often the garbage collector runs (`entry.GC_FIRST_THRESHOLD`;
+(`one_malloc_arena`), and sets how often the garbage collector runs (`core.collector`;
 `entry.main`, the console script, sets it before typer is imported).
 """
 
@@ -33,8 +33,8 @@ from stabilitycli import __version__
 # converting; built on typer internals, so pyproject.toml pins typer to the minor version
 # tests/commands/test_cli_params.py checks them on
 from stabilitycli.commands._params import Command, Group
+from stabilitycli.core.collector import collect_less
 from stabilitycli.core.exit_codes import ExitCode
-from stabilitycli.entry import collect_less
 
 # `-h` as well as `--help`, on `stab` and on every command
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}

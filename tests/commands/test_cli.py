@@ -121,7 +121,7 @@ def test_importing_stab_keeps_the_callers_collector() -> None:
     module leaves the caller's collector as it was."""
     code = (
         "import gc; before = gc.get_threshold()\n"
-        "import stabilitycli, stabilitycli.entry, stabilitycli.cli\n"
+        "import stabilitycli, stabilitycli.entry, stabilitycli.cli, stabilitycli.core.collector\n"
         "print(gc.get_threshold() == before)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
