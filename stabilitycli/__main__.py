@@ -1,5 +1,5 @@
 """`python -m stabilitycli` is `stab`."""
 
-from stabilitycli.cli import main
+from stabilitycli.entry import main
 
 main()

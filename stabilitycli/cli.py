@@ -10,7 +10,8 @@ asks to complete stay instant; nor is pydantic, which typer would import to
 convert option values that need no converting (`commands/_params.py`). `main()` also
 sets the memory allocators of polars and pyarrow and the block polars reads NDJSON in
 (`ALLOCATOR_SETTINGS`: the command's only, and why), holds glibc's own to one arena
-(`one_malloc_arena`), and sets how often the garbage collector runs (`GC_FIRST_THRESHOLD`).
+(`one_malloc_arena`), and sets how often the garbage collector runs (`core.collector`;
+`entry.main`, the console script, sets it before typer is imported).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from stabilitycli import __version__
 # converting; built on typer internals, so pyproject.toml pins typer to the minor version
 # tests/commands/test_cli_params.py checks them on
 from stabilitycli.commands._params import Command, Group
+from stabilitycli.core.collector import collect_less
 from stabilitycli.core.exit_codes import ExitCode
 
 # `-h` as well as `--help`, on `stab` and on every command
@@ -257,22 +259,14 @@ def one_malloc_arena() -> None:
     mallopt(_M_ARENA_MAX, 1)
 
 
-# Start-up builds some 10^5 objects that live as long as the process (modules, classes, the
-# functions dataclasses generate) and leaves almost no cyclic garbage. At the default first
-# threshold (700 new objects) the collector ran ~130 times while `stab analyze` of a small
-# log started, each pass scanning objects that would all survive: 10-15% of that command's
-# time. Past this threshold a small run collects not once; a large one's data lives in
-# polars and numpy buffers, freed by reference counting, not by the collector.
-GC_FIRST_THRESHOLD = 100_000
-
-
 def main() -> None:
     if "polars" not in sys.modules and "pyarrow" not in sys.modules:
         for name, value in ALLOCATOR_SETTINGS.items():
             os.environ.setdefault(name, value)
     one_malloc_arena()
     # the command's own process only, as the allocators above: a library caller keeps its own
-    gc.set_threshold(GC_FIRST_THRESHOLD, *gc.get_threshold()[1:])
+    # (already raised where `stab` started from `entry.main`, before typer was imported)
+    collect_less()
     try:
         app()
     except KeyboardInterrupt:

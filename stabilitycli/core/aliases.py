@@ -9,6 +9,7 @@ others stay available under their raw names.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from stabilitycli.core.records import dataclass
@@ -165,26 +166,37 @@ STEP_KEYS: tuple[str, ...] = (
 
 RANK_KEYS: tuple[str, ...] = ("rank", "global_rank", "dp_rank", "data_parallel_rank")
 
+
 # Families whose member name follows a prefix: `act_norm/<layer>`, `lr-AdamW`...
-# The first group of each pattern is the suffix kept in the canonical name.
-_PREFIX_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"^(?:act_norm|activation_norm|activations?/norm)[/.](.+)$", re.IGNORECASE),
-        "act_norm/{}",
-    ),
-    (
-        re.compile(r"^(?:grad_norm|grad/norm|optim/grad)[/.](.+?)(?:\.norm)?$", re.IGNORECASE),
-        "grad_norm/{}",
-    ),
-    (
-        re.compile(r"^(?:param_norm|params/norm|optim/param)[/.](.+?)(?:\.norm)?$", re.IGNORECASE),
-        "param_norm/{}",
-    ),
-    (re.compile(r"^l2_norm/grad/(.+)$", re.IGNORECASE), "grad_norm/{}"),
-    (re.compile(r"^l2_norm/param/(.+)$", re.IGNORECASE), "param_norm/{}"),
-)
+# The first group of each pattern is the suffix kept in the canonical name. Compiled at
+# the first key the alias table does not hold: a log of known names never needs them, and
+# they took re ~1 ms at every start-up (#40).
+@functools.cache
+def _prefix_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    return (
+        (
+            re.compile(r"^(?:act_norm|activation_norm|activations?/norm)[/.](.+)$", re.IGNORECASE),
+            "act_norm/{}",
+        ),
+        (
+            re.compile(r"^(?:grad_norm|grad/norm|optim/grad)[/.](.+?)(?:\.norm)?$", re.IGNORECASE),
+            "grad_norm/{}",
+        ),
+        (
+            re.compile(
+                r"^(?:param_norm|params/norm|optim/param)[/.](.+?)(?:\.norm)?$", re.IGNORECASE
+            ),
+            "param_norm/{}",
+        ),
+        (re.compile(r"^l2_norm/grad/(.+)$", re.IGNORECASE), "grad_norm/{}"),
+        (re.compile(r"^l2_norm/param/(.+)$", re.IGNORECASE), "param_norm/{}"),
+    )
+
+
 # Learning rates named after the optimizer (`lr-AdamW`, `lr/AdamW/0`).
-_LR_PATTERN = re.compile(r"^(?:lr[-/][a-z0-9_]+(?:/group)?[/ ]?0?|optim/lr \(group 0\))$")
+@functools.cache
+def _lr_pattern() -> re.Pattern[str]:
+    return re.compile(r"^(?:lr[-/][a-z0-9_]+(?:/group)?[/ ]?0?|optim/lr \(group 0\))$")
 
 
 def normalise_key(key: str) -> str:
@@ -203,9 +215,9 @@ def canonical_for(raw_key: str) -> tuple[str, int] | None:
     hit = _LOOKUP.get(key)
     if hit is not None:
         return hit
-    if _LR_PATTERN.match(key):
+    if _lr_pattern().match(key):
         return "lr", 50
-    for pattern, template in _PREFIX_PATTERNS:
+    for pattern, template in _prefix_patterns():
         # match the raw spelling so the layer name is kept as the log wrote it
         match = pattern.match(str(raw_key).strip())
         if match and match.group(1).lower() not in ("total", "global"):

@@ -98,6 +98,36 @@ def test_terminal_output_has_headline_path_and_remedy(cli) -> None:
     )
 
 
+def test_stab_starts_without_a_collection() -> None:
+    """The console script (`entry.main`) raises the collector's first threshold before typer
+    and the CLI are imported: from there `stab --version` runs without one collection (#40)."""
+    code = (
+        "import gc, sys\n"
+        "passes = []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'start' and passes.append(info))\n"
+        "sys.argv = ['stab', '--version']\n"
+        "from stabilitycli.entry import main\n"
+        "before = len(passes)\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(len(passes) - before, 'typer' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("stab ")
+    assert done.stderr.split() == ["0", "True"]
+
+
+def test_importing_stab_keeps_the_callers_collector() -> None:
+    """Only the command raises the threshold: importing the library, the CLI or the entry
+    module leaves the caller's collector as it was."""
+    code = (
+        "import gc; before = gc.get_threshold()\n"
+        "import stabilitycli, stabilitycli.entry, stabilitycli.cli, stabilitycli.core.collector\n"
+        "print(gc.get_threshold() == before)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True"]
+
+
 def test_cli_module_does_not_import_polars() -> None:
     code = "import sys, stabilitycli.cli; print('polars' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run(

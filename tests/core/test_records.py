@@ -9,7 +9,7 @@ import math
 import subprocess
 import sys
 from dataclasses import KW_ONLY, field  # noqa: F401 (the annotations below name it)
-from typing import Any, ClassVar  # noqa: F401 (the annotations below name it)
+from typing import Any, ClassVar
 
 import pytest
 
@@ -200,6 +200,37 @@ def test_fields_read_alike_whatever_the_annotations() -> None:
         _both({"a": []}, {"a": "list[int]"})
     with pytest.raises(TypeError, match="has no type annotation"):
         records.dataclass(type("Bare", (), {"a": field(default=1), "__module__": "math"}))
+
+
+# a ClassVar under another name in this module: a string naming it is a class variable
+_Shared = ClassVar
+
+
+def test_plain_annotations_read_once_and_put_back() -> None:
+    # `records` tells dataclasses which strings are plain fields (#40): a ClassVar or
+    # KW_ONLY under another name, or behind a module, is still read by dataclasses itself,
+    # and every annotation and field type is the string the class body wrote
+    body = {"limit": 3, "cap": 4, "b": field(default=2)}
+    declared = {
+        "a": "int",
+        "limit": "_Shared[int]",
+        # this module has no `typing`: to dataclasses a field like any other
+        "cap": "typing.ClassVar[int]",
+        "_": "KW_ONLY",
+        "b": "Any",
+        "items": " list[int]",
+    }
+    body["items"] = field(default_factory=list)
+    generated, ours = _both(body, declared, __name__)
+    assert _fields_seen(ours) == _fields_seen(generated)
+    assert [(f.name, f.type) for f in dataclasses.fields(ours)] == [
+        ("a", "int"),
+        ("cap", "typing.ClassVar[int]"),
+        ("b", "Any"),
+        ("items", " list[int]"),
+    ]
+    assert ours.__annotations__ == declared
+    assert ours.__match_args__ == generated.__match_args__  # type: ignore[attr-defined]
 
 
 def test_string_annotations_on_newer_pythons() -> None:

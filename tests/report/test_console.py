@@ -108,3 +108,17 @@ def test_no_prose_line_over_100_columns_piped_for_any_log(cli) -> None:
             out = cli(command, log)
             wide += [f"{command} {log}: {line}" for line in _prose_over(out.stdout, 100)]
     assert not wide, "\n".join(wide[:10])
+
+
+def test_trailing_spaces_go_as_the_pattern_takes_them() -> None:
+    # plain text is stripped line by line, not by the pattern (#40): the same text either way
+    from stabilitycli.report import console
+
+    texts = [
+        "a   \n  b\n\n   \nc d  ",
+        "│ Q1.1 │ no      │ evidence      │  \n" * 3,
+        "\x1b[1mhealthy\x1b[0m  \x1b[2m  \x1b[0m\nx  \x1b[0m",
+        "tab\t \n\u00a0 \n",
+    ]
+    for text in texts:
+        assert console._without_trailing_spaces(text) == console._TRAILING.sub(r"\1", text)

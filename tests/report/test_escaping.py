@@ -305,6 +305,17 @@ def test_terminal_escape_shows_controls_and_markup_is_text() -> None:
     assert out.count(markup) == 2 and "\\n::error::x" in out
 
 
+def test_a_printable_string_holds_no_control_visible_shows() -> None:
+    """`visible` returns a printable string as it is, without its pattern (#40): no
+    character the pattern shows may be one Python prints."""
+    from stabilitycli.report import escape
+
+    printable = "".join(chr(c) for c in range(0x110000) if chr(c).isprintable())
+    assert re.search(escape._CONTROLS, printable) is None
+    assert escape.visible("loss ← 'grad/norm' – 1.2×") == "loss ← 'grad/norm' – 1.2×"
+    assert escape.visible("a\u00a0b\u2066c") == "a\u00a0b\\u2066c"
+
+
 def test_github_escape() -> None:
     from stabilitycli.report import escape
 
