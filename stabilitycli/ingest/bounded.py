@@ -347,6 +347,9 @@ class Screened:
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # line -> (start, end)
     # newline bytes in the buffer, counted on the way: a reader then need not count again
     newlines: int = 0
+    # `:` bytes in the buffer, when the screen counted them on the way (`_flat_screen`):
+    # the proof that polars dropped no key (`jsonl.parse`) then reads no byte again
+    colons: int | None = None
 
     def blanked(self, data: bytes) -> bytes:
         """The buffer with those lines emptied (their newlines kept, so numbering holds)."""
@@ -369,6 +372,9 @@ def screen_lines(data: bytes, limits: InputLimits) -> Screened:
     """
     import numpy as np
 
+    flat = _flat_screen(data, limits)
+    if flat is not None:
+        return flat
     bad: dict[int, str] = {}
     spans: dict[int, tuple[int, int]] = {}
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -404,6 +410,47 @@ def screen_lines(data: bytes, limits: InputLimits) -> Screened:
                 bad[number] = fault
                 spans[number] = (start, end)
     return Screened(bad, spans, newlines=lines_before)
+
+
+def _flat_screen(data: bytes, limits: InputLimits) -> Screened | None:
+    """The screen of a buffer no line of which can be too long or too deep, told from counts
+    over the whole buffer in one pass; None when the counts cannot tell (`screen_lines`
+    then looks line by line).
+
+    No line is longer than the buffer, and none holds more opening brackets than the
+    buffer's brackets less one for each other line that begins with `{` (as
+    `_most_brackets_in_a_line` bounds a window): a flat log's bound is 1. One pass over
+    each 256 KB window counts the newlines, the `{`, the newlines followed by `{` and
+    the `:` (which the parse needs: `Screened.colons`), where the screen by windows
+    found every newline's offset and the parse counted the `:` in a pass of its own
+    (16 MB: 11 + 2 ms, now 8)."""
+    import numpy as np
+
+    if len(data) > limits.max_line_bytes or not data:
+        return None
+    buf = np.frombuffer(data, dtype=np.uint8)
+    is_newline = np.empty(min(buf.size, _WINDOW) + 1, dtype=bool)
+    is_byte = np.empty_like(is_newline)
+    newlines = braces = line_braces = colons = 0
+    for base in range(0, buf.size, _WINDOW):  # loop over windows, not bytes
+        # with the next window's first byte: a newline at the window's end and the `{` after
+        window = buf[base : base + _WINDOW + 1]
+        size, counted = window.size, min(_WINDOW, buf.size - base)
+        nl, hit = is_newline[:size], is_byte[:size]
+        np.equal(window, 10, out=nl)
+        np.equal(window, _OPEN[0], out=hit)
+        newlines += int(np.count_nonzero(nl[:counted]))
+        braces += int(np.count_nonzero(hit[:counted]))
+        np.logical_and(nl[: size - 1], hit[1:], out=nl[: size - 1])
+        line_braces += int(np.count_nonzero(nl[: min(counted, size - 1)]))
+        np.equal(window, ord(":"), out=hit)
+        colons += int(np.count_nonzero(hit[:counted]))
+    if b"[" in data:
+        braces += int(np.count_nonzero(buf == _OPEN[1]))
+    line_braces += int(buf[0] == _OPEN[0])
+    if braces - line_braces + 1 > limits.max_json_depth:
+        return None
+    return Screened({}, {}, newlines=newlines, colons=colons)
 
 
 def _most_brackets_in_a_line(window: np.ndarray, first_bytes: np.ndarray, squares: bool) -> int:

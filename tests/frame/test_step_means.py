@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from stabilitycli.frame import step_means
 from stabilitycli.frame.step_means import _lockstep_steps, means_over_ranks
 
 
@@ -52,6 +53,15 @@ def test_a_lockstep_grid_gives_polars_means_to_the_bit(seed) -> None:
     steps = np.cumsum(rng.integers(1, 50, 2000))
     frame = _grid(rng, n_ranks, steps)
     assert _lockstep_steps(frame, ["loss", "lr"]) is not None  # the matrix path
+    _same_bits(means_over_ranks(frame, ["loss", "lr"]), _polars_means(frame, ["loss", "lr"]))
+
+
+@pytest.mark.parametrize("block_steps", [1, 7, 256])
+def test_blocks_of_steps_give_the_same_bits(block_steps, monkeypatch) -> None:
+    """The sum goes a block of steps at a time: a block's edge changes no step's sum."""
+    rng = np.random.default_rng(block_steps)
+    frame = _grid(rng, 13, np.arange(1000))
+    monkeypatch.setattr(step_means, "_BLOCK_STEPS", block_steps)
     _same_bits(means_over_ranks(frame, ["loss", "lr"]), _polars_means(frame, ["loss", "lr"]))
 
 

@@ -205,6 +205,33 @@ def test_screen_of_a_mostly_flat_log_finds_every_deep_line_and_counts_newlines(
             assert screened.newlines == data.count(b"\n")
 
 
+def test_screen_by_counts_over_the_buffer_agrees_line_by_line(monkeypatch) -> None:
+    """A buffer no longer than a line may be is screened from counts over it all
+    (`_flat_screen`): a line deeper than the limit must still be found, wherever it falls
+    against the windows, and the newlines and `:` counted as the buffer holds them."""
+    import random
+
+    rng = random.Random(40)
+    limits = InputLimits(max_json_depth=3, max_line_bytes=1 << 20)
+    by_counts = 0
+    for window in (7, 16, 1 << 20):
+        monkeypatch.setattr(bounded, "_WINDOW", window)
+        for _ in range(300):
+            lines = []
+            for n in range(rng.randint(0, 30)):
+                depth = rng.choice([0] * 20 + [1, 2, 3, 4])
+                head = rng.choice([b""] * 6 + [b" ", b"x", b"{"])
+                lines.append(head + b'{"s":%d,"a":' % n + b"[" * depth + b"1" + b"]" * depth + b"}")
+            data = b"\n".join(lines) + rng.choice([b"", b"\n"])
+            screened = bounded.screen_lines(data, limits)
+            assert screened.bad == faults_line_by_line(data, limits)
+            assert screened.newlines == data.count(b"\n")
+            if screened.colons is not None:
+                by_counts += 1
+                assert screened.colons == data.count(b":")
+    assert by_counts > 100  # the counts decided most buffers
+
+
 @pytest.mark.parametrize(
     ("text", "depth"),
     [

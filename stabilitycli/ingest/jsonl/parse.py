@@ -69,7 +69,13 @@ def parse_piece(
     data = screened.blanked(data)
     axes = tuple(k for k in (options.step_key, options.rank_key) if k)
     raw = (
-        fast_parse(data, screened=True, axes=axes, newlines=screened.newlines)
+        fast_parse(
+            data,
+            screened=True,
+            axes=axes,
+            newlines=screened.newlines,
+            colons=None if screened.bad else screened.colons,
+        )
         if not blank(data)
         else None
     )
@@ -175,17 +181,19 @@ def fast_parse(
     screened: bool = False,
     axes: tuple[str, ...] = (),
     newlines: int | None = None,
+    colons: int | None = None,
 ) -> pl.DataFrame | None:
     """Every line through polars or pyarrow, or None when the per-line pass must decide.
 
     `screened`: the caller has already taken out the lines no parser may see
     (`bounded.screen_lines`); else any such line sends the whole buffer to the
     per-line pass. `axes`: keys named as step or rank besides the usual ones.
-    `newlines`: the buffer's newline bytes, when the screen has counted them.
+    `newlines`, `colons`: the buffer's newline and `:` bytes, when the screen has
+    counted them.
     """
     if not screened and bounded.screen_lines(data, limits_in_force()).bad:
         return None
-    frame = _polars_parse(data)
+    frame = _polars_parse(data, colons)
     if frame is None:
         try:
             frame = _arrow_parse(data)
@@ -223,7 +231,7 @@ def fast_parse(
     return frame.with_columns(plain_numpy.series(rows, ROW))
 
 
-def _polars_parse(data: bytes) -> pl.DataFrame | None:
+def _polars_parse(data: bytes, colons: int | None = None) -> pl.DataFrame | None:
     """polars' reader with its schema taken from the first lines: the fastest parse, and
     exact whenever it returns a frame; None sends the buffer to the readers that see it all.
 
@@ -235,7 +243,8 @@ def _polars_parse(data: bytes) -> pl.DataFrame | None:
     (slower, never wrong). A later value of another type (an integer column
     that turns fractional, NaN or Infinity tokens) makes polars raise, with the
     same result. Text columns go on too: pyarrow reads a timestamp string as a
-    timestamp, and the two paths must give the same frame.
+    timestamp, and the two paths must give the same frame. `colons`: the buffer's `:`
+    bytes, when the screen has counted them.
     """
     try:
         frame = pl.read_ndjson(io.BytesIO(data))
@@ -244,7 +253,9 @@ def _polars_parse(data: bytes) -> pl.DataFrame | None:
     if any(dtype in (pl.String, pl.Utf8) for dtype in frame.schema.values()):
         return None
     cells = sum(frame.select(pl.all().count()).row(0)) if frame.width else 0
-    return frame if count_byte(data, b":") == cells else None
+    if colons is None:
+        colons = count_byte(data, b":")
+    return frame if colons == cells else None
 
 
 # bytes compared per numpy pass in `count_byte`: the compare's result (a bool a byte) then

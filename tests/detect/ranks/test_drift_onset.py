@@ -157,3 +157,21 @@ def test_stab_ranks_and_analyze_agree_on_a_drift_and_name_the_test(cli, tmp_path
     assert "CUSUM" in terminal and "≥40" in terminal
     markdown = cli("analyze", path, "--format", "markdown").stdout
     assert "found by the CUSUM test" in markdown
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ramp_fit_is_the_same_a_block_of_rows_at_a_time(seed, monkeypatch) -> None:
+    """The fit's candidate rows go a block at a time: no block size moves the best one."""
+    from stabilitycli.detect.ranks import drift
+
+    rng = np.random.default_rng(seed)
+    steps = np.arange(3000)
+    z = rng.standard_normal(steps.size)
+    z[1800:] += np.linspace(0.0, 4.0, steps.size - 1800)
+    found = {}
+    for rows in (1, 7, 256, 1 << 20):
+        monkeypatch.setattr(drift, "_BLOCK_ROWS", rows)
+        t = steps / steps[-1]
+        fit = drift._best_ramp(np.clip(z, -6.0, 6.0), t)
+        found[rows] = (fit.row, fit.rss, fit.climb, ramp_onset(z, steps, 2999, 1.0, clip=6.0))
+    assert len(set(found.values())) == 1, found
