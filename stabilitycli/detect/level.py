@@ -40,6 +40,7 @@ from stabilitycli.detect.fall_curve import (
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.pooled_noise import ChunkLoss
+from stabilitycli.detect.rolling_median8 import BOUND_SLACK
 from stabilitycli.detect.short_drop import LEAST_ABOVE_ZERO, merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 from stabilitycli.frame import plain_numpy
@@ -462,7 +463,7 @@ def _changes_in(
     without it)."""
     values = chunk.values
     n = values.size
-    if k < 2 or n < 4 * k:
+    if k < 2 or n < 4 * k or not _may_step_down(chunk, k, thresholds.level_change_frac):
         return np.zeros(0, dtype=np.int64)
     # ending[j]: the median of values[j - k + 1 .. j]
     ending = chunk.medians_ending(k, k // 2 + 1)
@@ -507,6 +508,21 @@ def _changes_in(
     deepest = nearby.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
     rows = _sharpest(values, rows[step_at <= deepest[rows]], k)
     return plain_numpy.unique(_first_of_new_level(values, rows, k if back is None else back))
+
+
+def _may_step_down(chunk: ChunkLoss, k: int, frac: float) -> bool:
+    """Whether a row may pass `_changes_in`'s first bar (the median of the `k` points from
+    it on under that of the `k` before by `frac` of it), as the medians' bounds tell
+    (`ChunkLoss.median_bounds`, values above 0: the bar is then under 1 - frac times the
+    median before); True where there are none. On most of a long log no row can, and the
+    medians themselves are never worked out."""
+    bounds = chunk.median_bounds(k, k // 2 + 1)
+    if bounds is None:
+        return True
+    low, high = bounds
+    fall = min(max(1.0 - frac, 0.0), 1.0) + BOUND_SLACK  # and a slack for the step's own rounding
+    with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no step
+        return bool(np.any(low[k:] <= high[: low.size - k] * fall))
 
 
 def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:

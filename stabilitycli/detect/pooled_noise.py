@@ -115,6 +115,7 @@ class ChunkLoss:
         finite = plain_numpy.series(np.where(np.isfinite(values), values, np.nan))
         self.finite = finite.fill_nan(None)
         self._medians: dict[tuple[int, int], np.ndarray] = {}
+        self._bounds: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._noise: dict[int, np.ndarray] = {}
         self._changes: pl.Series | None = None  # read by each `change_noise`
 
@@ -128,6 +129,54 @@ class ChunkLoss:
                 rolled = self.finite.rolling_median(points, min_samples=least)
                 self._medians[key] = rolled.fill_null(np.nan).to_numpy()
         return self._medians[key]
+
+    def median_bounds(self, points: int, least: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per row, a lower and an upper bound of `medians_ending(points, least)`
+        (`rolling_median8.median_bounds`), where they are cheap and the medians are not
+        yet worked out; None elsewhere. A search whose bar no row can pass within the
+        bounds needs no medians of 16 or 32 points (on most of a long log none can):
+        each cost polars a pass of ~80 ns a row, the bounds a few numpy passes."""
+        key = (points, least)
+        if key not in self._bounds:
+            cheap = points > rolling_median8.POINTS and points % rolling_median8.POINTS == 0
+            cheap = cheap and key not in self._medians
+            if cheap and rolling_median8.bounded(self.values):
+                # any least: the 8-point windows the bounds read are whole
+                eight = [m for (p, _), m in self._medians.items() if p == rolling_median8.POINTS]
+                if not eight:
+                    eight = [self.medians_ending(rolling_median8.POINTS, rolling_median8.POINTS)]
+                self._bounds[key] = rolling_median8.median_bounds(
+                    self.values, eight[0], points, least
+                )
+            else:
+                self._bounds[key] = None
+        return self._bounds[key]
+
+    def medians_at(self, points: int, least: int, rows: np.ndarray) -> np.ndarray:
+        """`medians_ending(points, least)` at `rows` only (NaN at a row before the first),
+        from each row's window alone, as polars reads every window of the whole chunk;
+        for `bounded` values (no NaN, no 0: polars picks between 0.0 and -0.0)."""
+        key = (points, least)
+        if key in self._medians:
+            whole = self._medians[key]
+            return np.where(rows >= 0, whole[np.maximum(rows, 0)], np.nan)
+        out = np.full(rows.size, np.nan)
+        head = rows < points - 1  # a shorter window, or none
+        if head.any():
+            short = self.values[: points - 1]
+            medians = plain_numpy.series(short).rolling_median(points, min_samples=least)
+            first = medians.fill_null(np.nan).to_numpy()
+            inside = head & (rows >= 0)
+            out[inside] = first[rows[inside]]
+        whole_rows = rows[~head]
+        if whole_rows.size:
+            # the windows laid end to end: each one's median is read where it ends
+            at = whole_rows[:, None] + np.arange(1 - points, 1)[None, :]
+            laid = plain_numpy.series(self.values[at.ravel()])
+            medians = laid.rolling_median(points, min_samples=least)
+            ends = medians.gather_every(points, offset=points - 1)
+            out[~head] = ends.fill_null(np.nan).to_numpy()
+        return out
 
     def change_noise(self, points: int) -> np.ndarray:
         """`trailing_change_noise` of the chunk over `points`."""
