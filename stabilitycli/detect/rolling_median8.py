@@ -45,8 +45,14 @@ def medians_ending_8(values: np.ndarray, least: int) -> np.ndarray:
     out[: POINTS - 1] = head.fill_null(np.nan).to_numpy()
     for first in range(POINTS - 1, values.size, _BLOCK_ROWS):  # blocks of rows
         stop = min(values.size, first + _BLOCK_ROWS)
-        lanes = [values[first - POINTS + 1 + i : stop - POINTS + 1 + i].copy() for i in range(8)]
-        for a, b in _NETWORK:  # 19 compare-exchanges over the block
+        shifted = [values[first - POINTS + 1 + i : stop - POINTS + 1 + i] for i in range(8)]
+        # the first round touches every lane once: its minima and maxima are the lanes'
+        # own arrays (no copy of the shifted values first)
+        lanes: list[np.ndarray] = [np.empty(0)] * POINTS
+        for a, b in _NETWORK[:4]:
+            lanes[a] = np.minimum(shifted[a], shifted[b])
+            lanes[b] = np.maximum(shifted[a], shifted[b])
+        for a, b in _NETWORK[4:]:  # the other 15 compare-exchanges over the block
             low = np.minimum(lanes[a], lanes[b])
             np.maximum(lanes[a], lanes[b], out=lanes[b])
             lanes[a] = low

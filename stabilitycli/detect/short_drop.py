@@ -71,7 +71,10 @@ def short_drops(
     before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
     passes = np.zeros(n, dtype=bool)
     step = np.full(n, np.nan)  # per row: the mean of the j points from it on less `before`
+    sums = _SumsFrom(chunk.values, bounds, thresholds) if bounds is not None else None
     for j in range(least, k):  # a few counts of points, each over every row at once
+        if sums is not None and not sums.may_pass(j):
+            continue
         rolled = finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy()
         if bounds is not None and not _may_pass(chunk, bounds, rolled, j, thresholds):
             continue
@@ -138,6 +141,32 @@ def _first_bar(
         )
     np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)  # under 0: at or under the float nearest it
     return before, bar
+
+
+class _SumsFrom:
+    """Per count j of points, whether any row's mean of the j points from it on may be
+    under 1 - `level_change_frac` times the upper bound of the median before it (see
+    `_may_pass`), from the plain sum of those points: it and polars' running sum differ
+    by a rounding of each point added, far under a slack of the chunk's largest value.
+    Without a row that may, polars' means are never worked out (on most of a long log)."""
+
+    def __init__(
+        self, values: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], thresholds: Thresholds
+    ):
+        fall = min(max(1.0 - thresholds.level_change_frac, 0.0), 1.0) + BOUND_SLACK
+        self.values, self.ceiling = values, bounds[1] * fall
+        self.ceiling += BOUND_SLACK * float(values.max())  # values above 0 (`bounded`)
+        self.sums: tuple[int, np.ndarray] = (1, values)
+
+    def may_pass(self, j: int) -> bool:
+        have, sums = self.sums
+        for m in range(have + 1, j + 1):  # one sum more per count: the j values from a row
+            sums = sums[:-1] + self.values[m - 1 :]
+        self.sums = (j, sums)
+        n = self.values.size
+        # row i (1 .. n - j) reads the median ending at i - 1
+        with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no bar
+            return bool(np.any(sums[1 : n - j + 1] <= self.ceiling[: n - j] * j))
 
 
 def _may_pass(
