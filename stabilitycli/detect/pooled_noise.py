@@ -153,14 +153,18 @@ class ChunkLoss:
         return self._bounds[key]
 
     def medians_at(self, points: int, least: int, rows: np.ndarray) -> np.ndarray:
-        """`medians_ending(points, least)` at `rows` only (NaN at a row before the first),
+        """`medians_ending(points, least)` at `rows` only (NaN at a row past either end),
         from each row's window alone, as polars reads every window of the whole chunk;
         for `bounded` values (no NaN, no 0: polars picks between 0.0 and -0.0)."""
         key = (points, least)
+        n = self.values.size
         if key in self._medians:
             whole = self._medians[key]
-            return np.where(rows >= 0, whole[np.maximum(rows, 0)], np.nan)
+            return np.where((rows >= 0) & (rows < n), whole[np.clip(rows, 0, n - 1)], np.nan)
         out = np.full(rows.size, np.nan)
+        past = rows >= n
+        if past.any():
+            return np.where(past, np.nan, self.medians_at(points, least, np.where(past, 0, rows)))
         head = rows < points - 1  # a shorter window, or none
         if head.any():
             short = self.values[: points - 1]
