@@ -115,9 +115,9 @@ class ChunkLoss:
         finite = plain_numpy.series(np.where(np.isfinite(values), values, np.nan))
         self.finite = finite.fill_nan(None)
         self._medians: dict[tuple[int, int], np.ndarray] = {}
-        self._bounds: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._noise: dict[int, np.ndarray] = {}
         self._changes: pl.Series | None = None  # read by each `change_noise`
+        self._positive: bool | None = None  # `_bounded`, once asked
 
     def medians_ending(self, points: int, least: int) -> np.ndarray:
         """Per row j, the median of the `points` values ending at j (NaN under `least`)."""
@@ -135,22 +135,22 @@ class ChunkLoss:
         (`rolling_median8.median_bounds`), where they are cheap and the medians are not
         yet worked out; None elsewhere. A search whose bar no row can pass within the
         bounds needs no medians of 16 or 32 points (on most of a long log none can):
-        each cost polars a pass of ~80 ns a row, the bounds a few numpy passes."""
-        key = (points, least)
-        if key not in self._bounds:
-            cheap = points > rolling_median8.POINTS and points % rolling_median8.POINTS == 0
-            cheap = cheap and key not in self._medians
-            if cheap and rolling_median8.bounded(self.values):
-                # any least: the 8-point windows the bounds read are whole
-                eight = [m for (p, _), m in self._medians.items() if p == rolling_median8.POINTS]
-                if not eight:
-                    eight = [self.medians_ending(rolling_median8.POINTS, rolling_median8.POINTS)]
-                self._bounds[key] = rolling_median8.median_bounds(
-                    self.values, eight[0], points, least
-                )
-            else:
-                self._bounds[key] = None
-        return self._bounds[key]
+        each cost polars a pass of ~80 ns a row, the bounds a few numpy passes. Not
+        kept: two columns of the chunk each, held by two chunks at once."""
+        cheap = points > rolling_median8.POINTS and points % rolling_median8.POINTS == 0
+        if not cheap or (points, least) in self._medians or not self._bounded():
+            return None
+        # any least: the 8-point windows the bounds read are whole
+        eight = [m for (p, _), m in self._medians.items() if p == rolling_median8.POINTS]
+        if not eight:
+            eight = [self.medians_ending(rolling_median8.POINTS, rolling_median8.POINTS)]
+        return rolling_median8.median_bounds(self.values, eight[0], points, least)
+
+    def _bounded(self) -> bool:
+        """`rolling_median8.bounded` of the chunk, asked once."""
+        if self._positive is None:
+            self._positive = rolling_median8.bounded(self.values)
+        return self._positive
 
     def medians_at(self, points: int, least: int, rows: np.ndarray) -> np.ndarray:
         """`medians_ending(points, least)` at `rows` only (NaN at a row past either end),

@@ -65,18 +65,20 @@ def short_drops(
 
     # the medians' numbers, worked out where a row may pass (`_may_pass`)
     bounds = chunk.median_bounds(reach, k + 1)
+    high = None if bounds is None else bounds[1]  # only the upper bound is read
+    del bounds
     before = bar = None
     noise = None
     # a median has pi/2 the variance of a mean
     before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
     passes = np.zeros(n, dtype=bool)
     step = np.full(n, np.nan)  # per row: the mean of the j points from it on less `before`
-    sums = _SumsFrom(chunk.values, bounds, thresholds) if bounds is not None else None
+    sums = _SumsFrom(chunk.values, high, thresholds) if high is not None else None
     for j in range(least, k):  # a few counts of points, each over every row at once
         if sums is not None and not sums.may_pass(j):
             continue
         rolled = finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy()
-        if bounds is not None and not _may_pass(chunk, bounds, rolled, j, thresholds):
+        if high is not None and not _may_pass(chunk, high, rolled, j, thresholds):
             continue
         if before is None or bar is None:
             before, bar = _first_bar(chunk.medians_ending(reach, k + 1), at, reach, thresholds)
@@ -150,11 +152,9 @@ class _SumsFrom:
     by a rounding of each point added, far under a slack of the chunk's largest value.
     Without a row that may, polars' means are never worked out (on most of a long log)."""
 
-    def __init__(
-        self, values: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], thresholds: Thresholds
-    ):
+    def __init__(self, values: np.ndarray, high: np.ndarray, thresholds: Thresholds):
         fall = min(max(1.0 - thresholds.level_change_frac, 0.0), 1.0) + BOUND_SLACK
-        self.values, self.ceiling = values, bounds[1] * fall
+        self.values, self.ceiling = values, high * fall
         self.ceiling += BOUND_SLACK * float(values.max())  # values above 0 (`bounded`)
         self.sums: tuple[int, np.ndarray] = (1, values)
 
@@ -171,13 +171,13 @@ class _SumsFrom:
 
 def _may_pass(
     chunk: ChunkLoss,
-    bounds: tuple[np.ndarray, np.ndarray],
+    high: np.ndarray,
     rolled: np.ndarray,
     j: int,
     thresholds: Thresholds,
 ) -> bool:
     """Whether a row's mean of the `j` points from it on (`rolled`, per row they end at)
-    passes `_first_bar`, read where the bar's medians have cheap `bounds`
+    passes `_first_bar`, read where the bar's medians have a cheap upper bound `high`
     (`ChunkLoss.median_bounds`, values above 0): the rows whose mean is under
     1 - `level_change_frac` times the upper bound of the median before (on most of a
     long log none) and, at those, the medians themselves."""
@@ -187,7 +187,7 @@ def _may_pass(
     # row i (1 .. n - j): its mean ends at i + j - 1, the median before it at i - 1 (the
     # slack allows for the step's own rounding)
     with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no bar
-        rows = np.flatnonzero(rolled[j:] <= bounds[1][: n - j] * fall) + 1
+        rows = np.flatnonzero(rolled[j:] <= high[: n - j] * fall) + 1
     if rows.size == 0:
         return False
     if 2 * rows.size * reach >= n:  # many rows: the whole chunk's medians are cheaper
