@@ -29,6 +29,8 @@ window before it (`fall_z_with_windows`).
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -59,16 +61,55 @@ class FallReading:
     recent: np.ndarray | None
     recent_se: float
     mean_widening: float
+    # a dense log's two arrays, not yet worked out, and the row of its chunk this reading's
+    # first row is (see `DeferredFall`)
+    deferred: DeferredFall | None = None
+    offset: int = 0
+
+    @property
+    def dense(self) -> bool:
+        """Whether this is a dense log's reading (its noise read from the points)."""
+        return self.relative_sigma is not None or self.deferred is not None
 
     def rows(self, rows: slice | np.ndarray) -> FallReading:
         """This reading at a block of its rows (`level.local_level` works in blocks), or at
-        the rows of an index array."""
+        the rows of an index array (a deferred one's arrays worked out then)."""
+        if self.deferred is not None:
+            if isinstance(rows, slice):  # a block (of step 1): still deferred
+                return FallReading(
+                    None, None, self.recent_se, self.mean_widening, self.deferred,
+                    self.offset + (rows.start or 0),
+                )  # fmt: skip
+            sigma, recent = self.deferred.arrays()
+            at = rows + self.offset
+            return FallReading(sigma[at], recent[at], self.recent_se, self.mean_widening)
         return FallReading(
             None if self.relative_sigma is None else self.relative_sigma[rows],
             None if self.recent is None else self.recent[rows],
             self.recent_se,
             self.mean_widening,
         )
+
+
+class DeferredFall:
+    """A dense log's `FallReading` arrays over a chunk of rows, worked out when a row
+    first reads them: only the rows whose window may fall do (`level.local_level`), and
+    on most of a long log there are none in a chunk. Worked out once over the whole
+    chunk, as before, so each row's numbers are the same bits (polars' running sums
+    depend on the rows before); a lock, as two blocks of rows may be read at once."""
+
+    def __init__(self, make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> None:
+        self._make: Callable[[], tuple[np.ndarray, np.ndarray]] | None = make
+        self._made: tuple[np.ndarray, np.ndarray] | None = None
+        self._lock = threading.Lock()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The relative noise and the recent mean per row of the chunk."""
+        with self._lock:
+            if self._made is None:
+                assert self._make is not None
+                self._made, self._make = self._make(), None
+            return self._made
 
 
 def difference_noise(loss: np.ndarray, points: int, memory: NoiseMemory) -> np.ndarray:
@@ -119,11 +160,15 @@ def read_fall(
     stop = first + count.size
     piece = loss[reach:stop]
     recent_se = math.sqrt(memory.variance_factor(recent_points) / recent_points)
-    recent = _recent_mean(piece, recent_points)[first - reach :]
     if sparse:  # the recent points bound a sparse fall's line (`sparse_fall`)
+        recent = _recent_mean(piece, recent_points)[first - reach :]
         return FallReading(None, recent, recent_se, widening)
-    sigma = difference_noise(piece, points, memory)[first - reach :]
-    return FallReading(sigma, recent, recent_se, widening)
+
+    def make() -> tuple[np.ndarray, np.ndarray]:
+        sigma = difference_noise(piece, points, memory)[first - reach :]
+        return sigma, _recent_mean(piece, recent_points)[first - reach :]
+
+    return FallReading(None, None, recent_se, widening, DeferredFall(make))
 
 
 def fall_z_with_windows(
@@ -143,7 +188,7 @@ def fall_z_with_windows(
     noise's memory widens that test's bar, and the halves must show half a fall too: an
     AR(1) wander of two sigma over a window, after one a sigma high, would otherwise
     read as a fall, and the return from it as a shift."""
-    if fall is None or fall.relative_sigma is not None:
+    if fall is None or fall.dense:
         return fall_z
     prior, mean, n_prior, n = windows
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -40,6 +40,7 @@ from stabilitycli.detect.fall_curve import (
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.pooled_noise import ChunkLoss
+from stabilitycli.detect.rolling_median8 import BOUND_SLACK
 from stabilitycli.detect.short_drop import LEAST_ABOVE_ZERO, merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 from stabilitycli.frame import plain_numpy
@@ -210,7 +211,7 @@ def _local_level_rows(
             )
         )
     fall_noise = noise
-    if fall is not None and fall.relative_sigma is not None:  # read where a fall may be only
+    if fall is not None and fall.dense:  # read where a fall may be only
         level, fall_noise = _level_now_at(
             may_fall, stats, ((x_early, early), (x_third, third)), fall, thresholds, noise
         )
@@ -464,29 +465,31 @@ def _changes_in(
     n = values.size
     if k < 2 or n < 4 * k:
         return np.zeros(0, dtype=np.int64)
-    # ending[j]: the median of values[j - k + 1 .. j]
-    ending = chunk.medians_ending(k, k // 2 + 1)
+    # ending(j): the median of values[j - k + 1 .. j] (NaN past either end)
+    ending, open_rows = _step_medians(chunk, k, thresholds.level_change_frac)
+    if open_rows is not None and open_rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
     # at the rows 1 .. n - k, where both exist: the median of the k points from the row on
     # less that of the k points before it
-    step = ending[k:] - ending[: n - k]
+    before = ending(np.arange(n - k) if open_rows is None else open_rows)
+    step = ending(np.arange(k, n) if open_rows is None else open_rows + k) - before
     with np.errstate(invalid="ignore"):
         # under 0 (a flat stretch at 0, no level and no noise, meets every bar with 0) and by
         # `level_change_frac` of the level before: at or under the lower bar, in one pass
-        bar = np.abs(ending[: n - k])
+        bar = np.abs(before)
         bar *= -thresholds.level_change_frac
         np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)
-        rows = np.flatnonzero(step <= bar)
+        passed = np.flatnonzero(step <= bar)
     # the other bars at the rows deep enough only: few or none on most logs, where the noise
     # and the drift are then never read (each a pass over the chunk, the noise a polars one)
-    if rows.size == 0:
+    if passed.size == 0:
         return np.zeros(0, dtype=np.int64)
-    step_at = step[rows]
-    rows += 1
-    del step, bar
-    padded = np.concatenate([np.full(2 * k, np.nan), ending, np.full(2 * k, np.nan)])
+    step_at = step[passed]
+    rows = (passed if open_rows is None else open_rows[passed]) + 1
+    del step, bar, before
 
     def at(offset: int) -> np.ndarray:  # ending[i + offset] at the rows
-        return padded[2 * k + offset + rows]
+        return ending(rows + offset)
 
     # a fall that goes on shows as a change before the step either way (a rise into it is
     # no level to step down from) and as a further fall after it; a rise after it is an
@@ -507,6 +510,28 @@ def _changes_in(
     deepest = nearby.rolling_min(2 * k + 1, min_samples=1, center=True).to_numpy()
     rows = _sharpest(values, rows[step_at <= deepest[rows]], k)
     return plain_numpy.unique(_first_of_new_level(values, rows, k if back is None else back))
+
+
+def _step_medians(chunk: ChunkLoss, k: int, frac: float):
+    """The medians of `k` points by the row they end at, as a function of rows (NaN past
+    either end), and the rows i where the median of the `k` points from i + 1 on may be
+    under that of the `k` to i by `frac` of it: `_changes_in`'s first bar, as the medians'
+    bounds tell (`ChunkLoss.median_bounds`, values above 0: the bar is then under 1 - frac
+    times the median before). On most of a long log no row may, and the medians are never
+    worked out; where a few may, only at them. None for the rows without such bounds, or
+    where many rows may: the whole chunk's medians are then cheaper."""
+    least = k // 2 + 1
+    bounds = chunk.median_bounds(k, least)
+    if bounds is not None:
+        low, high = bounds
+        fall = min(max(1.0 - frac, 0.0), 1.0) + BOUND_SLACK  # and the step's own rounding
+        with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no step
+            open_rows = np.flatnonzero(low[k:] <= high[: low.size - k] * fall)
+        if 4 * open_rows.size * k < low.size:
+            return (lambda rows: chunk.medians_at(k, least, rows)), open_rows
+    whole = chunk.medians_ending(k, least)
+    padded = np.concatenate([np.full(2 * k, np.nan), whole, np.full(2 * k, np.nan)])
+    return (lambda rows: padded[2 * k + rows]), None
 
 
 def _sharpest(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:

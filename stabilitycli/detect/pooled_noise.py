@@ -117,6 +117,7 @@ class ChunkLoss:
         self._medians: dict[tuple[int, int], np.ndarray] = {}
         self._noise: dict[int, np.ndarray] = {}
         self._changes: pl.Series | None = None  # read by each `change_noise`
+        self._positive: bool | None = None  # `_bounded`, once asked
 
     def medians_ending(self, points: int, least: int) -> np.ndarray:
         """Per row j, the median of the `points` values ending at j (NaN under `least`)."""
@@ -128,6 +129,58 @@ class ChunkLoss:
                 rolled = self.finite.rolling_median(points, min_samples=least)
                 self._medians[key] = rolled.fill_null(np.nan).to_numpy()
         return self._medians[key]
+
+    def median_bounds(self, points: int, least: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per row, a lower and an upper bound of `medians_ending(points, least)`
+        (`rolling_median8.median_bounds`), where they are cheap and the medians are not
+        yet worked out; None elsewhere. A search whose bar no row can pass within the
+        bounds needs no medians of 16 or 32 points (on most of a long log none can):
+        each cost polars a pass of ~80 ns a row, the bounds a few numpy passes. Not
+        kept: two columns of the chunk each, held by two chunks at once."""
+        cheap = points > rolling_median8.POINTS and points % rolling_median8.POINTS == 0
+        if not cheap or (points, least) in self._medians or not self._bounded():
+            return None
+        # any least: the 8-point windows the bounds read are whole
+        eight = [m for (p, _), m in self._medians.items() if p == rolling_median8.POINTS]
+        if not eight:
+            eight = [self.medians_ending(rolling_median8.POINTS, rolling_median8.POINTS)]
+        return rolling_median8.median_bounds(self.values, eight[0], points, least)
+
+    def _bounded(self) -> bool:
+        """`rolling_median8.bounded` of the chunk, asked once."""
+        if self._positive is None:
+            self._positive = rolling_median8.bounded(self.values)
+        return self._positive
+
+    def medians_at(self, points: int, least: int, rows: np.ndarray) -> np.ndarray:
+        """`medians_ending(points, least)` at `rows` only (NaN at a row past either end),
+        from each row's window alone, as polars reads every window of the whole chunk;
+        for `bounded` values (no NaN, no 0: polars picks between 0.0 and -0.0)."""
+        key = (points, least)
+        n = self.values.size
+        if key in self._medians:
+            whole = self._medians[key]
+            return np.where((rows >= 0) & (rows < n), whole[np.clip(rows, 0, n - 1)], np.nan)
+        out = np.full(rows.size, np.nan)
+        past = rows >= n
+        if past.any():
+            return np.where(past, np.nan, self.medians_at(points, least, np.where(past, 0, rows)))
+        head = rows < points - 1  # a shorter window, or none
+        if head.any():
+            short = self.values[: points - 1]
+            medians = plain_numpy.series(short).rolling_median(points, min_samples=least)
+            first = medians.fill_null(np.nan).to_numpy()
+            inside = head & (rows >= 0)
+            out[inside] = first[rows[inside]]
+        whole_rows = rows[~head]
+        if whole_rows.size:
+            # the windows laid end to end: each one's median is read where it ends
+            at = whole_rows[:, None] + np.arange(1 - points, 1)[None, :]
+            laid = plain_numpy.series(self.values[at.ravel()])
+            medians = laid.rolling_median(points, min_samples=least)
+            ends = medians.gather_every(points, offset=points - 1)
+            out[~head] = ends.fill_null(np.nan).to_numpy()
+        return out
 
     def change_noise(self, points: int) -> np.ndarray:
         """`trailing_change_noise` of the chunk over `points`."""

@@ -45,11 +45,52 @@ def medians_ending_8(values: np.ndarray, least: int) -> np.ndarray:
     out[: POINTS - 1] = head.fill_null(np.nan).to_numpy()
     for first in range(POINTS - 1, values.size, _BLOCK_ROWS):  # blocks of rows
         stop = min(values.size, first + _BLOCK_ROWS)
-        lanes = [values[first - POINTS + 1 + i : stop - POINTS + 1 + i].copy() for i in range(8)]
-        for a, b in _NETWORK:  # 19 compare-exchanges over the block
+        shifted = [values[first - POINTS + 1 + i : stop - POINTS + 1 + i] for i in range(8)]
+        # the first round touches every lane once: its minima and maxima are the lanes'
+        # own arrays (no copy of the shifted values first)
+        lanes: list[np.ndarray] = [np.empty(0)] * POINTS
+        for a, b in _NETWORK[:4]:
+            lanes[a] = np.minimum(shifted[a], shifted[b])
+            lanes[b] = np.maximum(shifted[a], shifted[b])
+        for a, b in _NETWORK[4:]:  # the other 15 compare-exchanges over the block
             low = np.minimum(lanes[a], lanes[b])
             np.maximum(lanes[a], lanes[b], out=lanes[b])
             lanes[a] = low
         lower, upper = lanes[3], lanes[4]
         out[first:stop] = lower + (upper - lower) * 0.5
     return out
+
+
+# how far a bound is moved out, relative: the medians it is read from and the median it
+# bounds each round their exact middle by an ulp or two, a million times less than this
+BOUND_SLACK = 1e-6
+
+
+def bounded(values: np.ndarray) -> bool:
+    """Whether `median_bounds` may take these values: `networked` and all above 0 (a
+    bound relative to the values is then one on their size)."""
+    return networked(values) and bool(values.min() > 0.0)
+
+
+def median_bounds(
+    values: np.ndarray, medians_8: np.ndarray, points: int, least: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row j, a lower and an upper bound of the median of values[j - points + 1 .. j]
+    (polars' rolling median over `points`, a multiple of 8, NaN under `least` points),
+    from `medians_8`, the `medians_ending_8` of `bounded` values.
+
+    The median of two equal halves lies between the halves' medians: the union's two
+    middle values are at least the lesser of the halves' lower middles and of their upper
+    middles, and where one half's middle pair lies inside the other's, at least that
+    pair. So a window of several 8-point blocks has its median between the least and the
+    greatest of theirs, moved out by `BOUND_SLACK` for the rounding. The first
+    points - 1 rows, shorter windows, are polars' own medians."""
+    low, high = medians_8.copy(), medians_8.copy()
+    for back in range(POINTS, points, POINTS):  # the window's earlier blocks
+        np.minimum(low[back:], medians_8[:-back], out=low[back:])
+        np.maximum(high[back:], medians_8[:-back], out=high[back:])
+    head = plain_numpy.series(values[: points - 1]).rolling_median(points, min_samples=least)
+    low[: points - 1] = high[: points - 1] = head.fill_null(np.nan).to_numpy()
+    low *= 1.0 - BOUND_SLACK
+    high *= 1.0 + BOUND_SLACK
+    return low, high

@@ -24,6 +24,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.pooled_noise import ChunkLoss
+from stabilitycli.detect.rolling_median8 import BOUND_SLACK
 from stabilitycli.frame import plain_numpy
 
 # the rows (in `level_change_points`) over which the chance spread of the difference the
@@ -62,26 +63,25 @@ def short_drops(
         padded = np.concatenate([pad, series, pad])
         return padded[pad.size + offset : pad.size + offset + n]
 
-    ending = chunk.medians_ending(reach, k + 1)
-    before, prior = at(ending, -1), at(ending, -reach - 1)
-    # what the step alone must pass, for every count of points (the bar in standard errors
-    # only rises with the spread below), as one bar worked out once: under 0, by
-    # `level_change_frac` of the level, and `level_change_ratio` times the change before
-    # (-step >= r c is step <= -(r c) to the bit; a minimum rounds nothing, and keeps a NaN,
-    # which no step passes, as no step passed any bar of NaN)
-    with np.errstate(invalid="ignore"):
-        bar = np.minimum(
-            -thresholds.level_change_frac * np.abs(before),
-            -(thresholds.level_change_ratio * np.abs(before - prior)),
-        )
-    np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)  # under 0: at or under the float nearest it
+    # the medians' numbers, worked out where a row may pass (`_may_pass`)
+    bounds = chunk.median_bounds(reach, k + 1)
+    high = None if bounds is None else bounds[1]  # only the upper bound is read
+    del bounds
+    before = bar = None
     noise = None
     # a median has pi/2 the variance of a mean
     before_var = (math.pi / 2.0) * memory.variance_factor(reach) / reach
     passes = np.zeros(n, dtype=bool)
     step = np.full(n, np.nan)  # per row: the mean of the j points from it on less `before`
+    sums = _SumsFrom(chunk.values, high, thresholds) if high is not None else None
     for j in range(least, k):  # a few counts of points, each over every row at once
+        if sums is not None and not sums.may_pass(j):
+            continue
         rolled = finite.rolling_mean(j, min_samples=j).fill_null(np.nan).to_numpy()
+        if high is not None and not _may_pass(chunk, high, rolled, j, thresholds):
+            continue
+        if before is None or bar is None:
+            before, bar = _first_bar(chunk.medians_ending(reach, k + 1), at, reach, thresholds)
         np.subtract(rolled[j - 1 :], before[: n - j + 1], out=step[: n - j + 1])
         step[n - j + 1 :] = np.nan  # past the end: the j points run out
         del rolled
@@ -124,6 +124,83 @@ def short_drops(
     # medians' row at the drop stands against a later one, `merge_short`)
     first = rows[np.concatenate([[True], np.diff(rows) > k])]
     return first.astype(np.int64)
+
+
+def _first_bar(
+    ending: np.ndarray, at, reach: int, thresholds: Thresholds
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the median of the `reach` points before it (`ending`, those medians per
+    row they end at) and what the step alone must pass, for every count of points (the
+    bar in standard errors only rises with the spread): under 0, by `level_change_frac`
+    of the level, and `level_change_ratio` times the change before (-step >= r c is
+    step <= -(r c) to the bit; a minimum rounds nothing, and keeps a NaN, which no step
+    passes, as no step passed any bar of NaN). `at(series, offset)`: series[i + offset]."""
+    before, prior = at(ending, -1), at(ending, -reach - 1)
+    with np.errstate(invalid="ignore"):
+        bar = np.minimum(
+            -thresholds.level_change_frac * np.abs(before),
+            -(thresholds.level_change_ratio * np.abs(before - prior)),
+        )
+    np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)  # under 0: at or under the float nearest it
+    return before, bar
+
+
+class _SumsFrom:
+    """Per count j of points, whether any row's mean of the j points from it on may be
+    under 1 - `level_change_frac` times the upper bound of the median before it (see
+    `_may_pass`), from the plain sum of those points: it and polars' running sum differ
+    by a rounding of each point added, far under a slack of the chunk's largest value.
+    Without a row that may, polars' means are never worked out (on most of a long log)."""
+
+    def __init__(self, values: np.ndarray, high: np.ndarray, thresholds: Thresholds):
+        fall = min(max(1.0 - thresholds.level_change_frac, 0.0), 1.0) + BOUND_SLACK
+        self.values, self.ceiling = values, high * fall
+        self.ceiling += BOUND_SLACK * float(values.max())  # values above 0 (`bounded`)
+        self.sums: tuple[int, np.ndarray] = (1, values)
+
+    def may_pass(self, j: int) -> bool:
+        have, sums = self.sums
+        for m in range(have + 1, j + 1):  # one sum more per count: the j values from a row
+            sums = sums[:-1] + self.values[m - 1 :]
+        self.sums = (j, sums)
+        n = self.values.size
+        # row i (1 .. n - j) reads the median ending at i - 1
+        with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no bar
+            return bool(np.any(sums[1 : n - j + 1] <= self.ceiling[: n - j] * j))
+
+
+def _may_pass(
+    chunk: ChunkLoss,
+    high: np.ndarray,
+    rolled: np.ndarray,
+    j: int,
+    thresholds: Thresholds,
+) -> bool:
+    """Whether a row's mean of the `j` points from it on (`rolled`, per row they end at)
+    passes `_first_bar`, read where the bar's medians have a cheap upper bound `high`
+    (`ChunkLoss.median_bounds`, values above 0): the rows whose mean is under
+    1 - `level_change_frac` times the upper bound of the median before (on most of a
+    long log none) and, at those, the medians themselves."""
+    k = int(thresholds.level_change_points)
+    reach, n = 2 * k, rolled.size
+    fall = min(max(1.0 - thresholds.level_change_frac, 0.0), 1.0) + BOUND_SLACK
+    # row i (1 .. n - j): its mean ends at i + j - 1, the median before it at i - 1 (the
+    # slack allows for the step's own rounding)
+    with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no bar
+        rows = np.flatnonzero(rolled[j:] <= high[: n - j] * fall) + 1
+    if rows.size == 0:
+        return False
+    if 2 * rows.size * reach >= n:  # many rows: the whole chunk's medians are cheaper
+        return True
+    before = chunk.medians_at(reach, k + 1, rows - 1)
+    prior = chunk.medians_at(reach, k + 1, rows - reach - 1)
+    with np.errstate(invalid="ignore"):
+        bar = np.minimum(
+            -thresholds.level_change_frac * np.abs(before),
+            -(thresholds.level_change_ratio * np.abs(before - prior)),
+        )
+        bar = np.minimum(bar, -LEAST_ABOVE_ZERO)
+        return bool(np.any(rolled[rows + j - 1] - before <= bar))
 
 
 def _extreme_from(values: np.ndarray, rows: np.ndarray, points: int, reduce) -> np.ndarray:

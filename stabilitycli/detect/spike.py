@@ -318,8 +318,11 @@ def _flag_above_baseline(
         # window before follows the curve (`fall_curve.sparse_fall`)
         # (carried on only where it is the level judged by: a local level under it
         # already took the fall, and the two together took it twice)
-        carry = np.where(level.fall_line < mean, level.fall_slope, 0.0)
-        mean = np.where(carry < 0, level.fall_line, mean)
+        if pooled is None:  # a dense log's window has no such line (`sparse_fall`)
+            carry = np.zeros(count.size)
+        else:
+            carry = np.where(level.fall_line < mean, level.fall_slope, 0.0)
+            mean = np.where(carry < 0, level.fall_line, mean)
         eligible = count >= thresholds.min_points_per_window
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
         if pooled is not None:
