@@ -17,17 +17,11 @@ sort that followed the join (a second copy of each column while the first was he
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import polars as pl
 
 from stabilitycli.frame.rank_sort import NUMPY_EXACT, Grid
 from stabilitycli.frame.spill import mapped_buffer, settled, small_page_buffer, spill_wanted
-
-# columns joined at once (`joined_by_rank`): the machine's second core, idle in the join
-_JOIN_THREADS = 2
 
 
 def joined(pieces: list[pl.DataFrame]) -> pl.DataFrame:
@@ -62,25 +56,13 @@ def joined_by_rank(pieces: list[pl.DataFrame], rank_key: str | None) -> tuple[pl
         columns[rank_key] = ranks
         del ranks
     place = _append if grid is None else grid.place
-    # every other column's parts taken from the pieces first (no copy), so that two columns
-    # can be joined at once: numpy copies without the GIL, and the copies and the first
-    # touch of each column's pages took one core for a second (10M rows) while the other
-    # had nothing to do. Each part still goes as it is copied: no more memory is held
-    left = [name for name in schema if name not in columns]
-    parts = {name: _parts(name, pieces) for name in left}
+    for name, dtype in schema.items():  # loop over columns, not rows
+        if name not in columns:
+            column = _joined_column(name, dtype, pieces, heights, place)
+            if grid is not None and column.null_count():
+                column = grid.sorted(column)  # the relaxed join's column, whole: rare
+            columns[name] = column
     pieces.clear()
-
-    def join(name: str) -> pl.Series:
-        column = _joined_parts(name, schema[name], parts.pop(name), heights, place)
-        if grid is not None and column.null_count():
-            column = grid.sorted(column)  # the relaxed join's column, whole: rare
-        return column
-
-    if len(left) > 1 and (os.cpu_count() or 1) > 1:
-        with ThreadPoolExecutor(_JOIN_THREADS, thread_name_prefix="stab-join") as pool:
-            columns.update(zip(left, pool.map(join, left), strict=True))
-    else:
-        columns.update((name, join(name)) for name in left)
     # by name: a list of Series would turn a column named "" (an empty JSON key) into
     # `column_N`; in the schema's order
     return pl.DataFrame({name: columns[name] for name in schema}), grid is not None
@@ -100,18 +82,7 @@ def _joined_column(
 ) -> pl.Series:
     """One column of the pieces, dropped from them, as one chunk; `place` writes a piece's
     values into the joined buffer."""
-    return _joined_parts(name, dtype, _parts(name, pieces), heights, place)
-
-
-def _parts(name: str, pieces: list[pl.DataFrame]) -> list[pl.Series | None]:
-    """A column's part in each piece (None where a piece lacks it), dropped from them."""
-    return [p.drop_in_place(name) if name in p.columns else None for p in pieces]
-
-
-def _joined_parts(
-    name: str, dtype: pl.DataType, parts: list[pl.Series | None], heights: list[int], place
-) -> pl.Series:
-    """One column of its parts, as one chunk; `parts` is left empty."""
+    parts = [p.drop_in_place(name) if name in p.columns else None for p in pieces]
     if dtype in NUMPY_EXACT and all(
         part is not None and part.dtype == dtype and part.null_count() == 0 for part in parts
     ):
