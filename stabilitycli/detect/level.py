@@ -40,7 +40,7 @@ from stabilitycli.detect.fall_curve import (
 from stabilitycli.detect.lr_plan import LrPlan
 from stabilitycli.detect.pointwise import Pointwise
 from stabilitycli.detect.pooled_noise import ChunkLoss
-from stabilitycli.detect.rolling_median8 import BOUND_SLACK
+from stabilitycli.detect.rolling_median8 import fall_ceiling
 from stabilitycli.detect.short_drop import LEAST_ABOVE_ZERO, merge_short, short_drops
 from stabilitycli.detect.windows import LEVEL_NAMES, WindowPlan, trailing_chunk_at
 from stabilitycli.frame import plain_numpy
@@ -524,7 +524,7 @@ def _step_medians(chunk: ChunkLoss, k: int, frac: float):
     bounds = chunk.median_bounds(k, least)
     if bounds is not None:
         low, high = bounds
-        fall = min(max(1.0 - frac, 0.0), 1.0) + BOUND_SLACK  # and the step's own rounding
+        fall = fall_ceiling(frac)
         with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no step
             open_rows = np.flatnonzero(low[k:] <= high[: low.size - k] * fall)
         if 4 * open_rows.size * k < low.size:

@@ -66,6 +66,12 @@ def medians_ending_8(values: np.ndarray, least: int) -> np.ndarray:
 BOUND_SLACK = 1e-6
 
 
+def fall_ceiling(level_change_frac: float) -> float:
+    """The factor a median's upper bound is multiplied by to bound what a level fallen by
+    `level_change_frac` of it can be (above 0), with the slack for the step's own rounding."""
+    return min(max(1.0 - level_change_frac, 0.0), 1.0) + BOUND_SLACK
+
+
 def bounded(values: np.ndarray) -> bool:
     """Whether `median_bounds` may take these values: `networked` and all above 0 (a
     bound relative to the values is then one on their size)."""

@@ -24,7 +24,7 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.detect.autocorr import NoiseMemory
 from stabilitycli.detect.pooled_noise import ChunkLoss
-from stabilitycli.detect.rolling_median8 import BOUND_SLACK
+from stabilitycli.detect.rolling_median8 import BOUND_SLACK, fall_ceiling
 from stabilitycli.frame import plain_numpy
 
 # the rows (in `level_change_points`) over which the chance spread of the difference the
@@ -135,14 +135,20 @@ def _first_bar(
     of the level, and `level_change_ratio` times the change before (-step >= r c is
     step <= -(r c) to the bit; a minimum rounds nothing, and keeps a NaN, which no step
     passes, as no step passed any bar of NaN). `at(series, offset)`: series[i + offset]."""
-    before, prior = at(ending, -1), at(ending, -reach - 1)
+    before = at(ending, -1)
+    return before, _step_bar(before, at(ending, -reach - 1), thresholds)
+
+
+def _step_bar(before: np.ndarray, prior: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """`_first_bar`'s bar from the medians before a row (`before`) and `reach` rows
+    earlier (`prior`)."""
     with np.errstate(invalid="ignore"):
         bar = np.minimum(
             -thresholds.level_change_frac * np.abs(before),
             -(thresholds.level_change_ratio * np.abs(before - prior)),
         )
     np.minimum(bar, -LEAST_ABOVE_ZERO, out=bar)  # under 0: at or under the float nearest it
-    return before, bar
+    return bar
 
 
 class _SumsFrom:
@@ -153,7 +159,7 @@ class _SumsFrom:
     Without a row that may, polars' means are never worked out (on most of a long log)."""
 
     def __init__(self, values: np.ndarray, high: np.ndarray, thresholds: Thresholds):
-        fall = min(max(1.0 - thresholds.level_change_frac, 0.0), 1.0) + BOUND_SLACK
+        fall = fall_ceiling(thresholds.level_change_frac)
         self.values, self.ceiling = values, high * fall
         self.ceiling += BOUND_SLACK * float(values.max())  # values above 0 (`bounded`)
         self.sums: tuple[int, np.ndarray] = (1, values)
@@ -183,7 +189,7 @@ def _may_pass(
     long log none) and, at those, the medians themselves."""
     k = int(thresholds.level_change_points)
     reach, n = 2 * k, rolled.size
-    fall = min(max(1.0 - thresholds.level_change_frac, 0.0), 1.0) + BOUND_SLACK
+    fall = fall_ceiling(thresholds.level_change_frac)
     # row i (1 .. n - j): its mean ends at i + j - 1, the median before it at i - 1 (the
     # slack allows for the step's own rounding)
     with np.errstate(invalid="ignore"):  # NaN at the first rows: no median, no bar
@@ -194,12 +200,8 @@ def _may_pass(
         return True
     before = chunk.medians_at(reach, k + 1, rows - 1)
     prior = chunk.medians_at(reach, k + 1, rows - reach - 1)
+    bar = _step_bar(before, prior, thresholds)
     with np.errstate(invalid="ignore"):
-        bar = np.minimum(
-            -thresholds.level_change_frac * np.abs(before),
-            -(thresholds.level_change_ratio * np.abs(before - prior)),
-        )
-        bar = np.minimum(bar, -LEAST_ABOVE_ZERO)
         return bool(np.any(rolled[rows + j - 1] - before <= bar))
 
 
