@@ -239,7 +239,7 @@ ALLOCATOR_SETTINGS = {
 # fault in new ones 4 KB at a time. Measured on the 10M-row logs, three runs each on a
 # quiet machine: page faults 1.00M -> 0.69M (64 ranks) and 1.18M -> 0.80M (1 rank), wall
 # about 8% less, peak RSS 750 -> 880-950 MB and 810-835 -> 825-885 MB (still under twice
-# the columns). Under a cap (`pipeline.memory.memory_capped`) every freed page goes back
+# the columns). Under a cap (`core.memory_cap.memory_capped`) every freed page goes back
 # at once, as before: a page held a tenth of a second too long counts against the cap.
 UNCAPPED_POLARS_MALLOC_CONF = "dirty_decay_ms:100,muzzy_decay_ms:0"
 
@@ -247,7 +247,7 @@ UNCAPPED_POLARS_MALLOC_CONF = "dirty_decay_ms:100,muzzy_decay_ms:0"
 def allocator_settings() -> dict[str, str]:
     """`ALLOCATOR_SETTINGS` with polars' decay for this process: `UNCAPPED_POLARS_MALLOC_CONF`
     unless its memory is capped."""
-    from stabilitycli.pipeline.memory import memory_capped
+    from stabilitycli.core.memory_cap import memory_capped
 
     if memory_capped():
         return ALLOCATOR_SETTINGS

@@ -7,7 +7,7 @@ while this one's numpy reads them. The results come back in the chunks' order, s
 a rule makes of them is the same, bit for bit, as in one thread.
 
 Only the pipeline knows whether a second thread is worth its memory (a capped process
-takes turns: `pipeline.memory`), so it lends one (`lending`) for the length of the rules;
+takes turns: `core.memory_cap`), so it lends one (`lending`) for the length of the rules;
 a rule called directly, a test or a library caller that lends none, works in turn. The
 loan lives in a ContextVar: the pipeline's rule threads hear it (they run in a copy of
 its context), a batch worker's other run does not.

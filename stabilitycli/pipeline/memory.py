@@ -1,7 +1,7 @@
-"""The memory a run may use, when something caps it, and handing freed memory back.
+"""Handing freed memory back when something caps the run's memory (`core.memory_cap`).
 
-Two allocators hold a run's arrays: polars' (jemalloc, told in `cli` to return freed
-pages at once) and the C library's malloc, under numpy's. glibc keeps what numpy frees
+Two allocators hold a run's arrays: polars' (jemalloc, told in `cli` how soon to return
+freed pages) and the C library's malloc, under numpy's. glibc keeps what numpy frees
 in its heap for the next array, which numpy reuses quickly, but polars cannot: on the
 30M-row benchmark log the read and each rule left tens to hundreds of MB there, counted
 against a memory limit while polars' next stage asked for its own. Under a cap the
@@ -14,72 +14,8 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
-# a cgroup "limit" at or above the machine's memory limits nothing (v1 writes 2^63 - 4096
-# for none; v2 writes `max`)
-_CGROUP_V1 = Path("/sys/fs/cgroup/memory")
-_CGROUP_V2 = Path("/sys/fs/cgroup")
-_PROC_CGROUP = Path("/proc/self/cgroup")
-
-
-def memory_capped(columns_bytes: int | None = None) -> bool:
-    """Whether this process runs under a cap on its memory below the machine's own: a
-    limit on its data segment or address space, or a memory cgroup's limit (v1 or v2).
-
-    `columns_bytes`: what the run's columns hold. A cgroup then counts as a cap only when
-    it allows less than `_ROOM_PER_COLUMN_BYTE` times that: a container's limit that a run
-    fits with room to spare should not cost it the second thread."""
-    try:
-        import resource
-    except ImportError:  # not on every platform
-        return False
-    limits = (resource.RLIMIT_DATA, resource.RLIMIT_AS)
-    if any(resource.getrlimit(limit)[0] != resource.RLIM_INFINITY for limit in limits):
-        return True
-    cap = _cgroup_limit()
-    if cap is None or cap >= _machine_bytes():
-        return False
-    return columns_bytes is None or cap < _ROOM_PER_COLUMN_BYTE * columns_bytes
-
-
-# two rules at once peaked at about 1.6x the columns on the 30M-row log, one at a time at
-# about 1.4x: under 2x the columns, a cap is close enough to take turns
-_ROOM_PER_COLUMN_BYTE = 2
-
-
-def _machine_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-
-
-def _cgroup_limit() -> int | None:
-    """The memory limit of this process's cgroup in bytes, or None (no cgroup, none set)."""
-    try:
-        entries = _PROC_CGROUP.read_text().splitlines()
-    except OSError:
-        return None
-    for entry in entries:  # a line per hierarchy: `id:controllers:path`
-        _, controllers, path = entry.split(":", 2)
-        if "memory" in controllers.split(","):
-            found = _read_limit(_CGROUP_V1 / path.lstrip("/") / "memory.limit_in_bytes")
-        elif controllers == "":
-            found = _read_limit(_CGROUP_V2 / path.lstrip("/") / "memory.max")
-        else:
-            continue
-        if found is not None:
-            return found
-    return None
-
-
-def _read_limit(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+from stabilitycli.core.memory_cap import memory_capped
 
 
 @functools.cache

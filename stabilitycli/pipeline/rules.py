@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from stabilitycli.core import progress
 from stabilitycli.core import threads as core_threads
-from stabilitycli.pipeline.memory import memory_capped, release_freed
+from stabilitycli.core.memory_cap import memory_capped
+from stabilitycli.pipeline.memory import release_freed
 
 if TYPE_CHECKING:
     from stabilitycli.core.config import Thresholds

@@ -188,8 +188,8 @@ def rank_report(run: RunData, metric: str, thresholds: Thresholds):
     import os
 
     from stabilitycli.core import threads
+    from stabilitycli.core.memory_cap import memory_capped
     from stabilitycli.detect.ranks.check import find_rank_outliers
-    from stabilitycli.pipeline.memory import memory_capped
 
     spare = (os.cpu_count() or 1) > 1 and not memory_capped()
     with threads.lending(2 if spare else 1):

@@ -112,11 +112,11 @@ def test_stab_has_its_allocators_return_freed_memory_at_once() -> None:
 
 def test_polars_keeps_freed_pages_a_moment_only_where_memory_is_not_capped(monkeypatch) -> None:
     from stabilitycli import cli
-    from stabilitycli.pipeline import memory
+    from stabilitycli.core import memory_cap
 
-    monkeypatch.setattr(memory, "memory_capped", lambda columns_bytes=None: False)
+    monkeypatch.setattr(memory_cap, "memory_capped", lambda columns_bytes=None: False)
     assert cli.allocator_settings()["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:100,muzzy_decay_ms:0"
-    monkeypatch.setattr(memory, "memory_capped", lambda columns_bytes=None: True)
+    monkeypatch.setattr(memory_cap, "memory_capped", lambda columns_bytes=None: True)
     assert cli.allocator_settings() == cli.ALLOCATOR_SETTINGS
     assert cli.ALLOCATOR_SETTINGS["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:0,muzzy_decay_ms:0"
 

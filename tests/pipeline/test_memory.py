@@ -1,4 +1,4 @@
-"""What counts as a memory cap (`pipeline.memory`): an rlimit, or a memory cgroup's limit
+"""What counts as a memory cap (`core.memory_cap`): an rlimit, or a memory cgroup's limit
 below the machine's memory, read from cgroup v1 or v2."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import resource
 
 import pytest
 
+from stabilitycli.core import memory_cap
 from stabilitycli.pipeline import memory
 
 
@@ -21,9 +22,9 @@ def _cgroup(monkeypatch, tmp_path, proc: str, files: dict[str, str]) -> None:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    monkeypatch.setattr(memory, "_PROC_CGROUP", tmp_path / "proc")
-    monkeypatch.setattr(memory, "_CGROUP_V1", tmp_path / "v1")
-    monkeypatch.setattr(memory, "_CGROUP_V2", tmp_path / "v2")
+    monkeypatch.setattr(memory_cap, "_PROC_CGROUP", tmp_path / "proc")
+    monkeypatch.setattr(memory_cap, "_CGROUP_V1", tmp_path / "v1")
+    monkeypatch.setattr(memory_cap, "_CGROUP_V2", tmp_path / "v2")
 
 
 def test_a_v1_memory_cgroup_limit_below_the_machine_is_a_cap(
@@ -31,7 +32,7 @@ def test_a_v1_memory_cgroup_limit_below_the_machine_is_a_cap(
 ) -> None:
     proc = "9:cpu:/\n4:memory:/stab\n0::/\n"
     _cgroup(monkeypatch, tmp_path, proc, {"v1/stab/memory.limit_in_bytes": "2147483648\n"})
-    assert memory.memory_capped()
+    assert memory_cap.memory_capped()
 
 
 def test_the_v1_no_limit_value_and_v2_max_are_no_cap(monkeypatch, tmp_path, no_rlimit) -> None:
@@ -39,17 +40,17 @@ def test_the_v1_no_limit_value_and_v2_max_are_no_cap(monkeypatch, tmp_path, no_r
     proc = "4:memory:/job\n0::/job\n"
     files = {"v1/job/memory.limit_in_bytes": "9223372036854771712\n", "v2/job/memory.max": "max\n"}
     _cgroup(monkeypatch, tmp_path, proc, files)
-    assert not memory.memory_capped()
+    assert not memory_cap.memory_capped()
 
 
 def test_a_v2_memory_max_is_a_cap(monkeypatch, tmp_path, no_rlimit) -> None:
     _cgroup(monkeypatch, tmp_path, "0::/user/stab\n", {"v2/user/stab/memory.max": "1073741824\n"})
-    assert memory.memory_capped()
+    assert memory_cap.memory_capped()
 
 
 def test_no_cgroup_file_is_no_cap(monkeypatch, tmp_path, no_rlimit) -> None:
-    monkeypatch.setattr(memory, "_PROC_CGROUP", tmp_path / "missing")
-    assert not memory.memory_capped()
+    monkeypatch.setattr(memory_cap, "_PROC_CGROUP", tmp_path / "missing")
+    assert not memory_cap.memory_capped()
 
 
 def test_release_freed_asks_the_c_library_only_under_a_cap(monkeypatch) -> None:
@@ -66,7 +67,7 @@ def test_release_freed_asks_the_c_library_only_under_a_cap(monkeypatch) -> None:
 
 def test_a_cgroup_with_room_for_the_columns_is_no_cap(monkeypatch, tmp_path, no_rlimit) -> None:
     _cgroup(monkeypatch, tmp_path, "0::/pod\n", {"v2/pod/memory.max": str(4 << 30)})
-    assert memory.memory_capped()
+    assert memory_cap.memory_capped()
     # 1 GiB of columns has room in 4 GiB; 3 GiB of columns has not
-    assert not memory.memory_capped(1 << 30)
-    assert memory.memory_capped(3 << 30)
+    assert not memory_cap.memory_capped(1 << 30)
+    assert memory_cap.memory_capped(3 << 30)

@@ -86,7 +86,7 @@ def test_under_a_memory_cap_the_rules_take_turns() -> None:
 
     probe = (
         "import resource\n"
-        "from stabilitycli.pipeline.memory import memory_capped\n"
+        "from stabilitycli.core.memory_cap import memory_capped\n"
         "print(memory_capped())\n"
         "resource.setrlimit(resource.RLIMIT_DATA, (64 << 30, resource.RLIM_INFINITY))\n"
         "print(memory_capped())\n"
