@@ -236,11 +236,12 @@ ALLOCATOR_SETTINGS = {
 # Where nothing caps the process's memory, polars' allocator keeps a freed page for a
 # tenth of a second instead: long enough for the next JSONL piece's parse to reuse the
 # pages of the last one's (its copy of the 16 MB piece and its temporaries) rather than
-# fault in new ones 4 KB at a time. Measured on the 10M-row logs, three runs each on a
-# quiet machine: page faults 1.00M -> 0.69M (64 ranks) and 1.18M -> 0.80M (1 rank), wall
-# about 8% less, peak RSS 750 -> 880-950 MB and 810-835 -> 825-885 MB (still under twice
-# the columns). Under a cap (`core.memory_cap.memory_capped`) every freed page goes back
-# at once, as before: a page held a tenth of a second too long counts against the cap.
+# fault in new ones 4 KB at a time. On the 10M-row logs: page faults 1.00M -> 0.66M (64
+# ranks) and 1.2M -> 0.80M (1 rank), wall about 8% less, peak RSS 750 -> 900-960 MB and
+# 810-835 -> 835-880 MB; at 400 ms the peak passed twice the columns (1,061 MB, 1 rank:
+# `benchmarks/run.py`'s RSS target). Under a cap (`core.memory_cap.memory_capped`) every
+# freed page goes back at once, as before: a page held a tenth of a second too long counts
+# against the cap.
 UNCAPPED_POLARS_MALLOC_CONF = "dirty_decay_ms:100,muzzy_decay_ms:0"
 
 
