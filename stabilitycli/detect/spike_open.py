@@ -25,7 +25,6 @@ import numpy as np
 
 from stabilitycli.core.config import Thresholds
 
-
 # rows worked out at a time: a block's temporaries stay in the cache, and are used again
 BLOCK_ROWS = 1 << 16
 
