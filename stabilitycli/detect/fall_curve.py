@@ -65,6 +65,9 @@ class FallReading:
     # first row is (see `DeferredFall`)
     deferred: DeferredFall | None = None
     offset: int = 0
+    # a deferred one taken at some rows of its chunk only (`picked`): those rows, from
+    # the chunk's first (`offset` is then 0)
+    picked: np.ndarray | None = None
 
     @property
     def dense(self) -> bool:
@@ -75,13 +78,20 @@ class FallReading:
         """This reading at a block of its rows (`level.local_level` works in blocks), or at
         the rows of an index array (a deferred one's arrays worked out then)."""
         if self.deferred is not None:
-            if isinstance(rows, slice):  # a block (of step 1): still deferred
+            picked = self.picked
+            if isinstance(rows, slice) and picked is None:  # a block: still deferred
                 return FallReading(
                     None, None, self.recent_se, self.mean_widening, self.deferred,
                     self.offset + (rows.start or 0),
                 )  # fmt: skip
+            if isinstance(rows, slice):  # a block of the rows picked: still deferred
+                assert picked is not None
+                return FallReading(
+                    None, None, self.recent_se, self.mean_widening, self.deferred, 0,
+                    picked[rows],
+                )  # fmt: skip
             sigma, recent = self.deferred.arrays()
-            at = rows + self.offset
+            at = rows + self.offset if picked is None else picked[rows]
             return FallReading(sigma[at], recent[at], self.recent_se, self.mean_widening)
         return FallReading(
             None if self.relative_sigma is None else self.relative_sigma[rows],
@@ -89,6 +99,14 @@ class FallReading:
             self.recent_se,
             self.mean_widening,
         )
+
+    def pick(self, rows: np.ndarray) -> FallReading:
+        """This reading at the rows of an index array, a deferred one still deferred: its
+        arrays are worked out only if a row of them is read."""
+        if self.deferred is None:
+            return self.rows(rows)
+        at = rows + self.offset if self.picked is None else self.picked[rows]
+        return FallReading(None, None, self.recent_se, self.mean_widening, self.deferred, 0, at)
 
 
 class DeferredFall:

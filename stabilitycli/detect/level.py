@@ -134,6 +134,26 @@ def local_level(
 _LEVEL_FIELDS = tuple(field.name for field in dataclasses.fields(LocalLevel))
 
 
+def local_level_at(
+    stats: dict[str, np.ndarray],
+    thresholds: Thresholds,
+    fall: FallReading,
+    planned: np.ndarray | None,
+    rows: np.ndarray,
+    at_rows: dict[str, np.ndarray],
+) -> LocalLevel:
+    """`local_level` (no pooled noise) at the `rows` of a chunk only: each of its numbers
+    is a row's own, so the same bits as over every row; `fall` is still read only where a
+    window may fall. `at_rows`: the `WINDOW_NAMES` not in `stats`, at the rows already."""
+    return local_level(
+        {name: at_rows[name] if name in at_rows else stats[name][rows] for name in WINDOW_NAMES},
+        thresholds,
+        None,
+        fall.pick(rows),
+        None if planned is None else planned[rows],
+    )
+
+
 def _local_level_rows(
     stats: dict[str, np.ndarray],
     thresholds: Thresholds,

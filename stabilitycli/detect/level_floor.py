@@ -66,6 +66,8 @@ def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
     else:
         reach = max(0, first - plan.reach_rows)
     values = level.values[reach:stop]
+    if not plan.by_step and plan.reach_rows >= 1:
+        return _trailing_min(values, plan.reach_rows)[first - reach :]
     # null where not finite; a window of rows reads the row before each row: the values
     # shifted one row on, NaN first. Both in numpy (freed memory used again; a polars
     # column of a long log's chunk is a fresh one), the same nulls and numbers
@@ -79,6 +81,30 @@ def _least(level: LevelAt, first: int, stop: int) -> np.ndarray:
     else:  # the last reach_rows rows before the row, as the level's window
         least = v.rolling_min(plan.reach_rows, min_samples=1)
     return frame.select(least.fill_null(np.nan)).to_series().to_numpy()[first - reach :]
+
+
+def _trailing_min(values: np.ndarray, width: int) -> np.ndarray:
+    """Per row, the least finite value of the `width` rows before it (NaN where there is
+    none): polars' `rolling_min(width, min_samples=1)` of the values shifted one row on,
+    non-finite ones null. A least value is one of the values, whatever the algorithm
+    (van Herk / Gil-Werman here: the least from the start of each block of `width` rows
+    and to its end, two passes), so the same number, but for the sign of a zero where
+    the window holds both (`may_reach` reads only whether it is above 0)."""
+    # padded: `width` rows before the first (none of them finite), and to whole blocks
+    blocks = -(-(values.size + width) // width) + 1
+    padded = np.full(blocks * width, np.inf)
+    inside = padded[width : width + values.size]
+    np.copyto(inside, values)
+    inside[~np.isfinite(values)] = np.inf  # NaN and -inf are no value either
+    # a block a column: each pass runs along the blocks' rows, all blocks at once
+    cols = padded.reshape(blocks, width).T
+    ahead = np.minimum.accumulate(cols, axis=0).T.ravel()  # from each block's start
+    behind = np.minimum.accumulate(cols[::-1], axis=0)[::-1].T.ravel()  # to its end
+    # row t reads padded[t : t + width]: the end of one block and the start of the next
+    size = values.size
+    least = np.minimum(behind[:size], ahead[width - 1 : width - 1 + size])
+    least[least == np.inf] = np.nan
+    return least
 
 
 def asked_rows(

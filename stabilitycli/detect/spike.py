@@ -29,6 +29,7 @@ from stabilitycli.detect.level import (
     WINDOW_NAMES,
     level_changes,
     local_level,
+    local_level_at,
     planned_fall_rows,
     ratio_reference,
     segment_steps,
@@ -49,6 +50,7 @@ from stabilitycli.detect.settle import (
 from stabilitycli.detect.short_log_jumps import short_log_jumps
 from stabilitycli.detect.spike_around import AroundPoints, flag_around, surge_rows
 from stabilitycli.detect.spike_causes import CauseContext, spike_causes
+from stabilitycli.detect.spike_open import open_rows
 from stabilitycli.detect.spike_words import (
     recurring_finding,
     recurring_spikes,
@@ -61,6 +63,7 @@ from stabilitycli.detect.windows import (
     median_interval,
     plan_window,
     trailing_chunks,
+    trailing_counts_at,
 )
 from stabilitycli.frame import plain_numpy
 
@@ -300,7 +303,10 @@ def _flag_above_baseline(
     if changes.size and not plan.widened:  # windows by step that never reach back across one
         window_steps = segment_steps(steps, changes, window)
         plan = WindowPlan(True, 0, 1, False, plan.description)
-    for first, stats in trailing_chunks(window_steps, loss, window, plan, WINDOW_NAMES):
+    # a dense log's local level is read at a few rows of a chunk only (`spike_open`): the
+    # counts only it reads are worked out there (`trailing_counts_at`)
+    later = LEVEL_AT_ROWS if pooled_points is None else ()
+    for first, stats in trailing_chunks(window_steps, loss, window, plan, WINDOW_NAMES, later):
         count = stats["count"]
         stop = first + count.size
         planned = planned_fall_rows(steps[first:stop], lr_plan, window)
@@ -312,8 +318,25 @@ def _flag_above_baseline(
                 loss, first, stop, pooled_points, memory, changes, planned, thresholds
             )
         fall = read_fall(loss, first, count, pooled is not None, thresholds, memory)
-        level = local_level(stats, thresholds, pooled, fall, planned)
-        mean, sigma = level.level, level.sigma
+        at, after_level, after_sigma = after.within(first, stop)
+        picked = None  # the rows `level` holds: None, every row of the chunk
+        if pooled is None and fall.dense:
+            # the local level only where a point may pass the bar (`spike_open`); every
+            # other row is judged against the window's mean and floored std
+            picked, std = open_rows(stats, loss[first:stop], planned, thresholds)
+            picked = np.union1d(picked, at) if at.size else picked
+            missing = tuple(name for name in WINDOW_NAMES if name not in stats)
+            at_rows = trailing_counts_at(
+                window_steps, loss, window, plan, missing, (first, stop), picked
+            )
+            level = local_level_at(stats, thresholds, fall, planned, picked, at_rows)
+            del at_rows
+            mean, sigma = stats["mean"].copy(), std
+            mean[picked], sigma[picked] = level.level, level.sigma
+            del std
+        else:
+            level = local_level(stats, thresholds, pooled, fall, planned)
+            mean, sigma = level.level, level.sigma
         # a sparse window lags a plain fall by half its span: the line through it and the
         # window before follows the curve (`fall_curve.sparse_fall`)
         # (carried on only where it is the level judged by: a local level under it
@@ -327,16 +350,16 @@ def _flag_above_baseline(
         sigma_floor = np.abs(mean) * thresholds.sigma_floor_frac
         if pooled is not None:
             sigma = np.maximum(np.where(np.isfinite(pooled), pooled, sigma), sigma_floor)
-        at, after_level, after_sigma = after.within(first, stop)
         trail = stats["mean"]
         if at.size:
             trail = trail.copy()
             trail[at] = after_level
-            mean, sigma = mean.copy(), sigma.copy()
+            if picked is None:  # else copies already
+                mean, sigma = mean.copy(), sigma.copy()
             mean[at], sigma[at], eligible[at] = after_level, after_sigma, True
             carry = carry.copy()
             carry[at] = 0.0  # the level since a change is flat
-            level = replace_at(level, at, after_level)
+            level = replace_at(level, at if picked is None else _held(picked, at), after_level)
         eligible &= steps[first:stop] > first_row_step
         eligible &= np.isfinite(mean)
         if first_eligible_step is None and eligible.any():
@@ -349,16 +372,17 @@ def _flag_above_baseline(
         found["rows"].append(flagged + first)
         found["mean"].append(mean[flagged])
         found["sigma"].append(sigma[flagged])
-        found["falling"].append(level.falling[flagged].astype(np.float64))
-        found["slope"].append(level.rise_slope[flagged])
-        found["line"].append(level.line[flagged])
+        held = flagged if picked is None else _held(picked, flagged)  # flagged rows: picked
+        found["falling"].append(level.falling[held].astype(np.float64))
+        found["slope"].append(level.rise_slope[held])
+        found["line"].append(level.line[held])
         # a sparse window's halves and quarter are a few points each: their trend is noise
-        found["near"].append((level.near if pooled is None else mean)[flagged])
+        found["near"].append(level.near[held] if pooled is None else mean[flagged])
         found["trail"].append(trail[flagged])
         found["carry"].append(carry[flagged])
         # this chunk's arrays go before the next chunk's are computed beside them
         del stats, level, fall, mean, sigma, eligible, sigma_floor, threshold, flagged, pooled
-        del trail, planned, carry
+        del trail, planned, carry, picked, held
     # one chunk at least: the rule runs only on a series of several points
     candidates = np.concatenate(found["rows"])
 
@@ -380,6 +404,16 @@ def _flag_above_baseline(
         after,
         pooled_points is not None,
     )
+
+
+# the counts of a trailing window only the local level reads
+LEVEL_AT_ROWS: tuple[str, ...] = ("count_quarter", "count_double", "x_mean", "x_mean_half")
+LEVEL_AT_ROWS += ("x_mean_quarter", "x_mean_double")
+
+
+def _held(picked: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Where each of `rows` (all among the sorted `picked`) sits in `picked`."""
+    return np.searchsorted(picked, rows)
 
 
 def _with_around(

@@ -47,6 +47,7 @@ def window_counts(
     window: tuple[int, bool],
     first: int,
     x: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per row from `first` on, each of `names` (of `COUNT_SHARES` and `STEP_MEAN_SHARES`)
     over the `finite` points of the trailing window (`window`: its span, and whether in
@@ -56,7 +57,8 @@ def window_counts(
     rows holds only the null shifted in before it, which polars' sum gives as null: NaN
     there, as `windows` fills a null (0 for `count`, a sum of the column of ones that has
     no null). A mean over no point is NaN. Only the rows given count, as in polars'
-    windows over the same rows."""
+    windows over the same rows. `rows` (from `first`): the numbers at those rows only,
+    the same differences of the same running sums, so the same bits."""
     span, by_step = window
     # running[i]: the finite points before row i (whole numbers: float64 holds them exactly)
     running = np.zeros(finite.size + 1)
@@ -65,7 +67,7 @@ def window_counts(
     if x is not None and any(name in STEP_MEAN_SHARES for name in names):
         summed = np.zeros(finite.size + 1)
         np.cumsum(np.where(finite, x, 0.0), out=summed[1:])
-    ends = _Ends(steps, first, finite.size, by_step)
+    ends = _Ends(steps, first, finite.size, by_step, rows)
     out: dict[str, np.ndarray] = {}
     for name in names:
         times, divided = COUNT_SHARES.get(name) or STEP_MEAN_SHARES[name]
@@ -80,7 +82,10 @@ def window_counts(
             out[name] = mean
             continue
         if not by_step and name != "count" and first == 0 and count.size:
-            count[0] = np.nan
+            if rows is None:
+                count[0] = np.nan
+            else:
+                count[rows == 0] = np.nan
         out[name] = count
     return out
 
@@ -92,10 +97,15 @@ class _Ends:
     index arrays. A window by step is found by a search of the steps, kept by length (a
     count and a mean over one window share it)."""
 
-    def __init__(self, steps: np.ndarray, first: int, size: int, by_step: bool) -> None:
+    def __init__(
+        self, steps: np.ndarray, first: int, size: int, by_step: bool, rows: np.ndarray | None
+    ) -> None:
         self.first, self.size, self.by_step = first, size, by_step
+        # the rows asked for, as indices from the first of all rows (None: every row)
+        self.rows = None if rows is None else rows + first
+        own = steps[first:] if rows is None else steps[self.rows]
         # the rows' own steps, which a window by step is searched from
-        self.at = steps[first:].astype(np.int64) if by_step else np.zeros(0, dtype=np.int64)
+        self.at = own.astype(np.int64) if by_step else np.zeros(0, dtype=np.int64)
         self.steps = steps
         self._stops: np.ndarray | None = None
         if by_step and steps.size > 1 and not bool(np.all(steps[1:] > steps[:-1])):
@@ -106,6 +116,8 @@ class _Ends:
     def upto(self, running: np.ndarray) -> np.ndarray:
         if self._stops is not None:
             return running[self._stops]
+        if self.rows is not None:
+            return running[self.rows]
         return running[self.first : self.size]
 
     def since(self, running: np.ndarray, length: int) -> np.ndarray:
@@ -113,6 +125,8 @@ class _Ends:
             if length not in self._starts:
                 self._starts[length] = np.searchsorted(self.steps, self.at - length, side="left")
             return running[self._starts[length]]
+        if self.rows is not None:
+            return running[np.maximum(self.rows - length, 0)]
         # running[max(i - length, 0)] for the rows i from first on
         start = self.first - length
         if start >= 0:

@@ -150,6 +150,7 @@ def trailing_chunks(
     window_steps: int,
     plan: WindowPlan,
     names: tuple[str, ...],
+    later: tuple[str, ...] = (),
 ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """The trailing `names` (of mean, std, count; NaN, or a count of 0, where a window is
     empty) `CHUNK_ROWS` rows at a time: each chunk's first row and its statistics, read-only
@@ -160,11 +161,14 @@ def trailing_chunks(
     rule can keep what it needs of a chunk and let the rest go. polars' rolling
     sums are running sums, so a window's mean can differ in the last bit from the
     same window taken in one pass: no log of one chunk or less is affected.
+
+    `later`: names a rule reads at a few rows only; those numpy counts (`window_counts`)
+    are left out, for `trailing_counts_at` at those rows.
     """
     chunk_rows = CHUNK_ROWS  # read at call time: tests take small chunks
     for first in range(0, values.size, chunk_rows):
         stop = min(values.size, first + chunk_rows)
-        yield first, _trailing_chunk(steps, values, window_steps, plan, names, first, stop)
+        yield first, _trailing_chunk(steps, values, window_steps, plan, names, first, stop, later)
 
 
 def _trailing_chunk(
@@ -175,24 +179,19 @@ def _trailing_chunk(
     names: tuple[str, ...],
     first: int,
     stop: int,
+    later: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
     """The trailing `names` at the rows [first, stop), with the rows before `first` that
-    its windows reach back to (`trailing_chunks`)."""
-    if plan.by_step:
-        reach = int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
-    else:
-        reach = max(0, first - plan.reach_rows)
+    its windows reach back to (`trailing_chunks`); the counts among `later` left out."""
+    reach = _reach(steps, window_steps, plan, first)
     x = None
     if any(name in LEVEL_NAMES for name in names):
-        # steps from the chunk's first row, so that a mean of steps keeps its last digits
-        x = (steps[reach:stop] - steps[reach]).astype(np.float64)
-    counted = tuple(name for name in names if name in COUNT_SHARES)
-    if x is not None and exact_step_sums(steps[reach:stop]):
-        counted += tuple(name for name in names if name in STEP_MEAN_SHARES)
+        x = _steps_from(steps, reach, stop)
+    counted = _counted(steps, names, x is not None, reach, stop)
     out = window_counts(
         steps[reach:stop],
         np.isfinite(values[reach:stop]),
-        counted,
+        tuple(name for name in counted if name not in later),
         (int(window_steps) if plan.by_step else plan.reach_rows, plan.by_step),
         first - reach,
         x,
@@ -202,7 +201,57 @@ def _trailing_chunk(
         out.update(
             _rolled_chunk(steps, values, window_steps, plan, rolled, (reach, first, stop), x)
         )
-    return {name: out[name] for name in names}
+    return {name: out[name] for name in names if name in out}
+
+
+def _reach(steps: np.ndarray, window_steps: int, plan: WindowPlan, first: int) -> int:
+    """The first row the windows of a chunk from row `first` reach back to."""
+    if plan.by_step:
+        return int(np.searchsorted(steps, steps[first] - window_steps, side="left"))
+    return max(0, first - plan.reach_rows)
+
+
+def _steps_from(steps: np.ndarray, reach: int, stop: int) -> np.ndarray:
+    # steps from the chunk's first row, so that a mean of steps keeps its last digits
+    return (steps[reach:stop] - steps[reach]).astype(np.float64)
+
+
+def _counted(
+    steps: np.ndarray, names: tuple[str, ...], level: bool, reach: int, stop: int
+) -> tuple[str, ...]:
+    """Which of `names` numpy counts (`window_counts`); the rest polars works out."""
+    counted = tuple(name for name in names if name in COUNT_SHARES)
+    if level and exact_step_sums(steps[reach:stop]):
+        counted += tuple(name for name in names if name in STEP_MEAN_SHARES)
+    return counted
+
+
+def trailing_counts_at(
+    steps: np.ndarray,
+    values: np.ndarray,
+    window_steps: int,
+    plan: WindowPlan,
+    names: tuple[str, ...],
+    chunk: tuple[int, int],
+    rows: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The trailing `names` at the `rows` (from `first`) of the chunk [first, stop) only, as
+    `trailing_chunks` gives them over every row: the counts it left out (`later`). The same
+    running sums over the same rows, differenced at those rows: the same bits."""
+    first, stop = chunk
+    reach = _reach(steps, window_steps, plan, first)
+    x = _steps_from(steps, reach, stop)
+    # every name is one `trailing_chunks` counts with the level's names
+    assert set(names) <= set(_counted(steps, names, True, reach, stop)), names
+    return window_counts(
+        steps[reach:stop],
+        np.isfinite(values[reach:stop]),
+        names,
+        (int(window_steps) if plan.by_step else plan.reach_rows, plan.by_step),
+        first - reach,
+        x,
+        rows,
+    )
 
 
 def _rolled_chunk(

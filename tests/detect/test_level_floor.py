@@ -7,10 +7,11 @@ from __future__ import annotations
 from unittest import mock
 
 import numpy as np
+import polars as pl
 import pytest
 
 from stabilitycli.core.config import Thresholds
-from stabilitycli.detect import windows
+from stabilitycli.detect import level_floor, windows
 from stabilitycli.detect.level import LevelAt
 from stabilitycli.detect.level_floor import asked_rows, may_reach
 from stabilitycli.detect.spike_causes import lead_max
@@ -93,3 +94,18 @@ def test_the_screened_causes_are_the_ones_every_level_gives(kind):
     screened[asked] = lead_max(steps, ratio, lead, candidates[asked]) >= bar
     np.testing.assert_array_equal(screened, every)
     assert asked.sum() < candidates.size  # some candidates were ruled out
+
+
+@pytest.mark.parametrize("width", [1, 2, 7, 100])
+@pytest.mark.parametrize("size", [1, 2, 99, 100, 101, 5_003])
+def test_the_trailing_least_value_is_polars_rolling_min(width, size) -> None:
+    rng = np.random.default_rng(width * size)
+    values = rng.lognormal(size=size)
+    for bad in (np.nan, np.inf, -np.inf):
+        values[rng.integers(0, size, size // 9 + 1)] = bad
+    if size > 60:
+        values[20:60] = np.nan  # a window with no value
+    finite = np.where(np.isfinite(values), values, np.nan)
+    shifted = pl.Series(np.concatenate(([np.nan], finite[:-1]))).fill_nan(None)
+    expected = shifted.rolling_min(width, min_samples=1).fill_null(np.nan).to_numpy()
+    assert level_floor._trailing_min(values, width).tobytes() == expected.tobytes()
