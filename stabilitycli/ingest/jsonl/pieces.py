@@ -56,8 +56,9 @@ _PROBE_BYTES = 64 << 10
 _PACKED_CHUNK_ROWS = 1 << 14
 # pieces parsed at once where nothing caps memory (`_ahead`): polars' reader leaves gaps on
 # the cores while it parses one piece, which a second piece's parse fills (400 MB of the
-# 64-rank log in 16 MB pieces: 0.92 s one after another, 0.85 s two at once); each one
-# more holds a piece's bytes, its screen and its parse's buffers (about 50 MB)
+# 64-rank log in 16 MB pieces: 0.92 s one after another, 0.85 s two at once); the second
+# holds a piece's bytes, its screen and its parse's buffers more (the 10M-row log's read
+# peaked 16-30 MB higher, 725 -> 745 MB at 64 ranks)
 _PARSED_AT_ONCE = 2
 
 
