@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 import polars as pl
@@ -47,6 +47,13 @@ def parse_bytes(data: bytes, source: SourceInfo, options: ReadOptions) -> RunDat
     return finish(raw, source, options)
 
 
+class Parsed(NamedTuple):
+    """A clean piece's `fast_parse`, done ahead on another thread (`pieces`); a `frame` of
+    None sends the piece to the per-line pass, as the parse done in turn would."""
+
+    frame: pl.DataFrame | None
+
+
 def parse_piece(
     data: bytes,
     first_line: int,
@@ -55,11 +62,13 @@ def parse_piece(
     *,
     whole: bool,
     screened: bounded.Screened | None = None,
+    parsed: Parsed | None = None,
 ) -> pl.DataFrame | None:
     """The records of `data` (whole lines, the first one numbered `first_line`), rejections
     recorded in `source`. A piece of a larger log (`whole=False`) may hold no record (None);
     the caller says what was rejected once, for the whole log. `screened`: the caller's
-    own `screen_lines` of `data`, when it has one."""
+    own `screen_lines` of `data`, when it has one; `parsed`: its `clean_parse` of `data`,
+    when it has done it."""
     limits = options.limits
     offset = first_line - 1
     if screened is None:
@@ -67,18 +76,19 @@ def parse_piece(
     for number, reason in sorted(screened.bad.items()):
         source.reject(number + offset, reason)
     data = screened.blanked(data)
-    axes = tuple(k for k in (options.step_key, options.rank_key) if k)
-    raw = (
-        fast_parse(
+    axes = _axes(options)
+    if parsed is not None:
+        raw = parsed.frame
+    elif not blank(data):
+        raw = fast_parse(
             data,
             screened=True,
             axes=axes,
             newlines=screened.newlines,
             colons=None if screened.bad else screened.colons,
         )
-        if not blank(data)
-        else None
-    )
+    else:
+        raw = None
     if raw is None:  # the per-line pass numbers its lines from `first_line` itself
         return slow_parse(data, source, limits, axes=axes, first_line=first_line, whole=whole)
     if screened.bad and whole:
@@ -86,6 +96,26 @@ def parse_piece(
     # a Series, not `pl.col(ROW) + offset`: the expression rechunks every column of the
     # piece (a copy of it all), which the join copies again
     return raw.with_columns(raw[ROW] + offset) if offset else raw
+
+
+def clean_parse(data: bytes, screened: bounded.Screened, options: ReadOptions) -> Parsed | None:
+    """`parse_piece`'s fast parse of a piece, when its screen found no bad line and it is
+    not blank: what it depends on is the bytes and the screen only, so it may run on any
+    thread, ahead of its turn; None when the piece must be parsed in turn."""
+    if screened.bad or blank(data):
+        return None
+    frame = fast_parse(
+        data,
+        screened=True,
+        axes=_axes(options),
+        newlines=screened.newlines,
+        colons=screened.colons,
+    )
+    return Parsed(frame)
+
+
+def _axes(options: ReadOptions) -> tuple[str, ...]:
+    return tuple(k for k in (options.step_key, options.rank_key) if k)
 
 
 def finish(

@@ -18,14 +18,19 @@ whole-log path decides, as before.
 from __future__ import annotations
 
 import copy
+import itertools
 import os
+import threading
+from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import polars as pl
 
 from stabilitycli.core import progress
+from stabilitycli.core.memory_cap import memory_capped
 from stabilitycli.core.model import SourceInfo
 from stabilitycli.frame import (
     ROW,
@@ -49,6 +54,12 @@ _PROBE_BYTES = 64 << 10
 # (`_lean`): polars reading 4 MB blocks makes chunks of 26,000 (160-byte lines) to 62,000
 # rows (66 bytes), by default 3,000 to 7,000, which leave the pages among them unused
 _PACKED_CHUNK_ROWS = 1 << 14
+# pieces parsed at once where nothing caps memory (`_ahead`): polars' reader leaves gaps on
+# the cores while it parses one piece, which a second piece's parse fills (400 MB of the
+# 64-rank log in 16 MB pieces: 0.92 s one after another, 0.85 s two at once); the second
+# holds a piece's bytes, its screen and its parse's buffers more (the 10M-row log's read
+# peaked 16-30 MB higher, 725 -> 745 MB at 64 ranks)
+_PARSED_AT_ONCE = 2
 
 
 def read_in_pieces(
@@ -68,14 +79,10 @@ def read_in_pieces(
         frames: list[pl.DataFrame] = []
         lines_before = 0
         pieces = _Pieces(handle, path, piece_bytes, limits)
-        # the next piece is read and screened (numpy, which lets go of the GIL) on a second
-        # thread while polars parses this one: the two overlap instead of taking turns
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stab-read") as reader:
-            ahead = reader.submit(pieces.next)
-            while (got := ahead.result()) is not None:
-                ahead = reader.submit(pieces.next)
-                piece, screened, bytes_read = got
-                lines_before = _parse(piece, screened, lines_before, trial, options, frames)
+        at_once = 1 if memory_capped() else _PARSED_AT_ONCE
+        with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="stab-read") as pool:
+            for piece, screened, bytes_read, parsed in _ahead(pieces, pool, options, at_once):
+                lines_before = _parse(piece, screened, lines_before, trial, options, frames, parsed)
                 progress.tell("read", bytes_read, size, rows=lines_before)
         carry = pieces.carry
     cut_line = None
@@ -127,28 +134,91 @@ def _joined(frames: list[pl.DataFrame], options: ReadOptions) -> tuple[pl.DataFr
     return joined_by_rank(frames, rank_key)
 
 
+class _Ready(NamedTuple):
+    """A piece of whole lines made ready on a worker thread (`_ahead`)."""
+
+    piece: bytes
+    screened: bounded.Screened
+    bytes_read: int  # the file's bytes read up to the piece's end
+    parsed: jsonl.Parsed | None  # its parse, when done ahead (`jsonl.clean_parse`)
+
+
+def _ahead(
+    pieces: _Pieces, pool: ThreadPoolExecutor, options: ReadOptions, at_once: int
+) -> Iterator[_Ready]:
+    """The pieces in the file's order, each read and screened on `pool`, where the caller
+    parses it in turn while the next one is read (`at_once` 1: one parse at a time, as a
+    cap on memory wants); else each is parsed on `pool` too (`jsonl.clean_parse`, which
+    depends on nothing read before it), `at_once` pieces at a time, and the caller only
+    numbers, rejects and keeps them in order. A piece with a bad line, or one the fast
+    readers refuse, is still parsed by the caller in its turn (`parse_piece`).
+
+    Held at once: `at_once` pieces in the works besides the one the caller holds; the
+    next piece starts when the caller is done with this one, so that a piece the caller
+    parses line by line makes no third parse at once."""
+    turns = itertools.count()
+    ahead = at_once > 1
+
+    def submit() -> None:
+        window.append(pool.submit(_ready, pieces, next(turns), options, ahead))
+
+    window: deque = deque()
+    for _ in range(at_once):
+        submit()
+    while (ready := window.popleft().result()) is not None:
+        if not ahead:
+            submit()  # the next piece is read and screened while this one is parsed
+        yield ready
+        if ahead:
+            submit()
+
+
+def _ready(pieces: _Pieces, turn: int, options: ReadOptions, ahead: bool) -> _Ready | None:
+    """Piece number `turn` read (after every earlier one), screened and, when `ahead`,
+    parsed; None at the file's end."""
+    got = pieces.next(turn)
+    if got is None:
+        return None
+    piece, bytes_read = got
+    screened = bounded.screen_lines(piece, pieces.limits)
+    parsed = jsonl.clean_parse(piece, screened, options) if ahead else None
+    return _Ready(piece, screened, bytes_read, parsed)
+
+
 class _Pieces:
-    """The file's whole lines a piece at a time, each with its screen (`next`); what
-    follows the last newline is left in `carry`. One thread calls `next` at a time."""
+    """The file's whole lines a piece at a time (`next`), one thread reading at a time and
+    in turn; what follows the last newline is left in `carry`."""
 
     def __init__(self, handle: BinaryIO, path: Path, piece_bytes: int, limits: InputLimits):
         self.handle, self.path, self.piece_bytes, self.limits = handle, path, piece_bytes, limits
         self.carry = b""
         self.bytes_read = 0
+        self._turn = 0
+        self._turns = threading.Condition()
 
-    def next(self) -> tuple[bytes, bounded.Screened, int] | None:
-        """The next piece, its screen and the bytes read up to its end; None at the end."""
+    def next(self, turn: int) -> tuple[bytes, int] | None:
+        """Piece number `turn` (from 0; waits for the earlier ones to be read) and the bytes
+        read up to its end; None at the end."""
+        with self._turns:
+            self._turns.wait_for(lambda: self._turn == turn)
+            try:
+                return self._next()
+            finally:
+                self._turn += 1
+                self._turns.notify_all()
+
+    def _next(self) -> tuple[bytes, int] | None:
         while block := self._read():
             end = block.rfind(b"\n") + 1
             if end == len(block) and not self.carry:  # read to a line's end: as it is
-                return block, bounded.screen_lines(block, self.limits), self.bytes_read
+                return block, self.bytes_read
             if end == 0:  # one line longer than a piece: keep reading until it ends
                 self.carry += block
                 continue
             # one copy of the piece: slicing `block` and then joining would make two
             piece = b"".join((self.carry, memoryview(block)[:end]))
             self.carry = block[end:]
-            return piece, bounded.screen_lines(piece, self.limits), self.bytes_read
+            return piece, self.bytes_read
         return None
 
     def _read(self) -> bytes:
@@ -191,11 +261,19 @@ def _parse(
     source: SourceInfo,
     options: ReadOptions,
     frames: list[pl.DataFrame],
+    parsed: jsonl.Parsed | None = None,
 ) -> int:
-    """Parse one piece of whole lines into `frames`; the number of lines read so far."""
+    """Parse one piece of whole lines into `frames` (`parsed`: its parse done ahead); the
+    number of lines read so far."""
     if piece and not jsonl.blank(piece):
         raw = jsonl.parse_piece(
-            piece, lines_before + 1, source, options, whole=False, screened=screened
+            piece,
+            lines_before + 1,
+            source,
+            options,
+            whole=False,
+            screened=screened,
+            parsed=parsed,
         )
         if raw is not None:
             frames.append(_lean(raw, lines_before + screened.newlines, options))
