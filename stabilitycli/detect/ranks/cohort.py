@@ -5,7 +5,7 @@ module reads as the rule. Everything is columnar over the whole long frame
 (rank, step, value): two polars group-bys by step (median, then MAD), the
 per-step numbers gathered back to the rows through a lookup table, one
 division. Ranks that log in lockstep are a ranks x steps matrix instead: a
-step's median and MAD are a selection within its row of values, and its
+step's median and MAD are taken within its row of values (a sort), and its
 numbers broadcast over the ranks (`Cohort.blocks`), the same bits with no
 gather. No Python loop touches a rank or a step, so the cost is linear in
 rows (measured: user CPU x4.3 for x4 rows, benchmarks/bench_ranks.py). Only
@@ -608,11 +608,12 @@ def _block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame:
 
 
 def _finite_block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame | None:
-    """`_block_stats` by numpy selection, for a block whose values are all finite (the
-    usual one; the caller has checked): every step then has every rank, and its median is
-    a selection within its row, several times cheaper than polars' group-by. `by_step` is
-    overwritten. None when a median or maximum falls on a zero: which of -0.0 and 0.0
-    (equal, but printed apart) polars keeps depends on its own order.
+    """`_block_stats` by numpy, for a block whose values are all finite (the usual one; the
+    caller has checked): every step then has every rank, and its median is the middle
+    values of its row (`_row_medians`: a sort or a selection), several times cheaper than
+    polars' group-by. `by_step` is overwritten. None when a median or maximum falls on a
+    zero: which of -0.0 and 0.0 (equal, but printed apart) polars keeps depends on its own
+    order.
     """
     n_ranks = by_step.shape[1]
     sorts = n_ranks <= SORT_MAX_RANKS
