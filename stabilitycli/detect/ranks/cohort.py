@@ -5,7 +5,7 @@ module reads as the rule. Everything is columnar over the whole long frame
 (rank, step, value): two polars group-bys by step (median, then MAD), the
 per-step numbers gathered back to the rows through a lookup table, one
 division. Ranks that log in lockstep are a ranks x steps matrix instead: a
-step's median and MAD are a selection within its row of values, and its
+step's median and MAD are taken within its row of values (a sort), and its
 numbers broadcast over the ranks (`Cohort.blocks`), the same bits with no
 gather. No Python loop touches a rank or a step, so the cost is linear in
 rows (measured: user CPU x4.3 for x4 rows, benchmarks/bench_ranks.py). Only
@@ -41,6 +41,11 @@ MISALIGNED_FRACTION = 0.5
 # rows per piece where a whole-log temporary would otherwise be made (a 64-rank log has
 # tens of millions of rows; a piece of this size is a few MB)
 COHORT_CHUNK_ROWS = 1 << 20
+# rows of up to this many values are sorted for their median, wider ones partitioned: numpy
+# sorts a few dozen values with vector instructions, faster than `partition` and the maximum
+# of its lower half, the same middle values (per 2**20 values: 1.5 ms against 4.2 at 64
+# ranks, 1.6 against 2.7 at 256; 3.5 against 2.6 at 1,024)
+SORT_MAX_RANKS = 256
 STEP_STATS = ("med", "sigma", "n", "n_fin", "hi")  # a cohort step's numbers a row may need
 
 
@@ -603,16 +608,22 @@ def _block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame:
 
 
 def _finite_block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame | None:
-    """`_block_stats` by numpy selection, for a block whose values are all finite (the
-    usual one; the caller has checked): every step then has every rank, and its median is
-    a selection within its row, several times cheaper than polars' group-by. `by_step` is
-    overwritten. None when a median or maximum falls on a zero: which of -0.0 and 0.0
-    (equal, but printed apart) polars keeps depends on its own order.
+    """`_block_stats` by numpy, for a block whose values are all finite (the usual one; the
+    caller has checked): every step then has every rank, and its median is the middle
+    values of its row (`_row_medians`: a sort or a selection), several times cheaper than
+    polars' group-by. `by_step` is overwritten. None when a median or maximum falls on a
+    zero: which of -0.0 and 0.0 (equal, but printed apart) polars keeps depends on its own
+    order.
     """
     n_ranks = by_step.shape[1]
-    hi = by_step.max(axis=1)
+    sorts = n_ranks <= SORT_MAX_RANKS
+    # each row sorted by `_row_medians`: its last value is its maximum
+    hi = None if sorts else by_step.max(axis=1)
     med = _row_medians(by_step)
-    if med is None or not (hi != 0.0).all():  # a zero's sign is the order's, as above
+    if med is None:
+        return None
+    hi = by_step[:, -1].copy() if hi is None else hi
+    if not (hi != 0.0).all():  # a zero's sign is the order's, as above
         return None
     # the deviations in place: a median is of the values' set, not of their order
     np.subtract(by_step, med[:, None], out=by_step)
@@ -630,13 +641,19 @@ def _finite_block_stats(steps: np.ndarray, by_step: np.ndarray) -> pl.DataFrame 
 
 def _row_medians(rows: np.ndarray) -> np.ndarray | None:
     """Each row's median as polars takes it (the mean of the two middle values of an even
-    count as low + (high - low) * 0.5); `rows` is reordered. None when a middle value is
-    zero (its sign is the selection's)."""
+    count as low + (high - low) * 0.5); `rows` is reordered: sorted, row by row, when
+    they hold at most SORT_MAX_RANKS values. None when a middle value is zero (its sign
+    is the order's)."""
     half = rows.shape[1] // 2
-    rows.partition(half, axis=1)
-    high = rows[:, half].copy()
     odd = rows.shape[1] % 2 == 1
-    low = high if odd else rows[:, :half].max(axis=1)  # the largest of the lower half
+    if rows.shape[1] <= SORT_MAX_RANKS:
+        rows.sort(axis=1)
+        high = rows[:, half].copy()
+        low = high if odd else rows[:, half - 1]  # the largest of the lower half
+    else:
+        rows.partition(half, axis=1)
+        high = rows[:, half].copy()
+        low = high if odd else rows[:, :half].max(axis=1)  # the largest of the lower half
     if not (low != 0.0).all() or not (high != 0.0).all():
         return None
     return high if odd else low + (high - low) * 0.5
