@@ -21,7 +21,7 @@ from stabilitycli.classify.remedies import (
     NAN_BEFORE_LOGITS,
     NAN_IN_WEIGHTS,
 )
-from stabilitycli.core.config import Thresholds
+from stabilitycli.core.config import Thresholds, default_thresholds
 from stabilitycli.detect.kinds import all_kinds
 from stabilitycli.detect.kinds.data import DUPLICATE_BATCH
 from stabilitycli.detect.kinds.divergence import DIVERGENCE, GRAD_NORM_RISING, PLATEAU
@@ -374,6 +374,6 @@ def finding_texts(thresholds: Thresholds) -> dict[str, tuple[str, str]]:
 
 
 # the texts with the default thresholds (`stab explain`)
-QUESTIONS: dict[str, str] = questions(Thresholds())
-VERDICTS: dict[str, tuple[str | None, str, str]] = verdicts(Thresholds())
-CAUSE_TEXT: dict[str, str] = cause_texts(Thresholds())
+QUESTIONS: dict[str, str] = questions(default_thresholds())
+VERDICTS: dict[str, tuple[str | None, str, str]] = verdicts(default_thresholds())
+CAUSE_TEXT: dict[str, str] = cause_texts(default_thresholds())

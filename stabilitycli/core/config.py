@@ -8,6 +8,7 @@ Unknown names are refused.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import field, fields, replace
 from typing import Any
 
@@ -675,6 +676,15 @@ class Thresholds:
     def describe(name: str) -> str:
         """What the threshold `name` does, for `stab explain` and the README ('' if unknown)."""
         return _FIELD_DOCS.get(name, "")
+
+
+@functools.cache
+def default_thresholds() -> Thresholds:
+    """`Thresholds()`, made once a process: a small `stab analyze` made it six times (the
+    settings' two, the questions' three, the rule registry's one), 0.6 million instructions
+    each over its 115 fields and their checks (#40). Frozen, and every value a number or a
+    tuple: one instance serves every caller."""
+    return Thresholds()
 
 
 def _steps_list(raw: Any) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from stabilitycli.core.config import THRESHOLD_NAMES, Thresholds
+from stabilitycli.core.config import THRESHOLD_NAMES, Thresholds, default_thresholds
 from stabilitycli.core.errors import StabUsageError
 from stabilitycli.core.records import dataclass
 
@@ -62,7 +62,7 @@ def load_settings(
     near: str | Path | None = None, cli_values: dict[str, str] | None = None
 ) -> tuple[Thresholds, Settings]:
     """Defaults <- [tool.stab] / stab.toml above the run <- --set, with each value's source."""
-    thresholds = Thresholds()
+    thresholds = default_thresholds()
     sources = {spec.name: "default" for spec in fields(Thresholds)}
     text = str(near) if near is not None else ""
     start = Path(text) if text and "://" not in text and os.path.exists(text) else Path.cwd()
@@ -79,7 +79,7 @@ def load_settings(
         thresholds = thresholds.with_overrides(cli_values, "--set")
         for key, raw in cli_values.items():
             sources[_name(key)] = f"--set {key}={raw}"
-    default = Thresholds()
+    default = default_thresholds()
     entries = tuple(
         Setting(
             spec.name,

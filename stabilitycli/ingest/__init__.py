@@ -140,13 +140,16 @@ def read(target: str | Path, options: ReadOptions | None = None):
     text = str(target)
     if text == STDIN:
         return _read_stdin(options)
-    from stabilitycli.ingest import remote
+    # only a URI is an object URI (`remote.is_object_uri` asks for its `://`): a path's read
+    # does not import the module of object stores (#40)
+    if "://" in text:
+        from stabilitycli.ingest import remote
 
-    if remote.is_object_uri(text):
-        local = remote.file_uri_path(text)
-        if local is None:  # s3:// or gs://: read from a private local copy
-            return remote.read_staged(text, options, read)
-        text = str(local)
+        if remote.is_object_uri(text):
+            local = remote.file_uri_path(text)
+            if local is None:  # s3:// or gs://: read from a private local copy
+                return remote.read_staged(text, options, read)
+            text = str(local)
     try:
         return _read(text, options)
     except _NOT_WRAPPED:
