@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import bisect
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
-from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
@@ -15,6 +15,9 @@ from stabilitycli.core.settings import sentence
 from stabilitycli.report.escape import CommandGuard, terminal
 from stabilitycli.report.layout import Boxed, Fitted, bullets, elide_path, merge_buckets
 from stabilitycli.report.sparkline import sparkline
+
+if TYPE_CHECKING:
+    from rich.panel import Panel
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 _VERDICT_STYLE = {"healthy": "bold green", "insufficient-data": "bold yellow"}
@@ -120,6 +123,9 @@ def _header(headline: Text, run: str | None, path: str, source: str) -> Boxed:
     panel keeps its end (the full path is in the JSON)."""
 
     def make(width_cells: int | None) -> Panel:
+        # on a terminal only (a pipe or a file gets `plain`): a piped run does not import it
+        from rich.panel import Panel
+
         inner = None if width_cells is None else width_cells - 4  # borders and padding
         name = terminal(run) if run else ""
         # the title is padded by a space each side inside the top border; a run name too
