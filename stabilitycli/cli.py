@@ -233,28 +233,6 @@ ALLOCATOR_SETTINGS = {
     ),
 }
 
-# Where nothing caps the process's memory, polars' allocator keeps a freed page for a
-# tenth of a second instead: long enough for the next JSONL piece's parse to reuse the
-# pages of the last one's (its copy of the 16 MB piece and its temporaries) rather than
-# fault in new ones 4 KB at a time. On the 10M-row logs: page faults 1.00M -> 0.66M (64
-# ranks) and 1.2M -> 0.80M (1 rank), wall about 8% less, peak RSS 750 -> 900-960 MB and
-# 810-835 -> 835-880 MB; at 400 ms the peak passed twice the columns (1,061 MB, 1 rank:
-# `benchmarks/run.py`'s RSS target). Under a cap (`core.memory_cap.memory_capped`) every
-# freed page goes back at once, as before: a page held a tenth of a second too long counts
-# against the cap.
-UNCAPPED_POLARS_MALLOC_CONF = "dirty_decay_ms:100,muzzy_decay_ms:0"
-
-
-def allocator_settings() -> dict[str, str]:
-    """`ALLOCATOR_SETTINGS` with polars' decay for this process: `UNCAPPED_POLARS_MALLOC_CONF`
-    unless its memory is capped."""
-    from stabilitycli.core.memory_cap import memory_capped
-
-    if memory_capped():
-        return ALLOCATOR_SETTINGS
-    return {**ALLOCATOR_SETTINGS, "_RJEM_MALLOC_CONF": UNCAPPED_POLARS_MALLOC_CONF}
-
-
 # glibc's mallopt option for the most arenas (malloc.h: M_ARENA_MAX)
 _M_ARENA_MAX = -8
 
@@ -283,7 +261,7 @@ def one_malloc_arena() -> None:
 
 def main() -> None:
     if "polars" not in sys.modules and "pyarrow" not in sys.modules:
-        for name, value in allocator_settings().items():
+        for name, value in ALLOCATOR_SETTINGS.items():
             os.environ.setdefault(name, value)
     one_malloc_arena()
     # the command's own process only, as the allocators above: a library caller keeps its own

@@ -1,10 +1,9 @@
 """Whether something caps this process's memory below the machine's own: a limit on its
 data segment or address space, or a memory cgroup's limit (v1 or v2).
 
-In `core` because the `stab` command asks before polars loads (`cli.allocator_settings`),
-where nothing heavier may be imported (`stab --help` stays instant); the pipeline asks
-again before it runs two rules at once (`pipeline.rules`) and between stages
-(`pipeline.memory.release_freed`).
+In `core` because more than the pipeline asks it: the JSONL reader parses one piece at a
+time under a cap (`ingest.jsonl.pieces`), the rules take turns under one
+(`pipeline.rules`), and `pipeline.memory.release_freed` hands freed memory back.
 """
 
 from __future__ import annotations
