@@ -130,121 +130,41 @@ def _fit_for_end(
     n rows whose sum is sy and sum of squares syy.
 
     The rows p before q are a run, so their values are read as slices (views), not
-    gathered through an array of rows, a block of them at a time, into scratch arrays
-    reused for every block: the same operations on the same numbers, in the same order,
-    without a fresh array per term."""
+    gathered through an array of rows, a block of them at a time: the same numbers,
+    without a copy per term."""
     # prefix sums with a leading 0: the sum over rows a..b-1 is P[b] - P[a]
     p1, p2, py, pty = sums
     first = MIN_SIDE_ROWS - 1  # the first p: MIN_SIDE_ROWS rows at the level up to it
     at_top = float(n - q)  # rows from q on, at g = 1
     top_y = sy - py[q]
-    tq, p1q, p2q, pyq, ptyq = t[q], p1[q], p2[q], py[q], pty[q]
-    bar = 1e-12 * n * n
-    width = min(_BLOCK_ROWS, max(0, q - 1 - first))
-    d, s1, work, sg, sgg, sgy, det, other = (np.empty(width) for _ in range(8))
-    usable = np.empty(width, dtype=bool)
     fit: Fit | None = None
     # the p a block at a time, so that the dozen terms of each stay in the CPU's cache;
     # the first least rss of them, as argmin over every p gives it (a NaN least, as
     # argmin gives it first, leaves this end out)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for lo in range(first, q - 1, _BLOCK_ROWS):  # loop over blocks of p, not rows
-            hi = min(q - 1, lo + _BLOCK_ROWS)
-            size = hi - lo
-            tp = t[lo:hi]
-            # rows strictly between p and q
-            inside = np.arange(q - 1 - lo, q - 1 - hi, -1, dtype=np.float64)
-            d_, s1_, w, sg_, sgg_, sgy_, det_, o = (
-                a[:size] for a in (d, s1, work, sg, sgg, sgy, det, other)
-            )
-            np.subtract(tq, tp, out=d_)
-            np.subtract(p1q, p1[lo + 1 : hi + 1], out=s1_)
-            # sg = (s1 - inside * tp) / d + at_top
-            np.multiply(inside, tp, out=o)  # inside * tp, used again in sgg
-            np.subtract(s1_, o, out=sg_)
-            sg_ /= d_
-            sg_ += at_top
-            # sgg = (s2 - 2.0 * tp * s1 + inside * tp * tp) / (d * d) + at_top
-            np.multiply(2.0, tp, out=w)
-            w *= s1_
-            np.subtract(p2q, p2[lo + 1 : hi + 1], out=sgg_)
-            sgg_ -= w
-            o *= tp
-            sgg_ += o
-            np.multiply(d_, d_, out=w)
-            sgg_ /= w
-            sgg_ += at_top
-            # sgy = (s_ty - tp * s_y) / d + top_y
-            np.subtract(pyq, py[lo + 1 : hi + 1], out=w)
-            w *= tp
-            np.subtract(ptyq, pty[lo + 1 : hi + 1], out=sgy_)
-            sgy_ -= w
-            sgy_ /= d_
-            sgy_ += top_y
-            k, rss_k, climb_k = _least(
-                n, sy, syy, sg_, sgg_, sgy_, d_, at_top, bar, det_, w, o, usable[:size]
-            )
-            if np.isnan(rss_k):
-                return None
-            if fit is None or rss_k < fit.rss:
-                fit = Fit(lo + k + 1, float(rss_k), float(climb_k))
+    for lo in range(first, q - 1, _BLOCK_ROWS):  # loop over blocks of p, not rows
+        hi = min(q - 1, lo + _BLOCK_ROWS)
+        tp, tq = t[lo:hi], t[q]
+        d = tq - tp
+        # rows strictly between p and q
+        inside = np.arange(q - 1 - lo, q - 1 - hi, -1, dtype=np.float64)
+        s1, s2 = p1[q] - p1[lo + 1 : hi + 1], p2[q] - p2[lo + 1 : hi + 1]
+        s_y, s_ty = py[q] - py[lo + 1 : hi + 1], pty[q] - pty[lo + 1 : hi + 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sg = (s1 - inside * tp) / d + at_top
+            sgg = (s2 - 2.0 * tp * s1 + inside * tp * tp) / (d * d) + at_top
+            sgy = (s_ty - tp * s_y) / d + top_y
+        rss, climb = _solve(n, sy, syy, sg, sgg, sgy, (d > 0) & (at_top >= 1))
+        k = int(np.argmin(rss))
+        if np.isnan(rss[k]):
+            return None
+        if fit is None or rss[k] < fit.rss:
+            fit = Fit(lo + k + 1, float(rss[k]), float(climb[k]))
     return fit
 
 
-def _least(
-    n: int,
-    sy: float,
-    syy: float,
-    sg: np.ndarray,
-    sgg: np.ndarray,
-    sgy: np.ndarray,
-    d: np.ndarray,
-    at_top: float,
-    bar: float,
-    det: np.ndarray,
-    work: np.ndarray,
-    other: np.ndarray,
-    usable: np.ndarray,
-) -> tuple[int, float, float]:
-    """`_solve` of a block into the scratch arrays given (`sg`, `sgg` and `sgy` are
-    overwritten), and the first least rss's index, rss and climb: the same operations in
-    the same order, so the same bits."""
-    # det = n * sgg - sg * sg
-    np.multiply(n, sgg, out=det)
-    np.multiply(sg, sg, out=work)
-    det -= work
-    # usable = (d > 0) & (at_top >= 1) & (det > 1e-12 * n * n)
-    np.greater(d, 0, out=usable)
-    if not at_top >= 1:
-        usable[:] = False
-    usable &= det > bar
-    # explained = (sgg * sy * sy - 2.0 * sg * sy * sgy + n * sgy * sgy) / det
-    sgg *= sy
-    sgg *= sy
-    np.multiply(2.0, sg, out=work)
-    work *= sy
-    work *= sgy
-    sgg -= work
-    np.multiply(n, sgy, out=other)  # n * sgy, used again in the climb
-    np.multiply(other, sgy, out=work)
-    sgg += work
-    sgg /= det
-    # climb = (n * sgy - sg * sy) / det
-    sg *= sy
-    other -= sg
-    other /= det
-    # rss = syy - explained where usable, else inf
-    np.subtract(syy, sgg, out=work)
-    np.logical_not(usable, out=usable)
-    np.copyto(work, np.inf, where=usable)
-    k = int(np.argmin(work))
-    return k, work[k], other[k]  # numpy floats: compared and converted as `_solve`'s were
-
-
-# candidate rows p worked out at once: nine scratch arrays of 64 KB each, in the CPU's
-# cache (a 156,250-row rank: 0.70-0.87 s over every p at once, 0.40 s in blocks of 4,096
-# with a fresh array per term; in scratch arrays, 0.18-0.19 CPU-s against 0.22-0.25)
-_BLOCK_ROWS = 1 << 13
+# candidate rows p worked out at once: a dozen terms of 32 KB each, in the CPU's cache
+# (a 156,250-row rank: 0.70-0.87 s over every p at once, 0.40 s so)
+_BLOCK_ROWS = 1 << 12
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
