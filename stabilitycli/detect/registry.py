@@ -39,6 +39,9 @@ class Rule:
     provides: tuple[str, ...] = ()  # `Facts` fields it sets
     # the series it judges (canonical names), for the coverage of each series read
     series: tuple[str, ...] = ()
+    # reads nothing of the view but its run (`SeriesView.run`) and no fact: the pipeline
+    # may start it before the view's series are built (`pipeline.rules.started_early`)
+    before_view: bool = False
 
     @property
     def emits(self) -> tuple[str, ...]:
@@ -72,6 +75,7 @@ def rule(
     needs: tuple[str, ...] = (),
     provides: tuple[str, ...] = (),
     series: tuple[str, ...] = (),
+    before_view: bool = False,
 ) -> Callable[[Callable[..., RuleResult]], Callable[..., RuleResult]]:
     """Register a rule function `(view, thresholds, facts) -> RuleResult`.
 
@@ -98,7 +102,11 @@ def rule(
         if unknown:
             raise ValueError(f"rule {code!r} declares unknown threshold(s) or fact(s): {unknown}")
         _check_template(code, doc)
-        RULES[code] = Rule(code, section, summary, emits, func, reads, needs, provides, series)
+        if before_view and needs:
+            raise ValueError(f"rule {code!r} starts before the view: it can need no fact")
+        RULES[code] = Rule(
+            code, section, summary, emits, func, reads, needs, provides, series, before_view
+        )
         return func
 
     return register

@@ -119,3 +119,11 @@ def build_view(run: RunData) -> SeriesView:
         abandoned=abandoned,
         run=run,
     )
+
+
+def run_only_view(run: RunData) -> SeriesView:
+    """A view of the run with no series: what a rule that reads only `view.run`
+    (`Rule.before_view`) is given when it starts before `build_view` has made them."""
+    return SeriesView(
+        steps=np.zeros(0, dtype=np.int64), columns={}, logged={}, source=run.source, run=run
+    )

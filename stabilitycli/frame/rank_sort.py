@@ -90,22 +90,64 @@ class Grid:
     @classmethod
     def of(cls, ranks: np.ndarray) -> Grid | None:
         """The grid `ranks` make, or None when they make none."""
-        again = np.flatnonzero(ranks[1:_GRID_SEARCH_ROWS] == ranks[0])
+        grid = cls.begun(ranks[:_GRID_SEARCH_ROWS], ranks.size)
+        return grid if grid is not None and grid.holds(ranks, 0) else None
+
+    @classmethod
+    def of_stretches(cls, stretches: list[np.ndarray], rows: int) -> Grid | None:
+        """`of` the ranks that `stretches` make one after another (`rows` of them), told a
+        stretch at a time: the column need not be joined first."""
+        head, held = [], 0
+        for stretch in stretches:  # loop over stretches, to the rows a first step is sought in
+            if held >= _GRID_SEARCH_ROWS:
+                break
+            head.append(stretch[: _GRID_SEARCH_ROWS - held])
+            held += head[-1].size
+        grid = cls.begun(np.concatenate(head) if head else np.zeros(0, np.int64), rows)
+        if grid is None:
+            return None
+        at = 0
+        for stretch in stretches:  # loop over stretches, not rows
+            if not grid.holds(stretch, at):
+                return None
+            at += stretch.size
+        return grid
+
+    @classmethod
+    def begun(cls, head: np.ndarray, rows: int) -> Grid | None:
+        """The grid of `rows` ranks that begin with `head` (their first `_GRID_SEARCH_ROWS`,
+        or all of them) when the rest follow it (`holds`); None when they can make none."""
+        again = np.flatnonzero(head[1:_GRID_SEARCH_ROWS] == head[0]) if head.size else head
         if again.size == 0:
             return None
         width = int(again[0]) + 1
-        if ranks.size % width:
+        if rows % width:
             return None
         # a copy: a view would keep the whole unsorted rank column alive with the grid
-        first_step = ranks[:width].copy()
+        first_step = head[:width].copy()
         if np.unique(first_step).size != width:
             return None
+        return cls(first_step, rows // width)
+
+    def holds(self, ranks: np.ndarray, first_row: int) -> bool:
+        """Whether rows `first_row` on (`ranks`, a stretch of the column) are the grid's:
+        each step's ranks in `first_step`'s order. A stretch at a time, so that a column in
+        pieces is checked without being joined first."""
+        width = self.first_step.size
+        # the part step the stretch may begin inside, its whole steps, the part step it
+        # may end inside
+        into = first_row % width
+        head = min(ranks.size, (width - into) % width)
+        if not (ranks[:head] == self.first_step[into : into + head]).all():
+            return False
+        whole = (ranks.size - head) // width * width
+        by_step = ranks[head : head + whole].reshape(-1, width)
         steps_per_block = _steps_per_block(width)
-        grid = ranks.reshape(-1, width)
-        for first in range(0, grid.shape[0], steps_per_block):  # loop over blocks, not rows
-            if not (grid[first : first + steps_per_block] == first_step).all():
-                return None
-        return cls(first_step, grid.shape[0])
+        for first in range(0, by_step.shape[0], steps_per_block):  # loop over blocks, not rows
+            if not (by_step[first : first + steps_per_block] == self.first_step).all():
+                return False
+        tail = ranks[head + whole :]
+        return bool((tail == self.first_step[: tail.size]).all())
 
     def sorted(self, column: pl.Series) -> pl.Series:
         """`column`'s values with each rank's rows together, in rank order."""
@@ -124,10 +166,12 @@ class Grid:
             out.scatter(np.flatnonzero(~valid), None)
         return out
 
-    def sorted_ranks(self, dtype: pl.DataType, name: str) -> pl.Series:
-        """The rank column of the sorted rows (each rank's run of `steps`), flagged sorted."""
-        ranks = np.repeat(self.first_step[self.rank_order], self.steps)
-        return pl.Series(name, ranks, dtype=dtype).set_sorted()
+    def sorted_ranks(self, dtype: pl.DataType, name: str, out: np.ndarray) -> pl.Series:
+        """The rank column of the sorted rows (each rank's run of `steps`), flagged sorted,
+        written into `out` (empty, a value for each of the grid's rows, the ranks' numpy
+        dtype)."""
+        out.reshape(self.first_step.size, self.steps)[:] = self.first_step[self.rank_order, None]
+        return pl.Series(name, out, dtype=dtype).set_sorted()
 
     def place(self, out: np.ndarray, values: np.ndarray, first_row: int) -> None:
         """Rows `first_row` on of a step-major column (one piece of it) written where the

@@ -7,13 +7,20 @@ part of the rules' time) runs on one core while the others run on the second. A 
 starts once every selected rule that provides a fact it needs has finished; what the
 rules found is gathered in the rule order, so the result is the one the serial loop
 gives, bit for bit (every rule is deterministic and writes only its own facts).
+
+A rule that reads nothing of the view but its run (`Rule.before_view`: the rank check,
+which reads every rank's rows) can start before the view is built (`started_early`):
+the per-step series of a per-rank log (`build_view`, one thread) are then made on one
+core while it runs on the other, where they were a one-core stretch before every rule.
 """
 
 from __future__ import annotations
 
 import contextvars
 import os
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from stabilitycli.core import progress
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from stabilitycli.detect.facts import Facts
     from stabilitycli.detect.registry import Rule, RuleResult
     from stabilitycli.detect.series import SeriesView
+    from stabilitycli.frame import RunData
 
 # below this many rows the rules take a fraction of a second: threads would cost more
 # than they save (and a batch already runs one run a core)
@@ -35,18 +43,23 @@ RULE_THREADS = 2
 
 
 def run_rules(
-    rules: list[Rule], view: SeriesView, thresholds: Thresholds, facts: Facts, rows: int
+    rules: list[Rule],
+    view: SeriesView,
+    thresholds: Thresholds,
+    facts: Facts,
+    rows: int,
+    early: dict[str, Future[RuleResult]] | None = None,
 ) -> tuple[list[Finding], list[Skip]]:
-    """Every rule's findings and skips, in the rule order; `rows` of the log, for progress."""
-    threads = min(RULE_THREADS, os.cpu_count() or 1)
-    spare = (
-        threads > 1 and rows >= PARALLEL_MIN_ROWS and not memory_capped(_columns_bytes(view, rows))
-    )
+    """Every rule's findings and skips, in the rule order; `rows` of the log, for progress.
+    `early`: the rules `started_early` started, by code (their results are waited for
+    here, in their turn)."""
+    early = early or {}
+    threads = _rule_threads(rows, len(view.columns))
     # a rule's chunks may take the second thread too (`core.threads`): the spike rule
     # goes on alone for seconds after the others have finished
-    with core_threads.lending(threads if spare else 1):
-        if spare and len(rules) > 1:
-            outcomes = _at_once(rules, view, thresholds, facts, rows, threads)
+    with core_threads.lending(threads):
+        if early or (threads > 1 and len(rules) > 1):
+            outcomes = _at_once(rules, view, thresholds, facts, rows, threads, early)
         else:
             outcomes = _in_turn(rules, view, thresholds, facts, rows)
     findings: list[Finding] = []
@@ -57,10 +70,52 @@ def run_rules(
     return findings, skipped
 
 
-def _columns_bytes(view: SeriesView, rows: int) -> int:
+@contextmanager
+def started_early(
+    rules: list[Rule], run: RunData, thresholds: Thresholds, facts: Facts
+) -> Iterator[dict[str, Future[RuleResult]]]:
+    """The selected rules that read only the run (`Rule.before_view`) started on a thread
+    of their own, when the rules will run on two threads (`run_rules`), with the second
+    thread lent to them as `run_rules` lends it; their futures by code, for `run_rules`.
+    None is started (an empty dict) for a short log, under a memory cap, or for a run
+    without ranks, whose frame `build_view` replaces (packs) while it builds the view."""
+    threads = _rule_threads(run.frame.height, len(run.metric_columns))
+    at_once = threads > 1 and len(rules) > 1 and "rank" in run.frame.columns
+    early = [rule for rule in rules if rule.before_view] if at_once else []
+    if not early:
+        yield {}
+        return
+    from stabilitycli.detect.series import run_only_view
+
+    view = run_only_view(run)
+
+    def started(rule: Rule) -> RuleResult:
+        with core_threads.lending(threads):
+            return rule.run(view, thresholds, facts)
+
+    with ThreadPoolExecutor(len(early), thread_name_prefix="stab-rule-early") as pool:
+        # each hears what this thread hears (the progress listener)
+        yield {
+            rule.code: pool.submit(contextvars.copy_context().run, started, rule) for rule in early
+        }
+
+
+def _rule_threads(rows: int, metrics: int) -> int:
+    """The threads the rules of a log of `rows` rows and `metrics` metrics run on: two
+    where there are two cores, the log is long enough and nothing caps memory; else one."""
+    threads = min(RULE_THREADS, os.cpu_count() or 1)
+    spare = (
+        threads > 1
+        and rows >= PARALLEL_MIN_ROWS
+        and not memory_capped(_columns_bytes(metrics, rows))
+    )
+    return threads if spare else 1
+
+
+def _columns_bytes(metrics: int, rows: int) -> int:
     """About what the log's frame holds: a step and each metric in 8 bytes a row (a
     per-rank log's view holds per-step series; its frame, every rank's rows)."""
-    return rows * 8 * (len(view.columns) + 1)
+    return rows * 8 * (metrics + 1)
 
 
 def _in_turn(
@@ -86,7 +141,10 @@ def _at_once(
     facts: Facts,
     rows: int,
     threads: int,
+    early: dict[str, Future[RuleResult]],
 ) -> list[RuleResult]:
+    """The rules on `threads` threads at once, the rules `early` started counted among
+    them (they run already: the others share the threads left)."""
     provider = {name: rule.code for rule in rules for name in rule.provides}
     # the selected rules each waits for (a fact no selected rule provides stays unset)
     waits_for = {
@@ -95,10 +153,12 @@ def _at_once(
     }
     waited_on = {rule.code: sum(rule.code in w for w in waits_for.values()) for rule in rules}
     outcomes: dict[str, RuleResult] = {}
-    running: dict[Future[RuleResult], Rule] = {}
-    waiting = list(rules)
+    running: dict[Future[RuleResult], Rule] = {
+        early[rule.code]: rule for rule in rules if rule.code in early
+    }
+    waiting = [rule for rule in rules if rule.code not in early]
     progress.tell("rules", 0, len(rules))
-    with ThreadPoolExecutor(threads, thread_name_prefix="stab-rule") as pool:
+    with ThreadPoolExecutor(max(1, threads - len(early)), thread_name_prefix="stab-rule") as pool:
         while waiting or running:
             ready = [r for r in waiting if waits_for[r.code] <= outcomes.keys()]
             # a rule others wait for first (the spike rule): the rules after it can start

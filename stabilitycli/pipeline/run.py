@@ -54,7 +54,7 @@ def analyze(
     from stabilitycli.detect.series import build_view
     from stabilitycli.pipeline.basis import headline_basis, series_read
     from stabilitycli.pipeline.memory import release_freed
-    from stabilitycli.pipeline.rules import run_rules
+    from stabilitycli.pipeline.rules import run_rules, started_early
 
     thresholds = config or Thresholds()
     run = load_run(source, options)
@@ -63,12 +63,15 @@ def analyze(
     if "loss" not in run.frame.columns and not _scaler_columns(run):
         run.require_loss()
     rules, dropped_codes = select_rules(select, ignore)
-    view = build_view(run)
-    if derived:
-        view.derived.update(derived)
     ignored = frozenset(code.strip() for code in ignore or [])
-    facts = Facts(lr_plan=recognise_plan(view, thresholds), ignored=ignored)
-    findings, skipped = run_rules(rules, view, thresholds, facts, run.frame.height)
+    facts = Facts(ignored=ignored)
+    # the rank check reads the run, not the view: it starts while the view is built
+    with started_early(rules, run, thresholds, facts) as early:
+        view = build_view(run)
+        if derived:
+            view.derived.update(derived)
+        facts.lr_plan = recognise_plan(view, thresholds)
+        findings, skipped = run_rules(rules, view, thresholds, facts, run.frame.height, early)
 
     facts.log_words = read_log_words(view)
     if derived is not None:

@@ -161,3 +161,30 @@ def test_a_joined_column_is_written_in_small_pages() -> None:
     values = column.to_numpy()
     assert values[0] == 0.0 and values[-1] == 3.0
     assert _huge_page_kb(values.__array_interface__["data"][0], values.nbytes) == 0
+
+
+@pytest.mark.parametrize("broken_row", [0, 5, 13, 31, 43])
+def test_ranks_off_the_grid_in_a_later_piece_are_joined_in_order(broken_row) -> None:
+    # the grid is told a piece at a time: a rank out of place in any piece, at a step's
+    # start, inside it or in the part step a piece ends with, means no grid
+    pieces = _grid_pieces(3, [5, 0, 3], steps=15, cuts=[1, 2, 7, 12, 13, 30])
+    whole = pl.concat([p.clone() for p in pieces])
+    ranks = whole["rank"].to_numpy().copy()
+    ranks[broken_row] = 9
+    whole = whole.with_columns(pl.Series("rank", ranks))
+    starts = itertools.accumulate((p.height for p in pieces), initial=0)
+    pieces = [whole.slice(start, p.height) for start, p in zip(starts, pieces, strict=False)]
+    got, in_rank_order = joined_by_rank(pieces, "rank")
+    assert not in_rank_order
+    assert_frame_equal(got, whole, check_exact=True)
+
+
+def test_a_grid_told_a_piece_at_a_time_is_the_whole_column_s() -> None:
+    # pieces shorter than a step: the first step is sought across them
+    ranks = np.tile(np.array([4, 1, 7, 2, 0], dtype=np.int64), 9)
+    stretches = [ranks[a:b] for a, b in itertools.pairwise([0, 1, 3, 4, 11, 20, 44, 45])]
+    told = rank_sort.Grid.of_stretches(stretches, ranks.size)
+    whole = rank_sort.Grid.of(ranks)
+    assert told is not None and whole is not None
+    assert np.array_equal(told.first_step, whole.first_step) and told.steps == whole.steps == 9
+    assert rank_sort.Grid.of_stretches(stretches[:-1], ranks.size - 1) is None

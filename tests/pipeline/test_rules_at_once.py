@@ -129,3 +129,51 @@ def test_a_rules_chunks_on_the_lent_thread_give_the_same_document(tmp_path, monk
     monkeypatch.setattr(rules_module, "PARALLEL_MIN_ROWS", 10**12)
     assert render(analyze(path)) == documents[0]
     assert not any(name.startswith("stab-chunk") for name in names)
+
+
+def test_the_rank_check_starts_before_the_view_and_gives_the_same_document(
+    tmp_path, monkeypatch
+) -> None:
+    """Issue 40: a rule that reads only the run (`Rule.before_view`, the rank check) starts
+    on a thread of its own while the view is built; the document is the one the rules give
+    one after another, with the outlier rank found."""
+    import polars as pl
+
+    from stabilitycli.detect import series
+
+    ranks, steps = 4, rules_module.PARALLEL_MIN_ROWS // 4
+    rng = np.random.default_rng(42)
+    loss = 2.0 + 0.02 * rng.standard_normal((steps, ranks))
+    loss[steps // 2 :, 3] += 1.0  # rank 3 sits away from its cohort for the second half
+    path = tmp_path / "ranks.jsonl"
+    pl.DataFrame(
+        {
+            "step": np.repeat(np.arange(steps), ranks),
+            "rank": np.tile(np.arange(ranks), steps),
+            "loss": loss.ravel(),
+        }
+    ).write_ndjson(path)
+    rule = load_rules()["ranks"]  # imports every rule module: RULES holds them all
+    assert rule.before_view
+    where: list[str] = []
+
+    def traced(view, thresholds, facts, _run=rule.run):
+        where.append(threading.current_thread().name)
+        return _run(view, thresholds, facts)
+
+    traced.__module__ = rule.run.__module__
+    monkeypatch.setitem(registry.RULES, "ranks", replace(rule, run=traced))
+    built: list[str] = []
+    build_view = series.build_view
+
+    def view_of(run):
+        built.append(threading.current_thread().name)
+        return build_view(run)
+
+    monkeypatch.setattr(series, "build_view", view_of)
+    early = render(analyze(path))
+    assert where[0].startswith("stab-rule-early") and built == ["MainThread"]
+    assert '"rank-outlier"' in early
+    monkeypatch.setattr(rules_module, "PARALLEL_MIN_ROWS", 10**12)
+    assert render(analyze(path)) == early
+    assert not where[1].startswith("stab-rule-early")

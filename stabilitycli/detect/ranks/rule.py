@@ -32,6 +32,7 @@ from stabilitycli.detect.series import SeriesView
         "straggler_ratio",
     ),
     provides=("rank_report",),
+    before_view=True,  # it reads the run's every rank, not the view's mean over them
 )
 def detect_rank_outliers(view: SeriesView, thresholds: Thresholds, facts: Facts) -> RuleResult:
     """Each rank against the median and MAD of its cohort, step by step.
