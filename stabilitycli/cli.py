@@ -115,7 +115,7 @@ def _print_version(value: bool) -> None:
 
 # the options' types by name: typer reads a string annotation by evaluating it, and a name
 # is compiled in a few instructions where the whole `Annotated[...]` with its help text was
-# compiled anew at every start-up (~2M instructions; #40)
+# compiled anew at every start-up (~3M instructions; #40)
 VersionOpt = Annotated[
     bool,
     typer.Option(
