@@ -25,15 +25,18 @@ from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
 from typer._param_types import coerce_cli_choice
 from typer.core import TyperCommand, TyperGroup, _TyperParameter
 
-from stabilitycli.core.records import dataclass
-
 # `_as_given`'s answer for a value that typer's own conversion has to see
 _CONVERT = object()
 
 
-@dataclass(frozen=True)
 class _AsGiven(RuntimeParam):
+    # not a dataclass of its own: over typer's dataclass, `@dataclass` wrote and compiled
+    # six methods at every start-up (~3M instructions; #40) for one more attribute
     descriptor: TypeDescriptor
+
+    def __init__(self, *, parameter_info: Any, annotation: Any, descriptor: TypeDescriptor) -> None:
+        super().__init__(parameter_info=parameter_info, annotation=annotation)
+        object.__setattr__(self, "descriptor", descriptor)  # frozen, as typer's own
 
     @cached_property
     def _typers(self) -> RuntimeParam:

@@ -12,7 +12,6 @@ from dataclasses import asdict, field
 from enum import IntEnum
 from typing import Any
 
-from stabilitycli.core.quantities import quantities
 from stabilitycli.core.quantity_schema import COMMON, Evidence, Schema
 from stabilitycli.core.records import dataclass
 
@@ -132,6 +131,10 @@ class Finding:
         return self.kind.code
 
     def to_dict(self) -> dict[str, Any]:
+        # walked only where a finding is written out: a run without findings never loads the
+        # walk and its Protocol classes (start-up, #40)
+        from stabilitycli.core.quantities import quantities
+
         return {
             "code": self.code,
             "severity": str(self.severity),

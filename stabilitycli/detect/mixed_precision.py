@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,16 +24,20 @@ from stabilitycli.detect.kinds.mixed_precision import (
     LossScaleHalvingEvidence,
     LossScaleStaticEvidence,
 )
-from stabilitycli.detect.overflow_ledger import OverflowLedger, ledger_of, scale_text
 from stabilitycli.detect.registry import RuleResult, rule
 from stabilitycli.detect.series import SeriesView
 
-__all__ = ["overflow_per_step", "runs_fp16", "scale_text"]
+if TYPE_CHECKING:
+    from stabilitycli.detect.overflow_ledger import OverflowLedger
+
+__all__ = ["overflow_per_step", "runs_fp16"]
 
 
 def overflow_per_step(view: SeriesView) -> np.ndarray:
     """How many overflows the ledger puts at each logged row (0 where none), for the readers
     that plot or compare it row by row."""
+    from stabilitycli.detect.overflow_ledger import ledger_of
+
     return ledger_of(view).per_row(view.steps)
 
 
@@ -138,6 +143,10 @@ def detect_loss_scale(view: SeriesView, thresholds: Thresholds, facts: Facts) ->
         # calling it an fp16 overflow would be a guess, and §1 reads the grad norm instead
         result.skipped.append(Skip(RULE, not_fp16))
         return result
+    # the ledger only where the log may be fp16: a run this rule skips never loads it
+    # (start-up, #40)
+    from stabilitycli.detect.overflow_ledger import ledger_of
+
     ledger = ledger_of(view)
     result.facts["overflow_ledger"] = ledger
     result.facts["overflow"] = overflow = _summary(ledger)
@@ -250,6 +259,8 @@ def _summary(ledger: OverflowLedger) -> OverflowSummary:
 
 def _at_minimum(ledger: OverflowLedger) -> Finding:
     """The scaler said it could not lower its scale any more: collapsed, whatever its value."""
+    from stabilitycli.detect.overflow_ledger import scale_text
+
     at = int(ledger.at_minimum_steps[0])
     sc = ledger.scale
     scale = f" ({scale_text(sc.max)} down to {scale_text(sc.min)})" if sc is not None else ""
@@ -278,6 +289,8 @@ def _at_minimum(ledger: OverflowLedger) -> Finding:
 def _scale_history(
     view: SeriesView, thresholds: Thresholds, ledger: OverflowLedger, result: RuleResult
 ) -> None:
+    from stabilitycli.detect.overflow_ledger import scale_text
+
     sc = ledger.scale
     assert sc is not None
     total = ledger.total

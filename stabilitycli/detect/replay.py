@@ -29,7 +29,6 @@ import polars as pl
 from stabilitycli.core.config import Thresholds
 from stabilitycli.core.model import Restart
 from stabilitycli.core.records import dataclass
-from stabilitycli.detect.deviation import judge, window_noise
 from stabilitycli.frame import SEGMENT
 
 
@@ -167,6 +166,9 @@ def replay_noise(replay, metric: str, thr: Thresholds) -> tuple[float, int, int]
     """(sigma, first step, last step): the noise of the trajectory before the restart."""
     steps, values = replay.before.get(metric, (np.array([], dtype=np.int64), np.array([])))
     end = replay.restart.last_step_before
+    # the judging module only where a replay is judged: most runs hold none (start-up, #40)
+    from stabilitycli.detect.deviation import window_noise
+
     return window_noise(steps, values, end - thr.replay_noise_steps + 1, end)
 
 
@@ -177,6 +179,8 @@ def replay_judgement(replay, metric: str, thresholds: Thresholds) -> dict[str, A
     steps, old, new = replay.pairs(metric)
     if steps.size == 0:
         return None
+    from stabilitycli.detect.deviation import judge
+
     sigma, first, last = replay_noise(replay, metric, thresholds)
     band = thresholds.noise_band_sigmas * math.sqrt(2.0) * sigma
     verdict = judge(old, new, np.full(steps.size, band), thresholds.judge_points)

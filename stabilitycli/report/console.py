@@ -10,6 +10,7 @@ laid out at that width, as on a terminal of that size). Colour only on a termina
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -33,7 +34,13 @@ PLAIN: ContextVar[bool] = ContextVar("stab_plain_layout", default=False)
 WIDTH: ContextVar[int | None] = ContextVar("stab_width", default=None)
 
 # spaces left at the end of a line (before any closing colour codes) by rich's padding
-_TRAILING = re.compile(r"[ ]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+_TRAILING = r"[ ]+((?:\x1b\[[0-9;]*m)*)$"
+
+
+@functools.cache
+def _trailing() -> re.Pattern[str]:
+    # compiled at the first coloured text: plain text never asks it (start-up, #40)
+    return re.compile(_TRAILING, re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ def _without_trailing_spaces(text: str) -> str:
     cell's padding and backtracks over the rest of it, took some 13 million instructions
     on a small `stab analyze`'s plain text (#40); the same text."""
     if "\x1b" in text:
-        return _TRAILING.sub(r"\1", text)
+        return _trailing().sub(r"\1", text)
     return "\n".join(line.rstrip(" ") for line in text.split("\n"))
 
 

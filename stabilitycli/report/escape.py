@@ -144,15 +144,22 @@ def _escape_first_colon(line: list[Any]) -> list[Any]:
 # an autolink, an `&` that could start an entity, emphasis and code, and the `](`
 # or `][` that would close a link or an image; a lone `>` or `[` starts nothing
 # mid-line, and input never starts a line
-_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
-_ENTITY = re.compile(r"&(?=#?\w+;)")
+_TAG_OPEN = r"<(?=[A-Za-z/!?])"
+_ENTITY = r"&(?=#?\w+;)"
+
+
+@functools.cache
+def _markdown_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    # compiled when Markdown is first written: a terminal run paid for both at start-up (#40)
+    return re.compile(_ENTITY), re.compile(_TAG_OPEN)
 
 
 def markdown(text: object) -> str:
     """Text from a log, safe in Markdown prose: one line, no raw HTML, links, emphasis, code."""
     out = visible(text).replace("\\", "\\\\")
-    out = _ENTITY.sub("&amp;", out)
-    out = _TAG_OPEN.sub("&lt;", out)
+    entity, tag_open = _markdown_patterns()
+    out = entity.sub("&amp;", out)
+    out = tag_open.sub("&lt;", out)
     out = out.replace("`", "\\`").replace("*", "\\*").replace("](", "\\](").replace("][", "\\][")
     # a colon first in the text is escaped (`\\:` renders as `:`) so that no line of the
     # document can start with `::` even where the text begins a line

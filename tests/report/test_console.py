@@ -121,4 +121,4 @@ def test_trailing_spaces_go_as_the_pattern_takes_them() -> None:
         "tab\t \n\u00a0 \n",
     ]
     for text in texts:
-        assert console._without_trailing_spaces(text) == console._TRAILING.sub(r"\1", text)
+        assert console._without_trailing_spaces(text) == console._trailing().sub(r"\1", text)
