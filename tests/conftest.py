@@ -14,34 +14,38 @@ RUNS = FIXTURES / "runs"
 REAL_LOGS = ROOT.parent / "shared" / "real-logs"
 
 # The test files that take longest (test-seconds summed per file by scripts/test_file_times.py
-# from a `-n 2 --durations=0` run, 2026-12-05), longest first: they are collected first, and
+# from a `-n auto --durations=0` run, 2026-12-06), longest first: they are collected first, and
 # with `--dist loadfile --no-loadscope-reorder` (pyproject.toml) xdist hands files to the
 # workers in collection order. Its default order (most tests first) hands out
 # test_real_job_writers.py (3 tests, ~160 s) last: with three workers, one runs it alone at
 # the end (replaying the scheduler on the measured times: 696 s against 640 s).
 LONGEST_FILES = (
-    "tests/ingest/test_fuzz_readers.py",
-    "tests/watch/test_real_job_writers.py",
     "tests/watch/test_equivalence.py",
-    "tests/integration/test_action.py",
+    "tests/ingest/test_fuzz_readers.py",
     "tests/pipeline/test_ray_engine.py",
-    "tests/ingest/test_jsonl_pieces.py",
-    "tests/ingest/test_mlflow_server.py",
+    "tests/watch/test_real_job_writers.py",
     "tests/report/test_html_every_fixture.py",
-    "tests/detect/test_properties.py",
-    "tests/watch/sources/test_mlflow_server.py",
+    "tests/integration/test_action.py",
+    "tests/ingest/test_mlflow_server.py",
     "tests/detect/test_divergence_memory.py",
-    "tests/ingest/test_object_store.py",
-    "tests/watch/test_each_run.py",
-    "tests/pipeline/test_bounded_memory.py",
-    "tests/ingest/test_fuzz_object_store.py",
-    "tests/ingest/test_formats_agree.py",
-    "tests/report/test_html.py",
-    "tests/detect/test_rules_meta.py",
-    "tests/pipeline/test_rules_at_once.py",
-    "tests/watch/test_real_job.py",
+    "tests/detect/test_properties.py",
+    "tests/detect/test_ranks.py",
+    "tests/detect/test_overflow_ledger.py",
+    "tests/ingest/test_roundtrip_properties.py",
+    "tests/report/test_console.py",
     "tests/integration/test_read_only.py",
+    "tests/watch/test_each_run.py",
+    "tests/report/test_html.py",
+    "tests/commands/test_medium_snapshots.py",
+    "tests/ingest/test_formats_agree.py",
+    "tests/detect/test_rule_blocks.py",
+    "tests/ingest/test_object_store.py",
+    "tests/pipeline/test_results_store.py",
+    "tests/detect/ranks/test_drift_onset.py",
     "tests/pipeline/test_engine_option.py",
+    "tests/core/test_quantities.py",
+    "tests/watch/test_real_job.py",
+    "tests/watch/sources/test_mlflow_server.py",
 )
 
 
