@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from stabilitycli.core import progress
 from stabilitycli.core import threads as core_threads
@@ -42,19 +42,29 @@ PARALLEL_MIN_ROWS = 200_000
 RULE_THREADS = 2
 
 
+class Started(NamedTuple):
+    """What `started_early` decided and began: the threads the rules run on, and the
+    futures of the rules already running, by code."""
+
+    threads: int
+    running: dict[str, Future[RuleResult]]
+
+
 def run_rules(
     rules: list[Rule],
     view: SeriesView,
     thresholds: Thresholds,
     facts: Facts,
     rows: int,
-    early: dict[str, Future[RuleResult]] | None = None,
+    started: Started | None = None,
 ) -> tuple[list[Finding], list[Skip]]:
     """Every rule's findings and skips, in the rule order; `rows` of the log, for progress.
-    `early`: the rules `started_early` started, by code (their results are waited for
+    `started`: what `started_early` began (its threads are the ones decided there, so that
+    the early rules and these never count differently; their results are waited for
     here, in their turn)."""
-    early = early or {}
-    threads = _rule_threads(rows, len(view.columns))
+    if started is None:
+        started = Started(_rule_threads(rows, len(view.columns)), {})
+    threads, early = started
     # a rule's chunks may take the second thread too (`core.threads`): the spike rule
     # goes on alone for seconds after the others have finished
     with core_threads.lending(threads):
@@ -73,17 +83,17 @@ def run_rules(
 @contextmanager
 def started_early(
     rules: list[Rule], run: RunData, thresholds: Thresholds, facts: Facts
-) -> Iterator[dict[str, Future[RuleResult]]]:
-    """The selected rules that read only the run (`Rule.before_view`) started on a thread
-    of their own, when the rules will run on two threads (`run_rules`), with the second
-    thread lent to them as `run_rules` lends it; their futures by code, for `run_rules`.
-    None is started (an empty dict) for a short log, under a memory cap, or for a run
-    without ranks, whose frame `build_view` replaces (packs) while it builds the view."""
+) -> Iterator[Started]:
+    """The threads the rules of `run` run on, decided once for `run_rules`, and the
+    selected rules that read only the run (`Rule.before_view`) started on a thread of
+    their own when those are two, with the second thread lent to them as `run_rules`
+    lends it. None is started for a short log, under a memory cap, or for a run without
+    ranks, whose frame `build_view` replaces (packs) while it builds the view."""
     threads = _rule_threads(run.frame.height, len(run.metric_columns))
     at_once = threads > 1 and len(rules) > 1 and "rank" in run.frame.columns
     early = [rule for rule in rules if rule.before_view] if at_once else []
     if not early:
-        yield {}
+        yield Started(threads, {})
         return
     from stabilitycli.detect.series import run_only_view
 
@@ -95,9 +105,13 @@ def started_early(
 
     with ThreadPoolExecutor(len(early), thread_name_prefix="stab-rule-early") as pool:
         # each hears what this thread hears (the progress listener)
-        yield {
-            rule.code: pool.submit(contextvars.copy_context().run, started, rule) for rule in early
-        }
+        yield Started(
+            threads,
+            {
+                rule.code: pool.submit(contextvars.copy_context().run, started, rule)
+                for rule in early
+            },
+        )
 
 
 def _rule_threads(rows: int, metrics: int) -> int:

@@ -66,12 +66,12 @@ def analyze(
     ignored = frozenset(code.strip() for code in ignore or [])
     facts = Facts(ignored=ignored)
     # the rank check reads the run, not the view: it starts while the view is built
-    with started_early(rules, run, thresholds, facts) as early:
+    with started_early(rules, run, thresholds, facts) as started:
         view = build_view(run)
         if derived:
             view.derived.update(derived)
         facts.lr_plan = recognise_plan(view, thresholds)
-        findings, skipped = run_rules(rules, view, thresholds, facts, run.frame.height, early)
+        findings, skipped = run_rules(rules, view, thresholds, facts, run.frame.height, started)
 
     facts.log_words = read_log_words(view)
     if derived is not None:
