@@ -188,3 +188,37 @@ def test_a_grid_told_a_piece_at_a_time_is_the_whole_column_s() -> None:
     assert told is not None and whole is not None
     assert np.array_equal(told.first_step, whole.first_step) and told.steps == whole.steps == 9
     assert rank_sort.Grid.of_stretches(stretches[:-1], ranks.size - 1) is None
+
+
+@pytest.mark.parametrize("rank_key", ["rank", None], ids=["by-rank", "in-order"])
+def test_columns_joined_two_at_once_are_the_columns_joined_in_turn(monkeypatch, rank_key) -> None:
+    import stabilitycli.frame.join as join
+
+    monkeypatch.setattr(join.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("stabilitycli.core.memory_cap.memory_capped", lambda *a: False)
+    threads_used: list[str] = []
+    copied = join._copied
+
+    def watched(*args, **kwargs):
+        import threading
+
+        threads_used.append(threading.current_thread().name)
+        return copied(*args, **kwargs)
+
+    monkeypatch.setattr(join, "_copied", watched)
+    cuts = [3, 10, 17, 40]
+    monkeypatch.setattr(join, "_JOINED_AT_ONCE_MIN_ROWS", 10**9)
+    want, want_sorted = joined_by_rank(_grid_pieces(3, [2, 0, 1], 19, cuts), rank_key)
+    assert not any(name.startswith("stab-join") for name in threads_used)
+    threads_used.clear()
+    monkeypatch.setattr(join, "_JOINED_AT_ONCE_MIN_ROWS", 0)
+    got, got_sorted = joined_by_rank(_grid_pieces(3, [2, 0, 1], 19, cuts), rank_key)
+    assert any(name.startswith("stab-join") for name in threads_used)
+    assert got_sorted == want_sorted == (rank_key is not None)
+    assert_frame_equal(got, want, check_exact=True)
+    # the relaxed column (nulls) and the copied ones, NaN, -0.0 and Inf, bit for bit
+    for name in got.columns:
+        assert got[name].n_chunks() == 1
+    assert np.array_equal(
+        got["loss"].to_numpy().view(np.int64), want["loss"].to_numpy().view(np.int64)
+    )
