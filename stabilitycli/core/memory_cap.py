@@ -43,6 +43,50 @@ def memory_capped(columns_bytes: int | None = None) -> bool:
 _ROOM_PER_COLUMN_BYTE = 2
 
 
+def room_beside_files() -> int | None:
+    """What this process may still take of its own memory under a limit that a mapped
+    file's pages escape, in bytes; None when no such limit is set.
+
+    Two limits leave a file's pages out: a memory cgroup's (it drops clean file pages under
+    pressure and reads them back when touched), less the process's own anonymous memory;
+    and the data segment's (RLIMIT_DATA counts no shared mapping), less the segment now.
+    The smaller when both are set. An address-space limit (RLIMIT_AS) counts a mapped file
+    as much as anything else, so nothing escapes it: it is not one of them."""
+    rooms = []
+    status = _own_status()
+    data_limit = _data_limit()
+    if data_limit is not None:
+        rooms.append(data_limit - status.get("VmData", 0))
+    cap = _cgroup_limit()
+    if cap is not None and cap < _machine_bytes():
+        rooms.append(cap - status.get("RssAnon", 0))
+    return max(0, min(rooms)) if rooms else None
+
+
+def _data_limit() -> int | None:
+    """The data segment's soft limit in bytes; None when unlimited (or not known here)."""
+    try:
+        import resource
+    except ImportError:  # not on every platform
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
+def _own_status() -> dict[str, int]:
+    """This process's memory counts from /proc/self/status, in bytes (empty off Linux)."""
+    counts = {}
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:  # loop over some 60 lines
+                name, _, value = line.partition(":")
+                if value.strip().endswith(" kB"):
+                    counts[name] = int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        return {}
+    return counts
+
+
 def _machine_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

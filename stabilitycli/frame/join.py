@@ -45,6 +45,8 @@ def joined_by_rank(pieces: list[pl.DataFrame], rank_key: str | None) -> tuple[pl
     heights = [p.height for p in pieces]
     columns: dict[str, pl.Series] = {}
     grid = None
+    # the joined columns in files of their own where a memory limit leaves too little room
+    spill = spill_wanted(lambda: _joined_bytes(schema, sum(heights)))
     if rank_key is not None and rank_key in schema and (rank_key == "rank" or "rank" not in schema):
         # the rank first: its grid decides where every other column's rows go
         told, grid = _pieces_grid(rank_key, schema[rank_key], pieces, heights)
@@ -54,7 +56,7 @@ def joined_by_rank(pieces: list[pl.DataFrame], rank_key: str | None) -> tuple[pl
                     piece.drop_in_place(rank_key)
         else:
             parts = [p.drop_in_place(rank_key) if rank_key in p.columns else None for p in pieces]
-            ranks = _joined_column(rank_key, schema[rank_key], parts, heights, _append)
+            ranks = _joined_column(rank_key, schema[rank_key], parts, heights, _append, spill)
             del parts
             grid = Grid.of(ranks.to_numpy()) if _whole_without_nulls(ranks) else None
             if grid is None:
@@ -63,7 +65,6 @@ def joined_by_rank(pieces: list[pl.DataFrame], rank_key: str | None) -> tuple[pl
             # whole column more than the frame (240 MB at 30M rows)
             del ranks
         if grid is not None:
-            spill = spill_wanted()
             out = _buffer(sum(heights), grid.first_step.dtype, spill)
             columns[rank_key] = grid.sorted_ranks(schema[rank_key], rank_key, out)
             if spill:
@@ -80,7 +81,7 @@ def joined_by_rank(pieces: list[pl.DataFrame], rank_key: str | None) -> tuple[pl
 
     def join_one(todo: tuple[str, pl.DataType, list]) -> pl.Series:
         name, dtype, parts = todo
-        column = _joined_column(name, dtype, parts, heights, place)
+        column = _joined_column(name, dtype, parts, heights, place, spill)
         if grid is not None and column.null_count():
             column = grid.sorted(column)  # the relaxed join's column, whole: rare
         return column
@@ -148,14 +149,20 @@ def _whole_without_nulls(column: pl.Series) -> bool:
 
 
 def _joined_column(
-    name: str, dtype: pl.DataType, parts: list[pl.Series | None], heights: list[int], place
+    name: str,
+    dtype: pl.DataType,
+    parts: list[pl.Series | None],
+    heights: list[int],
+    place,
+    spill: bool,
 ) -> pl.Series:
     """One column's parts (None: a piece without it) as one chunk, `parts` emptied as they
-    are copied; `place` writes a piece's values into the joined buffer."""
+    are copied; `place` writes a piece's values into the joined buffer (in a file's pages
+    with `spill`)."""
     if dtype in NUMPY_EXACT and all(
         part is not None and part.dtype == dtype and part.null_count() == 0 for part in parts
     ):
-        return _copied(name, dtype, parts, sum(heights), place)
+        return _copied(name, dtype, parts, sum(heights), place, spill)
     return _relaxed(name, dtype, parts, heights)
 
 
@@ -163,11 +170,12 @@ def _append(out: np.ndarray, values: np.ndarray, first_row: int) -> None:
     out[first_row : first_row + values.size] = values
 
 
-def _copied(name: str, dtype: pl.DataType, parts: list, height: int, place) -> pl.Series:
+def _copied(
+    name: str, dtype: pl.DataType, parts: list, height: int, place, spill: bool
+) -> pl.Series:
     """The parts written into one buffer (which polars then borrows), each let go as it is
     copied; `parts` is left empty. A chunk at a time: each is numpy's view of polars' own
     buffer, where `to_numpy` of a part in several chunks would copy it into one first."""
-    spill = spill_wanted()
     out: np.ndarray | None = None
     at = 0
     for i, part in enumerate(parts):  # loop over pieces, not rows
@@ -182,6 +190,14 @@ def _copied(name: str, dtype: pl.DataType, parts: list, height: int, place) -> p
     if spill:
         settled(out)
     return pl.Series(name, out, dtype=dtype)
+
+
+def _joined_bytes(schema: pl.Schema, rows: int) -> int:
+    """About what the joined columns hold: 8 bytes a value (what a metric is as the rules
+    read it), 4 for a narrower column."""
+    return rows * sum(
+        4 if dtype in (pl.Int32, pl.UInt32, pl.Float32) else 8 for dtype in schema.values()
+    )
 
 
 def _chunks(part: pl.Series):

@@ -8,7 +8,9 @@ anonymous memory over the limit ends the process. numpy maps the file and polars
 numpy's buffer, so the rules read a mapped column as they read any one-chunk column, and
 compute the same numbers from the same bits.
 
-Off unless asked for (`STAB_SPILL=1`): a run that fits its memory reads faster from it.
+Chosen on its own when a memory limit (a cgroup's, or the data segment's) leaves less
+than twice the columns (`spill_wanted`), or asked for (`STAB_SPILL=1`; `STAB_SPILL=0`
+never): a run that fits its memory reads faster from it.
 Each file is removed as soon as it is mapped, so nothing is left behind, whatever ends the
 process; the disk space is given back when the column is let go.
 """
@@ -19,6 +21,7 @@ import contextlib
 import mmap
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +30,29 @@ import polars as pl
 SPILL_ENV = "STAB_SPILL"
 
 
-def spill_wanted() -> bool:
-    """Whether the run's columns go to mapped files (`STAB_SPILL=1`)."""
-    return os.environ.get(SPILL_ENV, "").strip() == "1"
+def spill_wanted(columns_bytes: int | Callable[[], int] | None = None) -> bool:
+    """Whether the run's columns go to mapped files: `STAB_SPILL=1` always, `STAB_SPILL=0`
+    never; otherwise when a memory limit that the files' pages escape leaves less room than
+    `ROOM_PER_COLUMN_BYTE` times the columns (`columns_bytes`, or a callable that works them
+    out, asked only under such a limit): the rules' own arrays are about half the columns
+    again, and without the files the run would be ended at the limit, with no word."""
+    said = os.environ.get(SPILL_ENV, "").strip()
+    if said in ("0", "1"):
+        return said == "1"
+    if columns_bytes is None:
+        return False
+    from stabilitycli.core.memory_cap import room_beside_files
+
+    room = room_beside_files()
+    if room is None:
+        return False
+    needed = columns_bytes() if callable(columns_bytes) else columns_bytes
+    return needed * ROOM_PER_COLUMN_BYTE > room
+
+
+# the rules peaked at 1.4-1.6 times the columns on the 30M-row log (`docs/scale.md`): a
+# limit under twice the columns is too close to run them in memory
+ROOM_PER_COLUMN_BYTE = 2
 
 
 def mapped_buffer(rows: int, dtype: np.dtype) -> np.ndarray:

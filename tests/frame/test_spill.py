@@ -139,3 +139,29 @@ def test_a_damaged_table_is_read_as_without_the_spill(tmp_path, monkeypatch) -> 
     spilled = runner.invoke(app, ["analyze", str(log), "--format", "json"])
     assert (held.exit_code, held.stdout) == (spilled.exit_code, spilled.stdout)
     assert os.environ[SPILL_ENV] == "1"
+
+
+def test_the_spill_is_chosen_where_a_limit_leaves_under_twice_the_columns(monkeypatch) -> None:
+    import stabilitycli.core.memory_cap as memory_cap
+    from stabilitycli.frame.spill import spill_wanted
+
+    monkeypatch.delenv(SPILL_ENV, raising=False)
+    asked: list[int] = []
+
+    def columns() -> int:
+        asked.append(1)
+        return 600 << 20
+
+    monkeypatch.setattr(memory_cap, "room_beside_files", lambda: None)
+    assert not spill_wanted(columns)
+    assert asked == []  # without a limit the columns are not worked out
+    monkeypatch.setattr(memory_cap, "room_beside_files", lambda: 1 << 30)
+    assert spill_wanted(columns)  # 1.2 GB wanted, 1 GiB of room
+    assert not spill_wanted(400 << 20)  # 800 MB wanted
+    assert not spill_wanted()  # nothing said of the columns: held as they are
+    # said outright, either way, whatever the room
+    monkeypatch.setenv(SPILL_ENV, "0")
+    assert not spill_wanted(columns)
+    monkeypatch.setattr(memory_cap, "room_beside_files", lambda: None)
+    monkeypatch.setenv(SPILL_ENV, "1")
+    assert spill_wanted(columns) and spill_wanted()

@@ -63,6 +63,18 @@ def test_truncated_files(tmp_path: Path):
         tabular.read(cut_parquet, ReadOptions())
 
 
+def test_a_table_too_large_for_the_memory_left_is_not_called_corrupt(monkeypatch):
+    import pyarrow as pa
+
+    def no_memory(path, limits, *unread):
+        raise pa.ArrowMemoryError("malloc of size 800000 failed")
+
+    monkeypatch.setattr(tabular, "_read_parquet", no_memory)
+    with pytest.raises(StabInputError, match="out of memory") as raised:
+        tabular.read(PARQUET, ReadOptions())
+    assert "corrupt" not in str(raised.value)
+
+
 def test_empty_files(tmp_path: Path):
     for name in ("empty.csv", "empty.parquet", "empty.arrow"):
         path = tmp_path / name

@@ -71,3 +71,38 @@ def test_a_cgroup_with_room_for_the_columns_is_no_cap(monkeypatch, tmp_path, no_
     # 1 GiB of columns has room in 4 GiB; 3 GiB of columns has not
     assert not memory_cap.memory_capped(1 << 30)
     assert memory_cap.memory_capped(3 << 30)
+
+
+def _status(monkeypatch, **counts: int) -> None:
+    monkeypatch.setattr(memory_cap, "_own_status", lambda: dict(counts))
+
+
+def test_no_limit_leaves_no_room_to_count(monkeypatch, tmp_path, no_rlimit) -> None:
+    monkeypatch.setattr(memory_cap, "_PROC_CGROUP", tmp_path / "missing")
+    assert memory_cap.room_beside_files() is None
+
+
+def test_a_cgroup_s_room_is_its_limit_less_the_process_s_own_memory(
+    monkeypatch, tmp_path, no_rlimit
+) -> None:
+    _cgroup(monkeypatch, tmp_path, "0::/pod\n", {"v2/pod/memory.max": str(2 << 30)})
+    _status(monkeypatch, RssAnon=300 << 20, VmData=900 << 20)
+    assert memory_cap.room_beside_files() == (2 << 30) - (300 << 20)
+
+
+def test_a_data_segment_limit_s_room_is_what_the_segment_has_left(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(memory_cap, "_PROC_CGROUP", tmp_path / "missing")
+    limits = {resource.RLIMIT_DATA: (1 << 30, resource.RLIM_INFINITY)}
+    # an address-space limit counts mapped files as well: it leaves them no room apart
+    limits[resource.RLIMIT_AS] = (1 << 20, resource.RLIM_INFINITY)
+    monkeypatch.setattr(
+        resource, "getrlimit", lambda which: limits.get(which, (resource.RLIM_INFINITY,) * 2)
+    )
+    _status(monkeypatch, VmData=400 << 20, RssAnon=100 << 20)
+    assert memory_cap.room_beside_files() == (1 << 30) - (400 << 20)
+    # both: the tighter
+    _cgroup(monkeypatch, tmp_path, "0::/pod\n", {"v2/pod/memory.max": str(600 << 20)})
+    assert memory_cap.room_beside_files() == 500 << 20
+    # a process already over its limit has no room, not a negative one
+    _status(monkeypatch, VmData=2 << 30, RssAnon=100 << 20)
+    assert memory_cap.room_beside_files() == 0

@@ -93,7 +93,7 @@ def load_table(
     else:
         separator = "\t" if name.endswith(".tsv") else ","
         return read_csv(path, source, separator=separator, limits=limits)
-    if kind == "parquet" and spill_wanted():
+    if kind == "parquet" and spill_wanted(lambda: _parquet_bytes(path, keep)):
         from stabilitycli.ingest.tabular import spilled
 
         try:
@@ -110,6 +110,22 @@ def load_table(
     # row numbers in 32 bits while they fit: half the column on a long table
     row_type = pl.Int32 if frame.height < 2**31 else pl.Int64
     return frame.with_row_index(ROW, offset=1).with_columns(pl.col(ROW).cast(row_type))
+
+
+def _parquet_bytes(path: Path, keep: tuple[str, ...]) -> int:
+    """About what a Parquet table's columns hold once read: 8 bytes a value of each column
+    read and of the row numbers (0 where its footer cannot be read: the plain read then
+    names the damage)."""
+    import pyarrow.parquet as pq
+
+    from stabilitycli.frame import unread_columns
+
+    try:
+        table = pq.ParquetFile(str(path))
+    except _native_errors():
+        return 0
+    names = table.schema_arrow.names
+    return table.metadata.num_rows * 8 * (len(names) - len(unread_columns(names, keep)) + 1)
 
 
 def _parquet_names(path: Path) -> list[str]:
@@ -205,6 +221,10 @@ def _binary(path: Path, kind: str, reader, limits: InputLimits):
         table.validate(full=True)
     except StabInputError:
         raise
+    except MemoryError as err:  # pyarrow's ArrowMemoryError: the memory, not the bytes
+        from stabilitycli.core.errors import input_error_from
+
+        raise input_error_from(str(path), err, kind) from None
     except _native_errors() as err:
         raise StabInputError(
             str(path), f"cannot read as {kind} (truncated or corrupt): {_first_line(err)}"
