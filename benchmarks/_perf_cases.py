@@ -29,6 +29,7 @@ NAMES = (
     "jsonl-1m-64ranks",
     "jsonl-10m-64ranks",
     "jsonl-30m-64ranks",
+    "parquet-100m-1rank",
     "ranks-1024x20000",
     "tensorboard-1m",
     "mlflow-1m",
@@ -116,6 +117,18 @@ def jsonl_case(name: str, setup: Setup, rows: int, ranks: int) -> Case:
     return Case(name, rows, _size_mb(jsonl), subjects, notes)
 
 
+def parquet_case(name: str, setup: Setup, rows: int, ranks: int) -> Case:
+    """A log too long for its JSONL to be worth writing (100M rows: 15 GB), as Parquet only;
+    its cost is set against the Parquet run of `jsonl-30m-*` (linear cost, #40)."""
+    rows = max(ranks * 200, int(rows * setup.scale) // ranks * ranks)
+    parquet = data.parquet_log(setup.cache, rows, ranks, setup.seed)
+    subjects = [
+        _floor(setup, "floor", "pyarrow.parquet.read_table", "read_parquet", parquet),
+        _stab(setup, "stab analyze (Parquet)", "analyze", parquet),
+    ]
+    return Case(name, rows, _size_mb(parquet), subjects)
+
+
 def ranks_case(name: str, setup: Setup) -> Case:
     ranks, steps = 1024, max(200, int(20_000 * setup.scale))
     jsonl, _ = data.jsonl_log(
@@ -197,9 +210,10 @@ def startup_case(name: str, setup: Setup, *stab_args: object) -> Case:
 
 def build(name: str, setup: Setup) -> Case:
     """The case `name`, its input generated first if the cache does not hold it."""
-    if name.startswith("jsonl-"):
+    if name.startswith(("jsonl-", "parquet-")):
         millions, ranks = (int(n) for n in re.findall(r"\d+", name))
-        return jsonl_case(name, setup, millions * 1_000_000, ranks)
+        case = jsonl_case if name.startswith("jsonl-") else parquet_case
+        return case(name, setup, millions * 1_000_000, ranks)
     builders = {
         "ranks-1024x20000": lambda: ranks_case(name, setup),
         "tensorboard-1m": lambda: tensorboard_case(name, setup),

@@ -100,6 +100,19 @@ def targets(run: dict) -> list[Target]:
                 3.5,
             )
         )
+        if ranks == "1rank":
+            out.append(
+                _ratio_target(
+                    results,
+                    "linear-100-1rank",
+                    "100M rows cost <= 3.5x 30M rows (1rank, Parquet: 15 GB of JSONL is not"
+                    " written)",
+                    "parquet-100m-1rank",
+                    ("parquet-100m-1rank", "stab"),
+                    (c30, "stab_parquet"),
+                    3.5,
+                )
+            )
         out.append(_rss_target(results, c10, ranks))
     out.append(
         _ratio_target(
