@@ -84,6 +84,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
+def own_tmp(tmp_path, monkeypatch) -> Path:
+    """The spill's temp folder, watched: every file in it must be gone when read returns."""
+    import tempfile
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def mapped_spill_columns() -> int:
+    """How many of the spill's column files (`frame.spill`) this process maps now."""
+    with open("/proc/self/maps") as maps:
+        return sum("stab-spill-" in line for line in maps)
+
+
+@pytest.fixture
 def cli():
     """Invoke `stab` in-process; a crash must never masquerade as exit 1."""
     from typer.testing import CliRunner

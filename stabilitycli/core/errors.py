@@ -29,8 +29,14 @@ def internal_error_message(err: BaseException, where: str) -> str:
     """The one line for a bug in stab itself (not in the input), naming the run it hit.
 
     Every command and the batch workers say it the same way, so a user who
-    reports one can be asked for the same thing: the run, the type, the text.
+    reports one can be asked for the same thing: the run, the type, the text. Running out
+    of memory is neither a bug nor the input's fault, and is said as what it is.
     """
+    if isinstance(err, MemoryError):
+        return (
+            f"{where}: out of memory ({one_line(err) or 'an allocation failed'}): the run "
+            "needs more memory than this process may take (see docs/limits.md, Memory)"
+        )
     return (
         f"{where}: internal error {type(err).__name__}: {one_line(err)}; "
         "this is a bug in stab, not a fault in the input"

@@ -52,15 +52,15 @@ def room_beside_files() -> int | None:
     and the data segment's (RLIMIT_DATA counts no shared mapping), less the segment now.
     The smaller when both are set. An address-space limit (RLIMIT_AS) counts a mapped file
     as much as anything else, so nothing escapes it: it is not one of them."""
-    rooms = []
+    data_limit, cap = _data_limit(), _cgroup_limit()
+    if cap is not None and cap >= _machine_bytes():
+        cap = None
+    if data_limit is None and cap is None:
+        return None
     status = _own_status()
-    data_limit = _data_limit()
-    if data_limit is not None:
-        rooms.append(data_limit - status.get("VmData", 0))
-    cap = _cgroup_limit()
-    if cap is not None and cap < _machine_bytes():
-        rooms.append(cap - status.get("RssAnon", 0))
-    return max(0, min(rooms)) if rooms else None
+    rooms = [] if data_limit is None else [data_limit - status.get("VmData", 0)]
+    rooms += [] if cap is None else [cap - status.get("RssAnon", 0)]
+    return max(0, min(rooms))
 
 
 def _data_limit() -> int | None:

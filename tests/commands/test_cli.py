@@ -134,3 +134,18 @@ def test_cli_module_does_not_import_polars() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_running_out_of_memory_is_said_as_that_not_as_a_bug(cli, monkeypatch) -> None:
+    from stabilitycli.pipeline import run as pipeline_run
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 1.81 MiB for an array")
+
+    monkeypatch.setattr(pipeline_run, "analyze", no_memory)
+    done = cli("analyze", run_fixture("spike-long-tail"))
+    assert done.exit_code == 2
+    line = done.output.strip()
+    assert "out of memory (Unable to allocate 1.81 MiB for an array)" in line
+    assert "docs/limits.md" in line and "a bug in stab" not in line
+    assert len(line.splitlines()) == 1

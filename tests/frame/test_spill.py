@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +19,7 @@ from stabilitycli import read
 from stabilitycli.cli import app
 from stabilitycli.frame.spill import SPILL_ENV, ColumnFiles, mapped_buffer, settled
 from stabilitycli.ingest.jsonl import reader as jsonl_reader
-
-
-def _mapped_columns() -> int:
-    with open("/proc/self/maps") as maps:
-        return sum("stab-spill-" in line for line in maps)
+from tests.conftest import mapped_spill_columns
 
 
 def _same_bits(a: pl.DataFrame, b: pl.DataFrame) -> None:
@@ -35,15 +30,6 @@ def _same_bits(a: pl.DataFrame, b: pl.DataFrame) -> None:
         if x.dtype.kind == "f":
             x, y = x.view(np.int64), y.view(np.int64)
         assert np.array_equal(x, y), name
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch) -> Path:
-    """The spill's temp folder, watched: every file in it must be gone when read returns."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 def test_columns_appended_to_files_come_back_mapped_and_the_files_go(own_tmp) -> None:
@@ -57,7 +43,7 @@ def test_columns_appended_to_files_come_back_mapped_and_the_files_go(own_tmp) ->
     assert list(own_tmp.iterdir()) == []
     assert np.array_equal(x.to_numpy().view(np.int64), np.tile(values, 3).view(np.int64))
     assert n.to_list() == [0, 1, 2, 3, 4] and n.dtype == pl.Int32
-    assert _mapped_columns() >= 2
+    assert mapped_spill_columns() >= 2
     buffer = mapped_buffer(4, np.dtype(np.float64))
     buffer[:] = values
     settled(buffer)
@@ -101,10 +87,10 @@ def test_a_spilled_read_is_the_read_in_memory(tmp_path, own_tmp, monkeypatch, ki
     _parquet(log) if kind == "parquet" else _jsonl(log)
     monkeypatch.setattr(jsonl_reader, "PIECE_BYTES", 4096)
     held = read(log)
-    before = _mapped_columns()
+    before = mapped_spill_columns()
     monkeypatch.setenv(SPILL_ENV, "1")
     spilled = read(log)
-    assert _mapped_columns() > before  # the columns are the files' pages
+    assert mapped_spill_columns() > before  # the columns are the files' pages
     assert list(own_tmp.iterdir()) == []
     _same_bits(spilled.frame, held.frame)
     assert spilled.source.to_dict() == held.source.to_dict()

@@ -170,9 +170,9 @@ def _pieces_joined(monkeypatch) -> list[pl.DataFrame]:
     seen: list[pl.DataFrame] = []
     join = jsonl_pieces._joined
 
-    def spy(pieces, options):
+    def spy(pieces, options, spilled=False):
         seen.extend(p.clone() for p in pieces)
-        return join(pieces, options)
+        return join(pieces, options, spilled)
 
     monkeypatch.setattr(jsonl_pieces, "_joined", spy)
     return seen

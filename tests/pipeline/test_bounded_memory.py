@@ -105,25 +105,41 @@ def _analyze(
     )
 
 
-def _write_parquet(path: Path, rows: int) -> int:
-    """A falling loss with one spike, a grad norm, an LR and four more metrics, a row group
-    of 100,000 rows at a time, as a logger writes them; the bytes of its columns once read
-    (8 a value, the row numbers too)."""
+def _blocks(rows: int):
+    """A falling loss with one spike, a grad norm, an LR and four more metrics, 100,000
+    rows at a time."""
     rng = np.random.default_rng(41)
-    writer = None
-    for first in range(0, rows, 100_000):  # loop over row groups
+    for first in range(0, rows, 100_000):  # loop over blocks of rows
         step = np.arange(first, min(rows, first + 100_000))
         loss = 2.2 + 8.6 * (1 + step / 4000.0) ** -0.75 + 0.03 * rng.standard_normal(step.size)
         loss[step == int(rows * 0.6)] *= 2.5
         columns = {"step": step, "train/loss": loss}
         columns["train/grad_norm"] = 0.4 * rng.lognormal(0.0, 0.15, step.size)
         columns["train/learning_rate"] = 3e-4 * np.minimum(1.0, (step + 1) / 2000)
-        columns |= {f"train/extra_{k}": rng.random(step.size) for k in range(4)}
+        yield columns | {f"train/extra_{k}": rng.random(step.size) for k in range(4)}
+
+
+def _write_parquet(path: Path, rows: int) -> int:
+    """`_blocks` a row group each, as a logger writes them; the bytes of its columns once
+    read (8 a value, the row numbers too)."""
+    writer = None
+    for columns in _blocks(rows):  # loop over row groups
         table = pa.table(columns)
         writer = writer or pq.ParquetWriter(str(path), table.schema)
         writer.write_table(table)
     assert writer is not None
     writer.close()
+    return rows * 8 * (len(columns) + 1)
+
+
+def _write_jsonl(path: Path, rows: int) -> int:
+    """`_blocks` as JSON lines (polars' writer: full float reprs); the bytes of its columns
+    once read."""
+    import polars as pl
+
+    with open(path, "wb") as out:
+        for columns in _blocks(rows):  # loop over blocks
+            pl.DataFrame(columns).write_ndjson(out)
     return rows * 8 * (len(columns) + 1)
 
 
@@ -182,3 +198,32 @@ def test_columns_several_times_the_budget_go_to_files_on_their_own(tmp_path) -> 
     # the cap is real: the same run with the columns held in memory does not fit it
     assert held.returncode == 2, held.stderr[-2000:]
     assert "out of memory" in held.stderr and "Traceback" not in held.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_DATA and /proc are Linux's")
+def test_a_jsonl_log_several_times_the_budget_is_read_into_files_a_piece_at_a_time(
+    tmp_path,
+) -> None:
+    """The JSONL pieces themselves go to files once the first piece shows that the log's
+    columns would not fit (held in memory until the join, they were the whole columns
+    before a byte of them was joined): the unlimited run's document; told not to, the run
+    does not fit."""
+    log = tmp_path / "train.jsonl"
+    columns_bytes = _write_jsonl(log, 2_000_000)
+    # the rules' own arrays and the log's line numbers beside the mapped columns: 41 to 48
+    # MiB measured over the baseline
+    budget_mb = 56
+    assert columns_bytes >= 2.4 * budget_mb * (1 << 20)  # 144 MB for 56 MiB
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        free, spilled, held = pool.map(
+            lambda args: _analyze(log, args[0], spill=args[1]),
+            ((0, None), (budget_mb, None), (budget_mb, "0")),
+        )
+    assert free.returncode in (0, 1), free.stderr[-2000:]
+    assert spilled.returncode == free.returncode, spilled.stderr[-2000:]
+    assert spilled.stdout == free.stdout
+    assert json.loads(spilled.stdout)["source"]["rows"] == 2_000_000
+    # the cap is real: held in memory, the pieces do not fit it (where polars' reader is
+    # the one refused, it ends the process; where numpy is, stab says "out of memory")
+    assert held.returncode not in (0, 1) and '"verdict"' not in held.stdout

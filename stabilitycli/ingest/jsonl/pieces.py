@@ -43,6 +43,7 @@ from stabilitycli.frame import (
 from stabilitycli.frame.join import joined_by_rank
 from stabilitycli.ingest import bounded
 from stabilitycli.ingest.jsonl import parse as jsonl
+from stabilitycli.ingest.jsonl.kept import KeptPieces
 from stabilitycli.ingest.limits import InputLimits
 from stabilitycli.ingest.options import ReadOptions
 
@@ -76,23 +77,29 @@ def read_in_pieces(
         # filled here, handed back only when the pieces join: else the whole-log path
         # starts again from the caller's untouched source
         trial = copy.deepcopy(source)
-        frames: list[pl.DataFrame] = []
+        kept = KeptPieces(size)
         lines_before = 0
         pieces = _Pieces(handle, path, piece_bytes, limits)
         at_once = 1 if memory_capped() else _PARSED_AT_ONCE
-        with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="stab-read") as pool:
-            for piece, screened, bytes_read, parsed in _ahead(pieces, pool, options, at_once):
-                lines_before = _parse(piece, screened, lines_before, trial, options, frames, parsed)
-                progress.tell("read", bytes_read, size, rows=lines_before)
-        carry = pieces.carry
-    cut_line = None
-    if carry:
-        last, cut = jsonl.strip_truncated_tail(carry, limits)
-        if cut is not None:
-            cut_line = lines_before + cut
-        lines_before = _parse(
-            last, bounded.screen_lines(last, limits), lines_before, trial, options, frames
-        )
+        try:
+            with ThreadPoolExecutor(at_once, thread_name_prefix="stab-read") as pool:
+                for piece, screened, bytes_read, parsed in _ahead(pieces, pool, options, at_once):
+                    lines_before = _parse(
+                        piece, screened, lines_before, trial, options, kept, parsed
+                    )
+                    progress.tell("read", bytes_read, size, rows=lines_before)
+            carry = pieces.carry
+            cut_line = None
+            if carry:
+                last, cut = jsonl.strip_truncated_tail(carry, limits)
+                if cut is not None:
+                    cut_line = lines_before + cut
+                lines_before = _parse(
+                    last, bounded.screen_lines(last, limits), lines_before, trial, options, kept
+                )
+            frames, spilled = kept.finished()
+        finally:
+            kept.close()
     if cut_line is not None:
         # said first, as the whole-log path says it
         trial.warnings.insert(
@@ -106,7 +113,7 @@ def read_in_pieces(
             raise jsonl.only_a_cut_line(trial, cut_line)
         raise jsonl.nothing_read(trial)
     try:
-        raw, in_rank_order = _joined(frames, options)
+        raw, in_rank_order = _joined(frames, options, spilled)
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
         return None
     if trial.rows_rejected:
@@ -118,19 +125,26 @@ def read_in_pieces(
     return run
 
 
-def _joined(frames: list[pl.DataFrame], options: ReadOptions) -> tuple[pl.DataFrame, bool]:
+def _joined(
+    frames: list[pl.DataFrame], options: ReadOptions, spilled: bool = False
+) -> tuple[pl.DataFrame, bool]:
     """The pieces joined (`frames` emptied), and whether their rows came out sorted by rank.
 
     A per-rank log is joined in rank order when nothing `finalize` does before its sort
     by rank depends on the rows' order: it has a step key (without one, steps are numbered
     in row order) and no text column (an `N/M` step's example and planned lengths are
-    taken in row order). The rows it drops are then the same, and named by line."""
-    if len(frames) < 2:
+    taken in row order). The rows it drops are then the same, and named by line.
+    `spilled`: `frames` is one frame of columns mapped from files (`KeptPieces`), joined as
+    it is unless its rows are to be put in rank order (into files again: `join`), where
+    the sort `finalize` would make of them is made in memory."""
+    if len(frames) < 2 and not spilled:
         return one_chunk_frame(frames), False
     schema = pl.concat([f.clear() for f in frames], how="diagonal_relaxed").schema
     step_key, rank_key = jsonl.axis_keys(list(schema), options)
     if step_key not in schema or not all(dtype.is_numeric() for dtype in schema.values()):
         rank_key = None
+    if len(frames) < 2 and (rank_key is None or rank_key not in schema):
+        return one_chunk_frame(frames), False
     return joined_by_rank(frames, rank_key)
 
 
@@ -260,10 +274,10 @@ def _parse(
     lines_before: int,
     source: SourceInfo,
     options: ReadOptions,
-    frames: list[pl.DataFrame],
+    kept: KeptPieces,
     parsed: jsonl.Parsed | None = None,
 ) -> int:
-    """Parse one piece of whole lines into `frames` (`parsed`: its parse done ahead); the
+    """Parse one piece of whole lines into `kept` (`parsed`: its parse done ahead); the
     number of lines read so far."""
     if piece and not jsonl.blank(piece):
         raw = jsonl.parse_piece(
@@ -276,7 +290,7 @@ def _parse(
             parsed=parsed,
         )
         if raw is not None:
-            frames.append(_lean(raw, lines_before + screened.newlines, options))
+            kept.add(_lean(raw, lines_before + screened.newlines, options), len(piece))
     return lines_before + screened.newlines
 
 
