@@ -47,9 +47,6 @@ class KeptPieces:
             self._stop_filing()
         self._held.append(piece)
 
-    def __bool__(self) -> bool:
-        return bool(self._held) or (self._files is not None and bool(self._files.rows))
-
     def finished(self) -> tuple[list[pl.DataFrame], bool]:
         """The frames to join, and whether they are one frame mapped from files."""
         if self._files is None:

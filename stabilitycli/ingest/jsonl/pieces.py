@@ -134,9 +134,9 @@ def _joined(
     by rank depends on the rows' order: it has a step key (without one, steps are numbered
     in row order) and no text column (an `N/M` step's example and planned lengths are
     taken in row order). The rows it drops are then the same, and named by line.
-    `spilled`: `frames` is one frame of columns mapped from files (`KeptPieces`), joined as
-    it is unless its rows are to be put in rank order (into files again: `join`), where
-    the sort `finalize` would make of them is made in memory."""
+    `spilled`: `frames` is one frame of columns mapped from files (`KeptPieces`): kept as
+    it is, or, a per-rank log's, put in rank order into files again (`joined_by_rank`),
+    where `finalize`'s sort by rank would copy every column into memory."""
     if len(frames) < 2 and not spilled:
         return one_chunk_frame(frames), False
     schema = pl.concat([f.clear() for f in frames], how="diagonal_relaxed").schema
