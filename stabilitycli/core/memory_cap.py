@@ -23,7 +23,7 @@ def memory_capped(columns_bytes: int | None = None) -> bool:
     limit on its data segment or address space, or a memory cgroup's limit (v1 or v2).
 
     `columns_bytes`: what the run's columns hold. A cgroup then counts as a cap only when
-    it allows less than `_ROOM_PER_COLUMN_BYTE` times that: a container's limit that a run
+    it allows less than `ROOM_PER_COLUMN_BYTE` times that: a container's limit that a run
     fits with room to spare should not cost it the second thread."""
     try:
         import resource
@@ -35,12 +35,12 @@ def memory_capped(columns_bytes: int | None = None) -> bool:
     cap = _cgroup_limit()
     if cap is None or cap >= _machine_bytes():
         return False
-    return columns_bytes is None or cap < _ROOM_PER_COLUMN_BYTE * columns_bytes
+    return columns_bytes is None or cap < ROOM_PER_COLUMN_BYTE * columns_bytes
 
 
 # two rules at once peaked at about 1.6x the columns on the 30M-row log, one at a time at
 # about 1.4x: under 2x the columns, a cap is close enough to take turns
-_ROOM_PER_COLUMN_BYTE = 2
+ROOM_PER_COLUMN_BYTE = 2
 
 
 def room_beside_files() -> int | None:

@@ -32,27 +32,23 @@ SPILL_ENV = "STAB_SPILL"
 
 def spill_wanted(columns_bytes: int | Callable[[], int] | None = None) -> bool:
     """Whether the run's columns go to mapped files: `STAB_SPILL=1` always, `STAB_SPILL=0`
-    never; otherwise when a memory limit that the files' pages escape leaves less room than
-    `ROOM_PER_COLUMN_BYTE` times the columns (`columns_bytes`, or a callable that works them
-    out, asked only under such a limit): the rules' own arrays are about half the columns
-    again, and without the files the run would be ended at the limit, with no word."""
+    never; otherwise when a memory limit that the files' pages escape leaves less room
+    than `memory_cap.ROOM_PER_COLUMN_BYTE` times the columns (`columns_bytes`, or a
+    callable that works them out, asked only under such a limit): the rules' own arrays
+    are about half the columns again, and without the files the run would be ended at the
+    limit, with no word."""
     said = os.environ.get(SPILL_ENV, "").strip()
     if said in ("0", "1"):
         return said == "1"
     if columns_bytes is None:
         return False
-    from stabilitycli.core.memory_cap import room_beside_files
+    from stabilitycli.core.memory_cap import ROOM_PER_COLUMN_BYTE, room_beside_files
 
     room = room_beside_files()
     if room is None:
         return False
     needed = columns_bytes() if callable(columns_bytes) else columns_bytes
     return needed * ROOM_PER_COLUMN_BYTE > room
-
-
-# the rules peaked at 1.4-1.6 times the columns on the 30M-row log (`docs/scale.md`): a
-# limit under twice the columns is too close to run them in memory
-ROOM_PER_COLUMN_BYTE = 2
 
 
 def mapped_buffer(rows: int, dtype: np.dtype) -> np.ndarray:
